@@ -1,0 +1,461 @@
+//! The `exactly` command line (DESIGN.md's contract). Every error is one sentence on stderr.
+use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
+use crate::metrics::Snapshot;
+use crate::store::{self, Decided, Resolution, Resolved, Store};
+use crate::{approval, key, lease, sanitize::inert, time, Error, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Map, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "exactly",
+    version,
+    about = "Exactly-once effect for scheduled jobs and agents"
+)]
+pub struct Cli {
+    /// Database: a SQLite file path (default $EXACTLY_DB, else ./exactly.db).
+    #[arg(long, global = true, value_name = "PATH|URL")]
+    pub db: Option<String>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create the schema, or adopt the seed's tables in an existing database.
+    Init,
+    /// Print the effect key for an action, target and inputs.
+    Key(KeyArgs),
+    /// Claim, renew or release a job's lease.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Run a command as an effect under the ledger's guard.
+    Effect(EffectArgs),
+    /// Approve a pending effect.
+    Approve(DecideArgs),
+    /// Deny a pending effect (it ends cancelled).
+    Deny(DecideArgs),
+    /// Settle an unknown effect after checking the far side.
+    Resolve(ResolveArgs),
+    /// Summary of counters, jobs, unknowns and approvals.
+    Status(StatusArgs),
+    /// Prometheus text exposition of the same numbers.
+    Metrics,
+    /// Run the jobs in a TOML file: leases, overlap policies, safe restarts.
+    Run(crate::runner::RunArgs),
+    /// Lint a jobs file.
+    Check(crate::runner::CheckArgs),
+    /// Fire a job now (its own firing, still under its lease and overlap policy).
+    Trigger(crate::runner::TriggerArgs),
+    /// Pause a job: its firings are recorded as skipped.
+    Pause(crate::runner::PauseArgs),
+    /// Resume a paused job.
+    Resume(crate::runner::ResumeArgs),
+    /// Fire a job for past slots; effects already done are suppressed by their keys.
+    Backfill(crate::runner::BackfillArgs),
+    /// The live dashboard.
+    Top(crate::tui::TopArgs),
+    /// Kill runs mid-effect many times and count duplicates (must be 0).
+    Chaos(crate::chaos::ChaosArgs),
+    /// A live simulated workload, shown in the dashboard.
+    Demo(crate::demo::DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    #[arg(long)]
+    pub action: String,
+    #[arg(long)]
+    pub target: String,
+    /// A consequential input, k=v (a string value). Repeatable.
+    #[arg(long = "input", value_name = "K=V")]
+    pub inputs: Vec<String>,
+    /// Inputs as a JSON object, from a file or `-` for stdin.
+    #[arg(long, value_name = "FILE|-")]
+    pub input_json: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LeaseCmd {
+    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
+    Claim {
+        #[arg(long)]
+        job: String,
+        #[arg(long = "for", value_name = "DUR")]
+        dur: String,
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Extend a lease you hold. Exit 3 when fenced.
+    Renew {
+        #[arg(long)]
+        job: String,
+        #[arg(long)]
+        token: i64,
+        #[arg(long = "for", value_name = "DUR")]
+        dur: String,
+    },
+    /// Release a lease you hold. Exit 3 when fenced.
+    Release {
+        #[arg(long)]
+        job: String,
+        #[arg(long)]
+        token: i64,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct EffectArgs {
+    #[arg(long, env = "EXACTLY_JOB")]
+    pub job: String,
+    #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
+    pub token: i64,
+    #[arg(long, env = "EXACTLY_RUN_ID")]
+    pub run_id: Option<String>,
+    #[arg(long)]
+    pub action: String,
+    #[arg(long)]
+    pub target: String,
+    #[arg(long = "input", value_name = "K=V")]
+    pub inputs: Vec<String>,
+    #[arg(long, value_name = "FILE|-")]
+    pub input_json: Option<String>,
+    /// The terms a person approves (shown in the dashboard).
+    #[arg(long)]
+    pub terms: Option<String>,
+    /// Wait for a person's approval before sending (exit 4 until approved).
+    #[arg(long)]
+    pub needs_approval: bool,
+    /// A shell command that tells whether the effect happened: exit 0 yes, 1 no, other unknown.
+    #[arg(long, value_name = "CMD")]
+    pub observe: Option<String>,
+    /// The command that performs the effect.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DecideArgs {
+    pub key: String,
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("how").required(true).args(["happened", "not_happened", "cancel"])))]
+pub struct ResolveArgs {
+    pub key: String,
+    /// The far side shows the effect: it becomes done.
+    #[arg(long)]
+    pub happened: bool,
+    /// The far side does not show it: a retry may send it.
+    #[arg(long)]
+    pub not_happened: bool,
+    /// Never retry: it becomes cancelled.
+    #[arg(long)]
+    pub cancel: bool,
+    #[arg(long)]
+    pub note: Option<String>,
+    /// What proves it, e.g. the far side's order id.
+    #[arg(long)]
+    pub evidence: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the CLI; returns the process exit code. Errors are printed as one line.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("exactly: {}", inert(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
+pub fn open(db: &Option<String>) -> Result<Store> {
+    Store::open(&store::default_path(db.as_deref()))
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    let db = cli.db;
+    match cli.cmd {
+        Cmd::Init => {
+            let s = open(&db)?;
+            println!(
+                "initialised {} (schema version {})",
+                s.path(),
+                store::SCHEMA_VERSION
+            );
+            Ok(0)
+        }
+        Cmd::Key(a) => {
+            let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+            let digest = key::input_digest(&inputs);
+            println!("{}", key::effect_key(&a.action, &a.target, &digest));
+            Ok(0)
+        }
+        Cmd::Lease(c) => lease_cmd(&db, c),
+        Cmd::Effect(a) => effect_cmd(&db, a),
+        Cmd::Approve(a) => decide(&db, a, true),
+        Cmd::Deny(a) => decide(&db, a, false),
+        Cmd::Resolve(a) => resolve_cmd(&db, a),
+        Cmd::Status(a) => {
+            let snap = Snapshot::read(&mut open(&db)?)?;
+            if a.json {
+                println!("{}", snap.to_json());
+            } else {
+                print!("{}", snap.to_text());
+            }
+            Ok(0)
+        }
+        Cmd::Metrics => {
+            let snap = Snapshot::read(&mut open(&db)?)?;
+            print!("{}", snap.to_prometheus());
+            Ok(0)
+        }
+        Cmd::Run(a) => crate::runner::run_main(&db, a),
+        Cmd::Check(a) => crate::runner::check_main(&db, a),
+        Cmd::Trigger(a) => crate::runner::trigger_main(&db, a),
+        Cmd::Pause(a) => crate::runner::pause_main(&db, a),
+        Cmd::Resume(a) => crate::runner::resume_main(&db, a),
+        Cmd::Backfill(a) => crate::runner::backfill_main(&db, a),
+        Cmd::Top(a) => crate::tui::top_main(&db, a),
+        Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
+        Cmd::Demo(a) => crate::demo::demo_main(&db, a),
+    }
+}
+
+/// Reads `--input k=v` pairs and `--input-json FILE|-` into one object (pairs win on conflict).
+pub fn read_inputs(pairs: &[String], json: Option<&str>) -> Result<Map<String, Value>> {
+    let mut map = Map::new();
+    if let Some(src) = json {
+        let text = if src == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+            s
+        } else {
+            std::fs::read_to_string(src).map_err(|e| {
+                Error::Usage(format!("cannot read --input-json {}: {e}", inert(src)))
+            })?
+        };
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => map = m,
+            Ok(_) => return Err(Error::Usage("--input-json must hold a JSON object".into())),
+            Err(e) => return Err(Error::Usage(format!("--input-json is not valid JSON: {e}"))),
+        }
+    }
+    map.extend(key::parse_inputs(pairs)?);
+    Ok(map)
+}
+
+fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
+    match c {
+        LeaseCmd::Claim { job, dur, owner } => {
+            let dur = time::parse_duration(&dur)?;
+            let owner = owner.unwrap_or_else(lease::default_owner);
+            match lease::claim(&mut open(db)?, &job, &owner, dur)? {
+                lease::Claim::Won { token } => {
+                    println!("{token}");
+                    Ok(0)
+                }
+                lease::Claim::Held {
+                    owner,
+                    token,
+                    until,
+                } => {
+                    eprintln!(
+                        "exactly: job {} is leased by {} (token {token}) until {}",
+                        inert(&job),
+                        inert(&owner),
+                        inert(&until)
+                    );
+                    Ok(3)
+                }
+            }
+        }
+        LeaseCmd::Renew { job, token, dur } => {
+            let dur = time::parse_duration(&dur)?;
+            if lease::renew(&mut open(db)?, &job, token, dur)? {
+                Ok(0)
+            } else {
+                eprintln!(
+                    "exactly: fenced: token {token} no longer holds job {}",
+                    inert(&job)
+                );
+                Ok(3)
+            }
+        }
+        LeaseCmd::Release { job, token } => {
+            if lease::release(&mut open(db)?, &job, token)? {
+                Ok(0)
+            } else {
+                eprintln!(
+                    "exactly: fenced: token {token} no longer holds job {}",
+                    inert(&job)
+                );
+                Ok(3)
+            }
+        }
+    }
+}
+
+fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
+    let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+    let mut store = open(db)?;
+    let mut ctx = Ctx::new(&a.job, a.token);
+    if let Some(r) = &a.run_id {
+        ctx = ctx.with_run_id(r);
+    }
+    let spec = Spec {
+        action: a.action,
+        target: a.target,
+        inputs,
+        terms: a.terms,
+        needs_approval: a.needs_approval,
+        observe_cmd: a.observe.clone(),
+    };
+    // An observer recorded by an earlier attempt settles its effect when none is given now.
+    let observe_cmd = match a.observe {
+        Some(o) => Some(o),
+        None => store.effect(&spec.key())?.and_then(|r| r.observe_cmd),
+    };
+    let mut action = CommandAction {
+        argv: a.command,
+        observe_cmd,
+        env: Vec::new(),
+    };
+    let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    report(&out);
+    Ok(out.exit_code())
+}
+
+/// One line on stderr saying how the attempt ended; the response on stdout.
+fn report(out: &Outcome) {
+    let k = inert(out.key());
+    match out {
+        Outcome::Done { response, .. } => {
+            if !response.is_empty() {
+                println!("{response}");
+            }
+        }
+        Outcome::DuplicateSuppressed { response, .. } => {
+            eprintln!("exactly: duplicate suppressed: effect {k} is already done");
+            if let Some(r) = response.as_deref().filter(|r| !r.is_empty()) {
+                println!("{r}");
+            }
+        }
+        Outcome::Fenced { .. } => {
+            eprintln!("exactly: fenced: a newer lease holds this job; effect {k} not written")
+        }
+        Outcome::AwaitingApproval { .. } => {
+            eprintln!("exactly: effect {k} awaits approval (exactly approve {k})")
+        }
+        Outcome::Unresolved { state, reason, .. } => eprintln!(
+            "exactly: effect {k} is {} from an earlier attempt: {}",
+            inert(state),
+            inert(reason)
+        ),
+        Outcome::Unknown { reason, .. } => eprintln!(
+            "exactly: effect {k} is unknown ({}); check the far side, then exactly resolve {k}",
+            inert(reason)
+        ),
+        Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
+        Outcome::NotSent { reason, .. } => {
+            eprintln!(
+                "exactly: effect {k} not sent ({}); claim released",
+                inert(reason)
+            )
+        }
+    }
+}
+
+fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
+    let mut store = open(db)?;
+    let by = crate::actor();
+    let verb = if approve { "approved" } else { "denied" };
+    let r = if approve {
+        approval::approve(&mut store, &a.key, &by, a.note.as_deref())?
+    } else {
+        approval::deny(&mut store, &a.key, &by, a.note.as_deref())?
+    };
+    Ok(match r {
+        Decided::Done => {
+            println!("{verb} {} by {}", inert(&a.key), inert(&by));
+            0
+        }
+        Decided::Already { state, by, at } => {
+            eprintln!(
+                "exactly: effect {} was already {} by {} at {}",
+                inert(&a.key),
+                inert(&state),
+                inert(by.as_deref().unwrap_or("someone")),
+                inert(at.as_deref().unwrap_or("?"))
+            );
+            if state == verb || (approve && state == "consumed") {
+                0
+            } else {
+                1
+            }
+        }
+        Decided::NotFound => {
+            eprintln!(
+                "exactly: no approval was requested for effect {}",
+                inert(&a.key)
+            );
+            1
+        }
+    })
+}
+
+fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
+    let how = if a.happened {
+        Resolution::Happened
+    } else if a.not_happened {
+        Resolution::NotHappened
+    } else {
+        Resolution::Cancel
+    };
+    let mut store = open(db)?;
+    let by = crate::actor();
+    match approval::resolve(
+        &mut store,
+        &a.key,
+        how,
+        &by,
+        a.note.as_deref(),
+        a.evidence.as_deref(),
+    )? {
+        Resolved::Done { from } => {
+            println!(
+                "resolved {}: {} → {} by {}",
+                inert(&a.key),
+                inert(&from),
+                how.target_state(),
+                inert(&by)
+            );
+            Ok(0)
+        }
+        Resolved::NotOpen { state, by } => {
+            let who = by
+                .map(|b| format!(" (resolved by {})", inert(&b)))
+                .unwrap_or_default();
+            eprintln!(
+                "exactly: effect {} is {}{who}; nothing to resolve",
+                inert(&a.key),
+                inert(&state)
+            );
+            Ok(1)
+        }
+        Resolved::NotFound => {
+            eprintln!("exactly: no effect {} in the ledger", inert(&a.key));
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Named fault points in the real code path. `EXACTLY_FAULT=after_send:pause=200ms` makes the
+//! process announce `exactly-fault: after_send` on stderr and pause there, so a harness can
+//! `SIGKILL` it at exactly that line; `EXACTLY_FAULT=after_send:kill` kills itself there.
+//! Several specs may be joined with `,`.
+
+/// The points, in the order an effect passes them.
+pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "after_done"];
+
+/// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
+pub fn point(name: &str) {
+    let Ok(spec) = std::env::var("EXACTLY_FAULT") else {
+        return;
+    };
+    for part in spec.split(',') {
+        let (point, action) = part.split_once(':').unwrap_or((part, "pause=0ms"));
+        if point.trim() != name {
+            continue;
+        }
+        eprintln!("exactly-fault: {name}");
+        let action = action.trim();
+        if action == "kill" {
+            // SAFETY: raising a signal on ourselves has no memory-safety preconditions.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        } else if let Some(d) = action.strip_prefix("pause=") {
+            if let Ok(d) = crate::time::parse_duration(d) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+}

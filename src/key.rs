@@ -1,0 +1,54 @@
+//! Effect identity (contract): the key comes from the fact acted on, not the run.
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex SHA-256 of the inputs as RFC 8785 canonical JSON.
+pub fn input_digest(inputs: &Map<String, Value>) -> String {
+    // serde_jcs only fails on non-finite floats, which serde_json::Value cannot hold.
+    let canonical = serde_jcs::to_string(inputs).unwrap_or_else(|_| "{}".to_string());
+    hex(&Sha256::digest(canonical.as_bytes()))
+}
+
+/// First 32 hex chars of SHA-256 of `action_id|target_id|input_digest`.
+pub fn effect_key(action_id: &str, target_id: &str, input_digest: &str) -> String {
+    let raw = format!("{action_id}|{target_id}|{input_digest}");
+    hex(&Sha256::digest(raw.as_bytes()))[..32].to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses `k=v` pairs (string values) into an inputs object.
+pub fn parse_inputs(pairs: &[String]) -> crate::Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for p in pairs {
+        let Some((k, v)) = p.split_once('=') else {
+            return Err(crate::Error::Usage(format!(
+                "--input expects k=v, got {:?}",
+                crate::sanitize::inert(p)
+            )));
+        };
+        map.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_canonical() {
+        let a: Map<String, Value> = serde_json::from_str(r#"{"b":"2","a":"1"}"#).unwrap();
+        let b: Map<String, Value> = serde_json::from_str(r#"{"a":"1","b":"2"}"#).unwrap();
+        assert_eq!(input_digest(&a), input_digest(&b));
+        // sha256('{"a":"1","b":"2"}')
+        assert_eq!(
+            input_digest(&a),
+            hex(&Sha256::digest(br#"{"a":"1","b":"2"}"#))
+        );
+        let k = effect_key("send", "bob", &input_digest(&a));
+        assert_eq!(k.len(), 32);
+    }
+}

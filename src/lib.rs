@@ -1,0 +1,108 @@
+//! `exactly` — exactly-once *effect* for scheduled jobs and agents.
+//!
+//! A second run of a job can do nothing new and cannot pretend it did:
+//! - a [lease] per job, claimed in one atomic statement, with a monotonic fencing token;
+//! - an [effect key](key::effect_key) derived from the facts acted on, not the run;
+//! - an [effect ledger](effect) with four states, `unknown` among them, settled before any retry;
+//! - [approvals](approval) stored against the effect key and consumed once;
+//! - counters and a [`metrics::Snapshot`] the dashboard, `status` and `metrics` render.
+//!
+//! ```no_run
+//! use exactly::{effect, lease, store::Store};
+//! use exactly::effect::{Action, Failure, Observation, Spec};
+//!
+//! struct SendInvoice;
+//! impl Action for SendInvoice {
+//!     fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
+//!         // call the far side, passing effect_key as its idempotency key
+//!         Ok(format!("sent {effect_key}"))
+//!     }
+//!     fn observe(&mut self, _effect_key: &str) -> Observation {
+//!         // ask the far side whether it already has this effect
+//!         Observation::NotHappened
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), exactly::Error> {
+//! let mut store = Store::open("exactly.db")?;
+//! let token = match lease::claim(&mut store, "invoices", "worker-1", std::time::Duration::from_secs(60))? {
+//!     lease::Claim::Won { token } => token,
+//!     lease::Claim::Held { .. } => return Ok(()), // someone else runs it
+//! };
+//! let ctx = effect::Ctx::new("invoices", token);
+//! let spec = Spec::new("send-invoice", "customer-42")
+//!     .input("amount", "120.00")
+//!     .input("month", "2026-11");
+//! let outcome = effect::run(&mut store, &ctx, &spec, &mut SendInvoice)?;
+//! println!("{outcome:?}");
+//! lease::release(&mut store, "invoices", token)?;
+//! # Ok(()) }
+//! ```
+pub mod approval;
+pub mod chaos;
+pub mod cli;
+pub mod demo;
+pub mod effect;
+pub mod fault;
+pub mod key;
+pub mod lease;
+pub mod metrics;
+pub mod runner;
+pub mod sanitize;
+pub mod store;
+pub mod time;
+pub mod tui;
+
+pub use store::Store;
+
+/// Errors that are not outcomes: bad input, a database that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad usage or input (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The database could not be used (exit 1).
+    #[error("{0}")]
+    Store(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Who is acting: the login user and, over SSH, the client address.
+pub fn actor() -> String {
+    let user = std::env::var("EXACTLY_ACTOR")
+        .or_else(|_| std::env::var("USER"))
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_string());
+    match std::env::var("SSH_CLIENT") {
+        Ok(ssh) => match ssh.split_whitespace().next() {
+            Some(addr) => format!("{user}@{addr}"),
+            None => user,
+        },
+        Err(_) => user,
+    }
+}
+
+/// This machine's name, for lease owners and attempt records.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "localhost".to_string()
+    }
+}

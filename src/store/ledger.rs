@@ -1,0 +1,725 @@
+//! Writes: the lease claim, the effect ledger's transitions and approvals. Each method is one
+//! transaction; each write that acts for a job carries its fencing token and is refused when a
+//! higher token exists for the job.
+use super::{int, kind, record_event, text, text_or_empty, NewEvent, Store, RELEASED};
+use crate::Result;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+/// A whole `effect_ledger` row.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LedgerRow {
+    pub effect_key: String,
+    pub job_key: String,
+    pub run_id: String,
+    pub fencing_token: Option<i64>,
+    pub state: String,
+    pub terms_shown: Option<String>,
+    pub response: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub action_id: Option<String>,
+    pub target_id: Option<String>,
+    pub input_digest: Option<String>,
+    pub observe_cmd: Option<String>,
+    pub attempt: Option<String>,
+    pub verdict: Option<String>,
+    pub verdict_at: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolved_at: Option<String>,
+    pub resolution_note: Option<String>,
+    pub evidence: Option<String>,
+}
+
+pub(crate) const LEDGER_COLS: &str =
+    "effect_key, job_key, run_id, fencing_token, state, terms_shown,
+    response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
+    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence";
+
+pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
+    Ok(LedgerRow {
+        effect_key: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        run_id: text_or_empty(r, 2)?,
+        fencing_token: int(r, 3)?,
+        state: text_or_empty(r, 4)?,
+        terms_shown: text(r, 5)?,
+        response: text(r, 6)?,
+        created_at: text_or_empty(r, 7)?,
+        updated_at: text_or_empty(r, 8)?,
+        action_id: text(r, 9)?,
+        target_id: text(r, 10)?,
+        input_digest: text(r, 11)?,
+        observe_cmd: text(r, 12)?,
+        attempt: text(r, 13)?,
+        verdict: text(r, 14)?,
+        verdict_at: text(r, 15)?,
+        resolved_by: text(r, 16)?,
+        resolved_at: text(r, 17)?,
+        resolution_note: text(r, 18)?,
+        evidence: text(r, 19)?,
+    })
+}
+
+fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
+    tx.query_row(
+        &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
+        [key],
+        ledger_row,
+    )
+    .optional()
+}
+
+/// The current (highest) fencing token of a job, if it ever had a lease.
+fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
+    tx.query_row(
+        "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
+        [job],
+        |r| r.get(0),
+    )
+}
+
+fn fenced(
+    tx: &Transaction<'_>,
+    job: &str,
+    key: Option<&str>,
+    token: i64,
+    what: &str,
+) -> rusqlite::Result<()> {
+    let mut ev = NewEvent::new(kind::FENCED_WRITE)
+        .job(job)
+        .token(token)
+        .detail(what);
+    ev.effect_key = key;
+    record_event(tx, &ev)
+}
+
+/// The answer to a lease claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseClaim {
+    Won {
+        token: i64,
+        stolen_from: Option<(String, i64)>,
+    },
+    Held {
+        owner: String,
+        token: i64,
+        until: String,
+    },
+}
+
+/// The current lease row of a job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LeaseRow {
+    pub job_key: String,
+    pub owner: String,
+    pub fencing_token: i64,
+    pub lease_until: String,
+}
+
+/// The answer to a move the ledger may refuse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// Our row was inserted in state `claimed`.
+    Claimed,
+    /// A row already exists for the key: branch on its state.
+    Existing(Box<LedgerRow>),
+    /// A higher fencing token exists for the job.
+    Fenced,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submit {
+    /// We moved the row `claimed` → `submitted`: we, and only we, may send.
+    Won {
+        approval_consumed: bool,
+    },
+    /// Someone else moved it first (or it is no longer `claimed`): never send.
+    Lost(Box<LedgerRow>),
+    Fenced,
+    /// The effect needs an approval that is not granted (pending, or missing).
+    NotApproved,
+    /// The approval was denied: the effect is now `cancelled`.
+    Denied,
+}
+
+/// Facts recorded with a new ledger row.
+#[derive(Debug, Clone, Default)]
+pub struct NewEffect<'a> {
+    pub effect_key: &'a str,
+    pub job_key: &'a str,
+    pub run_id: &'a str,
+    pub token: i64,
+    pub terms_shown: Option<&'a str>,
+    pub action_id: &'a str,
+    pub target_id: &'a str,
+    pub input_digest: &'a str,
+    pub observe_cmd: Option<&'a str>,
+}
+
+/// An approval row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ApprovalRow {
+    pub effect_key: String,
+    pub job_key: String,
+    pub terms_shown: Option<String>,
+    pub state: String,
+    pub requested_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub note: Option<String>,
+    pub consumed_at: Option<String>,
+}
+
+pub(crate) const APPROVAL_COLS: &str =
+    "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, note, consumed_at";
+
+pub(crate) fn approval_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
+    Ok(ApprovalRow {
+        effect_key: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        terms_shown: text(r, 2)?,
+        state: text_or_empty(r, 3)?,
+        requested_at: text_or_empty(r, 4)?,
+        decided_by: text(r, 5)?,
+        decided_at: text(r, 6)?,
+        note: text(r, 7)?,
+        consumed_at: text(r, 8)?,
+    })
+}
+
+/// The answer to an operator's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    Done,
+    /// Someone decided first: their decision stands.
+    Already {
+        state: String,
+        by: Option<String>,
+        at: Option<String>,
+    },
+    NotFound,
+}
+
+/// How an operator (or observer) settles an effect that may or may not have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Happened,
+    NotHappened,
+    Cancel,
+}
+
+impl Resolution {
+    pub fn target_state(self) -> &'static str {
+        match self {
+            Resolution::Happened => "done",
+            Resolution::NotHappened => "claimed",
+            Resolution::Cancel => "cancelled",
+        }
+    }
+    pub fn word(self) -> &'static str {
+        match self {
+            Resolution::Happened => "happened",
+            Resolution::NotHappened => "not-happened",
+            Resolution::Cancel => "cancel",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Done {
+        from: String,
+    },
+    /// The effect is not open (already settled, by someone else or by an observer).
+    NotOpen {
+        state: String,
+        by: Option<String>,
+    },
+    NotFound,
+}
+
+impl Store {
+    /// The seed's claim, in one statement: insert, or steal an expired lease; the token is one
+    /// more than the job's last, so it never goes backwards. `RETURNING` says whether we won.
+    pub fn claim_lease(
+        &mut self,
+        job: &str,
+        owner: &str,
+        until: &str,
+        now: &str,
+    ) -> Result<LeaseClaim> {
+        self.write(|tx| {
+            let prev: Option<(String, i64, String)> = tx
+                .query_row(
+                    "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+                    [job],
+                    |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0), text_or_empty(r, 2)?)),
+                )
+                .optional()?;
+            let won: Option<i64> = tx
+                .query_row(
+                    "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+                     VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
+                     ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
+                        fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
+                     WHERE job_lease.lease_until < excluded.created_at
+                     RETURNING fencing_token",
+                    params![job, owner, until, now],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match (won, prev) {
+                (Some(token), Some((prev_owner, prev_token, prev_until))) => {
+                    let stolen = prev_until.as_str() != RELEASED;
+                    if stolen {
+                        let detail = format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
+                        record_event(
+                            tx,
+                            &NewEvent::new(kind::LEASE_STOLEN).job(job).token(token).actor(owner).detail(&detail),
+                        )?;
+                    }
+                    Ok(LeaseClaim::Won { token, stolen_from: stolen.then_some((prev_owner, prev_token)) })
+                }
+                (Some(token), None) => Ok(LeaseClaim::Won { token, stolen_from: None }),
+                (None, _) => {
+                    let (owner, token, until) = tx.query_row(
+                        "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+                        [job],
+                        |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0), text_or_empty(r, 2)?)),
+                    )?;
+                    Ok(LeaseClaim::Held { owner, token, until })
+                }
+            }
+        })
+    }
+
+    /// Extends a lease we hold; `false` means we were fenced (counted).
+    pub fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
+        self.write(|tx| {
+            let ok = tx
+                .query_row(
+                    "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+                     AND lease_until <> ?4 RETURNING fencing_token",
+                    params![job, until, token, RELEASED],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if !ok {
+                fenced(tx, job, None, token, "lease renew refused")?;
+            }
+            Ok(ok)
+        })
+    }
+
+    /// Ends a lease we hold, keeping its token so the next claim counts on from it.
+    pub fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
+        self.write(|tx| {
+            let ok = tx
+                .query_row(
+                    "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+                     RETURNING fencing_token",
+                    params![job, RELEASED, token],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if !ok {
+                fenced(tx, job, None, token, "lease release refused")?;
+            }
+            Ok(ok)
+        })
+    }
+
+    pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+                [job],
+                |r| {
+                    Ok(LeaseRow {
+                        job_key: text_or_empty(r, 0)?,
+                        owner: text_or_empty(r, 1)?,
+                        fencing_token: int(r, 2)?.unwrap_or(0),
+                        lease_until: text_or_empty(r, 3)?,
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+
+    /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
+    /// returns the existing row so the caller can branch on its state.
+    pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            if current_token(tx, e.job_key)? != Some(e.token) {
+                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused")?;
+                return Ok(Begin::Fenced);
+            }
+            let inserted = tx.execute(
+                "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+                    terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd)
+                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10
+                 WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
+                params![
+                    e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
+                    e.target_id, e.input_digest, e.observe_cmd
+                ],
+            );
+            match inserted {
+                Ok(_) => Ok(Begin::Claimed),
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    // The unique violation is how a second attempt learns what is going on.
+                    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
+                    if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
+                        tx.execute(
+                            "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
+                            params![e.effect_key, e.observe_cmd],
+                        )?;
+                    }
+                    Ok(Begin::Existing(Box::new(row)))
+                }
+                Err(err) => Err(err),
+            }
+        })
+    }
+
+    /// The compare-and-set `claimed` → `submitted`, committed before the request leaves. Consumes
+    /// the approval in the same transaction when one is needed.
+    pub fn submit_effect(
+        &mut self,
+        key: &str,
+        job: &str,
+        run_id: &str,
+        token: i64,
+        attempt: &str,
+        needs_approval: bool,
+    ) -> Result<Submit> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            if current_token(tx, job)? != Some(token) {
+                fenced(tx, job, Some(key), token, "submit refused")?;
+                return Ok(Submit::Fenced);
+            }
+            let mut consume = false;
+            if needs_approval {
+                let state: Option<String> = tx
+                    .query_row(
+                        "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
+                        [key],
+                        |r| text_or_empty(r, 0),
+                    )
+                    .optional()?;
+                match state.as_deref() {
+                    Some("approved") => consume = true,
+                    Some("consumed") => {}
+                    Some("denied") => {
+                        tx.execute(
+                            "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2
+                             WHERE effect_key = ?1 AND state = 'claimed'",
+                            params![key, now],
+                        )?;
+                        return Ok(Submit::Denied);
+                    }
+                    _ => return Ok(Submit::NotApproved),
+                }
+            }
+            let won = tx
+                .query_row(
+                    "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
+                        fencing_token = ?4, attempt = ?5, updated_at = ?6
+                     WHERE effect_key = ?1 AND state = 'claimed'
+                       AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
+                     RETURNING effect_key",
+                    params![key, job, run_id, token, attempt, now],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if !won {
+                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+            }
+            if consume {
+                tx.execute(
+                    "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
+                     WHERE effect_key = ?1 AND state = 'approved'",
+                    params![key, now, token],
+                )?;
+                record_event(
+                    tx,
+                    &NewEvent::new(kind::APPROVAL_CONSUMED).job(job).effect(key).token(token),
+                )?;
+            }
+            Ok(Submit::Won { approval_consumed: consume })
+        })
+    }
+
+    /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
+    /// counted as a fenced write) unless we still hold the current token and the row is ours.
+    pub fn finish_effect(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        state: &str,
+        response: &str,
+    ) -> Result<bool> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let ok = tx.execute(
+                "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6
+                 WHERE effect_key = ?1 AND state = 'submitted' AND fencing_token = ?3
+                   AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
+                params![key, job, token, state, response, now],
+            )? == 1;
+            if ok {
+                let k = if state == "done" {
+                    kind::EFFECT_DONE
+                } else {
+                    kind::EFFECT_UNKNOWN
+                };
+                let detail = crate::sanitize::inert_trunc(response, 200);
+                record_event(
+                    tx,
+                    &NewEvent::new(k)
+                        .job(job)
+                        .effect(key)
+                        .token(token)
+                        .detail(&detail),
+                )?;
+            } else {
+                fenced(tx, job, Some(key), token, &format!("{state} refused"))?;
+            }
+            Ok(ok)
+        })
+    }
+
+    /// The command promised nothing was sent: the reservation is released (the row removed, an
+    /// approval it consumed handed back), so a later attempt starts clean.
+    pub fn release_effect(&mut self, key: &str, job: &str, token: i64) -> Result<bool> {
+        self.write(|tx| {
+            let ok = tx.execute(
+                "DELETE FROM effect_ledger WHERE effect_key = ?1 AND state = 'submitted'
+                   AND fencing_token = ?3
+                   AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
+                params![key, job, token],
+            )? == 1;
+            if ok {
+                tx.execute(
+                    "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
+                     WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
+                    params![key, token],
+                )?;
+                record_event(tx, &NewEvent::new(kind::EFFECT_RELEASED).job(job).effect(key).token(token))?;
+            } else {
+                fenced(tx, job, Some(key), token, "release refused")?;
+            }
+            Ok(ok)
+        })
+    }
+
+    /// Counts an attempt that found its effect already `done`.
+    pub fn record_duplicate(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: Option<i64>,
+        detail: &str,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let mut ev = NewEvent::new(kind::DUPLICATE_SUPPRESSED)
+                .job(job)
+                .effect(key)
+                .detail(detail);
+            ev.token = token;
+            record_event(tx, &ev)
+        })
+    }
+
+    /// Records an observer's verdict on an open effect and, when it is definite, settles it:
+    /// happened → `done`, did not happen → `claimed`. With `fence`, refused when stale.
+    pub fn observe_verdict(
+        &mut self,
+        key: &str,
+        verdict: Option<Resolution>,
+        words: &str,
+        fence: Option<(&str, i64)>,
+    ) -> Result<Resolved> {
+        let now = crate::time::now_text();
+        let actor = crate::actor();
+        self.write(|tx| {
+            let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
+            if row.state != "submitted" && row.state != "unknown" {
+                return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            if let Some((job, token)) = fence {
+                if current_token(tx, job)? != Some(token) {
+                    fenced(tx, job, Some(key), token, "observer verdict refused")?;
+                    return Ok(Resolved::NotOpen { state: "fenced".into(), by: None });
+                }
+            }
+            let label = match verdict {
+                Some(Resolution::Happened) => "happened",
+                Some(Resolution::NotHappened) => "not happened",
+                _ => "can't tell",
+            };
+            let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
+            tx.execute(
+                "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
+                params![key, label, now],
+            )?;
+            match verdict {
+                Some(Resolution::Happened) => {
+                    tx.execute(
+                        "UPDATE effect_ledger SET state = 'done', response = coalesce(?2, response), updated_at = ?3
+                         WHERE effect_key = ?1",
+                        params![key, (!words.is_empty()).then_some(words), now],
+                    )?;
+                }
+                Some(Resolution::NotHappened) => {
+                    tx.execute(
+                        "UPDATE effect_ledger SET state = 'claimed', updated_at = ?2 WHERE effect_key = ?1",
+                        params![key, now],
+                    )?;
+                }
+                _ => {}
+            }
+            let mut ev = NewEvent::new(kind::OBSERVER_VERDICT).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+            ev.token = fence.map(|f| f.1);
+            record_event(tx, &ev)?;
+            Ok(Resolved::Done { from: row.state })
+        })
+    }
+
+    /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a retry
+    /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled.
+    pub fn resolve_effect(
+        &mut self,
+        key: &str,
+        how: Resolution,
+        by: &str,
+        note: Option<&str>,
+        evidence: Option<&str>,
+    ) -> Result<Resolved> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
+            let open = row.state == "submitted"
+                || row.state == "unknown"
+                || (how == Resolution::Cancel && row.state == "claimed");
+            if !open {
+                return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            tx.execute(
+                "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
+                    resolution_note = ?5, evidence = coalesce(?6, evidence)
+                 WHERE effect_key = ?1",
+                params![key, how.target_state(), now, by, note, evidence],
+            )?;
+            if how == Resolution::Cancel {
+                tx.execute(
+                    "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
+                        decided_at = coalesce(decided_at, ?3)
+                     WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
+                    params![key, by, now],
+                )?;
+            }
+            let mut detail = format!("{} → {} ({})", row.state, how.target_state(), how.word());
+            if let Some(n) = note {
+                detail.push_str(&format!("; note: {n}"));
+            }
+            if let Some(e) = evidence {
+                detail.push_str(&format!("; evidence: {e}"));
+            }
+            record_event(
+                tx,
+                &NewEvent::new(kind::RESOLVED).job(&row.job_key).effect(key).actor(by).detail(&detail),
+            )?;
+            Ok(Resolved::Done { from: row.state })
+        })
+    }
+
+    pub fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
+        self.read(|tx| read_row(tx, key))
+    }
+
+    pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
+        self.read(|tx| {
+            tx.query_row(
+                &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
+                [key],
+                approval_row,
+            )
+            .optional()
+        })
+    }
+
+    /// Asks for a person's approval of an effect (once; asking again changes nothing).
+    pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let n = tx.execute(
+                "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+                 VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
+                params![key, job, terms, now],
+            )?;
+            if n == 1 {
+                record_event(tx, &NewEvent::new(kind::APPROVAL_REQUESTED).job(job).effect(key))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Approves or denies a pending approval. Of two operators deciding at once, one wins; the
+    /// other learns who did. A denial also cancels the effect if nothing was sent.
+    pub fn decide_approval(
+        &mut self,
+        key: &str,
+        approve: bool,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Decided> {
+        let now = crate::time::now_text();
+        let state = if approve { "approved" } else { "denied" };
+        self.write(|tx| {
+            let job: Option<String> = tx
+                .query_row(
+                    "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
+                     WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
+                    params![key, state, by, now, note],
+                    |r| text_or_empty(r, 0),
+                )
+                .optional()?;
+            let Some(job) = job else {
+                let row = tx
+                    .query_row(
+                        &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
+                        [key],
+                        approval_row,
+                    )
+                    .optional()?;
+                return Ok(match row {
+                    Some(a) => Decided::Already { state: a.state, by: a.decided_by, at: a.decided_at },
+                    None => Decided::NotFound,
+                });
+            };
+            if !approve {
+                tx.execute(
+                    "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
+                        resolved_at = ?2, resolution_note = ?4
+                     WHERE effect_key = ?1 AND state = 'claimed'",
+                    params![key, now, by, note],
+                )?;
+            }
+            let k = if approve { kind::APPROVAL_GRANTED } else { kind::APPROVAL_DENIED };
+            let mut ev = NewEvent::new(k).job(&job).effect(key).actor(by);
+            ev.detail = note;
+            record_event(tx, &ev)?;
+            Ok(Decided::Done)
+        })
+    }
+}

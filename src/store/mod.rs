@@ -1,0 +1,248 @@
+//! The store: the only code that speaks SQL.
+//!
+//! One SQLite file in WAL mode with a busy timeout; every write transaction is
+//! `BEGIN IMMEDIATE` (a deferred transaction that upgrades to a write gets `SQLITE_BUSY` at once,
+//! ignoring the busy timeout) and `synchronous=FULL`, so a committed lease claim or `submitted`
+//! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
+//! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
+mod ledger;
+mod read;
+mod schema;
+
+pub use ledger::*;
+pub use read::*;
+pub use schema::SCHEMA_VERSION;
+
+use crate::{Error, Result};
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use std::time::Duration;
+
+/// `lease_until` of a released lease: before every real instant, so the next claim takes it.
+pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
+
+pub struct Store {
+    conn: Connection,
+    path: String,
+    busy_ms: u64,
+}
+
+/// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
+pub fn default_path(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| std::env::var("EXACTLY_DB").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "exactly.db".to_string())
+}
+
+fn busy_timeout_ms() -> u64 {
+    std::env::var("EXACTLY_BUSY_TIMEOUT_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5000)
+}
+
+impl Store {
+    /// Opens (creating or adopting the schema as needed) the database at `path`.
+    pub fn open(path: &str) -> Result<Store> {
+        if path.starts_with("postgres://") || path.starts_with("postgresql://") {
+            return Err(Error::Store(
+                "PostgreSQL URLs are not supported by this build yet; use a SQLite file path"
+                    .to_string(),
+            ));
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let busy_ms = busy_timeout_ms();
+        let mut store = Store {
+            conn,
+            path: path.to_string(),
+            busy_ms,
+        };
+        store
+            .conn
+            .busy_timeout(Duration::from_millis(busy_ms))
+            .map_err(|e| store.err(e))?;
+        schema::prepare(&mut store)?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Turns a SQLite error into one clear sentence naming the database.
+    pub(crate) fn err(&self, e: rusqlite::Error) -> Error {
+        let path = &self.path;
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            match f.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                    return Error::Store(format!(
+                        "database {path} is locked: another process held a write lock longer than the busy timeout ({} ms)",
+                        self.busy_ms
+                    ))
+                }
+                ErrorCode::NotADatabase => {
+                    return Error::Store(format!("{path} is not a SQLite database"))
+                }
+                ErrorCode::DatabaseCorrupt => {
+                    return Error::Store(format!("database {path} is corrupt (malformed disk image)"))
+                }
+                ErrorCode::ReadOnly => {
+                    return Error::Store(format!("database {path} is read-only"))
+                }
+                ErrorCode::DiskFull => return Error::Store(format!("disk full writing {path}")),
+                _ => {}
+            }
+        }
+        Error::Store(format!("database {path}: {}", brief(&e)))
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
+    pub(crate) fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        result.map_err(|e| self.err(e))
+    }
+
+    /// Runs `f` in a short read transaction (one consistent view, no write lock).
+    pub(crate) fn read<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx)?;
+            tx.finish()?;
+            Ok(out)
+        })();
+        result.map_err(|e| self.err(e))
+    }
+}
+
+fn brief(e: &rusqlite::Error) -> String {
+    e.to_string().replace('\n', " ")
+}
+
+/// Reads a TEXT column without failing on invalid UTF-8 or an unexpected type: what another
+/// program wrote into the ledger must never crash a reader.
+pub(crate) fn text(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<String>> {
+    use rusqlite::types::ValueRef;
+    Ok(match row.get_ref(idx)? {
+        ValueRef::Null => None,
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        ValueRef::Integer(i) => Some(i.to_string()),
+        ValueRef::Real(f) => Some(f.to_string()),
+    })
+}
+
+pub(crate) fn text_or_empty(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<String> {
+    Ok(text(row, idx)?.unwrap_or_default())
+}
+
+/// Reads an INTEGER column leniently (NULL or non-numeric text becomes None).
+pub(crate) fn int(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<i64>> {
+    use rusqlite::types::ValueRef;
+    Ok(match row.get_ref(idx)? {
+        ValueRef::Integer(i) => Some(i),
+        ValueRef::Real(f) => Some(f as i64),
+        ValueRef::Text(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        _ => None,
+    })
+}
+
+/// Appends one event and bumps its all-time counter, inside the caller's transaction.
+pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        rusqlite::params![
+            crate::time::now_text(),
+            ev.kind,
+            ev.job_key,
+            ev.effect_key,
+            ev.token,
+            ev.actor,
+            ev.detail
+        ],
+    )?;
+    tx.execute(
+        "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
+         ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1",
+        rusqlite::params![ev.kind, ev.job_key.unwrap_or("")],
+    )?;
+    Ok(())
+}
+
+/// An event about to be appended.
+#[derive(Debug, Default, Clone)]
+pub struct NewEvent<'a> {
+    pub kind: &'a str,
+    pub job_key: Option<&'a str>,
+    pub effect_key: Option<&'a str>,
+    pub token: Option<i64>,
+    pub actor: Option<&'a str>,
+    pub detail: Option<&'a str>,
+}
+
+impl<'a> NewEvent<'a> {
+    pub fn new(kind: &'a str) -> Self {
+        NewEvent {
+            kind,
+            ..Default::default()
+        }
+    }
+    pub fn job(mut self, job: &'a str) -> Self {
+        self.job_key = Some(job);
+        self
+    }
+    pub fn effect(mut self, key: &'a str) -> Self {
+        self.effect_key = Some(key);
+        self
+    }
+    pub fn token(mut self, token: i64) -> Self {
+        self.token = Some(token);
+        self
+    }
+    pub fn actor(mut self, actor: &'a str) -> Self {
+        self.actor = Some(actor);
+        self
+    }
+    pub fn detail(mut self, detail: &'a str) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+}
+
+/// Event kinds (the counters and the dashboard's stream use these names).
+pub mod kind {
+    pub const DUPLICATE_SUPPRESSED: &str = "duplicate_suppressed";
+    pub const FENCED_WRITE: &str = "fenced_write";
+    pub const LEASE_STOLEN: &str = "lease_stolen";
+    pub const APPROVAL_REQUESTED: &str = "approval_requested";
+    pub const APPROVAL_GRANTED: &str = "approval_granted";
+    pub const APPROVAL_DENIED: &str = "approval_denied";
+    pub const APPROVAL_CONSUMED: &str = "approval_consumed";
+    pub const RESOLVED: &str = "resolved";
+    pub const OBSERVER_VERDICT: &str = "observer_verdict";
+    pub const EFFECT_DONE: &str = "effect_done";
+    pub const EFFECT_UNKNOWN: &str = "effect_unknown";
+    pub const EFFECT_RELEASED: &str = "effect_released";
+}

@@ -1,0 +1,287 @@
+//! Reads for the snapshot and detail views. Every query here goes through an index: the done
+//! rows of a large ledger are never scanned.
+use super::{int, kind, text, text_or_empty, Store, RELEASED};
+use crate::metrics::{self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot, Window};
+use crate::time::{self, Ts};
+use crate::Result;
+use rusqlite::{params, OptionalExtension, Transaction};
+use std::collections::BTreeMap;
+
+/// How many recent runs per job feed p50/p99 (and at most this old).
+pub const RUN_WINDOW: usize = 500;
+pub const RUN_WINDOW_DAYS: i64 = 7;
+const EVENTS_SHOWN: usize = 300;
+const OPEN_SHOWN: usize = 1000;
+
+/// `claimed` rows whose claiming token's lease expired or was superseded, not waiting for a
+/// person and not handed back by an operator: reserved, then abandoned.
+const LEAKED: &str = "FROM effect_ledger e WHERE e.state = 'claimed' AND e.resolved_at IS NULL
+    AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = e.effect_key
+                    AND a.state IN ('pending', 'approved'))
+    AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
+                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))";
+
+/// Open effects: `unknown`, and `submitted` whose holder's lease is gone (in-flight sends of a
+/// live lease are not unknown yet).
+const OPEN: &str = "FROM effect_ledger e WHERE (e.state = 'unknown' OR (e.state = 'submitted'
+    AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
+                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
+
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: int(r, 0)?.unwrap_or(0),
+        at: text_or_empty(r, 1)?,
+        kind: text_or_empty(r, 2)?,
+        job_key: text(r, 3)?,
+        effect_key: text(r, 4)?,
+        fencing_token: int(r, 5)?,
+        actor: text(r, 6)?,
+        detail: text(r, 7)?,
+    })
+}
+
+const EVENT_COLS: &str = "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
+const RUN_COLS: &str =
+    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms";
+
+pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        run_id: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        scheduled_at: text_or_empty(r, 2)?,
+        owner: text_or_empty(r, 3)?,
+        fencing_token: int(r, 4)?.unwrap_or(0),
+        started_at: text_or_empty(r, 5)?,
+        ended_at: text(r, 6)?,
+        outcome: text(r, 7)?,
+        duration_ms: int(r, 8)?,
+    })
+}
+
+fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<u64> {
+    tx.query_row(sql, p, |r| r.get::<_, i64>(0))
+        .map(|n| n.max(0) as u64)
+}
+
+fn counter(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<u64> {
+    count(
+        tx,
+        "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = ?1",
+        [kind],
+    )
+}
+
+fn since(tx: &Transaction<'_>, kind: &str, from: &str) -> rusqlite::Result<u64> {
+    count(
+        tx,
+        "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?2",
+        params![kind, from],
+    )
+}
+
+impl Store {
+    /// Reads everything the dashboard and `status` show, in one short read transaction.
+    pub fn snapshot(&mut self) -> Result<Snapshot> {
+        let now = time::now();
+        let now_s = time::fmt(now);
+        let day_ago = time::fmt(now - chrono::Duration::hours(24));
+        let db = self.path.clone();
+        self.read(|tx| {
+            let mut totals = Window {
+                duplicates_suppressed: counter(tx, kind::DUPLICATE_SUPPRESSED)?,
+                fenced_writes: counter(tx, kind::FENCED_WRITE)?,
+                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
+                unknown: count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?,
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
+            };
+            let last_24h = Window {
+                duplicates_suppressed: since(tx, kind::DUPLICATE_SUPPRESSED, &day_ago)?,
+                fenced_writes: since(tx, kind::FENCED_WRITE, &day_ago)?,
+                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
+                unknown: count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
+            };
+            let mut stmt = tx.prepare(&format!(
+                "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
+                 {OPEN} ORDER BY e.updated_at LIMIT {OPEN_SHOWN}"
+            ))?;
+            let unknown = stmt
+                .query_map([&now_s], |r| {
+                    let since = text_or_empty(r, 3)?;
+                    Ok(OpenEffect {
+                        effect_key: text_or_empty(r, 0)?,
+                        job_key: text_or_empty(r, 1)?,
+                        state: text_or_empty(r, 2)?,
+                        age_s: time::parse(&since).map(|t| time::age_s(t, now)).unwrap_or(0),
+                        since,
+                        terms_shown: text(r, 4)?,
+                        verdict: text(r, 5)?,
+                        fencing_token: int(r, 6)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            totals.unknown = totals.unknown.max(unknown.len() as u64);
+            let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
+            let approvals = |state: &str| -> rusqlite::Result<Vec<ApprovalView>> {
+                let mut stmt = tx.prepare(&format!(
+                    "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
+                    super::ledger::APPROVAL_COLS
+                ))?;
+                let rows = stmt
+                    .query_map([state], super::ledger::approval_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows.into_iter().map(|a| ApprovalView::from_row(a, now)).collect())
+            };
+            let pending_approvals = approvals("pending")?;
+            let unused_approvals = approvals("approved")?;
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
+            ))?;
+            let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let missed_firings = counter(tx, "firing_missed")?;
+            let jobs = read_jobs(tx, now)?;
+            Ok(Snapshot {
+                taken_at: now_s.clone(),
+                db,
+                host: crate::hostname(),
+                totals,
+                last_24h,
+                oldest_unknown_s,
+                missed_firings,
+                jobs,
+                unknown,
+                pending_approvals,
+                unused_approvals,
+                events,
+            })
+        })
+    }
+
+    /// Every event about one effect, oldest first.
+    pub fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
+            ))?;
+            let rows = stmt.query_map([key], event_row)?.collect();
+            rows
+        })
+    }
+
+    /// The most recent runs of a job, newest first.
+    pub fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![job, limit as i64], run_row)?.collect();
+            rows
+        })
+    }
+}
+
+fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
+    let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
+    let mut stmt = tx.prepare(
+        "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired
+         FROM exactly_jobs",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(JobRow {
+            job_key: text_or_empty(r, 0)?,
+            schedule: text(r, 1)?,
+            interval_s: int(r, 2)?,
+            lease_s: int(r, 3)?,
+            overlap: text(r, 4)?,
+            queue_cap: int(r, 5)?,
+            paused: int(r, 6)?.unwrap_or(0) != 0,
+            pause_note: text(r, 7)?,
+            retired: int(r, 8)?.unwrap_or(0) != 0,
+            ..Default::default()
+        })
+    })?;
+    for j in rows {
+        let j = j?;
+        jobs.insert(j.job_key.clone(), j);
+    }
+    // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
+    let mut stmt =
+        tx.prepare("SELECT job_key, owner, fencing_token, lease_until FROM job_lease")?;
+    let leases = stmt.query_map([], |r| {
+        Ok((
+            text_or_empty(r, 0)?,
+            text_or_empty(r, 1)?,
+            int(r, 2)?,
+            text_or_empty(r, 3)?,
+        ))
+    })?;
+    for l in leases {
+        let (job, owner, token, until) = l?;
+        let j = jobs.entry(job.clone()).or_insert_with(|| JobRow {
+            job_key: job,
+            ..Default::default()
+        });
+        j.fencing_token = token;
+        if until != RELEASED {
+            j.lease_left_s = time::parse(&until).map(|t| (t - now).num_seconds());
+            j.lease_owner = Some(owner);
+            j.lease_until = Some(until);
+        }
+    }
+    let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
+    let mut runs_stmt = tx.prepare(
+        "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
+           AND duration_ms IS NOT NULL ORDER BY started_at DESC LIMIT ?3",
+    )?;
+    let mut last_stmt = tx.prepare(&format!(
+        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+    ))?;
+    let mut counters =
+        tx.prepare("SELECT kind, n FROM exactly_counters WHERE job_key = ?1 AND kind IN (?2, ?3)")?;
+    let mut queued =
+        tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
+    for j in jobs.values_mut() {
+        let durations = runs_stmt
+            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| {
+                r.get::<_, i64>(0)
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        j.runs = durations.len() as u64;
+        (j.p50_ms, j.p99_ms) = metrics::percentiles(&durations);
+        j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;
+        let rows = counters.query_map(
+            params![j.job_key, kind::DUPLICATE_SUPPRESSED, kind::FENCED_WRITE],
+            |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0))),
+        )?;
+        for row in rows {
+            let (k, n) = row?;
+            if k == kind::DUPLICATE_SUPPRESSED {
+                j.duplicates_suppressed = n.max(0) as u64;
+            } else {
+                j.fenced_writes = n.max(0) as u64;
+            }
+        }
+        j.queue_depth = queued
+            .query_row([&j.job_key], |r| r.get::<_, i64>(0))?
+            .max(0) as u64;
+        j.warnings = metrics::job_warnings(j);
+    }
+    Ok(jobs.into_values().collect())
+}
+
+impl Store {
+    /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
+    pub fn open_effects_of(&mut self, job: &str) -> Result<Vec<crate::store::LedgerRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')
+                 ORDER BY updated_at",
+                super::ledger::LEDGER_COLS
+            ))?;
+            let rows = stmt.query_map([job], super::ledger::ledger_row)?.collect();
+            rows
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! Schema creation, adoption of the seed's tables, and refusal of foreign or newer databases.
+use super::Store;
+use crate::{Error, Result};
+use rusqlite::{Connection, TransactionBehavior};
+
+/// Stored in `PRAGMA user_version`. A database with a higher number is refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Every table we own or adopt, with the columns that identify it as ours (a table of the same
+/// name without them belongs to something else) and the columns we add when adopting.
+struct Table {
+    name: &'static str,
+    create: &'static str,
+    required: &'static [&'static str],
+    added: &'static [(&'static str, &'static str)],
+}
+
+const TABLES: &[Table] = &[
+    Table {
+        name: "job_lease",
+        create: "CREATE TABLE job_lease (job_key TEXT PRIMARY KEY, owner TEXT NOT NULL,
+            fencing_token INTEGER NOT NULL, lease_until TEXT NOT NULL, created_at TEXT NOT NULL)",
+        required: &["job_key", "owner", "fencing_token", "lease_until"],
+        added: &[],
+    },
+    Table {
+        name: "effect_ledger",
+        create: "CREATE TABLE effect_ledger (effect_key TEXT PRIMARY KEY, job_key TEXT NOT NULL,
+            run_id TEXT NOT NULL, fencing_token INTEGER, state TEXT NOT NULL,
+            terms_shown TEXT, response TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)",
+        required: &["effect_key", "job_key", "state"],
+        // The seed's columns come first; these are ours, all nullable so the seed's own INSERT
+        // statements from other programs keep working.
+        added: &[
+            ("fencing_token", "INTEGER"),
+            ("action_id", "TEXT"),
+            ("target_id", "TEXT"),
+            ("input_digest", "TEXT"),
+            ("observe_cmd", "TEXT"),
+            ("attempt", "TEXT"),
+            ("verdict", "TEXT"),
+            ("verdict_at", "TEXT"),
+            ("resolved_by", "TEXT"),
+            ("resolved_at", "TEXT"),
+            ("resolution_note", "TEXT"),
+            ("evidence", "TEXT"),
+        ],
+    },
+    Table {
+        name: "exactly_approvals",
+        create:
+            "CREATE TABLE exactly_approvals (effect_key TEXT PRIMARY KEY, job_key TEXT NOT NULL,
+            terms_shown TEXT, state TEXT NOT NULL, requested_at TEXT NOT NULL, decided_by TEXT,
+            decided_at TEXT, note TEXT, consumed_at TEXT, consumed_token INTEGER)",
+        required: &["effect_key", "job_key", "state", "requested_at"],
+        added: &[],
+    },
+    Table {
+        name: "exactly_events",
+        create:
+            "CREATE TABLE exactly_events (id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL,
+            kind TEXT NOT NULL, job_key TEXT, effect_key TEXT, fencing_token INTEGER, actor TEXT,
+            detail TEXT)",
+        required: &["id", "at", "kind"],
+        added: &[],
+    },
+    Table {
+        name: "exactly_counters",
+        create: "CREATE TABLE exactly_counters (kind TEXT NOT NULL, job_key TEXT NOT NULL,
+            n INTEGER NOT NULL, PRIMARY KEY (kind, job_key))",
+        required: &["kind", "job_key", "n"],
+        added: &[],
+    },
+    Table {
+        name: "exactly_jobs",
+        create: "CREATE TABLE exactly_jobs (job_key TEXT PRIMARY KEY, schedule TEXT, timezone TEXT,
+            interval_s INTEGER, lease_s INTEGER, overlap TEXT, queue_cap INTEGER,
+            command_digest TEXT, command TEXT, observe_cmd TEXT, catchup_s INTEGER,
+            paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
+            retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
+        required: &["job_key", "interval_s", "lease_s", "overlap"],
+        added: &[],
+    },
+    Table {
+        name: "exactly_runs",
+        create: "CREATE TABLE exactly_runs (run_id TEXT PRIMARY KEY, job_key TEXT NOT NULL,
+            scheduled_at TEXT NOT NULL, owner TEXT NOT NULL, fencing_token INTEGER NOT NULL,
+            started_at TEXT NOT NULL, ended_at TEXT, outcome TEXT, duration_ms INTEGER,
+            exit_code INTEGER, log TEXT)",
+        required: &["run_id", "job_key", "started_at", "duration_ms"],
+        added: &[],
+    },
+    Table {
+        name: "exactly_firings",
+        create: "CREATE TABLE exactly_firings (job_key TEXT NOT NULL, scheduled_at TEXT NOT NULL,
+            kind TEXT NOT NULL, state TEXT NOT NULL, owner TEXT, run_id TEXT,
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL, detail TEXT,
+            PRIMARY KEY (job_key, scheduled_at))",
+        required: &["job_key", "scheduled_at", "state"],
+        added: &[],
+    },
+];
+
+const INDEXES: &[&str] = &[
+    "CREATE INDEX IF NOT EXISTS effect_ledger_state ON effect_ledger (state, updated_at)",
+    "CREATE INDEX IF NOT EXISTS effect_ledger_job ON effect_ledger (job_key, state)",
+    "CREATE INDEX IF NOT EXISTS exactly_events_at ON exactly_events (at)",
+    "CREATE INDEX IF NOT EXISTS exactly_events_kind_at ON exactly_events (kind, at)",
+    "CREATE INDEX IF NOT EXISTS exactly_events_effect ON exactly_events (effect_key, id)",
+    "CREATE INDEX IF NOT EXISTS exactly_events_job ON exactly_events (job_key, id)",
+    "CREATE INDEX IF NOT EXISTS exactly_approvals_state ON exactly_approvals (state, requested_at)",
+    "CREATE INDEX IF NOT EXISTS exactly_runs_job ON exactly_runs (job_key, started_at)",
+    "CREATE INDEX IF NOT EXISTS exactly_firings_state ON exactly_firings (job_key, state, scheduled_at)",
+];
+
+fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+    let cols = stmt
+        .query_map([], |r| r.get::<_, String>(1))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(cols)
+}
+
+/// Checks the file, then creates or adopts the schema. Nothing is written to a database that is
+/// refused: every check runs before the first write (WAL mode included, which rewrites the header).
+pub(super) fn prepare(store: &mut Store) -> Result<()> {
+    let version: i64 = store
+        .conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| store.err(e))?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::Store(format!(
+            "database {} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly",
+            store.path
+        )));
+    }
+    check_foreign(store)?;
+    if version < SCHEMA_VERSION || !all_present(store)? {
+        store
+            .conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| store.err(e))?;
+        create(store)?;
+    }
+    store
+        .conn
+        .pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| store.err(e))?;
+    store
+        .conn
+        .pragma_update(None, "foreign_keys", "OFF")
+        .map_err(|e| store.err(e))?;
+    Ok(())
+}
+
+fn all_present(store: &Store) -> Result<bool> {
+    for t in TABLES {
+        let cols = columns(&store.conn, t.name).map_err(|e| store.err(e))?;
+        if cols.is_empty() || t.added.iter().any(|(c, _)| !cols.iter().any(|x| x == c)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn check_foreign(store: &Store) -> Result<()> {
+    for t in TABLES {
+        let cols = columns(&store.conn, t.name).map_err(|e| store.err(e))?;
+        if cols.is_empty() {
+            continue;
+        }
+        if let Some(missing) = t.required.iter().find(|c| !cols.iter().any(|x| x == *c)) {
+            return Err(Error::Store(format!(
+                "database {} has a table {} that is not exactly's (no column {missing}); refusing to touch it",
+                store.path, t.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn create(store: &mut Store) -> Result<()> {
+    let result = (|| {
+        let tx = store
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for t in TABLES {
+            let cols = columns(&tx, t.name)?;
+            if cols.is_empty() {
+                tx.execute(t.create, [])?;
+                continue;
+            }
+            for (col, ty) in t.added {
+                if !cols.iter().any(|x| x == col) {
+                    tx.execute(&format!("ALTER TABLE {} ADD COLUMN {col} {ty}", t.name), [])?;
+                }
+            }
+        }
+        for ix in INDEXES {
+            tx.execute(ix, [])?;
+        }
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()
+    })();
+    result.map_err(|e| store.err(e))
+}

@@ -1,0 +1,94 @@
+//! Fixed-width UTC text timestamps: `YYYY-MM-DDTHH:MM:SS.mmmZ`, so text order is time order.
+use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use std::time::Duration;
+
+pub type Ts = DateTime<Utc>;
+
+pub const FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
+
+/// Now, truncated to milliseconds so that a value survives a round trip through text.
+pub fn now() -> Ts {
+    Utc::now().trunc_subsecs(3)
+}
+
+pub fn fmt(ts: Ts) -> String {
+    ts.format(FORMAT).to_string()
+}
+
+pub fn now_text() -> String {
+    fmt(now())
+}
+
+/// Parses our fixed-width form, and (for input from people) any RFC 3339 instant.
+pub fn parse(s: &str) -> Option<Ts> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&Utc));
+    }
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.fZ")
+        .ok()
+        .map(|n| Utc.from_utc_datetime(&n))
+}
+
+pub fn add(ts: Ts, d: Duration) -> Ts {
+    ts + chrono::Duration::milliseconds(d.as_millis().min(i64::MAX as u128) as i64)
+}
+
+/// Parses a human duration: `90s`, `15m`, `1h`, `1h30m`, `500ms`.
+pub fn parse_duration(s: &str) -> crate::Result<Duration> {
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        crate::Error::Usage(format!(
+            "invalid duration {:?}: {e} (use e.g. 90s, 15m, 1h)",
+            crate::sanitize::inert(s)
+        ))
+    })
+}
+
+/// Seconds between two instants, never negative.
+pub fn age_s(since: Ts, now: Ts) -> i64 {
+    (now - since).num_seconds().max(0)
+}
+
+/// A compact human age: `42s`, `3m12s`, `2h05m`, `3d04h`.
+pub fn human_age(secs: i64) -> String {
+    let s = secs.max(0);
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if s < 86400 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d{:02}h", s / 86400, (s % 86400) / 3600)
+    }
+}
+
+/// A compact duration from milliseconds: `850ms`, `1.2s`, `3m05s`.
+pub fn human_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        human_age((ms / 1000) as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_is_fixed_width() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(fmt(t), "2026-01-02T03:04:05.000Z");
+        assert_eq!(parse(&fmt(t)), Some(t));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -723,3 +723,39 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
+    /// Returns false when it already was in that state.
+    pub fn set_paused(
+        &mut self,
+        job: &str,
+        paused: bool,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<bool> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let was: Option<i64> = tx
+                .query_row("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .optional()?
+                .flatten();
+            if (was.unwrap_or(0) != 0) == paused {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
+                    pause_note = excluded.pause_note, paused_by = excluded.paused_by,
+                    paused_at = excluded.paused_at, updated_at = excluded.updated_at",
+                params![job, i64::from(paused), if paused { note } else { None }, by, now],
+            )?;
+            let k = if paused { kind::JOB_PAUSED } else { kind::JOB_RESUMED };
+            let mut ev = NewEvent::new(k).job(job).actor(by);
+            ev.detail = note;
+            record_event(tx, &ev)?;
+            Ok(true)
+        })
+    }
+}

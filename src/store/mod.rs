@@ -245,4 +245,6 @@ pub mod kind {
     pub const EFFECT_DONE: &str = "effect_done";
     pub const EFFECT_UNKNOWN: &str = "effect_unknown";
     pub const EFFECT_RELEASED: &str = "effect_released";
+    pub const JOB_PAUSED: &str = "job_paused";
+    pub const JOB_RESUMED: &str = "job_resumed";
 }

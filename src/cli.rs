@@ -59,6 +59,9 @@ pub enum Cmd {
     Chaos(crate::chaos::ChaosArgs),
     /// A live simulated workload, shown in the dashboard.
     Demo(crate::demo::DemoArgs),
+    /// The chaos harness's far side (a test double; not for users).
+    #[command(subcommand, hide = true)]
+    FarSide(crate::chaos::far_side::FarSideCmd),
 }
 
 #[derive(Args, Debug)]
@@ -229,6 +232,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Top(a) => crate::tui::top_main(&db, a),
         Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
         Cmd::Demo(a) => crate::demo::demo_main(&db, a),
+        Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
     }
 }
 

@@ -1,0 +1,353 @@
+//! The far side: a separate process that receives effects over a Unix socket and records every
+//! request it gets. It never deduplicates (that would hide the duplicates the harness counts),
+//! answers "did key K arrive?" for the observer, and can be told to act but drop its answer.
+//!
+//! Protocol, one line each way:
+//! - `SEND <key> <tag>` → `OK <n>` (n: arrivals of key so far), or no answer under a rule;
+//! - `SEEN <key>` → `YES <n>` | `NO` | `ERR <why>`;
+//! - `RULE <key> drop-answer|lose-request|flaky-seen [n]` → `OK` (each rule is used up once);
+//! - `DUMP` → `<key> <n>` lines, then `END`; `QUIT` → `OK`, and the server exits.
+use crate::sanitize::inert;
+use crate::{Error, Result};
+use clap::{Args, Subcommand};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The test double the chaos harness sends effects to (hidden: not for users).
+#[derive(Subcommand, Debug)]
+pub enum FarSideCmd {
+    /// Listen on a Unix socket and record every request.
+    Serve {
+        #[arg(long)]
+        socket: PathBuf,
+    },
+    /// Send the effect `$EXACTLY_EFFECT_KEY`: exit 0 answered, 1 no answer (it may have
+    /// arrived), 75 the far side was unreachable (nothing sent).
+    Send(SendArgs),
+    /// The observer: exit 0 if `$EXACTLY_EFFECT_KEY` arrived, 1 if not, 2 if it can't tell.
+    Seen {
+        #[arg(long)]
+        socket: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// Who sent it (recorded, for reading the far side's log).
+    #[arg(long, default_value = "-")]
+    pub tag: String,
+    /// How long to wait for the answer.
+    #[arg(long, default_value = "2s")]
+    pub timeout: String,
+    /// Sleep before connecting (widens the window for kills at random moments).
+    #[arg(long, default_value = "0ms")]
+    pub hold_before: String,
+    /// Sleep after the request left, before reading the answer.
+    #[arg(long, default_value = "0ms")]
+    pub hold_after: String,
+}
+
+/// Marker the send client prints on stderr once its request has left.
+pub const SENT_MARKER: &str = "far-side: sent";
+/// Marker the send client prints on stderr as it starts, before anything leaves.
+pub const START_MARKER: &str = "far-side: start";
+
+/// Fault points the unguarded self-check's client honours, so the same kill schedule applies
+/// when no `exactly effect` wraps it (`EXACTLY_FAULT` is left to the real code path).
+pub const CLIENT_FAULT_ENV: &str = "EXACTLY_CHAOS_FAULT";
+
+pub fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
+    match cmd {
+        FarSideCmd::Serve { socket } => serve(&socket),
+        FarSideCmd::Send(a) => send(&a),
+        FarSideCmd::Seen { socket } => seen(&socket),
+    }
+}
+
+fn effect_key_env() -> Result<String> {
+    std::env::var("EXACTLY_EFFECT_KEY")
+        .ok()
+        .filter(|k| !k.is_empty() && !k.contains(char::is_whitespace))
+        .ok_or_else(|| Error::Usage("EXACTLY_EFFECT_KEY is not set to an effect key".into()))
+}
+
+fn client_fault(name: &str) {
+    let Ok(spec) = std::env::var(CLIENT_FAULT_ENV) else {
+        return;
+    };
+    for part in spec.split(',') {
+        let (point, action) = part.split_once(':').unwrap_or((part, "pause=0ms"));
+        if point.trim() != name {
+            continue;
+        }
+        eprintln!("exactly-fault: {name}");
+        if let Some(d) = action.trim().strip_prefix("pause=") {
+            if let Ok(d) = crate::time::parse_duration(d) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+}
+
+fn send(a: &SendArgs) -> Result<i32> {
+    let key = effect_key_env()?;
+    let timeout = crate::time::parse_duration(&a.timeout)?;
+    let before = crate::time::parse_duration(&a.hold_before)?;
+    let after = crate::time::parse_duration(&a.hold_after)?;
+    let tag: String = a.tag.chars().filter(|c| !c.is_whitespace()).collect();
+    eprintln!("{START_MARKER}");
+    client_fault("after_claim");
+    client_fault("after_submitted");
+    std::thread::sleep(before);
+    let mut conn = match UnixStream::connect(&a.socket) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("far-side: unreachable ({e}); nothing sent");
+            return Ok(75);
+        }
+    };
+    if let Err(e) = conn.write_all(format!("SEND {key} {tag}\n").as_bytes()) {
+        // A partial write may still have reached the far side: we cannot promise nothing left.
+        eprintln!("far-side: send failed ({e})");
+        return Ok(1);
+    }
+    eprintln!("{SENT_MARKER}");
+    std::thread::sleep(after);
+    conn.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    let mut line = String::new();
+    match BufReader::new(&conn).read_line(&mut line) {
+        Ok(n) if n > 0 && line.starts_with("OK") => {
+            println!("far-side receipt {}", line.trim_start_matches("OK").trim());
+            client_fault("after_send");
+            client_fault("after_done");
+            Ok(0)
+        }
+        Ok(_) => {
+            eprintln!("far-side: connection closed without an answer");
+            Ok(1)
+        }
+        Err(e) => {
+            eprintln!("far-side: no answer within {:?} ({e})", timeout);
+            Ok(1)
+        }
+    }
+}
+
+fn seen(socket: &Path) -> Result<i32> {
+    let key = effect_key_env()?;
+    match request(socket, &format!("SEEN {key}")) {
+        Ok(r) if r.starts_with("YES") => {
+            println!("far-side has it ({})", r.trim_start_matches("YES").trim());
+            Ok(0)
+        }
+        Ok(r) if r == "NO" => Ok(1),
+        Ok(r) => {
+            eprintln!("far-side: cannot tell ({})", inert(&r));
+            Ok(2)
+        }
+        Err(e) => {
+            eprintln!("far-side: cannot tell ({e})");
+            Ok(2)
+        }
+    }
+}
+
+/// One request, one line of answer.
+fn request(socket: &Path, line: &str) -> Result<String> {
+    let mut conn = UnixStream::connect(socket)?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    conn.write_all(format!("{line}\n").as_bytes())?;
+    let mut out = String::new();
+    BufReader::new(&conn).read_line(&mut out)?;
+    Ok(out.trim_end().to_string())
+}
+
+#[derive(Default)]
+struct State {
+    arrivals: BTreeMap<String, u64>,
+    drop_answer: HashMap<String, u32>,
+    lose_request: HashMap<String, u32>,
+    flaky_seen: HashMap<String, u32>,
+}
+
+fn take(rules: &mut HashMap<String, u32>, key: &str) -> bool {
+    match rules.get_mut(key) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Holds a connection open without answering until the client gives up, as a far side that
+/// acted and then lost its answer would.
+fn hold(conn: UnixStream) {
+    std::thread::spawn(move || {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = (&conn).read_to_end(&mut Vec::new());
+    });
+}
+
+/// Serves on one thread, one connection at a time, in the order clients connected: a request
+/// written before its sender died is recorded before any later observer's question is answered,
+/// as a far side with a durable inbox would.
+fn serve(socket: &Path) -> Result<i32> {
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket).map_err(|e| {
+        Error::Store(format!(
+            "cannot listen on {}: {e}",
+            inert(&socket.display().to_string())
+        ))
+    })?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut st = State::default();
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut line = String::new();
+        let Ok(reader) = conn.try_clone() else {
+            continue;
+        };
+        if BufReader::new(reader).read_line(&mut line).is_err() || !line.ends_with('\n') {
+            continue; // the sender died before its request was complete: nothing arrived
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let reply = match words.as_slice() {
+            ["SEND", key, ..] => {
+                if take(&mut st.lose_request, key) {
+                    hold(conn);
+                    continue;
+                }
+                let n = st.arrivals.entry(key.to_string()).or_default();
+                *n += 1;
+                if take(&mut st.drop_answer, key) {
+                    hold(conn);
+                    continue;
+                }
+                format!("OK {n}")
+            }
+            ["SEEN", key] => {
+                if take(&mut st.flaky_seen, key) {
+                    "ERR the far side's lookup is unavailable".to_string()
+                } else {
+                    match st.arrivals.get(*key) {
+                        Some(n) => format!("YES {n}"),
+                        None => "NO".to_string(),
+                    }
+                }
+            }
+            ["RULE", key, kind, rest @ ..] => {
+                let n = rest.first().and_then(|n| n.parse().ok()).unwrap_or(1u32);
+                let rules = match *kind {
+                    "drop-answer" => Some(&mut st.drop_answer),
+                    "lose-request" => Some(&mut st.lose_request),
+                    "flaky-seen" => Some(&mut st.flaky_seen),
+                    _ => None,
+                };
+                match rules {
+                    Some(r) => {
+                        *r.entry(key.to_string()).or_default() += n;
+                        "OK".to_string()
+                    }
+                    None => "ERR unknown rule".to_string(),
+                }
+            }
+            ["DUMP"] => {
+                let mut s = String::new();
+                for (k, n) in &st.arrivals {
+                    s.push_str(&format!("{k} {n}\n"));
+                }
+                s.push_str("END");
+                s
+            }
+            ["QUIT"] => {
+                let _ = conn.write_all(b"OK\n");
+                let _ = std::fs::remove_file(socket);
+                return Ok(0);
+            }
+            _ => "ERR bad request".to_string(),
+        };
+        let _ = conn.write_all(format!("{reply}\n").as_bytes());
+    }
+    Ok(0)
+}
+
+/// The harness's handle on a running far side.
+pub struct FarSide {
+    pub socket: PathBuf,
+    child: std::process::Child,
+}
+
+impl FarSide {
+    /// Starts `exactly far-side serve` and waits until it listens.
+    pub fn start(exe: &Path, socket: &Path) -> Result<FarSide> {
+        let mut child = std::process::Command::new(exe)
+            .args(["far-side", "serve", "--socket"])
+            .arg(socket)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::Store(format!("cannot start the far side: {e}")))?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            BufReader::new(out).read_line(&mut line)?;
+        }
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Store("the far side did not start listening".into()));
+        }
+        Ok(FarSide {
+            socket: socket.to_path_buf(),
+            child,
+        })
+    }
+
+    pub fn rule(&self, key: &str, kind: &str, n: u32) -> Result<()> {
+        let r = request(&self.socket, &format!("RULE {key} {kind} {n}"))?;
+        if r == "OK" {
+            Ok(())
+        } else {
+            Err(Error::Store(format!(
+                "the far side refused rule {kind}: {}",
+                inert(&r)
+            )))
+        }
+    }
+
+    /// Every key that arrived, with how many times.
+    pub fn dump(&self) -> Result<BTreeMap<String, u64>> {
+        let mut conn = UnixStream::connect(&self.socket)?;
+        conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+        conn.write_all(b"DUMP\n")?;
+        let mut out = BTreeMap::new();
+        for line in BufReader::new(&conn).lines() {
+            let line = line?;
+            if line == "END" {
+                return Ok(out);
+            }
+            if let Some((k, n)) = line.split_once(' ') {
+                out.insert(k.to_string(), n.parse().unwrap_or(0));
+            }
+        }
+        Err(Error::Store(
+            "the far side's record ended before END".into(),
+        ))
+    }
+}
+
+impl Drop for FarSide {
+    fn drop(&mut self) {
+        let _ = request(&self.socket, "QUIT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,176 @@
+//! Child processes the harness starts and kills: `exactly effect` attempts (or, unguarded, the
+//! bare client) with their stderr read on a thread so a kill can wait for a marker line.
+use crate::{Error, Result};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a kill waits for its marker before calling the attempt stuck.
+const MARKER_WAIT: Duration = Duration::from_secs(30);
+
+/// Environment the harness never passes on by accident.
+const SCRUB: &[&str] = &[
+    "EXACTLY_FAULT",
+    "EXACTLY_JOB",
+    "EXACTLY_FENCING_TOKEN",
+    "EXACTLY_RUN_ID",
+    "EXACTLY_DB",
+    "EXACTLY_EFFECT_KEY",
+    super::far_side::CLIENT_FAULT_ENV,
+];
+
+pub fn command(exe: &std::path::Path) -> Command {
+    let mut c = Command::new(exe);
+    for v in SCRUB {
+        c.env_remove(v);
+    }
+    c.stdin(Stdio::null()).stdout(Stdio::null());
+    c
+}
+
+/// A running child whose stderr lines arrive on a channel.
+pub struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    reader: Option<JoinHandle<Vec<String>>>,
+    seen: Vec<String>,
+    pub killed: bool,
+}
+
+/// How a child ended.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    /// Exit code; None when a signal ended it.
+    pub code: Option<i32>,
+    pub killed: bool,
+    pub stderr: String,
+}
+
+impl Ended {
+    /// The last stderr line, for failure messages.
+    pub fn last_words(&self) -> String {
+        crate::sanitize::inert_trunc(self.stderr.lines().last().unwrap_or(""), 200)
+    }
+}
+
+impl Running {
+    pub fn spawn(mut cmd: Command) -> Result<Running> {
+        cmd.stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Store(format!("cannot start an attempt: {e}")))?;
+        let (tx, rx) = mpsc::channel();
+        let reader = child.stderr.take().map(|err| {
+            std::thread::spawn(move || {
+                let mut all = Vec::new();
+                for line in BufReader::new(err).lines() {
+                    let Ok(line) = line else { break };
+                    let _ = tx.send(line.clone());
+                    all.push(line);
+                }
+                all
+            })
+        });
+        Ok(Running {
+            child,
+            lines: rx,
+            reader,
+            seen: Vec::new(),
+            killed: false,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a stderr line containing `marker`; false when the child ended first.
+    pub fn wait_marker(&mut self, marker: &str) -> Result<bool> {
+        let deadline = Instant::now() + MARKER_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(marker);
+                    self.seen.push(l);
+                    if hit {
+                        return Ok(true);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(false),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.kill();
+                    return Err(Error::Store(format!(
+                        "an attempt never reached {marker:?} within {MARKER_WAIT:?}"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// SIGKILL, if it is still running; true when the signal was sent to a live child.
+    pub fn kill(&mut self) -> bool {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: signalling our own unreaped child; its pid cannot have been reused.
+            let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+            if rc == 0 {
+                self.killed = true;
+            }
+        }
+        self.killed
+    }
+
+    /// SIGTERM: the polite stop a deploy sends.
+    pub fn term(&mut self) -> bool {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: as in `kill`.
+            return unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) } == 0;
+        }
+        false
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Reaps the child (so a dead attempt is seen as dead) and collects its stderr.
+    pub fn finish(mut self) -> Result<Ended> {
+        let status = self.child.wait()?;
+        let mut lines = match self.reader.take() {
+            Some(h) => h.join().unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if lines.is_empty() {
+            lines = std::mem::take(&mut self.seen);
+        }
+        Ok(Ended {
+            code: status.code(),
+            killed: self.killed,
+            stderr: lines.join("\n"),
+        })
+    }
+
+    /// Waits at most `d` for the child to end by itself.
+    pub fn wait_for(&mut self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        while Instant::now() < deadline {
+            if !self.running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        !self.running()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // An attempt abandoned by an error must not linger and send later.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `exactly chaos` through the real binary: every scenario for a bounded number of iterations
+//! must observe zero duplicate effects, zero lost effects, zero leaked claims, and resolve every
+//! unknown.
+use serde_json::Value;
+use std::process::Command;
+
+fn chaos(args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
+        .arg("chaos")
+        .args(args)
+        .args(["--json", "--seed", "7"])
+        .env_remove("EXACTLY_FAULT")
+        .env_remove("EXACTLY_DB")
+        .output()
+        .expect("run exactly chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\nstderr: {stderr}"));
+    (out.status.code().unwrap_or(-1), v, stderr)
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing or not a count in {v}"))
+}
+
+/// Runs one scenario and asserts the invariants on it.
+fn clean(scenario: &str, iterations: u32) -> Value {
+    let it = iterations.to_string();
+    let (code, v, err) = chaos(&["--scenario", scenario, "--iterations", &it]);
+    let s = &v["scenarios"][scenario];
+    assert_eq!(code, 0, "{scenario}: exit {code}: {v:#}\n{err}");
+    assert_eq!(n(&v, "iterations"), u64::from(iterations));
+    for k in [
+        "duplicate_effects",
+        "lost_effects",
+        "claimed_leaked",
+        "unknown_unresolved",
+        "unexplained_unknowns",
+        "late_writes_accepted",
+        "errors",
+    ] {
+        assert_eq!(n(&v, k), 0, "{scenario}: {k}: {v:#}");
+        assert_eq!(n(s, k), 0, "{scenario}: per-scenario {k}");
+    }
+    // Every intended effect reached the far side exactly once.
+    assert_eq!(n(&v, "far_side_requests"), n(&v, "intended_effects"));
+    assert_eq!(n(&v, "intended_effects"), u64::from(iterations));
+    for k in ["fenced_writes", "duplicates_suppressed", "unknown_resolved"] {
+        n(&v, k);
+    }
+    assert!(v["kills"].is_object());
+    v
+}
+
+#[test]
+fn kill_mid_effect_at_every_point_and_at_random() {
+    let v = clean("kill-mid-effect", 42);
+    for p in [
+        "after_claim",
+        "after_submitted",
+        "after_send",
+        "after_done",
+        "in_command_before_send",
+        "in_command_after_send",
+    ] {
+        assert_eq!(n(&v["kills"], p), 6, "kills at {p}: {:#}", v["kills"]);
+    }
+    assert!(n(&v["kills"], "random") >= 1);
+    // Kills after `submitted` leave effects the restart had to settle by observing.
+    assert!(n(&v, "unknown_resolved") >= 12, "{v:#}");
+}
+
+#[test]
+fn overrun_stale_writes_are_fenced() {
+    let v = clean("overrun", 12);
+    // Every stale run's write was refused (at least one fenced write each).
+    assert!(n(&v, "fenced_writes") >= 12, "{v:#}");
+}
+
+#[test]
+fn lost_response_ends_unknown_then_is_resolved_never_repeated() {
+    let v = clean("lost-response", 16);
+    assert_eq!(n(&v, "unknown_resolved"), 16, "{v:#}");
+    assert_eq!(n(&v, "observer_cant_tell"), 4, "{v:#}");
+    // Acted-but-lost: the observer found it, so the retry was suppressed, not repeated.
+    assert!(n(&v, "duplicates_suppressed") >= 12, "{v:#}");
+}
+
+#[test]
+fn duplicate_registration_collapses_into_one_effect() {
+    let v = clean("duplicate-registration", 30);
+    assert!(n(&v, "duplicates_suppressed") >= 30, "{v:#}");
+}

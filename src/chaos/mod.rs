@@ -79,6 +79,8 @@ pub struct Tally {
     pub late_writes_accepted: u64,
     /// Interim "can't tell" verdicts that a later attempt settled.
     pub observer_cant_tell: u64,
+    /// Scheduler strikes that landed while an effect was being sent.
+    pub mid_effect_strikes: u64,
     pub wall_ms: u64,
     /// Why the harness itself could not run an iteration (counts as a failure).
     pub errors: u64,
@@ -128,6 +130,7 @@ impl Tally {
         self.duplicates_suppressed += o.duplicates_suppressed;
         self.late_writes_accepted += o.late_writes_accepted;
         self.observer_cant_tell += o.observer_cant_tell;
+        self.mid_effect_strikes += o.mid_effect_strikes;
         self.errors += o.errors;
         for f in &o.failures {
             self.fail(f.clone());
@@ -178,7 +181,7 @@ pub struct Harness {
 }
 
 /// Single-quotes a path for `sh -c`.
-fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
@@ -208,6 +211,11 @@ impl Harness {
 
     pub fn exe_command(&self) -> Command {
         proc::command(&self.exe)
+    }
+
+    /// Part of every input, so this run's keys never collide with an earlier run's.
+    pub fn nonce(&self) -> &str {
+        &self.nonce
     }
 
     pub fn db(&self) -> &str {
@@ -401,7 +409,6 @@ fn work_dir() -> Result<PathBuf> {
 /// The whole run's result, as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct Report {
-    iterations: u64,
     iterations_per_scenario: u32,
     seed: u64,
     guarded: bool,
@@ -509,7 +516,6 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
     total.wall_ms = started.elapsed().as_millis() as u64;
     let ok = total.ok() && h.guarded;
     Ok(Report {
-        iterations: total.iterations,
         iterations_per_scenario: a.iterations,
         seed,
         guarded: h.guarded,

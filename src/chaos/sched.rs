@@ -1,17 +1,323 @@
-//! The scenarios that need the scheduler: `deploy-restart` and `blue-green` run the real
-//! `exactly run` on a jobs file whose command sends through `exactly effect`.
-use super::{Harness, Tally};
+//! The scenarios that need the scheduler: `deploy-restart` (SIGTERM of `exactly run` mid-run,
+//! then a new one) and `blue-green` (two schedulers on the same jobs, one SIGKILLed and
+//! replaced), on the real `exactly run`.
+//!
+//! The job works the way the essay's keys do: each run sends every pending item (a fact: an
+//! order to deliver) through `exactly effect`, keyed by the item, so an effect a dead run left
+//! behind is settled by whichever run comes next, on whichever scheduler. Each iteration adds
+//! one item and strikes one scheduler.
+use super::proc::Running;
+use super::{sh_quote, Eff, Harness, Tally};
 use crate::{Error, Result};
 use indicatif::ProgressBar;
+use rand::Rng;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-pub fn run(
-    name: &str,
-    _h: &mut Harness,
-    _t: &mut Tally,
-    _n: u32,
-    _bar: &ProgressBar,
-) -> Result<()> {
-    Err(Error::Store(format!(
-        "scenario {name} needs the scheduler (`exactly run`), which this build does not have yet"
-    )))
+/// How long the end of a scenario waits for every item to be settled.
+const SETTLE_WAIT: Duration = Duration::from_secs(90);
+/// Pending items beyond which a strike waits for a run to be mid-effect (so runs make progress).
+const BACKLOG: usize = 6;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// SIGTERM the one scheduler, start the next while the old one drains.
+    Deploy,
+    /// Two schedulers; SIGKILL one and start a replacement.
+    BlueGreen,
+}
+
+pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+    let mode = match name {
+        "deploy-restart" => Mode::Deploy,
+        "blue-green" => Mode::BlueGreen,
+        other => return Err(Error::Usage(format!("no scenario named {}", other))),
+    };
+    let mut f = Fleet::new(h, mode)?;
+    let result = f.iterations(h, t, n, bar);
+    // Whatever happened, stop every scheduler we started and settle what is pending.
+    let settled = f.settle(h, t);
+    result.and(settled)
+}
+
+struct Sched {
+    owner: String,
+    r: Running,
+}
+
+struct Fleet {
+    name: &'static str,
+    mode: Mode,
+    job: String,
+    jobs_file: PathBuf,
+    items_file: PathBuf,
+    /// Items not yet seen `done` in the ledger: (item, effect key).
+    pending: Vec<(u64, String)>,
+    live: Vec<Sched>,
+    /// SIGTERMed schedulers finishing their runs.
+    draining: Vec<Sched>,
+    started: u32,
+}
+
+impl Fleet {
+    fn new(h: &mut Harness, mode: Mode) -> Result<Fleet> {
+        let name: &'static str = if mode == Mode::Deploy {
+            "deploy-restart"
+        } else {
+            "blue-green"
+        };
+        let job = format!("chaos-{name}");
+        let base = h.dir.join(name);
+        std::fs::create_dir_all(&base)?;
+        let items_file = base.join("items.txt");
+        std::fs::write(&items_file, "")?;
+        let script = base.join("job.sh");
+        let exe = sh_quote(&h.exe().display().to_string());
+        // The command a user would write: one guarded effect per pending item, keyed by it.
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 OBS={obs}\n\
+                 for i in $(cat {items}); do\n  \
+                   {exe} effect --action deliver --target warehouse --input run={nonce} --input i=\"$i\" \
+                 --observe \"$OBS\" -- {exe} far-side send --socket {sock} \
+                 --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" --hold-after 30ms --timeout 5s\n\
+                 done\n",
+                obs = sh_quote(h.observe_cmd()),
+                items = sh_quote(&items_file.display().to_string()),
+                nonce = h.nonce(),
+                sock = sh_quote(&h.far.socket.display().to_string()),
+            ),
+        )?;
+        let jobs_file = base.join("jobs.toml");
+        std::fs::write(
+            &jobs_file,
+            format!(
+                "[[job]]\nname = \"{job}\"\nevery = \"1s\"\nlease = \"1s\"\n\
+                 overlap = \"coalesce\"\ncommand = [\"sh\", {}]\n",
+                toml_str(&script)
+            ),
+        )?;
+        // The scheduler must be there and accept the file before anything is struck.
+        let out = h
+            .exe_command()
+            .arg("--db")
+            .arg(h.db())
+            .arg("check")
+            .arg(&jobs_file)
+            .stderr(std::process::Stdio::piped())
+            .output()?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        if said.contains("not built yet") {
+            return Err(Error::Store(format!(
+                "this build has no scheduler (`exactly run`), which {name} needs"
+            )));
+        }
+        Ok(Fleet {
+            name,
+            mode,
+            job,
+            jobs_file,
+            items_file,
+            pending: Vec::new(),
+            live: Vec::new(),
+            draining: Vec::new(),
+            started: 0,
+        })
+    }
+
+    fn start(&mut self, h: &Harness, grace: &str) -> Result<()> {
+        self.started += 1;
+        let owner = format!("chaos-{}-{}", self.name, self.started);
+        let mut cmd = h.exe_command();
+        cmd.arg("--db")
+            .arg(h.db())
+            .arg("run")
+            .arg(&self.jobs_file)
+            .args(["--owner", &owner, "--grace", grace]);
+        self.live.push(Sched {
+            owner,
+            r: Running::spawn(cmd)?,
+        });
+        Ok(())
+    }
+
+    fn write_items(&self) -> Result<()> {
+        let tmp = self.items_file.with_extension("tmp");
+        let body: String = self.pending.iter().map(|(i, _)| format!("{i}\n")).collect();
+        std::fs::write(&tmp, body)?;
+        std::fs::rename(&tmp, &self.items_file)?;
+        Ok(())
+    }
+
+    /// Drops items the ledger shows done; true when any effect is mid-send right now.
+    fn prune(&mut self, h: &mut Harness) -> Result<bool> {
+        let mut in_flight = false;
+        let before = self.pending.len();
+        let mut keep = Vec::new();
+        for (i, key) in std::mem::take(&mut self.pending) {
+            match h.store.effect(&key)?.map(|r| r.state) {
+                Some(s) if s == "done" => {}
+                Some(s) => {
+                    in_flight |= s == "submitted";
+                    keep.push((i, key));
+                }
+                None => keep.push((i, key)),
+            }
+        }
+        self.pending = keep;
+        if self.pending.len() != before {
+            self.write_items()?;
+        }
+        Ok(in_flight)
+    }
+
+    /// Reaps drained schedulers; a deploy's SIGTERM must end in a clean exit.
+    fn reap(&mut self, t: &mut Tally) -> Result<()> {
+        let mut still = Vec::new();
+        for mut s in std::mem::take(&mut self.draining) {
+            if s.r.running() {
+                still.push(s);
+                continue;
+            }
+            let end = s.r.finish()?;
+            if self.mode == Mode::Deploy && end.code != Some(0) {
+                t.fail(format!(
+                    "{}: scheduler {} ended {:?} after SIGTERM: {}",
+                    self.name,
+                    s.owner,
+                    end.code,
+                    end.last_words()
+                ));
+            }
+        }
+        self.draining = still;
+        Ok(())
+    }
+
+    fn iterations(
+        &mut self,
+        h: &mut Harness,
+        t: &mut Tally,
+        n: u32,
+        bar: &ProgressBar,
+    ) -> Result<()> {
+        let schedulers = if self.mode == Mode::Deploy { 1 } else { 2 };
+        for _ in 0..schedulers {
+            self.start(h, "30s")?;
+        }
+        for i in 0..u64::from(n) {
+            let e = Eff {
+                job: self.job.clone(),
+                token: 0,
+                action: "deliver".into(),
+                target: "warehouse".into(),
+                i,
+            };
+            let key = h.key(&e);
+            t.intend(&key, format!("{} item #{i}", self.name));
+            self.pending.push((i, key));
+            self.write_items()?;
+            // Strike mid-effect (a run is sending an item) or at a random moment.
+            let wait_mid = h.rng.gen_bool(0.5) || self.pending.len() > BACKLOG;
+            let mut mid = false;
+            if wait_mid {
+                let deadline = Instant::now() + Duration::from_millis(2500);
+                while Instant::now() < deadline {
+                    if self.prune(h)? {
+                        mid = true;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                std::thread::sleep(h.ms(0, 30));
+            } else {
+                std::thread::sleep(h.ms(50, 1200));
+            }
+            if mid {
+                t.mid_effect_strikes += 1;
+            }
+            let victim = h.rng.gen_range(0..self.live.len().max(1));
+            if victim < self.live.len() {
+                let mut s = self.live.remove(victim);
+                match self.mode {
+                    Mode::Deploy => {
+                        if s.r.term() {
+                            t.kill("scheduler_sigterm");
+                        }
+                        self.draining.push(s);
+                    }
+                    Mode::BlueGreen => {
+                        if s.r.kill() {
+                            t.kill("scheduler_sigkill");
+                        }
+                        s.r.finish()?;
+                    }
+                }
+            }
+            // A deploy sometimes cuts the old runs short; the replacement starts at once.
+            let grace = if self.mode == Mode::Deploy && h.rng.gen_bool(0.5) {
+                "100ms"
+            } else {
+                "30s"
+            };
+            self.start(h, grace)?;
+            self.reap(t)?;
+            self.prune(h)?;
+            t.iterations += 1;
+            bar.inc(1);
+        }
+        Ok(())
+    }
+
+    /// Stops the fleet politely, then lets one scheduler run until every item is done.
+    fn settle(&mut self, h: &mut Harness, t: &mut Tally) -> Result<()> {
+        for mut s in std::mem::take(&mut self.live) {
+            s.r.term();
+            self.draining.push(s);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.draining.is_empty() && Instant::now() < deadline {
+            self.reap(t)?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.start(h, "30s")?;
+        let deadline = Instant::now() + SETTLE_WAIT;
+        while !self.pending.is_empty() && Instant::now() < deadline {
+            self.prune(h)?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for mut s in std::mem::take(&mut self.live) {
+            s.r.term();
+            if !s.r.wait_for(Duration::from_secs(40)) {
+                t.fail(format!(
+                    "{}: scheduler {} ignored SIGTERM",
+                    self.name, s.owner
+                ));
+            }
+            s.r.finish()?;
+        }
+        for s in std::mem::take(&mut self.draining) {
+            drop(s); // killed by Running's drop: it outlived a minute of grace
+            t.fail(format!(
+                "{}: a scheduler did not stop after SIGTERM",
+                self.name
+            ));
+        }
+        if !self.pending.is_empty() {
+            t.fail(format!(
+                "{}: {} item(s) not done {:?} after the fleet settled",
+                self.name,
+                self.pending.len(),
+                SETTLE_WAIT
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A TOML basic string.
+fn toml_str(p: &Path) -> String {
+    serde_json::to_string(&p.display().to_string()).unwrap_or_else(|_| "\"\"".into())
 }

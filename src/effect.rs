@@ -404,8 +404,7 @@ impl Action for CommandAction {
         let Some((prog, args)) = self.argv.split_first() else {
             return Err(Failure::NotSent("no command given".into()));
         };
-        let child = Command::new(prog)
-            .args(args)
+        let child = die_with_parent(Command::new(prog).args(args))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("EXACTLY_EFFECT_KEY", effect_key)
             .stdin(Stdio::null())
@@ -454,11 +453,23 @@ impl Action for CommandAction {
     }
 }
 
+/// A command we run dies with us: if we are killed mid-effect, an orphan must not go on to
+/// send after a restart has already observed "not happened" and sent again.
+fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell.
 pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Observation {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
+    let out = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("EXACTLY_EFFECT_KEY", effect_key)
         .stdin(Stdio::null())

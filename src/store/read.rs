@@ -285,3 +285,30 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The snapshot's ledger queries must stay index searches: a scan of the done rows would
+    /// make the dashboard's poll cost grow with the ledger's whole history.
+    #[test]
+    fn snapshot_queries_never_scan_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = super::Store::open(dir.path().join("q.db").to_str().unwrap()).unwrap();
+        for q in [
+            format!("SELECT count(*) {}", super::LEAKED),
+            format!("SELECT count(*) {}", super::OPEN),
+            format!("SELECT e.effect_key {} ORDER BY e.updated_at", super::OPEN),
+            "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?1".to_string(),
+            "SELECT state FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')".to_string(),
+        ] {
+            let plan: Vec<String> = store
+                .read(|tx| {
+                    let mut stmt = tx.prepare(&format!("EXPLAIN QUERY PLAN {q}"))?;
+                    let rows = stmt.query_map(["x"], |r| r.get::<_, String>(3))?.collect();
+                    rows
+                })
+                .unwrap();
+            assert!(plan.iter().all(|p| !p.starts_with("SCAN")), "{q}: {plan:?}");
+        }
+    }
+}

@@ -185,11 +185,10 @@ fn create(store: &mut Store) -> Result<()> {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for t in TABLES {
-            let cols = columns(&tx, t.name)?;
-            if cols.is_empty() {
+            if columns(&tx, t.name)?.is_empty() {
                 tx.execute(t.create, [])?;
-                continue;
             }
+            let cols = columns(&tx, t.name)?;
             for (col, ty) in t.added {
                 if !cols.iter().any(|x| x == col) {
                     tx.execute(&format!("ALTER TABLE {} ADD COLUMN {col} {ty}", t.name), [])?;

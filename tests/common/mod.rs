@@ -1,0 +1,83 @@
+//! Helpers shared by the integration tests: the real binary, real files.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_exactly")
+}
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("exactly.db");
+        Env { dir, db }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--db").arg(&self.db);
+        c.env_remove("EXACTLY_FAULT")
+            .env_remove("EXACTLY_JOB")
+            .env_remove("EXACTLY_FENCING_TOKEN")
+            .env_remove("EXACTLY_RUN_ID");
+        c
+    }
+
+    /// Runs `exactly --db DB ARGS…`; returns (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.cmd().args(args).output().expect("run exactly");
+        split(out)
+    }
+
+    pub fn store(&self) -> exactly::Store {
+        exactly::Store::open(self.db.to_str().expect("utf8 path")).expect("open store")
+    }
+
+    pub fn claim(&self, job: &str, dur: &str) -> i64 {
+        let (code, out, err) = self.run(&["lease", "claim", "--job", job, "--for", dur]);
+        assert_eq!(code, 0, "claim failed: {err}");
+        out.trim().parse().expect("token")
+    }
+
+    pub fn sql_count(&self, sql: &str) -> i64 {
+        let c = rusqlite::Connection::open(&self.db).expect("open");
+        c.query_row(sql, [], |r| r.get(0)).expect("count")
+    }
+
+    pub fn state_of(&self, key: &str) -> Option<String> {
+        let c = rusqlite::Connection::open(&self.db).expect("open");
+        c.query_row(
+            "SELECT state FROM effect_ledger WHERE effect_key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .ok()
+    }
+}
+
+pub fn split(out: Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Lines in a far-side file equal to `needle`.
+pub fn far_count(path: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.trim() == needle)
+        .count()
+}

@@ -50,7 +50,10 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
     match req {
         Request::Poll => vec![poll(store)],
         Request::Load(focus) => vec![load(store, focus)],
-        Request::Act(act) => vec![Reply::Acted(perform(store, act, &crate::actor())), poll(store)],
+        Request::Act(act) => vec![
+            Reply::Acted(perform(store, act, &crate::actor())),
+            poll(store),
+        ],
     }
 }
 
@@ -262,7 +265,10 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
             dirty = true;
         }
         // A burst of keys or replies is handled before the next frame.
-        for msg in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+        for msg in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
             match msg {
                 Msg::Term(Event::Key(k)) if k.kind == KeyEventKind::Press => {
                     if let Some(r) = app.on_key(k) {

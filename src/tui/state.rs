@@ -148,8 +148,12 @@ pub enum Reply {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Typing {
     /// The filter is applied as it is typed; Esc puts back `before`.
-    Filter { before: String },
-    PauseNote { job: String },
+    Filter {
+        before: String,
+    },
+    PauseNote {
+        job: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -338,7 +342,11 @@ impl App {
     fn keys(&self, v: View) -> Vec<String> {
         match v {
             View::Jobs => self.jobs().iter().map(|j| j.job_key.clone()).collect(),
-            View::Unknown => self.unknown().iter().map(|u| u.effect_key.clone()).collect(),
+            View::Unknown => self
+                .unknown()
+                .iter()
+                .map(|u| u.effect_key.clone())
+                .collect(),
             View::Approvals => {
                 let (p, u) = self.approvals();
                 p.iter()
@@ -597,7 +605,11 @@ impl App {
                 self.view = self.view.next();
                 self.detail = None;
             }
-            Action::Up | Action::Down | Action::Top | Action::Bottom | Action::PageUp
+            Action::Up
+            | Action::Down
+            | Action::Top
+            | Action::Bottom
+            | Action::PageUp
             | Action::PageDown => {
                 if let Some(d) = &mut self.detail {
                     d.scroll = match action {

@@ -85,9 +85,7 @@ fn age_s(ts: &str, now: Ts) -> Option<i64> {
 }
 
 fn ago(ts: &str, now: Ts) -> String {
-    age_s(ts, now)
-        .map(human_age)
-        .unwrap_or_else(|| "-".into())
+    age_s(ts, now).map(human_age).unwrap_or_else(|| "-".into())
 }
 
 /// `HH:MM:SS` of a fixed-width timestamp (inert: it may come from another program).
@@ -105,10 +103,7 @@ fn share(p99_ms: Option<u64>, limit_s: Option<i64>) -> (String, bool) {
         (Some(p), Some(l)) if l > 0 => {
             let pct = p as f64 / (l as f64 * 10.0);
             let over = pct > 100.0;
-            (
-                format!("{:.0}%{}", pct, if over { "!" } else { "" }),
-                over,
-            )
+            (format!("{:.0}%{}", pct, if over { "!" } else { "" }), over)
         }
         _ => ("-".into(), false),
     }
@@ -126,7 +121,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
     ])
     .areas(f.area());
     draw_top(f, app, &t, top, now);
-    draw_counters(f, app, &t, counters);
+    draw_counters(f, app, &t, counters, now);
     draw_tabs(f, app, &t, tabs);
     // Rows that fit, for PgUp/PgDn (the table header takes one).
     app.page.set(body.height.saturating_sub(2).max(1) as usize);
@@ -147,9 +142,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
     match &app.popup {
         Some(Popup::Help) => draw_help(f, &t),
         Some(Popup::Confirm(act)) => draw_confirm(f, &t, act),
-        Some(Popup::Resolve { key, job, terms }) => {
-            draw_resolve(f, &t, key, job, terms.as_deref())
-        }
+        Some(Popup::Resolve { key, job, terms }) => draw_resolve(f, &t, key, job, terms.as_deref()),
         _ => {}
     }
 }
@@ -209,7 +202,7 @@ fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     f.render_widget(Paragraph::new(line_clipped(spans, area.width)), area);
 }
 
-fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     let wide = area.width >= 118;
     let labels: [&str; 7] = if wide {
         [
@@ -240,13 +233,25 @@ fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     }
     let mut lines = vec![Line::from(head)];
     if let Some(s) = &app.snap {
-        let oldest = s.oldest_unknown_s;
-        for (name, win, all_time) in [("last 24h", &s.last_24h, false), ("all time", &s.totals, true)] {
+        // Ages tick between polls: measured from the effects' own timestamps at `now`.
+        let oldest = s
+            .unknown
+            .iter()
+            .filter_map(|u| age_s(&u.since, now))
+            .max()
+            .or(s.oldest_unknown_s);
+        for (name, win, all_time) in [
+            ("last 24h", &s.last_24h, false),
+            ("all time", &s.totals, true),
+        ] {
             let mut spans = vec![Span::styled(pad(format!(" {name}"), 10), t.head())];
             let oldest_txt = if all_time {
                 oldest.map(|a| {
                     let alert = a > UNKNOWN_ALERT_S;
-                    (format!("{}{}", human_age(a), if alert { "!" } else { "" }), alert)
+                    (
+                        format!("{}{}", human_age(a), if alert { "!" } else { "" }),
+                        alert,
+                    )
                 })
             } else {
                 None
@@ -386,12 +391,7 @@ fn plain(s: impl Into<String>) -> C {
 }
 
 /// Lays out a table from all-column rows, keeping the columns that fit.
-fn table<'a>(
-    cols: &[Col],
-    rows: Vec<Vec<C>>,
-    area: Rect,
-    t: &Theme,
-) -> Table<'a> {
+fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) -> Table<'a> {
     let kept = fit(cols, area.width);
     let header = Row::new(
         kept.iter()
@@ -435,7 +435,10 @@ fn render_table(f: &mut Frame, app: &App, v: View, tbl: Table<'_>, area: Rect, s
 }
 
 fn empty_note(f: &mut Frame, t: &Theme, area: Rect, text: &str) {
-    f.render_widget(Paragraph::new(Span::styled(text.to_string(), t.dim())), area);
+    f.render_widget(
+        Paragraph::new(Span::styled(text.to_string(), t.dim())),
+        area,
+    );
 }
 
 const JOB_COLS: [Col; 17] = [
@@ -521,10 +524,7 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         plain(dash(j.fencing_token)),
         plain(j.lease_owner.clone().unwrap_or_else(|| "-".into())),
         (expires, exp_style),
-        (
-            state.into(),
-            if j.paused { t.warn() } else { Style::new() },
-        ),
+        (state.into(), if j.paused { t.warn() } else { Style::new() }),
         plain(j.queue_depth.to_string()),
         plain(dash(j.overlap.clone())),
         plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
@@ -546,7 +546,14 @@ fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
         Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
     let rows = jobs.iter().map(|j| job_cells(j, t, now)).collect();
     let sel = app.selected(View::Jobs);
-    render_table(f, app, View::Jobs, table(&JOB_COLS, rows, tbl_area, t), tbl_area, Some(sel));
+    render_table(
+        f,
+        app,
+        View::Jobs,
+        table(&JOB_COLS, rows, tbl_area, t),
+        tbl_area,
+        Some(sel),
+    );
     // The selected job's warnings: the overlap forecast in words.
     let w = notes.width as usize;
     let lines: Vec<Line> = match jobs.get(sel) {
@@ -582,7 +589,12 @@ fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
 fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     let list = app.unknown();
     if list.is_empty() {
-        empty_note(f, t, area, " no unknown effects: nothing waits to be resolved");
+        empty_note(
+            f,
+            t,
+            area,
+            " no unknown effects: nothing waits to be resolved",
+        );
         return;
     }
     let key_w = if area.width >= 118 { 32 } else { 12 };
@@ -606,7 +618,11 @@ fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
                 (human_age(age), if alert { t.bad() } else { Style::new() }),
                 (
                     u.state.clone(),
-                    if u.state == "unknown" { t.warn() } else { Style::new() },
+                    if u.state == "unknown" {
+                        t.warn()
+                    } else {
+                        Style::new()
+                    },
                 ),
                 plain(u.job_key.clone()),
                 plain(u.effect_key.clone()),
@@ -619,14 +635,35 @@ fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     let [tbl_area, notes] =
         Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
     let sel = app.selected(View::Unknown);
-    render_table(f, app, View::Unknown, table(&cols, rows, tbl_area, t), tbl_area, Some(sel));
+    render_table(
+        f,
+        app,
+        View::Unknown,
+        table(&cols, rows, tbl_area, t),
+        tbl_area,
+        Some(sel),
+    );
     if let Some(u) = list.get(sel) {
-        draw_selected_effect(f, t, notes, &u.effect_key, &u.job_key, u.terms_shown.as_deref());
+        draw_selected_effect(
+            f,
+            t,
+            notes,
+            &u.effect_key,
+            &u.job_key,
+            u.terms_shown.as_deref(),
+        );
     }
 }
 
 /// Two lines under a list: the selected effect's whole key and its terms.
-fn draw_selected_effect(f: &mut Frame, t: &Theme, area: Rect, key: &str, job: &str, terms: Option<&str>) {
+fn draw_selected_effect(
+    f: &mut Frame,
+    t: &Theme,
+    area: Rect,
+    key: &str,
+    job: &str,
+    terms: Option<&str>,
+) {
     let w = area.width as usize;
     let lines = vec![
         Line::from(vec![
@@ -653,7 +690,10 @@ fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
                 let age = age_s(&a.requested_at, now).unwrap_or(a.age_s);
                 let alert = a.state == "pending" && age > APPROVAL_ALERT_S;
                 vec![
-                    (human_age(age) + if alert { "!" } else { "" }, if alert { t.warn() } else { Style::new() }),
+                    (
+                        human_age(age) + if alert { "!" } else { "" },
+                        if alert { t.warn() } else { Style::new() },
+                    ),
                     plain(a.job_key.clone()),
                     plain(a.effect_key.clone()),
                     plain(a.decided_by.clone().unwrap_or_else(|| "-".into())),
@@ -715,10 +755,21 @@ fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     } else {
         let in_unused = sel.checked_sub(pending.len());
         let mut state = TableState::default().with_selected(in_unused);
-        f.render_stateful_widget(table(&unused_cols, approval_rows(&unused), u_area, t), u_area, &mut state);
+        f.render_stateful_widget(
+            table(&unused_cols, approval_rows(&unused), u_area, t),
+            u_area,
+            &mut state,
+        );
     }
     if let Some(a) = pending.iter().chain(unused.iter()).nth(sel) {
-        draw_selected_effect(f, t, notes, &a.effect_key, &a.job_key, a.terms_shown.as_deref());
+        draw_selected_effect(
+            f,
+            t,
+            notes,
+            &a.effect_key,
+            &a.job_key,
+            a.terms_shown.as_deref(),
+        );
     }
 }
 
@@ -763,7 +814,14 @@ fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         })
         .collect();
     let sel = app.selected(View::Events);
-    render_table(f, app, View::Events, table(&cols, rows, area, t), area, Some(sel));
+    render_table(
+        f,
+        app,
+        View::Events,
+        table(&cols, rows, area, t),
+        area,
+        Some(sel),
+    );
 }
 
 /// `label  value` lines, value clipped to what is left of the width.
@@ -778,7 +836,10 @@ fn field<'a>(t: &Theme, label: &str, value: &str, width: u16) -> Line<'a> {
 fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str, d: &Detail) {
     let w = area.width;
     let mut lines = vec![Line::styled(
-        clip(&format!(" Effect {key} — Esc back, a/d approve/deny, r resolve"), w as usize),
+        clip(
+            &format!(" Effect {key} — Esc back, a/d approve/deny, r resolve"),
+            w as usize,
+        ),
         t.title(),
     )];
     match &d.loaded {
@@ -860,7 +921,15 @@ fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str, d: &Detai
     f.render_widget(Paragraph::new(shown), area);
 }
 
-fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job: &str, d: &Detail) {
+fn draw_job_detail(
+    f: &mut Frame,
+    app: &App,
+    t: &Theme,
+    area: Rect,
+    now: Ts,
+    job: &str,
+    d: &Detail,
+) {
     let w = area.width as usize;
     let Some(j) = app
         .snap
@@ -919,7 +988,13 @@ fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job
     if j.paused {
         info.push(Line::styled(
             clip(
-                &format!(" PAUSED{}", j.pause_note.as_deref().map(|n| format!(": {}", inert(n))).unwrap_or_default()),
+                &format!(
+                    " PAUSED{}",
+                    j.pause_note
+                        .as_deref()
+                        .map(|n| format!(": {}", inert(n)))
+                        .unwrap_or_default()
+                ),
                 w,
             ),
             t.warn(),
@@ -951,7 +1026,10 @@ fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job
     let longest = durations.iter().flatten().copied().max().unwrap_or(0);
     let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
     let lease_ms = j.lease_s.map(|s| s.max(0) as u64 * 1000);
-    let top = longest.max(interval_ms.unwrap_or(0)).max(lease_ms.unwrap_or(0)).max(1);
+    let top = longest
+        .max(interval_ms.unwrap_or(0))
+        .max(lease_ms.unwrap_or(0))
+        .max(1);
     let over_lease = lease_ms
         .map(|l| durations.iter().flatten().filter(|&&d| d > l).count())
         .unwrap_or(0);
@@ -979,8 +1057,15 @@ fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job
             if over_interval > 0 { "!" } else { "" },
         )
     };
-    let legend_style = if over_lease + over_interval > 0 { t.bad() } else { t.dim() };
-    f.render_widget(Paragraph::new(Line::styled(clip(&legend_text, w), legend_style)), legend);
+    let legend_style = if over_lease + over_interval > 0 {
+        t.bad()
+    } else {
+        t.dim()
+    };
+    f.render_widget(
+        Paragraph::new(Line::styled(clip(&legend_text, w), legend_style)),
+        legend,
+    );
     let spark_w = (spark.width as usize).saturating_sub(1);
     let shown: Vec<Option<u64>> = durations
         .iter()
@@ -993,7 +1078,11 @@ fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job
             .max(top)
             .style(t.fg(Color::Cyan))
             .absent_value_symbol("·"),
-        Rect { x: spark.x + 1, width: spark.width.saturating_sub(1), ..spark },
+        Rect {
+            x: spark.x + 1,
+            width: spark.width.saturating_sub(1),
+            ..spark
+        },
     );
     let cols = [
         col("STARTED", 8, 0),
@@ -1019,7 +1108,11 @@ fn draw_job_detail(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts, job
                 (
                     match (r.duration_ms, lease_ms) {
                         (Some(d), Some(l)) if l > 0 => {
-                            format!("{}%{}", d.max(0) as u64 * 100 / l, if over { "!" } else { "" })
+                            format!(
+                                "{}%{}",
+                                d.max(0) as u64 * 100 / l,
+                                if over { "!" } else { "" }
+                            )
                         }
                         _ => "-".into(),
                     },
@@ -1068,7 +1161,10 @@ fn draw_status(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
 }
 
 fn is_action(a: Action) -> bool {
-    matches!(a, Action::Approve | Action::Deny | Action::Resolve | Action::Pause)
+    matches!(
+        a,
+        Action::Approve | Action::Deny | Action::Resolve | Action::Pause
+    )
 }
 
 fn draw_footer(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
@@ -1078,7 +1174,10 @@ fn draw_footer(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         if app.read_only && is_action(b.action) {
             continue;
         }
-        spans.push(Span::styled(format!(" {}", b.label), t.head().add_modifier(Modifier::REVERSED)));
+        spans.push(Span::styled(
+            format!(" {}", b.label),
+            t.head().add_modifier(Modifier::REVERSED),
+        ));
         spans.push(Span::raw(format!(" {short} ")));
     }
     if app.read_only && app.mode() == Mode::Main {
@@ -1108,9 +1207,9 @@ fn draw_help(f: &mut Frame, t: &Theme) {
     let mut lines: Vec<Line> = vec![];
     for (mode, title) in [
         (Mode::Main, "Screen"),
-        (Mode::Confirm, "Confirmation (after a/d/p, or r then h/n/c)"),
+        (Mode::Confirm, "Confirm (after a, d, p, r)"),
         (Mode::Resolve, "Resolve (after r)"),
-        (Mode::Typing, "Typing a filter or a note"),
+        (Mode::Typing, "Typing (filter, note)"),
         (Mode::Help, "This help"),
     ] {
         lines.push(Line::styled(title, t.head()));
@@ -1147,7 +1246,9 @@ fn draw_confirm(f: &mut Frame, t: &Theme, act: &Act) {
     match act {
         Act::Approve { key, job, terms }
         | Act::Deny { key, job, terms }
-        | Act::Resolve { key, job, terms, .. } => {
+        | Act::Resolve {
+            key, job, terms, ..
+        } => {
             push("effect", key);
             push("job", job);
             // Terms over up to three lines: what the operator agrees to must be readable.
@@ -1159,7 +1260,11 @@ fn draw_confirm(f: &mut Frame, t: &Theme, act: &Act) {
                 .collect();
             for (i, c) in chunks.iter().take(3).enumerate() {
                 let last = i == 2 && chunks.len() > 3;
-                let text = if last { clip(&format!("{c}…"), vw) } else { c.clone() };
+                let text = if last {
+                    clip(&format!("{c}…"), vw)
+                } else {
+                    c.clone()
+                };
                 push(if i == 0 { "terms" } else { "" }, &text);
             }
         }
@@ -1190,7 +1295,10 @@ fn draw_resolve(f: &mut Frame, t: &Theme, key: &str, job: &str, terms: Option<&s
     let area = centered(f.area(), 78, 10);
     f.render_widget(Clear, area);
     let block = Block::bordered()
-        .title(Span::styled(" Resolve: what does the far side show? ", t.warn()))
+        .title(Span::styled(
+            " Resolve: what does the far side show? ",
+            t.warn(),
+        ))
         .border_style(t.warn());
     let inner = block.inner(area);
     f.render_widget(block, area);

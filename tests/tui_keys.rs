@@ -7,7 +7,11 @@ use exactly::tui::{Act, Popup, Typing};
 use tui_support::*;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
-    let a = f.store().approval(key).expect("read").expect("approval row");
+    let a = f
+        .store()
+        .approval(key)
+        .expect("read")
+        .expect("approval row");
     (a.state, a.decided_by)
 }
 
@@ -29,13 +33,20 @@ fn approve_with_3_a_y() {
     let mut store = f.store();
     press(&mut app, &mut store, &keys("3a"));
     assert!(matches!(&app.popup, Some(Popup::Confirm(Act::Approve { key: k, .. })) if *k == key));
-    assert_eq!(approval_state(&f, &key).0, "pending", "nothing happens before y");
+    assert_eq!(
+        approval_state(&f, &key).0,
+        "pending",
+        "nothing happens before y"
+    );
     press(&mut app, &mut store, &keys("y"));
     let (state, by) = approval_state(&f, &key);
     assert_eq!(state, "approved");
     assert_eq!(by.as_deref(), Some(exactly::actor().as_str()));
     let status = app.status.clone().expect("status");
-    assert!(status.ok && status.text.starts_with(&format!("approved {key}")), "{status:?}");
+    assert!(
+        status.ok && status.text.starts_with(&format!("approved {key}")),
+        "{status:?}"
+    );
     // The poll after the action moved it from pending to approved-but-unused.
     let snap = app.snap.as_ref().expect("snapshot");
     assert!(snap.pending_approvals.is_empty());
@@ -61,15 +72,31 @@ fn resolve_happened_not_happened_cancel() {
         press(&mut app, &mut f.store(), &keys("2r"));
         assert!(matches!(&app.popup, Some(Popup::Resolve { key: k, .. }) if *k == key));
         press(&mut app, &mut f.store(), &[key_of(how)]);
-        assert!(matches!(&app.popup, Some(Popup::Confirm(Act::Resolve { .. }))));
-        assert_eq!(effect_state(&f, &key).0, "unknown", "nothing happens before y");
+        assert!(matches!(
+            &app.popup,
+            Some(Popup::Confirm(Act::Resolve { .. }))
+        ));
+        assert_eq!(
+            effect_state(&f, &key).0,
+            "unknown",
+            "nothing happens before y"
+        );
         press(&mut app, &mut f.store(), &keys("y"));
         let (state, by) = effect_state(&f, &key);
         assert_eq!(state, want, "resolve with {how}");
         assert_eq!(by.as_deref(), Some(exactly::actor().as_str()));
         let status = app.status.clone().expect("status");
-        assert!(status.ok && status.text.contains(&format!("unknown → {want}")), "{status:?}");
-        assert!(app.snap.as_ref().expect("snap").unknown.iter().all(|u| u.effect_key != key));
+        assert!(
+            status.ok && status.text.contains(&format!("unknown → {want}")),
+            "{status:?}"
+        );
+        assert!(app
+            .snap
+            .as_ref()
+            .expect("snap")
+            .unknown
+            .iter()
+            .all(|u| u.effect_key != key));
     }
 }
 
@@ -81,7 +108,13 @@ fn key_of(c: char) -> crossterm::event::KeyEvent {
 fn cancel_is_the_default() {
     let f = busy();
     let pending = pending_key(&f);
-    for cancel in [key('n'), code(KeyCode::Esc), code(KeyCode::Enter), key('x'), key('q')] {
+    for cancel in [
+        key('n'),
+        code(KeyCode::Esc),
+        code(KeyCode::Enter),
+        key('x'),
+        key('q'),
+    ] {
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("3a"));
         press(&mut app, &mut f.store(), &[cancel]);
@@ -104,10 +137,19 @@ fn another_operator_already_approved() {
     press(&mut app, &mut f.store(), &keys("y"));
     let status = app.status.clone().expect("status");
     assert!(!status.ok);
-    assert!(status.text.contains("was already denied by bob@10.0.0.9"), "{status:?}");
-    assert_eq!(approval_state(&f, &key), ("denied".into(), Some("bob@10.0.0.9".into())));
+    assert!(
+        status.text.contains("was already denied by bob@10.0.0.9"),
+        "{status:?}"
+    );
+    assert_eq!(
+        approval_state(&f, &key),
+        ("denied".into(), Some("bob@10.0.0.9".into()))
+    );
     let screen = text(&render(&app, 80, 24));
-    assert!(screen.contains("! effect") && screen.contains("already denied by bob"), "{screen}");
+    assert!(
+        screen.contains("! effect") && screen.contains("already denied by bob"),
+        "{screen}"
+    );
 }
 
 #[test]
@@ -116,10 +158,24 @@ fn resolve_already_settled_by_someone_else() {
     let key = snapshot(&f).unknown[0].effect_key.clone();
     let mut app = app_for(&f);
     press(&mut app, &mut f.store(), &keys("2rh"));
-    exactly::approval::resolve(&mut f.store(), &key, exactly::store::Resolution::Cancel, "carol", None, None).expect("resolve");
+    exactly::approval::resolve(
+        &mut f.store(),
+        &key,
+        exactly::store::Resolution::Cancel,
+        "carol",
+        None,
+        None,
+    )
+    .expect("resolve");
     press(&mut app, &mut f.store(), &keys("y"));
     let status = app.status.clone().expect("status");
-    assert!(!status.ok && status.text.contains("already cancelled (resolved by carol)"), "{status:?}");
+    assert!(
+        !status.ok
+            && status
+                .text
+                .contains("already cancelled (resolved by carol)"),
+        "{status:?}"
+    );
     assert_eq!(effect_state(&f, &key).0, "cancelled");
 }
 
@@ -131,7 +187,10 @@ fn read_only_refuses_every_action() {
     app.on_reply(exactly::tui::Reply::Snapshot(Box::new(snapshot(&f))));
     for seq in ["3a", "3d", "2r", "1p"] {
         press(&mut app, &mut f.store(), &keys(seq));
-        assert!(app.popup.is_none(), "{seq} opened a popup in read-only mode");
+        assert!(
+            app.popup.is_none(),
+            "{seq} opened a popup in read-only mode"
+        );
         let status = app.status.clone().expect("status");
         assert!(status.text.starts_with("read-only:"), "{status:?}");
         press(&mut app, &mut f.store(), &keys("y"));
@@ -139,7 +198,10 @@ fn read_only_refuses_every_action() {
     assert_eq!(approval_state(&f, &key).0, "pending");
     assert_eq!(snapshot(&f).unknown.len(), 3);
     let screen = text(&render(&app, 80, 24));
-    assert!(screen.contains("READ-ONLY") && screen.contains("read-only: pause/resume refused"), "{screen}");
+    assert!(
+        screen.contains("READ-ONLY") && screen.contains("read-only: pause/resume refused"),
+        "{screen}"
+    );
 }
 
 #[test]
@@ -149,16 +211,28 @@ fn pause_with_a_note_then_resume() {
     let mut store = f.store();
     // invoices is the second job by name.
     press(&mut app, &mut store, &keys("1gjp"));
-    assert!(matches!(&app.popup, Some(Popup::Typing { what: Typing::PauseNote { job }, .. }) if job == "invoices"));
+    assert!(
+        matches!(&app.popup, Some(Popup::Typing { what: Typing::PauseNote { job }, .. }) if job == "invoices")
+    );
     press(&mut app, &mut store, &keys("bank maintenance"));
     press(&mut app, &mut store, &[code(KeyCode::Enter)]);
-    assert!(matches!(&app.popup, Some(Popup::Confirm(Act::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance"));
+    assert!(
+        matches!(&app.popup, Some(Popup::Confirm(Act::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance")
+    );
     press(&mut app, &mut store, &keys("y"));
-    let job = snapshot(&f).jobs.into_iter().find(|j| j.job_key == "invoices").expect("job");
+    let job = snapshot(&f)
+        .jobs
+        .into_iter()
+        .find(|j| j.job_key == "invoices")
+        .expect("job");
     assert!(job.paused);
     assert_eq!(job.pause_note.as_deref(), Some("bank maintenance"));
     press(&mut app, &mut store, &keys("py"));
-    let job = snapshot(&f).jobs.into_iter().find(|j| j.job_key == "invoices").expect("job");
+    let job = snapshot(&f)
+        .jobs
+        .into_iter()
+        .find(|j| j.job_key == "invoices")
+        .expect("job");
     assert!(!job.paused);
 }
 
@@ -167,7 +241,13 @@ fn filter_then_act_on_the_filtered_row() {
     let f = busy();
     let mut app = app_for(&f);
     let snap = snapshot(&f);
-    let target = snap.unknown.iter().find(|u| u.job_key == "invoices").expect("unknown of invoices").effect_key.clone();
+    let target = snap
+        .unknown
+        .iter()
+        .find(|u| u.job_key == "invoices")
+        .expect("unknown of invoices")
+        .effect_key
+        .clone();
     press(&mut app, &mut f.store(), &keys("2/invo"));
     press(&mut app, &mut f.store(), &[code(KeyCode::Enter)]);
     assert_eq!(app.unknown().len(), 1);
@@ -183,7 +263,9 @@ fn the_cursor_stays_on_its_row_when_rows_arrive() {
     let f = busy();
     let mut app = app_for(&f);
     press(&mut app, &mut f.store(), &keys("2G"));
-    let chosen = app.unknown()[app.selected(exactly::tui::View::Unknown)].effect_key.clone();
+    let chosen = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+        .effect_key
+        .clone();
     // A new unknown effect, older than all others, arrives with the next poll.
     f.sql()
         .execute(
@@ -194,7 +276,9 @@ fn the_cursor_stays_on_its_row_when_rows_arrive() {
         .expect("insert");
     pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
     assert_eq!(app.unknown()[0].effect_key, "newcomer");
-    let now_selected = app.unknown()[app.selected(exactly::tui::View::Unknown)].effect_key.clone();
+    let now_selected = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+        .effect_key
+        .clone();
     assert_eq!(now_selected, chosen);
 }
 
@@ -206,14 +290,26 @@ fn views_sort_freeze_help_and_quit() {
     press(&mut app, &mut store, &[code(KeyCode::Tab)]);
     assert_eq!(app.view, exactly::tui::View::Unknown);
     press(&mut app, &mut store, &keys("1s"));
-    assert_eq!(app.jobs()[0].job_key, "daily-digest", "sorted by p99, longest first");
+    assert_eq!(
+        app.jobs()[0].job_key,
+        "daily-digest",
+        "sorted by p99, longest first"
+    );
     press(&mut app, &mut store, &keys("f"));
     assert!(app.frozen);
     exactly::approval::approve(&mut f.store(), &pending_key(&f), "bob", None).expect("approve");
     pump(&mut app, &mut store, exactly::tui::Request::Poll);
-    assert_eq!(app.snap.as_ref().expect("snap").pending_approvals.len(), 1, "frozen");
+    assert_eq!(
+        app.snap.as_ref().expect("snap").pending_approvals.len(),
+        1,
+        "frozen"
+    );
     press(&mut app, &mut store, &keys("f"));
-    assert_eq!(app.snap.as_ref().expect("snap").pending_approvals.len(), 0, "unfrozen");
+    assert_eq!(
+        app.snap.as_ref().expect("snap").pending_approvals.len(),
+        0,
+        "unfrozen"
+    );
     press(&mut app, &mut store, &keys("?"));
     assert!(matches!(app.popup, Some(Popup::Help)));
     press(&mut app, &mut store, &[code(KeyCode::Esc)]);
@@ -221,6 +317,13 @@ fn views_sort_freeze_help_and_quit() {
     press(&mut app, &mut store, &keys("q"));
     assert!(app.quit);
     let mut app = app_for(&f);
-    press(&mut app, &mut store, &[crossterm::event::KeyEvent::new(KeyCode::Char('c'), crossterm::event::KeyModifiers::CONTROL)]);
+    press(
+        &mut app,
+        &mut store,
+        &[crossterm::event::KeyEvent::new(
+            KeyCode::Char('c'),
+            crossterm::event::KeyModifiers::CONTROL,
+        )],
+    );
     assert!(app.quit);
 }

@@ -167,3 +167,31 @@ fn failed_poll_keeps_data_and_says_stale() {
     assert!(screen.contains("invoices"), "{screen}");
     let _ = Request::Poll;
 }
+
+/// `assets/top.txt`, the capture the README shows, is the busy fixture's Jobs and Unknown views
+/// at 100×30; this keeps it true to the code (`UPDATE_ASSETS=1` rewrites it).
+#[test]
+fn readme_capture_is_current() {
+    let f = busy();
+    let mut out = String::new();
+    for k in ["1", "2"] {
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys(k));
+        let screen = text(&render(&app, 100, 30));
+        for line in screen.lines() {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/top.txt");
+    if std::env::var_os("UPDATE_ASSETS").is_some() {
+        std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/assets")).expect("mkdir");
+        std::fs::write(path, &out).expect("write");
+    }
+    let have = std::fs::read_to_string(path).unwrap_or_default();
+    assert_eq!(
+        have, out,
+        "assets/top.txt is stale: run with UPDATE_ASSETS=1"
+    );
+}

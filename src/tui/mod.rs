@@ -73,8 +73,8 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
         Focus::Effect(key) => (|| {
             Ok(Loaded::Effect {
                 key: key.clone(),
-                row: store.effect(key)?,
-                approval: store.approval(key)?,
+                row: store.effect(key)?.map(Box::new),
+                approval: store.approval(key)?.map(Box::new),
                 events: store.effect_events(key)?,
             })
         })(),

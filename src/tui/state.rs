@@ -122,8 +122,8 @@ pub enum Loaded {
     },
     Effect {
         key: String,
-        row: Option<LedgerRow>,
-        approval: Option<ApprovalRow>,
+        row: Option<Box<LedgerRow>>,
+        approval: Option<Box<ApprovalRow>>,
         events: Vec<EventRow>,
     },
 }
@@ -280,12 +280,12 @@ impl App {
             .filter(|j| self.matches(&j.job_key, None))
             .collect();
         match self.sort[0] {
-            1 => v.sort_by(|a, b| b.p99_ms.cmp(&a.p99_ms)),
+            1 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
             2 => v.sort_by(|a, b| {
                 let t = |j: &JobRow| j.last_run.as_ref().map(|r| r.started_at.clone());
                 t(b).cmp(&t(a))
             }),
-            3 => v.sort_by(|a, b| b.warnings.len().cmp(&a.warnings.len())),
+            3 => v.sort_by_key(|j| std::cmp::Reverse(j.warnings.len())),
             _ => {}
         }
         v
@@ -407,7 +407,7 @@ impl App {
                 return None;
             };
             let (row, approval) = match &d.loaded {
-                Some(Loaded::Effect { row, approval, .. }) => (row.as_ref(), approval.as_ref()),
+                Some(Loaded::Effect { row, approval, .. }) => (row.as_deref(), approval.as_deref()),
                 _ => (None, None),
             };
             return Some(EffectRef {
@@ -633,11 +633,9 @@ impl App {
                 self.move_to(to);
             }
             Action::Open => return self.open(),
-            Action::Back => {
-                if self.detail.take().is_none() && !self.filter.is_empty() {
-                    self.filter.clear();
-                    self.reanchor();
-                }
+            Action::Back if self.detail.take().is_none() && !self.filter.is_empty() => {
+                self.filter.clear();
+                self.reanchor();
             }
             Action::Filter => {
                 self.popup = Some(Popup::Typing {

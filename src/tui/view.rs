@@ -464,7 +464,7 @@ const JOB_COLS: [Col; 17] = [
 fn lease_left(j: &JobRow, now: Ts) -> Option<i64> {
     j.lease_until
         .as_deref()
-        .and_then(|u| crate::time::parse(u))
+        .and_then(crate::time::parse)
         .map(|u| (u - now).num_seconds())
 }
 

@@ -243,11 +243,13 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
     let mut queued =
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
     for j in jobs.values_mut() {
+        // Read leniently: a duration another program wrote as text must not stop the snapshot.
         let durations = runs_stmt
-            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| {
-                r.get::<_, i64>(0)
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| int(r, 0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect::<Vec<i64>>();
         j.runs = durations.len() as u64;
         (j.p50_ms, j.p99_ms) = metrics::percentiles(&durations);
         j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;

@@ -356,7 +356,7 @@ fn report(out: &Outcome) {
             }
         }
         Outcome::Fenced { .. } => {
-            eprintln!("exactly: fenced: a newer lease holds this job; effect {k} not written")
+            eprintln!("exactly: fenced: the token is not the job's current fencing token (its lease was taken over, or never claimed); effect {k} not written")
         }
         Outcome::AwaitingApproval { .. } => {
             eprintln!("exactly: effect {k} awaits approval (exactly approve {k})")

@@ -1,15 +1,164 @@
-//! The live demo (`exactly demo`). (Being built: see issue 6.)
-use crate::{Error, Result};
+//! `exactly demo`: a live simulated workload — a dozen jobs run by two real schedulers
+//! (blue-green), effects through the real ledger against a simulated far side with latency,
+//! lost answers and timeouts, plus an old cron job that overruns its lease — shown in
+//! `exactly top`. Within a minute every counter on the dashboard moves.
+use crate::{time, Error, Result};
 use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
+    /// Only run the workload (no dashboard), then exit, leaving the database.
     #[arg(long)]
     pub no_ui: bool,
-    #[arg(long = "for")]
+    /// How long to run (default: until the dashboard quits; 30s with --no-ui).
+    #[arg(long = "for", value_name = "DUR")]
     pub dur: Option<String>,
 }
 
-pub fn demo_main(_db: &Option<String>, _a: DemoArgs) -> Result<i32> {
-    Err(Error::Store("this command is not built yet".into()))
+const DEMO_SH: &str = include_str!("../assets/demo/demo.sh");
+const WRAPPER_SH: &str = include_str!("../assets/demo/legacy-wrapper.sh");
+const JOBS_TOML: &str = include_str!("../assets/demo/jobs.toml");
+
+/// Children that are stopped (SIGTERM, then SIGKILL after a grace) however the demo ends.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            // SAFETY: signalling our own children.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in &mut self.0 {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
+    let exe = std::env::current_exe()?;
+    let exe_s = exe.to_string_lossy().into_owned();
+    let dir = std::env::temp_dir().join(format!("exactly-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let dir_s = dir.to_string_lossy().into_owned();
+    // Only a database the demo creates, unless --db names one.
+    let db_path = match db {
+        Some(p) => p.clone(),
+        None => dir.join("demo.db").to_string_lossy().into_owned(),
+    };
+    let fill = |s: &str| s.replace("__EXE__", &exe_s).replace("__DIR__", &dir_s);
+    std::fs::write(dir.join("demo.sh"), fill(DEMO_SH))?;
+    std::fs::write(dir.join("legacy-wrapper.sh"), fill(WRAPPER_SH))?;
+    std::fs::write(dir.join("jobs.toml"), fill(JOBS_TOML))?;
+    std::fs::write(dir.join("far-side.log"), "")?;
+    crate::store::Store::open(&db_path)?;
+    let dur = match &a.dur {
+        Some(d) => Some(time::parse_duration(d)?),
+        None if a.no_ui => Some(Duration::from_secs(30)),
+        None => None,
+    };
+
+    let mut children = Children(Vec::new());
+    for owner in ["scheduler-blue", "scheduler-green"] {
+        children.0.push(scheduler(&exe, &db_path, &dir, owner)?);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let legacy = {
+        let stop = stop.clone();
+        let (db_path, dir) = (db_path.clone(), dir.clone());
+        std::thread::spawn(move || legacy_cron(&db_path, &dir, &stop))
+    };
+    let code = if a.no_ui {
+        eprintln!(
+            "exactly demo: running for {} on {db_path}",
+            humantime::format_duration(dur.unwrap_or_default())
+        );
+        std::thread::sleep(dur.unwrap_or_default());
+        0
+    } else {
+        let mut top = Command::new(&exe);
+        top.arg("--db").arg(&db_path).arg("top");
+        let mut child = top
+            .spawn()
+            .map_err(|e| Error::Store(format!("cannot start the dashboard: {e}")))?;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                break status.code().unwrap_or(1);
+            }
+            if dur.is_some_and(|d| start.elapsed() >= d) {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let _ = child.wait();
+                break 0;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    let _ = legacy.join();
+    drop(children);
+    eprintln!(
+        "exactly demo: stopped; the database is {db_path} (try: exactly --db {db_path} status)"
+    );
+    Ok(code)
+}
+
+fn scheduler(exe: &Path, db: &str, dir: &Path, owner: &str) -> Result<Child> {
+    let log = std::fs::File::create(dir.join(format!("{owner}.log")))?;
+    Command::new(exe)
+        .arg("--db")
+        .arg(db)
+        .arg("run")
+        .arg(dir.join("jobs.toml"))
+        .arg("--owner")
+        .arg(owner)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Store(format!("cannot start the demo scheduler: {e}")))
+}
+
+/// Two hosts run the same old cron job; the first overruns its lease and is fenced.
+fn legacy_cron(db: &str, dir: &Path, stop: &AtomicBool) {
+    let wrapper: PathBuf = dir.join("legacy-wrapper.sh");
+    let spawn = |owner: &str, sleep: &str| {
+        Command::new("sh")
+            .arg(&wrapper)
+            .arg(owner)
+            .arg(sleep)
+            .env("EXACTLY_DB", db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let a = spawn("cron@host-a", "1.6");
+        std::thread::sleep(Duration::from_millis(1200));
+        let b = spawn("cron@host-b", "0.2");
+        for mut c in [a, b].into_iter().flatten() {
+            let _ = c.wait();
+        }
+        for _ in 0..30 {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

@@ -609,3 +609,35 @@ fn hostile_strings_never_reach_the_terminal_raw() {
     assert!(!out.contains('\u{1b}'));
     assert!(out.contains("exactly_pending_approvals 1"));
 }
+
+#[test]
+fn metrics_are_valid_prometheus_text() {
+    let env = Env::new();
+    let t = env.claim("nightly \"backup\"", "1m");
+    let _ = run_effect(&env, "nightly \"backup\"", t, "n=1");
+    let _ = run_effect(&env, "nightly \"backup\"", t, "n=1");
+    let (code, out, _) = env.run(&["metrics"]);
+    assert_eq!(code, 0);
+    let mut typed = std::collections::HashSet::new();
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            typed.insert(rest.split(' ').next().unwrap().to_string());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (name_labels, value) = line.rsplit_once(' ').expect("name value");
+        let name = name_labels.split('{').next().unwrap();
+        assert!(typed.contains(name), "{name} has no TYPE line");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
+    assert!(
+        out.contains("exactly_duplicates_suppressed_total 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"exactly_job_fencing_token{job="nightly \"backup\""} 1"#),
+        "{out}"
+    );
+}

@@ -1,0 +1,342 @@
+//! The dashboard (`exactly top`): the live operations screen for leases and the effect ledger.
+//!
+//! Data flows one way. A poll task builds a [`Snapshot`] in `spawn_blocking` every `--refresh`
+//! and sends it over a channel; the screen draws the last one it received, so drawing never
+//! waits on the database. Keys become [`Request`] values for the same task (actions, detail
+//! reads); the answers come back on the same channel as the snapshots.
+mod input;
+mod state;
+mod view;
+
+pub use input::{lookup, of_mode, Action, Binding, Mode, BINDINGS};
+pub use state::{
+    Act, App, Detail, EffectRef, Focus, Loaded, Options, Popup, Reply, Report, Request, Typing,
+    View,
+};
+pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
+
+use crate::metrics::Snapshot;
+use crate::sanitize::inert;
+use crate::store::{Decided, Resolved, Store};
+use crate::{approval, Error, Result};
+use clap::Args;
+use crossterm::event::{Event, KeyEventKind};
+use crossterm::{cursor, execute, terminal};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+use std::io::{self, IsTerminal};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// How often to read the database.
+    #[arg(long, default_value = "1s", value_name = "DUR")]
+    pub refresh: String,
+    /// Show only: approve, deny, resolve and pause are refused.
+    #[arg(long)]
+    pub read_only: bool,
+    /// No colours (also when NO_COLOR is set); meaning is always in the text too.
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+/// How many recent runs a job's detail shows.
+pub const RUNS_SHOWN: usize = 200;
+
+/// Does one piece of work against the database. The poll task runs this; tests call it directly
+/// so they drive the same path.
+pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
+    match req {
+        Request::Poll => vec![poll(store)],
+        Request::Load(focus) => vec![load(store, focus)],
+        Request::Act(act) => vec![
+            Reply::Acted(perform(store, act, &crate::actor())),
+            poll(store),
+        ],
+    }
+}
+
+fn poll(store: &mut Store) -> Reply {
+    match Snapshot::read(store) {
+        Ok(s) => Reply::Snapshot(Box::new(s)),
+        Err(e) => Reply::PollFailed(e.to_string()),
+    }
+}
+
+fn load(store: &mut Store, focus: &Focus) -> Reply {
+    let r = match focus {
+        Focus::Job(job) => store.recent_runs(job, RUNS_SHOWN).map(|runs| Loaded::Job {
+            job: job.clone(),
+            runs,
+        }),
+        Focus::Effect(key) => (|| {
+            Ok(Loaded::Effect {
+                key: key.clone(),
+                row: store.effect(key)?.map(Box::new),
+                approval: store.approval(key)?.map(Box::new),
+                events: store.effect_events(key)?,
+            })
+        })(),
+    };
+    match r {
+        Ok(l) => Reply::Loaded(l),
+        Err(e) => Reply::LoadFailed(e.to_string()),
+    }
+}
+
+/// Runs a confirmed action through the same library calls as the CLI, as `by`.
+pub fn perform(store: &mut Store, act: &Act, by: &str) -> Report {
+    let ok = |text: String| Report { ok: true, text };
+    let bad = |text: String| Report { ok: false, text };
+    let who = inert(by);
+    let r: Result<Report> = (|| {
+        Ok(match act {
+            Act::Approve { key, .. } | Act::Deny { key, .. } => {
+                let approve = matches!(act, Act::Approve { .. });
+                let k = inert(key);
+                let verb = if approve { "approved" } else { "denied" };
+                let d = if approve {
+                    approval::approve(store, key, by, None)?
+                } else {
+                    approval::deny(store, key, by, None)?
+                };
+                match d {
+                    Decided::Done => ok(format!("{verb} {k} as {who}")),
+                    Decided::Already { state, by, at } => bad(format!(
+                        "effect {k} was already {} by {} at {}; nothing changed",
+                        inert(&state),
+                        inert(by.as_deref().unwrap_or("someone")),
+                        inert(at.as_deref().unwrap_or("?"))
+                    )),
+                    Decided::NotFound => bad(format!("no approval was requested for effect {k}")),
+                }
+            }
+            Act::Resolve { key, how, .. } => {
+                let k = inert(key);
+                match approval::resolve(store, key, *how, by, None, None)? {
+                    Resolved::Done { from } => ok(format!(
+                        "resolved {k}: {} → {} ({}) as {who}",
+                        inert(&from),
+                        how.target_state(),
+                        how.word()
+                    )),
+                    Resolved::NotOpen { state, by } => bad(format!(
+                        "effect {k} is already {}{}; nothing to resolve",
+                        inert(&state),
+                        by.map(|b| format!(" (resolved by {})", inert(&b)))
+                            .unwrap_or_default()
+                    )),
+                    Resolved::NotFound => bad(format!("no effect {k} in the ledger")),
+                }
+            }
+            Act::Pause { job, .. } | Act::Resume { job } => {
+                let pause = matches!(act, Act::Pause { .. });
+                let note = match act {
+                    Act::Pause { note, .. } => note.as_deref(),
+                    _ => None,
+                };
+                let j = inert(job);
+                let verb = if pause { "paused" } else { "resumed" };
+                if store.set_paused(job, pause, by, note)? {
+                    ok(format!("{verb} job {j} as {who}"))
+                } else {
+                    bad(format!("job {j} was already {verb}; nothing changed"))
+                }
+            }
+        })
+    })();
+    r.unwrap_or_else(|e| bad(format!("{} failed: {}", act.verb(), inert(&e.to_string()))))
+}
+
+/// `exactly top`.
+pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
+    let refresh = crate::time::parse_duration(&a.refresh)?;
+    if refresh < Duration::from_millis(100) {
+        return Err(Error::Usage("--refresh must be at least 100ms".into()));
+    }
+    // Open first, so a bad path is one sentence on a normal terminal, not a flash of UI.
+    let store = crate::cli::open(db)?;
+    if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return Err(Error::Usage(
+            "exactly top needs a terminal; for scripts use exactly status --json".into(),
+        ));
+    }
+    let color = !a.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let app = App::new(Options {
+        read_only: a.read_only,
+        color,
+        refresh,
+    });
+    run(store, app, refresh)
+}
+
+/// Messages to the screen loop.
+enum Msg {
+    Term(Event),
+    Reply(Reply),
+    /// A signal (SIGTERM, SIGHUP, SIGINT, SIGQUIT) or a dead terminal.
+    Quit(i32),
+}
+
+/// Puts the terminal back (raw mode off, main screen, cursor shown) however we leave.
+struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+fn restore() {
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
+}
+
+fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
+    let (tx, rx) = mpsc::channel::<Msg>();
+
+    // Signals end the loop like `q` does, so the guard below restores the terminal.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ])?;
+    let sig_tx = tx.clone();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = sig_tx.send(Msg::Quit(128 + sig));
+        }
+    });
+
+    let prev_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore();
+        prev_hook(info);
+    }));
+
+    terminal::enable_raw_mode()?;
+    let _restore = Restore;
+    execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+    let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    term.clear()?;
+
+    let in_tx = tx.clone();
+    std::thread::spawn(move || loop {
+        match crossterm::event::read() {
+            Ok(ev) => {
+                if in_tx.send(Msg::Term(ev)).is_err() {
+                    break;
+                }
+            }
+            Err(_) => {
+                // The terminal is gone (an SSH connection dropped): leave.
+                let _ = in_tx.send(Msg::Quit(1));
+                break;
+            }
+        }
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()?;
+    let (req_tx, req_rx) = tokio::sync::mpsc::unbounded_channel::<Request>();
+    rt.spawn(poll_task(store, refresh, req_rx, tx));
+
+    // Ages tick once a second; nothing else redraws without a reason.
+    let tick = Duration::from_secs(1);
+    let mut next_tick = Instant::now() + tick;
+    let mut dirty = true;
+    let mut code = 0;
+    while !app.quit {
+        if dirty {
+            term.draw(|f| draw(f, &app, crate::time::now()))?;
+            dirty = false;
+        }
+        let first = match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            Ok(m) => Some(m),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        if Instant::now() >= next_tick {
+            next_tick = Instant::now() + tick;
+            dirty = true;
+        }
+        // A burst of keys or replies is handled before the next frame.
+        for msg in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
+            match msg {
+                Msg::Term(Event::Key(k)) if k.kind == KeyEventKind::Press => {
+                    if let Some(r) = app.on_key(k) {
+                        let _ = req_tx.send(r);
+                    }
+                    dirty = true;
+                }
+                Msg::Term(Event::Resize(..)) => dirty = true,
+                Msg::Term(_) => {}
+                Msg::Reply(r) => {
+                    if let Some(r) = app.on_reply(r) {
+                        let _ = req_tx.send(r);
+                    }
+                    dirty = true;
+                }
+                Msg::Quit(c) => {
+                    code = c;
+                    app.quit = true;
+                }
+            }
+        }
+    }
+    drop(term);
+    drop(_restore);
+    rt.shutdown_background();
+    Ok(code)
+}
+
+/// Polls every `every`, and serves the screen's requests in between. The store moves into
+/// `spawn_blocking` and back, so SQLite never runs on the async workers.
+async fn poll_task(
+    store: Store,
+    every: Duration,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<Request>,
+    out: mpsc::Sender<Msg>,
+) {
+    let mut store = Some(store);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let req = tokio::select! {
+            biased;
+            r = requests.recv() => match r {
+                Some(r) => r,
+                None => return,
+            },
+            _ = tick.tick() => Request::Poll,
+        };
+        let Some(mut s) = store.take() else { return };
+        let done = tokio::task::spawn_blocking(move || {
+            let replies = serve(&mut s, &req);
+            (s, replies)
+        })
+        .await;
+        let replies = match done {
+            Ok((s, replies)) => {
+                store = Some(s);
+                replies
+            }
+            Err(e) => vec![Reply::PollFailed(format!("the poll task stopped: {e}"))],
+        };
+        for r in replies {
+            if out.send(Msg::Reply(r)).is_err() {
+                return;
+            }
+        }
+        if store.is_none() {
+            return;
+        }
+    }
+}

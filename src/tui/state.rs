@@ -1,0 +1,752 @@
+//! What the dashboard shows and where the operator is: the last [`Snapshot`] received, the view,
+//! the selection, popups. Keys change it through [`App::on_key`]; anything that needs the
+//! database leaves as a [`Request`] value and comes back as a [`Reply`].
+use super::input::{lookup, Action, Mode};
+use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
+use crate::sanitize::inert;
+use crate::store::{ApprovalRow, LedgerRow, Resolution};
+use crossterm::event::{KeyCode, KeyEvent};
+use std::cell::Cell;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Jobs,
+    Unknown,
+    Approvals,
+    Events,
+}
+
+impl View {
+    pub const ALL: [View; 4] = [View::Jobs, View::Unknown, View::Approvals, View::Events];
+
+    pub fn index(self) -> usize {
+        match self {
+            View::Jobs => 0,
+            View::Unknown => 1,
+            View::Approvals => 2,
+            View::Events => 3,
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Jobs => "Jobs",
+            View::Unknown => "Unknown",
+            View::Approvals => "Approvals",
+            View::Events => "Events",
+        }
+    }
+
+    fn next(self) -> View {
+        View::ALL[(self.index() + 1) % 4]
+    }
+
+    /// The orders `s` cycles through.
+    pub fn sorts(self) -> &'static [&'static str] {
+        match self {
+            View::Jobs => &["name", "p99", "last run", "warnings"],
+            View::Unknown | View::Approvals => &["oldest", "job"],
+            View::Events => &["newest", "kind"],
+        }
+    }
+}
+
+/// A risky action, held as a value until the operator confirms it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Act {
+    Approve {
+        key: String,
+        job: String,
+        terms: Option<String>,
+    },
+    Deny {
+        key: String,
+        job: String,
+        terms: Option<String>,
+    },
+    Resolve {
+        key: String,
+        job: String,
+        terms: Option<String>,
+        how: Resolution,
+    },
+    Pause {
+        job: String,
+        note: Option<String>,
+    },
+    Resume {
+        job: String,
+    },
+}
+
+impl Act {
+    pub fn verb(&self) -> String {
+        match self {
+            Act::Approve { .. } => "approve".into(),
+            Act::Deny { .. } => "deny".into(),
+            Act::Resolve { how, .. } => match how {
+                Resolution::Happened => "resolve: it happened (→ done)".into(),
+                Resolution::NotHappened => {
+                    "resolve: it did not happen (→ claimed, a retry may send it)".into()
+                }
+                Resolution::Cancel => "resolve: cancel, never retry (→ cancelled)".into(),
+            },
+            Act::Pause { .. } => "pause job".into(),
+            Act::Resume { .. } => "resume job".into(),
+        }
+    }
+}
+
+/// What a detail screen is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Focus {
+    Job(String),
+    Effect(String),
+}
+
+/// Work for the poll task: the only path from the screen to the database.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Poll,
+    Load(Focus),
+    Act(Act),
+}
+
+/// Detail data read for one focus.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loaded {
+    Job {
+        job: String,
+        runs: Vec<RunRow>,
+    },
+    Effect {
+        key: String,
+        row: Option<Box<LedgerRow>>,
+        approval: Option<Box<ApprovalRow>>,
+        events: Vec<EventRow>,
+    },
+}
+
+/// The result of an action, shown in the status line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub ok: bool,
+    pub text: String,
+}
+
+/// What the poll task sends back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Snapshot(Box<Snapshot>),
+    PollFailed(String),
+    Loaded(Loaded),
+    LoadFailed(String),
+    Acted(Report),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Typing {
+    /// The filter is applied as it is typed; Esc puts back `before`.
+    Filter {
+        before: String,
+    },
+    PauseNote {
+        job: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Popup {
+    Help,
+    Confirm(Act),
+    Resolve {
+        key: String,
+        job: String,
+        terms: Option<String>,
+    },
+    Typing {
+        what: Typing,
+        text: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    pub focus: Focus,
+    pub loaded: Option<Loaded>,
+    pub scroll: usize,
+}
+
+/// The effect under the cursor, with what an action needs to show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectRef {
+    pub key: String,
+    pub job: String,
+    pub terms: Option<String>,
+    /// The approval's state when one was requested.
+    pub approval: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Cursor {
+    index: usize,
+    /// The row's identity, so a poll that inserts rows above does not move the cursor.
+    key: Option<String>,
+}
+
+pub struct Options {
+    pub read_only: bool,
+    pub color: bool,
+    pub refresh: Duration,
+}
+
+pub struct App {
+    pub snap: Option<Snapshot>,
+    /// Received while frozen; shown on unfreeze.
+    held: Option<Snapshot>,
+    pub poll_error: Option<String>,
+    pub view: View,
+    cursor: [Cursor; 4],
+    pub sort: [usize; 4],
+    pub filter: String,
+    pub frozen: bool,
+    pub read_only: bool,
+    pub color: bool,
+    pub refresh: Duration,
+    pub popup: Option<Popup>,
+    pub detail: Option<Detail>,
+    pub status: Option<Report>,
+    pub quit: bool,
+    /// Rows that fit in the body, measured by the last draw (for PgUp/PgDn).
+    pub page: Cell<usize>,
+    /// First row shown per view, kept between draws so the table does not jump.
+    pub offset: [Cell<usize>; 4],
+}
+
+impl App {
+    pub fn new(o: Options) -> App {
+        App {
+            snap: None,
+            held: None,
+            poll_error: None,
+            view: View::Jobs,
+            cursor: Default::default(),
+            sort: [0; 4],
+            filter: String::new(),
+            frozen: false,
+            read_only: o.read_only,
+            color: o.color,
+            refresh: o.refresh,
+            popup: None,
+            detail: None,
+            status: None,
+            quit: false,
+            page: Cell::new(10),
+            offset: Default::default(),
+        }
+    }
+
+    /// Which key table applies now.
+    pub fn mode(&self) -> Mode {
+        match &self.popup {
+            None => Mode::Main,
+            Some(Popup::Help) => Mode::Help,
+            Some(Popup::Confirm(_)) => Mode::Confirm,
+            Some(Popup::Resolve { .. }) => Mode::Resolve,
+            Some(Popup::Typing { .. }) => Mode::Typing,
+        }
+    }
+
+    pub fn selected(&self, v: View) -> usize {
+        self.cursor[v.index()].index
+    }
+
+    // ---- rows, filtered and sorted ----
+
+    fn matches(&self, job: &str, key: Option<&str>) -> bool {
+        if self.filter.is_empty() {
+            return true;
+        }
+        let f = self.filter.to_lowercase();
+        job.to_lowercase().contains(&f) || key.is_some_and(|k| k.to_lowercase().contains(&f))
+    }
+
+    pub fn jobs(&self) -> Vec<&JobRow> {
+        let Some(s) = &self.snap else { return vec![] };
+        let mut v: Vec<&JobRow> = s
+            .jobs
+            .iter()
+            .filter(|j| self.matches(&j.job_key, None))
+            .collect();
+        match self.sort[0] {
+            1 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
+            2 => v.sort_by(|a, b| {
+                let t = |j: &JobRow| j.last_run.as_ref().map(|r| r.started_at.clone());
+                t(b).cmp(&t(a))
+            }),
+            3 => v.sort_by_key(|j| std::cmp::Reverse(j.warnings.len())),
+            _ => {}
+        }
+        v
+    }
+
+    pub fn unknown(&self) -> Vec<&OpenEffect> {
+        let Some(s) = &self.snap else { return vec![] };
+        let mut v: Vec<&OpenEffect> = s
+            .unknown
+            .iter()
+            .filter(|u| self.matches(&u.job_key, Some(&u.effect_key)))
+            .collect();
+        if self.sort[1] == 1 {
+            v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
+        }
+        v
+    }
+
+    /// Pending approvals, then approved-but-unused ones; the cursor runs over both.
+    pub fn approvals<'a>(&'a self) -> (Vec<&'a ApprovalView>, Vec<&'a ApprovalView>) {
+        let Some(s) = &self.snap else {
+            return (vec![], vec![]);
+        };
+        let filter_sort = |list: &'a [ApprovalView]| -> Vec<&'a ApprovalView> {
+            let mut v: Vec<&'a ApprovalView> = list
+                .iter()
+                .filter(|a| self.matches(&a.job_key, Some(&a.effect_key)))
+                .collect();
+            if self.sort[2] == 1 {
+                v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
+            }
+            v
+        };
+        (
+            filter_sort(&s.pending_approvals),
+            filter_sort(&s.unused_approvals),
+        )
+    }
+
+    pub fn events(&self) -> Vec<&EventRow> {
+        let Some(s) = &self.snap else { return vec![] };
+        let mut v: Vec<&EventRow> = s
+            .events
+            .iter()
+            .filter(|e| self.matches(e.job_key.as_deref().unwrap_or(""), e.effect_key.as_deref()))
+            .collect();
+        if self.sort[3] == 1 {
+            v.sort_by(|a, b| a.kind.cmp(&b.kind).then(b.id.cmp(&a.id)));
+        }
+        v
+    }
+
+    /// Row identities of a view, in display order.
+    fn keys(&self, v: View) -> Vec<String> {
+        match v {
+            View::Jobs => self.jobs().iter().map(|j| j.job_key.clone()).collect(),
+            View::Unknown => self
+                .unknown()
+                .iter()
+                .map(|u| u.effect_key.clone())
+                .collect(),
+            View::Approvals => {
+                let (p, u) = self.approvals();
+                p.iter()
+                    .chain(u.iter())
+                    .map(|a| a.effect_key.clone())
+                    .collect()
+            }
+            View::Events => self.events().iter().map(|e| e.id.to_string()).collect(),
+        }
+    }
+
+    /// Puts every cursor back on its row after the rows changed.
+    fn reanchor(&mut self) {
+        for v in View::ALL {
+            let keys = self.keys(v);
+            let c = &mut self.cursor[v.index()];
+            if let Some(i) = c
+                .key
+                .as_ref()
+                .and_then(|k| keys.iter().position(|x| x == k))
+            {
+                c.index = i;
+            } else {
+                c.index = c.index.min(keys.len().saturating_sub(1));
+                c.key = keys.get(c.index).cloned();
+            }
+        }
+    }
+
+    fn move_to(&mut self, index: isize) {
+        let keys = self.keys(self.view);
+        let last = keys.len().saturating_sub(1) as isize;
+        let i = index.clamp(0, last.max(0)) as usize;
+        let c = &mut self.cursor[self.view.index()];
+        c.index = i;
+        c.key = keys.get(i).cloned();
+    }
+
+    // ---- what is selected ----
+
+    pub fn selected_job(&self) -> Option<&JobRow> {
+        if let Some(Detail {
+            focus: Focus::Job(job),
+            ..
+        }) = &self.detail
+        {
+            return self.snap.as_ref()?.jobs.iter().find(|j| &j.job_key == job);
+        }
+        if self.detail.is_some() || self.view != View::Jobs {
+            return None;
+        }
+        self.jobs().get(self.selected(View::Jobs)).copied()
+    }
+
+    pub fn selected_effect(&self) -> Option<EffectRef> {
+        if let Some(d) = &self.detail {
+            let Focus::Effect(key) = &d.focus else {
+                return None;
+            };
+            let (row, approval) = match &d.loaded {
+                Some(Loaded::Effect { row, approval, .. }) => (row.as_deref(), approval.as_deref()),
+                _ => (None, None),
+            };
+            return Some(EffectRef {
+                key: key.clone(),
+                job: row.map(|r| r.job_key.clone()).unwrap_or_default(),
+                terms: row.and_then(|r| r.terms_shown.clone()),
+                approval: approval.map(|a| a.state.clone()),
+            });
+        }
+        let i = self.selected(self.view);
+        match self.view {
+            View::Jobs => None,
+            View::Unknown => self.unknown().get(i).map(|u| EffectRef {
+                key: u.effect_key.clone(),
+                job: u.job_key.clone(),
+                terms: u.terms_shown.clone(),
+                approval: None,
+            }),
+            View::Approvals => {
+                let (p, u) = self.approvals();
+                p.iter().chain(u.iter()).nth(i).map(|a| EffectRef {
+                    key: a.effect_key.clone(),
+                    job: a.job_key.clone(),
+                    terms: a.terms_shown.clone(),
+                    approval: Some(a.state.clone()),
+                })
+            }
+            View::Events => {
+                let e = self.events().get(i).copied()?;
+                let key = e.effect_key.clone()?;
+                Some(EffectRef {
+                    key,
+                    job: e.job_key.clone().unwrap_or_default(),
+                    terms: None,
+                    approval: None,
+                })
+            }
+        }
+    }
+
+    // ---- incoming ----
+
+    /// Takes in what the poll task sent; an action's result asks for the open detail again.
+    pub fn on_reply(&mut self, r: Reply) -> Option<Request> {
+        match r {
+            Reply::Snapshot(s) => {
+                self.poll_error = None;
+                if self.frozen {
+                    self.held = Some(*s);
+                } else {
+                    self.snap = Some(*s);
+                    self.reanchor();
+                }
+            }
+            Reply::PollFailed(e) => self.poll_error = Some(e),
+            Reply::Loaded(l) => {
+                if let Some(d) = &mut self.detail {
+                    let same = match (&d.focus, &l) {
+                        (Focus::Job(a), Loaded::Job { job, .. }) => a == job,
+                        (Focus::Effect(a), Loaded::Effect { key, .. }) => a == key,
+                        _ => false,
+                    };
+                    if same {
+                        d.loaded = Some(l);
+                    }
+                }
+            }
+            Reply::LoadFailed(e) => {
+                self.status = Some(Report {
+                    ok: false,
+                    text: format!("cannot load detail: {}", inert(&e)),
+                })
+            }
+            Reply::Acted(rep) => {
+                self.status = Some(rep);
+                return self.detail.as_ref().map(|d| Request::Load(d.focus.clone()));
+            }
+        }
+        None
+    }
+
+    fn refuse_read_only(&mut self, what: &str) -> bool {
+        if self.read_only {
+            self.status = Some(Report {
+                ok: false,
+                text: format!("read-only: {what} refused (started with --read-only)"),
+            });
+        }
+        self.read_only
+    }
+
+    fn say(&mut self, ok: bool, text: impl Into<String>) {
+        self.status = Some(Report {
+            ok,
+            text: text.into(),
+        });
+    }
+
+    /// Handles one key press; returns work for the database, if any.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Request> {
+        let mode = self.mode();
+        let Some(action) = lookup(mode, &key) else {
+            if let (Some(Popup::Typing { what, text }), KeyCode::Char(c)) =
+                (&mut self.popup, key.code)
+            {
+                text.push(c);
+                if matches!(what, Typing::Filter { .. }) {
+                    self.filter = text.clone();
+                    self.reanchor();
+                }
+            }
+            return None;
+        };
+        if action == Action::Quit {
+            self.quit = true;
+            return None;
+        }
+        match mode {
+            Mode::Main => self.main_action(action),
+            Mode::Help => {
+                self.popup = None;
+                None
+            }
+            Mode::Confirm => {
+                let Some(Popup::Confirm(act)) = self.popup.take() else {
+                    return None;
+                };
+                if action == Action::Confirm {
+                    self.say(true, format!("working: {} …", act.verb()));
+                    Some(Request::Act(act))
+                } else {
+                    self.say(true, "cancelled; nothing changed");
+                    None
+                }
+            }
+            Mode::Resolve => {
+                let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
+                    return None;
+                };
+                let how = match action {
+                    Action::Happened => Resolution::Happened,
+                    Action::NotHappened => Resolution::NotHappened,
+                    Action::CancelEffect => Resolution::Cancel,
+                    _ => {
+                        self.say(true, "cancelled; nothing changed");
+                        return None;
+                    }
+                };
+                self.popup = Some(Popup::Confirm(Act::Resolve {
+                    key,
+                    job,
+                    terms,
+                    how,
+                }));
+                None
+            }
+            Mode::Typing => {
+                let Some(Popup::Typing { what, mut text }) = self.popup.take() else {
+                    return None;
+                };
+                match (action, what) {
+                    (Action::DeleteChar, what) => {
+                        text.pop();
+                        if matches!(what, Typing::Filter { .. }) {
+                            self.filter = text.clone();
+                            self.reanchor();
+                        }
+                        self.popup = Some(Popup::Typing { what, text });
+                    }
+                    (Action::Accept, Typing::Filter { .. }) => {}
+                    (Action::Accept, Typing::PauseNote { job }) => {
+                        let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
+                        self.popup = Some(Popup::Confirm(Act::Pause { job, note }));
+                    }
+                    (_, Typing::Filter { before }) => {
+                        self.filter = before;
+                        self.reanchor();
+                    }
+                    (_, Typing::PauseNote { .. }) => self.say(true, "cancelled; nothing changed"),
+                }
+                None
+            }
+        }
+    }
+
+    fn main_action(&mut self, action: Action) -> Option<Request> {
+        let page = self.page.get().max(1) as isize;
+        let here = self.selected(self.view) as isize;
+        match action {
+            Action::Show(v) => {
+                self.view = v;
+                self.detail = None;
+            }
+            Action::NextView => {
+                self.view = self.view.next();
+                self.detail = None;
+            }
+            Action::Up
+            | Action::Down
+            | Action::Top
+            | Action::Bottom
+            | Action::PageUp
+            | Action::PageDown => {
+                if let Some(d) = &mut self.detail {
+                    d.scroll = match action {
+                        Action::Up => d.scroll.saturating_sub(1),
+                        Action::Down => d.scroll + 1,
+                        Action::Top => 0,
+                        Action::PageUp => d.scroll.saturating_sub(page as usize),
+                        Action::PageDown => d.scroll + page as usize,
+                        _ => usize::MAX / 2,
+                    };
+                    return None;
+                }
+                let to = match action {
+                    Action::Up => here - 1,
+                    Action::Down => here + 1,
+                    Action::Top => 0,
+                    Action::Bottom => isize::MAX / 2,
+                    Action::PageUp => here - page,
+                    _ => here + page,
+                };
+                self.move_to(to);
+            }
+            Action::Open => return self.open(),
+            Action::Back if self.detail.take().is_none() && !self.filter.is_empty() => {
+                self.filter.clear();
+                self.reanchor();
+            }
+            Action::Filter => {
+                self.popup = Some(Popup::Typing {
+                    what: Typing::Filter {
+                        before: self.filter.clone(),
+                    },
+                    text: self.filter.clone(),
+                });
+            }
+            Action::Sort => {
+                let i = self.view.index();
+                self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
+                self.reanchor();
+            }
+            Action::Freeze => {
+                self.frozen = !self.frozen;
+                if !self.frozen {
+                    if let Some(s) = self.held.take() {
+                        self.snap = Some(s);
+                        self.reanchor();
+                    }
+                }
+            }
+            Action::Help => self.popup = Some(Popup::Help),
+            Action::Approve | Action::Deny => {
+                let approve = action == Action::Approve;
+                if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
+                    return None;
+                }
+                match self.selected_effect() {
+                    Some(EffectRef {
+                        key,
+                        job,
+                        terms,
+                        approval: Some(_),
+                    }) => {
+                        self.popup = Some(Popup::Confirm(if approve {
+                            Act::Approve { key, job, terms }
+                        } else {
+                            Act::Deny { key, job, terms }
+                        }));
+                    }
+                    Some(_) => self.say(
+                        false,
+                        "no approval was requested for this effect (pending ones are in view 3)",
+                    ),
+                    None => self.say(false, "select a pending effect first (view 3)"),
+                }
+            }
+            Action::Resolve => {
+                if self.refuse_read_only("resolve") {
+                    return None;
+                }
+                match self.selected_effect() {
+                    Some(e) => {
+                        self.popup = Some(Popup::Resolve {
+                            key: e.key,
+                            job: e.job,
+                            terms: e.terms,
+                        })
+                    }
+                    None => self.say(false, "select an unknown effect first (view 2)"),
+                }
+            }
+            Action::Pause => {
+                if self.refuse_read_only("pause/resume") {
+                    return None;
+                }
+                match self.selected_job() {
+                    Some(j) if j.paused => {
+                        self.popup = Some(Popup::Confirm(Act::Resume {
+                            job: j.job_key.clone(),
+                        }))
+                    }
+                    Some(j) => {
+                        self.popup = Some(Popup::Typing {
+                            what: Typing::PauseNote {
+                                job: j.job_key.clone(),
+                            },
+                            text: String::new(),
+                        })
+                    }
+                    None => self.say(false, "select a job first (view 1)"),
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn open(&mut self) -> Option<Request> {
+        if self.detail.is_some() {
+            return None;
+        }
+        let focus = match self.view {
+            View::Jobs => Focus::Job(self.selected_job()?.job_key.clone()),
+            View::Events => {
+                let e = self.events().get(self.selected(View::Events)).copied()?;
+                match (&e.effect_key, &e.job_key) {
+                    (Some(k), _) => Focus::Effect(k.clone()),
+                    (None, Some(j)) => Focus::Job(j.clone()),
+                    _ => return None,
+                }
+            }
+            _ => Focus::Effect(self.selected_effect()?.key),
+        };
+        self.detail = Some(Detail {
+            focus: focus.clone(),
+            loaded: None,
+            scroll: 0,
+        });
+        Some(Request::Load(focus))
+    }
+}

@@ -1,0 +1,329 @@
+//! The dashboard's keys against a real SQLite database: the same key sequences an operator
+//! types, through the same `serve` the poll task runs, then the rows checked.
+mod tui_support;
+
+use crossterm::event::KeyCode;
+use exactly::tui::{Act, Popup, Typing};
+use tui_support::*;
+
+fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
+    let a = f
+        .store()
+        .approval(key)
+        .expect("read")
+        .expect("approval row");
+    (a.state, a.decided_by)
+}
+
+fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
+    let r = f.store().effect(key).expect("read").expect("ledger row");
+    (r.state, r.resolved_by)
+}
+
+/// The pending approval of the busy fixture (the only one).
+fn pending_key(f: &Fixture) -> String {
+    snapshot(f).pending_approvals[0].effect_key.clone()
+}
+
+#[test]
+fn approve_with_3_a_y() {
+    let f = busy();
+    let key = pending_key(&f);
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &keys("3a"));
+    assert!(matches!(&app.popup, Some(Popup::Confirm(Act::Approve { key: k, .. })) if *k == key));
+    assert_eq!(
+        approval_state(&f, &key).0,
+        "pending",
+        "nothing happens before y"
+    );
+    press(&mut app, &mut store, &keys("y"));
+    let (state, by) = approval_state(&f, &key);
+    assert_eq!(state, "approved");
+    assert_eq!(by.as_deref(), Some(exactly::actor().as_str()));
+    let status = app.status.clone().expect("status");
+    assert!(
+        status.ok && status.text.starts_with(&format!("approved {key}")),
+        "{status:?}"
+    );
+    // The poll after the action moved it from pending to approved-but-unused.
+    let snap = app.snap.as_ref().expect("snapshot");
+    assert!(snap.pending_approvals.is_empty());
+    assert!(snap.unused_approvals.iter().any(|a| a.effect_key == key));
+}
+
+#[test]
+fn deny_with_3_d_y_cancels_the_effect() {
+    let f = busy();
+    let key = pending_key(&f);
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("3dy"));
+    assert_eq!(approval_state(&f, &key).0, "denied");
+    assert_eq!(effect_state(&f, &key).0, "cancelled");
+}
+
+#[test]
+fn resolve_happened_not_happened_cancel() {
+    for (how, want) in [('h', "done"), ('n', "claimed"), ('c', "cancelled")] {
+        let f = busy();
+        let key = snapshot(&f).unknown[0].effect_key.clone();
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys("2r"));
+        assert!(matches!(&app.popup, Some(Popup::Resolve { key: k, .. }) if *k == key));
+        press(&mut app, &mut f.store(), &[key_of(how)]);
+        assert!(matches!(
+            &app.popup,
+            Some(Popup::Confirm(Act::Resolve { .. }))
+        ));
+        assert_eq!(
+            effect_state(&f, &key).0,
+            "unknown",
+            "nothing happens before y"
+        );
+        press(&mut app, &mut f.store(), &keys("y"));
+        let (state, by) = effect_state(&f, &key);
+        assert_eq!(state, want, "resolve with {how}");
+        assert_eq!(by.as_deref(), Some(exactly::actor().as_str()));
+        let status = app.status.clone().expect("status");
+        assert!(
+            status.ok && status.text.contains(&format!("unknown → {want}")),
+            "{status:?}"
+        );
+        assert!(app
+            .snap
+            .as_ref()
+            .expect("snap")
+            .unknown
+            .iter()
+            .all(|u| u.effect_key != key));
+    }
+}
+
+fn key_of(c: char) -> crossterm::event::KeyEvent {
+    key(c)
+}
+
+#[test]
+fn cancel_is_the_default() {
+    let f = busy();
+    let pending = pending_key(&f);
+    for cancel in [
+        key('n'),
+        code(KeyCode::Esc),
+        code(KeyCode::Enter),
+        key('x'),
+        key('q'),
+    ] {
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys("3a"));
+        press(&mut app, &mut f.store(), &[cancel]);
+        // Keys that are not y either cancel or are ignored; none approves.
+        press(&mut app, &mut f.store(), &[code(KeyCode::Esc)]);
+        assert!(app.popup.is_none());
+        assert!(!app.quit, "q in a confirmation cancels, it does not quit");
+        assert_eq!(approval_state(&f, &pending).0, "pending");
+    }
+}
+
+#[test]
+fn another_operator_already_approved() {
+    let f = busy();
+    let key = pending_key(&f);
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("3a"));
+    // While the confirmation is open, someone else decides.
+    exactly::approval::deny(&mut f.store(), &key, "bob@10.0.0.9", None).expect("deny");
+    press(&mut app, &mut f.store(), &keys("y"));
+    let status = app.status.clone().expect("status");
+    assert!(!status.ok);
+    assert!(
+        status.text.contains("was already denied by bob@10.0.0.9"),
+        "{status:?}"
+    );
+    assert_eq!(
+        approval_state(&f, &key),
+        ("denied".into(), Some("bob@10.0.0.9".into()))
+    );
+    let screen = text(&render(&app, 80, 24));
+    assert!(
+        screen.contains("! effect") && screen.contains("already denied by bob"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn resolve_already_settled_by_someone_else() {
+    let f = busy();
+    let key = snapshot(&f).unknown[0].effect_key.clone();
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("2rh"));
+    exactly::approval::resolve(
+        &mut f.store(),
+        &key,
+        exactly::store::Resolution::Cancel,
+        "carol",
+        None,
+        None,
+    )
+    .expect("resolve");
+    press(&mut app, &mut f.store(), &keys("y"));
+    let status = app.status.clone().expect("status");
+    assert!(
+        !status.ok
+            && status
+                .text
+                .contains("already cancelled (resolved by carol)"),
+        "{status:?}"
+    );
+    assert_eq!(effect_state(&f, &key).0, "cancelled");
+}
+
+#[test]
+fn read_only_refuses_every_action() {
+    let f = busy();
+    let key = pending_key(&f);
+    let mut app = app(true);
+    app.on_reply(exactly::tui::Reply::Snapshot(Box::new(snapshot(&f))));
+    for seq in ["3a", "3d", "2r", "1p"] {
+        press(&mut app, &mut f.store(), &keys(seq));
+        assert!(
+            app.popup.is_none(),
+            "{seq} opened a popup in read-only mode"
+        );
+        let status = app.status.clone().expect("status");
+        assert!(status.text.starts_with("read-only:"), "{status:?}");
+        press(&mut app, &mut f.store(), &keys("y"));
+    }
+    assert_eq!(approval_state(&f, &key).0, "pending");
+    assert_eq!(snapshot(&f).unknown.len(), 3);
+    let screen = text(&render(&app, 80, 24));
+    assert!(
+        screen.contains("READ-ONLY") && screen.contains("read-only: pause/resume refused"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn pause_with_a_note_then_resume() {
+    let f = busy();
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    // invoices is the second job by name.
+    press(&mut app, &mut store, &keys("1gjp"));
+    assert!(
+        matches!(&app.popup, Some(Popup::Typing { what: Typing::PauseNote { job }, .. }) if job == "invoices")
+    );
+    press(&mut app, &mut store, &keys("bank maintenance"));
+    press(&mut app, &mut store, &[code(KeyCode::Enter)]);
+    assert!(
+        matches!(&app.popup, Some(Popup::Confirm(Act::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance")
+    );
+    press(&mut app, &mut store, &keys("y"));
+    let job = snapshot(&f)
+        .jobs
+        .into_iter()
+        .find(|j| j.job_key == "invoices")
+        .expect("job");
+    assert!(job.paused);
+    assert_eq!(job.pause_note.as_deref(), Some("bank maintenance"));
+    press(&mut app, &mut store, &keys("py"));
+    let job = snapshot(&f)
+        .jobs
+        .into_iter()
+        .find(|j| j.job_key == "invoices")
+        .expect("job");
+    assert!(!job.paused);
+}
+
+#[test]
+fn filter_then_act_on_the_filtered_row() {
+    let f = busy();
+    let mut app = app_for(&f);
+    let snap = snapshot(&f);
+    let target = snap
+        .unknown
+        .iter()
+        .find(|u| u.job_key == "invoices")
+        .expect("unknown of invoices")
+        .effect_key
+        .clone();
+    press(&mut app, &mut f.store(), &keys("2/invo"));
+    press(&mut app, &mut f.store(), &[code(KeyCode::Enter)]);
+    assert_eq!(app.unknown().len(), 1);
+    press(&mut app, &mut f.store(), &keys("rny"));
+    assert_eq!(effect_state(&f, &target).0, "claimed");
+    // Esc clears the filter.
+    press(&mut app, &mut f.store(), &[code(KeyCode::Esc)]);
+    assert!(app.filter.is_empty());
+}
+
+#[test]
+fn the_cursor_stays_on_its_row_when_rows_arrive() {
+    let f = busy();
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("2G"));
+    let chosen = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+        .effect_key
+        .clone();
+    // A new unknown effect, older than all others, arrives with the next poll.
+    f.sql()
+        .execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, updated_at)
+             VALUES ('newcomer', 'x', 'r', 'unknown', ?1, ?1)",
+            [before(99_999)],
+        )
+        .expect("insert");
+    pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
+    assert_eq!(app.unknown()[0].effect_key, "newcomer");
+    let now_selected = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+        .effect_key
+        .clone();
+    assert_eq!(now_selected, chosen);
+}
+
+#[test]
+fn views_sort_freeze_help_and_quit() {
+    let f = busy();
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &[code(KeyCode::Tab)]);
+    assert_eq!(app.view, exactly::tui::View::Unknown);
+    press(&mut app, &mut store, &keys("1s"));
+    assert_eq!(
+        app.jobs()[0].job_key,
+        "daily-digest",
+        "sorted by p99, longest first"
+    );
+    press(&mut app, &mut store, &keys("f"));
+    assert!(app.frozen);
+    exactly::approval::approve(&mut f.store(), &pending_key(&f), "bob", None).expect("approve");
+    pump(&mut app, &mut store, exactly::tui::Request::Poll);
+    assert_eq!(
+        app.snap.as_ref().expect("snap").pending_approvals.len(),
+        1,
+        "frozen"
+    );
+    press(&mut app, &mut store, &keys("f"));
+    assert_eq!(
+        app.snap.as_ref().expect("snap").pending_approvals.len(),
+        0,
+        "unfrozen"
+    );
+    press(&mut app, &mut store, &keys("?"));
+    assert!(matches!(app.popup, Some(Popup::Help)));
+    press(&mut app, &mut store, &[code(KeyCode::Esc)]);
+    assert!(app.popup.is_none());
+    press(&mut app, &mut store, &keys("q"));
+    assert!(app.quit);
+    let mut app = app_for(&f);
+    press(
+        &mut app,
+        &mut store,
+        &[crossterm::event::KeyEvent::new(
+            KeyCode::Char('c'),
+            crossterm::event::KeyModifiers::CONTROL,
+        )],
+    );
+    assert!(app.quit);
+}

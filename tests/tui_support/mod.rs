@@ -1,0 +1,574 @@
+//! Fixture databases for the dashboard's tests: real SQLite files written through the library,
+//! then every timestamp pinned to a fixed instant so screens are the same on every run.
+#![allow(dead_code)]
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
+use exactly::lease;
+use exactly::metrics::Snapshot;
+use exactly::store::Store;
+use exactly::time::Ts;
+use exactly::tui::{draw, serve, App, Options, Request};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use rusqlite::{params, Connection};
+use std::time::Duration;
+
+/// The instant the screens are drawn at. In the future, so that leases pinned relative to it are
+/// live for the store's own clock too.
+pub const NOW: &str = "2099-01-01T12:00:00.000Z";
+
+pub fn now() -> Ts {
+    exactly::time::parse(NOW).expect("fixed time")
+}
+
+pub struct Fixture {
+    pub _dir: tempfile::TempDir,
+    pub path: String,
+}
+
+impl Fixture {
+    pub fn store(&self) -> Store {
+        Store::open(&self.path).expect("open fixture")
+    }
+    pub fn sql(&self) -> Connection {
+        Connection::open(&self.path).expect("open fixture")
+    }
+}
+
+fn new_db() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("exactly.db").to_string_lossy().into_owned();
+    Store::open(&path).expect("create");
+    Fixture { _dir: dir, path }
+}
+
+/// An action whose far side answers as told.
+pub struct Far(pub Result<String, Failure>);
+
+impl Action for Far {
+    fn perform(&mut self, _key: &str) -> Result<String, Failure> {
+        self.0.clone()
+    }
+    fn observe(&mut self, _key: &str) -> Observation {
+        Observation::CantTell("far side did not answer".into())
+    }
+}
+
+pub fn claim(store: &mut Store, job: &str, owner: &str) -> i64 {
+    match lease::claim(store, job, owner, Duration::from_secs(600)).expect("claim") {
+        lease::Claim::Won { token } => token,
+        lease::Claim::Held { .. } => panic!("lease of {job} held"),
+    }
+}
+
+pub fn run(
+    store: &mut Store,
+    job: &str,
+    token: i64,
+    spec: &Spec,
+    far: Result<&str, Failure>,
+) -> String {
+    let ctx = Ctx::new(job, token).with_run_id(&format!("{job}-run-{token}"));
+    effect::run(store, &ctx, spec, &mut Far(far.map(str::to_string))).expect("effect");
+    spec.key()
+}
+
+/// `NOW` minus `secs`, in the ledger's fixed-width form.
+pub fn before(secs: i64) -> String {
+    exactly::time::fmt(now() - chrono::Duration::seconds(secs))
+}
+
+pub fn after(secs: i64) -> String {
+    before(-secs)
+}
+
+/// Rewrites every timestamp the library wrote with the real clock to one derived from `NOW`
+/// and the row's insertion order.
+pub fn pin_times(c: &Connection) {
+    let base = "'2099-01-01 12:00:00'";
+    let ts = |expr: &str| {
+        format!("strftime('%Y-%m-%dT%H:%M:%fZ', {base}, '-' || ({expr}) || ' seconds')")
+    };
+    let stmts = [
+        format!(
+            "UPDATE effect_ledger SET created_at = {}, updated_at = {}",
+            ts("rowid * 1800 + 600"),
+            ts("rowid * 1170")
+        ),
+        format!(
+            "UPDATE effect_ledger SET verdict_at = {} WHERE verdict_at IS NOT NULL",
+            ts("rowid * 60")
+        ),
+        format!(
+            "UPDATE effect_ledger SET resolved_at = {} WHERE resolved_at IS NOT NULL",
+            ts("rowid * 30")
+        ),
+        format!(
+            "UPDATE exactly_approvals SET requested_at = {}",
+            ts("rowid * 2333")
+        ),
+        format!(
+            "UPDATE exactly_approvals SET decided_at = {} WHERE decided_at IS NOT NULL",
+            ts("rowid * 100")
+        ),
+        format!(
+            "UPDATE exactly_approvals SET consumed_at = {} WHERE consumed_at IS NOT NULL",
+            ts("rowid * 50")
+        ),
+        format!(
+            "UPDATE exactly_events SET at = {}",
+            ts("((SELECT max(id) FROM exactly_events) - id + 1) * 53")
+        ),
+        format!("UPDATE job_lease SET created_at = {}", ts("rowid * 3600")),
+        format!("UPDATE exactly_jobs SET updated_at = {}", ts("7200")),
+        format!(
+            "UPDATE exactly_jobs SET paused_at = {} WHERE paused_at IS NOT NULL",
+            ts("5400")
+        ),
+    ];
+    let machine = [
+        // What names this machine or process: the same on every machine in the screens.
+        "UPDATE effect_ledger SET attempt = 'web-1:4242' WHERE attempt IS NOT NULL".to_string(),
+        "UPDATE exactly_events SET actor = 'observer@web-1' WHERE kind = 'observer_verdict'"
+            .to_string(),
+    ];
+    for s in stmts.into_iter().chain(machine) {
+        c.execute(&s, []).expect("pin times");
+    }
+}
+
+pub fn set_lease(c: &Connection, job: &str, owner: &str, until: &str) {
+    c.execute(
+        "UPDATE job_lease SET owner = ?2, lease_until = ?3 WHERE job_key = ?1",
+        params![job, owner, until],
+    )
+    .expect("lease");
+}
+
+pub fn add_job(
+    c: &Connection,
+    job: &str,
+    schedule: Option<&str>,
+    interval_s: i64,
+    lease_s: i64,
+    overlap: &str,
+    cap: Option<i64>,
+) {
+    c.execute(
+        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, queue_cap, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule, interval_s = excluded.interval_s,
+           lease_s = excluded.lease_s, overlap = excluded.overlap, queue_cap = excluded.queue_cap",
+        params![job, schedule, interval_s, lease_s, overlap, cap, NOW],
+    )
+    .expect("job");
+}
+
+/// `n` finished runs of a job, one per interval back from `NOW`, with durations from `dur`.
+pub fn add_runs(
+    c: &Connection,
+    job: &str,
+    n: i64,
+    interval_s: i64,
+    token: i64,
+    dur: impl Fn(i64) -> i64,
+    outcome: impl Fn(i64) -> &'static str,
+) {
+    for i in 0..n {
+        let start = before((n - i) * interval_s + 5);
+        let d = dur(i);
+        let end = exactly::time::fmt(
+            exactly::time::parse(&start).expect("ts") + chrono::Duration::milliseconds(d),
+        );
+        c.execute(
+            "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
+             VALUES (?1, ?2, ?3, 'worker-1@web-1', ?4, ?3, ?5, ?6, ?7)",
+            params![format!("{job}-{i}"), job, start, token, end, outcome(i), d],
+        )
+        .expect("run");
+    }
+}
+
+pub fn empty() -> Fixture {
+    let f = new_db();
+    pin_times(&f.sql());
+    f
+}
+
+/// A day of an operator's life: five jobs, leases held and expired, runs that overrun their
+/// lease, duplicates suppressed, a fenced write, unknown effects, pending and unused approvals.
+pub fn busy() -> Fixture {
+    let f = new_db();
+    let mut s = f.store();
+    let owner = "worker-1@web-1";
+
+    // invoices: a pending approval, an approved one not yet used, one sent and one lost.
+    let t = claim(&mut s, "invoices", owner);
+    let pay = Spec::new("pay", "acme")
+        .input("amount", "120.00")
+        .terms("Pay 120.00 EUR to ACME GmbH (invoice 2098-117)")
+        .needs_approval(true);
+    run(&mut s, "invoices", t, &pay, Ok("unused"));
+    let refund = Spec::new("refund", "globex")
+        .input("amount", "49.90")
+        .terms("Refund 49.90 EUR to Globex (order 8812)")
+        .needs_approval(true);
+    let refund_key = run(&mut s, "invoices", t, &refund, Ok("unused"));
+    exactly::approval::approve(
+        &mut s,
+        &refund_key,
+        "alice@10.0.0.7",
+        Some("checked the order"),
+    )
+    .expect("approve");
+    let mail = Spec::new("send-invoice", "initech")
+        .input("month", "2098-12")
+        .terms("Email invoice 2098-12 to billing@initech.example");
+    run(&mut s, "invoices", t, &mail, Ok("250 OK queued as 7F3A"));
+    run(&mut s, "invoices", t, &mail, Ok("250 OK queued as 7F3A")); // a duplicate, suppressed
+    let lost = Spec::new("pay", "umbrella")
+        .input("amount", "1800.00")
+        .terms("Pay 1800.00 EUR to Umbrella Corp (invoice 2098-121)");
+    let lost_key = run(
+        &mut s,
+        "invoices",
+        t,
+        &lost,
+        Err(Failure::Lost("connection reset after 30s".into())),
+    );
+    s.observe_verdict(&lost_key, None, "bank API timed out", None)
+        .expect("verdict");
+
+    // daily-digest: the lease was superseded mid-send, so the old attempt is open and fenced.
+    let old = claim(&mut s, "daily-digest", owner);
+    let digest = Spec::new("send-digest", "all-users")
+        .input("day", "2098-12-31")
+        .terms("Send the daily digest to 1,204 subscribers");
+    let ctx_old = Ctx::new("daily-digest", old).with_run_id("daily-digest-run-old");
+    let key = digest.key();
+    let digest_key = key.clone();
+    s.begin_effect(&exactly::store::NewEffect {
+        effect_key: &key,
+        job_key: "daily-digest",
+        run_id: &ctx_old.run_id,
+        token: old,
+        terms_shown: digest.terms.as_deref(),
+        action_id: "send-digest",
+        target_id: "all-users",
+        input_digest: &digest.input_digest(),
+        observe_cmd: None,
+    })
+    .expect("begin");
+    s.submit_effect(
+        &key,
+        "daily-digest",
+        &ctx_old.run_id,
+        old,
+        "web-1:4242",
+        false,
+    )
+    .expect("submit");
+    lease::release(&mut s, "daily-digest", old).expect("release");
+    let new = claim(&mut s, "daily-digest", "worker-2@web-2");
+    // The old holder comes back and tries to finish: fenced.
+    s.finish_effect(&key, "daily-digest", old, "done", "sent")
+        .expect("finish");
+    let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
+    run(&mut s, "daily-digest", new, &sms, Ok("queued"));
+
+    // sync-crm: runs longer than its interval and its lease; a claim left by a dead token.
+    let t1 = claim(&mut s, "sync-crm", owner);
+    let crm = Spec::new("upsert", "crm").input("batch", "77");
+    let crm_key = crm.key();
+    s.begin_effect(&exactly::store::NewEffect {
+        effect_key: &crm_key,
+        job_key: "sync-crm",
+        run_id: "sync-crm-run-1",
+        token: t1,
+        terms_shown: None,
+        action_id: "upsert",
+        target_id: "crm",
+        input_digest: &crm.input_digest(),
+        observe_cmd: None,
+    })
+    .expect("begin");
+    lease::release(&mut s, "sync-crm", t1).expect("release");
+    let _t2 = claim(&mut s, "sync-crm", owner);
+
+    // reminders: paused by an operator. legacy-backup: a cron wrapper known only by its lease.
+    let t = claim(&mut s, "reminders", owner);
+    lease::release(&mut s, "reminders", t).expect("release");
+    s.set_paused(
+        "reminders",
+        true,
+        "bob@10.0.0.9",
+        Some("holiday freeze until 2 Jan"),
+    )
+    .expect("pause");
+    let t = claim(&mut s, "legacy-backup", "cron@db-1");
+    let snap = Spec::new("snapshot", "s3://backups")
+        .input("day", "2098-12-31")
+        .terms("Upload nightly DB snapshot");
+    run(
+        &mut s,
+        "legacy-backup",
+        t,
+        &snap,
+        Err(Failure::Lost("killed by signal 9".into())),
+    );
+    drop(s);
+
+    let c = f.sql();
+    add_job(&c, "invoices", None, 3600, 900, "coalesce", None);
+    add_job(
+        &c,
+        "daily-digest",
+        Some("0 7 * * *"),
+        86400,
+        600,
+        "fail",
+        None,
+    );
+    add_job(&c, "sync-crm", None, 60, 90, "queue", Some(3));
+    add_job(&c, "reminders", None, 900, 300, "coalesce", None);
+    add_runs(
+        &c,
+        "invoices",
+        48,
+        3600,
+        1,
+        |i| 30_000 + (i * 7919) % 45_000,
+        |i| if i == 30 { "failed" } else { "ok" },
+    );
+    add_runs(
+        &c,
+        "daily-digest",
+        14,
+        86400,
+        2,
+        |i| 180_000 + (i * 104_729) % 500_000,
+        |_| "ok",
+    );
+    add_runs(
+        &c,
+        "sync-crm",
+        60,
+        60,
+        2,
+        |i| 40_000 + (i * 15_485) % 80_000,
+        |i| if i % 9 == 4 { "overlap" } else { "ok" },
+    );
+    add_runs(
+        &c,
+        "reminders",
+        20,
+        900,
+        1,
+        |i| 2_000 + (i * 331) % 3_000,
+        |_| "ok",
+    );
+    for (slot, state) in [(120, "queued"), (60, "queued")] {
+        c.execute(
+            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+             VALUES ('sync-crm', ?1, 'schedule', ?2, ?1, ?1)",
+            params![before(slot), state],
+        )
+        .expect("firing");
+    }
+    pin_times(&c);
+    set_lease(&c, "invoices", owner, &after(252));
+    set_lease(&c, "daily-digest", "worker-2@web-2", &after(431));
+    set_lease(&c, "sync-crm", owner, &after(35));
+    set_lease(&c, "legacy-backup", "cron@db-1", &after(3000));
+    let _ = (digest_key, lost_key);
+    f
+}
+
+/// Everything another program could write into the tables to attack the operator's terminal.
+pub fn hostile() -> Fixture {
+    let f = new_db();
+    let c = f.sql();
+    let evil_job = "evil\u{1b}[2J\u{1b}]0;pwned\u{7}-job\r\u{202e}gnp.exe";
+    let esc_key = "k3y\u{1b}[31mRED\u{1b}[0m\u{9b}2J";
+    let long = "A".repeat(50) + &"long terms that go on and on ".repeat(20);
+    c.execute(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES (?1, ?2, 7, ?3, ?4)",
+        params![evil_job, "own\u{9b}31mer\u{7}\u{8}\u{8}\u{8}", after(120), NOW],
+    )
+    .expect("lease");
+    c.execute(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+         VALUES (CAST(x'6a6f62fffe80' AS TEXT), CAST(x'c0afc0af' AS TEXT), 3, ?1, ?2)",
+        params![after(60), NOW],
+    )
+    .expect("lease invalid utf8");
+    c.execute(
+        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, paused, pause_note, updated_at)
+         VALUES (?1, ?2, 60, 'x', ?3, 1, ?4, ?5)",
+        params![evil_job, "*/1 * * * *\u{1b}[8m", "queue\u{1b}[5m", "note\u{1b}]8;;http://evil\u{1b}\\click\u{1b}]8;;\u{1b}\\", NOW],
+    )
+    .expect("job");
+    let ledger = |key: &str, job: &str, state: &str, terms: &str, response: &str| {
+        c.execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, terms_shown, response,
+               created_at, updated_at, verdict) VALUES (?1, ?2, 'r\u{1b}[1m', 7, ?3, ?4, ?5, ?6, ?6, ?7)",
+            params![key, job, state, terms, response, before(4000), "can\u{1b}[9m't tell\r"],
+        )
+        .expect("ledger");
+    };
+    ledger(
+        esc_key,
+        evil_job,
+        "unknown",
+        "Pay \u{1b}]52;c;ZWNobyBwd25lZA==\u{7}100 EUR\nto\tMallory\r\u{202e}RUE 0001",
+        "ok\u{1b}[?1049l",
+    );
+    ledger(
+        "widechars",
+        "請求書-job",
+        "unknown",
+        "請求書を送る 💸 e\u{301}\u{200b} 全角テキストがとても長い場合にレイアウトを壊さないこと",
+        "",
+    );
+    ledger("longterms", "long-job", "submitted", &long, "");
+    c.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, terms_shown, created_at, updated_at)
+         VALUES ('badutf8', CAST(x'6a6f62ff' AS TEXT), 'r', 'unknown', CAST(x'5061792080ff20c3' AS TEXT), ?1, ?1)",
+        params![before(9000)],
+    )
+    .expect("invalid utf8");
+    for (key, job, terms) in [
+        (
+            esc_key,
+            evil_job,
+            "Approve \u{1b}[1A\u{1b}[2Kfake line\u{1b}[0m 100 EUR",
+        ),
+        (
+            "wideapproval",
+            "請求書-job",
+            "承認してください：１００ユーロ",
+        ),
+        ("longapproval", "long-job", long.as_str()),
+    ] {
+        c.execute(
+            "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at) VALUES (?1, ?2, ?3, 'pending', ?4)",
+            params![key, job, terms, before(7300)],
+        )
+        .expect("approval");
+    }
+    c.execute(
+        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at, decided_by)
+         VALUES ('approvedbad', CAST(x'ff' AS TEXT), 'x', 'approved', ?1, ?2)",
+        params![before(100), "mallory\u{1b}[8m@\u{9d}0;t\u{9c}host"],
+    )
+    .expect("approval");
+    for i in 0..6 {
+        c.execute(
+            "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                before(60 * (6 - i)),
+                ["fenced_write", "kind\u{1b}[31m", "resolved", "lease_stolen", "approval_denied", "x\u{7f}y"][i as usize],
+                evil_job,
+                esc_key,
+                i,
+                "who\u{1b}]0;t\u{7}\u{85}",
+                format!("detail {i} \u{1b}[1;1H\u{1b}[2Jcleared? \u{202d}bidi\r\n{long}")
+            ],
+        )
+        .expect("event");
+    }
+    c.execute(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
+         VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN')",
+        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m"],
+    )
+    .expect("run");
+    f
+}
+
+/// The snapshot, with what depends on the machine (host, path, clock) pinned.
+pub fn snapshot(f: &Fixture) -> Snapshot {
+    let mut s = Snapshot::read(&mut f.store()).expect("snapshot");
+    s.host = "web-1".into();
+    s.db = "/var/lib/exactly/exactly.db".into();
+    s.taken_at = before(1);
+    s
+}
+
+pub fn app(read_only: bool) -> App {
+    App::new(Options {
+        read_only,
+        color: true,
+        refresh: Duration::from_secs(1),
+    })
+}
+
+/// An app showing the fixture, as the screen loop would after its first poll.
+pub fn app_for(f: &Fixture) -> App {
+    let mut a = app(false);
+    a.on_reply(exactly::tui::Reply::Snapshot(Box::new(snapshot(f))));
+    a
+}
+
+pub fn key(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+}
+
+pub fn code(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+/// Presses keys the way the screen loop does: requests go to `serve` against the real database
+/// and the replies come back into the app, until nothing more is asked.
+pub fn press(app: &mut App, store: &mut Store, keys: &[KeyEvent]) {
+    for k in keys {
+        if let Some(req) = app.on_key(*k) {
+            pump(app, store, req);
+        }
+    }
+}
+
+pub fn pump(app: &mut App, store: &mut Store, req: Request) {
+    let mut queue = vec![req];
+    while let Some(r) = queue.pop() {
+        for reply in serve(store, &r) {
+            // Pin what depends on the machine, as `snapshot` does.
+            let reply = match reply {
+                exactly::tui::Reply::Snapshot(mut s) => {
+                    s.host = "web-1".into();
+                    s.db = "/var/lib/exactly/exactly.db".into();
+                    s.taken_at = before(1);
+                    exactly::tui::Reply::Snapshot(s)
+                }
+                other => other,
+            };
+            if let Some(next) = app.on_reply(reply) {
+                queue.push(next);
+            }
+        }
+    }
+}
+
+pub fn keys(s: &str) -> Vec<KeyEvent> {
+    s.chars().map(key).collect()
+}
+
+pub fn render(app: &App, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+    term.draw(|f| draw(f, app, now())).expect("draw");
+    term
+}
+
+/// The screen as plain text lines.
+pub fn text(term: &Terminal<TestBackend>) -> String {
+    let buf = term.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}

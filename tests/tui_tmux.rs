@@ -1,0 +1,245 @@
+//! Drives the real `exactly top` in a real terminal (tmux): it starts, shows the jobs, approves
+//! with 3 a y, resolves with 2 r h y, survives a resize, quits with q and leaves the terminal as
+//! it found it; SIGTERM restores the terminal too. Skipped only when tmux is not installed.
+use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
+use exactly::{lease, store::Store};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Far(Result<String, Failure>);
+impl Action for Far {
+    fn perform(&mut self, _k: &str) -> Result<String, Failure> {
+        self.0.clone()
+    }
+    fn observe(&mut self, _k: &str) -> Observation {
+        Observation::CantTell("no answer".into())
+    }
+}
+
+/// A tmux server of our own (its own socket), killed when the test ends however it ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            self.cmd(&["send-keys", "-t", "t", k]);
+        }
+    }
+    fn screen(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "t"])
+    }
+    /// Waits until the screen shows `what`; fails with the screen if it never does.
+    fn wait_for(&self, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = self.screen();
+            if s.contains(what) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("screen never showed {what:?}:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    fn alternate_on(&self) -> bool {
+        self.cmd(&["display-message", "-p", "-t", "t", "#{alternate_on}"])
+            .trim()
+            == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn start(name: &str, w: u16, h: u16) -> Tmux {
+    let t = Tmux {
+        socket: format!("exactly-test-{name}-{}", std::process::id()),
+    };
+    let status = Command::new("tmux")
+        .args([
+            "-L",
+            &t.socket,
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+        ])
+        .args(["-x", &w.to_string(), "-y", &h.to_string()])
+        .arg("env PS1='$ ' sh")
+        .status()
+        .expect("start tmux");
+    assert!(status.success());
+    t
+}
+
+fn fixture(dir: &std::path::Path) -> (String, String, String) {
+    let path = dir.join("top.db").to_string_lossy().into_owned();
+    let mut s = Store::open(&path).expect("open");
+    let token = match lease::claim(&mut s, "invoices", "worker-1", Duration::from_secs(3600))
+        .expect("claim")
+    {
+        lease::Claim::Won { token } => token,
+        _ => panic!("held"),
+    };
+    let ctx = Ctx::new("invoices", token);
+    let pay = Spec::new("pay", "acme")
+        .input("amount", "120")
+        .terms("Pay 120 EUR to ACME")
+        .needs_approval(true);
+    effect::run(&mut s, &ctx, &pay, &mut Far(Ok("paid".into()))).expect("run");
+    let mail = Spec::new("mail", "bob").terms("Mail the invoice to bob");
+    effect::run(
+        &mut s,
+        &ctx,
+        &mail,
+        &mut Far(Err(Failure::Lost("reset".into()))),
+    )
+    .expect("run");
+    (path, pay.key(), mail.key())
+}
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_exactly")
+}
+
+#[test]
+fn top_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, pay, mail) = fixture(dir.path());
+    let t = start("main", 120, 40);
+    t.wait_for("$");
+    t.keys(&[
+        &format!(
+            "EXACTLY_ACTOR=tmux-op {} --db {db} top; echo EXITED:$?",
+            exe()
+        ),
+        "Enter",
+    ]);
+    let s = t.wait_for("invoices");
+    assert!(
+        s.contains("[1 Jobs 1]") && s.contains("claimed unsent"),
+        "{s}"
+    );
+    assert!(t.alternate_on());
+
+    // Approve: 3, a, y.
+    t.keys(&["3"]);
+    t.wait_for("Pending approval (1)");
+    t.keys(&["a"]);
+    t.wait_for("Confirm: approve");
+    t.keys(&["y"]);
+    t.wait_for(&format!("approved {pay} as tmux-op"));
+    let a = Store::open(&db)
+        .expect("open")
+        .approval(&pay)
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (a.state.as_str(), a.decided_by.as_deref()),
+        ("approved", Some("tmux-op"))
+    );
+
+    // Resolve: 2, r, h, y.
+    t.keys(&["2"]);
+    t.wait_for("[2 Unknown 1!]");
+    t.keys(&["r"]);
+    t.wait_for("Resolve: what does the far side show?");
+    t.keys(&["h"]);
+    t.wait_for("Confirm: resolve: it happened");
+    t.keys(&["y"]);
+    t.wait_for(&format!("resolved {mail}: unknown → done"));
+    let r = Store::open(&db)
+        .expect("open")
+        .effect(&mail)
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (r.state.as_str(), r.resolved_by.as_deref()),
+        ("done", Some("tmux-op"))
+    );
+
+    // Resize to the smallest supported size: the narrow layout appears, nothing wraps.
+    t.cmd(&["resize-window", "-t", "t", "-x", "80", "-y", "24"]);
+    let s = t.wait_for("never-sent");
+    assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+    assert!(s.contains("[2 Unknown 0]"), "{s}");
+    t.keys(&["1"]);
+    t.wait_for("[1 Jobs 1]");
+
+    // Quit: the shell is back, the alternate screen is gone.
+    t.keys(&["q"]);
+    let s = t.wait_for("EXITED:0");
+    assert!(!t.alternate_on());
+    assert!(
+        !s.contains("exactly top polled"),
+        "the dashboard is still on screen:\n{s}"
+    );
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    if !tmux_available() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, _, _) = fixture(dir.path());
+    let t = start("term", 100, 30);
+    t.wait_for("$");
+    t.keys(&[&format!("{} --db {db} top; echo EXITED:$?", exe()), "Enter"]);
+    t.wait_for("invoices");
+    // The dashboard is the shell's child.
+    let shell: i32 = t
+        .cmd(&["display-message", "-p", "-t", "t", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .expect("pid");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let pid = loop {
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .unwrap_or_default();
+        if let Some(p) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no child of the shell");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: sending a signal to the process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let s = t.wait_for("EXITED:143");
+    assert!(!t.alternate_on(), "{s}");
+}

@@ -39,7 +39,7 @@ fn clean(scenario: &str, iterations: u32) -> Value {
         "unknown_unresolved",
         "unexplained_unknowns",
         "late_writes_accepted",
-        "errors",
+        "anomalies",
     ] {
         assert_eq!(n(&v, k), 0, "{scenario}: {k}: {v:#}");
         assert_eq!(n(s, k), 0, "{scenario}: per-scenario {k}");

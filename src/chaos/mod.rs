@@ -82,8 +82,8 @@ pub struct Tally {
     /// Scheduler strikes that landed while an effect was being sent.
     pub mid_effect_strikes: u64,
     pub wall_ms: u64,
-    /// Why the harness itself could not run an iteration (counts as a failure).
-    pub errors: u64,
+    /// Broken expectations and harness errors (each a failure, listed in `failures`).
+    pub anomalies: u64,
     pub failures: Vec<String>,
     #[serde(skip)]
     intents: Vec<(String, String)>,
@@ -94,6 +94,12 @@ const FAILURES_KEPT: usize = 20;
 impl Tally {
     pub fn kill(&mut self, point: &str) {
         *self.kills.entry(point.to_string()).or_default() += 1;
+    }
+    /// A broken expectation (an effect not fenced, not unknown when it must be, never settled)
+    /// or a harness error: fails the run.
+    pub fn anomaly(&mut self, what: String) {
+        self.anomalies += 1;
+        self.fail(what);
     }
     pub fn fail(&mut self, what: String) {
         if self.failures.len() < FAILURES_KEPT {
@@ -111,7 +117,7 @@ impl Tally {
             && self.claimed_leaked == 0
             && self.unexplained_unknowns == 0
             && self.late_writes_accepted == 0
-            && self.errors == 0
+            && self.anomalies == 0
     }
     fn add(&mut self, o: &Tally) {
         self.iterations += o.iterations;
@@ -131,7 +137,7 @@ impl Tally {
         self.late_writes_accepted += o.late_writes_accepted;
         self.observer_cant_tell += o.observer_cant_tell;
         self.mid_effect_strikes += o.mid_effect_strikes;
-        self.errors += o.errors;
+        self.anomalies += o.anomalies;
         for f in &o.failures {
             self.fail(f.clone());
         }
@@ -356,8 +362,7 @@ impl Harness {
             }
             let Some(row) = row else {
                 if self.guarded {
-                    t.fail(format!("{label}: effect {key} has no ledger row"));
-                    t.errors += 1;
+                    t.anomaly(format!("{label}: effect {key} has no ledger row"));
                 }
                 continue;
             };
@@ -496,12 +501,10 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         let t0 = Instant::now();
         let mut t = Tally::default();
         if let Err(e) = scenarios::run(name, &mut h, &mut t, a.iterations, &bar) {
-            t.errors += 1;
-            t.fail(format!("{name}: {e}"));
+            t.anomaly(format!("{name}: {e}"));
         }
         if let Err(e) = h.audit(&mut t) {
-            t.errors += 1;
-            t.fail(format!("{name}: audit: {e}"));
+            t.anomaly(format!("{name}: audit: {e}"));
         }
         let after = Snapshot::read(&mut h.store)?.totals;
         t.fenced_writes = after.fenced_writes.saturating_sub(before.fenced_writes);
@@ -617,13 +620,13 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     } else {
         format!(
-            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} harness errors",
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} anomalies",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,
             t.unexplained_unknowns,
             t.late_writes_accepted,
-            t.errors
+            t.anomalies
         )
     };
     let _ = writeln!(s, "{verdict}");

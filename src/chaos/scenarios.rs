@@ -35,7 +35,7 @@ fn settle(h: &mut Harness, t: &mut Tally, e: &Eff, label: &str) -> Result<()> {
     let c = h.settle(e, &Client::quick(), SETTLE_TRIES)?;
     h.observe_duration(started.elapsed() / c.len().max(1) as u32);
     if c.last() != Some(&Some(0)) {
-        t.fail(format!(
+        t.anomaly(format!(
             "{label}: restarts never settled it (exits {})",
             codes(&c)
         ));
@@ -130,7 +130,7 @@ fn kill_mid_effect(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) ->
                 if r.wait_marker(&marker)? && r.kill() {
                     t.kill(point);
                 } else {
-                    t.fail(format!(
+                    t.anomaly(format!(
                         "{label}: the attempt ended before reaching {marker}"
                     ));
                 }
@@ -178,7 +178,7 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
             Some(p) => {
                 let mut r = h.spawn(&a, &Client::quick(), Some((p, pause)))?;
                 if !r.wait_marker(&format!("exactly-fault: {p}"))? {
-                    t.fail(format!("{label}: the slow run never reached {p}"));
+                    t.anomaly(format!("{label}: the slow run never reached {p}"));
                 }
                 Some(r)
             }
@@ -205,9 +205,9 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
                 Some(3) => {}
                 Some(0) => {
                     t.late_writes_accepted += 1;
-                    t.fail(format!("{label}: the stale run's write was accepted"));
+                    t.anomaly(format!("{label}: the stale run's write was accepted"));
                 }
-                c => t.fail(format!(
+                c => t.anomaly(format!(
                     "{label}: the stale run ended {c:?}, not fenced: {}",
                     slow_end.last_words()
                 )),
@@ -254,7 +254,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         if h.guarded {
             let state = h.store.effect(&key)?.map(|r| r.state);
             if first.code != Some(6) || state.as_deref() != Some("unknown") {
-                t.fail(format!(
+                t.anomaly(format!(
                     "{label}: first attempt ended {:?} with the effect {state:?}, not unknown",
                     first.code
                 ));
@@ -266,7 +266,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 if second.code == Some(5) && verdict.as_deref() == Some("can't tell") {
                     t.observer_cant_tell += 1;
                 } else {
-                    t.fail(format!(
+                    t.anomaly(format!(
                         "{label}: with the observer unavailable the retry ended {:?} (verdict {verdict:?}), not unresolved",
                         second.code
                     ));

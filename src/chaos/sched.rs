@@ -82,7 +82,7 @@ impl Fleet {
                  for i in $(cat {items}); do\n  \
                    {exe} effect --action deliver --target warehouse --input run={nonce} --input i=\"$i\" \
                  --observe \"$OBS\" -- {exe} far-side send --socket {sock} \
-                 --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" --hold-after 30ms --timeout 5s\n\
+                 --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" --hold-after 120ms --timeout 5s\n\
                  done\n",
                 obs = sh_quote(h.observe_cmd()),
                 items = sh_quote(&items_file.display().to_string()),
@@ -157,10 +157,10 @@ impl Fleet {
         let before = self.pending.len();
         let mut keep = Vec::new();
         for (i, key) in std::mem::take(&mut self.pending) {
-            match h.store.effect(&key)?.map(|r| r.state) {
-                Some(s) if s == "done" => {}
-                Some(s) => {
-                    in_flight |= s == "submitted";
+            match h.store.effect(&key)? {
+                Some(row) if row.state == "done" => {}
+                Some(row) => {
+                    in_flight |= row.state == "submitted" && sending(row.attempt.as_deref());
                     keep.push((i, key));
                 }
                 None => keep.push((i, key)),
@@ -182,8 +182,11 @@ impl Fleet {
                 continue;
             }
             let end = s.r.finish()?;
-            if self.mode == Mode::Deploy && end.code != Some(0) {
-                t.fail(format!(
+            // A SIGTERM that lands before the scheduler set up its handler ends it at once,
+            // before it started anything: that is not a failed shutdown.
+            let early = end.code.is_none() && !end.stderr.contains("started with");
+            if self.mode == Mode::Deploy && end.code != Some(0) && !early {
+                t.anomaly(format!(
                     "{}: scheduler {} ended {:?} after SIGTERM: {}",
                     self.name,
                     s.owner,
@@ -249,7 +252,13 @@ impl Fleet {
                         self.draining.push(s);
                     }
                     Mode::BlueGreen => {
-                        if s.r.kill() {
+                        // Half the time the machine goes with it: its runs die mid-effect too.
+                        // Otherwise the runs live on as orphans that the lease must fence.
+                        if h.rng.gen_bool(0.5) {
+                            if kill_with_runs(&mut s.r) {
+                                t.kill("host_sigkill");
+                            }
+                        } else if s.r.kill() {
                             t.kill("scheduler_sigkill");
                         }
                         s.r.finish()?;
@@ -258,7 +267,7 @@ impl Fleet {
             }
             // A deploy sometimes cuts the old runs short; the replacement starts at once.
             let grace = if self.mode == Mode::Deploy && h.rng.gen_bool(0.5) {
-                "100ms"
+                "50ms"
             } else {
                 "30s"
             };
@@ -291,7 +300,7 @@ impl Fleet {
         for mut s in std::mem::take(&mut self.live) {
             s.r.term();
             if !s.r.wait_for(Duration::from_secs(40)) {
-                t.fail(format!(
+                t.anomaly(format!(
                     "{}: scheduler {} ignored SIGTERM",
                     self.name, s.owner
                 ));
@@ -300,13 +309,13 @@ impl Fleet {
         }
         for s in std::mem::take(&mut self.draining) {
             drop(s); // killed by Running's drop: it outlived a minute of grace
-            t.fail(format!(
+            t.anomaly(format!(
                 "{}: a scheduler did not stop after SIGTERM",
                 self.name
             ));
         }
         if !self.pending.is_empty() {
-            t.fail(format!(
+            t.anomaly(format!(
                 "{}: {} item(s) not done {:?} after the fleet settled",
                 self.name,
                 self.pending.len(),
@@ -315,6 +324,53 @@ impl Fleet {
         }
         Ok(())
     }
+}
+
+/// SIGKILLs a scheduler and every run it started (each leads its own process group), as the
+/// loss of its machine would. Stopped first, so it cannot start a run between scan and kill.
+fn kill_with_runs(r: &mut Running) -> bool {
+    let pid = r.pid() as i32;
+    // SAFETY: signalling our own unreaped child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let runs = children(pid);
+    let killed = r.kill();
+    for c in runs {
+        // SAFETY: a negative pid names the run's process group; it has no other members.
+        unsafe { libc::kill(-c, libc::SIGKILL) };
+    }
+    killed
+}
+
+/// The pids whose parent is `pid`, from /proc.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|st| {
+                    // Fields after the command name, which may itself hold spaces and ')'.
+                    let rest = &st[st.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// True when the attempt that recorded `submitted` (`host:pid`) is alive here: it is sending.
+fn sending(attempt: Option<&str>) -> bool {
+    let Some(pid) = attempt
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
 /// A TOML basic string.

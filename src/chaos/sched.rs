@@ -51,6 +51,8 @@ struct Fleet {
     job: String,
     jobs_file: PathBuf,
     items_file: PathBuf,
+    /// Where the self-check's naive job notes items it thinks are done.
+    done_file: PathBuf,
     /// Items not yet seen `done` in the ledger: (item, effect key).
     pending: Vec<(u64, String)>,
     live: Vec<Sched>,
@@ -71,25 +73,38 @@ impl Fleet {
         std::fs::create_dir_all(&base)?;
         let items_file = base.join("items.txt");
         std::fs::write(&items_file, "")?;
+        let done_file = base.join("done.txt");
+        std::fs::write(&done_file, "")?;
         let script = base.join("job.sh");
         let exe = sh_quote(&h.exe().display().to_string());
-        // The command a user would write: one guarded effect per pending item, keyed by it.
-        std::fs::write(
-            &script,
+        let items = sh_quote(&items_file.display().to_string());
+        let send = format!(
+            "{exe} far-side send --socket {sock} --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" \
+             --hold-after 120ms --timeout 5s",
+            sock = sh_quote(&h.far.socket.display().to_string()),
+        );
+        let inputs = format!(
+            "--action deliver --target warehouse --input run={} --input i=\"$i\"",
+            h.nonce()
+        );
+        let body = if h.guarded {
+            // The command a user would write: one guarded effect per pending item, keyed by it.
             format!(
-                "#!/bin/sh\n\
-                 OBS={obs}\n\
-                 for i in $(cat {items}); do\n  \
-                   {exe} effect --action deliver --target warehouse --input run={nonce} --input i=\"$i\" \
-                 --observe \"$OBS\" -- {exe} far-side send --socket {sock} \
-                 --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" --hold-after 120ms --timeout 5s\n\
-                 done\n",
+                "OBS={obs}\nfor i in $(cat {items}); do\n  \
+                 {exe} effect {inputs} --observe \"$OBS\" -- {send}\ndone\n",
                 obs = sh_quote(h.observe_cmd()),
-                items = sh_quote(&items_file.display().to_string()),
-                nonce = h.nonce(),
-                sock = sh_quote(&h.far.socket.display().to_string()),
-            ),
-        )?;
+            )
+        } else {
+            // The self-check's naive job: send, then note the item done; a run killed between
+            // the two sends it again next time.
+            format!(
+                "for i in $(cat {items}); do\n  \
+                 grep -qx \"$i\" {done} && continue\n  \
+                 EXACTLY_EFFECT_KEY=$({exe} key {inputs}) {send} && echo \"$i\" >> {done}\ndone\n",
+                done = sh_quote(&done_file.display().to_string()),
+            )
+        };
+        std::fs::write(&script, format!("#!/bin/sh\n{body}"))?;
         let jobs_file = base.join("jobs.toml");
         std::fs::write(
             &jobs_file,
@@ -120,6 +135,7 @@ impl Fleet {
             job,
             jobs_file,
             items_file,
+            done_file,
             pending: Vec::new(),
             live: Vec::new(),
             draining: Vec::new(),
@@ -156,6 +172,17 @@ impl Fleet {
         let mut in_flight = false;
         let before = self.pending.len();
         let mut keep = Vec::new();
+        if !h.guarded {
+            let done = std::fs::read_to_string(&self.done_file).unwrap_or_default();
+            let done: Vec<&str> = done.lines().collect();
+            self.pending
+                .retain(|(i, _)| !done.contains(&i.to_string().as_str()));
+            if self.pending.len() != before {
+                self.write_items()?;
+            }
+            // No ledger to tell a run mid-send: strikes land at random moments.
+            return Ok(false);
+        }
         for (i, key) in std::mem::take(&mut self.pending) {
             match h.store.effect(&key)? {
                 Some(row) if row.state == "done" => {}
@@ -223,7 +250,7 @@ impl Fleet {
             self.pending.push((i, key));
             self.write_items()?;
             // Strike mid-effect (a run is sending an item) or at a random moment.
-            let wait_mid = h.rng.gen_bool(0.5) || self.pending.len() > BACKLOG;
+            let wait_mid = h.guarded && (h.rng.gen_bool(0.5) || self.pending.len() > BACKLOG);
             let mut mid = false;
             if wait_mid {
                 let deadline = Instant::now() + Duration::from_millis(2500);

@@ -42,7 +42,7 @@ pub struct ChaosArgs {
     #[arg(long)]
     pub json: bool,
     /// Run only these scenarios (repeatable; default all).
-    #[arg(long = "scenario", value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
+    #[arg(long = "scenario", value_name = "NAME", num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Seed for kill moments and variants, to replay a run.
     #[arg(long)]

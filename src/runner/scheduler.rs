@@ -149,6 +149,22 @@ fn advance(
         }
         st.cursor = horizon;
     }
+    // Waiting firings go first, so a new one finds the run live and queues behind them.
+    let now_text = time::now_text();
+    if store.queue_ready(&job.name, &now_text)? {
+        let until = time::fmt(time::add(time::now(), job.lease));
+        if let Some(started) = store.start_queued(&job.name, &cfg.owner, &until, &now_text)? {
+            log_line(
+                "INFO",
+                &job.name,
+                &format!(
+                    "queued firing at {} started run {} (token {})",
+                    started.slot, started.run_id, started.token
+                ),
+            );
+            runs.push(spawn(cfg, job, started, kill));
+        }
+    }
     let (due, _) = job.schedule.slots(st.cursor, now, CATCHUP_MAX);
     for slot in due {
         let late = (now - slot).num_milliseconds() > LATE_OK.as_millis() as i64;
@@ -168,21 +184,6 @@ fn advance(
         st.cursor = slot;
         report(&job.name, kind, &slot_text, &fired);
         if let Fired::Started(started) = fired {
-            runs.push(spawn(cfg, job, started, kill));
-        }
-    }
-    let now_text = time::now_text();
-    if store.queue_ready(&job.name, &now_text)? {
-        let until = time::fmt(time::add(time::now(), job.lease));
-        if let Some(started) = store.start_queued(&job.name, &cfg.owner, &until, &now_text)? {
-            log_line(
-                "INFO",
-                &job.name,
-                &format!(
-                    "queued firing at {} started run {} (token {})",
-                    started.slot, started.run_id, started.token
-                ),
-            );
             runs.push(spawn(cfg, job, started, kill));
         }
     }

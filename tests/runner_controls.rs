@@ -101,6 +101,19 @@ fn trigger_pause_resume_backfill() {
         "{out}"
     );
 
+    // A job no longer in the file is retired, not deleted, and cannot be triggered.
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n"
+    ));
+    let mut s = site.start("s2", "1s");
+    assert!(wait_until(Duration::from_secs(5), || site.count(
+        "SELECT count(*) FROM exactly_jobs WHERE job_key = 'report' AND retired = 1"
+    ) == 1));
+    assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+    let (code, _, err) = site.exactly(&["trigger", "report"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("retired"), "{err}");
+
     let (code, _, err) = site.exactly(&["trigger", "nope"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no job named nope"), "{err}");

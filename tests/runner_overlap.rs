@@ -132,3 +132,53 @@ fn fail_records_a_loud_miss() {
     assert_no_overlap(&site);
     eprintln!("fail: {missed} firings missed");
 }
+
+#[test]
+fn firings_missed_while_down_are_shown_or_caught_up() {
+    let site = Site::new();
+    let job = |catchup: &str| {
+        format!(
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n{catchup}command = [\"true\"]\n"
+        )
+    };
+    site.write_jobs(&job(""));
+    let mut s = site.start("s1", "5s");
+    assert!(wait_until(Duration::from_secs(5), || site
+        .count("SELECT count(*) FROM exactly_runs")
+        >= 1));
+    assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+    // Down for a few seconds, no catch-up window: the slots in the gap are real misses.
+    std::thread::sleep(Duration::from_millis(4500));
+    let mut s = site.start("s2", "5s");
+    assert!(wait_until(Duration::from_secs(5), || site
+        .counter("firing_missed")
+        >= 2));
+    assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+    assert!(
+        site.log("s2").contains("missed: no scheduler ran them"),
+        "{}",
+        site.log("s2")
+    );
+    let missed = site.counter("firing_missed");
+    assert_eq!(
+        missed,
+        site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'")
+    );
+
+    // With a catch-up window the gap's slots are fired late, under the overlap policy.
+    site.write_jobs(&job("catchup = \"1m\"\n"));
+    std::thread::sleep(Duration::from_millis(4000));
+    let mut s = site.start("s3", "5s");
+    assert!(wait_until(Duration::from_secs(5), || site.count(
+        "SELECT count(*) FROM exactly_firings WHERE kind = 'catchup' AND state = 'ran'"
+    ) >= 1));
+    assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+    assert_eq!(site.counter("firing_missed"), missed, "no new misses");
+    eprintln!(
+        "catch-up: {missed} missed without a window; with one, {} caught up ({} coalesced)",
+        site.count("SELECT count(*) FROM exactly_firings WHERE kind = 'catchup'"),
+        site.count(
+            "SELECT count(*) FROM exactly_firings WHERE kind = 'catchup' AND state = 'coalesced'"
+        )
+    );
+}

@@ -102,7 +102,7 @@ fn trigger_pause_resume_backfill() {
     );
 
     // A job no longer in the file is retired, not deleted, and cannot be triggered.
-    site.write_jobs(&format!(
+    site.write_jobs(concat!(
         "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n"
     ));
     let mut s = site.start("s2", "1s");

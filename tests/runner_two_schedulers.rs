@@ -16,6 +16,8 @@ fn two_schedulers_one_killed_each_firing_runs_once() {
     site.write_jobs(&format!(
         "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
     ));
+    // The database exists before the deploy, as it does after any first start.
+    assert_eq!(site.exactly(&["init"]).0, 0);
     let mut a = site.start("a", "5s");
     let mut b = site.start("b", "5s");
     std::thread::sleep(Duration::from_millis(3500));
@@ -30,12 +32,14 @@ fn two_schedulers_one_killed_each_firing_runs_once() {
     assert_eq!(
         b.term(Duration::from_secs(10)),
         Some(0),
-        "b exits 0 on SIGTERM"
+        "b exits 0 on SIGTERM: {}",
+        site.log("b")
     );
     assert_eq!(
         a2.term(Duration::from_secs(10)),
         Some(0),
-        "a2 exits 0 on SIGTERM"
+        "a2 exits 0 on SIGTERM: {}",
+        site.log("a2")
     );
     // The killed scheduler's orphaned command may still be finishing.
     std::thread::sleep(Duration::from_millis(800));

@@ -102,9 +102,9 @@ fn trigger_pause_resume_backfill() {
     );
 
     // A job no longer in the file is retired, not deleted, and cannot be triggered.
-    site.write_jobs(concat!(
-        "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n"
-    ));
+    site.write_jobs(
+        "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+    );
     let mut s = site.start("s2", "1s");
     assert!(wait_until(Duration::from_secs(5), || site.count(
         "SELECT count(*) FROM exactly_jobs WHERE job_key = 'report' AND retired = 1"

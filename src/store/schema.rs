@@ -79,7 +79,7 @@ const TABLES: &[Table] = &[
             paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
             retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
         required: &["job_key", "interval_s", "lease_s", "overlap"],
-        added: &[],
+        added: &[("lease_ms", "INTEGER")],
     },
     Table {
         name: "exactly_runs",
@@ -186,6 +186,7 @@ fn create(store: &mut Store) -> Result<()> {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for t in TABLES {
             if columns(&tx, t.name)?.is_empty() {
+                // Then fall through: the added columns are not in the seed's CREATE.
                 tx.execute(t.create, [])?;
             }
             let cols = columns(&tx, t.name)?;

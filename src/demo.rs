@@ -125,6 +125,8 @@ fn scheduler(exe: &Path, db: &str, dir: &Path, owner: &str) -> Result<Child> {
         .arg(dir.join("jobs.toml"))
         .arg("--owner")
         .arg(owner)
+        .arg("--grace")
+        .arg("2s")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

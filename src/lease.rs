@@ -53,6 +53,10 @@ pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
 
 /// A default owner name: `user@host:pid`.
 pub fn default_owner() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
-    format!("{user}@{}:{}", crate::hostname(), std::process::id())
+    format!(
+        "{}@{}:{}",
+        crate::user(),
+        crate::hostname(),
+        std::process::id()
+    )
 }

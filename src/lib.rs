@@ -81,10 +81,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Who is acting: the login user and, over SSH, the client address.
 pub fn actor() -> String {
-    let user = std::env::var("EXACTLY_ACTOR")
-        .or_else(|_| std::env::var("USER"))
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_string());
+    let user = std::env::var("EXACTLY_ACTOR").unwrap_or_else(|_| user());
     match std::env::var("SSH_CLIENT") {
         Ok(ssh) => match ssh.split_whitespace().next() {
             Some(addr) => format!("{user}@{addr}"),
@@ -92,6 +89,39 @@ pub fn actor() -> String {
         },
         Err(_) => user,
     }
+}
+
+/// The login user: `$USER`, `$LOGNAME`, else the name of our uid.
+pub fn user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(login_name)
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The login name of our uid, for when the environment does not say (cron, tmux, sudo -i).
+fn login_name() -> Option<String> {
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes only into pwd and buf, whose sizes we pass.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
+    };
+    if rc != 0 || out.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string inside buf.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// This machine's name, for lease owners and attempt records.

@@ -641,3 +641,24 @@ fn metrics_are_valid_prometheus_text() {
         "{out}"
     );
 }
+
+#[test]
+fn many_processes_opening_a_new_database_at_once_all_succeed() {
+    for _ in 0..3 {
+        let env = Env::new();
+        let children: Vec<_> = (0..12)
+            .map(|_| {
+                env.cmd()
+                    .arg("status")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let (code, _, err) = split(c.wait_with_output().unwrap());
+            assert_eq!(code, 0, "{err}");
+        }
+    }
+}

@@ -42,3 +42,11 @@ fn the_demo_moves_every_counter_within_twenty_seconds() {
     });
     assert!(over, "no job shows p99 > interval");
 }
+
+#[test]
+fn the_sample_jobs_file_passes_check() {
+    let env = Env::new();
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/jobs.toml");
+    let (code, out, err) = env.run(&["check", sample]);
+    assert_eq!(code, 0, "{out}{err}");
+}

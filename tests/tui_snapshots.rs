@@ -195,3 +195,42 @@ fn readme_capture_is_current() {
         "assets/top.txt is stale: run with UPDATE_ASSETS=1"
     );
 }
+
+/// README's key table and dashboard capture come from the code: the same table `?` shows, and
+/// the capture in assets/top.txt. `UPDATE_ASSETS=1` rewrites them.
+#[test]
+fn readme_keys_and_capture_are_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let readme = std::fs::read_to_string(path).expect("README.md");
+    let keys = format!(
+        "<!-- keys -->\n{}<!-- /keys -->",
+        exactly::tui::input::markdown()
+    );
+    let capture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/top.txt"))
+        .expect("assets/top.txt");
+    let block = format!("```text\n{}\n```", capture.trim_end());
+    let start = readme
+        .find("<!-- keys -->")
+        .expect("README has a <!-- keys --> block");
+    let end = readme
+        .find("<!-- /keys -->")
+        .expect("README closes the keys block")
+        + "<!-- /keys -->".len();
+    if std::env::var_os("UPDATE_ASSETS").is_some() {
+        let mut new = format!("{}{keys}{}", &readme[..start], &readme[end..]);
+        if let (Some(a), Some(b)) = (new.find("```text\n"), new.find("\n```\n")) {
+            new = format!("{}{block}{}", &new[..a], &new[b + 4..]);
+        }
+        std::fs::write(path, new).expect("write README");
+        return;
+    }
+    assert_eq!(
+        &readme[start..end],
+        keys,
+        "README's key table is stale: run with UPDATE_ASSETS=1"
+    );
+    assert!(
+        readme.contains(&block),
+        "README's capture differs from assets/top.txt: run with UPDATE_ASSETS=1"
+    );
+}

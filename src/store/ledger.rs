@@ -93,6 +93,85 @@ fn fenced(
     record_event(tx, &ev)
 }
 
+/// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
+/// records the firing in one transaction).
+pub(crate) fn claim_lease_tx(
+    tx: &Transaction<'_>,
+    job: &str,
+    owner: &str,
+    until: &str,
+    now: &str,
+) -> rusqlite::Result<LeaseClaim> {
+    let prev: Option<(String, i64, String)> = tx
+        .query_row(
+            "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+            [job],
+            |r| {
+                Ok((
+                    text_or_empty(r, 0)?,
+                    int(r, 1)?.unwrap_or(0),
+                    text_or_empty(r, 2)?,
+                ))
+            },
+        )
+        .optional()?;
+    let won: Option<i64> = tx
+        .query_row(
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
+             ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
+                fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
+             WHERE job_lease.lease_until < excluded.created_at
+             RETURNING fencing_token",
+            params![job, owner, until, now],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match (won, prev) {
+        (Some(token), Some((prev_owner, prev_token, prev_until))) => {
+            let stolen = prev_until.as_str() != RELEASED;
+            if stolen {
+                let detail =
+                    format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
+                record_event(
+                    tx,
+                    &NewEvent::new(kind::LEASE_STOLEN)
+                        .job(job)
+                        .token(token)
+                        .actor(owner)
+                        .detail(&detail),
+                )?;
+            }
+            Ok(LeaseClaim::Won {
+                token,
+                stolen_from: stolen.then_some((prev_owner, prev_token)),
+            })
+        }
+        (Some(token), None) => Ok(LeaseClaim::Won {
+            token,
+            stolen_from: None,
+        }),
+        (None, _) => {
+            let (owner, token, until) = tx.query_row(
+                "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+                [job],
+                |r| {
+                    Ok((
+                        text_or_empty(r, 0)?,
+                        int(r, 1)?.unwrap_or(0),
+                        text_or_empty(r, 2)?,
+                    ))
+                },
+            )?;
+            Ok(LeaseClaim::Held {
+                owner,
+                token,
+                until,
+            })
+        }
+    }
+}
+
 /// The answer to a lease claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseClaim {
@@ -248,49 +327,7 @@ impl Store {
         until: &str,
         now: &str,
     ) -> Result<LeaseClaim> {
-        self.write(|tx| {
-            let prev: Option<(String, i64, String)> = tx
-                .query_row(
-                    "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                    [job],
-                    |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0), text_or_empty(r, 2)?)),
-                )
-                .optional()?;
-            let won: Option<i64> = tx
-                .query_row(
-                    "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
-                     VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
-                     ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
-                        fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
-                     WHERE job_lease.lease_until < excluded.created_at
-                     RETURNING fencing_token",
-                    params![job, owner, until, now],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            match (won, prev) {
-                (Some(token), Some((prev_owner, prev_token, prev_until))) => {
-                    let stolen = prev_until.as_str() != RELEASED;
-                    if stolen {
-                        let detail = format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
-                        record_event(
-                            tx,
-                            &NewEvent::new(kind::LEASE_STOLEN).job(job).token(token).actor(owner).detail(&detail),
-                        )?;
-                    }
-                    Ok(LeaseClaim::Won { token, stolen_from: stolen.then_some((prev_owner, prev_token)) })
-                }
-                (Some(token), None) => Ok(LeaseClaim::Won { token, stolen_from: None }),
-                (None, _) => {
-                    let (owner, token, until) = tx.query_row(
-                        "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                        [job],
-                        |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0), text_or_empty(r, 2)?)),
-                    )?;
-                    Ok(LeaseClaim::Held { owner, token, until })
-                }
-            }
-        })
+        self.write(|tx| claim_lease_tx(tx, job, owner, until, now))
     }
 
     /// Extends a lease we hold; `false` means we were fenced (counted).

@@ -7,10 +7,12 @@
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
 mod ledger;
 mod read;
+mod runner;
 mod schema;
 
 pub use ledger::*;
 pub use read::*;
+pub use runner::*;
 pub use schema::SCHEMA_VERSION;
 
 use crate::{Error, Result};
@@ -247,4 +249,20 @@ pub mod kind {
     pub const EFFECT_RELEASED: &str = "effect_released";
     pub const JOB_PAUSED: &str = "job_paused";
     pub const JOB_RESUMED: &str = "job_resumed";
+    pub const JOB_RETIRED: &str = "job_retired";
+    /// The same firing (job, scheduled instant) fired again: not run.
+    pub const FIRING_DUPLICATE: &str = "firing_duplicate";
+    /// A firing dropped because a run was live (overlap = coalesce).
+    pub const FIRING_COALESCED: &str = "firing_coalesced";
+    /// A firing dropped because the queue was full (overlap = queue).
+    pub const QUEUE_SATURATED: &str = "queue_saturated";
+    /// A real miss: overlap = fail with a live run, or no scheduler ran it within catch-up.
+    /// Its counter counts firings.
+    pub const FIRING_MISSED: &str = "firing_missed";
+    pub const FIRING_SKIPPED_PAUSED: &str = "firing_skipped_paused";
+    /// A run whose lease renewal (or release) was refused: a newer token holds the job.
+    pub const RUN_FENCED: &str = "run_fenced";
+    pub const RUN_FAILED: &str = "run_failed";
+    /// A run killed at shutdown after the grace period.
+    pub const RUN_KILLED: &str = "run_killed";
 }

@@ -79,7 +79,7 @@ const TABLES: &[Table] = &[
             paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
             retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
         required: &["job_key", "interval_s", "lease_s", "overlap"],
-        added: &[],
+        added: &[("lease_ms", "INTEGER")],
     },
     Table {
         name: "exactly_runs",
@@ -124,32 +124,71 @@ fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
 /// Checks the file, then creates or adopts the schema. Nothing is written to a database that is
 /// refused: every check runs before the first write (WAL mode included, which rewrites the header).
 pub(super) fn prepare(store: &mut Store) -> Result<()> {
+    // Several processes opening a brand-new file at once: switching to WAL needs a moment of
+    // exclusive access, and SQLite answers BUSY there without waiting on the busy handler.
+    // Retry within the busy timeout.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(store.busy_ms);
+    loop {
+        match prepare_once(store) {
+            Err(Prep::Busy(e)) if std::time::Instant::now() < deadline => {
+                drop(e);
+                std::thread::sleep(std::time::Duration::from_millis(
+                    10 + rand::random::<u64>() % 40,
+                ));
+            }
+            Err(Prep::Busy(e)) => return Err(store.err(e)),
+            Err(Prep::Fatal(e)) => return Err(e),
+            Ok(()) => return Ok(()),
+        }
+    }
+}
+
+enum Prep {
+    Busy(rusqlite::Error),
+    Fatal(Error),
+}
+
+impl Prep {
+    fn from(store: &Store, e: rusqlite::Error) -> Prep {
+        match &e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) =>
+            {
+                Prep::Busy(e)
+            }
+            _ => Prep::Fatal(store.err(e)),
+        }
+    }
+}
+
+fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
     let version: i64 = store
         .conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| store.err(e))?;
+        .map_err(|e| Prep::from(store, e))?;
     if version > SCHEMA_VERSION {
-        return Err(Error::Store(format!(
+        return Err(Prep::Fatal(Error::Store(format!(
             "database {} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly",
             store.path
-        )));
+        ))));
     }
-    check_foreign(store)?;
-    if version < SCHEMA_VERSION || !all_present(store)? {
+    check_foreign(store).map_err(Prep::Fatal)?;
+    if version < SCHEMA_VERSION || !all_present(store).map_err(Prep::Fatal)? {
         store
             .conn
             .pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| store.err(e))?;
+            .map_err(|e| Prep::from(store, e))?;
         create(store)?;
     }
-    store
-        .conn
-        .pragma_update(None, "synchronous", "FULL")
-        .map_err(|e| store.err(e))?;
-    store
-        .conn
-        .pragma_update(None, "foreign_keys", "OFF")
-        .map_err(|e| store.err(e))?;
+    for (k, v) in [("synchronous", "FULL"), ("foreign_keys", "OFF")] {
+        store
+            .conn
+            .pragma_update(None, k, v)
+            .map_err(|e| Prep::from(store, e))?;
+    }
     Ok(())
 }
 
@@ -179,13 +218,14 @@ fn check_foreign(store: &Store) -> Result<()> {
     Ok(())
 }
 
-fn create(store: &mut Store) -> Result<()> {
+fn create(store: &mut Store) -> std::result::Result<(), Prep> {
     let result = (|| {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for t in TABLES {
             if columns(&tx, t.name)?.is_empty() {
+                // Then fall through: the added columns are not in the seed's CREATE.
                 tx.execute(t.create, [])?;
             }
             let cols = columns(&tx, t.name)?;
@@ -201,5 +241,5 @@ fn create(store: &mut Store) -> Result<()> {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()
     })();
-    result.map_err(|e| store.err(e))
+    result.map_err(|e| Prep::from(store, e))
 }

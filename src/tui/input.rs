@@ -377,6 +377,30 @@ pub fn of_mode(mode: Mode) -> impl Iterator<Item = &'static Binding> {
     BINDINGS.iter().filter(move |b| b.mode == mode)
 }
 
+/// The key table as Markdown, for the README (the same table `?` shows).
+pub fn markdown() -> String {
+    let mut out = String::from("| where | key | does |\n|---|---|---|\n");
+    for m in [
+        Mode::Main,
+        Mode::Confirm,
+        Mode::Resolve,
+        Mode::Typing,
+        Mode::Help,
+    ] {
+        let place = match m {
+            Mode::Main => "screen",
+            Mode::Confirm => "confirmation",
+            Mode::Resolve => "after `r`",
+            Mode::Typing => "typing",
+            Mode::Help => "help",
+        };
+        for b in of_mode(m) {
+            out.push_str(&format!("| {place} | `{}` | {} |\n", b.label, b.help));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

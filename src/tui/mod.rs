@@ -4,7 +4,7 @@
 //! and sends it over a channel; the screen draws the last one it received, so drawing never
 //! waits on the database. Keys become [`Request`] values for the same task (actions, detail
 //! reads); the answers come back on the same channel as the snapshots.
-mod input;
+pub mod input;
 mod state;
 mod view;
 

@@ -1,0 +1,588 @@
+//! The jobs file: parsing, validation, and the lint behind `exactly check`.
+//!
+//! Every problem is a line `file: job: what — why`. Errors make a job unusable (`exactly run`
+//! refuses the file); warnings are risks the scheduler cannot remove (lease against interval,
+//! p99 against both, one command under two names), which `check` reports too.
+use super::schedule::Schedule;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What a job does when a firing comes while a run is live (the seed's three policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Drop the firing (recorded): only the latest state matters.
+    Coalesce,
+    /// Keep at most `cap` firings waiting, persisted; record saturation.
+    Queue { cap: u32 },
+    /// Record a loud miss: a missed firing is a real miss.
+    Fail,
+}
+
+impl Overlap {
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::Coalesce => "coalesce",
+            Overlap::Queue { .. } => "queue",
+            Overlap::Fail => "fail",
+        }
+    }
+    pub fn cap(self) -> Option<u32> {
+        match self {
+            Overlap::Queue { cap } => Some(cap),
+            _ => None,
+        }
+    }
+    /// Rebuilds the policy from its registry form.
+    pub fn from_registry(name: &str, cap: Option<i64>) -> Option<Overlap> {
+        match name {
+            "coalesce" => Some(Overlap::Coalesce),
+            "fail" => Some(Overlap::Fail),
+            "queue" => Some(Overlap::Queue {
+                cap: cap.unwrap_or(1).clamp(0, u32::MAX as i64) as u32,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A valid job from the file.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub name: String,
+    pub schedule: Schedule,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    /// Firings missed by up to this much (while no scheduler ran) still run.
+    pub catchup: Duration,
+    pub command: Vec<String>,
+}
+
+impl Job {
+    /// Lowercase hex SHA-256 of the command's argv as JSON.
+    pub fn command_digest(&self) -> String {
+        command_digest(&self.command)
+    }
+}
+
+pub fn command_digest(argv: &[String]) -> String {
+    let json = serde_json::to_string(argv).unwrap_or_default();
+    format!("{:x}", Sha256::digest(json.as_bytes()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// A risk: `check` fails, `run` warns and runs.
+    Warning,
+    /// The job cannot be run as written: `check` fails, `run` refuses the file.
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    /// The job's name, or `-` for the file itself.
+    pub job: String,
+    pub what: String,
+    pub why: String,
+}
+
+impl Problem {
+    fn error(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
+        Problem {
+            severity: Severity::Error,
+            job: job.to_string(),
+            what: what.into(),
+            why: why.into(),
+        }
+    }
+    fn warning(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
+        Problem {
+            severity: Severity::Warning,
+            ..Problem::error(job, what, why)
+        }
+    }
+    /// The one-line form: `file: job: what — why`.
+    pub fn line(&self, file: &str) -> String {
+        crate::sanitize::inert(&format!(
+            "{file}: {}: {} — {}",
+            self.job, self.what, self.why
+        ))
+    }
+}
+
+/// A parsed file: the valid jobs, and every problem found on the way.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub jobs: Vec<Job>,
+    pub problems: Vec<Problem>,
+}
+
+impl Loaded {
+    pub fn has_errors(&self) -> bool {
+        self.problems.iter().any(|p| p.severity == Severity::Error)
+    }
+}
+
+const JOB_KEYS: &[&str] = &[
+    "name",
+    "schedule",
+    "every",
+    "timezone",
+    "lease",
+    "overlap",
+    "queue_cap",
+    "catchup",
+    "command",
+];
+
+/// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Option<String>,
+    schedule: Option<String>,
+    every: Option<String>,
+    timezone: Option<String>,
+    lease: Option<String>,
+    overlap: Option<String>,
+    queue_cap: Option<i64>,
+    catchup: Option<String>,
+    command: Option<Vec<String>>,
+}
+
+/// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
+pub fn parse(text: &str) -> Loaded {
+    let mut out = Loaded::default();
+    let doc: toml::Table = match text.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e
+                .span()
+                .map(|s| {
+                    let (line, col) = line_col(text, s.start);
+                    format!(" at line {line}, column {col}")
+                })
+                .unwrap_or_default();
+            out.problems.push(Problem::error(
+                "-",
+                format!("not valid TOML{at}"),
+                e.message().trim().to_string(),
+            ));
+            return out;
+        }
+    };
+    for key in doc.keys().filter(|k| k.as_str() != "job") {
+        out.problems.push(Problem::error(
+            "-",
+            format!("unknown key {key:?}"),
+            "a jobs file holds only [[job]] tables; a typo must not be ignored".to_string(),
+        ));
+    }
+    let tables = match doc.get("job") {
+        None => {
+            out.problems.push(Problem::error(
+                "-",
+                "no jobs",
+                "the file has no [[job]] tables".to_string(),
+            ));
+            return out;
+        }
+        Some(toml::Value::Array(a)) => a.clone(),
+        Some(_) => {
+            out.problems.push(Problem::error(
+                "-",
+                "job is not an array of tables",
+                "write each job as a [[job]] table".to_string(),
+            ));
+            return out;
+        }
+    };
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, value) in tables.into_iter().enumerate() {
+        let toml::Value::Table(mut table) = value else {
+            out.problems.push(Problem::error(
+                &format!("job #{}", i + 1),
+                "not a table",
+                "write each job as a [[job]] table".to_string(),
+            ));
+            continue;
+        };
+        let label = match table.get("name") {
+            Some(toml::Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            _ => format!("job #{}", i + 1),
+        };
+        let unknown: Vec<String> = table
+            .keys()
+            .filter(|k| !JOB_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in unknown {
+            let hint = closest(&key)
+                .map(|k| format!("did you mean {k:?}? "))
+                .unwrap_or_default();
+            out.problems.push(Problem::error(
+                &label,
+                format!("unknown key {key:?}"),
+                format!(
+                    "{hint}a typo must not be ignored (known keys: {})",
+                    JOB_KEYS.join(", ")
+                ),
+            ));
+            table.remove(&key);
+        }
+        let raw = match RawJob::deserialize(toml::Value::Table(table)) {
+            Ok(r) => r,
+            Err(e) => {
+                out.problems.push(Problem::error(
+                    &label,
+                    "wrong type of value",
+                    e.message().trim().to_string(),
+                ));
+                continue;
+            }
+        };
+        if let Some(first) = seen.insert(label.clone(), i) {
+            out.problems.push(Problem::error(
+                &label,
+                "name used twice",
+                format!(
+                    "jobs #{} and #{} share it; a job's name is its identity in the ledger",
+                    first + 1,
+                    i + 1
+                ),
+            ));
+            continue;
+        }
+        if let Some(job) = validate(&label, raw, &mut out.problems) {
+            out.jobs.push(job);
+        }
+    }
+    out
+}
+
+/// The known key a typo was most likely meant to be.
+fn closest(key: &str) -> Option<&'static str> {
+    JOB_KEYS
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
+}
+
+fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job> {
+    let before = problems.len();
+    if raw.name.as_deref().map(str::trim).unwrap_or("").is_empty() {
+        problems.push(Problem::error(
+            name,
+            "missing name",
+            "a job's name is its identity in the ledger and the lease table",
+        ));
+    }
+    let schedule = match (&raw.schedule, &raw.every) {
+        (Some(_), Some(_)) => {
+            problems.push(Problem::error(
+                name,
+                "both schedule and every",
+                "give a cron schedule or a fixed interval, not both",
+            ));
+            None
+        }
+        (None, None) => {
+            problems.push(Problem::error(
+                name,
+                "no schedule",
+                "give schedule = \"CRON\" or every = \"DURATION\"",
+            ));
+            None
+        }
+        (Some(expr), None) => match Schedule::cron(expr, raw.timezone.as_deref()) {
+            Ok(s) => Some(s),
+            Err(why) => {
+                let what = if why.starts_with("unknown time zone") {
+                    "invalid timezone"
+                } else {
+                    "invalid cron schedule"
+                };
+                problems.push(Problem::error(name, what, why));
+                None
+            }
+        },
+        (None, Some(every)) => {
+            if raw.timezone.is_some() {
+                problems.push(Problem::error(
+                    name,
+                    "timezone with every",
+                    "an interval fires at multiples of it since the Unix epoch; a time zone applies only to cron schedules",
+                ));
+            }
+            match Schedule::every(every) {
+                Ok(s) => Some(s),
+                Err(why) => {
+                    problems.push(Problem::error(name, "invalid every", why));
+                    None
+                }
+            }
+        }
+    };
+    let lease = match raw.lease.as_deref() {
+        None => {
+            problems.push(Problem::error(
+                name,
+                "missing lease",
+                "choose it: longer than the worst-case run, shorter than the interval",
+            ));
+            None
+        }
+        Some(l) => match crate::time::parse_duration(l) {
+            Ok(d) if d >= Duration::from_millis(100) => Some(d),
+            Ok(_) => {
+                problems.push(Problem::error(
+                    name,
+                    "invalid lease",
+                    format!("lease = {l:?} is shorter than 100ms; no heartbeat can keep it"),
+                ));
+                None
+            }
+            Err(e) => {
+                problems.push(Problem::error(name, "invalid lease", e.to_string()));
+                None
+            }
+        },
+    };
+    let catchup = match raw.catchup.as_deref() {
+        None => Some(Duration::ZERO),
+        Some(c) => match crate::time::parse_duration(c) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                problems.push(Problem::error(name, "invalid catchup", e.to_string()));
+                None
+            }
+        },
+    };
+    let overlap = match raw.overlap.as_deref() {
+        None => {
+            problems.push(Problem::error(
+                name,
+                "missing overlap policy",
+                "choose coalesce, queue or fail; otherwise the platform decides by accident",
+            ));
+            None
+        }
+        Some("coalesce") => Some(Overlap::Coalesce),
+        Some("fail") => Some(Overlap::Fail),
+        Some("queue") => match raw.queue_cap {
+            None => {
+                problems.push(Problem::error(
+                    name,
+                    "overlap = \"queue\" without queue_cap",
+                    "a queue without a cap grows without limit",
+                ));
+                None
+            }
+            Some(c) if !(1..=10_000).contains(&c) => {
+                problems.push(Problem::error(
+                    name,
+                    format!("invalid queue_cap {c}"),
+                    "queue_cap must be between 1 and 10000",
+                ));
+                None
+            }
+            Some(c) => Some(Overlap::Queue { cap: c as u32 }),
+        },
+        Some(other) => {
+            problems.push(Problem::error(
+                name,
+                format!("invalid overlap {other:?}"),
+                "choose coalesce, queue or fail",
+            ));
+            None
+        }
+    };
+    if raw.queue_cap.is_some() && raw.overlap.as_deref().is_some_and(|o| o != "queue") {
+        problems.push(Problem::error(
+            name,
+            "queue_cap without overlap = \"queue\"",
+            "only a queue has a cap; the value would be ignored",
+        ));
+    }
+    let command = match raw.command {
+        None => {
+            problems.push(Problem::error(
+                name,
+                "missing command",
+                "give command = [\"program\", \"arg\", …]",
+            ));
+            None
+        }
+        Some(c) if c.is_empty() || c[0].trim().is_empty() => {
+            problems.push(Problem::error(
+                name,
+                "empty command",
+                "give command = [\"program\", \"arg\", …]",
+            ));
+            None
+        }
+        Some(c) => Some(c),
+    };
+    if problems.len() > before {
+        return None;
+    }
+    Some(Job {
+        name: name.to_string(),
+        schedule: schedule?,
+        lease: lease?,
+        overlap: overlap?,
+        catchup: catchup?,
+        command: command?,
+    })
+}
+
+/// The command as compared for "the same command under two names": whitespace runs collapsed
+/// and a leading `./` dropped, so cosmetic differences do not hide a duplicate.
+fn normalized(argv: &[String]) -> Vec<String> {
+    argv.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let a = a.split_whitespace().collect::<Vec<_>>().join(" ");
+            if i == 0 {
+                a.strip_prefix("./").map(str::to_string).unwrap_or(a)
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
+/// What the database knows about a job, for the lint.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub runs: u64,
+    pub p99_ms: Option<u64>,
+}
+
+/// The risks in a set of valid jobs: one command under two names, lease ≥ interval, and,
+/// with history, lease < p99 and p99 > interval.
+pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut by_command: BTreeMap<Vec<String>, &str> = BTreeMap::new();
+    for job in jobs {
+        let key = normalized(&job.command);
+        if let Some(first) = by_command.get(&key) {
+            out.push(Problem::warning(
+                &job.name,
+                format!("same command as job {first:?}"),
+                "one action registered under two names fires twice; the commonest duplicate and the hardest to see",
+            ));
+        } else {
+            by_command.insert(key, &job.name);
+        }
+        let interval_s = job.schedule.interval_s();
+        let interval = Duration::from_secs(interval_s.max(0) as u64);
+        let human = |d: Duration| crate::time::human_ms(d.as_millis() as u64);
+        if interval_s > 0 && job.lease >= interval {
+            out.push(Problem::warning(
+                &job.name,
+                format!("lease {} >= interval {}", human(job.lease), human(interval)),
+                "a crashed run keeps the lease past the next firing, which it blocks",
+            ));
+        }
+        let Some(h) = history.get(&job.name) else {
+            continue;
+        };
+        let Some(p99) = h.p99_ms else { continue };
+        let p99d = Duration::from_millis(p99);
+        if job.lease < p99d {
+            out.push(Problem::warning(
+                &job.name,
+                format!("lease {} < observed p99 {}", human(job.lease), human(p99d)),
+                format!(
+                    "over {} recorded runs, a run that misses one heartbeat is stolen while alive",
+                    h.runs
+                ),
+            ));
+        }
+        if interval_s > 0 && p99d > interval {
+            out.push(Problem::warning(
+                &job.name,
+                format!("observed p99 {} > interval {}", human(p99d), human(interval)),
+                format!(
+                    "over {} recorded runs: a queue with an uncontrolled arrival rate, not a schedule",
+                    h.runs
+                ),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_toml_is_one_problem() {
+        let l = parse("[[job]]\nname = \"a\nlease = 3");
+        assert_eq!(l.problems.len(), 1);
+        assert!(
+            l.problems[0].what.starts_with("not valid TOML at line"),
+            "{:?}",
+            l.problems
+        );
+    }
+
+    #[test]
+    fn typo_gets_a_hint() {
+        let l = parse(
+            "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlapp = \"coalesce\"\ncommand = [\"true\"]\n",
+        );
+        let lines: Vec<String> = l.problems.iter().map(|p| p.line("f")).collect();
+        assert!(
+            lines.iter().any(|l| l.contains("unknown key \"overlapp\"")
+                && l.contains("did you mean \"overlap\"")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("missing overlap policy")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn clean_job_parses() {
+        let l = parse(
+            "[[job]]\nname = \"digest\"\nschedule = \"0 7 * * *\"\ntimezone = \"Europe/Berlin\"\nlease = \"15m\"\noverlap = \"queue\"\nqueue_cap = 3\ncommand = [\"./digest.sh\"]\n",
+        );
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        assert_eq!(l.jobs[0].overlap, Overlap::Queue { cap: 3 });
+        assert!(lint(&l.jobs, &BTreeMap::new()).is_empty());
+    }
+}

@@ -1,0 +1,535 @@
+//! The scheduler (`exactly run JOBS.toml`), its linter (`exactly check`) and the operator
+//! controls (`trigger`, `pause`, `resume`, `backfill`).
+//!
+//! A firing is a fact identified by (job, scheduled instant); the firings table's primary key
+//! makes a second scheduler, a restart or a second "run now" of the same firing a recorded
+//! duplicate instead of a second run. Each run holds the job's lease, renewed by heartbeat,
+//! and hands its fencing token to the command, whose effect writes are refused once the token
+//! is stale.
+pub mod config;
+pub mod execute;
+pub mod schedule;
+pub mod scheduler;
+
+pub use config::{Job, Overlap, Problem, Severity};
+pub use schedule::Schedule;
+
+use crate::sanitize::inert;
+use crate::store::{FireRequest, Fired, JobReg, RegisteredJob, Store};
+use crate::{lease, time, Error, Result};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The jobs file (TOML, [[job]] tables).
+    pub jobs: String,
+    /// This scheduler's name in leases and firings (default user@host:pid).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// On SIGTERM/SIGINT, how long running commands get to finish before they are killed.
+    #[arg(long, default_value = "30s", value_name = "DUR")]
+    pub grace: String,
+}
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The jobs file to lint.
+    pub jobs: String,
+}
+#[derive(Args, Debug)]
+pub struct TriggerArgs {
+    pub job: String,
+    #[arg(long)]
+    pub owner: Option<String>,
+}
+#[derive(Args, Debug)]
+pub struct PauseArgs {
+    pub job: String,
+    #[arg(long)]
+    pub note: Option<String>,
+}
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    pub job: String,
+}
+#[derive(Args, Debug)]
+pub struct BackfillArgs {
+    pub job: String,
+    /// First slot (RFC 3339 instant), inclusive.
+    #[arg(long)]
+    pub from: String,
+    /// Last slot (RFC 3339 instant), inclusive.
+    #[arg(long)]
+    pub to: String,
+    #[arg(long)]
+    pub owner: Option<String>,
+}
+
+/// Most slots one backfill may fire.
+const BACKFILL_MAX: u64 = 1000;
+
+fn read_jobs_file(path: &str) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::Usage(format!("cannot read jobs file {}: {e}", inert(path))))
+}
+
+/// The database path as children see it: absolute, since they run in the jobs file's folder.
+fn absolute_db(db: &Option<String>) -> String {
+    let p = crate::store::default_path(db.as_deref());
+    let path = Path::new(&p);
+    if path.is_absolute() || p.contains("://") {
+        return p;
+    }
+    std::env::current_dir()
+        .map(|d| d.join(path).to_string_lossy().into_owned())
+        .unwrap_or(p)
+}
+
+/// Run-time history per job from the database, for the lint.
+fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::History>> {
+    let mut out = BTreeMap::new();
+    for j in jobs {
+        let d = store.run_durations(&j.name)?;
+        if d.is_empty() {
+            continue;
+        }
+        let (_, p99) = crate::metrics::percentiles(&d);
+        out.insert(
+            j.name.clone(),
+            config::History {
+                runs: d.len() as u64,
+                p99_ms: p99,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The same command registered under another name by another jobs file.
+fn registry_duplicates(store: &mut Store, jobs: &[Job], source: &str) -> Result<Vec<Problem>> {
+    let registered = store.registered_jobs()?;
+    let mut out = Vec::new();
+    for j in jobs {
+        let digest = j.command_digest();
+        for r in &registered {
+            if r.retired
+                || r.job_key == j.name
+                || r.source.as_deref() == Some(source)
+                || r.command_digest.as_deref() != Some(digest.as_str())
+            {
+                continue;
+            }
+            out.push(Problem {
+                severity: Severity::Warning,
+                job: j.name.clone(),
+                what: format!(
+                    "same command as job {:?} of {}",
+                    r.job_key,
+                    r.source.as_deref().unwrap_or("another file")
+                ),
+                why: "one action registered under two names fires twice; the commonest duplicate and the hardest to see".into(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn canonical_source(path: &str) -> (String, Option<PathBuf>) {
+    match std::fs::canonicalize(path) {
+        Ok(p) => (
+            p.to_string_lossy().into_owned(),
+            p.parent().map(Path::to_path_buf),
+        ),
+        Err(_) => (path.to_string(), None),
+    }
+}
+
+pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
+    let text = read_jobs_file(&a.jobs)?;
+    let loaded = config::parse(&text);
+    let mut problems = loaded.problems;
+    let db_path = crate::store::default_path(db.as_deref());
+    // Only a database that exists has history; `check` never creates one.
+    let mut hist = BTreeMap::new();
+    if Path::new(&db_path).exists() {
+        let mut store = Store::open(&db_path)?;
+        hist = history(&mut store, &loaded.jobs)?;
+        let (source, _) = canonical_source(&a.jobs);
+        problems.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
+    }
+    problems.extend(config::lint(&loaded.jobs, &hist));
+    if problems.is_empty() {
+        println!("{}: ok ({} jobs)", inert(&a.jobs), loaded.jobs.len());
+        return Ok(0);
+    }
+    for p in &problems {
+        println!("{}", p.line(&a.jobs));
+    }
+    Ok(1)
+}
+
+pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
+    let grace = time::parse_duration(&a.grace)?;
+    let text = read_jobs_file(&a.jobs)?;
+    let loaded = config::parse(&text);
+    if loaded.has_errors() {
+        for p in &loaded.problems {
+            eprintln!("{}", p.line(&a.jobs));
+        }
+        let n = loaded
+            .problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .count();
+        return Err(Error::Usage(format!(
+            "refusing to run {}: {n} problem(s) above (see exactly check)",
+            inert(&a.jobs)
+        )));
+    }
+    let db_path = absolute_db(db);
+    let mut store = Store::open(&db_path)?;
+    let (source, cwd) = canonical_source(&a.jobs);
+    let hist = history(&mut store, &loaded.jobs)?;
+    let mut warnings = config::lint(&loaded.jobs, &hist);
+    warnings.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
+    for w in &warnings {
+        execute::log_line("WARN", &w.job, &format!("{} — {}", w.what, w.why));
+    }
+    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let regs: Vec<JobReg> = loaded
+        .jobs
+        .iter()
+        .map(|j| JobReg {
+            job_key: j.name.clone(),
+            schedule: j.schedule.describe(),
+            timezone: j.schedule.timezone(),
+            interval_s: j.schedule.interval_s(),
+            lease_s: j.lease.as_secs() as i64,
+            lease_ms: j.lease.as_millis() as i64,
+            overlap: j.overlap.name().to_string(),
+            queue_cap: j.overlap.cap().map(i64::from),
+            command_digest: j.command_digest(),
+            command: serde_json::to_string(&j.command).unwrap_or_default(),
+            catchup_s: j.catchup.as_secs() as i64,
+        })
+        .collect();
+    let registered = store.register_jobs(&regs, &source, &owner)?;
+    for r in &registered.retired {
+        execute::log_line(
+            "INFO",
+            r,
+            &format!("retired: no longer in {}", inert(&source)),
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    scheduler::run(
+        store,
+        scheduler::Config {
+            db: db_path,
+            owner,
+            cwd,
+            grace,
+        },
+        loaded.jobs,
+        &registered.fresh,
+        stop,
+    )
+}
+
+/// A registered, live job, as the controls need it.
+struct Registered {
+    row: RegisteredJob,
+    overlap: Overlap,
+    lease: Duration,
+    command: Vec<String>,
+    cwd: Option<PathBuf>,
+}
+
+fn registered(store: &mut Store, job: &str) -> Result<Registered> {
+    let Some(row) = store.registered_job(job)? else {
+        return Err(Error::Usage(format!(
+            "no job named {} is registered; `exactly run JOBS.toml` registers the jobs of a file",
+            inert(job)
+        )));
+    };
+    if row.retired {
+        return Err(Error::Usage(format!(
+            "job {} is retired: it is no longer in any jobs file",
+            inert(job)
+        )));
+    }
+    let overlap = row
+        .overlap
+        .as_deref()
+        .and_then(|o| Overlap::from_registry(o, row.queue_cap));
+    let command: Option<Vec<String>> = row
+        .command
+        .as_deref()
+        .and_then(|c| serde_json::from_str(c).ok());
+    let (Some(overlap), Some(command)) = (overlap, command) else {
+        return Err(Error::Usage(format!(
+            "job {} has no schedule in the registry; `exactly run JOBS.toml` registers it",
+            inert(job)
+        )));
+    };
+    let lease = row
+        .lease_ms
+        .map(|ms| Duration::from_millis(ms.max(100) as u64))
+        .or(row.lease_s.map(|s| Duration::from_secs(s.max(1) as u64)))
+        .unwrap_or(Duration::from_secs(60));
+    let cwd = row
+        .source
+        .as_deref()
+        .and_then(|s| Path::new(s).parent().map(Path::to_path_buf));
+    Ok(Registered {
+        row,
+        overlap,
+        lease,
+        command,
+        cwd,
+    })
+}
+
+/// Runs a started firing in the foreground; SIGTERM/SIGINT kill the command.
+fn run_here(
+    db: &Option<String>,
+    reg: &Registered,
+    started: crate::store::Started,
+) -> Result<execute::RunResult> {
+    let kill = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, kill.clone())?;
+    }
+    execute::execute(&execute::RunSpec {
+        db: absolute_db(db),
+        job: reg.row.job_key.clone(),
+        started,
+        lease: reg.lease,
+        command: reg.command.clone(),
+        cwd: reg.cwd.clone(),
+        kill,
+    })
+}
+
+fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
+    let c = store.run_effect_counts(job, token)?;
+    Ok(format!(
+        "effects: {} done, {} already done (suppressed), {} unknown, {} fenced writes",
+        c.done, c.suppressed, c.unknown, c.fenced
+    ))
+}
+
+/// `exactly trigger JOB`: its own firing, now, under the lease and the overlap policy. Exit 0
+/// when it ran ok or was queued, 1 when the run failed, 3 when it was not started (coalesced,
+/// queue full, missed, paused).
+pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
+    let mut store = crate::cli::open(db)?;
+    let reg = registered(&mut store, &a.job)?;
+    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let now = time::now();
+    let slot = time::fmt(now);
+    let until = time::fmt(time::add(now, reg.lease));
+    let fired = store.fire(&FireRequest {
+        job: &a.job,
+        slot: &slot,
+        kind: "manual",
+        owner: &owner,
+        lease_until: &until,
+        now: &slot,
+        overlap: reg.overlap,
+        backfill: false,
+    })?;
+    let job = inert(&a.job);
+    match fired {
+        Fired::Started(s) => {
+            println!(
+                "started: manual firing of {job} at {slot}, run {} (token {})",
+                inert(&s.run_id),
+                s.token
+            );
+            let token = s.token;
+            let r = run_here(db, &reg, s)?;
+            println!(
+                "{}: in {}{}; {}",
+                r.outcome,
+                time::human_ms(r.duration_ms as u64),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                effects_line(&mut store, &a.job, token)?
+            );
+            Ok(if r.outcome == "ok" { 0 } else { 1 })
+        }
+        Fired::Queued { depth, cap } => {
+            println!("queued: a run of {job} is live; this firing waits ({depth} of {cap}) for a scheduler to start it");
+            Ok(0)
+        }
+        Fired::Coalesced { holder, token } => {
+            println!("coalesced: a run of {job} is live ({}, token {token}); overlap = coalesce drops this firing", inert(&holder));
+            Ok(3)
+        }
+        Fired::Saturated { cap } => {
+            println!("refused: the queue of {job} is full ({cap} waiting); recorded as saturation");
+            Ok(3)
+        }
+        Fired::Missed { holder, token } => {
+            println!("refused: a run of {job} is live ({}, token {token}) and overlap = fail; recorded as a missed firing", inert(&holder));
+            Ok(3)
+        }
+        Fired::Skipped { note, by } => {
+            println!(
+                "skipped: {job} is paused by {}{}",
+                inert(by.as_deref().unwrap_or("someone")),
+                note.map(|n| format!(": {}", inert(&n))).unwrap_or_default()
+            );
+            Ok(3)
+        }
+        Fired::Duplicate { state, .. } => {
+            println!(
+                "duplicate: this firing of {job} at {slot} was already {}",
+                inert(&state)
+            );
+            Ok(3)
+        }
+        Fired::Busy { holder, .. } => {
+            println!("refused by lease: held by {}", inert(&holder));
+            Ok(3)
+        }
+    }
+}
+
+pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
+    let mut store = crate::cli::open(db)?;
+    registered(&mut store, &a.job)?;
+    let by = crate::actor();
+    if store.set_paused(&a.job, true, &by, a.note.as_deref())? {
+        println!("paused {} by {}", inert(&a.job), inert(&by));
+    } else {
+        println!("{} was already paused", inert(&a.job));
+    }
+    Ok(0)
+}
+
+pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
+    let mut store = crate::cli::open(db)?;
+    registered(&mut store, &a.job)?;
+    let by = crate::actor();
+    if store.set_paused(&a.job, false, &by, None)? {
+        println!("resumed {} by {}", inert(&a.job), inert(&by));
+    } else {
+        println!("{} was not paused", inert(&a.job));
+    }
+    Ok(0)
+}
+
+/// `exactly backfill JOB --from T --to T`: fires the job's slots in the range, one after the
+/// other, each waiting for the lease. A slot that already ran is a duplicate and is not run
+/// again; a run's effects that are already done are suppressed by their keys.
+pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
+    let parse = |s: &str, what: &str| {
+        time::parse(s).ok_or_else(|| {
+            Error::Usage(format!(
+                "--{what} {} is not an instant (use e.g. 2026-03-01T07:00:00Z)",
+                inert(s)
+            ))
+        })
+    };
+    let from = parse(&a.from, "from")?;
+    let to = parse(&a.to, "to")?;
+    if to < from {
+        return Err(Error::Usage("--to is before --from".into()));
+    }
+    if to > time::now() {
+        return Err(Error::Usage(
+            "--to is in the future; backfill fires past slots only".into(),
+        ));
+    }
+    let mut store = crate::cli::open(db)?;
+    let reg = registered(&mut store, &a.job)?;
+    let schedule = Schedule::from_registry(
+        reg.row.schedule.as_deref().unwrap_or(""),
+        reg.row.timezone.as_deref(),
+    )
+    .map_err(Error::Usage)?;
+    let before = from - chrono::Duration::milliseconds(1);
+    let (slots, total) = schedule.slots(before, to, BACKFILL_MAX as usize);
+    if total > BACKFILL_MAX {
+        return Err(Error::Usage(format!(
+            "the range holds {total} slots, more than {BACKFILL_MAX}; narrow --from/--to"
+        )));
+    }
+    if slots.is_empty() {
+        println!(
+            "no slots of {} between {} and {}",
+            inert(&a.job),
+            time::fmt(from),
+            time::fmt(to)
+        );
+        return Ok(0);
+    }
+    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let mut failed = false;
+    for slot in slots {
+        let slot_text = time::fmt(slot);
+        let waited_since = Instant::now();
+        let max_wait = reg.lease * 3 + Duration::from_secs(10);
+        loop {
+            let now = time::now();
+            let fired = store.fire(&FireRequest {
+                job: &a.job,
+                slot: &slot_text,
+                kind: "backfill",
+                owner: &owner,
+                lease_until: &time::fmt(time::add(now, reg.lease)),
+                now: &time::fmt(now),
+                overlap: reg.overlap,
+                backfill: true,
+            })?;
+            match fired {
+                Fired::Started(s) => {
+                    let token = s.token;
+                    let r = run_here(db, &reg, s)?;
+                    println!(
+                        "{slot_text}: ran, {} in {}; {}",
+                        r.outcome,
+                        time::human_ms(r.duration_ms as u64),
+                        effects_line(&mut store, &a.job, token)?
+                    );
+                    failed |= r.outcome != "ok";
+                }
+                Fired::Duplicate { state, .. } => {
+                    println!(
+                        "{slot_text}: already {} — duplicate firing, not run again",
+                        inert(&state)
+                    );
+                }
+                Fired::Skipped { .. } => {
+                    println!("{slot_text}: skipped, {} is paused", inert(&a.job));
+                }
+                Fired::Busy { holder, until } => {
+                    if waited_since.elapsed() < max_wait {
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                    println!(
+                        "{slot_text}: refused by lease: held by {} until {}; stopping",
+                        inert(&holder),
+                        inert(&until)
+                    );
+                    return Ok(3);
+                }
+                // A backfill waits for the lease instead of applying the overlap policy.
+                other => println!("{slot_text}: {other:?}"),
+            }
+            break;
+        }
+    }
+    Ok(if failed { 1 } else { 0 })
+}

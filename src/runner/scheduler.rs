@@ -1,0 +1,274 @@
+//! The loop behind `exactly run`: turns due slots into firings, starts the runs it wins,
+//! starts queued firings when their lease frees up, and on SIGTERM/SIGINT stops firing, gives
+//! running commands a grace period, and exits.
+use super::config::Job;
+use super::execute::{execute, log_line, RunSpec};
+use crate::store::{FireRequest, Fired, Started, Store};
+use crate::time::{self, Ts};
+use crate::Result;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(100);
+/// A firing this late is still on time (scheduling jitter, a quick restart); later than this
+/// plus the job's catch-up window, it is a miss.
+pub const LATE_OK: Duration = Duration::from_secs(2);
+/// Most missed slots recorded row by row in one go; beyond that they are only counted.
+const MISSED_ROWS: usize = 1000;
+/// Most late slots fired in one tick (a long catch-up window on a fast job).
+const CATCHUP_MAX: usize = 10_000;
+
+/// A scheduler's fixed facts.
+pub struct Config {
+    pub db: String,
+    pub owner: String,
+    pub cwd: Option<PathBuf>,
+    pub grace: Duration,
+}
+
+struct JobState {
+    job: Job,
+    /// Every slot up to here has been handled.
+    cursor: Ts,
+}
+
+struct Running {
+    job: String,
+    run_id: String,
+    handle: JoinHandle<()>,
+}
+
+/// Runs until SIGTERM or SIGINT; returns the exit code (0).
+pub fn run(
+    mut store: Store,
+    cfg: Config,
+    jobs: Vec<Job>,
+    fresh: &[String],
+    stop: Arc<AtomicBool>,
+) -> Result<i32> {
+    let now = time::now();
+    let mut states = Vec::new();
+    for job in jobs {
+        // A job new to the registry has no past to have missed; otherwise pick up after the
+        // last slot any scheduler fired.
+        let last = if fresh.contains(&job.name) {
+            None
+        } else {
+            store.last_slot(&job.name)?.and_then(|s| time::parse(&s))
+        };
+        states.push(JobState {
+            cursor: last.unwrap_or(now).min(now),
+            job,
+        });
+    }
+    let kill = Arc::new(AtomicBool::new(false));
+    let mut runs: Vec<Running> = Vec::new();
+    log_line(
+        "INFO",
+        "-",
+        &format!(
+            "scheduler {} started with {} job(s)",
+            cfg.owner,
+            states.len()
+        ),
+    );
+    while !stop.load(Ordering::SeqCst) {
+        let tick = Instant::now();
+        for st in states.iter_mut() {
+            if let Err(e) = advance(&mut store, &cfg, st, &kill, &mut runs) {
+                log_line("ERROR", &st.job.name, &format!("{e}"));
+            }
+        }
+        runs.retain(|r| !r.handle.is_finished());
+        if let Some(rest) = TICK.checked_sub(tick.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    shutdown(&cfg, runs, &kill);
+    Ok(0)
+}
+
+fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
+    runs.retain(|r| !r.handle.is_finished());
+    log_line(
+        "INFO",
+        "-",
+        &format!(
+            "stopping: no new firings; {} running command(s) get up to {} to finish",
+            runs.len(),
+            time::human_ms(cfg.grace.as_millis() as u64)
+        ),
+    );
+    let deadline = Instant::now() + cfg.grace;
+    while runs.iter().any(|r| !r.handle.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for r in runs.iter().filter(|r| !r.handle.is_finished()) {
+        log_line(
+            "WARN",
+            &r.job,
+            &format!("run {} outlived the grace period: killing it", r.run_id),
+        );
+    }
+    kill.store(true, Ordering::SeqCst);
+    for r in runs {
+        let _ = r.handle.join();
+    }
+    log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
+}
+
+/// Handles one job's due slots and its queue.
+fn advance(
+    store: &mut Store,
+    cfg: &Config,
+    st: &mut JobState,
+    kill: &Arc<AtomicBool>,
+    runs: &mut Vec<Running>,
+) -> Result<()> {
+    let now = time::now();
+    let job = &st.job;
+    let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
+    if st.cursor < horizon {
+        let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
+        if total > 0 {
+            let slots: Vec<String> = slots.into_iter().map(time::fmt).collect();
+            let n = store.record_missed(&job.name, &slots, total, &cfg.owner)?;
+            if n > 0 {
+                log_line(
+                    "ERROR",
+                    &job.name,
+                    &format!(
+                        "{n} firing(s) up to {} missed: no scheduler ran them within the catch-up window",
+                        slots.last().map(String::as_str).unwrap_or("?")
+                    ),
+                );
+            }
+        }
+        st.cursor = horizon;
+    }
+    // Waiting firings go first, so a new one finds the run live and queues behind them.
+    let now_text = time::now_text();
+    if store.queue_ready(&job.name, &now_text)? {
+        let until = time::fmt(time::add(time::now(), job.lease));
+        if let Some(started) = store.start_queued(&job.name, &cfg.owner, &until, &now_text)? {
+            log_line(
+                "INFO",
+                &job.name,
+                &format!(
+                    "queued firing at {} started run {} (token {})",
+                    started.slot, started.run_id, started.token
+                ),
+            );
+            runs.push(spawn(cfg, job, started, kill));
+        }
+    }
+    let (due, _) = job.schedule.slots(st.cursor, now, CATCHUP_MAX);
+    for slot in due {
+        let late = (now - slot).num_milliseconds() > LATE_OK.as_millis() as i64;
+        let kind = if late { "catchup" } else { "scheduled" };
+        let slot_text = time::fmt(slot);
+        let until = time::fmt(time::add(time::now(), job.lease));
+        let fired = store.fire(&FireRequest {
+            job: &job.name,
+            slot: &slot_text,
+            kind,
+            owner: &cfg.owner,
+            lease_until: &until,
+            now: &time::now_text(),
+            overlap: job.overlap,
+            backfill: false,
+        })?;
+        st.cursor = slot;
+        report(&job.name, kind, &slot_text, &fired);
+        if let Fired::Started(started) = fired {
+            runs.push(spawn(cfg, job, started, kill));
+        }
+    }
+    Ok(())
+}
+
+fn spawn(cfg: &Config, job: &Job, started: Started, kill: &Arc<AtomicBool>) -> Running {
+    let spec = RunSpec {
+        db: cfg.db.clone(),
+        job: job.name.clone(),
+        started: started.clone(),
+        lease: job.lease,
+        command: job.command.clone(),
+        cwd: cfg.cwd.clone(),
+        kill: kill.clone(),
+    };
+    let name = job.name.clone();
+    let handle = std::thread::spawn(move || {
+        if let Err(e) = execute(&spec) {
+            log_line(
+                "ERROR",
+                &spec.job,
+                &format!("run {}: {e}", spec.started.run_id),
+            );
+        }
+    });
+    Running {
+        job: name,
+        run_id: started.run_id,
+        handle,
+    }
+}
+
+/// One log line saying what became of a firing.
+pub fn report(job: &str, kind: &str, slot: &str, fired: &Fired) {
+    let (level, msg) = match fired {
+        Fired::Started(s) => (
+            "INFO",
+            format!(
+                "{kind} firing at {slot} started run {} (token {}){}",
+                s.run_id,
+                s.token,
+                s.stolen_from
+                    .as_ref()
+                    .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Fired::Duplicate { state, owner } => (
+            "INFO",
+            format!(
+                "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
+                owner.as_deref().unwrap_or("someone")
+            ),
+        ),
+        Fired::Skipped { note, by } => (
+            "INFO",
+            format!(
+                "{kind} firing at {slot} skipped: paused by {}{}",
+                by.as_deref().unwrap_or("someone"),
+                note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+            ),
+        ),
+        Fired::Coalesced { holder, token } => (
+            "INFO",
+            format!("{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"),
+        ),
+        Fired::Queued { depth, cap } => (
+            "INFO",
+            format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})"),
+        ),
+        Fired::Saturated { cap } => (
+            "WARN",
+            format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)"),
+        ),
+        Fired::Missed { holder, token } => (
+            "ERROR",
+            format!(
+                "{kind} firing at {slot} MISSED: overlap = fail and a run is live ({holder}, token {token})"
+            ),
+        ),
+        Fired::Busy { holder, until } => (
+            "INFO",
+            format!("{kind} firing at {slot} waits: lease held by {holder} until {until}"),
+        ),
+    };
+    log_line(level, job, &msg);
+}

@@ -1,0 +1,178 @@
+//! Helpers for the runner's process tests: real `exactly` processes on real SQLite files.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_exactly")
+}
+
+/// A temp dir holding a jobs file and a database.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        Site {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    pub fn db(&self) -> String {
+        self.path("exactly.db").to_string_lossy().into_owned()
+    }
+    pub fn jobs(&self) -> String {
+        self.path("jobs.toml").to_string_lossy().into_owned()
+    }
+    pub fn write_jobs(&self, toml: &str) {
+        std::fs::write(self.jobs(), toml).expect("write jobs file");
+    }
+    /// Starts `exactly run` with its stderr in `<owner>.log`.
+    pub fn start(&self, owner: &str, grace: &str) -> Sched {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("{owner}.log")))
+            .expect("log file");
+        let child = Command::new(bin())
+            .args([
+                "--db",
+                &self.db(),
+                "run",
+                &self.jobs(),
+                "--owner",
+                owner,
+                "--grace",
+                grace,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start exactly run");
+        Sched { child }
+    }
+    pub fn log(&self, owner: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{owner}.log"))).unwrap_or_default()
+    }
+    /// Runs an `exactly` command to its end: (exit code, stdout, stderr).
+    pub fn exactly(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(bin())
+            .arg("--db")
+            .arg(self.db())
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run exactly");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+    pub fn conn(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(self.db()).expect("open db");
+        c.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        c
+    }
+    pub fn count(&self, sql: &str) -> i64 {
+        self.conn().query_row(sql, [], |r| r.get(0)).unwrap_or(0)
+    }
+    pub fn counter(&self, kind: &str) -> i64 {
+        self.count(&format!(
+            "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = '{kind}'"
+        ))
+    }
+    pub fn strings(&self, sql: &str) -> Vec<String> {
+        let c = self.conn();
+        let mut stmt = c.prepare(sql).expect("prepare");
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .expect("query")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("rows");
+        rows
+    }
+    pub fn lines(&self, file: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(file))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+    pub fn exists(&self, file: &str) -> bool {
+        self.path(file).exists()
+    }
+}
+
+pub struct Sched {
+    pub child: Child,
+}
+
+impl Sched {
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+    /// SIGTERM, then the exit code (None if it did not exit within `within`).
+    pub fn term(&mut self, within: Duration) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        self.wait(within)
+    }
+    pub fn wait(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds or `within` passes.
+pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// A job command (argv as TOML) that runs `script` in sh with `$X` for the exactly binary.
+pub fn sh(script: &str) -> String {
+    let script = script.replace("$X", bin());
+    format!("[\"sh\", \"-c\", {}]", toml_str(&script))
+}
+
+pub fn toml_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+pub fn dir_of(p: &str) -> &Path {
+    Path::new(p).parent().expect("parent")
+}

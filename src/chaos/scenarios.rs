@@ -71,7 +71,8 @@ fn kill_randomly(h: &mut Harness, t: &mut Tally, e: &Eff) -> Result<()> {
         hold_after_ms: h.rng.gen_range(0..15),
         ..Client::quick()
     };
-    let within = (h.typical_ms() as u64 + 30).max(40);
+    // Within the attempt's expected life, so most kills land while it runs.
+    let within = h.typical_ms() as u64 + c.hold_before_ms + c.hold_after_ms + 2;
     let after = h.ms(0, within);
     let mut r = h.spawn(e, &c, None)?;
     std::thread::sleep(after);
@@ -320,7 +321,7 @@ fn duplicate_registration(h: &mut Harness, t: &mut Tally, n: u32, bar: &Progress
             running.push((j, h.spawn(&effs[j], &c, None)?));
         }
         if let Some(v) = victim {
-            let within = (h.typical_ms() as u64 + 30).max(40);
+            let within = h.typical_ms() as u64 + 17;
             std::thread::sleep(h.ms(0, within));
             for (j, r) in running.iter_mut() {
                 if *j == v && r.kill() {

@@ -80,7 +80,7 @@ impl Fleet {
         let items = sh_quote(&items_file.display().to_string());
         let send = format!(
             "{exe} far-side send --socket {sock} --tag \"$EXACTLY_JOB:$EXACTLY_FENCING_TOKEN\" \
-             --hold-after 120ms --timeout 5s",
+             --hold-after 300ms --timeout 5s",
             sock = sh_quote(&h.far.socket.display().to_string()),
         );
         let inputs = format!(
@@ -167,9 +167,10 @@ impl Fleet {
         Ok(())
     }
 
-    /// Drops items the ledger shows done; true when any effect is mid-send right now.
-    fn prune(&mut self, h: &mut Harness) -> Result<bool> {
-        let mut in_flight = false;
+    /// Drops items the ledger shows done. Returns the live scheduler whose run is sending an
+    /// effect right now, if any (a draining one's does not count: it is no longer the target).
+    fn prune(&mut self, h: &mut Harness) -> Result<Option<String>> {
+        let mut in_flight = Vec::new();
         let before = self.pending.len();
         let mut keep = Vec::new();
         if !h.guarded {
@@ -181,13 +182,15 @@ impl Fleet {
                 self.write_items()?;
             }
             // No ledger to tell a run mid-send: strikes land at random moments.
-            return Ok(false);
+            return Ok(None);
         }
         for (i, key) in std::mem::take(&mut self.pending) {
             match h.store.effect(&key)? {
                 Some(row) if row.state == "done" => {}
                 Some(row) => {
-                    in_flight |= row.state == "submitted" && sending(row.attempt.as_deref());
+                    if row.state == "submitted" && sending(row.attempt.as_deref()) {
+                        in_flight.push(row.run_id);
+                    }
                     keep.push((i, key));
                 }
                 None => keep.push((i, key)),
@@ -197,7 +200,15 @@ impl Fleet {
         if self.pending.len() != before {
             self.write_items()?;
         }
-        Ok(in_flight)
+        if in_flight.is_empty() {
+            return Ok(None);
+        }
+        let runs = h.store.recent_runs(&self.job, 10)?;
+        Ok(runs
+            .into_iter()
+            .filter(|r| in_flight.contains(&r.run_id))
+            .map(|r| r.owner)
+            .find(|o| self.live.iter().any(|s| &s.owner == o)))
     }
 
     /// Reaps drained schedulers; a deploy's SIGTERM must end in a clean exit.
@@ -250,13 +261,13 @@ impl Fleet {
             self.pending.push((i, key));
             self.write_items()?;
             // Strike mid-effect (a run is sending an item) or at a random moment.
-            let wait_mid = h.guarded && (h.rng.gen_bool(0.5) || self.pending.len() > BACKLOG);
-            let mut mid = false;
+            let wait_mid = h.guarded && (h.rng.gen_bool(0.8) || self.pending.len() > BACKLOG);
+            let mut sender = None;
             if wait_mid {
                 let deadline = Instant::now() + Duration::from_millis(2500);
                 while Instant::now() < deadline {
-                    if self.prune(h)? {
-                        mid = true;
+                    sender = self.prune(h)?;
+                    if sender.is_some() {
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -265,10 +276,13 @@ impl Fleet {
             } else {
                 std::thread::sleep(h.ms(50, 1200));
             }
-            if mid {
+            if sender.is_some() {
                 t.mid_effect_strikes += 1;
             }
-            let victim = h.rng.gen_range(0..self.live.len().max(1));
+            // The scheduler whose run is mid-effect, else one at random.
+            let victim = sender
+                .and_then(|o| self.live.iter().position(|s| s.owner == o))
+                .unwrap_or_else(|| h.rng.gen_range(0..self.live.len().max(1)));
             if victim < self.live.len() {
                 let mut s = self.live.remove(victim);
                 match self.mode {
@@ -294,7 +308,7 @@ impl Fleet {
             }
             // A deploy sometimes cuts the old runs short; the replacement starts at once.
             let grace = if self.mode == Mode::Deploy && h.rng.gen_bool(0.5) {
-                "50ms"
+                "0s"
             } else {
                 "30s"
             };

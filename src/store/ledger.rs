@@ -173,18 +173,20 @@ pub(crate) fn claim_lease_tx(
 }
 
 /// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
+/// With `only_held`, a released lease is not touched (renewing it would re-take it).
 fn set_lease_until(
     tx: &Transaction<'_>,
     job: &str,
     token: i64,
     until: &str,
+    only_held: bool,
     what: &str,
 ) -> rusqlite::Result<bool> {
     let ok = tx
         .query_row(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
-               AND lease_until <> ?4 RETURNING fencing_token",
-            params![job, until, token, RELEASED],
+               AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
+            params![job, until, token, RELEASED, only_held],
             |_| Ok(()),
         )
         .optional()?

@@ -218,8 +218,10 @@ fn readme_keys_and_capture_are_current() {
         + "<!-- /keys -->".len();
     if std::env::var_os("UPDATE_ASSETS").is_some() {
         let mut new = format!("{}{keys}{}", &readme[..start], &readme[end..]);
-        if let (Some(a), Some(b)) = (new.find("```text\n"), new.find("\n```\n")) {
-            new = format!("{}{block}{}", &new[..a], &new[b + 4..]);
+        if let Some(a) = new.find("```text\n") {
+            if let Some(b) = new[a..].find("\n```\n").map(|b| a + b) {
+                new = format!("{}{block}{}", &new[..a], &new[b + 4..]);
+            }
         }
         std::fs::write(path, new).expect("write README");
         return;

@@ -172,6 +172,31 @@ pub(crate) fn claim_lease_tx(
     }
 }
 
+/// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
+/// With `only_held`, a released lease is not touched (renewing it would re-take it).
+fn set_lease_until(
+    tx: &Transaction<'_>,
+    job: &str,
+    token: i64,
+    until: &str,
+    only_held: bool,
+    what: &str,
+) -> rusqlite::Result<bool> {
+    let ok = tx
+        .query_row(
+            "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+               AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
+            params![job, until, token, RELEASED, only_held],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !ok {
+        fenced(tx, job, None, token, what)?;
+    }
+    Ok(ok)
+}
+
 /// The answer to a lease claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseClaim {
@@ -330,42 +355,15 @@ impl Store {
         self.write(|tx| claim_lease_tx(tx, job, owner, until, now))
     }
 
-    /// Extends a lease we hold; `false` means we were fenced (counted).
+    /// Extends a lease we hold; `false` means we were fenced (counted). A released lease is
+    /// not renewed: it is no longer held.
     pub fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
-        self.write(|tx| {
-            let ok = tx
-                .query_row(
-                    "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
-                     AND lease_until <> ?4 RETURNING fencing_token",
-                    params![job, until, token, RELEASED],
-                    |_| Ok(()),
-                )
-                .optional()?
-                .is_some();
-            if !ok {
-                fenced(tx, job, None, token, "lease renew refused")?;
-            }
-            Ok(ok)
-        })
+        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused"))
     }
 
     /// Ends a lease we hold, keeping its token so the next claim counts on from it.
     pub fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
-        self.write(|tx| {
-            let ok = tx
-                .query_row(
-                    "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
-                     RETURNING fencing_token",
-                    params![job, RELEASED, token],
-                    |_| Ok(()),
-                )
-                .optional()?
-                .is_some();
-            if !ok {
-                fenced(tx, job, None, token, "lease release refused")?;
-            }
-            Ok(ok)
-        })
+        self.write(|tx| set_lease_until(tx, job, token, RELEASED, false, "lease release refused"))
     }
 
     pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {

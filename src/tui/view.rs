@@ -234,18 +234,20 @@ fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     let mut lines = vec![Line::from(head)];
     if let Some(s) = &app.snap {
         // Ages tick between polls: measured from the effects' own timestamps at `now`.
-        let oldest = s
+        let ages: Vec<i64> = s
             .unknown
             .iter()
             .filter_map(|u| age_s(&u.since, now))
-            .max()
-            .or(s.oldest_unknown_s);
+            .collect();
+        let oldest_all = ages.iter().copied().max().or(s.oldest_unknown_s);
+        let oldest_day = ages.iter().copied().filter(|a| *a <= 86_400).max();
         for (name, win, all_time) in [
             ("last 24h", &s.last_24h, false),
             ("all time", &s.totals, true),
         ] {
             let mut spans = vec![Span::styled(pad(format!(" {name}"), 10), t.head())];
-            let oldest_txt = if all_time {
+            let oldest = if all_time { oldest_all } else { oldest_day };
+            let oldest_txt = {
                 oldest.map(|a| {
                     let alert = a > UNKNOWN_ALERT_S;
                     (
@@ -253,8 +255,6 @@ fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
                         alert,
                     )
                 })
-            } else {
-                None
             };
             let cells: [(String, Style); 7] = [
                 (win.duplicates_suppressed.to_string(), t.good()),

@@ -363,9 +363,17 @@ fn settle(
     }
 }
 
+/// An observer's verdict on an open effect, and the run that sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub effect_key: String,
+    pub run_id: String,
+    pub verdict: Observation,
+}
+
 /// Runs a recorded observer on every open effect of a job (the runner does this before the
 /// job's next run). Returns (effect key, verdict) pairs.
-pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<(String, Observation)>> {
+pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
@@ -382,7 +390,11 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<(String, Observat
             Observation::CantTell(w) => (None, w.clone()),
         };
         store.observe_verdict(&row.effect_key, res, &words, None)?;
-        out.push((row.effect_key, verdict));
+        out.push(Settled {
+            effect_key: row.effect_key,
+            run_id: row.run_id,
+            verdict,
+        });
     }
     Ok(out)
 }

@@ -112,14 +112,30 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let slot = spec.started.slot.as_str();
     // Unknown before retry: the job's open effects get their observers' verdicts first.
     match effect::settle_open(&mut store, job) {
-        Ok(v) if !v.is_empty() => log_line(
-            "INFO",
-            job,
-            &format!(
-                "observers settled {} open effect(s) before run {run_id}",
-                v.len()
-            ),
-        ),
+        Ok(v) if !v.is_empty() => {
+            log_line(
+                "INFO",
+                job,
+                &format!(
+                    "observers settled {} open effect(s) before run {run_id}",
+                    v.len()
+                ),
+            );
+            // An effect that never happened goes out with a re-run of the firing that meant it
+            // (its key is of the facts, so that firing's done effects are suppressed).
+            for s in v
+                .iter()
+                .filter(|s| s.verdict == effect::Observation::NotHappened)
+            {
+                if let Err(e) = store.retry_firing_of_run(job, &s.run_id) {
+                    log_line(
+                        "WARN",
+                        job,
+                        &format!("cannot mark run {} for retry: {e}", s.run_id),
+                    );
+                }
+            }
+        }
         Ok(_) => {}
         Err(e) => log_line("WARN", job, &format!("observers could not run: {e}")),
     }

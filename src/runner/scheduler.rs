@@ -20,6 +20,8 @@ pub const LATE_OK: Duration = Duration::from_secs(2);
 const MISSED_ROWS: usize = 1000;
 /// Most late slots fired in one tick (a long catch-up window on a fast job).
 const CATCHUP_MAX: usize = 10_000;
+/// How far back a firing whose run died (or whose effect never happened) is fired again.
+const RESUME_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// A scheduler's fixed facts.
 pub struct Config {
@@ -159,6 +161,27 @@ fn advance(
                 &job.name,
                 &format!(
                     "queued firing at {} started run {} (token {})",
+                    started.slot, started.run_id, started.token
+                ),
+            );
+            runs.push(spawn(cfg, job, started, kill));
+        }
+    }
+    // A firing whose run died with its scheduler, or whose effect never happened, goes again.
+    let oldest = time::fmt(
+        now - chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
+            .unwrap_or(chrono::Duration::days(1)),
+    );
+    if store.resume_ready(&job.name, &now_text)? {
+        let until = time::fmt(time::add(time::now(), job.lease));
+        if let Some(started) =
+            store.resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?
+        {
+            log_line(
+                "WARN",
+                &job.name,
+                &format!(
+                    "firing at {} resumed as run {} (token {}): its earlier run never finished or its effect never happened",
                     started.slot, started.run_id, started.token
                 ),
             );

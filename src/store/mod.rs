@@ -259,6 +259,7 @@ pub mod kind {
     /// A real miss: overlap = fail with a live run, or no scheduler ran it within catch-up.
     /// Its counter counts firings.
     pub const FIRING_MISSED: &str = "firing_missed";
+    pub const FIRING_RESUMED: &str = "firing_resumed";
     pub const FIRING_SKIPPED_PAUSED: &str = "firing_skipped_paused";
     /// A run whose lease renewal (or release) was refused: a newer token holds the job.
     pub const RUN_FENCED: &str = "run_fenced";

@@ -654,3 +654,107 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Fires again, for the same slot, a firing whose run died with its scheduler (still
+    /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
+    /// an observer found never happened (`retry`). The command's effects are keyed by facts, so
+    /// what was done is suppressed and only what never went out is sent. Such firings older than
+    /// `oldest` are given up as `interrupted` (recorded, never silent). One transaction.
+    pub fn resume_firing(
+        &mut self,
+        job: &str,
+        owner: &str,
+        lease_until: &str,
+        now: &str,
+        oldest: &str,
+    ) -> Result<Option<Started>> {
+        self.write(|tx| {
+            if paused(tx, job)?.is_some() {
+                return Ok(None);
+            }
+            let live: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
+                params![job, now],
+                |r| r.get(0),
+            )?;
+            if live {
+                return Ok(None);
+            }
+            // With no live lease, a `running` firing's run is dead unless it ended normally.
+            let given_up = tx.execute(
+                "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
+                    detail = 'its run died and the firing is older than the resume window'
+                 WHERE job_key = ?1 AND state IN ('running', 'retry') AND scheduled_at < ?2",
+                params![job, oldest, now],
+            )?;
+            if given_up > 0 {
+                let detail = format!("{given_up} interrupted firing(s) before {oldest} not resumed: too old");
+                record_event(tx, &NewEvent::new(kind::FIRING_MISSED).job(job).actor(owner).detail(&detail))?;
+            }
+            let found: Option<(String, String, Option<String>)> = tx
+                .query_row(
+                    "SELECT scheduled_at, state, run_id FROM exactly_firings
+                     WHERE job_key = ?1 AND state IN ('running', 'retry')
+                     ORDER BY scheduled_at DESC LIMIT 1",
+                    [job],
+                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+                )
+                .optional()?;
+            let Some((slot, state, old_run)) = found else { return Ok(None) };
+            let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)? else {
+                return Ok(None);
+            };
+            if let Some(old) = &old_run {
+                tx.execute(
+                    "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'
+                     WHERE run_id = ?1 AND ended_at IS NULL",
+                    params![old, now],
+                )?;
+            }
+            let run_id = start_run(tx, job, &slot, owner, now, token)?;
+            tx.execute(
+                "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
+                 WHERE job_key = ?1 AND scheduled_at = ?2",
+                params![job, slot, owner, run_id, now],
+            )?;
+            let why = if state == "retry" {
+                "an observer found its effect never happened"
+            } else {
+                "its run died with its scheduler"
+            };
+            let detail = format!(
+                "firing at {slot} resumed by run {run_id}: {why} (was run {})",
+                old_run.as_deref().unwrap_or("-")
+            );
+            record_event(tx, &NewEvent::new(kind::FIRING_RESUMED).job(job).actor(owner).token(token).detail(&detail))?;
+            Ok(Some(Started { token, run_id, slot, stolen_from }))
+        })
+    }
+
+    /// True when a job has a firing to resume and no live lease (a cheap read before the write).
+    pub fn resume_ready(&mut self, job: &str, now: &str) -> Result<bool> {
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN ('running', 'retry'))
+                    AND NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
+                params![job, now],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    /// An observer found that an effect sent by `run_id` never happened: that run's firing is
+    /// fired again (see [`Store::resume_firing`]). Returns whether a firing was marked.
+    pub fn retry_firing_of_run(&mut self, job: &str, run_id: &str) -> Result<bool> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            Ok(tx.execute(
+                "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
+                    detail = 'an observer found an effect of this firing never happened'
+                 WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
+                params![job, run_id, now],
+            )? > 0)
+        })
+    }
+}

@@ -10,6 +10,9 @@ rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
 seen="grep -q \"^\$EXACTLY_EFFECT_KEY \" '$FAR'"
 slot="$EXACTLY_SCHEDULED_AT"
 day=$(echo "$slot" | cut -c1-10)
+# The slot's second, so that the demo's failures come on a schedule rather than by luck.
+sec=$(echo "$slot" | cut -c18-19 | sed 's/^0//')
+sec=${sec:-0}
 
 effect() { # effect ACTION TARGET FAR-MODE [exactly effect flags…]
   action=$1 target=$2 mode=$3; shift 3
@@ -26,7 +29,7 @@ case "$1" in
     echo "$EXACTLY_EFFECT_KEY $*" >> "$FAR"
     case "$mode" in
       lossy) [ "$(rand 100)" -lt 40 ] && exit 9 ;;  # acted, but the answer never came back
-      lost) [ "$(rand 100)" -lt 60 ] && exit 9 ;;
+      lost) [ $((sec / 4 % 3)) -ne 0 ] && exit 9 ;;  # two of three answers lost
     esac
     echo "accepted $(date -u +%H:%M:%S)" ;;
   status-ping) effect ping status-page ok --input slot="$slot" --observe "$seen" ;;
@@ -49,7 +52,7 @@ case "$1" in
   queue-sync) sleep 1.$(rand 8); effect sync inventory ok --input slot="$slot" ;;
   eod-close) sleep "$(( 2 + $(rand 3) ))"; effect close-books "$day" ok --input slot="$slot" ;;
   leaky-export) # sometimes the process dies right after reserving its effect
-    if [ "$(rand 100)" -lt 35 ]; then export EXACTLY_FAULT=after_claim:kill; fi
+    if [ $((sec / 3 % 2)) -eq 0 ]; then export EXACTLY_FAULT=after_claim:kill; fi
     effect export warehouse ok --input slot="$slot" ;;
   sms-reminder) effect sms "+49-151-$(rand 900)" flaky --input slot="$slot" --observe "$seen" ;;
   booking-cancel) effect cancel-booking "booking-$(rand 30)" ok --input slot="$slot" --observe "$seen" ;;

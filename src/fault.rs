@@ -8,7 +8,12 @@ pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "a
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
 pub fn point(name: &str) {
-    let Ok(spec) = std::env::var("EXACTLY_FAULT") else {
+    point_of("EXACTLY_FAULT", name);
+}
+
+/// A named point whose spec is read from `var` (the chaos far side's client has its own).
+pub fn point_of(var: &str, name: &str) {
+    let Ok(spec) = std::env::var(var) else {
         return;
     };
     for part in spec.split(',') {

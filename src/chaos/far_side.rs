@@ -77,21 +77,7 @@ fn effect_key_env() -> Result<String> {
 }
 
 fn client_fault(name: &str) {
-    let Ok(spec) = std::env::var(CLIENT_FAULT_ENV) else {
-        return;
-    };
-    for part in spec.split(',') {
-        let (point, action) = part.split_once(':').unwrap_or((part, "pause=0ms"));
-        if point.trim() != name {
-            continue;
-        }
-        eprintln!("exactly-fault: {name}");
-        if let Some(d) = action.trim().strip_prefix("pause=") {
-            if let Ok(d) = crate::time::parse_duration(d) {
-                std::thread::sleep(d);
-            }
-        }
-    }
+    crate::fault::point_of(CLIENT_FAULT_ENV, name);
 }
 
 fn send(a: &SendArgs) -> Result<i32> {

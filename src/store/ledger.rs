@@ -151,24 +151,13 @@ pub(crate) fn claim_lease_tx(
             token,
             stolen_from: None,
         }),
-        (None, _) => {
-            let (owner, token, until) = tx.query_row(
-                "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                [job],
-                |r| {
-                    Ok((
-                        text_or_empty(r, 0)?,
-                        int(r, 1)?.unwrap_or(0),
-                        text_or_empty(r, 2)?,
-                    ))
-                },
-            )?;
-            Ok(LeaseClaim::Held {
-                owner,
-                token,
-                until,
-            })
-        }
+        // The claim was a no-op: the row we read first, in this same transaction, still holds.
+        (None, Some((owner, token, until))) => Ok(LeaseClaim::Held {
+            owner,
+            token,
+            until,
+        }),
+        (None, None) => Err(rusqlite::Error::QueryReturnedNoRows),
     }
 }
 

@@ -327,3 +327,33 @@ fn views_sort_freeze_help_and_quit() {
     );
     assert!(app.quit);
 }
+
+#[test]
+fn an_open_effect_detail_follows_new_data() {
+    let f = busy();
+    let key = snapshot(&f).unknown[0].effect_key.clone();
+    let mut app = app_for(&f);
+    press(
+        &mut app,
+        &mut f.store(),
+        &[key_of('2'), code(KeyCode::Enter)],
+    );
+    let state_shown =
+        |app: &exactly::tui::App| match app.detail.as_ref().and_then(|d| d.loaded.as_ref()) {
+            Some(exactly::tui::Loaded::Effect { row: Some(r), .. }) => r.state.clone(),
+            other => panic!("no effect detail loaded: {other:?}"),
+        };
+    assert_eq!(state_shown(&app), "unknown");
+    // Another operator settles it; the next poll brings the detail up to date.
+    exactly::approval::resolve(
+        &mut f.store(),
+        &key,
+        exactly::store::Resolution::Happened,
+        "bob",
+        None,
+        None,
+    )
+    .expect("resolve");
+    pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
+    assert_eq!(state_shown(&app), "done");
+}

@@ -450,7 +450,8 @@ impl App {
 
     // ---- incoming ----
 
-    /// Takes in what the poll task sent; an action's result asks for the open detail again.
+    /// Takes in what the poll task sent; new data or an action's result asks for the open detail
+    /// again.
     pub fn on_reply(&mut self, r: Reply) -> Option<Request> {
         match r {
             Reply::Snapshot(s) => {
@@ -460,6 +461,8 @@ impl App {
                 } else {
                     self.snap = Some(*s);
                     self.reanchor();
+                    // An open detail follows the data too (its rows are not in the snapshot).
+                    return self.detail.as_ref().map(|d| Request::Load(d.focus.clone()));
                 }
             }
             Reply::PollFailed(e) => self.poll_error = Some(e),

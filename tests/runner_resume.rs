@@ -123,3 +123,47 @@ fn an_effect_that_never_happened_goes_out_with_a_rerun_of_its_firing() {
         "an effect landed twice: {far_lines:?}"
     );
 }
+
+#[test]
+fn a_run_killed_at_a_deploy_is_resumed_by_the_next_scheduler() {
+    let site = Site::new();
+    let far = site.path("far.txt").to_string_lossy().into_owned();
+    let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
+    // The first run hangs before its effect and is killed when the deploy's grace runs out.
+    let cmd = sh(&format!(
+        "if [ ! -e started ]; then echo $EXACTLY_SCHEDULED_AT > started; sleep 30; fi; {}",
+        effect(&far, &send)
+    ));
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+    ));
+    let mut old = site.start("old", "200ms");
+    assert!(
+        wait_until(Duration::from_secs(6), || site.exists("started")),
+        "{}",
+        site.log("old")
+    );
+    assert_eq!(old.term(Duration::from_secs(8)), Some(0));
+    let slot = std::fs::read_to_string(site.path("started"))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(site.strings("SELECT outcome FROM exactly_runs"), ["killed"]);
+    let mut new = site.start("new", "5s");
+    assert!(
+        wait_until(Duration::from_secs(8), || site
+            .lines("far.txt")
+            .iter()
+            .any(|l| l.ends_with(&slot))),
+        "the killed firing never ran again: {}",
+        site.log("new")
+    );
+    assert_eq!(new.term(Duration::from_secs(8)), Some(0));
+    let far_lines = site.lines("far.txt");
+    assert_eq!(
+        far_lines.iter().filter(|l| l.ends_with(&slot)).count(),
+        1,
+        "{far_lines:?}"
+    );
+    assert!(site.counter("firing_resumed") >= 1);
+}

@@ -8,6 +8,9 @@ use crate::runner::Overlap;
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
+/// How many runs one firing gets when its runs are killed before they finish.
+const MAX_ATTEMPTS: i64 = 3;
+
 /// Firing states that never ran a command: a backfill may take such a firing over.
 const NEVER_RAN: &[&str] = &["missed", "coalesced", "saturated", "skipped"];
 
@@ -585,10 +588,19 @@ impl Store {
                  WHERE run_id = ?1",
                 params![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
             )?;
+            // A run we had to kill (grace expired at a deploy, a signal) did not finish its
+            // work: its firing goes again (see `resume_firing`), a bounded number of times so a
+            // command that always crashes cannot loop.
+            let attempts: i64 = tx.query_row(
+                "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                params![end.job, end.slot],
+                |r| r.get(0),
+            )?;
+            let state = if outcome == "killed" && attempts < MAX_ATTEMPTS { "retry" } else { "ran" };
             tx.execute(
-                "UPDATE exactly_firings SET state = 'ran', updated_at = ?4, detail = ?5
+                "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
                  WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
-                params![end.job, end.slot, end.run_id, now, outcome],
+                params![end.job, end.slot, end.run_id, now, outcome, state],
             )?;
             let k = match outcome.as_str() {
                 "failed" => Some(kind::RUN_FAILED),

@@ -43,6 +43,8 @@ pub struct JobRow {
     pub schedule: Option<String>,
     pub interval_s: Option<i64>,
     pub lease_s: Option<i64>,
+    /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
+    pub lease_ms: Option<i64>,
     pub overlap: Option<String>,
     pub queue_cap: Option<i64>,
     pub runs: u64,
@@ -157,20 +159,20 @@ pub fn job_warnings(j: &JobRow) -> Vec<String> {
             ));
         }
     }
-    if let (Some(p99), Some(lease)) = (j.p99_ms, j.lease_s) {
-        if lease > 0 && p99 > (lease as u64) * 1000 {
+    if let (Some(p99), Some(lease)) = (j.p99_ms, j.lease_ms) {
+        if lease > 0 && p99 > lease as u64 {
             w.push(format!(
                 "p99 {} > lease {}: live runs will be stolen",
                 human_ms(p99),
-                human_age(lease)
+                human_ms(lease as u64)
             ));
         }
     }
-    if let (Some(lease), Some(interval)) = (j.lease_s, j.interval_s) {
-        if interval > 0 && lease >= interval {
+    if let (Some(lease), Some(interval)) = (j.lease_ms, j.interval_s) {
+        if interval > 0 && lease >= interval * 1000 {
             w.push(format!(
                 "lease {} >= interval {}: a crashed run blocks the next firing",
-                human_age(lease),
+                human_ms(lease as u64),
                 human_age(interval)
             ));
         }
@@ -191,7 +193,7 @@ impl Snapshot {
             .map(|j| {
                 serde_json::json!({
                     "job_key": j.job_key, "schedule": j.schedule, "interval_s": j.interval_s,
-                    "lease_s": j.lease_s, "overlap": j.overlap, "queue_cap": j.queue_cap,
+                    "lease_s": j.lease_s, "lease_ms": j.lease_ms, "overlap": j.overlap, "queue_cap": j.queue_cap,
                     "runs": j.runs, "p50_ms": j.p50_ms, "p99_ms": j.p99_ms,
                     "fencing_token": j.fencing_token, "lease_owner": j.lease_owner,
                     "lease_until": j.lease_until, "paused": j.paused, "pause_note": j.pause_note,
@@ -291,7 +293,9 @@ impl Snapshot {
                     j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),
                     j.p99_ms.map(human_ms).unwrap_or_else(|| "-".into()),
                     j.interval_s.map(human_age).unwrap_or_else(|| "-".into()),
-                    j.lease_s.map(human_age).unwrap_or_else(|| "-".into()),
+                    j.lease_ms
+                        .map(|ms| human_ms(ms.max(0) as u64))
+                        .unwrap_or_else(|| "-".into()),
                     j.fencing_token
                         .map(|t| t.to_string())
                         .unwrap_or_else(|| "-".into()),
@@ -438,7 +442,7 @@ impl Snapshot {
             "exactly_job_lease_seconds",
             "gauge",
             "Lease duration.",
-            &|j| j.lease_s.map(|v| v.to_string()),
+            &|j| j.lease_ms.map(|v| format!("{:.3}", v as f64 / 1000.0)),
         );
         per_job(
             "exactly_job_fencing_token",

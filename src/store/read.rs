@@ -185,7 +185,8 @@ impl Store {
 fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let mut stmt = tx.prepare(
-        "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired
+        "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
+            lease_ms
          FROM exactly_jobs",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -194,6 +195,7 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
             schedule: text(r, 1)?,
             interval_s: int(r, 2)?,
             lease_s: int(r, 3)?,
+            lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
             overlap: text(r, 4)?,
             queue_cap: int(r, 5)?,
             paused: int(r, 6)?.unwrap_or(0) != 0,

@@ -98,10 +98,11 @@ fn dash<T: ToString>(v: Option<T>) -> String {
 }
 
 /// `p99` as a share of a limit, marked `!` past 100 %.
-fn share(p99_ms: Option<u64>, limit_s: Option<i64>) -> (String, bool) {
-    match (p99_ms, limit_s) {
+/// p99 as a share of a limit in milliseconds (interval or lease).
+fn share(p99_ms: Option<u64>, limit_ms: Option<i64>) -> (String, bool) {
+    match (p99_ms, limit_ms) {
         (Some(p), Some(l)) if l > 0 => {
-            let pct = p as f64 / (l as f64 * 10.0);
+            let pct = p as f64 * 100.0 / l as f64;
             let over = pct > 100.0;
             (format!("{:.0}%{}", pct, if over { "!" } else { "" }), over)
         }
@@ -486,8 +487,8 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         (None, Some(i)) => human_age(i),
         _ => "-".into(),
     };
-    let (int_share, int_over) = share(j.p99_ms, j.interval_s);
-    let (lse_share, lse_over) = share(j.p99_ms, j.lease_s);
+    let (int_share, int_over) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
+    let (lse_share, lse_over) = share(j.p99_ms, j.lease_ms);
     let last = j
         .last_run
         .as_ref()
@@ -514,7 +515,7 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         ),
         plain(j.job_key.clone()),
         plain(every),
-        plain(dash(j.lease_s.map(human_age))),
+        plain(dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64)))),
         plain(j.runs.to_string()),
         plain(dash(j.p50_ms.map(human_ms))),
         plain(dash(j.p99_ms.map(human_ms))),
@@ -958,14 +959,14 @@ fn draw_job_detail(
         ),
         _ => format!("free (last token {})", dash(j.fencing_token)),
     };
-    let (int_share, _) = share(j.p99_ms, j.interval_s);
-    let (lse_share, _) = share(j.p99_ms, j.lease_s);
+    let (int_share, _) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
+    let (lse_share, _) = share(j.p99_ms, j.lease_ms);
     for line in [
         format!(
             " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
             inert(j.schedule.as_deref().unwrap_or("-")),
             dash(j.interval_s.map(human_age)),
-            dash(j.lease_s.map(human_age)),
+            dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
             inert(j.overlap.as_deref().unwrap_or("-")),
             j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
             job_state(j, now),
@@ -1025,7 +1026,7 @@ fn draw_job_detail(
         .collect();
     let longest = durations.iter().flatten().copied().max().unwrap_or(0);
     let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
-    let lease_ms = j.lease_s.map(|s| s.max(0) as u64 * 1000);
+    let lease_ms = j.lease_ms.map(|ms| ms.max(0) as u64);
     let top = longest
         .max(interval_ms.unwrap_or(0))
         .max(lease_ms.unwrap_or(0))

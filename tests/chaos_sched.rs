@@ -4,14 +4,6 @@
 use serde_json::Value;
 use std::process::Command;
 
-fn has_scheduler() -> bool {
-    let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
-        .args(["check", "/nonexistent/jobs.toml"])
-        .output()
-        .expect("run exactly check");
-    !String::from_utf8_lossy(&out.stderr).contains("not built yet")
-}
-
 fn scenario(name: &str, iterations: &str) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
         .args([
@@ -44,10 +36,6 @@ fn scenario(name: &str, iterations: &str) -> Value {
 
 #[test]
 fn deploy_restart_and_blue_green_on_the_real_scheduler() {
-    if !has_scheduler() {
-        eprintln!("skipped: this build has no scheduler (`exactly run`)");
-        return;
-    }
     let v = scenario("deploy-restart", "10");
     assert_eq!(v["kills"]["scheduler_sigterm"].as_u64(), Some(10), "{v:#}");
     let v = scenario("blue-green", "8");

@@ -114,21 +114,6 @@ impl Fleet {
                 toml_str(&script)
             ),
         )?;
-        // The scheduler must be there and accept the file before anything is struck.
-        let out = h
-            .exe_command()
-            .arg("--db")
-            .arg(h.db())
-            .arg("check")
-            .arg(&jobs_file)
-            .stderr(std::process::Stdio::piped())
-            .output()?;
-        let said = String::from_utf8_lossy(&out.stderr);
-        if said.contains("not built yet") {
-            return Err(Error::Store(format!(
-                "this build has no scheduler (`exactly run`), which {name} needs"
-            )));
-        }
         Ok(Fleet {
             name,
             mode,

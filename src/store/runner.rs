@@ -223,6 +223,34 @@ fn start_run(
     Ok(run_id)
 }
 
+/// Starts a waiting firing (queued, interrupted, to retry) if the job's lease can be won: a new
+/// run under the new token, and the firing marked `running` by it.
+fn start_firing(
+    tx: &Transaction<'_>,
+    job: &str,
+    slot: &str,
+    owner: &str,
+    lease_until: &str,
+    now: &str,
+) -> rusqlite::Result<Option<Started>> {
+    let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)?
+    else {
+        return Ok(None);
+    };
+    let run_id = start_run(tx, job, slot, owner, now, token)?;
+    tx.execute(
+        "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
+         WHERE job_key = ?1 AND scheduled_at = ?2",
+        params![job, slot, owner, run_id, now],
+    )?;
+    Ok(Some(Started {
+        token,
+        run_id,
+        slot: slot.to_string(),
+        stolen_from,
+    }))
+}
+
 impl Store {
     /// Writes the jobs of one file into the registry and retires the jobs that file no longer
     /// has. Pause state is kept across registrations.
@@ -527,18 +555,7 @@ impl Store {
                 )
                 .optional()?;
             let Some(slot) = slot else { return Ok(None) };
-            match claim_lease_tx(tx, job, owner, lease_until, now)? {
-                LeaseClaim::Won { token, stolen_from } => {
-                    let run_id = start_run(tx, job, &slot, owner, now, token)?;
-                    tx.execute(
-                        "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
-                         WHERE job_key = ?1 AND scheduled_at = ?2",
-                        params![job, slot, owner, run_id, now],
-                    )?;
-                    Ok(Some(Started { token, run_id, slot, stolen_from }))
-                }
-                LeaseClaim::Held { .. } => Ok(None),
-            }
+            start_firing(tx, job, &slot, owner, lease_until, now)
         })
     }
 
@@ -701,8 +718,16 @@ impl Store {
                 params![job, oldest, now],
             )?;
             if given_up > 0 {
-                let detail = format!("{given_up} interrupted firing(s) before {oldest} not resumed: too old");
-                record_event(tx, &NewEvent::new(kind::FIRING_MISSED).job(job).actor(owner).detail(&detail))?;
+                let detail = format!(
+                    "{given_up} interrupted firing(s) before {oldest} not resumed: too old"
+                );
+                record_event(
+                    tx,
+                    &NewEvent::new(kind::FIRING_MISSED)
+                        .job(job)
+                        .actor(owner)
+                        .detail(&detail),
+                )?;
             }
             let found: Option<(String, String, Option<String>)> = tx
                 .query_row(
@@ -713,8 +738,10 @@ impl Store {
                     |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
                 )
                 .optional()?;
-            let Some((slot, state, old_run)) = found else { return Ok(None) };
-            let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)? else {
+            let Some((slot, state, old_run)) = found else {
+                return Ok(None);
+            };
+            let Some(started) = start_firing(tx, job, &slot, owner, lease_until, now)? else {
                 return Ok(None);
             };
             if let Some(old) = &old_run {
@@ -724,23 +751,25 @@ impl Store {
                     params![old, now],
                 )?;
             }
-            let run_id = start_run(tx, job, &slot, owner, now, token)?;
-            tx.execute(
-                "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
-                 WHERE job_key = ?1 AND scheduled_at = ?2",
-                params![job, slot, owner, run_id, now],
-            )?;
             let why = if state == "retry" {
                 "an observer found its effect never happened"
             } else {
                 "its run died with its scheduler"
             };
             let detail = format!(
-                "firing at {slot} resumed by run {run_id}: {why} (was run {})",
+                "firing at {slot} resumed by run {}: {why} (was run {})",
+                started.run_id,
                 old_run.as_deref().unwrap_or("-")
             );
-            record_event(tx, &NewEvent::new(kind::FIRING_RESUMED).job(job).actor(owner).token(token).detail(&detail))?;
-            Ok(Some(Started { token, run_id, slot, stolen_from }))
+            record_event(
+                tx,
+                &NewEvent::new(kind::FIRING_RESUMED)
+                    .job(job)
+                    .actor(owner)
+                    .token(started.token)
+                    .detail(&detail),
+            )?;
+            Ok(Some(started))
         })
     }
 

@@ -153,40 +153,40 @@ fn advance(
     }
     // Waiting firings go first, so a new one finds the run live and queues behind them.
     let now_text = time::now_text();
-    if store.queue_ready(&job.name, &now_text)? {
-        let until = time::fmt(time::add(time::now(), job.lease));
-        if let Some(started) = store.start_queued(&job.name, &cfg.owner, &until, &now_text)? {
-            log_line(
-                "INFO",
-                &job.name,
-                &format!(
-                    "queued firing at {} started run {} (token {})",
-                    started.slot, started.run_id, started.token
-                ),
-            );
-            runs.push(spawn(cfg, job, started, kill));
-        }
+    let waiting = store.waiting(&job.name, &now_text)?;
+    let until = time::fmt(time::add(time::now(), job.lease));
+    let mut started = None;
+    if waiting.queued {
+        started = store
+            .start_queued(&job.name, &cfg.owner, &until, &now_text)?
+            .map(|s| ("INFO", "a queued firing", s));
     }
-    // A firing whose run died with its scheduler, or whose effect never happened, goes again.
-    let oldest = time::fmt(
-        now - chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
-            .unwrap_or(chrono::Duration::days(1)),
-    );
-    if store.resume_ready(&job.name, &now_text)? {
-        let until = time::fmt(time::add(time::now(), job.lease));
-        if let Some(started) =
-            store.resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?
-        {
-            log_line(
-                "WARN",
-                &job.name,
-                &format!(
-                    "firing at {} resumed as run {} (token {}): its earlier run never finished or its effect never happened",
-                    started.slot, started.run_id, started.token
-                ),
-            );
-            runs.push(spawn(cfg, job, started, kill));
-        }
+    // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
+    // happened goes again, for the same slot.
+    if started.is_none() && waiting.resumable {
+        let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
+            .unwrap_or(chrono::Duration::days(1));
+        let oldest = time::fmt(now - window);
+        started = store
+            .resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?
+            .map(|s| {
+                (
+                    "WARN",
+                    "an interrupted firing (or one whose effect never happened)",
+                    s,
+                )
+            });
+    }
+    if let Some((level, what, s)) = started {
+        log_line(
+            level,
+            &job.name,
+            &format!(
+                "{what} at {} started run {} (token {})",
+                s.slot, s.run_id, s.token
+            ),
+        );
+        runs.push(spawn(cfg, job, s, kill));
     }
     let (due, _) = job.schedule.slots(st.cursor, now, CATCHUP_MAX);
     for slot in due {

@@ -110,6 +110,13 @@ pub struct Started {
     pub stolen_from: Option<(String, i64)>,
 }
 
+/// What waits to start for a job (both false while its lease is live).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Waiting {
+    pub queued: bool,
+    pub resumable: bool,
+}
+
 /// The fate of a firing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fired {
@@ -522,14 +529,23 @@ impl Store {
         })
     }
 
-    /// True when a job has queued firings and no live lease: worth trying [`Store::start_queued`].
-    pub fn queue_ready(&mut self, job: &str, now: &str) -> Result<bool> {
+    /// What waits to start for a job whose lease is free: queued firings (see
+    /// [`Store::start_queued`]) and firings to resume (see [`Store::resume_firing`]). One cheap
+    /// read per scheduler tick before any write.
+    pub fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
         self.read(|tx| {
             tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued')
-                    AND NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
+                "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
+                    EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'),
+                    EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN ('running', 'retry'))",
                 params![job, now],
-                |r| r.get(0),
+                |r| {
+                    let free: bool = r.get(0)?;
+                    Ok(Waiting {
+                        queued: free && r.get::<_, bool>(1)?,
+                        resumable: free && r.get::<_, bool>(2)?,
+                    })
+                },
             )
         })
     }
@@ -770,18 +786,6 @@ impl Store {
                     .detail(&detail),
             )?;
             Ok(Some(started))
-        })
-    }
-
-    /// True when a job has a firing to resume and no live lease (a cheap read before the write).
-    pub fn resume_ready(&mut self, job: &str, now: &str) -> Result<bool> {
-        self.read(|tx| {
-            tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN ('running', 'retry'))
-                    AND NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
-                params![job, now],
-                |r| r.get(0),
-            )
         })
     }
 

@@ -477,78 +477,59 @@ fn adopts_a_database_written_with_the_seeds_sql() {
 
 #[test]
 fn refuses_newer_foreign_and_corrupt_databases_without_writing() {
+    /// `exactly --db PATH CMD` refuses the file: exit 1, one line saying `why`, no byte changed.
+    fn assert_refused(path: &std::path::Path, cmd: &str, why: Option<&str>) {
+        let before = std::fs::read(path).unwrap();
+        let out = Command::new(common::bin())
+            .arg("--db")
+            .arg(path)
+            .arg(cmd)
+            .output()
+            .unwrap();
+        let (code, _, err) = split(out);
+        assert_eq!(code, 1, "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        if let Some(why) = why {
+            assert!(err.contains(why), "{err}");
+        }
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "nothing written to {path:?}"
+        );
+    }
     let env = Env::new();
     // Newer schema.
     let newer = env.path("newer.db");
-    {
-        let c = rusqlite::Connection::open(&newer).unwrap();
-        c.execute_batch("PRAGMA user_version = 99; CREATE TABLE t (x);")
-            .unwrap();
-    }
-    let before = std::fs::read(&newer).unwrap();
-    let out = Command::new(common::bin())
-        .arg("--db")
-        .arg(&newer)
-        .arg("status")
-        .output()
+    rusqlite::Connection::open(&newer)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 99; CREATE TABLE t (x);")
         .unwrap();
-    let (code, _, err) = split(out);
-    assert_eq!(code, 1);
-    assert!(err.contains("newer"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1);
-    assert_eq!(std::fs::read(&newer).unwrap(), before, "nothing written");
+    assert_refused(&newer, "status", Some("newer"));
     // Not SQLite at all.
     let junk = env.path("junk.db");
     std::fs::write(&junk, vec![0x42u8; 8192]).unwrap();
-    let out = Command::new(common::bin())
-        .arg("--db")
-        .arg(&junk)
-        .arg("init")
-        .output()
-        .unwrap();
-    let (code, _, err) = split(out);
-    assert_eq!(code, 1);
-    assert!(err.contains("not a SQLite database"), "{err}");
-    assert_eq!(std::fs::read(&junk).unwrap(), vec![0x42u8; 8192]);
+    assert_refused(&junk, "init", Some("not a SQLite database"));
     // A table named like ours that is not ours.
     let foreign = env.path("foreign.db");
-    {
-        let c = rusqlite::Connection::open(&foreign).unwrap();
-        c.execute_batch("CREATE TABLE effect_ledger (id INTEGER, body TEXT); INSERT INTO effect_ledger VALUES (1, 'x');").unwrap();
-    }
-    let before = std::fs::read(&foreign).unwrap();
-    let out = Command::new(common::bin())
-        .arg("--db")
-        .arg(&foreign)
-        .arg("init")
-        .output()
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE effect_ledger (id INTEGER, body TEXT); INSERT INTO effect_ledger VALUES (1, 'x');")
         .unwrap();
-    let (code, _, err) = split(out);
-    assert_eq!(code, 1);
-    assert!(err.contains("not exactly's"), "{err}");
-    assert_eq!(std::fs::read(&foreign).unwrap(), before);
+    assert_refused(&foreign, "init", Some("not exactly's"));
     // Corrupt: a real database with its pages overwritten.
     let corrupt = env.path("corrupt.db");
-    {
-        let c = rusqlite::Connection::open(&corrupt).unwrap();
-        c.execute_batch("CREATE TABLE a (x); INSERT INTO a VALUES (randomblob(20000));")
-            .unwrap();
-    }
+    rusqlite::Connection::open(&corrupt)
+        .unwrap()
+        .execute_batch("CREATE TABLE a (x); INSERT INTO a VALUES (randomblob(20000));")
+        .unwrap();
     let mut bytes = std::fs::read(&corrupt).unwrap();
     for b in bytes.iter_mut().skip(100).take(4000) {
         *b = 0xff;
     }
     std::fs::write(&corrupt, &bytes).unwrap();
-    let out = Command::new(common::bin())
-        .arg("--db")
-        .arg(&corrupt)
-        .arg("status")
-        .output()
-        .unwrap();
-    let (code, _, err) = split(out);
-    assert_eq!(code, 1, "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!err.contains("panicked"));
+    assert_refused(&corrupt, "status", None);
 }
 
 #[test]

@@ -87,7 +87,7 @@ impl Store {
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
         self.read(|tx| {
-            let mut totals = Window {
+            let totals = Window {
                 duplicates_suppressed: counter(tx, kind::DUPLICATE_SUPPRESSED)?,
                 fenced_writes: counter(tx, kind::FENCED_WRITE)?,
                 claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
@@ -122,7 +122,6 @@ impl Store {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            totals.unknown = totals.unknown.max(unknown.len() as u64);
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
             let approvals = |state: &str| -> rusqlite::Result<Vec<ApprovalView>> {
                 let mut stmt = tx.prepare(&format!(

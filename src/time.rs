@@ -33,14 +33,26 @@ pub fn add(ts: Ts, d: Duration) -> Ts {
     ts + chrono::Duration::milliseconds(d.as_millis().min(i64::MAX as u128) as i64)
 }
 
-/// Parses a human duration: `90s`, `15m`, `1h`, `1h30m`, `500ms`.
+/// The longest duration accepted anywhere (lease, interval, timeout, catch-up, retention):
+/// longer than any schedule needs, short enough that now + it keeps a 4-digit year, so every
+/// timestamp stays fixed-width and text order stays time order.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // 100 years of 365.25 days, as humantime counts them
+
+/// Parses a human duration: `90s`, `15m`, `1h`, `1h30m`, `500ms`; at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> crate::Result<Duration> {
-    humantime::parse_duration(s.trim()).map_err(|e| {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
         crate::Error::Usage(format!(
             "invalid duration {:?}: {e} (use e.g. 90s, 15m, 1h)",
             crate::sanitize::inert(s)
         ))
-    })
+    })?;
+    if d > MAX_DURATION {
+        return Err(crate::Error::Usage(format!(
+            "duration {:?} is too long (at most 100y)",
+            crate::sanitize::inert(s)
+        )));
+    }
+    Ok(d)
 }
 
 /// Seconds between two instants, never negative.
@@ -90,5 +102,14 @@ mod tests {
         assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_and_the_longest_keeps_a_four_digit_year() {
+        for s in ["8000y", "300000y", "400000y", "101y"] {
+            assert!(parse_duration(s).is_err(), "{s}");
+        }
+        let far = add(now(), parse_duration("100y").unwrap());
+        assert_eq!(fmt(far).len(), "2026-01-02T03:04:05.000Z".len());
     }
 }

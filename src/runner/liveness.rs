@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub const BEAT: Duration = Duration::from_secs(2);
 /// How often `retain` prunes (and once, shortly after start).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-const PRUNE_FIRST: Duration = Duration::from_secs(10);
+const PRUNE_FIRST: Duration = Duration::from_secs(2);
 
 /// Running upkeep; dropping it stops the threads and records the scheduler's end.
 pub struct Upkeep {

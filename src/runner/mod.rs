@@ -226,12 +226,12 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             &format!("retired: no longer in {}", inert(&source)),
         );
     }
-    // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
-    let _upkeep = liveness::start(&db_path, &owner, &source, loaded.retain)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
+    let _upkeep = liveness::start(&db_path, &owner, &source, loaded.retain)?;
     scheduler::run(
         store,
         scheduler::Config {

@@ -331,25 +331,33 @@ pub(super) fn check_read_only(store: &Store) -> Result<()> {
         .conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| store.err(e))?;
-    if version > SCHEMA_VERSION {
-        return Err(Error::Store(format!(
-            "database {} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly",
-            store.path
-        )));
-    }
-    check_foreign(store)?;
+    let mut missing = None;
     for t in CORE_TABLES {
         if columns(&store.conn, t)
             .map_err(|e| store.err(e))?
             .is_empty()
         {
-            return Err(Error::Store(format!(
-                "database {} has no exactly tables (no {t}); read commands never create them (exactly init does)",
-                store.path
-            )));
+            missing = Some(*t);
+            break;
         }
     }
-    Ok(())
+    let path = &store.path;
+    match (missing, version > SCHEMA_VERSION) {
+        // Another application's file often has its own user_version: say both.
+        (Some(t), true) => Err(Error::Store(format!(
+            "database {path} is not exactly's: it has no exactly tables (no {t}), and its schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
+        ))),
+        (None, true) => Err(Error::Store(format!(
+            "database {path} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly"
+        ))),
+        (Some(t), false) => {
+            check_foreign(store)?;
+            Err(Error::Store(format!(
+                "database {path} has no exactly tables (no {t}); read commands never create them (exactly init does)"
+            )))
+        }
+        (None, false) => check_foreign(store),
+    }
 }
 
 /// Whether `table` exists (a read-only reader of an older database may lack a newer table).

@@ -235,6 +235,8 @@ pub struct App {
     pub page: Cell<usize>,
     /// First row shown per view, kept between draws so the table does not jump.
     pub offset: [Cell<usize>; 4],
+    /// The furthest a run's output can scroll, measured by the last draw (lines wrap).
+    pub output_max: Cell<usize>,
 }
 
 impl App {
@@ -257,6 +259,7 @@ impl App {
             quit: false,
             page: Cell::new(10),
             offset: Default::default(),
+            output_max: Cell::new(usize::MAX),
         }
     }
 
@@ -640,7 +643,7 @@ impl App {
                     // Keep the cursor on a run, and a scroll within the output.
                     let last = match &d.loaded {
                         Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
-                        Some(Loaded::Run { output, .. }) => Some(output.lines().count()),
+                        Some(Loaded::Run { .. }) => Some(self.output_max.get()),
                         _ => None,
                     };
                     if let Some(last) = last {

@@ -93,6 +93,35 @@ fn clock(ts: &str) -> String {
     inert(ts.get(11..19).unwrap_or(ts))
 }
 
+/// Cuts an inert line into pieces of at most `width` terminal cells.
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut used = 0;
+    for c in line.chars() {
+        let cw = c.width().unwrap_or(0);
+        if used + cw > width {
+            out.push(String::new());
+            used = 0;
+        }
+        used += cw;
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
+    }
+    out
+}
+
+/// An age in its largest unit only (`35m`, `11h`, `3d`): what fits a narrow column.
+fn short_age(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 fn dash<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
@@ -130,7 +159,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
         Some(d) => match &d.focus {
             Focus::Job(job) => draw_job_detail(f, app, &t, body, now, job, d),
             Focus::Effect(key) => draw_effect_detail(f, &t, body, key, d),
-            Focus::Run { job, run_id } => draw_run_output(f, &t, body, now, job, run_id, d),
+            Focus::Run { job, run_id } => draw_run_output(f, app, &t, body, now, job, run_id, d),
         },
         None => match app.view {
             View::Jobs => draw_jobs(f, app, &t, body, now),
@@ -514,7 +543,10 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
                 .filter(|c| *c != 0)
                 .map(|c| format!(" {c}"))
                 .unwrap_or_default();
-            format!("{}{code} {}", clip(&outcome, 7), ago(&r.started_at, now))
+            let age = age_s(&r.started_at, now)
+                .map(short_age)
+                .unwrap_or_else(|| "-".into());
+            format!("{}{code} {age}", clip(&outcome, 7))
         })
         .unwrap_or_else(|| "-".into());
     let last_style = match j.last_run.as_ref().and_then(|r| r.outcome.as_deref()) {
@@ -566,11 +598,11 @@ fn next_fire(j: &JobRow, t: &Theme, now: Ts) -> (String, Style) {
     let secs = (at - now).num_seconds();
     // A firing waits up to 2 s for its tick; later than that, nobody fired it.
     if secs >= 0 {
-        (format!("in {}", human_age(secs)), Style::new())
+        (format!("in {}", short_age(secs)), Style::new())
     } else if secs > -3 {
         ("due".into(), Style::new())
     } else {
-        (format!("late {}!", human_age(-secs)), t.bad())
+        (format!("late {}!", short_age(-secs)), t.bad())
     }
 }
 
@@ -1189,8 +1221,10 @@ fn draw_job_detail(
 
 /// One run's stored output: stdout and stderr as they arrived, each line made inert, scrolled
 /// with j/k, PgUp/PgDn, g/G.
+#[allow(clippy::too_many_arguments)]
 fn draw_run_output(
     f: &mut Frame,
+    app: &App,
     t: &Theme,
     area: Rect,
     now: Ts,
@@ -1247,9 +1281,14 @@ fn draw_run_output(
         ),
         if bad { t.bad() } else { t.dim() },
     ));
-    let lines: Vec<&str> = output.lines().collect();
+    // Long lines wrap: an error message is read whole.
+    let lines: Vec<String> = output
+        .lines()
+        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
+        .collect();
     let body_h = (area.height as usize).saturating_sub(head.len() + 1);
     let max_scroll = lines.len().saturating_sub(body_h);
+    app.output_max.set(max_scroll);
     let scroll = d.scroll.min(max_scroll);
     head.push(Line::styled(
         clip(
@@ -1268,7 +1307,7 @@ fn draw_run_output(
         t.head(),
     ));
     for l in lines.iter().skip(scroll).take(body_h) {
-        head.push(Line::raw(clip(&format!(" {}", inert(l)), w)));
+        head.push(Line::raw(format!(" {l}")));
     }
     f.render_widget(Paragraph::new(head), area);
 }

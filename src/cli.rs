@@ -518,7 +518,15 @@ fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
     }
     let horizon =
         time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
-    let mut store = open(db)?;
+    // Pruning a file that is not there is a typo, not a request for a new database.
+    let path = store::default_path(db.as_deref());
+    if !std::path::Path::new(&path).exists() {
+        return Err(Error::Store(format!(
+            "database {} does not exist",
+            inert(&path)
+        )));
+    }
+    let mut store = Store::open(&path)?;
     let p = store.prune(&horizon, a.effects, a.dry_run)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());

@@ -677,3 +677,73 @@ fn read_commands_never_create_or_change_a_file() {
         }
     }
 }
+
+/// A database of schema version 1 (no schedulers table, no run counters) is read as it is by
+/// read commands, byte for byte untouched; the first writer upgrades it and counts the runs it
+/// already holds once, and each later outcome once.
+#[test]
+fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
+    let site = Site::new();
+    let (code, _, err) = site.exactly(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    {
+        let c = site.conn();
+        c.execute_batch(
+            "DROP TRIGGER exactly_runs_ended_insert; DROP TRIGGER exactly_runs_ended_update;
+             DROP TABLE exactly_schedulers; PRAGMA user_version = 1;
+             INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
+               VALUES ('old', 'every 1h', 3600, 60, 'coalesce', '2026-01-01T00:00:00.000Z');
+             INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, exit_code)
+               VALUES ('r1', 'old', '2026-01-01T00:00:00.000Z', 'o', 1, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', 'ok', 1000, 0),
+                      ('r2', 'old', '2026-01-01T01:00:00.000Z', 'o', 2, '2026-01-01T01:00:00.000Z', '2026-01-01T01:00:01.000Z', 'ok', 1000, 0),
+                      ('r3', 'old', '2026-01-01T02:00:00.000Z', 'o', 3, '2026-01-01T02:00:00.000Z', '2026-01-01T02:00:01.000Z', 'failed', 1000, 3),
+                      ('r4', 'old', '2026-01-01T03:00:00.000Z', 'o', 4, '2026-01-01T03:00:00.000Z', NULL, NULL, NULL, NULL);",
+        )
+        .expect("make it a version-1 database");
+        assert!(c
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .is_ok());
+    }
+    let db = std::path::PathBuf::from(site.db());
+    let before = sha(&db);
+    let v = status(&site, &[]);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schedulers"].as_array().map(Vec::len), Some(0));
+    assert_eq!(job(&v, "old")["last_run"]["run_id"], "r4");
+    assert_eq!(
+        sha(&db),
+        before,
+        "a read command changed a version-1 database"
+    );
+    let (code, _, err) = site.exactly(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sql_i64(&site, "PRAGMA user_version"), 2);
+    let v = status(&site, &[]);
+    assert_eq!(
+        job(&v, "old")["runs_by_outcome"],
+        serde_json::json!({"ok": 2, "failed": 1}),
+        "runs ended before the upgrade are counted once"
+    );
+    // r4 ends now: counted once, and a later rewrite of its outcome is not a second run.
+    let c = site.conn();
+    c.execute("UPDATE exactly_runs SET outcome = 'timeout', ended_at = '2026-01-01T03:10:00.000Z' WHERE run_id = 'r4'", [])
+        .expect("end r4");
+    c.execute(
+        "UPDATE exactly_runs SET outcome = 'killed' WHERE run_id = 'r4'",
+        [],
+    )
+    .expect("rewrite r4");
+    let v = status(&site, &[]);
+    assert_eq!(
+        job(&v, "old")["runs_by_outcome"],
+        serde_json::json!({"ok": 2, "failed": 1, "timeout": 1})
+    );
+    let (code, _, err) = site.exactly(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    let v = status(&site, &[]);
+    assert_eq!(
+        job(&v, "old")["runs_by_outcome"]["ok"],
+        2,
+        "a second init counts nothing again"
+    );
+}

@@ -104,9 +104,19 @@ impl Store {
             let probe = Store::connect_read_only(path, true)?;
             schema::check_read_only(&probe)?;
         }
-        let store = Store::connect_read_only(path, false)?;
-        schema::check_read_only(&store)?;
-        Ok(store)
+        match Store::connect_read_only(path, false)
+            .and_then(|s| schema::check_read_only(&s).map(|()| s))
+        {
+            Ok(store) => Ok(store),
+            // A reader of a WAL database needs `-shm`; in a folder we may not write, SQLite cannot
+            // create it. With no `-wal` file the main file holds everything: read it as immutable.
+            Err(e) if wal_mode && !wal_exists && cannot_create_side_files(&e) => {
+                let store = Store::connect_read_only(path, true)?;
+                schema::check_read_only(&store)?;
+                Ok(store)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn connect_read_only(path: &str, immutable: bool) -> Result<Store> {
@@ -212,12 +222,22 @@ fn refuse_unusable(path: &str) -> Result<()> {
                 .to_string(),
         ));
     }
-    if path.is_empty() || path == ":memory:" || path.contains("mode=memory") {
+    if path.is_empty()
+        || path == ":memory:"
+        || (path.starts_with("file:") && path.contains("mode=memory"))
+    {
         return Err(Error::Usage(format!(
             "--db {path:?} is not a database file: exactly keeps its ledger in a file"
         )));
     }
     Ok(())
+}
+
+/// Whether opening failed because SQLite could not create or open the `-wal`/`-shm` files
+/// (the messages [`Store::err`] and the open path give those codes).
+fn cannot_create_side_files(e: &Error) -> bool {
+    let t = e.to_string();
+    t.contains("unable to open") || t.contains("is read-only")
 }
 
 /// The first 100 bytes (SQLite's header), or fewer for a shorter file.

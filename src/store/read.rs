@@ -296,7 +296,7 @@ fn read_schedulers(
 }
 
 /// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
-const UNRECORDED_MAX: u64 = 10_000;
+const UNRECORDED_MAX: u64 = 1_000;
 
 /// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
 fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {

@@ -367,6 +367,13 @@ pub fn busy() -> Fixture {
         |i| 2_000 + (i * 331) % 3_000,
         |_| "ok",
     );
+    // Today's 07:00 digest fired (its run is the live lease below).
+    c.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+         VALUES ('daily-digest', '2099-01-01T07:00:00.000Z', 'scheduled', 'running', ?1, ?1)",
+        params!["2099-01-01T07:00:00.000Z"],
+    )
+    .expect("firing");
     for (slot, state) in [(120, "queued"), (60, "queued")] {
         c.execute(
             "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)

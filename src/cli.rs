@@ -542,8 +542,8 @@ fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
         String::new()
     };
     println!(
-        "{verb} {} run(s), {} firing(s), {} event(s){effects} older than {horizon}",
-        p.runs, p.firings, p.events
+        "{verb} {} run(s), {} firing(s), {} event(s), {} silent scheduler(s){effects} older than {horizon}",
+        p.runs, p.firings, p.events, p.schedulers
     );
     Ok(0)
 }

@@ -338,7 +338,8 @@ fn age_everything(site: &Site) {
          UPDATE exactly_firings SET created_at = '2020-01-01T00:00:00.000Z', updated_at = '2020-01-01T00:00:00.000Z';
          UPDATE exactly_events SET at = '2020-01-01T00:00:00.000Z';
          UPDATE effect_ledger SET updated_at = '2020-01-01T00:00:00.000Z', created_at = '2020-01-01T00:00:00.000Z';
-         UPDATE exactly_approvals SET requested_at = '2020-01-01T00:00:00.000Z';",
+         UPDATE exactly_approvals SET requested_at = '2020-01-01T00:00:00.000Z';
+         UPDATE exactly_schedulers SET started_at = '2020-01-01T00:00:00.000Z', heartbeat_at = '2020-01-01T00:00:00.000Z';",
     )
     .expect("age rows");
 }
@@ -449,6 +450,11 @@ fn gc_prunes_history_but_keeps_open_effects_approvals_leases_and_totals() {
         sql_i64(&site, "SELECT count(*) FROM exactly_runs"),
         1,
         "the latest run stays"
+    );
+    assert_eq!(
+        sql_i64(&site, "SELECT count(*) FROM exactly_schedulers"),
+        0,
+        "a scheduler silent since the horizon is forgotten"
     );
     assert_eq!(
         sql_i64(

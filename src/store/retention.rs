@@ -27,6 +27,8 @@ const EVENTS: &str = "FROM exactly_events ev WHERE ev.at < ?1 AND (ev.effect_key
                   AND e.state NOT IN ('done', 'cancelled'))
       AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = ev.effect_key
                   AND a.state IN ('pending', 'approved'))))";
+/// Schedulers not heard from since the horizon (each `exactly run` is a row).
+const SCHEDULERS: &str = "FROM exactly_schedulers s WHERE s.heartbeat_at < ?1";
 /// With `--effects`: settled effects last touched before the horizon.
 const EFFECTS: &str =
     "FROM effect_ledger e WHERE e.state IN ('done', 'cancelled') AND e.updated_at < ?1";
@@ -42,6 +44,7 @@ pub struct Pruned {
     pub runs: u64,
     pub firings: u64,
     pub events: u64,
+    pub schedulers: u64,
     pub effects: u64,
     pub approvals: u64,
     pub dry_run: bool,
@@ -59,6 +62,7 @@ impl Store {
             ("exactly_runs", RUNS, &mut out.runs),
             ("exactly_firings", FIRINGS, &mut out.firings),
             ("exactly_events", EVENTS, &mut out.events),
+            ("exactly_schedulers", SCHEDULERS, &mut out.schedulers),
         ];
         let mut e = 0u64;
         let mut a = 0u64;

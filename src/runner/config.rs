@@ -179,11 +179,11 @@ pub fn parse(text: &str) -> Loaded {
     match doc.get("retain") {
         None => {}
         Some(toml::Value::String(r)) => match crate::time::parse_duration(r) {
-            Ok(d) if d >= Duration::from_secs(3600) => out.retain = Some(d),
+            Ok(d) if d >= Duration::from_secs(86_400) => out.retain = Some(d),
             Ok(_) => out.problems.push(Problem::error(
                 "-",
-                format!("retain = {r:?} is shorter than an hour"),
-                "history younger than an hour is what the dashboard shows".to_string(),
+                format!("retain = {r:?} is shorter than 1d"),
+                "the last 24 hours are what status and top show".to_string(),
             )),
             Err(e) => out.problems.push(Problem::error(
                 "-",

@@ -203,6 +203,32 @@ fn hostile_screens_hold_no_control_characters() {
         }
     }
     assert_eq!(screens, 80);
+    // A run's output, the rawest text there is: job, Enter (its runs), Enter (the output).
+    for (w, h) in [(80, 24), (120, 40), (60, 15)] {
+        let mut app = app_for(&f);
+        press(
+            &mut app,
+            &mut f.store(),
+            &[key('1'), code(KeyCode::Enter), code(KeyCode::Enter)],
+        );
+        assert!(matches!(&app.detail, Some(d) if matches!(d.focus, Focus::Run { .. })));
+        let term = render(&app, w, h);
+        let screen = text(&term);
+        assert!(
+            screen.contains("line 1") && screen.contains("end"),
+            "{screen}"
+        );
+        let buf = term.backend().buffer();
+        for y in 0..h {
+            for x in 0..w {
+                let sym = buf[(x, y)].symbol();
+                assert!(
+                    !sym.chars().any(is_control),
+                    "control character {sym:?} at {x},{y} in a run's output ({w}x{h}):\n{screen}"
+                );
+            }
+        }
+    }
 }
 
 /// A poll that fails keeps the last data on screen and says how stale it is.

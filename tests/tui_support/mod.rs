@@ -612,9 +612,10 @@ pub fn hostile() -> Fixture {
         .expect("event");
     }
     c.execute(
-        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
-         VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN')",
-        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m"],
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, log)
+         VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN', ?5)",
+        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m",
+            "line 1\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nover\u{202e}written\u{9b}31m\n\u{1b}[?1049lgone\u{8}\u{8}\t\u{85}end"],
     )
     .expect("run");
     f

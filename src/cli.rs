@@ -41,6 +41,12 @@ pub enum Cmd {
     Status(StatusArgs),
     /// Prometheus text exposition of the same numbers.
     Metrics,
+    /// Print a run's stored output (stdout and stderr as they arrived); the job's last run by
+    /// default.
+    Logs(LogsArgs),
+    /// Prune history older than a horizon; open effects, approvals, leases and all-time
+    /// counters are kept.
+    Gc(GcArgs),
     /// Run the jobs in a TOML file: leases, overlap policies, safe restarts.
     Run(crate::runner::RunArgs),
     /// Lint a jobs file.
@@ -165,6 +171,34 @@ pub struct ResolveArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct LogsArgs {
+    pub job: String,
+    /// A run id (as `exactly status --json` and `exactly top` show them).
+    #[arg(long = "run", value_name = "RUN_ID")]
+    pub run: Option<String>,
+    /// Keep printing: the run's new output while it lasts, then each next run of the job, until
+    /// interrupted.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Keep this much history (at least 1d), e.g. 30d.
+    #[arg(long, value_name = "DUR")]
+    pub keep: String,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also delete done and cancelled effects (and their settled approvals) older than the
+    /// horizon. They are the dedupe memory: a backfill across the horizon sends again.
+    #[arg(long)]
+    pub effects: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
@@ -184,6 +218,11 @@ pub fn main() -> i32 {
 
 pub fn open(db: &Option<String>) -> Result<Store> {
     Store::open(&store::default_path(db.as_deref()))
+}
+
+/// For commands that only read: never creates or changes the file.
+pub fn open_read_only(db: &Option<String>) -> Result<Store> {
+    Store::open_read_only(&store::default_path(db.as_deref()))
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
@@ -210,7 +249,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Deny(a) => decide(&db, a, false),
         Cmd::Resolve(a) => resolve_cmd(&db, a),
         Cmd::Status(a) => {
-            let snap = Snapshot::read(&mut open(&db)?)?;
+            let snap = Snapshot::read(&mut open_read_only(&db)?)?;
             if a.json {
                 println!("{}", snap.to_json());
             } else {
@@ -219,10 +258,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Metrics => {
-            let snap = Snapshot::read(&mut open(&db)?)?;
+            let snap = Snapshot::read(&mut open_read_only(&db)?)?;
             print!("{}", snap.to_prometheus());
             Ok(0)
         }
+        Cmd::Logs(a) => logs_cmd(&db, a),
+        Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
         Cmd::Check(a) => crate::runner::check_main(&db, a),
         Cmd::Trigger(a) => crate::runner::trigger_main(&db, a),
@@ -461,5 +502,164 @@ fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
             eprintln!("exactly: no effect {} in the ledger", inert(&a.key));
             Ok(1)
         }
+    }
+}
+
+/// Smallest `gc --keep`: the dashboard's 24-hour window is read from the events.
+const GC_MIN_KEEP: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
+    let keep = time::parse_duration(&a.keep)?;
+    if keep < GC_MIN_KEEP {
+        return Err(Error::Usage(format!(
+            "--keep {} is shorter than 1d: the last 24 hours are what status and top show",
+            inert(&a.keep)
+        )));
+    }
+    let horizon =
+        time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
+    // Pruning a file that is not there is a typo, not a request for a new database.
+    let path = store::default_path(db.as_deref());
+    if !std::path::Path::new(&path).exists() {
+        return Err(Error::Store(format!(
+            "database {} does not exist",
+            inert(&path)
+        )));
+    }
+    let mut store = Store::open(&path)?;
+    let p = store.prune(&horizon, a.effects, a.dry_run)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
+        return Ok(0);
+    }
+    let verb = if a.dry_run { "would delete" } else { "deleted" };
+    let effects = if a.effects {
+        format!(
+            ", {} done/cancelled effect(s), {} settled approval(s)",
+            p.effects, p.approvals
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{verb} {} run(s), {} firing(s), {} event(s), {} silent scheduler(s){effects} older than {horizon}",
+        p.runs, p.firings, p.events, p.schedulers
+    );
+    Ok(0)
+}
+
+/// How often `logs --follow` looks for new output.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(300);
+
+fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
+    let mut store = open_read_only(db)?;
+    let job = a.job.as_str();
+    let mut run = match &a.run {
+        Some(id) => match store.run_output(id)? {
+            Some((r, _)) if r.job_key == job => r,
+            Some((r, _)) => {
+                return Err(Error::Store(format!(
+                    "run {} is of job {}, not {}",
+                    inert(id),
+                    inert(&r.job_key),
+                    inert(job)
+                )))
+            }
+            None => return Err(Error::Store(format!("no run {}", inert(id)))),
+        },
+        None => match store.run_after(job, None)? {
+            Some(r) => r,
+            None if a.follow => {
+                eprintln!("exactly: job {} has no runs yet; waiting", inert(job));
+                loop {
+                    std::thread::sleep(FOLLOW_POLL);
+                    if let Some(r) = store.run_after(job, None)? {
+                        break r;
+                    }
+                }
+            }
+            None => return Err(Error::Store(format!("job {} has no runs", inert(job)))),
+        },
+    };
+    let mut out = std::io::stdout();
+    loop {
+        print_run(&mut store, &mut out, &run, a.follow)?;
+        if !a.follow {
+            return Ok(0);
+        }
+        // The next run of the job, whenever it starts.
+        run = loop {
+            if let Some(r) = store.run_after(job, Some(&run.started_at))? {
+                break r;
+            }
+            std::thread::sleep(FOLLOW_POLL);
+        };
+    }
+}
+
+/// Prints one run: a header on stderr, its output on stdout, each line made inert. Following,
+/// prints new output as the run stores it until the run ends. Returns whether it ended.
+fn print_run(
+    store: &mut Store,
+    out: &mut impl std::io::Write,
+    run: &crate::metrics::RunRow,
+    follow: bool,
+) -> Result<bool> {
+    eprintln!(
+        "== run {} of job {} (slot {}, started {}, owner {}) ==",
+        inert(&run.run_id),
+        inert(&run.job_key),
+        inert(&run.scheduled_at),
+        inert(&run.started_at),
+        inert(&run.owner)
+    );
+    // What was printed of the stored text so far.
+    let mut shown = String::new();
+    loop {
+        let Some((row, log)) = store.run_output(&run.run_id)? else {
+            return Err(Error::Store(format!(
+                "run {} is gone (pruned?)",
+                inert(&run.run_id)
+            )));
+        };
+        let ended = row.ended_at.is_some();
+        // A stored log keeps head and tail of long output: when the text so far is no longer a
+        // prefix of what is stored, what was skipped is said, and printing resumes at its end.
+        if !log.starts_with(&shown) {
+            writeln!(out, "[… output before this was not kept …]")?;
+            shown.clear();
+        }
+        let fresh = &log[shown.len()..];
+        // While the run lasts, whole lines only (the rest may still be arriving).
+        let upto = if ended {
+            fresh.len()
+        } else {
+            fresh.rfind('\n').map(|i| i + 1).unwrap_or(0)
+        };
+        for line in fresh[..upto].split_inclusive('\n') {
+            writeln!(
+                out,
+                "{}",
+                crate::sanitize::inert(line.trim_end_matches('\n'))
+            )?;
+        }
+        out.flush()?;
+        shown.push_str(&fresh[..upto]);
+        if ended || !follow {
+            let how = match (&row.outcome, row.exit_code, row.duration_ms) {
+                (Some(o), code, d) => format!(
+                    "{}{}{}",
+                    inert(o),
+                    code.map(|c| format!(" (exit {c})")).unwrap_or_default(),
+                    d.map(|d| format!(" in {}", time::human_ms(d.max(0) as u64)))
+                        .unwrap_or_default()
+                ),
+                (None, _, _) if ended => "ended".into(),
+                (None, _, _) => "still running (or its scheduler died); output so far".into(),
+            };
+            eprintln!("== run {}: {how} ==", inert(&row.run_id));
+            return Ok(ended);
+        }
+        std::thread::sleep(FOLLOW_POLL);
     }
 }

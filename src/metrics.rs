@@ -23,6 +23,15 @@ pub struct Snapshot {
     pub taken_at: String,
     pub db: String,
     pub host: String,
+    /// `PRAGMA user_version` of the database read.
+    pub schema_version: i64,
+    /// Schedulers (`exactly run`) seen recently, most recent heartbeat first.
+    pub schedulers: Vec<SchedulerRow>,
+    pub schedulers_alive: u64,
+    /// Seconds without a heartbeat after which a scheduler is not alive.
+    pub scheduler_dead_after_s: i64,
+    /// Whole-system warnings (no scheduler alive while jobs are registered).
+    pub warnings: Vec<String>,
     pub totals: Window,
     pub last_24h: Window,
     /// Age in seconds of the oldest open (`unknown`, or `submitted` by a dead holder) effect.
@@ -37,10 +46,32 @@ pub struct Snapshot {
     pub events: Vec<EventRow>,
 }
 
+/// One `exactly run` process as it recorded itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SchedulerRow {
+    pub owner: String,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: String,
+    pub heartbeat_at: String,
+    /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
+    pub ended_at: Option<String>,
+    pub alive: bool,
+}
+
+/// Run outcomes that count as the job failing (not a deploy's kill, not a lost lease).
+pub const FAILING_OUTCOMES: &[&str] = &["failed", "timeout"];
+
+/// Whether an outcome counts as the job failing.
+pub fn is_failure(outcome: &str) -> bool {
+    FAILING_OUTCOMES.contains(&outcome)
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobRow {
     pub job_key: String,
     pub schedule: Option<String>,
+    pub timezone: Option<String>,
     pub interval_s: Option<i64>,
     pub lease_s: Option<i64>,
     /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
@@ -60,6 +91,18 @@ pub struct JobRow {
     pub retired: bool,
     pub queue_depth: u64,
     pub last_run: Option<RunRow>,
+    /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
+    pub next_fire_at: Option<String>,
+    /// When the latest `ok` run ended.
+    pub last_success_at: Option<String>,
+    /// Runs in the run window that ended `failed` or `timeout`.
+    pub runs_failed: u64,
+    /// All-time runs per outcome (kept by counters, so pruning history keeps them).
+    pub runs_by_outcome: std::collections::BTreeMap<String, u64>,
+    /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
+    /// run them (`missed_unrecorded`, counted by the reader).
+    pub missed_firings: u64,
+    pub missed_unrecorded: u64,
     pub duplicates_suppressed: u64,
     pub fenced_writes: u64,
     pub warnings: Vec<String>,
@@ -76,6 +119,7 @@ pub struct RunRow {
     pub ended_at: Option<String>,
     pub outcome: Option<String>,
     pub duration_ms: Option<i64>,
+    pub exit_code: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -147,9 +191,21 @@ pub fn percentiles(durations_ms: &[i64]) -> (Option<u64>, Option<u64>) {
     )
 }
 
-/// The overlap forecast, as warnings a person can act on.
+/// The overlap forecast and a failing job, as warnings a person can act on.
 pub fn job_warnings(j: &JobRow) -> Vec<String> {
     let mut w = Vec::new();
+    if let Some(r) = &j.last_run {
+        if let Some(o) = r.outcome.as_deref().filter(|o| is_failure(o)) {
+            w.push(format!(
+                "last run {o}{}; {} of {} runs failed in the window",
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                j.runs_failed,
+                j.runs
+            ));
+        }
+    }
     if let (Some(p99), Some(interval)) = (j.p99_ms, j.interval_s) {
         if interval > 0 && p99 > (interval as u64) * 1000 {
             w.push(format!(
@@ -201,6 +257,9 @@ impl Snapshot {
                     "duplicates_suppressed": j.duplicates_suppressed,
                     "fenced_writes": j.fenced_writes,
                     "last_run": j.last_run, "warnings": j.warnings,
+                    "timezone": j.timezone, "next_fire_at": j.next_fire_at,
+                    "last_success_at": j.last_success_at, "runs_failed": j.runs_failed,
+                    "runs_by_outcome": j.runs_by_outcome, "missed_firings": j.missed_firings,
                 })
             })
             .collect();
@@ -226,11 +285,29 @@ impl Snapshot {
                 })
                 .collect()
         };
+        let schedulers: Vec<_> = self
+            .schedulers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "owner": s.owner, "host": s.host, "pid": s.pid, "started_at": s.started_at,
+                    "heartbeat_at": s.heartbeat_at, "ended_at": s.ended_at, "alive": s.alive,
+                })
+            })
+            .collect();
+        let mut totals = serde_json::to_value(&self.totals).unwrap_or_default();
+        if let Some(t) = totals.as_object_mut() {
+            t.insert("schedulers_alive".into(), self.schedulers_alive.into());
+        }
         let v = serde_json::json!({
             "taken_at": self.taken_at,
             "db": self.db,
             "host": self.host,
-            "totals": self.totals,
+            "schema_version": self.schema_version,
+            "warnings": self.warnings,
+            "schedulers": schedulers,
+            "scheduler_dead_after_s": self.scheduler_dead_after_s,
+            "totals": totals,
             "last_24h": self.last_24h,
             "oldest_unknown_s": self.oldest_unknown_s,
             "missed_firings": self.missed_firings,
@@ -270,13 +347,54 @@ impl Snapshot {
             "unknown {}{oldest}   pending approvals {}   approved but unused {}",
             t.unknown, t.pending_approvals, t.unused_approvals
         );
+        let _ = writeln!(
+            s,
+            "schedulers alive {} (silent {} = dead)   missed firings {}",
+            self.schedulers_alive,
+            human_age(self.scheduler_dead_after_s),
+            self.missed_firings
+        );
+        for w in &self.warnings {
+            let _ = writeln!(s, "! {}", inert(w));
+        }
+        if !self.schedulers.is_empty() {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "{:<32} {:<16} {:>8} {:<9} last heartbeat",
+                "SCHEDULER", "HOST", "PID", "STATE"
+            );
+            let now = crate::time::parse(&self.taken_at);
+            for sc in &self.schedulers {
+                let ago = match (now, crate::time::parse(&sc.heartbeat_at)) {
+                    (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
+                    _ => inert(&sc.heartbeat_at),
+                };
+                let state = if sc.alive {
+                    "alive"
+                } else if sc.ended_at.is_some() {
+                    "stopped"
+                } else {
+                    "DEAD"
+                };
+                let _ = writeln!(
+                    s,
+                    "{:<32} {:<16} {:>8} {:<9} {ago}",
+                    crate::sanitize::inert_trunc(&sc.owner, 32),
+                    crate::sanitize::inert_trunc(&sc.host, 16),
+                    sc.pid,
+                    state
+                );
+            }
+        }
         if !self.jobs.is_empty() {
             let _ = writeln!(s);
             let _ = writeln!(
                 s,
-                "{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  lease",
-                "JOB", "RUNS", "P50", "P99", "INTERVAL", "LEASE", "TOKEN"
+                "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} lease",
+                "JOB", "RUNS", "FAILED", "P50", "P99", "INTERVAL", "LEASE", "TOKEN", "NEXT", "LAST"
             );
+            let now = crate::time::parse(&self.taken_at);
             for j in &self.jobs {
                 let lease = match (&j.lease_owner, j.lease_left_s) {
                     (Some(o), Some(left)) if left > 0 => {
@@ -285,11 +403,35 @@ impl Snapshot {
                     (Some(_), Some(_)) => "expired".to_string(),
                     _ => "free".to_string(),
                 };
+                let next = match (&j.next_fire_at, now) {
+                    _ if j.paused => "paused".to_string(),
+                    (Some(n), Some(now)) => match crate::time::parse(n) {
+                        Some(t) if t >= now => format!("in {}", human_age((t - now).num_seconds())),
+                        Some(t) => format!("overdue {}", human_age((now - t).num_seconds())),
+                        None => "-".into(),
+                    },
+                    _ => "-".into(),
+                };
+                let last = match (&j.last_run, now) {
+                    (Some(r), Some(now)) => format!(
+                        "{}{} {} ago",
+                        inert(r.outcome.as_deref().unwrap_or("running")),
+                        r.exit_code
+                            .filter(|c| *c != 0)
+                            .map(|c| format!(" {c}"))
+                            .unwrap_or_default(),
+                        crate::time::parse(&r.started_at)
+                            .map(|t| human_age(crate::time::age_s(t, now)))
+                            .unwrap_or_else(|| "?".into())
+                    ),
+                    _ => "-".into(),
+                };
                 let _ = writeln!(
                     s,
-                    "{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {lease}",
+                    "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} {lease}",
                     crate::sanitize::inert_trunc(&j.job_key, 24),
                     j.runs,
+                    j.runs_failed,
                     j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),
                     j.p99_ms.map(human_ms).unwrap_or_else(|| "-".into()),
                     j.interval_s.map(human_age).unwrap_or_else(|| "-".into()),
@@ -299,7 +441,30 @@ impl Snapshot {
                     j.fencing_token
                         .map(|t| t.to_string())
                         .unwrap_or_else(|| "-".into()),
+                    next,
+                    last,
                 );
+                if j.paused {
+                    let _ = writeln!(
+                        s,
+                        "  paused{}",
+                        j.pause_note
+                            .as_deref()
+                            .map(|n| format!(": {}", inert(n)))
+                            .unwrap_or_default()
+                    );
+                }
+                if j.missed_firings > 0 {
+                    let pending = if j.missed_unrecorded > 0 {
+                        format!(
+                            " ({} passed since the last firing with no scheduler to run them)",
+                            j.missed_unrecorded
+                        )
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(s, "  ! {} firing(s) missed{pending}", j.missed_firings);
+                }
                 for w in &j.warnings {
                     let _ = writeln!(s, "  ! {}", inert(w));
                 }
@@ -391,7 +556,41 @@ impl Snapshot {
             "Firings missed under overlap policy fail or outside catch-up.",
             self.missed_firings.to_string(),
         );
+        metric(
+            "exactly_schedulers_alive",
+            "gauge",
+            "Schedulers (exactly run) whose heartbeat is recent.",
+            self.schedulers_alive.to_string(),
+        );
+        metric(
+            "exactly_jobs_registered",
+            "gauge",
+            "Jobs registered by a jobs file and not retired.",
+            self.jobs
+                .iter()
+                .filter(|j| j.schedule.is_some() && !j.retired)
+                .count()
+                .to_string(),
+        );
         let label = |j: &JobRow| prom_label(&j.job_key);
+        {
+            let name = "exactly_job_runs_total";
+            let _ = writeln!(
+                s,
+                "# HELP {name} Runs ended, per job and outcome (all time)."
+            );
+            let _ = writeln!(s, "# TYPE {name} counter");
+            for j in &self.jobs {
+                for (outcome, n) in &j.runs_by_outcome {
+                    let _ = writeln!(
+                        s,
+                        "{name}{{job=\"{}\",outcome=\"{}\"}} {n}",
+                        label(j),
+                        prom_label(outcome)
+                    );
+                }
+            }
+        }
         let mut per_job =
             |name: &str, kind: &str, help: &str, f: &dyn Fn(&JobRow) -> Option<String>| {
                 let _ = writeln!(s, "# HELP {name} {help}");
@@ -457,6 +656,36 @@ impl Snapshot {
             &|j| Some(j.queue_depth.to_string()),
         );
         per_job(
+            "exactly_job_runs_failed",
+            "gauge",
+            "Runs in the duration window that ended failed or timeout.",
+            &|j| Some(j.runs_failed.to_string()),
+        );
+        per_job(
+            "exactly_job_last_success_timestamp_seconds",
+            "gauge",
+            "When the job's latest ok run ended (Unix seconds).",
+            &|j| j.last_success_at.as_deref().and_then(unix_s),
+        );
+        per_job(
+            "exactly_job_last_run_timestamp_seconds",
+            "gauge",
+            "When the job's latest run started (Unix seconds).",
+            &|j| j.last_run.as_ref().and_then(|r| unix_s(&r.started_at)),
+        );
+        per_job(
+            "exactly_job_next_fire_timestamp_seconds",
+            "gauge",
+            "The job's next firing (Unix seconds); in the past when nobody fired it.",
+            &|j| j.next_fire_at.as_deref().and_then(unix_s),
+        );
+        per_job(
+            "exactly_job_missed_firings_total",
+            "counter",
+            "Firings missed per job (recorded, and passed with no scheduler).",
+            &|j| Some(j.missed_firings.to_string()),
+        );
+        per_job(
             "exactly_job_paused",
             "gauge",
             "1 when the job is paused.",
@@ -464,6 +693,11 @@ impl Snapshot {
         );
         s
     }
+}
+
+/// A ledger timestamp as Unix seconds with milliseconds.
+fn unix_s(ts: &str) -> Option<String> {
+    crate::time::parse(ts).map(|t| format!("{:.3}", t.timestamp_millis() as f64 / 1000.0))
 }
 
 /// Escapes a Prometheus label value (and keeps it printable).

@@ -77,6 +77,66 @@ fn busy_details_and_popups() {
     }
 }
 
+/// After the scheduler died: the header says so, NEXT is late, LAST shows the failing job; its
+/// runs open with Enter and a run's output with Enter again.
+#[test]
+fn health_dead_scheduler_failing_job_and_output() {
+    let f = health();
+    for (w, h) in SIZES {
+        let shot = |app: &App, what: &str| {
+            insta::assert_snapshot!(
+                format!("health_{what}_{w}x{h}"),
+                render(app, w, h).backend()
+            );
+        };
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys("1"));
+        let screen = text(&render(&app, w, h));
+        assert!(screen.contains("! NO SCHEDULER ALIVE"), "{screen}");
+        assert!(
+            screen.contains("NEXT") && screen.contains("LAST"),
+            "{screen}"
+        );
+        assert!(screen.contains("failed 3"), "{screen}");
+        shot(&app, "jobs");
+        // nightly-report is the first job by name; its runs, newest first.
+        open_detail(&mut app, &f);
+        assert!(matches!(&app.detail, Some(d) if d.focus == Focus::Job("nightly-report".into())));
+        shot(&app, "job_runs");
+        // Enter on the newest run: its output, sanitised.
+        open_detail(&mut app, &f);
+        assert!(matches!(&app.detail, Some(d) if matches!(&d.focus,
+            Focus::Run { run_id, .. } if run_id == "nightly-report-t6")));
+        let screen = text(&render(&app, w, h));
+        assert!(
+            screen.contains("password authentication failed"),
+            "{screen}"
+        );
+        assert!(screen.contains("giving up after 3 attempts"), "{screen}");
+        shot(&app, "run_output");
+        // Scrolls, and Esc goes back to the runs, then to the jobs.
+        // (Scrolling stops where the last line shows.)
+        press(&mut app, &mut f.store(), &keys("jj"));
+        let most = app.output_max.get();
+        assert_eq!(app.detail.as_ref().map(|d| d.scroll), Some(2.min(most)));
+        press(&mut app, &mut f.store(), &[code(KeyCode::Esc)]);
+        assert!(matches!(&app.detail, Some(d) if d.focus == Focus::Job("nightly-report".into())));
+        // j picks an older run: its output is that run's.
+        press(&mut app, &mut f.store(), &keys("jjjj"));
+        open_detail(&mut app, &f);
+        assert!(matches!(&app.detail, Some(d) if matches!(&d.focus,
+            Focus::Run { run_id, .. } if run_id == "nightly-report-t2")));
+        let screen = text(&render(&app, w, h));
+        assert!(screen.contains("uploaded report-ok.csv"), "{screen}");
+        press(
+            &mut app,
+            &mut f.store(),
+            &[code(KeyCode::Esc), code(KeyCode::Esc)],
+        );
+        assert!(app.detail.is_none());
+    }
+}
+
 #[test]
 fn hostile_details_and_popups() {
     let f = hostile();
@@ -143,6 +203,32 @@ fn hostile_screens_hold_no_control_characters() {
         }
     }
     assert_eq!(screens, 80);
+    // A run's output, the rawest text there is: job, Enter (its runs), Enter (the output).
+    for (w, h) in [(80, 24), (120, 40), (60, 15)] {
+        let mut app = app_for(&f);
+        press(
+            &mut app,
+            &mut f.store(),
+            &[key('1'), code(KeyCode::Enter), code(KeyCode::Enter)],
+        );
+        assert!(matches!(&app.detail, Some(d) if matches!(d.focus, Focus::Run { .. })));
+        let term = render(&app, w, h);
+        let screen = text(&term);
+        assert!(
+            screen.contains("line 1") && screen.contains("end"),
+            "{screen}"
+        );
+        let buf = term.backend().buffer();
+        for y in 0..h {
+            for x in 0..w {
+                let sym = buf[(x, y)].symbol();
+                assert!(
+                    !sym.chars().any(is_control),
+                    "control character {sym:?} at {x},{y} in a run's output ({w}x{h}):\n{screen}"
+                );
+            }
+        }
+    }
 }
 
 /// A poll that fails keeps the last data on screen and says how stale it is.
@@ -168,15 +254,18 @@ fn failed_poll_keeps_data_and_says_stale() {
     let _ = Request::Poll;
 }
 
-/// `assets/top.txt`, the capture the README shows, is the busy fixture's Jobs and Unknown views
-/// at 100×30; this keeps it true to the code (`UPDATE_ASSETS=1` rewrites it).
-#[test]
-fn readme_capture_is_current() {
-    let f = busy();
+/// Screens at 100×30 as text, each after pressing its keys (Enter opens a detail).
+fn capture(f: &tui_support::Fixture, steps: &[&str]) -> String {
     let mut out = String::new();
-    for k in ["1", "2"] {
-        let mut app = app_for(&f);
-        press(&mut app, &mut f.store(), &keys(k));
+    for k in steps {
+        let mut app = app_for(f);
+        for c in k.chars() {
+            if c == '\n' {
+                open_detail(&mut app, f);
+            } else {
+                press(&mut app, &mut f.store(), &[key(c)]);
+            }
+        }
         let screen = text(&render(&app, 100, 30));
         for line in screen.lines() {
             out.push_str(line.trim_end());
@@ -184,16 +273,31 @@ fn readme_capture_is_current() {
         }
         out.push('\n');
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/top.txt");
+    out
+}
+
+/// Writes (with `UPDATE_ASSETS=1`) or checks an asset file.
+fn asset_is_current(name: &str, out: &str) {
+    let path = format!("{}/assets/{name}", env!("CARGO_MANIFEST_DIR"));
     if std::env::var_os("UPDATE_ASSETS").is_some() {
         std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/assets")).expect("mkdir");
-        std::fs::write(path, &out).expect("write");
+        std::fs::write(&path, out).expect("write");
     }
-    let have = std::fs::read_to_string(path).unwrap_or_default();
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert_eq!(
         have, out,
-        "assets/top.txt is stale: run with UPDATE_ASSETS=1"
+        "assets/{name} is stale: run with UPDATE_ASSETS=1"
     );
+}
+
+/// `assets/top.txt`, the capture the README shows, is the busy fixture's Jobs and Unknown views
+/// at 100×30; `assets/top-health.txt` (README's "Is it healthy?") is the health fixture's Jobs
+/// view and the failing run's output. This keeps them true to the code (`UPDATE_ASSETS=1`
+/// rewrites them).
+#[test]
+fn readme_capture_is_current() {
+    asset_is_current("top.txt", &capture(&busy(), &["1", "2"]));
+    asset_is_current("top-health.txt", &capture(&health(), &["1", "1\n\n"]));
 }
 
 /// README's key table and dashboard capture come from the code: the same table `?` shows, and
@@ -209,6 +313,24 @@ fn readme_keys_and_capture_are_current() {
     let capture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/top.txt"))
         .expect("assets/top.txt");
     let block = format!("```text\n{}\n```", capture.trim_end());
+    let health = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/top-health.txt"
+    ))
+    .expect("assets/top-health.txt");
+    let health_block = format!(
+        "<!-- health-capture -->\n```text\n{}\n```\n<!-- /health-capture -->",
+        health.trim_end()
+    );
+    let (hs, he) = (
+        readme
+            .find("<!-- health-capture -->")
+            .expect("README has a <!-- health-capture --> block"),
+        readme
+            .find("<!-- /health-capture -->")
+            .expect("README closes the health-capture block")
+            + "<!-- /health-capture -->".len(),
+    );
     let start = readme
         .find("<!-- keys -->")
         .expect("README has a <!-- keys --> block");
@@ -217,6 +339,9 @@ fn readme_keys_and_capture_are_current() {
         .expect("README closes the keys block")
         + "<!-- /keys -->".len();
     if std::env::var_os("UPDATE_ASSETS").is_some() {
+        let readme = format!("{}{health_block}{}", &readme[..hs], &readme[he..]);
+        let start = readme.find("<!-- keys -->").expect("keys block");
+        let end = readme.find("<!-- /keys -->").expect("keys block end") + "<!-- /keys -->".len();
         let mut new = format!("{}{keys}{}", &readme[..start], &readme[end..]);
         if let Some(a) = new.find("```text\n") {
             if let Some(b) = new[a..].find("\n```\n").map(|b| a + b) {
@@ -234,5 +359,10 @@ fn readme_keys_and_capture_are_current() {
     assert!(
         readme.contains(&block),
         "README's capture differs from assets/top.txt: run with UPDATE_ASSETS=1"
+    );
+    assert_eq!(
+        &readme[hs..he],
+        health_block,
+        "README's health capture differs from assets/top-health.txt: run with UPDATE_ASSETS=1"
     );
 }

@@ -243,3 +243,77 @@ fn sigterm_restores_the_terminal() {
     let s = t.wait_for("EXITED:143");
     assert!(!t.alternate_on(), "{s}");
 }
+
+/// The operator's truth on the real binary: a real scheduler ran a failing job and was
+/// SIGKILLed; `top` says no scheduler is alive, shows NEXT late and LAST failed, and Enter,
+/// Enter shows the failing run's output (both streams). Needs tmux (CI installs it).
+#[test]
+fn a_dead_scheduler_a_failing_job_and_its_output_in_a_real_terminal() {
+    assert!(tmux_available(), "tmux is required for this test");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("health.db").to_string_lossy().into_owned();
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+         command = [\"sh\", \"-c\", \"echo to-stdout; echo to-stderr >&2; exit 3\"]\n",
+    )
+    .expect("jobs file");
+    let mut sched = Command::new(exe())
+        .args(["--db", &db, "run"])
+        .arg(&jobs)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("exactly run");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ended = rusqlite::Connection::open(&db)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM exactly_runs WHERE outcome = 'failed'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .unwrap_or(0);
+        if ended >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed runs recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sched.kill().expect("SIGKILL the scheduler");
+    sched.wait().expect("reap");
+    let t = start("health", 100, 30);
+    t.wait_for("$");
+    t.keys(&[
+        &format!(
+            "EXACTLY_SCHEDULER_DEAD_AFTER=2s {} --db {db} top; echo EXITED:$?",
+            exe()
+        ),
+        "Enter",
+    ]);
+    let s = t.wait_for("! NO SCHEDULER ALIVE");
+    assert!(s.contains("NEXT") && s.contains("LAST"), "{s}");
+    let s = t.wait_for("failed 3");
+    assert!(s.contains(">! broken"), "the failing job is marked: {s}");
+    t.wait_for("late ");
+    t.keys(&["Enter"]);
+    t.wait_for("Job broken");
+    t.keys(&["Enter"]);
+    let s = t.wait_for("Output of run broken-");
+    let s = if s.contains("to-stderr") {
+        s
+    } else {
+        t.wait_for("to-stderr")
+    };
+    assert!(s.contains("to-stdout"), "{s}");
+    assert!(s.contains("failed (exit 3)"), "{s}");
+    t.keys(&["Escape"]);
+    t.wait_for("Job broken");
+    t.keys(&["Escape"]);
+    t.wait_for("NEXT");
+    t.keys(&["q"]);
+    t.wait_for("EXITED:0");
+    assert!(!t.alternate_on());
+}

@@ -117,6 +117,9 @@ impl Problem {
 pub struct Loaded {
     pub jobs: Vec<Job>,
     pub problems: Vec<Problem>,
+    /// File-level `retain = "90d"`: `exactly run` prunes history older than this (off when
+    /// absent), as `exactly gc --keep` does.
+    pub retain: Option<Duration>,
 }
 
 impl Loaded {
@@ -173,11 +176,36 @@ pub fn parse(text: &str) -> Loaded {
             return out;
         }
     };
-    for key in doc.keys().filter(|k| k.as_str() != "job") {
+    match doc.get("retain") {
+        None => {}
+        Some(toml::Value::String(r)) => match crate::time::parse_duration(r) {
+            Ok(d) if d >= Duration::from_secs(86_400) => out.retain = Some(d),
+            Ok(_) => out.problems.push(Problem::error(
+                "-",
+                format!("retain = {r:?} is shorter than 1d"),
+                "the last 24 hours are what status and top show".to_string(),
+            )),
+            Err(e) => out.problems.push(Problem::error(
+                "-",
+                format!("retain = {r:?}"),
+                e.to_string(),
+            )),
+        },
+        Some(_) => out.problems.push(Problem::error(
+            "-",
+            "retain is not a duration",
+            "write it as a string, e.g. retain = \"90d\"".to_string(),
+        )),
+    }
+    for key in doc
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "job" | "retain"))
+    {
         out.problems.push(Problem::error(
             "-",
             format!("unknown key {key:?}"),
-            "a jobs file holds only [[job]] tables; a typo must not be ignored".to_string(),
+            "a jobs file holds only retain and [[job]] tables; a typo must not be ignored"
+                .to_string(),
         ));
     }
     let tables = match doc.get("job") {

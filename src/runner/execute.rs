@@ -49,10 +49,32 @@ struct LogBuf {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     dropped: u64,
+    /// Bytes received in all (so a flush can tell whether anything is new).
+    seen: u64,
+}
+
+/// How often a running command's output so far is stored for `exactly logs --follow`.
+const OUTPUT_FLUSH: Duration = Duration::from_secs(1);
+
+/// Stores the output so far when it grew since `flushed` bytes.
+fn flush_output(store: &mut Store, run_id: &str, log: &Mutex<LogBuf>, flushed: &mut u64) {
+    let Some((seen, text)) = log
+        .lock()
+        .ok()
+        .filter(|l| l.seen != *flushed)
+        .map(|l| (l.seen, l.render()))
+    else {
+        return;
+    };
+    // Best effort: a busy database delays the follower, never the run.
+    if store.run_output_so_far(run_id, &text).is_ok() {
+        *flushed = seen;
+    }
 }
 
 impl LogBuf {
     fn push(&mut self, bytes: &[u8]) {
+        self.seen += bytes.len() as u64;
         let room = LOG_HEAD.saturating_sub(self.head.len());
         let (h, rest) = bytes.split_at(room.min(bytes.len()));
         self.head.extend_from_slice(h);
@@ -183,6 +205,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let mut next_beat = Instant::now() + beat;
     let mut fenced = false;
     let mut killed_at: Option<Instant> = None;
+    let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
@@ -201,6 +224,10 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
                 Some(t) if t.elapsed() > KILL_GRACE => signal_group(pid, libc::SIGKILL),
                 Some(_) => {}
             }
+        }
+        if Instant::now() >= next_flush {
+            next_flush = Instant::now() + OUTPUT_FLUSH;
+            flush_output(&mut store, run_id, &log, &mut flushed);
         }
         if !fenced && Instant::now() >= next_beat {
             next_beat = Instant::now() + beat;

@@ -8,6 +8,7 @@
 //! is stale.
 pub mod config;
 pub mod execute;
+pub mod liveness;
 pub mod schedule;
 pub mod scheduler;
 
@@ -229,6 +230,8 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
+    let _upkeep = liveness::start(&db_path, &owner, &source, loaded.retain)?;
     scheduler::run(
         store,
         scheduler::Config {

@@ -7,12 +7,17 @@
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
 mod ledger;
 mod read;
+mod retention;
 mod runner;
+mod schedulers;
 mod schema;
 
 pub use ledger::*;
 pub use read::*;
+pub use retention::*;
 pub use runner::*;
+pub use schedulers::*;
+pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
 
 use crate::{Error, Result};
@@ -45,12 +50,7 @@ fn busy_timeout_ms() -> u64 {
 impl Store {
     /// Opens (creating or adopting the schema as needed) the database at `path`.
     pub fn open(path: &str) -> Result<Store> {
-        if path.starts_with("postgres://") || path.starts_with("postgresql://") {
-            return Err(Error::Store(
-                "PostgreSQL URLs are not supported by this build yet; use a SQLite file path"
-                    .to_string(),
-            ));
-        }
+        refuse_unusable(path)?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -70,6 +70,82 @@ impl Store {
             .busy_timeout(Duration::from_millis(busy_ms))
             .map_err(|e| store.err(e))?;
         schema::prepare(&mut store)?;
+        Ok(store)
+    }
+
+    /// Opens an existing database for reading only (`status`, `metrics`, `top`, `logs`): never
+    /// creates the file, a table or a byte in it, and refuses a missing file or one without
+    /// exactly's tables.
+    ///
+    /// SQLite's rules for read-only WAL readers: a reader of a WAL database needs the `-wal` and
+    /// `-shm` files and creates them when missing (and, being read-only, cannot remove them). So
+    /// a WAL file with no `-wal` beside it (all its content is in the main file) is first checked
+    /// through an `immutable` connection, which creates nothing: a foreign WAL database is
+    /// refused before anything is created next to it. Only exactly's own database may get the
+    /// two (empty) side files a writer would create anyway.
+    pub fn open_read_only(path: &str) -> Result<Store> {
+        refuse_unusable(path)?;
+        let file = std::path::Path::new(path);
+        if !file.exists() {
+            return Err(Error::Store(format!(
+                "database {path} does not exist (read commands never create one; exactly init does)"
+            )));
+        }
+        if !file.is_file() {
+            return Err(Error::Store(format!("database {path} is not a file")));
+        }
+        let header = read_header(path)?;
+        if !header.is_empty() && !header.starts_with(b"SQLite format 3\0") {
+            return Err(Error::Store(format!("{path} is not a SQLite database")));
+        }
+        let wal_mode = header.get(18) == Some(&2);
+        let wal_exists = std::path::Path::new(&format!("{path}-wal")).exists();
+        if wal_mode && !wal_exists {
+            let probe = Store::connect_read_only(path, true)?;
+            schema::check_read_only(&probe)?;
+        }
+        match Store::connect_read_only(path, false)
+            .and_then(|s| schema::check_read_only(&s).map(|()| s))
+        {
+            Ok(store) => Ok(store),
+            // A reader of a WAL database needs `-shm`; in a folder we may not write, SQLite cannot
+            // create it. With no `-wal` file the main file holds everything: read it as immutable.
+            Err(e) if wal_mode && !wal_exists && cannot_create_side_files(&e) => {
+                let store = Store::connect_read_only(path, true)?;
+                schema::check_read_only(&store)?;
+                Ok(store)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn connect_read_only(path: &str, immutable: bool) -> Result<Store> {
+        let (target, flags) = if immutable {
+            (
+                format!("file:{}?immutable=1", uri_escape(path)),
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_URI,
+            )
+        } else {
+            // No URI flag: the path is a path, whatever characters it holds.
+            (
+                path.to_string(),
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        };
+        let conn = Connection::open_with_flags(&target, flags)
+            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let busy_ms = busy_timeout_ms();
+        let store = Store {
+            conn,
+            path: path.to_string(),
+            busy_ms,
+        };
+        store
+            .conn
+            .busy_timeout(Duration::from_millis(busy_ms))
+            .map_err(|e| store.err(e))?;
         Ok(store)
     }
 
@@ -135,6 +211,60 @@ impl Store {
         })();
         result.map_err(|e| self.err(e))
     }
+}
+
+/// Paths no command accepts: a PostgreSQL URL (not in this build), an empty path or an
+/// in-memory database (it would vanish with the process).
+fn refuse_unusable(path: &str) -> Result<()> {
+    if path.starts_with("postgres://") || path.starts_with("postgresql://") {
+        return Err(Error::Store(
+            "PostgreSQL URLs are not supported by this build yet; use a SQLite file path"
+                .to_string(),
+        ));
+    }
+    if path.is_empty()
+        || path == ":memory:"
+        || (path.starts_with("file:") && path.contains("mode=memory"))
+    {
+        return Err(Error::Usage(format!(
+            "--db {path:?} is not a database file: exactly keeps its ledger in a file"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether opening failed because SQLite could not create or open the `-wal`/`-shm` files
+/// (the messages [`Store::err`] and the open path give those codes).
+fn cannot_create_side_files(e: &Error) -> bool {
+    let t = e.to_string();
+    t.contains("unable to open") || t.contains("is read-only")
+}
+
+/// The first 100 bytes (SQLite's header), or fewer for a shorter file.
+fn read_header(path: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| Error::Store(format!("cannot open database {path}: {e}")))?;
+    let mut buf = Vec::with_capacity(100);
+    f.by_ref()
+        .take(100)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::Store(format!("cannot read database {path}: {e}")))?;
+    Ok(buf)
+}
+
+/// Escapes a path for a `file:` URI.
+fn uri_escape(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn brief(e: &rusqlite::Error) -> String {

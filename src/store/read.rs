@@ -1,7 +1,9 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
 use super::{int, kind, text, text_or_empty, Store, RELEASED};
-use crate::metrics::{self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot, Window};
+use crate::metrics::{
+    self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
+};
 use crate::time::{self, Ts};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -42,7 +44,8 @@ fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
 
 const EVENT_COLS: &str = "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
 const RUN_COLS: &str =
-    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms";
+    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
+     exit_code";
 
 pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -55,6 +58,7 @@ pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         ended_at: text(r, 6)?,
         outcome: text(r, 7)?,
         duration_ms: int(r, 8)?,
+        exit_code: int(r, 9)?,
     })
 }
 
@@ -139,12 +143,36 @@ impl Store {
                 "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
             ))?;
             let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-            let missed_firings = counter(tx, "firing_missed")?;
             let jobs = read_jobs(tx, now)?;
+            let missed_firings = counter(tx, kind::FIRING_MISSED)?
+                + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
+            let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let dead_after = scheduler_dead_after();
+            let schedulers = read_schedulers(tx, now, dead_after)?;
+            let schedulers_alive = schedulers.iter().filter(|s| s.alive).count() as u64;
+            let mut warnings = Vec::new();
+            let live_jobs = jobs.iter().filter(|j| j.schedule.is_some() && !j.retired).count();
+            if live_jobs > 0 && schedulers_alive == 0 {
+                let last = schedulers
+                    .iter()
+                    .map(|s| s.heartbeat_at.as_str())
+                    .max()
+                    .and_then(time::parse)
+                    .map(|t| format!("last heartbeat {} ago", time::human_age(time::age_s(t, now))))
+                    .unwrap_or_else(|| "none has ever run on this database".into());
+                warnings.push(format!(
+                    "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; start exactly run"
+                ));
+            }
             Ok(Snapshot {
                 taken_at: now_s.clone(),
                 db,
                 host: crate::hostname(),
+                schema_version,
+                schedulers,
+                schedulers_alive,
+                scheduler_dead_after_s: dead_after.as_secs() as i64,
+                warnings,
                 totals,
                 last_24h,
                 oldest_unknown_s,
@@ -169,6 +197,45 @@ impl Store {
         })
     }
 
+    /// One run and its stored output (stdout and stderr interleaved as they arrived; while the
+    /// run lasts, what it printed so far).
+    pub fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
+        self.read(|tx| {
+            tx.query_row(
+                &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
+                [run_id],
+                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
+            )
+            .optional()
+        })
+    }
+
+    /// The first run of a job that started after `after` (None: its latest run).
+    pub fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+        self.read(|tx| match after {
+            None => tx
+                .query_row(
+                    &format!(
+                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
+                         ORDER BY started_at DESC LIMIT 1"
+                    ),
+                    [job],
+                    run_row,
+                )
+                .optional(),
+            Some(t) => tx
+                .query_row(
+                    &format!(
+                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
+                         ORDER BY started_at LIMIT 1"
+                    ),
+                    params![job, t],
+                    run_row,
+                )
+                .optional(),
+        })
+    }
+
     /// The most recent runs of a job, newest first.
     pub fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
         self.read(|tx| {
@@ -181,30 +248,103 @@ impl Store {
     }
 }
 
+/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
+/// schedulers beat every 2 s).
+pub fn scheduler_dead_after() -> std::time::Duration {
+    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
+        .ok()
+        .and_then(|s| time::parse_duration(&s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(SCHEDULER_DEAD_AFTER)
+}
+pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+/// Schedulers listed: those heard from within this many days.
+const SCHEDULERS_SHOWN_DAYS: i64 = 7;
+
+fn read_schedulers(
+    tx: &Transaction<'_>,
+    now: Ts,
+    dead_after: std::time::Duration,
+) -> rusqlite::Result<Vec<SchedulerRow>> {
+    // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
+    if !super::has_table(tx, "exactly_schedulers")? {
+        return Ok(Vec::new());
+    }
+    let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
+    let alive_after =
+        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
+    let mut stmt = tx.prepare(
+        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
+         WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
+    )?;
+    let rows = stmt
+        .query_map([&oldest], |r| {
+            let heartbeat_at = text_or_empty(r, 4)?;
+            let ended_at = text(r, 5)?;
+            Ok(SchedulerRow {
+                owner: text_or_empty(r, 0)?,
+                host: text_or_empty(r, 1)?,
+                pid: int(r, 2)?.unwrap_or(0),
+                started_at: text_or_empty(r, 3)?,
+                alive: ended_at.is_none() && heartbeat_at >= alive_after,
+                heartbeat_at,
+                ended_at,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
+const UNRECORDED_MAX: u64 = 1_000;
+
+/// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
+fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
+    if let crate::runner::Schedule::Every { .. } = schedule {
+        return schedule.slots(last, upto, 0).1;
+    }
+    let mut n = 0;
+    let mut at = last;
+    while let Some(next) = schedule.next_after(at) {
+        if next > upto || n >= UNRECORDED_MAX {
+            break;
+        }
+        n += 1;
+        at = next;
+    }
+    n
+}
+
 fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let mut stmt = tx.prepare(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
-            lease_ms
+            lease_ms, timezone, catchup_s
          FROM exactly_jobs",
     )?;
     let rows = stmt.query_map([], |r| {
-        Ok(JobRow {
-            job_key: text_or_empty(r, 0)?,
-            schedule: text(r, 1)?,
-            interval_s: int(r, 2)?,
-            lease_s: int(r, 3)?,
-            lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
-            overlap: text(r, 4)?,
-            queue_cap: int(r, 5)?,
-            paused: int(r, 6)?.unwrap_or(0) != 0,
-            pause_note: text(r, 7)?,
-            retired: int(r, 8)?.unwrap_or(0) != 0,
-            ..Default::default()
-        })
+        Ok((
+            JobRow {
+                job_key: text_or_empty(r, 0)?,
+                schedule: text(r, 1)?,
+                interval_s: int(r, 2)?,
+                lease_s: int(r, 3)?,
+                lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
+                overlap: text(r, 4)?,
+                queue_cap: int(r, 5)?,
+                paused: int(r, 6)?.unwrap_or(0) != 0,
+                pause_note: text(r, 7)?,
+                retired: int(r, 8)?.unwrap_or(0) != 0,
+                timezone: text(r, 10)?,
+                ..Default::default()
+            },
+            int(r, 11)?.unwrap_or(0),
+        ))
     })?;
+    let mut catchup: BTreeMap<String, i64> = BTreeMap::new();
     for j in rows {
-        let j = j?;
+        let (j, c) = j?;
+        catchup.insert(j.job_key.clone(), c);
         jobs.insert(j.job_key.clone(), j);
     }
     // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
@@ -233,8 +373,20 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
     }
     let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
     let mut runs_stmt = tx.prepare(
-        "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
+        "SELECT duration_ms, outcome FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
            AND duration_ms IS NOT NULL ORDER BY started_at DESC LIMIT ?3",
+    )?;
+    let mut success_stmt = tx.prepare(
+        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'
+         ORDER BY started_at DESC LIMIT 1",
+    )?;
+    let mut outcomes_stmt = tx.prepare(
+        "SELECT kind, n FROM exactly_counters WHERE kind >= ?2 AND kind < ?3 AND job_key = ?1",
+    )?;
+    let mut missed_stmt =
+        tx.prepare("SELECT n FROM exactly_counters WHERE kind = ?2 AND job_key = ?1")?;
+    let mut last_slot_stmt = tx.prepare(
+        "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 ORDER BY scheduled_at DESC LIMIT 1",
     )?;
     let mut last_stmt = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
@@ -245,15 +397,69 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
     for j in jobs.values_mut() {
         // Read leniently: a duration another program wrote as text must not stop the snapshot.
-        let durations = runs_stmt
-            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| int(r, 0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?
+        let window = runs_stmt
+            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| {
+                Ok((int(r, 0)?, text(r, 1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        j.runs_failed = window
+            .iter()
+            .filter(|(_, o)| o.as_deref().is_some_and(metrics::is_failure))
+            .count() as u64;
+        let durations = window
             .into_iter()
-            .flatten()
+            .filter_map(|(d, _)| d)
             .collect::<Vec<i64>>();
         j.runs = durations.len() as u64;
         (j.p50_ms, j.p99_ms) = metrics::percentiles(&durations);
         j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;
+        j.last_success_at = success_stmt
+            .query_row([&j.job_key], |r| text(r, 0))
+            .optional()?
+            .flatten();
+        // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
+        let prefix = super::schema::RUN_ENDED;
+        let end = format!("{};", prefix.trim_end_matches(':'));
+        for row in outcomes_stmt.query_map(params![j.job_key, prefix, end], |r| {
+            Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0)))
+        })? {
+            let (k, n) = row?;
+            let outcome = k.trim_start_matches(prefix).to_string();
+            j.runs_by_outcome.insert(outcome, n.max(0) as u64);
+        }
+        let recorded = missed_stmt
+            .query_row(params![j.job_key, kind::FIRING_MISSED], |r| int(r, 0))
+            .optional()?
+            .flatten()
+            .unwrap_or(0)
+            .max(0) as u64;
+        // When it fires next: after the latest slot any scheduler fired (or the last run's),
+        // so a job nobody fires shows a next firing in the past. Read from the registry's
+        // schedule; a job known only by its lease has none.
+        let schedule =
+            j.schedule.as_deref().filter(|_| !j.retired).and_then(|s| {
+                crate::runner::Schedule::from_registry(s, j.timezone.as_deref()).ok()
+            });
+        if let Some(schedule) = schedule {
+            let last_slot = last_slot_stmt
+                .query_row([&j.job_key], |r| text(r, 0))
+                .optional()?
+                .flatten()
+                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()))
+                .as_deref()
+                .and_then(time::parse);
+            let next = schedule.next_after(last_slot.unwrap_or(now));
+            j.next_fire_at = next.map(time::fmt);
+            // Slots past the catch-up window that no scheduler fired: misses a scheduler will
+            // record when it starts again (a paused job's are skipped, not missed).
+            if let (Some(last), false) = (last_slot, j.paused) {
+                let grace = catchup.get(&j.job_key).copied().unwrap_or(0).max(0)
+                    + crate::runner::scheduler::LATE_OK.as_secs() as i64;
+                let horizon = now - chrono::Duration::seconds(grace);
+                j.missed_unrecorded = passed_slots(&schedule, last, horizon);
+            }
+        }
+        j.missed_firings = recorded + j.missed_unrecorded;
         let rows = counters.query_map(
             params![j.job_key, kind::DUPLICATE_SUPPRESSED, kind::FENCED_WRITE],
             |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0))),

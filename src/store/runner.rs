@@ -590,6 +590,18 @@ impl Store {
         })
     }
 
+    /// Stores a running run's output so far (readable by `exactly logs --follow`); a run that
+    /// ended keeps its final output.
+    pub fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE exactly_runs SET log = ?2 WHERE run_id = ?1 AND ended_at IS NULL",
+                params![run_id, log],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Records how a run ended and releases its lease (unless it was fenced). Returns the final
     /// outcome: `fenced` when the release was refused.
     pub fn finish_run(&mut self, end: &RunEnd<'_>) -> Result<String> {

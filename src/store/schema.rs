@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -99,6 +99,30 @@ const TABLES: &[Table] = &[
         required: &["job_key", "scheduled_at", "state"],
         added: &[],
     },
+    // Each `exactly run` records itself and beats every 2 s, so a reader can tell a dead
+    // scheduler from an idle one (new in schema version 2).
+    Table {
+        name: "exactly_schedulers",
+        create: "CREATE TABLE exactly_schedulers (owner TEXT PRIMARY KEY, host TEXT NOT NULL,
+            pid INTEGER NOT NULL, started_at TEXT NOT NULL, heartbeat_at TEXT NOT NULL,
+            ended_at TEXT, source TEXT)",
+        required: &["owner", "heartbeat_at"],
+        added: &[],
+    },
+];
+
+/// The tables a database must hold for a read command to call it exactly's: those of schema
+/// version 1. Later tables may be missing (a database not yet opened by a newer writer); the
+/// readers treat them as empty.
+pub(crate) const CORE_TABLES: &[&str] = &[
+    "job_lease",
+    "effect_ledger",
+    "exactly_approvals",
+    "exactly_events",
+    "exactly_counters",
+    "exactly_jobs",
+    "exactly_runs",
+    "exactly_firings",
 ];
 
 const INDEXES: &[&str] = &[
@@ -111,7 +135,43 @@ const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS exactly_approvals_state ON exactly_approvals (state, requested_at)",
     "CREATE INDEX IF NOT EXISTS exactly_runs_job ON exactly_runs (job_key, started_at)",
     "CREATE INDEX IF NOT EXISTS exactly_firings_state ON exactly_firings (job_key, state, scheduled_at)",
+    // Retention deletes by age.
+    "CREATE INDEX IF NOT EXISTS exactly_runs_started ON exactly_runs (started_at)",
+    "CREATE INDEX IF NOT EXISTS exactly_firings_created ON exactly_firings (created_at)",
 ];
+
+/// The all-time count of runs per job and outcome lives in `exactly_counters` (kind
+/// `run_ended:<outcome>`), raised by triggers so every writer of `exactly_runs` counts and
+/// pruning old runs (`exactly gc`) leaves the totals equal. An outcome is counted once: when it
+/// is first set.
+pub(crate) const RUN_ENDED: &str = "run_ended:";
+const TRIGGERS: &[(&str, &str)] = &[
+    (
+        "exactly_runs_ended_insert",
+        "CREATE TRIGGER exactly_runs_ended_insert AFTER INSERT ON exactly_runs
+         WHEN NEW.outcome IS NOT NULL BEGIN
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, NEW.job_key, 1)
+           ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
+         END",
+    ),
+    (
+        "exactly_runs_ended_update",
+        "CREATE TRIGGER exactly_runs_ended_update AFTER UPDATE OF outcome ON exactly_runs
+         WHEN OLD.outcome IS NULL AND NEW.outcome IS NOT NULL BEGIN
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, NEW.job_key, 1)
+           ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
+         END",
+    ),
+];
+
+fn has_trigger(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
 
 fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
     let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
@@ -199,6 +259,11 @@ fn all_present(store: &Store) -> Result<bool> {
             return Ok(false);
         }
     }
+    for (name, _) in TRIGGERS {
+        if !has_trigger(&store.conn, name).map_err(|e| store.err(e))? {
+            return Ok(false);
+        }
+    }
     Ok(true)
 }
 
@@ -238,8 +303,64 @@ fn create(store: &mut Store) -> std::result::Result<(), Prep> {
         for ix in INDEXES {
             tx.execute(ix, [])?;
         }
+        if !has_trigger(&tx, TRIGGERS[0].0)? {
+            // Runs ended before the counters existed are counted once, here.
+            tx.execute(
+                "INSERT INTO exactly_counters (kind, job_key, n)
+                 SELECT 'run_ended:' || outcome, job_key, count(*) FROM exactly_runs
+                 WHERE outcome IS NOT NULL GROUP BY outcome, job_key
+                 ON CONFLICT(kind, job_key) DO UPDATE SET n = n + excluded.n",
+                [],
+            )?;
+        }
+        for (name, sql) in TRIGGERS {
+            if !has_trigger(&tx, name)? {
+                tx.execute(sql, [])?;
+            }
+        }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()
     })();
     result.map_err(|e| Prep::from(store, e))
+}
+
+/// Checks a database opened read-only: not newer than us, and holding exactly's tables (none of
+/// them foreign). Writes nothing.
+pub(super) fn check_read_only(store: &Store) -> Result<()> {
+    let version: i64 = store
+        .conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| store.err(e))?;
+    let mut missing = None;
+    for t in CORE_TABLES {
+        if columns(&store.conn, t)
+            .map_err(|e| store.err(e))?
+            .is_empty()
+        {
+            missing = Some(*t);
+            break;
+        }
+    }
+    let path = &store.path;
+    match (missing, version > SCHEMA_VERSION) {
+        // Another application's file often has its own user_version: say both.
+        (Some(t), true) => Err(Error::Store(format!(
+            "database {path} is not exactly's: it has no exactly tables (no {t}), and its schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
+        ))),
+        (None, true) => Err(Error::Store(format!(
+            "database {path} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly"
+        ))),
+        (Some(t), false) => {
+            check_foreign(store)?;
+            Err(Error::Store(format!(
+                "database {path} has no exactly tables (no {t}); read commands never create them (exactly init does)"
+            )))
+        }
+        (None, false) => check_foreign(store),
+    }
+}
+
+/// Whether `table` exists (a read-only reader of an older database may lack a newer table).
+pub(crate) fn has_table(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
+    Ok(!columns(conn, table)?.is_empty())
 }

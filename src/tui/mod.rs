@@ -50,8 +50,16 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
     match req {
         Request::Poll => vec![poll(store)],
         Request::Load(focus) => vec![load(store, focus)],
+        // The dashboard reads through a read-only connection; an action (which the operator
+        // confirmed) writes through its own.
         Request::Act(act) => vec![
-            Reply::Acted(perform(store, act, &crate::actor())),
+            Reply::Acted(match Store::open(store.path()) {
+                Ok(mut w) => perform(&mut w, act, &crate::actor()),
+                Err(e) => Report {
+                    ok: false,
+                    text: format!("{} failed: {}", act.verb(), inert(&e.to_string())),
+                },
+            }),
             poll(store),
         ],
     }
@@ -69,6 +77,17 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
         Focus::Job(job) => store.recent_runs(job, RUNS_SHOWN).map(|runs| Loaded::Job {
             job: job.clone(),
             runs,
+        }),
+        Focus::Run { run_id, .. } => store.run_output(run_id).map(|r| {
+            let (row, output) = match r {
+                Some((row, out)) => (Some(Box::new(row)), out),
+                None => (None, String::new()),
+            };
+            Loaded::Run {
+                run_id: run_id.clone(),
+                row,
+                output,
+            }
         }),
         Focus::Effect(key) => (|| {
             Ok(Loaded::Effect {
@@ -156,7 +175,8 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
         return Err(Error::Usage("--refresh must be at least 100ms".into()));
     }
     // Open first, so a bad path is one sentence on a normal terminal, not a flash of UI.
-    let store = crate::cli::open(db)?;
+    // Read-only: watching never changes the database (actions open their own connection).
+    let store = crate::cli::open_read_only(db)?;
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
         return Err(Error::Usage(
             "exactly top needs a terminal; for scripts use exactly status --json".into(),

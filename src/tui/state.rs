@@ -103,6 +103,11 @@ impl Act {
 pub enum Focus {
     Job(String),
     Effect(String),
+    /// One run's stored output (opened from its job's runs).
+    Run {
+        job: String,
+        run_id: String,
+    },
 }
 
 /// Work for the poll task: the only path from the screen to the database.
@@ -125,6 +130,11 @@ pub enum Loaded {
         row: Option<Box<LedgerRow>>,
         approval: Option<Box<ApprovalRow>>,
         events: Vec<EventRow>,
+    },
+    Run {
+        run_id: String,
+        row: Option<Box<RunRow>>,
+        output: String,
     },
 }
 
@@ -175,7 +185,10 @@ pub enum Popup {
 pub struct Detail {
     pub focus: Focus,
     pub loaded: Option<Loaded>,
+    /// The first line shown; in a job's detail, the selected run.
     pub scroll: usize,
+    /// Where Esc goes back to (a run's output goes back to its job's runs).
+    pub back: Option<Box<Detail>>,
 }
 
 /// The effect under the cursor, with what an action needs to show.
@@ -222,6 +235,8 @@ pub struct App {
     pub page: Cell<usize>,
     /// First row shown per view, kept between draws so the table does not jump.
     pub offset: [Cell<usize>; 4],
+    /// The furthest a run's output can scroll, measured by the last draw (lines wrap).
+    pub output_max: Cell<usize>,
 }
 
 impl App {
@@ -244,6 +259,7 @@ impl App {
             quit: false,
             page: Cell::new(10),
             offset: Default::default(),
+            output_max: Cell::new(usize::MAX),
         }
     }
 
@@ -471,6 +487,7 @@ impl App {
                     let same = match (&d.focus, &l) {
                         (Focus::Job(a), Loaded::Job { job, .. }) => a == job,
                         (Focus::Effect(a), Loaded::Effect { key, .. }) => a == key,
+                        (Focus::Run { run_id: a, .. }, Loaded::Run { run_id, .. }) => a == run_id,
                         _ => false,
                     };
                     if same {
@@ -623,6 +640,15 @@ impl App {
                         Action::PageDown => d.scroll + page as usize,
                         _ => usize::MAX / 2,
                     };
+                    // Keep the cursor on a run, and a scroll within the output.
+                    let last = match &d.loaded {
+                        Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
+                        Some(Loaded::Run { .. }) => Some(self.output_max.get()),
+                        _ => None,
+                    };
+                    if let Some(last) = last {
+                        d.scroll = d.scroll.min(last);
+                    }
                     return None;
                 }
                 let to = match action {
@@ -636,10 +662,20 @@ impl App {
                 self.move_to(to);
             }
             Action::Open => return self.open(),
-            Action::Back if self.detail.take().is_none() && !self.filter.is_empty() => {
-                self.filter.clear();
-                self.reanchor();
-            }
+            Action::Back => match self.detail.take() {
+                Some(d) => {
+                    if let Some(back) = d.back {
+                        let focus = back.focus.clone();
+                        self.detail = Some(*back);
+                        return Some(Request::Load(focus));
+                    }
+                }
+                None if !self.filter.is_empty() => {
+                    self.filter.clear();
+                    self.reanchor();
+                }
+                None => {}
+            },
             Action::Filter => {
                 self.popup = Some(Popup::Typing {
                     what: Typing::Filter {
@@ -730,8 +766,24 @@ impl App {
     }
 
     fn open(&mut self) -> Option<Request> {
-        if self.detail.is_some() {
-            return None;
+        if let Some(d) = &self.detail {
+            // In a job's runs, Enter opens the selected run's output.
+            let (Focus::Job(job), Some(Loaded::Job { runs, .. })) = (&d.focus, &d.loaded) else {
+                return None;
+            };
+            let run = runs.get(d.scroll.min(runs.len().saturating_sub(1)))?;
+            let focus = Focus::Run {
+                job: job.clone(),
+                run_id: run.run_id.clone(),
+            };
+            let back = self.detail.take().map(Box::new);
+            self.detail = Some(Detail {
+                focus: focus.clone(),
+                loaded: None,
+                scroll: 0,
+                back,
+            });
+            return Some(Request::Load(focus));
         }
         let focus = match self.view {
             View::Jobs => Focus::Job(self.selected_job()?.job_key.clone()),
@@ -749,6 +801,7 @@ impl App {
             focus: focus.clone(),
             loaded: None,
             scroll: 0,
+            back: None,
         });
         Some(Request::Load(focus))
     }

@@ -93,6 +93,35 @@ fn clock(ts: &str) -> String {
     inert(ts.get(11..19).unwrap_or(ts))
 }
 
+/// Cuts an inert line into pieces of at most `width` terminal cells.
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut used = 0;
+    for c in line.chars() {
+        let cw = c.width().unwrap_or(0);
+        if used + cw > width {
+            out.push(String::new());
+            used = 0;
+        }
+        used += cw;
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
+    }
+    out
+}
+
+/// An age in its largest unit only (`35m`, `11h`, `3d`): what fits a narrow column.
+fn short_age(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 fn dash<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
@@ -130,6 +159,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
         Some(d) => match &d.focus {
             Focus::Job(job) => draw_job_detail(f, app, &t, body, now, job, d),
             Focus::Effect(key) => draw_effect_detail(f, &t, body, key, d),
+            Focus::Run { job, run_id } => draw_run_output(f, app, &t, body, now, job, run_id, d),
         },
         None => match app.view {
             View::Jobs => draw_jobs(f, app, &t, body, now),
@@ -169,6 +199,19 @@ fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     }
     if app.frozen {
         spans.push(Span::styled("[FROZEN] ", t.warn()));
+    }
+    if let Some(s) = &app.snap {
+        // Jobs registered and nobody to fire them: the one thing a healthy-looking screen
+        // must not hide.
+        let registered = s.jobs.iter().any(|j| j.schedule.is_some() && !j.retired);
+        if registered && s.schedulers_alive == 0 {
+            spans.push(Span::styled("! NO SCHEDULER ALIVE ", t.bad()));
+        } else if s.schedulers_alive > 0 {
+            spans.push(Span::styled(
+                format!("sched {} ", s.schedulers_alive),
+                t.good(),
+            ));
+        }
     }
     match (&app.snap, staleness(app, now)) {
         (Some(s), Some((age, stale))) => {
@@ -442,9 +485,10 @@ fn empty_note(f: &mut Frame, t: &Theme, area: Rect, text: &str) {
     );
 }
 
-const JOB_COLS: [Col; 17] = [
+const JOB_COLS: [Col; 18] = [
     col("", 1, 0),
     flex("JOB", 14, 0),
+    col("NEXT", 9, 1),
     col("EVERY", 8, 1),
     col("LEASE", 6, 2),
     col("RUNS", 5, 4),
@@ -452,7 +496,7 @@ const JOB_COLS: [Col; 17] = [
     col("P99", 7, 1),
     col("P99/IV", 6, 2),
     col("P99/LS", 6, 2),
-    col("LAST RUN", 14, 3),
+    col("LAST", 13, 1),
     col("TOKEN", 5, 2),
     col("HOLDER", 14, 5),
     col("EXPIRES", 8, 1),
@@ -494,13 +538,23 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         .as_ref()
         .map(|r| {
             let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
-            format!("{} {}", clip(&outcome, 7), ago(&r.started_at, now))
+            let code = r
+                .exit_code
+                .filter(|c| *c != 0)
+                .map(|c| format!(" {c}"))
+                .unwrap_or_default();
+            let age = age_s(&r.started_at, now)
+                .map(short_age)
+                .unwrap_or_else(|| "-".into());
+            format!("{}{code} {age}", clip(&outcome, 7))
         })
         .unwrap_or_else(|| "-".into());
     let last_style = match j.last_run.as_ref().and_then(|r| r.outcome.as_deref()) {
         Some("ok") | Some("done") | None => Style::new(),
+        Some(o) if crate::metrics::is_failure(o) => t.bad(),
         Some(_) => t.warn(),
     };
+    let (next, next_style) = next_fire(j, t, now);
     let (expires, exp_style) = match (lease_left(j, now), &j.lease_owner) {
         (Some(l), Some(_)) if l > 0 => (human_age(l), Style::new()),
         (Some(_), Some(_)) => ("expired".into(), t.dim()),
@@ -514,6 +568,7 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
             t.bad(),
         ),
         plain(j.job_key.clone()),
+        (next, next_style),
         plain(every),
         plain(dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64)))),
         plain(j.runs.to_string()),
@@ -530,6 +585,25 @@ fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         plain(dash(j.overlap.clone())),
         plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
     ]
+}
+
+/// When a job fires next: `in 4m`, `due`, `late 3m!` (nobody fired it), `paused`.
+fn next_fire(j: &JobRow, t: &Theme, now: Ts) -> (String, Style) {
+    if j.paused {
+        return ("paused".into(), t.warn());
+    }
+    let Some(at) = j.next_fire_at.as_deref().and_then(crate::time::parse) else {
+        return ("-".into(), t.dim());
+    };
+    let secs = (at - now).num_seconds();
+    // A firing waits up to 2 s for its tick; later than that, nobody fired it.
+    if secs >= 0 {
+        (format!("in {}", short_age(secs)), Style::new())
+    } else if secs > -3 {
+        ("due".into(), Style::new())
+    } else {
+        (format!("late {}!", short_age(-secs)), t.bad())
+    }
 }
 
 fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
@@ -941,7 +1015,10 @@ fn draw_job_detail(
         return;
     };
     let mut info = vec![Line::styled(
-        clip(&format!(" Job {job} — Esc back, p pause/resume"), w),
+        clip(
+            &format!(" Job {job} — Esc back, j/k pick a run, Enter its output, p pause/resume"),
+            w,
+        ),
         t.title(),
     )];
     let lease = match (lease_left(j, now), &j.lease_owner) {
@@ -1091,6 +1168,7 @@ fn draw_job_detail(
         col("DURATION", 8, 0),
         col("%LEASE", 7, 1),
         col("OUTCOME", 10, 0),
+        col("EXIT", 4, 1),
         col("TOKEN", 5, 1),
         col("SLOT", 24, 3),
         flex("OWNER", 12, 2),
@@ -1119,16 +1197,119 @@ fn draw_job_detail(
                     },
                     if over { t.bad() } else { Style::new() },
                 ),
-                plain(r.outcome.clone().unwrap_or_else(|| "running".into())),
+                {
+                    let o = r.outcome.clone().unwrap_or_else(|| "running".into());
+                    let st = if crate::metrics::is_failure(&o) {
+                        t.bad()
+                    } else {
+                        Style::new()
+                    };
+                    (o, st)
+                },
+                plain(dash(r.exit_code)),
                 plain(r.fencing_token.to_string()),
                 plain(r.scheduled_at.clone()),
                 plain(r.owner.clone()),
             ]
         })
         .collect();
-    let max_scroll = runs.len().saturating_sub(1);
-    let mut state = TableState::default().with_offset(d.scroll.min(max_scroll));
+    // The cursor picks a run (Enter shows its output); the table scrolls to keep it in view.
+    let selected = (!runs.is_empty()).then(|| d.scroll.min(runs.len() - 1));
+    let mut state = TableState::default().with_selected(selected);
     f.render_stateful_widget(table(&cols, rows, runs_area, t), runs_area, &mut state);
+}
+
+/// One run's stored output: stdout and stderr as they arrived, each line made inert, scrolled
+/// with j/k, PgUp/PgDn, g/G.
+#[allow(clippy::too_many_arguments)]
+fn draw_run_output(
+    f: &mut Frame,
+    app: &App,
+    t: &Theme,
+    area: Rect,
+    now: Ts,
+    job: &str,
+    run_id: &str,
+    d: &Detail,
+) {
+    let w = area.width as usize;
+    let mut head = vec![Line::styled(
+        clip(
+            &format!(
+                " Output of run {} ({}) — Esc back, j/k scroll",
+                inert(run_id),
+                inert(job)
+            ),
+            w,
+        ),
+        t.title(),
+    )];
+    let (row, output) = match &d.loaded {
+        Some(Loaded::Run { row, output, .. }) => (row.as_deref(), output.as_str()),
+        _ => {
+            head.push(Line::styled(" loading…", t.dim()));
+            f.render_widget(Paragraph::new(head), area);
+            return;
+        }
+    };
+    let Some(r) = row else {
+        head.push(Line::styled(
+            " this run is no longer stored (pruned?)",
+            t.warn(),
+        ));
+        f.render_widget(Paragraph::new(head), area);
+        return;
+    };
+    let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
+    let bad = crate::metrics::is_failure(&outcome);
+    head.push(Line::styled(
+        clip(
+            &format!(
+                " {}{} · started {} ({} ago) · took {} · slot {} · token {} · {}",
+                inert(&outcome),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                clock(&r.started_at),
+                ago(&r.started_at, now),
+                dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
+                inert(&r.scheduled_at),
+                r.fencing_token,
+                inert(&r.owner)
+            ),
+            w,
+        ),
+        if bad { t.bad() } else { t.dim() },
+    ));
+    // Long lines wrap: an error message is read whole.
+    let lines: Vec<String> = output
+        .lines()
+        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
+        .collect();
+    let body_h = (area.height as usize).saturating_sub(head.len() + 1);
+    let max_scroll = lines.len().saturating_sub(body_h);
+    app.output_max.set(max_scroll);
+    let scroll = d.scroll.min(max_scroll);
+    head.push(Line::styled(
+        clip(
+            &if lines.is_empty() {
+                " (no output)".to_string()
+            } else {
+                format!(
+                    " lines {}-{} of {}",
+                    scroll + 1,
+                    (scroll + body_h).min(lines.len()),
+                    lines.len()
+                )
+            },
+            w,
+        ),
+        t.head(),
+    ));
+    for l in lines.iter().skip(scroll).take(body_h) {
+        head.push(Line::raw(format!(" {l}")));
+    }
+    f.render_widget(Paragraph::new(head), area);
 }
 
 fn draw_status(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {

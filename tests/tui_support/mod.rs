@@ -367,6 +367,13 @@ pub fn busy() -> Fixture {
         |i| 2_000 + (i * 331) % 3_000,
         |_| "ok",
     );
+    // Today's 07:00 digest fired (its run is the live lease below).
+    c.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+         VALUES ('daily-digest', '2099-01-01T07:00:00.000Z', 'scheduled', 'running', ?1, ?1)",
+        params!["2099-01-01T07:00:00.000Z"],
+    )
+    .expect("firing");
     for (slot, state) in [(120, "queued"), (60, "queued")] {
         c.execute(
             "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
@@ -376,11 +383,137 @@ pub fn busy() -> Fixture {
         .expect("firing");
     }
     pin_times(&c);
+    // A scheduler beating now (the fixture's clock is ahead of the real one: alive).
+    add_scheduler(&c, "sched@web-1:311", NOW, None);
     set_lease(&c, "invoices", owner, &after(252));
     set_lease(&c, "daily-digest", "worker-2@web-2", &after(431));
     set_lease(&c, "sync-crm", owner, &after(35));
     set_lease(&c, "legacy-backup", "cron@db-1", &after(3000));
     let _ = (digest_key, lost_key);
+    f
+}
+
+/// A scheduler's row: `heartbeat` is when it last beat.
+pub fn add_scheduler(c: &Connection, owner: &str, heartbeat: &str, ended: Option<&str>) {
+    c.execute(
+        "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at)
+         VALUES (?1, 'web-1', 311, ?2, ?3, ?4)",
+        params![owner, before(86_400), heartbeat, ended],
+    )
+    .expect("scheduler");
+}
+
+/// A finished run with its exit code and stored output.
+#[allow(clippy::too_many_arguments)]
+pub fn add_run(
+    c: &Connection,
+    job: &str,
+    run_id: &str,
+    slot: &str,
+    dur_ms: i64,
+    outcome: &str,
+    exit_code: i64,
+    log: &str,
+) {
+    let end = exactly::time::fmt(
+        exactly::time::parse(slot).expect("ts") + chrono::Duration::milliseconds(dur_ms + 40),
+    );
+    c.execute(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, exit_code, log)
+         VALUES (?1, ?2, ?3, 'sched@web-1:311', 1, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![run_id, job, slot, end, outcome, dur_ms, exit_code, log],
+    )
+    .expect("run");
+}
+
+/// What an operator finds after the scheduler was killed: no scheduler alive, a job failing
+/// every night (exit 3, its output stored), a job that ran fine until the scheduler died.
+pub fn health() -> Fixture {
+    let f = new_db();
+    let c = f.sql();
+    // The scheduler was SIGKILLed an hour ago: its last heartbeat, and no end.
+    add_scheduler(&c, "sched@web-1:311", "2020-01-01T00:00:00.000Z", None);
+    c.execute(
+        "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap, catchup_s, updated_at)
+         VALUES ('nightly-report', '0 2 * * *', 'Europe/Berlin', 86400, 1800, 1800000, 'coalesce', 0, ?1),
+                ('sync-orders', 'every 5m', NULL, 300, 120, 120000, 'queue', 0, ?1),
+                ('send-reminders', 'every 7m', NULL, 420, 300, 300000, 'coalesce', 0, ?1)",
+        params![NOW],
+    )
+    .expect("jobs");
+    // nightly-report fails every night since three days: 02:00 Berlin is 01:00 UTC in winter.
+    for (i, day) in [
+        "2098-12-27",
+        "2098-12-28",
+        "2098-12-29",
+        "2098-12-30",
+        "2098-12-31",
+        "2099-01-01",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let slot = format!("{day}T01:00:00.000Z");
+        let (outcome, code, log) = if i < 3 {
+            (
+                "ok",
+                0,
+                "report: 1,204 rows\nuploaded report-ok.csv\n".to_string(),
+            )
+        } else {
+            (
+                "failed",
+                3,
+                format!(
+                    "report: connecting to warehouse db-2:5432\nreport: query 1 of 4 ok (1.2s)\n\
+                     psql: error: connection to server at \"db-2\" (10.0.0.12), port 5432 failed: FATAL:  password authentication failed for user \"report\"\n\
+                     \x1b[31mreport: giving up after 3 attempts\x1b[0m\nreport: exit 3 (night {i})\n"
+                ),
+            )
+        };
+        add_run(
+            &c,
+            "nightly-report",
+            &format!("nightly-report-t{}", i + 1),
+            &slot,
+            40_000 + i as i64 * 1_000,
+            outcome,
+            code,
+            &log,
+        );
+    }
+    // sync-orders ran every 5 minutes until the scheduler died 40 minutes ago.
+    for i in 0..12 {
+        let slot = before(2400 + (11 - i) * 300);
+        add_run(
+            &c,
+            "sync-orders",
+            &format!("sync-orders-t{}", i + 1),
+            &slot,
+            8_000 + i * 350,
+            "ok",
+            0,
+            "synced 12 orders\n",
+        );
+    }
+    c.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+         VALUES ('sync-orders', ?1, 'scheduled', 'ran', ?1, ?1)",
+        params![before(2400)],
+    )
+    .expect("firing");
+    // send-reminders: fired at 11:56, next at 12:03 (whole multiples of 7 minutes since the
+    // epoch).
+    add_run(
+        &c,
+        "send-reminders",
+        "send-reminders-t1",
+        "2099-01-01T11:56:00.000Z",
+        2_300,
+        "ok",
+        0,
+        "sent 3 reminders\n",
+    );
     f
 }
 
@@ -479,9 +612,10 @@ pub fn hostile() -> Fixture {
         .expect("event");
     }
     c.execute(
-        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
-         VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN')",
-        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m"],
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, log)
+         VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN', ?5)",
+        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m",
+            "line 1\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nover\u{202e}written\u{9b}31m\n\u{1b}[?1049lgone\u{8}\u{8}\t\u{85}end"],
     )
     .expect("run");
     f

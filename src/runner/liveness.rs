@@ -1,0 +1,127 @@
+//! A scheduler's own upkeep, beside its loop: it records itself and beats every
+//! [`BEAT`] so `status`, `metrics` and `top` can tell it is alive (a killed scheduler just falls
+//! silent), records its end on a clean shutdown, and — with `retain` in the jobs file — prunes
+//! old history now and then. Each thread has its own database connection.
+use super::execute::log_line;
+use crate::store::{SchedulerReg, Store};
+use crate::{time, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often a scheduler beats; a reader calls it dead after 10 s of silence by default.
+pub const BEAT: Duration = Duration::from_secs(2);
+/// How often `retain` prunes (and once, shortly after start).
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+const PRUNE_FIRST: Duration = Duration::from_secs(2);
+
+/// Running upkeep; dropping it stops the threads and records the scheduler's end.
+pub struct Upkeep {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Records the scheduler (an error here is the database's, and stops `exactly run`) and starts
+/// its heartbeat and, when `retain` is set, its pruning.
+pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> Result<Upkeep> {
+    let mut store = Store::open(db)?;
+    let host = crate::hostname();
+    let pid = std::process::id();
+    let reg = SchedulerReg {
+        owner,
+        host: &host,
+        pid,
+        source,
+    };
+    store.scheduler_started(&reg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    {
+        let (stop, owner, host, source) = (
+            stop.clone(),
+            owner.to_string(),
+            host.clone(),
+            source.to_string(),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut next = Instant::now() + BEAT;
+            while wait_until(&stop, next) {
+                next = Instant::now() + BEAT;
+                match store.scheduler_beat(&owner, pid) {
+                    Ok(true) => {}
+                    // The row was pruned or taken by a namesake: record ourselves again.
+                    Ok(false) => {
+                        let reg = SchedulerReg {
+                            owner: &owner,
+                            host: &host,
+                            pid,
+                            source: &source,
+                        };
+                        if let Err(e) = store.scheduler_started(&reg) {
+                            log_line("WARN", "-", &format!("heartbeat: {e}"));
+                        }
+                    }
+                    // A busy database is not death: beat again next time.
+                    Err(e) => log_line("WARN", "-", &format!("heartbeat: {e}")),
+                }
+            }
+            if let Err(e) = store.scheduler_ended(&owner, pid) {
+                log_line(
+                    "WARN",
+                    "-",
+                    &format!("cannot record the scheduler's end: {e}"),
+                );
+            }
+        }));
+    }
+    if let Some(keep) = retain {
+        let (stop, db) = (stop.clone(), db.to_string());
+        threads.push(std::thread::spawn(move || {
+            let mut next = Instant::now() + PRUNE_FIRST;
+            while wait_until(&stop, next) {
+                next = Instant::now() + PRUNE_EVERY;
+                let horizon = time::fmt(
+                    time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX),
+                );
+                let done = Store::open(&db).and_then(|mut s| s.prune(&horizon, false, false));
+                match done {
+                    Ok(p) if p.runs + p.firings + p.events > 0 => log_line(
+                        "INFO",
+                        "-",
+                        &format!(
+                            "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
+                            humantime::format_duration(keep),
+                            p.runs,
+                            p.firings,
+                            p.events
+                        ),
+                    ),
+                    Ok(_) => {}
+                    Err(e) => log_line("WARN", "-", &format!("retain: {e}")),
+                }
+            }
+        }));
+    }
+    Ok(Upkeep { stop, threads })
+}
+
+/// Sleeps until `at` in small steps; false once `stop` is set.
+fn wait_until(stop: &AtomicBool, at: Instant) -> bool {
+    while Instant::now() < at {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !stop.load(Ordering::SeqCst)
+}
+
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Retention (`exactly gc`, and `retain` in a jobs file): history older than a horizon is
+//! deleted in small transactions, so a scheduler waits at most one batch for the write lock.
+//!
+//! What is never deleted: leases; counters (all-time totals stay equal: run outcomes, duplicates
+//! suppressed, fenced writes and missed firings are counted in `exactly_counters`); each job's
+//! latest run and latest firing (so `last_run` and where a restarted scheduler picks up stay);
+//! runs not ended and firings still waiting (queued, running, retry); events about an effect that
+//! is still open or awaiting a person. Effect rows are the dedupe memory: only `--effects`
+//! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
+use super::Store;
+use crate::Result;
+use serde::Serialize;
+
+/// Rows deleted per transaction.
+const BATCH: i64 = 500;
+
+/// Old finished runs, but never a job's latest.
+const RUNS: &str = "FROM exactly_runs r WHERE r.started_at < ?1 AND r.ended_at IS NOT NULL
+    AND r.started_at < (SELECT max(r2.started_at) FROM exactly_runs r2 WHERE r2.job_key = r.job_key)";
+/// Old decided firings, but never a job's latest nor one still waiting.
+const FIRINGS: &str = "FROM exactly_firings f WHERE f.created_at < ?1
+    AND f.state NOT IN ('queued', 'running', 'retry')
+    AND f.scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 WHERE f2.job_key = f.job_key)";
+/// Old events, except those about an effect still open or awaiting a person.
+const EVENTS: &str = "FROM exactly_events ev WHERE ev.at < ?1 AND (ev.effect_key IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM effect_ledger e WHERE e.effect_key = ev.effect_key
+                  AND e.state NOT IN ('done', 'cancelled'))
+      AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = ev.effect_key
+                  AND a.state IN ('pending', 'approved'))))";
+/// Schedulers not heard from since the horizon (each `exactly run` is a row).
+const SCHEDULERS: &str = "FROM exactly_schedulers s WHERE s.heartbeat_at < ?1";
+/// With `--effects`: settled effects last touched before the horizon.
+const EFFECTS: &str =
+    "FROM effect_ledger e WHERE e.state IN ('done', 'cancelled') AND e.updated_at < ?1";
+/// With `--effects`: settled approvals whose effect is gone or settled, older than the horizon.
+const APPROVALS: &str = "FROM exactly_approvals a WHERE a.state NOT IN ('pending', 'approved')
+    AND a.requested_at < ?1 AND NOT EXISTS (SELECT 1 FROM effect_ledger e
+      WHERE e.effect_key = a.effect_key AND e.state NOT IN ('done', 'cancelled'))";
+
+/// What a prune deleted (or, dry, would delete).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Pruned {
+    pub horizon: String,
+    pub runs: u64,
+    pub firings: u64,
+    pub events: u64,
+    pub schedulers: u64,
+    pub effects: u64,
+    pub approvals: u64,
+    pub dry_run: bool,
+}
+
+impl Store {
+    /// Deletes history older than `horizon` (fixed-width UTC), batch by batch.
+    pub fn prune(&mut self, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
+        let mut out = Pruned {
+            horizon: horizon.to_string(),
+            dry_run,
+            ..Default::default()
+        };
+        let mut parts: Vec<(&str, &str, &mut u64)> = vec![
+            ("exactly_runs", RUNS, &mut out.runs),
+            ("exactly_firings", FIRINGS, &mut out.firings),
+            ("exactly_events", EVENTS, &mut out.events),
+            ("exactly_schedulers", SCHEDULERS, &mut out.schedulers),
+        ];
+        let mut e = 0u64;
+        let mut a = 0u64;
+        if effects {
+            // Approvals first: their predicate looks at the effects still there.
+            parts.push(("exactly_approvals", APPROVALS, &mut a));
+            parts.push(("effect_ledger", EFFECTS, &mut e));
+        }
+        for (table, pred, n) in parts {
+            // The alias in each predicate is its table's; rowid names the row to delete.
+            let alias = pred.split_whitespace().nth(2).unwrap_or(table).to_string();
+            if dry_run {
+                *n = self
+                    .read(|tx| {
+                        tx.query_row(&format!("SELECT count(*) {pred}"), [horizon], |r| {
+                            r.get::<_, i64>(0)
+                        })
+                    })?
+                    .max(0) as u64;
+                continue;
+            }
+            loop {
+                let deleted = self.write(|tx| {
+                    tx.execute(
+                        &format!(
+                            "DELETE FROM {table} WHERE rowid IN (SELECT {alias}.rowid {pred} LIMIT {BATCH})"
+                        ),
+                        [horizon],
+                    )
+                })? as u64;
+                *n += deleted;
+                if deleted < BATCH as u64 {
+                    break;
+                }
+                // Let a waiting scheduler take the write lock between batches.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        out.effects = e;
+        out.approvals = a;
+        Ok(out)
+    }
+}

@@ -10,13 +10,25 @@ pub fn bin() -> &'static str {
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub db: PathBuf,
+    /// `EXACTLY_MAX_SKEW` for every command, when a test is about something else than the
+    /// clock-skew margin (the default margin delays every takeover of an expired lease).
+    pub skew: Option<String>,
 }
 
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("exactly.db");
-        Env { dir, db }
+        Env {
+            dir,
+            db,
+            skew: None,
+        }
+    }
+
+    pub fn with_skew(mut self, skew: &str) -> Env {
+        self.skew = Some(skew.to_string());
+        self
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -29,7 +41,12 @@ impl Env {
         c.env_remove("EXACTLY_FAULT")
             .env_remove("EXACTLY_JOB")
             .env_remove("EXACTLY_FENCING_TOKEN")
-            .env_remove("EXACTLY_RUN_ID");
+            .env_remove("EXACTLY_RUN_ID")
+            .env_remove("EXACTLY_HOST")
+            .env_remove("EXACTLY_MAX_SKEW");
+        if let Some(s) = &self.skew {
+            c.env("EXACTLY_MAX_SKEW", s);
+        }
         c
     }
 

@@ -400,3 +400,70 @@ fn without_the_compare_and_set_an_interleaving_sends_twice() {
             .join(" ")
     );
 }
+
+/// The issue's interleaving, step by step: B's observer looked before A sent; its "did not
+/// happen" is about the row before A's verdict and is discarded (a `stale_verdict` event); B
+/// reads the row again, finds A's send in flight (A's lease is live, A on another host) and
+/// stops with exit 5. The far side gets the effect once.
+#[test]
+fn the_issues_interleaving_discards_the_stale_verdict() {
+    let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::open(dir.path().join("i.db").to_str().expect("utf8")).expect("open");
+    let far: Far = Rc::default();
+    let spec = Spec::new("pay", "acct-1").input("amount", "12.00");
+    let key = spec.key();
+    let t = claim(&mut store, "pay-run", "w").expect("fresh");
+    let ctx = Ctx::new("pay-run", t);
+    let mk = |host: &str, mode: u8| Live {
+        att: Attempt::new(&ctx, &spec, host).expect("spec"),
+        act: FarSide {
+            far: far.clone(),
+            mode,
+        },
+        io: Io::Begin,
+    };
+    // The effect is unknown: a first attempt lost its request before it arrived.
+    finish(&mut store, &mut mk("host-0:1", 3)).expect("first attempt");
+    assert_eq!(
+        store.effect(&key).expect("read").map(|r| r.state),
+        Some("unknown".into())
+    );
+    let (mut a, mut b) = (mk("host-a:1", 0), mk("host-b:2", 0));
+    let step = |l: &mut Live, store: &mut Store| {
+        let input = effect::execute(store, &l.att, &l.io, &mut l.act)
+            .expect("store")
+            .expect("input");
+        l.io = l.att.step(input);
+    };
+    step(&mut a, &mut store); // A begins: unknown
+    step(&mut b, &mut store); // B begins: unknown
+    step(&mut a, &mut store); // A looks: not happened
+    step(&mut b, &mut store); // B looks: not happened (nothing sent yet)
+    step(&mut a, &mut store); // A's verdict: unknown → claimed
+    step(&mut a, &mut store); // A submits
+    assert_eq!(a.io, Io::Send);
+    step(&mut a, &mut store); // A sends
+    assert!(matches!(b.io, Io::Verdict { .. }));
+    step(&mut b, &mut store); // B's verdict, about the row before A's: discarded
+    assert_eq!(b.io, Io::Begin, "B reads the row again");
+    step(&mut b, &mut store); // B reads A's submitted row: in flight
+    match &b.io {
+        Io::End(out) => {
+            assert_eq!(out.exit_code(), 5, "{out:?}");
+            assert!(format!("{out:?}").contains("in flight"), "{out:?}");
+        }
+        other => panic!("B goes on to {other:?}"),
+    }
+    step(&mut a, &mut store); // A records done
+    assert!(matches!(&a.io, Io::End(effect::Outcome::Done { .. })));
+    assert_eq!(far_of(&far, &key), 1);
+    let stale = store
+        .snapshot()
+        .expect("snapshot")
+        .events
+        .iter()
+        .filter(|e| e.kind == "stale_verdict")
+        .count();
+    assert_eq!(stale, 1);
+}

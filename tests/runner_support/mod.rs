@@ -33,6 +33,10 @@ impl Site {
     }
     /// Starts `exactly run` with its stderr in `<owner>.log`.
     pub fn start(&self, owner: &str, grace: &str) -> Sched {
+        self.start_with_env(owner, grace, &[])
+    }
+    /// `start`, with extra environment for the scheduler.
+    pub fn start_with_env(&self, owner: &str, grace: &str, env: &[(&str, &str)]) -> Sched {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -49,6 +53,7 @@ impl Site {
                 "--grace",
                 grace,
             ])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -81,7 +86,10 @@ impl Site {
         c
     }
     pub fn count(&self, sql: &str) -> i64 {
-        self.conn().query_row(sql, [], |r| r.get(0)).unwrap_or(0)
+        // A typo in the SQL must fail the test, never read as 0.
+        self.conn()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
     pub fn counter(&self, kind: &str) -> i64 {
         self.count(&format!(
@@ -175,4 +183,41 @@ pub fn toml_str(s: &str) -> String {
 
 pub fn dir_of(p: &str) -> &Path {
     Path::new(p).parent().expect("parent")
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => st
+            .rfind(')')
+            .and_then(|i| st[i + 1..].split_whitespace().next().map(|s| s != "Z"))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Live processes whose environment holds `KEY=VALUE` (how a firing's copies are found).
+pub fn procs_with_env(key: &str, value: &str) -> Vec<i32> {
+    let want = format!("{key}={value}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                .unwrap_or(false)
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// Reads a pid a job's command wrote to `file`.
+pub fn pid_in(site: &Site, file: &str) -> i32 {
+    std::fs::read_to_string(site.path(file))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid")
 }

@@ -123,7 +123,7 @@ fn a_command_that_kills_its_scheduler_runs_at_most_three_times() {
     for i in 0..6 {
         let owner = format!("s{i}");
         let mut s = site.start(&owner, "1s");
-        if s.wait(Duration::from_secs(4)).is_none() {
+        if s.wait_status(Duration::from_secs(4)).is_none() {
             assert_eq!(s.term(Duration::from_secs(5)), Some(0), "{}", site.log(&owner));
         }
     }
@@ -172,7 +172,7 @@ fn a_slow_observer_keeps_its_lease_and_its_firing_runs_once() {
     let key = site.strings("SELECT effect_key FROM effect_ledger")[0].clone();
     site.write_jobs(&format!(
         "[[job]]\nname = \"pay\"\nevery = \"5s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
-         observe_timeout = \"10s\"\ncommand = {}\n",
+         command = {}\n",
         sh("echo $EXACTLY_SCHEDULED_AT >> ran.txt")
     ));
     let mut s = site.start("s", "1s");
@@ -321,7 +321,7 @@ fn a_retry_of_a_firing_older_than_a_day_still_goes_out() {
     ));
     site.write_jobs(&format!(
         "[[job]]\nname = \"daily\"\nevery = \"24h\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
-         timeout = \"1m\"\ncommand = {cmd}\n"
+         command = {cmd}\n"
     ));
     let mut s = site.start("reg", "1s");
     assert!(wait_until(Duration::from_secs(5), || site

@@ -138,6 +138,17 @@ impl Sched {
         self.signal(libc::SIGTERM);
         self.wait(within)
     }
+    /// How it ended (a signal included), or None if still running after `within`.
+    pub fn wait_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
     pub fn wait(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {

@@ -145,13 +145,20 @@ fn wait_exit(child: &mut std::process::Child, within: std::time::Duration) -> Op
 #[test]
 fn run_refuses_every_file_check_rejects_with_the_same_lines() {
     let site = Site::new();
-    for file in ["lease_ge_interval.toml", "duplicate_command.toml", "bad_duration.toml"] {
+    for file in [
+        "lease_ge_interval.toml",
+        "duplicate_command.toml",
+        "bad_duration.toml",
+    ] {
         let (code, lines) = check(&site, file);
         assert_eq!(code, 1, "{file}");
         let (code, err) = run_briefly(&site, &fixture(file));
         assert_eq!(code, Some(2), "{file}: exactly run started anyway: {err}");
         for l in &lines {
-            assert!(err.lines().any(|e| e == l), "{file}: run did not say {l:?}: {err}");
+            assert!(
+                err.lines().any(|e| e == l),
+                "{file}: run did not say {l:?}: {err}"
+            );
         }
         assert!(err.contains("refusing to run"), "{err}");
         assert!(!err.contains("panicked"), "{err}");
@@ -175,9 +182,14 @@ fn absurd_durations_are_refused_and_long_ones_keep_timestamps_fixed_width() {
             ("timeout", "10m"),
         ];
         job.retain(|(k, _)| *k != key);
-        let mut text = format!("[[job]]\nname = \"absurd\"\ncommand = [\"true\"]\n{key} = \"{value}\"\n");
+        let mut text =
+            format!("[[job]]\nname = \"absurd\"\ncommand = [\"true\"]\n{key} = \"{value}\"\n");
         for (k, v) in job {
-            let v = if v.starts_with('"') { v.to_string() } else { format!("\"{v}\"") };
+            let v = if v.starts_with('"') {
+                v.to_string()
+            } else {
+                format!("\"{v}\"")
+            };
             text.push_str(&format!("{k} = {v}\n"));
         }
         let file = site.path("absurd.toml").to_string_lossy().into_owned();
@@ -231,6 +243,9 @@ fn timeouts_are_linted() {
     let (code, out, _) = site.exactly(&["check", &file]);
     assert_eq!(code, 1, "{out}");
     let lines: Vec<String> = out.lines().map(str::to_string).collect();
-    assert!(has(&lines, "long", "timeout 2m00s >= interval 1m00s"), "{lines:?}");
+    assert!(
+        has(&lines, "long", "timeout 2m00s >= interval 1m00s"),
+        "{lines:?}"
+    );
     assert!(has(&lines, "open", "no timeout"), "{lines:?}");
 }

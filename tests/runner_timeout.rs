@@ -49,7 +49,12 @@ fn a_run_past_its_timeout_is_stopped_with_its_whole_process_group() {
         "the next firing never ran: {}",
         site.log("s")
     );
-    assert_eq!(s.term(Duration::from_secs(15)), Some(0), "{}", site.log("s"));
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
     assert!(site.counter("run_timeout") >= 1);
     assert_eq!(
         site.count("SELECT count(*) FROM exactly_runs WHERE outcome IS NULL"),

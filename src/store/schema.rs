@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -79,7 +79,11 @@ const TABLES: &[Table] = &[
             paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
             retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
         required: &["job_key", "interval_s", "lease_s", "overlap"],
-        added: &[("lease_ms", "INTEGER")],
+        added: &[
+            ("lease_ms", "INTEGER"),
+            ("timeout_ms", "INTEGER"),
+            ("observe_timeout_ms", "INTEGER"),
+        ],
     },
     Table {
         name: "exactly_runs",

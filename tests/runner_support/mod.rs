@@ -232,3 +232,20 @@ pub fn pid_in(site: &Site, file: &str) -> i32 {
         .parse()
         .expect("a pid")
 }
+
+/// The pids of `pids` whose parent is not among them: one per process tree (an observer's
+/// `sh -c` and its `sleep` are one observer).
+pub fn roots(pids: &[i32]) -> Vec<i32> {
+    let ppid = |pid: i32| -> Option<i32> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        st[st.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    pids.iter()
+        .copied()
+        .filter(|p| ppid(*p).is_none_or(|pp| !pids.contains(&pp)))
+        .collect()
+}

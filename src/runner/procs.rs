@@ -10,19 +10,29 @@ use std::time::{Duration, Instant};
 pub struct FiringProc {
     pub pid: i32,
     pub pgid: i32,
+    pub slot: String,
     pub run_id: String,
 }
 
 /// Live (not zombie) processes whose environment names this database, job and slot.
 pub fn of_firing(db: &str, job: &str, slot: &str) -> Vec<FiringProc> {
+    scan(db, job, Some(slot))
+}
+
+/// Live (not zombie) processes of every firing of a job (a harness watches for two runs of one
+/// slot alive at once).
+pub fn of_job(db: &str, job: &str) -> Vec<FiringProc> {
+    scan(db, job, None)
+}
+
+fn scan(db: &str, job: &str, slot: Option<&str>) -> Vec<FiringProc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let want = [
-        format!("EXACTLY_DB={db}"),
-        format!("EXACTLY_JOB={job}"),
-        format!("EXACTLY_SCHEDULED_AT={slot}"),
-    ];
+    let mut want = vec![format!("EXACTLY_DB={db}"), format!("EXACTLY_JOB={job}")];
+    if let Some(s) = slot {
+        want.push(format!("EXACTLY_SCHEDULED_AT={s}"));
+    }
     let mut out = Vec::new();
     for pid in dir
         .filter_map(|e| e.ok())
@@ -42,12 +52,18 @@ pub fn of_firing(db: &str, job: &str, slot: &str) -> Vec<FiringProc> {
         if state == "Z" {
             continue;
         }
-        let run_id = vars
-            .iter()
-            .find_map(|v| v.strip_prefix(b"EXACTLY_RUN_ID="))
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-            .unwrap_or_default();
-        out.push(FiringProc { pid, pgid, run_id });
+        let var = |name: &[u8]| {
+            vars.iter()
+                .find_map(|v| v.strip_prefix(name))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        out.push(FiringProc {
+            pid,
+            pgid,
+            slot: var(b"EXACTLY_SCHEDULED_AT="),
+            run_id: var(b"EXACTLY_RUN_ID="),
+        });
     }
     out
 }

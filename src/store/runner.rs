@@ -763,6 +763,31 @@ impl Store {
         })
     }
 
+    /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
+    pub fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT n, count(*) FROM (SELECT count(*) AS n FROM exactly_runs WHERE job_key = ?1
+                   GROUP BY scheduled_at) GROUP BY n ORDER BY n",
+            )?;
+            let rows = stmt
+                .query_map([job], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect();
+            rows
+        })
+    }
+
+    /// How many firings of a job ended `gave_up`.
+    pub fn firings_gave_up(&mut self, job: &str) -> Result<i64> {
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'",
+                [job],
+                |r| r.get(0),
+            )
+        })
+    }
+
     /// A firing's state and run, if it was fired.
     pub fn firing_state(
         &mut self,

@@ -400,6 +400,8 @@ fn a_retry_of_a_firing_older_than_a_day_still_goes_out() {
         )),
         ["retry"]
     );
+    let (_, status, _) = site.exactly(&["status", "--json"]);
+    assert!(status.contains("need retry"), "status shows it: {status}");
     let mut s = site.start("s", "5s");
     assert!(
         wait_until(Duration::from_secs(10), || site

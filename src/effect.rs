@@ -543,7 +543,8 @@ pub fn observe_within(
             buf
         })
     });
-    let deadline = Instant::now() + limit;
+    // A limit too far to represent is no limit.
+    let deadline = Instant::now().checked_add(limit);
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Ok(s),
@@ -551,7 +552,7 @@ pub fn observe_within(
             Err(e) => break Err(format!("lost the observer: {e}")),
         }
         let stopped = stop.load(std::sync::atomic::Ordering::SeqCst);
-        if stopped || Instant::now() >= deadline {
+        if stopped || deadline.is_some_and(|d| Instant::now() >= d) {
             // SAFETY: a negative pid names the observer's own process group.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = child.wait();

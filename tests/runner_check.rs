@@ -218,6 +218,16 @@ fn absurd_durations_are_refused_and_long_ones_keep_timestamps_fixed_width() {
     let (code, out, err) = site.exactly(&["trigger", "long"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // A registry an older version wrote with an absurd lease (300000y): trigger stays sane.
+    site.conn()
+        .execute(
+            "UPDATE exactly_jobs SET lease_ms = 9467280000000000, lease_s = 9467280000000 WHERE job_key = 'long'",
+            [],
+        )
+        .expect("update registry");
+    let (code, out, err) = site.exactly(&["trigger", "long"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("panicked"), "{err}");
     for col in [
         "SELECT lease_until FROM job_lease",
         "SELECT scheduled_at FROM exactly_firings",

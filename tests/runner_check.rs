@@ -113,6 +113,14 @@ fn history_finds_lease_and_interval_below_p99() {
         has(&lines, "slow", "observed p99 3.0s > interval 2.0s"),
         "{lines:?}"
     );
+    // Risks read from history warn but do not stop a scheduler from starting: refusing them
+    // would also refuse the deploy of a fix for a job that got slow.
+    let (code, err) = run_briefly(&site, &fixture("history.toml"));
+    assert_eq!(code, None, "run refused a file over its history: {err}");
+    assert!(
+        err.contains("WARN job=slow lease 1.0s < observed p99 3.0s"),
+        "{err}"
+    );
 }
 
 /// Runs `exactly run` on a file and waits at most 5 s: (exit code or None, stderr).

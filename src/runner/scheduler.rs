@@ -1,6 +1,7 @@
 //! The loop behind `exactly run`: turns due slots into firings, starts the runs it wins,
-//! starts queued firings when their lease frees up, and on SIGTERM/SIGINT/SIGHUP stops firing, gives
-//! running commands a grace period, and exits.
+//! starts queued firings when their lease frees up, resumes interrupted firings (never its own,
+//! at most 3 runs a firing), and on SIGTERM/SIGINT/SIGHUP stops firing, gives running commands
+//! a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use crate::store::{FireRequest, Fired, Started, Store, Waiting};

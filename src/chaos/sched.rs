@@ -315,7 +315,14 @@ impl Fleet {
             self.pending.push((i, key));
             self.write_items()?;
             // Strike mid-effect (a run is sending an item) or at a random moment.
-            let wait_mid = h.guarded && (h.rng.gen_bool(0.8) || self.pending.len() > BACKLOG);
+            // slow-observer strikes at random moments more often: its point is the observers
+            // and the attempt limit, not the send.
+            let mid = if self.mode == Mode::SlowObserver {
+                0.4
+            } else {
+                0.8
+            };
+            let wait_mid = h.guarded && (h.rng.gen_bool(mid) || self.pending.len() > BACKLOG);
             let mut sender = None;
             if wait_mid {
                 let deadline = Instant::now() + Duration::from_millis(2500);
@@ -328,7 +335,12 @@ impl Fleet {
                 }
                 std::thread::sleep(h.ms(0, 30));
             } else {
-                std::thread::sleep(h.ms(50, 1200));
+                let most = if self.mode == Mode::SlowObserver {
+                    2500
+                } else {
+                    1200
+                };
+                std::thread::sleep(h.ms(50, most));
             }
             if sender.is_some() {
                 t.mid_effect_strikes += 1;

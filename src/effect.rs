@@ -4,9 +4,9 @@
 use crate::fault;
 use crate::key;
 use crate::store::{Begin, NewEffect, Resolution, Resolved, Store, Submit};
+use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use crate::Result;
 use serde_json::{Map, Value};
-use std::io::Read;
 use std::process::{Command, Stdio};
 
 /// Who is acting: the job, the fencing token of its lease, and the run.
@@ -94,13 +94,24 @@ pub enum Observation {
 pub trait Action {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
     fn observe(&mut self, effect_key: &str) -> Observation;
+    /// The response as the bytes `perform` produced and how many there were in all (a
+    /// command's stdout), when the action has them; kept with the effect so a duplicate
+    /// replays them.
+    fn take_output(&mut self) -> Option<Output> {
+        None
+    }
 }
 
 /// Every way an attempt can end. Only the first sends anything.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Sent now; the answer is recorded.
-    Done { key: String, response: String },
+    /// Sent now; the answer is recorded. `cut`: the response kept was cut to
+    /// [`wrapped::RESPONSE_MAX`] bytes of this many.
+    Done {
+        key: String,
+        response: String,
+        cut: Option<u64>,
+    },
     /// Already done (now or, per the observer, earlier): nothing sent.
     DuplicateSuppressed {
         key: String,
@@ -122,6 +133,14 @@ pub enum Outcome {
     Cancelled { key: String },
     /// The action promised nothing was sent; the reservation was released.
     NotSent { key: String, reason: String },
+    /// The action ran (`ran` says how it ended) but its outcome could not be recorded (a
+    /// locked database, a full disk) within the lease: the effect stays `submitted` until an
+    /// observer or an operator settles it.
+    Unrecorded {
+        key: String,
+        ran: String,
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -134,7 +153,8 @@ impl Outcome {
             | Outcome::Unresolved { key, .. }
             | Outcome::Unknown { key, .. }
             | Outcome::Cancelled { key }
-            | Outcome::NotSent { key, .. } => key,
+            | Outcome::NotSent { key, .. }
+            | Outcome::Unrecorded { key, .. } => key,
         }
     }
 
@@ -145,7 +165,7 @@ impl Outcome {
             Outcome::Fenced { .. } => 3,
             Outcome::AwaitingApproval { .. } => 4,
             Outcome::Unresolved { .. } => 5,
-            Outcome::Unknown { .. } => 6,
+            Outcome::Unknown { .. } | Outcome::Unrecorded { .. } => 6,
             Outcome::Cancelled { .. } => 7,
             Outcome::NotSent { .. } => 75,
         }
@@ -274,34 +294,73 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -
             })
         }
     }
+    // Recording the outcome is retried until this lease runs out (a locked database, a full
+    // disk); read now, while the database has just answered.
+    let record_until = store
+        .lease(&ctx.job)
+        .ok()
+        .flatten()
+        .and_then(|l| crate::time::parse(&l.lease_until));
     fault::point("after_submitted");
     let sent = action.perform(&key);
+    let output = action.take_output();
     fault::point("after_send");
-    let out = match sent {
-        Ok(response) => {
-            if store.finish_effect(&key, &ctx.job, ctx.token, "done", &response)? {
-                Outcome::Done { key, response }
-            } else {
-                Outcome::Fenced { key }
-            }
-        }
-        Err(Failure::NotSent(reason)) => {
-            if store.release_effect(&key, &ctx.job, ctx.token)? {
-                Outcome::NotSent { key, reason }
-            } else {
-                Outcome::Fenced { key }
-            }
-        }
+    let recorded = retrying(record_until, || match &sent {
+        Ok(response) => store.finish_effect_output(
+            &key,
+            &ctx.job,
+            ctx.token,
+            "done",
+            response,
+            output.as_ref().map(|o| (o.kept.as_slice(), o.total)),
+        ),
+        Err(Failure::NotSent(_)) => store.release_effect(&key, &ctx.job, ctx.token),
         Err(Failure::Lost(reason)) => {
-            if store.finish_effect(&key, &ctx.job, ctx.token, "unknown", &reason)? {
-                Outcome::Unknown { key, reason }
-            } else {
-                Outcome::Fenced { key }
-            }
+            store.finish_effect(&key, &ctx.job, ctx.token, "unknown", reason)
         }
+    });
+    let out = match (recorded, sent) {
+        (Err(e), sent) => Outcome::Unrecorded {
+            key,
+            ran: match sent {
+                Ok(_) => "it exited 0".into(),
+                Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r,
+            },
+            reason: e.to_string(),
+        },
+        (Ok(false), _) => Outcome::Fenced { key },
+        (Ok(true), Ok(response)) => Outcome::Done {
+            key,
+            response,
+            cut: output.as_ref().filter(|o| o.cut()).map(|o| o.total),
+        },
+        (Ok(true), Err(Failure::NotSent(reason))) => Outcome::NotSent { key, reason },
+        (Ok(true), Err(Failure::Lost(reason))) => Outcome::Unknown { key, reason },
     };
     fault::point("after_done");
     Ok(out)
+}
+
+/// Pause between tries to record an outcome.
+const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Runs `write` until it succeeds or `until` (by our clock) has passed; at least once. A fenced
+/// answer (`Ok(false)`) is an answer, not a failure.
+fn retrying(
+    until: Option<crate::time::Ts>,
+    mut write: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    loop {
+        match write() {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                if until.is_none_or(|u| crate::time::now() >= u) {
+                    return Err(e);
+                }
+                std::thread::sleep(RECORD_RETRY_PAUSE);
+            }
+        }
+    }
 }
 
 /// Asks the observer about an open effect and records its verdict. Returns the outcome when the
@@ -399,16 +458,30 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
     Ok(out)
 }
 
-/// Most bytes of a command's stdout kept as the effect's response.
-const RESPONSE_MAX: usize = 64 * 1024;
-
 /// An effect that is a command: exit 0 is done (stdout is the response), exit 75 promises
-/// nothing was sent, anything else (or a signal) leaves it unknown.
+/// nothing was sent, anything else (or a signal) leaves it unknown. See [`crate::wrapped`] for
+/// how it runs: streamed, in its own process group, signals forwarded, held to its lease.
 pub struct CommandAction {
     pub argv: Vec<String>,
     pub observe_cmd: Option<String>,
     /// Extra environment for both the command and the observer.
     pub env: Vec<(String, String)>,
+    /// The lease the command runs under; it is stopped once that lease has expired.
+    pub lease: Option<LeaseWatch>,
+    /// What the last `perform` wrote on stdout.
+    pub output: Option<Output>,
+}
+
+impl CommandAction {
+    pub fn new(argv: Vec<String>) -> CommandAction {
+        CommandAction {
+            argv,
+            observe_cmd: None,
+            env: Vec::new(),
+            lease: None,
+            output: None,
+        }
+    }
 }
 
 impl Action for CommandAction {
@@ -416,41 +489,54 @@ impl Action for CommandAction {
         let Some((prog, args)) = self.argv.split_first() else {
             return Err(Failure::NotSent("no command given".into()));
         };
-        let child = die_with_parent(Command::new(prog).args(args))
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("EXACTLY_EFFECT_KEY", effect_key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
+            .env("EXACTLY_EFFECT_KEY", effect_key);
+        let ended = match wrapped::run(&mut cmd, self.lease.clone()) {
+            Ok(e) => e,
             // It never started, so nothing left this machine.
-            Err(e) => return Err(Failure::NotSent(format!("cannot start {prog:?}: {e}"))),
+            Err(NotStarted::Spawn(e)) => {
+                return Err(Failure::NotSent(format!("cannot start {prog:?}: {e}")))
+            }
+            Err(NotStarted::LeaseGone(why)) => {
+                return Err(Failure::NotSent(format!(
+                    "{} before it started",
+                    why.words().replace(", so the command was stopped", "")
+                )))
+            }
         };
-        let mut out = Vec::new();
-        if let Some(mut stdout) = child.stdout.take() {
-            // Keep the head, but drain the rest so a chatty command never blocks on a full pipe.
-            let _ = (&mut stdout)
-                .take(RESPONSE_MAX as u64)
-                .read_to_end(&mut out);
-            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-        }
-        let status = match child.wait() {
+        let response = String::from_utf8_lossy(&ended.output.kept)
+            .trim_end()
+            .to_string();
+        self.output = Some(ended.output);
+        let status = match ended.status {
             Ok(s) => s,
             Err(e) => return Err(Failure::Lost(format!("lost the command: {e}"))),
         };
-        let response = String::from_utf8_lossy(&out).trim_end().to_string();
-        match status.code() {
+        let code = status.code();
+        if let Some(why) = ended.stopped {
+            // Stopped mid-send: only its own promise makes it "not sent".
+            return Err(if code == Some(75) {
+                Failure::NotSent(format!("{}; it exited 75: nothing sent", why.words()))
+            } else {
+                Failure::Lost(why.words())
+            });
+        }
+        let signalled = ended
+            .forwarded
+            .map(|s| format!(" after we forwarded signal {s}"))
+            .unwrap_or_default();
+        match code {
             Some(0) => Ok(response),
             Some(75) => Err(Failure::NotSent(
                 "the command exited 75: nothing sent".into(),
             )),
-            Some(c) => Err(Failure::Lost(format!("the command exited {c}"))),
+            Some(c) => Err(Failure::Lost(format!("the command exited {c}{signalled}"))),
             None => {
                 use std::os::unix::process::ExitStatusExt;
                 Err(Failure::Lost(format!(
-                    "the command was killed by signal {}",
+                    "the command was killed by signal {}{signalled}",
                     status.signal().unwrap_or(0)
                 )))
             }
@@ -462,6 +548,10 @@ impl Action for CommandAction {
             Some(cmd) => observe_with(cmd, effect_key, &self.env),
             None => Observation::CantTell("no --observe command was given".into()),
         }
+    }
+
+    fn take_output(&mut self) -> Option<Output> {
+        self.output.take()
     }
 }
 

@@ -463,7 +463,7 @@ fn adopts_a_database_written_with_the_seeds_sql() {
         ),
         1
     );
-    assert_eq!(env.sql_count("PRAGMA user_version"), 1);
+    assert_eq!(env.sql_count("PRAGMA user_version"), 2);
     let (_, json, _) = env.run(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["totals"]["unknown"], 1);

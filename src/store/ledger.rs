@@ -28,12 +28,18 @@ pub struct LedgerRow {
     pub resolved_at: Option<String>,
     pub resolution_note: Option<String>,
     pub evidence: Option<String>,
+    /// The command's stdout exactly as written, up to the response cap.
+    #[serde(skip)]
+    pub response_raw: Option<Vec<u8>>,
+    /// Bytes the command wrote in all; more than `response_raw` holds means it was cut.
+    pub response_total: Option<i64>,
 }
 
 pub(crate) const LEDGER_COLS: &str =
     "effect_key, job_key, run_id, fencing_token, state, terms_shown,
     response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
-    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence";
+    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence, response_raw,
+    response_total";
 
 pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
     Ok(LedgerRow {
@@ -57,6 +63,17 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
         resolved_at: text(r, 17)?,
         resolution_note: text(r, 18)?,
         evidence: text(r, 19)?,
+        response_raw: bytes(r, 20)?,
+        response_total: int(r, 21)?,
+    })
+}
+
+/// Reads a BLOB (or TEXT) column as the bytes stored.
+fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(idx)? {
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        _ => None,
     })
 }
 
@@ -492,13 +509,32 @@ impl Store {
         state: &str,
         response: &str,
     ) -> Result<bool> {
+        self.finish_effect_output(key, job, token, state, response, None)
+    }
+
+    /// [`Store::finish_effect`], also keeping the command's stdout as bytes (`raw`, already cut
+    /// to the cap) and how many bytes it wrote in all (`total`).
+    pub fn finish_effect_output(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        state: &str,
+        response: &str,
+        output: Option<(&[u8], u64)>,
+    ) -> Result<bool> {
         let now = crate::time::now_text();
+        let (raw, total) = match output {
+            Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
+            None => (None, None),
+        };
         self.write(|tx| {
             let ok = tx.execute(
-                "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6
+                "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6,
+                    response_raw = ?7, response_total = ?8
                  WHERE effect_key = ?1 AND state = 'submitted' AND fencing_token = ?3
                    AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                params![key, job, token, state, response, now],
+                params![key, job, token, state, response, now, raw, total],
             )? == 1;
             if ok {
                 let k = if state == "done" {

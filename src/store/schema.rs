@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -44,6 +44,10 @@ const TABLES: &[Table] = &[
             ("resolved_at", "TEXT"),
             ("resolution_note", "TEXT"),
             ("evidence", "TEXT"),
+            // The command's stdout as bytes (up to the response cap), and how many bytes it
+            // wrote in all: more than kept means the response was cut.
+            ("response_raw", "BLOB"),
+            ("response_total", "INTEGER"),
         ],
     },
     Table {

@@ -157,7 +157,7 @@ fn concurrent_retry(
                     job: jobs[j].clone(),
                     token: tokens[j],
                     action: "pay-invoice".into(),
-                    target: "acct-7".into(),
+                    target: format!("acct-of-{name}"),
                     i,
                 }
             })

@@ -19,7 +19,7 @@ pub const RESPONSE_MAX: usize = 64 * 1024;
 /// How often the lease is re-read while the command runs.
 pub const LEASE_POLL: Duration = Duration::from_millis(200);
 /// How long a stopped command has between `SIGTERM` and `SIGKILL`.
-pub const STOP_GRACE: Duration = Duration::from_millis(1000);
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// How long we wait for the stdout pipe to drain once the command's group is gone.
 const PIPE_WAIT: Duration = Duration::from_secs(2);
 

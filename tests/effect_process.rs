@@ -260,7 +260,7 @@ fn an_expired_lease_stops_the_command_group_and_leaves_the_effect_unknown() {
     let err = stderr_of(&mut child);
     assert_eq!(status.code(), Some(6), "{err}");
     assert!(err.contains("lease expired"), "{err}");
-    // 2s lease, polled every 200ms, TERM then KILL after 1s at most.
+    // 2s lease, polled every 200ms, TERM then KILL after 500ms at most.
     assert!(took < Duration::from_millis(4500), "stopped after {took:?}");
     assert!(
         took >= Duration::from_millis(1500),
@@ -435,4 +435,21 @@ fn a_lock_outlasting_the_lease_exits_6_saying_the_command_ran_unrecorded() {
     assert!(started.elapsed() >= Duration::from_millis(2500));
     let k = key(&env, "x");
     assert_eq!(env.state_of(&k).as_deref(), Some("submitted"));
+}
+
+#[test]
+fn a_command_never_starts_under_an_expired_lease() {
+    let env = Env::new();
+    let token = env.claim("late", "1s");
+    std::thread::sleep(Duration::from_millis(1300));
+    let out = effect(&env, "late", token, "x", "echo sent > sent.txt")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !env.path("sent.txt").exists(),
+        "the command ran after its lease expired: {err}"
+    );
+    assert_ne!(env.state_of(&key(&env, "x")).as_deref(), Some("done"));
 }

@@ -201,6 +201,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::Key(a) => {
             let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+            key::check(&a.action, &a.target, &inputs)?;
             let digest = key::input_digest(&inputs);
             println!("{}", key::effect_key(&a.action, &a.target, &digest));
             Ok(0)
@@ -313,6 +314,7 @@ fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
 
 fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+    key::check(&a.action, &a.target, &inputs)?;
     let mut store = open(db)?;
     let mut ctx = Ctx::new(&a.job, a.token);
     if let Some(r) = &a.run_id {
@@ -343,6 +345,14 @@ fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         replay(&mut store, key, response.as_deref())?;
     }
     report(&out);
+    if let (Outcome::Done { .. }, Some(o)) = (&out, action.output.as_ref().filter(|o| o.cut())) {
+        eprintln!(
+            "exactly: the response kept with effect {} was cut to its first {} of {} bytes",
+            inert(out.key()),
+            o.kept.len(),
+            o.total
+        );
+    }
     Ok(out.exit_code())
 }
 
@@ -379,14 +389,7 @@ fn report(out: &Outcome) {
     let k = inert(out.key());
     match out {
         // The command's output already reached stdout as it was written.
-        Outcome::Done { cut, .. } => {
-            if let Some(total) = cut {
-                eprintln!(
-                    "exactly: the response kept with effect {k} was cut to its first {} of {total} bytes",
-                    crate::wrapped::RESPONSE_MAX
-                );
-            }
-        }
+        Outcome::Done { .. } => {}
         Outcome::DuplicateSuppressed { .. } => {
             eprintln!("exactly: duplicate suppressed: effect {k} is already done");
         }
@@ -411,6 +414,11 @@ fn report(out: &Outcome) {
             inert(reason)
         ),
         Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
+        Outcome::LeaseEnding { until, .. } => eprintln!(
+            "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); renew the lease and try again",
+            crate::time::human_ms(store::SUBMIT_MIN_LEFT.as_millis() as u64),
+            inert(until.as_deref().unwrap_or("now: it was released or taken over"))
+        ),
         Outcome::NotSent { reason, .. } => {
             eprintln!(
                 "exactly: effect {k} not sent ({}); claim released",
@@ -442,7 +450,8 @@ fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
                 inert(by.as_deref().unwrap_or("someone")),
                 inert(at.as_deref().unwrap_or("?"))
             );
-            if state == verb || (approve && state == "consumed") {
+            // Denying what is no longer pending fails: the caller must learn it was not stopped.
+            if approve && (state == verb || state == "consumed") {
                 0
             } else {
                 1

@@ -19,8 +19,29 @@ pub enum Claim {
     },
 }
 
-/// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired.
+/// The shortest lease accepted (as in jobs files): shorter, no heartbeat could keep it.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Refuses a lease duration below [`MIN_LEASE`] or above [`time::MAX_DURATION`].
+pub fn check_duration(dur: Duration) -> Result<()> {
+    if dur < MIN_LEASE {
+        return Err(crate::Error::Usage(format!(
+            "a lease of {} is shorter than 100ms; no heartbeat can keep it",
+            time::human_ms(dur.as_millis() as u64)
+        )));
+    }
+    if dur > time::MAX_DURATION {
+        return Err(crate::Error::Usage(
+            "a lease longer than 100y is refused (timestamps keep a 4-digit year)".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired (and the clock-skew
+/// margin, [`time::max_skew`], has passed too).
 pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result<Claim> {
+    check_duration(dur)?;
     let now = time::now();
     let until = time::fmt(time::add(now, dur));
     Ok(
@@ -41,6 +62,7 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
 
 /// Extends the lease; `Ok(false)` means a higher token exists: we were fenced and must stop.
 pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<bool> {
+    check_duration(dur)?;
     let until = time::fmt(time::add(time::now(), dur));
     store.renew_lease(job, token, &until)
 }

@@ -17,9 +17,12 @@ use std::time::{Duration, Instant};
 const CALLER_TRIES: usize = 6;
 /// Restarts the harness makes at the end of an iteration before calling the effect stuck.
 const SETTLE_TRIES: usize = 12;
-/// The largest clock offset `clock-skew` gives a process. The ledger tolerates a documented
-/// maximum skew (DESIGN.md); this stays within it.
-pub const MAX_SKEW_MS: i64 = 2000;
+/// How far apart `clock-skew` puts two processes' clocks at most: the skew the ledger tolerates
+/// (`EXACTLY_MAX_SKEW`'s default) less the time a command takes to be stopped once its lease has
+/// expired (a poll, then the grace before `SIGKILL`).
+pub const MAX_SKEW_MS: i64 = crate::time::DEFAULT_MAX_SKEW.as_millis() as i64
+    - crate::wrapped::LEASE_POLL.as_millis() as i64
+    - crate::wrapped::STOP_GRACE.as_millis() as i64;
 /// The lease each `clock-skew` process claims for itself.
 const SKEW_LEASE: &str = "1s";
 
@@ -289,7 +292,12 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
     let job = "chaos-clock-skew";
     for i in 0..u64::from(n) {
         let skew_a = -h.rng.gen_range(0..=MAX_SKEW_MS / 2);
-        let skew_b = h.rng.gen_range(0..=MAX_SKEW_MS / 2) + MAX_SKEW_MS / 2 * i64::from(i % 2 == 0);
+        // Half the iterations put the clocks as far apart as tolerated.
+        let skew_b = if i % 2 == 0 {
+            skew_a + MAX_SKEW_MS
+        } else {
+            h.rng.gen_range(0..=MAX_SKEW_MS / 2)
+        };
         let label = format!("clock-skew #{i} (clocks {skew_a:+}ms and {skew_b:+}ms)");
         let Some(ta) = claim_until(
             h,

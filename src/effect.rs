@@ -1,6 +1,12 @@
 //! The effect lifecycle: `claimed` → `submitted` (committed before the request leaves) → `done`
 //! or `unknown`. A second attempt learns what happened from the unique violation and branches
 //! on the row's state; `submitted`/`unknown` are settled by an observer before any retry.
+//!
+//! The protocol is a step machine ([`Attempt`]) that does no I/O: it asks for one store call or
+//! far-side call at a time ([`Io`]) and takes the answer ([`Input`]). [`run`] drives it for the
+//! CLI, the scheduler and the library; tests drive many attempts in any interleaving. Every
+//! transition it asks for is a compare-and-set on the row version it last read ([`Seen`]), so a
+//! verdict applies only to the attempt it observed, and a send in flight is never settled.
 use crate::fault;
 use crate::key;
 use crate::store::{Begin, NewEffect, Resolution, Seen, Store, Submit, Verdict};

@@ -73,12 +73,8 @@ pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
     store.release_lease(job, token)
 }
 
-/// A default owner name: `user@host:pid`.
+/// A default owner name: `user@host:pid` (the host as in attempt ids: `EXACTLY_HOST`, else
+/// the host name).
 pub fn default_owner() -> String {
-    format!(
-        "{}@{}:{}",
-        crate::user(),
-        crate::hostname(),
-        std::process::id()
-    )
+    format!("{}@{}:{}", crate::user(), crate::host(), std::process::id())
 }

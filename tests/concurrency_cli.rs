@@ -543,3 +543,46 @@ fn a_lease_about_to_end_does_not_send() {
     assert!(err.contains("lease"), "{err}");
     assert!(!far.exists(), "sent under a lease about to end");
 }
+
+/// A row written by another program with the seed's SQL has no version (NULL, read as 0): the
+/// compare-and-set still settles it, and every transition from then on counts up from there.
+#[test]
+fn a_row_written_with_the_seeds_sql_is_settled_by_compare_and_set() {
+    let env = Env::new();
+    assert_eq!(env.run(&["init"]).0, 0);
+    let k = key(&env);
+    let c = rusqlite::Connection::open(&env.db).expect("open");
+    c.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, updated_at)
+         VALUES (?1, 'py-job', 'r1', 'unknown', '2020-01-01T00:00:00.000Z', '2020-01-01T00:00:00.000Z')",
+        [&k],
+    )
+    .expect("seed row");
+    let far = env.path("far.txt");
+    std::fs::write(&far, "").expect("far side");
+    let farp = far.to_str().expect("utf8");
+    let t = env.claim("pay-run", "10m");
+    let observe = format!("grep -qx \"$EXACTLY_EFFECT_KEY\" {farp} && exit 0 || exit 1");
+    let (code, _, err) = split(
+        spawn(
+            &env,
+            &Attempt {
+                job: "pay-run",
+                token: t,
+                host: "web-1",
+                command: sender(farp, 0.0, 0.0),
+                observe: Some(observe),
+            },
+        )
+        .wait_with_output()
+        .expect("wait"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(far_count(&far, &k), 1);
+    assert_eq!(env.state_of(&k).as_deref(), Some("done"));
+    // not happened (1), submitted (2), done (3)
+    assert_eq!(
+        env.sql_count("SELECT version FROM effect_ledger WHERE state = 'done'"),
+        3
+    );
+}

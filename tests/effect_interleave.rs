@@ -48,7 +48,6 @@ impl Action for FarSide {
     }
 }
 
-const JOBS: [&str; 2] = ["pay", "pay-b"];
 /// Before every clock and every skew margin: an expired lease.
 const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 
@@ -154,19 +153,50 @@ fn finish(store: &mut Store, l: &mut Live) -> Result<effect::Outcome, TestCaseEr
 }
 
 fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let dir = tempfile::Builder::new()
-        .prefix("interleave")
-        .tempdir_in(shm())
-        .expect("tempdir");
-    let mut store = Store::open(dir.path().join("l.db").to_str().expect("utf8")).expect("open");
+    // One database for all cases (a fresh one per case costs more than the case); each case
+    // has its own jobs and its own effect key, so cases never meet.
+    DB.with(|db| {
+        let mut db = db.borrow_mut();
+        let (_, store) = db.get_or_insert_with(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("interleave")
+                .tempdir_in(shm())
+                .expect("tempdir");
+            let store = Store::open(dir.path().join("l.db").to_str().expect("utf8")).expect("open");
+            (dir, store)
+        });
+        let case = CASE.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        interleave_in(store, case, kinds, begin, ops)
+    })
+}
+
+thread_local! {
+    static DB: RefCell<Option<(tempfile::TempDir, Store)>> = const { RefCell::new(None) };
+    static CASE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn interleave_in(
+    store: &mut Store,
+    case: u64,
+    kinds: Vec<(u8, u8)>,
+    begin: u8,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let jobs = [format!("pay-{case}"), format!("pay-b-{case}")];
+    let earlier = format!("earlier-{case}");
     let far: Far = Rc::default();
-    let spec = Spec::new("charge", "acct-7").input("amount", "12.00");
+    let spec = Spec::new("charge", "acct-7")
+        .input("amount", "12.00")
+        .input("case", case.to_string());
     let key = spec.key();
 
     // How the key starts, made by the same step machine.
     if begin != 0 {
-        let t = claim(&mut store, "earlier", "w-earlier").expect("fresh job");
-        let ctx = Ctx::new("earlier", t).with_run_id("earlier-run");
+        let t = claim(store, &earlier, "w-earlier").expect("fresh job");
+        let ctx = Ctx::new(&earlier, t).with_run_id("earlier-run");
         let mode = match begin {
             1 => 1,
             2 => 3,
@@ -184,33 +214,35 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
         if begin == 3 {
             // Crash after the send, before the answer is recorded; then its lease runs out.
             while !matches!(l.io, Io::Finish { .. }) {
-                let input = effect::execute(&mut store, &l.att, &l.io, &mut l.act)
+                let input = effect::execute(store, &l.att, &l.io, &mut l.act)
                     .expect("store")
                     .expect("input");
                 l.io = l.att.step(input);
             }
-            store.renew_lease("earlier", t, LONG_AGO).expect("expire");
+            store.renew_lease(&earlier, t, LONG_AGO).expect("expire");
         } else {
-            finish(&mut store, &mut l)?;
+            finish(store, &mut l)?;
         }
     }
 
-    let first = claim(&mut store, JOBS[0], "w0").expect("fresh");
+    let first = claim(store, &jobs[0], "w0").expect("fresh");
     let stale = first;
     let mut newest = first;
     if kinds.iter().any(|k| k.0 == 2) {
-        store.renew_lease(JOBS[0], first, LONG_AGO).expect("expire");
-        newest = claim(&mut store, JOBS[0], "w0-next").expect("expired lease taken over");
+        store
+            .renew_lease(&jobs[0], first, LONG_AGO)
+            .expect("expire");
+        newest = claim(store, &jobs[0], "w0-next").expect("expired lease taken over");
     }
-    let other = claim(&mut store, JOBS[1], "w1").expect("fresh");
+    let other = claim(store, &jobs[1], "w1").expect("fresh");
     let mut live: Vec<Option<Live>> = kinds
         .iter()
         .enumerate()
         .map(|(i, (kind, mode))| {
             let (job, token) = match kind {
-                0 => (JOBS[0], newest),
-                1 => (JOBS[1], other),
-                _ => (JOBS[0], stale),
+                0 => (jobs[0].as_str(), newest),
+                1 => (jobs[1].as_str(), other),
+                _ => (jobs[0].as_str(), stale),
             };
             let ctx = Ctx::new(job, token).with_run_id(&format!("run-{i}"));
             let mut att =
@@ -237,7 +269,7 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
                 if matches!(l.io, Io::End(_)) {
                     continue;
                 }
-                let input = effect::execute(&mut store, &l.att, &l.io, &mut l.act)
+                let input = effect::execute(store, &l.att, &l.io, &mut l.act)
                     .expect("store")
                     .expect("input");
                 l.io = l.att.step(input);
@@ -247,8 +279,8 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
                 live[i] = None;
             }
             Op::Expire(j) => {
-                let job = JOBS[j];
-                let token = current(&mut store, job);
+                let job = jobs[j].as_str();
+                let token = current(store, job);
                 store.renew_lease(job, token, LONG_AGO).expect("expire");
                 for slot in live.iter_mut() {
                     let stop = slot.as_ref().is_some_and(|l| {
@@ -262,16 +294,16 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
                 }
             }
             Op::Claim(j) => {
-                claim(&mut store, JOBS[j], "w-taker");
+                claim(store, &jobs[j], "w-taker");
             }
         }
-        consistent(&mut store, &far, &key)?;
+        consistent(store, &far, &key)?;
     }
 
     // Quiescence: the attempts still alive run to their ends.
     for l in live.iter_mut().flatten() {
-        finish(&mut store, l)?;
-        consistent(&mut store, &far, &key)?;
+        finish(store, l)?;
+        consistent(store, &far, &key)?;
     }
     // Every intended effect was received, or is visibly unknown/submitted in the ledger.
     let state = store.effect(&key).expect("read").map(|r| r.state);
@@ -280,15 +312,16 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
         "done, never received"
     );
     // And once every lease has run out, a fresh attempt settles it: received exactly once.
-    for job in JOBS.iter().chain(std::iter::once(&"earlier")) {
+    for job in jobs.iter().chain(std::iter::once(&earlier)) {
         if let Some(l) = store.lease(job).expect("lease") {
             store
                 .renew_lease(job, l.fencing_token, LONG_AGO)
                 .expect("expire");
         }
     }
-    let t = claim(&mut store, "recovery", "w-recovery").expect("fresh");
-    let ctx = Ctx::new("recovery", t);
+    let recovery = format!("recovery-{case}");
+    let t = claim(store, &recovery, "w-recovery").expect("fresh");
+    let ctx = Ctx::new(&recovery, t);
     let mut l = Live {
         att: Attempt::new(&ctx, &spec, "host-recovery:9").expect("spec"),
         act: FarSide {
@@ -297,8 +330,8 @@ fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestC
         },
         io: Io::Begin,
     };
-    let out = finish(&mut store, &mut l)?;
-    consistent(&mut store, &far, &key)?;
+    let out = finish(store, &mut l)?;
+    consistent(store, &far, &key)?;
     prop_assert_eq!(far_of(&far, &key), 1, "recovery ended {:?}", out);
     prop_assert_eq!(
         store.effect(&key).expect("read").map(|r| r.state),
@@ -366,4 +399,71 @@ fn without_the_compare_and_set_an_interleaving_sends_twice() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+}
+
+/// The issue's interleaving, step by step: B's observer looked before A sent; its "did not
+/// happen" is about the row before A's verdict and is discarded (a `stale_verdict` event); B
+/// reads the row again, finds A's send in flight (A's lease is live, A on another host) and
+/// stops with exit 5. The far side gets the effect once.
+#[test]
+fn the_issues_interleaving_discards_the_stale_verdict() {
+    let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::open(dir.path().join("i.db").to_str().expect("utf8")).expect("open");
+    let far: Far = Rc::default();
+    let spec = Spec::new("pay", "acct-1").input("amount", "12.00");
+    let key = spec.key();
+    let t = claim(&mut store, "pay-run", "w").expect("fresh");
+    let ctx = Ctx::new("pay-run", t);
+    let mk = |host: &str, mode: u8| Live {
+        att: Attempt::new(&ctx, &spec, host).expect("spec"),
+        act: FarSide {
+            far: far.clone(),
+            mode,
+        },
+        io: Io::Begin,
+    };
+    // The effect is unknown: a first attempt lost its request before it arrived.
+    finish(&mut store, &mut mk("host-0:1", 3)).expect("first attempt");
+    assert_eq!(
+        store.effect(&key).expect("read").map(|r| r.state),
+        Some("unknown".into())
+    );
+    let (mut a, mut b) = (mk("host-a:1", 0), mk("host-b:2", 0));
+    let step = |l: &mut Live, store: &mut Store| {
+        let input = effect::execute(store, &l.att, &l.io, &mut l.act)
+            .expect("store")
+            .expect("input");
+        l.io = l.att.step(input);
+    };
+    step(&mut a, &mut store); // A begins: unknown
+    step(&mut b, &mut store); // B begins: unknown
+    step(&mut a, &mut store); // A looks: not happened
+    step(&mut b, &mut store); // B looks: not happened (nothing sent yet)
+    step(&mut a, &mut store); // A's verdict: unknown → claimed
+    step(&mut a, &mut store); // A submits
+    assert_eq!(a.io, Io::Send);
+    step(&mut a, &mut store); // A sends
+    assert!(matches!(b.io, Io::Verdict { .. }));
+    step(&mut b, &mut store); // B's verdict, about the row before A's: discarded
+    assert_eq!(b.io, Io::Begin, "B reads the row again");
+    step(&mut b, &mut store); // B reads A's submitted row: in flight
+    match &b.io {
+        Io::End(out) => {
+            assert_eq!(out.exit_code(), 5, "{out:?}");
+            assert!(format!("{out:?}").contains("in flight"), "{out:?}");
+        }
+        other => panic!("B goes on to {other:?}"),
+    }
+    step(&mut a, &mut store); // A records done
+    assert!(matches!(&a.io, Io::End(effect::Outcome::Done { .. })));
+    assert_eq!(far_of(&far, &key), 1);
+    let stale = store
+        .snapshot()
+        .expect("snapshot")
+        .events
+        .iter()
+        .filter(|e| e.kind == "stale_verdict")
+        .count();
+    assert_eq!(stale, 1);
 }

@@ -641,6 +641,13 @@ impl Store {
             if lease.until.as_deref().is_none_or(|u| u < min_until.as_str()) {
                 return Ok(Submit::LeaseEnding { until: lease.until });
             }
+            let seen = match seen {
+                Some(s) => s.clone(),
+                None => read_row(tx, key)?.map(|r| r.seen()).unwrap_or_default(),
+            };
+            if seen.state != "claimed" {
+                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+            }
             let mut consume = false;
             let approval: Option<String> = tx
                 .query_row(
@@ -665,20 +672,14 @@ impl Store {
                     tx.execute(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
-                             WHERE effect_key = ?1 AND state = 'claimed'"
+                             WHERE effect_key = ?1 AND {}",
+                            still_as_seen(3)
                         ),
-                        params![key, now],
+                        params![key, now, seen.state, seen.version, seen.updated_at],
                     )?;
                     return Ok(Submit::Denied);
                 }
                 Some(_) => return Ok(Submit::NotApproved),
-            }
-            let seen = match seen {
-                Some(s) => s.clone(),
-                None => read_row(tx, key)?.map(|r| r.seen()).unwrap_or_default(),
-            };
-            if seen.state != "claimed" {
-                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
             let won = tx
                 .query_row(

@@ -680,6 +680,13 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         "far side: {} requests for {} intended effects",
         r.total.far_side_requests, r.total.intended_effects
     );
+    if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
+        let _ = writeln!(
+            s,
+            "unapproved sends (before an approval or after a denial): {}",
+            r.total.unapproved_sends
+        );
+    }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
             s,

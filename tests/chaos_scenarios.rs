@@ -141,6 +141,8 @@ fn processes_with_skewed_clocks_send_once() {
 fn an_effect_someone_asked_approval_for_waits_for_a_person() {
     let v = raced("approval-race", 10);
     let s = &v["scenarios"]["approval-race"];
-    // Approved ones reached the far side once; denied ones never.
-    assert!(n(s, "intended_effects") <= 10);
+    // Both decisions were taken (seed 7): approved ones reached the far side once (`raced`
+    // checks it), denied ones never (`unapproved_sends` is 0).
+    let approved = n(s, "intended_effects");
+    assert!((1..10).contains(&approved), "{v:#}");
 }

@@ -1,10 +1,10 @@
 //! The dashboard's keys against a real SQLite database: the same key sequences an operator
 //! types, through the same `serve` the poll task runs, then the rows checked.
-mod tui_support;
+mod support;
 
 use crossterm::event::KeyCode;
 use exactly::tui::{Act, Popup, Typing};
-use tui_support::*;
+use support::tui::*;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
     let a = f

@@ -1,6 +1,5 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library,
 //! then every timestamp pinned to a fixed instant so screens are the same on every run.
-#![allow(dead_code)]
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
 use exactly::lease;

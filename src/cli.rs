@@ -1,7 +1,8 @@
 //! The `exactly` command line (DESIGN.md's contract). Every error is one sentence on stderr.
 use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
 use crate::metrics::Snapshot;
-use crate::store::{self, Decided, Resolution, Resolved, Store};
+use crate::state::ApprovalState;
+use crate::store::{self, Already, Decided, Resolution, Resolved, Store};
 use crate::wrapped::LeaseWatch;
 use crate::{approval, key, lease, sanitize::inert, time, Error, Result};
 use clap::{Args, Parser, Subcommand};
@@ -487,12 +488,17 @@ fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
             eprintln!(
                 "exactly: effect {} was already {} by {} at {}",
                 inert(&a.key),
-                inert(&state),
+                inert(state.as_str()),
                 inert(by.as_deref().unwrap_or("someone")),
                 inert(at.as_deref().unwrap_or("?"))
             );
             // Denying what is no longer pending fails: the caller must learn it was not stopped.
-            if approve && (state == verb || state == "consumed") {
+            if approve
+                && matches!(
+                    state,
+                    Already::Approval(ApprovalState::Approved | ApprovalState::Consumed)
+                )
+            {
                 0
             } else {
                 1
@@ -530,7 +536,7 @@ fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
             println!(
                 "resolved {}: {} → {} by {}",
                 inert(&a.key),
-                inert(&from),
+                inert(from.as_str()),
                 how.target_state(),
                 inert(&by)
             );
@@ -543,7 +549,14 @@ fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
             eprintln!(
                 "exactly: effect {} is {}{who}; nothing to resolve",
                 inert(&a.key),
-                inert(&state)
+                inert(state.as_str())
+            );
+            Ok(1)
+        }
+        Resolved::Fenced => {
+            eprintln!(
+                "exactly: effect {}: a newer lease token holds its job; nothing to resolve",
+                inert(&a.key)
             );
             Ok(1)
         }

@@ -236,8 +236,12 @@ fn after_the_senders_lease_expires_the_effect_is_settled_and_sent_once() {
     let (cb, _, eb) = split(spawn(&env, &b).wait_with_output().expect("b"));
     assert_eq!(cb, 5, "{eb}");
     assert!(eb.contains("in flight"), "{eb}");
-    // Past the lease and the margin: settled "did not happen", then sent once.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Past the lease and the margin: settled "did not happen", then sent once. The margin is
+    // the skew (300 ms) plus the time a wrapped command takes to notice its lease ended and be
+    // stopped (`LEASE_POLL` + `STOP_GRACE`).
+    std::thread::sleep(
+        Duration::from_millis(1000) + exactly::wrapped::LEASE_POLL + exactly::wrapped::STOP_GRACE,
+    );
     let (cb, _, eb) = split(spawn(&env, &b).wait_with_output().expect("b"));
     assert_eq!(cb, 0, "{eb}");
     assert_eq!(far_count(&far, &k), 1);
@@ -328,7 +332,7 @@ fn library_deny_of_a_done_effect_reports_its_state() {
         0
     );
     match exactly::approval::deny(&mut s, &k, "bob", None).expect("deny") {
-        exactly::store::Decided::Already { state, .. } => assert_eq!(state, "done"),
+        exactly::store::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
         other => panic!("deny of a done effect: {other:?}"),
     }
 }

@@ -12,12 +12,12 @@ fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
         .approval(key)
         .expect("read")
         .expect("approval row");
-    (a.state, a.decided_by)
+    (a.state.to_string(), a.decided_by)
 }
 
 fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
     let r = f.store().effect(key).expect("read").expect("ledger row");
-    (r.state, r.resolved_by)
+    (r.state.to_string(), r.resolved_by)
 }
 
 /// The pending approval of the busy fixture (the only one).

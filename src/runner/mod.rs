@@ -17,6 +17,7 @@ pub use config::{Job, Overlap, Problem, Severity};
 pub use schedule::Schedule;
 
 use crate::sanitize::inert;
+use crate::state::RunOutcome;
 use crate::store::{FireRequest, Fired, JobReg, RegisteredJob, Store};
 use crate::{lease, time, Error, Result};
 use clap::Args;
@@ -393,7 +394,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
                     .unwrap_or_default(),
                 effects_line(&mut store, &a.job, token)?
             );
-            Ok(if r.outcome == "ok" { 0 } else { 1 })
+            Ok(if r.outcome == RunOutcome::Ok { 0 } else { 1 })
         }
         Fired::Queued { depth, cap } => {
             println!("queued: a run of {job} is live; this firing waits ({depth} of {cap}) for a scheduler to start it");
@@ -422,7 +423,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         Fired::Duplicate { state, .. } => {
             println!(
                 "duplicate: this firing of {job} at {slot} was already {}",
-                inert(&state)
+                inert(state.as_str())
             );
             Ok(3)
         }
@@ -530,12 +531,12 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                         time::human_ms(r.duration_ms as u64),
                         effects_line(&mut store, &a.job, token)?
                     );
-                    failed |= r.outcome != "ok";
+                    failed |= r.outcome != RunOutcome::Ok;
                 }
                 Fired::Duplicate { state, .. } => {
                     println!(
                         "{slot_text}: already {} — duplicate firing, not run again",
-                        inert(&state)
+                        inert(state.as_str())
                     );
                 }
                 Fired::Skipped { .. } => {

@@ -1,9 +1,10 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
-use super::{int, kind, text, text_or_empty, Store, RELEASED};
+use super::{int, text, text_or_empty, word, Store, RELEASED};
 use crate::metrics::{
     self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
 };
+use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -67,7 +68,7 @@ fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite:
         .map(|n| n.max(0) as u64)
 }
 
-fn counter(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<u64> {
+fn counter(tx: &Transaction<'_>, kind: EventKind) -> rusqlite::Result<u64> {
     count(
         tx,
         "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = ?1",
@@ -75,7 +76,7 @@ fn counter(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<u64> {
     )
 }
 
-fn since(tx: &Transaction<'_>, kind: &str, from: &str) -> rusqlite::Result<u64> {
+fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<u64> {
     count(
         tx,
         "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?2",
@@ -92,16 +93,16 @@ impl Store {
         let db = self.path.clone();
         self.read(|tx| {
             let totals = Window {
-                duplicates_suppressed: counter(tx, kind::DUPLICATE_SUPPRESSED)?,
-                fenced_writes: counter(tx, kind::FENCED_WRITE)?,
+                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+                fenced_writes: counter(tx, EventKind::FencedWrite)?,
                 claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
                 unknown: count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?,
                 pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
                 unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
             };
             let last_24h = Window {
-                duplicates_suppressed: since(tx, kind::DUPLICATE_SUPPRESSED, &day_ago)?,
-                fenced_writes: since(tx, kind::FENCED_WRITE, &day_ago)?,
+                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
+                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
                 claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
                 unknown: count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
                 pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
@@ -127,24 +128,24 @@ impl Store {
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-            let approvals = |state: &str| -> rusqlite::Result<Vec<ApprovalView>> {
+            let approvals = |state: ApprovalState| -> rusqlite::Result<Vec<ApprovalView>> {
                 let mut stmt = tx.prepare(&format!(
                     "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
-                    super::ledger::APPROVAL_COLS
+                    super::approval::APPROVAL_COLS
                 ))?;
                 let rows = stmt
-                    .query_map([state], super::ledger::approval_row)?
+                    .query_map([state], super::approval::approval_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok(rows.into_iter().map(|a| ApprovalView::from_row(a, now)).collect())
             };
-            let pending_approvals = approvals("pending")?;
-            let unused_approvals = approvals("approved")?;
+            let pending_approvals = approvals(ApprovalState::Pending)?;
+            let unused_approvals = approvals(ApprovalState::Approved)?;
             let mut stmt = tx.prepare(&format!(
                 "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
             ))?;
             let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
             let jobs = read_jobs(tx, now)?;
-            let missed_firings = counter(tx, kind::FIRING_MISSED)?
+            let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
             let dead_after = scheduler_dead_after();
@@ -432,7 +433,7 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
             j.runs_by_outcome.insert(outcome, n.max(0) as u64);
         }
         let recorded = missed_stmt
-            .query_row(params![j.job_key, kind::FIRING_MISSED], |r| int(r, 0))
+            .query_row(params![j.job_key, EventKind::FiringMissed], |r| int(r, 0))
             .optional()?
             .flatten()
             .unwrap_or(0)
@@ -465,12 +466,16 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
         }
         j.missed_firings = recorded + j.missed_unrecorded;
         let rows = counters.query_map(
-            params![j.job_key, kind::DUPLICATE_SUPPRESSED, kind::FENCED_WRITE],
-            |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0))),
+            params![
+                j.job_key,
+                EventKind::DuplicateSuppressed,
+                EventKind::FencedWrite
+            ],
+            |r| Ok((word::<EventKind>(r, 0)?, int(r, 1)?.unwrap_or(0))),
         )?;
         for row in rows {
             let (k, n) = row?;
-            if k == kind::DUPLICATE_SUPPRESSED {
+            if k == EventKind::DuplicateSuppressed {
                 j.duplicates_suppressed = n.max(0) as u64;
             } else {
                 j.fenced_writes = n.max(0) as u64;

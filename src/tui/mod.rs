@@ -124,7 +124,7 @@ pub fn perform(store: &mut Store, act: &Act, by: &str) -> Report {
                     Decided::Done => ok(format!("{verb} {k} as {who}")),
                     Decided::Already { state, by, at } => bad(format!(
                         "effect {k} was already {} by {} at {}; nothing changed",
-                        inert(&state),
+                        inert(state.as_str()),
                         inert(by.as_deref().unwrap_or("someone")),
                         inert(at.as_deref().unwrap_or("?"))
                     )),
@@ -136,15 +136,18 @@ pub fn perform(store: &mut Store, act: &Act, by: &str) -> Report {
                 match approval::resolve(store, key, *how, by, None, None)? {
                     Resolved::Done { from } => ok(format!(
                         "resolved {k}: {} → {} ({}) as {who}",
-                        inert(&from),
+                        inert(from.as_str()),
                         how.target_state(),
                         how.word()
                     )),
                     Resolved::NotOpen { state, by } => bad(format!(
                         "effect {k} is already {}{}; nothing to resolve",
-                        inert(&state),
+                        inert(state.as_str()),
                         by.map(|b| format!(" (resolved by {})", inert(&b)))
                             .unwrap_or_default()
+                    )),
+                    Resolved::Fenced => bad(format!(
+                        "effect {k}: a newer lease token holds its job; nothing to resolve"
                     )),
                     Resolved::NotFound => bad(format!("no effect {k} in the ledger")),
                 }

@@ -430,7 +430,7 @@ impl App {
                 key: key.clone(),
                 job: row.map(|r| r.job_key.clone()).unwrap_or_default(),
                 terms: row.and_then(|r| r.terms_shown.clone()),
-                approval: approval.map(|a| a.state.clone()),
+                approval: approval.map(|a| a.state.to_string()),
             });
         }
         let i = self.selected(self.view);

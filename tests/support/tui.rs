@@ -270,8 +270,14 @@ pub fn busy() -> Fixture {
     lease::release(&mut s, "daily-digest", old).expect("release");
     let new = claim(&mut s, "daily-digest", "worker-2@web-2");
     // The old holder comes back and tries to finish: fenced.
-    s.finish_effect(&key, "daily-digest", old, "done", "sent")
-        .expect("finish");
+    s.finish_effect(
+        &key,
+        "daily-digest",
+        old,
+        exactly::state::EffectState::Done,
+        "sent",
+    )
+    .expect("finish");
     let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
     run(&mut s, "daily-digest", new, &sms, Ok("queued"));
 

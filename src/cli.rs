@@ -39,8 +39,11 @@ pub enum Cmd {
     Resolve(ResolveArgs),
     /// Summary of counters, jobs, unknowns and approvals.
     Status(StatusArgs),
-    /// Prometheus text exposition of the same numbers.
-    Metrics,
+    /// Prometheus metrics of the same numbers: printed once, or served over HTTP.
+    #[command(
+        after_help = "Examples:\n  exactly metrics > /var/lib/node_exporter/textfile/exactly.prom.$$ && mv /var/lib/node_exporter/textfile/exactly.prom.$$ /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen 127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics"
+    )]
+    Metrics(MetricsArgs),
     /// Print a run's stored output (stdout and stderr as they arrived); the job's last run by
     /// default.
     Logs(LogsArgs),
@@ -88,7 +91,8 @@ pub struct KeyArgs {
 pub enum LeaseCmd {
     /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
     Claim {
-        #[arg(long)]
+        /// The job whose lease to claim (its name: no control characters, at most 200).
+        #[arg(long, value_parser = lease::job_name)]
         job: String,
         #[arg(long = "for", value_name = "DUR")]
         dur: String,
@@ -115,7 +119,8 @@ pub enum LeaseCmd {
 
 #[derive(Args, Debug)]
 pub struct EffectArgs {
-    #[arg(long, env = "EXACTLY_JOB")]
+    /// The job the effect belongs to (under `exactly run`: $EXACTLY_JOB).
+    #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
     pub job: String,
     #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
     pub token: i64,
@@ -199,6 +204,17 @@ pub struct GcArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct MetricsArgs {
+    /// Serve /metrics over HTTP on this address (e.g. 127.0.0.1:9464) until interrupted; each
+    /// scrape reads a fresh snapshot.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Print OpenMetrics text (with `# EOF`) instead of the Prometheus text format.
+    #[arg(long)]
+    pub openmetrics: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
@@ -257,11 +273,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Metrics => {
-            let snap = Snapshot::read(&mut open_read_only(&db)?)?;
-            print!("{}", snap.to_prometheus());
-            Ok(0)
-        }
+        Cmd::Metrics(a) => metrics_cmd(&db, a),
         Cmd::Logs(a) => logs_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
@@ -503,6 +515,57 @@ fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
             Ok(1)
         }
     }
+}
+
+const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn metrics_cmd(db: &Option<String>, a: MetricsArgs) -> Result<i32> {
+    let render = |openmetrics: bool| -> Result<String> {
+        let snap = Snapshot::read(&mut open_read_only(db)?)?;
+        Ok(if openmetrics {
+            snap.to_openmetrics()
+        } else {
+            snap.to_prometheus()
+        })
+    };
+    let Some(addr) = a.listen else {
+        print!("{}", render(a.openmetrics)?);
+        return Ok(0);
+    };
+    // Refuse a database that cannot be read before listening, not at the first scrape.
+    render(false)?;
+    let server = tiny_http::Server::http(addr.as_str())
+        .map_err(|e| Error::Usage(format!("cannot listen on {}: {e}", inert(&addr))))?;
+    eprintln!("exactly: serving http://{}/metrics", inert(&addr));
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or("");
+        let reply = if path != "/metrics" {
+            tiny_http::Response::from_string("not found; try /metrics\n").with_status_code(404)
+        } else {
+            // Prometheus asks for OpenMetrics in Accept when it wants it.
+            let om = req.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
+            match render(om) {
+                Ok(body) => {
+                    let ct = if om { OPENMETRICS_TYPE } else { TEXT_TYPE };
+                    let mut r = tiny_http::Response::from_string(body);
+                    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", ct) {
+                        r = r.with_header(h);
+                    }
+                    r
+                }
+                // A scrape that fails says why; the next scrape tries again.
+                Err(e) => tiny_http::Response::from_string(format!("exactly: {e}\n"))
+                    .with_status_code(503),
+            }
+        };
+        if let Err(e) = req.respond(reply) {
+            eprintln!("exactly: metrics: could not answer a scrape: {e}");
+        }
+    }
+    Ok(0)
 }
 
 /// Smallest `gc --keep`: the dashboard's 24-hour window is read from the events.

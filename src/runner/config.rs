@@ -334,6 +334,8 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
             "missing name",
             "a job's name is its identity in the ledger and the lease table",
         ));
+    } else if let Some(why) = raw.name.as_deref().and_then(crate::lease::job_name_problem) {
+        problems.push(Problem::error(name, "invalid name", why));
     }
     let schedule = match (&raw.schedule, &raw.every) {
         (Some(_), Some(_)) => {

@@ -1,0 +1,308 @@
+//! The operator's toolbox, with the real binary on real files: Prometheus parses what `metrics`
+//! prints and scrapes `--listen`, JSON for scripts, a viewer account that can only read, shell
+//! completions, a man page, help on every flag, and README's cron wrapper under cron's rules.
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A Python with the real Prometheus parser (`prometheus_client`, installed by .ci/run).
+fn python() -> String {
+    for p in ["python3", "/usr/bin/python3"] {
+        let ok = Command::new(p)
+            .args(["-c", "import prometheus_client.parser"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return p.to_string();
+        }
+    }
+    panic!("no python3 with prometheus_client: .ci/run installs python3-prometheus-client");
+}
+
+/// Parses exposition text with prometheus_client's parser (`openmetrics` or the classic text
+/// format) and prints one line per sample: name, then its labels as JSON (sorted keys).
+/// Fails (non-zero) on anything the parser rejects or on a duplicate series.
+const PARSE: &str = r#"
+import sys, json
+fmt = sys.argv[1]
+text = sys.stdin.read()
+if fmt == "openmetrics":
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+else:
+    from prometheus_client.parser import text_string_to_metric_families
+seen = set()
+for fam in text_string_to_metric_families(text):
+    for s in fam.samples:
+        k = (s.name, json.dumps(s.labels, sort_keys=True))
+        if k in seen:
+            sys.exit("duplicate series: %s %s" % k)
+        seen.add(k)
+        print(s.name, json.dumps(s.labels, sort_keys=True), s.value, fam.type)
+"#;
+
+/// Samples as (name, labels JSON, value, family type), parsed by the real parser.
+fn parse(text: &str, fmt: &str) -> Vec<(String, serde_json::Value, f64, String)> {
+    let mut child = Command::new(python())
+        .args(["-c", PARSE, fmt])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("python output");
+    assert!(
+        out.status.success(),
+        "the Prometheus parser rejected it: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf8")
+        .lines()
+        .map(|l| {
+            let (name, rest) = l.split_once(' ').expect("name");
+            // labels JSON has no raw spaces after the last '}' … value and type follow it.
+            let end = rest.rfind('}').expect("labels") + 1;
+            let labels: serde_json::Value = serde_json::from_str(&rest[..end]).expect("labels");
+            let mut tail = rest[end..].split_whitespace();
+            let value: f64 = tail.next().expect("value").parse().expect("number");
+            let typ = tail.next().expect("type").to_string();
+            (name.to_string(), labels, value, typ)
+        })
+        .collect()
+}
+
+/// Job names another program may write with the seed's SQL: they differ only by control
+/// characters, escapes and quotes, so a lossy rendering would print identical series.
+const HOSTILE: &[&str] = &[
+    "a b",
+    "a\nb",
+    "a\tb",
+    "a\rb",
+    "a\\nb",
+    "a\"b",
+    "a\u{1b}[31mb",
+    "a\u{85}b",
+    "a\u{202e}b",
+];
+
+fn foreign_writer_jobs(env: &Env) {
+    let (code, _, err) = env.run(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    let c = rusqlite::Connection::open(&env.db).expect("open");
+    for (i, name) in HOSTILE.iter().enumerate() {
+        c.execute(
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+             VALUES (?1, 'py-worker', ?2, '2000-01-01T00:00:00.000Z', '2000-01-01T00:00:00.000Z')",
+            rusqlite::params![name, i as i64 + 1],
+        )
+        .expect("insert");
+    }
+}
+
+#[test]
+fn metrics_parse_with_a_real_prometheus_parser_and_hostile_job_names_never_collide() {
+    let env = Env::new();
+    foreign_writer_jobs(&env);
+    for (flag, fmt) in [(None, "text"), (Some("--openmetrics"), "openmetrics")] {
+        let mut args = vec!["metrics"];
+        args.extend(flag);
+        let (code, out, err) = env.run(&args);
+        assert_eq!(code, 0, "{err}");
+        let samples = parse(&out, fmt);
+        // One fencing-token series per job, each with the job's exact name as its label.
+        let mut jobs: Vec<String> = samples
+            .iter()
+            .filter(|s| s.0 == "exactly_job_fencing_token")
+            .map(|s| s.1["job"].as_str().expect("job label").to_string())
+            .collect();
+        jobs.sort();
+        let mut want: Vec<String> = HOSTILE.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(jobs, want, "{fmt}: every job its own series, name intact");
+        let token = |job: &str| {
+            samples
+                .iter()
+                .find(|s| s.0 == "exactly_job_fencing_token" && s.1["job"] == job)
+                .map(|s| s.2)
+        };
+        assert_eq!(token("a\nb"), Some(2.0), "{fmt}");
+        assert_eq!(token("a\\nb"), Some(5.0), "{fmt}");
+        // Counters end in _total, typed counter; README's names are all there.
+        for name in [
+            "exactly_duplicates_suppressed_total",
+            "exactly_fenced_writes_total",
+            "exactly_missed_firings_total",
+            "exactly_claimed_never_submitted",
+            "exactly_unknown_effects",
+            "exactly_oldest_unknown_age_seconds",
+            "exactly_pending_approvals",
+            "exactly_unused_approvals",
+            "exactly_schedulers_alive",
+            "exactly_jobs_registered",
+        ] {
+            assert!(samples.iter().any(|s| s.0 == name), "{fmt}: {name} missing");
+        }
+        let typ = |name: &str| samples.iter().find(|s| s.0 == name).map(|s| s.3.clone());
+        assert_eq!(
+            typ("exactly_duplicates_suppressed_total").as_deref(),
+            Some("counter")
+        );
+        let info = samples
+            .iter()
+            .find(|s| s.0 == "exactly_build_info")
+            .expect("exactly_build_info");
+        assert_eq!(info.1["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(info.2, 1.0);
+    }
+}
+
+/// One HTTP GET over a plain socket; returns (status line, headers, body).
+fn http_get(port: u16, path: &str, accept: Option<&str>) -> (String, String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let (head, body) = resp.split_once("\r\n\r\n").expect("http response");
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    (status.to_string(), headers.to_string(), body.to_string())
+}
+
+struct Killed(std::process::Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn metrics_listen_serves_what_prometheus_scrapes_over_http() {
+    let env = Env::new();
+    foreign_writer_jobs(&env);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let server = Killed(
+        env.cmd()
+            .args(["metrics", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn metrics --listen"),
+    );
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, headers, body) = http_get(port, "/metrics", None);
+    assert!(status.contains(" 200"), "{status}");
+    assert!(
+        headers.to_lowercase().contains("text/plain; version=0.0.4"),
+        "{headers}"
+    );
+    let samples = parse(&body, "text");
+    assert_eq!(
+        samples
+            .iter()
+            .filter(|s| s.0 == "exactly_job_fencing_token")
+            .count(),
+        HOSTILE.len()
+    );
+    // Prometheus asks for OpenMetrics and gets it, with its content type.
+    let (status, headers, body) = http_get(
+        port,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert!(status.contains(" 200"), "{status}");
+    assert!(
+        headers.contains("application/openmetrics-text"),
+        "{headers}"
+    );
+    assert!(body.ends_with("# EOF\n"));
+    parse(&body, "openmetrics");
+    // Each scrape is a fresh snapshot: a new effect's counter moves.
+    let t = env.claim("fresh-job", "1m");
+    let (code, _, err) = env.run(&[
+        "effect",
+        "--job",
+        "fresh-job",
+        "--token",
+        &t.to_string(),
+        "--action",
+        "a",
+        "--target",
+        "t",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (_, _, body) = http_get(port, "/metrics", None);
+    assert!(parse(&body, "text")
+        .iter()
+        .any(|s| s.0 == "exactly_job_fencing_token" && s.1["job"] == "fresh-job"));
+    let (status, _, _) = http_get(port, "/other", None);
+    assert!(status.contains(" 404"), "{status}");
+    drop(server);
+}
+
+#[test]
+fn job_names_with_control_characters_or_too_long_are_refused_where_they_enter() {
+    let env = Env::new();
+    assert_eq!(env.run(&["init"]).0, 0);
+    let long = "j".repeat(201);
+    for bad in [
+        "a\nb",
+        "a\tb",
+        "a\u{1b}[2Jb",
+        "a\u{202e}b",
+        "",
+        long.as_str(),
+    ] {
+        let (code, out, err) = env.run(&["lease", "claim", "--job", bad, "--for", "1m"]);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+        assert!(out.is_empty());
+        assert!(err.trim_end().lines().count() <= 4, "{err}");
+        assert!(err.contains("job name"), "{err}");
+    }
+    // Nothing was written for them.
+    assert_eq!(env.sql_count("SELECT count(*) FROM job_lease"), 0);
+    // 200 characters is the limit, inclusive.
+    env.claim(&"j".repeat(200), "1m");
+    // The library refuses them too.
+    let mut store = env.store();
+    let r = exactly::lease::claim(&mut store, "x\ny", "me", Duration::from_secs(60));
+    assert!(matches!(r, Err(exactly::Error::Usage(_))), "{r:?}");
+    // A jobs file: one problem line, exit 1.
+    let jobs = env.path("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"a\\tb\"\nevery = \"1h\"\nlease = \"5m\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+    )
+    .expect("write");
+    let (code, out, err) = env.run(&["check", jobs.to_str().expect("utf8")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("invalid name"), "{out}");
+}

@@ -11,6 +11,10 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
 
+/// The version of `status --json`'s shape: it goes up only when a key is removed or changes
+/// meaning (keys are otherwise only added). `schema_version` is the database's.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
 /// Counters over one window (all time, or the last 24 h).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Window {
@@ -250,80 +254,16 @@ impl Snapshot {
         store.snapshot()
     }
 
+    /// `status --json`: the snapshot the dashboard draws, serialised whole (serde), with
+    /// `json_schema_version` and `totals.schedulers_alive` added.
     pub fn to_json(&self) -> String {
-        let jobs: Vec<_> = self
-            .jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "job_key": j.job_key, "schedule": j.schedule, "interval_s": j.interval_s,
-                    "lease_s": j.lease_s, "lease_ms": j.lease_ms, "overlap": j.overlap, "queue_cap": j.queue_cap,
-                    "runs": j.runs, "p50_ms": j.p50_ms, "p99_ms": j.p99_ms,
-                    "fencing_token": j.fencing_token, "lease_owner": j.lease_owner,
-                    "lease_until": j.lease_until, "paused": j.paused, "pause_note": j.pause_note,
-                    "retired": j.retired, "queue_depth": j.queue_depth,
-                    "duplicates_suppressed": j.duplicates_suppressed,
-                    "fenced_writes": j.fenced_writes,
-                    "last_run": j.last_run, "warnings": j.warnings,
-                    "timezone": j.timezone, "next_fire_at": j.next_fire_at,
-                    "last_success_at": j.last_success_at, "runs_failed": j.runs_failed,
-                    "runs_by_outcome": j.runs_by_outcome, "missed_firings": j.missed_firings,
-                })
-            })
-            .collect();
-        let unknown: Vec<_> = self
-            .unknown
-            .iter()
-            .map(|u| {
-                serde_json::json!({
-                    "effect_key": u.effect_key, "job_key": u.job_key, "state": u.state,
-                    "since": u.since, "age_s": u.age_s, "terms_shown": u.terms_shown,
-                    "verdict": u.verdict,
-                })
-            })
-            .collect();
-        let approvals = |v: &[ApprovalView]| -> Vec<serde_json::Value> {
-            v.iter()
-                .map(|a| {
-                    serde_json::json!({
-                        "effect_key": a.effect_key, "job_key": a.job_key,
-                        "terms_shown": a.terms_shown, "age_s": a.age_s,
-                        "requested_at": a.requested_at, "decided_by": a.decided_by,
-                    })
-                })
-                .collect()
-        };
-        let schedulers: Vec<_> = self
-            .schedulers
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "owner": s.owner, "host": s.host, "pid": s.pid, "started_at": s.started_at,
-                    "heartbeat_at": s.heartbeat_at, "ended_at": s.ended_at, "alive": s.alive,
-                })
-            })
-            .collect();
-        let mut totals = serde_json::to_value(&self.totals).unwrap_or_default();
-        if let Some(t) = totals.as_object_mut() {
-            t.insert("schedulers_alive".into(), self.schedulers_alive.into());
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
+            if let Some(t) = o.get_mut("totals").and_then(|t| t.as_object_mut()) {
+                t.insert("schedulers_alive".into(), self.schedulers_alive.into());
+            }
         }
-        let v = serde_json::json!({
-            "taken_at": self.taken_at,
-            "db": self.db,
-            "host": self.host,
-            "schema_version": self.schema_version,
-            "warnings": self.warnings,
-            "schedulers": schedulers,
-            "scheduler_dead_after_s": self.scheduler_dead_after_s,
-            "totals": totals,
-            "last_24h": self.last_24h,
-            "oldest_unknown_s": self.oldest_unknown_s,
-            "missed_firings": self.missed_firings,
-            "jobs": jobs,
-            "unknown": unknown,
-            "pending_approvals": approvals(&self.pending_approvals),
-            "unused_approvals": approvals(&self.unused_approvals),
-        });
         serde_json::to_string_pretty(&v).unwrap_or_default()
     }
 

@@ -306,3 +306,102 @@ fn job_names_with_control_characters_or_too_long_are_refused_where_they_enter() 
     assert_eq!(code, 1, "{err}");
     assert!(out.contains("invalid name"), "{out}");
 }
+
+fn keys(v: &serde_json::Value, want: &[&str], what: &str) {
+    for k in want {
+        assert!(v.get(k).is_some(), "{what}: key {k} missing in {v}");
+    }
+}
+
+#[test]
+fn status_json_is_the_dashboards_snapshot_with_every_contract_key_and_a_schema_version() {
+    let env = Env::new();
+    let t = env.claim("pay", "10m").to_string();
+    let effect = |target: &str, extra: &[&str], cmd: &str| {
+        let mut a = vec!["effect", "--job", "pay", "--token", &t, "--action", "pay"];
+        a.extend(["--target", target]);
+        a.extend(extra);
+        a.extend(["--", "sh", "-c", cmd]);
+        env.run(&a).0
+    };
+    assert_eq!(effect("lost", &[], "exit 9"), 6);
+    assert_eq!(
+        effect("big", &["--needs-approval", "--terms", "Pay 9 EUR"], "true"),
+        4
+    );
+    let (code, out, err) = env.run(&["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    keys(
+        &v,
+        &[
+            "schema_version",
+            "json_schema_version",
+            "totals",
+            "jobs",
+            "unknown",
+            "pending_approvals",
+            "schedulers",
+            "events",
+        ],
+        "top",
+    );
+    assert_eq!(v["json_schema_version"], 1);
+    keys(
+        &v["totals"],
+        &[
+            "duplicates_suppressed",
+            "fenced_writes",
+            "claimed_never_submitted",
+            "unknown",
+            "pending_approvals",
+            "unused_approvals",
+            "schedulers_alive",
+        ],
+        "totals",
+    );
+    let job = &v["jobs"][0];
+    keys(
+        job,
+        &[
+            "job_key",
+            "interval_s",
+            "lease_s",
+            "overlap",
+            "runs",
+            "p50_ms",
+            "p99_ms",
+            "fencing_token",
+            "lease_owner",
+            "lease_until",
+            "warnings",
+            "next_fire_at",
+            "last_run",
+            "last_success_at",
+            "runs_failed",
+            "lease_left_s",
+        ],
+        "job",
+    );
+    assert_eq!(job["job_key"], "pay");
+    let left = job["lease_left_s"].as_i64().expect("lease_left_s");
+    assert!((500..=600).contains(&left), "{left}");
+    let u = &v["unknown"][0];
+    keys(
+        u,
+        &["effect_key", "job_key", "since", "age_s", "fencing_token"],
+        "unknown",
+    );
+    assert_eq!(u["fencing_token"].as_i64(), Some(t.parse().expect("token")));
+    let a = &v["pending_approvals"][0];
+    keys(
+        a,
+        &["effect_key", "job_key", "terms_shown", "age_s"],
+        "approval",
+    );
+    assert_eq!(a["terms_shown"], "Pay 9 EUR");
+    assert!(
+        !v["events"].as_array().expect("events").is_empty(),
+        "events are in it"
+    );
+}

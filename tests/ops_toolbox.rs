@@ -405,3 +405,188 @@ fn status_json_is_the_dashboards_snapshot_with_every_contract_key_and_a_schema_v
         "events are in it"
     );
 }
+
+/// A folder a viewer (`nobody`) can read but not write, with a database of exactly's in it
+/// (files 0644, as a writer's umask 022 leaves them). CI runs as root, like this test.
+fn viewer_site() -> (tempfile::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = dir.path().join("db");
+    std::fs::create_dir(&sub).expect("mkdir");
+    for d in [dir.path(), sub.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let db = sub.join("exactly.db").to_str().expect("utf8").to_string();
+    let run = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .expect("run");
+        split(out)
+    };
+    let t = run(&["lease", "claim", "--job", "pay", "--for", "10m"]).1;
+    let t = t.trim().to_string();
+    let (code, _, err) = run(&[
+        "effect",
+        "--job",
+        "pay",
+        "--token",
+        &t,
+        "--action",
+        "pay",
+        "--target",
+        "landlord",
+        "--needs-approval",
+        "--terms",
+        "Pay rent",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    (dir, db)
+}
+
+fn as_nobody(db: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", bin(), "--db", db])
+        .args(args)
+        .env_remove("EXACTLY_ACTOR")
+        .output()
+        .expect("runuser");
+    split(out)
+}
+
+#[test]
+fn a_viewer_who_can_only_read_runs_status_metrics_and_top_read_only() {
+    let (_dir, db) = viewer_site();
+    // The viewer cannot write: a write is refused with one line, nothing changes.
+    let (code, _, err) = as_nobody(&db, &["lease", "claim", "--job", "x", "--for", "1m"]);
+    assert_ne!(code, 0, "nobody wrote the database?");
+    assert!(!err.contains("panicked"), "{err}");
+    // With no writer open (no -wal/-shm), and with a writer holding the WAL open (side files
+    // present, 0644, owned by root): status, status --json and metrics all read.
+    for writer_open in [false, true] {
+        let writer = writer_open.then(|| {
+            let c = rusqlite::Connection::open(&db).expect("open");
+            // A committed change left in the WAL (not checkpointed while c is open).
+            c.execute("UPDATE job_lease SET owner = 'root-writer'", [])
+                .expect("write");
+            assert!(std::path::Path::new(&format!("{db}-shm")).exists());
+            c
+        });
+        let (code, out, err) = as_nobody(&db, &["status"]);
+        assert_eq!(code, 0, "writer open {writer_open}: {err}");
+        assert!(out.contains("pay"), "{out}");
+        let (code, out, err) = as_nobody(&db, &["status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["totals"]["pending_approvals"], 1);
+        if writer_open {
+            assert_eq!(
+                v["jobs"][0]["lease_owner"], "root-writer",
+                "reads the WAL too"
+            );
+        }
+        let (code, out, err) = as_nobody(&db, &["metrics"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("exactly_pending_approvals 1"), "{out}");
+        drop(writer);
+    }
+    // top in a real terminal, as nobody, without --read-only: it says read-only and refuses.
+    let sock = format!("exactly-viewer-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux")
+            .args(["-L", &sock])
+            .args(args)
+            .output()
+            .expect("tmux (CI installs it)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    struct KillServer(String);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", &self.0, "kill-server"])
+                .output();
+        }
+    }
+    let _server = KillServer(sock.clone());
+    let cmd = format!("runuser -u nobody -- {} --db {db} top; sleep 60", bin());
+    let ok = Command::new("tmux")
+        .args([
+            "-L",
+            &sock,
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+        ])
+        .args(["-x", "100", "-y", "30", &cmd])
+        .status()
+        .expect("tmux is required (CI installs it)");
+    assert!(ok.success());
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = tmux(&["capture-pane", "-p", "-t", "t"]);
+            if s.contains(what) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "never showed {what:?}:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let s = wait_for("[READ-ONLY: database not writable]");
+    assert!(s.contains("pay"), "{s}");
+    tmux(&["send-keys", "-t", "t", "3"]);
+    wait_for("Pending approval (1)");
+    tmux(&["send-keys", "-t", "t", "a"]);
+    wait_for("approve refused (database not writable)");
+    tmux(&["send-keys", "-t", "t", "q"]);
+}
+
+#[test]
+fn a_decision_records_the_os_user_and_a_claimed_actor_as_claimed() {
+    let (_dir, db) = viewer_site();
+    let key = {
+        let c = rusqlite::Connection::open(&db).expect("open");
+        c.query_row("SELECT effect_key FROM effect_ledger", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .expect("key")
+    };
+    let me = exactly::os_user();
+    let out = Command::new(bin())
+        .args(["--db", &db, "approve", &key])
+        .env("EXACTLY_ACTOR", "ceo")
+        .env("USER", "ceo")
+        .env_remove("SSH_CLIENT")
+        .output()
+        .expect("approve");
+    let (code, out, err) = split(out);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("by ceo (set by {me})")), "{out}");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let by: String = c
+        .query_row(
+            "SELECT decided_by FROM exactly_approvals WHERE effect_key = ?1",
+            [&key],
+            |r| r.get(0),
+        )
+        .expect("decided_by");
+    assert_eq!(by, format!("ceo (set by {me})"));
+    // Without the claim, the OS user alone (not $USER, which anyone can set).
+    assert_eq!(
+        exactly::actor_from(None, "root", Some("10.0.0.7 5022 22")),
+        "root@10.0.0.7"
+    );
+    assert_eq!(exactly::actor_from(Some("root"), "root", None), "root");
+    assert_eq!(
+        exactly::actor_from(Some("ceo"), "root", Some("10.0.0.7 5022 22")),
+        "ceo (set by root@10.0.0.7)"
+    );
+}

@@ -397,3 +397,22 @@ pub mod kind {
     /// A run killed at shutdown after the grace period.
     pub const RUN_KILLED: &str = "run_killed";
 }
+
+/// Whether this process may write the database at `path`: the file, and its folder or both of
+/// WAL's side files (a writer needs `-wal` and `-shm`). Asked of the OS (`access`), so it
+/// follows the real uid, groups and ACLs.
+pub fn writable(path: &str) -> bool {
+    let can_write = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            // SAFETY: a NUL-terminated path; access only reads it.
+            .map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+            .unwrap_or(false)
+    };
+    let file = std::path::Path::new(path);
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let side = |suffix: &str| std::path::PathBuf::from(format!("{path}{suffix}"));
+    can_write(file) && (can_write(dir) || (can_write(&side("-wal")) && can_write(&side("-shm"))))
+}

@@ -255,6 +255,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::Key(a) => {
             let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+            key::check(&a.action, &a.target, &inputs)?;
             let digest = key::input_digest(&inputs);
             println!("{}", key::effect_key(&a.action, &a.target, &digest));
             Ok(0)
@@ -365,6 +366,7 @@ fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
 
 fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+    key::check(&a.action, &a.target, &inputs)?;
     let mut store = open(db)?;
     let mut ctx = Ctx::new(&a.job, a.token);
     if let Some(r) = &a.run_id {
@@ -424,6 +426,11 @@ fn report(out: &Outcome) {
             inert(reason)
         ),
         Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
+        Outcome::LeaseEnding { until, .. } => eprintln!(
+            "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); renew the lease and try again",
+            crate::time::human_ms(store::SUBMIT_MIN_LEFT.as_millis() as u64),
+            inert(until.as_deref().unwrap_or("now: it was released or taken over"))
+        ),
         Outcome::NotSent { reason, .. } => {
             eprintln!(
                 "exactly: effect {k} not sent ({}); claim released",
@@ -455,7 +462,8 @@ fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
                 inert(by.as_deref().unwrap_or("someone")),
                 inert(at.as_deref().unwrap_or("?"))
             );
-            if state == verb || (approve && state == "consumed") {
+            // Denying what is no longer pending fails: the caller must learn it was not stopped.
+            if approve && (state == verb || state == "consumed") {
                 0
             } else {
                 1

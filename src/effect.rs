@@ -1,9 +1,15 @@
 //! The effect lifecycle: `claimed` → `submitted` (committed before the request leaves) → `done`
 //! or `unknown`. A second attempt learns what happened from the unique violation and branches
 //! on the row's state; `submitted`/`unknown` are settled by an observer before any retry.
+//!
+//! The protocol is a step machine ([`Attempt`]) that does no I/O: it asks for one store call or
+//! far-side call at a time ([`Io`]) and takes the answer ([`Input`]). [`run`] drives it for the
+//! CLI, the scheduler and the library; tests drive many attempts in any interleaving. Every
+//! transition it asks for is a compare-and-set on the row version it last read ([`Seen`]), so a
+//! verdict applies only to the attempt it observed, and a send in flight is never settled.
 use crate::fault;
 use crate::key;
-use crate::store::{Begin, NewEffect, Resolution, Resolved, Store, Submit};
+use crate::store::{Begin, NewEffect, Resolution, Seen, Store, Submit, Verdict};
 use crate::Result;
 use serde_json::{Map, Value};
 use std::io::Read;
@@ -66,9 +72,15 @@ impl Spec {
     pub fn input_digest(&self) -> String {
         key::input_digest(&self.inputs)
     }
-    /// The effect key (DESIGN.md's contract).
+    /// The effect key (DESIGN.md's contract). See [`Spec::checked_key`].
     pub fn key(&self) -> String {
         key::effect_key(&self.action, &self.target, &self.input_digest())
+    }
+    /// The effect key, refusing (exit 2) a spec whose joined string could be read two ways:
+    /// an empty or `|`-holding action, an empty target, an empty input key.
+    pub fn checked_key(&self) -> Result<String> {
+        key::check(&self.action, &self.target, &self.inputs)?;
+        Ok(self.key())
     }
 }
 
@@ -122,6 +134,8 @@ pub enum Outcome {
     Cancelled { key: String },
     /// The action promised nothing was sent; the reservation was released.
     NotSent { key: String, reason: String },
+    /// Too little of the lease was left to send under it (or it was released): nothing sent.
+    LeaseEnding { key: String, until: Option<String> },
 }
 
 impl Outcome {
@@ -134,7 +148,8 @@ impl Outcome {
             | Outcome::Unresolved { key, .. }
             | Outcome::Unknown { key, .. }
             | Outcome::Cancelled { key }
-            | Outcome::NotSent { key, .. } => key,
+            | Outcome::NotSent { key, .. }
+            | Outcome::LeaseEnding { key, .. } => key,
         }
     }
 
@@ -142,7 +157,7 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Done { .. } | Outcome::DuplicateSuppressed { .. } => 0,
-            Outcome::Fenced { .. } => 3,
+            Outcome::Fenced { .. } | Outcome::LeaseEnding { .. } => 3,
             Outcome::AwaitingApproval { .. } => 4,
             Outcome::Unresolved { .. } => 5,
             Outcome::Unknown { .. } => 6,
@@ -153,212 +168,431 @@ impl Outcome {
 }
 
 /// `host:pid` of this attempt, recorded with `submitted` so a restart can tell a dead sender
-/// from one still sending.
-fn attempt_id() -> String {
-    format!("{}:{}", crate::hostname(), std::process::id())
+/// from one still sending. The host is [`crate::host`] (`EXACTLY_HOST`, else the host name).
+pub fn attempt_id() -> String {
+    format!("{}:{}", crate::host(), std::process::id())
 }
 
-/// True when the attempt that moved the row to `submitted` is a live process on this host
-/// (other than us): it may be sending right now, so observing would race it.
-fn sender_alive(attempt: Option<&str>) -> bool {
+/// What can be known about the process that moved a row to `submitted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// A live process on this host (other than us): it may be sending right now.
+    Alive,
+    /// This host, and its process is gone (the command it ran died with it): nothing more
+    /// will leave on its behalf.
+    Gone,
+    /// Another host, ourselves, or no attempt recorded: only its lease can tell.
+    Unknown,
+}
+
+/// Looks the sender of a `submitted` row up by its attempt id (`host:pid`).
+pub fn sender(attempt: Option<&str>) -> Sender {
     let Some((host, pid)) = attempt.and_then(|a| a.rsplit_once(':')) else {
-        return false;
+        return Sender::Unknown;
     };
     let Ok(pid) = pid.parse::<i32>() else {
-        return false;
+        return Sender::Unknown;
     };
-    if host != crate::hostname() || pid as u32 == std::process::id() || pid <= 0 {
-        return false;
+    if host != crate::host() || pid as u32 == std::process::id() || pid <= 0 {
+        return Sender::Unknown;
     }
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+    if unsafe { libc::kill(pid, 0) == 0 } {
+        Sender::Alive
+    } else {
+        Sender::Gone
+    }
 }
 
-/// Runs one effect under the ledger's guard. See [`Outcome`] for the ways it ends.
-pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -> Result<Outcome> {
-    let key = spec.key();
-    let digest = spec.input_digest();
-    let begin = store.begin_effect(&NewEffect {
-        effect_key: &key,
-        job_key: &ctx.job,
-        run_id: &ctx.run_id,
-        token: ctx.token,
-        terms_shown: spec.terms.as_deref(),
-        action_id: &spec.action,
-        target_id: &spec.target,
-        input_digest: &digest,
-        observe_cmd: spec.observe_cmd.as_deref(),
-    })?;
-    match begin {
-        Begin::Fenced => return Ok(Outcome::Fenced { key }),
-        Begin::Claimed => {}
-        Begin::Existing(row) => match row.state.as_str() {
-            "done" => {
-                store.record_duplicate(&key, &ctx.job, Some(ctx.token), "already done")?;
-                return Ok(Outcome::DuplicateSuppressed {
-                    key,
-                    response: row.response,
-                });
-            }
-            "cancelled" => return Ok(Outcome::Cancelled { key }),
-            // Nothing was sent: the compare-and-set below takes the row over.
-            "claimed" => {}
-            "submitted" | "unknown" => {
-                if row.state == "submitted" && sender_alive(row.attempt.as_deref()) {
-                    return Ok(Outcome::Unresolved {
-                        key,
-                        state: row.state,
-                        reason: "another attempt is sending it right now".into(),
-                    });
+/// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
+/// The attempt itself does no I/O (the sans-IO style of `quinn-proto`): [`run`] drives it for
+/// the CLI, the scheduler and the library, and tests drive many attempts in any order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Io {
+    /// Reserve the key, or read the row that holds it ([`Store::begin_effect`]).
+    Begin,
+    /// Ask the far side whether the effect happened ([`Action::observe`]).
+    Look,
+    /// Record the observer's verdict on the row version it looked at
+    /// ([`Store::observe_verdict_on`]).
+    Verdict {
+        observation: Observation,
+        seen: Seen,
+        lease_check: bool,
+    },
+    /// Move `claimed` → `submitted`, a compare-and-set on `seen` ([`Store::submit_effect_on`]).
+    Submit { seen: Seen },
+    /// Send it ([`Action::perform`]).
+    Send,
+    /// Record the answer ([`Store::finish_effect_on`], or [`Store::release_effect_on`] for nothing
+    /// sent) on the row as our `submitted` left it.
+    Finish {
+        sent: std::result::Result<String, Failure>,
+        seen: Seen,
+    },
+    /// Count a suppressed duplicate ([`Store::record_duplicate`]), then end.
+    Duplicate { detail: String },
+    /// The attempt is over.
+    End(Outcome),
+}
+
+/// The answer to an [`Io`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Began(Begin, Sender),
+    Looked(Observation),
+    Judged(Verdict),
+    Submitted(Submit),
+    Sent(std::result::Result<String, Failure>),
+    Finished(bool),
+    Counted,
+}
+
+/// How often an attempt re-reads a row that moved under it before it gives up (exit 5).
+const REREADS: u8 = 3;
+
+/// One attempt at one effect, as a step machine: [`Attempt::start`] gives the first [`Io`],
+/// [`Attempt::step`] takes each answer and gives the next, until [`Io::End`].
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    key: String,
+    digest: String,
+    ctx: Ctx,
+    spec: Spec,
+    attempt: String,
+    /// What the last observation was about, so its verdict names that row version.
+    looked_at: Option<(Seen, bool)>,
+    /// Our `submitted` row, for the compare-and-set that records the answer.
+    submitted: Option<Seen>,
+    /// The outcome a counted duplicate ends with.
+    duplicate: Option<Outcome>,
+    rereads: u8,
+    last: Io,
+}
+
+impl Attempt {
+    /// A new attempt; `attempt` is its id (`host:pid`, see [`attempt_id`]). Refuses a spec whose
+    /// key could be read two ways.
+    pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
+        let key = spec.checked_key()?;
+        Ok(Attempt {
+            key,
+            digest: spec.input_digest(),
+            ctx: ctx.clone(),
+            spec: spec.clone(),
+            attempt: attempt.to_string(),
+            looked_at: None,
+            submitted: None,
+            duplicate: None,
+            rereads: 0,
+            last: Io::Begin,
+        })
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The step the driver must perform now.
+    pub fn pending(&self) -> &Io {
+        &self.last
+    }
+
+    /// The first step.
+    pub fn start(&mut self) -> Io {
+        self.last = Io::Begin;
+        self.last.clone()
+    }
+
+    /// Takes the answer to the pending step; returns the next.
+    pub fn step(&mut self, input: Input) -> Io {
+        self.last = self.next(input);
+        self.last.clone()
+    }
+
+    fn end(&self, out: Outcome) -> Io {
+        Io::End(out)
+    }
+
+    fn unresolved(&self, state: &str, reason: String) -> Io {
+        self.end(Outcome::Unresolved {
+            key: self.key.clone(),
+            state: state.to_string(),
+            reason,
+        })
+    }
+
+    /// The row moved under us: read it again (a bounded number of times).
+    fn reread(&mut self, state: &str, why: &str) -> Io {
+        if self.rereads >= REREADS {
+            return self.unresolved(
+                state,
+                format!("the ledger row kept moving under this attempt ({why})"),
+            );
+        }
+        self.rereads += 1;
+        self.looked_at = None;
+        Io::Begin
+    }
+
+    fn duplicate(&mut self, detail: &str, response: Option<String>) -> Io {
+        self.duplicate = Some(Outcome::DuplicateSuppressed {
+            key: self.key.clone(),
+            response,
+        });
+        Io::Duplicate {
+            detail: detail.to_string(),
+        }
+    }
+
+    fn in_flight(&self, attempt: Option<&str>, since: &str, until: Option<&str>) -> Io {
+        let who = attempt.unwrap_or("an attempt that recorded no id");
+        let lease = until
+            .map(|u| format!("; its lease runs until {u}"))
+            .unwrap_or_default();
+        self.unresolved(
+            "submitted",
+            format!("in flight: attempt {who} has been sending it since {since}{lease}"),
+        )
+    }
+
+    fn next(&mut self, input: Input) -> Io {
+        let key = self.key.clone();
+        match input {
+            Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced { key }),
+            Input::Began(Begin::Claimed(seen), _) => Io::Submit { seen },
+            Input::Began(Begin::Existing(row, lease), sender) => match row.state.as_str() {
+                "done" => self.duplicate("already done", row.response.clone()),
+                "cancelled" => self.end(Outcome::Cancelled { key }),
+                // Nothing was sent: the compare-and-set takes the row over.
+                "claimed" => Io::Submit { seen: row.seen() },
+                "submitted" => {
+                    let since = row.updated_at.as_str();
+                    match sender {
+                        Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
+                        Sender::Unknown if lease.live => {
+                            self.in_flight(row.attempt.as_deref(), since, lease.until.as_deref())
+                        }
+                        _ => {
+                            self.looked_at = Some((row.seen(), sender != Sender::Gone));
+                            Io::Look
+                        }
+                    }
                 }
-                if let Some(out) = settle(store, ctx, &key, &row.state, action)? {
-                    return Ok(out);
+                "unknown" => {
+                    self.looked_at = Some((row.seen(), false));
+                    Io::Look
                 }
-            }
-            other => {
-                return Ok(Outcome::Unresolved {
-                    key,
-                    state: other.to_string(),
-                    reason: format!(
+                other => self.unresolved(
+                    other,
+                    format!(
                         "the ledger row is in unrecognised state {:?}",
                         crate::sanitize::inert(other)
                     ),
+                ),
+            },
+            Input::Looked(observation) => {
+                let Some((seen, lease_check)) = self.looked_at.clone() else {
+                    return self.reread("?", "an observation without a row");
+                };
+                Io::Verdict {
+                    observation,
+                    seen,
+                    lease_check,
+                }
+            }
+            Input::Judged(v) => {
+                let observation = match &self.last {
+                    Io::Verdict { observation, .. } => observation.clone(),
+                    _ => Observation::CantTell(String::new()),
+                };
+                match v {
+                    Verdict::Applied { seen, .. } => match observation {
+                        Observation::Happened(resp) => {
+                            self.duplicate("observer: already happened", resp)
+                        }
+                        Observation::NotHappened => Io::Submit { seen },
+                        Observation::CantTell(why) => self.unresolved(
+                            &seen.state,
+                            format!(
+                                "the observer could not tell ({why}); resolve it with `exactly resolve`"
+                            ),
+                        ),
+                    },
+                    Verdict::Stale { state } => {
+                        self.reread(&state, "an observer's verdict about it went stale")
+                    }
+                    Verdict::NotOpen { state, .. } => {
+                        self.reread(&state, "it was settled by someone else meanwhile")
+                    }
+                    Verdict::NotFound => self.reread("released", "it was released meanwhile"),
+                    Verdict::InFlight {
+                        attempt,
+                        since,
+                        until,
+                        ..
+                    } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
+                    Verdict::Fenced => self.end(Outcome::Fenced { key }),
+                }
+            }
+            Input::Submitted(s) => match s {
+                Submit::Won { seen, .. } => {
+                    self.submitted = Some(seen);
+                    Io::Send
+                }
+                Submit::Fenced => self.end(Outcome::Fenced { key }),
+                Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
+                Submit::Denied => self.end(Outcome::Cancelled { key }),
+                Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
+                Submit::Lost(row) => match row.state.as_str() {
+                    "done" => self.duplicate("done by a concurrent attempt", row.response.clone()),
+                    "cancelled" => self.end(Outcome::Cancelled { key }),
+                    state => {
+                        let state = state.to_string();
+                        self.reread(&state, "a concurrent attempt moved it first")
+                    }
+                },
+            },
+            Input::Sent(sent) => Io::Finish {
+                sent,
+                seen: self.submitted.clone().unwrap_or_default(),
+            },
+            Input::Finished(ok) => {
+                let sent = match &self.last {
+                    Io::Finish { sent, .. } => sent.clone(),
+                    _ => Err(Failure::Lost(String::new())),
+                };
+                if !ok {
+                    return self.end(Outcome::Fenced { key });
+                }
+                self.end(match sent {
+                    Ok(response) => Outcome::Done { key, response },
+                    Err(Failure::NotSent(reason)) => Outcome::NotSent { key, reason },
+                    Err(Failure::Lost(reason)) => Outcome::Unknown { key, reason },
                 })
             }
-        },
-    }
-    fault::point("after_claim");
-    if spec.needs_approval {
-        match store.approval(&key)? {
-            None => {
-                store.request_approval(&key, &ctx.job, spec.terms.as_deref())?;
-                return Ok(Outcome::AwaitingApproval { key });
-            }
-            Some(a) if a.state == "pending" => return Ok(Outcome::AwaitingApproval { key }),
-            _ => {}
-        }
-    }
-    let attempt = attempt_id();
-    match store.submit_effect(
-        &key,
-        &ctx.job,
-        &ctx.run_id,
-        ctx.token,
-        &attempt,
-        spec.needs_approval,
-    )? {
-        Submit::Won { .. } => {}
-        Submit::Fenced => return Ok(Outcome::Fenced { key }),
-        Submit::NotApproved => return Ok(Outcome::AwaitingApproval { key }),
-        Submit::Denied => return Ok(Outcome::Cancelled { key }),
-        Submit::Lost(row) => {
-            return Ok(match row.state.as_str() {
-                "done" => {
-                    store.record_duplicate(
-                        &key,
-                        &ctx.job,
-                        Some(ctx.token),
-                        "done by a concurrent attempt",
-                    )?;
-                    Outcome::DuplicateSuppressed {
+            Input::Counted => {
+                let out = self
+                    .duplicate
+                    .take()
+                    .unwrap_or(Outcome::DuplicateSuppressed {
                         key,
-                        response: row.response,
-                    }
-                }
-                "cancelled" => Outcome::Cancelled { key },
-                state => Outcome::Unresolved {
-                    key,
-                    state: state.to_string(),
-                    reason: "a concurrent attempt won the claim and is sending it".into(),
-                },
-            })
+                        response: None,
+                    });
+                self.end(out)
+            }
         }
     }
-    fault::point("after_submitted");
-    let sent = action.perform(&key);
-    fault::point("after_send");
-    let out = match sent {
-        Ok(response) => {
-            if store.finish_effect(&key, &ctx.job, ctx.token, "done", &response)? {
-                Outcome::Done { key, response }
-            } else {
-                Outcome::Fenced { key }
-            }
-        }
-        Err(Failure::NotSent(reason)) => {
-            if store.release_effect(&key, &ctx.job, ctx.token)? {
-                Outcome::NotSent { key, reason }
-            } else {
-                Outcome::Fenced { key }
-            }
-        }
-        Err(Failure::Lost(reason)) => {
-            if store.finish_effect(&key, &ctx.job, ctx.token, "unknown", &reason)? {
-                Outcome::Unknown { key, reason }
-            } else {
-                Outcome::Fenced { key }
-            }
-        }
-    };
-    fault::point("after_done");
-    Ok(out)
 }
 
-/// Asks the observer about an open effect and records its verdict. Returns the outcome when the
-/// attempt must stop here, or None when the effect did not happen and may be sent.
-fn settle(
+/// Performs one step of `att` against the store and the action, at the named fault points of
+/// the real code path. [`Io::End`] has nothing to perform.
+pub fn execute(
     store: &mut Store,
-    ctx: &Ctx,
-    key: &str,
-    state: &str,
+    att: &Attempt,
+    io: &Io,
     action: &mut dyn Action,
-) -> Result<Option<Outcome>> {
-    let key = key.to_string();
-    let fence = Some((ctx.job.as_str(), ctx.token));
-    match action.observe(&key) {
-        Observation::Happened(resp) => {
-            let words = resp.clone().unwrap_or_default();
-            match store.observe_verdict(&key, Some(Resolution::Happened), &words, fence)? {
-                Resolved::NotOpen { state, .. } if state == "fenced" => {
-                    Ok(Some(Outcome::Fenced { key }))
+) -> Result<Option<Input>> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    Ok(Some(match io {
+        Io::Begin => {
+            let begin = store.begin_effect(&NewEffect {
+                effect_key: key,
+                job_key: &ctx.job,
+                run_id: &ctx.run_id,
+                token: ctx.token,
+                terms_shown: att.spec.terms.as_deref(),
+                action_id: &att.spec.action,
+                target_id: &att.spec.target,
+                input_digest: &att.digest,
+                observe_cmd: att.spec.observe_cmd.as_deref(),
+            })?;
+            let who = match &begin {
+                Begin::Existing(row, _) if row.state == "submitted" => {
+                    sender(row.attempt.as_deref())
                 }
-                _ => {
-                    store.record_duplicate(
-                        &key,
-                        &ctx.job,
-                        Some(ctx.token),
-                        "observer: already happened",
-                    )?;
-                    Ok(Some(Outcome::DuplicateSuppressed {
-                        key,
-                        response: resp,
-                    }))
-                }
-            }
+                _ => Sender::Unknown,
+            };
+            Input::Began(begin, who)
         }
-        Observation::NotHappened => {
-            match store.observe_verdict(&key, Some(Resolution::NotHappened), "", fence)? {
-                Resolved::Done { .. } => Ok(None),
-                Resolved::NotOpen { state, .. } if state == "fenced" => {
-                    Ok(Some(Outcome::Fenced { key }))
+        Io::Look => Input::Looked(action.observe(key)),
+        Io::Verdict {
+            observation,
+            seen,
+            lease_check,
+        } => {
+            let (res, words) = match observation {
+                Observation::Happened(r) => {
+                    (Some(Resolution::Happened), r.clone().unwrap_or_default())
                 }
-                Resolved::NotOpen { state, .. } => Ok(Some(Outcome::Unresolved {
-                    key,
-                    state,
-                    reason: "settled by someone else meanwhile".into(),
-                })),
-                Resolved::NotFound => Ok(None),
-            }
+                Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
+                Observation::CantTell(w) => (None, w.clone()),
+            };
+            let fence = Some((ctx.job.as_str(), ctx.token));
+            Input::Judged(store.observe_verdict_on(key, res, &words, fence, seen, *lease_check)?)
         }
-        Observation::CantTell(why) => {
-            store.observe_verdict(&key, None, &why, fence)?;
-            Ok(Some(Outcome::Unresolved {
+        Io::Submit { seen } => {
+            fault::point("after_claim");
+            let s = store.submit_effect_on(
                 key,
-                state: state.to_string(),
-                reason: format!(
-                    "the observer could not tell ({why}); resolve it with `exactly resolve`"
-                ),
-            }))
+                &ctx.job,
+                &ctx.run_id,
+                ctx.token,
+                &att.attempt,
+                att.spec.needs_approval,
+                att.spec.terms.as_deref(),
+                seen,
+            )?;
+            if matches!(s, Submit::Won { .. }) {
+                fault::point("after_submitted");
+            }
+            Input::Submitted(s)
+        }
+        Io::Send => {
+            let sent = action.perform(key);
+            fault::point("after_send");
+            Input::Sent(sent)
+        }
+        Io::Finish { sent, seen } => {
+            let ok = match sent {
+                Ok(response) => {
+                    store.finish_effect_on(key, &ctx.job, ctx.token, "done", response, seen)?
+                }
+                Err(Failure::NotSent(_)) => {
+                    store.release_effect_on(key, &ctx.job, ctx.token, seen)?
+                }
+                Err(Failure::Lost(reason)) => {
+                    store.finish_effect_on(key, &ctx.job, ctx.token, "unknown", reason, seen)?
+                }
+            };
+            fault::point("after_done");
+            Input::Finished(ok)
+        }
+        Io::Duplicate { detail } => {
+            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail)?;
+            Input::Counted
+        }
+        Io::End(_) => return Ok(None),
+    }))
+}
+
+/// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
+/// for the ways it ends.
+pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -> Result<Outcome> {
+    let mut att = Attempt::new(ctx, spec, &attempt_id())?;
+    let mut io = att.start();
+    loop {
+        match execute(store, &att, &io, action)? {
+            Some(input) => io = att.step(input),
+            None => {
+                if let Io::End(out) = io {
+                    return Ok(out);
+                }
+            }
         }
     }
 }
@@ -372,12 +606,18 @@ pub struct Settled {
 }
 
 /// Runs a recorded observer on every open effect of a job (the runner does this before the
-/// job's next run). Returns (effect key, verdict) pairs.
+/// job's next run); each verdict applies only to the row version it observed, and a send still
+/// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
 pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
-        if row.state == "submitted" && sender_alive(row.attempt.as_deref()) {
+        let who = if row.state == "submitted" {
+            sender(row.attempt.as_deref())
+        } else {
+            Sender::Gone
+        };
+        if who == Sender::Alive {
             continue;
         }
         let Some(cmd) = row.observe_cmd.clone() else {
@@ -389,12 +629,21 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
             Observation::CantTell(w) => (None, w.clone()),
         };
-        store.observe_verdict(&row.effect_key, res, &words, None)?;
-        out.push(Settled {
-            effect_key: row.effect_key,
-            run_id: row.run_id,
-            verdict,
-        });
+        let applied = store.observe_verdict_on(
+            &row.effect_key,
+            res,
+            &words,
+            None,
+            &row.seen(),
+            who != Sender::Gone,
+        )?;
+        if matches!(applied, Verdict::Applied { .. }) {
+            out.push(Settled {
+                effect_key: row.effect_key,
+                run_id: row.run_id,
+                verdict,
+            });
+        }
     }
     Ok(out)
 }

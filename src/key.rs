@@ -19,7 +19,31 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Parses `k=v` pairs (string values) into an inputs object.
+/// Refuses inputs whose joined string could be read two ways (DESIGN.md's contract): the
+/// action must be non-empty and `|`-free, the target non-empty, every input key non-empty. Then
+/// `action|target|digest` is unambiguous, the digest having a fixed width.
+pub fn check(action_id: &str, target_id: &str, inputs: &Map<String, Value>) -> crate::Result<()> {
+    let bad = |why: String| Err(crate::Error::Usage(why));
+    if action_id.is_empty() {
+        return bad("the action is empty; name what the effect does".into());
+    }
+    if action_id.contains('|') {
+        return bad(format!(
+            "the action {:?} contains '|', which would make effect keys ambiguous",
+            crate::sanitize::inert(action_id)
+        ));
+    }
+    if target_id.is_empty() {
+        return bad("the target is empty; name what the effect acts on".into());
+    }
+    if inputs.keys().any(|k| k.is_empty()) {
+        return bad("an input has an empty key".into());
+    }
+    Ok(())
+}
+
+/// Parses `k=v` pairs (string values) into an inputs object. A key given twice is refused:
+/// which value was meant cannot be told.
 pub fn parse_inputs(pairs: &[String]) -> crate::Result<Map<String, Value>> {
     let mut map = Map::new();
     for p in pairs {
@@ -29,7 +53,21 @@ pub fn parse_inputs(pairs: &[String]) -> crate::Result<Map<String, Value>> {
                 crate::sanitize::inert(p)
             )));
         };
-        map.insert(k.to_string(), Value::String(v.to_string()));
+        if k.is_empty() {
+            return Err(crate::Error::Usage(format!(
+                "--input {:?} has an empty key",
+                crate::sanitize::inert(p)
+            )));
+        }
+        if map
+            .insert(k.to_string(), Value::String(v.to_string()))
+            .is_some()
+        {
+            return Err(crate::Error::Usage(format!(
+                "--input {:?} is given twice",
+                crate::sanitize::inert(k)
+            )));
+        }
     }
     Ok(map)
 }

@@ -35,17 +35,16 @@ pub fn job_name_problem(name: &str) -> Option<String> {
             "a job name is at most {JOB_NAME_MAX} characters (this one has {n})"
         ));
     }
-    if let Some(c) = name.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
+    if let Some(c) = name
+        .chars()
+        .find(|c| c.is_control() || crate::sanitize::is_bidi(*c))
+    {
         return Some(format!(
             "a job name must not contain control characters (found U+{:04X})",
             c as u32
         ));
     }
     None
-}
-
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `name` as a job name, or the one clear reason it is not one (a clap value parser too).
@@ -56,11 +55,32 @@ pub fn job_name(name: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired.
+/// The shortest lease accepted (as in jobs files): shorter, no heartbeat could keep it.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Refuses a lease duration below [`MIN_LEASE`] or above [`time::MAX_DURATION`].
+pub fn check_duration(dur: Duration) -> Result<()> {
+    if dur < MIN_LEASE {
+        return Err(crate::Error::Usage(format!(
+            "a lease of {} is shorter than 100ms; no heartbeat can keep it",
+            time::human_ms(dur.as_millis() as u64)
+        )));
+    }
+    if dur > time::MAX_DURATION {
+        return Err(crate::Error::Usage(
+            "a lease longer than 100y is refused (timestamps keep a 4-digit year)".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired (and the clock-skew
+/// margin, [`time::max_skew`], has passed too).
 pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result<Claim> {
     if let Some(why) = job_name_problem(job) {
         return Err(crate::Error::Usage(why));
     }
+    check_duration(dur)?;
     let now = time::now();
     let until = time::fmt(time::add(now, dur));
     Ok(
@@ -81,6 +101,7 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
 
 /// Extends the lease; `Ok(false)` means a higher token exists: we were fenced and must stop.
 pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<bool> {
+    check_duration(dur)?;
     let until = time::fmt(time::add(time::now(), dur));
     store.renew_lease(job, token, &until)
 }
@@ -91,12 +112,8 @@ pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
     store.release_lease(job, token)
 }
 
-/// A default owner name: `user@host:pid`.
+/// A default owner name: `user@host:pid` (the host as in attempt ids: `EXACTLY_HOST`, else
+/// the host name).
 pub fn default_owner() -> String {
-    format!(
-        "{}@{}:{}",
-        crate::user(),
-        crate::hostname(),
-        std::process::id()
-    )
+    format!("{}@{}:{}", crate::user(), crate::host(), std::process::id())
 }

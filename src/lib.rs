@@ -142,6 +142,15 @@ fn login_name() -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
+/// The host identity recorded in attempt ids: `EXACTLY_HOST` (for containers that share a
+/// database), else the host name. A sender's process is checked only on its own host.
+pub fn host() -> String {
+    std::env::var("EXACTLY_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(hostname)
+}
+
 /// This machine's name, for lease owners and attempt records.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

@@ -540,8 +540,8 @@ impl Snapshot {
         for j in &self.jobs {
             for (outcome, count) in &j.runs_by_outcome {
                 runs.get_or_create(&vec![
-                    ("job".to_string(), j.job_key.clone()),
-                    ("outcome".to_string(), outcome.clone()),
+                    ("job".to_string(), label_value(&j.job_key)),
+                    ("outcome".to_string(), label_value(outcome)),
                 ])
                 .inc_by(*count);
             }
@@ -694,12 +694,29 @@ impl Snapshot {
     }
 }
 
-/// Label values are the names as stored: the encoder escapes `\\`, `"` and line feeds, and
-/// the exposition format carries every other character as it is, so two names never collide.
 type Labels = Vec<(String, String)>;
 
 fn job_label(j: &JobRow) -> Labels {
-    vec![("job".to_string(), j.job_key.clone())]
+    vec![("job".to_string(), label_value(&j.job_key))]
+}
+
+/// A job's name as a label value: the name itself, except that a backslash is doubled and a
+/// control or bidi character (only another program can write one; jobs files and the CLI
+/// refuse them) is written `\u{1b}`. The mapping is one-to-one, so two jobs never share a
+/// series, and nothing raw reaches a terminal that shows the metrics. (The exposition format
+/// then escapes `\\`, `"` and line feeds once more, as it does for every value.)
+pub fn label_value(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || crate::sanitize::is_bidi(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Run duration buckets, seconds: a second to a day.

@@ -55,6 +55,28 @@ pub fn parse_duration(s: &str) -> crate::Result<Duration> {
     Ok(d)
 }
 
+/// The documented default of [`max_skew`].
+pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(2);
+
+/// The most two clocks writing one database may disagree (`EXACTLY_MAX_SKEW`, default 2s). On
+/// one SQLite file there is no server clock, so, like Chubby's lock-delay, nobody takes over an
+/// expired lease, or settles the send made under it, until this margin has passed too.
+pub fn max_skew() -> Duration {
+    std::env::var("EXACTLY_MAX_SKEW")
+        .ok()
+        .and_then(|s| parse_duration(&s).ok())
+        .unwrap_or(DEFAULT_MAX_SKEW)
+}
+
+/// `ts` minus the clock-skew margin, as text: a lease ending before it has surely expired on
+/// every clock within the margin.
+pub fn minus_skew(ts: &str) -> String {
+    match parse(ts) {
+        Some(t) => fmt(t - chrono::Duration::milliseconds(max_skew().as_millis() as i64)),
+        None => ts.to_string(),
+    }
+}
+
 /// Seconds between two instants, never negative.
 pub fn age_s(since: Ts, now: Ts) -> i64 {
     (now - since).num_seconds().max(0)

@@ -60,8 +60,8 @@ fn racing_processes_claim_one_lease_and_tokens_only_go_up() {
         assert_eq!(winners[0].1.trim(), "1");
         assert!(results.iter().all(|r| r.0 == 0 || r.0 == 3), "{results:?}");
     }
-    // Steals and releases: the token never goes backwards.
-    let env = Env::new();
+    // Steals and releases: the token never goes backwards (no clock-skew margin here).
+    let env = Env::new().with_skew("0ms");
     let mut last = 0;
     for i in 0..5 {
         let t = env.claim("steady", "150ms");
@@ -92,7 +92,8 @@ fn racing_processes_claim_one_lease_and_tokens_only_go_up() {
 
 #[test]
 fn a_stolen_lease_fences_every_write_of_the_old_holder() {
-    let env = Env::new();
+    // About fencing, not the clock-skew margin (tests/concurrency_cli.rs covers that).
+    let env = Env::new().with_skew("0ms");
     let old = env.claim("job", "200ms");
     std::thread::sleep(Duration::from_millis(300));
     let new = env.claim("job", "30s");
@@ -563,11 +564,22 @@ fn a_locked_database_waits_for_the_busy_timeout_then_says_so() {
 #[test]
 fn hostile_strings_never_reach_the_terminal_raw() {
     let env = Env::new();
-    let t = env.claim("evil\u{1b}[2Jjob", "1m").to_string();
+    // The CLI refuses such a job name (exit 2); another program may still write one.
+    let (code, _, err) = env.run(&["lease", "claim", "--job", "evil\u{1b}[2Jjob", "--for", "1m"]);
+    assert_eq!(code, 2, "{err}");
+    let t = env.claim("evil", "1m").to_string();
+    rusqlite::Connection::open(&env.db)
+        .expect("open")
+        .execute(
+            "INSERT INTO job_lease VALUES ('evil\u{1b}[2Jjob', 'py', 1, \
+             '2000-01-01T00:00:00.000Z', '2000-01-01T00:00:00.000Z')",
+            [],
+        )
+        .expect("a foreign writer's row");
     let (code, _, _) = env.run(&[
         "effect",
         "--job",
-        "evil\u{1b}[2Jjob",
+        "evil",
         "--token",
         &t,
         "--action",
@@ -613,7 +625,12 @@ fn metrics_are_valid_prometheus_text() {
         }
         let (name_labels, value) = line.rsplit_once(' ').expect("name value");
         let name = name_labels.split('{').next().unwrap();
-        assert!(typed.contains(name), "{name} has no TYPE line");
+        // A histogram's samples are its name with _bucket, _sum or _count.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+            .unwrap_or(name);
+        assert!(typed.contains(family), "{name} has no TYPE line");
         assert!(value.parse::<f64>().is_ok(), "{line}");
     }
     assert!(

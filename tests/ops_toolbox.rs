@@ -119,24 +119,39 @@ fn metrics_parse_with_a_real_prometheus_parser_and_hostile_job_names_never_colli
         let (code, out, err) = env.run(&args);
         assert_eq!(code, 0, "{err}");
         let samples = parse(&out, fmt);
-        // One fencing-token series per job, each with the job's exact name as its label.
+        // Nothing raw reaches a terminal that shows it.
+        assert!(
+            !out.chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{fmt}: {out:?}"
+        );
+        // One fencing-token series per job, each labelled with its name (a backslash doubled, a
+        // control character written \u{..}): one-to-one, so no two jobs share a series.
         let mut jobs: Vec<String> = samples
             .iter()
             .filter(|s| s.0 == "exactly_job_fencing_token")
             .map(|s| s.1["job"].as_str().expect("job label").to_string())
             .collect();
         jobs.sort();
-        let mut want: Vec<String> = HOSTILE.iter().map(|s| s.to_string()).collect();
+        let mut want: Vec<String> = HOSTILE
+            .iter()
+            .map(|s| exactly::metrics::label_value(s))
+            .collect();
         want.sort();
-        assert_eq!(jobs, want, "{fmt}: every job its own series, name intact");
+        want.dedup();
+        assert_eq!(want.len(), HOSTILE.len(), "label_value is one-to-one");
+        assert_eq!(jobs, want, "{fmt}: every job its own series");
+        assert!(jobs.contains(&"a\\u{a}b".to_string()), "{jobs:?}");
+        assert!(jobs.contains(&"a\\\\nb".to_string()), "{jobs:?}");
+        assert!(jobs.contains(&"a\"b".to_string()), "{jobs:?}");
         let token = |job: &str| {
             samples
                 .iter()
                 .find(|s| s.0 == "exactly_job_fencing_token" && s.1["job"] == job)
                 .map(|s| s.2)
         };
-        assert_eq!(token("a\nb"), Some(2.0), "{fmt}");
-        assert_eq!(token("a\\nb"), Some(5.0), "{fmt}");
+        assert_eq!(token("a\\u{a}b"), Some(2.0), "{fmt}");
+        assert_eq!(token("a\\\\nb"), Some(5.0), "{fmt}");
         // Counters end in _total, typed counter; README's names are all there.
         for name in [
             "exactly_duplicates_suppressed_total",
@@ -450,7 +465,7 @@ fn viewer_site() -> (tempfile::TempDir, String) {
 
 fn as_nobody(db: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("runuser")
-        .args(["-u", "nobody", "--", bin(), "--db", db])
+        .args(["-u", "nobody", "--", &bin(), "--db", db])
         .args(args)
         .env_remove("EXACTLY_ACTOR")
         .output()

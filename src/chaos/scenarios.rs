@@ -155,8 +155,10 @@ fn kill_mid_effect(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) ->
 /// and the effect must still happen once.
 fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let job = "chaos-overrun";
-    let lease_for = Duration::from_millis(100);
-    let pause = Duration::from_millis(350);
+    // Long enough that a slow start still finds more than SUBMIT_MIN_LEFT of it to send under.
+    let lease_for = Duration::from_millis(500);
+    // Stalled past the lease and the clock-skew margin, so the steal lands inside the stall.
+    let pause = lease_for + crate::time::max_skew() + Duration::from_millis(250);
     const WHERE: &[Option<&str>] = &[
         None, // the stale run starts a write only after its lease was stolen
         Some("after_claim"),
@@ -185,8 +187,9 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
             }
             None => None,
         };
-        // The lease runs out while the slow run is stalled; the next run steals it.
-        let expiry = lease_for + Duration::from_millis(15);
+        // The lease runs out while the slow run is stalled; the next run steals it once the
+        // clock-skew margin has passed too.
+        let expiry = lease_for + crate::time::max_skew() + Duration::from_millis(15);
         std::thread::sleep(expiry.saturating_sub(claimed.elapsed()));
         let tb = h.claim(job, "chaos-next", Duration::from_secs(3600))?;
         let b = Eff {

@@ -28,12 +28,71 @@ pub struct LedgerRow {
     pub resolved_at: Option<String>,
     pub resolution_note: Option<String>,
     pub evidence: Option<String>,
+    /// Bumped by every transition; NULL (a row written with the seed's SQL) reads as 0.
+    pub version: i64,
 }
+
+impl LedgerRow {
+    /// What a writer read of this row, for a later compare-and-set.
+    pub fn seen(&self) -> Seen {
+        Seen {
+            state: self.state.clone(),
+            version: self.version,
+            updated_at: self.updated_at.clone(),
+        }
+    }
+}
+
+/// A ledger row as a writer last read it. Every transition is a compare-and-set on it: it
+/// applies only if the row still is in this state, at this version, updated at this instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub state: String,
+    pub version: i64,
+    pub updated_at: String,
+}
+
+static GUARD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Switches off the compare-and-set on the version a writer read and the in-flight check,
+/// leaving the guard this crate had before them (state checks and fencing only), so a test can
+/// show that its interleavings find the duplicate they prevent. For that proof only.
+#[doc(hidden)]
+pub fn switch_guard_off_for_proof(off: bool) {
+    GUARD_OFF.store(off, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn guard_off() -> bool {
+    GUARD_OFF.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The SQL condition "the row is still as seen" over parameters ?S (state), ?V (version) and ?U
+/// (updated_at), numbered from `first`.
+fn still_as_seen(first: usize) -> String {
+    if guard_off() {
+        return format!(
+            "state = ?{} AND (?{} IS NULL OR 1) AND (?{} IS NULL OR 1)",
+            first,
+            first + 1,
+            first + 2
+        );
+    }
+    format!(
+        "state = ?{} AND coalesce(version, 0) = ?{} AND updated_at = ?{}",
+        first,
+        first + 1,
+        first + 2
+    )
+}
+
+/// The version a transition writes.
+const BUMP: &str = "version = coalesce(version, 0) + 1";
 
 pub(crate) const LEDGER_COLS: &str =
     "effect_key, job_key, run_id, fencing_token, state, terms_shown,
     response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
-    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence";
+    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
+    coalesce(version, 0)";
 
 pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
     Ok(LedgerRow {
@@ -57,6 +116,7 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
         resolved_at: text(r, 17)?,
         resolution_note: text(r, 18)?,
         evidence: text(r, 19)?,
+        version: int(r, 20)?.unwrap_or(0),
     })
 }
 
@@ -67,6 +127,34 @@ fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRo
         ledger_row,
     )
     .optional()
+}
+
+/// The least of a lease that must be left for `submitted` to be written: the shortest lease
+/// accepted anywhere. The lease is the permission to send.
+pub const SUBMIT_MIN_LEFT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The lease a send under (`job`, `token`) holds, judged against `now` minus the skew margin.
+fn sender_lease(
+    tx: &Transaction<'_>,
+    job: &str,
+    token: Option<i64>,
+    now: &str,
+) -> rusqlite::Result<SenderLease> {
+    let Some(token) = token else {
+        return Ok(SenderLease::default());
+    };
+    let until: Option<String> = tx
+        .query_row(
+            "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
+            params![job, token, RELEASED],
+            |r| text_or_empty(r, 0),
+        )
+        .optional()?;
+    let margin = crate::time::minus_skew(now);
+    Ok(SenderLease {
+        live: !guard_off() && until.as_deref().is_some_and(|u| u >= margin.as_str()),
+        until,
+    })
 }
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
@@ -115,15 +203,18 @@ pub(crate) fn claim_lease_tx(
             },
         )
         .optional()?;
+    // An expired lease is taken over only once the clock-skew margin has passed too: its
+    // holder's clock may be behind ours (a released lease is before every margin).
+    let steal_before = crate::time::minus_skew(now);
     let won: Option<i64> = tx
         .query_row(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
              VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
                 fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
-             WHERE job_lease.lease_until < excluded.created_at
+             WHERE job_lease.lease_until < ?5
              RETURNING fencing_token",
-            params![job, owner, until, now],
+            params![job, owner, until, now, steal_before],
             |r| r.get(0),
         )
         .optional()?;
@@ -212,12 +303,23 @@ pub struct LeaseRow {
 /// The answer to a move the ledger may refuse.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Begin {
-    /// Our row was inserted in state `claimed`.
-    Claimed,
-    /// A row already exists for the key: branch on its state.
-    Existing(Box<LedgerRow>),
+    /// Our row was inserted in state `claimed`, as seen here.
+    Claimed(Seen),
+    /// A row already exists for the key: branch on its state. With it, whether the lease under
+    /// which it was submitted may still be live (its token's lease ends after now minus the
+    /// clock-skew margin): its sender may still be sending.
+    Existing(Box<LedgerRow>, SenderLease),
     /// A higher fencing token exists for the job.
     Fenced,
+}
+
+/// The lease a `submitted` row was sent under, as the store found it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SenderLease {
+    /// The row's token still holds a lease ending after now minus the clock-skew margin.
+    pub live: bool,
+    /// When that lease ends (None: the token holds no lease any more).
+    pub until: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -225,6 +327,13 @@ pub enum Submit {
     /// We moved the row `claimed` → `submitted`: we, and only we, may send.
     Won {
         approval_consumed: bool,
+        /// The row as we left it, for the compare-and-set that records the answer.
+        seen: Seen,
+    },
+    /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
+    /// the permission to send, so nothing is sent. Renew it and try again.
+    LeaseEnding {
+        until: Option<String>,
     },
     /// Someone else moved it first (or it is no longer `claimed`): never send.
     Lost(Box<LedgerRow>),
@@ -318,6 +427,34 @@ impl Resolution {
     }
 }
 
+/// The answer to an observer's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Recorded (and, when definite, the row settled); `seen` is the row as it left it.
+    Applied {
+        from: String,
+        seen: Seen,
+    },
+    /// The row moved since the observer looked: the verdict was discarded.
+    Stale {
+        state: String,
+    },
+    /// The row's sender may still be sending (its lease is live): not settled.
+    InFlight {
+        state: String,
+        attempt: Option<String>,
+        since: String,
+        until: Option<String>,
+    },
+    /// A higher fencing token exists for the observing job.
+    Fenced,
+    NotOpen {
+        state: String,
+        by: Option<String>,
+    },
+    NotFound,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     Done {
@@ -384,8 +521,9 @@ impl Store {
             }
             let inserted = tx.execute(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-                    terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd)
-                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10
+                    terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
+                    version)
+                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10, 1
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                 params![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
@@ -393,7 +531,11 @@ impl Store {
                 ],
             );
             match inserted {
-                Ok(_) => Ok(Begin::Claimed),
+                Ok(_) => Ok(Begin::Claimed(Seen {
+                    state: "claimed".into(),
+                    version: 1,
+                    updated_at: now.clone(),
+                })),
                 Err(rusqlite::Error::SqliteFailure(f, _))
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {
@@ -405,15 +547,48 @@ impl Store {
                             params![e.effect_key, e.observe_cmd],
                         )?;
                     }
-                    Ok(Begin::Existing(Box::new(row)))
+                    let lease = if row.state == "submitted" {
+                        sender_lease(tx, &row.job_key, row.fencing_token, &now)?
+                    } else {
+                        SenderLease::default()
+                    };
+                    Ok(Begin::Existing(Box::new(row), lease))
                 }
                 Err(err) => Err(err),
             }
         })
     }
 
-    /// The compare-and-set `claimed` → `submitted`, committed before the request leaves. Consumes
-    /// the approval in the same transaction when one is needed.
+    /// The compare-and-set `claimed` → `submitted` on the row as `seen`, committed before the
+    /// request leaves. The approval requirement belongs to the key: once anyone asked for
+    /// approval of it (or `needs_approval`, which asks now), it is sent only once approved; the
+    /// approval is consumed in the same transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_effect_on(
+        &mut self,
+        key: &str,
+        job: &str,
+        run_id: &str,
+        token: i64,
+        attempt: &str,
+        needs_approval: bool,
+        terms: Option<&str>,
+        seen: &Seen,
+    ) -> Result<Submit> {
+        self.submit_tx(
+            key,
+            job,
+            run_id,
+            token,
+            attempt,
+            needs_approval,
+            terms,
+            Some(seen),
+        )
+    }
+
+    /// [`Store::submit_effect_on`] on the row as it is now (for callers that read nothing
+    /// earlier, such as fixtures).
     pub fn submit_effect(
         &mut self,
         key: &str,
@@ -423,50 +598,98 @@ impl Store {
         attempt: &str,
         needs_approval: bool,
     ) -> Result<Submit> {
-        let now = crate::time::now_text();
+        self.submit_tx(key, job, run_id, token, attempt, needs_approval, None, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit_tx(
+        &mut self,
+        key: &str,
+        job: &str,
+        run_id: &str,
+        token: i64,
+        attempt: &str,
+        needs_approval: bool,
+        terms: Option<&str>,
+        seen: Option<&Seen>,
+    ) -> Result<Submit> {
+        let now_ts = crate::time::now();
+        let now = crate::time::fmt(now_ts);
+        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, job)? != Some(token) {
                 fenced(tx, job, Some(key), token, "submit refused")?;
                 return Ok(Submit::Fenced);
             }
+            let lease = sender_lease(tx, job, Some(token), &now)?;
+            if lease.until.as_deref().is_none_or(|u| u < min_until.as_str()) {
+                return Ok(Submit::LeaseEnding { until: lease.until });
+            }
+            let seen = match seen {
+                Some(s) => s.clone(),
+                None => read_row(tx, key)?.map(|r| r.seen()).unwrap_or_default(),
+            };
+            if seen.state != "claimed" {
+                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+            }
             let mut consume = false;
-            if needs_approval {
-                let state: Option<String> = tx
-                    .query_row(
-                        "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
-                        [key],
-                        |r| text_or_empty(r, 0),
-                    )
-                    .optional()?;
-                match state.as_deref() {
-                    Some("approved") => consume = true,
-                    Some("consumed") => {}
-                    Some("denied") => {
-                        tx.execute(
-                            "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2
-                             WHERE effect_key = ?1 AND state = 'claimed'",
-                            params![key, now],
-                        )?;
-                        return Ok(Submit::Denied);
-                    }
-                    _ => return Ok(Submit::NotApproved),
+            let approval: Option<String> = tx
+                .query_row(
+                    "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
+                    [key],
+                    |r| text_or_empty(r, 0),
+                )
+                .optional()?;
+            match approval.as_deref() {
+                None if needs_approval => {
+                    tx.execute(
+                        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+                         VALUES (?1, ?2, ?3, 'pending', ?4)",
+                        params![key, job, terms, now],
+                    )?;
+                    record_event(tx, &NewEvent::new(kind::APPROVAL_REQUESTED).job(job).effect(key))?;
+                    return Ok(Submit::NotApproved);
                 }
+                None | Some("consumed") => {}
+                Some("approved") => consume = true,
+                Some("denied") => {
+                    tx.execute(
+                        &format!(
+                            "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
+                             WHERE effect_key = ?1 AND {}",
+                            still_as_seen(3)
+                        ),
+                        params![key, now, seen.state, seen.version, seen.updated_at],
+                    )?;
+                    return Ok(Submit::Denied);
+                }
+                Some(_) => return Ok(Submit::NotApproved),
             }
             let won = tx
                 .query_row(
-                    "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
-                        fencing_token = ?4, attempt = ?5, updated_at = ?6
-                     WHERE effect_key = ?1 AND state = 'claimed'
-                       AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
-                     RETURNING effect_key",
-                    params![key, job, run_id, token, attempt, now],
-                    |_| Ok(()),
+                    &format!(
+                        "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
+                            fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
+                         WHERE effect_key = ?1 AND {}
+                           AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
+                         RETURNING coalesce(version, 0)",
+                        still_as_seen(7)
+                    ),
+                    params![
+                        key, job, run_id, token, attempt, now, seen.state, seen.version,
+                        seen.updated_at
+                    ],
+                    |r| int(r, 0),
                 )
-                .optional()?
-                .is_some();
-            if !won {
+                .optional()?;
+            let Some(version) = won else {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
-            }
+            };
+            let after = Seen {
+                state: "submitted".into(),
+                version: version.unwrap_or(0),
+                updated_at: now.clone(),
+            };
             if consume {
                 tx.execute(
                     "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
@@ -478,12 +701,27 @@ impl Store {
                     &NewEvent::new(kind::APPROVAL_CONSUMED).job(job).effect(key).token(token),
                 )?;
             }
-            Ok(Submit::Won { approval_consumed: consume })
+            Ok(Submit::Won { approval_consumed: consume, seen: after })
         })
     }
 
     /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
-    /// counted as a fenced write) unless we still hold the current token and the row is ours.
+    /// counted as a fenced write) unless we still hold the current token and the row is still
+    /// as our `submitted` left it (`seen`).
+    pub fn finish_effect_on(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        state: &str,
+        response: &str,
+        seen: &Seen,
+    ) -> Result<bool> {
+        self.finish_tx(key, job, token, state, response, Some(seen))
+    }
+
+    /// [`Store::finish_effect_on`] on a `submitted` row as it is now (for callers that read
+    /// nothing earlier, such as fixtures).
     pub fn finish_effect(
         &mut self,
         key: &str,
@@ -492,13 +730,45 @@ impl Store {
         state: &str,
         response: &str,
     ) -> Result<bool> {
+        self.finish_tx(key, job, token, state, response, None)
+    }
+
+    fn finish_tx(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        state: &str,
+        response: &str,
+        seen: Option<&Seen>,
+    ) -> Result<bool> {
         let now = crate::time::now_text();
         self.write(|tx| {
+            let seen = match seen {
+                Some(s) => s.clone(),
+                None => read_row(tx, key)?
+                    .map(|r| r.seen())
+                    .filter(|s| s.state == "submitted")
+                    .unwrap_or_default(),
+            };
             let ok = tx.execute(
-                "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6
-                 WHERE effect_key = ?1 AND state = 'submitted' AND fencing_token = ?3
-                   AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                params![key, job, token, state, response, now],
+                &format!(
+                    "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP}
+                     WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
+                       AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
+                    still_as_seen(7)
+                ),
+                params![
+                    key,
+                    job,
+                    token,
+                    state,
+                    response,
+                    now,
+                    seen.state,
+                    seen.version,
+                    seen.updated_at
+                ],
             )? == 1;
             if ok {
                 let k = if state == "done" {
@@ -524,13 +794,21 @@ impl Store {
 
     /// The command promised nothing was sent: the reservation is released (the row removed, an
     /// approval it consumed handed back), so a later attempt starts clean.
-    pub fn release_effect(&mut self, key: &str, job: &str, token: i64) -> Result<bool> {
+    pub fn release_effect_on(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        seen: &Seen,
+    ) -> Result<bool> {
         self.write(|tx| {
             let ok = tx.execute(
-                "DELETE FROM effect_ledger WHERE effect_key = ?1 AND state = 'submitted'
-                   AND fencing_token = ?3
-                   AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                params![key, job, token],
+                &format!(
+                    "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
+                       AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
+                    still_as_seen(4)
+                ),
+                params![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
             if ok {
                 tx.execute(
@@ -564,8 +842,9 @@ impl Store {
         })
     }
 
-    /// Records an observer's verdict on an open effect and, when it is definite, settles it:
-    /// happened → `done`, did not happen → `claimed`. With `fence`, refused when stale.
+    /// Records an observer's verdict on an open effect as it is now (no earlier read to compare
+    /// with) and, when it is definite, settles it. Prefer [`Store::observe_verdict_on`], which
+    /// names the row version the observer looked at.
     pub fn observe_verdict(
         &mut self,
         key: &str,
@@ -573,49 +852,128 @@ impl Store {
         words: &str,
         fence: Option<(&str, i64)>,
     ) -> Result<Resolved> {
+        Ok(
+            match self.verdict_tx(key, verdict, words, fence, None, true)? {
+                Verdict::Applied { from, .. } => Resolved::Done { from },
+                Verdict::NotOpen { state, by } => Resolved::NotOpen { state, by },
+                Verdict::Fenced => Resolved::NotOpen {
+                    state: "fenced".into(),
+                    by: None,
+                },
+                Verdict::Stale { state } | Verdict::InFlight { state, .. } => {
+                    Resolved::NotOpen { state, by: None }
+                }
+                Verdict::NotFound => Resolved::NotFound,
+            },
+        )
+    }
+
+    /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
+    /// definite, settles it: happened → `done`, did not happen → `claimed`. A verdict applies
+    /// only to the attempt it observed: if the row moved since, the verdict is discarded and
+    /// recorded as a `stale_verdict` event. A `submitted` row whose sender's lease is still
+    /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
+    /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
+    pub fn observe_verdict_on(
+        &mut self,
+        key: &str,
+        verdict: Option<Resolution>,
+        words: &str,
+        fence: Option<(&str, i64)>,
+        seen: &Seen,
+        lease_check: bool,
+    ) -> Result<Verdict> {
+        self.verdict_tx(key, verdict, words, fence, Some(seen), lease_check)
+    }
+
+    fn verdict_tx(
+        &mut self,
+        key: &str,
+        verdict: Option<Resolution>,
+        words: &str,
+        fence: Option<(&str, i64)>,
+        seen: Option<&Seen>,
+        lease_check: bool,
+    ) -> Result<Verdict> {
         let now = crate::time::now_text();
         let actor = crate::actor();
         self.write(|tx| {
-            let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
-            if row.state != "submitted" && row.state != "unknown" {
-                return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
-            }
-            if let Some((job, token)) = fence {
-                if current_token(tx, job)? != Some(token) {
-                    fenced(tx, job, Some(key), token, "observer verdict refused")?;
-                    return Ok(Resolved::NotOpen { state: "fenced".into(), by: None });
-                }
-            }
+            let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
             let label = match verdict {
                 Some(Resolution::Happened) => "happened",
                 Some(Resolution::NotHappened) => "not happened",
                 _ => "can't tell",
             };
-            let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
-            tx.execute(
-                "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
-                params![key, label, now],
-            )?;
-            match verdict {
-                Some(Resolution::Happened) => {
-                    tx.execute(
-                        "UPDATE effect_ledger SET state = 'done', response = coalesce(?2, response), updated_at = ?3
-                         WHERE effect_key = ?1",
-                        params![key, (!words.is_empty()).then_some(words), now],
-                    )?;
-                }
-                Some(Resolution::NotHappened) => {
-                    tx.execute(
-                        "UPDATE effect_ledger SET state = 'claimed', updated_at = ?2 WHERE effect_key = ?1",
-                        params![key, now],
-                    )?;
-                }
-                _ => {}
+            if let Some(seen) = seen.filter(|s| **s != row.seen() && !guard_off()) {
+                let detail = crate::sanitize::inert_trunc(
+                    &format!(
+                        "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
+                        seen.state, seen.version, row.state, row.version
+                    ),
+                    300,
+                );
+                let mut ev = NewEvent::new(kind::STALE_VERDICT).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+                ev.token = fence.map(|f| f.1);
+                record_event(tx, &ev)?;
+                return Ok(Verdict::Stale { state: row.state });
             }
+            if row.state != "submitted" && row.state != "unknown" {
+                return Ok(Verdict::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            if let Some((job, token)) = fence {
+                if current_token(tx, job)? != Some(token) {
+                    fenced(tx, job, Some(key), token, "observer verdict refused")?;
+                    return Ok(Verdict::Fenced);
+                }
+            }
+            if row.state == "submitted" && lease_check && !guard_off() {
+                let lease = sender_lease(tx, &row.job_key, row.fencing_token, &now)?;
+                if lease.live {
+                    return Ok(Verdict::InFlight {
+                        state: row.state,
+                        attempt: row.attempt,
+                        since: row.updated_at,
+                        until: lease.until,
+                    });
+                }
+            }
+            let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
+            let target = match verdict {
+                Some(Resolution::Happened) => Some("done"),
+                Some(Resolution::NotHappened) => Some("claimed"),
+                _ => None,
+            };
+            let version = match target {
+                Some(state) => {
+                    let resp = (state == "done" && !words.is_empty()).then_some(words);
+                    tx.query_row(
+                        &format!(
+                            "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
+                                verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
+                             WHERE effect_key = ?1 RETURNING coalesce(version, 0)"
+                        ),
+                        params![key, state, resp, label, now],
+                        |r| int(r, 0),
+                    )?
+                    .unwrap_or(0)
+                }
+                None => {
+                    // "Can't tell" moves nothing, so it does not bump the version.
+                    tx.execute(
+                        "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
+                        params![key, label, now],
+                    )?;
+                    row.version
+                }
+            };
             let mut ev = NewEvent::new(kind::OBSERVER_VERDICT).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
-            Ok(Resolved::Done { from: row.state })
+            let after = match target {
+                Some(state) => Seen { state: state.into(), version, updated_at: now.clone() },
+                None => row.seen(),
+            };
+            Ok(Verdict::Applied { from: row.state, seen: after })
         })
     }
 
@@ -639,9 +997,11 @@ impl Store {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
             tx.execute(
-                "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
-                    resolution_note = ?5, evidence = coalesce(?6, evidence)
-                 WHERE effect_key = ?1",
+                &format!(
+                    "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
+                        resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
+                     WHERE effect_key = ?1"
+                ),
                 params![key, how.target_state(), now, by, note, evidence],
             )?;
             if how == Resolution::Cancel {
@@ -710,6 +1070,20 @@ impl Store {
         let now = crate::time::now_text();
         let state = if approve { "approved" } else { "denied" };
         self.write(|tx| {
+            if !approve {
+                // A denial stops an effect that was not sent; one that was (or may have been)
+                // is not pending any more, whatever its approval row says.
+                let effect: Option<(String, String)> = tx
+                    .query_row(
+                        "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
+                        [key],
+                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+                    )
+                    .optional()?;
+                if let Some((state, at)) = effect.filter(|(s, _)| s != "claimed") {
+                    return Ok(Decided::Already { state, by: None, at: Some(at) });
+                }
+            }
             let job: Option<String> = tx
                 .query_row(
                     "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
@@ -733,9 +1107,11 @@ impl Store {
             };
             if !approve {
                 tx.execute(
-                    "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
-                        resolved_at = ?2, resolution_note = ?4
-                     WHERE effect_key = ?1 AND state = 'claimed'",
+                    &format!(
+                        "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
+                            resolved_at = ?2, resolution_note = ?4, {BUMP}
+                         WHERE effect_key = ?1 AND state = 'claimed'"
+                    ),
                     params![key, now, by, note],
                 )?;
             }

@@ -47,6 +47,24 @@ fn busy_timeout_ms() -> u64 {
         .unwrap_or(5000)
 }
 
+/// Refuses a database nobody else can see: a lease or a ledger row in a throwaway database
+/// guards nothing (an empty path and `:memory:` are private, temporary databases in SQLite).
+pub fn check_shareable(path: &str) -> Result<()> {
+    let lower = path.to_ascii_lowercase();
+    if path.trim().is_empty() {
+        return Err(Error::Usage(
+            "the database path is empty; give a file path (--db PATH or EXACTLY_DB)".to_string(),
+        ));
+    }
+    if lower == ":memory:" || lower.starts_with("file::memory:") || lower.contains("mode=memory") {
+        return Err(Error::Usage(format!(
+            "database {} is in memory: a lease or ledger there is seen by no other process; give a file path",
+            crate::sanitize::inert(path)
+        )));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating or adopting the schema as needed) the database at `path`.
     pub fn open(path: &str) -> Result<Store> {
@@ -222,15 +240,7 @@ fn refuse_unusable(path: &str) -> Result<()> {
                 .to_string(),
         ));
     }
-    if path.is_empty()
-        || path == ":memory:"
-        || (path.starts_with("file:") && path.contains("mode=memory"))
-    {
-        return Err(Error::Usage(format!(
-            "--db {path:?} is not a database file: exactly keeps its ledger in a file"
-        )));
-    }
-    Ok(())
+    check_shareable(path)
 }
 
 /// Whether opening failed because SQLite could not create or open the `-wal`/`-shm` files
@@ -374,6 +384,8 @@ pub mod kind {
     pub const APPROVAL_CONSUMED: &str = "approval_consumed";
     pub const RESOLVED: &str = "resolved";
     pub const OBSERVER_VERDICT: &str = "observer_verdict";
+    /// An observer's verdict about a row version that has since moved: discarded, not applied.
+    pub const STALE_VERDICT: &str = "stale_verdict";
     pub const EFFECT_DONE: &str = "effect_done";
     pub const EFFECT_UNKNOWN: &str = "effect_unknown";
     pub const EFFECT_RELEASED: &str = "effect_released";

@@ -1,7 +1,7 @@
 //! Schema creation, adoption of the seed's tables, and refusal of foreign or newer databases.
 use super::Store;
 use crate::{Error, Result};
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -44,6 +44,9 @@ const TABLES: &[Table] = &[
             ("resolved_at", "TEXT"),
             ("resolution_note", "TEXT"),
             ("evidence", "TEXT"),
+            // Bumped by every transition we make, so a compare-and-set can name the row version
+            // it read. NULL (a row written with the seed's SQL) counts as 0.
+            ("version", "INTEGER"),
         ],
     },
     Table {
@@ -236,12 +239,13 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
         ))));
     }
     check_foreign(store).map_err(Prep::Fatal)?;
-    if version < SCHEMA_VERSION || !all_present(store).map_err(Prep::Fatal)? {
+    let unique = key_is_unique(store).map_err(Prep::Fatal)?;
+    if version < SCHEMA_VERSION || !unique || !all_present(store).map_err(Prep::Fatal)? {
         store
             .conn
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| Prep::from(store, e))?;
-        create(store)?;
+        create(store, unique)?;
     }
     for (k, v) in [("synchronous", "FULL"), ("foreign_keys", "OFF")] {
         store
@@ -267,6 +271,72 @@ fn all_present(store: &Store) -> Result<bool> {
     Ok(true)
 }
 
+/// The unique index added to an adopted `effect_ledger` that lacks one: the unique violation
+/// is the ledger's guard against a second send.
+const UNIQUE_KEY: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS effect_ledger_key ON effect_ledger (effect_key)";
+
+/// Whether `effect_ledger` (if present) has a unique constraint on `effect_key` alone. Without
+/// one, a duplicated key already stored is refused here, before anything is written.
+fn key_is_unique(store: &Store) -> Result<bool> {
+    let conn = &store.conn;
+    let q = || -> rusqlite::Result<Option<bool>> {
+        if columns(conn, "effect_ledger")?.is_empty() {
+            return Ok(None);
+        }
+        let mut list = conn.prepare("PRAGMA index_list(effect_ledger)")?;
+        let unique: Vec<String> = list
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })?
+            .filter_map(|r| match r {
+                Ok((name, 1, 0)) => Some(Ok(name)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<rusqlite::Result<_>>()?;
+        for name in unique {
+            let mut info = conn.prepare(&format!(
+                "PRAGMA index_info(\"{}\")",
+                name.replace('"', "\"\"")
+            ))?;
+            let cols = info
+                .query_map([], |r| r.get::<_, Option<String>>(2))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            if cols == [Some("effect_key".to_string())] {
+                return Ok(Some(true));
+            }
+        }
+        Ok(Some(false))
+    };
+    match q().map_err(|e| store.err(e))? {
+        None | Some(true) => Ok(true),
+        Some(false) => {
+            let dup: Option<String> = conn
+                .query_row(
+                    "SELECT effect_key FROM effect_ledger GROUP BY effect_key HAVING count(*) > 1 LIMIT 1",
+                    [],
+                    |r| super::text(r, 0),
+                )
+                .optional()
+                .map_err(|e| store.err(e))?
+                .flatten();
+            match dup {
+                Some(k) => Err(Error::Store(format!(
+                    "database {} has an effect_ledger without a unique effect_key, and effect key {} appears more than once; refusing to adopt it (remove the duplicate rows first)",
+                    store.path,
+                    crate::sanitize::inert(&k)
+                ))),
+                None => Ok(false),
+            }
+        }
+    }
+}
+
 fn check_foreign(store: &Store) -> Result<()> {
     for t in TABLES {
         let cols = columns(&store.conn, t.name).map_err(|e| store.err(e))?;
@@ -283,7 +353,7 @@ fn check_foreign(store: &Store) -> Result<()> {
     Ok(())
 }
 
-fn create(store: &mut Store) -> std::result::Result<(), Prep> {
+fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
     let result = (|| {
         let tx = store
             .conn
@@ -299,6 +369,9 @@ fn create(store: &mut Store) -> std::result::Result<(), Prep> {
                     tx.execute(&format!("ALTER TABLE {} ADD COLUMN {col} {ty}", t.name), [])?;
                 }
             }
+        }
+        if !unique {
+            tx.execute(UNIQUE_KEY, [])?;
         }
         for ix in INDEXES {
             tx.execute(ix, [])?;

@@ -3,20 +3,34 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_exactly")
+/// The binary under test: this build's, or `EXACTLY_TEST_BIN` (to run a test against another
+/// build, e.g. the code before a fix, and see it fail).
+pub fn bin() -> String {
+    std::env::var("EXACTLY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_exactly").to_string())
 }
 
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub db: PathBuf,
+    /// `EXACTLY_MAX_SKEW` for every command, when a test is about something else than the
+    /// clock-skew margin (the default margin delays every takeover of an expired lease).
+    pub skew: Option<String>,
 }
 
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("exactly.db");
-        Env { dir, db }
+        Env {
+            dir,
+            db,
+            skew: None,
+        }
+    }
+
+    pub fn with_skew(mut self, skew: &str) -> Env {
+        self.skew = Some(skew.to_string());
+        self
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -29,7 +43,12 @@ impl Env {
         c.env_remove("EXACTLY_FAULT")
             .env_remove("EXACTLY_JOB")
             .env_remove("EXACTLY_FENCING_TOKEN")
-            .env_remove("EXACTLY_RUN_ID");
+            .env_remove("EXACTLY_RUN_ID")
+            .env_remove("EXACTLY_HOST")
+            .env_remove("EXACTLY_MAX_SKEW");
+        if let Some(s) = &self.skew {
+            c.env("EXACTLY_MAX_SKEW", s);
+        }
         c
     }
 
@@ -56,12 +75,15 @@ impl Env {
 
     pub fn state_of(&self, key: &str) -> Option<String> {
         let c = rusqlite::Connection::open(&self.db).expect("open");
-        c.query_row(
+        match c.query_row(
             "SELECT state FROM effect_ledger WHERE effect_key = ?1",
             [key],
             |r| r.get(0),
-        )
-        .ok()
+        ) {
+            Ok(s) => Some(s),
+            Err(rusqlite::Error::QueryReturnedNoRows) => None,
+            Err(e) => panic!("reading the state of {key}: {e}"),
+        }
     }
 }
 
@@ -74,10 +96,12 @@ pub fn split(out: Output) -> (i32, String, String) {
 }
 
 /// Lines in a far-side file equal to `needle`.
+/// A far side that never received anything has no file yet; any other read error fails.
 pub fn far_count(path: &Path, needle: &str) -> usize {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.trim() == needle)
-        .count()
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => panic!("reading far side {}: {e}", path.display()),
+    };
+    text.lines().filter(|l| l.trim() == needle).count()
 }

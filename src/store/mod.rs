@@ -37,7 +37,40 @@ pub struct Store {
 pub fn default_path(flag: Option<&str>) -> String {
     flag.map(str::to_string)
         .or_else(|| std::env::var("EXACTLY_DB").ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| "exactly.db".to_string())
+        .unwrap_or_else(|| {
+            // An `exactly.db` in the working folder (the old default) is still used, so an
+            // existing setup keeps its database; otherwise the XDG state folder.
+            if std::path::Path::new(LEGACY_DEFAULT).exists() {
+                return LEGACY_DEFAULT.to_string();
+            }
+            xdg_default().unwrap_or_else(|| LEGACY_DEFAULT.to_string())
+        })
+}
+
+/// The database the old versions used when neither `--db` nor `EXACTLY_DB` said one.
+pub const LEGACY_DEFAULT: &str = "exactly.db";
+
+/// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db`; None when
+/// neither variable is set (or not absolute, as the XDG spec requires).
+pub fn xdg_default() -> Option<String> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(
+        state
+            .join("exactly")
+            .join("exactly.db")
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 fn busy_timeout_ms() -> u64 {
@@ -69,6 +102,18 @@ impl Store {
     /// Opens (creating or adopting the schema as needed) the database at `path`.
     pub fn open(path: &str) -> Result<Store> {
         refuse_unusable(path)?;
+        // The XDG default's folder is ours to create (0700: a ledger is private by default);
+        // any other path's folder must exist, so a typo does not become a new database.
+        if xdg_default().as_deref() == Some(path) {
+            if let Some(dir) = std::path::Path::new(path).parent() {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
+            }
+        }
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE

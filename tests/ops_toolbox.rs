@@ -651,3 +651,271 @@ fn every_argument_has_help_and_every_command_an_example() {
     assert_eq!(code, 0);
     assert!(out.contains("Example"), "{out}");
 }
+
+#[test]
+fn completions_for_bash_zsh_fish_and_a_man_page() {
+    let env = Env::new();
+    let (code, bash, err) = env.run(&["completions", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    // Real bash loads it and registers the completion.
+    let script = env.path("exactly.bash");
+    std::fs::write(&script, &bash).expect("write");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p exactly",
+            script.display()
+        ))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exactly"));
+    assert!(bash.contains("metrics") && bash.contains("--listen"));
+    let (code, zsh, _) = env.run(&["completions", "zsh"]);
+    assert_eq!(code, 0);
+    assert!(zsh.starts_with("#compdef exactly"), "{zsh:.200}");
+    let (code, fish, _) = env.run(&["completions", "fish"]);
+    assert_eq!(code, 0);
+    assert!(fish.contains("complete -c exactly"), "{fish:.200}");
+    let (code, _, err) = env.run(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, man, _) = env.run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(man.contains(".TH exactly 1"), "{man:.300}");
+    for sub in ["lease", "effect", "metrics", "completions"] {
+        assert!(man.contains(sub), "man page lists {sub}");
+    }
+}
+
+/// `exactly` with neither --db nor EXACTLY_DB, in `dir`, with this environment.
+fn bare(
+    dir: &std::path::Path,
+    env: &[(&str, &std::path::Path)],
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut c = Command::new(bin());
+    c.current_dir(dir)
+        .env_remove("EXACTLY_DB")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("HOME");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    split(c.args(args).output().expect("run"))
+}
+
+#[test]
+fn the_default_database_follows_xdg_and_an_existing_exactly_db_still_wins() {
+    let env = Env::new();
+    let work = env.path("work");
+    let state = env.path("state");
+    let home = env.path("home");
+    std::fs::create_dir(&work).expect("mkdir");
+    // A read before anything exists creates nothing.
+    let (code, _, err) = bare(&work, &[("XDG_STATE_HOME", &state)], &["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!state.exists());
+    let (code, out, err) = bare(&work, &[("XDG_STATE_HOME", &state)], &["init"]);
+    assert_eq!(code, 0, "{err}");
+    let xdg = state.join("exactly").join("exactly.db");
+    assert!(xdg.is_file(), "{out}");
+    assert!(out.contains(xdg.to_str().expect("utf8")), "{out}");
+    assert!(!work.join("exactly.db").exists());
+    let (code, out, err) = bare(&work, &[("XDG_STATE_HOME", &state)], &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(xdg.to_str().expect("utf8")), "{out}");
+    // No XDG_STATE_HOME: ~/.local/state.
+    let (code, _, err) = bare(&work, &[("HOME", &home)], &["init"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(home.join(".local/state/exactly/exactly.db").is_file());
+    // An exactly.db in the working folder (the old default) is still the one used.
+    std::fs::File::create(work.join("exactly.db")).expect("touch");
+    let (code, out, err) = bare(&work, &[("XDG_STATE_HOME", &state)], &["init"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("initialised exactly.db"), "{out}");
+}
+
+/// The repository's root (scripts and README live there).
+fn repo(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Runs a wrapper script as cron would: from `/`, with nothing but a bare PATH and HOME, plus
+/// the wrapper's own settings (all absolute paths).
+fn cron(script: &str, vars: &[(&str, String)]) -> (i32, String, String) {
+    let mut c = Command::new("/usr/bin/env");
+    c.arg("-i")
+        .arg("PATH=/usr/bin:/bin")
+        .arg(format!("HOME={}", std::env::temp_dir().display()));
+    for (k, v) in vars {
+        c.arg(format!("{k}={v}"));
+    }
+    c.arg("/bin/sh").arg(repo(script)).current_dir("/");
+    split(c.output().expect("run the wrapper"))
+}
+
+/// A far side: SEND appends the effect key to `far`, OBSERVE looks for it there.
+fn far_side(env: &Env, send_sleep: &str) -> (Vec<(&'static str, String)>, std::path::PathBuf) {
+    let far = env.path("far.log");
+    let send = env.path("send.sh");
+    let observe = env.path("observe.sh");
+    std::fs::write(
+        &send,
+        format!(
+            "#!/bin/sh\nsleep {send_sleep}\necho \"$EXACTLY_EFFECT_KEY\" >> {}\n",
+            far.display()
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        &observe,
+        format!("#!/bin/sh\ngrep -q \"$1\" {} 2>/dev/null\n", far.display()),
+    )
+    .expect("write");
+    for f in [&send, &observe] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let vars = vec![
+        ("EXACTLY", bin()),
+        ("EXACTLY_DB", env.db.display().to_string()),
+        ("SEND", send.display().to_string()),
+        ("OBSERVE", observe.display().to_string()),
+    ];
+    (vars, far)
+}
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_cron_wrapper_under_cron_sends_once_yields_to_a_held_lease_and_reports_db_errors() {
+    let script = "assets/scripts/cron-wrapper.sh";
+    let env = Env::new();
+    let (vars, far) = far_side(&env, "0");
+    let (code, _, err) = cron(script, &vars);
+    assert_eq!(code, 0, "first run: {err}");
+    assert_eq!(lines(&far), 1, "the effect happened");
+    let (code, _, err) = cron(script, &vars);
+    assert_eq!(code, 0, "second run: {err}");
+    assert!(err.contains("duplicate suppressed"), "{err}");
+    assert_eq!(lines(&far), 1, "the second run sent nothing");
+    // A live lease held by another host: exit 0, nothing run.
+    let held = Env::new();
+    let (hvars, hfar) = far_side(&held, "0");
+    let (code, _, err) = held.run(&[
+        "lease",
+        "claim",
+        "--job",
+        "daily-digest",
+        "--for",
+        "10m",
+        "--owner",
+        "host-b",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cron(script, &hvars);
+    assert_eq!(code, 0, "held elsewhere is not a failure: {err}");
+    assert_eq!(lines(&hfar), 0);
+    assert_eq!(held.sql_count("SELECT count(*) FROM effect_ledger"), 0);
+    // The database cannot be used: a failure cron reports (non-zero), nothing sent.
+    for bad in [
+        "/nonexistent-dir/exactly.db".to_string(),
+        env.dir.path().display().to_string(), // a folder, not a file
+    ] {
+        let mut v = vars.clone();
+        v[1] = ("EXACTLY_DB", bad.clone());
+        let (code, _, err) = cron(script, &v);
+        assert_ne!(code, 0, "{bad}: a database error must not exit 0 ({err})");
+        assert_ne!(code, 3, "{bad}");
+        assert!(err.contains("exactly:"), "{err}");
+    }
+    assert_eq!(lines(&far), 1);
+}
+
+#[test]
+fn the_renewing_cron_wrapper_keeps_its_lease_through_a_long_command() {
+    let script = "assets/scripts/cron-wrapper-long.sh";
+    let env = Env::new();
+    let (mut vars, far) = far_side(&env, "6");
+    vars.push(("LEASE", "2s".into()));
+    vars.push(("RENEW_EVERY", "0.5".into()));
+    let first = {
+        let vars = vars.clone();
+        std::thread::spawn(move || cron(script, &vars))
+    };
+    // Past the lease's first expiry and the clock-skew margin (2s + 2s), a second copy starts:
+    // the lease is still held.
+    std::thread::sleep(Duration::from_millis(4800));
+    let (code, _, err) = cron(script, &vars);
+    assert_eq!(code, 0, "second copy: {err}");
+    let (code, _, err) = first.join().expect("first");
+    assert_eq!(code, 0, "the long run kept its lease and finished: {err}");
+    assert_eq!(lines(&far), 1, "sent once");
+    let c = rusqlite::Connection::open(&env.db).expect("open");
+    let (state, token): (String, i64) = c
+        .query_row(
+            "SELECT state, fencing_token FROM effect_ledger WHERE job_key = 'ledger-export'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("row");
+    assert_eq!(
+        (state.as_str(), token),
+        ("done", 1),
+        "one token: never taken over"
+    );
+}
+
+#[test]
+fn readme_includes_the_cron_wrappers_and_unit_verbatim() {
+    let readme = std::fs::read_to_string(repo("README.md")).expect("README");
+    for f in [
+        "assets/scripts/cron-wrapper.sh",
+        "assets/scripts/cron-wrapper-long.sh",
+        "assets/systemd/exactly-run.service",
+    ] {
+        let text = std::fs::read_to_string(repo(f)).expect(f);
+        assert!(
+            readme.contains(&text),
+            "README does not include {f} verbatim"
+        );
+    }
+}
+
+#[test]
+fn the_systemd_unit_restarts_on_failure_and_outwaits_the_grace() {
+    let unit = std::fs::read_to_string(repo("assets/systemd/exactly-run.service")).expect("unit");
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key} missing"))
+            .to_string()
+    };
+    assert_eq!(value("Restart"), "on-failure");
+    assert_eq!(value("KillMode"), "mixed");
+    assert_eq!(value("NoNewPrivileges"), "yes");
+    assert_eq!(value("ProtectSystem"), "strict");
+    let db = value("Environment");
+    let db = db.strip_prefix("EXACTLY_DB=").expect("EXACTLY_DB");
+    let dir = std::path::Path::new(db).parent().expect("dir");
+    assert_eq!(value("ReadWritePaths"), dir.display().to_string());
+    let start = value("ExecStart");
+    let grace = start
+        .split("--grace ")
+        .nth(1)
+        .and_then(|g| g.split_whitespace().next())
+        .expect("ExecStart gives --grace");
+    let secs = |d: &str| humantime::parse_duration(d).expect("duration").as_secs();
+    assert!(
+        secs(&value("TimeoutStopSec")) > secs(grace),
+        "TimeoutStopSec must exceed --grace"
+    );
+}

@@ -103,10 +103,14 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// The one-line form: `file: job: what — why`.
+    /// The one-line form: `file: job: what — why` (`file: job: warning: what — why` for a risk).
     pub fn line(&self, file: &str) -> String {
+        let tag = match self.severity {
+            Severity::Error => "",
+            Severity::Warning => "warning: ",
+        };
         crate::sanitize::inert(&format!(
-            "{file}: {}: {} — {}",
+            "{file}: {}: {tag}{} — {}",
             self.job, self.what, self.why
         ))
     }
@@ -519,8 +523,8 @@ pub struct History {
     pub p99_ms: Option<u64>,
 }
 
-/// The risks in a set of valid jobs: one command under two names, lease ≥ interval, and,
-/// with history, lease < p99 and p99 > interval.
+/// The problems in a set of valid jobs: lease ≥ interval (an error), and the risks (warnings):
+/// one command under two names and, with history, lease < p99 and p99 > interval.
 pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
     let mut out = Vec::new();
     let mut by_command: BTreeMap<Vec<String>, &str> = BTreeMap::new();
@@ -538,8 +542,9 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
         let interval_s = job.schedule.interval_s();
         let interval = Duration::from_secs(interval_s.max(0) as u64);
         let human = |d: Duration| crate::time::human_ms(d.as_millis() as u64);
+        // An error, not a risk: the lease outlives the interval by construction.
         if interval_s > 0 && job.lease >= interval {
-            out.push(Problem::warning(
+            out.push(Problem::error(
                 &job.name,
                 format!("lease {} >= interval {}", human(job.lease), human(interval)),
                 "a crashed run keeps the lease past the next firing, which it blocks",

@@ -86,6 +86,26 @@ fn trigger_and_backfill_json() {
     assert_eq!(code, 0);
     assert_eq!(json(&out)["run"]["effects"]["suppressed"], 1);
     assert_eq!(site.lines("far.txt").len(), 1);
+    // The two runs are in the run-duration histogram, and in the all-time counter.
+    let (code, m, _) = site.exactly(&["metrics"]);
+    assert_eq!(code, 0);
+    assert!(
+        m.contains("# TYPE exactly_job_run_duration_seconds histogram"),
+        "{m}"
+    );
+    assert!(
+        m.contains("exactly_job_run_duration_seconds_count{job=\"report\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("exactly_job_run_duration_seconds_bucket{le=\"+Inf\",job=\"report\"} 2")
+            || m.contains("exactly_job_run_duration_seconds_bucket{job=\"report\",le=\"+Inf\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("exactly_job_runs_total{job=\"report\",outcome=\"ok\"} 2"),
+        "{m}"
+    );
 
     let now = chrono::Utc::now();
     let ts = |d: chrono::Duration| (now - d).format("%Y-%m-%dT%H:%M:%SZ").to_string();

@@ -109,7 +109,7 @@ impl Fleet {
         std::fs::write(
             &jobs_file,
             format!(
-                "[[job]]\nname = \"{job}\"\nevery = \"1s\"\nlease = \"1s\"\n\
+                "[[job]]\nname = \"{job}\"\nevery = \"1s\"\nlease = \"900ms\"\n\
                  overlap = \"coalesce\"\ncommand = [\"sh\", {}]\n",
                 toml_str(&script)
             ),

@@ -609,6 +609,16 @@ pub struct Settled {
 /// job's next run); each verdict applies only to the row version it observed, and a send still
 /// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
 pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
+    settle_open_with(store, job, |cmd, key| observe_with(cmd, key, &[]))
+}
+
+/// [`settle_open`] with `observe(cmd, effect_key)` running each observer (the scheduler bounds
+/// it with [`observe_within`]).
+pub fn settle_open_with(
+    store: &mut Store,
+    job: &str,
+    mut observe: impl FnMut(&str, &str) -> Observation,
+) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
@@ -623,7 +633,7 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
         let Some(cmd) = row.observe_cmd.clone() else {
             continue;
         };
-        let verdict = observe_with(&cmd, &row.effect_key, &[]);
+        let verdict = observe(&cmd, &row.effect_key);
         let (res, words) = match &verdict {
             Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
@@ -747,5 +757,79 @@ pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Ob
             None => Observation::CantTell("observer was killed".into()),
         },
         Err(e) => Observation::CantTell(format!("cannot start observer: {e}")),
+    }
+}
+
+/// [`observe_with`], bounded: an observer still running after `limit`, or when `stop` is set
+/// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell".
+pub fn observe_within(
+    cmd: &str,
+    effect_key: &str,
+    env: &[(String, String)],
+    limit: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Observation {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let child = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("EXACTLY_EFFECT_KEY", effect_key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Observation::CantTell(format!("cannot start observer: {e}")),
+    };
+    let pgid = child.id() as i32;
+    let reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = (&mut out).take(RESPONSE_MAX as u64).read_to_end(&mut buf);
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+            buf
+        })
+    });
+    // A limit too far to represent is no limit.
+    let deadline = Instant::now().checked_add(limit);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) => {}
+            Err(e) => break Err(format!("lost the observer: {e}")),
+        }
+        let stopped = stop.load(std::sync::atomic::Ordering::SeqCst);
+        if stopped || deadline.is_some_and(|d| Instant::now() >= d) {
+            // SAFETY: a negative pid names the observer's own process group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break Err(if stopped {
+                "observer stopped: its run is ending".to_string()
+            } else {
+                format!(
+                    "observer timed out after {}",
+                    crate::time::human_ms(limit.as_millis() as u64)
+                )
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever it left behind holding our pipe goes with it.
+    // SAFETY: as above; the group may already be empty.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let out = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    match status {
+        Ok(s) => match s.code() {
+            Some(0) => {
+                let s = String::from_utf8_lossy(&out).trim_end().to_string();
+                Observation::Happened((!s.is_empty()).then_some(s))
+            }
+            Some(1) => Observation::NotHappened,
+            Some(c) => Observation::CantTell(format!("observer exited {c}")),
+            None => Observation::CantTell("observer was killed".into()),
+        },
+        Err(why) => Observation::CantTell(why),
     }
 }

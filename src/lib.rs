@@ -64,6 +64,10 @@ pub enum Error {
     /// The database could not be used (exit 1).
     #[error("{0}")]
     Store(String),
+    /// Another process held the database's write lock past the busy timeout: worth retrying
+    /// (exit 1).
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -257,7 +257,7 @@ fn a_dead_scheduler_a_failing_job_and_its_output_in_a_real_terminal() {
     let jobs = dir.path().join("jobs.toml");
     std::fs::write(
         &jobs,
-        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
          command = [\"sh\", \"-c\", \"echo to-stdout; echo to-stderr >&2; exit 3\"]\n",
     )
     .expect("jobs file");

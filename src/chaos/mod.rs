@@ -31,6 +31,7 @@ pub const SCENARIOS: &[&str] = &[
     "overrun",
     "lost-response",
     "duplicate-registration",
+    "slow-observer",
 ];
 
 #[derive(Args, Debug)]
@@ -81,6 +82,14 @@ pub struct Tally {
     pub observer_cant_tell: u64,
     /// Scheduler strikes that landed while an effect was being sent.
     pub mid_effect_strikes: u64,
+    /// Scheduler scenarios: how many firings had how many runs ({runs: firings}).
+    pub runs_per_firing: BTreeMap<u64, u64>,
+    /// The most runs one firing had (at most 3).
+    pub max_runs_per_firing: u64,
+    /// Firings that used up their 3 runs and were given up.
+    pub firings_gave_up: u64,
+    /// Times two runs of one firing were seen alive at once in the process table (must be 0).
+    pub overlapping_copies: u64,
     pub wall_ms: u64,
     /// Broken expectations and harness errors (each a failure, listed in `failures`).
     pub anomalies: u64,
@@ -118,6 +127,8 @@ impl Tally {
             && self.unexplained_unknowns == 0
             && self.late_writes_accepted == 0
             && self.anomalies == 0
+            && self.max_runs_per_firing <= 3
+            && self.overlapping_copies == 0
     }
     fn add(&mut self, o: &Tally) {
         self.iterations += o.iterations;
@@ -127,6 +138,12 @@ impl Tally {
             *self.kills.entry(k.clone()).or_default() += n;
         }
         self.duplicate_effects += o.duplicate_effects;
+        for (k, n) in &o.runs_per_firing {
+            *self.runs_per_firing.entry(*k).or_default() += n;
+        }
+        self.max_runs_per_firing = self.max_runs_per_firing.max(o.max_runs_per_firing);
+        self.firings_gave_up += o.firings_gave_up;
+        self.overlapping_copies += o.overlapping_copies;
         self.lost_effects += o.lost_effects;
         self.unknown_resolved += o.unknown_resolved;
         self.unknown_unresolved += o.unknown_unresolved;
@@ -597,6 +614,22 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         "far side: {} requests for {} intended effects",
         r.total.far_side_requests, r.total.intended_effects
     );
+    if !r.total.runs_per_firing.is_empty() {
+        let per: Vec<String> = r
+            .total
+            .runs_per_firing
+            .iter()
+            .map(|(runs, n)| format!("{n}×{runs}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "scheduler: firings by runs {} (most {}), {} gave up, {} overlapping copies seen",
+            per.join(", "),
+            r.total.max_runs_per_firing,
+            r.total.firings_gave_up,
+            r.total.overlapping_copies
+        );
+    }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
             s,
@@ -620,13 +653,15 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     } else {
         format!(
-            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} anomalies",
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} anomalies, {} most runs of a firing, {} overlapping copies",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,
             t.unexplained_unknowns,
             t.late_writes_accepted,
-            t.anomalies
+            t.anomalies,
+            t.max_runs_per_firing,
+            t.overlapping_copies
         )
     };
     let _ = writeln!(s, "{verdict}");

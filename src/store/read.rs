@@ -395,6 +395,10 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
         tx.prepare("SELECT kind, n FROM exactly_counters WHERE job_key = ?1 AND kind IN (?2, ?3)")?;
     let mut queued =
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
+    let mut stuck = tx.prepare(
+        "SELECT (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'),
+                (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'retry')",
+    )?;
     for j in jobs.values_mut() {
         // Read leniently: a duration another program wrote as text must not stop the snapshot.
         let window = runs_stmt
@@ -476,6 +480,12 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
         j.queue_depth = queued
             .query_row([&j.job_key], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
+        (j.firings_gave_up, j.firings_need_retry) = stuck.query_row([&j.job_key], |r| {
+            Ok((
+                r.get::<_, i64>(0)?.max(0) as u64,
+                r.get::<_, i64>(1)?.max(0) as u64,
+            ))
+        })?;
         j.warnings = metrics::job_warnings(j);
     }
     Ok(jobs.into_values().collect())

@@ -82,7 +82,11 @@ const TABLES: &[Table] = &[
             paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
             retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
         required: &["job_key", "interval_s", "lease_s", "overlap"],
-        added: &[("lease_ms", "INTEGER")],
+        added: &[
+            ("lease_ms", "INTEGER"),
+            ("timeout_ms", "INTEGER"),
+            ("observe_timeout_ms", "INTEGER"),
+        ],
     },
     Table {
         name: "exactly_runs",

@@ -52,6 +52,7 @@ pub mod sanitize;
 pub mod store;
 pub mod time;
 pub mod tui;
+pub mod wrapped;
 
 pub use store::Store;
 

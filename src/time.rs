@@ -80,6 +80,14 @@ pub fn minus_skew(ts: &str) -> String {
     }
 }
 
+/// `ts` minus `d`, as text (unchanged when it does not parse).
+pub fn minus(ts: &str, d: Duration) -> String {
+    match parse(ts) {
+        Some(t) => fmt(t - chrono::Duration::milliseconds(d.as_millis() as i64)),
+        None => ts.to_string(),
+    }
+}
+
 /// Seconds between two instants, never negative.
 pub fn age_s(since: Ts, now: Ts) -> i64 {
     (now - since).num_seconds().max(0)

@@ -417,6 +417,7 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
             .collect::<Vec<i64>>();
         j.runs = durations.len() as u64;
         (j.p50_ms, j.p99_ms) = metrics::percentiles(&durations);
+        j.durations_ms = durations;
         j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;
         j.last_success_at = success_stmt
             .query_row([&j.job_key], |r| text(r, 0))

@@ -31,10 +31,10 @@ pub(super) fn draw_status(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: 
     f.render_widget(Paragraph::new(line), area);
 }
 
-pub(super) fn is_action(a: Action) -> bool {
+pub(super) fn is_action(a: KeyAction) -> bool {
     matches!(
         a,
-        Action::Approve | Action::Deny | Action::Resolve | Action::Pause
+        KeyAction::Approve | KeyAction::Deny | KeyAction::Resolve | KeyAction::Pause
     )
 }
 

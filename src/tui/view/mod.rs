@@ -17,8 +17,8 @@ mod text;
 mod theme;
 mod unknown;
 
-use super::input::{of_mode, Action, Mode};
-use super::state::{Act, App, Detail, Focus, Loaded, Popup, Typing, View};
+use super::input::{of_mode, KeyAction, Mode};
+use super::state::{App, Detail, Focus, Loaded, Pending, Popup, Typing, View};
 use crate::metrics::{JobRow, RunRow};
 use crate::sanitize::inert;
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};

@@ -49,7 +49,7 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
     }
 }
 
-pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Act) {
+pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Pending) {
     let vw = (f.area().width.min(78) as usize).saturating_sub(11);
     let mut lines = vec![];
     let mut push = |label: &str, value: &str| {
@@ -59,9 +59,9 @@ pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Act) {
         ]))
     };
     match act {
-        Act::Approve { key, job, terms }
-        | Act::Deny { key, job, terms }
-        | Act::Resolve {
+        Pending::Approve { key, job, terms }
+        | Pending::Deny { key, job, terms }
+        | Pending::Resolve {
             key, job, terms, ..
         } => {
             push("effect", key);
@@ -83,11 +83,11 @@ pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Act) {
                 push(if i == 0 { "terms" } else { "" }, &text);
             }
         }
-        Act::Pause { job, note } => {
+        Pending::Pause { job, note } => {
             push("job", job);
             push("note", note.as_deref().unwrap_or("(none)"));
         }
-        Act::Resume { job } => push("job", job),
+        Pending::Resume { job } => push("job", job),
     }
     lines.push(Line::raw(""));
     lines.push(Line::from(vec![

@@ -3,7 +3,9 @@
 //! `SIGKILL` it at exactly that line; `EXACTLY_FAULT=after_send:kill` kills itself there.
 //! Several specs may be joined with `,`.
 
-/// The points, in the order an effect passes them.
+/// The points, in the order an effect passes them. `after_claim`: the lease is held, nothing is
+/// sent (on the one-transaction path, where reserving and submitting are one commit, it comes
+/// just before that commit; on the full path, after `claimed` is committed).
 pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "after_done"];
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.

@@ -305,6 +305,9 @@ pub struct LeaseRow {
 pub enum Begin {
     /// Our row was inserted in state `claimed`, as seen here.
     Claimed(Seen),
+    /// Our row was inserted in state `submitted` for our attempt, as seen here
+    /// ([`Store::begin_and_submit_effect`]): send it.
+    Submitted(Seen),
     /// A row already exists for the key: branch on its state. With it, whether the lease under
     /// which it was submitted may still be live (its token's lease ends after now minus the
     /// clock-skew margin): its sender may still be sending.
@@ -513,29 +516,73 @@ impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
-        let now = crate::time::now_text();
+        self.begin_tx(e, None)
+    }
+
+    /// Reserves an effect and, when nothing stands in the way, marks it `submitted` for
+    /// `attempt` in the same transaction ([`Begin::Submitted`]): one commit instead of two for
+    /// the common case. The state machine is unchanged: `submitted` is durable before anything
+    /// is sent, and a crash before the send leaves `submitted` for the observer, as after
+    /// [`Store::submit_effect_on`]. Anything that needs the full path — an approval row for the
+    /// key (or any earlier row), or less than [`SUBMIT_MIN_LEFT`] of the lease — reserves
+    /// `claimed` as [`Store::begin_effect`] does, and the caller submits as before. For callers
+    /// that need no approval (`needs_approval` asks for one in the submit step).
+    pub fn begin_and_submit_effect(&mut self, e: &NewEffect<'_>, attempt: &str) -> Result<Begin> {
+        self.begin_tx(e, Some(attempt))
+    }
+
+    fn begin_tx(&mut self, e: &NewEffect<'_>, submit_as: Option<&str>) -> Result<Begin> {
+        let now_ts = crate::time::now();
+        let now = crate::time::fmt(now_ts);
+        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, e.job_key)? != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused")?;
                 return Ok(Begin::Fenced);
             }
+            // Submit at once only with no approval row for the key (an approval asked for by
+            // anyone binds every caller) and enough lease left to send under.
+            let attempt = match submit_as {
+                Some(a) => {
+                    let asked: bool = tx
+                        .query_row(
+                            "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
+                            [e.effect_key],
+                            |_| Ok(true),
+                        )
+                        .optional()?
+                        .unwrap_or(false);
+                    let lease = sender_lease(tx, e.job_key, Some(e.token), &now)?;
+                    let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
+                    (!asked && enough).then_some(a)
+                }
+                None => None,
+            };
+            let state = if attempt.is_some() { "submitted" } else { "claimed" };
             let inserted = tx.execute(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
-                    version)
-                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10, 1
+                    attempt, version)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                 params![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
-                    e.target_id, e.input_digest, e.observe_cmd
+                    e.target_id, e.input_digest, e.observe_cmd, state, attempt
                 ],
             );
             match inserted {
-                Ok(_) => Ok(Begin::Claimed(Seen {
-                    state: "claimed".into(),
-                    version: 1,
-                    updated_at: now.clone(),
-                })),
+                Ok(_) => {
+                    let seen = Seen {
+                        state: state.into(),
+                        version: 1,
+                        updated_at: now.clone(),
+                    };
+                    Ok(if attempt.is_some() {
+                        Begin::Submitted(seen)
+                    } else {
+                        Begin::Claimed(seen)
+                    })
+                }
                 Err(rusqlite::Error::SqliteFailure(f, _))
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {

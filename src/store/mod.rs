@@ -31,6 +31,8 @@ pub struct Store {
     conn: Connection,
     path: String,
     busy_ms: u64,
+    /// The recent runs per job, kept between polls so a dashboard reads only what changed.
+    windows: Option<read::RunWindows>,
 }
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
@@ -82,6 +84,7 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
+            windows: None,
         };
         store
             .conn
@@ -159,6 +162,7 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
+            windows: None,
         };
         store
             .conn

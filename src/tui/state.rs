@@ -149,6 +149,9 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Snapshot(Box<Snapshot>),
+    /// Nothing was committed since the last snapshot, checked at this instant: the snapshot
+    /// still holds (its ages tick in the view).
+    Unchanged(String),
     PollFailed(String),
     Loaded(Loaded),
     LoadFailed(String),
@@ -479,6 +482,12 @@ impl App {
                     self.reanchor();
                     // An open detail follows the data too (its rows are not in the snapshot).
                     return self.detail.as_ref().map(|d| Request::Load(d.focus.clone()));
+                }
+            }
+            Reply::Unchanged(at) => {
+                self.poll_error = None;
+                if let Some(s) = self.held.as_mut().or(self.snap.as_mut()) {
+                    s.taken_at = at;
                 }
             }
             Reply::PollFailed(e) => self.poll_error = Some(e),

@@ -195,9 +195,12 @@ impl Store {
     /// SQLite's `PRAGMA data_version`: changes when another connection commits to the
     /// database, so a reader can tell that nothing changed without reading anything.
     pub fn data_version(&mut self) -> Result<i64> {
-        self.conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(|e| self.err(e))
+        // Cached: a dashboard asks every second, and preparing costs more than the answer.
+        let v = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)));
+        v.map_err(|e| self.err(e))
     }
 
     /// Every event about one effect, oldest first.

@@ -664,6 +664,81 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    fn figures(store: &mut super::Store) -> Vec<(String, u64, u64, Option<u64>, Option<u64>)> {
+        let snap = store.snapshot().unwrap();
+        snap.jobs
+            .into_iter()
+            .map(|j| (j.job_key, j.runs, j.runs_failed, j.p50_ms, j.p99_ms))
+            .collect()
+    }
+
+    /// The run windows a dashboard keeps between polls always agree with a fresh read: after
+    /// new runs, after a running run ends, after runs are deleted (gc), and as runs age out.
+    #[test]
+    fn kept_run_windows_agree_with_a_fresh_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let raw = rusqlite::Connection::open(path).unwrap();
+        let now = crate::time::now();
+        let at = |s: i64| crate::time::fmt(now - chrono::Duration::seconds(s));
+        let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {
+            raw.execute(
+                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
+                   started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, ?3, ?3, ?4, ?5)",
+                rusqlite::params![id, job, at(ago), dur.map(|_| outcome), dur],
+            )
+            .unwrap();
+        };
+        for job in ["a", "b", "c"] {
+            raw.execute(
+                "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+                 VALUES (?1, 'o', 1, ?2, ?2)",
+                [job, super::RELEASED],
+            )
+            .unwrap();
+        }
+        // One run started 8 days ago: outside the window from the start.
+        run("old", "a", 8 * 86400, Some(999), "ok");
+        run("edge", "c", 7 * 86400 - 1, Some(7), "ok");
+        for i in 0..20 {
+            run(&format!("a{i}"), "a", 3600 - i, Some(100 + i), "ok");
+        }
+        run("b-running", "b", 10, None, "");
+        let mut kept = super::Store::open_read_only(path).unwrap();
+        let fresh = |_: ()| figures(&mut super::Store::open_read_only(path).unwrap());
+        assert_eq!(figures(&mut kept), fresh(()));
+        // New runs, one failed.
+        run("a-new", "a", 5, Some(5000), "failed");
+        run("c1", "c", 5, Some(70), "ok");
+        assert_eq!(figures(&mut kept), fresh(()));
+        // The running run ends.
+        raw.execute(
+            "UPDATE exactly_runs SET duration_ms = 42, outcome = 'ok' WHERE run_id = 'b-running'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(figures(&mut kept), fresh(()));
+        let b = figures(&mut kept).into_iter().find(|f| f.0 == "b").unwrap();
+        assert_eq!((b.1, b.3), (1, Some(42)), "{b:?}");
+        // Runs deleted (as gc does), including ones inside the window.
+        raw.execute(
+            "DELETE FROM exactly_runs WHERE run_id IN ('a3', 'a4', 'c1')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(figures(&mut kept), fresh(()));
+        // A run leaves the window as time passes.
+        let before = figures(&mut kept);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let after = figures(&mut kept);
+        assert_eq!(after, fresh(()));
+        assert_ne!(before, after, "the run at the window's edge left it");
+        run("a-last", "a", 1, Some(1), "ok");
+        assert_eq!(figures(&mut kept), fresh(()));
+    }
+
     /// The snapshot's ledger queries must stay index searches: a scan of the done rows would
     /// make the dashboard's poll cost grow with the ledger's whole history.
     #[test]

@@ -664,7 +664,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    fn figures(store: &mut super::Store) -> Vec<(String, u64, u64, Option<u64>, Option<u64>)> {
+    /// (job, runs, failed, p50, p99) per job.
+    type Figures = Vec<(String, u64, u64, Option<u64>, Option<u64>)>;
+
+    fn figures(store: &mut super::Store) -> Figures {
         let snap = store.snapshot().unwrap();
         snap.jobs
             .into_iter()

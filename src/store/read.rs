@@ -337,8 +337,10 @@ fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
 struct RunBit {
     rowid: i64,
     started_at: String,
+    ended_at: Option<String>,
     duration_ms: Option<i64>,
     failed: bool,
+    ok: bool,
 }
 
 /// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
@@ -348,6 +350,8 @@ struct JobWindow {
     runs: Vec<RunBit>,
     /// (runs, failed, p50, p99), or None when `runs` changed since.
     figures: Option<(u64, u64, Option<u64>, Option<u64>)>,
+    /// The newest run's whole row, as read when its rowid was the newest.
+    last: Option<(i64, RunRow)>,
 }
 
 /// The recent runs of every job, kept by a reading connection between polls. A poll reads only
@@ -364,16 +368,19 @@ pub struct RunWindows {
     open: Vec<(i64, String)>,
 }
 
-const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome";
+const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
 
 fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
+    let outcome = text(r, 4)?;
     Ok((
         text_or_empty(r, 1)?,
         RunBit {
             rowid: int(r, 0)?.unwrap_or(0),
             started_at: text_or_empty(r, 2)?,
+            ended_at: text(r, 5)?,
             duration_ms: int(r, 3)?,
-            failed: text(r, 4)?.as_deref().is_some_and(metrics::is_failure),
+            failed: outcome.as_deref().is_some_and(metrics::is_failure),
+            ok: outcome.as_deref() == Some("ok"),
         },
     ))
 }
@@ -462,6 +469,39 @@ impl RunWindows {
         }
         let at = w.runs.partition_point(|b| b.started_at <= bit.started_at);
         w.runs.insert(at, bit);
+    }
+
+    /// A job's newest run (None: it has no run in the window; ask the table).
+    fn last_run(
+        &mut self,
+        job: &str,
+        by_rowid: &mut rusqlite::Statement<'_>,
+    ) -> rusqlite::Result<Option<RunRow>> {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return Ok(None);
+        };
+        let Some(newest) = w.runs.last() else {
+            return Ok(None);
+        };
+        let fresh = w
+            .last
+            .as_ref()
+            .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
+        if !fresh {
+            let row = by_rowid.query_row([newest.rowid], run_row).optional()?;
+            w.last = row.map(|r| (newest.rowid, r));
+        }
+        Ok(w.last.as_ref().map(|(_, r)| r.clone()))
+    }
+
+    /// When a job's newest successful run in the window ended (None: none in the window).
+    fn last_success(&self, job: &str) -> Option<Option<String>> {
+        let w = self.jobs.get(job)?;
+        w.runs
+            .iter()
+            .rev()
+            .find(|b| b.ok)
+            .map(|b| b.ended_at.clone())
     }
 
     /// (runs, failed, p50, p99) over a job's last [`RUN_WINDOW`] finished runs in the window.
@@ -592,6 +632,9 @@ fn read_jobs(
     let mut last_slot_stmt = tx.prepare(
         "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 ORDER BY scheduled_at DESC LIMIT 1",
     )?;
+    let mut by_rowid = tx.prepare(&format!(
+        "SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"
+    ))?;
     let mut last_stmt = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     ))?;
@@ -599,11 +642,18 @@ fn read_jobs(
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
     for j in jobs.values_mut() {
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms) = windows.figures(&j.job_key);
-        j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;
-        j.last_success_at = success_stmt
-            .query_row([&j.job_key], |r| text(r, 0))
-            .optional()?
-            .flatten();
+        // The kept window answers for jobs that ran this week; the others ask the table.
+        j.last_run = match windows.last_run(&j.job_key, &mut by_rowid)? {
+            Some(r) => Some(r),
+            None => last_stmt.query_row([&j.job_key], run_row).optional()?,
+        };
+        j.last_success_at = match windows.last_success(&j.job_key) {
+            Some(at) => at,
+            None => success_stmt
+                .query_row([&j.job_key], |r| text(r, 0))
+                .optional()?
+                .flatten(),
+        };
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
         for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
             let outcome = k.trim_start_matches(prefix).to_string();
@@ -664,14 +714,33 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    /// (job, runs, failed, p50, p99) per job.
-    type Figures = Vec<(String, u64, u64, Option<u64>, Option<u64>)>;
+    /// (job, runs, failed, p50, p99, last run, last success) per job.
+    type Figures = Vec<(
+        String,
+        u64,
+        u64,
+        Option<u64>,
+        Option<u64>,
+        Option<crate::metrics::RunRow>,
+        Option<String>,
+    )>;
 
     fn figures(store: &mut super::Store) -> Figures {
         let snap = store.snapshot().unwrap();
         snap.jobs
             .into_iter()
-            .map(|j| (j.job_key, j.runs, j.runs_failed, j.p50_ms, j.p99_ms))
+            .map(|j| {
+                let (p50, p99) = (j.p50_ms, j.p99_ms);
+                (
+                    j.job_key,
+                    j.runs,
+                    j.runs_failed,
+                    p50,
+                    p99,
+                    j.last_run,
+                    j.last_success_at,
+                )
+            })
             .collect()
     }
 
@@ -725,6 +794,7 @@ mod tests {
         assert_eq!(figures(&mut kept), fresh(()));
         let b = figures(&mut kept).into_iter().find(|f| f.0 == "b").unwrap();
         assert_eq!((b.1, b.3), (1, Some(42)), "{b:?}");
+        assert_eq!(b.5.as_ref().and_then(|r| r.duration_ms), Some(42), "{b:?}");
         // Runs deleted (as gc does), including ones inside the window.
         raw.execute(
             "DELETE FROM exactly_runs WHERE run_id IN ('a3', 'a4', 'c1')",

@@ -1,7 +1,7 @@
 //! Writes: the lease claim, the effect ledger's transitions and approvals. Each method is one
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
-use super::{int, kind, record_event, text, text_or_empty, NewEvent, Store, RELEASED};
+use super::{int, kind, record_event, text, text_or_empty, Cached, NewEvent, Store, RELEASED};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -121,7 +121,7 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
 }
 
 fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
-    tx.query_row(
+    tx.row_cached(
         &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
         [key],
         ledger_row,
@@ -144,7 +144,7 @@ fn sender_lease(
         return Ok(SenderLease::default());
     };
     let until: Option<String> = tx
-        .query_row(
+        .row_cached(
             "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
             params![job, token, RELEASED],
             |r| text_or_empty(r, 0),
@@ -159,7 +159,7 @@ fn sender_lease(
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
 fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
-    tx.query_row(
+    tx.row_cached(
         "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
         [job],
         |r| r.get(0),
@@ -191,7 +191,7 @@ pub(crate) fn claim_lease_tx(
     now: &str,
 ) -> rusqlite::Result<LeaseClaim> {
     let prev: Option<(String, i64, String)> = tx
-        .query_row(
+        .row_cached(
             "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
             [job],
             |r| {
@@ -207,7 +207,7 @@ pub(crate) fn claim_lease_tx(
     // holder's clock may be behind ours (a released lease is before every margin).
     let steal_before = crate::time::minus_skew(now);
     let won: Option<i64> = tx
-        .query_row(
+        .row_cached(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
              VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
@@ -263,7 +263,7 @@ fn set_lease_until(
     what: &str,
 ) -> rusqlite::Result<bool> {
     let ok = tx
-        .query_row(
+        .row_cached(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
                AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
             params![job, until, token, RELEASED, only_held],
@@ -497,7 +497,7 @@ impl Store {
 
     pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
                 [job],
                 |r| {
@@ -545,7 +545,7 @@ impl Store {
             let attempt = match submit_as {
                 Some(a) => {
                     let asked: bool = tx
-                        .query_row(
+                        .row_cached(
                             "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
                             [e.effect_key],
                             |_| Ok(true),
@@ -559,7 +559,7 @@ impl Store {
                 None => None,
             };
             let state = if attempt.is_some() { "submitted" } else { "claimed" };
-            let inserted = tx.execute(
+            let inserted = tx.exec_cached(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
                     attempt, version)
@@ -589,7 +589,7 @@ impl Store {
                     // The unique violation is how a second attempt learns what is going on.
                     let row = read_row(tx, e.effect_key)?.unwrap_or_default();
                     if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
-                        tx.execute(
+                        tx.exec_cached(
                             "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
                             params![e.effect_key, e.observe_cmd],
                         )?;
@@ -681,7 +681,7 @@ impl Store {
             }
             let mut consume = false;
             let approval: Option<String> = tx
-                .query_row(
+                .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
                     [key],
                     |r| text_or_empty(r, 0),
@@ -689,7 +689,7 @@ impl Store {
                 .optional()?;
             match approval.as_deref() {
                 None if needs_approval => {
-                    tx.execute(
+                    tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         params![key, job, terms, now],
@@ -700,7 +700,7 @@ impl Store {
                 None | Some("consumed") => {}
                 Some("approved") => consume = true,
                 Some("denied") => {
-                    tx.execute(
+                    tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
                              WHERE effect_key = ?1 AND {}",
@@ -713,7 +713,7 @@ impl Store {
                 Some(_) => return Ok(Submit::NotApproved),
             }
             let won = tx
-                .query_row(
+                .row_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
                             fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
@@ -738,7 +738,7 @@ impl Store {
                 updated_at: now.clone(),
             };
             if consume {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
                      WHERE effect_key = ?1 AND state = 'approved'",
                     params![key, now, token],
@@ -798,7 +798,7 @@ impl Store {
                     .filter(|s| s.state == "submitted")
                     .unwrap_or_default(),
             };
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP}
                      WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
@@ -849,7 +849,7 @@ impl Store {
         seen: &Seen,
     ) -> Result<bool> {
         self.write(|tx| {
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
@@ -858,7 +858,7 @@ impl Store {
                 params![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
             if ok {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     params![key, token],
@@ -993,7 +993,7 @@ impl Store {
             let version = match target {
                 Some(state) => {
                     let resp = (state == "done" && !words.is_empty()).then_some(words);
-                    tx.query_row(
+                    tx.row_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
                                 verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
@@ -1006,7 +1006,7 @@ impl Store {
                 }
                 None => {
                     // "Can't tell" moves nothing, so it does not bump the version.
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
                         params![key, label, now],
                     )?;
@@ -1043,7 +1043,7 @@ impl Store {
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
-            tx.execute(
+            tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
                         resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
@@ -1052,7 +1052,7 @@ impl Store {
                 params![key, how.target_state(), now, by, note, evidence],
             )?;
             if how == Resolution::Cancel {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
                         decided_at = coalesce(decided_at, ?3)
                      WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
@@ -1080,7 +1080,7 @@ impl Store {
 
     pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                 [key],
                 approval_row,
@@ -1093,7 +1093,7 @@ impl Store {
     pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
         let now = crate::time::now_text();
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec_cached(
                 "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                  VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
                 params![key, job, terms, now],
@@ -1121,7 +1121,7 @@ impl Store {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.
                 let effect: Option<(String, String)> = tx
-                    .query_row(
+                    .row_cached(
                         "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
                         [key],
                         |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
@@ -1132,7 +1132,7 @@ impl Store {
                 }
             }
             let job: Option<String> = tx
-                .query_row(
+                .row_cached(
                     "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
                      WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
                     params![key, state, by, now, note],
@@ -1141,7 +1141,7 @@ impl Store {
                 .optional()?;
             let Some(job) = job else {
                 let row = tx
-                    .query_row(
+                    .row_cached(
                         &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                         [key],
                         approval_row,
@@ -1153,7 +1153,7 @@ impl Store {
                 });
             };
             if !approve {
-                tx.execute(
+                tx.exec_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
                             resolved_at = ?2, resolution_note = ?4, {BUMP}
@@ -1184,13 +1184,13 @@ impl Store {
         let now = crate::time::now_text();
         self.write(|tx| {
             let was: Option<i64> = tx
-                .query_row("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
                 .optional()?
                 .flatten();
             if (was.unwrap_or(0) != 0) == paused {
                 return Ok(false);
             }
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,

@@ -70,6 +70,10 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
 /// that alone would be a dashboard's whole idle budget (measured by `cargo bench`).
 pub const AGE_TICK: Duration = Duration::from_secs(5);
 
+/// How often the screen hears "nothing changed" (it draws an unchanged screen every
+/// [`AGE_TICK`]; the header's poll age must stay under the staleness limit of 5 s).
+const UNCHANGED_TOLD_EVERY: Duration = Duration::from_millis(2500);
+
 /// The longest a dashboard trusts "nothing committed" before it reads the snapshot again
 /// anyway (a backstop for changes that come with time alone).
 pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
@@ -396,6 +400,7 @@ async fn poll_task(
 ) {
     let mut store = Some(store);
     let mut watch = Some(Watch::default());
+    let mut told = std::time::Instant::now();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -432,6 +437,12 @@ async fn poll_task(
             Err(e) => vec![Reply::PollFailed(format!("the poll task stopped: {e}"))],
         };
         for r in replies {
+            // "Nothing changed" only moves the header's poll time on: the screen needs it no
+            // more often than it draws an unchanged screen, and each message wakes it.
+            if matches!(r, Reply::Unchanged(_)) && told.elapsed() < UNCHANGED_TOLD_EVERY {
+                continue;
+            }
+            told = std::time::Instant::now();
             if out.send(Msg::Reply(r)).is_err() {
                 return;
             }

@@ -84,6 +84,7 @@ fn main() -> Res<()> {
     let mut out = Map::new();
     out.insert("smoke".into(), json!(plan.smoke));
     out.insert("machine".into(), machine());
+    out.insert("run_at".into(), json!(exactly::time::now_text()));
     out.insert("load_before".into(), json!(loadavg()));
     if wants("write") {
         eprintln!("bench: write_ratio …");

@@ -519,11 +519,10 @@ pub fn execute(
             };
             // With no approval asked for, reserve and submit in one transaction when the key
             // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
-            let begin = if att.spec.needs_approval {
+            // (A fault at `after_claim` needs the moment between the two commits to stop at.)
+            let begin = if att.spec.needs_approval || fault::armed("after_claim") {
                 store.begin_effect(&new)?
             } else {
-                // Nothing is reserved or sent yet: the last moment a kill leaves nothing behind.
-                fault::point("after_claim");
                 store.begin_and_submit_effect(&new, &att.attempt)?
             };
             if matches!(begin, Begin::Submitted(_)) {

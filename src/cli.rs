@@ -2,6 +2,7 @@
 use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
 use crate::metrics::Snapshot;
 use crate::store::{self, Decided, Resolution, Resolved, Store};
+use crate::wrapped::LeaseWatch;
 use crate::{approval, key, lease, sanitize::inert, time, Error, Result};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Map, Value};
@@ -373,31 +374,71 @@ fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         Some(o) => Some(o),
         None => store.effect(&spec.key())?.and_then(|r| r.observe_cmd),
     };
-    let mut action = CommandAction {
-        argv: a.command,
-        observe_cmd,
-        env: Vec::new(),
-    };
+    let mut action = CommandAction::new(a.command);
+    action.observe_cmd = observe_cmd;
+    action.lease = Some(LeaseWatch {
+        db: store.path().to_string(),
+        job: ctx.job.clone(),
+        token: ctx.token,
+    });
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    if let Outcome::DuplicateSuppressed { key, response } = &out {
+        replay(&mut store, key, response.as_deref())?;
+    }
     report(&out);
+    if let (Outcome::Done { .. }, Some(o)) = (&out, action.output.as_ref().filter(|o| o.cut())) {
+        eprintln!(
+            "exactly: the response kept with effect {} was cut to its first {} of {} bytes",
+            inert(out.key()),
+            o.kept.len(),
+            o.total
+        );
+    }
     Ok(out.exit_code())
+}
+
+/// A duplicate prints what the first attempt's command wrote, as it was stored: the bytes when
+/// they were kept, else the response text (written by an observer or another program).
+fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let row = store.effect(key)?;
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout is the reader's choice; the outcome stands.
+    match row.as_ref().and_then(|r| r.response_raw.as_ref()) {
+        Some(raw) => {
+            let _ = stdout.write_all(raw);
+            let total = row.as_ref().and_then(|r| r.response_total).unwrap_or(0);
+            if total > raw.len() as i64 {
+                eprintln!(
+                    "exactly: the stored response was cut: {} of {total} bytes are replayed",
+                    raw.len()
+                );
+            }
+        }
+        None => {
+            if let Some(r) = response.filter(|r| !r.is_empty()) {
+                let _ = writeln!(stdout, "{r}");
+            }
+        }
+    }
+    let _ = stdout.flush();
+    Ok(())
 }
 
 /// One line on stderr saying how the attempt ended; the response on stdout.
 fn report(out: &Outcome) {
     let k = inert(out.key());
     match out {
-        Outcome::Done { response, .. } => {
-            if !response.is_empty() {
-                println!("{response}");
-            }
-        }
-        Outcome::DuplicateSuppressed { response, .. } => {
+        // The command's output already reached stdout as it was written.
+        Outcome::Done { .. } => {}
+        Outcome::DuplicateSuppressed { .. } => {
             eprintln!("exactly: duplicate suppressed: effect {k} is already done");
-            if let Some(r) = response.as_deref().filter(|r| !r.is_empty()) {
-                println!("{r}");
-            }
         }
+        Outcome::Unrecorded { ran, reason, .. } => eprintln!(
+            "exactly: the command ran ({}), but its result could not be recorded ({}); effect {k} stays submitted: check the far side, then exactly resolve {k}",
+            inert(ran),
+            inert(reason)
+        ),
         Outcome::Fenced { .. } => {
             eprintln!("exactly: fenced: the token is not the job's current fencing token (its lease was taken over, or never claimed); effect {k} not written")
         }

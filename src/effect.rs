@@ -10,9 +10,9 @@
 use crate::fault;
 use crate::key;
 use crate::store::{Begin, NewEffect, Resolution, Seen, Store, Submit, Verdict};
+use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use crate::Result;
 use serde_json::{Map, Value};
-use std::io::Read;
 use std::process::{Command, Stdio};
 
 /// Who is acting: the job, the fencing token of its lease, and the run.
@@ -106,6 +106,12 @@ pub enum Observation {
 pub trait Action {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
     fn observe(&mut self, effect_key: &str) -> Observation;
+    /// The response as the bytes the last `perform` produced and how many there were in all
+    /// (a command's stdout), when the action has them; kept with the effect so a duplicate
+    /// replays them.
+    fn output(&self) -> Option<&Output> {
+        None
+    }
 }
 
 /// Every way an attempt can end. Only the first sends anything.
@@ -134,6 +140,14 @@ pub enum Outcome {
     Cancelled { key: String },
     /// The action promised nothing was sent; the reservation was released.
     NotSent { key: String, reason: String },
+    /// The action ran (`ran` says how it ended) but its outcome could not be recorded (a
+    /// locked database, a full disk) within the lease: the effect stays `submitted` until an
+    /// observer or an operator settles it.
+    Unrecorded {
+        key: String,
+        ran: String,
+        reason: String,
+    },
     /// Too little of the lease was left to send under it (or it was released): nothing sent.
     LeaseEnding { key: String, until: Option<String> },
 }
@@ -149,6 +163,7 @@ impl Outcome {
             | Outcome::Unknown { key, .. }
             | Outcome::Cancelled { key }
             | Outcome::NotSent { key, .. }
+            | Outcome::Unrecorded { key, .. }
             | Outcome::LeaseEnding { key, .. } => key,
         }
     }
@@ -160,7 +175,7 @@ impl Outcome {
             Outcome::Fenced { .. } | Outcome::LeaseEnding { .. } => 3,
             Outcome::AwaitingApproval { .. } => 4,
             Outcome::Unresolved { .. } => 5,
-            Outcome::Unknown { .. } => 6,
+            Outcome::Unknown { .. } | Outcome::Unrecorded { .. } => 6,
             Outcome::Cancelled { .. } => 7,
             Outcome::NotSent { .. } => 75,
         }
@@ -575,17 +590,16 @@ pub fn execute(
             Input::Sent(sent)
         }
         Io::Finish { sent, seen } => {
-            let ok = match sent {
-                Ok(response) => {
-                    store.finish_effect_on(key, &ctx.job, ctx.token, "done", response, seen)?
-                }
-                Err(Failure::NotSent(_)) => {
-                    store.release_effect_on(key, &ctx.job, ctx.token, seen)?
-                }
+            let output = action.output().map(|o| (o.kept.as_slice(), o.total));
+            let ok = within_lease(store, &ctx.job, |store| match sent {
+                Ok(response) => store.finish_effect_output_on(
+                    key, &ctx.job, ctx.token, "done", response, seen, output,
+                ),
+                Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
                 Err(Failure::Lost(reason)) => {
-                    store.finish_effect_on(key, &ctx.job, ctx.token, "unknown", reason, seen)?
+                    store.finish_effect_on(key, &ctx.job, ctx.token, "unknown", reason, seen)
                 }
-            };
+            })?;
             fault::point("after_done");
             Input::Finished(ok)
         }
@@ -597,13 +611,63 @@ pub fn execute(
     }))
 }
 
+/// Pause between tries to record an outcome.
+const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Runs `write` until it succeeds or the job's lease has run out by our clock (a locked
+/// database, a full disk); at least once. The lease is read only after a failure: in WAL mode
+/// a reader is not blocked by another connection's write lock. A fenced answer (`Ok(false)`)
+/// is an answer, not a failure.
+fn within_lease(
+    store: &mut Store,
+    job: &str,
+    mut write: impl FnMut(&mut Store) -> Result<bool>,
+) -> Result<bool> {
+    let mut until: Option<Option<crate::time::Ts>> = None;
+    loop {
+        match write(store) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let until = *until.get_or_insert_with(|| {
+                    store
+                        .lease(job)
+                        .ok()
+                        .flatten()
+                        .and_then(|l| crate::time::parse(&l.lease_until))
+                });
+                if until.is_none_or(|u| crate::time::now() >= u) {
+                    return Err(e);
+                }
+                std::thread::sleep(RECORD_RETRY_PAUSE);
+            }
+        }
+    }
+}
+
 /// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
 /// for the ways it ends.
 pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -> Result<Outcome> {
     let mut att = Attempt::new(ctx, spec, &attempt_id())?;
     let mut io = att.start();
     loop {
-        match execute(store, &att, &io, action)? {
+        let done = match execute(store, &att, &io, action) {
+            // It was sent (or tried), and what happened cannot be written down.
+            Err(e) => match &io {
+                Io::Finish { sent, .. } => {
+                    return Ok(Outcome::Unrecorded {
+                        key: att.key.clone(),
+                        ran: match sent {
+                            Ok(_) => "it exited 0".into(),
+                            Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r.clone(),
+                        },
+                        reason: e.to_string(),
+                    })
+                }
+                _ => return Err(e),
+            },
+            Ok(d) => d,
+        };
+        match done {
             Some(input) => io = att.step(input),
             None => {
                 if let Io::End(out) = io {
@@ -626,6 +690,16 @@ pub struct Settled {
 /// job's next run); each verdict applies only to the row version it observed, and a send still
 /// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
 pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
+    settle_open_with(store, job, |cmd, key| observe_with(cmd, key, &[]))
+}
+
+/// [`settle_open`] with `observe(cmd, effect_key)` running each observer (the scheduler bounds
+/// it with [`observe_within`]).
+pub fn settle_open_with(
+    store: &mut Store,
+    job: &str,
+    mut observe: impl FnMut(&str, &str) -> Observation,
+) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
@@ -640,7 +714,7 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
         let Some(cmd) = row.observe_cmd.clone() else {
             continue;
         };
-        let verdict = observe_with(&cmd, &row.effect_key, &[]);
+        let verdict = observe(&cmd, &row.effect_key);
         let (res, words) = match &verdict {
             Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
@@ -665,58 +739,86 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
     Ok(out)
 }
 
-/// Most bytes of a command's stdout kept as the effect's response.
-const RESPONSE_MAX: usize = 64 * 1024;
-
 /// An effect that is a command: exit 0 is done (stdout is the response), exit 75 promises
-/// nothing was sent, anything else (or a signal) leaves it unknown.
+/// nothing was sent, anything else (or a signal) leaves it unknown. See [`crate::wrapped`] for
+/// how it runs: streamed, in its own process group, signals forwarded, held to its lease.
 pub struct CommandAction {
     pub argv: Vec<String>,
     pub observe_cmd: Option<String>,
     /// Extra environment for both the command and the observer.
     pub env: Vec<(String, String)>,
+    /// The lease the command runs under; it is stopped once that lease has expired.
+    pub lease: Option<LeaseWatch>,
+    /// What the last `perform` wrote on stdout.
+    pub output: Option<Output>,
+}
+
+impl CommandAction {
+    pub fn new(argv: Vec<String>) -> CommandAction {
+        CommandAction {
+            argv,
+            observe_cmd: None,
+            env: Vec::new(),
+            lease: None,
+            output: None,
+        }
+    }
 }
 
 impl Action for CommandAction {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
+        self.output = None;
         let Some((prog, args)) = self.argv.split_first() else {
             return Err(Failure::NotSent("no command given".into()));
         };
-        let child = die_with_parent(Command::new(prog).args(args))
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("EXACTLY_EFFECT_KEY", effect_key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
+            .env("EXACTLY_EFFECT_KEY", effect_key);
+        let ended = match wrapped::run(&mut cmd, self.lease.clone()) {
+            Ok(e) => e,
             // It never started, so nothing left this machine.
-            Err(e) => return Err(Failure::NotSent(format!("cannot start {prog:?}: {e}"))),
+            Err(NotStarted::Spawn(e)) => {
+                return Err(Failure::NotSent(format!("cannot start {prog:?}: {e}")))
+            }
+            Err(NotStarted::LeaseGone(why)) => {
+                return Err(Failure::NotSent(format!(
+                    "{} before it started",
+                    why.words().replace(", so the command was stopped", "")
+                )))
+            }
         };
-        let mut out = Vec::new();
-        if let Some(mut stdout) = child.stdout.take() {
-            // Keep the head, but drain the rest so a chatty command never blocks on a full pipe.
-            let _ = (&mut stdout)
-                .take(RESPONSE_MAX as u64)
-                .read_to_end(&mut out);
-            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-        }
-        let status = match child.wait() {
+        let response = String::from_utf8_lossy(&ended.output.kept)
+            .trim_end()
+            .to_string();
+        self.output = Some(ended.output);
+        let status = match ended.status {
             Ok(s) => s,
             Err(e) => return Err(Failure::Lost(format!("lost the command: {e}"))),
         };
-        let response = String::from_utf8_lossy(&out).trim_end().to_string();
-        match status.code() {
+        let code = status.code();
+        if let Some(why) = ended.stopped {
+            // Stopped mid-send: only its own promise makes it "not sent".
+            return Err(if code == Some(75) {
+                Failure::NotSent(format!("{}; it exited 75: nothing sent", why.words()))
+            } else {
+                Failure::Lost(why.words())
+            });
+        }
+        let signalled = ended
+            .forwarded
+            .map(|s| format!(" after we forwarded signal {s}"))
+            .unwrap_or_default();
+        match code {
             Some(0) => Ok(response),
             Some(75) => Err(Failure::NotSent(
                 "the command exited 75: nothing sent".into(),
             )),
-            Some(c) => Err(Failure::Lost(format!("the command exited {c}"))),
+            Some(c) => Err(Failure::Lost(format!("the command exited {c}{signalled}"))),
             None => {
                 use std::os::unix::process::ExitStatusExt;
                 Err(Failure::Lost(format!(
-                    "the command was killed by signal {}",
+                    "the command was killed by signal {}{signalled}",
                     status.signal().unwrap_or(0)
                 )))
             }
@@ -728,6 +830,10 @@ impl Action for CommandAction {
             Some(cmd) => observe_with(cmd, effect_key, &self.env),
             None => Observation::CantTell("no --observe command was given".into()),
         }
+    }
+
+    fn output(&self) -> Option<&Output> {
+        self.output.as_ref()
     }
 }
 
@@ -764,5 +870,82 @@ pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Ob
             None => Observation::CantTell("observer was killed".into()),
         },
         Err(e) => Observation::CantTell(format!("cannot start observer: {e}")),
+    }
+}
+
+/// [`observe_with`], bounded: an observer still running after `limit`, or when `stop` is set
+/// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell".
+pub fn observe_within(
+    cmd: &str,
+    effect_key: &str,
+    env: &[(String, String)],
+    limit: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Observation {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let child = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("EXACTLY_EFFECT_KEY", effect_key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Observation::CantTell(format!("cannot start observer: {e}")),
+    };
+    let pgid = child.id() as i32;
+    let reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut out, wrapped::RESPONSE_MAX as u64),
+                &mut buf,
+            );
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+            buf
+        })
+    });
+    // A limit too far to represent is no limit.
+    let deadline = Instant::now().checked_add(limit);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) => {}
+            Err(e) => break Err(format!("lost the observer: {e}")),
+        }
+        let stopped = stop.load(std::sync::atomic::Ordering::SeqCst);
+        if stopped || deadline.is_some_and(|d| Instant::now() >= d) {
+            // SAFETY: a negative pid names the observer's own process group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break Err(if stopped {
+                "observer stopped: its run is ending".to_string()
+            } else {
+                format!(
+                    "observer timed out after {}",
+                    crate::time::human_ms(limit.as_millis() as u64)
+                )
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever it left behind holding our pipe goes with it.
+    // SAFETY: as above; the group may already be empty.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let out = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    match status {
+        Ok(s) => match s.code() {
+            Some(0) => {
+                let s = String::from_utf8_lossy(&out).trim_end().to_string();
+                Observation::Happened((!s.is_empty()).then_some(s))
+            }
+            Some(1) => Observation::NotHappened,
+            Some(c) => Observation::CantTell(format!("observer exited {c}")),
+            None => Observation::CantTell("observer was killed".into()),
+        },
+        Err(why) => Observation::CantTell(why),
     }
 }

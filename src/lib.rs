@@ -52,6 +52,7 @@ pub mod sanitize;
 pub mod store;
 pub mod time;
 pub mod tui;
+pub mod wrapped;
 
 pub use store::Store;
 
@@ -64,6 +65,10 @@ pub enum Error {
     /// The database could not be used (exit 1).
     #[error("{0}")]
     Store(String),
+    /// Another process held the database's write lock past the busy timeout: worth retrying
+    /// (exit 1).
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

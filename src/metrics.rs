@@ -105,6 +105,10 @@ pub struct JobRow {
     pub missed_unrecorded: u64,
     pub duplicates_suppressed: u64,
     pub fenced_writes: u64,
+    /// Firings that used up their runs (three) without finishing.
+    pub firings_gave_up: u64,
+    /// Firings an observer marked for a re-run that has not happened yet.
+    pub firings_need_retry: u64,
     pub warnings: Vec<String>,
 }
 
@@ -205,6 +209,18 @@ pub fn job_warnings(j: &JobRow) -> Vec<String> {
                 j.runs
             ));
         }
+    }
+    if j.firings_gave_up > 0 {
+        w.push(format!(
+            "{} firing(s) gave up after 3 runs: check their effects by hand",
+            j.firings_gave_up
+        ));
+    }
+    if j.firings_need_retry > 0 {
+        w.push(format!(
+            "{} firing(s) need retry: an effect never happened; a scheduler re-runs them",
+            j.firings_need_retry
+        ));
     }
     if let (Some(p99), Some(interval)) = (j.p99_ms, j.interval_s) {
         if interval > 0 && p99 > (interval as u64) * 1000 {

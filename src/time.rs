@@ -29,8 +29,11 @@ pub fn parse(s: &str) -> Option<Ts> {
         .map(|n| Utc.from_utc_datetime(&n))
 }
 
+/// `ts + d`, with `d` bounded at [`MAX_DURATION`]: a duration read back from a database an
+/// older version wrote can neither overflow nor leave the fixed width.
 pub fn add(ts: Ts, d: Duration) -> Ts {
-    ts + chrono::Duration::milliseconds(d.as_millis().min(i64::MAX as u128) as i64)
+    let d = d.min(MAX_DURATION);
+    ts + chrono::Duration::milliseconds(d.as_millis() as i64)
 }
 
 /// The longest duration accepted anywhere (lease, interval, timeout, catch-up, retention):
@@ -73,6 +76,14 @@ pub fn max_skew() -> Duration {
 pub fn minus_skew(ts: &str) -> String {
     match parse(ts) {
         Some(t) => fmt(t - chrono::Duration::milliseconds(max_skew().as_millis() as i64)),
+        None => ts.to_string(),
+    }
+}
+
+/// `ts` minus `d`, as text (unchanged when it does not parse).
+pub fn minus(ts: &str, d: Duration) -> String {
+    match parse(ts) {
+        Some(t) => fmt(t - chrono::Duration::milliseconds(d.as_millis() as i64)),
         None => ts.to_string(),
     }
 }

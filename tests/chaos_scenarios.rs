@@ -93,3 +93,56 @@ fn duplicate_registration_collapses_into_one_effect() {
     let v = clean("duplicate-registration", 30);
     assert!(n(&v, "duplicates_suppressed") >= 30, "{v:#}");
 }
+
+/// The concurrency scenarios: live attempts racing, not only kills.
+fn raced(scenario: &str, iterations: u32) -> Value {
+    let it = iterations.to_string();
+    let (code, v, err) = chaos(&["--scenario", scenario, "--iterations", &it]);
+    assert_eq!(code, 0, "{scenario}: exit {code}: {v:#}\n{err}");
+    assert_eq!(n(&v, "iterations"), u64::from(iterations));
+    for k in [
+        "duplicate_effects",
+        "lost_effects",
+        "claimed_leaked",
+        "unknown_unresolved",
+        "unexplained_unknowns",
+        "late_writes_accepted",
+        "unapproved_sends",
+        "anomalies",
+    ] {
+        assert_eq!(n(&v, k), 0, "{scenario}: {k}: {v:#}");
+    }
+    assert_eq!(n(&v, "far_side_requests"), n(&v, "intended_effects"));
+    v
+}
+
+#[test]
+fn concurrent_retries_of_an_unknown_effect_send_it_once() {
+    let v = raced("concurrent-retry", 8);
+    assert_eq!(n(&v, "intended_effects"), 8);
+    // Every iteration starts from an unknown the racing observers had to settle.
+    assert_eq!(n(&v, "unknown_resolved"), 8, "{v:#}");
+    assert!(n(&v, "duplicates_suppressed") >= 8, "{v:#}");
+}
+
+#[test]
+fn attempts_naming_different_hosts_send_once() {
+    let v = raced("cross-host", 8);
+    assert_eq!(n(&v, "intended_effects"), 8);
+}
+
+#[test]
+fn processes_with_skewed_clocks_send_once() {
+    let v = raced("clock-skew", 6);
+    assert_eq!(n(&v, "intended_effects"), 6);
+}
+
+#[test]
+fn an_effect_someone_asked_approval_for_waits_for_a_person() {
+    let v = raced("approval-race", 10);
+    let s = &v["scenarios"]["approval-race"];
+    // Both decisions were taken (seed 7): approved ones reached the far side once (`raced`
+    // checks it), denied ones never (`unapproved_sends` is 0).
+    let approved = n(s, "intended_effects");
+    assert!((1..10).contains(&approved), "{v:#}");
+}

@@ -79,7 +79,7 @@ fn hex(b: &[u8]) -> String {
 fn a_killed_scheduler_is_shown_dead_within_the_window_and_a_stopped_one_at_once() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
         sh("true")
     ));
     let mut sched = site.start("alpha", "5s");
@@ -166,7 +166,7 @@ fn a_killed_scheduler_is_shown_dead_within_the_window_and_a_stopped_one_at_once(
 fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {}\n\
+        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n\
          [[job]]\nname = \"daily\"\nschedule = \"0 7 * * *\"\ntimezone = \"Asia/Kolkata\"\nlease = \"5m\"\noverlap = \"coalesce\"\ncommand = {}\n",
         sh("echo trying; exit 3"),
         sh("true")
@@ -240,7 +240,7 @@ fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
 fn logs_prints_both_streams_sanitised_and_follows_a_running_run() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"talker\"\nevery = \"1s\"\nlease = \"1m\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"talker\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
         sh("echo to-stdout; echo to-stderr >&2; printf 'evil \\033]0;pwned\\007 end\\n'; exit 0")
     ));
     // No run yet: a clear refusal.
@@ -372,7 +372,7 @@ fn gc_prunes_history_but_keeps_open_effects_approvals_leases_and_totals() {
     let far = site.path("far.txt").to_string_lossy().into_owned();
     // A job whose every run sends one effect keyed by its slot (done), then a duplicate.
     site.write_jobs(&format!(
-        "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
         sh(&format!(
             "$X effect --action pay --target acme --input slot=$EXACTLY_SCHEDULED_AT -- sh -c 'echo paid >> {far}' \
              && $X effect --action pay --target acme --input slot=$EXACTLY_SCHEDULED_AT -- sh -c 'echo paid >> {far}'"
@@ -520,7 +520,7 @@ fn retain_in_the_jobs_file_makes_run_prune_on_its_own() {
     let site = Site::new();
     let jobs = |retain: &str| {
         format!(
-            "{retain}[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "{retain}[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
             sh("true")
         )
     };

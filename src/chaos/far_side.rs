@@ -31,6 +31,10 @@ pub enum FarSideCmd {
     Seen {
         #[arg(long)]
         socket: PathBuf,
+        /// Ask at once, answer only after this long (a slow API: the answer describes the far
+        /// side as it was when asked).
+        #[arg(long, default_value = "0ms")]
+        answer_after: String,
     },
 }
 
@@ -65,7 +69,10 @@ pub fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
     match cmd {
         FarSideCmd::Serve { socket } => serve(&socket),
         FarSideCmd::Send(a) => send(&a),
-        FarSideCmd::Seen { socket } => seen(&socket),
+        FarSideCmd::Seen {
+            socket,
+            answer_after,
+        } => seen(&socket, crate::time::parse_duration(&answer_after)?),
     }
 }
 
@@ -124,9 +131,11 @@ fn send(a: &SendArgs) -> Result<i32> {
     }
 }
 
-fn seen(socket: &Path) -> Result<i32> {
+fn seen(socket: &Path, answer_after: Duration) -> Result<i32> {
     let key = effect_key_env()?;
-    match request(socket, &format!("SEEN {key}")) {
+    let answer = request(socket, &format!("SEEN {key}"));
+    std::thread::sleep(answer_after);
+    match answer {
         Ok(r) if r.starts_with("YES") => {
             println!("far-side has it ({})", r.trim_start_matches("YES").trim());
             Ok(0)

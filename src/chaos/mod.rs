@@ -2,6 +2,7 @@
 //! a far side that records every arrival; the harness kills them at named fault points and at
 //! random moments, restarts them without clearing the ledger, and counts what the far side got.
 //! The number that matters is duplicate effects observed, which must be zero.
+mod concurrent;
 pub mod far_side;
 mod proc;
 mod scenarios;
@@ -31,6 +32,11 @@ pub const SCENARIOS: &[&str] = &[
     "overrun",
     "lost-response",
     "duplicate-registration",
+    "slow-observer",
+    "concurrent-retry",
+    "cross-host",
+    "clock-skew",
+    "approval-race",
 ];
 
 #[derive(Args, Debug)]
@@ -77,10 +83,21 @@ pub struct Tally {
     pub duplicates_suppressed: u64,
     /// Writes by a run whose lease was stolen that the ledger accepted (must be 0).
     pub late_writes_accepted: u64,
+    /// Effects that reached the far side after a caller asked for approval and before a person
+    /// approved them, or after a person denied them (must be 0).
+    pub unapproved_sends: u64,
     /// Interim "can't tell" verdicts that a later attempt settled.
     pub observer_cant_tell: u64,
     /// Scheduler strikes that landed while an effect was being sent.
     pub mid_effect_strikes: u64,
+    /// Scheduler scenarios: how many firings had how many runs ({runs: firings}).
+    pub runs_per_firing: BTreeMap<u64, u64>,
+    /// The most runs one firing had (at most 3).
+    pub max_runs_per_firing: u64,
+    /// Firings that used up their 3 runs and were given up.
+    pub firings_gave_up: u64,
+    /// Times two runs of one firing were seen alive at once in the process table (must be 0).
+    pub overlapping_copies: u64,
     pub wall_ms: u64,
     /// Broken expectations and harness errors (each a failure, listed in `failures`).
     pub anomalies: u64,
@@ -117,7 +134,10 @@ impl Tally {
             && self.claimed_leaked == 0
             && self.unexplained_unknowns == 0
             && self.late_writes_accepted == 0
+            && self.unapproved_sends == 0
             && self.anomalies == 0
+            && self.max_runs_per_firing <= 3
+            && self.overlapping_copies == 0
     }
     fn add(&mut self, o: &Tally) {
         self.iterations += o.iterations;
@@ -127,6 +147,12 @@ impl Tally {
             *self.kills.entry(k.clone()).or_default() += n;
         }
         self.duplicate_effects += o.duplicate_effects;
+        for (k, n) in &o.runs_per_firing {
+            *self.runs_per_firing.entry(*k).or_default() += n;
+        }
+        self.max_runs_per_firing = self.max_runs_per_firing.max(o.max_runs_per_firing);
+        self.firings_gave_up += o.firings_gave_up;
+        self.overlapping_copies += o.overlapping_copies;
         self.lost_effects += o.lost_effects;
         self.unknown_resolved += o.unknown_resolved;
         self.unknown_unresolved += o.unknown_unresolved;
@@ -135,6 +161,7 @@ impl Tally {
         self.fenced_writes += o.fenced_writes;
         self.duplicates_suppressed += o.duplicates_suppressed;
         self.late_writes_accepted += o.late_writes_accepted;
+        self.unapproved_sends += o.unapproved_sends;
         self.observer_cant_tell += o.observer_cant_tell;
         self.mid_effect_strikes += o.mid_effect_strikes;
         self.anomalies += o.anomalies;
@@ -159,6 +186,22 @@ impl Client {
             ..Default::default()
         }
     }
+}
+
+/// `faketime` (Debian package `faketime`): runs a process with its clock shifted.
+pub const FAKETIME: &str = "faketime";
+
+/// How one attempt of the concurrency scenarios differs from a plain one.
+#[derive(Debug, Clone, Default)]
+pub struct How {
+    /// The observer command (default: the harness's prompt one).
+    pub observe: Option<String>,
+    /// `EXACTLY_HOST`: the host name the attempt records as its own.
+    pub host: Option<String>,
+    /// How far the attempt's clock is off ours, in milliseconds.
+    pub skew_ms: i64,
+    pub needs_approval: bool,
+    pub pause: Option<(&'static str, Duration)>,
 }
 
 /// One intended effect, as a job sends it.
@@ -294,6 +337,63 @@ impl Harness {
             cmd.env(fault_var, format!("{point}:pause={}ms", d.as_millis()));
         }
         cmd
+    }
+
+    /// One `exactly effect` attempt shaped by `how`: its own observer, host name, clock
+    /// offset (through `faketime`), approval flag and fault pause.
+    pub fn attempt_with(&self, e: &Eff, c: &Client, how: &How) -> Command {
+        let tag = format!("{}:{}", e.job, e.token);
+        let mut cmd = self.skewed(how.skew_ms);
+        cmd.arg("--db").arg(&self.db).args([
+            "effect",
+            "--job",
+            &e.job,
+            "--token",
+            &e.token.to_string(),
+            "--action",
+            &e.action,
+            "--target",
+            &e.target,
+            "--input",
+            &format!("run={}", self.nonce),
+            "--input",
+            &format!("i={}", e.i),
+            "--observe",
+            how.observe.as_deref().unwrap_or(&self.observe),
+        ]);
+        if how.needs_approval {
+            cmd.arg("--needs-approval");
+        }
+        cmd.arg("--").args(self.client_argv(&tag, c));
+        if let Some(host) = &how.host {
+            cmd.env("EXACTLY_HOST", host);
+        }
+        if let Some((point, d)) = how.pause {
+            cmd.env(
+                "EXACTLY_FAULT",
+                format!("{point}:pause={}ms", d.as_millis()),
+            );
+        }
+        cmd
+    }
+
+    /// The binary, run with its clock `skew_ms` off ours (through `faketime`) when not 0.
+    pub fn skewed(&self, skew_ms: i64) -> Command {
+        if skew_ms == 0 {
+            return self.exe_command();
+        }
+        let mut c = proc::command(Path::new(FAKETIME));
+        // Without this, libfaketime caches its offset and may read the spec late.
+        c.env("FAKETIME_NO_CACHE", "1")
+            .arg("-f")
+            .arg(format!("{:+.3}s", skew_ms as f64 / 1000.0))
+            .arg(&self.exe);
+        c
+    }
+
+    /// An observer that asks the far side at once and answers `ms` later (a slow API).
+    pub fn slow_observer(&self, ms: u64) -> String {
+        format!("{} --answer-after {ms}ms", self.observe)
     }
 
     pub fn spawn(
@@ -597,6 +697,29 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         "far side: {} requests for {} intended effects",
         r.total.far_side_requests, r.total.intended_effects
     );
+    if !r.total.runs_per_firing.is_empty() {
+        let per: Vec<String> = r
+            .total
+            .runs_per_firing
+            .iter()
+            .map(|(runs, n)| format!("{n}×{runs}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "scheduler: firings by runs {} (most {}), {} gave up, {} overlapping copies seen",
+            per.join(", "),
+            r.total.max_runs_per_firing,
+            r.total.firings_gave_up,
+            r.total.overlapping_copies
+        );
+    }
+    if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
+        let _ = writeln!(
+            s,
+            "unapproved sends (before an approval or after a denial): {}",
+            r.total.unapproved_sends
+        );
+    }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
             s,
@@ -620,13 +743,16 @@ fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     } else {
         format!(
-            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} anomalies",
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, {} overlapping copies",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,
             t.unexplained_unknowns,
             t.late_writes_accepted,
-            t.anomalies
+            t.unapproved_sends,
+            t.anomalies,
+            t.max_runs_per_firing,
+            t.overlapping_copies
         )
     };
     let _ = writeln!(s, "{verdict}");

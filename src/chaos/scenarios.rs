@@ -18,6 +18,9 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
         "overrun" => overrun(h, t, n, bar),
         "lost-response" => lost_response(h, t, n, bar),
         "duplicate-registration" => duplicate_registration(h, t, n, bar),
+        "concurrent-retry" | "cross-host" | "clock-skew" | "approval-race" => {
+            super::concurrent::run(name, h, t, n, bar)
+        }
         _ => super::sched::run(name, h, t, n, bar),
     }
 }

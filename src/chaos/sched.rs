@@ -1,6 +1,8 @@
 //! The scenarios that need the scheduler: `deploy-restart` (SIGTERM of `exactly run` mid-run,
-//! then a new one) and `blue-green` (two schedulers on the same jobs, one SIGKILLed and
-//! replaced), on the real `exactly run`.
+//! then a new one), `blue-green` (two schedulers on the same jobs, one SIGKILLed and
+//! replaced) and `slow-observer` (observers slower than the lease, the scheduler SIGKILLed at
+//! random moments), on the real `exactly run`. Throughout, a watcher scans the process table
+//! for two runs of one firing alive at once, and the end counts the runs of every firing.
 //!
 //! The job works the way the essay's keys do: each run sends every pending item (a fact: an
 //! order to deliver) through `exactly effect`, keyed by the item, so an effect a dead run left
@@ -8,10 +10,14 @@
 //! one item and strikes one scheduler.
 use super::proc::Running;
 use super::{sh_quote, Eff, Harness, Tally};
+use crate::runner::procs;
 use crate::{Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long the end of a scenario waits for every item to be settled.
@@ -25,19 +31,72 @@ enum Mode {
     Deploy,
     /// Two schedulers; SIGKILL one and start a replacement.
     BlueGreen,
+    /// One scheduler whose observers take longer than the lease; SIGKILL it, start another.
+    SlowObserver,
 }
+
+/// The job's lease in the slow-observer scenario, and how long its observers take (longer).
+const SLOW_LEASE: &str = "500ms";
+const SLOW_OBSERVER: &str = "sleep 0.8";
 
 pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let mode = match name {
         "deploy-restart" => Mode::Deploy,
         "blue-green" => Mode::BlueGreen,
+        "slow-observer" => Mode::SlowObserver,
         other => return Err(Error::Usage(format!("no scenario named {}", other))),
     };
     let mut f = Fleet::new(h, mode)?;
+    let watch = Watcher::start(h.db(), &f.job);
     let result = f.iterations(h, t, n, bar);
     // Whatever happened, stop every scheduler we started and settle what is pending.
     let settled = f.settle(h, t);
-    result.and(settled)
+    let seen = watch.stop();
+    t.overlapping_copies += seen.len() as u64;
+    for o in seen.iter().take(5) {
+        t.fail(format!(
+            "{}: two runs of one firing alive at once: {o}",
+            f.name
+        ));
+    }
+    let counted = f.count_runs(h, t);
+    result.and(settled).and(counted)
+}
+
+/// Scans the process table for processes of two different runs of one firing alive at once
+/// (each run's command carries `EXACTLY_SCHEDULED_AT` and `EXACTLY_RUN_ID`).
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<BTreeSet<String>>,
+}
+
+impl Watcher {
+    fn start(db: &str, job: &str) -> Watcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, db, job) = (stop.clone(), db.to_string(), job.to_string());
+        let handle = std::thread::spawn(move || {
+            let mut seen = BTreeSet::new();
+            while !flag.load(Ordering::SeqCst) {
+                let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                for p in procs::of_job(&db, &job) {
+                    runs.entry(p.slot).or_default().insert(p.run_id);
+                }
+                for (slot, ids) in runs.into_iter().filter(|(_, ids)| ids.len() > 1) {
+                    let ids: Vec<String> = ids.into_iter().collect();
+                    seen.insert(format!("{slot}: {}", ids.join(" and ")));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        Watcher { stop, handle }
+    }
+
+    /// The overlaps seen, one line per firing and set of runs.
+    fn stop(self) -> BTreeSet<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().unwrap_or_default()
+    }
 }
 
 struct Sched {
@@ -63,10 +122,10 @@ struct Fleet {
 
 impl Fleet {
     fn new(h: &mut Harness, mode: Mode) -> Result<Fleet> {
-        let name: &'static str = if mode == Mode::Deploy {
-            "deploy-restart"
-        } else {
-            "blue-green"
+        let name: &'static str = match mode {
+            Mode::Deploy => "deploy-restart",
+            Mode::BlueGreen => "blue-green",
+            Mode::SlowObserver => "slow-observer",
         };
         let job = format!("chaos-{name}");
         let base = h.dir.join(name);
@@ -89,10 +148,15 @@ impl Fleet {
         );
         let body = if h.guarded {
             // The command a user would write: one guarded effect per pending item, keyed by it.
+            let obs = if mode == Mode::SlowObserver {
+                format!("{SLOW_OBSERVER}; {}", h.observe_cmd())
+            } else {
+                h.observe_cmd().to_string()
+            };
             format!(
                 "OBS={obs}\nfor i in $(cat {items}); do\n  \
                  {exe} effect {inputs} --observe \"$OBS\" -- {send}\ndone\n",
-                obs = sh_quote(h.observe_cmd()),
+                obs = sh_quote(&obs),
             )
         } else {
             // The self-check's naive job: send, then note the item done; a run killed between
@@ -106,10 +170,15 @@ impl Fleet {
         };
         std::fs::write(&script, format!("#!/bin/sh\n{body}"))?;
         let jobs_file = base.join("jobs.toml");
+        let lease = if mode == Mode::SlowObserver {
+            SLOW_LEASE
+        } else {
+            "900ms"
+        };
         std::fs::write(
             &jobs_file,
             format!(
-                "[[job]]\nname = \"{job}\"\nevery = \"1s\"\nlease = \"1s\"\n\
+                "[[job]]\nname = \"{job}\"\nevery = \"1s\"\nlease = \"{lease}\"\n\
                  overlap = \"coalesce\"\ncommand = [\"sh\", {}]\n",
                 toml_str(&script)
             ),
@@ -229,7 +298,7 @@ impl Fleet {
         n: u32,
         bar: &ProgressBar,
     ) -> Result<()> {
-        let schedulers = if self.mode == Mode::Deploy { 1 } else { 2 };
+        let schedulers = if self.mode == Mode::BlueGreen { 2 } else { 1 };
         for _ in 0..schedulers {
             self.start(h, "30s")?;
         }
@@ -246,7 +315,14 @@ impl Fleet {
             self.pending.push((i, key));
             self.write_items()?;
             // Strike mid-effect (a run is sending an item) or at a random moment.
-            let wait_mid = h.guarded && (h.rng.gen_bool(0.8) || self.pending.len() > BACKLOG);
+            // slow-observer strikes at random moments more often: its point is the observers
+            // and the attempt limit, not the send.
+            let mid = if self.mode == Mode::SlowObserver {
+                0.4
+            } else {
+                0.8
+            };
+            let wait_mid = h.guarded && (h.rng.gen_bool(mid) || self.pending.len() > BACKLOG);
             let mut sender = None;
             if wait_mid {
                 let deadline = Instant::now() + Duration::from_millis(2500);
@@ -259,7 +335,12 @@ impl Fleet {
                 }
                 std::thread::sleep(h.ms(0, 30));
             } else {
-                std::thread::sleep(h.ms(50, 1200));
+                let most = if self.mode == Mode::SlowObserver {
+                    2500
+                } else {
+                    1200
+                };
+                std::thread::sleep(h.ms(50, most));
             }
             if sender.is_some() {
                 t.mid_effect_strikes += 1;
@@ -276,6 +357,14 @@ impl Fleet {
                             t.kill("scheduler_sigterm");
                         }
                         self.draining.push(s);
+                    }
+                    Mode::SlowObserver => {
+                        // The scheduler alone dies (an OOM kill, a crash): whatever its command
+                        // started is left for the next run of the firing to end.
+                        if s.r.kill() {
+                            t.kill("scheduler_sigkill");
+                        }
+                        s.r.finish()?;
                     }
                     Mode::BlueGreen => {
                         // Half the time the machine goes with it: its runs die mid-effect too.
@@ -302,6 +391,23 @@ impl Fleet {
             self.prune(h)?;
             t.iterations += 1;
             bar.inc(1);
+        }
+        Ok(())
+    }
+
+    /// Counts the runs of every firing of the job: at most 3 each, however often schedulers died.
+    fn count_runs(&self, h: &mut Harness, t: &mut Tally) -> Result<()> {
+        for (runs, firings) in h.store.runs_per_firing(&self.job)? {
+            let runs = runs.max(0) as u64;
+            *t.runs_per_firing.entry(runs).or_default() += firings.max(0) as u64;
+            t.max_runs_per_firing = t.max_runs_per_firing.max(runs);
+        }
+        t.firings_gave_up += h.store.firings_gave_up(&self.job)?.max(0) as u64;
+        if t.max_runs_per_firing > 3 {
+            t.anomaly(format!(
+                "{}: a firing ran {} times (at most 3)",
+                self.name, t.max_runs_per_firing
+            ));
         }
         Ok(())
     }

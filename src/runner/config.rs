@@ -56,8 +56,15 @@ pub struct Job {
     pub overlap: Overlap,
     /// Firings missed by up to this much (while no scheduler ran) still run.
     pub catchup: Duration,
+    /// A run past this is stopped (outcome `timeout`); None: no limit.
+    pub timeout: Option<Duration>,
+    /// An observer past this is "can't tell".
+    pub observe_timeout: Duration,
     pub command: Vec<String>,
 }
+
+/// How long an observer may take when the jobs file does not say (`observe_timeout`).
+pub const OBSERVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
 impl Job {
     /// Lowercase hex SHA-256 of the command's argv as JSON.
@@ -73,6 +80,12 @@ pub fn command_digest(argv: &[String]) -> String {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
+    /// Advice: `check` prints it and still passes, `run` logs it.
+    Note,
+    /// A risk seen in the database's history of runs (lease or interval below the observed
+    /// p99): `check` fails; `run` warns and runs, because refusing would also refuse the deploy
+    /// of the fix for a job that got slow.
+    Observed,
     /// A risk: `check` fails, `run` warns and runs.
     Warning,
     /// The job cannot be run as written: `check` fails, `run` refuses the file.
@@ -97,16 +110,41 @@ impl Problem {
             why: why.into(),
         }
     }
+    fn note(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
+        Problem {
+            severity: Severity::Note,
+            ..Problem::error(job, what, why)
+        }
+    }
+    /// Whether `check` fails on it.
+    pub fn rejects(&self) -> bool {
+        self.severity != Severity::Note
+    }
+    /// Whether `run` refuses the file for it: every problem of the file itself.
+    pub fn refuses_run(&self) -> bool {
+        matches!(self.severity, Severity::Error | Severity::Warning)
+    }
+    fn observed(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
+        Problem {
+            severity: Severity::Observed,
+            ..Problem::error(job, what, why)
+        }
+    }
     fn warning(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
         Problem {
             severity: Severity::Warning,
             ..Problem::error(job, what, why)
         }
     }
-    /// The one-line form: `file: job: what — why`.
+    /// The one-line form: `file: job: what — why` (advice starts `note:`).
     pub fn line(&self, file: &str) -> String {
+        let note = if self.severity == Severity::Note {
+            "note: "
+        } else {
+            ""
+        };
         crate::sanitize::inert(&format!(
-            "{file}: {}: {} — {}",
+            "{file}: {}: {note}{} — {}",
             self.job, self.what, self.why
         ))
     }
@@ -137,6 +175,8 @@ const JOB_KEYS: &[&str] = &[
     "overlap",
     "queue_cap",
     "catchup",
+    "timeout",
+    "observe_timeout",
     "command",
 ];
 
@@ -152,6 +192,8 @@ struct RawJob {
     overlap: Option<String>,
     queue_cap: Option<i64>,
     catchup: Option<String>,
+    timeout: Option<String>,
+    observe_timeout: Option<String>,
     command: Option<Vec<String>>,
 }
 
@@ -416,6 +458,37 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
             }
         },
     };
+    // A limit under 100ms leaves no room to start a process; every limit is bounded at 100y.
+    let limit =
+        |key: &str, value: &str, problems: &mut Vec<Problem>| match crate::time::parse_duration(
+            value,
+        ) {
+            Ok(d) if d >= Duration::from_millis(100) => Some(d),
+            Ok(_) => {
+                problems.push(Problem::error(
+                    name,
+                    format!("invalid {key}"),
+                    format!("{key} = {value:?} is shorter than 100ms"),
+                ));
+                None
+            }
+            Err(e) => {
+                problems.push(Problem::error(
+                    name,
+                    format!("invalid {key}"),
+                    e.to_string(),
+                ));
+                None
+            }
+        };
+    let timeout = match raw.timeout.as_deref() {
+        None => Some(None),
+        Some(t) => limit("timeout", t, problems).map(Some),
+    };
+    let observe_timeout = match raw.observe_timeout.as_deref() {
+        None => Some(OBSERVE_TIMEOUT_DEFAULT),
+        Some(t) => limit("observe_timeout", t, problems),
+    };
     let overlap = match raw.overlap.as_deref() {
         None => {
             problems.push(Problem::error(
@@ -490,6 +563,8 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         lease: lease?,
         overlap: overlap?,
         catchup: catchup?,
+        timeout: timeout?,
+        observe_timeout: observe_timeout?,
         command: command?,
     })
 }
@@ -543,13 +618,30 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
                 "a crashed run keeps the lease past the next firing, which it blocks",
             ));
         }
+        if let (Some(t), Overlap::Coalesce) = (job.timeout, job.overlap) {
+            if interval_s > 0 && t >= interval {
+                out.push(Problem::warning(
+                    &job.name,
+                    format!("timeout {} >= interval {}", human(t), human(interval)),
+                    "under coalesce a run that hangs until its timeout drops every firing in between",
+                ));
+            }
+        }
+        let p99 = history.get(&job.name).and_then(|h| h.p99_ms);
+        if job.timeout.is_none() && p99.is_none() {
+            out.push(Problem::note(
+                &job.name,
+                "no timeout",
+                "with no run history to size it by, a hung run holds the job until someone kills it; set timeout = \"…\"",
+            ));
+        }
         let Some(h) = history.get(&job.name) else {
             continue;
         };
         let Some(p99) = h.p99_ms else { continue };
         let p99d = Duration::from_millis(p99);
         if job.lease < p99d {
-            out.push(Problem::warning(
+            out.push(Problem::observed(
                 &job.name,
                 format!("lease {} < observed p99 {}", human(job.lease), human(p99d)),
                 format!(
@@ -559,7 +651,7 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
             ));
         }
         if interval_s > 0 && p99d > interval {
-            out.push(Problem::warning(
+            out.push(Problem::observed(
                 &job.name,
                 format!("observed p99 {} > interval {}", human(p99d), human(interval)),
                 format!(
@@ -607,7 +699,7 @@ mod tests {
     #[test]
     fn clean_job_parses() {
         let l = parse(
-            "[[job]]\nname = \"digest\"\nschedule = \"0 7 * * *\"\ntimezone = \"Europe/Berlin\"\nlease = \"15m\"\noverlap = \"queue\"\nqueue_cap = 3\ncommand = [\"./digest.sh\"]\n",
+            "[[job]]\nname = \"digest\"\nschedule = \"0 7 * * *\"\ntimezone = \"Europe/Berlin\"\nlease = \"15m\"\noverlap = \"queue\"\nqueue_cap = 3\ntimeout = \"10m\"\ncommand = [\"./digest.sh\"]\n",
         );
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         assert_eq!(l.jobs[0].overlap, Overlap::Queue { cap: 3 });

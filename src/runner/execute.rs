@@ -1,8 +1,10 @@
-//! One run of one firing: settle the job's open effects, start the command with the firing in
-//! its environment, renew the lease by heartbeat while it runs, capture a bounded log, record
-//! the outcome and release the lease.
+//! One run of one firing: end what an earlier run of the same firing left behind, settle the
+//! job's open effects (observers bounded by `observe_timeout`), check the token is still
+//! current, start the command with the firing in its environment, renew the lease by heartbeat
+//! from the first observer to the recorded end, stop the command at its `timeout`, capture a
+//! bounded log, record the outcome (retrying through a locked database) and release the lease.
 use crate::store::{RunEnd, Started, Store};
-use crate::{effect, lease, time, Result};
+use crate::{effect, lease, time, Error, Result};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -15,8 +17,15 @@ use std::time::{Duration, Instant};
 /// Bytes of a run's output kept from its start, and from its end.
 const LOG_HEAD: usize = 16 * 1024;
 const LOG_TAIL: usize = 48 * 1024;
-/// After SIGTERM to a command killed at shutdown, how long before SIGKILL.
+/// After SIGTERM to a command stopped (shutdown, timeout), how long before SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long the end of a run is retried through a locked database before it is left to the
+/// next scheduler (the lease is renewed meanwhile, so nobody resumes a finished run).
+const FINISH_RETRY: Duration = Duration::from_secs(600);
+/// At shutdown (kill set), how long recording the end may still be retried.
+const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
+/// How long an earlier run's leftover processes get to be gone after SIGKILL.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for output pipes after the command exits (a background grandchild may
 /// keep them open forever).
 const PIPE_WAIT: Duration = Duration::from_millis(500);
@@ -28,6 +37,10 @@ pub struct RunSpec {
     pub job: String,
     pub started: Started,
     pub lease: Duration,
+    /// A command running longer is stopped (outcome `timeout`).
+    pub timeout: Option<Duration>,
+    /// An observer running longer is "can't tell".
+    pub observe_timeout: Duration,
     pub command: Vec<String>,
     pub cwd: Option<PathBuf>,
     /// Set at shutdown once the grace period is over: kill the command.
@@ -125,6 +138,131 @@ fn signal_group(pid: u32, sig: i32) {
     }
 }
 
+/// The lease's heartbeat: renewed every third of the lease from the run's first step to its
+/// recorded end. Once renewal is refused the run is fenced and stops renewing.
+struct Heartbeat {
+    every: Duration,
+    next: Instant,
+    fenced: bool,
+}
+
+impl Heartbeat {
+    fn new(lease: Duration) -> Heartbeat {
+        let every = (lease / 3).max(Duration::from_millis(50));
+        Heartbeat {
+            every,
+            next: Instant::now() + every,
+            fenced: false,
+        }
+    }
+
+    fn tick(&mut self, store: &mut Store, spec: &RunSpec) {
+        if self.fenced || Instant::now() < self.next {
+            return;
+        }
+        self.renew(store, spec);
+    }
+
+    /// Renews now: true while the token still holds the lease. A busy database is not a fence
+    /// (false, but not fenced): the next beat tries again.
+    fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
+        self.next = Instant::now() + self.every;
+        let run_id = &spec.started.run_id;
+        match lease::renew(store, &spec.job, spec.started.token, spec.lease) {
+            Ok(true) => true,
+            Ok(false) => {
+                // Stop renewing; the token now refuses the command's later writes.
+                self.fenced = true;
+                log_line(
+                    "WARN",
+                    &spec.job,
+                    &format!("run {run_id} fenced: a newer token holds the lease; its writes will be refused"),
+                );
+                if let Err(e) = store.run_fenced(&spec.job, run_id, spec.started.token) {
+                    log_line(
+                        "WARN",
+                        &spec.job,
+                        &format!("cannot record the fenced run: {e}"),
+                    );
+                }
+                false
+            }
+            Err(e) => {
+                log_line("WARN", &spec.job, &format!("lease renewal failed: {e}"));
+                false
+            }
+        }
+    }
+}
+
+/// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
+/// scheduler leaves no command running; what the command itself starts in the background is
+/// ended by the next run of the firing (see [`super::procs`]).
+fn die_with_us(cmd: &mut Command) -> &mut Command {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The parent died before prctl took effect: nobody would stop us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Runs the job's observers on a thread of their own while this one keeps the lease. Returns
+/// the verdicts, or None when the run was stopped or fenced meanwhile.
+fn observe(
+    spec: &RunSpec,
+    store: &mut Store,
+    beat: &mut Heartbeat,
+) -> Option<Vec<effect::Settled>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (db, job, limit, flag) = (
+        spec.db.clone(),
+        spec.job.clone(),
+        spec.observe_timeout,
+        stop.clone(),
+    );
+    let observers = std::thread::spawn(move || -> Result<Vec<effect::Settled>> {
+        let mut store = Store::open(&db)?;
+        effect::settle_open_with(&mut store, &job, |cmd, key| {
+            effect::observe_within(cmd, key, &[], limit, &flag)
+        })
+    });
+    while !observers.is_finished() {
+        beat.tick(store, spec);
+        if beat.fenced || spec.kill.load(Ordering::SeqCst) {
+            stop.store(true, Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let settled = match observers.join() {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            log_line("WARN", &spec.job, &format!("observers could not run: {e}"));
+            Vec::new()
+        }
+        Err(_) => {
+            log_line(
+                "WARN",
+                &spec.job,
+                "observers could not run: their thread panicked",
+            );
+            Vec::new()
+        }
+    };
+    if stop.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(settled)
+}
+
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let mut store = Store::open(&spec.db)?;
@@ -132,46 +270,95 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let token = spec.started.token;
     let run_id = spec.started.run_id.as_str();
     let slot = spec.started.slot.as_str();
-    // Unknown before retry: the job's open effects get their observers' verdicts first.
-    match effect::settle_open(&mut store, job) {
-        Ok(v) if !v.is_empty() => {
-            log_line(
-                "INFO",
-                job,
-                &format!(
-                    "observers settled {} open effect(s) before run {run_id}",
-                    v.len()
-                ),
-            );
-            // An effect that never happened goes out with a re-run of the firing that meant it
-            // (its key is of the facts, so that firing's done effects are suppressed).
-            for s in v
-                .iter()
-                .filter(|s| s.verdict == effect::Observation::NotHappened)
-            {
-                if let Err(e) = store.retry_firing_of_run(job, &s.run_id) {
-                    log_line(
-                        "WARN",
-                        job,
-                        &format!("cannot mark run {} for retry: {e}", s.run_id),
-                    );
-                }
-            }
-        }
-        Ok(_) => {}
-        Err(e) => log_line("WARN", job, &format!("observers could not run: {e}")),
-    }
     let began = Instant::now();
+    let mut beat = Heartbeat::new(spec.lease);
+    // A resumed firing never overlaps what an earlier run of it left alive on this machine.
+    let ended = super::procs::end_leftovers(&spec.db, job, slot, run_id, LEFTOVER_WAIT);
+    if ended > 0 {
+        log_line(
+            "WARN",
+            job,
+            &format!("ended {ended} leftover process(es) of an earlier run of the firing at {slot} before run {run_id}"),
+        );
+    }
+    // Unknown before retry: the job's open effects get their observers' verdicts first, under
+    // the lease's heartbeat so a slow observer never lets the lease lapse.
+    let Some(settled) = observe(spec, &mut store, &mut beat) else {
+        let outcome = if beat.fenced { "fenced" } else { "killed" };
+        let why = "stopped while its observers ran, before its command started";
+        return finish(&mut store, spec, &mut beat, outcome, None, began, why);
+    };
+    for s in &settled {
+        if let effect::Observation::CantTell(w) = &s.verdict {
+            log_line(
+                "WARN",
+                job,
+                &format!("observer of effect {} can't tell: {w}", s.effect_key),
+            );
+        }
+    }
+    if !settled.is_empty() {
+        log_line(
+            "INFO",
+            job,
+            &format!(
+                "observers settled {} open effect(s) before run {run_id}",
+                settled.len()
+            ),
+        );
+    }
+    // An effect that never happened goes out with a re-run of the firing that meant it (its key
+    // is of the facts, so that firing's done effects are suppressed).
+    for s in settled
+        .iter()
+        .filter(|s| s.verdict == effect::Observation::NotHappened)
+    {
+        if let Err(e) = store.retry_firing_of_run(job, &s.run_id) {
+            log_line(
+                "WARN",
+                job,
+                &format!("cannot mark run {} for retry: {e}", s.run_id),
+            );
+        }
+    }
+    // The token must still hold the lease before the command starts: observers may have taken
+    // long, and a newer token means another run owns the job now.
+    let confirm_by = Instant::now() + spec.lease / 2;
+    loop {
+        if beat.renew(&mut store, spec) {
+            break;
+        }
+        if beat.fenced {
+            let why = "its token lost the lease before its command started";
+            return finish(&mut store, spec, &mut beat, "fenced", None, began, why);
+        }
+        if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
+            let why = "could not confirm its lease before starting the command";
+            return finish(&mut store, spec, &mut beat, "failed", None, began, why);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let log = Arc::new(Mutex::new(LogBuf::default()));
     let (prog, args) = match spec.command.split_first() {
         Some(x) => x,
-        None => return finish(&mut store, spec, "failed", None, began, "no command"),
+        None => {
+            return finish(
+                &mut store,
+                spec,
+                &mut beat,
+                "failed",
+                None,
+                began,
+                "no command",
+            )
+        }
     };
     let exe = std::env::current_exe()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "exactly".into());
     let mut cmd = Command::new(prog);
-    cmd.args(args)
+    die_with_us(&mut cmd)
+        .args(args)
         .env("EXACTLY_DB", &spec.db)
         .env("EXACTLY_JOB", job)
         .env("EXACTLY_FENCING_TOKEN", token.to_string())
@@ -190,9 +377,10 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         Err(e) => {
             let why = format!("cannot start {prog:?}: {e}");
             log_line("ERROR", job, &format!("run {run_id}: {why}"));
-            return finish(&mut store, spec, "failed", None, began, &why);
+            return finish(&mut store, spec, &mut beat, "failed", None, began, &why);
         }
     };
+    let started_cmd = Instant::now();
     let pid = child.id();
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -201,11 +389,9 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, log.clone()));
     }
-    let beat = (spec.lease / 3).max(Duration::from_millis(50));
-    let mut next_beat = Instant::now() + beat;
-    let mut fenced = false;
-    let mut killed_at: Option<Instant> = None;
     let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
+    // Why and since when the command is being stopped: shutdown (`killed`) or `timeout`.
+    let mut stopping: Option<(&str, Instant)> = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
@@ -215,52 +401,55 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
                 break None;
             }
         }
-        if spec.kill.load(Ordering::SeqCst) {
-            match killed_at {
-                None => {
-                    signal_group(pid, libc::SIGTERM);
-                    killed_at = Some(Instant::now());
-                }
-                Some(t) if t.elapsed() > KILL_GRACE => signal_group(pid, libc::SIGKILL),
-                Some(_) => {}
+        if stopping.is_none() {
+            let over = spec.timeout.filter(|t| started_cmd.elapsed() >= *t);
+            if spec.kill.load(Ordering::SeqCst) {
+                stopping = Some(("killed", Instant::now()));
+            } else if let Some(t) = over {
+                log_line(
+                    "WARN",
+                    job,
+                    &format!(
+                        "run {run_id} ran past its timeout {}: stopping it",
+                        time::human_ms(t.as_millis() as u64)
+                    ),
+                );
+                stopping = Some(("timeout", Instant::now()));
+            }
+            if stopping.is_some() {
+                signal_group(pid, libc::SIGTERM);
             }
         }
         if Instant::now() >= next_flush {
             next_flush = Instant::now() + OUTPUT_FLUSH;
             flush_output(&mut store, run_id, &log, &mut flushed);
         }
-        if !fenced && Instant::now() >= next_beat {
-            next_beat = Instant::now() + beat;
-            match lease::renew(&mut store, job, token, spec.lease) {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Stop renewing; the token now refuses the command's later writes.
-                    fenced = true;
-                    log_line(
-                        "WARN",
-                        job,
-                        &format!("run {run_id} fenced: a newer token holds the lease; its writes will be refused"),
-                    );
-                    if let Err(e) = store.run_fenced(job, run_id, token) {
-                        log_line("WARN", job, &format!("cannot record the fenced run: {e}"));
-                    }
-                }
-                // A busy database is not a fence: try again at the next beat.
-                Err(e) => log_line("WARN", job, &format!("lease renewal failed: {e}")),
+        if let Some((_, since)) = stopping {
+            if since.elapsed() > KILL_GRACE {
+                signal_group(pid, libc::SIGKILL);
             }
         }
+        beat.tick(&mut store, spec);
         std::thread::sleep(Duration::from_millis(20));
     };
+    // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
+    if let Some((_, since)) = stopping {
+        while group_alive(pid) && since.elapsed() <= KILL_GRACE {
+            beat.tick(&mut store, spec);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal_group(pid, libc::SIGKILL);
+    }
     let deadline = Instant::now() + PIPE_WAIT;
     while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     let text = log.lock().map(|l| l.render()).unwrap_or_default();
     let code = status.and_then(|s| s.code());
-    let outcome = if fenced {
+    let outcome = if beat.fenced {
         "fenced"
-    } else if killed_at.is_some() {
-        "killed"
+    } else if let Some((why, _)) = stopping {
+        why
     } else if code == Some(0) {
         "ok"
     } else {
@@ -271,19 +460,28 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             log_line("WARN", job, &format!("run {run_id} ended by signal {sig}"));
         }
     }
-    finish(&mut store, spec, outcome, code, began, &text)
+    finish(&mut store, spec, &mut beat, outcome, code, began, &text)
 }
 
+/// True while any process of the group led by `pid` exists.
+fn group_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the group exists.
+    unsafe { libc::kill(-(pid as i32), 0) == 0 }
+}
+
+/// Records the end of the run. A database locked past its busy timeout is retried, the lease
+/// renewed meanwhile, so a run that ended (exit 0 included) is never taken for a dead one.
 fn finish(
     store: &mut Store,
     spec: &RunSpec,
+    beat: &mut Heartbeat,
     outcome: &str,
     exit_code: Option<i32>,
     began: Instant,
     log: &str,
 ) -> Result<RunResult> {
     let duration_ms = began.elapsed().as_millis() as i64;
-    let outcome = store.finish_run(&RunEnd {
+    let end = RunEnd {
         job: &spec.job,
         run_id: &spec.started.run_id,
         slot: &spec.started.slot,
@@ -292,7 +490,38 @@ fn finish(
         exit_code,
         duration_ms,
         log,
-    })?;
+    };
+    let since = Instant::now();
+    let mut warned = false;
+    let outcome = loop {
+        match store.finish_run(&end) {
+            Ok(o) => break o,
+            Err(Error::Busy(why)) => {
+                let limit = if spec.kill.load(Ordering::SeqCst) {
+                    FINISH_RETRY_AT_SHUTDOWN
+                } else {
+                    FINISH_RETRY
+                };
+                if since.elapsed() > limit {
+                    return Err(Error::Busy(why));
+                }
+                if !warned {
+                    warned = true;
+                    log_line(
+                        "WARN",
+                        &spec.job,
+                        &format!(
+                            "run {} ended {outcome} but its end cannot be recorded yet ({why}); retrying, lease kept",
+                            spec.started.run_id
+                        ),
+                    );
+                }
+                beat.tick(store, spec);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let level = if outcome == "ok" { "INFO" } else { "WARN" };
     log_line(
         level,

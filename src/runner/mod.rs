@@ -9,6 +9,7 @@
 pub mod config;
 pub mod execute;
 pub mod liveness;
+pub mod procs;
 pub mod schedule;
 pub mod scheduler;
 
@@ -32,7 +33,7 @@ pub struct RunArgs {
     /// This scheduler's name in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
-    /// On SIGTERM/SIGINT, how long running commands get to finish before they are killed.
+    /// On SIGTERM/SIGINT/SIGHUP, how long running commands get to finish before they are killed.
     #[arg(long, default_value = "30s", value_name = "DUR")]
     pub grace: String,
 }
@@ -149,60 +150,59 @@ fn canonical_source(path: &str) -> (String, Option<PathBuf>) {
     }
 }
 
-pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
-    let text = read_jobs_file(&a.jobs)?;
-    let loaded = config::parse(&text);
-    let mut problems = loaded.problems;
+/// Everything `check` says about a file: its parse problems, then the lint of its valid jobs
+/// with the history and registry of the database if one exists (`check` never creates one).
+/// `run` refuses the file on exactly these lines, so the two never disagree.
+fn problems(db: &Option<String>, path: &str) -> Result<(Vec<Job>, Option<Duration>, Vec<Problem>)> {
+    let text = read_jobs_file(path)?;
+    let mut loaded = config::parse(&text);
+    let mut problems = std::mem::take(&mut loaded.problems);
     let db_path = crate::store::default_path(db.as_deref());
-    // Only a database that exists has history; `check` never creates one.
     let mut hist = BTreeMap::new();
     if Path::new(&db_path).exists() {
         let mut store = Store::open(&db_path)?;
         hist = history(&mut store, &loaded.jobs)?;
-        let (source, _) = canonical_source(&a.jobs);
+        let (source, _) = canonical_source(path);
         problems.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
     }
     problems.extend(config::lint(&loaded.jobs, &hist));
-    if problems.is_empty() {
-        println!("{}: ok ({} jobs)", inert(&a.jobs), loaded.jobs.len());
-        return Ok(0);
-    }
+    Ok((loaded.jobs, loaded.retain, problems))
+}
+
+pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
+    let (jobs, _, problems) = problems(db, &a.jobs)?;
     for p in &problems {
         println!("{}", p.line(&a.jobs));
     }
-    Ok(1)
+    if problems.iter().any(Problem::rejects) {
+        return Ok(1);
+    }
+    println!("{}: ok ({} jobs)", inert(&a.jobs), jobs.len());
+    Ok(0)
 }
 
 pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let grace = time::parse_duration(&a.grace)?;
-    let text = read_jobs_file(&a.jobs)?;
-    let loaded = config::parse(&text);
-    if loaded.has_errors() {
-        for p in &loaded.problems {
+    let (jobs, retain, problems) = problems(db, &a.jobs)?;
+    let n = problems.iter().filter(|p| p.refuses_run()).count();
+    if n > 0 {
+        for p in &problems {
             eprintln!("{}", p.line(&a.jobs));
         }
-        let n = loaded
-            .problems
-            .iter()
-            .filter(|p| p.severity == Severity::Error)
-            .count();
         return Err(Error::Usage(format!(
             "refusing to run {}: {n} problem(s) above (see exactly check)",
             inert(&a.jobs)
         )));
     }
+    for p in &problems {
+        let level = if p.rejects() { "WARN" } else { "INFO" };
+        execute::log_line(level, &p.job, &format!("{} — {}", p.what, p.why));
+    }
     let db_path = absolute_db(db);
     let mut store = Store::open(&db_path)?;
     let (source, cwd) = canonical_source(&a.jobs);
-    let hist = history(&mut store, &loaded.jobs)?;
-    let mut warnings = config::lint(&loaded.jobs, &hist);
-    warnings.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
-    for w in &warnings {
-        execute::log_line("WARN", &w.job, &format!("{} — {}", w.what, w.why));
-    }
     let owner = a.owner.unwrap_or_else(lease::default_owner);
-    let regs: Vec<JobReg> = loaded
-        .jobs
+    let regs: Vec<JobReg> = jobs
         .iter()
         .map(|j| JobReg {
             job_key: j.name.clone(),
@@ -216,6 +216,8 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             command_digest: j.command_digest(),
             command: serde_json::to_string(&j.command).unwrap_or_default(),
             catchup_s: j.catchup.as_secs() as i64,
+            timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
+            observe_timeout_ms: j.observe_timeout.as_millis() as i64,
         })
         .collect();
     let registered = store.register_jobs(&regs, &source, &owner)?;
@@ -226,12 +228,13 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             &format!("retired: no longer in {}", inert(&source)),
         );
     }
+    // A hang-up (an SSH session closing) stops it as gracefully as SIGTERM does.
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+    for sig in STOP_SIGNALS {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
-    let _upkeep = liveness::start(&db_path, &owner, &source, loaded.retain)?;
+    let _upkeep = liveness::start(&db_path, &owner, &source, retain)?;
     scheduler::run(
         store,
         scheduler::Config {
@@ -240,17 +243,26 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             cwd,
             grace,
         },
-        loaded.jobs,
+        jobs,
         &registered.fresh,
         stop,
     )
 }
+
+/// The signals that stop a scheduler (or a run in the foreground) gracefully.
+const STOP_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGHUP,
+];
 
 /// A registered, live job, as the controls need it.
 struct Registered {
     row: RegisteredJob,
     overlap: Overlap,
     lease: Duration,
+    timeout: Option<Duration>,
+    observe_timeout: Duration,
     command: Vec<String>,
     cwd: Option<PathBuf>,
 }
@@ -286,28 +298,39 @@ fn registered(store: &mut Store, job: &str) -> Result<Registered> {
         .lease_ms
         .map(|ms| Duration::from_millis(ms.max(100) as u64))
         .or(row.lease_s.map(|s| Duration::from_secs(s.max(1) as u64)))
-        .unwrap_or(Duration::from_secs(60));
+        .unwrap_or(Duration::from_secs(60))
+        // A registry written by an older version may hold any length; leases are at most 100y.
+        .min(time::MAX_DURATION);
     let cwd = row
         .source
         .as_deref()
         .and_then(|s| Path::new(s).parent().map(Path::to_path_buf));
+    let timeout = row
+        .timeout_ms
+        .map(|ms| Duration::from_millis(ms.max(100) as u64));
+    let observe_timeout = row
+        .observe_timeout_ms
+        .map(|ms| Duration::from_millis(ms.max(100) as u64))
+        .unwrap_or(config::OBSERVE_TIMEOUT_DEFAULT);
     Ok(Registered {
         row,
         overlap,
         lease,
+        timeout,
+        observe_timeout,
         command,
         cwd,
     })
 }
 
-/// Runs a started firing in the foreground; SIGTERM/SIGINT kill the command.
+/// Runs a started firing in the foreground; SIGTERM/SIGINT/SIGHUP kill the command.
 fn run_here(
     db: &Option<String>,
     reg: &Registered,
     started: crate::store::Started,
 ) -> Result<execute::RunResult> {
     let kill = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+    for sig in STOP_SIGNALS {
         signal_hook::flag::register(sig, kill.clone())?;
     }
     execute::execute(&execute::RunSpec {
@@ -315,6 +338,8 @@ fn run_here(
         job: reg.row.job_key.clone(),
         started,
         lease: reg.lease,
+        timeout: reg.timeout,
+        observe_timeout: reg.observe_timeout,
         command: reg.command.clone(),
         cwd: reg.cwd.clone(),
         kill,

@@ -1,9 +1,10 @@
 //! The loop behind `exactly run`: turns due slots into firings, starts the runs it wins,
-//! starts queued firings when their lease frees up, and on SIGTERM/SIGINT stops firing, gives
-//! running commands a grace period, and exits.
+//! starts queued firings when their lease frees up, resumes interrupted firings (never its own,
+//! at most 3 runs a firing), and on SIGTERM/SIGINT/SIGHUP stops firing, gives running commands
+//! a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
-use crate::store::{FireRequest, Fired, Started, Store};
+use crate::store::{FireRequest, Fired, Started, Store, Waiting};
 use crate::time::{self, Ts};
 use crate::Result;
 use std::path::PathBuf;
@@ -20,7 +21,8 @@ pub const LATE_OK: Duration = Duration::from_secs(2);
 const MISSED_ROWS: usize = 1000;
 /// Most late slots fired in one tick (a long catch-up window on a fast job).
 const CATCHUP_MAX: usize = 10_000;
-/// How far back a firing whose run died (or whose effect never happened) is fired again.
+/// How far back a firing whose run died is fired again (a firing marked for retry by an
+/// observer is retried however old, bounded by its attempt limit).
 const RESUME_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// A scheduler's fixed facts.
@@ -151,9 +153,18 @@ fn advance(
         }
         st.cursor = horizon;
     }
-    // Waiting firings go first, so a new one finds the run live and queues behind them.
+    // Waiting firings go first, so a new one finds the run live and queues behind them. A job
+    // this scheduler is itself running has nothing waiting for it: its own run may be slow (an
+    // observer, a locked database) but it is alive, and resuming it would run it twice.
+    let mine = runs
+        .iter()
+        .any(|r| r.job == job.name && !r.handle.is_finished());
     let now_text = time::now_text();
-    let waiting = store.waiting(&job.name, &now_text)?;
+    let waiting = if mine {
+        Waiting::default()
+    } else {
+        store.waiting(&job.name, &now_text)?
+    };
     let until = time::fmt(time::add(time::now(), job.lease));
     let mut started = None;
     if waiting.queued {
@@ -162,20 +173,26 @@ fn advance(
             .map(|s| ("INFO", "a queued firing", s));
     }
     // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
-    // happened goes again, for the same slot.
+    // happened goes again, for the same slot, up to its attempt limit.
     if started.is_none() && waiting.resumable {
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = time::fmt(now - window);
-        started = store
-            .resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?
-            .map(|s| {
-                (
-                    "WARN",
-                    "an interrupted firing (or one whose effect never happened)",
-                    s,
-                )
-            });
+        let resumed = store.resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?;
+        for (slot, n) in &resumed.gave_up {
+            log_line(
+                "ERROR",
+                &job.name,
+                &format!("firing at {slot} GAVE UP after {n} runs: not run again; check its effects by hand"),
+            );
+        }
+        started = resumed.started.map(|s| {
+            (
+                "WARN",
+                "an interrupted firing (or one whose effect never happened)",
+                s,
+            )
+        });
     }
     if let Some((level, what, s)) = started {
         log_line(
@@ -219,6 +236,8 @@ fn spawn(cfg: &Config, job: &Job, started: Started, kill: &Arc<AtomicBool>) -> R
         job: job.name.clone(),
         started: started.clone(),
         lease: job.lease,
+        timeout: job.timeout,
+        observe_timeout: job.observe_timeout,
         command: job.command.clone(),
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),

@@ -30,6 +30,11 @@ pub struct LedgerRow {
     pub evidence: Option<String>,
     /// Bumped by every transition; NULL (a row written with the seed's SQL) reads as 0.
     pub version: i64,
+    /// The command's stdout exactly as written, up to the response cap.
+    #[serde(skip)]
+    pub response_raw: Option<Vec<u8>>,
+    /// Bytes the command wrote in all; more than `response_raw` holds means it was cut.
+    pub response_total: Option<i64>,
 }
 
 impl LedgerRow {
@@ -92,7 +97,7 @@ pub(crate) const LEDGER_COLS: &str =
     "effect_key, job_key, run_id, fencing_token, state, terms_shown,
     response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
     verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
-    coalesce(version, 0)";
+    coalesce(version, 0), response_raw, response_total";
 
 pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
     Ok(LedgerRow {
@@ -117,6 +122,17 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
         resolution_note: text(r, 18)?,
         evidence: text(r, 19)?,
         version: int(r, 20)?.unwrap_or(0),
+        response_raw: bytes(r, 21)?,
+        response_total: int(r, 22)?,
+    })
+}
+
+/// Reads a BLOB (or TEXT) column as the bytes stored.
+fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(idx)? {
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        _ => None,
     })
 }
 
@@ -150,7 +166,11 @@ fn sender_lease(
             |r| text_or_empty(r, 0),
         )
         .optional()?;
-    let margin = crate::time::minus_skew(now);
+    // The send is over only once the lease has ended on every clock (the skew margin) and the
+    // wrapped command has been stopped (`exactly effect` notices within a poll, then waits out
+    // its grace before SIGKILL): until then it may still be sending.
+    let stop = crate::wrapped::LEASE_POLL + crate::wrapped::STOP_GRACE;
+    let margin = crate::time::minus(&crate::time::minus_skew(now), stop);
     Ok(SenderLease {
         live: !guard_off() && until.as_deref().is_some_and(|u| u >= margin.as_str()),
         until,
@@ -764,7 +784,7 @@ impl Store {
         response: &str,
         seen: &Seen,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen))
+        self.finish_tx(key, job, token, state, response, Some(seen), None)
     }
 
     /// [`Store::finish_effect_on`] on a `submitted` row as it is now (for callers that read
@@ -777,9 +797,26 @@ impl Store {
         state: &str,
         response: &str,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, None)
+        self.finish_tx(key, job, token, state, response, None, None)
     }
 
+    /// [`Store::finish_effect_on`], also keeping the command's stdout as bytes (`raw`, already
+    /// cut to the cap) and how many bytes it wrote in all (`total`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_effect_output_on(
+        &mut self,
+        key: &str,
+        job: &str,
+        token: i64,
+        state: &str,
+        response: &str,
+        seen: &Seen,
+        output: Option<(&[u8], u64)>,
+    ) -> Result<bool> {
+        self.finish_tx(key, job, token, state, response, Some(seen), output)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn finish_tx(
         &mut self,
         key: &str,
@@ -788,8 +825,13 @@ impl Store {
         state: &str,
         response: &str,
         seen: Option<&Seen>,
+        output: Option<(&[u8], u64)>,
     ) -> Result<bool> {
         let now = crate::time::now_text();
+        let (raw, total) = match output {
+            Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
+            None => (None, None),
+        };
         self.write(|tx| {
             let seen = match seen {
                 Some(s) => s.clone(),
@@ -800,7 +842,8 @@ impl Store {
             };
             let ok = tx.exec_cached(
                 &format!(
-                    "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP}
+                    "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
+                        response_raw = ?10, response_total = ?11
                      WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                     still_as_seen(7)
@@ -814,7 +857,9 @@ impl Store {
                     now,
                     seen.state,
                     seen.version,
-                    seen.updated_at
+                    seen.updated_at,
+                    raw,
+                    total
                 ],
             )? == 1;
             if ok {

@@ -182,7 +182,7 @@ impl Store {
         if let rusqlite::Error::SqliteFailure(f, _) = &e {
             match f.code {
                 ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                    return Error::Store(format!(
+                    return Error::Busy(format!(
                         "database {path} is locked: another process held a write lock longer than the busy timeout ({} ms)",
                         self.busy_ms
                     ))
@@ -436,4 +436,8 @@ pub mod kind {
     pub const RUN_FAILED: &str = "run_failed";
     /// A run killed at shutdown after the grace period.
     pub const RUN_KILLED: &str = "run_killed";
+    /// A run stopped because it ran past its job's `timeout`.
+    pub const RUN_TIMEOUT: &str = "run_timeout";
+    /// A firing that used up its runs (three) without finishing: not run again.
+    pub const FIRING_GAVE_UP: &str = "firing_gave_up";
 }

@@ -640,6 +640,10 @@ fn read_jobs(
     ))?;
     let mut queued =
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
+    let mut stuck = tx.prepare(
+        "SELECT (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'),
+                (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'retry')",
+    )?;
     for j in jobs.values_mut() {
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms) = windows.figures(&j.job_key);
         // The kept window answers for jobs that ran this week; the others ask the table.
@@ -692,6 +696,12 @@ fn read_jobs(
         j.queue_depth = queued
             .query_row([&j.job_key], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
+        (j.firings_gave_up, j.firings_need_retry) = stuck.query_row([&j.job_key], |r| {
+            Ok((
+                r.get::<_, i64>(0)?.max(0) as u64,
+                r.get::<_, i64>(1)?.max(0) as u64,
+            ))
+        })?;
         j.warnings = metrics::job_warnings(j);
     }
     Ok(jobs.into_values().collect())

@@ -8,8 +8,9 @@ use crate::runner::Overlap;
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
-/// How many runs one firing gets when its runs are killed before they finish.
-const MAX_ATTEMPTS: i64 = 3;
+/// How many runs one firing gets, however they end (killed, died with their scheduler, an
+/// effect that never happened): counted from the runs table, so across restarts and schedulers.
+pub const MAX_ATTEMPTS: i64 = 3;
 
 /// Firing states that never ran a command: a backfill may take such a firing over.
 const NEVER_RAN: &[&str] = &["missed", "coalesced", "saturated", "skipped"];
@@ -30,6 +31,9 @@ pub struct JobReg {
     /// The argv as JSON.
     pub command: String,
     pub catchup_s: i64,
+    /// A run past this is stopped; None: no limit.
+    pub timeout_ms: Option<i64>,
+    pub observe_timeout_ms: i64,
 }
 
 /// A registry row, as `trigger`, `backfill` and `check` read it.
@@ -46,6 +50,8 @@ pub struct RegisteredJob {
     pub command_digest: Option<String>,
     pub command: Option<String>,
     pub catchup_s: Option<i64>,
+    pub timeout_ms: Option<i64>,
+    pub observe_timeout_ms: Option<i64>,
     pub paused: bool,
     pub pause_note: Option<String>,
     pub retired: bool,
@@ -53,7 +59,8 @@ pub struct RegisteredJob {
 }
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
-    queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source";
+    queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
+    timeout_ms, observe_timeout_ms";
 
 fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegisteredJob> {
     Ok(RegisteredJob {
@@ -72,6 +79,8 @@ fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegisteredJob> {
         pause_note: text(r, 12)?,
         retired: int(r, 13)?.unwrap_or(0) != 0,
         source: text(r, 14)?,
+        timeout_ms: int(r, 15)?,
+        observe_timeout_ms: int(r, 16)?,
     })
 }
 
@@ -108,6 +117,14 @@ pub struct Started {
     pub run_id: String,
     pub slot: String,
     pub stolen_from: Option<(String, i64)>,
+}
+
+/// What [`Store::resume_firing`] did: the run it started, and the firings it gave up on
+/// (slot, runs it had).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resumed {
+    pub started: Option<Started>,
+    pub gave_up: Vec<(String, i64)>,
 }
 
 /// What waits to start for a job (both false while its lease is live).
@@ -164,7 +181,7 @@ pub struct RunEnd<'a> {
     pub run_id: &'a str,
     pub slot: &'a str,
     pub token: i64,
-    /// `ok`, `failed`, `fenced` or `killed`.
+    /// `ok`, `failed`, `fenced`, `killed` or `timeout`.
     pub outcome: &'a str,
     pub exit_code: Option<i32>,
     pub duration_ms: i64,
@@ -258,6 +275,36 @@ fn start_firing(
     }))
 }
 
+/// A run that never recorded its end (its process died) is closed as `killed`.
+fn close_dead_run(tx: &Transaction<'_>, run_id: Option<&str>, now: &str) -> rusqlite::Result<()> {
+    if let Some(old) = run_id {
+        tx.execute(
+            "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'
+             WHERE run_id = ?1 AND ended_at IS NULL",
+            params![old, now],
+        )?;
+    }
+    Ok(())
+}
+
+/// The loud event of a firing that used up its runs.
+fn gave_up_event(
+    tx: &Transaction<'_>,
+    job: &str,
+    slot: &str,
+    runs: i64,
+    owner: Option<&str>,
+) -> rusqlite::Result<()> {
+    let detail = format!(
+        "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
+    );
+    let mut e = NewEvent::new(kind::FIRING_GAVE_UP).job(job).detail(&detail);
+    if let Some(o) = owner {
+        e = e.actor(o);
+    }
+    record_event(tx, &e)
+}
+
 impl Store {
     /// Writes the jobs of one file into the registry and retires the jobs that file no longer
     /// has. Pause state is kept across registrations.
@@ -283,17 +330,20 @@ impl Store {
                 }
                 tx.execute(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
-                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14)
+                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
+                        timeout_ms, observe_timeout_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
                         lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
                         queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
-                        source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at",
+                        source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
+                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms",
                     params![
                         j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
-                        j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now
+                        j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
+                        j.timeout_ms, j.observe_timeout_ms
                     ],
                 )?;
             }
@@ -343,14 +393,17 @@ impl Store {
         })
     }
 
-    /// Durations of a job's recent runs (the snapshot's window: the last 500, at most 7 days).
+    /// Durations of a job's recent runs that ended by themselves (`ok`, `failed`): a run we
+    /// stopped (killed, timeout) or that was fenced says how long we let it run, not how long
+    /// the job takes. The snapshot's window: the last 500, at most 7 days.
     pub fn run_durations(&mut self, job: &str) -> Result<Vec<i64>> {
         let oldest =
             crate::time::fmt(crate::time::now() - chrono::Duration::days(super::RUN_WINDOW_DAYS));
         self.read(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
-                   AND duration_ms IS NOT NULL ORDER BY started_at DESC LIMIT ?3",
+                   AND duration_ms IS NOT NULL AND outcome IN ('ok', 'failed')
+                   ORDER BY started_at DESC LIMIT ?3",
             )?;
             let rows = stmt
                 .query_map(params![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0))?
@@ -641,15 +694,42 @@ impl Store {
                 params![end.job, end.slot],
                 |r| r.get(0),
             )?;
-            let state = if outcome == "killed" && attempts < MAX_ATTEMPTS { "retry" } else { "ran" };
-            tx.execute(
+            let state = match (outcome.as_str(), attempts < MAX_ATTEMPTS) {
+                ("killed", true) => "retry",
+                ("killed", false) => "gave_up",
+                _ => "ran",
+            };
+            let moved = tx.execute(
                 "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
                  WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
                 params![end.job, end.slot, end.run_id, now, outcome, state],
             )?;
+            if moved > 0 && state == "gave_up" {
+                gave_up_event(tx, end.job, end.slot, attempts, None)?;
+            }
+            // A run we stopped (timeout, shutdown) was killed with its whole process group: an
+            // effect it had `submitted` lost its sender, so it is `unknown` until observed.
+            if outcome == "timeout" || outcome == "killed" {
+                let mut stmt = tx.prepare(
+                    "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
+                     WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
+                     RETURNING effect_key",
+                )?;
+                let keys = stmt
+                    .query_map(params![end.job, end.token, now], |r| text_or_empty(r, 0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                for key in keys {
+                    let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
+                    record_event(
+                        tx,
+                        &NewEvent::new(kind::EFFECT_UNKNOWN).job(end.job).effect(&key).token(end.token).detail(&detail),
+                    )?;
+                }
+            }
             let k = match outcome.as_str() {
                 "failed" => Some(kind::RUN_FAILED),
                 "killed" => Some(kind::RUN_KILLED),
+                "timeout" => Some(kind::RUN_TIMEOUT),
                 _ => None,
             };
             if let Some(k) = k {
@@ -695,6 +775,31 @@ impl Store {
         })
     }
 
+    /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
+    pub fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT n, count(*) FROM (SELECT count(*) AS n FROM exactly_runs WHERE job_key = ?1
+                   GROUP BY scheduled_at) GROUP BY n ORDER BY n",
+            )?;
+            let rows = stmt
+                .query_map([job], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect();
+            rows
+        })
+    }
+
+    /// How many firings of a job ended `gave_up`.
+    pub fn firings_gave_up(&mut self, job: &str) -> Result<i64> {
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'",
+                [job],
+                |r| r.get(0),
+            )
+        })
+    }
+
     /// A firing's state and run, if it was fired.
     pub fn firing_state(
         &mut self,
@@ -715,9 +820,11 @@ impl Store {
 impl Store {
     /// Fires again, for the same slot, a firing whose run died with its scheduler (still
     /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
-    /// an observer found never happened (`retry`). The command's effects are keyed by facts, so
-    /// what was done is suppressed and only what never went out is sent. Such firings older than
-    /// `oldest` are given up as `interrupted` (recorded, never silent). One transaction.
+    /// an observer found never happened (`retry`, however old). The command's effects are keyed
+    /// by facts, so what was done is suppressed and only what never went out is sent. A firing
+    /// that already had [`MAX_ATTEMPTS`] runs ends `gave_up` (a loud event) instead of a fourth.
+    /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
+    /// silent). The caller must not be running the job itself. One transaction.
     pub fn resume_firing(
         &mut self,
         job: &str,
@@ -725,10 +832,11 @@ impl Store {
         lease_until: &str,
         now: &str,
         oldest: &str,
-    ) -> Result<Option<Started>> {
+    ) -> Result<Resumed> {
         self.write(|tx| {
+            let mut out = Resumed::default();
             if paused(tx, job)?.is_some() {
-                return Ok(None);
+                return Ok(out);
             }
             let live: bool = tx.query_row(
                 "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
@@ -736,13 +844,13 @@ impl Store {
                 |r| r.get(0),
             )?;
             if live {
-                return Ok(None);
+                return Ok(out);
             }
             // With no live lease, a `running` firing's run is dead unless it ended normally.
             let given_up = tx.execute(
                 "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
                     detail = 'its run died and the firing is older than the resume window'
-                 WHERE job_key = ?1 AND state IN ('running', 'retry') AND scheduled_at < ?2",
+                 WHERE job_key = ?1 AND state = 'running' AND scheduled_at < ?2",
                 params![job, oldest, now],
             )?;
             if given_up > 0 {
@@ -757,47 +865,62 @@ impl Store {
                         .detail(&detail),
                 )?;
             }
-            let found: Option<(String, String, Option<String>)> = tx
-                .query_row(
-                    "SELECT scheduled_at, state, run_id FROM exactly_firings
-                     WHERE job_key = ?1 AND state IN ('running', 'retry')
-                     ORDER BY scheduled_at DESC LIMIT 1",
-                    [job],
-                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
-                )
-                .optional()?;
-            let Some((slot, state, old_run)) = found else {
-                return Ok(None);
-            };
-            let Some(started) = start_firing(tx, job, &slot, owner, lease_until, now)? else {
-                return Ok(None);
-            };
-            if let Some(old) = &old_run {
-                tx.execute(
-                    "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'
-                     WHERE run_id = ?1 AND ended_at IS NULL",
-                    params![old, now],
+            loop {
+                let found: Option<(String, String, Option<String>)> = tx
+                    .query_row(
+                        "SELECT scheduled_at, state, run_id FROM exactly_firings
+                         WHERE job_key = ?1 AND state IN ('running', 'retry')
+                         ORDER BY scheduled_at DESC LIMIT 1",
+                        [job],
+                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+                    )
+                    .optional()?;
+                let Some((slot, state, old_run)) = found else {
+                    return Ok(out);
+                };
+                let runs: i64 = tx.query_row(
+                    "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                    params![job, slot],
+                    |r| r.get(0),
                 )?;
+                if runs >= MAX_ATTEMPTS {
+                    close_dead_run(tx, old_run.as_deref(), now)?;
+                    tx.execute(
+                        "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
+                            detail = 'its runs were used up without finishing'
+                         WHERE job_key = ?1 AND scheduled_at = ?2",
+                        params![job, slot, now],
+                    )?;
+                    gave_up_event(tx, job, &slot, runs, Some(owner))?;
+                    out.gave_up.push((slot, runs));
+                    continue;
+                }
+                let Some(started) = start_firing(tx, job, &slot, owner, lease_until, now)? else {
+                    return Ok(out);
+                };
+                close_dead_run(tx, old_run.as_deref(), now)?;
+                let why = if state == "retry" {
+                    "an observer found its effect never happened"
+                } else {
+                    "its run died with its scheduler"
+                };
+                let detail = format!(
+                    "firing at {slot} resumed by run {} (run {} of at most {MAX_ATTEMPTS}): {why} (was run {})",
+                    started.run_id,
+                    runs + 1,
+                    old_run.as_deref().unwrap_or("-")
+                );
+                record_event(
+                    tx,
+                    &NewEvent::new(kind::FIRING_RESUMED)
+                        .job(job)
+                        .actor(owner)
+                        .token(started.token)
+                        .detail(&detail),
+                )?;
+                out.started = Some(started);
+                return Ok(out);
             }
-            let why = if state == "retry" {
-                "an observer found its effect never happened"
-            } else {
-                "its run died with its scheduler"
-            };
-            let detail = format!(
-                "firing at {slot} resumed by run {}: {why} (was run {})",
-                started.run_id,
-                old_run.as_deref().unwrap_or("-")
-            );
-            record_event(
-                tx,
-                &NewEvent::new(kind::FIRING_RESUMED)
-                    .job(job)
-                    .actor(owner)
-                    .token(started.token)
-                    .detail(&detail),
-            )?;
-            Ok(Some(started))
         })
     }
 

@@ -44,6 +44,10 @@ const TABLES: &[Table] = &[
             ("resolved_at", "TEXT"),
             ("resolution_note", "TEXT"),
             ("evidence", "TEXT"),
+            // The command's stdout as bytes (up to the response cap), and how many bytes it
+            // wrote in all: more than kept means the response was cut.
+            ("response_raw", "BLOB"),
+            ("response_total", "INTEGER"),
             // Bumped by every transition we make, so a compare-and-set can name the row version
             // it read. NULL (a row written with the seed's SQL) counts as 0.
             ("version", "INTEGER"),
@@ -82,7 +86,11 @@ const TABLES: &[Table] = &[
             paused INTEGER NOT NULL DEFAULT 0, pause_note TEXT, paused_by TEXT, paused_at TEXT,
             retired INTEGER NOT NULL DEFAULT 0, source TEXT, owner TEXT, updated_at TEXT NOT NULL)",
         required: &["job_key", "interval_s", "lease_s", "overlap"],
-        added: &[("lease_ms", "INTEGER")],
+        added: &[
+            ("lease_ms", "INTEGER"),
+            ("timeout_ms", "INTEGER"),
+            ("observe_timeout_ms", "INTEGER"),
+        ],
     },
     Table {
         name: "exactly_runs",

@@ -33,6 +33,10 @@ impl Site {
     }
     /// Starts `exactly run` with its stderr in `<owner>.log`.
     pub fn start(&self, owner: &str, grace: &str) -> Sched {
+        self.start_with_env(owner, grace, &[])
+    }
+    /// `start`, with extra environment for the scheduler.
+    pub fn start_with_env(&self, owner: &str, grace: &str, env: &[(&str, &str)]) -> Sched {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -49,6 +53,7 @@ impl Site {
                 "--grace",
                 grace,
             ])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -81,7 +86,19 @@ impl Site {
         c
     }
     pub fn count(&self, sql: &str) -> i64 {
-        self.conn().query_row(sql, [], |r| r.get(0)).unwrap_or(0)
+        // A typo in the SQL must fail the test, never read as 0. Only a table not there yet
+        // reads as 0: a poll may come before the scheduler it started created the schema.
+        match self.conn().query_row(sql, [], |r| r.get(0)) {
+            Ok(n) => n,
+            Err(e)
+                if e.to_string().starts_with("no such table: exactly_")
+                    || e.to_string().starts_with("no such table: job_lease")
+                    || e.to_string().starts_with("no such table: effect_ledger") =>
+            {
+                0
+            }
+            Err(e) => panic!("{sql}: {e}"),
+        }
     }
     pub fn counter(&self, kind: &str) -> i64 {
         self.count(&format!(
@@ -130,6 +147,17 @@ impl Sched {
         self.signal(libc::SIGTERM);
         self.wait(within)
     }
+    /// How it ended (a signal included), or None if still running after `within`.
+    pub fn wait_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
     pub fn wait(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
@@ -175,4 +203,58 @@ pub fn toml_str(s: &str) -> String {
 
 pub fn dir_of(p: &str) -> &Path {
     Path::new(p).parent().expect("parent")
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => st
+            .rfind(')')
+            .and_then(|i| st[i + 1..].split_whitespace().next().map(|s| s != "Z"))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Live processes whose environment holds `KEY=VALUE` (how a firing's copies are found).
+pub fn procs_with_env(key: &str, value: &str) -> Vec<i32> {
+    let want = format!("{key}={value}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                .unwrap_or(false)
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// Reads a pid a job's command wrote to `file`.
+pub fn pid_in(site: &Site, file: &str) -> i32 {
+    std::fs::read_to_string(site.path(file))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// The pids of `pids` whose parent is not among them: one per process tree (an observer's
+/// `sh -c` and its `sleep` are one observer).
+pub fn roots(pids: &[i32]) -> Vec<i32> {
+    let ppid = |pid: i32| -> Option<i32> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        st[st.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    pids.iter()
+        .copied()
+        .filter(|p| ppid(*p).is_none_or(|pp| !pids.contains(&pp)))
+        .collect()
 }

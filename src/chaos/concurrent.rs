@@ -1,0 +1,523 @@
+//! The scenarios of live attempts racing each other (not only kills): `concurrent-retry` (2–4
+//! attempts on one `unknown` effect, slow observers, random delays), `cross-host` (the same with
+//! attempts that name different hosts, and a fresh effect whose sender is elsewhere),
+//! `clock-skew` (processes whose clocks disagree by seconds, through `faketime`, each claiming
+//! the lease itself) and `approval-race` (one caller asks for approval, one does not; a person
+//! approves or denies at a random moment).
+use super::proc::Running;
+use super::{Client, Eff, Harness, How, Tally};
+use crate::store::Decided;
+use crate::{approval, lease, Error, Result};
+use indicatif::ProgressBar;
+use rand::Rng;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Tries each caller makes while the effect is in flight elsewhere (exit 5) or fenced.
+const CALLER_TRIES: usize = 6;
+/// Restarts the harness makes at the end of an iteration before calling the effect stuck.
+const SETTLE_TRIES: usize = 12;
+/// How far apart `clock-skew` puts two processes' clocks at most: the skew the ledger tolerates
+/// (`EXACTLY_MAX_SKEW`'s default) less the time a command takes to be stopped once its lease has
+/// expired (a poll, then the grace before `SIGKILL`).
+pub const MAX_SKEW_MS: i64 = crate::time::DEFAULT_MAX_SKEW.as_millis() as i64
+    - crate::wrapped::LEASE_POLL.as_millis() as i64
+    - crate::wrapped::STOP_GRACE.as_millis() as i64;
+/// The lease each `clock-skew` process claims for itself.
+const SKEW_LEASE: &str = "1s";
+
+pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+    match name {
+        "concurrent-retry" => concurrent_retry(h, t, n, bar, false),
+        "cross-host" => concurrent_retry(h, t, n, bar, true),
+        "clock-skew" => clock_skew(h, t, n, bar),
+        "approval-race" => approval_race(h, t, n, bar),
+        other => Err(Error::Usage(format!("no scenario named {other}"))),
+    }
+}
+
+/// A caller: its attempts (the first, then retries), started `delay` after the race begins.
+struct Caller {
+    delay: Duration,
+    tries: Vec<(Command, Duration)>,
+    /// Exit codes after which the caller tries again (in flight, awaiting approval, fenced).
+    again: &'static [i32],
+}
+
+/// Runs the callers at once (each on its own thread); returns each caller's exit codes.
+fn race(callers: Vec<Caller>) -> Vec<Result<Vec<Option<i32>>>> {
+    let handles: Vec<_> = callers
+        .into_iter()
+        .map(|c| {
+            std::thread::spawn(move || -> Result<Vec<Option<i32>>> {
+                std::thread::sleep(c.delay);
+                let mut codes = Vec::new();
+                for (cmd, pause) in c.tries {
+                    let end = Running::spawn(cmd)?.finish()?;
+                    codes.push(end.code);
+                    match end.code {
+                        Some(code) if c.again.contains(&code) => std::thread::sleep(pause),
+                        _ => break,
+                    }
+                }
+                Ok(codes)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(Error::Store("a caller thread panicked".into())))
+        })
+        .collect()
+}
+
+fn record_race(t: &mut Tally, label: &str, results: Vec<Result<Vec<Option<i32>>>>) {
+    for r in results {
+        if let Err(e) = r {
+            t.anomaly(format!("{label}: {e}"));
+        }
+    }
+}
+
+/// Restarts until the effect is settled (done now or already), as the next run would.
+fn settle(h: &mut Harness, t: &mut Tally, e: &Eff, label: &str) -> Result<()> {
+    let c = h.settle(e, &Client::quick(), SETTLE_TRIES)?;
+    if c.last() != Some(&Some(0)) {
+        let codes: Vec<String> = c
+            .iter()
+            .map(|c| c.map_or("signal".into(), |c| c.to_string()))
+            .collect();
+        t.anomaly(format!(
+            "{label}: restarts never settled it (exits {})",
+            codes.join(",")
+        ));
+    }
+    Ok(())
+}
+
+/// Leaves the effect `unknown`: the first attempt's request is lost, or acted on with its
+/// answer lost.
+fn make_unknown(h: &mut Harness, t: &mut Tally, e: &Eff, arrived: bool, label: &str) -> Result<()> {
+    let key = h.key(e);
+    h.far.rule(
+        &key,
+        if arrived {
+            "drop-answer"
+        } else {
+            "lose-request"
+        },
+        1,
+    )?;
+    let c = Client {
+        timeout_ms: 150,
+        ..Client::quick()
+    };
+    let first = h.spawn(e, &c, None)?.finish()?;
+    let state = h.store.effect(&key)?.map(|r| r.state);
+    if first.code != Some(6) || state.as_deref() != Some("unknown") {
+        t.anomaly(format!(
+            "{label}: the first attempt ended {:?} with the effect {state:?}, not unknown: {}",
+            first.code,
+            first.last_words()
+        ));
+    }
+    Ok(())
+}
+
+/// 2–4 live attempts on one effect: from an `unknown` left by a lost answer (slow observers,
+/// random delays), or — cross-host — also on a fresh effect whose first sender is slow.
+/// Attempts are of one job and token (a restart racing a retry) or of different jobs (the same
+/// action registered twice); cross-host attempts each name another host.
+fn concurrent_retry(
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+    cross_host: bool,
+) -> Result<()> {
+    let name = if cross_host {
+        "cross-host"
+    } else {
+        "concurrent-retry"
+    };
+    let jobs: Vec<String> = (0..4).map(|j| format!("chaos-{name}-{j}")).collect();
+    let forever = Duration::from_secs(3600);
+    let mut tokens = Vec::new();
+    for j in &jobs {
+        tokens.push(h.claim(j, "chaos", forever)?);
+    }
+    for i in 0..u64::from(n) {
+        let callers_n = h.rng.gen_range(2..=4usize);
+        let same_job = i % 2 == 0;
+        let fresh = cross_host && i % 4 >= 2;
+        let arrived = i % 3 != 0;
+        let effs: Vec<Eff> = (0..callers_n)
+            .map(|j| {
+                let j = if same_job { 0 } else { j };
+                Eff {
+                    job: jobs[j].clone(),
+                    token: tokens[j],
+                    action: "pay-invoice".into(),
+                    target: format!("acct-of-{name}"),
+                    i,
+                }
+            })
+            .collect();
+        let label = format!(
+            "{name} #{i} ({callers_n} attempts, {}, {})",
+            if same_job {
+                "one job"
+            } else {
+                "different jobs"
+            },
+            if fresh {
+                "fresh effect, slow first sender".to_string()
+            } else {
+                format!(
+                    "unknown, request {}",
+                    if arrived { "arrived" } else { "lost" }
+                )
+            }
+        );
+        if !fresh {
+            make_unknown(h, t, &effs[0], arrived, &label)?;
+        }
+        let mut callers = Vec::new();
+        for (j, e) in effs.iter().enumerate() {
+            let answer_after = h.rng.gen_range(50..700);
+            let mut how = How {
+                observe: Some(h.slow_observer(answer_after)),
+                ..How::default()
+            };
+            if cross_host {
+                how.host = Some(format!("chaos-host-{j}"));
+            }
+            let c = Client {
+                hold_before_ms: h.rng.gen_range(0..300),
+                hold_after_ms: h.rng.gen_range(0..100),
+                ..Client::quick()
+            };
+            let delay = if fresh && j == 0 {
+                // The first sender stalls after `submitted`, as a slow network would.
+                how.pause = Some(("after_submitted", h.ms(100, 600)));
+                Duration::ZERO
+            } else if fresh {
+                h.ms(20, 400)
+            } else {
+                h.ms(0, 400)
+            };
+            let mut tries = Vec::new();
+            for _ in 0..CALLER_TRIES {
+                let pause = h.ms(50, 300);
+                tries.push((h.attempt_with(e, &c, &how), pause));
+            }
+            callers.push(Caller {
+                delay,
+                tries,
+                again: &[5],
+            });
+        }
+        record_race(t, &label, race(callers));
+        settle(h, t, &effs[0], &label)?;
+        t.intend(&h.key(&effs[0]), label);
+        t.iterations += 1;
+        bar.inc(1);
+    }
+    for (job, token) in jobs.iter().zip(tokens) {
+        lease::release(&mut h.store, job, token)?;
+    }
+    Ok(())
+}
+
+/// `exactly lease claim` run with the caller's clock; None when a live lease is held (exit 3).
+fn claim_skewed(
+    h: &Harness,
+    job: &str,
+    owner: &str,
+    skew_ms: i64,
+    dur: &str,
+) -> Result<Option<i64>> {
+    let out = h
+        .skewed(skew_ms)
+        .arg("--db")
+        .arg(h.db())
+        .args([
+            "lease", "claim", "--job", job, "--for", dur, "--owner", owner,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| Error::Store(format!("cannot run lease claim: {e}")))?;
+    match out.status.code() {
+        Some(0) => String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|e| Error::Store(format!("lease claim printed no token: {e}"))),
+        Some(3) => Ok(None),
+        c => Err(Error::Store(format!(
+            "lease claim ended {c:?}: {}",
+            crate::sanitize::inert_trunc(&String::from_utf8_lossy(&out.stderr), 200)
+        ))),
+    }
+}
+
+/// Claims until it wins or `within` has passed.
+fn claim_until(
+    h: &Harness,
+    job: &str,
+    owner: &str,
+    skew_ms: i64,
+    dur: &str,
+    within: Duration,
+) -> Result<Option<i64>> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(tok) = claim_skewed(h, job, owner, skew_ms, dur)? {
+            return Ok(Some(tok));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two processes whose clocks disagree by up to [`MAX_SKEW_MS`] each claim the job's short lease
+/// themselves (each on its own host) and send the same effect; the first sender is slow, so its
+/// lease runs out mid-send by someone's clock.
+fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+    let job = "chaos-clock-skew";
+    for i in 0..u64::from(n) {
+        let skew_a = -h.rng.gen_range(0..=MAX_SKEW_MS / 2);
+        // Half the iterations put the clocks as far apart as tolerated.
+        let skew_b = if i % 2 == 0 {
+            skew_a + MAX_SKEW_MS
+        } else {
+            h.rng.gen_range(0..=MAX_SKEW_MS / 2)
+        };
+        let label = format!("clock-skew #{i} (clocks {skew_a:+}ms and {skew_b:+}ms)");
+        let Some(ta) = claim_until(
+            h,
+            job,
+            "chaos-a",
+            skew_a,
+            SKEW_LEASE,
+            Duration::from_secs(15),
+        )?
+        else {
+            t.anomaly(format!("{label}: the first process never got the lease"));
+            continue;
+        };
+        let a = Eff {
+            job: job.into(),
+            token: ta,
+            action: "book-slot".into(),
+            target: "clinic-3".into(),
+            i,
+        };
+        let how_a = How {
+            host: Some("chaos-host-a".into()),
+            skew_ms: skew_a,
+            ..How::default()
+        };
+        // A send that may outlast the lease.
+        let ca = Client {
+            hold_before_ms: h.rng.gen_range(200..1500),
+            ..Client::quick()
+        };
+        let first = Caller {
+            delay: Duration::ZERO,
+            tries: vec![(h.attempt_with(&a, &ca, &how_a), Duration::ZERO)],
+            again: &[],
+        };
+        let b_delay = h.ms(100, 900);
+        let answer_after = h.rng.gen_range(50..500);
+        let slow = h.slow_observer(answer_after);
+        let handle = std::thread::spawn(move || race(vec![first]));
+        std::thread::sleep(b_delay);
+        // The second process claims with its own clock and sends the same effect.
+        let mut b_codes = Vec::new();
+        let tb = claim_until(h, job, "chaos-b", skew_b, "5s", Duration::from_secs(15))?;
+        if let Some(tb) = tb {
+            let b = Eff {
+                token: tb,
+                ..a.clone()
+            };
+            let how_b = How {
+                host: Some("chaos-host-b".into()),
+                skew_ms: skew_b,
+                observe: Some(slow),
+                ..How::default()
+            };
+            for _ in 0..CALLER_TRIES {
+                let end = Running::spawn(h.attempt_with(&b, &Client::quick(), &how_b))?.finish()?;
+                b_codes.push(end.code);
+                if end.code != Some(5) {
+                    break;
+                }
+                std::thread::sleep(h.ms(100, 400));
+            }
+            lease::release(&mut h.store, job, tb)?;
+        } else {
+            t.anomaly(format!("{label}: the second process never got the lease"));
+        }
+        let a_result = handle
+            .join()
+            .map_err(|_| Error::Store("a caller thread panicked".into()))?;
+        record_race(t, &label, a_result);
+        // The next run (our clock) settles whatever is left.
+        match claim_until(h, job, "chaos-next", 0, "1h", Duration::from_secs(15))? {
+            Some(tn) => {
+                let next = Eff {
+                    token: tn,
+                    ..a.clone()
+                };
+                settle(h, t, &next, &label)?;
+                lease::release(&mut h.store, job, tn)?;
+            }
+            None => t.anomaly(format!("{label}: the next run never got the lease")),
+        }
+        t.intend(&h.key(&a), label);
+        t.iterations += 1;
+        bar.inc(1);
+    }
+    Ok(())
+}
+
+/// One job asks for approval of the effect (`--needs-approval`), another sends the same effect
+/// without the flag; a person approves or denies it at a random moment. Nothing may reach the
+/// far side before the approval, or at all after a denial.
+fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+    let jobs = ["chaos-pay-a", "chaos-pay-b"];
+    let forever = Duration::from_secs(3600);
+    let tokens = [
+        h.claim(jobs[0], "chaos", forever)?,
+        h.claim(jobs[1], "chaos", forever)?,
+    ];
+    for i in 0..u64::from(n) {
+        let effs: Vec<Eff> = (0..2)
+            .map(|j| Eff {
+                job: jobs[j].into(),
+                token: tokens[j],
+                action: "pay".into(),
+                target: "landlord".into(),
+                i,
+            })
+            .collect();
+        let key = h.key(&effs[0]);
+        let approve = h.rng.gen_bool(0.6);
+        let label = format!(
+            "approval-race #{i} ({})",
+            if approve { "approved" } else { "denied" }
+        );
+        let flagged = How {
+            needs_approval: true,
+            ..How::default()
+        };
+        // The first caller asks for approval and waits.
+        let asked =
+            Running::spawn(h.attempt_with(&effs[0], &Client::quick(), &flagged))?.finish()?;
+        if asked.code != Some(4) {
+            t.anomaly(format!(
+                "{label}: the flagged caller ended {:?}, not awaiting approval: {}",
+                asked.code,
+                asked.last_words()
+            ));
+        }
+        // The unflagged caller and the flagged one's retries race the person's decision.
+        let mut callers = Vec::new();
+        for (j, e) in effs.iter().enumerate() {
+            let how = if j == 0 {
+                flagged.clone()
+            } else {
+                How::default()
+            };
+            let c = Client {
+                hold_before_ms: h.rng.gen_range(0..100),
+                ..Client::quick()
+            };
+            let mut tries = Vec::new();
+            for _ in 0..CALLER_TRIES {
+                tries.push((h.attempt_with(e, &c, &how), h.ms(30, 150)));
+            }
+            callers.push(Caller {
+                delay: h.ms(0, 300),
+                tries,
+                again: &[4, 5],
+            });
+        }
+        let decide_after = h.ms(0, 400);
+        let handle = std::thread::spawn(move || race(callers));
+        std::thread::sleep(decide_after);
+        if h.far.dump()?.get(&key).copied().unwrap_or(0) > 0 {
+            t.unapproved_sends += 1;
+            t.fail(format!(
+                "{label}: effect {key} reached the far side before anyone approved it"
+            ));
+        }
+        let who = "chaos-operator";
+        let decided = if approve {
+            approval::approve(&mut h.store, &key, who, None)?
+        } else {
+            approval::deny(&mut h.store, &key, who, None)?
+        };
+        if decided != Decided::Done {
+            t.anomaly(format!(
+                "{label}: the person's decision was not taken: {decided:?}"
+            ));
+        }
+        let results = handle
+            .join()
+            .map_err(|_| Error::Store("a caller thread panicked".into()))?;
+        record_race(t, &label, results);
+        if approve {
+            // The flagged caller's next run sends it (or finds it done).
+            let mut done = false;
+            for _ in 0..SETTLE_TRIES {
+                let end = Running::spawn(h.attempt_with(&effs[0], &Client::quick(), &flagged))?
+                    .finish()?;
+                if end.code == Some(0) {
+                    done = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if !done {
+                t.anomaly(format!("{label}: the approved effect was never settled"));
+            }
+            t.intend(&key, label);
+        } else {
+            // Both callers again: neither may send a denied effect.
+            for (j, e) in effs.iter().enumerate() {
+                let how = if j == 0 {
+                    flagged.clone()
+                } else {
+                    How::default()
+                };
+                Running::spawn(h.attempt_with(e, &Client::quick(), &how))?.finish()?;
+            }
+            let arrived = h.far.dump()?.get(&key).copied().unwrap_or(0);
+            if arrived > 0 {
+                t.unapproved_sends += 1;
+                t.fail(format!(
+                    "{label}: the denied effect {key} reached the far side {arrived} times"
+                ));
+            }
+            let state = h.store.effect(&key)?.map(|r| r.state);
+            if state.as_deref() != Some("cancelled") {
+                t.anomaly(format!(
+                    "{label}: the denied effect is {state:?}, not cancelled"
+                ));
+            }
+        }
+        t.iterations += 1;
+        bar.inc(1);
+    }
+    for (job, token) in jobs.iter().zip(tokens) {
+        lease::release(&mut h.store, job, token)?;
+    }
+    Ok(())
+}

@@ -684,7 +684,7 @@ fn fire_lag(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()> {
     for j in 0..plan.fire_jobs {
         // Distinct commands, so the duplicate-registration lint stays quiet.
         toml.push_str(&format!(
-            "[[job]]\nname = \"tick-{j:03}\"\nevery = \"5s\"\nlease = \"30s\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
+            "[[job]]\nname = \"tick-{j:03}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
         ));
     }
     std::fs::write(&jobs, toml)?;

@@ -236,8 +236,9 @@ fn after_the_senders_lease_expires_the_effect_is_settled_and_sent_once() {
     let (cb, _, eb) = split(spawn(&env, &b).wait_with_output().expect("b"));
     assert_eq!(cb, 5, "{eb}");
     assert!(eb.contains("in flight"), "{eb}");
-    // Past the lease and the margin: settled "did not happen", then sent once.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Past the lease, the skew margin and the time a wrapped command takes to be stopped
+    // (0.7 s): settled "did not happen", then sent once.
+    std::thread::sleep(Duration::from_millis(1700));
     let (cb, _, eb) = split(spawn(&env, &b).wait_with_output().expect("b"));
     assert_eq!(cb, 0, "{eb}");
     assert_eq!(far_count(&far, &k), 1);

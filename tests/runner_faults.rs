@@ -424,3 +424,48 @@ fn a_retry_of_a_firing_older_than_a_day_still_goes_out() {
         0
     );
 }
+
+/// A scheduler's own run is live whatever the lease row says: when its heartbeat is held up
+/// past the lease and the skew margin (`EXACTLY_FAULT=heartbeat:pause=3s`, a fault point in the
+/// real renewal path), the next due firing of the job still meets the overlap policy
+/// (coalesced) instead of starting a second copy beside the live run.
+#[test]
+fn a_lapsed_lease_of_a_live_run_does_not_start_a_second_copy_beside_it() {
+    let site = Site::new();
+    let cmd = sh("echo start >> ran.txt; sleep 5; echo end >> ran.txt");
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"500ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+    ));
+    assert_eq!(site.exactly(&["init"]).0, 0);
+    let mut s = site.start_with_env("s", "5s", &[("EXACTLY_FAULT", "heartbeat:pause=3s")]);
+    // Due firings arrive every second while the first run sleeps and its lease lapses.
+    assert!(
+        wait_until(Duration::from_secs(8), || !site.lines("ran.txt").is_empty()),
+        "{}",
+        site.log("s")
+    );
+    std::thread::sleep(Duration::from_millis(4000));
+    let started = site
+        .lines("ran.txt")
+        .iter()
+        .filter(|l| *l == "start")
+        .count();
+    let ended = site.lines("ran.txt").iter().filter(|l| *l == "end").count();
+    assert_eq!(
+        (started, ended),
+        (1, 0),
+        "a second copy started beside the live run: {}",
+        site.log("s")
+    );
+    assert!(
+        site.count("SELECT count(*) FROM exactly_firings WHERE state = 'coalesced'") >= 2,
+        "{}",
+        site.log("s")
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+}

@@ -26,7 +26,9 @@ fn two_schedulers_one_killed_each_firing_runs_once() {
         site.count("SELECT count(*) FROM exactly_runs WHERE owner = 'a' AND ended_at IS NULL") > 0
     });
     a.kill9();
-    std::thread::sleep(Duration::from_millis(1200));
+    // Past the dead scheduler's lease (800 ms) and the clock-skew margin (2 s): `b` alone takes
+    // over before `a2` starts.
+    std::thread::sleep(Duration::from_millis(3500));
     let mut a2 = site.start("a2", "5s");
     std::thread::sleep(Duration::from_millis(7000));
     assert_eq!(

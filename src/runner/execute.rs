@@ -160,6 +160,8 @@ impl Heartbeat {
         if self.fenced || Instant::now() < self.next {
             return;
         }
+        // A heartbeat held up (a stalled thread, a locked database) lets the lease lapse.
+        crate::fault::point("heartbeat");
         self.renew(store, spec);
     }
 

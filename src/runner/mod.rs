@@ -373,6 +373,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         now: &slot,
         overlap: reg.overlap,
         backfill: false,
+        live_here: false,
     })?;
     let job = inert(&a.job);
     match fired {
@@ -519,6 +520,7 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 now: &time::fmt(now),
                 overlap: reg.overlap,
                 backfill: true,
+                live_here: false,
             })?;
             match fired {
                 Fired::Started(s) => {

@@ -220,6 +220,9 @@ fn advance(
             now: &time::now_text(),
             overlap: job.overlap,
             backfill: false,
+            live_here: runs
+                .iter()
+                .any(|r| r.job == job.name && !r.handle.is_finished()),
         })?;
         st.cursor = slot;
         report(&job.name, kind, &slot_text, &fired);

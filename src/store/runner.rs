@@ -108,6 +108,9 @@ pub struct FireRequest<'a> {
     /// Backfill: a busy lease is waited for (nothing recorded) instead of applying the overlap
     /// policy, and a firing that never ran may be taken over.
     pub backfill: bool,
+    /// The caller is itself running this job right now: its run is live whatever the lease row
+    /// says (a heartbeat may be late), so the overlap policy applies without a claim.
+    pub live_here: bool,
 }
 
 /// A run that just started: we hold the job's lease with this token.
@@ -516,7 +519,21 @@ impl Store {
                 )?;
                 return Ok(Fired::Skipped { note, by });
             }
-            match claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)? {
+            let claim = if f.live_here {
+                let token: i64 = tx.query_row(
+                    "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
+                    [f.job],
+                    |r| r.get(0),
+                )?;
+                LeaseClaim::Held {
+                    owner: f.owner.to_string(),
+                    token,
+                    until: f.now.to_string(),
+                }
+            } else {
+                claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?
+            };
+            match claim {
                 LeaseClaim::Won { token, stolen_from } => {
                     let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
                     upsert_firing(tx, f, "running", Some(&run_id), None)?;

@@ -342,11 +342,12 @@ fn fixture(plan: &Plan, root: &Path, n: u64) -> Res<PathBuf> {
         return Ok(path);
     }
     std::fs::create_dir_all(root.join("fixtures"))?;
-    // Older fixtures of this size are stale.
+    // Older fixtures of these sizes (another version or day) are stale.
+    let shape = format!("-{n}-{}j-{}r-", plan.poll_jobs, plan.poll_runs);
     if let Ok(rd) = std::fs::read_dir(root.join("fixtures")) {
         for e in rd.flatten() {
             let f = e.file_name().to_string_lossy().into_owned();
-            if f.contains(&format!("-{n}-")) {
+            if f.contains(&shape) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
     about = "Exactly-once effect for scheduled jobs and agents"
 )]
 pub struct Cli {
-    /// Database: a SQLite file path (default $EXACTLY_DB, else ./exactly.db).
+    /// Database: a SQLite file path. Default: $EXACTLY_DB, else ./exactly.db if it exists,
+    /// else $XDG_STATE_HOME/exactly/exactly.db (~/.local/state/exactly/exactly.db).
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<String>,
     #[command(subcommand)]
@@ -24,48 +25,101 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Create the schema, or adopt the seed's tables in an existing database.
+    #[command(after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db init")]
     Init,
     /// Print the effect key for an action, target and inputs.
+    #[command(
+        after_help = "Example:\n  exactly key --action send-invoice --target customer-42 --input month=2026-11"
+    )]
     Key(KeyArgs),
     /// Claim, renew or release a job's lease.
     #[command(subcommand)]
     Lease(LeaseCmd),
     /// Run a command as an effect under the ledger's guard.
+    #[command(
+        after_help = "Example:\n  exactly effect --job invoices --token \"$TOKEN\" --action send-invoice --target customer-42 --input month=2026-11 -- ./send-invoice.sh 42"
+    )]
     Effect(EffectArgs),
     /// Approve a pending effect.
+    #[command(
+        after_help = "Example:\n  exactly approve 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"checked with finance\""
+    )]
     Approve(DecideArgs),
     /// Deny a pending effect (it ends cancelled).
+    #[command(
+        after_help = "Example:\n  exactly deny 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"wrong amount\""
+    )]
     Deny(DecideArgs),
     /// Settle an unknown effect after checking the far side.
+    #[command(
+        after_help = "Example:\n  exactly resolve 93660c44eb1d4f26eb877b9e8990a2d6 --happened --evidence \"order 8812\""
+    )]
     Resolve(ResolveArgs),
     /// Summary of counters, jobs, unknowns and approvals.
+    #[command(after_help = "Example:\n  exactly status\n  exactly status --json | jq .totals")]
     Status(StatusArgs),
-    /// Prometheus text exposition of the same numbers.
-    Metrics,
+    /// Prometheus metrics of the same numbers: printed once, or served over HTTP.
+    #[command(
+        after_help = "Examples:\n  exactly metrics > /var/lib/node_exporter/textfile/exactly.prom.$$ && mv /var/lib/node_exporter/textfile/exactly.prom.$$ /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen 127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics"
+    )]
+    Metrics(MetricsArgs),
     /// Print a run's stored output (stdout and stderr as they arrived); the job's last run by
     /// default.
+    #[command(
+        after_help = "Example:\n  exactly logs nightly-report\n  exactly logs nightly-report --follow"
+    )]
     Logs(LogsArgs),
     /// Prune history older than a horizon; open effects, approvals, leases and all-time
     /// counters are kept.
+    #[command(after_help = "Example:\n  exactly gc --keep 30d --dry-run")]
     Gc(GcArgs),
     /// Run the jobs in a TOML file: leases, overlap policies, safe restarts.
+    #[command(
+        after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db run /etc/exactly/jobs.toml --grace 60s"
+    )]
     Run(crate::runner::RunArgs),
     /// Lint a jobs file.
+    #[command(
+        after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly check --strict jobs.toml   # warnings fail too"
+    )]
     Check(crate::runner::CheckArgs),
     /// Fire a job now (its own firing, still under its lease and overlap policy).
+    #[command(after_help = "Example:\n  exactly trigger daily-digest")]
     Trigger(crate::runner::TriggerArgs),
     /// Pause a job: its firings are recorded as skipped.
+    #[command(after_help = "Example:\n  exactly pause daily-digest --note \"vendor outage\"")]
     Pause(crate::runner::PauseArgs),
     /// Resume a paused job.
+    #[command(after_help = "Example:\n  exactly resume daily-digest")]
     Resume(crate::runner::ResumeArgs),
     /// Fire a job for past slots; effects already done are suppressed by their keys.
+    #[command(
+        after_help = "Example:\n  exactly backfill daily-digest --from 2026-11-01T00:00:00Z --to 2026-11-07T00:00:00Z"
+    )]
     Backfill(crate::runner::BackfillArgs),
     /// The live dashboard.
+    #[command(
+        after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
+    )]
     Top(crate::tui::TopArgs),
     /// Kill runs mid-effect many times and count duplicates (must be 0).
+    #[command(
+        after_help = "Example:\n  exactly chaos --iterations 50 --scenario kill-mid-effect --json"
+    )]
     Chaos(crate::chaos::ChaosArgs),
     /// A live simulated workload, shown in the dashboard.
+    #[command(after_help = "Example:\n  exactly demo\n  exactly demo --no-ui --for 30s")]
     Demo(crate::demo::DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions fish > ~/.config/fish/completions/exactly.fish"
+    )]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout.
+    #[command(
+        after_help = "Examples:\n  exactly man > /usr/local/share/man/man1/exactly.1 && mandb\n  exactly man | man -l -"
+    )]
+    Man,
     /// The chaos harness's far side (a test double; not for users).
     #[command(subcommand, hide = true)]
     FarSide(crate::chaos::far_side::FarSideCmd),
@@ -73,8 +127,10 @@ pub enum Cmd {
 
 #[derive(Args, Debug)]
 pub struct KeyArgs {
+    /// What is done, e.g. send-invoice (non-empty, no `|`).
     #[arg(long)]
     pub action: String,
+    /// To whom or what it is done, e.g. customer-42 (non-empty).
     #[arg(long)]
     pub target: String,
     /// A consequential input, k=v (a string value). Repeatable.
@@ -88,27 +144,44 @@ pub struct KeyArgs {
 #[derive(Subcommand, Debug)]
 pub enum LeaseCmd {
     /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
+    #[command(
+        after_help = "Example:\n  TOKEN=$(exactly lease claim --job daily-digest --for 15m)"
+    )]
     Claim {
-        #[arg(long)]
+        /// The job whose lease to claim (its name: no control characters, at most 200).
+        #[arg(long, value_parser = lease::job_name)]
         job: String,
+        /// How long the lease lasts unless renewed, e.g. 15m (longer than the worst run).
         #[arg(long = "for", value_name = "DUR")]
         dur: String,
+        /// Who holds it, shown to others (default user@host:pid).
         #[arg(long)]
         owner: Option<String>,
     },
     /// Extend a lease you hold. Exit 3 when fenced.
+    #[command(
+        after_help = "Example:\n  exactly lease renew --job daily-digest --token \"$TOKEN\" --for 15m"
+    )]
     Renew {
+        /// The job whose lease to extend.
         #[arg(long)]
         job: String,
+        /// The fencing token `lease claim` printed.
         #[arg(long)]
         token: i64,
+        /// The new duration from now, e.g. 15m.
         #[arg(long = "for", value_name = "DUR")]
         dur: String,
     },
     /// Release a lease you hold. Exit 3 when fenced.
+    #[command(
+        after_help = "Example:\n  exactly lease release --job daily-digest --token \"$TOKEN\""
+    )]
     Release {
+        /// The job whose lease to release.
         #[arg(long)]
         job: String,
+        /// The fencing token `lease claim` printed.
         #[arg(long)]
         token: i64,
     },
@@ -116,18 +189,25 @@ pub enum LeaseCmd {
 
 #[derive(Args, Debug)]
 pub struct EffectArgs {
-    #[arg(long, env = "EXACTLY_JOB")]
+    /// The job the effect belongs to (under `exactly run`: $EXACTLY_JOB).
+    #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
     pub job: String,
+    /// The fencing token from `lease claim` (under `exactly run`: $EXACTLY_FENCING_TOKEN).
     #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
     pub token: i64,
+    /// This run's id, recorded with the effect (under `exactly run`: $EXACTLY_RUN_ID).
     #[arg(long, env = "EXACTLY_RUN_ID")]
     pub run_id: Option<String>,
+    /// What is done, e.g. send-invoice (part of the effect key; no `|`).
     #[arg(long)]
     pub action: String,
+    /// To whom or what it is done, e.g. customer-42 (part of the effect key).
     #[arg(long)]
     pub target: String,
+    /// A consequential input, k=v (part of the effect key). Repeatable.
     #[arg(long = "input", value_name = "K=V")]
     pub inputs: Vec<String>,
+    /// Inputs as a JSON object, from a file or `-` for stdin.
     #[arg(long, value_name = "FILE|-")]
     pub input_json: Option<String>,
     /// The terms a person approves (shown in the dashboard).
@@ -146,7 +226,9 @@ pub struct EffectArgs {
 
 #[derive(Args, Debug)]
 pub struct DecideArgs {
+    /// The effect key (as `exactly status` and `exactly top` show it).
     pub key: String,
+    /// Why, recorded with the decision.
     #[arg(long)]
     pub note: Option<String>,
 }
@@ -154,6 +236,7 @@ pub struct DecideArgs {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("how").required(true).args(["happened", "not_happened", "cancel"])))]
 pub struct ResolveArgs {
+    /// The effect key (as `exactly status` and `exactly top` show it).
     pub key: String,
     /// The far side shows the effect: it becomes done.
     #[arg(long)]
@@ -164,6 +247,7 @@ pub struct ResolveArgs {
     /// Never retry: it becomes cancelled.
     #[arg(long)]
     pub cancel: bool,
+    /// Why, recorded with the resolution.
     #[arg(long)]
     pub note: Option<String>,
     /// What proves it, e.g. the far side's order id.
@@ -173,6 +257,7 @@ pub struct ResolveArgs {
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
+    /// The job whose runs to print.
     pub job: String,
     /// A run id (as `exactly status --json` and `exactly top` show them).
     #[arg(long = "run", value_name = "RUN_ID")]
@@ -195,12 +280,32 @@ pub struct GcArgs {
     /// horizon. They are the dedupe memory: a backfill across the horizon sends again.
     #[arg(long)]
     pub effects: bool,
+    /// Print what was (or would be) deleted as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct MetricsArgs {
+    /// Serve /metrics over HTTP on this address (e.g. 127.0.0.1:9464) until interrupted; each
+    /// scrape reads a fresh snapshot.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Print OpenMetrics text (with `# EOF`) instead of the Prometheus text format.
+    #[arg(long)]
+    pub openmetrics: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
+    /// Print the whole snapshot as one JSON object (see README for its keys).
     #[arg(long)]
     pub json: bool,
 }
@@ -259,11 +364,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Metrics => {
-            let snap = Snapshot::read(&mut open_read_only(&db)?)?;
-            print!("{}", snap.to_prometheus());
-            Ok(0)
-        }
+        Cmd::Metrics(a) => metrics_cmd(&db, a),
         Cmd::Logs(a) => logs_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
@@ -275,6 +376,16 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Top(a) => crate::tui::top_main(&db, a),
         Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
         Cmd::Demo(a) => crate::demo::demo_main(&db, a),
+        Cmd::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "exactly", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
         Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
     }
 }
@@ -552,6 +663,57 @@ fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
             Ok(1)
         }
     }
+}
+
+const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn metrics_cmd(db: &Option<String>, a: MetricsArgs) -> Result<i32> {
+    let render = |openmetrics: bool| -> Result<String> {
+        let snap = Snapshot::read(&mut open_read_only(db)?)?;
+        Ok(if openmetrics {
+            snap.to_openmetrics()
+        } else {
+            snap.to_prometheus()
+        })
+    };
+    let Some(addr) = a.listen else {
+        print!("{}", render(a.openmetrics)?);
+        return Ok(0);
+    };
+    // Refuse a database that cannot be read before listening, not at the first scrape.
+    render(false)?;
+    let server = tiny_http::Server::http(addr.as_str())
+        .map_err(|e| Error::Usage(format!("cannot listen on {}: {e}", inert(&addr))))?;
+    eprintln!("exactly: serving http://{}/metrics", inert(&addr));
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or("");
+        let reply = if path != "/metrics" {
+            tiny_http::Response::from_string("not found; try /metrics\n").with_status_code(404)
+        } else {
+            // Prometheus asks for OpenMetrics in Accept when it wants it.
+            let om = req.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
+            match render(om) {
+                Ok(body) => {
+                    let ct = if om { OPENMETRICS_TYPE } else { TEXT_TYPE };
+                    let mut r = tiny_http::Response::from_string(body);
+                    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", ct) {
+                        r = r.with_header(h);
+                    }
+                    r
+                }
+                // A scrape that fails says why; the next scrape tries again.
+                Err(e) => tiny_http::Response::from_string(format!("exactly: {e}\n"))
+                    .with_status_code(503),
+            }
+        };
+        if let Err(e) = req.respond(reply) {
+            eprintln!("exactly: metrics: could not answer a scrape: {e}");
+        }
+    }
+    Ok(0)
 }
 
 /// Smallest `gc --keep`: the dashboard's 24-hour window is read from the events.

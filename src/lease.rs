@@ -19,6 +19,42 @@ pub enum Claim {
     },
 }
 
+/// Longest job name, in characters: names are labels in metrics and columns on screens.
+pub const JOB_NAME_MAX: usize = 200;
+
+/// Why `name` cannot name a job: empty, longer than [`JOB_NAME_MAX`], or holding a control or
+/// bidi-override character (two names differing only by those would look the same in every
+/// view, and a terminal would obey them).
+pub fn job_name_problem(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("a job name must not be empty".into());
+    }
+    let n = name.chars().count();
+    if n > JOB_NAME_MAX {
+        return Some(format!(
+            "a job name is at most {JOB_NAME_MAX} characters (this one has {n})"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| c.is_control() || crate::sanitize::is_bidi(*c))
+    {
+        return Some(format!(
+            "a job name must not contain control characters (found U+{:04X})",
+            c as u32
+        ));
+    }
+    None
+}
+
+/// `name` as a job name, or the one clear reason it is not one (a clap value parser too).
+pub fn job_name(name: &str) -> std::result::Result<String, String> {
+    match job_name_problem(name) {
+        Some(why) => Err(why),
+        None => Ok(name.to_string()),
+    }
+}
+
 /// The shortest lease accepted (as in jobs files): shorter, no heartbeat could keep it.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
@@ -41,6 +77,9 @@ pub fn check_duration(dur: Duration) -> Result<()> {
 /// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired (and the clock-skew
 /// margin, [`time::max_skew`], has passed too).
 pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result<Claim> {
+    if let Some(why) = job_name_problem(job) {
+        return Err(crate::Error::Usage(why));
+    }
     check_duration(dur)?;
     let now = time::now();
     let until = time::fmt(time::add(now, dur));

@@ -84,16 +84,34 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Who is acting: the login user and, over SSH, the client address.
+/// Who is acting, as every recorded decision stores it: the OS login user of our uid (and,
+/// over SSH, the client address); when `EXACTLY_ACTOR` names someone else, that name first,
+/// marked as claimed by the login user: `ceo (set by root)`. The environment can say anything,
+/// so it never replaces what the OS says.
 pub fn actor() -> String {
-    let user = std::env::var("EXACTLY_ACTOR").unwrap_or_else(|_| user());
-    match std::env::var("SSH_CLIENT") {
-        Ok(ssh) => match ssh.split_whitespace().next() {
-            Some(addr) => format!("{user}@{addr}"),
-            None => user,
-        },
-        Err(_) => user,
+    actor_from(
+        std::env::var("EXACTLY_ACTOR").ok().as_deref(),
+        &os_user(),
+        std::env::var("SSH_CLIENT").ok().as_deref(),
+    )
+}
+
+/// [`actor`] from its parts: the claimed name, the OS user, `$SSH_CLIENT`.
+pub fn actor_from(claimed: Option<&str>, os_user: &str, ssh_client: Option<&str>) -> String {
+    let os = match ssh_client.and_then(|s| s.split_whitespace().next()) {
+        Some(addr) => format!("{os_user}@{addr}"),
+        None => os_user.to_string(),
+    };
+    match claimed.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(c) if c != os_user => format!("{c} (set by {os})"),
+        _ => os,
     }
+}
+
+/// The login name of our real uid from the OS (`getpwuid_r`); `$USER` only when the uid has
+/// no name (a container without /etc/passwd entry).
+pub fn os_user() -> String {
+    login_name().unwrap_or_else(user)
 }
 
 /// The login user: `$USER`, `$LOGNAME`, else the name of our uid.

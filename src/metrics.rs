@@ -3,8 +3,17 @@
 use crate::sanitize::inert;
 use crate::store::{ApprovalRow, Store};
 use crate::time::{human_age, human_ms};
+use prometheus_client::metrics::{
+    counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info,
+};
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicU64;
+
+/// The version of `status --json`'s shape: it goes up only when a key is removed or changes
+/// meaning (keys are otherwise only added). `schema_version` is the database's.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// Counters over one window (all time, or the last 24 h).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -81,6 +90,9 @@ pub struct JobRow {
     pub runs: u64,
     pub p50_ms: Option<u64>,
     pub p99_ms: Option<u64>,
+    /// The durations (ms) behind p50/p99: the job's runs in the duration window.
+    #[serde(skip)]
+    pub durations_ms: Vec<i64>,
     pub fencing_token: Option<i64>,
     pub lease_owner: Option<String>,
     pub lease_until: Option<String>,
@@ -258,80 +270,16 @@ impl Snapshot {
         store.snapshot()
     }
 
+    /// `status --json`: the snapshot the dashboard draws, serialised whole (serde), with
+    /// `json_schema_version` and `totals.schedulers_alive` added.
     pub fn to_json(&self) -> String {
-        let jobs: Vec<_> = self
-            .jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "job_key": j.job_key, "schedule": j.schedule, "interval_s": j.interval_s,
-                    "lease_s": j.lease_s, "lease_ms": j.lease_ms, "overlap": j.overlap, "queue_cap": j.queue_cap,
-                    "runs": j.runs, "p50_ms": j.p50_ms, "p99_ms": j.p99_ms,
-                    "fencing_token": j.fencing_token, "lease_owner": j.lease_owner,
-                    "lease_until": j.lease_until, "paused": j.paused, "pause_note": j.pause_note,
-                    "retired": j.retired, "queue_depth": j.queue_depth,
-                    "duplicates_suppressed": j.duplicates_suppressed,
-                    "fenced_writes": j.fenced_writes,
-                    "last_run": j.last_run, "warnings": j.warnings,
-                    "timezone": j.timezone, "next_fire_at": j.next_fire_at,
-                    "last_success_at": j.last_success_at, "runs_failed": j.runs_failed,
-                    "runs_by_outcome": j.runs_by_outcome, "missed_firings": j.missed_firings,
-                })
-            })
-            .collect();
-        let unknown: Vec<_> = self
-            .unknown
-            .iter()
-            .map(|u| {
-                serde_json::json!({
-                    "effect_key": u.effect_key, "job_key": u.job_key, "state": u.state,
-                    "since": u.since, "age_s": u.age_s, "terms_shown": u.terms_shown,
-                    "verdict": u.verdict,
-                })
-            })
-            .collect();
-        let approvals = |v: &[ApprovalView]| -> Vec<serde_json::Value> {
-            v.iter()
-                .map(|a| {
-                    serde_json::json!({
-                        "effect_key": a.effect_key, "job_key": a.job_key,
-                        "terms_shown": a.terms_shown, "age_s": a.age_s,
-                        "requested_at": a.requested_at, "decided_by": a.decided_by,
-                    })
-                })
-                .collect()
-        };
-        let schedulers: Vec<_> = self
-            .schedulers
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "owner": s.owner, "host": s.host, "pid": s.pid, "started_at": s.started_at,
-                    "heartbeat_at": s.heartbeat_at, "ended_at": s.ended_at, "alive": s.alive,
-                })
-            })
-            .collect();
-        let mut totals = serde_json::to_value(&self.totals).unwrap_or_default();
-        if let Some(t) = totals.as_object_mut() {
-            t.insert("schedulers_alive".into(), self.schedulers_alive.into());
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
+            if let Some(t) = o.get_mut("totals").and_then(|t| t.as_object_mut()) {
+                t.insert("schedulers_alive".into(), self.schedulers_alive.into());
+            }
         }
-        let v = serde_json::json!({
-            "taken_at": self.taken_at,
-            "db": self.db,
-            "host": self.host,
-            "schema_version": self.schema_version,
-            "warnings": self.warnings,
-            "schedulers": schedulers,
-            "scheduler_dead_after_s": self.scheduler_dead_after_s,
-            "totals": totals,
-            "last_24h": self.last_24h,
-            "oldest_unknown_s": self.oldest_unknown_s,
-            "missed_firings": self.missed_firings,
-            "jobs": jobs,
-            "unknown": unknown,
-            "pending_approvals": approvals(&self.pending_approvals),
-            "unused_approvals": approvals(&self.unused_approvals),
-        });
         serde_json::to_string_pretty(&v).unwrap_or_default()
     }
 
@@ -515,210 +463,323 @@ impl Snapshot {
         s
     }
 
-    /// Prometheus text exposition.
-    pub fn to_prometheus(&self) -> String {
-        let mut s = String::new();
+    /// The snapshot as a Prometheus registry (`prometheus-client`): it names, types and
+    /// escapes every series, so label values are the jobs' exact names.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::default();
         let t = &self.totals;
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(s, "# HELP {name} {help}");
-            let _ = writeln!(s, "# TYPE {name} {kind}");
-            let _ = writeln!(s, "{name} {value}");
+        let counter = |r: &mut Registry, name: &str, help: &str, v: u64| {
+            let c: Counter = Counter::default();
+            c.inc_by(v);
+            r.register(name, help, c);
         };
-        metric(
-            "exactly_duplicates_suppressed_total",
-            "counter",
-            "Attempts that found their effect already done.",
-            t.duplicates_suppressed.to_string(),
+        let gauge = |r: &mut Registry, name: &str, help: &str, v: i64| {
+            let g: Gauge = Gauge::default();
+            g.set(v);
+            r.register(name, help, g);
+        };
+        r.register(
+            "exactly_build",
+            "The exactly version that rendered these metrics",
+            Info::new(vec![(
+                "version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
         );
-        metric(
-            "exactly_fenced_writes_total",
-            "counter",
-            "Writes refused because a higher fencing token exists.",
-            t.fenced_writes.to_string(),
+        // Counters are registered without `_total`: the encoder adds it to each sample.
+        counter(
+            &mut r,
+            "exactly_duplicates_suppressed",
+            "Attempts that found their effect already done",
+            t.duplicates_suppressed,
         );
-        metric(
+        counter(
+            &mut r,
+            "exactly_fenced_writes",
+            "Writes refused because a higher fencing token exists",
+            t.fenced_writes,
+        );
+        counter(
+            &mut r,
+            "exactly_missed_firings",
+            "Firings missed under overlap policy fail or outside catch-up",
+            self.missed_firings,
+        );
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        gauge(
+            &mut r,
             "exactly_claimed_never_submitted",
-            "gauge",
-            "Effects reserved by a lease that expired or was superseded, never sent.",
-            t.claimed_never_submitted.to_string(),
+            "Effects reserved by a lease that expired or was superseded, never sent",
+            n(t.claimed_never_submitted),
         );
-        metric(
+        gauge(
+            &mut r,
             "exactly_unknown_effects",
-            "gauge",
-            "Effects that may or may not have happened.",
-            t.unknown.to_string(),
+            "Effects that may or may not have happened",
+            n(t.unknown),
         );
-        metric(
+        gauge(
+            &mut r,
             "exactly_oldest_unknown_age_seconds",
-            "gauge",
-            "Age of the oldest unresolved effect.",
-            self.oldest_unknown_s.unwrap_or(0).to_string(),
+            "Age of the oldest unresolved effect",
+            self.oldest_unknown_s.unwrap_or(0),
         );
-        metric(
+        gauge(
+            &mut r,
             "exactly_pending_approvals",
-            "gauge",
-            "Effects waiting for a person's approval.",
-            t.pending_approvals.to_string(),
+            "Effects waiting for a person's approval",
+            n(t.pending_approvals),
         );
-        metric(
+        gauge(
+            &mut r,
             "exactly_unused_approvals",
-            "gauge",
-            "Approvals granted but not yet consumed.",
-            t.unused_approvals.to_string(),
+            "Approvals granted but not yet consumed",
+            n(t.unused_approvals),
         );
-        metric(
-            "exactly_missed_firings_total",
-            "counter",
-            "Firings missed under overlap policy fail or outside catch-up.",
-            self.missed_firings.to_string(),
-        );
-        metric(
+        gauge(
+            &mut r,
             "exactly_schedulers_alive",
-            "gauge",
-            "Schedulers (exactly run) whose heartbeat is recent.",
-            self.schedulers_alive.to_string(),
+            "Schedulers (exactly run) whose heartbeat is recent",
+            n(self.schedulers_alive),
         );
-        metric(
+        gauge(
+            &mut r,
             "exactly_jobs_registered",
-            "gauge",
-            "Jobs registered by a jobs file and not retired.",
+            "Jobs registered by a jobs file and not retired",
             self.jobs
                 .iter()
                 .filter(|j| j.schedule.is_some() && !j.retired)
-                .count()
-                .to_string(),
+                .count() as i64,
         );
-        let label = |j: &JobRow| prom_label(&j.job_key);
-        {
-            let name = "exactly_job_runs_total";
-            let _ = writeln!(
-                s,
-                "# HELP {name} Runs ended, per job and outcome (all time)."
-            );
-            let _ = writeln!(s, "# TYPE {name} counter");
-            for j in &self.jobs {
-                for (outcome, n) in &j.runs_by_outcome {
-                    let _ = writeln!(
-                        s,
-                        "{name}{{job=\"{}\",outcome=\"{}\"}} {n}",
-                        label(j),
-                        prom_label(outcome)
-                    );
-                }
+
+        let runs = Family::<Labels, Counter>::default();
+        for j in &self.jobs {
+            for (outcome, count) in &j.runs_by_outcome {
+                runs.get_or_create(&vec![
+                    ("job".to_string(), label_value(&j.job_key)),
+                    ("outcome".to_string(), label_value(outcome)),
+                ])
+                .inc_by(*count);
             }
         }
-        let mut per_job =
-            |name: &str, kind: &str, help: &str, f: &dyn Fn(&JobRow) -> Option<String>| {
-                let _ = writeln!(s, "# HELP {name} {help}");
-                let _ = writeln!(s, "# TYPE {name} {kind}");
+        r.register(
+            "exactly_job_runs",
+            "Runs ended, per job and outcome (all time)",
+            runs,
+        );
+        let durations = Family::<Labels, Histogram>::new_with_constructor(|| {
+            Histogram::new(RUN_BUCKETS_S.iter().copied())
+        });
+        for j in &self.jobs {
+            let h = durations.get_or_create(&job_label(j));
+            for d in &j.durations_ms {
+                h.observe(*d.max(&0) as f64 / 1000.0);
+            }
+        }
+        r.register(
+            "exactly_job_run_duration_seconds",
+            "Run durations of the job's runs in the duration window (the last runs the database \
+             holds), so buckets, _sum and _count describe that window",
+            durations,
+        );
+        let per_job_counter =
+            |r: &mut Registry, name: &str, help: &str, f: &dyn Fn(&JobRow) -> u64| {
+                let fam = Family::<Labels, Counter>::default();
+                for j in &self.jobs {
+                    fam.get_or_create(&job_label(j)).inc_by(f(j));
+                }
+                r.register(name, help, fam);
+            };
+        per_job_counter(
+            &mut r,
+            "exactly_job_duplicates_suppressed",
+            "Duplicates suppressed per job",
+            &|j| j.duplicates_suppressed,
+        );
+        per_job_counter(
+            &mut r,
+            "exactly_job_fenced_writes",
+            "Fenced writes per job",
+            &|j| j.fenced_writes,
+        );
+        per_job_counter(
+            &mut r,
+            "exactly_job_missed_firings",
+            "Firings missed per job (recorded, and passed with no scheduler)",
+            &|j| j.missed_firings,
+        );
+        let per_job =
+            |r: &mut Registry, name: &str, help: &str, f: &dyn Fn(&JobRow) -> Option<f64>| {
+                let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
                 for j in &self.jobs {
                     if let Some(v) = f(j) {
-                        let _ = writeln!(s, "{name}{{job=\"{}\"}} {v}", label(j));
+                        fam.get_or_create(&job_label(j)).set(v);
                     }
                 }
+                r.register(name, help, fam);
             };
+        let secs = |ms: u64| ms as f64 / 1000.0;
         per_job(
-            "exactly_job_duplicates_suppressed_total",
-            "counter",
-            "Duplicates suppressed per job.",
-            &|j| Some(j.duplicates_suppressed.to_string()),
+            &mut r,
+            "exactly_job_window_runs",
+            "Runs in the duration window per job",
+            &|j| Some(j.runs as f64),
         );
         per_job(
-            "exactly_job_fenced_writes_total",
-            "counter",
-            "Fenced writes per job.",
-            &|j| Some(j.fenced_writes.to_string()),
-        );
-        per_job(
-            "exactly_job_runs",
-            "gauge",
-            "Runs in the duration window per job.",
-            &|j| Some(j.runs.to_string()),
-        );
-        per_job(
+            &mut r,
             "exactly_job_run_p50_seconds",
-            "gauge",
-            "Median run duration.",
-            &|j| j.p50_ms.map(|v| format!("{:.3}", v as f64 / 1000.0)),
+            "Median run duration in the duration window",
+            &|j| j.p50_ms.map(secs),
         );
         per_job(
+            &mut r,
             "exactly_job_run_p99_seconds",
-            "gauge",
-            "99th percentile run duration.",
-            &|j| j.p99_ms.map(|v| format!("{:.3}", v as f64 / 1000.0)),
+            "99th percentile run duration in the duration window",
+            &|j| j.p99_ms.map(secs),
         );
         per_job(
+            &mut r,
             "exactly_job_interval_seconds",
-            "gauge",
-            "Schedule interval.",
-            &|j| j.interval_s.map(|v| v.to_string()),
+            "Schedule interval",
+            &|j| j.interval_s.map(|v| v as f64),
         );
         per_job(
+            &mut r,
             "exactly_job_lease_seconds",
-            "gauge",
-            "Lease duration.",
-            &|j| j.lease_ms.map(|v| format!("{:.3}", v as f64 / 1000.0)),
+            "Lease duration",
+            &|j| j.lease_ms.map(|v| secs(v.max(0) as u64)),
         );
         per_job(
+            &mut r,
             "exactly_job_fencing_token",
-            "gauge",
-            "Current fencing token.",
-            &|j| j.fencing_token.map(|v| v.to_string()),
+            "Current fencing token",
+            &|j| j.fencing_token.map(|v| v as f64),
         );
         per_job(
+            &mut r,
             "exactly_job_queue_depth",
-            "gauge",
-            "Firings waiting under overlap policy queue.",
-            &|j| Some(j.queue_depth.to_string()),
+            "Firings waiting under overlap policy queue",
+            &|j| Some(j.queue_depth as f64),
         );
         per_job(
+            &mut r,
             "exactly_job_runs_failed",
-            "gauge",
-            "Runs in the duration window that ended failed or timeout.",
-            &|j| Some(j.runs_failed.to_string()),
+            "Runs in the duration window that ended failed or timeout",
+            &|j| Some(j.runs_failed as f64),
         );
         per_job(
+            &mut r,
             "exactly_job_last_success_timestamp_seconds",
-            "gauge",
-            "When the job's latest ok run ended (Unix seconds).",
+            "When the job's latest ok run ended (Unix seconds)",
             &|j| j.last_success_at.as_deref().and_then(unix_s),
         );
         per_job(
+            &mut r,
             "exactly_job_last_run_timestamp_seconds",
-            "gauge",
-            "When the job's latest run started (Unix seconds).",
+            "When the job's latest run started (Unix seconds)",
             &|j| j.last_run.as_ref().and_then(|r| unix_s(&r.started_at)),
         );
         per_job(
+            &mut r,
             "exactly_job_next_fire_timestamp_seconds",
-            "gauge",
-            "The job's next firing (Unix seconds); in the past when nobody fired it.",
+            "The job's next firing (Unix seconds); in the past when nobody fired it",
             &|j| j.next_fire_at.as_deref().and_then(unix_s),
         );
         per_job(
-            "exactly_job_missed_firings_total",
-            "counter",
-            "Firings missed per job (recorded, and passed with no scheduler).",
-            &|j| Some(j.missed_firings.to_string()),
-        );
-        per_job(
+            &mut r,
             "exactly_job_paused",
-            "gauge",
-            "1 when the job is paused.",
-            &|j| Some(u8::from(j.paused).to_string()),
+            "1 when the job is paused",
+            &|j| Some(if j.paused { 1.0 } else { 0.0 }),
         );
+        r
+    }
+
+    /// OpenMetrics text (what `prometheus-client` encodes), ending in `# EOF`.
+    pub fn to_openmetrics(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry());
         s
+    }
+
+    /// The Prometheus text format 0.0.4 (node_exporter's textfile collector reads only this):
+    /// the same samples as [`Self::to_openmetrics`], with counter and info families named by
+    /// their samples, no `# EOF`.
+    pub fn to_prometheus(&self) -> String {
+        openmetrics_to_text(&self.to_openmetrics())
     }
 }
 
-/// A ledger timestamp as Unix seconds with milliseconds.
-fn unix_s(ts: &str) -> Option<String> {
-    crate::time::parse(ts).map(|t| format!("{:.3}", t.timestamp_millis() as f64 / 1000.0))
+type Labels = Vec<(String, String)>;
+
+fn job_label(j: &JobRow) -> Labels {
+    vec![("job".to_string(), label_value(&j.job_key))]
 }
 
-/// Escapes a Prometheus label value (and keeps it printable).
-fn prom_label(s: &str) -> String {
-    inert(s).replace('\\', "\\\\").replace('"', "\\\"")
+/// A job's name as a label value: the name itself, except that a backslash is doubled and a
+/// control or bidi character (only another program can write one; jobs files and the CLI
+/// refuse them) is written `\u{1b}`. The mapping is one-to-one, so two jobs never share a
+/// series, and nothing raw reaches a terminal that shows the metrics. (The exposition format
+/// then escapes `\\`, `"` and line feeds once more, as it does for every value.)
+pub fn label_value(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || crate::sanitize::is_bidi(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Run duration buckets, seconds: a second to a day.
+const RUN_BUCKETS_S: &[f64] = &[
+    0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0,
+];
+
+/// Rewrites OpenMetrics text as Prometheus text 0.0.4: a counter family `x` (samples `x_total`)
+/// is described as `x_total`, an info family `x` as gauge `x_info`; `# UNIT` and `# EOF` go.
+/// Samples and their escaping are the same in both formats.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let mut types = std::collections::HashMap::new();
+    for l in om.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            if let Some((name, typ)) = rest.split_once(' ') {
+                types.insert(name.to_string(), typ.to_string());
+            }
+        }
+    }
+    let rename = |name: &str| match types.get(name).map(String::as_str) {
+        Some("counter") => (format!("{name}_total"), "counter"),
+        Some("info") => (format!("{name}_info"), "gauge"),
+        Some(t) => (name.to_string(), t),
+        None => (name.to_string(), "untyped"),
+    };
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l == "# EOF" || l.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            let _ = writeln!(out, "# HELP {} {help}", rename(name).0);
+        } else if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let name = rest.split_once(' ').map(|(n, _)| n).unwrap_or(rest);
+            let (name, typ) = rename(name);
+            let _ = writeln!(out, "# TYPE {name} {typ}");
+        } else {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    out
+}
+
+/// A ledger timestamp as Unix seconds with milliseconds.
+fn unix_s(ts: &str) -> Option<f64> {
+    crate::time::parse(ts).map(|t| t.timestamp_millis() as f64 / 1000.0)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ fn is_control(c: char) -> bool {
     u < 0x20 || u == 0x7f || (0x80..=0x9f).contains(&u)
 }
 
-fn is_bidi(c: char) -> bool {
+pub fn is_bidi(c: char) -> bool {
     matches!(c as u32, 0x202a..=0x202e | 0x2066..=0x2069 | 0x200e | 0x200f | 0x061c)
 }
 

@@ -564,11 +564,22 @@ fn a_locked_database_waits_for_the_busy_timeout_then_says_so() {
 #[test]
 fn hostile_strings_never_reach_the_terminal_raw() {
     let env = Env::new();
-    let t = env.claim("evil\u{1b}[2Jjob", "1m").to_string();
+    // The CLI refuses such a job name (exit 2); another program may still write one.
+    let (code, _, err) = env.run(&["lease", "claim", "--job", "evil\u{1b}[2Jjob", "--for", "1m"]);
+    assert_eq!(code, 2, "{err}");
+    let t = env.claim("evil", "1m").to_string();
+    rusqlite::Connection::open(&env.db)
+        .expect("open")
+        .execute(
+            "INSERT INTO job_lease VALUES ('evil\u{1b}[2Jjob', 'py', 1, \
+             '2000-01-01T00:00:00.000Z', '2000-01-01T00:00:00.000Z')",
+            [],
+        )
+        .expect("a foreign writer's row");
     let (code, _, _) = env.run(&[
         "effect",
         "--job",
-        "evil\u{1b}[2Jjob",
+        "evil",
         "--token",
         &t,
         "--action",
@@ -614,7 +625,12 @@ fn metrics_are_valid_prometheus_text() {
         }
         let (name_labels, value) = line.rsplit_once(' ').expect("name value");
         let name = name_labels.split('{').next().unwrap();
-        assert!(typed.contains(name), "{name} has no TYPE line");
+        // A histogram's samples are its name with _bucket, _sum or _count.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+            .unwrap_or(name);
+        assert!(typed.contains(family), "{name} has no TYPE line");
         assert!(value.parse::<f64>().is_ok(), "{line}");
     }
     assert!(

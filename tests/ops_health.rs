@@ -85,6 +85,7 @@ fn a_killed_scheduler_is_shown_dead_within_the_window_and_a_stopped_one_at_once(
     let mut sched = site.start("alpha", "5s");
     assert!(
         wait_until(Duration::from_secs(15), || site.exists("exactly.db")
+            && runs_table(&site)
             && status(&site, &[])["totals"]["schedulers_alive"] == 1),
         "the scheduler never showed alive: {}",
         site.log("alpha")
@@ -174,6 +175,7 @@ fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
     let mut sched = site.start("s1", "5s");
     assert!(
         wait_until(Duration::from_secs(20), || site.exists("exactly.db")
+            && runs_table(&site)
             && status(&site, &[])["jobs"]
                 .as_array()
                 .and_then(|j| j.iter().find(|j| j["job_key"] == "broken"))
@@ -381,6 +383,7 @@ fn gc_prunes_history_but_keeps_open_effects_approvals_leases_and_totals() {
     let mut sched = site.start("s1", "5s");
     assert!(
         wait_until(Duration::from_secs(20), || site.exists("exactly.db")
+            && runs_table(&site)
             && sql_i64(
                 &site,
                 "SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'"
@@ -528,6 +531,7 @@ fn retain_in_the_jobs_file_makes_run_prune_on_its_own() {
     let mut sched = site.start("s1", "5s");
     assert!(wait_until(Duration::from_secs(20), || site
         .exists("exactly.db")
+        && runs_table(&site)
         && sql_i64(
             &site,
             "SELECT count(*) FROM exactly_runs WHERE ended_at IS NOT NULL"
@@ -752,4 +756,12 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
         2,
         "a second init counts nothing again"
     );
+}
+
+/// Whether a starting scheduler has created its tables yet (the file exists a moment before).
+fn runs_table(site: &Site) -> bool {
+    sql_i64(
+        site,
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'exactly_runs'",
+    ) == 1
 }

@@ -7,9 +7,10 @@ fn fixture(name: &str) -> String {
     format!("{}/tests/fixtures/check/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs check with a database that does not exist (no history): (exit code, stdout lines).
+/// Runs `check --strict` (warnings fail too) with a database that does not exist (no
+/// history): (exit code, stdout lines).
 fn check(site: &Site, name: &str) -> (i32, Vec<String>) {
-    let (code, out, err) = site.exactly(&["check", &fixture(name)]);
+    let (code, out, err) = site.exactly(&["check", "--strict", &fixture(name)]);
     assert!(!err.contains("panicked"), "{err}");
     (code, out.lines().map(str::to_string).collect())
 }

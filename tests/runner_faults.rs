@@ -95,6 +95,16 @@ fn a_resumed_firing_never_overlaps_a_copy_left_by_a_killed_scheduler() {
         "the interrupted firing was not resumed: {}",
         site.log("b")
     );
+    // The resumed run's row is written before it ends the old copies; its command starts only
+    // after. Once that command has started (it rewrote `run`), no old copy may be alive.
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::read_to_string(
+            site.path("run")
+        )
+        .is_ok_and(|r| !r.trim().is_empty() && r.trim() != old_run)),
+        "the resumed run's command did not start: {}",
+        site.log("b")
+    );
     assert!(
         procs_with_env("EXACTLY_RUN_ID", &old_run).is_empty(),
         "a copy of run {old_run} is still alive while its firing runs again"

@@ -160,6 +160,8 @@ fn top_in_a_real_terminal() {
     t.wait_for("Confirm: approve");
     t.keys(&["y"]);
     t.wait_for(&format!("approved {pay} as tmux-op"));
+    // EXACTLY_ACTOR is a claim; the OS user who made it is stored with it.
+    let claimed = format!("tmux-op (set by {})", exactly::os_user());
     let a = Store::open(&db)
         .expect("open")
         .approval(&pay)
@@ -167,7 +169,7 @@ fn top_in_a_real_terminal() {
         .expect("row");
     assert_eq!(
         (a.state.as_str(), a.decided_by.as_deref()),
-        ("approved", Some("tmux-op"))
+        ("approved", Some(claimed.as_str()))
     );
 
     // Resolve: 2, r, h, y.
@@ -186,7 +188,7 @@ fn top_in_a_real_terminal() {
         .expect("row");
     assert_eq!(
         (r.state.as_str(), r.resolved_by.as_deref()),
-        ("done", Some("tmux-op"))
+        ("done", Some(claimed.as_str()))
     );
 
     // Resize to the smallest supported size: the narrow layout appears, nothing wraps.

@@ -136,15 +136,25 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// The one-line form: `file: job: what — why` (advice starts `note:`).
+    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk
+    /// read from the history of runs: check fails only with --strict, `run` logs it and runs),
+    /// `note` (advice).
+    pub fn kind(&self) -> &'static str {
+        match self.severity {
+            Severity::Error | Severity::Warning => "error",
+            Severity::Observed => "warning",
+            Severity::Note => "note",
+        }
+    }
+    /// The one-line form: `file: job: what — why` (`warning:` and `note:` marked).
     pub fn line(&self, file: &str) -> String {
-        let note = if self.severity == Severity::Note {
-            "note: "
-        } else {
-            ""
+        let tag = match self.kind() {
+            "warning" => "warning: ",
+            "note" => "note: ",
+            _ => "",
         };
         crate::sanitize::inert(&format!(
-            "{file}: {}: {note}{} — {}",
+            "{file}: {}: {tag}{} — {}",
             self.job, self.what, self.why
         ))
     }
@@ -376,6 +386,8 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
             "missing name",
             "a job's name is its identity in the ledger and the lease table",
         ));
+    } else if let Some(why) = raw.name.as_deref().and_then(crate::lease::job_name_problem) {
+        problems.push(Problem::error(name, "invalid name", why));
     }
     let schedule = match (&raw.schedule, &raw.every) {
         (Some(_), Some(_)) => {

@@ -41,25 +41,44 @@ pub struct RunArgs {
 pub struct CheckArgs {
     /// The jobs file to lint.
     pub jobs: String,
+    /// Exit 1 for warnings too (errors always exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// Print the problems as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 #[derive(Args, Debug)]
 pub struct TriggerArgs {
+    /// The registered job to fire now.
+    #[arg(value_parser = lease::job_name)]
     pub job: String,
+    /// Who fires it, in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 #[derive(Args, Debug)]
 pub struct PauseArgs {
+    /// The registered job to pause.
+    #[arg(value_parser = lease::job_name)]
     pub job: String,
+    /// Why, shown with the job until it is resumed.
     #[arg(long)]
     pub note: Option<String>,
 }
 #[derive(Args, Debug)]
 pub struct ResumeArgs {
+    /// The paused job to resume.
+    #[arg(value_parser = lease::job_name)]
     pub job: String,
 }
 #[derive(Args, Debug)]
 pub struct BackfillArgs {
+    /// The registered job whose past slots to fire.
+    #[arg(value_parser = lease::job_name)]
     pub job: String,
     /// First slot (RFC 3339 instant), inclusive.
     #[arg(long)]
@@ -67,8 +86,12 @@ pub struct BackfillArgs {
     /// Last slot (RFC 3339 instant), inclusive.
     #[arg(long)]
     pub to: String,
+    /// Who fires them, in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
+    /// Print the result as one JSON object (one entry per slot).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Most slots one backfill may fire.
@@ -171,13 +194,45 @@ fn problems(db: &Option<String>, path: &str) -> Result<(Vec<Job>, Option<Duratio
 
 pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     let (jobs, _, problems) = problems(db, &a.jobs)?;
+    let count = |s: &str| problems.iter().filter(|p| p.kind() == s).count();
+    let (errors, warnings, notes) = (count("error"), count("warning"), count("note"));
+    // Errors fail the check (and `run` refuses them); warnings (risks read from the history of
+    // runs, which `run` logs and runs) only with --strict; notes never.
+    let code = i32::from(errors > 0 || (a.strict && warnings > 0));
+    if a.json {
+        let v = serde_json::json!({
+            "file": a.jobs,
+            "jobs": jobs.len(),
+            "errors": errors,
+            "warnings": warnings,
+            "notes": notes,
+            "strict": a.strict,
+            "ok": code == 0,
+            "problems": problems.iter().map(|p| serde_json::json!({
+                "severity": p.kind(),
+                "job": p.job,
+                "what": p.what,
+                "why": p.why,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(code);
+    }
     for p in &problems {
         println!("{}", p.line(&a.jobs));
     }
-    if problems.iter().any(Problem::rejects) {
-        return Ok(1);
+    if code != 0 {
+        return Ok(code);
     }
-    println!("{}: ok ({} jobs)", inert(&a.jobs), jobs.len());
+    if warnings > 0 {
+        println!(
+            "{}: ok with {warnings} warning(s) ({} jobs; --strict fails on warnings)",
+            inert(&a.jobs),
+            jobs.len()
+        );
+    } else {
+        println!("{}: ok ({} jobs)", inert(&a.jobs), jobs.len());
+    }
     Ok(0)
 }
 
@@ -354,6 +409,23 @@ fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
     ))
 }
 
+/// A run's result and its effects as JSON, for `trigger --json` and `backfill --json`.
+fn run_json(
+    store: &mut Store,
+    job: &str,
+    token: i64,
+    run_id: &str,
+    r: &execute::RunResult,
+) -> Result<serde_json::Value> {
+    let c = store.run_effect_counts(job, token)?;
+    Ok(serde_json::json!({
+        "run_id": run_id, "token": token, "outcome": r.outcome, "exit_code": r.exit_code,
+        "duration_ms": r.duration_ms,
+        "effects": {"done": c.done, "suppressed": c.suppressed, "unknown": c.unknown,
+                    "fenced_writes": c.fenced},
+    }))
+}
+
 /// `exactly trigger JOB`: its own firing, now, under the lease and the overlap policy. Exit 0
 /// when it ran ok or was queued, 1 when the run failed, 3 when it was not started (coalesced,
 /// queue full, missed, paused).
@@ -376,16 +448,19 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         live_here: false,
     })?;
     let job = inert(&a.job);
-    match fired {
-        Fired::Started(s) => {
-            println!(
-                "started: manual firing of {job} at {slot}, run {} (token {})",
-                inert(&s.run_id),
-                s.token
-            );
-            let token = s.token;
-            let r = run_here(db, &reg, s)?;
-            println!(
+    use serde_json::json;
+    let (code, text, v) = match fired {
+        Fired::Started(st) => {
+            let token = st.token;
+            let run_id = st.run_id.clone();
+            if !a.json {
+                println!(
+                    "started: manual firing of {job} at {slot}, run {} (token {token})",
+                    inert(&run_id)
+                );
+            }
+            let r = run_here(db, &reg, st)?;
+            let text = format!(
                 "{}: in {}{}; {}",
                 r.outcome,
                 time::human_ms(r.duration_ms as u64),
@@ -394,44 +469,63 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
                     .unwrap_or_default(),
                 effects_line(&mut store, &a.job, token)?
             );
-            Ok(if r.outcome == "ok" { 0 } else { 1 })
+            let mut v = json!({"result": "started"});
+            v["run"] = run_json(&mut store, &a.job, token, &run_id, &r)?;
+            (if r.outcome == "ok" { 0 } else { 1 }, text, v)
         }
-        Fired::Queued { depth, cap } => {
-            println!("queued: a run of {job} is live; this firing waits ({depth} of {cap}) for a scheduler to start it");
-            Ok(0)
-        }
-        Fired::Coalesced { holder, token } => {
-            println!("coalesced: a run of {job} is live ({}, token {token}); overlap = coalesce drops this firing", inert(&holder));
-            Ok(3)
-        }
-        Fired::Saturated { cap } => {
-            println!("refused: the queue of {job} is full ({cap} waiting); recorded as saturation");
-            Ok(3)
-        }
-        Fired::Missed { holder, token } => {
-            println!("refused: a run of {job} is live ({}, token {token}) and overlap = fail; recorded as a missed firing", inert(&holder));
-            Ok(3)
-        }
-        Fired::Skipped { note, by } => {
-            println!(
+        Fired::Queued { depth, cap } => (
+            0,
+            format!("queued: a run of {job} is live; this firing waits ({depth} of {cap}) for a scheduler to start it"),
+            json!({"result": "queued", "depth": depth, "cap": cap}),
+        ),
+        Fired::Coalesced { holder, token } => (
+            3,
+            format!("coalesced: a run of {job} is live ({}, token {token}); overlap = coalesce drops this firing", inert(&holder)),
+            json!({"result": "coalesced", "holder": holder, "token": token}),
+        ),
+        Fired::Saturated { cap } => (
+            3,
+            format!("refused: the queue of {job} is full ({cap} waiting); recorded as saturation"),
+            json!({"result": "saturated", "cap": cap}),
+        ),
+        Fired::Missed { holder, token } => (
+            3,
+            format!("refused: a run of {job} is live ({}, token {token}) and overlap = fail; recorded as a missed firing", inert(&holder)),
+            json!({"result": "missed", "holder": holder, "token": token}),
+        ),
+        Fired::Skipped { note, by } => (
+            3,
+            format!(
                 "skipped: {job} is paused by {}{}",
                 inert(by.as_deref().unwrap_or("someone")),
-                note.map(|n| format!(": {}", inert(&n))).unwrap_or_default()
-            );
-            Ok(3)
-        }
-        Fired::Duplicate { state, .. } => {
-            println!(
+                note.as_deref().map(|n| format!(": {}", inert(n))).unwrap_or_default()
+            ),
+            json!({"result": "skipped", "paused_by": by, "note": note}),
+        ),
+        Fired::Duplicate { state, .. } => (
+            3,
+            format!(
                 "duplicate: this firing of {job} at {slot} was already {}",
                 inert(&state)
-            );
-            Ok(3)
-        }
-        Fired::Busy { holder, .. } => {
-            println!("refused by lease: held by {}", inert(&holder));
-            Ok(3)
-        }
+            ),
+            json!({"result": "duplicate", "state": state}),
+        ),
+        Fired::Busy { holder, .. } => (
+            3,
+            format!("refused by lease: held by {}", inert(&holder)),
+            json!({"result": "busy", "holder": holder}),
+        ),
+    };
+    if a.json {
+        let mut v = v;
+        v["job"] = json!(a.job);
+        v["slot"] = json!(slot);
+        v["exit"] = json!(code);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!("{text}");
     }
+    Ok(code)
 }
 
 pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
@@ -494,14 +588,31 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
             "the range holds {total} slots, more than {BACKFILL_MAX}; narrow --from/--to"
         )));
     }
+    // Each slot's result: printed as it comes, or gathered into one JSON object.
+    let mut report: Vec<serde_json::Value> = Vec::new();
+    let finish = |report: Vec<serde_json::Value>, code: i32| -> Result<i32> {
+        if a.json {
+            let v = serde_json::json!({
+                "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
+                "slots": report, "exit": code,
+            });
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Ok(code)
+    };
+    let say = |text: String| {
+        if !a.json {
+            println!("{text}");
+        }
+    };
     if slots.is_empty() {
-        println!(
+        say(format!(
             "no slots of {} between {} and {}",
             inert(&a.job),
             time::fmt(from),
             time::fmt(to)
-        );
-        return Ok(0);
+        ));
+        return finish(report, 0);
     }
     let owner = a.owner.unwrap_or_else(lease::default_owner);
     let mut failed = false;
@@ -525,41 +636,53 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
             match fired {
                 Fired::Started(s) => {
                     let token = s.token;
+                    let run_id = s.run_id.clone();
                     let r = run_here(db, &reg, s)?;
-                    println!(
+                    say(format!(
                         "{slot_text}: ran, {} in {}; {}",
                         r.outcome,
                         time::human_ms(r.duration_ms as u64),
                         effects_line(&mut store, &a.job, token)?
-                    );
+                    ));
+                    let run = run_json(&mut store, &a.job, token, &run_id, &r)?;
+                    report
+                        .push(serde_json::json!({"slot": slot_text, "result": "ran", "run": run}));
                     failed |= r.outcome != "ok";
                 }
                 Fired::Duplicate { state, .. } => {
-                    println!(
+                    say(format!(
                         "{slot_text}: already {} — duplicate firing, not run again",
                         inert(&state)
-                    );
+                    ));
+                    report.push(serde_json::json!({"slot": slot_text, "result": "duplicate", "state": state}));
                 }
                 Fired::Skipped { .. } => {
-                    println!("{slot_text}: skipped, {} is paused", inert(&a.job));
+                    say(format!("{slot_text}: skipped, {} is paused", inert(&a.job)));
+                    report.push(serde_json::json!({"slot": slot_text, "result": "skipped"}));
                 }
                 Fired::Busy { holder, until } => {
                     if waited_since.elapsed() < max_wait {
                         std::thread::sleep(Duration::from_millis(200));
                         continue;
                     }
-                    println!(
+                    say(format!(
                         "{slot_text}: refused by lease: held by {} until {}; stopping",
                         inert(&holder),
                         inert(&until)
-                    );
-                    return Ok(3);
+                    ));
+                    report.push(serde_json::json!({"slot": slot_text, "result": "busy", "holder": holder, "until": until}));
+                    return finish(report, 3);
                 }
                 // A backfill waits for the lease instead of applying the overlap policy.
-                other => println!("{slot_text}: {other:?}"),
+                other => {
+                    say(format!("{slot_text}: {other:?}"));
+                    report.push(
+                        serde_json::json!({"slot": slot_text, "result": format!("{other:?}")}),
+                    );
+                }
             }
             break;
         }
     }
-    Ok(if failed { 1 } else { 0 })
+    finish(report, if failed { 1 } else { 0 })
 }

@@ -39,7 +39,40 @@ pub struct Store {
 pub fn default_path(flag: Option<&str>) -> String {
     flag.map(str::to_string)
         .or_else(|| std::env::var("EXACTLY_DB").ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| "exactly.db".to_string())
+        .unwrap_or_else(|| {
+            // An `exactly.db` in the working folder (the old default) is still used, so an
+            // existing setup keeps its database; otherwise the XDG state folder.
+            if std::path::Path::new(LEGACY_DEFAULT).exists() {
+                return LEGACY_DEFAULT.to_string();
+            }
+            xdg_default().unwrap_or_else(|| LEGACY_DEFAULT.to_string())
+        })
+}
+
+/// The database the old versions used when neither `--db` nor `EXACTLY_DB` said one.
+pub const LEGACY_DEFAULT: &str = "exactly.db";
+
+/// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db`; None when
+/// neither variable is set (or not absolute, as the XDG spec requires).
+pub fn xdg_default() -> Option<String> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(
+        state
+            .join("exactly")
+            .join("exactly.db")
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 fn busy_timeout_ms() -> u64 {
@@ -71,6 +104,18 @@ impl Store {
     /// Opens (creating or adopting the schema as needed) the database at `path`.
     pub fn open(path: &str) -> Result<Store> {
         refuse_unusable(path)?;
+        // The XDG default's folder is ours to create (0700: a ledger is private by default);
+        // any other path's folder must exist, so a typo does not become a new database.
+        if xdg_default().as_deref() == Some(path) {
+            if let Some(dir) = std::path::Path::new(path).parent() {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
+            }
+        }
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -440,4 +485,23 @@ pub mod kind {
     pub const RUN_TIMEOUT: &str = "run_timeout";
     /// A firing that used up its runs (three) without finishing: not run again.
     pub const FIRING_GAVE_UP: &str = "firing_gave_up";
+}
+
+/// Whether this process may write the database at `path`: the file, and its folder or both of
+/// WAL's side files (a writer needs `-wal` and `-shm`). Asked of the OS (`access`), so it
+/// follows the real uid, groups and ACLs.
+pub fn writable(path: &str) -> bool {
+    let can_write = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            // SAFETY: a NUL-terminated path; access only reads it.
+            .map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+            .unwrap_or(false)
+    };
+    let file = std::path::Path::new(path);
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let side = |suffix: &str| std::path::PathBuf::from(format!("{path}{suffix}"));
+    can_write(file) && (can_write(dir) || (can_write(&side("-wal")) && can_write(&side("-shm"))))
 }

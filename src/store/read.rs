@@ -332,6 +332,9 @@ fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
     n
 }
 
+/// A job's (runs, failed, p50, p99, durations newest first) over its run window.
+type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
+
 /// One run as the run-time window needs it.
 #[derive(Debug, Clone)]
 struct RunBit {
@@ -348,8 +351,8 @@ struct RunBit {
 #[derive(Debug, Default)]
 struct JobWindow {
     runs: Vec<RunBit>,
-    /// (runs, failed, p50, p99), or None when `runs` changed since.
-    figures: Option<(u64, u64, Option<u64>, Option<u64>)>,
+    /// What [`RunWindows::figures`] answers, or None when `runs` changed since.
+    figures: Option<Figures>,
     /// The newest run's whole row, as read when its rowid was the newest.
     last: Option<(i64, RunRow)>,
 }
@@ -504,24 +507,27 @@ impl RunWindows {
             .map(|b| b.ended_at.clone())
     }
 
-    /// (runs, failed, p50, p99) over a job's last [`RUN_WINDOW`] finished runs in the window.
-    fn figures(&mut self, job: &str) -> (u64, u64, Option<u64>, Option<u64>) {
+    /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
+    /// finished runs in the window.
+    fn figures(&mut self, job: &str) -> Figures {
         let Some(w) = self.jobs.get_mut(job) else {
-            return (0, 0, None, None);
+            return (0, 0, None, None, Vec::new());
         };
-        *w.figures.get_or_insert_with(|| {
-            let last: Vec<&RunBit> = w
-                .runs
-                .iter()
-                .rev()
-                .filter(|b| b.duration_ms.is_some())
-                .take(RUN_WINDOW)
-                .collect();
-            let failed = last.iter().filter(|b| b.failed).count() as u64;
-            let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
-            let (p50, p99) = metrics::percentiles(&durations);
-            (durations.len() as u64, failed, p50, p99)
-        })
+        w.figures
+            .get_or_insert_with(|| {
+                let last: Vec<&RunBit> = w
+                    .runs
+                    .iter()
+                    .rev()
+                    .filter(|b| b.duration_ms.is_some())
+                    .take(RUN_WINDOW)
+                    .collect();
+                let failed = last.iter().filter(|b| b.failed).count() as u64;
+                let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
+                let (p50, p99) = metrics::percentiles(&durations);
+                (durations.len() as u64, failed, p50, p99, durations)
+            })
+            .clone()
     }
 }
 
@@ -645,7 +651,7 @@ fn read_jobs(
                 (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'retry')",
     )?;
     for j in jobs.values_mut() {
-        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms) = windows.figures(&j.job_key);
+        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
         // The kept window answers for jobs that ran this week; the others ask the table.
         j.last_run = match windows.last_run(&j.job_key, &mut by_rowid)? {
             Some(r) => Some(r),

@@ -33,7 +33,8 @@ pub struct TopArgs {
     /// How often to read the database.
     #[arg(long, default_value = "1s", value_name = "DUR")]
     pub refresh: String,
-    /// Show only: approve, deny, resolve and pause are refused.
+    /// Show only: approve, deny, resolve and pause are refused. The default when the database
+    /// is not writable for this user (the header says so).
     #[arg(long)]
     pub read_only: bool,
     /// No colours (also when NO_COLOR is set); meaning is always in the text too.
@@ -255,11 +256,16 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
         ));
     }
     let color = !a.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let app = App::new(Options {
-        read_only: a.read_only,
+    // A viewer account that may read but not write the database watches read-only, told so.
+    let writable = crate::store::writable(store.path());
+    let mut app = App::new(Options {
+        read_only: a.read_only || !writable,
         color,
         refresh,
     });
+    if !a.read_only && !writable {
+        app.read_only_reason = Some("database not writable".into());
+    }
     run(store, app, refresh)
 }
 

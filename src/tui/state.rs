@@ -228,6 +228,8 @@ pub struct App {
     pub filter: String,
     pub frozen: bool,
     pub read_only: bool,
+    /// Why read-only when it was not asked for (the database is not writable for us).
+    pub read_only_reason: Option<String>,
     pub color: bool,
     pub refresh: Duration,
     pub popup: Option<Popup>,
@@ -254,6 +256,7 @@ impl App {
             filter: String::new(),
             frozen: false,
             read_only: o.read_only,
+            read_only_reason: None,
             color: o.color,
             refresh: o.refresh,
             popup: None,
@@ -531,7 +534,12 @@ impl App {
         if self.read_only {
             self.status = Some(Report {
                 ok: false,
-                text: format!("read-only: {what} refused (started with --read-only)"),
+                text: format!(
+                    "read-only: {what} refused ({})",
+                    self.read_only_reason
+                        .as_deref()
+                        .unwrap_or("started with --read-only")
+                ),
             });
         }
         self.read_only

@@ -195,7 +195,11 @@ fn staleness(app: &App, now: Ts) -> Option<(i64, bool)> {
 fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     let mut spans = vec![Span::styled(" exactly top ", t.title())];
     if app.read_only {
-        spans.push(Span::styled("[READ-ONLY] ", t.warn()));
+        let tag = match &app.read_only_reason {
+            Some(why) => format!("[READ-ONLY: {why}] "),
+            None => "[READ-ONLY] ".to_string(),
+        };
+        spans.push(Span::styled(tag, t.warn()));
     }
     if app.frozen {
         spans.push(Span::styled("[FROZEN] ", t.warn()));

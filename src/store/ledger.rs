@@ -1,7 +1,7 @@
 //! Writes: the lease claim, the effect ledger's transitions and approvals. Each method is one
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
-use super::{int, kind, record_event, text, text_or_empty, NewEvent, Store, RELEASED};
+use super::{int, kind, record_event, text, text_or_empty, Cached, NewEvent, Store, RELEASED};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -137,7 +137,7 @@ fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>>
 }
 
 fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
-    tx.query_row(
+    tx.row_cached(
         &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
         [key],
         ledger_row,
@@ -160,7 +160,7 @@ fn sender_lease(
         return Ok(SenderLease::default());
     };
     let until: Option<String> = tx
-        .query_row(
+        .row_cached(
             "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
             params![job, token, RELEASED],
             |r| text_or_empty(r, 0),
@@ -179,7 +179,7 @@ fn sender_lease(
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
 fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
-    tx.query_row(
+    tx.row_cached(
         "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
         [job],
         |r| r.get(0),
@@ -211,7 +211,7 @@ pub(crate) fn claim_lease_tx(
     now: &str,
 ) -> rusqlite::Result<LeaseClaim> {
     let prev: Option<(String, i64, String)> = tx
-        .query_row(
+        .row_cached(
             "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
             [job],
             |r| {
@@ -227,7 +227,7 @@ pub(crate) fn claim_lease_tx(
     // holder's clock may be behind ours (a released lease is before every margin).
     let steal_before = crate::time::minus_skew(now);
     let won: Option<i64> = tx
-        .query_row(
+        .row_cached(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
              VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
@@ -283,7 +283,7 @@ fn set_lease_until(
     what: &str,
 ) -> rusqlite::Result<bool> {
     let ok = tx
-        .query_row(
+        .row_cached(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
                AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
             params![job, until, token, RELEASED, only_held],
@@ -325,6 +325,9 @@ pub struct LeaseRow {
 pub enum Begin {
     /// Our row was inserted in state `claimed`, as seen here.
     Claimed(Seen),
+    /// Our row was inserted in state `submitted` for our attempt, as seen here
+    /// ([`Store::begin_and_submit_effect`]): send it.
+    Submitted(Seen),
     /// A row already exists for the key: branch on its state. With it, whether the lease under
     /// which it was submitted may still be live (its token's lease ends after now minus the
     /// clock-skew margin): its sender may still be sending.
@@ -514,7 +517,7 @@ impl Store {
 
     pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
                 [job],
                 |r| {
@@ -533,36 +536,80 @@ impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
-        let now = crate::time::now_text();
+        self.begin_tx(e, None)
+    }
+
+    /// Reserves an effect and, when nothing stands in the way, marks it `submitted` for
+    /// `attempt` in the same transaction ([`Begin::Submitted`]): one commit instead of two for
+    /// the common case. The state machine is unchanged: `submitted` is durable before anything
+    /// is sent, and a crash before the send leaves `submitted` for the observer, as after
+    /// [`Store::submit_effect_on`]. Anything that needs the full path — an approval row for the
+    /// key (or any earlier row), or less than [`SUBMIT_MIN_LEFT`] of the lease — reserves
+    /// `claimed` as [`Store::begin_effect`] does, and the caller submits as before. For callers
+    /// that need no approval (`needs_approval` asks for one in the submit step).
+    pub fn begin_and_submit_effect(&mut self, e: &NewEffect<'_>, attempt: &str) -> Result<Begin> {
+        self.begin_tx(e, Some(attempt))
+    }
+
+    fn begin_tx(&mut self, e: &NewEffect<'_>, submit_as: Option<&str>) -> Result<Begin> {
+        let now_ts = crate::time::now();
+        let now = crate::time::fmt(now_ts);
+        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, e.job_key)? != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused")?;
                 return Ok(Begin::Fenced);
             }
-            let inserted = tx.execute(
+            // Submit at once only with no approval row for the key (an approval asked for by
+            // anyone binds every caller) and enough lease left to send under.
+            let attempt = match submit_as {
+                Some(a) => {
+                    let asked: bool = tx
+                        .row_cached(
+                            "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
+                            [e.effect_key],
+                            |_| Ok(true),
+                        )
+                        .optional()?
+                        .unwrap_or(false);
+                    let lease = sender_lease(tx, e.job_key, Some(e.token), &now)?;
+                    let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
+                    (!asked && enough).then_some(a)
+                }
+                None => None,
+            };
+            let state = if attempt.is_some() { "submitted" } else { "claimed" };
+            let inserted = tx.exec_cached(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
-                    version)
-                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10, 1
+                    attempt, version)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                 params![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
-                    e.target_id, e.input_digest, e.observe_cmd
+                    e.target_id, e.input_digest, e.observe_cmd, state, attempt
                 ],
             );
             match inserted {
-                Ok(_) => Ok(Begin::Claimed(Seen {
-                    state: "claimed".into(),
-                    version: 1,
-                    updated_at: now.clone(),
-                })),
+                Ok(_) => {
+                    let seen = Seen {
+                        state: state.into(),
+                        version: 1,
+                        updated_at: now.clone(),
+                    };
+                    Ok(if attempt.is_some() {
+                        Begin::Submitted(seen)
+                    } else {
+                        Begin::Claimed(seen)
+                    })
+                }
                 Err(rusqlite::Error::SqliteFailure(f, _))
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {
                     // The unique violation is how a second attempt learns what is going on.
                     let row = read_row(tx, e.effect_key)?.unwrap_or_default();
                     if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
-                        tx.execute(
+                        tx.exec_cached(
                             "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
                             params![e.effect_key, e.observe_cmd],
                         )?;
@@ -654,7 +701,7 @@ impl Store {
             }
             let mut consume = false;
             let approval: Option<String> = tx
-                .query_row(
+                .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
                     [key],
                     |r| text_or_empty(r, 0),
@@ -662,7 +709,7 @@ impl Store {
                 .optional()?;
             match approval.as_deref() {
                 None if needs_approval => {
-                    tx.execute(
+                    tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         params![key, job, terms, now],
@@ -673,7 +720,7 @@ impl Store {
                 None | Some("consumed") => {}
                 Some("approved") => consume = true,
                 Some("denied") => {
-                    tx.execute(
+                    tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
                              WHERE effect_key = ?1 AND {}",
@@ -686,7 +733,7 @@ impl Store {
                 Some(_) => return Ok(Submit::NotApproved),
             }
             let won = tx
-                .query_row(
+                .row_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
                             fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
@@ -711,7 +758,7 @@ impl Store {
                 updated_at: now.clone(),
             };
             if consume {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
                      WHERE effect_key = ?1 AND state = 'approved'",
                     params![key, now, token],
@@ -793,7 +840,7 @@ impl Store {
                     .filter(|s| s.state == "submitted")
                     .unwrap_or_default(),
             };
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
                         response_raw = ?10, response_total = ?11
@@ -847,7 +894,7 @@ impl Store {
         seen: &Seen,
     ) -> Result<bool> {
         self.write(|tx| {
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
@@ -856,7 +903,7 @@ impl Store {
                 params![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
             if ok {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     params![key, token],
@@ -991,7 +1038,7 @@ impl Store {
             let version = match target {
                 Some(state) => {
                     let resp = (state == "done" && !words.is_empty()).then_some(words);
-                    tx.query_row(
+                    tx.row_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
                                 verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
@@ -1004,7 +1051,7 @@ impl Store {
                 }
                 None => {
                     // "Can't tell" moves nothing, so it does not bump the version.
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
                         params![key, label, now],
                     )?;
@@ -1041,7 +1088,7 @@ impl Store {
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
-            tx.execute(
+            tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
                         resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
@@ -1050,7 +1097,7 @@ impl Store {
                 params![key, how.target_state(), now, by, note, evidence],
             )?;
             if how == Resolution::Cancel {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
                         decided_at = coalesce(decided_at, ?3)
                      WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
@@ -1078,7 +1125,7 @@ impl Store {
 
     pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                 [key],
                 approval_row,
@@ -1091,7 +1138,7 @@ impl Store {
     pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
         let now = crate::time::now_text();
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec_cached(
                 "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                  VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
                 params![key, job, terms, now],
@@ -1119,7 +1166,7 @@ impl Store {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.
                 let effect: Option<(String, String)> = tx
-                    .query_row(
+                    .row_cached(
                         "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
                         [key],
                         |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
@@ -1130,7 +1177,7 @@ impl Store {
                 }
             }
             let job: Option<String> = tx
-                .query_row(
+                .row_cached(
                     "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
                      WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
                     params![key, state, by, now, note],
@@ -1139,7 +1186,7 @@ impl Store {
                 .optional()?;
             let Some(job) = job else {
                 let row = tx
-                    .query_row(
+                    .row_cached(
                         &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                         [key],
                         approval_row,
@@ -1151,7 +1198,7 @@ impl Store {
                 });
             };
             if !approve {
-                tx.execute(
+                tx.exec_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
                             resolved_at = ?2, resolution_note = ?4, {BUMP}
@@ -1182,13 +1229,13 @@ impl Store {
         let now = crate::time::now_text();
         self.write(|tx| {
             let was: Option<i64> = tx
-                .query_row("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
                 .optional()?
                 .flatten();
             if (was.unwrap_or(0) != 0) == paused {
                 return Ok(false);
             }
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,

@@ -473,6 +473,36 @@ fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) -> Table<'a
     .highlight_spacing(HighlightSpacing::Always)
 }
 
+/// The rows of a long list that the table shows (the selection kept in view, as ratatui
+/// scrolls), so a frame lays out a screenful, not a thousand jobs.
+fn visible(app: &App, v: View, n: usize, area: Rect, sel: usize) -> std::ops::Range<usize> {
+    let h = (area.height as usize).saturating_sub(1).max(1);
+    let sel = sel.min(n.saturating_sub(1));
+    let mut first = app.offset[v.index()].get().min(n.saturating_sub(1));
+    if sel < first {
+        first = sel;
+    }
+    if sel >= first + h {
+        first = sel + 1 - h;
+    }
+    first..n.min(first + h)
+}
+
+/// Renders the rows `shown` of a list (built by the caller for those rows only).
+fn render_window(
+    f: &mut Frame,
+    app: &App,
+    v: View,
+    tbl: Table<'_>,
+    area: Rect,
+    shown: std::ops::Range<usize>,
+    sel: usize,
+) {
+    let mut state = TableState::default().with_selected(sel.checked_sub(shown.start));
+    f.render_stateful_widget(tbl, area, &mut state);
+    app.offset[v.index()].set(shown.start);
+}
+
 fn render_table(f: &mut Frame, app: &App, v: View, tbl: Table<'_>, area: Rect, sel: Option<usize>) {
     let off = &app.offset[v.index()];
     let mut state = TableState::default()
@@ -623,15 +653,20 @@ fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
     }
     let [tbl_area, notes] =
         Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
-    let rows = jobs.iter().map(|j| job_cells(j, t, now)).collect();
     let sel = app.selected(View::Jobs);
-    render_table(
+    let shown = visible(app, View::Jobs, jobs.len(), tbl_area, sel);
+    let rows = jobs[shown.clone()]
+        .iter()
+        .map(|j| job_cells(j, t, now))
+        .collect();
+    render_window(
         f,
         app,
         View::Jobs,
         table(&JOB_COLS, rows, tbl_area, t),
         tbl_area,
-        Some(sel),
+        shown,
+        sel,
     );
     // The selected job's warnings: the overlap forecast in words.
     let w = notes.width as usize;
@@ -687,7 +722,11 @@ fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
         col("VERDICT", 12, 2),
         flex("TERMS", 12, 1),
     ];
-    let rows = list
+    let [tbl_area, notes] =
+        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
+    let sel = app.selected(View::Unknown);
+    let shown = visible(app, View::Unknown, list.len(), tbl_area, sel);
+    let rows = list[shown.clone()]
         .iter()
         .map(|u| {
             let age = age_s(&u.since, now).unwrap_or(u.age_s);
@@ -711,16 +750,14 @@ fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
             ]
         })
         .collect();
-    let [tbl_area, notes] =
-        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
-    let sel = app.selected(View::Unknown);
-    render_table(
+    render_window(
         f,
         app,
         View::Unknown,
         table(&cols, rows, tbl_area, t),
         tbl_area,
-        Some(sel),
+        shown,
+        sel,
     );
     if let Some(u) = list.get(sel) {
         draw_selected_effect(
@@ -876,7 +913,9 @@ fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         col("WHO", 14, 2),
         flex("DETAIL", 10, 1),
     ];
-    let rows = list
+    let sel = app.selected(View::Events);
+    let shown = visible(app, View::Events, list.len(), area, sel);
+    let rows = list[shown.clone()]
         .iter()
         .map(|e| {
             let alert = event_alert(&e.kind);
@@ -892,14 +931,14 @@ fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             ]
         })
         .collect();
-    let sel = app.selected(View::Events);
-    render_table(
+    render_window(
         f,
         app,
         View::Events,
         table(&cols, rows, area, t),
         area,
-        Some(sel),
+        shown,
+        sel,
     );
 }
 

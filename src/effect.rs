@@ -225,7 +225,8 @@ pub fn sender(attempt: Option<&str>) -> Sender {
 /// the CLI, the scheduler and the library, and tests drive many attempts in any order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Io {
-    /// Reserve the key, or read the row that holds it ([`Store::begin_effect`]).
+    /// Reserve the key (and, needing no approval, submit it in the same transaction), or read
+    /// the row that holds it ([`Store::begin_and_submit_effect`], [`Store::begin_effect`]).
     Begin,
     /// Ask the far side whether the effect happened ([`Action::observe`]).
     Look,
@@ -381,6 +382,11 @@ impl Attempt {
         match input {
             Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced { key }),
             Input::Began(Begin::Claimed(seen), _) => Io::Submit { seen },
+            // Reserved and submitted in one transaction: ours to send.
+            Input::Began(Begin::Submitted(seen), _) => {
+                self.submitted = Some(seen);
+                Io::Send
+            }
             Input::Began(Begin::Existing(row, lease), sender) => match &row.state {
                 EffectState::Done => self.duplicate("already done", row.response.clone()),
                 EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
@@ -518,7 +524,7 @@ pub fn execute(
     let (key, ctx) = (att.key.as_str(), &att.ctx);
     Ok(Some(match io {
         Io::Begin => {
-            let begin = store.begin_effect(&NewEffect {
+            let new = NewEffect {
                 effect_key: key,
                 job_key: &ctx.job,
                 run_id: &ctx.run_id,
@@ -528,7 +534,18 @@ pub fn execute(
                 target_id: &att.spec.target,
                 input_digest: &att.digest,
                 observe_cmd: att.spec.observe_cmd.as_deref(),
-            })?;
+            };
+            // With no approval asked for, reserve and submit in one transaction when the key
+            // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
+            // (A fault at `after_claim` needs the moment between the two commits to stop at.)
+            let begin = if att.spec.needs_approval || fault::armed("after_claim") {
+                store.begin_effect(&new)?
+            } else {
+                store.begin_and_submit_effect(&new, &att.attempt)?
+            };
+            if matches!(begin, Begin::Submitted(_)) {
+                fault::point("after_submitted");
+            }
             let who = match &begin {
                 Begin::Existing(row, _) if row.state == EffectState::Submitted => {
                     sender(row.attempt.as_deref())

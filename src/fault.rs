@@ -3,8 +3,20 @@
 //! `SIGKILL` it at exactly that line; `EXACTLY_FAULT=after_send:kill` kills itself there.
 //! Several specs may be joined with `,`.
 
-/// The points, in the order an effect passes them.
+/// The points, in the order an effect passes them. `after_claim` is the moment `claimed` is
+/// committed and nothing is sent; an effect that reserves and submits in one transaction has no
+/// such moment, so an attempt told to stop there reserves in a transaction of its own (the path
+/// every effect awaiting approval takes).
 pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "after_done"];
+
+/// Whether `EXACTLY_FAULT` names the point (a caller with two ways to do something takes the
+/// one that passes it).
+pub fn armed(name: &str) -> bool {
+    std::env::var("EXACTLY_FAULT").is_ok_and(|spec| {
+        spec.split(',')
+            .any(|part| part.split_once(':').map_or(part, |(p, _)| p).trim() == name)
+    })
+}
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
 pub fn point(name: &str) {

@@ -309,24 +309,7 @@ impl Harness {
         let fault_var;
         if self.guarded {
             cmd = self.exe_command();
-            cmd.arg("--db").arg(&self.db).args([
-                "effect",
-                "--job",
-                &e.job,
-                "--token",
-                &e.token.to_string(),
-                "--action",
-                &e.action,
-                "--target",
-                &e.target,
-                "--input",
-                &format!("run={}", self.nonce),
-                "--input",
-                &format!("i={}", e.i),
-                "--observe",
-                &self.observe,
-                "--",
-            ]);
+            cmd.args(self.effect_args(e, &self.observe)).arg("--");
             cmd.args(&argv);
             fault_var = "EXACTLY_FAULT";
         } else {
@@ -345,23 +328,7 @@ impl Harness {
     pub fn attempt_with(&self, e: &Eff, c: &Client, how: &How) -> Command {
         let tag = format!("{}:{}", e.job, e.token);
         let mut cmd = self.skewed(how.skew_ms);
-        cmd.arg("--db").arg(&self.db).args([
-            "effect",
-            "--job",
-            &e.job,
-            "--token",
-            &e.token.to_string(),
-            "--action",
-            &e.action,
-            "--target",
-            &e.target,
-            "--input",
-            &format!("run={}", self.nonce),
-            "--input",
-            &format!("i={}", e.i),
-            "--observe",
-            how.observe.as_deref().unwrap_or(&self.observe),
-        ]);
+        cmd.args(self.effect_args(e, how.observe.as_deref().unwrap_or(&self.observe)));
         if how.needs_approval {
             cmd.arg("--needs-approval");
         }
@@ -376,6 +343,25 @@ impl Harness {
             );
         }
         cmd
+    }
+
+    /// `--db … effect …` for one intended effect, up to (not including) the `--` before its
+    /// command: every attempt at `e` computes the same key.
+    fn effect_args(&self, e: &Eff, observe: &str) -> Vec<String> {
+        let mut v: Vec<String> = vec!["--db".into(), self.db.clone(), "effect".into()];
+        for (flag, val) in [
+            ("--job", e.job.clone()),
+            ("--token", e.token.to_string()),
+            ("--action", e.action.clone()),
+            ("--target", e.target.clone()),
+            ("--input", format!("run={}", self.nonce)),
+            ("--input", format!("i={}", e.i)),
+            ("--observe", observe.to_string()),
+        ] {
+            v.push(flag.into());
+            v.push(val);
+        }
+        v
     }
 
     /// The binary, run with its clock `skew_ms` off ours (through `faketime`) when not 0.

@@ -1,6 +1,7 @@
 //! The approval aggregate: an approval per effect key, requested once, decided once by a
 //! person, consumed by the one send it allows.
 use super::ledger::BUMP;
+use super::Cached;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
@@ -70,7 +71,7 @@ impl Already {
 impl Store {
     pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                 [key],
                 approval_row,
@@ -83,7 +84,7 @@ impl Store {
     pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
         let now = crate::time::now_text();
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec_cached(
                 "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                  VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
                 params![key, job, terms, now],
@@ -115,7 +116,7 @@ impl Store {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.
                 let effect: Option<(EffectState, String)> = tx
-                    .query_row(
+                    .row_cached(
                         "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
                         [key],
                         |r| Ok((word(r, 0)?, text_or_empty(r, 1)?)),
@@ -126,7 +127,7 @@ impl Store {
                 }
             }
             let job: Option<String> = tx
-                .query_row(
+                .row_cached(
                     "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
                      WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
                     params![key, state, by, now, note],
@@ -135,7 +136,7 @@ impl Store {
                 .optional()?;
             let Some(job) = job else {
                 let row = tx
-                    .query_row(
+                    .row_cached(
                         &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
                         [key],
                         approval_row,
@@ -147,7 +148,7 @@ impl Store {
                 });
             };
             if !approve {
-                tx.execute(
+                tx.exec_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
                             resolved_at = ?2, resolution_note = ?4, {BUMP}

@@ -1,5 +1,6 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
+use super::Cached;
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
 use crate::state::EventKind;
 use crate::Result;
@@ -18,13 +19,13 @@ impl Store {
         let now = crate::time::now_text();
         self.write(|tx| {
             let was: Option<i64> = tx
-                .query_row("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
                 .optional()?
                 .flatten();
             if (was.unwrap_or(0) != 0) == paused {
                 return Ok(false);
             }
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
@@ -124,7 +125,7 @@ pub(super) fn paused(
     job: &str,
 ) -> rusqlite::Result<Option<(Option<String>, Option<String>)>> {
     let row = tx
-        .query_row(
+        .row_cached(
             "SELECT paused, pause_note, paused_by FROM exactly_jobs WHERE job_key = ?1",
             [job],
             |r| Ok((int(r, 0)?.unwrap_or(0) != 0, text(r, 1)?, text(r, 2)?)),
@@ -147,7 +148,7 @@ impl Store {
             let mut out = Registered::default();
             for j in jobs {
                 let before: Option<(bool, bool)> = tx
-                    .query_row(
+                    .row_cached(
                         "SELECT retired, schedule IS NOT NULL FROM exactly_jobs WHERE job_key = ?1",
                         [&j.job_key],
                         |r| Ok((int(r, 0)?.unwrap_or(0) != 0, int(r, 1)?.unwrap_or(0) != 0)),
@@ -156,7 +157,7 @@ impl Store {
                 if !matches!(before, Some((false, true))) {
                     out.fresh.push(j.job_key.clone());
                 }
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
                         timeout_ms, observe_timeout_ms)
@@ -185,7 +186,7 @@ impl Store {
                 if jobs.iter().any(|j| j.job_key == job) {
                     continue;
                 }
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_jobs SET retired = 1, updated_at = ?2 WHERE job_key = ?1",
                     params![job, now],
                 )?;
@@ -202,7 +203,7 @@ impl Store {
 
     pub fn registered_job(&mut self, job: &str) -> Result<Option<RegisteredJob>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
                 [job],
                 reg_row,

@@ -1,5 +1,6 @@
 //! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
 //! write for a job makes (a higher token exists: refused and counted).
+use super::Cached;
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::Result;
@@ -7,7 +8,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
 pub(super) fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
-    tx.query_row(
+    tx.row_cached(
         "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
         [job],
         |r| r.get(0),
@@ -39,7 +40,7 @@ pub(crate) fn claim_lease_tx(
     now: &str,
 ) -> rusqlite::Result<LeaseClaim> {
     let prev: Option<(String, i64, String)> = tx
-        .query_row(
+        .row_cached(
             "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
             [job],
             |r| {
@@ -55,7 +56,7 @@ pub(crate) fn claim_lease_tx(
     // holder's clock may be behind ours (a released lease is before every margin).
     let steal_before = crate::time::minus_skew(now);
     let won: Option<i64> = tx
-        .query_row(
+        .row_cached(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
              VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
@@ -111,7 +112,7 @@ pub(super) fn set_lease_until(
     what: &str,
 ) -> rusqlite::Result<bool> {
     let ok = tx
-        .query_row(
+        .row_cached(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
                AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
             params![job, until, token, RELEASED, only_held],
@@ -174,7 +175,7 @@ impl Store {
 
     pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.row_cached(
                 "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
                 [job],
                 |r| {

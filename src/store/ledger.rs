@@ -3,7 +3,7 @@
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
 use super::lease::{current_token, fenced};
-use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
+use super::{int, record_event, text, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::Result;
@@ -141,7 +141,7 @@ fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>>
 }
 
 pub(super) fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
-    tx.query_row(
+    tx.row_cached(
         &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
         [key],
         ledger_row,
@@ -164,7 +164,7 @@ fn sender_lease(
         return Ok(SenderLease::default());
     };
     let until: Option<String> = tx
-        .query_row(
+        .row_cached(
             "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
             params![job, token, RELEASED],
             |r| text_or_empty(r, 0),
@@ -186,6 +186,9 @@ fn sender_lease(
 pub enum Begin {
     /// Our row was inserted in state `claimed`, as seen here.
     Claimed(Seen),
+    /// Our row was inserted in state `submitted` for our attempt, as seen here
+    /// ([`Store::begin_and_submit_effect`]): send it.
+    Submitted(Seen),
     /// A row already exists for the key: branch on its state. With it, whether the lease under
     /// which it was submitted may still be live (its token's lease ends after now minus the
     /// clock-skew margin): its sender may still be sending.
@@ -311,36 +314,84 @@ impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
-        let now = crate::time::now_text();
+        self.begin_tx(e, None)
+    }
+
+    /// Reserves an effect and, when nothing stands in the way, marks it `submitted` for
+    /// `attempt` in the same transaction ([`Begin::Submitted`]): one commit instead of two for
+    /// the common case. The state machine is unchanged: `submitted` is durable before anything
+    /// is sent, and a crash before the send leaves `submitted` for the observer, as after
+    /// [`Store::submit_effect_on`]. Anything that needs the full path — an approval row for the
+    /// key (or any earlier row), or less than [`SUBMIT_MIN_LEFT`] of the lease — reserves
+    /// `claimed` as [`Store::begin_effect`] does, and the caller submits as before. For callers
+    /// that need no approval (`needs_approval` asks for one in the submit step).
+    pub fn begin_and_submit_effect(&mut self, e: &NewEffect<'_>, attempt: &str) -> Result<Begin> {
+        self.begin_tx(e, Some(attempt))
+    }
+
+    fn begin_tx(&mut self, e: &NewEffect<'_>, submit_as: Option<&str>) -> Result<Begin> {
+        let now_ts = crate::time::now();
+        let now = crate::time::fmt(now_ts);
+        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, e.job_key)? != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused")?;
                 return Ok(Begin::Fenced);
             }
-            let inserted = tx.execute(
+            // Submit at once only with no approval row for the key (an approval asked for by
+            // anyone binds every caller) and enough lease left to send under.
+            let attempt = match submit_as {
+                Some(a) => {
+                    let asked: bool = tx
+                        .row_cached(
+                            "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
+                            [e.effect_key],
+                            |_| Ok(true),
+                        )
+                        .optional()?
+                        .unwrap_or(false);
+                    let lease = sender_lease(tx, e.job_key, Some(e.token), &now)?;
+                    let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
+                    (!asked && enough).then_some(a)
+                }
+                None => None,
+            };
+            let state = if attempt.is_some() {
+                EffectState::Submitted
+            } else {
+                EffectState::Claimed
+            };
+            let inserted = tx.exec_cached(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
-                    version)
-                 SELECT ?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?6, ?7, ?8, ?9, ?10, 1
+                    attempt, version)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                 params![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
-                    e.target_id, e.input_digest, e.observe_cmd
+                    e.target_id, e.input_digest, e.observe_cmd, state, attempt
                 ],
             );
             match inserted {
-                Ok(_) => Ok(Begin::Claimed(Seen {
-                    state: EffectState::Claimed,
-                    version: 1,
-                    updated_at: now.clone(),
-                })),
+                Ok(_) => {
+                    let seen = Seen {
+                        state,
+                        version: 1,
+                        updated_at: now.clone(),
+                    };
+                    Ok(if attempt.is_some() {
+                        Begin::Submitted(seen)
+                    } else {
+                        Begin::Claimed(seen)
+                    })
+                }
                 Err(rusqlite::Error::SqliteFailure(f, _))
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {
                     // The unique violation is how a second attempt learns what is going on.
                     let row = read_row(tx, e.effect_key)?.unwrap_or_default();
                     if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
-                        tx.execute(
+                        tx.exec_cached(
                             "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
                             params![e.effect_key, e.observe_cmd],
                         )?;
@@ -432,7 +483,7 @@ impl Store {
             }
             let mut consume = false;
             let approval: Option<ApprovalState> = tx
-                .query_row(
+                .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
                     [key],
                     |r| word(r, 0),
@@ -440,7 +491,7 @@ impl Store {
                 .optional()?;
             match approval {
                 None if needs_approval => {
-                    tx.execute(
+                    tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         params![key, job, terms, now],
@@ -451,7 +502,7 @@ impl Store {
                 None | Some(ApprovalState::Consumed) => {}
                 Some(ApprovalState::Approved) => consume = true,
                 Some(ApprovalState::Denied) => {
-                    tx.execute(
+                    tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
                              WHERE effect_key = ?1 AND {}",
@@ -464,7 +515,7 @@ impl Store {
                 Some(_) => return Ok(Submit::NotApproved),
             }
             let won = tx
-                .query_row(
+                .row_cached(
                     &format!(
                         "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
                             fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
@@ -489,7 +540,7 @@ impl Store {
                 updated_at: now.clone(),
             };
             if consume {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
                      WHERE effect_key = ?1 AND state = 'approved'",
                     params![key, now, token],
@@ -571,7 +622,7 @@ impl Store {
                     .filter(|s| s.state == EffectState::Submitted)
                     .unwrap_or_default(),
             };
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
                         response_raw = ?10, response_total = ?11
@@ -625,7 +676,7 @@ impl Store {
         seen: &Seen,
     ) -> Result<bool> {
         self.write(|tx| {
-            let ok = tx.execute(
+            let ok = tx.exec_cached(
                 &format!(
                     "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
@@ -634,7 +685,7 @@ impl Store {
                 params![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
             if ok {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     params![key, token],
@@ -767,7 +818,7 @@ impl Store {
             let version = match &target {
                 Some(state) => {
                     let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
-                    tx.query_row(
+                    tx.row_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
                                 verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
@@ -780,7 +831,7 @@ impl Store {
                 }
                 None => {
                     // "Can't tell" moves nothing, so it does not bump the version.
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
                         params![key, label, now],
                     )?;
@@ -816,7 +867,7 @@ impl Store {
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
-            tx.execute(
+            tx.exec_cached(
                 &format!(
                     "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
                         resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
@@ -825,7 +876,7 @@ impl Store {
                 params![key, how.target_state(), now, by, note, evidence],
             )?;
             if how == Resolution::Cancel {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
                         decided_at = coalesce(decided_at, ?3)
                      WHERE effect_key = ?1 AND state IN ('pending', 'approved')",

@@ -39,6 +39,8 @@ pub struct Store {
     conn: Connection,
     path: String,
     busy_ms: u64,
+    /// The recent runs per job, kept between polls so a dashboard reads only what changed.
+    windows: Option<read::RunWindows>,
 }
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
@@ -135,11 +137,13 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
+            windows: None,
         };
         store
             .conn
             .busy_timeout(Duration::from_millis(busy_ms))
             .map_err(|e| store.err(e))?;
+        store.conn.set_prepared_statement_cache_capacity(64);
         schema::prepare(&mut store)?;
         Ok(store)
     }
@@ -212,6 +216,7 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
+            windows: None,
         };
         store
             .conn
@@ -363,9 +368,32 @@ pub(crate) fn int(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Optio
     })
 }
 
+/// `execute` and `query_row` through the connection's statement cache: the ledger's statements
+/// run thousands of times a second, and preparing one costs as much as running it.
+pub(crate) trait Cached {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize>;
+    fn row_cached<T, P, F>(&self, sql: &str, p: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(p)
+    }
+    fn row_cached<T, P, F>(&self, sql: &str, p: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(p, f)
+    }
+}
+
 /// Appends one event and bumps its all-time counter, inside the caller's transaction.
 pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         rusqlite::params![
@@ -378,7 +406,7 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
             ev.detail
         ],
     )?;
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
          ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1",
         rusqlite::params![ev.kind, ev.job_key.unwrap_or("")],

@@ -1,6 +1,6 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
-use super::{int, text, text_or_empty, word, Store, RELEASED};
+use super::{int, text, text_or_empty, Store, RELEASED};
 use crate::metrics::{
     self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
 };
@@ -91,7 +91,8 @@ impl Store {
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
-        self.read(|tx| {
+        let mut windows = self.windows.take().unwrap_or_default();
+        let snap = self.read(|tx| {
             let totals = Window {
                 duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
                 fenced_writes: counter(tx, EventKind::FencedWrite)?,
@@ -144,7 +145,7 @@ impl Store {
                 "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
             ))?;
             let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-            let jobs = read_jobs(tx, now)?;
+            let jobs = read_jobs(tx, now, &mut windows)?;
             let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -184,7 +185,23 @@ impl Store {
                 unused_approvals,
                 events,
             })
-        })
+        });
+        // A failed read may have left the cache half-synced: start it afresh next time.
+        if snap.is_ok() {
+            self.windows = Some(windows);
+        }
+        snap
+    }
+
+    /// SQLite's `PRAGMA data_version`: changes when another connection commits to the
+    /// database, so a reader can tell that nothing changed without reading anything.
+    pub fn data_version(&mut self) -> Result<i64> {
+        // Cached: a dashboard asks every second, and preparing costs more than the answer.
+        let v = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)));
+        v.map_err(|e| self.err(e))
     }
 
     /// Every event about one effect, oldest first.
@@ -316,7 +333,244 @@ fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
     n
 }
 
-fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
+/// A job's (runs, failed, p50, p99, durations newest first) over its run window.
+type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
+
+/// One run as the run-time window needs it.
+#[derive(Debug, Clone)]
+struct RunBit {
+    rowid: i64,
+    started_at: String,
+    ended_at: Option<String>,
+    duration_ms: Option<i64>,
+    failed: bool,
+    ok: bool,
+}
+
+/// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
+/// computed from them, recomputed only when they change.
+#[derive(Debug, Default)]
+struct JobWindow {
+    runs: Vec<RunBit>,
+    /// What [`RunWindows::figures`] answers, or None when `runs` changed since.
+    figures: Option<Figures>,
+    /// The newest run's whole row, as read when its rowid was the newest.
+    last: Option<(i64, RunRow)>,
+}
+
+/// The recent runs of every job, kept by a reading connection between polls. A poll reads only
+/// the runs added since the last (rowid above the last seen) and those that were still running;
+/// if rows were deleted meanwhile (gc), it reads the window again. So a dashboard's poll costs
+/// what changed, not the size of the run history.
+#[derive(Debug, Default)]
+pub struct RunWindows {
+    synced: bool,
+    max_rowid: i64,
+    total: i64,
+    jobs: BTreeMap<String, JobWindow>,
+    /// Runs without a duration yet (still running when read): read again each poll.
+    open: Vec<(i64, String)>,
+}
+
+const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
+
+fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
+    let outcome = text(r, 4)?;
+    Ok((
+        text_or_empty(r, 1)?,
+        RunBit {
+            rowid: int(r, 0)?.unwrap_or(0),
+            started_at: text_or_empty(r, 2)?,
+            ended_at: text(r, 5)?,
+            duration_ms: int(r, 3)?,
+            failed: outcome.as_deref().is_some_and(metrics::is_failure),
+            ok: outcome.as_deref() == Some("ok"),
+        },
+    ))
+}
+
+impl RunWindows {
+    /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
+    fn sync(&mut self, tx: &Transaction<'_>, oldest: &str) -> rusqlite::Result<()> {
+        // Two statements: each alone is an index lookup and an index count; together they
+        // would scan the table.
+        let max_rowid = tx
+            .query_row("SELECT max(rowid) FROM exactly_runs", [], |r| int(r, 0))?
+            .unwrap_or(0);
+        let total = tx
+            .query_row("SELECT count(*) FROM exactly_runs", [], |r| int(r, 0))?
+            .unwrap_or(0);
+        if self.synced {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"
+            ))?;
+            let new = stmt
+                .query_map([self.max_rowid], run_bit)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            // Rows went away (gc) or rowids were reused: read the window afresh.
+            if self.total + new.len() as i64 != total {
+                *self = RunWindows::default();
+            } else {
+                let mut reread = tx.prepare(&format!(
+                    "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1"
+                ))?;
+                let mut fresh = Vec::new();
+                for (rowid, _) in std::mem::take(&mut self.open) {
+                    match reread.query_row([rowid], run_bit).optional()? {
+                        Some(bit) => fresh.push(bit),
+                        None => {
+                            *self = RunWindows::default();
+                            break;
+                        }
+                    }
+                }
+                if self.synced {
+                    for (job, bit) in fresh {
+                        self.put(job, bit, oldest);
+                    }
+                    for (job, bit) in new {
+                        self.put(job, bit, oldest);
+                    }
+                }
+            }
+        }
+        if !self.synced {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 ORDER BY started_at"
+            ))?;
+            for row in stmt.query_map([oldest], run_bit)? {
+                let (job, bit) = row?;
+                self.put(job, bit, oldest);
+            }
+            self.synced = true;
+        }
+        self.max_rowid = max_rowid;
+        self.total = total;
+        // Runs that left the window.
+        for w in self.jobs.values_mut() {
+            let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
+            if gone > 0 {
+                w.runs.drain(..gone);
+                w.figures = None;
+            }
+        }
+        self.jobs.retain(|_, w| !w.runs.is_empty());
+        Ok(())
+    }
+
+    /// Adds or replaces one run, keeping each job's runs in start order.
+    fn put(&mut self, job: String, bit: RunBit, oldest: &str) {
+        if bit.duration_ms.is_none() {
+            self.open.push((bit.rowid, job.clone()));
+        }
+        if bit.started_at.as_str() < oldest {
+            return;
+        }
+        let w = self.jobs.entry(job).or_default();
+        w.figures = None;
+        if let Some(i) = w.runs.iter().rposition(|b| b.rowid == bit.rowid) {
+            w.runs.remove(i);
+        }
+        let at = w.runs.partition_point(|b| b.started_at <= bit.started_at);
+        w.runs.insert(at, bit);
+    }
+
+    /// A job's newest run (None: it has no run in the window; ask the table).
+    fn last_run(
+        &mut self,
+        job: &str,
+        by_rowid: &mut rusqlite::Statement<'_>,
+    ) -> rusqlite::Result<Option<RunRow>> {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return Ok(None);
+        };
+        let Some(newest) = w.runs.last() else {
+            return Ok(None);
+        };
+        let fresh = w
+            .last
+            .as_ref()
+            .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
+        if !fresh {
+            let row = by_rowid.query_row([newest.rowid], run_row).optional()?;
+            w.last = row.map(|r| (newest.rowid, r));
+        }
+        Ok(w.last.as_ref().map(|(_, r)| r.clone()))
+    }
+
+    /// When a job's newest successful run in the window ended (None: none in the window).
+    fn last_success(&self, job: &str) -> Option<Option<String>> {
+        let w = self.jobs.get(job)?;
+        w.runs
+            .iter()
+            .rev()
+            .find(|b| b.ok)
+            .map(|b| b.ended_at.clone())
+    }
+
+    /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
+    /// finished runs in the window.
+    fn figures(&mut self, job: &str) -> Figures {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return (0, 0, None, None, Vec::new());
+        };
+        w.figures
+            .get_or_insert_with(|| {
+                let last: Vec<&RunBit> = w
+                    .runs
+                    .iter()
+                    .rev()
+                    .filter(|b| b.duration_ms.is_some())
+                    .take(RUN_WINDOW)
+                    .collect();
+                let failed = last.iter().filter(|b| b.failed).count() as u64;
+                let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
+                let (p50, p99) = metrics::percentiles(&durations);
+                (durations.len() as u64, failed, p50, p99, durations)
+            })
+            .clone()
+    }
+}
+
+/// `(job_key, kind) → n` for the counters of the kinds in `[from, to)`.
+fn counters_by_job(
+    tx: &Transaction<'_>,
+    from: &str,
+    to: &str,
+) -> rusqlite::Result<BTreeMap<String, Vec<(String, i64)>>> {
+    let mut stmt =
+        tx.prepare("SELECT job_key, kind, n FROM exactly_counters WHERE kind >= ?1 AND kind < ?2")?;
+    let mut out: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    for row in stmt.query_map([from, to], |r| {
+        Ok((
+            text_or_empty(r, 0)?,
+            text_or_empty(r, 1)?,
+            int(r, 2)?.unwrap_or(0),
+        ))
+    })? {
+        let (job, k, n) = row?;
+        out.entry(job).or_default().push((k, n));
+    }
+    Ok(out)
+}
+
+/// `job_key → n` for the counter of one kind.
+fn counter_by_job(
+    tx: &Transaction<'_>,
+    kind: EventKind,
+) -> rusqlite::Result<BTreeMap<String, u64>> {
+    let mut stmt = tx.prepare("SELECT job_key, n FROM exactly_counters WHERE kind = ?1")?;
+    let rows = stmt.query_map([kind], |r| {
+        Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0).max(0) as u64))
+    })?;
+    rows.collect()
+}
+
+fn read_jobs(
+    tx: &Transaction<'_>,
+    now: Ts,
+    windows: &mut RunWindows,
+) -> rusqlite::Result<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let mut stmt = tx.prepare(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
@@ -373,27 +627,27 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
         }
     }
     let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
-    let mut runs_stmt = tx.prepare(
-        "SELECT duration_ms, outcome FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
-           AND duration_ms IS NOT NULL ORDER BY started_at DESC LIMIT ?3",
-    )?;
+    windows.sync(tx, &oldest)?;
+    // Per-job counters, each kind read once for all jobs (not once per job).
+    let prefix = super::schema::RUN_ENDED;
+    let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
+    let missed = counter_by_job(tx, EventKind::FiringMissed)?;
+    let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
+    let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
+    let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
     let mut success_stmt = tx.prepare(
         "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1",
     )?;
-    let mut outcomes_stmt = tx.prepare(
-        "SELECT kind, n FROM exactly_counters WHERE kind >= ?2 AND kind < ?3 AND job_key = ?1",
-    )?;
-    let mut missed_stmt =
-        tx.prepare("SELECT n FROM exactly_counters WHERE kind = ?2 AND job_key = ?1")?;
     let mut last_slot_stmt = tx.prepare(
         "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 ORDER BY scheduled_at DESC LIMIT 1",
     )?;
+    let mut by_rowid = tx.prepare(&format!(
+        "SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"
+    ))?;
     let mut last_stmt = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     ))?;
-    let mut counters =
-        tx.prepare("SELECT kind, n FROM exactly_counters WHERE job_key = ?1 AND kind IN (?2, ?3)")?;
     let mut queued =
         tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
     let mut stuck = tx.prepare(
@@ -401,44 +655,25 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
                 (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'retry')",
     )?;
     for j in jobs.values_mut() {
-        // Read leniently: a duration another program wrote as text must not stop the snapshot.
-        let window = runs_stmt
-            .query_map(params![j.job_key, oldest, RUN_WINDOW as i64], |r| {
-                Ok((int(r, 0)?, text(r, 1)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        j.runs_failed = window
-            .iter()
-            .filter(|(_, o)| o.as_deref().is_some_and(metrics::is_failure))
-            .count() as u64;
-        let durations = window
-            .into_iter()
-            .filter_map(|(d, _)| d)
-            .collect::<Vec<i64>>();
-        j.runs = durations.len() as u64;
-        (j.p50_ms, j.p99_ms) = metrics::percentiles(&durations);
-        j.durations_ms = durations;
-        j.last_run = last_stmt.query_row([&j.job_key], run_row).optional()?;
-        j.last_success_at = success_stmt
-            .query_row([&j.job_key], |r| text(r, 0))
-            .optional()?
-            .flatten();
+        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
+        // The kept window answers for jobs that ran this week; the others ask the table.
+        j.last_run = match windows.last_run(&j.job_key, &mut by_rowid)? {
+            Some(r) => Some(r),
+            None => last_stmt.query_row([&j.job_key], run_row).optional()?,
+        };
+        j.last_success_at = match windows.last_success(&j.job_key) {
+            Some(at) => at,
+            None => success_stmt
+                .query_row([&j.job_key], |r| text(r, 0))
+                .optional()?
+                .flatten(),
+        };
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
-        let prefix = super::schema::RUN_ENDED;
-        let end = format!("{};", prefix.trim_end_matches(':'));
-        for row in outcomes_stmt.query_map(params![j.job_key, prefix, end], |r| {
-            Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0)))
-        })? {
-            let (k, n) = row?;
+        for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
             let outcome = k.trim_start_matches(prefix).to_string();
-            j.runs_by_outcome.insert(outcome, n.max(0) as u64);
+            j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
         }
-        let recorded = missed_stmt
-            .query_row(params![j.job_key, EventKind::FiringMissed], |r| int(r, 0))
-            .optional()?
-            .flatten()
-            .unwrap_or(0)
-            .max(0) as u64;
+        let recorded = sum(&missed, &j.job_key);
         // When it fires next: after the latest slot any scheduler fired (or the last run's),
         // so a job nobody fires shows a next firing in the past. Read from the registry's
         // schedule; a job known only by its lease has none.
@@ -466,22 +701,8 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts) -> rusqlite::Result<Vec<JobRow>> {
             }
         }
         j.missed_firings = recorded + j.missed_unrecorded;
-        let rows = counters.query_map(
-            params![
-                j.job_key,
-                EventKind::DuplicateSuppressed,
-                EventKind::FencedWrite
-            ],
-            |r| Ok((word::<EventKind>(r, 0)?, int(r, 1)?.unwrap_or(0))),
-        )?;
-        for row in rows {
-            let (k, n) = row?;
-            if k == EventKind::DuplicateSuppressed {
-                j.duplicates_suppressed = n.max(0) as u64;
-            } else {
-                j.fenced_writes = n.max(0) as u64;
-            }
-        }
+        j.duplicates_suppressed = sum(&dups, &j.job_key);
+        j.fenced_writes = sum(&fenced, &j.job_key);
         j.queue_depth = queued
             .query_row([&j.job_key], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
@@ -513,6 +734,104 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    /// (job, runs, failed, p50, p99, last run, last success) per job.
+    type Figures = Vec<(
+        String,
+        u64,
+        u64,
+        Option<u64>,
+        Option<u64>,
+        Option<crate::metrics::RunRow>,
+        Option<String>,
+    )>;
+
+    fn figures(store: &mut super::Store) -> Figures {
+        let snap = store.snapshot().unwrap();
+        snap.jobs
+            .into_iter()
+            .map(|j| {
+                let (p50, p99) = (j.p50_ms, j.p99_ms);
+                (
+                    j.job_key,
+                    j.runs,
+                    j.runs_failed,
+                    p50,
+                    p99,
+                    j.last_run,
+                    j.last_success_at,
+                )
+            })
+            .collect()
+    }
+
+    /// The run windows a dashboard keeps between polls always agree with a fresh read: after
+    /// new runs, after a running run ends, after runs are deleted (gc), and as runs age out.
+    #[test]
+    fn kept_run_windows_agree_with_a_fresh_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let raw = rusqlite::Connection::open(path).unwrap();
+        let now = crate::time::now();
+        let at = |s: i64| crate::time::fmt(now - chrono::Duration::seconds(s));
+        let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {
+            raw.execute(
+                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
+                   started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, ?3, ?3, ?4, ?5)",
+                rusqlite::params![id, job, at(ago), dur.map(|_| outcome), dur],
+            )
+            .unwrap();
+        };
+        for job in ["a", "b", "c"] {
+            raw.execute(
+                "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+                 VALUES (?1, 'o', 1, ?2, ?2)",
+                [job, super::RELEASED],
+            )
+            .unwrap();
+        }
+        // One run started 8 days ago: outside the window from the start.
+        run("old", "a", 8 * 86400, Some(999), "ok");
+        run("edge", "c", 7 * 86400 - 1, Some(7), "ok");
+        for i in 0..20 {
+            run(&format!("a{i}"), "a", 3600 - i, Some(100 + i), "ok");
+        }
+        run("b-running", "b", 10, None, "");
+        let mut kept = super::Store::open_read_only(path).unwrap();
+        let fresh = |_: ()| figures(&mut super::Store::open_read_only(path).unwrap());
+        assert_eq!(figures(&mut kept), fresh(()));
+        // New runs, one failed.
+        run("a-new", "a", 5, Some(5000), "failed");
+        run("c1", "c", 5, Some(70), "ok");
+        assert_eq!(figures(&mut kept), fresh(()));
+        // The running run ends.
+        raw.execute(
+            "UPDATE exactly_runs SET duration_ms = 42, outcome = 'ok' WHERE run_id = 'b-running'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(figures(&mut kept), fresh(()));
+        let b = figures(&mut kept).into_iter().find(|f| f.0 == "b").unwrap();
+        assert_eq!((b.1, b.3), (1, Some(42)), "{b:?}");
+        assert_eq!(b.5.as_ref().and_then(|r| r.duration_ms), Some(42), "{b:?}");
+        // Runs deleted (as gc does), including ones inside the window.
+        raw.execute(
+            "DELETE FROM exactly_runs WHERE run_id IN ('a3', 'a4', 'c1')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(figures(&mut kept), fresh(()));
+        // A run leaves the window as time passes.
+        let before = figures(&mut kept);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let after = figures(&mut kept);
+        assert_eq!(after, fresh(()));
+        assert_ne!(before, after, "the run at the window's edge left it");
+        run("a-last", "a", 1, Some(1), "ok");
+        assert_eq!(figures(&mut kept), fresh(()));
+    }
+
     /// The snapshot's ledger queries must stay index searches: a scan of the done rows would
     /// make the dashboard's poll cost grow with the ledger's whole history.
     #[test]

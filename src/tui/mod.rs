@@ -66,6 +66,78 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
     }
 }
 
+/// How often an unchanged screen is drawn again so its ages move on. A frame of a large
+/// dashboard costs milliseconds once its caches have gone cold between frames; once a second
+/// that alone would be a dashboard's whole idle budget (measured by `cargo bench`).
+pub const AGE_TICK: Duration = Duration::from_secs(5);
+
+/// How often the screen hears "nothing changed" (it draws an unchanged screen every
+/// [`AGE_TICK`]; the header's poll age must stay under the staleness limit of 5 s).
+const UNCHANGED_TOLD_EVERY: Duration = Duration::from_millis(2500);
+
+/// The longest a dashboard trusts "nothing committed" before it reads the snapshot again
+/// anyway (a backstop for changes that come with time alone).
+pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
+
+/// A dashboard's polls: a whole [`Snapshot`] only when another connection committed since the
+/// last one (SQLite's `data_version`) or when time alone changes what it shows — a lease ends,
+/// a scheduler falls silent, a firing comes due — and otherwise [`Reply::Unchanged`]. An idle
+/// dashboard on a large ledger then costs next to nothing.
+#[derive(Debug, Default)]
+pub struct Watch {
+    version: Option<i64>,
+    /// When the last snapshot stops being true without any commit.
+    due: Option<crate::time::Ts>,
+}
+
+impl Watch {
+    pub fn poll(&mut self, store: &mut Store) -> Reply {
+        let now = crate::time::now();
+        let version = match store.data_version() {
+            Ok(v) => v,
+            Err(e) => return Reply::PollFailed(e.to_string()),
+        };
+        if self.version == Some(version) && self.due.is_some_and(|d| now < d) {
+            return Reply::Unchanged(crate::time::fmt(now));
+        }
+        let reply = poll(store);
+        match &reply {
+            Reply::Snapshot(s) => {
+                self.version = Some(version);
+                self.due = Some(expires(s, now));
+            }
+            _ => *self = Watch::default(),
+        }
+        reply
+    }
+}
+
+/// The first instant at which `s` (taken at `now`) may be wrong although nothing was committed.
+fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
+    let mut due = crate::time::add(now, FULL_POLL_AT_LEAST_EVERY);
+    let mut upto = |at: Option<&str>, plus: i64| {
+        if let Some(t) = at.and_then(crate::time::parse) {
+            let t = t + chrono::Duration::seconds(plus);
+            if t > now && t < due {
+                due = t;
+            }
+        }
+    };
+    for j in &s.jobs {
+        // A live lease's end turns its `submitted` rows into unknowns and its claims into leaks.
+        upto(j.lease_until.as_deref(), 0);
+        upto(j.next_fire_at.as_deref(), 0);
+        upto(
+            j.next_fire_at.as_deref(),
+            crate::runner::scheduler::LATE_OK.as_secs() as i64,
+        );
+    }
+    for sc in s.schedulers.iter().filter(|sc| sc.alive) {
+        upto(Some(&sc.heartbeat_at), s.scheduler_dead_after_s);
+    }
+    due
+}
+
 fn poll(store: &mut Store) -> Reply {
     match Snapshot::read(store) {
         Ok(s) => Reply::Snapshot(Box::new(s)),
@@ -274,8 +346,8 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     let (req_tx, req_rx) = tokio::sync::mpsc::unbounded_channel::<Request>();
     rt.spawn(poll_task(store, refresh, req_rx, tx));
 
-    // Ages tick once a second; nothing else redraws without a reason.
-    let tick = Duration::from_secs(1);
+    // New data, a key or a resize redraws at once; with nothing new, ages tick on a slow beat.
+    let tick = AGE_TICK;
     let mut next_tick = Instant::now() + tick;
     let mut dirty = true;
     let mut code = 0;
@@ -308,10 +380,11 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
                 Msg::Term(Event::Resize(..)) => dirty = true,
                 Msg::Term(_) => {}
                 Msg::Reply(r) => {
+                    // "Nothing changed" waits for the next tick's frame: one frame a second.
+                    dirty |= !matches!(r, Reply::Unchanged(_));
                     if let Some(r) = app.on_reply(r) {
                         let _ = req_tx.send(r);
                     }
-                    dirty = true;
                 }
                 Msg::Quit(c) => {
                     code = c;
@@ -335,6 +408,8 @@ async fn poll_task(
     out: mpsc::Sender<Msg>,
 ) {
     let mut store = Some(store);
+    let mut watch = Some(Watch::default());
+    let mut told = std::time::Instant::now();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -346,20 +421,37 @@ async fn poll_task(
             },
             _ = tick.tick() => Request::Poll,
         };
-        let Some(mut s) = store.take() else { return };
+        let (Some(mut s), Some(mut w)) = (store.take(), watch.take()) else {
+            return;
+        };
         let done = tokio::task::spawn_blocking(move || {
-            let replies = serve(&mut s, &req);
-            (s, replies)
+            let replies = match req {
+                // The timer's polls skip the read when nothing changed; after anything else
+                // the next one reads in full.
+                Request::Poll => vec![w.poll(&mut s)],
+                req => {
+                    w = Watch::default();
+                    serve(&mut s, &req)
+                }
+            };
+            (s, w, replies)
         })
         .await;
         let replies = match done {
-            Ok((s, replies)) => {
+            Ok((s, w, replies)) => {
                 store = Some(s);
+                watch = Some(w);
                 replies
             }
             Err(e) => vec![Reply::PollFailed(format!("the poll task stopped: {e}"))],
         };
         for r in replies {
+            // "Nothing changed" only moves the header's poll time on: the screen needs it no
+            // more often than it draws an unchanged screen, and each message wakes it.
+            if matches!(r, Reply::Unchanged(_)) && told.elapsed() < UNCHANGED_TOLD_EVERY {
+                continue;
+            }
+            told = std::time::Instant::now();
             if out.send(Msg::Reply(r)).is_err() {
                 return;
             }
@@ -367,5 +459,51 @@ async fn poll_task(
         if store.is_none() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Reply, Watch};
+    use crate::store::Store;
+    use std::time::Duration;
+
+    fn kind(r: &Reply) -> &'static str {
+        match r {
+            Reply::Snapshot(_) => "snapshot",
+            Reply::Unchanged(_) => "unchanged",
+            Reply::PollFailed(_) => "failed",
+            _ => "other",
+        }
+    }
+
+    /// An idle dashboard reads nothing until another connection commits or a lease it shows
+    /// runs out; then it reads the whole snapshot again.
+    #[test]
+    fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let path = path.to_str().unwrap();
+        let mut writer = Store::open(path).unwrap();
+        crate::lease::claim(&mut writer, "far", "a", Duration::from_secs(3600)).unwrap();
+        let mut reader = Store::open_read_only(path).unwrap();
+        let mut watch = Watch::default();
+        assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
+        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
+        // Another connection commits: read again, then quiet again.
+        crate::lease::claim(&mut writer, "soon", "a", Duration::from_millis(1500)).unwrap();
+        assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
+        // No commit, but the lease shown has ended: what the snapshot says may be wrong now.
+        std::thread::sleep(Duration::from_millis(1600));
+        match watch.poll(&mut reader) {
+            Reply::Snapshot(s) => {
+                let j = s.jobs.iter().find(|j| j.job_key == "soon").unwrap();
+                assert!(j.lease_left_s.unwrap_or(0) <= 0, "{j:?}");
+            }
+            other => panic!("expected a fresh snapshot after the lease ended, got {other:?}"),
+        }
+        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     }
 }

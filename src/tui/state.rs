@@ -149,6 +149,9 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Snapshot(Box<Snapshot>),
+    /// Nothing was committed since the last snapshot, checked at this instant: the snapshot
+    /// still holds (its ages tick in the view).
+    Unchanged(String),
     PollFailed(String),
     Loaded(Loaded),
     LoadFailed(String),
@@ -292,11 +295,13 @@ impl App {
     }
 
     pub fn jobs(&self) -> Vec<&JobRow> {
+        // No filter: collect the rows without reading them (a frame touches only those shown).
+        let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
         let mut v: Vec<&JobRow> = s
             .jobs
             .iter()
-            .filter(|j| self.matches(&j.job_key, None))
+            .filter(|j| all || self.matches(&j.job_key, None))
             .collect();
         match self.sort[0] {
             1 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
@@ -311,11 +316,13 @@ impl App {
     }
 
     pub fn unknown(&self) -> Vec<&OpenEffect> {
+        // No filter: collect the rows without reading them (a frame touches only those shown).
+        let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
         let mut v: Vec<&OpenEffect> = s
             .unknown
             .iter()
-            .filter(|u| self.matches(&u.job_key, Some(&u.effect_key)))
+            .filter(|u| all || self.matches(&u.job_key, Some(&u.effect_key)))
             .collect();
         if self.sort[1] == 1 {
             v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
@@ -325,13 +332,14 @@ impl App {
 
     /// Pending approvals, then approved-but-unused ones; the cursor runs over both.
     pub fn approvals<'a>(&'a self) -> (Vec<&'a ApprovalView>, Vec<&'a ApprovalView>) {
+        let all = self.filter.is_empty();
         let Some(s) = &self.snap else {
             return (vec![], vec![]);
         };
         let filter_sort = |list: &'a [ApprovalView]| -> Vec<&'a ApprovalView> {
             let mut v: Vec<&'a ApprovalView> = list
                 .iter()
-                .filter(|a| self.matches(&a.job_key, Some(&a.effect_key)))
+                .filter(|a| all || self.matches(&a.job_key, Some(&a.effect_key)))
                 .collect();
             if self.sort[2] == 1 {
                 v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
@@ -345,11 +353,15 @@ impl App {
     }
 
     pub fn events(&self) -> Vec<&EventRow> {
+        // No filter: collect the rows without reading them (a frame touches only those shown).
+        let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
         let mut v: Vec<&EventRow> = s
             .events
             .iter()
-            .filter(|e| self.matches(e.job_key.as_deref().unwrap_or(""), e.effect_key.as_deref()))
+            .filter(|e| {
+                all || self.matches(e.job_key.as_deref().unwrap_or(""), e.effect_key.as_deref())
+            })
             .collect();
         if self.sort[3] == 1 {
             v.sort_by(|a, b| a.kind.cmp(&b.kind).then(b.id.cmp(&a.id)));
@@ -482,6 +494,12 @@ impl App {
                     self.reanchor();
                     // An open detail follows the data too (its rows are not in the snapshot).
                     return self.detail.as_ref().map(|d| Request::Load(d.focus.clone()));
+                }
+            }
+            Reply::Unchanged(at) => {
+                self.poll_error = None;
+                if let Some(s) = self.held.as_mut().or(self.snap.as_mut()) {
+                    s.taken_at = at;
                 }
             }
             Reply::PollFailed(e) => self.poll_error = Some(e),

@@ -28,7 +28,9 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         col("WHO", 14, 2),
         flex("DETAIL", 10, 1),
     ];
-    let rows = list
+    let sel = app.selected(View::Events);
+    let shown = visible(app, View::Events, list.len(), area, sel);
+    let rows = list[shown.clone()]
         .iter()
         .map(|e| {
             let alert = event_alert(&e.kind);
@@ -44,13 +46,13 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             ]
         })
         .collect();
-    let sel = app.selected(View::Events);
-    render_table(
+    render_window(
         f,
         app,
         View::Events,
         table(&cols, rows, area, t),
         area,
-        Some(sel),
+        shown,
+        sel,
     );
 }

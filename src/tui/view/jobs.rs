@@ -141,15 +141,20 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
     }
     let [tbl_area, notes] =
         Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
-    let rows = jobs.iter().map(|j| job_cells(j, t, now)).collect();
     let sel = app.selected(View::Jobs);
-    render_table(
+    let shown = visible(app, View::Jobs, jobs.len(), tbl_area, sel);
+    let rows = jobs[shown.clone()]
+        .iter()
+        .map(|j| job_cells(j, t, now))
+        .collect();
+    render_window(
         f,
         app,
         View::Jobs,
         table(&JOB_COLS, rows, tbl_area, t),
         tbl_area,
-        Some(sel),
+        shown,
+        sel,
     );
     // The selected job's warnings: the overlap forecast in words.
     let w = notes.width as usize;

@@ -96,6 +96,42 @@ pub(super) fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) 
     .highlight_spacing(HighlightSpacing::Always)
 }
 
+/// The rows of a long list that the table shows (the selection kept in view, as ratatui
+/// scrolls), so a frame lays out a screenful, not a thousand jobs.
+pub(super) fn visible(
+    app: &App,
+    v: View,
+    n: usize,
+    area: Rect,
+    sel: usize,
+) -> std::ops::Range<usize> {
+    let h = (area.height as usize).saturating_sub(1).max(1);
+    let sel = sel.min(n.saturating_sub(1));
+    let mut first = app.offset[v.index()].get().min(n.saturating_sub(1));
+    if sel < first {
+        first = sel;
+    }
+    if sel >= first + h {
+        first = sel + 1 - h;
+    }
+    first..n.min(first + h)
+}
+
+/// Renders the rows `shown` of a list (built by the caller for those rows only).
+pub(super) fn render_window(
+    f: &mut Frame,
+    app: &App,
+    v: View,
+    tbl: Table<'_>,
+    area: Rect,
+    shown: std::ops::Range<usize>,
+    sel: usize,
+) {
+    let mut state = TableState::default().with_selected(sel.checked_sub(shown.start));
+    f.render_stateful_widget(tbl, area, &mut state);
+    app.offset[v.index()].set(shown.start);
+}
+
 pub(super) fn render_table(
     f: &mut Frame,
     app: &App,

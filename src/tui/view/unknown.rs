@@ -23,7 +23,11 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
         col("VERDICT", 12, 2),
         flex("TERMS", 12, 1),
     ];
-    let rows = list
+    let [tbl_area, notes] =
+        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
+    let sel = app.selected(View::Unknown);
+    let shown = visible(app, View::Unknown, list.len(), tbl_area, sel);
+    let rows = list[shown.clone()]
         .iter()
         .map(|u| {
             let age = age_s(&u.since, now).unwrap_or(u.age_s);
@@ -47,16 +51,14 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
             ]
         })
         .collect();
-    let [tbl_area, notes] =
-        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
-    let sel = app.selected(View::Unknown);
-    render_table(
+    render_window(
         f,
         app,
         View::Unknown,
         table(&cols, rows, tbl_area, t),
         tbl_area,
-        Some(sel),
+        shown,
+        sel,
     );
     if let Some(u) = list.get(sel) {
         draw_selected_effect(

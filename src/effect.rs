@@ -9,6 +9,7 @@
 //! verdict applies only to the attempt it observed, and a send in flight is never settled.
 use crate::fault;
 use crate::key;
+use crate::state::EffectState;
 use crate::store::{Begin, NewEffect, Resolution, Seen, Store, Submit, Verdict};
 use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use crate::Result;
@@ -371,7 +372,7 @@ impl Attempt {
             .map(|u| format!("; its lease runs until {u}"))
             .unwrap_or_default();
         self.unresolved(
-            "submitted",
+            EffectState::Submitted.as_str(),
             format!("in flight: attempt {who} has been sending it since {since}{lease}"),
         )
     }
@@ -386,12 +387,12 @@ impl Attempt {
                 self.submitted = Some(seen);
                 Io::Send
             }
-            Input::Began(Begin::Existing(row, lease), sender) => match row.state.as_str() {
-                "done" => self.duplicate("already done", row.response.clone()),
-                "cancelled" => self.end(Outcome::Cancelled { key }),
+            Input::Began(Begin::Existing(row, lease), sender) => match &row.state {
+                EffectState::Done => self.duplicate("already done", row.response.clone()),
+                EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
                 // Nothing was sent: the compare-and-set takes the row over.
-                "claimed" => Io::Submit { seen: row.seen() },
-                "submitted" => {
+                EffectState::Claimed => Io::Submit { seen: row.seen() },
+                EffectState::Submitted => {
                     let since = row.updated_at.as_str();
                     match sender {
                         Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
@@ -404,11 +405,11 @@ impl Attempt {
                         }
                     }
                 }
-                "unknown" => {
+                EffectState::Unknown => {
                     self.looked_at = Some((row.seen(), false));
                     Io::Look
                 }
-                other => self.unresolved(
+                EffectState::Other(other) => self.unresolved(
                     other,
                     format!(
                         "the ledger row is in unrecognised state {:?}",
@@ -438,17 +439,17 @@ impl Attempt {
                         }
                         Observation::NotHappened => Io::Submit { seen },
                         Observation::CantTell(why) => self.unresolved(
-                            &seen.state,
+                            seen.state.as_str(),
                             format!(
                                 "the observer could not tell ({why}); resolve it with `exactly resolve`"
                             ),
                         ),
                     },
                     Verdict::Stale { state } => {
-                        self.reread(&state, "an observer's verdict about it went stale")
+                        self.reread(state.as_str(), "an observer's verdict about it went stale")
                     }
                     Verdict::NotOpen { state, .. } => {
-                        self.reread(&state, "it was settled by someone else meanwhile")
+                        self.reread(state.as_str(), "it was settled by someone else meanwhile")
                     }
                     Verdict::NotFound => self.reread("released", "it was released meanwhile"),
                     Verdict::InFlight {
@@ -469,9 +470,11 @@ impl Attempt {
                 Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
                 Submit::Denied => self.end(Outcome::Cancelled { key }),
                 Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
-                Submit::Lost(row) => match row.state.as_str() {
-                    "done" => self.duplicate("done by a concurrent attempt", row.response.clone()),
-                    "cancelled" => self.end(Outcome::Cancelled { key }),
+                Submit::Lost(row) => match &row.state {
+                    EffectState::Done => {
+                        self.duplicate("done by a concurrent attempt", row.response.clone())
+                    }
+                    EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
                     state => {
                         let state = state.to_string();
                         self.reread(&state, "a concurrent attempt moved it first")
@@ -544,7 +547,7 @@ pub fn execute(
                 fault::point("after_submitted");
             }
             let who = match &begin {
-                Begin::Existing(row, _) if row.state == "submitted" => {
+                Begin::Existing(row, _) if row.state == EffectState::Submitted => {
                     sender(row.attempt.as_deref())
                 }
                 _ => Sender::Unknown,
@@ -593,12 +596,23 @@ pub fn execute(
             let output = action.output().map(|o| (o.kept.as_slice(), o.total));
             let ok = within_lease(store, &ctx.job, |store| match sent {
                 Ok(response) => store.finish_effect_output_on(
-                    key, &ctx.job, ctx.token, "done", response, seen, output,
+                    key,
+                    &ctx.job,
+                    ctx.token,
+                    EffectState::Done,
+                    response,
+                    seen,
+                    output,
                 ),
                 Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
-                Err(Failure::Lost(reason)) => {
-                    store.finish_effect_on(key, &ctx.job, ctx.token, "unknown", reason, seen)
-                }
+                Err(Failure::Lost(reason)) => store.finish_effect_on(
+                    key,
+                    &ctx.job,
+                    ctx.token,
+                    EffectState::Unknown,
+                    reason,
+                    seen,
+                ),
             })?;
             fault::point("after_done");
             Input::Finished(ok)
@@ -703,7 +717,7 @@ pub fn settle_open_with(
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
-        let who = if row.state == "submitted" {
+        let who = if row.state == EffectState::Submitted {
             sender(row.attempt.as_deref())
         } else {
             Sender::Gone

@@ -49,6 +49,7 @@ pub mod lease;
 pub mod metrics;
 pub mod runner;
 pub mod sanitize;
+pub mod state;
 pub mod store;
 pub mod time;
 pub mod tui;

@@ -170,7 +170,7 @@ impl ApprovalView {
             effect_key: a.effect_key,
             job_key: a.job_key,
             terms_shown: a.terms_shown,
-            state: a.state,
+            state: a.state.to_string(),
             requested_at: a.requested_at,
             age_s,
             decided_by: a.decided_by,

@@ -36,7 +36,10 @@ fn unguarded_workload_reports_duplicates() {
             .expect("count");
         assert!(d > 0, "{s}: no duplicates seen without the guard");
     }
-    assert!(v["far_side_requests"].as_u64() > v["intended_effects"].as_u64());
+    // Numbers, not `Option`s: `Some(n) > None` holds, so a missing field would pass.
+    let requests = v["far_side_requests"].as_u64().expect("far_side_requests");
+    let intended = v["intended_effects"].as_u64().expect("intended_effects");
+    assert!(requests > intended, "{v:#}");
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! Issue 9's reproductions, with real `exactly` processes, real SQLite files and a far side that
 //! is a file of received effect keys (it never deduplicates).
-mod common;
-use common::{bin, far_count, split, Env};
+mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use support::cli::{bin, far_count, split, Env};
 
 /// The wrapped command: waits `before` seconds, sends (appends the key to the far side), then
 /// takes `after` seconds to answer.
@@ -329,7 +329,7 @@ fn library_deny_of_a_done_effect_reports_its_state() {
         0
     );
     match exactly::approval::deny(&mut s, &k, "bob", None).expect("deny") {
-        exactly::store::Decided::Already { state, .. } => assert_eq!(state, "done"),
+        exactly::store::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
         other => panic!("deny of a done effect: {other:?}"),
     }
 }

@@ -1,9 +1,9 @@
 //! The core through the real binary: leases, fencing, the ledger's branches, approvals,
 //! observers, and what happens to bad databases.
-mod common;
-use common::{far_count, split, Env};
+mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::cli::{far_count, split, Env};
 
 /// An effect that appends its key to a far-side file.
 fn effect_args<'a>(job: &'a str, token: &'a str, far: &'a str, input: &'a str) -> Vec<String> {
@@ -484,7 +484,7 @@ fn refuses_newer_foreign_and_corrupt_databases_without_writing() {
     /// `exactly --db PATH CMD` refuses the file: exit 1, one line saying `why`, no byte changed.
     fn assert_refused(path: &std::path::Path, cmd: &str, why: Option<&str>) {
         let before = std::fs::read(path).unwrap();
-        let out = Command::new(common::bin())
+        let out = Command::new(support::bin())
             .arg("--db")
             .arg(path)
             .arg(cmd)

@@ -1,11 +1,11 @@
 //! The only test that matters: kill `exactly effect` mid-effect (SIGKILL, at named fault points
 //! in the real code path and at random moments), restart it without clearing the ledger, and
 //! count what the far side received.
-mod common;
-use common::{far_count, Env};
+mod support;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
+use support::cli::{far_count, Env};
 
 #[derive(Debug, Clone, Copy)]
 enum Kill {
@@ -126,7 +126,7 @@ fn sigkill_mid_effect_then_restart_leaves_exactly_one_effect() {
             .env("EXACTLY_FENCING_TOKEN", &token)
             .output()
             .unwrap();
-        let (code, _, err) = common::split(out);
+        let (code, _, err) = support::cli::split(out);
         assert_eq!(code, 0, "iteration {i} ({kill:?}): restart: {err}");
         assert_eq!(
             far_count(&far, &key),

@@ -1,6 +1,6 @@
 //! `exactly demo --no-ui` drives every counter the dashboard shows.
-mod common;
-use common::Env;
+mod support;
+use support::cli::Env;
 
 #[test]
 fn the_demo_moves_every_counter_within_twenty_seconds() {

@@ -5,6 +5,7 @@
 //! machine `effect::run` drives ([`Attempt`] + [`effect::execute`]) against a real SQLite file;
 //! the far side counts every request and never deduplicates.
 use exactly::effect::{self, Action, Attempt, Ctx, Failure, Io, Observation, Spec};
+use exactly::state::EffectState;
 use exactly::store::{LeaseClaim, Store};
 use proptest::prelude::*;
 use std::cell::RefCell;
@@ -125,12 +126,15 @@ fn consistent(store: &mut Store, far: &Far, key: &str) -> Result<(), TestCaseErr
     let n = far_of(far, key);
     prop_assert!(n <= 1, "the far side received effect {} {} times", key, n);
     let state = store.effect(key).expect("read").map(|r| r.state);
-    if state.as_deref() == Some("done") {
+    if state == Some(EffectState::Done) {
         prop_assert_eq!(n, 1, "done but never received");
     }
     if n == 1 {
         prop_assert!(
-            matches!(state.as_deref(), Some("done" | "submitted" | "unknown")),
+            matches!(
+                state,
+                Some(EffectState::Done | EffectState::Submitted | EffectState::Unknown)
+            ),
             "received, yet the ledger says {:?}",
             state
         );
@@ -308,7 +312,7 @@ fn interleave_in(
     // Every intended effect was received, or is visibly unknown/submitted in the ledger.
     let state = store.effect(&key).expect("read").map(|r| r.state);
     prop_assert!(
-        far_of(&far, &key) == 1 || !matches!(state.as_deref(), Some("done")),
+        far_of(&far, &key) == 1 || state != Some(EffectState::Done),
         "done, never received"
     );
     // And once every lease has run out, a fresh attempt settles it: received exactly once.
@@ -335,7 +339,7 @@ fn interleave_in(
     prop_assert_eq!(far_of(&far, &key), 1, "recovery ended {:?}", out);
     prop_assert_eq!(
         store.effect(&key).expect("read").map(|r| r.state),
-        Some("done".to_string())
+        Some(EffectState::Done)
     );
     Ok(())
 }

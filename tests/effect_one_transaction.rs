@@ -1,7 +1,7 @@
 //! The one-transaction path (reserve and mark `submitted` together) is taken only when nothing
 //! stands in its way: an approval once asked for binds every later caller, whatever its flags.
-mod common;
-use common::{far_count, Env};
+mod support;
+use support::cli::{far_count, Env};
 
 fn effect_args<'a>(token: &'a str, far: &'a str, exit: &'a str) -> Vec<String> {
     [

@@ -2,11 +2,11 @@
 //! as it is written; signals to us reach the command and its outcome is recorded; the lease is
 //! the permission to send; a locked database at the finish is retried within the lease, then
 //! reported as "ran but not recorded" (exit 6). Real processes, real signals, a real SQLite file.
-mod common;
-use common::Env;
+mod support;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::cli::Env;
 
 /// `exactly effect` for job `job`, token `token`, one input, wrapping `sh -c script`.
 fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Command {
@@ -302,7 +302,7 @@ fn a_lease_renewed_beside_the_command_lets_it_finish() {
         std::thread::spawn(move || {
             let mut renewals = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let out = Command::new(common::bin())
+                let out = Command::new(support::bin())
                     .arg("--db")
                     .arg(&db)
                     .args(["lease", "renew", "--job", "renewed", "--token"])

@@ -1,15 +1,15 @@
 //! The operator's truth, with real processes on real files: a killed scheduler is shown dead,
 //! a failing job is counted and flagged, a run's output is readable (`logs`), `gc` keeps what
 //! must stay, and read commands change no byte of any file.
-mod runner_support;
+mod support;
 
-use runner_support::*;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::runner::*;
 
 fn status(site: &Site, env: &[(&str, &str)]) -> Value {
     let out = Command::new(bin())

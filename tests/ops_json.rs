@@ -1,10 +1,10 @@
 //! JSON for scripts from the control commands (`check`, `trigger`, `backfill`), and `check`'s
 //! exit codes: errors exit 1, warnings are printed and exit 0 unless `--strict`; `run` refuses
 //! what `check` calls an error.
-mod runner_support;
-use runner_support::*;
+mod support;
 use serde_json::Value;
 use std::time::Duration;
+use support::runner::*;
 
 fn json(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"))

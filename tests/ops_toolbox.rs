@@ -1,12 +1,12 @@
 //! The operator's toolbox, with the real binary on real files: Prometheus parses what `metrics`
 //! prints and scrapes `--listen`, JSON for scripts, a viewer account that can only read, shell
 //! completions, a man page, help on every flag, and README's cron wrapper under cron's rules.
-mod common;
+mod support;
 
-use common::*;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::cli::*;
 
 /// A Python with the real Prometheus parser (`prometheus_client`, installed by .ci/run).
 fn python() -> String {

@@ -1,7 +1,7 @@
 //! `exactly check` on small fixture files: each problem is caught, one line each; a clean file
 //! passes.
-mod runner_support;
-use runner_support::*;
+mod support;
+use support::runner::*;
 
 fn fixture(name: &str) -> String {
     format!("{}/tests/fixtures/check/{name}", env!("CARGO_MANIFEST_DIR"))

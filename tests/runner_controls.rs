@@ -1,10 +1,10 @@
 //! Operator controls: trigger (its own firing, under lease and overlap policy, answer says what
 //! happened), pause/resume (firings skipped with the note), backfill (past slots; done effects
 //! suppressed by their keys; a slot that ran is not run again).
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::process::Command;
 use std::time::Duration;
+use support::runner::*;
 
 #[test]
 fn trigger_pause_resume_backfill() {

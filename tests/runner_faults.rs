@@ -1,9 +1,9 @@
 //! The scheduler under real faults (issue 10): a hang-up, a slow or hung observer, a command
 //! that kills its own scheduler, a database held locked while a run ends, a retried effect of an
 //! old firing. A firing runs once at a time and at most three times, whatever dies or hangs.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::time::{Duration, Instant};
+use support::runner::*;
 
 const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 

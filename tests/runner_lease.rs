@@ -1,8 +1,8 @@
 //! Leases under stress: a run that overruns its lease is stolen, its copy ended and fenced; SIGTERM gives a
 //! running command its grace period and a restart does not re-run its firing.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::time::Duration;
+use support::runner::*;
 
 #[test]
 fn overrun_is_stolen_and_its_writes_are_fenced() {
@@ -104,9 +104,11 @@ fn sigterm_waits_for_the_run_and_restart_does_not_rerun_it() {
     assert!(wait_until(Duration::from_secs(6), || site.exists("started.2")));
     assert_eq!(s.term(Duration::from_secs(10)), Some(0));
     let far = site.lines("far.txt");
-    let mut sorted = far.clone();
-    sorted.dedup();
-    assert_eq!(sorted.len(), far.len(), "an effect landed twice: {far:?}");
+    // Sorted first: `dedup` only drops neighbours, so "a, b, a" would pass unsorted.
+    let mut distinct = far.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), far.len(), "an effect landed twice: {far:?}");
     assert_eq!(
         site.count(&format!(
             "SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{}'",

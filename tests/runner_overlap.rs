@@ -1,7 +1,7 @@
 //! A job that sleeps past its 1-second interval, under each overlap policy.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::time::Duration;
+use support::runner::*;
 
 fn slow_job(policy: &str) -> String {
     format!(

@@ -1,8 +1,8 @@
 //! A firing whose run died with its machine, or whose effect an observer found never happened,
 //! is fired again for the same slot, so an effect keyed by the slot goes out exactly once.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::time::Duration;
+use support::runner::*;
 
 fn effect(far: &str, body: &str) -> String {
     format!(

@@ -1,9 +1,9 @@
 //! A run past its job's `timeout` is stopped: SIGTERM to its process group, SIGKILL after a
 //! short grace; the run ends `timeout`, an effect it had `submitted` becomes `unknown`, the
 //! lease is released and the next firing runs.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::time::Duration;
+use support::runner::*;
 
 #[test]
 fn a_run_past_its_timeout_is_stopped_with_its_whole_process_group() {

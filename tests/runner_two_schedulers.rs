@@ -1,9 +1,9 @@
 //! Two `exactly run` processes on one jobs file and one database, a 1-second job, one of them
 //! SIGKILLed mid-run and restarted: each firing runs once, each effect lands once.
-mod runner_support;
-use runner_support::*;
+mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use support::runner::*;
 
 #[test]
 fn two_schedulers_one_killed_each_firing_runs_once() {

@@ -1,10 +1,10 @@
 //! The dashboard's keys against a real SQLite database: the same key sequences an operator
 //! types, through the same `serve` the poll task runs, then the rows checked.
-mod tui_support;
+mod support;
 
 use crossterm::event::KeyCode;
-use exactly::tui::{Act, Popup, Typing};
-use tui_support::*;
+use exactly::tui::{Pending, Popup, Typing};
+use support::tui::*;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
     let a = f
@@ -12,12 +12,12 @@ fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
         .approval(key)
         .expect("read")
         .expect("approval row");
-    (a.state, a.decided_by)
+    (a.state.to_string(), a.decided_by)
 }
 
 fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
     let r = f.store().effect(key).expect("read").expect("ledger row");
-    (r.state, r.resolved_by)
+    (r.state.to_string(), r.resolved_by)
 }
 
 /// The pending approval of the busy fixture (the only one).
@@ -32,7 +32,9 @@ fn approve_with_3_a_y() {
     let mut app = app_for(&f);
     let mut store = f.store();
     press(&mut app, &mut store, &keys("3a"));
-    assert!(matches!(&app.popup, Some(Popup::Confirm(Act::Approve { key: k, .. })) if *k == key));
+    assert!(
+        matches!(&app.popup, Some(Popup::Confirm(Pending::Approve { key: k, .. })) if *k == key)
+    );
     assert_eq!(
         approval_state(&f, &key).0,
         "pending",
@@ -74,7 +76,7 @@ fn resolve_happened_not_happened_cancel() {
         press(&mut app, &mut f.store(), &[key_of(how)]);
         assert!(matches!(
             &app.popup,
-            Some(Popup::Confirm(Act::Resolve { .. }))
+            Some(Popup::Confirm(Pending::Resolve { .. }))
         ));
         assert_eq!(
             effect_state(&f, &key).0,
@@ -217,7 +219,7 @@ fn pause_with_a_note_then_resume() {
     press(&mut app, &mut store, &keys("bank maintenance"));
     press(&mut app, &mut store, &[code(KeyCode::Enter)]);
     assert!(
-        matches!(&app.popup, Some(Popup::Confirm(Act::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance")
+        matches!(&app.popup, Some(Popup::Confirm(Pending::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance")
     );
     press(&mut app, &mut store, &keys("y"));
     let job = snapshot(&f)

@@ -6,6 +6,7 @@
 //! approves or denies at a random moment).
 use super::proc::Running;
 use super::{Client, Eff, Harness, How, Tally};
+use crate::state::EffectState;
 use crate::store::Decided;
 use crate::{approval, lease, Error, Result};
 use indicatif::ProgressBar;
@@ -116,7 +117,7 @@ fn make_unknown(h: &mut Harness, t: &mut Tally, e: &Eff, arrived: bool, label: &
     };
     let first = h.spawn(e, &c, None)?.finish()?;
     let state = h.store.effect(&key)?.map(|r| r.state);
-    if first.code != Some(6) || state.as_deref() != Some("unknown") {
+    if first.code != Some(6) || state != Some(EffectState::Unknown) {
         t.anomaly(format!(
             "{label}: the first attempt ended {:?} with the effect {state:?}, not unknown: {}",
             first.code,
@@ -507,7 +508,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 ));
             }
             let state = h.store.effect(&key)?.map(|r| r.state);
-            if state.as_deref() != Some("cancelled") {
+            if state != Some(EffectState::Cancelled) {
                 t.anomaly(format!(
                     "{label}: the denied effect is {state:?}, not cancelled"
                 ));

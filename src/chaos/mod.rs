@@ -11,6 +11,7 @@ mod sched;
 use crate::effect::Spec;
 use crate::metrics::Snapshot;
 use crate::sanitize::inert;
+use crate::state::EffectState;
 use crate::store::Store;
 use crate::{lease, Error, Result};
 use clap::Args;
@@ -437,12 +438,12 @@ impl Harness {
             } else {
                 None
             };
-            let state = row.as_ref().map(|r| r.state.as_str());
+            let state = row.as_ref().map(|r| &r.state);
             if n > 1 {
                 t.duplicate_effects += n - 1;
                 t.fail(format!("{label}: effect {key} arrived {n} times"));
             }
-            if n == 0 && state != Some("cancelled") {
+            if n == 0 && state != Some(&EffectState::Cancelled) {
                 t.lost_effects += 1;
                 t.fail(format!("{label}: effect {key} never arrived"));
             }
@@ -453,13 +454,13 @@ impl Harness {
                 continue;
             };
             let verdict = row.verdict.as_deref().unwrap_or("");
-            match row.state.as_str() {
-                "done" | "cancelled" => {
+            match &row.state {
+                EffectState::Done | EffectState::Cancelled => {
                     if verdict == "happened" || verdict == "not happened" {
                         t.unknown_resolved += 1;
                     }
                 }
-                "claimed" => {
+                EffectState::Claimed => {
                     t.claimed_leaked += 1;
                     t.fail(format!("{label}: effect {key} left claimed"));
                 }
@@ -470,7 +471,7 @@ impl Harness {
                     }
                     t.fail(format!(
                         "{label}: effect {key} left {} (observer: {})",
-                        inert(state),
+                        inert(state.as_str()),
                         if verdict.is_empty() { "none" } else { verdict }
                     ));
                 }

@@ -2,6 +2,7 @@
 //! different way, then settled by restarts (or the next firing) without clearing the ledger.
 use super::far_side::{SENT_MARKER, START_MARKER};
 use super::{Client, Eff, Harness, Tally};
+use crate::state::EffectState;
 use crate::{lease, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
@@ -260,7 +261,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         let first = h.spawn(&e, &c, None)?.finish()?;
         if h.guarded {
             let state = h.store.effect(&key)?.map(|r| r.state);
-            if first.code != Some(6) || state.as_deref() != Some("unknown") {
+            if first.code != Some(6) || state != Some(EffectState::Unknown) {
                 t.anomaly(format!(
                     "{label}: first attempt ended {:?} with the effect {state:?}, not unknown",
                     first.code

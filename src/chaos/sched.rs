@@ -11,6 +11,7 @@
 use super::proc::Running;
 use super::{sh_quote, Eff, Harness, Tally};
 use crate::runner::procs;
+use crate::state::EffectState;
 use crate::{Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
@@ -240,9 +241,9 @@ impl Fleet {
         }
         for (i, key) in std::mem::take(&mut self.pending) {
             match h.store.effect(&key)? {
-                Some(row) if row.state == "done" => {}
+                Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
-                    if row.state == "submitted" && sending(row.attempt.as_deref()) {
+                    if row.state == EffectState::Submitted && sending(row.attempt.as_deref()) {
                         in_flight.push(row.run_id);
                     }
                     keep.push((i, key));

@@ -3,6 +3,7 @@
 //! current, start the command with the firing in its environment, renew the lease by heartbeat
 //! from the first observer to the recorded end, stop the command at its `timeout`, capture a
 //! bounded log, record the outcome (retrying through a locked database) and release the lease.
+use crate::state::RunOutcome;
 use crate::store::{RunEnd, Started, Store};
 use crate::{effect, lease, time, Error, Result};
 use std::collections::VecDeque;
@@ -50,7 +51,7 @@ pub struct RunSpec {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub exit_code: Option<i32>,
     pub duration_ms: i64,
 }
@@ -286,7 +287,11 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     // Unknown before retry: the job's open effects get their observers' verdicts first, under
     // the lease's heartbeat so a slow observer never lets the lease lapse.
     let Some(settled) = observe(spec, &mut store, &mut beat) else {
-        let outcome = if beat.fenced { "fenced" } else { "killed" };
+        let outcome = if beat.fenced {
+            RunOutcome::Fenced
+        } else {
+            RunOutcome::Killed
+        };
         let why = "stopped while its observers ran, before its command started";
         return finish(&mut store, spec, &mut beat, outcome, None, began, why);
     };
@@ -332,11 +337,27 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         }
         if beat.fenced {
             let why = "its token lost the lease before its command started";
-            return finish(&mut store, spec, &mut beat, "fenced", None, began, why);
+            return finish(
+                &mut store,
+                spec,
+                &mut beat,
+                RunOutcome::Fenced,
+                None,
+                began,
+                why,
+            );
         }
         if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
             let why = "could not confirm its lease before starting the command";
-            return finish(&mut store, spec, &mut beat, "failed", None, began, why);
+            return finish(
+                &mut store,
+                spec,
+                &mut beat,
+                RunOutcome::Failed,
+                None,
+                began,
+                why,
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -348,7 +369,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
                 &mut store,
                 spec,
                 &mut beat,
-                "failed",
+                RunOutcome::Failed,
                 None,
                 began,
                 "no command",
@@ -379,7 +400,15 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         Err(e) => {
             let why = format!("cannot start {prog:?}: {e}");
             log_line("ERROR", job, &format!("run {run_id}: {why}"));
-            return finish(&mut store, spec, &mut beat, "failed", None, began, &why);
+            return finish(
+                &mut store,
+                spec,
+                &mut beat,
+                RunOutcome::Failed,
+                None,
+                began,
+                &why,
+            );
         }
     };
     let started_cmd = Instant::now();
@@ -393,7 +422,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     }
     let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
     // Why and since when the command is being stopped: shutdown (`killed`) or `timeout`.
-    let mut stopping: Option<(&str, Instant)> = None;
+    let mut stopping: Option<(RunOutcome, Instant)> = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
@@ -406,7 +435,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         if stopping.is_none() {
             let over = spec.timeout.filter(|t| started_cmd.elapsed() >= *t);
             if spec.kill.load(Ordering::SeqCst) {
-                stopping = Some(("killed", Instant::now()));
+                stopping = Some((RunOutcome::Killed, Instant::now()));
             } else if let Some(t) = over {
                 log_line(
                     "WARN",
@@ -416,7 +445,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
                         time::human_ms(t.as_millis() as u64)
                     ),
                 );
-                stopping = Some(("timeout", Instant::now()));
+                stopping = Some((RunOutcome::Timeout, Instant::now()));
             }
             if stopping.is_some() {
                 signal_group(pid, libc::SIGTERM);
@@ -426,7 +455,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             next_flush = Instant::now() + OUTPUT_FLUSH;
             flush_output(&mut store, run_id, &log, &mut flushed);
         }
-        if let Some((_, since)) = stopping {
+        if let Some((_, since)) = &stopping {
             if since.elapsed() > KILL_GRACE {
                 signal_group(pid, libc::SIGKILL);
             }
@@ -435,7 +464,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         std::thread::sleep(Duration::from_millis(20));
     };
     // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
-    if let Some((_, since)) = stopping {
+    if let Some((_, since)) = &stopping {
         while group_alive(pid) && since.elapsed() <= KILL_GRACE {
             beat.tick(&mut store, spec);
             std::thread::sleep(Duration::from_millis(20));
@@ -449,15 +478,15 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let text = log.lock().map(|l| l.render()).unwrap_or_default();
     let code = status.and_then(|s| s.code());
     let outcome = if beat.fenced {
-        "fenced"
+        RunOutcome::Fenced
     } else if let Some((why, _)) = stopping {
         why
     } else if code == Some(0) {
-        "ok"
+        RunOutcome::Ok
     } else {
-        "failed"
+        RunOutcome::Failed
     };
-    if let (Some(s), "failed") = (status, outcome) {
+    if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
         if let Some(sig) = s.signal() {
             log_line("WARN", job, &format!("run {run_id} ended by signal {sig}"));
         }
@@ -477,7 +506,7 @@ fn finish(
     store: &mut Store,
     spec: &RunSpec,
     beat: &mut Heartbeat,
-    outcome: &str,
+    outcome: RunOutcome,
     exit_code: Option<i32>,
     began: Instant,
     log: &str,
@@ -513,8 +542,8 @@ fn finish(
                         "WARN",
                         &spec.job,
                         &format!(
-                            "run {} ended {outcome} but its end cannot be recorded yet ({why}); retrying, lease kept",
-                            spec.started.run_id
+                            "run {} ended {} but its end cannot be recorded yet ({why}); retrying, lease kept",
+                            spec.started.run_id, end.outcome
                         ),
                     );
                 }
@@ -524,7 +553,11 @@ fn finish(
             Err(e) => return Err(e),
         }
     };
-    let level = if outcome == "ok" { "INFO" } else { "WARN" };
+    let level = if outcome == RunOutcome::Ok {
+        "INFO"
+    } else {
+        "WARN"
+    };
     log_line(
         level,
         &spec.job,

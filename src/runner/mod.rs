@@ -17,6 +17,7 @@ pub use config::{Job, Overlap, Problem, Severity};
 pub use schedule::Schedule;
 
 use crate::sanitize::inert;
+use crate::state::RunOutcome;
 use crate::store::{FireRequest, Fired, JobReg, RegisteredJob, Store};
 use crate::{lease, time, Error, Result};
 use clap::Args;
@@ -471,7 +472,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             );
             let mut v = json!({"result": "started"});
             v["run"] = run_json(&mut store, &a.job, token, &run_id, &r)?;
-            (if r.outcome == "ok" { 0 } else { 1 }, text, v)
+            (if r.outcome == RunOutcome::Ok { 0 } else { 1 }, text, v)
         }
         Fired::Queued { depth, cap } => (
             0,
@@ -506,7 +507,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             3,
             format!(
                 "duplicate: this firing of {job} at {slot} was already {}",
-                inert(&state)
+                inert(state.as_str())
             ),
             json!({"result": "duplicate", "state": state}),
         ),
@@ -647,12 +648,12 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                     let run = run_json(&mut store, &a.job, token, &run_id, &r)?;
                     report
                         .push(serde_json::json!({"slot": slot_text, "result": "ran", "run": run}));
-                    failed |= r.outcome != "ok";
+                    failed |= r.outcome != RunOutcome::Ok;
                 }
                 Fired::Duplicate { state, .. } => {
                     say(format!(
                         "{slot_text}: already {} — duplicate firing, not run again",
-                        inert(&state)
+                        inert(state.as_str())
                     ));
                     report.push(serde_json::json!({"slot": slot_text, "result": "duplicate", "state": state}));
                 }

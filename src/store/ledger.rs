@@ -1,7 +1,11 @@
-//! Writes: the lease claim, the effect ledger's transitions and approvals. Each method is one
+//! The effect aggregate: the ledger's transitions (claimed → submitted → done | unknown,
+//! cancelled), each a compare-and-set on the row as its writer read it. Each method is one
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
-use super::{int, kind, record_event, text, text_or_empty, Cached, NewEvent, Store, RELEASED};
+use super::lease::{current_token, fenced};
+use super::{int, record_event, text, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
+use crate::state::EventKind;
+use crate::state::{ApprovalState, EffectState};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -12,7 +16,7 @@ pub struct LedgerRow {
     pub job_key: String,
     pub run_id: String,
     pub fencing_token: Option<i64>,
-    pub state: String,
+    pub state: EffectState,
     pub terms_shown: Option<String>,
     pub response: Option<String>,
     pub created_at: String,
@@ -52,7 +56,7 @@ impl LedgerRow {
 /// applies only if the row still is in this state, at this version, updated at this instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Seen {
-    pub state: String,
+    pub state: EffectState,
     pub version: i64,
     pub updated_at: String,
 }
@@ -67,13 +71,13 @@ pub fn switch_guard_off_for_proof(off: bool) {
     GUARD_OFF.store(off, std::sync::atomic::Ordering::SeqCst);
 }
 
-fn guard_off() -> bool {
+pub(super) fn guard_off() -> bool {
     GUARD_OFF.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// The SQL condition "the row is still as seen" over parameters ?S (state), ?V (version) and ?U
 /// (updated_at), numbered from `first`.
-fn still_as_seen(first: usize) -> String {
+pub(super) fn still_as_seen(first: usize) -> String {
     if guard_off() {
         return format!(
             "state = ?{} AND (?{} IS NULL OR 1) AND (?{} IS NULL OR 1)",
@@ -91,7 +95,7 @@ fn still_as_seen(first: usize) -> String {
 }
 
 /// The version a transition writes.
-const BUMP: &str = "version = coalesce(version, 0) + 1";
+pub(super) const BUMP: &str = "version = coalesce(version, 0) + 1";
 
 pub(crate) const LEDGER_COLS: &str =
     "effect_key, job_key, run_id, fencing_token, state, terms_shown,
@@ -105,7 +109,7 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
         job_key: text_or_empty(r, 1)?,
         run_id: text_or_empty(r, 2)?,
         fencing_token: int(r, 3)?,
-        state: text_or_empty(r, 4)?,
+        state: word(r, 4)?,
         terms_shown: text(r, 5)?,
         response: text(r, 6)?,
         created_at: text_or_empty(r, 7)?,
@@ -136,7 +140,7 @@ fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>>
     })
 }
 
-fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
+pub(super) fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
     tx.row_cached(
         &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
         [key],
@@ -175,149 +179,6 @@ fn sender_lease(
         live: !guard_off() && until.as_deref().is_some_and(|u| u >= margin.as_str()),
         until,
     })
-}
-
-/// The current (highest) fencing token of a job, if it ever had a lease.
-fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
-    tx.row_cached(
-        "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
-        [job],
-        |r| r.get(0),
-    )
-}
-
-fn fenced(
-    tx: &Transaction<'_>,
-    job: &str,
-    key: Option<&str>,
-    token: i64,
-    what: &str,
-) -> rusqlite::Result<()> {
-    let mut ev = NewEvent::new(kind::FENCED_WRITE)
-        .job(job)
-        .token(token)
-        .detail(what);
-    ev.effect_key = key;
-    record_event(tx, &ev)
-}
-
-/// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
-/// records the firing in one transaction).
-pub(crate) fn claim_lease_tx(
-    tx: &Transaction<'_>,
-    job: &str,
-    owner: &str,
-    until: &str,
-    now: &str,
-) -> rusqlite::Result<LeaseClaim> {
-    let prev: Option<(String, i64, String)> = tx
-        .row_cached(
-            "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-            [job],
-            |r| {
-                Ok((
-                    text_or_empty(r, 0)?,
-                    int(r, 1)?.unwrap_or(0),
-                    text_or_empty(r, 2)?,
-                ))
-            },
-        )
-        .optional()?;
-    // An expired lease is taken over only once the clock-skew margin has passed too: its
-    // holder's clock may be behind ours (a released lease is before every margin).
-    let steal_before = crate::time::minus_skew(now);
-    let won: Option<i64> = tx
-        .row_cached(
-            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
-             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
-             ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
-                fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
-             WHERE job_lease.lease_until < ?5
-             RETURNING fencing_token",
-            params![job, owner, until, now, steal_before],
-            |r| r.get(0),
-        )
-        .optional()?;
-    match (won, prev) {
-        (Some(token), Some((prev_owner, prev_token, prev_until))) => {
-            let stolen = prev_until.as_str() != RELEASED;
-            if stolen {
-                let detail =
-                    format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
-                record_event(
-                    tx,
-                    &NewEvent::new(kind::LEASE_STOLEN)
-                        .job(job)
-                        .token(token)
-                        .actor(owner)
-                        .detail(&detail),
-                )?;
-            }
-            Ok(LeaseClaim::Won {
-                token,
-                stolen_from: stolen.then_some((prev_owner, prev_token)),
-            })
-        }
-        (Some(token), None) => Ok(LeaseClaim::Won {
-            token,
-            stolen_from: None,
-        }),
-        // The claim was a no-op: the row we read first, in this same transaction, still holds.
-        (None, Some((owner, token, until))) => Ok(LeaseClaim::Held {
-            owner,
-            token,
-            until,
-        }),
-        (None, None) => Err(rusqlite::Error::QueryReturnedNoRows),
-    }
-}
-
-/// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
-/// With `only_held`, a released lease is not touched (renewing it would re-take it).
-fn set_lease_until(
-    tx: &Transaction<'_>,
-    job: &str,
-    token: i64,
-    until: &str,
-    only_held: bool,
-    what: &str,
-) -> rusqlite::Result<bool> {
-    let ok = tx
-        .row_cached(
-            "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
-               AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
-            params![job, until, token, RELEASED, only_held],
-            |_| Ok(()),
-        )
-        .optional()?
-        .is_some();
-    if !ok {
-        fenced(tx, job, None, token, what)?;
-    }
-    Ok(ok)
-}
-
-/// The answer to a lease claim.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LeaseClaim {
-    Won {
-        token: i64,
-        stolen_from: Option<(String, i64)>,
-    },
-    Held {
-        owner: String,
-        token: i64,
-        until: String,
-    },
-}
-
-/// The current lease row of a job.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct LeaseRow {
-    pub job_key: String,
-    pub owner: String,
-    pub fencing_token: i64,
-    pub lease_until: String,
 }
 
 /// The answer to a move the ledger may refuse.
@@ -381,50 +242,6 @@ pub struct NewEffect<'a> {
     pub observe_cmd: Option<&'a str>,
 }
 
-/// An approval row.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct ApprovalRow {
-    pub effect_key: String,
-    pub job_key: String,
-    pub terms_shown: Option<String>,
-    pub state: String,
-    pub requested_at: String,
-    pub decided_by: Option<String>,
-    pub decided_at: Option<String>,
-    pub note: Option<String>,
-    pub consumed_at: Option<String>,
-}
-
-pub(crate) const APPROVAL_COLS: &str =
-    "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, note, consumed_at";
-
-pub(crate) fn approval_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
-    Ok(ApprovalRow {
-        effect_key: text_or_empty(r, 0)?,
-        job_key: text_or_empty(r, 1)?,
-        terms_shown: text(r, 2)?,
-        state: text_or_empty(r, 3)?,
-        requested_at: text_or_empty(r, 4)?,
-        decided_by: text(r, 5)?,
-        decided_at: text(r, 6)?,
-        note: text(r, 7)?,
-        consumed_at: text(r, 8)?,
-    })
-}
-
-/// The answer to an operator's decision.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decided {
-    Done,
-    /// Someone decided first: their decision stands.
-    Already {
-        state: String,
-        by: Option<String>,
-        at: Option<String>,
-    },
-    NotFound,
-}
-
 /// How an operator (or observer) settles an effect that may or may not have happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
@@ -434,11 +251,11 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub fn target_state(self) -> &'static str {
+    pub fn target_state(self) -> EffectState {
         match self {
-            Resolution::Happened => "done",
-            Resolution::NotHappened => "claimed",
-            Resolution::Cancel => "cancelled",
+            Resolution::Happened => EffectState::Done,
+            Resolution::NotHappened => EffectState::Claimed,
+            Resolution::Cancel => EffectState::Cancelled,
         }
     }
     pub fn word(self) -> &'static str {
@@ -455,16 +272,16 @@ impl Resolution {
 pub enum Verdict {
     /// Recorded (and, when definite, the row settled); `seen` is the row as it left it.
     Applied {
-        from: String,
+        from: EffectState,
         seen: Seen,
     },
     /// The row moved since the observer looked: the verdict was discarded.
     Stale {
-        state: String,
+        state: EffectState,
     },
     /// The row's sender may still be sending (its lease is live): not settled.
     InFlight {
-        state: String,
+        state: EffectState,
         attempt: Option<String>,
         since: String,
         until: Option<String>,
@@ -472,7 +289,7 @@ pub enum Verdict {
     /// A higher fencing token exists for the observing job.
     Fenced,
     NotOpen {
-        state: String,
+        state: EffectState,
         by: Option<String>,
     },
     NotFound,
@@ -481,58 +298,19 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     Done {
-        from: String,
+        from: EffectState,
     },
     /// The effect is not open (already settled, by someone else or by an observer).
     NotOpen {
-        state: String,
+        state: EffectState,
         by: Option<String>,
     },
+    /// A higher fencing token exists for the settling job: nothing was changed.
+    Fenced,
     NotFound,
 }
 
 impl Store {
-    /// The seed's claim, in one statement: insert, or steal an expired lease; the token is one
-    /// more than the job's last, so it never goes backwards. `RETURNING` says whether we won.
-    pub fn claim_lease(
-        &mut self,
-        job: &str,
-        owner: &str,
-        until: &str,
-        now: &str,
-    ) -> Result<LeaseClaim> {
-        self.write(|tx| claim_lease_tx(tx, job, owner, until, now))
-    }
-
-    /// Extends a lease we hold; `false` means we were fenced (counted). A released lease is
-    /// not renewed: it is no longer held.
-    pub fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
-        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused"))
-    }
-
-    /// Ends a lease we hold, keeping its token so the next claim counts on from it.
-    pub fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
-        self.write(|tx| set_lease_until(tx, job, token, RELEASED, false, "lease release refused"))
-    }
-
-    pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
-        self.read(|tx| {
-            tx.row_cached(
-                "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                [job],
-                |r| {
-                    Ok(LeaseRow {
-                        job_key: text_or_empty(r, 0)?,
-                        owner: text_or_empty(r, 1)?,
-                        fencing_token: int(r, 2)?.unwrap_or(0),
-                        lease_until: text_or_empty(r, 3)?,
-                    })
-                },
-            )
-            .optional()
-        })
-    }
-
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
@@ -578,7 +356,11 @@ impl Store {
                 }
                 None => None,
             };
-            let state = if attempt.is_some() { "submitted" } else { "claimed" };
+            let state = if attempt.is_some() {
+                EffectState::Submitted
+            } else {
+                EffectState::Claimed
+            };
             let inserted = tx.exec_cached(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
@@ -593,7 +375,7 @@ impl Store {
             match inserted {
                 Ok(_) => {
                     let seen = Seen {
-                        state: state.into(),
+                        state,
                         version: 1,
                         updated_at: now.clone(),
                     };
@@ -614,7 +396,7 @@ impl Store {
                             params![e.effect_key, e.observe_cmd],
                         )?;
                     }
-                    let lease = if row.state == "submitted" {
+                    let lease = if row.state == EffectState::Submitted {
                         sender_lease(tx, &row.job_key, row.fencing_token, &now)?
                     } else {
                         SenderLease::default()
@@ -696,30 +478,30 @@ impl Store {
                 Some(s) => s.clone(),
                 None => read_row(tx, key)?.map(|r| r.seen()).unwrap_or_default(),
             };
-            if seen.state != "claimed" {
+            if seen.state != EffectState::Claimed {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
             let mut consume = false;
-            let approval: Option<String> = tx
+            let approval: Option<ApprovalState> = tx
                 .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
                     [key],
-                    |r| text_or_empty(r, 0),
+                    |r| word(r, 0),
                 )
                 .optional()?;
-            match approval.as_deref() {
+            match approval {
                 None if needs_approval => {
                     tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         params![key, job, terms, now],
                     )?;
-                    record_event(tx, &NewEvent::new(kind::APPROVAL_REQUESTED).job(job).effect(key))?;
+                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
-                None | Some("consumed") => {}
-                Some("approved") => consume = true,
-                Some("denied") => {
+                None | Some(ApprovalState::Consumed) => {}
+                Some(ApprovalState::Approved) => consume = true,
+                Some(ApprovalState::Denied) => {
                     tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
@@ -753,7 +535,7 @@ impl Store {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             };
             let after = Seen {
-                state: "submitted".into(),
+                state: EffectState::Submitted,
                 version: version.unwrap_or(0),
                 updated_at: now.clone(),
             };
@@ -765,7 +547,7 @@ impl Store {
                 )?;
                 record_event(
                     tx,
-                    &NewEvent::new(kind::APPROVAL_CONSUMED).job(job).effect(key).token(token),
+                    &NewEvent::new(EventKind::ApprovalConsumed).job(job).effect(key).token(token),
                 )?;
             }
             Ok(Submit::Won { approval_consumed: consume, seen: after })
@@ -780,7 +562,7 @@ impl Store {
         key: &str,
         job: &str,
         token: i64,
-        state: &str,
+        state: EffectState,
         response: &str,
         seen: &Seen,
     ) -> Result<bool> {
@@ -794,7 +576,7 @@ impl Store {
         key: &str,
         job: &str,
         token: i64,
-        state: &str,
+        state: EffectState,
         response: &str,
     ) -> Result<bool> {
         self.finish_tx(key, job, token, state, response, None, None)
@@ -808,7 +590,7 @@ impl Store {
         key: &str,
         job: &str,
         token: i64,
-        state: &str,
+        state: EffectState,
         response: &str,
         seen: &Seen,
         output: Option<(&[u8], u64)>,
@@ -822,7 +604,7 @@ impl Store {
         key: &str,
         job: &str,
         token: i64,
-        state: &str,
+        state: EffectState,
         response: &str,
         seen: Option<&Seen>,
         output: Option<(&[u8], u64)>,
@@ -837,7 +619,7 @@ impl Store {
                 Some(s) => s.clone(),
                 None => read_row(tx, key)?
                     .map(|r| r.seen())
-                    .filter(|s| s.state == "submitted")
+                    .filter(|s| s.state == EffectState::Submitted)
                     .unwrap_or_default(),
             };
             let ok = tx.exec_cached(
@@ -863,10 +645,10 @@ impl Store {
                 ],
             )? == 1;
             if ok {
-                let k = if state == "done" {
-                    kind::EFFECT_DONE
+                let k = if state == EffectState::Done {
+                    EventKind::EffectDone
                 } else {
-                    kind::EFFECT_UNKNOWN
+                    EventKind::EffectUnknown
                 };
                 let detail = crate::sanitize::inert_trunc(response, 200);
                 record_event(
@@ -908,7 +690,7 @@ impl Store {
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     params![key, token],
                 )?;
-                record_event(tx, &NewEvent::new(kind::EFFECT_RELEASED).job(job).effect(key).token(token))?;
+                record_event(tx, &NewEvent::new(EventKind::EffectReleased).job(job).effect(key).token(token))?;
             } else {
                 fenced(tx, job, Some(key), token, "release refused")?;
             }
@@ -925,7 +707,7 @@ impl Store {
         detail: &str,
     ) -> Result<()> {
         self.write(|tx| {
-            let mut ev = NewEvent::new(kind::DUPLICATE_SUPPRESSED)
+            let mut ev = NewEvent::new(EventKind::DuplicateSuppressed)
                 .job(job)
                 .effect(key)
                 .detail(detail);
@@ -948,10 +730,7 @@ impl Store {
             match self.verdict_tx(key, verdict, words, fence, None, true)? {
                 Verdict::Applied { from, .. } => Resolved::Done { from },
                 Verdict::NotOpen { state, by } => Resolved::NotOpen { state, by },
-                Verdict::Fenced => Resolved::NotOpen {
-                    state: "fenced".into(),
-                    by: None,
-                },
+                Verdict::Fenced => Resolved::Fenced,
                 Verdict::Stale { state } | Verdict::InFlight { state, .. } => {
                     Resolved::NotOpen { state, by: None }
                 }
@@ -1004,12 +783,12 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(kind::STALE_VERDICT).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
             }
-            if row.state != "submitted" && row.state != "unknown" {
+            if !row.state.is_open() {
                 return Ok(Verdict::NotOpen { state: row.state, by: row.resolved_by });
             }
             if let Some((job, token)) = fence {
@@ -1018,7 +797,7 @@ impl Store {
                     return Ok(Verdict::Fenced);
                 }
             }
-            if row.state == "submitted" && lease_check && !guard_off() {
+            if row.state == EffectState::Submitted && lease_check && !guard_off() {
                 let lease = sender_lease(tx, &row.job_key, row.fencing_token, &now)?;
                 if lease.live {
                     return Ok(Verdict::InFlight {
@@ -1031,13 +810,14 @@ impl Store {
             }
             let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
             let target = match verdict {
-                Some(Resolution::Happened) => Some("done"),
-                Some(Resolution::NotHappened) => Some("claimed"),
+                Some(how @ (Resolution::Happened | Resolution::NotHappened)) => {
+                    Some(how.target_state())
+                }
                 _ => None,
             };
-            let version = match target {
+            let version = match &target {
                 Some(state) => {
-                    let resp = (state == "done" && !words.is_empty()).then_some(words);
+                    let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
                     tx.row_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
@@ -1058,11 +838,11 @@ impl Store {
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(kind::OBSERVER_VERDICT).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
-                Some(state) => Seen { state: state.into(), version, updated_at: now.clone() },
+                Some(state) => Seen { state, version, updated_at: now.clone() },
                 None => row.seen(),
             };
             Ok(Verdict::Applied { from: row.state, seen: after })
@@ -1082,9 +862,8 @@ impl Store {
         let now = crate::time::now_text();
         self.write(|tx| {
             let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
-            let open = row.state == "submitted"
-                || row.state == "unknown"
-                || (how == Resolution::Cancel && row.state == "claimed");
+            let open = row.state.is_open()
+                || (how == Resolution::Cancel && row.state == EffectState::Claimed);
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
@@ -1113,7 +892,7 @@ impl Store {
             }
             record_event(
                 tx,
-                &NewEvent::new(kind::RESOLVED).job(&row.job_key).effect(key).actor(by).detail(&detail),
+                &NewEvent::new(EventKind::Resolved).job(&row.job_key).effect(key).actor(by).detail(&detail),
             )?;
             Ok(Resolved::Done { from: row.state })
         })
@@ -1121,133 +900,5 @@ impl Store {
 
     pub fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
         self.read(|tx| read_row(tx, key))
-    }
-
-    pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
-        self.read(|tx| {
-            tx.row_cached(
-                &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
-                [key],
-                approval_row,
-            )
-            .optional()
-        })
-    }
-
-    /// Asks for a person's approval of an effect (once; asking again changes nothing).
-    pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
-        let now = crate::time::now_text();
-        self.write(|tx| {
-            let n = tx.exec_cached(
-                "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
-                 VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
-                params![key, job, terms, now],
-            )?;
-            if n == 1 {
-                record_event(tx, &NewEvent::new(kind::APPROVAL_REQUESTED).job(job).effect(key))?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Approves or denies a pending approval. Of two operators deciding at once, one wins; the
-    /// other learns who did. A denial also cancels the effect if nothing was sent.
-    pub fn decide_approval(
-        &mut self,
-        key: &str,
-        approve: bool,
-        by: &str,
-        note: Option<&str>,
-    ) -> Result<Decided> {
-        let now = crate::time::now_text();
-        let state = if approve { "approved" } else { "denied" };
-        self.write(|tx| {
-            if !approve {
-                // A denial stops an effect that was not sent; one that was (or may have been)
-                // is not pending any more, whatever its approval row says.
-                let effect: Option<(String, String)> = tx
-                    .row_cached(
-                        "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
-                        [key],
-                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
-                    )
-                    .optional()?;
-                if let Some((state, at)) = effect.filter(|(s, _)| s != "claimed") {
-                    return Ok(Decided::Already { state, by: None, at: Some(at) });
-                }
-            }
-            let job: Option<String> = tx
-                .row_cached(
-                    "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
-                     WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
-                    params![key, state, by, now, note],
-                    |r| text_or_empty(r, 0),
-                )
-                .optional()?;
-            let Some(job) = job else {
-                let row = tx
-                    .row_cached(
-                        &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
-                        [key],
-                        approval_row,
-                    )
-                    .optional()?;
-                return Ok(match row {
-                    Some(a) => Decided::Already { state: a.state, by: a.decided_by, at: a.decided_at },
-                    None => Decided::NotFound,
-                });
-            };
-            if !approve {
-                tx.exec_cached(
-                    &format!(
-                        "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
-                            resolved_at = ?2, resolution_note = ?4, {BUMP}
-                         WHERE effect_key = ?1 AND state = 'claimed'"
-                    ),
-                    params![key, now, by, note],
-                )?;
-            }
-            let k = if approve { kind::APPROVAL_GRANTED } else { kind::APPROVAL_DENIED };
-            let mut ev = NewEvent::new(k).job(&job).effect(key).actor(by);
-            ev.detail = note;
-            record_event(tx, &ev)?;
-            Ok(Decided::Done)
-        })
-    }
-}
-
-impl Store {
-    /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
-    /// Returns false when it already was in that state.
-    pub fn set_paused(
-        &mut self,
-        job: &str,
-        paused: bool,
-        by: &str,
-        note: Option<&str>,
-    ) -> Result<bool> {
-        let now = crate::time::now_text();
-        self.write(|tx| {
-            let was: Option<i64> = tx
-                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
-                .optional()?
-                .flatten();
-            if (was.unwrap_or(0) != 0) == paused {
-                return Ok(false);
-            }
-            tx.exec_cached(
-                "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                 ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
-                    pause_note = excluded.pause_note, paused_by = excluded.paused_by,
-                    paused_at = excluded.paused_at, updated_at = excluded.updated_at",
-                params![job, i64::from(paused), if paused { note } else { None }, by, now],
-            )?;
-            let k = if paused { kind::JOB_PAUSED } else { kind::JOB_RESUMED };
-            let mut ev = NewEvent::new(k).job(job).actor(by);
-            ev.detail = note;
-            record_event(tx, &ev)?;
-            Ok(true)
-        })
     }
 }

@@ -5,17 +5,25 @@
 //! ignoring the busy timeout) and `synchronous=FULL`, so a committed lease claim or `submitted`
 //! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
+mod approval;
+mod firing;
+mod job;
+mod lease;
 mod ledger;
 mod read;
 mod retention;
-mod runner;
+mod run;
 mod schedulers;
 mod schema;
 
+pub use approval::*;
+pub use firing::*;
+pub use job::*;
+pub use lease::*;
 pub use ledger::*;
 pub use read::*;
 pub use retention::*;
-pub use runner::*;
+pub use run::*;
 pub use schedulers::*;
 pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
@@ -409,7 +417,7 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
 /// An event about to be appended.
 #[derive(Debug, Default, Clone)]
 pub struct NewEvent<'a> {
-    pub kind: &'a str,
+    pub kind: EventKind,
     pub job_key: Option<&'a str>,
     pub effect_key: Option<&'a str>,
     pub token: Option<i64>,
@@ -418,7 +426,7 @@ pub struct NewEvent<'a> {
 }
 
 impl<'a> NewEvent<'a> {
-    pub fn new(kind: &'a str) -> Self {
+    pub fn new(kind: EventKind) -> Self {
         NewEvent {
             kind,
             ..Default::default()
@@ -446,45 +454,31 @@ impl<'a> NewEvent<'a> {
     }
 }
 
-/// Event kinds (the counters and the dashboard's stream use these names).
-pub mod kind {
-    pub const DUPLICATE_SUPPRESSED: &str = "duplicate_suppressed";
-    pub const FENCED_WRITE: &str = "fenced_write";
-    pub const LEASE_STOLEN: &str = "lease_stolen";
-    pub const APPROVAL_REQUESTED: &str = "approval_requested";
-    pub const APPROVAL_GRANTED: &str = "approval_granted";
-    pub const APPROVAL_DENIED: &str = "approval_denied";
-    pub const APPROVAL_CONSUMED: &str = "approval_consumed";
-    pub const RESOLVED: &str = "resolved";
-    pub const OBSERVER_VERDICT: &str = "observer_verdict";
-    /// An observer's verdict about a row version that has since moved: discarded, not applied.
-    pub const STALE_VERDICT: &str = "stale_verdict";
-    pub const EFFECT_DONE: &str = "effect_done";
-    pub const EFFECT_UNKNOWN: &str = "effect_unknown";
-    pub const EFFECT_RELEASED: &str = "effect_released";
-    pub const JOB_PAUSED: &str = "job_paused";
-    pub const JOB_RESUMED: &str = "job_resumed";
-    pub const JOB_RETIRED: &str = "job_retired";
-    /// The same firing (job, scheduled instant) fired again: not run.
-    pub const FIRING_DUPLICATE: &str = "firing_duplicate";
-    /// A firing dropped because a run was live (overlap = coalesce).
-    pub const FIRING_COALESCED: &str = "firing_coalesced";
-    /// A firing dropped because the queue was full (overlap = queue).
-    pub const QUEUE_SATURATED: &str = "queue_saturated";
-    /// A real miss: overlap = fail with a live run, or no scheduler ran it within catch-up.
-    /// Its counter counts firings.
-    pub const FIRING_MISSED: &str = "firing_missed";
-    pub const FIRING_RESUMED: &str = "firing_resumed";
-    pub const FIRING_SKIPPED_PAUSED: &str = "firing_skipped_paused";
-    /// A run whose lease renewal (or release) was refused: a newer token holds the job.
-    pub const RUN_FENCED: &str = "run_fenced";
-    pub const RUN_FAILED: &str = "run_failed";
-    /// A run killed at shutdown after the grace period.
-    pub const RUN_KILLED: &str = "run_killed";
-    /// A run stopped because it ran past its job's `timeout`.
-    pub const RUN_TIMEOUT: &str = "run_timeout";
-    /// A firing that used up its runs (three) without finishing: not run again.
-    pub const FIRING_GAVE_UP: &str = "firing_gave_up";
+/// Event kinds: [`EventKind`] (kept here under its old path for callers of the library).
+pub use crate::state::EventKind;
+
+// The words of each state go into the database as text and come back through `parse`, so a
+// word another writer used is kept (`Other`), never an error.
+macro_rules! sql_word {
+    ($($t:ty),*) => {$(
+        impl rusqlite::ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.as_str()))
+            }
+        }
+    )*};
+}
+sql_word!(
+    crate::state::EffectState,
+    crate::state::ApprovalState,
+    crate::state::FiringState,
+    crate::state::RunOutcome,
+    crate::state::EventKind
+);
+
+/// Reads a state column leniently (see [`text`]): NULL reads as the empty word.
+pub(crate) fn word<T: From<String>>(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    Ok(T::from(text(row, idx)?.unwrap_or_default()))
 }
 
 /// Whether this process may write the database at `path`: the file, and its folder or both of

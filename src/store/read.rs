@@ -1,9 +1,10 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
-use super::{int, kind, text, text_or_empty, Store, RELEASED};
+use super::{int, text, text_or_empty, Store, RELEASED};
 use crate::metrics::{
     self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
 };
+use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -67,7 +68,7 @@ fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite:
         .map(|n| n.max(0) as u64)
 }
 
-fn counter(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<u64> {
+fn counter(tx: &Transaction<'_>, kind: EventKind) -> rusqlite::Result<u64> {
     count(
         tx,
         "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = ?1",
@@ -75,7 +76,7 @@ fn counter(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<u64> {
     )
 }
 
-fn since(tx: &Transaction<'_>, kind: &str, from: &str) -> rusqlite::Result<u64> {
+fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<u64> {
     count(
         tx,
         "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?2",
@@ -93,16 +94,16 @@ impl Store {
         let mut windows = self.windows.take().unwrap_or_default();
         let snap = self.read(|tx| {
             let totals = Window {
-                duplicates_suppressed: counter(tx, kind::DUPLICATE_SUPPRESSED)?,
-                fenced_writes: counter(tx, kind::FENCED_WRITE)?,
+                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+                fenced_writes: counter(tx, EventKind::FencedWrite)?,
                 claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
                 unknown: count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?,
                 pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
                 unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
             };
             let last_24h = Window {
-                duplicates_suppressed: since(tx, kind::DUPLICATE_SUPPRESSED, &day_ago)?,
-                fenced_writes: since(tx, kind::FENCED_WRITE, &day_ago)?,
+                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
+                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
                 claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
                 unknown: count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
                 pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
@@ -128,24 +129,24 @@ impl Store {
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-            let approvals = |state: &str| -> rusqlite::Result<Vec<ApprovalView>> {
+            let approvals = |state: ApprovalState| -> rusqlite::Result<Vec<ApprovalView>> {
                 let mut stmt = tx.prepare(&format!(
                     "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
-                    super::ledger::APPROVAL_COLS
+                    super::approval::APPROVAL_COLS
                 ))?;
                 let rows = stmt
-                    .query_map([state], super::ledger::approval_row)?
+                    .query_map([state], super::approval::approval_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok(rows.into_iter().map(|a| ApprovalView::from_row(a, now)).collect())
             };
-            let pending_approvals = approvals("pending")?;
-            let unused_approvals = approvals("approved")?;
+            let pending_approvals = approvals(ApprovalState::Pending)?;
+            let unused_approvals = approvals(ApprovalState::Approved)?;
             let mut stmt = tx.prepare(&format!(
                 "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
             ))?;
             let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
             let jobs = read_jobs(tx, now, &mut windows)?;
-            let missed_firings = counter(tx, kind::FIRING_MISSED)?
+            let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
             let dead_after = scheduler_dead_after();
@@ -554,7 +555,10 @@ fn counters_by_job(
 }
 
 /// `job_key → n` for the counter of one kind.
-fn counter_by_job(tx: &Transaction<'_>, kind: &str) -> rusqlite::Result<BTreeMap<String, u64>> {
+fn counter_by_job(
+    tx: &Transaction<'_>,
+    kind: EventKind,
+) -> rusqlite::Result<BTreeMap<String, u64>> {
     let mut stmt = tx.prepare("SELECT job_key, n FROM exactly_counters WHERE kind = ?1")?;
     let rows = stmt.query_map([kind], |r| {
         Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0).max(0) as u64))
@@ -627,9 +631,9 @@ fn read_jobs(
     // Per-job counters, each kind read once for all jobs (not once per job).
     let prefix = super::schema::RUN_ENDED;
     let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
-    let missed = counter_by_job(tx, kind::FIRING_MISSED)?;
-    let dups = counter_by_job(tx, kind::DUPLICATE_SUPPRESSED)?;
-    let fenced = counter_by_job(tx, kind::FENCED_WRITE)?;
+    let missed = counter_by_job(tx, EventKind::FiringMissed)?;
+    let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
+    let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
     let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
     let mut success_stmt = tx.prepare(
         "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'

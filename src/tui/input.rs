@@ -1,4 +1,4 @@
-//! Keys become [`Action`] values through one table, [`BINDINGS`], which also feeds the help
+//! Keys become [`KeyAction`] values through one table, [`BINDINGS`], which also feeds the help
 //! popup and the footer, so what the screen says is what the keys do.
 use super::state::View;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -20,7 +20,7 @@ pub enum Mode {
 
 /// What a key asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum KeyAction {
     Show(View),
     NextView,
     Up,
@@ -58,7 +58,7 @@ pub struct Binding {
     pub keys: &'static [(KeyCode, KeyModifiers)],
     pub label: &'static str,
     pub help: &'static str,
-    pub action: Action,
+    pub action: KeyAction,
     /// The footer's word for it; bindings without one show only in `?`.
     pub short: Option<&'static str>,
 }
@@ -75,7 +75,7 @@ const fn b(
     keys: &'static [(KeyCode, KeyModifiers)],
     label: &'static str,
     help: &'static str,
-    action: Action,
+    action: KeyAction,
     short: Option<&'static str>,
 ) -> Binding {
     Binding {
@@ -88,7 +88,7 @@ const fn b(
     }
 }
 
-use Action as A;
+use KeyAction as A;
 use Mode as M;
 
 /// Every key the dashboard answers to.
@@ -355,9 +355,9 @@ pub const BINDINGS: &[Binding] = &[
 ];
 
 /// The action bound to `key` in `mode`, if any. Ctrl-C always quits.
-pub fn lookup(mode: Mode, key: &KeyEvent) -> Option<Action> {
+pub fn lookup(mode: Mode, key: &KeyEvent) -> Option<KeyAction> {
     if key.code == KeyCode::Char('c') && key.modifiers.contains(CTRL) {
-        return Some(Action::Quit);
+        return Some(KeyAction::Quit);
     }
     // Shift arrives with upper-case letters on some terminals and not on others.
     let mods = key.modifiers - KeyModifiers::SHIFT;
@@ -429,7 +429,7 @@ mod tests {
             Mode::Typing,
             Mode::Help,
         ] {
-            assert_eq!(lookup(m, &k), Some(Action::Quit));
+            assert_eq!(lookup(m, &k), Some(KeyAction::Quit));
         }
     }
 }

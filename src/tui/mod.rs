@@ -8,9 +8,9 @@ pub mod input;
 mod state;
 mod view;
 
-pub use input::{lookup, of_mode, Action, Binding, Mode, BINDINGS};
+pub use input::{lookup, of_mode, Binding, KeyAction, Mode, BINDINGS};
 pub use state::{
-    Act, App, Detail, EffectRef, Focus, Loaded, Options, Popup, Reply, Report, Request, Typing,
+    App, Detail, EffectRef, Focus, Loaded, Options, Pending, Popup, Reply, Report, Request, Typing,
     View,
 };
 pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
@@ -53,7 +53,7 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
         Request::Load(focus) => vec![load(store, focus)],
         // The dashboard reads through a read-only connection; an action (which the operator
         // confirmed) writes through its own.
-        Request::Act(act) => vec![
+        Request::Pending(act) => vec![
             Reply::Acted(match Store::open(store.path()) {
                 Ok(mut w) => perform(&mut w, act, &crate::actor()),
                 Err(e) => Report {
@@ -178,14 +178,14 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
 }
 
 /// Runs a confirmed action through the same library calls as the CLI, as `by`.
-pub fn perform(store: &mut Store, act: &Act, by: &str) -> Report {
+pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
     let ok = |text: String| Report { ok: true, text };
     let bad = |text: String| Report { ok: false, text };
     let who = inert(by);
     let r: Result<Report> = (|| {
         Ok(match act {
-            Act::Approve { key, .. } | Act::Deny { key, .. } => {
-                let approve = matches!(act, Act::Approve { .. });
+            Pending::Approve { key, .. } | Pending::Deny { key, .. } => {
+                let approve = matches!(act, Pending::Approve { .. });
                 let k = inert(key);
                 let verb = if approve { "approved" } else { "denied" };
                 let d = if approve {
@@ -197,35 +197,38 @@ pub fn perform(store: &mut Store, act: &Act, by: &str) -> Report {
                     Decided::Done => ok(format!("{verb} {k} as {who}")),
                     Decided::Already { state, by, at } => bad(format!(
                         "effect {k} was already {} by {} at {}; nothing changed",
-                        inert(&state),
+                        inert(state.as_str()),
                         inert(by.as_deref().unwrap_or("someone")),
                         inert(at.as_deref().unwrap_or("?"))
                     )),
                     Decided::NotFound => bad(format!("no approval was requested for effect {k}")),
                 }
             }
-            Act::Resolve { key, how, .. } => {
+            Pending::Resolve { key, how, .. } => {
                 let k = inert(key);
                 match approval::resolve(store, key, *how, by, None, None)? {
                     Resolved::Done { from } => ok(format!(
                         "resolved {k}: {} → {} ({}) as {who}",
-                        inert(&from),
+                        inert(from.as_str()),
                         how.target_state(),
                         how.word()
                     )),
                     Resolved::NotOpen { state, by } => bad(format!(
                         "effect {k} is already {}{}; nothing to resolve",
-                        inert(&state),
+                        inert(state.as_str()),
                         by.map(|b| format!(" (resolved by {})", inert(&b)))
                             .unwrap_or_default()
+                    )),
+                    Resolved::Fenced => bad(format!(
+                        "effect {k}: a newer lease token holds its job; nothing to resolve"
                     )),
                     Resolved::NotFound => bad(format!("no effect {k} in the ledger")),
                 }
             }
-            Act::Pause { job, .. } | Act::Resume { job } => {
-                let pause = matches!(act, Act::Pause { .. });
+            Pending::Pause { job, .. } | Pending::Resume { job } => {
+                let pause = matches!(act, Pending::Pause { .. });
                 let note = match act {
-                    Act::Pause { note, .. } => note.as_deref(),
+                    Pending::Pause { note, .. } => note.as_deref(),
                     _ => None,
                 };
                 let j = inert(job);

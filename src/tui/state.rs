@@ -1,7 +1,7 @@
 //! What the dashboard shows and where the operator is: the last [`Snapshot`] received, the view,
 //! the selection, popups. Keys change it through [`App::on_key`]; anything that needs the
 //! database leaves as a [`Request`] value and comes back as a [`Reply`].
-use super::input::{lookup, Action, Mode};
+use super::input::{lookup, KeyAction, Mode};
 use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::sanitize::inert;
 use crate::store::{ApprovalRow, LedgerRow, Resolution};
@@ -54,7 +54,7 @@ impl View {
 
 /// A risky action, held as a value until the operator confirms it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Act {
+pub enum Pending {
     Approve {
         key: String,
         job: String,
@@ -80,20 +80,20 @@ pub enum Act {
     },
 }
 
-impl Act {
+impl Pending {
     pub fn verb(&self) -> String {
         match self {
-            Act::Approve { .. } => "approve".into(),
-            Act::Deny { .. } => "deny".into(),
-            Act::Resolve { how, .. } => match how {
+            Pending::Approve { .. } => "approve".into(),
+            Pending::Deny { .. } => "deny".into(),
+            Pending::Resolve { how, .. } => match how {
                 Resolution::Happened => "resolve: it happened (→ done)".into(),
                 Resolution::NotHappened => {
                     "resolve: it did not happen (→ claimed, a retry may send it)".into()
                 }
                 Resolution::Cancel => "resolve: cancel, never retry (→ cancelled)".into(),
             },
-            Act::Pause { .. } => "pause job".into(),
-            Act::Resume { .. } => "resume job".into(),
+            Pending::Pause { .. } => "pause job".into(),
+            Pending::Resume { .. } => "resume job".into(),
         }
     }
 }
@@ -115,7 +115,7 @@ pub enum Focus {
 pub enum Request {
     Poll,
     Load(Focus),
-    Act(Act),
+    Pending(Pending),
 }
 
 /// Detail data read for one focus.
@@ -172,7 +172,7 @@ pub enum Typing {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Popup {
     Help,
-    Confirm(Act),
+    Confirm(Pending),
     Resolve {
         key: String,
         job: String,
@@ -445,7 +445,7 @@ impl App {
                 key: key.clone(),
                 job: row.map(|r| r.job_key.clone()).unwrap_or_default(),
                 terms: row.and_then(|r| r.terms_shown.clone()),
-                approval: approval.map(|a| a.state.clone()),
+                approval: approval.map(|a| a.state.to_string()),
             });
         }
         let i = self.selected(self.view);
@@ -567,7 +567,7 @@ impl App {
             }
             return None;
         };
-        if action == Action::Quit {
+        if action == KeyAction::Quit {
             self.quit = true;
             return None;
         }
@@ -581,9 +581,9 @@ impl App {
                 let Some(Popup::Confirm(act)) = self.popup.take() else {
                     return None;
                 };
-                if action == Action::Confirm {
+                if action == KeyAction::Confirm {
                     self.say(true, format!("working: {} …", act.verb()));
-                    Some(Request::Act(act))
+                    Some(Request::Pending(act))
                 } else {
                     self.say(true, "cancelled; nothing changed");
                     None
@@ -594,15 +594,15 @@ impl App {
                     return None;
                 };
                 let how = match action {
-                    Action::Happened => Resolution::Happened,
-                    Action::NotHappened => Resolution::NotHappened,
-                    Action::CancelEffect => Resolution::Cancel,
+                    KeyAction::Happened => Resolution::Happened,
+                    KeyAction::NotHappened => Resolution::NotHappened,
+                    KeyAction::CancelEffect => Resolution::Cancel,
                     _ => {
                         self.say(true, "cancelled; nothing changed");
                         return None;
                     }
                 };
-                self.popup = Some(Popup::Confirm(Act::Resolve {
+                self.popup = Some(Popup::Confirm(Pending::Resolve {
                     key,
                     job,
                     terms,
@@ -615,7 +615,7 @@ impl App {
                     return None;
                 };
                 match (action, what) {
-                    (Action::DeleteChar, what) => {
+                    (KeyAction::DeleteChar, what) => {
                         text.pop();
                         if matches!(what, Typing::Filter { .. }) {
                             self.filter = text.clone();
@@ -623,10 +623,10 @@ impl App {
                         }
                         self.popup = Some(Popup::Typing { what, text });
                     }
-                    (Action::Accept, Typing::Filter { .. }) => {}
-                    (Action::Accept, Typing::PauseNote { job }) => {
+                    (KeyAction::Accept, Typing::Filter { .. }) => {}
+                    (KeyAction::Accept, Typing::PauseNote { job }) => {
                         let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
-                        self.popup = Some(Popup::Confirm(Act::Pause { job, note }));
+                        self.popup = Some(Popup::Confirm(Pending::Pause { job, note }));
                     }
                     (_, Typing::Filter { before }) => {
                         self.filter = before;
@@ -639,31 +639,31 @@ impl App {
         }
     }
 
-    fn main_action(&mut self, action: Action) -> Option<Request> {
+    fn main_action(&mut self, action: KeyAction) -> Option<Request> {
         let page = self.page.get().max(1) as isize;
         let here = self.selected(self.view) as isize;
         match action {
-            Action::Show(v) => {
+            KeyAction::Show(v) => {
                 self.view = v;
                 self.detail = None;
             }
-            Action::NextView => {
+            KeyAction::NextView => {
                 self.view = self.view.next();
                 self.detail = None;
             }
-            Action::Up
-            | Action::Down
-            | Action::Top
-            | Action::Bottom
-            | Action::PageUp
-            | Action::PageDown => {
+            KeyAction::Up
+            | KeyAction::Down
+            | KeyAction::Top
+            | KeyAction::Bottom
+            | KeyAction::PageUp
+            | KeyAction::PageDown => {
                 if let Some(d) = &mut self.detail {
                     d.scroll = match action {
-                        Action::Up => d.scroll.saturating_sub(1),
-                        Action::Down => d.scroll + 1,
-                        Action::Top => 0,
-                        Action::PageUp => d.scroll.saturating_sub(page as usize),
-                        Action::PageDown => d.scroll + page as usize,
+                        KeyAction::Up => d.scroll.saturating_sub(1),
+                        KeyAction::Down => d.scroll + 1,
+                        KeyAction::Top => 0,
+                        KeyAction::PageUp => d.scroll.saturating_sub(page as usize),
+                        KeyAction::PageDown => d.scroll + page as usize,
                         _ => usize::MAX / 2,
                     };
                     // Keep the cursor on a run, and a scroll within the output.
@@ -678,17 +678,17 @@ impl App {
                     return None;
                 }
                 let to = match action {
-                    Action::Up => here - 1,
-                    Action::Down => here + 1,
-                    Action::Top => 0,
-                    Action::Bottom => isize::MAX / 2,
-                    Action::PageUp => here - page,
+                    KeyAction::Up => here - 1,
+                    KeyAction::Down => here + 1,
+                    KeyAction::Top => 0,
+                    KeyAction::Bottom => isize::MAX / 2,
+                    KeyAction::PageUp => here - page,
                     _ => here + page,
                 };
                 self.move_to(to);
             }
-            Action::Open => return self.open(),
-            Action::Back => match self.detail.take() {
+            KeyAction::Open => return self.open(),
+            KeyAction::Back => match self.detail.take() {
                 Some(d) => {
                     if let Some(back) = d.back {
                         let focus = back.focus.clone();
@@ -702,7 +702,7 @@ impl App {
                 }
                 None => {}
             },
-            Action::Filter => {
+            KeyAction::Filter => {
                 self.popup = Some(Popup::Typing {
                     what: Typing::Filter {
                         before: self.filter.clone(),
@@ -710,12 +710,12 @@ impl App {
                     text: self.filter.clone(),
                 });
             }
-            Action::Sort => {
+            KeyAction::Sort => {
                 let i = self.view.index();
                 self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
                 self.reanchor();
             }
-            Action::Freeze => {
+            KeyAction::Freeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {
                     if let Some(s) = self.held.take() {
@@ -724,9 +724,9 @@ impl App {
                     }
                 }
             }
-            Action::Help => self.popup = Some(Popup::Help),
-            Action::Approve | Action::Deny => {
-                let approve = action == Action::Approve;
+            KeyAction::Help => self.popup = Some(Popup::Help),
+            KeyAction::Approve | KeyAction::Deny => {
+                let approve = action == KeyAction::Approve;
                 if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
                     return None;
                 }
@@ -738,9 +738,9 @@ impl App {
                         approval: Some(_),
                     }) => {
                         self.popup = Some(Popup::Confirm(if approve {
-                            Act::Approve { key, job, terms }
+                            Pending::Approve { key, job, terms }
                         } else {
-                            Act::Deny { key, job, terms }
+                            Pending::Deny { key, job, terms }
                         }));
                     }
                     Some(_) => self.say(
@@ -750,7 +750,7 @@ impl App {
                     None => self.say(false, "select a pending effect first (view 3)"),
                 }
             }
-            Action::Resolve => {
+            KeyAction::Resolve => {
                 if self.refuse_read_only("resolve") {
                     return None;
                 }
@@ -765,13 +765,13 @@ impl App {
                     None => self.say(false, "select an unknown effect first (view 2)"),
                 }
             }
-            Action::Pause => {
+            KeyAction::Pause => {
                 if self.refuse_read_only("pause/resume") {
                     return None;
                 }
                 match self.selected_job() {
                     Some(j) if j.paused => {
-                        self.popup = Some(Popup::Confirm(Act::Resume {
+                        self.popup = Some(Popup::Confirm(Pending::Resume {
                             job: j.job_key.clone(),
                         }))
                     }

@@ -1,6 +1,5 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library,
 //! then every timestamp pinned to a fixed instant so screens are the same on every run.
-#![allow(dead_code)]
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
 use exactly::lease;
@@ -271,8 +270,14 @@ pub fn busy() -> Fixture {
     lease::release(&mut s, "daily-digest", old).expect("release");
     let new = claim(&mut s, "daily-digest", "worker-2@web-2");
     // The old holder comes back and tries to finish: fenced.
-    s.finish_effect(&key, "daily-digest", old, "done", "sent")
-        .expect("finish");
+    s.finish_effect(
+        &key,
+        "daily-digest",
+        old,
+        exactly::state::EffectState::Done,
+        "sent",
+    )
+    .expect("finish");
     let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
     run(&mut s, "daily-digest", new, &sms, Ok("queued"));
 

@@ -1,12 +1,8 @@
-//! Helpers for the runner's process tests: real `exactly` processes on real SQLite files.
-#![allow(dead_code)]
+//! The runner's process tests: real `exactly` processes on real SQLite files.
+pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_exactly")
-}
 
 /// A temp dir holding a jobs file and a database.
 pub struct Site {
@@ -62,7 +58,7 @@ impl Site {
         Sched { child }
     }
     pub fn log(&self, owner: &str) -> String {
-        std::fs::read_to_string(self.path(&format!("{owner}.log"))).unwrap_or_default()
+        super::read_or_empty(&self.path(&format!("{owner}.log")))
     }
     /// Runs an `exactly` command to its end: (exit code, stdout, stderr).
     pub fn exactly(&self, args: &[&str]) -> (i32, String, String) {
@@ -80,10 +76,7 @@ impl Site {
         )
     }
     pub fn conn(&self) -> rusqlite::Connection {
-        let c = rusqlite::Connection::open(self.db()).expect("open db");
-        c.busy_timeout(Duration::from_secs(10))
-            .expect("busy timeout");
-        c
+        super::conn(Path::new(&self.db()))
     }
     pub fn count(&self, sql: &str) -> i64 {
         // A typo in the SQL must fail the test, never read as 0. Only a table not there yet
@@ -106,18 +99,10 @@ impl Site {
         ))
     }
     pub fn strings(&self, sql: &str) -> Vec<String> {
-        let c = self.conn();
-        let mut stmt = c.prepare(sql).expect("prepare");
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .expect("query")
-            .collect::<Result<Vec<_>, _>>()
-            .expect("rows");
-        rows
+        super::strings(Path::new(&self.db()), sql)
     }
     pub fn lines(&self, file: &str) -> Vec<String> {
-        std::fs::read_to_string(self.path(file))
-            .unwrap_or_default()
+        super::read_or_empty(&self.path(file))
             .lines()
             .map(str::to_string)
             .collect()
@@ -193,7 +178,7 @@ pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// A job command (argv as TOML) that runs `script` in sh with `$X` for the exactly binary.
 pub fn sh(script: &str) -> String {
-    let script = script.replace("$X", bin());
+    let script = script.replace("$X", &bin());
     format!("[\"sh\", \"-c\", {}]", toml_str(&script))
 }
 

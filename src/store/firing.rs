@@ -1,97 +1,18 @@
-//! The scheduler's SQL: the job registry, firings (identity = job + scheduled instant, the
-//! primary key is the dedupe), runs, and the persisted queue. A firing's fate — started,
-//! duplicate, skipped, coalesced, queued, saturated, missed — is decided in one transaction
-//! together with the lease claim, so a crash never leaves half a decision.
-use super::ledger::{claim_lease_tx, LeaseClaim};
-use super::{int, kind, record_event, text, text_or_empty, NewEvent, Store, RELEASED};
+//! The firing aggregate: identity = job + scheduled instant (the primary key is the dedupe).
+//! A firing's fate — started, duplicate, skipped, coalesced, queued, saturated, missed — is
+//! decided in one transaction together with the lease claim, so a crash never leaves half a
+//! decision; a firing whose run died is resumed, at most [`MAX_ATTEMPTS`] runs in all.
+use super::job::paused;
+use super::lease::{claim_lease_tx, LeaseClaim};
+use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::runner::Overlap;
+use crate::state::{EventKind, FiringState};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 /// How many runs one firing gets, however they end (killed, died with their scheduler, an
 /// effect that never happened): counted from the runs table, so across restarts and schedulers.
 pub const MAX_ATTEMPTS: i64 = 3;
-
-/// Firing states that never ran a command: a backfill may take such a firing over.
-const NEVER_RAN: &[&str] = &["missed", "coalesced", "saturated", "skipped"];
-
-/// One job as a scheduler registers it.
-#[derive(Debug, Clone, Default)]
-pub struct JobReg {
-    pub job_key: String,
-    pub schedule: String,
-    pub timezone: Option<String>,
-    pub interval_s: i64,
-    pub lease_s: i64,
-    /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
-    pub lease_ms: i64,
-    pub overlap: String,
-    pub queue_cap: Option<i64>,
-    pub command_digest: String,
-    /// The argv as JSON.
-    pub command: String,
-    pub catchup_s: i64,
-    /// A run past this is stopped; None: no limit.
-    pub timeout_ms: Option<i64>,
-    pub observe_timeout_ms: i64,
-}
-
-/// A registry row, as `trigger`, `backfill` and `check` read it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegisteredJob {
-    pub job_key: String,
-    pub schedule: Option<String>,
-    pub timezone: Option<String>,
-    pub interval_s: Option<i64>,
-    pub lease_s: Option<i64>,
-    pub lease_ms: Option<i64>,
-    pub overlap: Option<String>,
-    pub queue_cap: Option<i64>,
-    pub command_digest: Option<String>,
-    pub command: Option<String>,
-    pub catchup_s: Option<i64>,
-    pub timeout_ms: Option<i64>,
-    pub observe_timeout_ms: Option<i64>,
-    pub paused: bool,
-    pub pause_note: Option<String>,
-    pub retired: bool,
-    pub source: Option<String>,
-}
-
-const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
-    queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
-    timeout_ms, observe_timeout_ms";
-
-fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegisteredJob> {
-    Ok(RegisteredJob {
-        job_key: text_or_empty(r, 0)?,
-        schedule: text(r, 1)?,
-        timezone: text(r, 2)?,
-        interval_s: int(r, 3)?,
-        lease_s: int(r, 4)?,
-        lease_ms: int(r, 5)?,
-        overlap: text(r, 6)?,
-        queue_cap: int(r, 7)?,
-        command_digest: text(r, 8)?,
-        command: text(r, 9)?,
-        catchup_s: int(r, 10)?,
-        paused: int(r, 11)?.unwrap_or(0) != 0,
-        pause_note: text(r, 12)?,
-        retired: int(r, 13)?.unwrap_or(0) != 0,
-        source: text(r, 14)?,
-        timeout_ms: int(r, 15)?,
-        observe_timeout_ms: int(r, 16)?,
-    })
-}
-
-/// What registering a file changed.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Registered {
-    /// Jobs new to the registry (or back from retirement): they have no past to have missed.
-    pub fresh: Vec<String>,
-    /// Jobs of this file no longer in it.
-    pub retired: Vec<String>,
-}
 
 /// A firing about to be decided.
 #[derive(Debug, Clone)]
@@ -143,7 +64,7 @@ pub enum Fired {
     Started(Started),
     /// The same firing was fired before (another scheduler, a restart): not run again.
     Duplicate {
-        state: String,
+        state: FiringState,
         owner: Option<String>,
     },
     /// The job is paused: recorded as skipped.
@@ -177,33 +98,10 @@ pub enum Fired {
     },
 }
 
-/// How a run ended.
-#[derive(Debug, Clone)]
-pub struct RunEnd<'a> {
-    pub job: &'a str,
-    pub run_id: &'a str,
-    pub slot: &'a str,
-    pub token: i64,
-    /// `ok`, `failed`, `fenced`, `killed` or `timeout`.
-    pub outcome: &'a str,
-    pub exit_code: Option<i32>,
-    pub duration_ms: i64,
-    pub log: &'a str,
-}
-
-/// What a run's effects did, from the events carrying its token.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EffectCounts {
-    pub done: u64,
-    pub suppressed: u64,
-    pub fenced: u64,
-    pub unknown: u64,
-}
-
 fn upsert_firing(
     tx: &Transaction<'_>,
     f: &FireRequest<'_>,
-    state: &str,
+    state: FiringState,
     run_id: Option<&str>,
     detail: Option<&str>,
 ) -> rusqlite::Result<()> {
@@ -216,20 +114,6 @@ fn upsert_firing(
         params![f.job, f.slot, f.kind, state, f.owner, run_id, f.now, detail],
     )?;
     Ok(())
-}
-
-fn paused(
-    tx: &Transaction<'_>,
-    job: &str,
-) -> rusqlite::Result<Option<(Option<String>, Option<String>)>> {
-    let row = tx
-        .query_row(
-            "SELECT paused, pause_note, paused_by FROM exactly_jobs WHERE job_key = ?1",
-            [job],
-            |r| Ok((int(r, 0)?.unwrap_or(0) != 0, text(r, 1)?, text(r, 2)?)),
-        )
-        .optional()?;
-    Ok(row.and_then(|(p, note, by)| p.then_some((note, by))))
 }
 
 /// Starts a run for a firing whose lease we just won.
@@ -291,7 +175,7 @@ fn close_dead_run(tx: &Transaction<'_>, run_id: Option<&str>, now: &str) -> rusq
 }
 
 /// The loud event of a firing that used up its runs.
-fn gave_up_event(
+pub(super) fn gave_up_event(
     tx: &Transaction<'_>,
     job: &str,
     slot: &str,
@@ -301,7 +185,9 @@ fn gave_up_event(
     let detail = format!(
         "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
     );
-    let mut e = NewEvent::new(kind::FIRING_GAVE_UP).job(job).detail(&detail);
+    let mut e = NewEvent::new(EventKind::FiringGaveUp)
+        .job(job)
+        .detail(&detail);
     if let Some(o) = owner {
         e = e.actor(o);
     }
@@ -309,112 +195,6 @@ fn gave_up_event(
 }
 
 impl Store {
-    /// Writes the jobs of one file into the registry and retires the jobs that file no longer
-    /// has. Pause state is kept across registrations.
-    pub fn register_jobs(
-        &mut self,
-        jobs: &[JobReg],
-        source: &str,
-        owner: &str,
-    ) -> Result<Registered> {
-        let now = crate::time::now_text();
-        self.write(|tx| {
-            let mut out = Registered::default();
-            for j in jobs {
-                let before: Option<(bool, bool)> = tx
-                    .query_row(
-                        "SELECT retired, schedule IS NOT NULL FROM exactly_jobs WHERE job_key = ?1",
-                        [&j.job_key],
-                        |r| Ok((int(r, 0)?.unwrap_or(0) != 0, int(r, 1)?.unwrap_or(0) != 0)),
-                    )
-                    .optional()?;
-                if !matches!(before, Some((false, true))) {
-                    out.fresh.push(j.job_key.clone());
-                }
-                tx.execute(
-                    "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
-                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
-                        timeout_ms, observe_timeout_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16)
-                     ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
-                        timezone = excluded.timezone, interval_s = excluded.interval_s,
-                        lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
-                        queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
-                        command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
-                        source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
-                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms",
-                    params![
-                        j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
-                        j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
-                        j.timeout_ms, j.observe_timeout_ms
-                    ],
-                )?;
-            }
-            let mut stmt = tx.prepare(
-                "SELECT job_key FROM exactly_jobs WHERE source = ?1 AND retired = 0",
-            )?;
-            let mine = stmt
-                .query_map([source], |r| text_or_empty(r, 0))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            for job in mine {
-                if jobs.iter().any(|j| j.job_key == job) {
-                    continue;
-                }
-                tx.execute(
-                    "UPDATE exactly_jobs SET retired = 1, updated_at = ?2 WHERE job_key = ?1",
-                    params![job, now],
-                )?;
-                let detail = format!("no longer in {source}");
-                record_event(
-                    tx,
-                    &NewEvent::new(kind::JOB_RETIRED).job(&job).actor(owner).detail(&detail),
-                )?;
-                out.retired.push(job);
-            }
-            Ok(out)
-        })
-    }
-
-    pub fn registered_job(&mut self, job: &str) -> Result<Option<RegisteredJob>> {
-        self.read(|tx| {
-            tx.query_row(
-                &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
-                [job],
-                reg_row,
-            )
-            .optional()
-        })
-    }
-
-    pub fn registered_jobs(&mut self) -> Result<Vec<RegisteredJob>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"
-            ))?;
-            let rows = stmt.query_map([], reg_row)?.collect();
-            rows
-        })
-    }
-
-    /// Durations of a job's recent runs that ended by themselves (`ok`, `failed`): a run we
-    /// stopped (killed, timeout) or that was fenced says how long we let it run, not how long
-    /// the job takes. The snapshot's window: the last 500, at most 7 days.
-    pub fn run_durations(&mut self, job: &str) -> Result<Vec<i64>> {
-        let oldest =
-            crate::time::fmt(crate::time::now() - chrono::Duration::days(super::RUN_WINDOW_DAYS));
-        self.read(|tx| {
-            let mut stmt = tx.prepare(
-                "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
-                   AND duration_ms IS NOT NULL AND outcome IN ('ok', 'failed')
-                   ORDER BY started_at DESC LIMIT ?3",
-            )?;
-            let rows = stmt
-                .query_map(params![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0))?
-                .collect();
-            rows
-        })
-    }
-
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
     pub fn last_slot(&mut self, job: &str) -> Result<Option<String>> {
         self.read(|tx| {
@@ -443,14 +223,18 @@ impl Store {
         let now = crate::time::now_text();
         self.write(|tx| {
             let paused = paused(tx, job)?;
-            let state = if paused.is_some() { "skipped" } else { "missed" };
+            let state = if paused.is_some() {
+                FiringState::Skipped
+            } else {
+                FiringState::Missed
+            };
             let mut inserted = 0u64;
             for s in slots {
                 inserted += tx.execute(
                     "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, updated_at, detail)
                      VALUES (?1, ?2, 'scheduled', ?3, ?4, ?5, ?5, 'no scheduler ran it in time')
                      ON CONFLICT(job_key, scheduled_at) DO NOTHING",
-                    params![job, s, state, owner, now],
+                    params![job, s, &state, owner, now],
                 )? as u64;
             }
             if inserted == 0 {
@@ -459,7 +243,7 @@ impl Store {
             let unrecorded = total.saturating_sub(slots.len() as u64);
             let n = inserted + unrecorded;
             let (first, last) = (slots.first().cloned().unwrap_or_default(), slots.last().cloned().unwrap_or_default());
-            let k = if paused.is_some() { kind::FIRING_SKIPPED_PAUSED } else { kind::FIRING_MISSED };
+            let k = if paused.is_some() { EventKind::FiringSkippedPaused } else { EventKind::FiringMissed };
             let detail = if paused.is_some() {
                 format!("{n} firing(s) up to {last} passed while paused and while no scheduler ran")
             } else if unrecorded > 0 {
@@ -467,7 +251,7 @@ impl Store {
             } else {
                 format!("{n} firing(s) from {first} to {last} missed while no scheduler ran (outside the catch-up window)")
             };
-            record_event(tx, &NewEvent::new(k).job(job).actor(owner).detail(&detail))?;
+            record_event(tx, &NewEvent::new(k.clone()).job(job).actor(owner).detail(&detail))?;
             // record_event counted one; the counter counts firings.
             tx.execute(
                 "UPDATE exactly_counters SET n = n + ?3 WHERE kind = ?1 AND job_key = ?2",
@@ -482,15 +266,15 @@ impl Store {
     /// the job's overlap policy. One transaction.
     pub fn fire(&mut self, f: &FireRequest<'_>) -> Result<Fired> {
         self.write(|tx| {
-            let existing: Option<(String, Option<String>)> = tx
+            let existing: Option<(FiringState, Option<String>)> = tx
                 .query_row(
                     "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
                     params![f.job, f.slot],
-                    |r| Ok((text_or_empty(r, 0)?, text(r, 1)?)),
+                    |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
                 )
                 .optional()?;
             if let Some((state, owner)) = existing {
-                if !(f.backfill && NEVER_RAN.contains(&state.as_str())) {
+                if !(f.backfill && state.never_ran()) {
                     let detail = format!(
                         "{} firing at {} already {state} by {}",
                         f.kind,
@@ -499,13 +283,13 @@ impl Store {
                     );
                     record_event(
                         tx,
-                        &NewEvent::new(kind::FIRING_DUPLICATE).job(f.job).actor(f.owner).detail(&detail),
+                        &NewEvent::new(EventKind::FiringDuplicate).job(f.job).actor(f.owner).detail(&detail),
                     )?;
                     return Ok(Fired::Duplicate { state, owner });
                 }
             }
             if let Some((note, by)) = paused(tx, f.job)? {
-                upsert_firing(tx, f, "skipped", None, note.as_deref())?;
+                upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
                 let detail = format!(
                     "{} firing at {} skipped: paused by {}{}",
                     f.kind,
@@ -515,7 +299,7 @@ impl Store {
                 );
                 record_event(
                     tx,
-                    &NewEvent::new(kind::FIRING_SKIPPED_PAUSED).job(f.job).actor(f.owner).detail(&detail),
+                    &NewEvent::new(EventKind::FiringSkippedPaused).job(f.job).actor(f.owner).detail(&detail),
                 )?;
                 return Ok(Fired::Skipped { note, by });
             }
@@ -536,7 +320,7 @@ impl Store {
             match claim {
                 LeaseClaim::Won { token, stolen_from } => {
                     let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
-                    upsert_firing(tx, f, "running", Some(&run_id), None)?;
+                    upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
                     Ok(Fired::Started(Started {
                         token,
                         run_id,
@@ -551,11 +335,11 @@ impl Store {
                     let live = format!("a run is live ({holder}, token {token})");
                     match f.overlap {
                         Overlap::Coalesce => {
-                            upsert_firing(tx, f, "coalesced", None, Some(&live))?;
+                            upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
                             let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
                             record_event(
                                 tx,
-                                &NewEvent::new(kind::FIRING_COALESCED).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                &NewEvent::new(EventKind::FiringCoalesced).job(f.job).actor(f.owner).token(token).detail(&detail),
                             )?;
                             Ok(Fired::Coalesced { holder, token })
                         }
@@ -566,30 +350,30 @@ impl Store {
                                 |r| r.get(0),
                             )?;
                             if (depth as u64) < u64::from(cap) {
-                                upsert_firing(tx, f, "queued", None, Some(&live))?;
+                                upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
                                 Ok(Fired::Queued { depth: depth as u64 + 1, cap })
                             } else {
-                                upsert_firing(tx, f, "saturated", None, Some(&live))?;
+                                upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
                                 let detail = format!(
                                     "{} firing at {} dropped: queue full ({depth} of {cap} waiting) and {live}",
                                     f.kind, f.slot
                                 );
                                 record_event(
                                     tx,
-                                    &NewEvent::new(kind::QUEUE_SATURATED).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                    &NewEvent::new(EventKind::QueueSaturated).job(f.job).actor(f.owner).token(token).detail(&detail),
                                 )?;
                                 Ok(Fired::Saturated { cap })
                             }
                         }
                         Overlap::Fail => {
-                            upsert_firing(tx, f, "missed", None, Some(&live))?;
+                            upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
                             let detail = format!(
                                 "{} firing at {} missed: overlap = fail and {live}",
                                 f.kind, f.slot
                             );
                             record_event(
                                 tx,
-                                &NewEvent::new(kind::FIRING_MISSED).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                &NewEvent::new(EventKind::FiringMissed).job(f.job).actor(f.owner).token(token).detail(&detail),
                             )?;
                             Ok(Fired::Missed { holder, token })
                         }
@@ -645,153 +429,6 @@ impl Store {
         })
     }
 
-    /// Records that a run's lease renewal was refused: a higher token exists.
-    pub fn run_fenced(&mut self, job: &str, run_id: &str, token: i64) -> Result<()> {
-        self.write(|tx| {
-            let detail =
-                format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
-            record_event(
-                tx,
-                &NewEvent::new(kind::RUN_FENCED)
-                    .job(job)
-                    .token(token)
-                    .detail(&detail),
-            )
-        })
-    }
-
-    /// Stores a running run's output so far (readable by `exactly logs --follow`); a run that
-    /// ended keeps its final output.
-    pub fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
-        self.write(|tx| {
-            tx.execute(
-                "UPDATE exactly_runs SET log = ?2 WHERE run_id = ?1 AND ended_at IS NULL",
-                params![run_id, log],
-            )?;
-            Ok(())
-        })
-    }
-
-    /// Records how a run ended and releases its lease (unless it was fenced). Returns the final
-    /// outcome: `fenced` when the release was refused.
-    pub fn finish_run(&mut self, end: &RunEnd<'_>) -> Result<String> {
-        let now = crate::time::now_text();
-        self.write(|tx| {
-            let mut outcome = end.outcome.to_string();
-            if outcome != "fenced" {
-                let released = tx
-                    .query_row(
-                        "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
-                           AND lease_until <> ?2 RETURNING fencing_token",
-                        params![end.job, RELEASED, end.token],
-                        |_| Ok(()),
-                    )
-                    .optional()?
-                    .is_some();
-                if !released {
-                    let detail = format!("run {} fenced: lease release refused", end.run_id);
-                    record_event(
-                        tx,
-                        &NewEvent::new(kind::FENCED_WRITE).job(end.job).token(end.token).detail("lease release refused"),
-                    )?;
-                    record_event(tx, &NewEvent::new(kind::RUN_FENCED).job(end.job).token(end.token).detail(&detail))?;
-                    outcome = "fenced".into();
-                }
-            }
-            tx.execute(
-                "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, exit_code = ?5, log = ?6
-                 WHERE run_id = ?1",
-                params![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
-            )?;
-            // A run we had to kill (grace expired at a deploy, a signal) did not finish its
-            // work: its firing goes again (see `resume_firing`), a bounded number of times so a
-            // command that always crashes cannot loop.
-            let attempts: i64 = tx.query_row(
-                "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                params![end.job, end.slot],
-                |r| r.get(0),
-            )?;
-            let state = match (outcome.as_str(), attempts < MAX_ATTEMPTS) {
-                ("killed", true) => "retry",
-                ("killed", false) => "gave_up",
-                _ => "ran",
-            };
-            let moved = tx.execute(
-                "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
-                 WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
-                params![end.job, end.slot, end.run_id, now, outcome, state],
-            )?;
-            if moved > 0 && state == "gave_up" {
-                gave_up_event(tx, end.job, end.slot, attempts, None)?;
-            }
-            // A run we stopped (timeout, shutdown) was killed with its whole process group: an
-            // effect it had `submitted` lost its sender, so it is `unknown` until observed.
-            if outcome == "timeout" || outcome == "killed" {
-                let mut stmt = tx.prepare(
-                    "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
-                     WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
-                     RETURNING effect_key",
-                )?;
-                let keys = stmt
-                    .query_map(params![end.job, end.token, now], |r| text_or_empty(r, 0))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                for key in keys {
-                    let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
-                    record_event(
-                        tx,
-                        &NewEvent::new(kind::EFFECT_UNKNOWN).job(end.job).effect(&key).token(end.token).detail(&detail),
-                    )?;
-                }
-            }
-            let k = match outcome.as_str() {
-                "failed" => Some(kind::RUN_FAILED),
-                "killed" => Some(kind::RUN_KILLED),
-                "timeout" => Some(kind::RUN_TIMEOUT),
-                _ => None,
-            };
-            if let Some(k) = k {
-                let detail = match end.exit_code {
-                    Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
-                    None => format!("run {} {outcome}", end.run_id),
-                };
-                record_event(tx, &NewEvent::new(k).job(end.job).token(end.token).detail(&detail))?;
-            }
-            Ok(outcome)
-        })
-    }
-
-    /// Counts what a run's effects did, from the events that carry its fencing token.
-    pub fn run_effect_counts(&mut self, job: &str, token: i64) -> Result<EffectCounts> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(
-                "SELECT kind, count(*) FROM exactly_events WHERE job_key = ?1 AND fencing_token = ?2
-                   AND kind IN (?3, ?4, ?5, ?6) GROUP BY kind",
-            )?;
-            let rows = stmt.query_map(
-                params![
-                    job,
-                    token,
-                    kind::EFFECT_DONE,
-                    kind::DUPLICATE_SUPPRESSED,
-                    kind::FENCED_WRITE,
-                    kind::EFFECT_UNKNOWN
-                ],
-                |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0).max(0) as u64)),
-            )?;
-            let mut c = EffectCounts::default();
-            for row in rows {
-                let (k, n) = row?;
-                match k.as_str() {
-                    kind::EFFECT_DONE => c.done = n,
-                    kind::DUPLICATE_SUPPRESSED => c.suppressed = n,
-                    kind::FENCED_WRITE => c.fenced = n,
-                    _ => c.unknown = n,
-                }
-            }
-            Ok(c)
-        })
-    }
-
     /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
     pub fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
         self.read(|tx| {
@@ -822,12 +459,12 @@ impl Store {
         &mut self,
         job: &str,
         slot: &str,
-    ) -> Result<Option<(String, Option<String>)>> {
+    ) -> Result<Option<(FiringState, Option<String>)>> {
         self.read(|tx| {
             tx.query_row(
                 "SELECT state, run_id FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
                 params![job, slot],
-                |r| Ok((text_or_empty(r, 0)?, text(r, 1)?)),
+                |r| Ok((word(r, 0)?, text(r, 1)?)),
             )
             .optional()
         })
@@ -876,7 +513,7 @@ impl Store {
                 );
                 record_event(
                     tx,
-                    &NewEvent::new(kind::FIRING_MISSED)
+                    &NewEvent::new(EventKind::FiringMissed)
                         .job(job)
                         .actor(owner)
                         .detail(&detail),
@@ -929,7 +566,7 @@ impl Store {
                 );
                 record_event(
                     tx,
-                    &NewEvent::new(kind::FIRING_RESUMED)
+                    &NewEvent::new(EventKind::FiringResumed)
                         .job(job)
                         .actor(owner)
                         .token(started.token)

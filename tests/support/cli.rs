@@ -1,13 +1,7 @@
-//! Helpers shared by the integration tests: the real binary, real files.
-#![allow(dead_code)]
+//! The CLI's tests: one database in a temp dir, `exactly --db DB …` run to its end.
+pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// The binary under test: this build's, or `EXACTLY_TEST_BIN` (to run a test against another
-/// build, e.g. the code before a fix, and see it fail).
-pub fn bin() -> String {
-    std::env::var("EXACTLY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_exactly").to_string())
-}
 
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -69,13 +63,11 @@ impl Env {
     }
 
     pub fn sql_count(&self, sql: &str) -> i64 {
-        let c = rusqlite::Connection::open(&self.db).expect("open");
-        c.query_row(sql, [], |r| r.get(0)).expect("count")
+        super::count(&self.db, sql)
     }
 
     pub fn state_of(&self, key: &str) -> Option<String> {
-        let c = rusqlite::Connection::open(&self.db).expect("open");
-        match c.query_row(
+        match super::conn(&self.db).query_row(
             "SELECT state FROM effect_ledger WHERE effect_key = ?1",
             [key],
             |r| r.get(0),
@@ -98,10 +90,8 @@ pub fn split(out: Output) -> (i32, String, String) {
 /// Lines in a far-side file equal to `needle`.
 /// A far side that never received anything has no file yet; any other read error fails.
 pub fn far_count(path: &Path, needle: &str) -> usize {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => panic!("reading far side {}: {e}", path.display()),
-    };
-    text.lines().filter(|l| l.trim() == needle).count()
+    super::read_or_empty(path)
+        .lines()
+        .filter(|l| l.trim() == needle)
+        .count()
 }

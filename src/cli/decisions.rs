@@ -1,0 +1,130 @@
+//! `exactly approve|deny|resolve`: a person's decisions.
+use super::*;
+
+#[derive(Args, Debug)]
+pub struct DecideArgs {
+    /// The effect key (as `exactly status` and `exactly top` show it).
+    pub key: String,
+    /// Why, recorded with the decision.
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("how").required(true).args(["happened", "not_happened", "cancel"])))]
+pub struct ResolveArgs {
+    /// The effect key (as `exactly status` and `exactly top` show it).
+    pub key: String,
+    /// The far side shows the effect: it becomes done.
+    #[arg(long)]
+    pub happened: bool,
+    /// The far side does not show it: a retry may send it.
+    #[arg(long)]
+    pub not_happened: bool,
+    /// Never retry: it becomes cancelled.
+    #[arg(long)]
+    pub cancel: bool,
+    /// Why, recorded with the resolution.
+    #[arg(long)]
+    pub note: Option<String>,
+    /// What proves it, e.g. the far side's order id.
+    #[arg(long)]
+    pub evidence: Option<String>,
+}
+
+pub(super) fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
+    let mut store = open(db)?;
+    let by = crate::actor();
+    let verb = if approve { "approved" } else { "denied" };
+    let r = if approve {
+        approval::approve(&mut store, &a.key, &by, a.note.as_deref())?
+    } else {
+        approval::deny(&mut store, &a.key, &by, a.note.as_deref())?
+    };
+    Ok(match r {
+        Decided::Done => {
+            println!("{verb} {} by {}", inert(&a.key), inert(&by));
+            0
+        }
+        Decided::Already { state, by, at } => {
+            eprintln!(
+                "exactly: effect {} was already {} by {} at {}",
+                inert(&a.key),
+                inert(state.as_str()),
+                inert(by.as_deref().unwrap_or("someone")),
+                inert(at.as_deref().unwrap_or("?"))
+            );
+            // Denying what is no longer pending fails: the caller must learn it was not stopped.
+            if approve
+                && matches!(
+                    state,
+                    Already::Approval(ApprovalState::Approved | ApprovalState::Consumed)
+                )
+            {
+                0
+            } else {
+                1
+            }
+        }
+        Decided::NotFound => {
+            eprintln!(
+                "exactly: no approval was requested for effect {}",
+                inert(&a.key)
+            );
+            1
+        }
+    })
+}
+
+pub(super) fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
+    let how = if a.happened {
+        Resolution::Happened
+    } else if a.not_happened {
+        Resolution::NotHappened
+    } else {
+        Resolution::Cancel
+    };
+    let mut store = open(db)?;
+    let by = crate::actor();
+    match approval::resolve(
+        &mut store,
+        &a.key,
+        how,
+        &by,
+        a.note.as_deref(),
+        a.evidence.as_deref(),
+    )? {
+        Resolved::Done { from } => {
+            println!(
+                "resolved {}: {} → {} by {}",
+                inert(&a.key),
+                inert(from.as_str()),
+                how.target_state(),
+                inert(&by)
+            );
+            Ok(0)
+        }
+        Resolved::NotOpen { state, by } => {
+            let who = by
+                .map(|b| format!(" (resolved by {})", inert(&b)))
+                .unwrap_or_default();
+            eprintln!(
+                "exactly: effect {} is {}{who}; nothing to resolve",
+                inert(&a.key),
+                inert(state.as_str())
+            );
+            Ok(1)
+        }
+        Resolved::Fenced => {
+            eprintln!(
+                "exactly: effect {}: a newer lease token holds its job; nothing to resolve",
+                inert(&a.key)
+            );
+            Ok(1)
+        }
+        Resolved::NotFound => {
+            eprintln!("exactly: no effect {} in the ledger", inert(&a.key));
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! `exactly effect … -- CMD`: one effect attempt, its outcome reported once.
+use super::*;
+
+#[derive(Args, Debug)]
+pub struct EffectArgs {
+    /// The job the effect belongs to (under `exactly run`: $EXACTLY_JOB).
+    #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
+    pub job: String,
+    /// The fencing token from `lease claim` (under `exactly run`: $EXACTLY_FENCING_TOKEN).
+    #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
+    pub token: i64,
+    /// This run's id, recorded with the effect (under `exactly run`: $EXACTLY_RUN_ID).
+    #[arg(long, env = "EXACTLY_RUN_ID")]
+    pub run_id: Option<String>,
+    /// What is done, e.g. send-invoice (part of the effect key; no `|`).
+    #[arg(long)]
+    pub action: String,
+    /// To whom or what it is done, e.g. customer-42 (part of the effect key).
+    #[arg(long)]
+    pub target: String,
+    /// A consequential input, k=v (part of the effect key). Repeatable.
+    #[arg(long = "input", value_name = "K=V")]
+    pub inputs: Vec<String>,
+    /// Inputs as a JSON object, from a file or `-` for stdin.
+    #[arg(long, value_name = "FILE|-")]
+    pub input_json: Option<String>,
+    /// The terms a person approves (shown in the dashboard).
+    #[arg(long)]
+    pub terms: Option<String>,
+    /// Wait for a person's approval before sending (exit 4 until approved).
+    #[arg(long)]
+    pub needs_approval: bool,
+    /// A shell command that tells whether the effect happened: exit 0 yes, 1 no, other unknown.
+    #[arg(long, value_name = "CMD")]
+    pub observe: Option<String>,
+    /// The command that performs the effect.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
+    let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+    key::check(&a.action, &a.target, &inputs)?;
+    let mut store = open(db)?;
+    let mut ctx = Ctx::new(&a.job, a.token);
+    if let Some(r) = &a.run_id {
+        ctx = ctx.with_run_id(r);
+    }
+    let spec = Spec {
+        action: a.action,
+        target: a.target,
+        inputs,
+        terms: a.terms,
+        needs_approval: a.needs_approval,
+        observe_cmd: a.observe.clone(),
+    };
+    // An observer recorded by an earlier attempt settles its effect when none is given now.
+    let observe_cmd = match a.observe {
+        Some(o) => Some(o),
+        None => store.effect(&spec.key())?.and_then(|r| r.observe_cmd),
+    };
+    let mut action = CommandAction::new(a.command);
+    action.observe_cmd = observe_cmd;
+    action.lease = Some(LeaseWatch {
+        db: store.path().to_string(),
+        job: ctx.job.clone(),
+        token: ctx.token,
+    });
+    let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    if let Outcome::DuplicateSuppressed { key, response } = &out {
+        replay(&mut store, key, response.as_deref())?;
+    }
+    report(&out);
+    if let (Outcome::Done { .. }, Some(o)) = (&out, action.output.as_ref().filter(|o| o.cut())) {
+        eprintln!(
+            "exactly: the response kept with effect {} was cut to its first {} of {} bytes",
+            inert(out.key()),
+            o.kept.len(),
+            o.total
+        );
+    }
+    Ok(out.exit_code())
+}
+
+/// A duplicate prints what the first attempt's command wrote, as it was stored: the bytes when
+/// they were kept, else the response text (written by an observer or another program).
+pub(super) fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let row = store.effect(key)?;
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout is the reader's choice; the outcome stands.
+    match row.as_ref().and_then(|r| r.response_raw.as_ref()) {
+        Some(raw) => {
+            let _ = stdout.write_all(raw);
+            let total = row.as_ref().and_then(|r| r.response_total).unwrap_or(0);
+            if total > raw.len() as i64 {
+                eprintln!(
+                    "exactly: the stored response was cut: {} of {total} bytes are replayed",
+                    raw.len()
+                );
+            }
+        }
+        None => {
+            if let Some(r) = response.filter(|r| !r.is_empty()) {
+                let _ = writeln!(stdout, "{r}");
+            }
+        }
+    }
+    let _ = stdout.flush();
+    Ok(())
+}
+
+/// One line on stderr saying how the attempt ended; the response on stdout.
+pub(super) fn report(out: &Outcome) {
+    let k = inert(out.key());
+    match out {
+        // The command's output already reached stdout as it was written.
+        Outcome::Done { .. } => {}
+        Outcome::DuplicateSuppressed { .. } => {
+            eprintln!("exactly: duplicate suppressed: effect {k} is already done");
+        }
+        Outcome::Unrecorded { ran, reason, .. } => eprintln!(
+            "exactly: the command ran ({}), but its result could not be recorded ({}); effect {k} stays submitted: check the far side, then exactly resolve {k}",
+            inert(ran),
+            inert(reason)
+        ),
+        Outcome::Fenced { .. } => {
+            eprintln!("exactly: fenced: the token is not the job's current fencing token (its lease was taken over, or never claimed); effect {k} not written")
+        }
+        Outcome::AwaitingApproval { .. } => {
+            eprintln!("exactly: effect {k} awaits approval (exactly approve {k})")
+        }
+        Outcome::Unresolved { state, reason, .. } => eprintln!(
+            "exactly: effect {k} is {} from an earlier attempt: {}",
+            inert(state),
+            inert(reason)
+        ),
+        Outcome::Unknown { reason, .. } => eprintln!(
+            "exactly: effect {k} is unknown ({}); check the far side, then exactly resolve {k}",
+            inert(reason)
+        ),
+        Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
+        Outcome::LeaseEnding { until, .. } => eprintln!(
+            "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); renew the lease and try again",
+            crate::time::human_ms(store::SUBMIT_MIN_LEFT.as_millis() as u64),
+            inert(until.as_deref().unwrap_or("now: it was released or taken over"))
+        ),
+        Outcome::NotSent { reason, .. } => {
+            eprintln!(
+                "exactly: effect {k} not sent ({}); claim released",
+                inert(reason)
+            )
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! `exactly gc`: retention.
+use super::*;
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Keep this much history (at least 1d), e.g. 30d.
+    #[arg(long, value_name = "DUR")]
+    pub keep: String,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also delete done and cancelled effects (and their settled approvals) older than the
+    /// horizon. They are the dedupe memory: a backfill across the horizon sends again.
+    #[arg(long)]
+    pub effects: bool,
+    /// Print what was (or would be) deleted as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Smallest `gc --keep`: the dashboard's 24-hour window is read from the events.
+pub(super) const GC_MIN_KEEP: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
+    let keep = time::parse_duration(&a.keep)?;
+    if keep < GC_MIN_KEEP {
+        return Err(Error::Usage(format!(
+            "--keep {} is shorter than 1d: the last 24 hours are what status and top show",
+            inert(&a.keep)
+        )));
+    }
+    let horizon =
+        time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
+    // Pruning a file that is not there is a typo, not a request for a new database.
+    let path = store::default_path(db.as_deref());
+    if !std::path::Path::new(&path).exists() {
+        return Err(Error::Store(format!(
+            "database {} does not exist",
+            inert(&path)
+        )));
+    }
+    let mut store = Store::open(&path)?;
+    let p = store.prune(&horizon, a.effects, a.dry_run)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
+        return Ok(0);
+    }
+    let verb = if a.dry_run { "would delete" } else { "deleted" };
+    let effects = if a.effects {
+        format!(
+            ", {} done/cancelled effect(s), {} settled approval(s)",
+            p.effects, p.approvals
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{verb} {} run(s), {} firing(s), {} event(s), {} silent scheduler(s){effects} older than {horizon}",
+        p.runs, p.firings, p.events, p.schedulers
+    );
+    Ok(0)
+}

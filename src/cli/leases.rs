@@ -1,0 +1,99 @@
+//! `exactly lease claim|renew|release|show`.
+use super::*;
+
+#[derive(Subcommand, Debug)]
+pub enum LeaseCmd {
+    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
+    #[command(
+        after_help = "Example:\n  TOKEN=$(exactly lease claim --job daily-digest --for 15m)"
+    )]
+    Claim {
+        /// The job whose lease to claim (its name: no control characters, at most 200).
+        #[arg(long, value_parser = lease::job_name)]
+        job: String,
+        /// How long the lease lasts unless renewed, e.g. 15m (longer than the worst run).
+        #[arg(long = "for", value_name = "DUR")]
+        dur: String,
+        /// Who holds it, shown to others (default user@host:pid).
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Extend a lease you hold. Exit 3 when fenced.
+    #[command(
+        after_help = "Example:\n  exactly lease renew --job daily-digest --token \"$TOKEN\" --for 15m"
+    )]
+    Renew {
+        /// The job whose lease to extend.
+        #[arg(long)]
+        job: String,
+        /// The fencing token `lease claim` printed.
+        #[arg(long)]
+        token: i64,
+        /// The new duration from now, e.g. 15m.
+        #[arg(long = "for", value_name = "DUR")]
+        dur: String,
+    },
+    /// Release a lease you hold. Exit 3 when fenced.
+    #[command(
+        after_help = "Example:\n  exactly lease release --job daily-digest --token \"$TOKEN\""
+    )]
+    Release {
+        /// The job whose lease to release.
+        #[arg(long)]
+        job: String,
+        /// The fencing token `lease claim` printed.
+        #[arg(long)]
+        token: i64,
+    },
+}
+
+pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
+    match c {
+        LeaseCmd::Claim { job, dur, owner } => {
+            let dur = time::parse_duration(&dur)?;
+            let owner = owner.unwrap_or_else(lease::default_owner);
+            match lease::claim(&mut open(db)?, &job, &owner, dur)? {
+                lease::Claim::Won { token } => {
+                    println!("{token}");
+                    Ok(0)
+                }
+                lease::Claim::Held {
+                    owner,
+                    token,
+                    until,
+                } => {
+                    eprintln!(
+                        "exactly: job {} is leased by {} (token {token}) until {}",
+                        inert(&job),
+                        inert(&owner),
+                        inert(&until)
+                    );
+                    Ok(3)
+                }
+            }
+        }
+        LeaseCmd::Renew { job, token, dur } => {
+            let dur = time::parse_duration(&dur)?;
+            if lease::renew(&mut open(db)?, &job, token, dur)? {
+                Ok(0)
+            } else {
+                eprintln!(
+                    "exactly: fenced: token {token} no longer holds job {}",
+                    inert(&job)
+                );
+                Ok(3)
+            }
+        }
+        LeaseCmd::Release { job, token } => {
+            if lease::release(&mut open(db)?, &job, token)? {
+                Ok(0)
+            } else {
+                eprintln!(
+                    "exactly: fenced: token {token} no longer holds job {}",
+                    inert(&job)
+                );
+                Ok(3)
+            }
+        }
+    }
+}

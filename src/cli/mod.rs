@@ -1,0 +1,282 @@
+//! The `exactly` command line (DESIGN.md's contract). Every error is one sentence on stderr.
+//!
+//! One file per group of subcommands; the runner's (`run`, `check`, `trigger`, …) live in
+//! `runner/`, `top` in `tui/`, `chaos` and `far-side` in `chaos/`.
+mod decisions;
+mod effects;
+mod gc;
+mod leases;
+mod logs;
+mod metrics;
+
+use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
+use crate::metrics::Snapshot;
+use crate::state::ApprovalState;
+use crate::store::{self, Already, Decided, Resolution, Resolved, Store};
+use crate::wrapped::LeaseWatch;
+use crate::{approval, key, lease, sanitize::inert, time, Error, Result};
+use clap::{Args, Parser, Subcommand};
+use decisions::{decide, resolve_cmd};
+pub use decisions::{DecideArgs, ResolveArgs};
+use effects::effect_cmd;
+pub use effects::EffectArgs;
+use gc::gc_cmd;
+pub use gc::GcArgs;
+use leases::lease_cmd;
+pub use leases::LeaseCmd;
+use logs::logs_cmd;
+pub use logs::LogsArgs;
+use metrics::metrics_cmd;
+pub use metrics::MetricsArgs;
+use serde_json::{Map, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "exactly",
+    version,
+    about = "Exactly-once effect for scheduled jobs and agents"
+)]
+pub struct Cli {
+    /// Database: a SQLite file path. Default: $EXACTLY_DB, else ./exactly.db if it exists,
+    /// else $XDG_STATE_HOME/exactly/exactly.db (~/.local/state/exactly/exactly.db).
+    #[arg(long, global = true, value_name = "PATH|URL")]
+    pub db: Option<String>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create the schema, or adopt the seed's tables in an existing database.
+    #[command(after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db init")]
+    Init,
+    /// Print the effect key for an action, target and inputs.
+    #[command(
+        after_help = "Example:\n  exactly key --action send-invoice --target customer-42 --input month=2026-11"
+    )]
+    Key(KeyArgs),
+    /// Claim, renew or release a job's lease.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Run a command as an effect under the ledger's guard.
+    #[command(
+        after_help = "Example:\n  exactly effect --job invoices --token \"$TOKEN\" --action send-invoice --target customer-42 --input month=2026-11 -- ./send-invoice.sh 42"
+    )]
+    Effect(EffectArgs),
+    /// Approve a pending effect.
+    #[command(
+        after_help = "Example:\n  exactly approve 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"checked with finance\""
+    )]
+    Approve(DecideArgs),
+    /// Deny a pending effect (it ends cancelled).
+    #[command(
+        after_help = "Example:\n  exactly deny 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"wrong amount\""
+    )]
+    Deny(DecideArgs),
+    /// Settle an unknown effect after checking the far side.
+    #[command(
+        after_help = "Example:\n  exactly resolve 93660c44eb1d4f26eb877b9e8990a2d6 --happened --evidence \"order 8812\""
+    )]
+    Resolve(ResolveArgs),
+    /// Summary of counters, jobs, unknowns and approvals.
+    #[command(after_help = "Example:\n  exactly status\n  exactly status --json | jq .totals")]
+    Status(StatusArgs),
+    /// Prometheus metrics of the same numbers: printed once, or served over HTTP.
+    #[command(
+        after_help = "Examples:\n  exactly metrics > /var/lib/node_exporter/textfile/exactly.prom.$$ && mv /var/lib/node_exporter/textfile/exactly.prom.$$ /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen 127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics"
+    )]
+    Metrics(MetricsArgs),
+    /// Print a run's stored output (stdout and stderr as they arrived); the job's last run by
+    /// default.
+    #[command(
+        after_help = "Example:\n  exactly logs nightly-report\n  exactly logs nightly-report --follow"
+    )]
+    Logs(LogsArgs),
+    /// Prune history older than a horizon; open effects, approvals, leases and all-time
+    /// counters are kept.
+    #[command(after_help = "Example:\n  exactly gc --keep 30d --dry-run")]
+    Gc(GcArgs),
+    /// Run the jobs in a TOML file: leases, overlap policies, safe restarts.
+    #[command(
+        after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db run /etc/exactly/jobs.toml --grace 60s"
+    )]
+    Run(crate::runner::RunArgs),
+    /// Lint a jobs file.
+    #[command(
+        after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly check --strict jobs.toml   # warnings fail too"
+    )]
+    Check(crate::runner::CheckArgs),
+    /// Fire a job now (its own firing, still under its lease and overlap policy).
+    #[command(after_help = "Example:\n  exactly trigger daily-digest")]
+    Trigger(crate::runner::TriggerArgs),
+    /// Pause a job: its firings are recorded as skipped.
+    #[command(after_help = "Example:\n  exactly pause daily-digest --note \"vendor outage\"")]
+    Pause(crate::runner::PauseArgs),
+    /// Resume a paused job.
+    #[command(after_help = "Example:\n  exactly resume daily-digest")]
+    Resume(crate::runner::ResumeArgs),
+    /// Fire a job for past slots; effects already done are suppressed by their keys.
+    #[command(
+        after_help = "Example:\n  exactly backfill daily-digest --from 2026-11-01T00:00:00Z --to 2026-11-07T00:00:00Z"
+    )]
+    Backfill(crate::runner::BackfillArgs),
+    /// The live dashboard.
+    #[command(
+        after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
+    )]
+    Top(crate::tui::TopArgs),
+    /// Kill runs mid-effect many times and count duplicates (must be 0).
+    #[command(
+        after_help = "Example:\n  exactly chaos --iterations 50 --scenario kill-mid-effect --json"
+    )]
+    Chaos(crate::chaos::ChaosArgs),
+    /// A live simulated workload, shown in the dashboard.
+    #[command(after_help = "Example:\n  exactly demo\n  exactly demo --no-ui --for 30s")]
+    Demo(crate::demo::DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions fish > ~/.config/fish/completions/exactly.fish"
+    )]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout.
+    #[command(
+        after_help = "Examples:\n  exactly man > /usr/local/share/man/man1/exactly.1 && mandb\n  exactly man | man -l -"
+    )]
+    Man,
+    /// The chaos harness's far side (a test double; not for users).
+    #[command(subcommand, hide = true)]
+    FarSide(crate::chaos::far_side::FarSideCmd),
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    /// What is done, e.g. send-invoice (non-empty, no `|`).
+    #[arg(long)]
+    pub action: String,
+    /// To whom or what it is done, e.g. customer-42 (non-empty).
+    #[arg(long)]
+    pub target: String,
+    /// A consequential input, k=v (a string value). Repeatable.
+    #[arg(long = "input", value_name = "K=V")]
+    pub inputs: Vec<String>,
+    /// Inputs as a JSON object, from a file or `-` for stdin.
+    #[arg(long, value_name = "FILE|-")]
+    pub input_json: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Print the whole snapshot as one JSON object (see README for its keys).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the CLI; returns the process exit code. Errors are printed as one line.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("exactly: {}", inert(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
+pub fn open(db: &Option<String>) -> Result<Store> {
+    Store::open(&store::default_path(db.as_deref()))
+}
+
+/// For commands that only read: never creates or changes the file.
+pub fn open_read_only(db: &Option<String>) -> Result<Store> {
+    Store::open_read_only(&store::default_path(db.as_deref()))
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    let db = cli.db;
+    match cli.cmd {
+        Cmd::Init => {
+            let s = open(&db)?;
+            println!(
+                "initialised {} (schema version {})",
+                s.path(),
+                store::SCHEMA_VERSION
+            );
+            Ok(0)
+        }
+        Cmd::Key(a) => {
+            let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
+            key::check(&a.action, &a.target, &inputs)?;
+            let digest = key::input_digest(&inputs);
+            println!("{}", key::effect_key(&a.action, &a.target, &digest));
+            Ok(0)
+        }
+        Cmd::Lease(c) => lease_cmd(&db, c),
+        Cmd::Effect(a) => effect_cmd(&db, a),
+        Cmd::Approve(a) => decide(&db, a, true),
+        Cmd::Deny(a) => decide(&db, a, false),
+        Cmd::Resolve(a) => resolve_cmd(&db, a),
+        Cmd::Status(a) => {
+            let snap = Snapshot::read(&mut open_read_only(&db)?)?;
+            if a.json {
+                println!("{}", snap.to_json());
+            } else {
+                print!("{}", snap.to_text());
+            }
+            Ok(0)
+        }
+        Cmd::Metrics(a) => metrics_cmd(&db, a),
+        Cmd::Logs(a) => logs_cmd(&db, a),
+        Cmd::Gc(a) => gc_cmd(&db, a),
+        Cmd::Run(a) => crate::runner::run_main(&db, a),
+        Cmd::Check(a) => crate::runner::check_main(&db, a),
+        Cmd::Trigger(a) => crate::runner::trigger_main(&db, a),
+        Cmd::Pause(a) => crate::runner::pause_main(&db, a),
+        Cmd::Resume(a) => crate::runner::resume_main(&db, a),
+        Cmd::Backfill(a) => crate::runner::backfill_main(&db, a),
+        Cmd::Top(a) => crate::tui::top_main(&db, a),
+        Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
+        Cmd::Demo(a) => crate::demo::demo_main(&db, a),
+        Cmd::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "exactly", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
+        Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
+    }
+}
+
+/// Reads `--input k=v` pairs and `--input-json FILE|-` into one object (pairs win on conflict).
+pub fn read_inputs(pairs: &[String], json: Option<&str>) -> Result<Map<String, Value>> {
+    let mut map = Map::new();
+    if let Some(src) = json {
+        let text = if src == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+            s
+        } else {
+            std::fs::read_to_string(src).map_err(|e| {
+                Error::Usage(format!("cannot read --input-json {}: {e}", inert(src)))
+            })?
+        };
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => map = m,
+            Ok(_) => return Err(Error::Usage("--input-json must hold a JSON object".into())),
+            Err(e) => return Err(Error::Usage(format!("--input-json is not valid JSON: {e}"))),
+        }
+    }
+    map.extend(key::parse_inputs(pairs)?);
+    Ok(map)
+}

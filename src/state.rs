@@ -1,0 +1,248 @@
+//! The states a row can be in, as types: an effect, an approval, a firing, a run's outcome and
+//! an event's kind. Each is written as text in the database (the words are the contract in
+//! DESIGN.md); a word this build does not know (another writer's, a newer version's) is kept as
+//! `Other`, never a crash. The SQL in `store/` is the only other place these words appear.
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+
+/// Declares an enum of database words with `as_str`, `parse` (unknown words kept as `Other`),
+/// `FromStr`, `Display`, serde as the word, and comparisons with `&str`.
+macro_rules! words {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $word:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $var,)*
+            /// A word this build does not know, kept as written.
+            Other(String),
+        }
+
+        impl $name {
+            /// Every word this build knows, in declaration order.
+            pub const KNOWN: &'static [&'static str] = &[$($word,)*];
+
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$var => $word,)*
+                    $name::Other(s) => s,
+                }
+            }
+
+            pub fn parse(word: &str) -> $name {
+                match word {
+                    $($word => $name::$var,)*
+                    other => $name::Other(other.to_string()),
+                }
+            }
+        }
+
+        impl Default for $name {
+            /// An empty word: what a row with no value reads as.
+            fn default() -> $name {
+                $name::Other(String::new())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = Infallible;
+            fn from_str(s: &str) -> Result<$name, Infallible> {
+                Ok($name::parse(s))
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> $name {
+                $name::parse(s)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> $name {
+                $name::parse(&s)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.as_str()
+            }
+        }
+    };
+}
+
+words! {
+    /// An effect's state in the ledger (DESIGN.md, "Effect states").
+    EffectState {
+        /// Reserved, nothing sent.
+        Claimed => "claimed",
+        /// Durably recorded before the request left.
+        Submitted => "submitted",
+        Done => "done",
+        /// Lost mid-effect: never retried until a resolver settles it.
+        Unknown => "unknown",
+        Cancelled => "cancelled",
+    }
+}
+
+impl EffectState {
+    /// Open: sent or maybe sent, not settled (a resolver may settle it).
+    pub fn is_open(&self) -> bool {
+        matches!(self, EffectState::Submitted | EffectState::Unknown)
+    }
+}
+
+words! {
+    /// An approval's state.
+    ApprovalState {
+        Pending => "pending",
+        Approved => "approved",
+        Denied => "denied",
+        /// Approved and used by the send it allowed.
+        Consumed => "consumed",
+    }
+}
+
+words! {
+    /// A firing's state (one row per job and scheduled instant).
+    FiringState {
+        Queued => "queued",
+        Running => "running",
+        Ran => "ran",
+        /// Its run ended badly and it will run again (at most three runs a firing).
+        Retry => "retry",
+        GaveUp => "gave_up",
+        Missed => "missed",
+        Coalesced => "coalesced",
+        Saturated => "saturated",
+        Skipped => "skipped",
+        Interrupted => "interrupted",
+    }
+}
+
+impl FiringState {
+    /// A firing that never ran: a backfill may run it.
+    pub fn never_ran(&self) -> bool {
+        matches!(
+            self,
+            FiringState::Missed
+                | FiringState::Coalesced
+                | FiringState::Saturated
+                | FiringState::Skipped
+        )
+    }
+}
+
+words! {
+    /// How a run ended.
+    RunOutcome {
+        Ok => "ok",
+        Failed => "failed",
+        /// Killed at shutdown after the grace period.
+        Killed => "killed",
+        /// Stopped because it ran past its job's `timeout`.
+        Timeout => "timeout",
+        /// Its lease renewal or release was refused: a newer token holds the job.
+        Fenced => "fenced",
+        /// Not run because another run was live.
+        Overlap => "overlap",
+    }
+}
+
+words! {
+    /// An event's kind (the counters and the dashboard's stream use these names).
+    EventKind {
+        DuplicateSuppressed => "duplicate_suppressed",
+        FencedWrite => "fenced_write",
+        LeaseStolen => "lease_stolen",
+        ApprovalRequested => "approval_requested",
+        ApprovalGranted => "approval_granted",
+        ApprovalDenied => "approval_denied",
+        ApprovalConsumed => "approval_consumed",
+        Resolved => "resolved",
+        ObserverVerdict => "observer_verdict",
+        /// An observer's verdict about a row version that has since moved: discarded.
+        StaleVerdict => "stale_verdict",
+        EffectDone => "effect_done",
+        EffectUnknown => "effect_unknown",
+        EffectReleased => "effect_released",
+        JobPaused => "job_paused",
+        JobResumed => "job_resumed",
+        JobRetired => "job_retired",
+        /// The same firing (job, scheduled instant) fired again: not run.
+        FiringDuplicate => "firing_duplicate",
+        /// A firing dropped because a run was live (overlap = coalesce).
+        FiringCoalesced => "firing_coalesced",
+        /// A firing dropped because the queue was full (overlap = queue).
+        QueueSaturated => "queue_saturated",
+        /// A real miss: overlap = fail with a live run, or no scheduler ran it within catch-up.
+        FiringMissed => "firing_missed",
+        FiringResumed => "firing_resumed",
+        FiringSkippedPaused => "firing_skipped_paused",
+        /// A run whose lease renewal (or release) was refused: a newer token holds the job.
+        RunFenced => "run_fenced",
+        RunFailed => "run_failed",
+        /// A run killed at shutdown after the grace period.
+        RunKilled => "run_killed",
+        /// A run stopped because it ran past its job's `timeout`.
+        RunTimeout => "run_timeout",
+        /// A firing that used up its runs (three) without finishing: not run again.
+        FiringGaveUp => "firing_gave_up",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_word_round_trips_and_unknown_words_are_kept() {
+        for w in EffectState::KNOWN {
+            let s = EffectState::parse(w);
+            assert!(!matches!(s, EffectState::Other(_)), "{w}");
+            assert_eq!(s.as_str(), *w);
+        }
+        for w in EventKind::KNOWN {
+            assert_eq!(EventKind::parse(w).to_string(), *w);
+        }
+        for w in FiringState::KNOWN {
+            assert_eq!(
+                w.parse::<FiringState>().map(|s| s.to_string()),
+                Ok(w.to_string())
+            );
+        }
+        let odd = EffectState::parse("archived\u{1b}[2J");
+        assert_eq!(odd, EffectState::Other("archived\u{1b}[2J".into()));
+        assert_eq!(odd.as_str(), "archived\u{1b}[2J");
+        assert_eq!(ApprovalState::parse(""), ApprovalState::default());
+        assert_eq!(
+            serde_json::to_string(&RunOutcome::parse("ok")).expect("json"),
+            "\"ok\""
+        );
+        assert!(EffectState::Done == "done" && "unknown" == EffectState::Unknown);
+    }
+}

@@ -1,0 +1,167 @@
+//! The approval aggregate: an approval per effect key, requested once, decided once by a
+//! person, consumed by the one send it allows.
+use super::ledger::BUMP;
+use super::Cached;
+use super::{record_event, text, text_or_empty, word, NewEvent, Store};
+use crate::state::EventKind;
+use crate::state::{ApprovalState, EffectState};
+use crate::Result;
+use rusqlite::{params, OptionalExtension};
+
+/// An approval row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ApprovalRow {
+    pub effect_key: String,
+    pub job_key: String,
+    pub terms_shown: Option<String>,
+    pub state: ApprovalState,
+    pub requested_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub note: Option<String>,
+    pub consumed_at: Option<String>,
+}
+
+pub(crate) const APPROVAL_COLS: &str =
+    "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, note, consumed_at";
+
+pub(crate) fn approval_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
+    Ok(ApprovalRow {
+        effect_key: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        terms_shown: text(r, 2)?,
+        state: word(r, 3)?,
+        requested_at: text_or_empty(r, 4)?,
+        decided_by: text(r, 5)?,
+        decided_at: text(r, 6)?,
+        note: text(r, 7)?,
+        consumed_at: text(r, 8)?,
+    })
+}
+
+/// The answer to an operator's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    Done,
+    /// Someone decided first: their decision stands.
+    Already {
+        state: Already,
+        by: Option<String>,
+        at: Option<String>,
+    },
+    NotFound,
+}
+
+/// What a decision found already there: the approval decided, or the effect past `claimed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Already {
+    Approval(ApprovalState),
+    Effect(EffectState),
+}
+
+impl Already {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Already::Approval(s) => s.as_str(),
+            Already::Effect(s) => s.as_str(),
+        }
+    }
+}
+
+impl Store {
+    pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
+        self.read(|tx| {
+            tx.row_cached(
+                &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
+                [key],
+                approval_row,
+            )
+            .optional()
+        })
+    }
+
+    /// Asks for a person's approval of an effect (once; asking again changes nothing).
+    pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let n = tx.exec_cached(
+                "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+                 VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
+                params![key, job, terms, now],
+            )?;
+            if n == 1 {
+                record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Approves or denies a pending approval. Of two operators deciding at once, one wins; the
+    /// other learns who did. A denial also cancels the effect if nothing was sent.
+    pub fn decide_approval(
+        &mut self,
+        key: &str,
+        approve: bool,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Decided> {
+        let now = crate::time::now_text();
+        let state = if approve {
+            ApprovalState::Approved
+        } else {
+            ApprovalState::Denied
+        };
+        self.write(|tx| {
+            if !approve {
+                // A denial stops an effect that was not sent; one that was (or may have been)
+                // is not pending any more, whatever its approval row says.
+                let effect: Option<(EffectState, String)> = tx
+                    .row_cached(
+                        "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
+                        [key],
+                        |r| Ok((word(r, 0)?, text_or_empty(r, 1)?)),
+                    )
+                    .optional()?;
+                if let Some((state, at)) = effect.filter(|(s, _)| *s != EffectState::Claimed) {
+                    return Ok(Decided::Already { state: Already::Effect(state), by: None, at: Some(at) });
+                }
+            }
+            let job: Option<String> = tx
+                .row_cached(
+                    "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
+                     WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
+                    params![key, state, by, now, note],
+                    |r| text_or_empty(r, 0),
+                )
+                .optional()?;
+            let Some(job) = job else {
+                let row = tx
+                    .row_cached(
+                        &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
+                        [key],
+                        approval_row,
+                    )
+                    .optional()?;
+                return Ok(match row {
+                    Some(a) => Decided::Already { state: Already::Approval(a.state), by: a.decided_by, at: a.decided_at },
+                    None => Decided::NotFound,
+                });
+            };
+            if !approve {
+                tx.exec_cached(
+                    &format!(
+                        "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
+                            resolved_at = ?2, resolution_note = ?4, {BUMP}
+                         WHERE effect_key = ?1 AND state = 'claimed'"
+                    ),
+                    params![key, now, by, note],
+                )?;
+            }
+            let k = if approve { EventKind::ApprovalGranted } else { EventKind::ApprovalDenied };
+            let mut ev = NewEvent::new(k).job(&job).effect(key).actor(by);
+            ev.detail = note;
+            record_event(tx, &ev)?;
+            Ok(Decided::Done)
+        })
+    }
+}

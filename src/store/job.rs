@@ -1,0 +1,224 @@
+//! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
+//! `status` show of each job) and the operator's pause and resume.
+use super::Cached;
+use super::{int, record_event, text, text_or_empty, NewEvent, Store};
+use crate::state::EventKind;
+use crate::Result;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+impl Store {
+    /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
+    /// Returns false when it already was in that state.
+    pub fn set_paused(
+        &mut self,
+        job: &str,
+        paused: bool,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<bool> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let was: Option<i64> = tx
+                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .optional()?
+                .flatten();
+            if (was.unwrap_or(0) != 0) == paused {
+                return Ok(false);
+            }
+            tx.exec_cached(
+                "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
+                    pause_note = excluded.pause_note, paused_by = excluded.paused_by,
+                    paused_at = excluded.paused_at, updated_at = excluded.updated_at",
+                params![job, i64::from(paused), if paused { note } else { None }, by, now],
+            )?;
+            let k = if paused { EventKind::JobPaused } else { EventKind::JobResumed };
+            let mut ev = NewEvent::new(k).job(job).actor(by);
+            ev.detail = note;
+            record_event(tx, &ev)?;
+            Ok(true)
+        })
+    }
+}
+
+/// One job as a scheduler registers it.
+#[derive(Debug, Clone, Default)]
+pub struct JobReg {
+    pub job_key: String,
+    pub schedule: String,
+    pub timezone: Option<String>,
+    pub interval_s: i64,
+    pub lease_s: i64,
+    /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
+    pub lease_ms: i64,
+    pub overlap: String,
+    pub queue_cap: Option<i64>,
+    pub command_digest: String,
+    /// The argv as JSON.
+    pub command: String,
+    pub catchup_s: i64,
+    /// A run past this is stopped; None: no limit.
+    pub timeout_ms: Option<i64>,
+    pub observe_timeout_ms: i64,
+}
+
+/// A registry row, as `trigger`, `backfill` and `check` read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegisteredJob {
+    pub job_key: String,
+    pub schedule: Option<String>,
+    pub timezone: Option<String>,
+    pub interval_s: Option<i64>,
+    pub lease_s: Option<i64>,
+    pub lease_ms: Option<i64>,
+    pub overlap: Option<String>,
+    pub queue_cap: Option<i64>,
+    pub command_digest: Option<String>,
+    pub command: Option<String>,
+    pub catchup_s: Option<i64>,
+    pub timeout_ms: Option<i64>,
+    pub observe_timeout_ms: Option<i64>,
+    pub paused: bool,
+    pub pause_note: Option<String>,
+    pub retired: bool,
+    pub source: Option<String>,
+}
+
+const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
+    queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
+    timeout_ms, observe_timeout_ms";
+
+fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegisteredJob> {
+    Ok(RegisteredJob {
+        job_key: text_or_empty(r, 0)?,
+        schedule: text(r, 1)?,
+        timezone: text(r, 2)?,
+        interval_s: int(r, 3)?,
+        lease_s: int(r, 4)?,
+        lease_ms: int(r, 5)?,
+        overlap: text(r, 6)?,
+        queue_cap: int(r, 7)?,
+        command_digest: text(r, 8)?,
+        command: text(r, 9)?,
+        catchup_s: int(r, 10)?,
+        paused: int(r, 11)?.unwrap_or(0) != 0,
+        pause_note: text(r, 12)?,
+        retired: int(r, 13)?.unwrap_or(0) != 0,
+        source: text(r, 14)?,
+        timeout_ms: int(r, 15)?,
+        observe_timeout_ms: int(r, 16)?,
+    })
+}
+
+/// What registering a file changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Registered {
+    /// Jobs new to the registry (or back from retirement): they have no past to have missed.
+    pub fresh: Vec<String>,
+    /// Jobs of this file no longer in it.
+    pub retired: Vec<String>,
+}
+
+pub(super) fn paused(
+    tx: &Transaction<'_>,
+    job: &str,
+) -> rusqlite::Result<Option<(Option<String>, Option<String>)>> {
+    let row = tx
+        .row_cached(
+            "SELECT paused, pause_note, paused_by FROM exactly_jobs WHERE job_key = ?1",
+            [job],
+            |r| Ok((int(r, 0)?.unwrap_or(0) != 0, text(r, 1)?, text(r, 2)?)),
+        )
+        .optional()?;
+    Ok(row.and_then(|(p, note, by)| p.then_some((note, by))))
+}
+
+impl Store {
+    /// Writes the jobs of one file into the registry and retires the jobs that file no longer
+    /// has. Pause state is kept across registrations.
+    pub fn register_jobs(
+        &mut self,
+        jobs: &[JobReg],
+        source: &str,
+        owner: &str,
+    ) -> Result<Registered> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let mut out = Registered::default();
+            for j in jobs {
+                let before: Option<(bool, bool)> = tx
+                    .row_cached(
+                        "SELECT retired, schedule IS NOT NULL FROM exactly_jobs WHERE job_key = ?1",
+                        [&j.job_key],
+                        |r| Ok((int(r, 0)?.unwrap_or(0) != 0, int(r, 1)?.unwrap_or(0) != 0)),
+                    )
+                    .optional()?;
+                if !matches!(before, Some((false, true))) {
+                    out.fresh.push(j.job_key.clone());
+                }
+                tx.exec_cached(
+                    "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
+                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
+                        timeout_ms, observe_timeout_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16)
+                     ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
+                        timezone = excluded.timezone, interval_s = excluded.interval_s,
+                        lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
+                        queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
+                        command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
+                        source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
+                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms",
+                    params![
+                        j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
+                        j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
+                        j.timeout_ms, j.observe_timeout_ms
+                    ],
+                )?;
+            }
+            let mut stmt = tx.prepare(
+                "SELECT job_key FROM exactly_jobs WHERE source = ?1 AND retired = 0",
+            )?;
+            let mine = stmt
+                .query_map([source], |r| text_or_empty(r, 0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for job in mine {
+                if jobs.iter().any(|j| j.job_key == job) {
+                    continue;
+                }
+                tx.exec_cached(
+                    "UPDATE exactly_jobs SET retired = 1, updated_at = ?2 WHERE job_key = ?1",
+                    params![job, now],
+                )?;
+                let detail = format!("no longer in {source}");
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::JobRetired).job(&job).actor(owner).detail(&detail),
+                )?;
+                out.retired.push(job);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn registered_job(&mut self, job: &str) -> Result<Option<RegisteredJob>> {
+        self.read(|tx| {
+            tx.row_cached(
+                &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
+                [job],
+                reg_row,
+            )
+            .optional()
+        })
+    }
+
+    pub fn registered_jobs(&mut self) -> Result<Vec<RegisteredJob>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"
+            ))?;
+            let rows = stmt.query_map([], reg_row)?.collect();
+            rows
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
+//! write for a job makes (a higher token exists: refused and counted).
+use super::Cached;
+use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
+use crate::state::EventKind;
+use crate::Result;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+/// The current (highest) fencing token of a job, if it ever had a lease.
+pub(super) fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
+    tx.row_cached(
+        "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
+        [job],
+        |r| r.get(0),
+    )
+}
+
+pub(super) fn fenced(
+    tx: &Transaction<'_>,
+    job: &str,
+    key: Option<&str>,
+    token: i64,
+    what: &str,
+) -> rusqlite::Result<()> {
+    let mut ev = NewEvent::new(EventKind::FencedWrite)
+        .job(job)
+        .token(token)
+        .detail(what);
+    ev.effect_key = key;
+    record_event(tx, &ev)
+}
+
+/// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
+/// records the firing in one transaction).
+pub(crate) fn claim_lease_tx(
+    tx: &Transaction<'_>,
+    job: &str,
+    owner: &str,
+    until: &str,
+    now: &str,
+) -> rusqlite::Result<LeaseClaim> {
+    let prev: Option<(String, i64, String)> = tx
+        .row_cached(
+            "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+            [job],
+            |r| {
+                Ok((
+                    text_or_empty(r, 0)?,
+                    int(r, 1)?.unwrap_or(0),
+                    text_or_empty(r, 2)?,
+                ))
+            },
+        )
+        .optional()?;
+    // An expired lease is taken over only once the clock-skew margin has passed too: its
+    // holder's clock may be behind ours (a released lease is before every margin).
+    let steal_before = crate::time::minus_skew(now);
+    let won: Option<i64> = tx
+        .row_cached(
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
+             ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
+                fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
+             WHERE job_lease.lease_until < ?5
+             RETURNING fencing_token",
+            params![job, owner, until, now, steal_before],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match (won, prev) {
+        (Some(token), Some((prev_owner, prev_token, prev_until))) => {
+            let stolen = prev_until.as_str() != RELEASED;
+            if stolen {
+                let detail =
+                    format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::LeaseStolen)
+                        .job(job)
+                        .token(token)
+                        .actor(owner)
+                        .detail(&detail),
+                )?;
+            }
+            Ok(LeaseClaim::Won {
+                token,
+                stolen_from: stolen.then_some((prev_owner, prev_token)),
+            })
+        }
+        (Some(token), None) => Ok(LeaseClaim::Won {
+            token,
+            stolen_from: None,
+        }),
+        // The claim was a no-op: the row we read first, in this same transaction, still holds.
+        (None, Some((owner, token, until))) => Ok(LeaseClaim::Held {
+            owner,
+            token,
+            until,
+        }),
+        (None, None) => Err(rusqlite::Error::QueryReturnedNoRows),
+    }
+}
+
+/// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
+/// With `only_held`, a released lease is not touched (renewing it would re-take it).
+pub(super) fn set_lease_until(
+    tx: &Transaction<'_>,
+    job: &str,
+    token: i64,
+    until: &str,
+    only_held: bool,
+    what: &str,
+) -> rusqlite::Result<bool> {
+    let ok = tx
+        .row_cached(
+            "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+               AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
+            params![job, until, token, RELEASED, only_held],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !ok {
+        fenced(tx, job, None, token, what)?;
+    }
+    Ok(ok)
+}
+
+/// The answer to a lease claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseClaim {
+    Won {
+        token: i64,
+        stolen_from: Option<(String, i64)>,
+    },
+    Held {
+        owner: String,
+        token: i64,
+        until: String,
+    },
+}
+
+/// The current lease row of a job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LeaseRow {
+    pub job_key: String,
+    pub owner: String,
+    pub fencing_token: i64,
+    pub lease_until: String,
+}
+
+impl Store {
+    /// The seed's claim, in one statement: insert, or steal an expired lease; the token is one
+    /// more than the job's last, so it never goes backwards. `RETURNING` says whether we won.
+    pub fn claim_lease(
+        &mut self,
+        job: &str,
+        owner: &str,
+        until: &str,
+        now: &str,
+    ) -> Result<LeaseClaim> {
+        self.write(|tx| claim_lease_tx(tx, job, owner, until, now))
+    }
+
+    /// Extends a lease we hold; `false` means we were fenced (counted). A released lease is
+    /// not renewed: it is no longer held.
+    pub fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
+        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused"))
+    }
+
+    /// Ends a lease we hold, keeping its token so the next claim counts on from it.
+    pub fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
+        self.write(|tx| set_lease_until(tx, job, token, RELEASED, false, "lease release refused"))
+    }
+
+    pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
+        self.read(|tx| {
+            tx.row_cached(
+                "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+                [job],
+                |r| {
+                    Ok(LeaseRow {
+                        job_key: text_or_empty(r, 0)?,
+                        owner: text_or_empty(r, 1)?,
+                        fencing_token: int(r, 2)?.unwrap_or(0),
+                        lease_until: text_or_empty(r, 3)?,
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! The run aggregate: one row per run of a firing, its output as it arrives, and how it ended
+//! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
+//! become `unknown`).
+use super::firing::{gave_up_event, MAX_ATTEMPTS};
+use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
+use crate::state::{EventKind, FiringState, RunOutcome};
+use crate::Result;
+use rusqlite::{params, OptionalExtension};
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunEnd<'a> {
+    pub job: &'a str,
+    pub run_id: &'a str,
+    pub slot: &'a str,
+    pub token: i64,
+    pub outcome: RunOutcome,
+    pub exit_code: Option<i32>,
+    pub duration_ms: i64,
+    pub log: &'a str,
+}
+
+/// What a run's effects did, from the events carrying its token.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EffectCounts {
+    pub done: u64,
+    pub suppressed: u64,
+    pub fenced: u64,
+    pub unknown: u64,
+}
+
+impl Store {
+    /// Durations of a job's recent runs that ended by themselves (`ok`, `failed`): a run we
+    /// stopped (killed, timeout) or that was fenced says how long we let it run, not how long
+    /// the job takes. The snapshot's window: the last 500, at most 7 days.
+    pub fn run_durations(&mut self, job: &str) -> Result<Vec<i64>> {
+        let oldest =
+            crate::time::fmt(crate::time::now() - chrono::Duration::days(super::RUN_WINDOW_DAYS));
+        self.read(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
+                   AND duration_ms IS NOT NULL AND outcome IN ('ok', 'failed')
+                   ORDER BY started_at DESC LIMIT ?3",
+            )?;
+            let rows = stmt
+                .query_map(params![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0))?
+                .collect();
+            rows
+        })
+    }
+
+    /// Records that a run's lease renewal was refused: a higher token exists.
+    pub fn run_fenced(&mut self, job: &str, run_id: &str, token: i64) -> Result<()> {
+        self.write(|tx| {
+            let detail =
+                format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
+            record_event(
+                tx,
+                &NewEvent::new(EventKind::RunFenced)
+                    .job(job)
+                    .token(token)
+                    .detail(&detail),
+            )
+        })
+    }
+
+    /// Stores a running run's output so far (readable by `exactly logs --follow`); a run that
+    /// ended keeps its final output.
+    pub fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE exactly_runs SET log = ?2 WHERE run_id = ?1 AND ended_at IS NULL",
+                params![run_id, log],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records how a run ended and releases its lease (unless it was fenced). Returns the final
+    /// outcome: `fenced` when the release was refused.
+    pub fn finish_run(&mut self, end: &RunEnd<'_>) -> Result<RunOutcome> {
+        let now = crate::time::now_text();
+        self.write(|tx| {
+            let mut outcome = end.outcome.clone();
+            if outcome != RunOutcome::Fenced {
+                let released = tx
+                    .query_row(
+                        "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+                           AND lease_until <> ?2 RETURNING fencing_token",
+                        params![end.job, RELEASED, end.token],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some();
+                if !released {
+                    let detail = format!("run {} fenced: lease release refused", end.run_id);
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::FencedWrite).job(end.job).token(end.token).detail("lease release refused"),
+                    )?;
+                    record_event(tx, &NewEvent::new(EventKind::RunFenced).job(end.job).token(end.token).detail(&detail))?;
+                    outcome = RunOutcome::Fenced;
+                }
+            }
+            tx.execute(
+                "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, exit_code = ?5, log = ?6
+                 WHERE run_id = ?1",
+                params![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
+            )?;
+            // A run we had to kill (grace expired at a deploy, a signal) did not finish its
+            // work: its firing goes again (see `resume_firing`), a bounded number of times so a
+            // command that always crashes cannot loop.
+            let attempts: i64 = tx.query_row(
+                "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                params![end.job, end.slot],
+                |r| r.get(0),
+            )?;
+            let state = match (&outcome, attempts < MAX_ATTEMPTS) {
+                (RunOutcome::Killed, true) => FiringState::Retry,
+                (RunOutcome::Killed, false) => FiringState::GaveUp,
+                _ => FiringState::Ran,
+            };
+            let moved = tx.execute(
+                "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
+                 WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
+                params![end.job, end.slot, end.run_id, now, outcome, state],
+            )?;
+            if moved > 0 && state == FiringState::GaveUp {
+                gave_up_event(tx, end.job, end.slot, attempts, None)?;
+            }
+            // A run we stopped (timeout, shutdown) was killed with its whole process group: an
+            // effect it had `submitted` lost its sender, so it is `unknown` until observed.
+            if matches!(outcome, RunOutcome::Timeout | RunOutcome::Killed) {
+                let mut stmt = tx.prepare(
+                    "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
+                     WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
+                     RETURNING effect_key",
+                )?;
+                let keys = stmt
+                    .query_map(params![end.job, end.token, now], |r| text_or_empty(r, 0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                for key in keys {
+                    let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::EffectUnknown).job(end.job).effect(&key).token(end.token).detail(&detail),
+                    )?;
+                }
+            }
+            let k = match outcome {
+                RunOutcome::Failed => Some(EventKind::RunFailed),
+                RunOutcome::Killed => Some(EventKind::RunKilled),
+                RunOutcome::Timeout => Some(EventKind::RunTimeout),
+                _ => None,
+            };
+            if let Some(k) = k {
+                let detail = match end.exit_code {
+                    Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
+                    None => format!("run {} {outcome}", end.run_id),
+                };
+                record_event(tx, &NewEvent::new(k).job(end.job).token(end.token).detail(&detail))?;
+            }
+            Ok(outcome)
+        })
+    }
+
+    /// Counts what a run's effects did, from the events that carry its fencing token.
+    pub fn run_effect_counts(&mut self, job: &str, token: i64) -> Result<EffectCounts> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT kind, count(*) FROM exactly_events WHERE job_key = ?1 AND fencing_token = ?2
+                   AND kind IN (?3, ?4, ?5, ?6) GROUP BY kind",
+            )?;
+            let rows = stmt.query_map(
+                params![
+                    job,
+                    token,
+                    EventKind::EffectDone,
+                    EventKind::DuplicateSuppressed,
+                    EventKind::FencedWrite,
+                    EventKind::EffectUnknown
+                ],
+                |r| {
+                    Ok((
+                        word::<EventKind>(r, 0)?,
+                        int(r, 1)?.unwrap_or(0).max(0) as u64,
+                    ))
+                },
+            )?;
+            let mut c = EffectCounts::default();
+            for row in rows {
+                let (k, n) = row?;
+                match k {
+                    EventKind::EffectDone => c.done = n,
+                    EventKind::DuplicateSuppressed => c.suppressed = n,
+                    EventKind::FencedWrite => c.fenced = n,
+                    _ => c.unknown = n,
+                }
+            }
+            Ok(c)
+        })
+    }
+}

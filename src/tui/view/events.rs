@@ -1,0 +1,58 @@
+//! The Events view: the stream of events, newest first.
+use super::*;
+
+pub(super) fn event_alert(kind: &str) -> bool {
+    matches!(
+        EventKind::parse(kind),
+        EventKind::FencedWrite
+            | EventKind::LeaseStolen
+            | EventKind::EffectUnknown
+            | EventKind::ApprovalDenied
+    )
+}
+
+pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let list = app.events();
+    if list.is_empty() {
+        empty_note(f, t, area, " no events yet");
+        return;
+    }
+    let key_w = if area.width >= 118 { 32 } else { 12 };
+    let cols = [
+        col("", 1, 0),
+        col("AT", 8, 0),
+        col("KIND", 20, 0),
+        col("JOB", 14, 0),
+        col("EFFECT KEY", key_w, 1),
+        col("TOKEN", 5, 3),
+        col("WHO", 14, 2),
+        flex("DETAIL", 10, 1),
+    ];
+    let sel = app.selected(View::Events);
+    let shown = visible(app, View::Events, list.len(), area, sel);
+    let rows = list[shown.clone()]
+        .iter()
+        .map(|e| {
+            let alert = event_alert(&e.kind);
+            vec![
+                (if alert { "!" } else { " " }.into(), t.bad()),
+                plain(clock(&e.at)),
+                (e.kind.clone(), if alert { t.warn() } else { Style::new() }),
+                plain(e.job_key.clone().unwrap_or_else(|| "-".into())),
+                plain(e.effect_key.clone().unwrap_or_else(|| "-".into())),
+                plain(dash(e.fencing_token)),
+                plain(e.actor.clone().unwrap_or_else(|| "-".into())),
+                plain(e.detail.clone().unwrap_or_default()),
+            ]
+        })
+        .collect();
+    render_window(
+        f,
+        app,
+        View::Events,
+        table(&cols, rows, area, t),
+        area,
+        shown,
+        sel,
+    );
+}

@@ -1,0 +1,318 @@
+//! A job's detail (its runs and effects) and one run's stored output.
+use super::*;
+
+pub(super) fn draw_job_detail(
+    f: &mut Frame,
+    app: &App,
+    t: &Theme,
+    area: Rect,
+    now: Ts,
+    job: &str,
+    d: &Detail,
+) {
+    let w = area.width as usize;
+    let Some(j) = app
+        .snap
+        .as_ref()
+        .and_then(|s| s.jobs.iter().find(|j| j.job_key == job))
+    else {
+        empty_note(f, t, area, " this job is no longer in the snapshot");
+        return;
+    };
+    let mut info = vec![Line::styled(
+        clip(
+            &format!(" Job {job} — Esc back, j/k pick a run, Enter its output, p pause/resume"),
+            w,
+        ),
+        t.title(),
+    )];
+    let lease = match (lease_left(j, now), &j.lease_owner) {
+        (Some(l), Some(o)) if l > 0 => format!(
+            "held by {} with fencing token {}, expires in {}",
+            inert(o),
+            dash(j.fencing_token),
+            human_age(l)
+        ),
+        (Some(l), Some(o)) => format!(
+            "expired {} ago (last holder {}, token {})",
+            human_age(-l),
+            inert(o),
+            dash(j.fencing_token)
+        ),
+        _ => format!("free (last token {})", dash(j.fencing_token)),
+    };
+    let (int_share, _) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
+    let (lse_share, _) = share(j.p99_ms, j.lease_ms);
+    for line in [
+        format!(
+            " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
+            inert(j.schedule.as_deref().unwrap_or("-")),
+            dash(j.interval_s.map(human_age)),
+            dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
+            inert(j.overlap.as_deref().unwrap_or("-")),
+            j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
+            job_state(j, now),
+        ),
+        format!(" lease {lease}"),
+        format!(
+            " runs {}  p50 {}  p99 {} ({} of interval, {} of lease)  queue {}  suppressed {}  fenced {}",
+            j.runs,
+            dash(j.p50_ms.map(human_ms)),
+            dash(j.p99_ms.map(human_ms)),
+            int_share,
+            lse_share,
+            j.queue_depth,
+            j.duplicates_suppressed,
+            j.fenced_writes
+        ),
+    ] {
+        info.push(Line::raw(clip(&line, w)));
+    }
+    if j.paused {
+        info.push(Line::styled(
+            clip(
+                &format!(
+                    " PAUSED{}",
+                    j.pause_note
+                        .as_deref()
+                        .map(|n| format!(": {}", inert(n)))
+                        .unwrap_or_default()
+                ),
+                w,
+            ),
+            t.warn(),
+        ));
+    }
+    for x in &j.warnings {
+        info.push(Line::styled(clip(&format!(" ! {x}"), w), t.bad()));
+    }
+    let runs: &[RunRow] = match &d.loaded {
+        Some(Loaded::Job { runs, .. }) => runs,
+        _ => &[],
+    };
+    let info_h = info.len() as u16;
+    let [info_area, legend, spark, runs_area] = Layout::vertical([
+        Constraint::Length(info_h),
+        Constraint::Length(1),
+        Constraint::Length(3),
+        Constraint::Min(2),
+    ])
+    .areas(area);
+    f.render_widget(Paragraph::new(info), info_area);
+    // Durations oldest → newest, scaled so the top is the larger of interval, lease and the
+    // longest run: a bar near the top is a run that nearly overlapped the next or lost its lease.
+    let durations: Vec<Option<u64>> = runs
+        .iter()
+        .rev()
+        .map(|r| r.duration_ms.map(|d| d.max(0) as u64))
+        .collect();
+    let longest = durations.iter().flatten().copied().max().unwrap_or(0);
+    let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
+    let lease_ms = j.lease_ms.map(|ms| ms.max(0) as u64);
+    let top = longest
+        .max(interval_ms.unwrap_or(0))
+        .max(lease_ms.unwrap_or(0))
+        .max(1);
+    let over_lease = lease_ms
+        .map(|l| durations.iter().flatten().filter(|&&d| d > l).count())
+        .unwrap_or(0);
+    let over_interval = interval_ms
+        .map(|l| durations.iter().flatten().filter(|&&d| d > l).count())
+        .unwrap_or(0);
+    let pct = |x: Option<u64>| {
+        x.map(|v| format!("{}%", v * 100 / top))
+            .unwrap_or_else(|| "-".into())
+    };
+    let legend_text = if d.loaded.is_none() {
+        " run times: loading…".to_string()
+    } else if runs.is_empty() {
+        " run times: no runs recorded".to_string()
+    } else {
+        format!(
+            " last {} run times, oldest→newest; top = {}; interval at {}, lease at {}; over lease {}{}, over interval {}{}",
+            runs.len(),
+            human_ms(top),
+            pct(interval_ms),
+            pct(lease_ms),
+            over_lease,
+            if over_lease > 0 { "!" } else { "" },
+            over_interval,
+            if over_interval > 0 { "!" } else { "" },
+        )
+    };
+    let legend_style = if over_lease + over_interval > 0 {
+        t.bad()
+    } else {
+        t.dim()
+    };
+    f.render_widget(
+        Paragraph::new(Line::styled(clip(&legend_text, w), legend_style)),
+        legend,
+    );
+    let spark_w = (spark.width as usize).saturating_sub(1);
+    let shown: Vec<Option<u64>> = durations
+        .iter()
+        .skip(durations.len().saturating_sub(spark_w))
+        .copied()
+        .collect();
+    f.render_widget(
+        Sparkline::default()
+            .data(&shown)
+            .max(top)
+            .style(t.fg(Color::Cyan))
+            .absent_value_symbol("·"),
+        Rect {
+            x: spark.x + 1,
+            width: spark.width.saturating_sub(1),
+            ..spark
+        },
+    );
+    let cols = [
+        col("STARTED", 8, 0),
+        col("AGO", 7, 0),
+        col("DURATION", 8, 0),
+        col("%LEASE", 7, 1),
+        col("OUTCOME", 10, 0),
+        col("EXIT", 4, 1),
+        col("TOKEN", 5, 1),
+        col("SLOT", 24, 3),
+        flex("OWNER", 12, 2),
+    ];
+    let rows = runs
+        .iter()
+        .map(|r| {
+            let over = matches!((r.duration_ms, lease_ms), (Some(d), Some(l)) if d as u64 > l);
+            vec![
+                plain(clock(&r.started_at)),
+                plain(ago(&r.started_at, now)),
+                (
+                    dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
+                    if over { t.bad() } else { Style::new() },
+                ),
+                (
+                    match (r.duration_ms, lease_ms) {
+                        (Some(d), Some(l)) if l > 0 => {
+                            format!(
+                                "{}%{}",
+                                d.max(0) as u64 * 100 / l,
+                                if over { "!" } else { "" }
+                            )
+                        }
+                        _ => "-".into(),
+                    },
+                    if over { t.bad() } else { Style::new() },
+                ),
+                {
+                    let o = r.outcome.clone().unwrap_or_else(|| "running".into());
+                    let st = if crate::metrics::is_failure(&o) {
+                        t.bad()
+                    } else {
+                        Style::new()
+                    };
+                    (o, st)
+                },
+                plain(dash(r.exit_code)),
+                plain(r.fencing_token.to_string()),
+                plain(r.scheduled_at.clone()),
+                plain(r.owner.clone()),
+            ]
+        })
+        .collect();
+    // The cursor picks a run (Enter shows its output); the table scrolls to keep it in view.
+    let selected = (!runs.is_empty()).then(|| d.scroll.min(runs.len() - 1));
+    let mut state = TableState::default().with_selected(selected);
+    f.render_stateful_widget(table(&cols, rows, runs_area, t), runs_area, &mut state);
+}
+
+/// One run's stored output: stdout and stderr as they arrived, each line made inert, scrolled
+/// with j/k, PgUp/PgDn, g/G.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn draw_run_output(
+    f: &mut Frame,
+    app: &App,
+    t: &Theme,
+    area: Rect,
+    now: Ts,
+    job: &str,
+    run_id: &str,
+    d: &Detail,
+) {
+    let w = area.width as usize;
+    let mut head = vec![Line::styled(
+        clip(
+            &format!(
+                " Output of run {} ({}) — Esc back, j/k scroll",
+                inert(run_id),
+                inert(job)
+            ),
+            w,
+        ),
+        t.title(),
+    )];
+    let (row, output) = match &d.loaded {
+        Some(Loaded::Run { row, output, .. }) => (row.as_deref(), output.as_str()),
+        _ => {
+            head.push(Line::styled(" loading…", t.dim()));
+            f.render_widget(Paragraph::new(head), area);
+            return;
+        }
+    };
+    let Some(r) = row else {
+        head.push(Line::styled(
+            " this run is no longer stored (pruned?)",
+            t.warn(),
+        ));
+        f.render_widget(Paragraph::new(head), area);
+        return;
+    };
+    let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
+    let bad = crate::metrics::is_failure(&outcome);
+    head.push(Line::styled(
+        clip(
+            &format!(
+                " {}{} · started {} ({} ago) · took {} · slot {} · token {} · {}",
+                inert(&outcome),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                clock(&r.started_at),
+                ago(&r.started_at, now),
+                dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
+                inert(&r.scheduled_at),
+                r.fencing_token,
+                inert(&r.owner)
+            ),
+            w,
+        ),
+        if bad { t.bad() } else { t.dim() },
+    ));
+    // Long lines wrap: an error message is read whole.
+    let lines: Vec<String> = output
+        .lines()
+        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
+        .collect();
+    let body_h = (area.height as usize).saturating_sub(head.len() + 1);
+    let max_scroll = lines.len().saturating_sub(body_h);
+    app.output_max.set(max_scroll);
+    let scroll = d.scroll.min(max_scroll);
+    head.push(Line::styled(
+        clip(
+            &if lines.is_empty() {
+                " (no output)".to_string()
+            } else {
+                format!(
+                    " lines {}-{} of {}",
+                    scroll + 1,
+                    (scroll + body_h).min(lines.len()),
+                    lines.len()
+                )
+            },
+            w,
+        ),
+        t.head(),
+    ));
+    for l in lines.iter().skip(scroll).take(body_h) {
+        head.push(Line::raw(format!(" {l}")));
+    }
+    f.render_widget(Paragraph::new(head), area);
+}

@@ -1,0 +1,189 @@
+//! The Jobs view: one row per job, its lease, runs and next firing.
+use super::*;
+
+pub(super) const JOB_COLS: [Col; 18] = [
+    col("", 1, 0),
+    flex("JOB", 14, 0),
+    col("NEXT", 9, 1),
+    col("EVERY", 8, 1),
+    col("LEASE", 6, 2),
+    col("RUNS", 5, 4),
+    col("P50", 7, 3),
+    col("P99", 7, 1),
+    col("P99/IV", 6, 2),
+    col("P99/LS", 6, 2),
+    col("LAST", 13, 1),
+    col("TOKEN", 5, 2),
+    col("HOLDER", 14, 5),
+    col("EXPIRES", 8, 1),
+    col("STATE", 7, 1),
+    col("Q", 3, 4),
+    col("OVERLAP", 8, 5),
+    col("SUP/FEN", 7, 4),
+];
+
+pub(super) fn lease_left(j: &JobRow, now: Ts) -> Option<i64> {
+    j.lease_until
+        .as_deref()
+        .and_then(crate::time::parse)
+        .map(|u| (u - now).num_seconds())
+}
+
+pub(super) fn job_state(j: &JobRow, now: Ts) -> &'static str {
+    if j.paused {
+        "PAUSED"
+    } else if j.retired {
+        "retired"
+    } else if lease_left(j, now).is_some_and(|l| l > 0) {
+        "running"
+    } else {
+        "idle"
+    }
+}
+
+pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
+    let every = match (&j.schedule, j.interval_s) {
+        (Some(s), _) => s.clone(),
+        (None, Some(i)) => human_age(i),
+        _ => "-".into(),
+    };
+    let (int_share, int_over) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
+    let (lse_share, lse_over) = share(j.p99_ms, j.lease_ms);
+    let last = j
+        .last_run
+        .as_ref()
+        .map(|r| {
+            let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
+            let code = r
+                .exit_code
+                .filter(|c| *c != 0)
+                .map(|c| format!(" {c}"))
+                .unwrap_or_default();
+            let age = age_s(&r.started_at, now)
+                .map(short_age)
+                .unwrap_or_else(|| "-".into());
+            format!("{}{code} {age}", clip(&outcome, 7))
+        })
+        .unwrap_or_else(|| "-".into());
+    let last_style = match j
+        .last_run
+        .as_ref()
+        .and_then(|r| r.outcome.as_deref().map(RunOutcome::parse))
+    {
+        Some(RunOutcome::Ok) | None => Style::new(),
+        // Another writer's "done" reads as fine, as an effect's would.
+        Some(o) if EffectState::Done == o.as_str() => Style::new(),
+        Some(o) if crate::metrics::is_failure(o.as_str()) => t.bad(),
+        Some(_) => t.warn(),
+    };
+    let (next, next_style) = next_fire(j, t, now);
+    let (expires, exp_style) = match (lease_left(j, now), &j.lease_owner) {
+        (Some(l), Some(_)) if l > 0 => (human_age(l), Style::new()),
+        (Some(_), Some(_)) => ("expired".into(), t.dim()),
+        _ => ("free".into(), t.dim()),
+    };
+    let state = job_state(j, now);
+    let over = |b: bool| if b { t.bad() } else { Style::new() };
+    vec![
+        (
+            if j.warnings.is_empty() { " " } else { "!" }.into(),
+            t.bad(),
+        ),
+        plain(j.job_key.clone()),
+        (next, next_style),
+        plain(every),
+        plain(dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64)))),
+        plain(j.runs.to_string()),
+        plain(dash(j.p50_ms.map(human_ms))),
+        plain(dash(j.p99_ms.map(human_ms))),
+        (int_share, over(int_over)),
+        (lse_share, over(lse_over)),
+        (last, last_style),
+        plain(dash(j.fencing_token)),
+        plain(j.lease_owner.clone().unwrap_or_else(|| "-".into())),
+        (expires, exp_style),
+        (state.into(), if j.paused { t.warn() } else { Style::new() }),
+        plain(j.queue_depth.to_string()),
+        plain(dash(j.overlap.clone())),
+        plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
+    ]
+}
+
+/// When a job fires next: `in 4m`, `due`, `late 3m!` (nobody fired it), `paused`.
+pub(super) fn next_fire(j: &JobRow, t: &Theme, now: Ts) -> (String, Style) {
+    if j.paused {
+        return ("paused".into(), t.warn());
+    }
+    let Some(at) = j.next_fire_at.as_deref().and_then(crate::time::parse) else {
+        return ("-".into(), t.dim());
+    };
+    let secs = (at - now).num_seconds();
+    // A firing waits up to 2 s for its tick; later than that, nobody fired it.
+    if secs >= 0 {
+        (format!("in {}", short_age(secs)), Style::new())
+    } else if secs > -3 {
+        ("due".into(), Style::new())
+    } else {
+        (format!("late {}!", short_age(-secs)), t.bad())
+    }
+}
+
+pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
+    let jobs = app.jobs();
+    if jobs.is_empty() {
+        empty_note(
+            f,
+            t,
+            area,
+            " no jobs yet: a lease claimed (exactly lease claim) or a jobs file run (exactly run) shows here",
+        );
+        return;
+    }
+    let [tbl_area, notes] =
+        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
+    let sel = app.selected(View::Jobs);
+    let shown = visible(app, View::Jobs, jobs.len(), tbl_area, sel);
+    let rows = jobs[shown.clone()]
+        .iter()
+        .map(|j| job_cells(j, t, now))
+        .collect();
+    render_window(
+        f,
+        app,
+        View::Jobs,
+        table(&JOB_COLS, rows, tbl_area, t),
+        tbl_area,
+        shown,
+        sel,
+    );
+    // The selected job's warnings: the overlap forecast in words.
+    let w = notes.width as usize;
+    let lines: Vec<Line> = match jobs.get(sel) {
+        Some(j) if !j.warnings.is_empty() => j
+            .warnings
+            .iter()
+            .take(2)
+            .map(|x| Line::styled(clip(&format!(" ! {}: {x}", inert(&j.job_key)), w), t.bad()))
+            .collect(),
+        Some(j) if j.paused => vec![Line::styled(
+            clip(
+                &format!(
+                    " {} is paused{}",
+                    inert(&j.job_key),
+                    j.pause_note
+                        .as_deref()
+                        .map(|n| format!(": {}", inert(n)))
+                        .unwrap_or_default()
+                ),
+                w,
+            ),
+            t.warn(),
+        )],
+        Some(j) => vec![Line::styled(
+            clip(&format!(" {}: no warnings", inert(&j.job_key)), w),
+            t.dim(),
+        )],
+        None => vec![],
+    };
+    f.render_widget(Paragraph::new(lines), notes);
+}

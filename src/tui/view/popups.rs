@@ -1,0 +1,140 @@
+//! Popups: help, a confirmation carrying its action, the resolve choice.
+use super::*;
+
+/// A box of at most `w`×`h` cells in the middle of the screen.
+pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
+    let area = centered(f.area(), 100, 40);
+    f.render_widget(Clear, area);
+    let block = Block::bordered().title(" Keys — Esc closes ");
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let mut lines: Vec<Line> = vec![];
+    for (mode, title) in [
+        (Mode::Main, "Screen"),
+        (Mode::Confirm, "Confirm (after a, d, p, r)"),
+        (Mode::Resolve, "Resolve (after r)"),
+        (Mode::Typing, "Typing (filter, note)"),
+        (Mode::Help, "This help"),
+    ] {
+        lines.push(Line::styled(title, t.head()));
+        for b in of_mode(mode) {
+            lines.push(Line::from(vec![
+                Span::styled(format!(" {:<6}", b.label), t.title()),
+                Span::raw(b.help),
+            ]));
+        }
+    }
+    // As many columns as it takes to show every binding without scrolling.
+    let h = inner.height.max(1) as usize;
+    let ncols = lines.len().div_ceil(h).max(1);
+    let col_w = inner.width / ncols as u16;
+    for (i, chunk) in lines.chunks(h).enumerate() {
+        let r = Rect {
+            x: inner.x + i as u16 * col_w,
+            width: col_w.saturating_sub(1),
+            ..inner
+        };
+        f.render_widget(Paragraph::new(chunk.to_vec()), r);
+    }
+}
+
+pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Pending) {
+    let vw = (f.area().width.min(78) as usize).saturating_sub(11);
+    let mut lines = vec![];
+    let mut push = |label: &str, value: &str| {
+        lines.push(Line::from(vec![
+            Span::styled(format!(" {label:<7}"), t.dim()),
+            Span::raw(clip(value, vw)),
+        ]))
+    };
+    match act {
+        Pending::Approve { key, job, terms }
+        | Pending::Deny { key, job, terms }
+        | Pending::Resolve {
+            key, job, terms, ..
+        } => {
+            push("effect", key);
+            push("job", job);
+            // Terms over up to three lines: what the operator agrees to must be readable.
+            let clean = inert(terms.as_deref().unwrap_or("(none shown)"));
+            let chars: Vec<char> = clean.chars().collect();
+            let chunks: Vec<String> = chars
+                .chunks(vw.max(1))
+                .map(|c| c.iter().collect())
+                .collect();
+            for (i, c) in chunks.iter().take(3).enumerate() {
+                let last = i == 2 && chunks.len() > 3;
+                let text = if last {
+                    clip(&format!("{c}…"), vw)
+                } else {
+                    c.clone()
+                };
+                push(if i == 0 { "terms" } else { "" }, &text);
+            }
+        }
+        Pending::Pause { job, note } => {
+            push("job", job);
+            push("note", note.as_deref().unwrap_or("(none)"));
+        }
+        Pending::Resume { job } => push("job", job),
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::styled(" y ", t.head().add_modifier(Modifier::REVERSED)),
+        Span::raw(format!(" {}   ", clip(&act.verb(), 40))),
+        Span::styled("[ n / Esc: cancel ]", t.selected()),
+        Span::raw(" (default)"),
+    ]));
+    let area = centered(f.area(), 78, lines.len() as u16 + 2);
+    f.render_widget(Clear, area);
+    let block = Block::bordered()
+        .title(Span::styled(format!(" Confirm: {} ", act.verb()), t.bad()))
+        .border_style(t.warn());
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+pub(super) fn draw_resolve(f: &mut Frame, t: &Theme, key: &str, job: &str, terms: Option<&str>) {
+    let area = centered(f.area(), 78, 10);
+    f.render_widget(Clear, area);
+    let block = Block::bordered()
+        .title(Span::styled(
+            " Resolve: what does the far side show? ",
+            t.warn(),
+        ))
+        .border_style(t.warn());
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let vw = (inner.width as usize).saturating_sub(9);
+    let line = |label: &str, v: &str| {
+        Line::from(vec![
+            Span::styled(format!(" {label:<7}"), t.dim()),
+            Span::raw(clip(v, vw)),
+        ])
+    };
+    let mut lines = vec![
+        line("effect", key),
+        line("job", job),
+        line("terms", terms.unwrap_or("(none shown)")),
+        Line::raw(""),
+    ];
+    for b in of_mode(Mode::Resolve) {
+        lines.push(Line::from(vec![
+            Span::styled(format!(" {:<5}", b.label), t.head()),
+            Span::raw(b.help),
+        ]));
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}

@@ -1,0 +1,156 @@
+//! Table fitting: which columns fit the width, and the table drawn from rows.
+use super::*;
+
+/// A table column: `prio` 0 always shows; higher ones drop first when narrow.
+pub(super) struct Col {
+    title: &'static str,
+    width: u16,
+    prio: u8,
+    /// Takes the width left over.
+    flex: bool,
+}
+
+pub(super) const fn col(title: &'static str, width: u16, prio: u8) -> Col {
+    Col {
+        title,
+        width,
+        prio,
+        flex: false,
+    }
+}
+
+pub(super) const fn flex(title: &'static str, width: u16, prio: u8) -> Col {
+    Col {
+        title,
+        width,
+        prio,
+        flex: true,
+    }
+}
+
+/// Which columns fit in `avail` cells, and how wide each is (in column order).
+pub(super) fn fit(cols: &[Col], avail: u16) -> Vec<(usize, u16)> {
+    // One cell for the selection marker, one between columns.
+    let avail = avail.saturating_sub(2) as i32;
+    let mut order: Vec<usize> = (0..cols.len()).collect();
+    order.sort_by_key(|&i| cols[i].prio);
+    let mut kept = vec![false; cols.len()];
+    let mut used = -1;
+    for i in order {
+        let need = cols[i].width as i32 + 1;
+        if used + need <= avail {
+            used += need;
+            kept[i] = true;
+        }
+    }
+    let spare = (avail - used).max(0) as u16;
+    let mut out: Vec<(usize, u16)> = (0..cols.len())
+        .filter(|&i| kept[i])
+        .map(|i| (i, cols[i].width))
+        .collect();
+    if let Some(x) = out.iter_mut().find(|(i, _)| cols[*i].flex) {
+        x.1 += spare;
+    }
+    out
+}
+
+/// One table cell's text and style; the text is clipped to the column when laid out.
+pub(super) type C = (String, Style);
+
+pub(super) fn plain(s: impl Into<String>) -> C {
+    (s.into(), Style::new())
+}
+
+/// Lays out a table from all-column rows, keeping the columns that fit.
+pub(super) fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) -> Table<'a> {
+    let kept = fit(cols, area.width);
+    let header = Row::new(
+        kept.iter()
+            .map(|(i, _)| Cell::from(cols[*i].title))
+            .collect::<Vec<_>>(),
+    )
+    .style(t.head());
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .map(|cells| {
+            Row::new(
+                kept.iter()
+                    .map(|(i, w)| {
+                        let (text, style) = cells.get(*i).cloned().unwrap_or_default();
+                        Cell::from(clip(&text, *w as usize)).style(style)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    Table::new(
+        rows,
+        kept.iter()
+            .map(|(_, w)| Constraint::Length(*w))
+            .collect::<Vec<_>>(),
+    )
+    .header(header)
+    .column_spacing(1)
+    .row_highlight_style(t.selected())
+    .highlight_symbol(">")
+    .highlight_spacing(HighlightSpacing::Always)
+}
+
+/// The rows of a long list that the table shows (the selection kept in view, as ratatui
+/// scrolls), so a frame lays out a screenful, not a thousand jobs.
+pub(super) fn visible(
+    app: &App,
+    v: View,
+    n: usize,
+    area: Rect,
+    sel: usize,
+) -> std::ops::Range<usize> {
+    let h = (area.height as usize).saturating_sub(1).max(1);
+    let sel = sel.min(n.saturating_sub(1));
+    let mut first = app.offset[v.index()].get().min(n.saturating_sub(1));
+    if sel < first {
+        first = sel;
+    }
+    if sel >= first + h {
+        first = sel + 1 - h;
+    }
+    first..n.min(first + h)
+}
+
+/// Renders the rows `shown` of a list (built by the caller for those rows only).
+pub(super) fn render_window(
+    f: &mut Frame,
+    app: &App,
+    v: View,
+    tbl: Table<'_>,
+    area: Rect,
+    shown: std::ops::Range<usize>,
+    sel: usize,
+) {
+    let mut state = TableState::default().with_selected(sel.checked_sub(shown.start));
+    f.render_stateful_widget(tbl, area, &mut state);
+    app.offset[v.index()].set(shown.start);
+}
+
+pub(super) fn render_table(
+    f: &mut Frame,
+    app: &App,
+    v: View,
+    tbl: Table<'_>,
+    area: Rect,
+    sel: Option<usize>,
+) {
+    let off = &app.offset[v.index()];
+    let mut state = TableState::default()
+        .with_offset(off.get())
+        .with_selected(sel);
+    f.render_stateful_widget(tbl, area, &mut state);
+    off.set(state.offset());
+}
+
+pub(super) fn empty_note(f: &mut Frame, t: &Theme, area: Rect, text: &str) {
+    f.render_widget(
+        Paragraph::new(Span::styled(text.to_string(), t.dim())),
+        area,
+    );
+}

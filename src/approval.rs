@@ -1,7 +1,12 @@
 //! Approvals belong to the effect key, not the run: requested with the terms shown, decided by a
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
-use crate::store::{Decided, Resolution, Resolved, Store};
-use crate::Result;
+pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved};
+use crate::{Result, Store};
+
+/// The approval of an effect, if one was requested (the effect detail shows it).
+pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
+    store.approval(key)
+}
 
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.

@@ -10,9 +10,11 @@
 use crate::fault;
 use crate::key;
 use crate::state::EffectState;
-use crate::store::{Begin, NewEffect, Resolution, Seen, Store, Submit, Verdict};
+pub use crate::store::{switch_guard_off_for_proof, LedgerRow, SUBMIT_MIN_LEFT};
+use crate::store::{Begin, NewEffect, Resolution, Seen, Submit, Verdict};
 use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use crate::Result;
+use crate::Store;
 use serde_json::{Map, Value};
 use std::process::{Command, Stdio};
 
@@ -181,6 +183,16 @@ impl Outcome {
             Outcome::NotSent { .. } => 75,
         }
     }
+}
+
+/// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
+pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
+    store.effect(key)
+}
+
+/// The recorded history of an effect, oldest first (the effect detail).
+pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::metrics::EventRow>> {
+    store.effect_events(key)
 }
 
 /// `host:pid` of this attempt, recorded with `submitted` so a restart can tell a dead sender

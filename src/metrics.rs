@@ -1,8 +1,9 @@
 //! The one plain [`Snapshot`] value read from the database, and what renders only it:
 //! `status` (text and JSON) and `metrics` (Prometheus text). The dashboard draws it too.
+use crate::approval::ApprovalRow;
 use crate::sanitize::inert;
-use crate::store::{ApprovalRow, Store};
 use crate::time::{human_age, human_ms};
+use crate::Store;
 use prometheus_client::metrics::{
     counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info,
 };
@@ -262,6 +263,12 @@ pub fn job_warnings(j: &JobRow) -> Vec<String> {
         }
     }
     w
+}
+
+/// A number that changes whenever another connection commits (SQLite's `data_version`): a
+/// dashboard reads the whole snapshot again only when it moved.
+pub fn data_version(store: &mut Store) -> crate::Result<i64> {
+    store.data_version()
 }
 
 impl Snapshot {

@@ -329,7 +329,7 @@ fn library_deny_of_a_done_effect_reports_its_state() {
         0
     );
     match exactly::approval::deny(&mut s, &k, "bob", None).expect("deny") {
-        exactly::store::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
+        exactly::approval::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
         other => panic!("deny of a done effect: {other:?}"),
     }
 }

@@ -6,8 +6,8 @@
 //! approves or denies at a random moment).
 use super::proc::Running;
 use super::{Client, Eff, Harness, How, Tally};
+use crate::approval::Decided;
 use crate::state::EffectState;
-use crate::store::Decided;
 use crate::{approval, lease, Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;

@@ -12,7 +12,7 @@ use crate::effect::Spec;
 use crate::metrics::Snapshot;
 use crate::sanitize::inert;
 use crate::state::EffectState;
-use crate::store::Store;
+use crate::Store;
 use crate::{lease, Error, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -544,7 +544,7 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         None => dir.join("chaos.db").display().to_string(),
     };
     let seed = a.seed.unwrap_or_else(|| rand::thread_rng().gen());
-    let store = Store::open(&db_path)?;
+    let store = crate::open(Some(&db_path), crate::Access::Write)?;
     let far = far_side::FarSide::start(exe, &dir.join("far.sock"))?;
     let observe = format!(
         "{} far-side seen --socket {}",

@@ -43,7 +43,7 @@ pub struct LedgerRow {
 
 impl LedgerRow {
     /// What a writer read of this row, for a later compare-and-set.
-    pub fn seen(&self) -> Seen {
+    pub(crate) fn seen(&self) -> Seen {
         Seen {
             state: self.state.clone(),
             version: self.version,
@@ -251,14 +251,14 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub fn target_state(self) -> EffectState {
+    pub(crate) fn target_state(self) -> EffectState {
         match self {
             Resolution::Happened => EffectState::Done,
             Resolution::NotHappened => EffectState::Claimed,
             Resolution::Cancel => EffectState::Cancelled,
         }
     }
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Resolution::Happened => "happened",
             Resolution::NotHappened => "not-happened",
@@ -313,7 +313,7 @@ pub enum Resolved {
 impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
-    pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
+    pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
         self.begin_tx(e, None)
     }
 
@@ -325,7 +325,11 @@ impl Store {
     /// key (or any earlier row), or less than [`SUBMIT_MIN_LEFT`] of the lease — reserves
     /// `claimed` as [`Store::begin_effect`] does, and the caller submits as before. For callers
     /// that need no approval (`needs_approval` asks for one in the submit step).
-    pub fn begin_and_submit_effect(&mut self, e: &NewEffect<'_>, attempt: &str) -> Result<Begin> {
+    pub(crate) fn begin_and_submit_effect(
+        &mut self,
+        e: &NewEffect<'_>,
+        attempt: &str,
+    ) -> Result<Begin> {
         self.begin_tx(e, Some(attempt))
     }
 
@@ -413,7 +417,7 @@ impl Store {
     /// approval of it (or `needs_approval`, which asks now), it is sent only once approved; the
     /// approval is consumed in the same transaction.
     #[allow(clippy::too_many_arguments)]
-    pub fn submit_effect_on(
+    pub(crate) fn submit_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -434,20 +438,6 @@ impl Store {
             terms,
             Some(seen),
         )
-    }
-
-    /// [`Store::submit_effect_on`] on the row as it is now (for callers that read nothing
-    /// earlier, such as fixtures).
-    pub fn submit_effect(
-        &mut self,
-        key: &str,
-        job: &str,
-        run_id: &str,
-        token: i64,
-        attempt: &str,
-        needs_approval: bool,
-    ) -> Result<Submit> {
-        self.submit_tx(key, job, run_id, token, attempt, needs_approval, None, None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -557,7 +547,7 @@ impl Store {
     /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
     /// as our `submitted` left it (`seen`).
-    pub fn finish_effect_on(
+    pub(crate) fn finish_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -569,23 +559,10 @@ impl Store {
         self.finish_tx(key, job, token, state, response, Some(seen), None)
     }
 
-    /// [`Store::finish_effect_on`] on a `submitted` row as it is now (for callers that read
-    /// nothing earlier, such as fixtures).
-    pub fn finish_effect(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: EffectState,
-        response: &str,
-    ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, None, None)
-    }
-
     /// [`Store::finish_effect_on`], also keeping the command's stdout as bytes (`raw`, already
     /// cut to the cap) and how many bytes it wrote in all (`total`).
     #[allow(clippy::too_many_arguments)]
-    pub fn finish_effect_output_on(
+    pub(crate) fn finish_effect_output_on(
         &mut self,
         key: &str,
         job: &str,
@@ -668,7 +645,7 @@ impl Store {
 
     /// The command promised nothing was sent: the reservation is released (the row removed, an
     /// approval it consumed handed back), so a later attempt starts clean.
-    pub fn release_effect_on(
+    pub(crate) fn release_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -699,7 +676,7 @@ impl Store {
     }
 
     /// Counts an attempt that found its effect already `done`.
-    pub fn record_duplicate(
+    pub(crate) fn record_duplicate(
         &mut self,
         key: &str,
         job: &str,
@@ -716,36 +693,13 @@ impl Store {
         })
     }
 
-    /// Records an observer's verdict on an open effect as it is now (no earlier read to compare
-    /// with) and, when it is definite, settles it. Prefer [`Store::observe_verdict_on`], which
-    /// names the row version the observer looked at.
-    pub fn observe_verdict(
-        &mut self,
-        key: &str,
-        verdict: Option<Resolution>,
-        words: &str,
-        fence: Option<(&str, i64)>,
-    ) -> Result<Resolved> {
-        Ok(
-            match self.verdict_tx(key, verdict, words, fence, None, true)? {
-                Verdict::Applied { from, .. } => Resolved::Done { from },
-                Verdict::NotOpen { state, by } => Resolved::NotOpen { state, by },
-                Verdict::Fenced => Resolved::Fenced,
-                Verdict::Stale { state } | Verdict::InFlight { state, .. } => {
-                    Resolved::NotOpen { state, by: None }
-                }
-                Verdict::NotFound => Resolved::NotFound,
-            },
-        )
-    }
-
     /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
     /// definite, settles it: happened → `done`, did not happen → `claimed`. A verdict applies
     /// only to the attempt it observed: if the row moved since, the verdict is discarded and
     /// recorded as a `stale_verdict` event. A `submitted` row whose sender's lease is still
     /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
     /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
-    pub fn observe_verdict_on(
+    pub(crate) fn observe_verdict_on(
         &mut self,
         key: &str,
         verdict: Option<Resolution>,
@@ -851,7 +805,7 @@ impl Store {
 
     /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a retry
     /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled.
-    pub fn resolve_effect(
+    pub(crate) fn resolve_effect(
         &mut self,
         key: &str,
         how: Resolution,
@@ -898,7 +852,7 @@ impl Store {
         })
     }
 
-    pub fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
+    pub(crate) fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
         self.read(|tx| read_row(tx, key))
     }
 }

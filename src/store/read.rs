@@ -86,7 +86,7 @@ fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<
 
 impl Store {
     /// Reads everything the dashboard and `status` show, in one short read transaction.
-    pub fn snapshot(&mut self) -> Result<Snapshot> {
+    pub(crate) fn snapshot(&mut self) -> Result<Snapshot> {
         let now = time::now();
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
@@ -195,7 +195,7 @@ impl Store {
 
     /// SQLite's `PRAGMA data_version`: changes when another connection commits to the
     /// database, so a reader can tell that nothing changed without reading anything.
-    pub fn data_version(&mut self) -> Result<i64> {
+    pub(crate) fn data_version(&mut self) -> Result<i64> {
         // Cached: a dashboard asks every second, and preparing costs more than the answer.
         let v = self
             .conn
@@ -205,7 +205,7 @@ impl Store {
     }
 
     /// Every event about one effect, oldest first.
-    pub fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
+    pub(crate) fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
@@ -217,7 +217,7 @@ impl Store {
 
     /// One run and its stored output (stdout and stderr interleaved as they arrived; while the
     /// run lasts, what it printed so far).
-    pub fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
+    pub(crate) fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
         self.read(|tx| {
             tx.query_row(
                 &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
@@ -229,7 +229,7 @@ impl Store {
     }
 
     /// The first run of a job that started after `after` (None: its latest run).
-    pub fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+    pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
         self.read(|tx| match after {
             None => tx
                 .query_row(
@@ -255,7 +255,7 @@ impl Store {
     }
 
     /// The most recent runs of a job, newest first.
-    pub fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
+    pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
@@ -719,7 +719,7 @@ fn read_jobs(
 
 impl Store {
     /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
-    pub fn open_effects_of(&mut self, job: &str) -> Result<Vec<crate::store::LedgerRow>> {
+    pub(crate) fn open_effects_of(&mut self, job: &str) -> Result<Vec<crate::store::LedgerRow>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')

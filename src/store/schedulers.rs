@@ -16,8 +16,7 @@ pub struct SchedulerReg<'a> {
 
 impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
-    pub fn scheduler_started(&mut self, s: &SchedulerReg<'_>) -> Result<()> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
         self.write(|tx| {
             tx.execute(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
@@ -33,8 +32,7 @@ impl Store {
 
     /// One heartbeat. Returns false when the row is gone or ended (pruned, or a newer start
     /// under the same owner took it over with another pid).
-    pub fn scheduler_beat(&mut self, owner: &str, pid: u32) -> Result<bool> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_beat(&mut self, owner: &str, pid: u32, now: &str) -> Result<bool> {
         self.write(|tx| {
             Ok(tx.execute(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3
@@ -45,8 +43,7 @@ impl Store {
     }
 
     /// Records a clean shutdown.
-    pub fn scheduler_ended(&mut self, owner: &str, pid: u32) -> Result<()> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_ended(&mut self, owner: &str, pid: u32, now: &str) -> Result<()> {
         self.write(|tx| {
             tx.execute(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3, ended_at = ?3

@@ -2,9 +2,10 @@
 //! the selection, popups. Keys change it through [`App::on_key`]; anything that needs the
 //! database leaves as a [`Request`] value and comes back as a [`Reply`].
 use super::input::{lookup, KeyAction, Mode};
+use crate::approval::{ApprovalRow, Resolution};
+use crate::effect::LedgerRow;
 use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::sanitize::inert;
-use crate::store::{ApprovalRow, LedgerRow, Resolution};
 use crossterm::event::{KeyCode, KeyEvent};
 use std::cell::Cell;
 use std::time::Duration;

@@ -31,16 +31,44 @@ pub fn records(store: &mut Store) -> Result<Vec<JobRecord>> {
     store.registered_jobs()
 }
 
-/// Pauses (`pause`) or resumes a job as `by`: firings while paused are recorded as skipped.
-/// Returns false when it already was in that state (nothing changed).
-pub fn set_paused(
-    store: &mut Store,
-    job: &str,
-    pause: bool,
-    by: &str,
-    note: Option<&str>,
-) -> Result<bool> {
-    store.set_paused(job, pause, by, note, &time::now_text())
+/// What a pause or a resume did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Toggled {
+    /// A pause (else a resume).
+    pub pause: bool,
+    /// False when the job already was in that state: nothing changed.
+    pub changed: bool,
+}
+
+impl Toggled {
+    /// The outcome in words (the CLI and the dashboard add who acted).
+    pub fn describe(&self, job: &str) -> String {
+        let j = crate::sanitize::inert(job);
+        match (self.pause, self.changed) {
+            (true, true) => format!("paused job {j}"),
+            (false, true) => format!("resumed job {j}"),
+            (true, false) => format!("job {j} was already paused"),
+            (false, false) => format!("job {j} was not paused"),
+        }
+    }
+}
+
+/// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
+pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
+    let changed = store.set_paused(job, true, by, note, &time::now_text())?;
+    Ok(Toggled {
+        pause: true,
+        changed,
+    })
+}
+
+/// Resumes a paused job as `by`.
+pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
+    let changed = store.set_paused(job, false, by, None, &time::now_text())?;
+    Ok(Toggled {
+        pause: false,
+        changed,
+    })
 }
 
 /// Records a scheduler's start (a restart under the same owner starts its row afresh).

@@ -534,15 +534,21 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// `pause`/`resume`'s line: who acted when it changed something.
+fn say_toggled(t: jobs::Toggled, job: &str, by: &str) {
+    if t.changed {
+        println!("{} by {}", t.describe(job), inert(by));
+    } else {
+        println!("{}", t.describe(job));
+    }
+}
+
 pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
-    if jobs::set_paused(&mut store, &a.job, true, &by, a.note.as_deref())? {
-        println!("paused {} by {}", inert(&a.job), inert(&by));
-    } else {
-        println!("{} was already paused", inert(&a.job));
-    }
+    let t = jobs::pause(&mut store, &a.job, &by, a.note.as_deref())?;
+    say_toggled(t, &a.job, &by);
     Ok(0)
 }
 
@@ -550,11 +556,8 @@ pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
-    if jobs::set_paused(&mut store, &a.job, false, &by, None)? {
-        println!("resumed {} by {}", inert(&a.job), inert(&by));
-    } else {
-        println!("{} was not paused", inert(&a.job));
-    }
+    let t = jobs::resume(&mut store, &a.job, &by)?;
+    say_toggled(t, &a.job, &by);
     Ok(0)
 }
 

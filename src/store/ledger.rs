@@ -251,14 +251,14 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub(crate) fn target_state(self) -> EffectState {
+    pub fn target_state(self) -> EffectState {
         match self {
             Resolution::Happened => EffectState::Done,
             Resolution::NotHappened => EffectState::Claimed,
             Resolution::Cancel => EffectState::Cancelled,
         }
     }
-    pub(crate) fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             Resolution::Happened => "happened",
             Resolution::NotHappened => "not-happened",

@@ -182,63 +182,43 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
     let ok = |text: String| Report { ok: true, text };
     let bad = |text: String| Report { ok: false, text };
     let who = inert(by);
+    let toggled = |t: jobs::Toggled, job: &str| {
+        let words = t.describe(job);
+        if t.changed {
+            ok(format!("{words} as {who}"))
+        } else {
+            bad(format!("{words}; nothing changed"))
+        }
+    };
     let r: Result<Report> = (|| {
         Ok(match act {
             Pending::Approve { key, .. } | Pending::Deny { key, .. } => {
                 let approve = matches!(act, Pending::Approve { .. });
-                let k = inert(key);
-                let verb = if approve { "approved" } else { "denied" };
                 let d = if approve {
                     approval::approve(store, key, by, None)?
                 } else {
                     approval::deny(store, key, by, None)?
                 };
+                let words = d.describe(key, approve);
                 match d {
-                    Decided::Done => ok(format!("{verb} {k} as {who}")),
-                    Decided::Already { state, by, at } => bad(format!(
-                        "effect {k} was already {} by {} at {}; nothing changed",
-                        inert(state.as_str()),
-                        inert(by.as_deref().unwrap_or("someone")),
-                        inert(at.as_deref().unwrap_or("?"))
-                    )),
-                    Decided::NotFound => bad(format!("no approval was requested for effect {k}")),
+                    Decided::Done => ok(format!("{words} as {who}")),
+                    Decided::Already { .. } => bad(format!("{words}; nothing changed")),
+                    Decided::NotFound => bad(words),
                 }
             }
             Pending::Resolve { key, how, .. } => {
-                let k = inert(key);
-                match approval::resolve(store, key, *how, by, None, None)? {
-                    Resolved::Done { from } => ok(format!(
-                        "resolved {k}: {} → {} ({}) as {who}",
-                        inert(from.as_str()),
-                        how.target_state(),
-                        how.word()
-                    )),
-                    Resolved::NotOpen { state, by } => bad(format!(
-                        "effect {k} is already {}{}; nothing to resolve",
-                        inert(state.as_str()),
-                        by.map(|b| format!(" (resolved by {})", inert(&b)))
-                            .unwrap_or_default()
-                    )),
-                    Resolved::Fenced => bad(format!(
-                        "effect {k}: a newer lease token holds its job; nothing to resolve"
-                    )),
-                    Resolved::NotFound => bad(format!("no effect {k} in the ledger")),
+                let r = approval::resolve(store, key, *how, by, None, None)?;
+                let words = r.describe(key, *how);
+                match r {
+                    Resolved::Done { .. } => ok(format!("{words} ({}) as {who}", how.word())),
+                    _ => bad(words),
                 }
             }
-            Pending::Pause { job, .. } | Pending::Resume { job } => {
-                let pause = matches!(act, Pending::Pause { .. });
-                let note = match act {
-                    Pending::Pause { note, .. } => note.as_deref(),
-                    _ => None,
-                };
-                let j = inert(job);
-                let verb = if pause { "paused" } else { "resumed" };
-                if jobs::set_paused(store, job, pause, by, note)? {
-                    ok(format!("{verb} job {j} as {who}"))
-                } else {
-                    bad(format!("job {j} was already {verb}; nothing changed"))
-                }
+            Pending::Pause { job, note } => {
+                let t = jobs::pause(store, job, by, note.as_deref())?;
+                toggled(t, job)
             }
+            Pending::Resume { job } => toggled(jobs::resume(store, job, by)?, job),
         })
     })();
     r.unwrap_or_else(|e| bad(format!("{} failed: {}", act.verb(), inert(&e.to_string()))))

@@ -327,10 +327,9 @@ pub fn busy() -> Fixture {
     // reminders: paused by an operator. legacy-backup: a cron wrapper known only by its lease.
     let t = claim(&mut s, "reminders", owner);
     lease::release(&mut s, "reminders", t).expect("release");
-    exactly::jobs::set_paused(
+    exactly::jobs::pause(
         &mut s,
         "reminders",
-        true,
         "bob@10.0.0.9",
         Some("holiday freeze until 2 Jan"),
     )

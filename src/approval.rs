@@ -56,12 +56,12 @@ pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
 pub fn approve(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, true, by, note)
+    store.decide_approval(key, true, by, note, &crate::time::now_text())
 }
 
 /// Denies a pending effect; it ends `cancelled` and is never sent.
 pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, false, by, note)
+    store.decide_approval(key, false, by, note, &crate::time::now_text())
 }
 
 /// Settles an effect after checking the far side: happened → `done`, did not happen →
@@ -74,5 +74,5 @@ pub fn resolve(
     note: Option<&str>,
     evidence: Option<&str>,
 ) -> Result<Resolved> {
-    store.resolve_effect(key, how, by, note, evidence)
+    store.resolve_effect(key, how, by, note, evidence, crate::time::now())
 }

@@ -12,6 +12,7 @@ use crate::key;
 use crate::state::EffectState;
 pub use crate::store::{switch_guard_off_for_proof, LedgerRow, SUBMIT_MIN_LEFT};
 use crate::store::{Begin, NewEffect, Resolution, Seen, Submit, Verdict};
+use crate::time;
 use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use crate::Result;
 use crate::Store;
@@ -551,9 +552,9 @@ pub fn execute(
             // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
             // (A fault at `after_claim` needs the moment between the two commits to stop at.)
             let begin = if att.spec.needs_approval || fault::armed("after_claim") {
-                store.begin_effect(&new)?
+                store.begin_effect(&new, time::now())?
             } else {
-                store.begin_and_submit_effect(&new, &att.attempt)?
+                store.begin_and_submit_effect(&new, &att.attempt, time::now())?
             };
             if matches!(begin, Begin::Submitted(_)) {
                 fault::point("after_submitted");
@@ -580,7 +581,16 @@ pub fn execute(
                 Observation::CantTell(w) => (None, w.clone()),
             };
             let fence = Some((ctx.job.as_str(), ctx.token));
-            Input::Judged(store.observe_verdict_on(key, res, &words, fence, seen, *lease_check)?)
+            Input::Judged(store.observe_verdict_on(
+                key,
+                res,
+                &words,
+                fence,
+                seen,
+                *lease_check,
+                &crate::actor(),
+                time::now(),
+            )?)
         }
         Io::Submit { seen } => {
             fault::point("after_claim");
@@ -593,6 +603,7 @@ pub fn execute(
                 att.spec.needs_approval,
                 att.spec.terms.as_deref(),
                 seen,
+                time::now(),
             )?;
             if matches!(s, Submit::Won { .. }) {
                 fault::point("after_submitted");
@@ -615,6 +626,7 @@ pub fn execute(
                     response,
                     seen,
                     output,
+                    time::now(),
                 ),
                 Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
                 Err(Failure::Lost(reason)) => store.finish_effect_on(
@@ -624,6 +636,7 @@ pub fn execute(
                     EffectState::Unknown,
                     reason,
                     seen,
+                    time::now(),
                 ),
             })?;
             fault::point("after_done");
@@ -753,6 +766,8 @@ pub fn settle_open_with(
             None,
             &row.seen(),
             who != Sender::Gone,
+            &crate::actor(),
+            time::now(),
         )?;
         if matches!(applied, Verdict::Applied { .. }) {
             out.push(Settled {

@@ -274,7 +274,7 @@ pub fn data_version(store: &mut Store) -> crate::Result<i64> {
 impl Snapshot {
     /// Reads the snapshot (one short read transaction, indexes only).
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
-        store.snapshot()
+        store.snapshot(crate::time::now(), &crate::hostname())
     }
 
     /// `status --json`: the snapshot the dashboard draws, serialised whole (serde), with

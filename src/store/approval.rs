@@ -88,8 +88,8 @@ impl Store {
         approve: bool,
         by: &str,
         note: Option<&str>,
+        now: &str,
     ) -> Result<Decided> {
-        let now = crate::time::now_text();
         let state = if approve {
             ApprovalState::Approved
         } else {

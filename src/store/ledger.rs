@@ -6,6 +6,7 @@ use super::lease::{current_token, fenced};
 use super::{int, record_event, text, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
+use crate::time::Ts;
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -313,8 +314,8 @@ pub enum Resolved {
 impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
-    pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
-        self.begin_tx(e, None)
+    pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>, now: Ts) -> Result<Begin> {
+        self.begin_tx(e, None, now)
     }
 
     /// Reserves an effect and, when nothing stands in the way, marks it `submitted` for
@@ -329,12 +330,17 @@ impl Store {
         &mut self,
         e: &NewEffect<'_>,
         attempt: &str,
+        now: Ts,
     ) -> Result<Begin> {
-        self.begin_tx(e, Some(attempt))
+        self.begin_tx(e, Some(attempt), now)
     }
 
-    fn begin_tx(&mut self, e: &NewEffect<'_>, submit_as: Option<&str>) -> Result<Begin> {
-        let now_ts = crate::time::now();
+    fn begin_tx(
+        &mut self,
+        e: &NewEffect<'_>,
+        submit_as: Option<&str>,
+        now_ts: Ts,
+    ) -> Result<Begin> {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
@@ -427,6 +433,7 @@ impl Store {
         needs_approval: bool,
         terms: Option<&str>,
         seen: &Seen,
+        now: Ts,
     ) -> Result<Submit> {
         self.submit_tx(
             key,
@@ -437,6 +444,7 @@ impl Store {
             needs_approval,
             terms,
             Some(seen),
+            now,
         )
     }
 
@@ -451,8 +459,8 @@ impl Store {
         needs_approval: bool,
         terms: Option<&str>,
         seen: Option<&Seen>,
+        now_ts: Ts,
     ) -> Result<Submit> {
-        let now_ts = crate::time::now();
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
@@ -547,6 +555,7 @@ impl Store {
     /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
     /// as our `submitted` left it (`seen`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish_effect_on(
         &mut self,
         key: &str,
@@ -555,8 +564,9 @@ impl Store {
         state: EffectState,
         response: &str,
         seen: &Seen,
+        now: Ts,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), None)
+        self.finish_tx(key, job, token, state, response, Some(seen), None, now)
     }
 
     /// [`Store::finish_effect_on`], also keeping the command's stdout as bytes (`raw`, already
@@ -571,8 +581,9 @@ impl Store {
         response: &str,
         seen: &Seen,
         output: Option<(&[u8], u64)>,
+        now: Ts,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), output)
+        self.finish_tx(key, job, token, state, response, Some(seen), output, now)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -585,8 +596,9 @@ impl Store {
         response: &str,
         seen: Option<&Seen>,
         output: Option<(&[u8], u64)>,
+        now: Ts,
     ) -> Result<bool> {
-        let now = crate::time::now_text();
+        let now = crate::time::fmt(now);
         let (raw, total) = match output {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
@@ -699,6 +711,8 @@ impl Store {
     /// recorded as a `stale_verdict` event. A `submitted` row whose sender's lease is still
     /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
     /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
+    /// `actor` is who observed (recorded with the verdict).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn observe_verdict_on(
         &mut self,
         key: &str,
@@ -707,21 +721,11 @@ impl Store {
         fence: Option<(&str, i64)>,
         seen: &Seen,
         lease_check: bool,
+        actor: &str,
+        now: Ts,
     ) -> Result<Verdict> {
-        self.verdict_tx(key, verdict, words, fence, Some(seen), lease_check)
-    }
-
-    fn verdict_tx(
-        &mut self,
-        key: &str,
-        verdict: Option<Resolution>,
-        words: &str,
-        fence: Option<(&str, i64)>,
-        seen: Option<&Seen>,
-        lease_check: bool,
-    ) -> Result<Verdict> {
-        let now = crate::time::now_text();
-        let actor = crate::actor();
+        let now = crate::time::fmt(now);
+        let seen = Some(seen);
         self.write(|tx| {
             let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
             let label = match verdict {
@@ -737,7 +741,7 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
@@ -792,7 +796,7 @@ impl Store {
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
@@ -812,8 +816,9 @@ impl Store {
         by: &str,
         note: Option<&str>,
         evidence: Option<&str>,
+        now: Ts,
     ) -> Result<Resolved> {
-        let now = crate::time::now_text();
+        let now = crate::time::fmt(now);
         self.write(|tx| {
             let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
             let open = row.state.is_open()

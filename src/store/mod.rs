@@ -421,6 +421,8 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         rusqlite::params![
+            // The store's own bookkeeping: when the event entered the log (the rows it is about
+            // carry the caller's time).
             crate::time::now_text(),
             ev.kind,
             ev.job_key,

@@ -85,9 +85,9 @@ fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<
 }
 
 impl Store {
-    /// Reads everything the dashboard and `status` show, in one short read transaction.
-    pub(crate) fn snapshot(&mut self) -> Result<Snapshot> {
-        let now = time::now();
+    /// Reads everything the dashboard and `status` show, in one short read transaction, as at
+    /// `now`, read on `host` (the caller's clock and machine).
+    pub(crate) fn snapshot(&mut self, now: Ts, host: &str) -> Result<Snapshot> {
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
@@ -169,7 +169,7 @@ impl Store {
             Ok(Snapshot {
                 taken_at: now_s.clone(),
                 db,
-                host: crate::hostname(),
+                host: host.to_string(),
                 schema_version,
                 schedulers,
                 schedulers_alive,
@@ -746,7 +746,7 @@ mod tests {
     )>;
 
     fn figures(store: &mut super::Store) -> Figures {
-        let snap = store.snapshot().unwrap();
+        let snap = store.snapshot(crate::time::now(), "test").unwrap();
         snap.jobs
             .into_iter()
             .map(|j| {

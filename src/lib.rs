@@ -237,4 +237,35 @@ mod boundary {
             found.join("\n")
         );
     }
+
+    /// Policy up, SQL down: the store decides nothing of the runner's and asks nobody who acts.
+    #[test]
+    fn the_store_never_reaches_up() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join("store");
+        let mut files = Vec::new();
+        sources(&root, &mut files);
+        assert!(files.len() >= 10, "found only {} files", files.len());
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("read source");
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if ["runner::", "crate::actor()", "hostname()", "crate::host()"]
+                    .iter()
+                    .any(|w| line.contains(w))
+                {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the store reaches up:\n{}",
+            found.join("\n")
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! rows of a large ledger are never scanned.
 use super::{int, text, text_or_empty, Store, RELEASED};
 use crate::metrics::{
-    self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
+    ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
 };
 use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
@@ -313,26 +313,6 @@ fn read_schedulers(
     Ok(rows)
 }
 
-/// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
-const UNRECORDED_MAX: u64 = 1_000;
-
-/// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
-fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
-    if let crate::runner::Schedule::Every { .. } = schedule {
-        return schedule.slots(last, upto, 0).1;
-    }
-    let mut n = 0;
-    let mut at = last;
-    while let Some(next) = schedule.next_after(at) {
-        if next > upto || n >= UNRECORDED_MAX {
-            break;
-        }
-        n += 1;
-        at = next;
-    }
-    n
-}
-
 /// A job's (runs, failed, p50, p99, durations newest first) over its run window.
 type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
 
@@ -383,7 +363,7 @@ fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
             started_at: text_or_empty(r, 2)?,
             ended_at: text(r, 5)?,
             duration_ms: int(r, 3)?,
-            failed: outcome.as_deref().is_some_and(metrics::is_failure),
+            failed: outcome.as_deref().is_some_and(crate::state::is_failure),
             ok: outcome.as_deref() == Some("ok"),
         },
     ))
@@ -525,7 +505,7 @@ impl RunWindows {
                     .collect();
                 let failed = last.iter().filter(|b| b.failed).count() as u64;
                 let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
-                let (p50, p99) = metrics::percentiles(&durations);
+                let (p50, p99) = time::percentiles(&durations);
                 (durations.len() as u64, failed, p50, p99, durations)
             })
             .clone()
@@ -596,10 +576,9 @@ fn read_jobs(
             int(r, 11)?.unwrap_or(0),
         ))
     })?;
-    let mut catchup: BTreeMap<String, i64> = BTreeMap::new();
     for j in rows {
-        let (j, c) = j?;
-        catchup.insert(j.job_key.clone(), c);
+        let (mut j, c) = j?;
+        j.catchup_s = c;
         jobs.insert(j.job_key.clone(), j);
     }
     // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
@@ -673,34 +652,17 @@ fn read_jobs(
             let outcome = k.trim_start_matches(prefix).to_string();
             j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
         }
-        let recorded = sum(&missed, &j.job_key);
-        // When it fires next: after the latest slot any scheduler fired (or the last run's),
-        // so a job nobody fires shows a next firing in the past. Read from the registry's
-        // schedule; a job known only by its lease has none.
-        let schedule =
-            j.schedule.as_deref().filter(|_| !j.retired).and_then(|s| {
-                crate::runner::Schedule::from_registry(s, j.timezone.as_deref()).ok()
-            });
-        if let Some(schedule) = schedule {
-            let last_slot = last_slot_stmt
+        j.missed_recorded = sum(&missed, &j.job_key);
+        // The latest slot any scheduler fired (or the last run's): where the schedule goes on
+        // from. What that means (the next firing, slots passed unfired) is the domain's
+        // (`metrics::plan`). A job known only by its lease has no schedule.
+        if j.schedule.is_some() && !j.retired {
+            j.last_slot = last_slot_stmt
                 .query_row([&j.job_key], |r| text(r, 0))
                 .optional()?
                 .flatten()
-                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()))
-                .as_deref()
-                .and_then(time::parse);
-            let next = schedule.next_after(last_slot.unwrap_or(now));
-            j.next_fire_at = next.map(time::fmt);
-            // Slots past the catch-up window that no scheduler fired: misses a scheduler will
-            // record when it starts again (a paused job's are skipped, not missed).
-            if let (Some(last), false) = (last_slot, j.paused) {
-                let grace = catchup.get(&j.job_key).copied().unwrap_or(0).max(0)
-                    + crate::runner::scheduler::LATE_OK.as_secs() as i64;
-                let horizon = now - chrono::Duration::seconds(grace);
-                j.missed_unrecorded = passed_slots(&schedule, last, horizon);
-            }
+                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
         }
-        j.missed_firings = recorded + j.missed_unrecorded;
         j.duplicates_suppressed = sum(&dups, &j.job_key);
         j.fenced_writes = sum(&fenced, &j.job_key);
         j.queue_depth = queued
@@ -712,7 +674,6 @@ fn read_jobs(
                 r.get::<_, i64>(1)?.max(0) as u64,
             ))
         })?;
-        j.warnings = metrics::job_warnings(j);
     }
     Ok(jobs.into_values().collect())
 }

@@ -6,10 +6,12 @@
 //! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
 mod approval;
+mod detail;
 mod firing;
 mod job;
 mod lease;
 mod ledger;
+mod ledger_rows;
 mod read;
 mod retention;
 mod run;
@@ -21,6 +23,7 @@ pub use firing::*;
 pub use job::*;
 pub use lease::*;
 pub use ledger::*;
+pub use ledger_rows::*;
 pub use read::*;
 pub use retention::*;
 pub use run::*;

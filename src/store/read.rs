@@ -1,9 +1,9 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
+use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
+use super::schedulers::{read_schedulers, scheduler_dead_after};
 use super::{int, text, text_or_empty, Store, RELEASED};
-use crate::metrics::{
-    ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
-};
+use crate::metrics::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -29,39 +29,6 @@ const LEAKED: &str = "FROM effect_ledger e WHERE e.state = 'claimed' AND e.resol
 const OPEN: &str = "FROM effect_ledger e WHERE (e.state = 'unknown' OR (e.state = 'submitted'
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
                     AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
-
-fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
-    Ok(EventRow {
-        id: int(r, 0)?.unwrap_or(0),
-        at: text_or_empty(r, 1)?,
-        kind: text_or_empty(r, 2)?,
-        job_key: text(r, 3)?,
-        effect_key: text(r, 4)?,
-        fencing_token: int(r, 5)?,
-        actor: text(r, 6)?,
-        detail: text(r, 7)?,
-    })
-}
-
-const EVENT_COLS: &str = "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
-const RUN_COLS: &str =
-    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
-     exit_code";
-
-pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
-    Ok(RunRow {
-        run_id: text_or_empty(r, 0)?,
-        job_key: text_or_empty(r, 1)?,
-        scheduled_at: text_or_empty(r, 2)?,
-        owner: text_or_empty(r, 3)?,
-        fencing_token: int(r, 4)?.unwrap_or(0),
-        started_at: text_or_empty(r, 5)?,
-        ended_at: text(r, 6)?,
-        outcome: text(r, 7)?,
-        duration_ms: int(r, 8)?,
-        exit_code: int(r, 9)?,
-    })
-}
 
 fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<u64> {
     tx.query_row(sql, p, |r| r.get::<_, i64>(0))
@@ -203,114 +170,6 @@ impl Store {
             .and_then(|mut st| st.query_row([], |r| r.get(0)));
         v.map_err(|e| self.err(e))
     }
-
-    /// Every event about one effect, oldest first.
-    pub(crate) fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
-            ))?;
-            let rows = stmt.query_map([key], event_row)?.collect();
-            rows
-        })
-    }
-
-    /// One run and its stored output (stdout and stderr interleaved as they arrived; while the
-    /// run lasts, what it printed so far).
-    pub(crate) fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
-        self.read(|tx| {
-            tx.query_row(
-                &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
-                [run_id],
-                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
-            )
-            .optional()
-        })
-    }
-
-    /// The first run of a job that started after `after` (None: its latest run).
-    pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
-        self.read(|tx| match after {
-            None => tx
-                .query_row(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
-                         ORDER BY started_at DESC LIMIT 1"
-                    ),
-                    [job],
-                    run_row,
-                )
-                .optional(),
-            Some(t) => tx
-                .query_row(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
-                         ORDER BY started_at LIMIT 1"
-                    ),
-                    params![job, t],
-                    run_row,
-                )
-                .optional(),
-        })
-    }
-
-    /// The most recent runs of a job, newest first.
-    pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(params![job, limit as i64], run_row)?.collect();
-            rows
-        })
-    }
-}
-
-/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
-/// schedulers beat every 2 s).
-pub fn scheduler_dead_after() -> std::time::Duration {
-    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
-        .ok()
-        .and_then(|s| time::parse_duration(&s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(SCHEDULER_DEAD_AFTER)
-}
-pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
-/// Schedulers listed: those heard from within this many days.
-const SCHEDULERS_SHOWN_DAYS: i64 = 7;
-
-fn read_schedulers(
-    tx: &Transaction<'_>,
-    now: Ts,
-    dead_after: std::time::Duration,
-) -> rusqlite::Result<Vec<SchedulerRow>> {
-    // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
-    if !super::has_table(tx, "exactly_schedulers")? {
-        return Ok(Vec::new());
-    }
-    let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
-    let alive_after =
-        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
-    let mut stmt = tx.prepare(
-        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
-         WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
-    )?;
-    let rows = stmt
-        .query_map([&oldest], |r| {
-            let heartbeat_at = text_or_empty(r, 4)?;
-            let ended_at = text(r, 5)?;
-            Ok(SchedulerRow {
-                owner: text_or_empty(r, 0)?,
-                host: text_or_empty(r, 1)?,
-                pid: int(r, 2)?.unwrap_or(0),
-                started_at: text_or_empty(r, 3)?,
-                alive: ended_at.is_none() && heartbeat_at >= alive_after,
-                heartbeat_at,
-                ended_at,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
 }
 
 /// A job's (runs, failed, p50, p99, durations newest first) over its run window.
@@ -676,21 +535,6 @@ fn read_jobs(
         })?;
     }
     Ok(jobs.into_values().collect())
-}
-
-impl Store {
-    /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
-    pub(crate) fn open_effects_of(&mut self, job: &str) -> Result<Vec<crate::store::LedgerRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')
-                 ORDER BY updated_at",
-                super::ledger::LEDGER_COLS
-            ))?;
-            let rows = stmt.query_map([job], super::ledger::ledger_row)?.collect();
-            rows
-        })
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! Scheduler liveness: each `exactly run` records itself and beats, so a reader can tell a
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
-use super::Store;
+use super::{int, text, text_or_empty, Store};
+use crate::metrics::SchedulerRow;
+use crate::time::{self, Ts};
 use crate::Result;
-use rusqlite::params;
+use rusqlite::{params, Transaction};
 
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
@@ -53,4 +55,51 @@ impl Store {
             Ok(())
         })
     }
+}
+
+/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
+/// schedulers beat every 2 s).
+pub fn scheduler_dead_after() -> std::time::Duration {
+    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
+        .ok()
+        .and_then(|s| time::parse_duration(&s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(SCHEDULER_DEAD_AFTER)
+}
+pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+/// Schedulers listed: those heard from within this many days.
+const SCHEDULERS_SHOWN_DAYS: i64 = 7;
+
+pub(super) fn read_schedulers(
+    tx: &Transaction<'_>,
+    now: Ts,
+    dead_after: std::time::Duration,
+) -> rusqlite::Result<Vec<SchedulerRow>> {
+    // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
+    if !super::has_table(tx, "exactly_schedulers")? {
+        return Ok(Vec::new());
+    }
+    let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
+    let alive_after =
+        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
+    let mut stmt = tx.prepare(
+        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
+         WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
+    )?;
+    let rows = stmt
+        .query_map([&oldest], |r| {
+            let heartbeat_at = text_or_empty(r, 4)?;
+            let ended_at = text(r, 5)?;
+            Ok(SchedulerRow {
+                owner: text_or_empty(r, 0)?,
+                host: text_or_empty(r, 1)?,
+                pid: int(r, 2)?.unwrap_or(0),
+                started_at: text_or_empty(r, 3)?,
+                alive: ended_at.is_none() && heartbeat_at >= alive_after,
+                heartbeat_at,
+                ended_at,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }

@@ -2,11 +2,13 @@
 //! the selection, popups. Keys change it through [`App::on_key`]; anything that needs the
 //! database leaves as a [`Request`] value and comes back as a [`Reply`].
 use super::input::{lookup, KeyAction, Mode};
+use super::view;
 use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::sanitize::inert;
 use crate::store::{ApprovalRow, LedgerRow, Resolution};
 use crossterm::event::{KeyCode, KeyEvent};
-use std::cell::Cell;
+use ratatui::layout::Rect;
+use ratatui::widgets::TableState;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,9 +206,12 @@ pub struct EffectRef {
     pub approval: Option<String>,
 }
 
+/// Where the operator is in one view's list, owned by the app: ratatui's own table state (the
+/// selected row and the first row shown, over the whole filtered list) and the selected row's
+/// identity. Keys and new snapshots move the selection; [`App::on_frame`] scrolls the window.
 #[derive(Debug, Default)]
-struct Cursor {
-    index: usize,
+pub struct ViewState {
+    pub table: TableState,
     /// The row's identity, so a poll that inserts rows above does not move the cursor.
     key: Option<String>,
 }
@@ -223,7 +228,7 @@ pub struct App {
     held: Option<Snapshot>,
     pub poll_error: Option<String>,
     pub view: View,
-    cursor: [Cursor; 4],
+    views: [ViewState; 4],
     pub sort: [usize; 4],
     pub filter: String,
     pub frozen: bool,
@@ -236,12 +241,9 @@ pub struct App {
     pub detail: Option<Detail>,
     pub status: Option<Report>,
     pub quit: bool,
-    /// Rows that fit in the body, measured by the last draw (for PgUp/PgDn).
-    pub page: Cell<usize>,
-    /// First row shown per view, kept between draws so the table does not jump.
-    pub offset: [Cell<usize>; 4],
-    /// The furthest a run's output can scroll, measured by the last draw (lines wrap).
-    pub output_max: Cell<usize>,
+    /// The last frame's area, recorded by the caller of draw (PgUp/PgDn and scrolling a run's
+    /// output measure by it); none before the first frame.
+    area: Option<Rect>,
 }
 
 impl App {
@@ -251,7 +253,7 @@ impl App {
             held: None,
             poll_error: None,
             view: View::Jobs,
-            cursor: Default::default(),
+            views: Default::default(),
             sort: [0; 4],
             filter: String::new(),
             frozen: false,
@@ -263,9 +265,7 @@ impl App {
             detail: None,
             status: None,
             quit: false,
-            page: Cell::new(10),
-            offset: Default::default(),
-            output_max: Cell::new(usize::MAX),
+            area: None,
         }
     }
 
@@ -281,7 +281,64 @@ impl App {
     }
 
     pub fn selected(&self, v: View) -> usize {
-        self.cursor[v.index()].index
+        self.views[v.index()].table.selected().unwrap_or(0)
+    }
+
+    /// The first row view `v`'s table shows.
+    pub fn offset(&self, v: View) -> usize {
+        self.views[v.index()].table.offset()
+    }
+
+    /// Rows that fit in the body of the last frame (for PgUp/PgDn; the table header takes one).
+    pub fn page(&self) -> usize {
+        self.area.map_or(10, |a| {
+            view::body(a).height.saturating_sub(2).max(1) as usize
+        })
+    }
+
+    /// The furthest the open run's output can scroll in the last frame (long lines wrap).
+    pub fn output_max(&self) -> usize {
+        let (Some(area), Some(d)) = (self.area, &self.detail) else {
+            return usize::MAX;
+        };
+        match &d.loaded {
+            Some(Loaded::Run {
+                row: Some(_),
+                output,
+                ..
+            }) => {
+                let (lines, fit) = view::output_lines(output, view::body(area));
+                lines.len().saturating_sub(fit)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Takes the area of the frame about to be drawn: the shown view's table scrolls just enough
+    /// to keep its selection in view (as ratatui scrolls), and stays put otherwise so it does
+    /// not jump between frames. The caller of [`draw`](super::draw) calls this first.
+    pub fn on_frame(&mut self, area: Rect) {
+        self.area = Some(area);
+        if self.detail.is_some() {
+            return;
+        }
+        let v = self.view;
+        let sel = self.selected(v);
+        let (n, sel) = match v {
+            View::Jobs => (self.jobs().len(), Some(sel)),
+            View::Unknown => (self.unknown().len(), Some(sel)),
+            View::Approvals => {
+                let n = self.approvals().0.len();
+                (n, (sel < n).then_some(sel))
+            }
+            View::Events => (self.events().len(), Some(sel)),
+        };
+        if n == 0 {
+            return;
+        }
+        let rows = view::rows_shown(self, v, view::body(area));
+        let first = view::visible(self.offset(v), sel, n, rows).start;
+        *self.views[v.index()].table.offset_mut() = first;
     }
 
     // ---- rows, filtered and sorted ----
@@ -393,17 +450,21 @@ impl App {
     fn reanchor(&mut self) {
         for v in View::ALL {
             let keys = self.keys(v);
-            let c = &mut self.cursor[v.index()];
-            if let Some(i) = c
+            let c = &mut self.views[v.index()];
+            let i = match c
                 .key
                 .as_ref()
                 .and_then(|k| keys.iter().position(|x| x == k))
             {
-                c.index = i;
-            } else {
-                c.index = c.index.min(keys.len().saturating_sub(1));
-                c.key = keys.get(c.index).cloned();
-            }
+                Some(i) => i,
+                None => {
+                    let i = c.table.selected().unwrap_or(0);
+                    let i = i.min(keys.len().saturating_sub(1));
+                    c.key = keys.get(i).cloned();
+                    i
+                }
+            };
+            c.table.select(Some(i));
         }
     }
 
@@ -411,8 +472,8 @@ impl App {
         let keys = self.keys(self.view);
         let last = keys.len().saturating_sub(1) as isize;
         let i = index.clamp(0, last.max(0)) as usize;
-        let c = &mut self.cursor[self.view.index()];
-        c.index = i;
+        let c = &mut self.views[self.view.index()];
+        c.table.select(Some(i));
         c.key = keys.get(i).cloned();
     }
 
@@ -640,7 +701,7 @@ impl App {
     }
 
     fn main_action(&mut self, action: KeyAction) -> Option<Request> {
-        let page = self.page.get().max(1) as isize;
+        let page = self.page() as isize;
         let here = self.selected(self.view) as isize;
         match action {
             KeyAction::Show(v) => {
@@ -657,6 +718,7 @@ impl App {
             | KeyAction::Bottom
             | KeyAction::PageUp
             | KeyAction::PageDown => {
+                let output_max = self.output_max();
                 if let Some(d) = &mut self.detail {
                     d.scroll = match action {
                         KeyAction::Up => d.scroll.saturating_sub(1),
@@ -669,7 +731,7 @@ impl App {
                     // Keep the cursor on a run, and a scroll within the output.
                     let last = match &d.loaded {
                         Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
-                        Some(Loaded::Run { .. }) => Some(self.output_max.get()),
+                        Some(Loaded::Run { .. }) => Some(output_max),
                         _ => None,
                     };
                     if let Some(last) = last {

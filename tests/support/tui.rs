@@ -693,9 +693,14 @@ pub fn keys(s: &str) -> Vec<KeyEvent> {
     s.chars().map(key).collect()
 }
 
-pub fn render(app: &App, w: u16, h: u16) -> Terminal<TestBackend> {
+/// Draws one frame as the screen loop does: the app takes the frame's area, then is drawn.
+pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
     let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
-    term.draw(|f| draw(f, app, now())).expect("draw");
+    term.draw(|f| {
+        app.on_frame(f.area());
+        draw(f, app, now())
+    })
+    .expect("draw");
     term
 }
 

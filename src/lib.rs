@@ -5,7 +5,7 @@
 //! - an [effect key](key::effect_key) derived from the facts acted on, not the run;
 //! - an [effect ledger](effect) with four states, `unknown` among them, settled before any retry;
 //! - [approvals](approval) stored against the effect key and consumed once;
-//! - counters and a [`metrics::Snapshot`] the dashboard, `status` and `metrics` render.
+//! - counters and a [`snapshot::Snapshot`] the dashboard, `status` and `metrics` render.
 //!
 //! ```no_run
 //! use exactly::{effect, lease, store::Store};
@@ -49,6 +49,7 @@ pub mod lease;
 pub mod metrics;
 pub mod runner;
 pub mod sanitize;
+pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod time;

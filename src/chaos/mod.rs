@@ -9,8 +9,8 @@ mod scenarios;
 mod sched;
 
 use crate::effect::Spec;
-use crate::metrics::Snapshot;
 use crate::sanitize::inert;
+use crate::snapshot::Snapshot;
 use crate::state::EffectState;
 use crate::store::Store;
 use crate::{lease, Error, Result};

@@ -6,8 +6,8 @@ mod keys;
 
 use super::input::Mode;
 use super::view;
-use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::sanitize::inert;
+use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::store::{ApprovalRow, LedgerRow, Resolution};
 use ratatui::layout::Rect;
 use ratatui::widgets::TableState;

@@ -5,7 +5,7 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
     let (pending, unused) = app.approvals();
     let key_w = if area.width >= 118 { 32 } else { 12 };
     let sel = app.selected(View::Approvals);
-    let approval_rows = |list: &[&crate::metrics::ApprovalView]| -> Vec<Vec<C>> {
+    let approval_rows = |list: &[&crate::snapshot::ApprovalView]| -> Vec<Vec<C>> {
         list.iter()
             .map(|a| {
                 let age = age_s(&a.requested_at, now).unwrap_or(a.age_s);

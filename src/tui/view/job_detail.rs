@@ -204,7 +204,7 @@ pub(super) fn draw_job_detail(
                 ),
                 {
                     let o = r.outcome.clone().unwrap_or_else(|| "running".into());
-                    let st = if crate::metrics::is_failure(&o) {
+                    let st = if crate::snapshot::is_failure(&o) {
                         t.bad()
                     } else {
                         Style::new()
@@ -264,7 +264,7 @@ pub(super) fn draw_run_output(
         return;
     };
     let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
-    let bad = crate::metrics::is_failure(&outcome);
+    let bad = crate::snapshot::is_failure(&outcome);
     head.push(Line::styled(
         clip(
             &format!(

@@ -73,7 +73,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         Some(RunOutcome::Ok) | None => Style::new(),
         // Another writer's "done" reads as fine, as an effect's would.
         Some(o) if EffectState::Done == o.as_str() => Style::new(),
-        Some(o) if crate::metrics::is_failure(o.as_str()) => t.bad(),
+        Some(o) if crate::snapshot::is_failure(o.as_str()) => t.bad(),
         Some(_) => t.warn(),
     };
     let (next, next_style) = next_fire(j, t, now);

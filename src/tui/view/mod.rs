@@ -1,4 +1,4 @@
-//! Drawing: the last [`Snapshot`](crate::metrics::Snapshot) and the view state, at a given
+//! Drawing: the last [`Snapshot`](crate::snapshot::Snapshot) and the view state, at a given
 //! `now` (so ages tick between polls and tests can fix the clock). Every string from the
 //! database passes through [`clip`]: made inert, then cut to its column with `…`.
 //!
@@ -19,8 +19,8 @@ mod unknown;
 
 use super::input::{of_mode, KeyAction, Mode};
 use super::state::{App, Detail, Focus, Loaded, Pending, Popup, Typing, View};
-use crate::metrics::{JobRow, RunRow};
 use crate::sanitize::inert;
+use crate::snapshot::{JobRow, RunRow};
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
 use crate::time::{human_age, human_ms, Ts};
 use ratatui::layout::{Constraint, Layout, Rect};

@@ -82,22 +82,6 @@ fn record_race(t: &mut Tally, label: &str, results: Vec<Result<Vec<Option<i32>>>
     }
 }
 
-/// Restarts until the effect is settled (done now or already), as the next run would.
-fn settle(h: &mut Harness, t: &mut Tally, e: &Eff, label: &str) -> Result<()> {
-    let c = h.settle(e, &Client::quick(), SETTLE_TRIES)?;
-    if c.last() != Some(&Some(0)) {
-        let codes: Vec<String> = c
-            .iter()
-            .map(|c| c.map_or("signal".into(), |c| c.to_string()))
-            .collect();
-        t.anomaly(format!(
-            "{label}: restarts never settled it (exits {})",
-            codes.join(",")
-        ));
-    }
-    Ok(())
-}
-
 /// Leaves the effect `unknown`: the first attempt's request is lost, or acted on with its
 /// answer lost.
 fn make_unknown(h: &mut Harness, t: &mut Tally, e: &Eff, arrived: bool, label: &str) -> Result<()> {
@@ -221,7 +205,7 @@ fn concurrent_retry(
             });
         }
         record_race(t, &label, race(callers));
-        settle(h, t, &effs[0], &label)?;
+        h.settle_tallied(t, &effs[0], &label, SETTLE_TRIES)?;
         t.intend(&h.key(&effs[0]), label);
         t.iterations += 1;
         bar.inc(1);
@@ -376,7 +360,7 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                     token: tn,
                     ..a.clone()
                 };
-                settle(h, t, &next, &label)?;
+                h.settle_tallied(t, &next, &label, SETTLE_TRIES)?;
                 lease::release(&mut h.store, job, tn)?;
             }
             None => t.anomaly(format!("{label}: the next run never got the lease")),

@@ -437,7 +437,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         let decide_after = h.ms(0, 400);
         let handle = std::thread::spawn(move || race(callers));
         std::thread::sleep(decide_after);
-        if h.far.dump()?.get(&key).copied().unwrap_or(0) > 0 {
+        if h.far.arrivals(&key)? > 0 {
             t.unapproved_sends += 1;
             t.fail(format!(
                 "{label}: effect {key} reached the far side before anyone approved it"
@@ -484,7 +484,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 };
                 Running::spawn(h.attempt_with(e, &Client::quick(), &how))?.finish()?;
             }
-            let arrived = h.far.dump()?.get(&key).copied().unwrap_or(0);
+            let arrived = h.far.arrivals(&key)?;
             if arrived > 0 {
                 t.unapproved_sends += 1;
                 t.fail(format!(

@@ -9,10 +9,10 @@
 //!
 //! ```no_run
 //! use exactly::{effect, lease, store::Store};
-//! use exactly::effect::{Action, Failure, Observation, Spec};
+//! use exactly::effect::{Effect, Failure, Observation, Spec};
 //!
 //! struct SendInvoice;
-//! impl Action for SendInvoice {
+//! impl Effect for SendInvoice {
 //!     fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
 //!         // call the far side, passing effect_key as its idempotency key
 //!         Ok(format!("sent {effect_key}"))

@@ -104,7 +104,7 @@ pub enum Observation {
 
 /// The effect itself: `perform` sends it (passing the effect key on as the far side's
 /// idempotency key where it has one), `observe` asks the far side whether it happened.
-pub trait Action {
+pub trait Effect {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
     fn observe(&mut self, effect_key: &str) -> Observation;
     /// The response as the bytes the last `perform` produced and how many there were in all
@@ -228,7 +228,7 @@ pub enum Io {
     /// Reserve the key (and, needing no approval, submit it in the same transaction), or read
     /// the row that holds it ([`Store::begin_and_submit_effect`], [`Store::begin_effect`]).
     Begin,
-    /// Ask the far side whether the effect happened ([`Action::observe`]).
+    /// Ask the far side whether the effect happened ([`Effect::observe`]).
     Look,
     /// Record the observer's verdict on the row version it looked at
     /// ([`Store::observe_verdict_on`]).
@@ -239,7 +239,7 @@ pub enum Io {
     },
     /// Move `claimed` → `submitted`, a compare-and-set on `seen` ([`Store::submit_effect_on`]).
     Submit { seen: Seen },
-    /// Send it ([`Action::perform`]).
+    /// Send it ([`Effect::perform`]).
     Send,
     /// Record the answer ([`Store::finish_effect_on`], or [`Store::release_effect_on`] for nothing
     /// sent) on the row as our `submitted` left it.
@@ -519,7 +519,7 @@ pub fn execute(
     store: &mut Store,
     att: &Attempt,
     io: &Io,
-    action: &mut dyn Action,
+    action: &mut dyn Effect,
 ) -> Result<Option<Input>> {
     let (key, ctx) = (att.key.as_str(), &att.ctx);
     Ok(Some(match io {
@@ -660,7 +660,7 @@ fn within_lease(
 
 /// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
 /// for the ways it ends.
-pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -> Result<Outcome> {
+pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
     let mut att = Attempt::new(ctx, spec, &attempt_id())?;
     let mut io = att.start();
     loop {
@@ -779,7 +779,7 @@ impl CommandAction {
     }
 }
 
-impl Action for CommandAction {
+impl Effect for CommandAction {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
         self.output = None;
         let Some((prog, args)) = self.argv.split_first() else {

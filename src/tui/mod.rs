@@ -11,7 +11,7 @@ mod view;
 pub use input::{lookup, of_mode, Binding, KeyAction, Mode, BINDINGS};
 pub use state::{
     App, Detail, EffectRef, Focus, Loaded, Options, Pending, Popup, Reply, Report, Request, Typing,
-    View,
+    View, ViewState,
 };
 pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
 
@@ -353,7 +353,10 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     let mut code = 0;
     while !app.quit {
         if dirty {
-            term.draw(|f| draw(f, &app, crate::time::now()))?;
+            term.draw(|f| {
+                app.on_frame(f.area());
+                draw(f, &app, crate::time::now())
+            })?;
             dirty = false;
         }
         let first = match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {

@@ -1,7 +1,7 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library,
 //! then every timestamp pinned to a fixed instant so screens are the same on every run.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
 use exactly::lease;
 use exactly::metrics::Snapshot;
 use exactly::store::Store;
@@ -44,7 +44,7 @@ fn new_db() -> Fixture {
 /// An action whose far side answers as told.
 pub struct Far(pub Result<String, Failure>);
 
-impl Action for Far {
+impl Effect for Far {
     fn perform(&mut self, _key: &str) -> Result<String, Failure> {
         self.0.clone()
     }
@@ -693,9 +693,14 @@ pub fn keys(s: &str) -> Vec<KeyEvent> {
     s.chars().map(key).collect()
 }
 
-pub fn render(app: &App, w: u16, h: u16) -> Terminal<TestBackend> {
+/// Draws one frame as the screen loop does: the app takes the frame's area, then is drawn.
+pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
     let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
-    term.draw(|f| draw(f, app, now())).expect("draw");
+    term.draw(|f| {
+        app.on_frame(f.area());
+        draw(f, app, now())
+    })
+    .expect("draw");
     term
 }
 

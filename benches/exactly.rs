@@ -7,7 +7,7 @@
 //! part at tiny sizes for seconds (CI does this: it checks the benches still work, not the
 //! figures). `EXACTLY_BENCH_ONLY=write,claims,poll,top,fire,chaos` runs a subset (the summary
 //! then holds only those keys).
-use exactly::effect::{self, Action, Failure, Observation, Spec};
+use exactly::effect::{self, Effect, Failure, Observation, Spec};
 use exactly::metrics::Snapshot;
 use exactly::{lease, Store};
 use rusqlite::{params, Connection};
@@ -141,7 +141,7 @@ fn main() -> Res<()> {
 /// Sends nothing and always succeeds: the cost measured is the ledger's alone.
 struct Nothing;
 
-impl Action for Nothing {
+impl Effect for Nothing {
     fn perform(&mut self, _key: &str) -> Result<String, Failure> {
         Ok(String::new())
     }

@@ -3,7 +3,7 @@
 //! `cargo run --example library -- /tmp/lib.db` claims the job's lease, then sends a "payment"
 //! to a far side (a file) under the ledger's guard. Run it twice: the second run suppresses
 //! the duplicate instead of paying again.
-use exactly::effect::{self, Action, Ctx, Failure, Observation, Outcome, Spec};
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
 use exactly::{lease, Store};
 use std::io::Write;
 use std::time::Duration;
@@ -13,7 +13,7 @@ struct Pay {
     ledger_file: String,
 }
 
-impl Action for Pay {
+impl Effect for Pay {
     fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
         let mut f = std::fs::OpenOptions::new()
             .create(true)

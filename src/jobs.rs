@@ -5,7 +5,7 @@
 use crate::time;
 use crate::{Result, Store};
 
-pub use crate::metrics::{EventRow, RunRow};
+pub use crate::snapshot::{EventRow, RunRow};
 pub use crate::store::{
     EffectCounts, JobRecord, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW, RUN_WINDOW_DAYS,
 };

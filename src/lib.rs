@@ -5,14 +5,14 @@
 //! - an [effect key](key::effect_key) derived from the facts acted on, not the run;
 //! - an [effect ledger](effect) with four states, `unknown` among them, settled before any retry;
 //! - [approvals](approval) stored against the effect key and consumed once;
-//! - counters and a [`metrics::Snapshot`] the dashboard, `status` and `metrics` render.
+//! - counters and a [`snapshot::Snapshot`] the dashboard, `status` and `metrics` render.
 //!
 //! ```no_run
 //! use exactly::{effect, lease, Store};
-//! use exactly::effect::{Action, Failure, Observation, Spec};
+//! use exactly::effect::{Effect, Failure, Observation, Spec};
 //!
 //! struct SendInvoice;
-//! impl Action for SendInvoice {
+//! impl Effect for SendInvoice {
 //!     fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
 //!         // call the far side, passing effect_key as its idempotency key
 //!         Ok(format!("sent {effect_key}"))
@@ -51,6 +51,7 @@ pub mod lease;
 pub mod metrics;
 pub mod runner;
 pub mod sanitize;
+pub mod snapshot;
 pub mod state;
 pub(crate) mod store;
 pub mod time;

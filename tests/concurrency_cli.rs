@@ -262,9 +262,9 @@ fn approval_belongs_to_the_effect_key() {
 /// The library's deny says the same.
 #[test]
 fn library_deny_of_a_done_effect_reports_its_state() {
-    use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
+    use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
     struct Pay;
-    impl Action for Pay {
+    impl Effect for Pay {
         fn perform(&mut self, _: &str) -> Result<String, Failure> {
             Ok("paid".into())
         }

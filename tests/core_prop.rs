@@ -1,6 +1,6 @@
 //! Properties over random interleavings of claim / renew / release / steal / effect among several
 //! workers and a moving clock, against a real SQLite file.
-use exactly::effect::{self, Action, Ctx, Failure, Observation, Outcome, Spec};
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
 use exactly::lease::{self, Claim};
 use exactly::metrics::Snapshot;
 use exactly::Store;
@@ -34,7 +34,7 @@ struct Far<'a> {
     mode: u8,
 }
 
-impl Action for Far<'_> {
+impl Effect for Far<'_> {
     fn perform(&mut self, key: &str) -> Result<String, Failure> {
         if self.mode == 2 {
             return Err(Failure::NotSent("refused before sending".into()));

@@ -4,7 +4,7 @@
 //! lease expiries and takeovers interleaved in random orders. Each attempt is the very step
 //! machine `effect::run` drives ([`Attempt`] + [`effect::execute`]) against a real SQLite file;
 //! the far side counts every request and never deduplicates.
-use exactly::effect::{self, Action, Attempt, Ctx, Failure, Io, Observation, Spec};
+use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease::{self, Claim};
 use exactly::metrics::Snapshot;
 use exactly::state::EffectState;
@@ -24,7 +24,7 @@ struct FarSide {
     mode: u8,
 }
 
-impl Action for FarSide {
+impl Effect for FarSide {
     fn perform(&mut self, key: &str) -> Result<String, Failure> {
         match self.mode {
             2 => return Err(Failure::NotSent("refused before sending".into())),

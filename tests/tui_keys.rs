@@ -147,7 +147,7 @@ fn another_operator_already_approved() {
         approval_state(&f, &key),
         ("denied".into(), Some("bob@10.0.0.9".into()))
     );
-    let screen = text(&render(&app, 80, 24));
+    let screen = text(&render(&mut app, 80, 24));
     assert!(
         screen.contains("! effect") && screen.contains("already denied by bob"),
         "{screen}"
@@ -199,7 +199,7 @@ fn read_only_refuses_every_action() {
     }
     assert_eq!(approval_state(&f, &key).0, "pending");
     assert_eq!(snapshot(&f).unknown.len(), 3);
-    let screen = text(&render(&app, 80, 24));
+    let screen = text(&render(&mut app, 80, 24));
     assert!(
         screen.contains("READ-ONLY") && screen.contains("read-only: pause/resume refused"),
         "{screen}"
@@ -358,4 +358,61 @@ fn an_open_effect_detail_follows_new_data() {
     .expect("resolve");
     pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
     assert_eq!(state_shown(&app), "done");
+}
+
+/// The job names on screen, top to bottom, and the one the cursor is on (marked `>`).
+fn jobs_on_screen(screen: &str) -> (Vec<String>, Option<String>) {
+    let mut names = vec![];
+    let mut selected = None;
+    for line in screen.lines() {
+        let Some(name) = line
+            .split_whitespace()
+            .find(|w| w.starts_with("job-") && w.len() == 7)
+        else {
+            continue;
+        };
+        if line.starts_with('>') {
+            selected = Some(name.to_string());
+        }
+        names.push(name.to_string());
+    }
+    (names, selected)
+}
+
+/// A long list scrolls as ratatui scrolls: a page at a time with PgDn, the last page with End,
+/// and Up from the bottom moves the cursor without moving the window (the app keeps where the
+/// window starts between frames).
+#[test]
+fn scrolls_200_jobs_a_page_at_a_time() {
+    let f = empty();
+    let c = f.sql();
+    for i in 0..200 {
+        add_job(&c, &format!("job-{i:03}"), None, 60, 30, "coalesce", None);
+    }
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    let mut step = |app: &mut exactly::tui::App, k: Vec<crossterm::event::KeyEvent>| {
+        press(app, &mut store, &k);
+        jobs_on_screen(&text(&render(app, 100, 30)))
+    };
+    let range = |a: usize, b: usize| (a..=b).map(|i| format!("job-{i:03}")).collect::<Vec<_>>();
+    let sel = |i: usize| Some(format!("job-{i:03}"));
+    // 30 lines: a body of 23, 20 table rows under the header and 2 note lines; a page is 21.
+    assert_eq!(step(&mut app, vec![]), (range(0, 19), sel(0)));
+    let pgdn = || vec![code(KeyCode::PageDown)];
+    assert_eq!(step(&mut app, pgdn()), (range(2, 21), sel(21)));
+    assert_eq!(step(&mut app, pgdn()), (range(23, 42), sel(42)));
+    assert_eq!(
+        step(&mut app, vec![code(KeyCode::End)]),
+        (range(180, 199), sel(199))
+    );
+    assert_eq!(
+        step(&mut app, vec![code(KeyCode::Up)]),
+        (range(180, 199), sel(198))
+    );
+    assert_eq!(
+        step(&mut app, vec![code(KeyCode::PageUp)]),
+        (range(177, 196), sel(177))
+    );
+    assert_eq!(step(&mut app, keys("g")), (range(0, 19), sel(0)));
 }

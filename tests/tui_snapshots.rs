@@ -20,7 +20,7 @@ fn snap_views(name: &str, f: &Fixture) {
             press(&mut app, &mut f.store(), &[key(k)]);
             insta::assert_snapshot!(
                 format!("{name}_{view}_{w}x{h}"),
-                render(&app, w, h).backend()
+                render(&mut app, w, h).backend()
             );
         }
     }
@@ -50,7 +50,7 @@ fn hostile_views() {
 fn busy_details_and_popups() {
     let f = busy();
     for (w, h) in SIZES {
-        let shot = |app: &App, what: &str| {
+        let shot = |app: &mut App, what: &str| {
             insta::assert_snapshot!(format!("busy_{what}_{w}x{h}"), render(app, w, h).backend());
         };
         // Job detail: sync-crm overruns its interval and lease.
@@ -58,22 +58,22 @@ fn busy_details_and_popups() {
         press(&mut app, &mut f.store(), &keys("1G"));
         open_detail(&mut app, &f);
         assert!(matches!(&app.detail, Some(d) if d.focus == Focus::Job("sync-crm".into())));
-        shot(&app, "job_detail");
+        shot(&mut app, "job_detail");
         // Effect detail of the oldest unknown.
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("2"));
         open_detail(&mut app, &f);
-        shot(&app, "effect_detail");
+        shot(&mut app, "effect_detail");
         // Help, confirmation of an approval, the resolve chooser.
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("?"));
-        shot(&app, "help");
+        shot(&mut app, "help");
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("3a"));
-        shot(&app, "confirm_approve");
+        shot(&mut app, "confirm_approve");
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("2r"));
-        shot(&app, "resolve_choose");
+        shot(&mut app, "resolve_choose");
     }
 }
 
@@ -83,7 +83,7 @@ fn busy_details_and_popups() {
 fn health_dead_scheduler_failing_job_and_output() {
     let f = health();
     for (w, h) in SIZES {
-        let shot = |app: &App, what: &str| {
+        let shot = |app: &mut App, what: &str| {
             insta::assert_snapshot!(
                 format!("health_{what}_{w}x{h}"),
                 render(app, w, h).backend()
@@ -91,33 +91,33 @@ fn health_dead_scheduler_failing_job_and_output() {
         };
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("1"));
-        let screen = text(&render(&app, w, h));
+        let screen = text(&render(&mut app, w, h));
         assert!(screen.contains("! NO SCHEDULER ALIVE"), "{screen}");
         assert!(
             screen.contains("NEXT") && screen.contains("LAST"),
             "{screen}"
         );
         assert!(screen.contains("failed 3"), "{screen}");
-        shot(&app, "jobs");
+        shot(&mut app, "jobs");
         // nightly-report is the first job by name; its runs, newest first.
         open_detail(&mut app, &f);
         assert!(matches!(&app.detail, Some(d) if d.focus == Focus::Job("nightly-report".into())));
-        shot(&app, "job_runs");
+        shot(&mut app, "job_runs");
         // Enter on the newest run: its output, sanitised.
         open_detail(&mut app, &f);
         assert!(matches!(&app.detail, Some(d) if matches!(&d.focus,
             Focus::Run { run_id, .. } if run_id == "nightly-report-t6")));
-        let screen = text(&render(&app, w, h));
+        let screen = text(&render(&mut app, w, h));
         assert!(
             screen.contains("password authentication failed"),
             "{screen}"
         );
         assert!(screen.contains("giving up after 3 attempts"), "{screen}");
-        shot(&app, "run_output");
+        shot(&mut app, "run_output");
         // Scrolls, and Esc goes back to the runs, then to the jobs.
         // (Scrolling stops where the last line shows.)
         press(&mut app, &mut f.store(), &keys("jj"));
-        let most = app.output_max.get();
+        let most = app.output_max();
         assert_eq!(app.detail.as_ref().map(|d| d.scroll), Some(2.min(most)));
         press(&mut app, &mut f.store(), &[code(KeyCode::Esc)]);
         assert!(matches!(&app.detail, Some(d) if d.focus == Focus::Job("nightly-report".into())));
@@ -126,7 +126,7 @@ fn health_dead_scheduler_failing_job_and_output() {
         open_detail(&mut app, &f);
         assert!(matches!(&app.detail, Some(d) if matches!(&d.focus,
             Focus::Run { run_id, .. } if run_id == "nightly-report-t2")));
-        let screen = text(&render(&app, w, h));
+        let screen = text(&render(&mut app, w, h));
         assert!(screen.contains("uploaded report-ok.csv"), "{screen}");
         press(
             &mut app,
@@ -146,20 +146,20 @@ fn hostile_details_and_popups() {
         open_detail(&mut app, &f);
         insta::assert_snapshot!(
             format!("hostile_effect_detail_{w}x{h}"),
-            render(&app, w, h).backend()
+            render(&mut app, w, h).backend()
         );
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("3a"));
         insta::assert_snapshot!(
             format!("hostile_confirm_{w}x{h}"),
-            render(&app, w, h).backend()
+            render(&mut app, w, h).backend()
         );
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("1"));
         open_detail(&mut app, &f);
         insta::assert_snapshot!(
             format!("hostile_job_detail_{w}x{h}"),
-            render(&app, w, h).backend()
+            render(&mut app, w, h).backend()
         );
     }
 }
@@ -185,7 +185,7 @@ fn hostile_screens_hold_no_control_characters() {
                 if open && app.popup.is_none() {
                     press(&mut app, &mut f.store(), &[code(KeyCode::Enter)]);
                 }
-                let term = render(&app, w, h);
+                let term = render(&mut app, w, h);
                 let buf = term.backend().buffer();
                 for y in 0..h {
                     for x in 0..w {
@@ -219,7 +219,7 @@ fn hostile_screens_hold_no_control_characters() {
             &[key('1'), code(KeyCode::Enter), code(KeyCode::Enter)],
         );
         assert!(matches!(&app.detail, Some(d) if matches!(d.focus, Focus::Run { .. })));
-        let term = render(&app, w, h);
+        let term = render(&mut app, w, h);
         let screen = text(&term);
         assert!(
             screen.contains("line 1") && screen.contains("end"),
@@ -273,7 +273,7 @@ fn capture(f: &support::tui::Fixture, steps: &[&str]) -> String {
                 press(&mut app, &mut f.store(), &[key(c)]);
             }
         }
-        let screen = text(&render(&app, 100, 30));
+        let screen = text(&render(&mut app, 100, 30));
         for line in screen.lines() {
             out.push_str(line.trim_end());
             out.push('\n');

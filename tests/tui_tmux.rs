@@ -1,13 +1,13 @@
 //! Drives the real `exactly top` in a real terminal (tmux): it starts, shows the jobs, approves
 //! with 3 a y, resolves with 2 r h y, survives a resize, quits with q and leaves the terminal as
 //! it found it; SIGTERM restores the terminal too. Skipped only when tmux is not installed.
-use exactly::effect::{self, Action, Ctx, Failure, Observation, Spec};
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
 use exactly::{lease, Store};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 struct Far(Result<String, Failure>);
-impl Action for Far {
+impl Effect for Far {
     fn perform(&mut self, _k: &str) -> Result<String, Failure> {
         self.0.clone()
     }

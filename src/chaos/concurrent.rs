@@ -82,22 +82,6 @@ fn record_race(t: &mut Tally, label: &str, results: Vec<Result<Vec<Option<i32>>>
     }
 }
 
-/// Restarts until the effect is settled (done now or already), as the next run would.
-fn settle(h: &mut Harness, t: &mut Tally, e: &Eff, label: &str) -> Result<()> {
-    let c = h.settle(e, &Client::quick(), SETTLE_TRIES)?;
-    if c.last() != Some(&Some(0)) {
-        let codes: Vec<String> = c
-            .iter()
-            .map(|c| c.map_or("signal".into(), |c| c.to_string()))
-            .collect();
-        t.anomaly(format!(
-            "{label}: restarts never settled it (exits {})",
-            codes.join(",")
-        ));
-    }
-    Ok(())
-}
-
 /// Leaves the effect `unknown`: the first attempt's request is lost, or acted on with its
 /// answer lost.
 fn make_unknown(h: &mut Harness, t: &mut Tally, e: &Eff, arrived: bool, label: &str) -> Result<()> {
@@ -221,7 +205,7 @@ fn concurrent_retry(
             });
         }
         record_race(t, &label, race(callers));
-        settle(h, t, &effs[0], &label)?;
+        h.settle_tallied(t, &effs[0], &label, SETTLE_TRIES)?;
         t.intend(&h.key(&effs[0]), label);
         t.iterations += 1;
         bar.inc(1);
@@ -376,7 +360,7 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                     token: tn,
                     ..a.clone()
                 };
-                settle(h, t, &next, &label)?;
+                h.settle_tallied(t, &next, &label, SETTLE_TRIES)?;
                 lease::release(&mut h.store, job, tn)?;
             }
             None => t.anomaly(format!("{label}: the next run never got the lease")),
@@ -453,7 +437,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         let decide_after = h.ms(0, 400);
         let handle = std::thread::spawn(move || race(callers));
         std::thread::sleep(decide_after);
-        if h.far.dump()?.get(&key).copied().unwrap_or(0) > 0 {
+        if h.far.arrivals(&key)? > 0 {
             t.unapproved_sends += 1;
             t.fail(format!(
                 "{label}: effect {key} reached the far side before anyone approved it"
@@ -500,7 +484,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 };
                 Running::spawn(h.attempt_with(e, &Client::quick(), &how))?.finish()?;
             }
-            let arrived = h.far.dump()?.get(&key).copied().unwrap_or(0);
+            let arrived = h.far.arrivals(&key)?;
             if arrived > 0 {
                 t.unapproved_sends += 1;
                 t.fail(format!(

@@ -329,13 +329,26 @@ impl FarSide {
             if line == "END" {
                 return Ok(out);
             }
-            if let Some((k, n)) = line.split_once(' ') {
-                out.insert(k.to_string(), n.parse().unwrap_or(0));
-            }
+            // A line we cannot read is an error, never a count of 0: that would hide a duplicate.
+            let count = line
+                .split_once(' ')
+                .and_then(|(k, n)| Some((k, n.parse::<u64>().ok()?)));
+            let Some((k, n)) = count else {
+                return Err(Error::Store(format!(
+                    "the far side's record has an unreadable line: {}",
+                    inert(&line)
+                )));
+            };
+            out.insert(k.to_string(), n);
         }
         Err(Error::Store(
             "the far side's record ended before END".into(),
         ))
+    }
+
+    /// How many times `key` arrived (0 when never).
+    pub fn arrivals(&self, key: &str) -> Result<u64> {
+        Ok(self.dump()?.get(key).copied().unwrap_or(0))
     }
 }
 

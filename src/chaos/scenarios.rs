@@ -26,27 +26,6 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
     }
 }
 
-fn codes(c: &[Option<i32>]) -> String {
-    c.iter()
-        .map(|c| c.map_or("signal".to_string(), |c| c.to_string()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Restarts until the effect is settled; a restart that never gets there is a failure.
-fn settle(h: &mut Harness, t: &mut Tally, e: &Eff, label: &str) -> Result<()> {
-    let started = Instant::now();
-    let c = h.settle(e, &Client::quick(), SETTLE_TRIES)?;
-    h.observe_duration(started.elapsed() / c.len().max(1) as u32);
-    if c.last() != Some(&Some(0)) {
-        t.anomaly(format!(
-            "{label}: restarts never settled it (exits {})",
-            codes(&c)
-        ));
-    }
-    Ok(())
-}
-
 /// How the first attempt of a kill-mid-effect iteration dies.
 #[derive(Debug, Clone, Copy)]
 enum Kill {
@@ -146,7 +125,7 @@ fn kill_mid_effect(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) ->
         if h.rng.gen_bool(0.2) {
             kill_randomly(h, t, &e)?;
         }
-        settle(h, t, &e, &label)?;
+        h.settle_tallied(t, &e, &label, SETTLE_TRIES)?;
         t.intend(&h.key(&e), label);
         t.iterations += 1;
         bar.inc(1);
@@ -221,7 +200,7 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
                 )),
             }
         }
-        settle(h, t, &b, &label)?;
+        h.settle_tallied(t, &b, &label, SETTLE_TRIES)?;
         lease::release(&mut h.store, job, tb)?;
         t.intend(&h.key(&a), label);
         t.iterations += 1;
@@ -281,7 +260,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 }
             }
         }
-        settle(h, t, &e, &label)?;
+        h.settle_tallied(t, &e, &label, SETTLE_TRIES)?;
         t.intend(&key, label);
         t.iterations += 1;
         bar.inc(1);
@@ -340,7 +319,7 @@ fn duplicate_registration(h: &mut Harness, t: &mut Tally, n: u32, bar: &Progress
             r.finish()?;
         }
         for e in &effs {
-            settle(h, t, e, &label)?;
+            h.settle_tallied(t, e, &label, SETTLE_TRIES)?;
         }
         t.intend(&h.key(&effs[0]), label);
         t.iterations += 1;

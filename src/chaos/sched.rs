@@ -10,6 +10,7 @@
 //! one item and strikes one scheduler.
 use super::proc::Running;
 use super::{sh_quote, Eff, Harness, Tally};
+use crate::effect::{self, Sender};
 use crate::runner::procs;
 use crate::state::EffectState;
 use crate::{Error, Result};
@@ -243,7 +244,9 @@ impl Fleet {
             match h.store.effect(&key)? {
                 Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
-                    if row.state == EffectState::Submitted && sending(row.attempt.as_deref()) {
+                    if row.state == EffectState::Submitted
+                        && effect::sender(row.attempt.as_deref()) == Sender::Alive
+                    {
                         in_flight.push(row.run_id);
                     }
                     keep.push((i, key));
@@ -492,18 +495,6 @@ fn children(pid: i32) -> Vec<i32> {
                 == Some(pid)
         })
         .collect()
-}
-
-/// True when the attempt that recorded `submitted` (`host:pid`) is alive here: it is sending.
-fn sending(attempt: Option<&str>) -> bool {
-    let Some(pid) = attempt
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse::<i32>().ok())
-    else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
 /// A TOML basic string.

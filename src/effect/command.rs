@@ -1,6 +1,6 @@
 //! An effect that is a command, and observers that are commands: processes we start, stream,
 //! bound and kill with their process group.
-use super::{Action, Failure, Observation};
+use super::{Effect, Failure, Observation};
 use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
 use std::process::{Command, Stdio};
 
@@ -30,7 +30,7 @@ impl CommandAction {
     }
 }
 
-impl Action for CommandAction {
+impl Effect for CommandAction {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
         self.output = None;
         let Some((prog, args)) = self.argv.split_first() else {

@@ -3,7 +3,7 @@
 //! open effects.
 use super::machine::{Attempt, Input, Io};
 use super::{
-    attempt_id, observe_with, sender, Action, Ctx, Failure, Observation, Outcome, Sender, Spec,
+    attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation, Outcome, Sender, Spec,
 };
 use crate::fault;
 use crate::state::EffectState;
@@ -17,7 +17,7 @@ pub fn execute(
     store: &mut Store,
     att: &Attempt,
     io: &Io,
-    action: &mut dyn Action,
+    action: &mut dyn Effect,
 ) -> Result<Option<Input>> {
     let (key, ctx) = (att.key.as_str(), &att.ctx);
     Ok(Some(match io {
@@ -170,7 +170,7 @@ fn within_lease(
 
 /// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
 /// for the ways it ends.
-pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Action) -> Result<Outcome> {
+pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
     let mut att = Attempt::new(ctx, spec, &attempt_id())?;
     let mut io = att.start();
     loop {

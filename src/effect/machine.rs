@@ -13,7 +13,7 @@ pub enum Io {
     /// Reserve the key (and, needing no approval, submit it in the same transaction), or read
     /// the row that holds it (`Store::begin_and_submit_effect`, `Store::begin_effect`).
     Begin,
-    /// Ask the far side whether the effect happened ([`Action::observe`](super::Action::observe)).
+    /// Ask the far side whether the effect happened ([`Effect::observe`](super::Effect::observe)).
     Look,
     /// Record the observer's verdict on the row version it looked at
     /// (`Store::observe_verdict_on`).
@@ -24,7 +24,7 @@ pub enum Io {
     },
     /// Move `claimed` → `submitted`, a compare-and-set on `seen` (`Store::submit_effect_on`).
     Submit { seen: Seen },
-    /// Send it ([`Action::perform`](super::Action::perform)).
+    /// Send it ([`Effect::perform`](super::Effect::perform)).
     Send,
     /// Record the answer (`Store::finish_effect_on`, or `Store::release_effect_on` for nothing
     /// sent) on the row as our `submitted` left it.

@@ -115,7 +115,7 @@ pub enum Observation {
 
 /// The effect itself: `perform` sends it (passing the effect key on as the far side's
 /// idempotency key where it has one), `observe` asks the far side whether it happened.
-pub trait Action {
+pub trait Effect {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
     fn observe(&mut self, effect_key: &str) -> Observation;
     /// The response as the bytes the last `perform` produced and how many there were in all
@@ -200,7 +200,7 @@ pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
 }
 
 /// The recorded history of an effect, oldest first (the effect detail).
-pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::metrics::EventRow>> {
+pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::snapshot::EventRow>> {
     store.effect_events(key)
 }
 

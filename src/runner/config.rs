@@ -1,8 +1,7 @@
-//! The jobs file: parsing, validation, and the lint behind `exactly check`.
-//!
-//! Every problem is a line `file: job: what — why`. Errors make a job unusable (`exactly run`
-//! refuses the file); warnings are risks the scheduler cannot remove (lease against interval,
-//! p99 against both, one command under two names), which `check` reports too.
+//! The jobs file: parsing and validation into [`Job`]s. Every mistake found on the way is a
+//! [`Problem`] (`problems.rs`, which also holds the lint behind `exactly check`); errors make a
+//! job unusable and `exactly run` refuses the file.
+pub use super::problems::{lint, History, Problem, Severity};
 use super::schedule::Schedule;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -40,88 +39,6 @@ impl Job {
 pub fn command_digest(argv: &[String]) -> String {
     let json = serde_json::to_string(argv).unwrap_or_default();
     format!("{:x}", Sha256::digest(json.as_bytes()))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
-    /// Advice: `check` prints it and still passes, `run` logs it.
-    Note,
-    /// A risk seen in the database's history of runs (lease or interval below the observed
-    /// p99): `check` fails; `run` warns and runs, because refusing would also refuse the deploy
-    /// of the fix for a job that got slow.
-    Observed,
-    /// A risk: `check` fails, `run` warns and runs.
-    Warning,
-    /// The job cannot be run as written: `check` fails, `run` refuses the file.
-    Error,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub severity: Severity,
-    /// The job's name, or `-` for the file itself.
-    pub job: String,
-    pub what: String,
-    pub why: String,
-}
-
-impl Problem {
-    fn error(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
-        Problem {
-            severity: Severity::Error,
-            job: job.to_string(),
-            what: what.into(),
-            why: why.into(),
-        }
-    }
-    fn note(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
-        Problem {
-            severity: Severity::Note,
-            ..Problem::error(job, what, why)
-        }
-    }
-    /// Whether `check` fails on it.
-    pub fn rejects(&self) -> bool {
-        self.severity != Severity::Note
-    }
-    /// Whether `run` refuses the file for it: every problem of the file itself.
-    pub fn refuses_run(&self) -> bool {
-        matches!(self.severity, Severity::Error | Severity::Warning)
-    }
-    fn observed(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
-        Problem {
-            severity: Severity::Observed,
-            ..Problem::error(job, what, why)
-        }
-    }
-    fn warning(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
-        Problem {
-            severity: Severity::Warning,
-            ..Problem::error(job, what, why)
-        }
-    }
-    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk
-    /// read from the history of runs: check fails only with --strict, `run` logs it and runs),
-    /// `note` (advice).
-    pub fn kind(&self) -> &'static str {
-        match self.severity {
-            Severity::Error | Severity::Warning => "error",
-            Severity::Observed => "warning",
-            Severity::Note => "note",
-        }
-    }
-    /// The one-line form: `file: job: what — why` (`warning:` and `note:` marked).
-    pub fn line(&self, file: &str) -> String {
-        let tag = match self.kind() {
-            "warning" => "warning: ",
-            "note" => "note: ",
-            _ => "",
-        };
-        crate::sanitize::inert(&format!(
-            "{file}: {}: {tag}{} — {}",
-            self.job, self.what, self.why
-        ))
-    }
 }
 
 /// A parsed file: the valid jobs, and every problem found on the way.
@@ -543,101 +460,6 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         observe_timeout: observe_timeout?,
         command: command?,
     })
-}
-
-/// The command as compared for "the same command under two names": whitespace runs collapsed
-/// and a leading `./` dropped, so cosmetic differences do not hide a duplicate.
-fn normalized(argv: &[String]) -> Vec<String> {
-    argv.iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let a = a.split_whitespace().collect::<Vec<_>>().join(" ");
-            if i == 0 {
-                a.strip_prefix("./").map(str::to_string).unwrap_or(a)
-            } else {
-                a
-            }
-        })
-        .collect()
-}
-
-/// What the database knows about a job, for the lint.
-#[derive(Debug, Clone, Default)]
-pub struct History {
-    pub runs: u64,
-    pub p99_ms: Option<u64>,
-}
-
-/// The risks in a set of valid jobs: one command under two names, lease ≥ interval, and,
-/// with history, lease < p99 and p99 > interval.
-pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
-    let mut out = Vec::new();
-    let mut by_command: BTreeMap<Vec<String>, &str> = BTreeMap::new();
-    for job in jobs {
-        let key = normalized(&job.command);
-        if let Some(first) = by_command.get(&key) {
-            out.push(Problem::warning(
-                &job.name,
-                format!("same command as job {first:?}"),
-                "one action registered under two names fires twice; the commonest duplicate and the hardest to see",
-            ));
-        } else {
-            by_command.insert(key, &job.name);
-        }
-        let interval_s = job.schedule.interval_s();
-        let interval = Duration::from_secs(interval_s.max(0) as u64);
-        let human = |d: Duration| crate::time::human_ms(d.as_millis() as u64);
-        if interval_s > 0 && job.lease >= interval {
-            out.push(Problem::warning(
-                &job.name,
-                format!("lease {} >= interval {}", human(job.lease), human(interval)),
-                "a crashed run keeps the lease past the next firing, which it blocks",
-            ));
-        }
-        if let (Some(t), Overlap::Coalesce) = (job.timeout, job.overlap) {
-            if interval_s > 0 && t >= interval {
-                out.push(Problem::warning(
-                    &job.name,
-                    format!("timeout {} >= interval {}", human(t), human(interval)),
-                    "under coalesce a run that hangs until its timeout drops every firing in between",
-                ));
-            }
-        }
-        let p99 = history.get(&job.name).and_then(|h| h.p99_ms);
-        if job.timeout.is_none() && p99.is_none() {
-            out.push(Problem::note(
-                &job.name,
-                "no timeout",
-                "with no run history to size it by, a hung run holds the job until someone kills it; set timeout = \"…\"",
-            ));
-        }
-        let Some(h) = history.get(&job.name) else {
-            continue;
-        };
-        let Some(p99) = h.p99_ms else { continue };
-        let p99d = Duration::from_millis(p99);
-        if job.lease < p99d {
-            out.push(Problem::observed(
-                &job.name,
-                format!("lease {} < observed p99 {}", human(job.lease), human(p99d)),
-                format!(
-                    "over {} recorded runs, a run that misses one heartbeat is stolen while alive",
-                    h.runs
-                ),
-            ));
-        }
-        if interval_s > 0 && p99d > interval {
-            out.push(Problem::observed(
-                &job.name,
-                format!("observed p99 {} > interval {}", human(p99d), human(interval)),
-                format!(
-                    "over {} recorded runs: a queue with an uncontrolled arrival rate, not a schedule",
-                    h.runs
-                ),
-            ));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 pub mod config;
 pub mod execute;
 pub mod liveness;
+pub mod problems;
 pub mod procs;
 pub mod schedule;
 pub mod scheduler;

@@ -1,7 +1,7 @@
 //! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
 //! a job's open effects. Each through an index.
 use super::{int, text, text_or_empty, Store};
-use crate::metrics::{EventRow, RunRow};
+use crate::snapshot::{EventRow, RunRow};
 use crate::Result;
 use rusqlite::{params, OptionalExtension};
 

@@ -3,7 +3,7 @@
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
 use super::schedulers::{read_schedulers, scheduler_dead_after};
 use super::{int, text, text_or_empty, Store, RELEASED};
-use crate::metrics::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
+use crate::snapshot::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -514,7 +514,7 @@ fn read_jobs(
         j.missed_recorded = sum(&missed, &j.job_key);
         // The latest slot any scheduler fired (or the last run's): where the schedule goes on
         // from. What that means (the next firing, slots passed unfired) is the domain's
-        // (`metrics::plan`). A job known only by its lease has no schedule.
+        // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.schedule.is_some() && !j.retired {
             j.last_slot = last_slot_stmt
                 .query_row([&j.job_key], |r| text(r, 0))
@@ -546,7 +546,7 @@ mod tests {
         u64,
         Option<u64>,
         Option<u64>,
-        Option<crate::metrics::RunRow>,
+        Option<crate::snapshot::RunRow>,
         Option<String>,
     )>;
 

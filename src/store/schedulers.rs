@@ -2,7 +2,7 @@
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
 use super::{int, text, text_or_empty, Store};
-use crate::metrics::SchedulerRow;
+use crate::snapshot::SchedulerRow;
 use crate::time::{self, Ts};
 use crate::Result;
 use rusqlite::{params, Transaction};

@@ -11,14 +11,14 @@ mod view;
 pub use input::{lookup, of_mode, Binding, KeyAction, Mode, BINDINGS};
 pub use state::{
     App, Detail, EffectRef, Focus, Loaded, Options, Pending, Popup, Reply, Report, Request, Typing,
-    View,
+    View, ViewState,
 };
 pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
 
 use crate::approval::{Decided, Resolved};
 use crate::metrics::Snapshot;
 use crate::sanitize::inert;
-use crate::{approval, effect, jobs, metrics, Access, Error, Result, Store};
+use crate::{approval, effect, jobs, snapshot, Access, Error, Result, Store};
 use clap::Args;
 use crossterm::event::{Event, KeyEventKind};
 use crossterm::{cursor, execute, terminal};
@@ -93,7 +93,7 @@ pub struct Watch {
 impl Watch {
     pub fn poll(&mut self, store: &mut Store) -> Reply {
         let now = crate::time::now();
-        let version = match metrics::data_version(store) {
+        let version = match snapshot::data_version(store) {
             Ok(v) => v,
             Err(e) => return Reply::PollFailed(e.to_string()),
         };
@@ -333,7 +333,10 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     let mut code = 0;
     while !app.quit {
         if dirty {
-            term.draw(|f| draw(f, &app, crate::time::now()))?;
+            term.draw(|f| {
+                app.on_frame(f.area());
+                draw(f, &app, crate::time::now())
+            })?;
             dirty = false;
         }
         let first = match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {

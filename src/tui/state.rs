@@ -1,13 +1,17 @@
 //! What the dashboard shows and where the operator is: the last [`Snapshot`] received, the view,
-//! the selection, popups. Keys change it through [`App::on_key`]; anything that needs the
-//! database leaves as a [`Request`] value and comes back as a [`Reply`].
-use super::input::{lookup, KeyAction, Mode};
+//! the selection and scroll state of each view, popups. Keys change it through [`App::on_key`]
+//! (`state/keys.rs`); anything that needs the database leaves as a [`Request`] value and comes
+//! back as a [`Reply`].
+mod keys;
+
+use super::input::Mode;
+use super::view;
 use crate::approval::{ApprovalRow, Resolution};
 use crate::effect::LedgerRow;
-use crate::metrics::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use crate::sanitize::inert;
-use crossterm::event::{KeyCode, KeyEvent};
-use std::cell::Cell;
+use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
+use ratatui::layout::Rect;
+use ratatui::widgets::TableState;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,9 +209,12 @@ pub struct EffectRef {
     pub approval: Option<String>,
 }
 
+/// Where the operator is in one view's list, owned by the app: ratatui's own table state (the
+/// selected row and the first row shown, over the whole filtered list) and the selected row's
+/// identity. Keys and new snapshots move the selection; [`App::on_frame`] scrolls the window.
 #[derive(Debug, Default)]
-struct Cursor {
-    index: usize,
+pub struct ViewState {
+    pub table: TableState,
     /// The row's identity, so a poll that inserts rows above does not move the cursor.
     key: Option<String>,
 }
@@ -224,7 +231,7 @@ pub struct App {
     held: Option<Snapshot>,
     pub poll_error: Option<String>,
     pub view: View,
-    cursor: [Cursor; 4],
+    views: [ViewState; 4],
     pub sort: [usize; 4],
     pub filter: String,
     pub frozen: bool,
@@ -237,12 +244,9 @@ pub struct App {
     pub detail: Option<Detail>,
     pub status: Option<Report>,
     pub quit: bool,
-    /// Rows that fit in the body, measured by the last draw (for PgUp/PgDn).
-    pub page: Cell<usize>,
-    /// First row shown per view, kept between draws so the table does not jump.
-    pub offset: [Cell<usize>; 4],
-    /// The furthest a run's output can scroll, measured by the last draw (lines wrap).
-    pub output_max: Cell<usize>,
+    /// The last frame's area, recorded by the caller of draw (PgUp/PgDn and scrolling a run's
+    /// output measure by it); none before the first frame.
+    area: Option<Rect>,
 }
 
 impl App {
@@ -252,7 +256,7 @@ impl App {
             held: None,
             poll_error: None,
             view: View::Jobs,
-            cursor: Default::default(),
+            views: Default::default(),
             sort: [0; 4],
             filter: String::new(),
             frozen: false,
@@ -264,9 +268,7 @@ impl App {
             detail: None,
             status: None,
             quit: false,
-            page: Cell::new(10),
-            offset: Default::default(),
-            output_max: Cell::new(usize::MAX),
+            area: None,
         }
     }
 
@@ -282,7 +284,64 @@ impl App {
     }
 
     pub fn selected(&self, v: View) -> usize {
-        self.cursor[v.index()].index
+        self.views[v.index()].table.selected().unwrap_or(0)
+    }
+
+    /// The first row view `v`'s table shows.
+    pub fn offset(&self, v: View) -> usize {
+        self.views[v.index()].table.offset()
+    }
+
+    /// Rows that fit in the body of the last frame (for PgUp/PgDn; the table header takes one).
+    pub fn page(&self) -> usize {
+        self.area.map_or(10, |a| {
+            view::body(a).height.saturating_sub(2).max(1) as usize
+        })
+    }
+
+    /// The furthest the open run's output can scroll in the last frame (long lines wrap).
+    pub fn output_max(&self) -> usize {
+        let (Some(area), Some(d)) = (self.area, &self.detail) else {
+            return usize::MAX;
+        };
+        match &d.loaded {
+            Some(Loaded::Run {
+                row: Some(_),
+                output,
+                ..
+            }) => {
+                let (lines, fit) = view::output_lines(output, view::body(area));
+                lines.len().saturating_sub(fit)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Takes the area of the frame about to be drawn: the shown view's table scrolls just enough
+    /// to keep its selection in view (as ratatui scrolls), and stays put otherwise so it does
+    /// not jump between frames. The caller of [`draw`](super::draw) calls this first.
+    pub fn on_frame(&mut self, area: Rect) {
+        self.area = Some(area);
+        if self.detail.is_some() {
+            return;
+        }
+        let v = self.view;
+        let sel = self.selected(v);
+        let (n, sel) = match v {
+            View::Jobs => (self.jobs().len(), Some(sel)),
+            View::Unknown => (self.unknown().len(), Some(sel)),
+            View::Approvals => {
+                let n = self.approvals().0.len();
+                (n, (sel < n).then_some(sel))
+            }
+            View::Events => (self.events().len(), Some(sel)),
+        };
+        if n == 0 {
+            return;
+        }
+        let rows = view::rows_shown(self, v, view::body(area));
+        let first = view::visible(self.offset(v), sel, n, rows).start;
+        *self.views[v.index()].table.offset_mut() = first;
     }
 
     // ---- rows, filtered and sorted ----
@@ -394,17 +453,21 @@ impl App {
     fn reanchor(&mut self) {
         for v in View::ALL {
             let keys = self.keys(v);
-            let c = &mut self.cursor[v.index()];
-            if let Some(i) = c
+            let c = &mut self.views[v.index()];
+            let i = match c
                 .key
                 .as_ref()
                 .and_then(|k| keys.iter().position(|x| x == k))
             {
-                c.index = i;
-            } else {
-                c.index = c.index.min(keys.len().saturating_sub(1));
-                c.key = keys.get(c.index).cloned();
-            }
+                Some(i) => i,
+                None => {
+                    let i = c.table.selected().unwrap_or(0);
+                    let i = i.min(keys.len().saturating_sub(1));
+                    c.key = keys.get(i).cloned();
+                    i
+                }
+            };
+            c.table.select(Some(i));
         }
     }
 
@@ -412,8 +475,8 @@ impl App {
         let keys = self.keys(self.view);
         let last = keys.len().saturating_sub(1) as isize;
         let i = index.clamp(0, last.max(0)) as usize;
-        let c = &mut self.cursor[self.view.index()];
-        c.index = i;
+        let c = &mut self.views[self.view.index()];
+        c.table.select(Some(i));
         c.key = keys.get(i).cloned();
     }
 
@@ -529,307 +592,5 @@ impl App {
             }
         }
         None
-    }
-
-    fn refuse_read_only(&mut self, what: &str) -> bool {
-        if self.read_only {
-            self.status = Some(Report {
-                ok: false,
-                text: format!(
-                    "read-only: {what} refused ({})",
-                    self.read_only_reason
-                        .as_deref()
-                        .unwrap_or("started with --read-only")
-                ),
-            });
-        }
-        self.read_only
-    }
-
-    fn say(&mut self, ok: bool, text: impl Into<String>) {
-        self.status = Some(Report {
-            ok,
-            text: text.into(),
-        });
-    }
-
-    /// Handles one key press; returns work for the database, if any.
-    pub fn on_key(&mut self, key: KeyEvent) -> Option<Request> {
-        let mode = self.mode();
-        let Some(action) = lookup(mode, &key) else {
-            if let (Some(Popup::Typing { what, text }), KeyCode::Char(c)) =
-                (&mut self.popup, key.code)
-            {
-                text.push(c);
-                if matches!(what, Typing::Filter { .. }) {
-                    self.filter = text.clone();
-                    self.reanchor();
-                }
-            }
-            return None;
-        };
-        if action == KeyAction::Quit {
-            self.quit = true;
-            return None;
-        }
-        match mode {
-            Mode::Main => self.main_action(action),
-            Mode::Help => {
-                self.popup = None;
-                None
-            }
-            Mode::Confirm => {
-                let Some(Popup::Confirm(act)) = self.popup.take() else {
-                    return None;
-                };
-                if action == KeyAction::Confirm {
-                    self.say(true, format!("working: {} …", act.verb()));
-                    Some(Request::Pending(act))
-                } else {
-                    self.say(true, "cancelled; nothing changed");
-                    None
-                }
-            }
-            Mode::Resolve => {
-                let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
-                    return None;
-                };
-                let how = match action {
-                    KeyAction::Happened => Resolution::Happened,
-                    KeyAction::NotHappened => Resolution::NotHappened,
-                    KeyAction::CancelEffect => Resolution::Cancel,
-                    _ => {
-                        self.say(true, "cancelled; nothing changed");
-                        return None;
-                    }
-                };
-                self.popup = Some(Popup::Confirm(Pending::Resolve {
-                    key,
-                    job,
-                    terms,
-                    how,
-                }));
-                None
-            }
-            Mode::Typing => {
-                let Some(Popup::Typing { what, mut text }) = self.popup.take() else {
-                    return None;
-                };
-                match (action, what) {
-                    (KeyAction::DeleteChar, what) => {
-                        text.pop();
-                        if matches!(what, Typing::Filter { .. }) {
-                            self.filter = text.clone();
-                            self.reanchor();
-                        }
-                        self.popup = Some(Popup::Typing { what, text });
-                    }
-                    (KeyAction::Accept, Typing::Filter { .. }) => {}
-                    (KeyAction::Accept, Typing::PauseNote { job }) => {
-                        let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
-                        self.popup = Some(Popup::Confirm(Pending::Pause { job, note }));
-                    }
-                    (_, Typing::Filter { before }) => {
-                        self.filter = before;
-                        self.reanchor();
-                    }
-                    (_, Typing::PauseNote { .. }) => self.say(true, "cancelled; nothing changed"),
-                }
-                None
-            }
-        }
-    }
-
-    fn main_action(&mut self, action: KeyAction) -> Option<Request> {
-        let page = self.page.get().max(1) as isize;
-        let here = self.selected(self.view) as isize;
-        match action {
-            KeyAction::Show(v) => {
-                self.view = v;
-                self.detail = None;
-            }
-            KeyAction::NextView => {
-                self.view = self.view.next();
-                self.detail = None;
-            }
-            KeyAction::Up
-            | KeyAction::Down
-            | KeyAction::Top
-            | KeyAction::Bottom
-            | KeyAction::PageUp
-            | KeyAction::PageDown => {
-                if let Some(d) = &mut self.detail {
-                    d.scroll = match action {
-                        KeyAction::Up => d.scroll.saturating_sub(1),
-                        KeyAction::Down => d.scroll + 1,
-                        KeyAction::Top => 0,
-                        KeyAction::PageUp => d.scroll.saturating_sub(page as usize),
-                        KeyAction::PageDown => d.scroll + page as usize,
-                        _ => usize::MAX / 2,
-                    };
-                    // Keep the cursor on a run, and a scroll within the output.
-                    let last = match &d.loaded {
-                        Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
-                        Some(Loaded::Run { .. }) => Some(self.output_max.get()),
-                        _ => None,
-                    };
-                    if let Some(last) = last {
-                        d.scroll = d.scroll.min(last);
-                    }
-                    return None;
-                }
-                let to = match action {
-                    KeyAction::Up => here - 1,
-                    KeyAction::Down => here + 1,
-                    KeyAction::Top => 0,
-                    KeyAction::Bottom => isize::MAX / 2,
-                    KeyAction::PageUp => here - page,
-                    _ => here + page,
-                };
-                self.move_to(to);
-            }
-            KeyAction::Open => return self.open(),
-            KeyAction::Back => match self.detail.take() {
-                Some(d) => {
-                    if let Some(back) = d.back {
-                        let focus = back.focus.clone();
-                        self.detail = Some(*back);
-                        return Some(Request::Load(focus));
-                    }
-                }
-                None if !self.filter.is_empty() => {
-                    self.filter.clear();
-                    self.reanchor();
-                }
-                None => {}
-            },
-            KeyAction::Filter => {
-                self.popup = Some(Popup::Typing {
-                    what: Typing::Filter {
-                        before: self.filter.clone(),
-                    },
-                    text: self.filter.clone(),
-                });
-            }
-            KeyAction::Sort => {
-                let i = self.view.index();
-                self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
-                self.reanchor();
-            }
-            KeyAction::Freeze => {
-                self.frozen = !self.frozen;
-                if !self.frozen {
-                    if let Some(s) = self.held.take() {
-                        self.snap = Some(s);
-                        self.reanchor();
-                    }
-                }
-            }
-            KeyAction::Help => self.popup = Some(Popup::Help),
-            KeyAction::Approve | KeyAction::Deny => {
-                let approve = action == KeyAction::Approve;
-                if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
-                    return None;
-                }
-                match self.selected_effect() {
-                    Some(EffectRef {
-                        key,
-                        job,
-                        terms,
-                        approval: Some(_),
-                    }) => {
-                        self.popup = Some(Popup::Confirm(if approve {
-                            Pending::Approve { key, job, terms }
-                        } else {
-                            Pending::Deny { key, job, terms }
-                        }));
-                    }
-                    Some(_) => self.say(
-                        false,
-                        "no approval was requested for this effect (pending ones are in view 3)",
-                    ),
-                    None => self.say(false, "select a pending effect first (view 3)"),
-                }
-            }
-            KeyAction::Resolve => {
-                if self.refuse_read_only("resolve") {
-                    return None;
-                }
-                match self.selected_effect() {
-                    Some(e) => {
-                        self.popup = Some(Popup::Resolve {
-                            key: e.key,
-                            job: e.job,
-                            terms: e.terms,
-                        })
-                    }
-                    None => self.say(false, "select an unknown effect first (view 2)"),
-                }
-            }
-            KeyAction::Pause => {
-                if self.refuse_read_only("pause/resume") {
-                    return None;
-                }
-                match self.selected_job() {
-                    Some(j) if j.paused => {
-                        self.popup = Some(Popup::Confirm(Pending::Resume {
-                            job: j.job_key.clone(),
-                        }))
-                    }
-                    Some(j) => {
-                        self.popup = Some(Popup::Typing {
-                            what: Typing::PauseNote {
-                                job: j.job_key.clone(),
-                            },
-                            text: String::new(),
-                        })
-                    }
-                    None => self.say(false, "select a job first (view 1)"),
-                }
-            }
-            _ => {}
-        }
-        None
-    }
-
-    fn open(&mut self) -> Option<Request> {
-        if let Some(d) = &self.detail {
-            // In a job's runs, Enter opens the selected run's output.
-            let (Focus::Job(job), Some(Loaded::Job { runs, .. })) = (&d.focus, &d.loaded) else {
-                return None;
-            };
-            let run = runs.get(d.scroll.min(runs.len().saturating_sub(1)))?;
-            let focus = Focus::Run {
-                job: job.clone(),
-                run_id: run.run_id.clone(),
-            };
-            let back = self.detail.take().map(Box::new);
-            self.detail = Some(Detail {
-                focus: focus.clone(),
-                loaded: None,
-                scroll: 0,
-                back,
-            });
-            return Some(Request::Load(focus));
-        }
-        let focus = match self.view {
-            View::Jobs => Focus::Job(self.selected_job()?.job_key.clone()),
-            View::Events => {
-                let e = self.events().get(self.selected(View::Events)).copied()?;
-                match (&e.effect_key, &e.job_key) {
-                    (Some(k), _) => Focus::Effect(k.clone()),
-                    (None, Some(j)) => Focus::Job(j.clone()),
-                    _ => return None,
-                }
-            }
-            _ => Focus::Effect(self.selected_effect()?.key),
-        };
-        self.detail = Some(Detail {
-            focus: focus.clone(),
-            loaded: None,
-            scroll: 0,
-            back: None,
-        });
-        Some(Request::Load(focus))
     }
 }

@@ -1,7 +1,7 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library,
 //! then every timestamp pinned to a fixed instant so screens are the same on every run.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use exactly::effect::{self, Action, Attempt, Ctx, Failure, Io, Observation, Spec};
+use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
 use exactly::metrics::Snapshot;
 use exactly::time::Ts;
@@ -44,7 +44,7 @@ fn new_db() -> Fixture {
 /// An action whose far side answers as told.
 pub struct Far(pub Result<String, Failure>);
 
-impl Action for Far {
+impl Effect for Far {
     fn perform(&mut self, _key: &str) -> Result<String, Failure> {
         self.0.clone()
     }
@@ -56,7 +56,7 @@ impl Action for Far {
 /// A far side whose observer cannot tell, in these words (it is never asked to send).
 struct Unsure(&'static str);
 
-impl Action for Unsure {
+impl Effect for Unsure {
     fn perform(&mut self, _key: &str) -> Result<String, Failure> {
         Err(Failure::NotSent("an observer only looks".into()))
     }
@@ -70,7 +70,7 @@ impl Action for Unsure {
 pub fn drive(
     store: &mut Store,
     att: &mut Attempt,
-    act: &mut dyn Action,
+    act: &mut dyn Effect,
     stop: impl Fn(&Io) -> bool,
 ) -> Io {
     let mut io = att.pending().clone();
@@ -717,9 +717,14 @@ pub fn keys(s: &str) -> Vec<KeyEvent> {
     s.chars().map(key).collect()
 }
 
-pub fn render(app: &App, w: u16, h: u16) -> Terminal<TestBackend> {
+/// Draws one frame as the screen loop does: the app takes the frame's area, then is drawn.
+pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
     let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
-    term.draw(|f| draw(f, app, now())).expect("draw");
+    term.draw(|f| {
+        app.on_frame(f.area());
+        draw(f, app, now())
+    })
+    .expect("draw");
     term
 }
 

@@ -5,7 +5,7 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
     let (pending, unused) = app.approvals();
     let key_w = if area.width >= 118 { 32 } else { 12 };
     let sel = app.selected(View::Approvals);
-    let approval_rows = |list: &[&crate::metrics::ApprovalView]| -> Vec<Vec<C>> {
+    let approval_rows = |list: &[&crate::snapshot::ApprovalView]| -> Vec<Vec<C>> {
         list.iter()
             .map(|a| {
                 let age = age_s(&a.requested_at, now).unwrap_or(a.age_s);
@@ -37,19 +37,7 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
         col("APPROVED BY", 12, 1),
         flex("TERMS", 12, 0),
     ];
-    let unused_h = if unused.is_empty() {
-        2
-    } else {
-        (unused.len() as u16 + 2).min(area.height / 2)
-    };
-    let [p_title, p_area, u_title, u_area, notes] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(1),
-        Constraint::Length(1),
-        Constraint::Length(unused_h.saturating_sub(1)),
-        Constraint::Length(2),
-    ])
-    .areas(area);
+    let [p_title, p_area, u_title, u_area, notes] = approvals_layout(area, unused.len());
     f.render_widget(
         Paragraph::new(Span::styled(
             format!(" Pending approval ({}) — a approve, d deny", pending.len()),
@@ -61,8 +49,19 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
         empty_note(f, t, p_area, " nothing waits for a person's approval");
     } else {
         let in_pending = (sel < pending.len()).then_some(sel);
-        let tbl = table(&pending_cols, approval_rows(&pending), p_area, t);
-        render_table(f, app, View::Approvals, tbl, p_area, in_pending);
+        let shown = visible(
+            app.offset(View::Approvals),
+            in_pending,
+            pending.len(),
+            table_rows(p_area),
+        );
+        let tbl = table(
+            &pending_cols,
+            approval_rows(&pending[shown.clone()]),
+            p_area,
+            t,
+        );
+        render_window(f, tbl, p_area, shown, in_pending);
     }
     f.render_widget(
         Paragraph::new(Span::styled(
@@ -92,4 +91,22 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
             a.terms_shown.as_deref(),
         );
     }
+}
+
+/// Pending approvals over the approved-but-unused ones (as many as fit in half), then two lines
+/// about the selected one.
+pub(super) fn approvals_layout(area: Rect, unused: usize) -> [Rect; 5] {
+    let unused_h = if unused == 0 {
+        2
+    } else {
+        (unused as u16 + 2).min(area.height / 2)
+    };
+    Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(1),
+        Constraint::Length(unused_h.saturating_sub(1)),
+        Constraint::Length(2),
+    ])
+    .areas(area)
 }

@@ -29,7 +29,12 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         flex("DETAIL", 10, 1),
     ];
     let sel = app.selected(View::Events);
-    let shown = visible(app, View::Events, list.len(), area, sel);
+    let shown = visible(
+        app.offset(View::Events),
+        Some(sel),
+        list.len(),
+        table_rows(area),
+    );
     let rows = list[shown.clone()]
         .iter()
         .map(|e| {
@@ -46,13 +51,5 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             ]
         })
         .collect();
-    render_window(
-        f,
-        app,
-        View::Events,
-        table(&cols, rows, area, t),
-        area,
-        shown,
-        sel,
-    );
+    render_window(f, table(&cols, rows, area, t), area, shown, Some(sel));
 }

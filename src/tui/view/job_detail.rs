@@ -204,7 +204,7 @@ pub(super) fn draw_job_detail(
                 ),
                 {
                     let o = r.outcome.clone().unwrap_or_else(|| "running".into());
-                    let st = if crate::metrics::is_failure(&o) {
+                    let st = if crate::snapshot::is_failure(&o) {
                         t.bad()
                     } else {
                         Style::new()
@@ -226,10 +226,8 @@ pub(super) fn draw_job_detail(
 
 /// One run's stored output: stdout and stderr as they arrived, each line made inert, scrolled
 /// with j/k, PgUp/PgDn, g/G.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn draw_run_output(
     f: &mut Frame,
-    app: &App,
     t: &Theme,
     area: Rect,
     now: Ts,
@@ -266,7 +264,7 @@ pub(super) fn draw_run_output(
         return;
     };
     let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
-    let bad = crate::metrics::is_failure(&outcome);
+    let bad = crate::snapshot::is_failure(&outcome);
     head.push(Line::styled(
         clip(
             &format!(
@@ -286,14 +284,8 @@ pub(super) fn draw_run_output(
         ),
         if bad { t.bad() } else { t.dim() },
     ));
-    // Long lines wrap: an error message is read whole.
-    let lines: Vec<String> = output
-        .lines()
-        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
-        .collect();
-    let body_h = (area.height as usize).saturating_sub(head.len() + 1);
+    let (lines, body_h) = output_lines(output, area);
     let max_scroll = lines.len().saturating_sub(body_h);
-    app.output_max.set(max_scroll);
     let scroll = d.scroll.min(max_scroll);
     head.push(Line::styled(
         clip(
@@ -315,4 +307,15 @@ pub(super) fn draw_run_output(
         head.push(Line::raw(format!(" {l}")));
     }
     f.render_widget(Paragraph::new(head), area);
+}
+
+/// A run's output as its screen in `area` shows it: the lines (each made inert; long ones wrap,
+/// so an error message is read whole) and how many fit under the three lines of head.
+pub(in crate::tui) fn output_lines(output: &str, area: Rect) -> (Vec<String>, usize) {
+    let w = area.width as usize;
+    let lines = output
+        .lines()
+        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
+        .collect();
+    (lines, (area.height as usize).saturating_sub(3))
 }

@@ -73,7 +73,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         Some(RunOutcome::Ok) | None => Style::new(),
         // Another writer's "done" reads as fine, as an effect's would.
         Some(o) if EffectState::Done == o.as_str() => Style::new(),
-        Some(o) if crate::metrics::is_failure(o.as_str()) => t.bad(),
+        Some(o) if crate::snapshot::is_failure(o.as_str()) => t.bad(),
         Some(_) => t.warn(),
     };
     let (next, next_style) = next_fire(j, t, now);
@@ -139,22 +139,24 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
         );
         return;
     }
-    let [tbl_area, notes] =
-        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
+    let [tbl_area, notes] = list_layout(area);
     let sel = app.selected(View::Jobs);
-    let shown = visible(app, View::Jobs, jobs.len(), tbl_area, sel);
+    let shown = visible(
+        app.offset(View::Jobs),
+        Some(sel),
+        jobs.len(),
+        table_rows(tbl_area),
+    );
     let rows = jobs[shown.clone()]
         .iter()
         .map(|j| job_cells(j, t, now))
         .collect();
     render_window(
         f,
-        app,
-        View::Jobs,
         table(&JOB_COLS, rows, tbl_area, t),
         tbl_area,
         shown,
-        sel,
+        Some(sel),
     );
     // The selected job's warnings: the overlap forecast in words.
     let w = notes.width as usize;

@@ -1,4 +1,4 @@
-//! Drawing: the last [`Snapshot`](crate::metrics::Snapshot) and the view state, at a given
+//! Drawing: the last [`Snapshot`](crate::snapshot::Snapshot) and the view state, at a given
 //! `now` (so ages tick between polls and tests can fix the clock). Every string from the
 //! database passes through [`clip`]: made inert, then cut to its column with `…`.
 //!
@@ -19,8 +19,8 @@ mod unknown;
 
 use super::input::{of_mode, KeyAction, Mode};
 use super::state::{App, Detail, Focus, Loaded, Pending, Popup, Typing, View};
-use crate::metrics::{JobRow, RunRow};
 use crate::sanitize::inert;
+use crate::snapshot::{JobRow, RunRow};
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
 use crate::time::{human_age, human_ms, Ts};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -42,18 +42,20 @@ use effect_detail::*;
 use events::*;
 use footer::*;
 use header::*;
+pub(super) use job_detail::output_lines;
 use job_detail::*;
 use jobs::*;
 use popups::*;
+pub(super) use table::visible;
 use table::*;
 pub use text::clip;
 use text::*;
 use theme::*;
 use unknown::*;
 
-pub fn draw(f: &mut Frame, app: &App, now: Ts) {
-    let t = Theme { color: app.color };
-    let [top, counters, tabs, body, status, footer] = Layout::vertical([
+/// The screen's bands: top line, counters, tabs, body, status line, footer.
+fn bands(area: Rect) -> [Rect; 6] {
+    Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(3),
         Constraint::Length(1),
@@ -61,17 +63,41 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
         Constraint::Length(1),
         Constraint::Length(1),
     ])
-    .areas(f.area());
+    .areas(area)
+}
+
+/// Where the views draw in a frame of `area`.
+pub(super) fn body(area: Rect) -> Rect {
+    bands(area)[3]
+}
+
+/// A list over two lines about its selected row (Jobs, Unknown).
+fn list_layout(area: Rect) -> [Rect; 2] {
+    Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area)
+}
+
+/// How many rows of view `v`'s scrolled table fit in `body`, laid out as its draw lays it out.
+pub(super) fn rows_shown(app: &App, v: View, body: Rect) -> usize {
+    table_rows(match v {
+        View::Jobs | View::Unknown => list_layout(body)[0],
+        View::Events => body,
+        View::Approvals => approvals_layout(body, app.approvals().1.len())[1],
+    })
+}
+
+/// Draws the app as it is; nothing in it changes (the caller fits the scroll state to the frame
+/// first, with [`App::on_frame`]).
+pub fn draw(f: &mut Frame, app: &App, now: Ts) {
+    let t = Theme { color: app.color };
+    let [top, counters, tabs, body, status, footer] = bands(f.area());
     draw_top(f, app, &t, top, now);
     draw_counters(f, app, &t, counters, now);
     draw_tabs(f, app, &t, tabs);
-    // Rows that fit, for PgUp/PgDn (the table header takes one).
-    app.page.set(body.height.saturating_sub(2).max(1) as usize);
     match &app.detail {
         Some(d) => match &d.focus {
             Focus::Job(job) => draw_job_detail(f, app, &t, body, now, job, d),
             Focus::Effect(key) => draw_effect_detail(f, &t, body, key, d),
-            Focus::Run { job, run_id } => draw_run_output(f, app, &t, body, now, job, run_id, d),
+            Focus::Run { job, run_id } => draw_run_output(f, &t, body, now, job, run_id, d),
         },
         None => match app.view {
             View::Jobs => draw_jobs(f, app, &t, body, now),

@@ -96,56 +96,45 @@ pub(super) fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) 
     .highlight_spacing(HighlightSpacing::Always)
 }
 
-/// The rows of a long list that the table shows (the selection kept in view, as ratatui
-/// scrolls), so a frame lays out a screenful, not a thousand jobs.
-pub(super) fn visible(
-    app: &App,
-    v: View,
+/// The rows of a list of `n` that a table shows when `rows` fit: from the first row shown
+/// (`offset`), moved just enough to keep the selection in view, as ratatui scrolls. A frame
+/// then lays out a screenful, not a thousand jobs.
+pub(in crate::tui) fn visible(
+    offset: usize,
+    sel: Option<usize>,
     n: usize,
-    area: Rect,
-    sel: usize,
+    rows: usize,
 ) -> std::ops::Range<usize> {
-    let h = (area.height as usize).saturating_sub(1).max(1);
-    let sel = sel.min(n.saturating_sub(1));
-    let mut first = app.offset[v.index()].get().min(n.saturating_sub(1));
-    if sel < first {
-        first = sel;
-    }
-    if sel >= first + h {
-        first = sel + 1 - h;
+    let h = rows.max(1);
+    let mut first = offset.min(n.saturating_sub(1));
+    if let Some(sel) = sel.map(|s| s.min(n.saturating_sub(1))) {
+        if sel < first {
+            first = sel;
+        }
+        if sel >= first + h {
+            first = sel + 1 - h;
+        }
     }
     first..n.min(first + h)
 }
 
-/// Renders the rows `shown` of a list (built by the caller for those rows only).
+/// How many rows a table drawn in `area` shows (its header takes one).
+pub(in crate::tui) fn table_rows(area: Rect) -> usize {
+    (area.height as usize).saturating_sub(1).max(1)
+}
+
+/// Renders the rows `shown` of a list (built by the caller for those rows only), `sel` being
+/// the selected row of the whole list. The state is this frame's: the app's stays as it is.
 pub(super) fn render_window(
     f: &mut Frame,
-    app: &App,
-    v: View,
     tbl: Table<'_>,
     area: Rect,
     shown: std::ops::Range<usize>,
-    sel: usize,
-) {
-    let mut state = TableState::default().with_selected(sel.checked_sub(shown.start));
-    f.render_stateful_widget(tbl, area, &mut state);
-    app.offset[v.index()].set(shown.start);
-}
-
-pub(super) fn render_table(
-    f: &mut Frame,
-    app: &App,
-    v: View,
-    tbl: Table<'_>,
-    area: Rect,
     sel: Option<usize>,
 ) {
-    let off = &app.offset[v.index()];
-    let mut state = TableState::default()
-        .with_offset(off.get())
-        .with_selected(sel);
+    let mut state =
+        TableState::default().with_selected(sel.and_then(|s| s.checked_sub(shown.start)));
     f.render_stateful_widget(tbl, area, &mut state);
-    off.set(state.offset());
 }
 
 pub(super) fn empty_note(f: &mut Frame, t: &Theme, area: Rect, text: &str) {

@@ -23,10 +23,14 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
         col("VERDICT", 12, 2),
         flex("TERMS", 12, 1),
     ];
-    let [tbl_area, notes] =
-        Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area);
+    let [tbl_area, notes] = list_layout(area);
     let sel = app.selected(View::Unknown);
-    let shown = visible(app, View::Unknown, list.len(), tbl_area, sel);
+    let shown = visible(
+        app.offset(View::Unknown),
+        Some(sel),
+        list.len(),
+        table_rows(tbl_area),
+    );
     let rows = list[shown.clone()]
         .iter()
         .map(|u| {
@@ -53,12 +57,10 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
         .collect();
     render_window(
         f,
-        app,
-        View::Unknown,
         table(&cols, rows, tbl_area, t),
         tbl_area,
         shown,
-        sel,
+        Some(sel),
     );
     if let Some(u) = list.get(sel) {
         draw_selected_effect(

@@ -1,0 +1,351 @@
+//! The shared machinery of every scenario: the database, the far side, the `exactly` binary,
+//! the dice, and one attempt of an effect as a real child process.
+use super::far_side;
+use super::proc::{self, Running};
+use super::Tally;
+use crate::effect::Spec;
+use crate::sanitize::inert;
+use crate::state::EffectState;
+use crate::Store;
+use crate::{lease, Error, Result};
+use rand::rngs::StdRng;
+use rand::Rng;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How the far-side client behaves in one attempt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Client {
+    pub timeout_ms: u64,
+    pub hold_before_ms: u64,
+    pub hold_after_ms: u64,
+}
+
+impl Client {
+    pub fn quick() -> Client {
+        Client {
+            timeout_ms: 5000,
+            ..Default::default()
+        }
+    }
+}
+
+/// `faketime` (Debian package `faketime`): runs a process with its clock shifted.
+pub const FAKETIME: &str = "faketime";
+
+/// How one attempt of the concurrency scenarios differs from a plain one.
+#[derive(Debug, Clone, Default)]
+pub struct How {
+    /// The observer command (default: the harness's prompt one).
+    pub observe: Option<String>,
+    /// `EXACTLY_HOST`: the host name the attempt records as its own.
+    pub host: Option<String>,
+    /// How far the attempt's clock is off ours, in milliseconds.
+    pub skew_ms: i64,
+    pub needs_approval: bool,
+    pub pause: Option<(&'static str, Duration)>,
+}
+
+/// One intended effect, as a job sends it.
+#[derive(Debug, Clone)]
+pub struct Eff {
+    pub job: String,
+    pub token: i64,
+    pub action: String,
+    pub target: String,
+    pub i: u64,
+}
+
+/// The shared machinery: the database, the far side, the binary, the dice.
+pub struct Harness {
+    pub(super) exe: PathBuf,
+    pub(super) db: String,
+    pub dir: PathBuf,
+    pub store: Store,
+    pub far: far_side::FarSide,
+    pub rng: StdRng,
+    pub guarded: bool,
+    pub(super) nonce: String,
+    pub(super) observe: String,
+    /// Running average of a clean attempt's wall time, so random kills land inside one.
+    pub(super) typical_ms: f64,
+}
+
+/// Single-quotes a path for `sh -c`.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+impl Harness {
+    /// The effect key `exactly effect` computes for this effect (DESIGN.md's contract).
+    pub fn key(&self, e: &Eff) -> String {
+        self.spec(e).key()
+    }
+
+    fn spec(&self, e: &Eff) -> Spec {
+        Spec::new(&e.action, &e.target)
+            .input("run", self.nonce.clone())
+            .input("i", e.i.to_string())
+    }
+
+    pub fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<i64> {
+        match lease::claim(&mut self.store, job, owner, dur)? {
+            lease::Claim::Won { token } => Ok(token),
+            lease::Claim::Held { owner, until, .. } => Err(Error::Store(format!(
+                "job {} is leased by {} until {}; wait for it or use a fresh database",
+                inert(job),
+                inert(&owner),
+                inert(&until)
+            ))),
+        }
+    }
+
+    pub fn exe_command(&self) -> Command {
+        proc::command(&self.exe)
+    }
+
+    /// Part of every input, so this run's keys never collide with an earlier run's.
+    pub fn nonce(&self) -> &str {
+        &self.nonce
+    }
+
+    pub fn db(&self) -> &str {
+        &self.db
+    }
+
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// The far-side client's argv.
+    pub fn client_argv(&self, tag: &str, c: &Client) -> Vec<String> {
+        vec![
+            self.exe.display().to_string(),
+            "far-side".into(),
+            "send".into(),
+            "--socket".into(),
+            self.far.socket.display().to_string(),
+            "--tag".into(),
+            tag.into(),
+            "--timeout".into(),
+            format!("{}ms", c.timeout_ms.max(1)),
+            "--hold-before".into(),
+            format!("{}ms", c.hold_before_ms),
+            "--hold-after".into(),
+            format!("{}ms", c.hold_after_ms),
+        ]
+    }
+
+    /// The observer shell command `exactly effect --observe` runs.
+    pub fn observe_cmd(&self) -> &str {
+        &self.observe
+    }
+
+    /// One attempt at an effect: `exactly effect … -- client` when guarded, else the bare client
+    /// (the self-check). `pause_at` makes it stop at a named fault point and announce it.
+    pub fn attempt(&self, e: &Eff, c: &Client, pause_at: Option<(&str, Duration)>) -> Command {
+        let tag = format!("{}:{}", e.job, e.token);
+        let argv = self.client_argv(&tag, c);
+        let mut cmd;
+        let fault_var;
+        if self.guarded {
+            cmd = self.exe_command();
+            cmd.args(self.effect_args(e, &self.observe)).arg("--");
+            cmd.args(&argv);
+            fault_var = "EXACTLY_FAULT";
+        } else {
+            cmd = proc::command(&self.exe);
+            cmd.args(&argv[1..]).env("EXACTLY_EFFECT_KEY", self.key(e));
+            fault_var = far_side::CLIENT_FAULT_ENV;
+        }
+        if let Some((point, d)) = pause_at {
+            cmd.env(fault_var, format!("{point}:pause={}ms", d.as_millis()));
+        }
+        cmd
+    }
+
+    /// One `exactly effect` attempt shaped by `how`: its own observer, host name, clock
+    /// offset (through `faketime`), approval flag and fault pause.
+    pub fn attempt_with(&self, e: &Eff, c: &Client, how: &How) -> Command {
+        let tag = format!("{}:{}", e.job, e.token);
+        let mut cmd = self.skewed(how.skew_ms);
+        cmd.args(self.effect_args(e, how.observe.as_deref().unwrap_or(&self.observe)));
+        if how.needs_approval {
+            cmd.arg("--needs-approval");
+        }
+        cmd.arg("--").args(self.client_argv(&tag, c));
+        if let Some(host) = &how.host {
+            cmd.env("EXACTLY_HOST", host);
+        }
+        if let Some((point, d)) = how.pause {
+            cmd.env(
+                "EXACTLY_FAULT",
+                format!("{point}:pause={}ms", d.as_millis()),
+            );
+        }
+        cmd
+    }
+
+    /// `--db … effect …` for one intended effect, up to (not including) the `--` before its
+    /// command: every attempt at `e` computes the same key.
+    fn effect_args(&self, e: &Eff, observe: &str) -> Vec<String> {
+        let mut v: Vec<String> = vec!["--db".into(), self.db.clone(), "effect".into()];
+        for (flag, val) in [
+            ("--job", e.job.clone()),
+            ("--token", e.token.to_string()),
+            ("--action", e.action.clone()),
+            ("--target", e.target.clone()),
+            ("--input", format!("run={}", self.nonce)),
+            ("--input", format!("i={}", e.i)),
+            ("--observe", observe.to_string()),
+        ] {
+            v.push(flag.into());
+            v.push(val);
+        }
+        v
+    }
+
+    /// The binary, run with its clock `skew_ms` off ours (through `faketime`) when not 0.
+    pub fn skewed(&self, skew_ms: i64) -> Command {
+        if skew_ms == 0 {
+            return self.exe_command();
+        }
+        let mut c = proc::command(Path::new(FAKETIME));
+        // Without this, libfaketime caches its offset and may read the spec late.
+        c.env("FAKETIME_NO_CACHE", "1")
+            .arg("-f")
+            .arg(format!("{:+.3}s", skew_ms as f64 / 1000.0))
+            .arg(&self.exe);
+        c
+    }
+
+    /// An observer that asks the far side at once and answers `ms` later (a slow API).
+    pub fn slow_observer(&self, ms: u64) -> String {
+        format!("{} --answer-after {ms}ms", self.observe)
+    }
+
+    pub fn spawn(
+        &self,
+        e: &Eff,
+        c: &Client,
+        pause_at: Option<(&str, Duration)>,
+    ) -> Result<Running> {
+        Running::spawn(self.attempt(e, c, pause_at))
+    }
+
+    /// Runs attempts (the restarts, the next firings) until one ends 0: done now or already
+    /// done. Returns every exit code seen; the last is 0 unless it gave up.
+    pub fn settle(&self, e: &Eff, c: &Client, tries: usize) -> Result<Vec<Option<i32>>> {
+        let mut codes = Vec::new();
+        for n in 0..tries {
+            let end = self.spawn(e, c, None)?.finish()?;
+            codes.push(end.code);
+            if end.code == Some(0) {
+                break;
+            }
+            // Give a sender that is still alive (exit 5) time to finish.
+            std::thread::sleep(Duration::from_millis(10 * (n as u64 + 1)));
+        }
+        Ok(codes)
+    }
+
+    /// Restarts until the effect is settled (done now or already), as the next run would; a
+    /// restart that never gets there is an anomaly. Each restart's time goes into the typical
+    /// attempt's, so random kills land inside one.
+    pub fn settle_tallied(
+        &mut self,
+        t: &mut Tally,
+        e: &Eff,
+        label: &str,
+        tries: usize,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let c = self.settle(e, &Client::quick(), tries)?;
+        self.observe_duration(started.elapsed() / c.len().max(1) as u32);
+        if c.last() != Some(&Some(0)) {
+            let codes: Vec<String> = c
+                .iter()
+                .map(|c| c.map_or("signal".into(), |c| c.to_string()))
+                .collect();
+            t.anomaly(format!(
+                "{label}: restarts never settled it (exits {})",
+                codes.join(",")
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn typical_ms(&self) -> f64 {
+        self.typical_ms
+    }
+
+    pub fn observe_duration(&mut self, d: Duration) {
+        let ms = d.as_secs_f64() * 1000.0;
+        self.typical_ms = if self.typical_ms == 0.0 {
+            ms
+        } else {
+            0.9 * self.typical_ms + 0.1 * ms
+        };
+    }
+
+    /// Random milliseconds in `lo..hi`.
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rng.gen_range(lo..hi.max(lo + 1)))
+    }
+
+    /// Counts what the far side got for each intended effect, and what the ledger says of it.
+    pub(super) fn audit(&mut self, t: &mut Tally) -> Result<()> {
+        let arrivals = self.far.dump()?;
+        let intents = std::mem::take(&mut t.intents);
+        for (key, label) in &intents {
+            let n = arrivals.get(key).copied().unwrap_or(0);
+            t.far_side_requests += n;
+            let row = if self.guarded {
+                self.store.effect(key)?
+            } else {
+                None
+            };
+            let state = row.as_ref().map(|r| &r.state);
+            if n > 1 {
+                t.duplicate_effects += n - 1;
+                t.fail(format!("{label}: effect {key} arrived {n} times"));
+            }
+            if n == 0 && state != Some(&EffectState::Cancelled) {
+                t.lost_effects += 1;
+                t.fail(format!("{label}: effect {key} never arrived"));
+            }
+            let Some(row) = row else {
+                if self.guarded {
+                    t.anomaly(format!("{label}: effect {key} has no ledger row"));
+                }
+                continue;
+            };
+            let verdict = row.verdict.as_deref().unwrap_or("");
+            match &row.state {
+                EffectState::Done | EffectState::Cancelled => {
+                    if verdict == "happened" || verdict == "not happened" {
+                        t.unknown_resolved += 1;
+                    }
+                }
+                EffectState::Claimed => {
+                    t.claimed_leaked += 1;
+                    t.fail(format!("{label}: effect {key} left claimed"));
+                }
+                state => {
+                    t.unknown_unresolved += 1;
+                    if verdict.is_empty() {
+                        t.unexplained_unknowns += 1;
+                    }
+                    t.fail(format!(
+                        "{label}: effect {key} left {} (observer: {})",
+                        inert(state.as_str()),
+                        if verdict.is_empty() { "none" } else { verdict }
+                    ));
+                }
+            }
+        }
+        t.intents = intents;
+        Ok(())
+    }
+}

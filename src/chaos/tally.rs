@@ -1,0 +1,258 @@
+//! What a chaos run observed: the [`Tally`] each scenario fills, summed over the run, and the
+//! report `exactly chaos` prints (the table, or `--json`).
+use super::{ChaosArgs, SCENARIOS};
+use crate::sanitize::inert;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What one scenario (or the whole run) observed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tally {
+    pub iterations: u64,
+    /// Effects the workload meant to happen, each exactly once.
+    pub intended_effects: u64,
+    /// Requests the far side recorded.
+    pub far_side_requests: u64,
+    pub kills: BTreeMap<String, u64>,
+    pub duplicate_effects: u64,
+    pub lost_effects: u64,
+    /// Effects left `submitted`/`unknown` by a kill or a lost answer, then settled by the observer.
+    pub unknown_resolved: u64,
+    pub unknown_unresolved: u64,
+    /// Unresolved unknowns with no observer verdict saying why.
+    pub unexplained_unknowns: u64,
+    pub claimed_leaked: u64,
+    pub fenced_writes: u64,
+    pub duplicates_suppressed: u64,
+    /// Writes by a run whose lease was stolen that the ledger accepted (must be 0).
+    pub late_writes_accepted: u64,
+    /// Effects that reached the far side after a caller asked for approval and before a person
+    /// approved them, or after a person denied them (must be 0).
+    pub unapproved_sends: u64,
+    /// Interim "can't tell" verdicts that a later attempt settled.
+    pub observer_cant_tell: u64,
+    /// Scheduler strikes that landed while an effect was being sent.
+    pub mid_effect_strikes: u64,
+    /// Scheduler scenarios: how many firings had how many runs ({runs: firings}).
+    pub runs_per_firing: BTreeMap<u64, u64>,
+    /// The most runs one firing had (at most 3).
+    pub max_runs_per_firing: u64,
+    /// Firings that used up their 3 runs and were given up.
+    pub firings_gave_up: u64,
+    /// Times two runs of one firing were seen alive at once in the process table (must be 0).
+    pub overlapping_copies: u64,
+    pub wall_ms: u64,
+    /// Broken expectations and harness errors (each a failure, listed in `failures`).
+    pub anomalies: u64,
+    pub failures: Vec<String>,
+    #[serde(skip)]
+    pub(super) intents: Vec<(String, String)>,
+}
+
+const FAILURES_KEPT: usize = 20;
+
+impl Tally {
+    pub fn kill(&mut self, point: &str) {
+        *self.kills.entry(point.to_string()).or_default() += 1;
+    }
+    /// A broken expectation (an effect not fenced, not unknown when it must be, never settled)
+    /// or a harness error: fails the run.
+    pub fn anomaly(&mut self, what: String) {
+        self.anomalies += 1;
+        self.fail(what);
+    }
+    pub fn fail(&mut self, what: String) {
+        if self.failures.len() < FAILURES_KEPT {
+            self.failures.push(what);
+        }
+    }
+    /// Records an effect the workload means to happen exactly once.
+    pub fn intend(&mut self, key: &str, label: String) {
+        self.intended_effects += 1;
+        self.intents.push((key.to_string(), label));
+    }
+    pub fn ok(&self) -> bool {
+        self.duplicate_effects == 0
+            && self.lost_effects == 0
+            && self.claimed_leaked == 0
+            && self.unexplained_unknowns == 0
+            && self.late_writes_accepted == 0
+            && self.unapproved_sends == 0
+            && self.anomalies == 0
+            && self.max_runs_per_firing <= 3
+            && self.overlapping_copies == 0
+    }
+    pub(super) fn add(&mut self, o: &Tally) {
+        self.iterations += o.iterations;
+        self.intended_effects += o.intended_effects;
+        self.far_side_requests += o.far_side_requests;
+        for (k, n) in &o.kills {
+            *self.kills.entry(k.clone()).or_default() += n;
+        }
+        self.duplicate_effects += o.duplicate_effects;
+        for (k, n) in &o.runs_per_firing {
+            *self.runs_per_firing.entry(*k).or_default() += n;
+        }
+        self.max_runs_per_firing = self.max_runs_per_firing.max(o.max_runs_per_firing);
+        self.firings_gave_up += o.firings_gave_up;
+        self.overlapping_copies += o.overlapping_copies;
+        self.lost_effects += o.lost_effects;
+        self.unknown_resolved += o.unknown_resolved;
+        self.unknown_unresolved += o.unknown_unresolved;
+        self.unexplained_unknowns += o.unexplained_unknowns;
+        self.claimed_leaked += o.claimed_leaked;
+        self.fenced_writes += o.fenced_writes;
+        self.duplicates_suppressed += o.duplicates_suppressed;
+        self.late_writes_accepted += o.late_writes_accepted;
+        self.unapproved_sends += o.unapproved_sends;
+        self.observer_cant_tell += o.observer_cant_tell;
+        self.mid_effect_strikes += o.mid_effect_strikes;
+        self.anomalies += o.anomalies;
+        for f in &o.failures {
+            self.fail(f.clone());
+        }
+    }
+}
+
+/// The whole run's result, as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub(super) struct Report {
+    pub(super) iterations_per_scenario: u32,
+    pub(super) seed: u64,
+    pub(super) guarded: bool,
+    pub(super) db: String,
+    #[serde(flatten)]
+    pub(super) total: Tally,
+    pub(super) ok: bool,
+    pub(super) scenarios: BTreeMap<String, Tally>,
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "exactly chaos: {} iterations per scenario, seed {}{}",
+        a.iterations,
+        r.seed,
+        if r.guarded {
+            ""
+        } else {
+            ", UNGUARDED self-check (no ledger)"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{:<24}{:>6}{:>7}{:>6}{:>6}{:>10}{:>10}{:>8}{:>8}{:>12}{:>9}",
+        "scenario",
+        "iters",
+        "kills",
+        "dups",
+        "lost",
+        "unk-res",
+        "unk-open",
+        "leaked",
+        "fenced",
+        "suppressed",
+        "time"
+    );
+    let row = |s: &mut String, name: &str, t: &Tally| {
+        let _ = writeln!(
+            s,
+            "{:<24}{:>6}{:>7}{:>6}{:>6}{:>10}{:>10}{:>8}{:>8}{:>12}{:>9}",
+            name,
+            t.iterations,
+            t.kills.values().sum::<u64>(),
+            t.duplicate_effects,
+            t.lost_effects,
+            t.unknown_resolved,
+            t.unknown_unresolved,
+            t.claimed_leaked,
+            t.fenced_writes,
+            t.duplicates_suppressed,
+            secs(t.wall_ms)
+        );
+    };
+    for name in SCENARIOS {
+        if let Some(t) = r.scenarios.get(*name) {
+            row(&mut s, name, t);
+        }
+    }
+    row(&mut s, "total", &r.total);
+    let kills: Vec<String> = r
+        .total
+        .kills
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(s, "kills per point: {}", kills.join(", "));
+    let _ = writeln!(
+        s,
+        "far side: {} requests for {} intended effects",
+        r.total.far_side_requests, r.total.intended_effects
+    );
+    if !r.total.runs_per_firing.is_empty() {
+        let per: Vec<String> = r
+            .total
+            .runs_per_firing
+            .iter()
+            .map(|(runs, n)| format!("{n}×{runs}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "scheduler: firings by runs {} (most {}), {} gave up, {} overlapping copies seen",
+            per.join(", "),
+            r.total.max_runs_per_firing,
+            r.total.firings_gave_up,
+            r.total.overlapping_copies
+        );
+    }
+    if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
+        let _ = writeln!(
+            s,
+            "unapproved sends (before an approval or after a denial): {}",
+            r.total.unapproved_sends
+        );
+    }
+    if r.total.late_writes_accepted > 0 {
+        let _ = writeln!(
+            s,
+            "late writes accepted after a stolen lease: {}",
+            r.total.late_writes_accepted
+        );
+    }
+    for f in &r.total.failures {
+        let _ = writeln!(s, "  ! {}", inert(f));
+    }
+    let t = &r.total;
+    let verdict = if r.ok {
+        format!(
+            "PASS: 0 duplicate effects, 0 lost, 0 leaked; {} unknowns, all resolved",
+            t.unknown_resolved
+        )
+    } else if !r.guarded {
+        format!(
+            "UNGUARDED: {} duplicate effects observed without the ledger (the harness can see them)",
+            t.duplicate_effects
+        )
+    } else {
+        format!(
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, {} overlapping copies",
+            t.duplicate_effects,
+            t.lost_effects,
+            t.claimed_leaked,
+            t.unexplained_unknowns,
+            t.late_writes_accepted,
+            t.unapproved_sends,
+            t.anomalies,
+            t.max_runs_per_firing,
+            t.overlapping_copies
+        )
+    };
+    let _ = writeln!(s, "{verdict}");
+    s
+}

@@ -1,0 +1,311 @@
+//! Keys into state changes: a [`KeyAction`] from the key table moves the selection, opens a
+//! detail or a popup, or holds a risky act as a [`Pending`] until it is confirmed; what needs the
+//! database leaves as a [`Request`].
+use super::*;
+use crate::tui::input::{lookup, KeyAction};
+use crossterm::event::{KeyCode, KeyEvent};
+
+impl App {
+    fn refuse_read_only(&mut self, what: &str) -> bool {
+        if self.read_only {
+            self.status = Some(Report {
+                ok: false,
+                text: format!(
+                    "read-only: {what} refused ({})",
+                    self.read_only_reason
+                        .as_deref()
+                        .unwrap_or("started with --read-only")
+                ),
+            });
+        }
+        self.read_only
+    }
+
+    fn say(&mut self, ok: bool, text: impl Into<String>) {
+        self.status = Some(Report {
+            ok,
+            text: text.into(),
+        });
+    }
+
+    /// Handles one key press; returns work for the database, if any.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Request> {
+        let mode = self.mode();
+        let Some(action) = lookup(mode, &key) else {
+            if let (Some(Popup::Typing { what, text }), KeyCode::Char(c)) =
+                (&mut self.popup, key.code)
+            {
+                text.push(c);
+                if matches!(what, Typing::Filter { .. }) {
+                    self.filter = text.clone();
+                    self.reanchor();
+                }
+            }
+            return None;
+        };
+        if action == KeyAction::Quit {
+            self.quit = true;
+            return None;
+        }
+        match mode {
+            Mode::Main => self.main_action(action),
+            Mode::Help => {
+                self.popup = None;
+                None
+            }
+            Mode::Confirm => {
+                let Some(Popup::Confirm(act)) = self.popup.take() else {
+                    return None;
+                };
+                if action == KeyAction::Confirm {
+                    self.say(true, format!("working: {} …", act.verb()));
+                    Some(Request::Pending(act))
+                } else {
+                    self.say(true, "cancelled; nothing changed");
+                    None
+                }
+            }
+            Mode::Resolve => {
+                let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
+                    return None;
+                };
+                let how = match action {
+                    KeyAction::Happened => Resolution::Happened,
+                    KeyAction::NotHappened => Resolution::NotHappened,
+                    KeyAction::CancelEffect => Resolution::Cancel,
+                    _ => {
+                        self.say(true, "cancelled; nothing changed");
+                        return None;
+                    }
+                };
+                self.popup = Some(Popup::Confirm(Pending::Resolve {
+                    key,
+                    job,
+                    terms,
+                    how,
+                }));
+                None
+            }
+            Mode::Typing => {
+                let Some(Popup::Typing { what, mut text }) = self.popup.take() else {
+                    return None;
+                };
+                match (action, what) {
+                    (KeyAction::DeleteChar, what) => {
+                        text.pop();
+                        if matches!(what, Typing::Filter { .. }) {
+                            self.filter = text.clone();
+                            self.reanchor();
+                        }
+                        self.popup = Some(Popup::Typing { what, text });
+                    }
+                    (KeyAction::Accept, Typing::Filter { .. }) => {}
+                    (KeyAction::Accept, Typing::PauseNote { job }) => {
+                        let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
+                        self.popup = Some(Popup::Confirm(Pending::Pause { job, note }));
+                    }
+                    (_, Typing::Filter { before }) => {
+                        self.filter = before;
+                        self.reanchor();
+                    }
+                    (_, Typing::PauseNote { .. }) => self.say(true, "cancelled; nothing changed"),
+                }
+                None
+            }
+        }
+    }
+
+    fn main_action(&mut self, action: KeyAction) -> Option<Request> {
+        let page = self.page() as isize;
+        let here = self.selected(self.view) as isize;
+        match action {
+            KeyAction::Show(v) => {
+                self.view = v;
+                self.detail = None;
+            }
+            KeyAction::NextView => {
+                self.view = self.view.next();
+                self.detail = None;
+            }
+            KeyAction::Up
+            | KeyAction::Down
+            | KeyAction::Top
+            | KeyAction::Bottom
+            | KeyAction::PageUp
+            | KeyAction::PageDown => {
+                let output_max = self.output_max();
+                if let Some(d) = &mut self.detail {
+                    d.scroll = match action {
+                        KeyAction::Up => d.scroll.saturating_sub(1),
+                        KeyAction::Down => d.scroll + 1,
+                        KeyAction::Top => 0,
+                        KeyAction::PageUp => d.scroll.saturating_sub(page as usize),
+                        KeyAction::PageDown => d.scroll + page as usize,
+                        _ => usize::MAX / 2,
+                    };
+                    // Keep the cursor on a run, and a scroll within the output.
+                    let last = match &d.loaded {
+                        Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
+                        Some(Loaded::Run { .. }) => Some(output_max),
+                        _ => None,
+                    };
+                    if let Some(last) = last {
+                        d.scroll = d.scroll.min(last);
+                    }
+                    return None;
+                }
+                let to = match action {
+                    KeyAction::Up => here - 1,
+                    KeyAction::Down => here + 1,
+                    KeyAction::Top => 0,
+                    KeyAction::Bottom => isize::MAX / 2,
+                    KeyAction::PageUp => here - page,
+                    _ => here + page,
+                };
+                self.move_to(to);
+            }
+            KeyAction::Open => return self.open(),
+            KeyAction::Back => match self.detail.take() {
+                Some(d) => {
+                    if let Some(back) = d.back {
+                        let focus = back.focus.clone();
+                        self.detail = Some(*back);
+                        return Some(Request::Load(focus));
+                    }
+                }
+                None if !self.filter.is_empty() => {
+                    self.filter.clear();
+                    self.reanchor();
+                }
+                None => {}
+            },
+            KeyAction::Filter => {
+                self.popup = Some(Popup::Typing {
+                    what: Typing::Filter {
+                        before: self.filter.clone(),
+                    },
+                    text: self.filter.clone(),
+                });
+            }
+            KeyAction::Sort => {
+                let i = self.view.index();
+                self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
+                self.reanchor();
+            }
+            KeyAction::Freeze => {
+                self.frozen = !self.frozen;
+                if !self.frozen {
+                    if let Some(s) = self.held.take() {
+                        self.snap = Some(s);
+                        self.reanchor();
+                    }
+                }
+            }
+            KeyAction::Help => self.popup = Some(Popup::Help),
+            KeyAction::Approve | KeyAction::Deny => {
+                let approve = action == KeyAction::Approve;
+                if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
+                    return None;
+                }
+                match self.selected_effect() {
+                    Some(EffectRef {
+                        key,
+                        job,
+                        terms,
+                        approval: Some(_),
+                    }) => {
+                        self.popup = Some(Popup::Confirm(if approve {
+                            Pending::Approve { key, job, terms }
+                        } else {
+                            Pending::Deny { key, job, terms }
+                        }));
+                    }
+                    Some(_) => self.say(
+                        false,
+                        "no approval was requested for this effect (pending ones are in view 3)",
+                    ),
+                    None => self.say(false, "select a pending effect first (view 3)"),
+                }
+            }
+            KeyAction::Resolve => {
+                if self.refuse_read_only("resolve") {
+                    return None;
+                }
+                match self.selected_effect() {
+                    Some(e) => {
+                        self.popup = Some(Popup::Resolve {
+                            key: e.key,
+                            job: e.job,
+                            terms: e.terms,
+                        })
+                    }
+                    None => self.say(false, "select an unknown effect first (view 2)"),
+                }
+            }
+            KeyAction::Pause => {
+                if self.refuse_read_only("pause/resume") {
+                    return None;
+                }
+                match self.selected_job() {
+                    Some(j) if j.paused => {
+                        self.popup = Some(Popup::Confirm(Pending::Resume {
+                            job: j.job_key.clone(),
+                        }))
+                    }
+                    Some(j) => {
+                        self.popup = Some(Popup::Typing {
+                            what: Typing::PauseNote {
+                                job: j.job_key.clone(),
+                            },
+                            text: String::new(),
+                        })
+                    }
+                    None => self.say(false, "select a job first (view 1)"),
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn open(&mut self) -> Option<Request> {
+        if let Some(d) = &self.detail {
+            // In a job's runs, Enter opens the selected run's output.
+            let (Focus::Job(job), Some(Loaded::Job { runs, .. })) = (&d.focus, &d.loaded) else {
+                return None;
+            };
+            let run = runs.get(d.scroll.min(runs.len().saturating_sub(1)))?;
+            let focus = Focus::Run {
+                job: job.clone(),
+                run_id: run.run_id.clone(),
+            };
+            let back = self.detail.take().map(Box::new);
+            self.detail = Some(Detail {
+                focus: focus.clone(),
+                loaded: None,
+                scroll: 0,
+                back,
+            });
+            return Some(Request::Load(focus));
+        }
+        let focus = match self.view {
+            View::Jobs => Focus::Job(self.selected_job()?.job_key.clone()),
+            View::Events => {
+                let e = self.events().get(self.selected(View::Events)).copied()?;
+                match (&e.effect_key, &e.job_key) {
+                    (Some(k), _) => Focus::Effect(k.clone()),
+                    (None, Some(j)) => Focus::Job(j.clone()),
+                    _ => return None,
+                }
+            }
+            _ => Focus::Effect(self.selected_effect()?.key),
+        };
+        self.detail = Some(Detail {
+            focus: focus.clone(),
+            loaded: None,
+            scroll: 0,
+            back: None,
+        });
+        Some(Request::Load(focus))
+    }
+}

@@ -265,58 +265,7 @@ fn spawn(cfg: &Config, job: &Job, started: Started, kill: &Arc<AtomicBool>) -> R
     }
 }
 
-/// One log line saying what became of a firing.
+/// One log line saying what became of a firing (worded by [`Fired::describe`]).
 pub fn report(job: &str, kind: &str, slot: &str, fired: &Fired) {
-    let (level, msg) = match fired {
-        Fired::Started(s) => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} started run {} (token {}){}",
-                s.run_id,
-                s.token,
-                s.stolen_from
-                    .as_ref()
-                    .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
-                    .unwrap_or_default()
-            ),
-        ),
-        Fired::Duplicate { state, owner } => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
-                owner.as_deref().unwrap_or("someone")
-            ),
-        ),
-        Fired::Skipped { note, by } => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} skipped: paused by {}{}",
-                by.as_deref().unwrap_or("someone"),
-                note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-            ),
-        ),
-        Fired::Coalesced { holder, token } => (
-            "INFO",
-            format!("{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"),
-        ),
-        Fired::Queued { depth, cap } => (
-            "INFO",
-            format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})"),
-        ),
-        Fired::Saturated { cap } => (
-            "WARN",
-            format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)"),
-        ),
-        Fired::Missed { holder, token } => (
-            "ERROR",
-            format!(
-                "{kind} firing at {slot} MISSED: overlap = fail and a run is live ({holder}, token {token})"
-            ),
-        ),
-        Fired::Busy { holder, until } => (
-            "INFO",
-            format!("{kind} firing at {slot} waits: lease held by {holder} until {until}"),
-        ),
-    };
-    log_line(level, job, &msg);
+    log_line(fired.level(), job, &fired.describe(kind, slot));
 }

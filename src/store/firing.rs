@@ -287,18 +287,14 @@ impl Store {
             }
             if let Some((note, by)) = paused(tx, f.job)? {
                 upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
-                let detail = format!(
-                    "{} firing at {} skipped: paused by {}{}",
-                    f.kind,
-                    f.slot,
-                    by.as_deref().unwrap_or("someone"),
-                    note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-                );
+                let fired = Fired::Skipped { note, by };
+                // Worded by the domain, as the scheduler's log says it.
+                let detail = fired.describe(f.kind, f.slot);
                 record_event(
                     tx,
                     &NewEvent::new(EventKind::FiringSkippedPaused).job(f.job).actor(f.owner).detail(&detail),
                 )?;
-                return Ok(Fired::Skipped { note, by });
+                return Ok(fired);
             }
             let claim = if f.live_here {
                 let token: i64 = tx.query_row(

@@ -71,6 +71,17 @@ pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
     })
 }
 
+/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
+/// schedulers beat every 2 s).
+pub fn scheduler_dead_after() -> std::time::Duration {
+    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
+        .ok()
+        .and_then(|s| time::parse_duration(&s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(SCHEDULER_DEAD_AFTER)
+}
+pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Records a scheduler's start (a restart under the same owner starts its row afresh).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
     store.scheduler_started(s, &time::now_text())

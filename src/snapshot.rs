@@ -295,7 +295,8 @@ impl Snapshot {
     /// read, each job's next firing, the firings it missed and its warnings.
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
         let now = crate::time::now();
-        let mut snap = store.snapshot(now, &crate::hostname())?;
+        let dead_after = crate::jobs::scheduler_dead_after();
+        let mut snap = store.snapshot(now, &crate::hostname(), dead_after)?;
         for j in &mut snap.jobs {
             plan(j, now);
             j.warnings = job_warnings(j);

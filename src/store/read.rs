@@ -1,7 +1,7 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
-use super::schedulers::{read_schedulers, scheduler_dead_after};
+use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, Store, RELEASED};
 use crate::snapshot::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind};
@@ -54,7 +54,13 @@ fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<
 impl Store {
     /// Reads everything the dashboard and `status` show, in one short read transaction, as at
     /// `now`, read on `host` (the caller's clock and machine).
-    pub(crate) fn snapshot(&mut self, now: Ts, host: &str) -> Result<Snapshot> {
+    /// A scheduler silent for `dead_after` is not alive.
+    pub(crate) fn snapshot(
+        &mut self,
+        now: Ts,
+        host: &str,
+        dead_after: std::time::Duration,
+    ) -> Result<Snapshot> {
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
@@ -116,7 +122,6 @@ impl Store {
             let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            let dead_after = scheduler_dead_after();
             let schedulers = read_schedulers(tx, now, dead_after)?;
             let schedulers_alive = schedulers.iter().filter(|s| s.alive).count() as u64;
             let mut warnings = Vec::new();
@@ -551,7 +556,13 @@ mod tests {
     )>;
 
     fn figures(store: &mut super::Store) -> Figures {
-        let snap = store.snapshot(crate::time::now(), "test").unwrap();
+        let snap = store
+            .snapshot(
+                crate::time::now(),
+                "test",
+                crate::jobs::SCHEDULER_DEAD_AFTER,
+            )
+            .unwrap();
         snap.jobs
             .into_iter()
             .map(|j| {

@@ -57,16 +57,6 @@ impl Store {
     }
 }
 
-/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
-/// schedulers beat every 2 s).
-pub fn scheduler_dead_after() -> std::time::Duration {
-    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
-        .ok()
-        .and_then(|s| time::parse_duration(&s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(SCHEDULER_DEAD_AFTER)
-}
-pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// Schedulers listed: those heard from within this many days.
 const SCHEDULERS_SHOWN_DAYS: i64 = 7;
 

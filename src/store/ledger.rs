@@ -5,6 +5,7 @@
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
 use super::{int, record_event, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
+use crate::approval::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::time::Ts;
@@ -247,7 +248,6 @@ impl Store {
             if seen.state != EffectState::Claimed {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
-            let mut consume = false;
             let approval: Option<ApprovalState> = tx
                 .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
@@ -255,8 +255,10 @@ impl Store {
                     |r| word(r, 0),
                 )
                 .optional()?;
-            match approval {
-                None if needs_approval => {
+            // The rule is the domain's (`approval::gate`); the store applies it in this
+            // transaction, with the compare-and-set below.
+            let consume = match crate::approval::gate(approval, needs_approval) {
+                Gate::Ask => {
                     tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
@@ -265,9 +267,8 @@ impl Store {
                     record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
-                None | Some(ApprovalState::Consumed) => {}
-                Some(ApprovalState::Approved) => consume = true,
-                Some(ApprovalState::Denied) => {
+                Gate::Send { consume } => consume,
+                Gate::Cancel => {
                     tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
@@ -278,8 +279,8 @@ impl Store {
                     )?;
                     return Ok(Submit::Denied);
                 }
-                Some(_) => return Ok(Submit::NotApproved),
-            }
+                Gate::Wait => return Ok(Submit::NotApproved),
+            };
             let won = tx
                 .row_cached(
                     &format!(

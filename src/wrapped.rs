@@ -120,7 +120,7 @@ impl Watch {
                 self.store = crate::open(Some(&self.spec.db), crate::Access::Write).ok();
             }
             if let Some(store) = self.store.as_mut() {
-                match store.lease(&self.spec.job) {
+                match crate::lease::get(store, &self.spec.job) {
                     Ok(Some(l)) if l.fencing_token != self.spec.token => {
                         return Some(Stopped::Superseded(l.fencing_token));
                     }

@@ -1,17 +1,94 @@
 //! Approvals belong to the effect key, not the run: requested with the terms shown, decided by a
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
-use crate::store::{Decided, Resolution, Resolved, Store};
-use crate::Result;
+use crate::sanitize::inert;
+use crate::state::ApprovalState;
+pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved};
+use crate::{Result, Store};
+
+// Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
+
+impl Decided {
+    /// The decision in words: `approved KEY` / `denied KEY`, or why nothing changed.
+    pub fn describe(&self, key: &str, approve: bool) -> String {
+        let k = inert(key);
+        match self {
+            Decided::Done => format!("{} {k}", if approve { "approved" } else { "denied" }),
+            Decided::Already { state, by, at } => format!(
+                "effect {k} was already {} by {} at {}",
+                inert(state.as_str()),
+                inert(by.as_deref().unwrap_or("someone")),
+                inert(at.as_deref().unwrap_or("?"))
+            ),
+            Decided::NotFound => format!("no approval was requested for effect {k}"),
+        }
+    }
+}
+
+impl Resolved {
+    /// The resolution in words: `resolved KEY: FROM → TO`, or why nothing changed.
+    pub fn describe(&self, key: &str, how: Resolution) -> String {
+        let k = inert(key);
+        match self {
+            Resolved::Done { from } => format!(
+                "resolved {k}: {} → {}",
+                inert(from.as_str()),
+                how.target_state()
+            ),
+            Resolved::NotOpen { state, by } => format!(
+                "effect {k} is already {}{}; nothing to resolve",
+                inert(state.as_str()),
+                by.as_deref()
+                    .map(|b| format!(" (resolved by {})", inert(b)))
+                    .unwrap_or_default()
+            ),
+            Resolved::Fenced => {
+                format!("effect {k}: a newer lease token holds its job; nothing to resolve")
+            }
+            Resolved::NotFound => format!("no effect {k} in the ledger"),
+        }
+    }
+}
+
+/// What an effect's approval says about sending it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Ask a person first: the approval is requested, nothing is sent.
+    Ask,
+    /// Send; `consume`: the approval this send uses up (in the same transaction).
+    Send { consume: bool },
+    /// Denied: the effect is cancelled, never sent.
+    Cancel,
+    /// Asked and not decided yet: wait for a person.
+    Wait,
+}
+
+/// The approval rule, before any send: once anyone asked for approval of a key it binds every
+/// caller (whatever its own flags), an approval is used up by the one send it allows, a denial
+/// cancels. `approval` is the key's approval state, if one was ever asked for.
+pub fn gate(approval: Option<ApprovalState>, needs_approval: bool) -> Gate {
+    match approval {
+        None if needs_approval => Gate::Ask,
+        None | Some(ApprovalState::Consumed) => Gate::Send { consume: false },
+        Some(ApprovalState::Approved) => Gate::Send { consume: true },
+        Some(ApprovalState::Denied) => Gate::Cancel,
+        Some(_) => Gate::Wait,
+    }
+}
+
+/// The approval of an effect, if one was requested (the effect detail shows it).
+pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
+    store.approval(key)
+}
 
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
 pub fn approve(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, true, by, note)
+    store.decide_approval(key, true, by, note, &crate::time::now_text())
 }
 
 /// Denies a pending effect; it ends `cancelled` and is never sent.
 pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, false, by, note)
+    store.decide_approval(key, false, by, note, &crate::time::now_text())
 }
 
 /// Settles an effect after checking the far side: happened → `done`, did not happen →
@@ -24,5 +101,25 @@ pub fn resolve(
     note: Option<&str>,
     evidence: Option<&str>,
 ) -> Result<Resolved> {
-    store.resolve_effect(key, how, by, note, evidence)
+    store.resolve_effect(key, how, by, note, evidence, crate::time::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_binds_every_caller_once_asked() {
+        assert_eq!(gate(None, false), Gate::Send { consume: false });
+        assert_eq!(gate(None, true), Gate::Ask);
+        for asked in [false, true] {
+            let pending = Some(ApprovalState::Pending);
+            assert_eq!(gate(pending, asked), Gate::Wait);
+            let approved = Some(ApprovalState::Approved);
+            assert_eq!(gate(approved, asked), Gate::Send { consume: true });
+            assert_eq!(gate(Some(ApprovalState::Denied), asked), Gate::Cancel);
+            let used = Some(ApprovalState::Consumed);
+            assert_eq!(gate(used, asked), Gate::Send { consume: false });
+        }
+    }
 }

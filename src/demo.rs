@@ -63,7 +63,7 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     std::fs::write(dir.join("legacy-wrapper.sh"), fill(WRAPPER_SH))?;
     std::fs::write(dir.join("jobs.toml"), fill(JOBS_TOML))?;
     std::fs::write(dir.join("far-side.log"), "")?;
-    crate::store::Store::open(&db_path)?;
+    crate::open(Some(&db_path), crate::Access::Write)?;
     let dur = match &a.dur {
         Some(d) => Some(time::parse_duration(d)?),
         None if a.no_ui => Some(Duration::from_secs(30)),

@@ -2,8 +2,9 @@
 //!
 //! Choose the duration longer than the worst-case run (so a live run is not stolen from) and
 //! shorter than the interval (so a crashed run does not block the next firing).
-use crate::store::{LeaseClaim, Store};
-use crate::{time, Result};
+use crate::store::LeaseClaim;
+pub use crate::store::{LeaseRow, RELEASED};
+use crate::{time, Result, Store};
 use std::time::Duration;
 
 /// The answer to a claim.
@@ -82,9 +83,23 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
     }
     check_duration(dur)?;
     let now = time::now();
-    let until = time::fmt(time::add(now, dur));
+    claim_until(store, job, owner, time::add(now, dur), now)
+}
+
+/// Claims `job`'s lease until `until`, as at `now` (the caller's clock: [`claim`] passes the
+/// real one; a test or a simulation passes its own).
+pub fn claim_until(
+    store: &mut Store,
+    job: &str,
+    owner: &str,
+    until: time::Ts,
+    now: time::Ts,
+) -> Result<Claim> {
+    if let Some(why) = job_name_problem(job) {
+        return Err(crate::Error::Usage(why));
+    }
     Ok(
-        match store.claim_lease(job, owner, &until, &time::fmt(now))? {
+        match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
             LeaseClaim::Won { token, .. } => Claim::Won { token },
             LeaseClaim::Held {
                 owner,
@@ -102,14 +117,24 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
 /// Extends the lease; `Ok(false)` means a higher token exists: we were fenced and must stop.
 pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<bool> {
     check_duration(dur)?;
-    let until = time::fmt(time::add(time::now(), dur));
-    store.renew_lease(job, token, &until)
+    renew_until(store, job, token, time::add(time::now(), dur))
+}
+
+/// Extends (or shortens: a past `until` lets the lease lapse) the lease to `until`;
+/// `Ok(false)` means a higher token exists.
+pub fn renew_until(store: &mut Store, job: &str, token: i64, until: time::Ts) -> Result<bool> {
+    store.renew_lease(job, token, &time::fmt(until))
 }
 
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
     store.release_lease(job, token)
+}
+
+/// The job's lease row, if it was ever claimed.
+pub fn get(store: &mut Store, job: &str) -> Result<Option<LeaseRow>> {
+    store.lease(job)
 }
 
 /// A default owner name: `user@host:pid` (the host as in attempt ids: `EXACTLY_HOST`, else

@@ -8,7 +8,7 @@
 //! - counters and a [`snapshot::Snapshot`] the dashboard, `status` and `metrics` render.
 //!
 //! ```no_run
-//! use exactly::{effect, lease, store::Store};
+//! use exactly::{effect, lease, Store};
 //! use exactly::effect::{Effect, Failure, Observation, Spec};
 //!
 //! struct SendInvoice;
@@ -44,6 +44,8 @@ pub mod cli;
 pub mod demo;
 pub mod effect;
 pub mod fault;
+pub mod firing;
+pub mod jobs;
 pub mod key;
 pub mod lease;
 pub mod metrics;
@@ -51,12 +53,32 @@ pub mod runner;
 pub mod sanitize;
 pub mod snapshot;
 pub mod state;
-pub mod store;
+pub(crate) mod store;
 pub mod time;
 pub mod tui;
 pub mod wrapped;
 
-pub use store::Store;
+/// The database handle: opaque; every operation on it is a library function in the domain
+/// modules ([`lease`], [`effect`], [`approval`], [`jobs`], [`firing`], [`metrics`]).
+pub use store::{Access, Store, SCHEMA_VERSION};
+
+/// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the
+/// XDG state folder (`$XDG_STATE_HOME/exactly/exactly.db`).
+pub fn db_path(flag: Option<&str>) -> String {
+    store::default_path(flag)
+}
+
+/// Whether this process may write the database at `path` (asked of the OS): a dashboard on a
+/// database it may not write watches read-only.
+pub fn writable(path: &str) -> bool {
+    store::writable(path)
+}
+
+/// Opens the database `--db` names (see [`db_path`]): the one way the CLI, the runner and the
+/// dashboard open it.
+pub fn open(db: Option<&str>, access: Access) -> Result<Store> {
+    Store::open_at(&db_path(db), access)
+}
 
 /// Errors that are not outcomes: bad input, a database that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -168,5 +190,85 @@ pub fn hostname() -> String {
         String::from_utf8_lossy(&buf[..end]).into_owned()
     } else {
         "localhost".to_string()
+    }
+}
+
+/// The boundary, checked: the dashboard, the command line, the runner and the chaos harness act
+/// only through the library's operations, never the store itself, and open the database only
+/// through [`open`].
+#[cfg(test)]
+mod boundary {
+    use std::path::Path;
+
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn tui_cli_runner_and_chaos_never_name_the_store() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        for room in ["tui", "cli", "runner", "chaos"] {
+            sources(&root.join(room), &mut files);
+        }
+        files.push(root.join("demo.rs"));
+        assert!(files.len() >= 20, "found only {} files", files.len());
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("read source");
+            for (i, line) in text.lines().enumerate() {
+                // `store::` names the store's module; `Store::open…` opens a database apart
+                // from `crate::open`; `rusqlite` is SQL.
+                if ["store::", "Store::open", "rusqlite"]
+                    .iter()
+                    .any(|w| line.contains(w))
+                {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the store named outside the library:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// Policy up, SQL down: the store decides nothing of the runner's and asks nobody who acts.
+    #[test]
+    fn the_store_never_reaches_up() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join("store");
+        let mut files = Vec::new();
+        sources(&root, &mut files);
+        assert!(files.len() >= 10, "found only {} files", files.len());
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("read source");
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if ["runner::", "crate::actor()", "hostname()", "crate::host()"]
+                    .iter()
+                    .any(|w| line.contains(w))
+                {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the store reaches up:\n{}",
+            found.join("\n")
+        );
     }
 }

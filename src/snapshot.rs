@@ -2,8 +2,9 @@
 //! reader renders — `status` (text, JSON), `metrics` (OpenMetrics/Prometheus), the dashboard.
 //! Here the model and what is derived from its rows (percentiles, a job's warnings);
 //! `metrics.rs` renders it.
-use crate::store::{ApprovalRow, Store};
+use crate::approval::ApprovalRow;
 use crate::time::{human_age, human_ms};
+use crate::Store;
 use serde::Serialize;
 
 /// Counters over one window (all time, or the last 24 h).
@@ -59,13 +60,8 @@ pub struct SchedulerRow {
     pub alive: bool,
 }
 
-/// Run outcomes that count as the job failing (not a deploy's kill, not a lost lease).
-pub const FAILING_OUTCOMES: &[&str] = &["failed", "timeout"];
-
-/// Whether an outcome counts as the job failing.
-pub fn is_failure(outcome: &str) -> bool {
-    FAILING_OUTCOMES.contains(&outcome)
-}
+pub use crate::state::{is_failure, FAILING_OUTCOMES};
+pub use crate::time::percentiles;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobRow {
@@ -113,6 +109,14 @@ pub struct JobRow {
     /// Firings an observer marked for a re-run that has not happened yet.
     pub firings_need_retry: u64,
     pub warnings: Vec<String>,
+    /// Facts the store reads for [`plan`]: the latest slot fired (or the last run's), the
+    /// catch-up window, the misses a scheduler recorded. Not part of the JSON.
+    #[serde(skip)]
+    pub last_slot: Option<String>,
+    #[serde(skip)]
+    pub catchup_s: i64,
+    #[serde(skip)]
+    pub missed_recorded: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -181,21 +185,51 @@ pub struct EventRow {
     pub detail: Option<String>,
 }
 
-/// Percentiles of run durations (ms) with hdrhistogram; None when there are no runs.
-pub fn percentiles(durations_ms: &[i64]) -> (Option<u64>, Option<u64>) {
-    let Ok(mut h) = hdrhistogram::Histogram::<u64>::new(3) else {
-        return (None, None);
-    };
-    for &d in durations_ms {
-        let _ = h.record(d.max(0) as u64);
+/// When a job fires next: after the latest slot any scheduler fired (or the last run's), so a
+/// job nobody fires shows a next firing in the past; and the slots past its catch-up window
+/// that no scheduler fired, misses a scheduler will record when it starts again (a paused
+/// job's are skipped, not missed). Read from the registry's schedule.
+pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
+    let schedule = j
+        .schedule
+        .as_deref()
+        .filter(|_| !j.retired)
+        .and_then(|s| crate::runner::Schedule::from_registry(s, j.timezone.as_deref()).ok());
+    if let Some(schedule) = schedule {
+        let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
+        let next = schedule.next_after(last_slot.unwrap_or(now));
+        j.next_fire_at = next.map(crate::time::fmt);
+        if let (Some(last), false) = (last_slot, j.paused) {
+            let grace = j.catchup_s.max(0) + crate::runner::scheduler::LATE_OK.as_secs() as i64;
+            let horizon = now - chrono::Duration::seconds(grace);
+            j.missed_unrecorded = passed_slots(&schedule, last, horizon);
+        }
     }
-    if h.is_empty() {
-        return (None, None);
+    j.missed_firings = j.missed_recorded + j.missed_unrecorded;
+}
+
+/// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
+const UNRECORDED_MAX: u64 = 1_000;
+
+/// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
+fn passed_slots(
+    schedule: &crate::runner::Schedule,
+    last: crate::time::Ts,
+    upto: crate::time::Ts,
+) -> u64 {
+    if let crate::runner::Schedule::Every { .. } = schedule {
+        return schedule.slots(last, upto, 0).1;
     }
-    (
-        Some(h.value_at_quantile(0.50)),
-        Some(h.value_at_quantile(0.99)),
-    )
+    let mut n = 0;
+    let mut at = last;
+    while let Some(next) = schedule.next_after(at) {
+        if next > upto || n >= UNRECORDED_MAX {
+            break;
+        }
+        n += 1;
+        at = next;
+    }
+    n
 }
 
 /// The overlap forecast and a failing job, as warnings a person can act on.
@@ -215,8 +249,9 @@ pub fn job_warnings(j: &JobRow) -> Vec<String> {
     }
     if j.firings_gave_up > 0 {
         w.push(format!(
-            "{} firing(s) gave up after 3 runs: check their effects by hand",
-            j.firings_gave_up
+            "{} firing(s) gave up after {} runs: check their effects by hand",
+            j.firings_gave_up,
+            crate::firing::MAX_ATTEMPTS
         ));
     }
     if j.firings_need_retry > 0 {
@@ -256,10 +291,24 @@ pub fn job_warnings(j: &JobRow) -> Vec<String> {
 }
 
 impl Snapshot {
-    /// Reads the snapshot (one short read transaction, indexes only).
+    /// Reads the snapshot (one short read transaction, indexes only); then, from the facts
+    /// read, each job's next firing, the firings it missed and its warnings.
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
-        store.snapshot()
+        let now = crate::time::now();
+        let dead_after = crate::jobs::scheduler_dead_after();
+        let mut snap = store.snapshot(now, &crate::hostname(), dead_after)?;
+        for j in &mut snap.jobs {
+            plan(j, now);
+            j.warnings = job_warnings(j);
+        }
+        Ok(snap)
     }
+}
+
+/// A number that changes whenever another connection commits (SQLite's `data_version`): a
+/// dashboard reads the whole snapshot again only when it moved.
+pub fn data_version(store: &mut Store) -> crate::Result<i64> {
+    store.data_version()
 }
 
 #[cfg(test)]

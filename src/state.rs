@@ -215,6 +215,14 @@ words! {
     }
 }
 
+/// Run outcomes that count as the job failing (not a deploy's kill, not a lost lease).
+pub const FAILING_OUTCOMES: &[&str] = &["failed", "timeout"];
+
+/// Whether an outcome counts as the job failing.
+pub fn is_failure(outcome: &str) -> bool {
+    FAILING_OUTCOMES.contains(&outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

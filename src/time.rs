@@ -118,6 +118,23 @@ pub fn human_ms(ms: u64) -> String {
     }
 }
 
+/// Percentiles of run durations (ms) with hdrhistogram; None when there are no runs.
+pub fn percentiles(durations_ms: &[i64]) -> (Option<u64>, Option<u64>) {
+    let Ok(mut h) = hdrhistogram::Histogram::<u64>::new(3) else {
+        return (None, None);
+    };
+    for &d in durations_ms {
+        let _ = h.record(d.max(0) as u64);
+    }
+    if h.is_empty() {
+        return (None, None);
+    }
+    (
+        Some(h.value_at_quantile(0.50)),
+        Some(h.value_at_quantile(0.99)),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

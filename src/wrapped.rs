@@ -5,8 +5,8 @@
 //! under is re-read every [`LEASE_POLL`]; once it has expired by our clock (or a newer token holds
 //! the job) the group is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`]. When the command
 //! ends, whatever it left running in its group is killed, so nothing sends after we record.
-use crate::store::Store;
 use crate::time;
+use crate::Store;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -117,16 +117,16 @@ impl Watch {
         if force || Instant::now() >= self.next {
             self.next = Instant::now() + LEASE_POLL;
             if self.store.is_none() {
-                self.store = Store::open(&self.spec.db).ok();
+                self.store = crate::open(Some(&self.spec.db), crate::Access::Write).ok();
             }
             if let Some(store) = self.store.as_mut() {
-                match store.lease(&self.spec.job) {
+                match crate::lease::get(store, &self.spec.job) {
                     Ok(Some(l)) if l.fencing_token != self.spec.token => {
                         return Some(Stopped::Superseded(l.fencing_token));
                     }
                     Ok(Some(l)) => self.until = time::parse(&l.lease_until),
                     // The lease row is gone: nothing grants the send any more.
-                    Ok(None) => self.until = time::parse(crate::store::RELEASED),
+                    Ok(None) => self.until = time::parse(crate::lease::RELEASED),
                     Err(_) => {}
                 }
             }

@@ -4,6 +4,7 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use support::cli::{bin, far_count, split, Env};
+use support::{effect_args, strs};
 
 /// The wrapped command: waits `before` seconds, sends (appends the key to the far side), then
 /// takes `after` seconds to answer.
@@ -26,28 +27,22 @@ struct Attempt<'a> {
 
 fn spawn(env: &Env, a: &Attempt<'_>) -> Child {
     let t = a.token.to_string();
-    let mut c = env.cmd();
-    c.env("EXACTLY_HOST", a.host).args([
-        "effect",
-        "--job",
-        a.job,
-        "--token",
-        &t,
-        "--action",
-        "pay",
-        "--target",
-        "acct-1",
-        "--input",
-        "amount=12.00",
-    ]);
+    let mut effect = pay(a.job, &t);
     if let Some(o) = &a.observe {
-        c.args(["--observe", o]);
+        effect = effect.observe(o);
     }
-    c.args(["--", "sh", "-c", &a.command])
+    let mut c = env.cmd();
+    c.env("EXACTLY_HOST", a.host)
+        .args(effect.sh(&a.command))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn exactly effect")
+}
+
+/// Paying 12.00 into acct-1 as `job` under `token`.
+fn pay(job: &str, token: &str) -> support::EffectArgs {
+    effect_args(job, token, "pay", "acct-1").input("amount=12.00")
 }
 
 fn key(env: &Env) -> String {
@@ -68,23 +63,7 @@ fn key(env: &Env) -> String {
 /// sending (the far side got nothing).
 fn make_unknown(env: &Env, job: &str, token: i64) {
     let t = token.to_string();
-    let (code, _, err) = env.run(&[
-        "effect",
-        "--job",
-        job,
-        "--token",
-        &t,
-        "--action",
-        "pay",
-        "--target",
-        "acct-1",
-        "--input",
-        "amount=12.00",
-        "--",
-        "sh",
-        "-c",
-        "exit 1",
-    ]);
+    let (code, _, err) = env.run(&strs(&pay(job, &t).sh("exit 1")));
     assert_eq!(code, 6, "{err}");
 }
 
@@ -258,25 +237,11 @@ fn approval_belongs_to_the_effect_key() {
     let k = key(&env);
     let run = |job: &str, token: i64, flag: bool| {
         let t = token.to_string();
-        let mut args = vec![
-            "effect",
-            "--job",
-            job,
-            "--token",
-            &t,
-            "--action",
-            "pay",
-            "--target",
-            "acct-1",
-            "--input",
-            "amount=12.00",
-        ];
+        let mut args = pay(job, &t);
         if flag {
-            args.push("--needs-approval");
+            args = args.arg("--needs-approval");
         }
-        let cmd = sender(farp, 0.0, 0.0);
-        args.extend(["--", "sh", "-c", &cmd]);
-        env.run(&args)
+        env.run(&strs(&args.sh(&sender(farp, 0.0, 0.0))))
     };
     assert_eq!(run("pay-a", ta, true).0, 4);
     let (code, _, err) = run("pay-b", tb, false);
@@ -329,7 +294,7 @@ fn library_deny_of_a_done_effect_reports_its_state() {
         0
     );
     match exactly::approval::deny(&mut s, &k, "bob", None).expect("deny") {
-        exactly::store::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
+        exactly::approval::Decided::Already { state, .. } => assert_eq!(state.as_str(), "done"),
         other => panic!("deny of a done effect: {other:?}"),
     }
 }
@@ -369,21 +334,9 @@ fn ambiguous_inputs_are_refused() {
     assert_eq!(env.sql_count("SELECT count(*) FROM effect_ledger"), 0);
     assert!(!far.exists(), "nothing was sent");
     // The other reading of the joined string is a real, distinct effect and is sent.
-    let (code, _, err) = env.run(&[
-        "effect",
-        "--job",
-        "job",
-        "--token",
-        &ts,
-        "--action",
-        "pay",
-        "--target",
-        "acct-1|acct-2",
-        "--",
-        "sh",
-        "-c",
-        &cmd,
-    ]);
+    let (code, _, err) = env.run(&strs(
+        &effect_args("job", &ts, "pay", "acct-1|acct-2").sh(&cmd),
+    ));
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         std::fs::read_to_string(&far).expect("far").lines().count(),
@@ -426,10 +379,8 @@ fn adoption_keeps_the_unique_guard() {
     let farp = far.to_str().expect("utf8");
     let t = env.claim("job", "10m").to_string();
     let cmd = format!("echo \"$EXACTLY_EFFECT_KEY\" >> {farp}");
-    let args = [
-        "effect", "--job", "job", "--token", &t, "--action", "pay", "--target", "acct-1", "--",
-        "sh", "-c", &cmd,
-    ];
+    let args = effect_args("job", &t, "pay", "acct-1").sh(&cmd);
+    let args = strs(&args);
     assert_eq!(env.run(&args).0, 0);
     let (code, _, err) = env.run(&args);
     assert_eq!(code, 0, "{err}");
@@ -536,10 +487,7 @@ fn a_lease_about_to_end_does_not_send() {
     let t = env.claim("j", "150ms").to_string();
     std::thread::sleep(Duration::from_millis(100));
     let cmd = format!("echo \"$EXACTLY_EFFECT_KEY\" >> {farp}");
-    let (code, _, err) = env.run(&[
-        "effect", "--job", "j", "--token", &t, "--action", "pay", "--target", "acct-1", "--", "sh",
-        "-c", &cmd,
-    ]);
+    let (code, _, err) = env.run(&strs(&effect_args("j", &t, "pay", "acct-1").sh(&cmd)));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("lease"), "{err}");
     assert!(!far.exists(), "sent under a lease about to end");

@@ -466,7 +466,7 @@ fn adopts_a_database_written_with_the_seeds_sql() {
     );
     assert_eq!(
         env.sql_count("PRAGMA user_version"),
-        exactly::store::SCHEMA_VERSION
+        exactly::SCHEMA_VERSION
     );
     let (_, json, _) = env.run(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -1,7 +1,9 @@
 //! Properties over random interleavings of claim / renew / release / steal / effect among several
 //! workers and a moving clock, against a real SQLite file.
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
-use exactly::store::{LeaseClaim, Store};
+use exactly::lease::{self, Claim};
+use exactly::metrics::Snapshot;
+use exactly::Store;
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -52,8 +54,12 @@ impl Effect for Far<'_> {
     }
 }
 
+fn at(ms: i64) -> exactly::time::Ts {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap()
+}
+
 fn ts(ms: i64) -> String {
-    exactly::time::fmt(chrono::DateTime::from_timestamp_millis(ms).unwrap())
+    exactly::time::fmt(at(ms))
 }
 
 proptest! {
@@ -73,24 +79,24 @@ proptest! {
             match op {
                 Op::Advance { ms } => clock += ms,
                 Op::Claim { w, dur_ms } => {
-                    match store.claim_lease("job", &format!("w{w}"), &ts(clock + dur_ms), &ts(clock)).unwrap() {
-                        LeaseClaim::Won { token, .. } => {
+                    match lease::claim_until(&mut store, "job", &format!("w{w}"), at(clock + dur_ms), at(clock)).unwrap() {
+                        Claim::Won { token } => {
                             prop_assert!(token > highest, "token {} after {}", token, highest);
                             highest = token;
                             tokens[w] = Some(token);
                         }
-                        LeaseClaim::Held { token, .. } => prop_assert_eq!(token, highest),
+                        Claim::Held { token, .. } => prop_assert_eq!(token, highest),
                     }
                 }
                 Op::Renew { w, dur_ms } => {
                     if let Some(t) = tokens[w] {
-                        let ok = store.renew_lease("job", t, &ts(clock + dur_ms)).unwrap();
+                        let ok = lease::renew_until(&mut store, "job", t, at(clock + dur_ms)).unwrap();
                         if t != highest { prop_assert!(!ok, "a stale renew was accepted"); }
                     }
                 }
                 Op::Release { w } => {
                     if let Some(t) = tokens[w].take() {
-                        let ok = store.release_lease("job", t).unwrap();
+                        let ok = lease::release(&mut store, "job", t).unwrap();
                         if t != highest { prop_assert!(!ok, "a stale release was accepted"); }
                     }
                 }
@@ -111,7 +117,7 @@ proptest! {
             }
         }
         prop_assert_eq!(fenced_seen, fenced_expected);
-        let snap = store.snapshot().unwrap();
+        let snap = Snapshot::read(&mut store).unwrap();
         prop_assert!(snap.totals.fenced_writes >= fenced_expected);
     }
 

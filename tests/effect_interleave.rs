@@ -5,8 +5,10 @@
 //! machine `effect::run` drives ([`Attempt`] + [`effect::execute`]) against a real SQLite file;
 //! the far side counts every request and never deduplicates.
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
+use exactly::lease::{self, Claim};
+use exactly::metrics::Snapshot;
 use exactly::state::EffectState;
-use exactly::store::{LeaseClaim, Store};
+use exactly::Store;
 use proptest::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -52,24 +54,21 @@ impl Effect for FarSide {
 /// Before every clock and every skew margin: an expired lease.
 const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 
-fn until(mins: i64) -> String {
-    exactly::time::fmt(exactly::time::now() + chrono::Duration::minutes(mins))
+/// Lets `job`'s lease (held with `token`) run out: renewed to an instant long past.
+fn expire(store: &mut Store, job: &str, token: i64) {
+    let ago = exactly::time::parse(LONG_AGO).expect("instant");
+    lease::renew_until(store, job, token, ago).expect("expire");
 }
 
 fn claim(store: &mut Store, job: &str, owner: &str) -> Option<i64> {
-    let now = exactly::time::now_text();
-    match store
-        .claim_lease(job, owner, &until(10), &now)
-        .expect("claim")
-    {
-        LeaseClaim::Won { token, .. } => Some(token),
-        LeaseClaim::Held { .. } => None,
+    match lease::claim(store, job, owner, std::time::Duration::from_secs(600)).expect("claim") {
+        Claim::Won { token } => Some(token),
+        Claim::Held { .. } => None,
     }
 }
 
 fn current(store: &mut Store, job: &str) -> i64 {
-    store
-        .lease(job)
+    lease::get(store, job)
         .expect("lease")
         .map(|l| l.fencing_token)
         .expect("a lease")
@@ -125,7 +124,7 @@ fn far_of(far: &Far, key: &str) -> usize {
 fn consistent(store: &mut Store, far: &Far, key: &str) -> Result<(), TestCaseError> {
     let n = far_of(far, key);
     prop_assert!(n <= 1, "the far side received effect {} {} times", key, n);
-    let state = store.effect(key).expect("read").map(|r| r.state);
+    let state = effect::get(store, key).expect("read").map(|r| r.state);
     if state == Some(EffectState::Done) {
         prop_assert_eq!(n, 1, "done but never received");
     }
@@ -223,7 +222,7 @@ fn interleave_in(
                     .expect("input");
                 l.io = l.att.step(input);
             }
-            store.renew_lease(&earlier, t, LONG_AGO).expect("expire");
+            expire(store, &earlier, t);
         } else {
             finish(store, &mut l)?;
         }
@@ -233,9 +232,7 @@ fn interleave_in(
     let stale = first;
     let mut newest = first;
     if kinds.iter().any(|k| k.0 == 2) {
-        store
-            .renew_lease(&jobs[0], first, LONG_AGO)
-            .expect("expire");
+        expire(store, &jobs[0], first);
         newest = claim(store, &jobs[0], "w0-next").expect("expired lease taken over");
     }
     let other = claim(store, &jobs[1], "w1").expect("fresh");
@@ -285,7 +282,7 @@ fn interleave_in(
             Op::Expire(j) => {
                 let job = jobs[j].as_str();
                 let token = current(store, job);
-                store.renew_lease(job, token, LONG_AGO).expect("expire");
+                expire(store, job, token);
                 for slot in live.iter_mut() {
                     let stop = slot.as_ref().is_some_and(|l| {
                         l.att.ctx().job == job
@@ -310,17 +307,15 @@ fn interleave_in(
         consistent(store, &far, &key)?;
     }
     // Every intended effect was received, or is visibly unknown/submitted in the ledger.
-    let state = store.effect(&key).expect("read").map(|r| r.state);
+    let state = effect::get(store, &key).expect("read").map(|r| r.state);
     prop_assert!(
         far_of(&far, &key) == 1 || state != Some(EffectState::Done),
         "done, never received"
     );
     // And once every lease has run out, a fresh attempt settles it: received exactly once.
     for job in jobs.iter().chain(std::iter::once(&earlier)) {
-        if let Some(l) = store.lease(job).expect("lease") {
-            store
-                .renew_lease(job, l.fencing_token, LONG_AGO)
-                .expect("expire");
+        if let Some(l) = lease::get(store, job).expect("lease") {
+            expire(store, job, l.fencing_token);
         }
     }
     let recovery = format!("recovery-{case}");
@@ -338,7 +333,7 @@ fn interleave_in(
     consistent(store, &far, &key)?;
     prop_assert_eq!(far_of(&far, &key), 1, "recovery ended {:?}", out);
     prop_assert_eq!(
-        store.effect(&key).expect("read").map(|r| r.state),
+        effect::get(store, &key).expect("read").map(|r| r.state),
         Some(EffectState::Done)
     );
     Ok(())
@@ -385,7 +380,7 @@ proptest! {
 #[ignore = "shows the proof failing with the guard switched off; run with --ignored"]
 fn without_the_compare_and_set_an_interleaving_sends_twice() {
     let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
-    exactly::store::switch_guard_off_for_proof(true);
+    exactly::effect::switch_guard_off_for_proof(true);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: cases(),
         ..ProptestConfig::default()
@@ -394,7 +389,7 @@ fn without_the_compare_and_set_an_interleaving_sends_twice() {
         &(kinds(), start(), proptest::collection::vec(op(), 1..40)),
         |(k, b, o)| interleave(k, b, o),
     );
-    exactly::store::switch_guard_off_for_proof(false);
+    exactly::effect::switch_guard_off_for_proof(false);
     let err = found.expect_err("with the guard off, some interleaving must send twice");
     println!(
         "{}",
@@ -430,7 +425,9 @@ fn the_issues_interleaving_discards_the_stale_verdict() {
     // The effect is unknown: a first attempt lost its request before it arrived.
     finish(&mut store, &mut mk("host-0:1", 3)).expect("first attempt");
     assert_eq!(
-        store.effect(&key).expect("read").map(|r| r.state),
+        effect::get(&mut store, &key)
+            .expect("read")
+            .map(|r| r.state),
         Some("unknown".into())
     );
     let (mut a, mut b) = (mk("host-a:1", 0), mk("host-b:2", 0));
@@ -462,8 +459,7 @@ fn the_issues_interleaving_discards_the_stale_verdict() {
     step(&mut a, &mut store); // A records done
     assert!(matches!(&a.io, Io::End(effect::Outcome::Done { .. })));
     assert_eq!(far_of(&far, &key), 1);
-    let stale = store
-        .snapshot()
+    let stale = Snapshot::read(&mut store)
         .expect("snapshot")
         .events
         .iter()

@@ -3,29 +3,18 @@
 mod support;
 use support::cli::{far_count, Env};
 
-fn effect_args<'a>(token: &'a str, far: &'a str, exit: &'a str) -> Vec<String> {
-    [
-        "effect",
-        "--job",
-        "pay",
-        "--token",
-        token,
-        "--action",
-        "pay",
-        "--target",
-        "carol",
-        "--input",
-        "amount=10",
-        "--",
-        "sh",
-        "-c",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!(
-        "echo \"$EXACTLY_EFFECT_KEY\" >> {far}; exit {exit}"
-    )])
-    .collect()
+/// Paying carol 10 under `token` (with `flags`): the far side appends the key to `far`, then
+/// the command exits `exit`.
+fn effect_args(token: &str, far: &str, exit: &str, flags: &[&str]) -> Vec<String> {
+    flags
+        .iter()
+        .fold(
+            support::effect_args("pay", token, "pay", "carol").input("amount=10"),
+            |a, f| a.arg(f),
+        )
+        .sh(&format!(
+            "echo \"$EXACTLY_EFFECT_KEY\" >> {far}; exit {exit}"
+        ))
 }
 
 /// An approved effect whose command promised "nothing sent" (exit 75) loses its ledger row and
@@ -52,17 +41,13 @@ fn an_approval_with_no_ledger_row_still_binds_a_caller_without_the_flag() {
         .1
         .trim()
         .to_string();
-    let mut first = effect_args(&token, f, "0");
-    first.insert(1, "--needs-approval".into());
-    let first: Vec<&str> = first.iter().map(String::as_str).collect();
-    let (code, _, err) = env.run(&first);
+    let first = effect_args(&token, f, "0", &["--needs-approval"]);
+    let (code, _, err) = env.run(&support::strs(&first));
     assert_eq!(code, 4, "awaiting approval: {err}");
     assert_eq!(env.run(&["approve", &key]).0, 0);
     // Approved; the command sends nothing and says so: the row goes, the approval comes back.
-    let mut not_sent = effect_args(&token, "/dev/null", "75");
-    not_sent.insert(1, "--needs-approval".into());
-    let not_sent: Vec<&str> = not_sent.iter().map(String::as_str).collect();
-    let (code, _, err) = env.run(&not_sent);
+    let not_sent = effect_args(&token, "/dev/null", "75", &["--needs-approval"]);
+    let (code, _, err) = env.run(&support::strs(&not_sent));
     assert_eq!(code, 75, "{err}");
     assert_eq!(env.state_of(&key), None, "the reservation was released");
     assert_eq!(
@@ -70,9 +55,8 @@ fn an_approval_with_no_ledger_row_still_binds_a_caller_without_the_flag() {
         1
     );
     // A caller without the flag: sends once, and the approval is used up with it.
-    let plain = effect_args(&token, f, "0");
-    let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
-    let (code, _, err) = env.run(&plain);
+    let plain = effect_args(&token, f, "0", &[]);
+    let (code, _, err) = env.run(&support::strs(&plain));
     assert_eq!(code, 0, "{err}");
     assert_eq!(far_count(&far, &key), 1);
     assert_eq!(env.state_of(&key).as_deref(), Some("done"));
@@ -91,8 +75,8 @@ fn an_effect_needing_no_approval_commits_submitted_with_its_reservation() {
     let token = env.claim("pay", "10m").to_string();
     let far = env.path("far.txt");
     std::fs::write(&far, "").expect("far side");
-    let args = effect_args(&token, far.to_str().expect("utf8"), "0");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = effect_args(&token, far.to_str().expect("utf8"), "0", &[]);
+    let args = support::strs(&args);
     let (code, _, err) = env.run(&args);
     assert_eq!(code, 0, "{err}");
     assert_eq!(

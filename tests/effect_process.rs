@@ -7,27 +7,16 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::cli::Env;
+use support::effect_args;
 
 /// `exactly effect` for job `job`, token `token`, one input, wrapping `sh -c script`.
 fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Command {
     let mut c = env.cmd();
-    c.args([
-        "effect",
-        "--job",
-        job,
-        "--token",
-        &token.to_string(),
-        "--action",
-        "send",
-        "--target",
-        "t",
-        "--input",
-        &format!("n={input}"),
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    c.args(
+        effect_args(job, token, "send", "t")
+            .input(&format!("n={input}"))
+            .sh(script),
+    );
     c.current_dir(env.dir.path());
     c
 }

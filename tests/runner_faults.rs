@@ -4,6 +4,7 @@
 mod support;
 use std::time::{Duration, Instant};
 use support::runner::*;
+use support::{effect_args, strs};
 
 const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
@@ -172,25 +173,9 @@ fn a_command_that_kills_its_scheduler_runs_at_most_three_times() {
 fn a_slow_observer_keeps_its_lease_and_its_firing_runs_once() {
     let site = Site::new();
     // An earlier attempt left an effect unknown; its observer takes 3 s to say "can't tell".
-    let (code, token, err) = site.exactly(&["lease", "claim", "--job", "pay", "--for", "1s"]);
-    assert_eq!(code, 0, "{err}");
-    let (code, _, err) = site.exactly(&[
-        "effect",
-        "--job",
-        "pay",
-        "--token",
-        token.trim(),
-        "--action",
-        "pay",
-        "--target",
-        "far",
-        "--observe",
-        "sleep 3; exit 2",
-        "--",
-        "sh",
-        "-c",
-        "exit 9",
-    ]);
+    let token = site.claim("pay", "1s");
+    let effect = effect_args("pay", token, "pay", "far").observe("sleep 3; exit 2");
+    let (code, _, err) = site.exactly(&strs(&effect.sh("exit 9")));
     assert_eq!(code, 6, "{err}");
     let key = site.strings("SELECT effect_key FROM effect_ledger")[0].clone();
     site.write_jobs(&format!(
@@ -233,24 +218,9 @@ fn a_slow_observer_keeps_its_lease_and_its_firing_runs_once() {
 #[test]
 fn a_hung_observer_is_cut_off_by_observe_timeout_and_by_shutdown() {
     let site = Site::new();
-    let (_, token, _) = site.exactly(&["lease", "claim", "--job", "pay", "--for", "1s"]);
-    let (code, _, err) = site.exactly(&[
-        "effect",
-        "--job",
-        "pay",
-        "--token",
-        token.trim(),
-        "--action",
-        "pay",
-        "--target",
-        "far",
-        "--observe",
-        "sleep 60",
-        "--",
-        "sh",
-        "-c",
-        "exit 9",
-    ]);
+    let token = site.claim("pay", "1s");
+    let effect = effect_args("pay", token, "pay", "far").observe("sleep 60");
+    let (code, _, err) = site.exactly(&strs(&effect.sh("exit 9")));
     assert_eq!(code, 6, "{err}");
     let key = site.strings("SELECT effect_key FROM effect_ledger")[0].clone();
     // No observe_timeout (the default is long): SIGTERM with a short grace still stops at once.

@@ -7,16 +7,16 @@ use exactly::tui::{Pending, Popup, Typing};
 use support::tui::*;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
-    let a = f
-        .store()
-        .approval(key)
+    let a = exactly::approval::get(&mut f.store(), key)
         .expect("read")
         .expect("approval row");
     (a.state.to_string(), a.decided_by)
 }
 
 fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
-    let r = f.store().effect(key).expect("read").expect("ledger row");
+    let r = exactly::effect::get(&mut f.store(), key)
+        .expect("read")
+        .expect("ledger row");
     (r.state.to_string(), r.resolved_by)
 }
 
@@ -163,7 +163,7 @@ fn resolve_already_settled_by_someone_else() {
     exactly::approval::resolve(
         &mut f.store(),
         &key,
-        exactly::store::Resolution::Cancel,
+        exactly::approval::Resolution::Cancel,
         "carol",
         None,
         None,
@@ -350,7 +350,7 @@ fn an_open_effect_detail_follows_new_data() {
     exactly::approval::resolve(
         &mut f.store(),
         &key,
-        exactly::store::Resolution::Happened,
+        exactly::approval::Resolution::Happened,
         "bob",
         None,
         None,

@@ -2,7 +2,7 @@
 //! with 3 a y, resolves with 2 r h y, survives a resize, quits with q and leaves the terminal as
 //! it found it; SIGTERM restores the terminal too. Skipped only when tmux is not installed.
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
-use exactly::{lease, store::Store};
+use exactly::{lease, Store};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -162,9 +162,7 @@ fn top_in_a_real_terminal() {
     t.wait_for(&format!("approved {pay} as tmux-op"));
     // EXACTLY_ACTOR is a claim; the OS user who made it is stored with it.
     let claimed = format!("tmux-op (set by {})", exactly::os_user());
-    let a = Store::open(&db)
-        .expect("open")
-        .approval(&pay)
+    let a = exactly::approval::get(&mut Store::open(&db).expect("open"), &pay)
         .expect("read")
         .expect("row");
     assert_eq!(
@@ -181,9 +179,7 @@ fn top_in_a_real_terminal() {
     t.wait_for("Confirm: resolve: it happened");
     t.keys(&["y"]);
     t.wait_for(&format!("resolved {mail}: unknown → done"));
-    let r = Store::open(&db)
-        .expect("open")
-        .effect(&mail)
+    let r = exactly::effect::get(&mut Store::open(&db).expect("open"), &mail)
         .expect("read")
         .expect("row");
     assert_eq!(

@@ -6,8 +6,8 @@
 //! approves or denies at a random moment).
 use super::proc::Running;
 use super::{Client, Eff, Harness, How, Tally};
+use crate::approval::Decided;
 use crate::state::EffectState;
-use crate::store::Decided;
 use crate::{approval, lease, Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
@@ -100,7 +100,7 @@ fn make_unknown(h: &mut Harness, t: &mut Tally, e: &Eff, arrived: bool, label: &
         ..Client::quick()
     };
     let first = h.spawn(e, &c, None)?.finish()?;
-    let state = h.store.effect(&key)?.map(|r| r.state);
+    let state = crate::effect::get(&mut h.store, &key)?.map(|r| r.state);
     if first.code != Some(6) || state != Some(EffectState::Unknown) {
         t.anomaly(format!(
             "{label}: the first attempt ended {:?} with the effect {state:?}, not unknown: {}",
@@ -491,7 +491,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                     "{label}: the denied effect {key} reached the far side {arrived} times"
                 ));
             }
-            let state = h.store.effect(&key)?.map(|r| r.state);
+            let state = crate::effect::get(&mut h.store, &key)?.map(|r| r.state);
             if state != Some(EffectState::Cancelled) {
                 t.anomaly(format!(
                     "{label}: the denied effect is {state:?}, not cancelled"

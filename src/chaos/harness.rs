@@ -6,7 +6,7 @@ use super::Tally;
 use crate::effect::Spec;
 use crate::sanitize::inert;
 use crate::state::EffectState;
-use crate::store::Store;
+use crate::Store;
 use crate::{lease, Error, Result};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -302,7 +302,7 @@ impl Harness {
             let n = arrivals.get(key).copied().unwrap_or(0);
             t.far_side_requests += n;
             let row = if self.guarded {
-                self.store.effect(key)?
+                crate::effect::get(&mut self.store, key)?
             } else {
                 None
             };

@@ -20,7 +20,6 @@ pub use tally::Tally;
 use tally::{table, Report};
 
 use crate::snapshot::Snapshot;
-use crate::store::Store;
 use crate::{Error, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -117,7 +116,7 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         None => dir.join("chaos.db").display().to_string(),
     };
     let seed = a.seed.unwrap_or_else(|| rand::thread_rng().gen());
-    let store = Store::open(&db_path)?;
+    let store = crate::open(Some(&db_path), crate::Access::Write)?;
     let far = far_side::FarSide::start(exe, &dir.join("far.sock"))?;
     let observe = format!(
         "{} far-side seen --socket {}",

@@ -239,7 +239,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         };
         let first = h.spawn(&e, &c, None)?.finish()?;
         if h.guarded {
-            let state = h.store.effect(&key)?.map(|r| r.state);
+            let state = crate::effect::get(&mut h.store, &key)?.map(|r| r.state);
             if first.code != Some(6) || state != Some(EffectState::Unknown) {
                 t.anomaly(format!(
                     "{label}: first attempt ended {:?} with the effect {state:?}, not unknown",
@@ -249,7 +249,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
             if variant == 3 {
                 h.far.rule(&key, "flaky-seen", 1)?;
                 let second = h.spawn(&e, &Client::quick(), None)?.finish()?;
-                let verdict = h.store.effect(&key)?.and_then(|r| r.verdict);
+                let verdict = crate::effect::get(&mut h.store, &key)?.and_then(|r| r.verdict);
                 if second.code == Some(5) && verdict.as_deref() == Some("can't tell") {
                     t.observer_cant_tell += 1;
                 } else {

@@ -241,7 +241,7 @@ impl Fleet {
             return Ok(None);
         }
         for (i, key) in std::mem::take(&mut self.pending) {
-            match h.store.effect(&key)? {
+            match crate::effect::get(&mut h.store, &key)? {
                 Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
                     if row.state == EffectState::Submitted
@@ -261,7 +261,7 @@ impl Fleet {
         if in_flight.is_empty() {
             return Ok(None);
         }
-        let runs = h.store.recent_runs(&self.job, 10)?;
+        let runs = crate::jobs::recent_runs(&mut h.store, &self.job, 10)?;
         Ok(runs
             .into_iter()
             .filter(|r| in_flight.contains(&r.run_id))
@@ -401,12 +401,12 @@ impl Fleet {
 
     /// Counts the runs of every firing of the job: at most 3 each, however often schedulers died.
     fn count_runs(&self, h: &mut Harness, t: &mut Tally) -> Result<()> {
-        for (runs, firings) in h.store.runs_per_firing(&self.job)? {
+        for (runs, firings) in crate::firing::runs_per_firing(&mut h.store, &self.job)? {
             let runs = runs.max(0) as u64;
             *t.runs_per_firing.entry(runs).or_default() += firings.max(0) as u64;
             t.max_runs_per_firing = t.max_runs_per_firing.max(runs);
         }
-        t.firings_gave_up += h.store.firings_gave_up(&self.job)?.max(0) as u64;
+        t.firings_gave_up += crate::firing::gave_up_count(&mut h.store, &self.job)?.max(0) as u64;
         if t.max_runs_per_firing > 3 {
             t.anomaly(format!(
                 "{}: a firing ran {} times (at most 3)",

@@ -35,25 +35,19 @@ pub struct ResolveArgs {
 pub(super) fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
     let mut store = open(db)?;
     let by = crate::actor();
-    let verb = if approve { "approved" } else { "denied" };
     let r = if approve {
         approval::approve(&mut store, &a.key, &by, a.note.as_deref())?
     } else {
         approval::deny(&mut store, &a.key, &by, a.note.as_deref())?
     };
+    let words = r.describe(&a.key, approve);
     Ok(match r {
         Decided::Done => {
-            println!("{verb} {} by {}", inert(&a.key), inert(&by));
+            println!("{words} by {}", inert(&by));
             0
         }
-        Decided::Already { state, by, at } => {
-            eprintln!(
-                "exactly: effect {} was already {} by {} at {}",
-                inert(&a.key),
-                inert(state.as_str()),
-                inert(by.as_deref().unwrap_or("someone")),
-                inert(at.as_deref().unwrap_or("?"))
-            );
+        Decided::Already { state, .. } => {
+            eprintln!("exactly: {words}");
             // Denying what is no longer pending fails: the caller must learn it was not stopped.
             if approve
                 && matches!(
@@ -67,10 +61,7 @@ pub(super) fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Resul
             }
         }
         Decided::NotFound => {
-            eprintln!(
-                "exactly: no approval was requested for effect {}",
-                inert(&a.key)
-            );
+            eprintln!("exactly: {words}");
             1
         }
     })
@@ -86,45 +77,20 @@ pub(super) fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
     };
     let mut store = open(db)?;
     let by = crate::actor();
-    match approval::resolve(
+    let r = approval::resolve(
         &mut store,
         &a.key,
         how,
         &by,
         a.note.as_deref(),
         a.evidence.as_deref(),
-    )? {
-        Resolved::Done { from } => {
-            println!(
-                "resolved {}: {} → {} by {}",
-                inert(&a.key),
-                inert(from.as_str()),
-                how.target_state(),
-                inert(&by)
-            );
-            Ok(0)
-        }
-        Resolved::NotOpen { state, by } => {
-            let who = by
-                .map(|b| format!(" (resolved by {})", inert(&b)))
-                .unwrap_or_default();
-            eprintln!(
-                "exactly: effect {} is {}{who}; nothing to resolve",
-                inert(&a.key),
-                inert(state.as_str())
-            );
-            Ok(1)
-        }
-        Resolved::Fenced => {
-            eprintln!(
-                "exactly: effect {}: a newer lease token holds its job; nothing to resolve",
-                inert(&a.key)
-            );
-            Ok(1)
-        }
-        Resolved::NotFound => {
-            eprintln!("exactly: no effect {} in the ledger", inert(&a.key));
-            Ok(1)
-        }
+    )?;
+    let words = r.describe(&a.key, how);
+    if let Resolved::Done { .. } = r {
+        println!("{words} by {}", inert(&by));
+        Ok(0)
+    } else {
+        eprintln!("exactly: {words}");
+        Ok(1)
     }
 }

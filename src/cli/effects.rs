@@ -57,7 +57,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     // An observer recorded by an earlier attempt settles its effect when none is given now.
     let observe_cmd = match a.observe {
         Some(o) => Some(o),
-        None => store.effect(&spec.key())?.and_then(|r| r.observe_cmd),
+        None => effect::get(&mut store, &spec.key())?.and_then(|r| r.observe_cmd),
     };
     let mut action = CommandAction::new(a.command);
     action.observe_cmd = observe_cmd;
@@ -86,7 +86,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
 /// they were kept, else the response text (written by an observer or another program).
 pub(super) fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Result<()> {
     use std::io::Write;
-    let row = store.effect(key)?;
+    let row = effect::get(store, key)?;
     let mut stdout = std::io::stdout().lock();
     // A closed stdout is the reader's choice; the outcome stands.
     match row.as_ref().and_then(|r| r.response_raw.as_ref()) {
@@ -142,7 +142,7 @@ pub(super) fn report(out: &Outcome) {
         Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
         Outcome::LeaseEnding { until, .. } => eprintln!(
             "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); renew the lease and try again",
-            crate::time::human_ms(store::SUBMIT_MIN_LEFT.as_millis() as u64),
+            crate::time::human_ms(effect::SUBMIT_MIN_LEFT.as_millis() as u64),
             inert(until.as_deref().unwrap_or("now: it was released or taken over"))
         ),
         Outcome::NotSent { reason, .. } => {

@@ -32,15 +32,15 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
     let horizon =
         time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
     // Pruning a file that is not there is a typo, not a request for a new database.
-    let path = store::default_path(db.as_deref());
+    let path = crate::db_path(db.as_deref());
     if !std::path::Path::new(&path).exists() {
         return Err(Error::Store(format!(
             "database {} does not exist",
             inert(&path)
         )));
     }
-    let mut store = Store::open(&path)?;
-    let p = store.prune(&horizon, a.effects, a.dry_run)?;
+    let mut store = crate::open(Some(&path), Access::Write)?;
+    let p = jobs::prune(&mut store, &horizon, a.effects, a.dry_run)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
         return Ok(0);

@@ -21,7 +21,7 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
     let mut store = open_read_only(db)?;
     let job = a.job.as_str();
     let mut run = match &a.run {
-        Some(id) => match store.run_output(id)? {
+        Some(id) => match jobs::run_output(&mut store, id)? {
             Some((r, _)) if r.job_key == job => r,
             Some((r, _)) => {
                 return Err(Error::Store(format!(
@@ -33,13 +33,13 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
             }
             None => return Err(Error::Store(format!("no run {}", inert(id)))),
         },
-        None => match store.run_after(job, None)? {
+        None => match jobs::run_after(&mut store, job, None)? {
             Some(r) => r,
             None if a.follow => {
                 eprintln!("exactly: job {} has no runs yet; waiting", inert(job));
                 loop {
                     std::thread::sleep(FOLLOW_POLL);
-                    if let Some(r) = store.run_after(job, None)? {
+                    if let Some(r) = jobs::run_after(&mut store, job, None)? {
                         break r;
                     }
                 }
@@ -55,7 +55,7 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
         }
         // The next run of the job, whenever it starts.
         run = loop {
-            if let Some(r) = store.run_after(job, Some(&run.started_at))? {
+            if let Some(r) = jobs::run_after(&mut store, job, Some(&run.started_at))? {
                 break r;
             }
             std::thread::sleep(FOLLOW_POLL);
@@ -82,7 +82,7 @@ pub(super) fn print_run(
     // What was printed of the stored text so far.
     let mut shown = String::new();
     loop {
-        let Some((row, log)) = store.run_output(&run.run_id)? else {
+        let Some((row, log)) = jobs::run_output(store, &run.run_id)? else {
             return Err(Error::Store(format!(
                 "run {} is gone (pruned?)",
                 inert(&run.run_id)

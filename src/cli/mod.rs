@@ -9,12 +9,13 @@ mod leases;
 mod logs;
 mod metrics;
 
+use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
 use crate::metrics::Snapshot;
 use crate::state::ApprovalState;
-use crate::store::{self, Already, Decided, Resolution, Resolved, Store};
 use crate::wrapped::LeaseWatch;
-use crate::{approval, key, lease, sanitize::inert, time, Error, Result};
+use crate::{approval, jobs, key, lease, sanitize::inert, time, Error, Result};
+use crate::{Access, Store};
 use clap::{Args, Parser, Subcommand};
 use decisions::{decide, resolve_cmd};
 pub use decisions::{DecideArgs, ResolveArgs};
@@ -190,13 +191,14 @@ pub fn main() -> i32 {
     }
 }
 
-pub fn open(db: &Option<String>) -> Result<Store> {
-    Store::open(&store::default_path(db.as_deref()))
+/// The database `--db` names, to write ([`crate::open`]).
+fn open(db: &Option<String>) -> Result<Store> {
+    crate::open(db.as_deref(), Access::Write)
 }
 
 /// For commands that only read: never creates or changes the file.
-pub fn open_read_only(db: &Option<String>) -> Result<Store> {
-    Store::open_read_only(&store::default_path(db.as_deref()))
+fn open_read_only(db: &Option<String>) -> Result<Store> {
+    crate::open(db.as_deref(), Access::ReadOnly)
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
@@ -207,7 +209,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             println!(
                 "initialised {} (schema version {})",
                 s.path(),
-                store::SCHEMA_VERSION
+                crate::SCHEMA_VERSION
             );
             Ok(0)
         }

@@ -8,43 +8,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// What a job does when a firing comes while a run is live (the seed's three policies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overlap {
-    /// Drop the firing (recorded): only the latest state matters.
-    Coalesce,
-    /// Keep at most `cap` firings waiting, persisted; record saturation.
-    Queue { cap: u32 },
-    /// Record a loud miss: a missed firing is a real miss.
-    Fail,
-}
-
-impl Overlap {
-    pub fn name(self) -> &'static str {
-        match self {
-            Overlap::Coalesce => "coalesce",
-            Overlap::Queue { .. } => "queue",
-            Overlap::Fail => "fail",
-        }
-    }
-    pub fn cap(self) -> Option<u32> {
-        match self {
-            Overlap::Queue { cap } => Some(cap),
-            _ => None,
-        }
-    }
-    /// Rebuilds the policy from its registry form.
-    pub fn from_registry(name: &str, cap: Option<i64>) -> Option<Overlap> {
-        match name {
-            "coalesce" => Some(Overlap::Coalesce),
-            "fail" => Some(Overlap::Fail),
-            "queue" => Some(Overlap::Queue {
-                cap: cap.unwrap_or(1).clamp(0, u32::MAX as i64) as u32,
-            }),
-            _ => None,
-        }
-    }
-}
+pub use crate::firing::Overlap;
 
 /// A valid job from the file.
 #[derive(Debug, Clone)]

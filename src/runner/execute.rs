@@ -3,9 +3,11 @@
 //! current, start the command with the firing in its environment, renew the lease by heartbeat
 //! from the first observer to the recorded end, stop the command at its `timeout`, capture a
 //! bounded log, record the outcome (retrying through a locked database) and release the lease.
+use crate::firing::{self, Started};
+use crate::jobs::{self, RunEnd};
 use crate::state::RunOutcome;
-use crate::store::{RunEnd, Started, Store};
 use crate::{effect, lease, time, Error, Result};
+use crate::{Access, Store};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -81,7 +83,7 @@ fn flush_output(store: &mut Store, run_id: &str, log: &Mutex<LogBuf>, flushed: &
         return;
     };
     // Best effort: a busy database delays the follower, never the run.
-    if store.run_output_so_far(run_id, &text).is_ok() {
+    if jobs::run_output_so_far(store, run_id, &text).is_ok() {
         *flushed = seen;
     }
 }
@@ -181,7 +183,7 @@ impl Heartbeat {
                     &spec.job,
                     &format!("run {run_id} fenced: a newer token holds the lease; its writes will be refused"),
                 );
-                if let Err(e) = store.run_fenced(&spec.job, run_id, spec.started.token) {
+                if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
                     log_line(
                         "WARN",
                         &spec.job,
@@ -233,7 +235,7 @@ fn observe(
         stop.clone(),
     );
     let observers = std::thread::spawn(move || -> Result<Vec<effect::Settled>> {
-        let mut store = Store::open(&db)?;
+        let mut store = crate::open(Some(&db), Access::Write)?;
         effect::settle_open_with(&mut store, &job, |cmd, key| {
             effect::observe_within(cmd, key, &[], limit, &flag)
         })
@@ -268,7 +270,7 @@ fn observe(
 
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
-    let mut store = Store::open(&spec.db)?;
+    let mut store = crate::open(Some(&spec.db), Access::Write)?;
     let job = spec.job.as_str();
     let token = spec.started.token;
     let run_id = spec.started.run_id.as_str();
@@ -320,7 +322,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         .iter()
         .filter(|s| s.verdict == effect::Observation::NotHappened)
     {
-        if let Err(e) = store.retry_firing_of_run(job, &s.run_id) {
+        if let Err(e) = firing::retry_of_run(&mut store, job, &s.run_id) {
             log_line(
                 "WARN",
                 job,
@@ -525,7 +527,7 @@ fn finish(
     let since = Instant::now();
     let mut warned = false;
     let outcome = loop {
-        match store.finish_run(&end) {
+        match jobs::finish_run(store, &end) {
             Ok(o) => break o,
             Err(Error::Busy(why)) => {
                 let limit = if spec.kill.load(Ordering::SeqCst) {

@@ -3,7 +3,8 @@
 //! silent), records its end on a clean shutdown, and — with `retain` in the jobs file — prunes
 //! old history now and then. Each thread has its own database connection.
 use super::execute::log_line;
-use crate::store::{SchedulerReg, Store};
+use crate::jobs::{self, SchedulerReg};
+use crate::Access;
 use crate::{time, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ pub struct Upkeep {
 /// Records the scheduler (an error here is the database's, and stops `exactly run`) and starts
 /// its heartbeat and, when `retain` is set, its pruning.
 pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> Result<Upkeep> {
-    let mut store = Store::open(db)?;
+    let mut store = crate::open(Some(db), Access::Write)?;
     let host = crate::hostname();
     let pid = std::process::id();
     let reg = SchedulerReg {
@@ -34,7 +35,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         pid,
         source,
     };
-    store.scheduler_started(&reg)?;
+    jobs::scheduler_started(&mut store, &reg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     {
@@ -48,7 +49,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
             let mut next = Instant::now() + BEAT;
             while wait_until(&stop, next) {
                 next = Instant::now() + BEAT;
-                match store.scheduler_beat(&owner, pid) {
+                match jobs::scheduler_beat(&mut store, &owner, pid) {
                     Ok(true) => {}
                     // The row was pruned or taken by a namesake: record ourselves again.
                     Ok(false) => {
@@ -58,7 +59,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                             pid,
                             source: &source,
                         };
-                        if let Err(e) = store.scheduler_started(&reg) {
+                        if let Err(e) = jobs::scheduler_started(&mut store, &reg) {
                             log_line("WARN", "-", &format!("heartbeat: {e}"));
                         }
                     }
@@ -66,7 +67,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                     Err(e) => log_line("WARN", "-", &format!("heartbeat: {e}")),
                 }
             }
-            if let Err(e) = store.scheduler_ended(&owner, pid) {
+            if let Err(e) = jobs::scheduler_ended(&mut store, &owner, pid) {
                 log_line(
                     "WARN",
                     "-",
@@ -84,7 +85,8 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                 let horizon = time::fmt(
                     time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX),
                 );
-                let done = Store::open(&db).and_then(|mut s| s.prune(&horizon, false, false));
+                let done = crate::open(Some(&db), Access::Write)
+                    .and_then(|mut s| jobs::prune(&mut s, &horizon, false, false));
                 match done {
                     Ok(p) if p.runs + p.firings + p.events > 0 => log_line(
                         "INFO",

@@ -17,10 +17,11 @@ pub mod scheduler;
 pub use config::{Job, Overlap, Problem, Severity};
 pub use schedule::Schedule;
 
+use crate::firing::{self, FireRequest, Fired};
+use crate::jobs::{self, JobRecord};
 use crate::sanitize::inert;
 use crate::state::RunOutcome;
-use crate::store::{FireRequest, Fired, JobReg, RegisteredJob, Store};
-use crate::{lease, time, Error, Result};
+use crate::{lease, time, Access, Error, Result, Store};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -106,7 +107,7 @@ fn read_jobs_file(path: &str) -> Result<String> {
 
 /// The database path as children see it: absolute, since they run in the jobs file's folder.
 fn absolute_db(db: &Option<String>) -> String {
-    let p = crate::store::default_path(db.as_deref());
+    let p = crate::db_path(db.as_deref());
     let path = Path::new(&p);
     if path.is_absolute() || p.contains("://") {
         return p;
@@ -120,7 +121,7 @@ fn absolute_db(db: &Option<String>) -> String {
 fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::History>> {
     let mut out = BTreeMap::new();
     for j in jobs {
-        let d = store.run_durations(&j.name)?;
+        let d = jobs::run_durations(store, &j.name)?;
         if d.is_empty() {
             continue;
         }
@@ -138,7 +139,7 @@ fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::H
 
 /// The same command registered under another name by another jobs file.
 fn registry_duplicates(store: &mut Store, jobs: &[Job], source: &str) -> Result<Vec<Problem>> {
-    let registered = store.registered_jobs()?;
+    let registered = jobs::records(store)?;
     let mut out = Vec::new();
     for j in jobs {
         let digest = j.command_digest();
@@ -182,10 +183,10 @@ fn problems(db: &Option<String>, path: &str) -> Result<(Vec<Job>, Option<Duratio
     let text = read_jobs_file(path)?;
     let mut loaded = config::parse(&text);
     let mut problems = std::mem::take(&mut loaded.problems);
-    let db_path = crate::store::default_path(db.as_deref());
+    let db_path = crate::db_path(db.as_deref());
     let mut hist = BTreeMap::new();
     if Path::new(&db_path).exists() {
-        let mut store = Store::open(&db_path)?;
+        let mut store = crate::open(Some(&db_path), Access::Write)?;
         hist = history(&mut store, &loaded.jobs)?;
         let (source, _) = canonical_source(path);
         problems.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
@@ -256,28 +257,29 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
         execute::log_line(level, &p.job, &format!("{} — {}", p.what, p.why));
     }
     let db_path = absolute_db(db);
-    let mut store = Store::open(&db_path)?;
+    let mut store = crate::open(Some(&db_path), Access::Write)?;
     let (source, cwd) = canonical_source(&a.jobs);
     let owner = a.owner.unwrap_or_else(lease::default_owner);
-    let regs: Vec<JobReg> = jobs
+    let regs: Vec<JobRecord> = jobs
         .iter()
-        .map(|j| JobReg {
+        .map(|j| JobRecord {
             job_key: j.name.clone(),
-            schedule: j.schedule.describe(),
+            schedule: Some(j.schedule.describe()),
             timezone: j.schedule.timezone(),
-            interval_s: j.schedule.interval_s(),
-            lease_s: j.lease.as_secs() as i64,
-            lease_ms: j.lease.as_millis() as i64,
-            overlap: j.overlap.name().to_string(),
+            interval_s: Some(j.schedule.interval_s()),
+            lease_s: Some(j.lease.as_secs() as i64),
+            lease_ms: Some(j.lease.as_millis() as i64),
+            overlap: Some(j.overlap.name().to_string()),
             queue_cap: j.overlap.cap().map(i64::from),
-            command_digest: j.command_digest(),
-            command: serde_json::to_string(&j.command).unwrap_or_default(),
-            catchup_s: j.catchup.as_secs() as i64,
+            command_digest: Some(j.command_digest()),
+            command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
+            catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
-            observe_timeout_ms: j.observe_timeout.as_millis() as i64,
+            observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
+            ..JobRecord::default()
         })
         .collect();
-    let registered = store.register_jobs(&regs, &source, &owner)?;
+    let registered = jobs::register(&mut store, &regs, &source, &owner)?;
     for r in &registered.retired {
         execute::log_line(
             "INFO",
@@ -313,9 +315,9 @@ const STOP_SIGNALS: [i32; 3] = [
     signal_hook::consts::SIGHUP,
 ];
 
-/// A registered, live job, as the controls need it.
-struct Registered {
-    row: RegisteredJob,
+/// A registered, live job, as the controls need it (its registry record, read into settings).
+struct LiveJob {
+    row: JobRecord,
     overlap: Overlap,
     lease: Duration,
     timeout: Option<Duration>,
@@ -324,8 +326,8 @@ struct Registered {
     cwd: Option<PathBuf>,
 }
 
-fn registered(store: &mut Store, job: &str) -> Result<Registered> {
-    let Some(row) = store.registered_job(job)? else {
+fn registered(store: &mut Store, job: &str) -> Result<LiveJob> {
+    let Some(row) = jobs::record(store, job)? else {
         return Err(Error::Usage(format!(
             "no job named {} is registered; `exactly run JOBS.toml` registers the jobs of a file",
             inert(job)
@@ -369,7 +371,7 @@ fn registered(store: &mut Store, job: &str) -> Result<Registered> {
         .observe_timeout_ms
         .map(|ms| Duration::from_millis(ms.max(100) as u64))
         .unwrap_or(config::OBSERVE_TIMEOUT_DEFAULT);
-    Ok(Registered {
+    Ok(LiveJob {
         row,
         overlap,
         lease,
@@ -383,8 +385,8 @@ fn registered(store: &mut Store, job: &str) -> Result<Registered> {
 /// Runs a started firing in the foreground; SIGTERM/SIGINT/SIGHUP kill the command.
 fn run_here(
     db: &Option<String>,
-    reg: &Registered,
-    started: crate::store::Started,
+    reg: &LiveJob,
+    started: firing::Started,
 ) -> Result<execute::RunResult> {
     let kill = Arc::new(AtomicBool::new(false));
     for sig in STOP_SIGNALS {
@@ -404,7 +406,7 @@ fn run_here(
 }
 
 fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
-    let c = store.run_effect_counts(job, token)?;
+    let c = jobs::effect_counts(store, job, token)?;
     Ok(format!(
         "effects: {} done, {} already done (suppressed), {} unknown, {} fenced writes",
         c.done, c.suppressed, c.unknown, c.fenced
@@ -419,7 +421,7 @@ fn run_json(
     run_id: &str,
     r: &execute::RunResult,
 ) -> Result<serde_json::Value> {
-    let c = store.run_effect_counts(job, token)?;
+    let c = jobs::effect_counts(store, job, token)?;
     Ok(serde_json::json!({
         "run_id": run_id, "token": token, "outcome": r.outcome, "exit_code": r.exit_code,
         "duration_ms": r.duration_ms,
@@ -432,23 +434,26 @@ fn run_json(
 /// when it ran ok or was queued, 1 when the run failed, 3 when it was not started (coalesced,
 /// queue full, missed, paused).
 pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
-    let mut store = crate::cli::open(db)?;
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
     let reg = registered(&mut store, &a.job)?;
     let owner = a.owner.unwrap_or_else(lease::default_owner);
     let now = time::now();
     let slot = time::fmt(now);
     let until = time::fmt(time::add(now, reg.lease));
-    let fired = store.fire(&FireRequest {
-        job: &a.job,
-        slot: &slot,
-        kind: "manual",
-        owner: &owner,
-        lease_until: &until,
-        now: &slot,
-        overlap: reg.overlap,
-        backfill: false,
-        live_here: false,
-    })?;
+    let fired = firing::fire(
+        &mut store,
+        &FireRequest {
+            job: &a.job,
+            slot: &slot,
+            kind: "manual",
+            owner: &owner,
+            lease_until: &until,
+            now: &slot,
+            overlap: reg.overlap,
+            backfill: false,
+            live_here: false,
+        },
+    )?;
     let job = inert(&a.job);
     use serde_json::json;
     let (code, text, v) = match fired {
@@ -530,27 +535,30 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// `pause`/`resume`'s line: who acted when it changed something.
+fn say_toggled(t: jobs::Toggled, job: &str, by: &str) {
+    if t.changed {
+        println!("{} by {}", t.describe(job), inert(by));
+    } else {
+        println!("{}", t.describe(job));
+    }
+}
+
 pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
-    let mut store = crate::cli::open(db)?;
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
-    if store.set_paused(&a.job, true, &by, a.note.as_deref())? {
-        println!("paused {} by {}", inert(&a.job), inert(&by));
-    } else {
-        println!("{} was already paused", inert(&a.job));
-    }
+    let t = jobs::pause(&mut store, &a.job, &by, a.note.as_deref())?;
+    say_toggled(t, &a.job, &by);
     Ok(0)
 }
 
 pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
-    let mut store = crate::cli::open(db)?;
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
-    if store.set_paused(&a.job, false, &by, None)? {
-        println!("resumed {} by {}", inert(&a.job), inert(&by));
-    } else {
-        println!("{} was not paused", inert(&a.job));
-    }
+    let t = jobs::resume(&mut store, &a.job, &by)?;
+    say_toggled(t, &a.job, &by);
     Ok(0)
 }
 
@@ -576,7 +584,7 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
             "--to is in the future; backfill fires past slots only".into(),
         ));
     }
-    let mut store = crate::cli::open(db)?;
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
     let reg = registered(&mut store, &a.job)?;
     let schedule = Schedule::from_registry(
         reg.row.schedule.as_deref().unwrap_or(""),
@@ -624,17 +632,20 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
         let max_wait = reg.lease * 3 + Duration::from_secs(10);
         loop {
             let now = time::now();
-            let fired = store.fire(&FireRequest {
-                job: &a.job,
-                slot: &slot_text,
-                kind: "backfill",
-                owner: &owner,
-                lease_until: &time::fmt(time::add(now, reg.lease)),
-                now: &time::fmt(now),
-                overlap: reg.overlap,
-                backfill: true,
-                live_here: false,
-            })?;
+            let fired = firing::fire(
+                &mut store,
+                &FireRequest {
+                    job: &a.job,
+                    slot: &slot_text,
+                    kind: "backfill",
+                    owner: &owner,
+                    lease_until: &time::fmt(time::add(now, reg.lease)),
+                    now: &time::fmt(now),
+                    overlap: reg.overlap,
+                    backfill: true,
+                    live_here: false,
+                },
+            )?;
             match fired {
                 Fired::Started(s) => {
                     let token = s.token;

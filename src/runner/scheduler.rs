@@ -4,9 +4,10 @@
 //! a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
-use crate::store::{FireRequest, Fired, Started, Store, Waiting};
+use crate::firing::{self, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::Result;
+use crate::Store;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ pub fn run(
         let last = if fresh.contains(&job.name) {
             None
         } else {
-            store.last_slot(&job.name)?.and_then(|s| time::parse(&s))
+            firing::last_slot(&mut store, &job.name)?.and_then(|s| time::parse(&s))
         };
         states.push(JobState {
             cursor: last.unwrap_or(now).min(now),
@@ -139,7 +140,7 @@ fn advance(
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
         if total > 0 {
             let slots: Vec<String> = slots.into_iter().map(time::fmt).collect();
-            let n = store.record_missed(&job.name, &slots, total, &cfg.owner)?;
+            let n = firing::record_missed(store, &job.name, &slots, total, &cfg.owner)?;
             if n > 0 {
                 log_line(
                     "ERROR",
@@ -163,13 +164,12 @@ fn advance(
     let waiting = if mine {
         Waiting::default()
     } else {
-        store.waiting(&job.name, &now_text)?
+        firing::waiting(store, &job.name, &now_text)?
     };
     let until = time::fmt(time::add(time::now(), job.lease));
     let mut started = None;
     if waiting.queued {
-        started = store
-            .start_queued(&job.name, &cfg.owner, &until, &now_text)?
+        started = firing::start_queued(store, &job.name, &cfg.owner, &until, &now_text)?
             .map(|s| ("INFO", "a queued firing", s));
     }
     // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
@@ -178,7 +178,7 @@ fn advance(
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = time::fmt(now - window);
-        let resumed = store.resume_firing(&job.name, &cfg.owner, &until, &now_text, &oldest)?;
+        let resumed = firing::resume(store, &job.name, &cfg.owner, &until, &now_text, &oldest)?;
         for (slot, n) in &resumed.gave_up {
             log_line(
                 "ERROR",
@@ -211,19 +211,22 @@ fn advance(
         let kind = if late { "catchup" } else { "scheduled" };
         let slot_text = time::fmt(slot);
         let until = time::fmt(time::add(time::now(), job.lease));
-        let fired = store.fire(&FireRequest {
-            job: &job.name,
-            slot: &slot_text,
-            kind,
-            owner: &cfg.owner,
-            lease_until: &until,
-            now: &time::now_text(),
-            overlap: job.overlap,
-            backfill: false,
-            live_here: runs
-                .iter()
-                .any(|r| r.job == job.name && !r.handle.is_finished()),
-        })?;
+        let fired = firing::fire(
+            store,
+            &FireRequest {
+                job: &job.name,
+                slot: &slot_text,
+                kind,
+                owner: &cfg.owner,
+                lease_until: &until,
+                now: &time::now_text(),
+                overlap: job.overlap,
+                backfill: false,
+                live_here: runs
+                    .iter()
+                    .any(|r| r.job == job.name && !r.handle.is_finished()),
+            },
+        )?;
         st.cursor = slot;
         report(&job.name, kind, &slot_text, &fired);
         if let Fired::Started(started) = fired {
@@ -262,58 +265,7 @@ fn spawn(cfg: &Config, job: &Job, started: Started, kill: &Arc<AtomicBool>) -> R
     }
 }
 
-/// One log line saying what became of a firing.
+/// One log line saying what became of a firing (worded by [`Fired::describe`]).
 pub fn report(job: &str, kind: &str, slot: &str, fired: &Fired) {
-    let (level, msg) = match fired {
-        Fired::Started(s) => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} started run {} (token {}){}",
-                s.run_id,
-                s.token,
-                s.stolen_from
-                    .as_ref()
-                    .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
-                    .unwrap_or_default()
-            ),
-        ),
-        Fired::Duplicate { state, owner } => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
-                owner.as_deref().unwrap_or("someone")
-            ),
-        ),
-        Fired::Skipped { note, by } => (
-            "INFO",
-            format!(
-                "{kind} firing at {slot} skipped: paused by {}{}",
-                by.as_deref().unwrap_or("someone"),
-                note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-            ),
-        ),
-        Fired::Coalesced { holder, token } => (
-            "INFO",
-            format!("{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"),
-        ),
-        Fired::Queued { depth, cap } => (
-            "INFO",
-            format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})"),
-        ),
-        Fired::Saturated { cap } => (
-            "WARN",
-            format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)"),
-        ),
-        Fired::Missed { holder, token } => (
-            "ERROR",
-            format!(
-                "{kind} firing at {slot} MISSED: overlap = fail and a run is live ({holder}, token {token})"
-            ),
-        ),
-        Fired::Busy { holder, until } => (
-            "INFO",
-            format!("{kind} firing at {slot} waits: lease held by {holder} until {until}"),
-        ),
-    };
-    log_line(level, job, &msg);
+    log_line(fired.level(), job, &fired.describe(kind, slot));
 }

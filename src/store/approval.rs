@@ -69,7 +69,7 @@ impl Already {
 }
 
 impl Store {
-    pub fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
+    pub(crate) fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
             tx.row_cached(
                 &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
@@ -80,32 +80,16 @@ impl Store {
         })
     }
 
-    /// Asks for a person's approval of an effect (once; asking again changes nothing).
-    pub fn request_approval(&mut self, key: &str, job: &str, terms: Option<&str>) -> Result<()> {
-        let now = crate::time::now_text();
-        self.write(|tx| {
-            let n = tx.exec_cached(
-                "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
-                 VALUES (?1, ?2, ?3, 'pending', ?4) ON CONFLICT(effect_key) DO NOTHING",
-                params![key, job, terms, now],
-            )?;
-            if n == 1 {
-                record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
-            }
-            Ok(())
-        })
-    }
-
     /// Approves or denies a pending approval. Of two operators deciding at once, one wins; the
     /// other learns who did. A denial also cancels the effect if nothing was sent.
-    pub fn decide_approval(
+    pub(crate) fn decide_approval(
         &mut self,
         key: &str,
         approve: bool,
         by: &str,
         note: Option<&str>,
+        now: &str,
     ) -> Result<Decided> {
-        let now = crate::time::now_text();
         let state = if approve {
             ApprovalState::Approved
         } else {

@@ -1,18 +1,15 @@
 //! The firing aggregate: identity = job + scheduled instant (the primary key is the dedupe).
 //! A firing's fate — started, duplicate, skipped, coalesced, queued, saturated, missed — is
 //! decided in one transaction together with the lease claim, so a crash never leaves half a
-//! decision; a firing whose run died is resumed, at most [`MAX_ATTEMPTS`] runs in all.
+//! decision; a firing whose run died is resumed, at most `firing::MAX_ATTEMPTS` runs in all (the
+//! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
-use crate::runner::Overlap;
+use crate::firing::{used_up, Overlap, WhileLive, MAX_ATTEMPTS};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
-
-/// How many runs one firing gets, however they end (killed, died with their scheduler, an
-/// effect that never happened): counted from the runs table, so across restarts and schedulers.
-pub const MAX_ATTEMPTS: i64 = 3;
 
 /// A firing about to be decided.
 #[derive(Debug, Clone)]
@@ -196,7 +193,7 @@ pub(super) fn gave_up_event(
 
 impl Store {
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
-    pub fn last_slot(&mut self, job: &str) -> Result<Option<String>> {
+    pub(crate) fn last_slot(&mut self, job: &str) -> Result<Option<String>> {
         self.read(|tx| {
             tx.query_row(
                 "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1
@@ -213,14 +210,14 @@ impl Store {
     /// slot a `missed` row (or `skipped` while paused), the counter raised by each one. `total`
     /// may exceed the slots given when the gap is too long to record row by row. Slots another
     /// scheduler already fired are left alone. Returns how many were counted.
-    pub fn record_missed(
+    pub(crate) fn record_missed(
         &mut self,
         job: &str,
         slots: &[String],
         total: u64,
         owner: &str,
+        now: &str,
     ) -> Result<u64> {
-        let now = crate::time::now_text();
         self.write(|tx| {
             let paused = paused(tx, job)?;
             let state = if paused.is_some() {
@@ -264,7 +261,7 @@ impl Store {
     /// Decides a firing: a duplicate of one already fired, skipped while paused, started under
     /// a lease we just won, or — a run being live — coalesced, queued, saturated or missed per
     /// the job's overlap policy. One transaction.
-    pub fn fire(&mut self, f: &FireRequest<'_>) -> Result<Fired> {
+    pub(crate) fn fire(&mut self, f: &FireRequest<'_>) -> Result<Fired> {
         self.write(|tx| {
             let existing: Option<(FiringState, Option<String>)> = tx
                 .query_row(
@@ -290,18 +287,14 @@ impl Store {
             }
             if let Some((note, by)) = paused(tx, f.job)? {
                 upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
-                let detail = format!(
-                    "{} firing at {} skipped: paused by {}{}",
-                    f.kind,
-                    f.slot,
-                    by.as_deref().unwrap_or("someone"),
-                    note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-                );
+                let fired = Fired::Skipped { note, by };
+                // Worded by the domain, as the scheduler's log says it.
+                let detail = fired.describe(f.kind, f.slot);
                 record_event(
                     tx,
                     &NewEvent::new(EventKind::FiringSkippedPaused).job(f.job).actor(f.owner).detail(&detail),
                 )?;
-                return Ok(Fired::Skipped { note, by });
+                return Ok(fired);
             }
             let claim = if f.live_here {
                 let token: i64 = tx.query_row(
@@ -333,8 +326,17 @@ impl Store {
                         return Ok(Fired::Busy { holder, until });
                     }
                     let live = format!("a run is live ({holder}, token {token})");
-                    match f.overlap {
-                        Overlap::Coalesce => {
+                    // The queue's depth is the only fact a policy reads; only a queue needs it.
+                    let queued: i64 = match f.overlap {
+                        Overlap::Queue { .. } => tx.query_row(
+                            "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
+                            [f.job],
+                            |r| r.get(0),
+                        )?,
+                        _ => 0,
+                    };
+                    match f.overlap.decide(queued.max(0) as u64) {
+                        WhileLive::Coalesce => {
                             upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
                             let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
                             record_event(
@@ -343,29 +345,23 @@ impl Store {
                             )?;
                             Ok(Fired::Coalesced { holder, token })
                         }
-                        Overlap::Queue { cap } => {
-                            let depth: i64 = tx.query_row(
-                                "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
-                                [f.job],
-                                |r| r.get(0),
-                            )?;
-                            if (depth as u64) < u64::from(cap) {
-                                upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
-                                Ok(Fired::Queued { depth: depth as u64 + 1, cap })
-                            } else {
-                                upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
-                                let detail = format!(
-                                    "{} firing at {} dropped: queue full ({depth} of {cap} waiting) and {live}",
-                                    f.kind, f.slot
-                                );
-                                record_event(
-                                    tx,
-                                    &NewEvent::new(EventKind::QueueSaturated).job(f.job).actor(f.owner).token(token).detail(&detail),
-                                )?;
-                                Ok(Fired::Saturated { cap })
-                            }
+                        WhileLive::Queue { depth, cap } => {
+                            upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
+                            Ok(Fired::Queued { depth, cap })
                         }
-                        Overlap::Fail => {
+                        WhileLive::Saturated { cap } => {
+                            upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
+                            let detail = format!(
+                                "{} firing at {} dropped: queue full ({queued} of {cap} waiting) and {live}",
+                                f.kind, f.slot
+                            );
+                            record_event(
+                                tx,
+                                &NewEvent::new(EventKind::QueueSaturated).job(f.job).actor(f.owner).token(token).detail(&detail),
+                            )?;
+                            Ok(Fired::Saturated { cap })
+                        }
+                        WhileLive::Missed => {
                             upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
                             let detail = format!(
                                 "{} firing at {} missed: overlap = fail and {live}",
@@ -386,7 +382,7 @@ impl Store {
     /// What waits to start for a job whose lease is free: queued firings (see
     /// [`Store::start_queued`]) and firings to resume (see [`Store::resume_firing`]). One cheap
     /// read per scheduler tick before any write.
-    pub fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
+    pub(crate) fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
         self.read(|tx| {
             tx.query_row(
                 "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
@@ -405,7 +401,7 @@ impl Store {
     }
 
     /// Starts the oldest queued firing of a job if its lease can be won (and it is not paused).
-    pub fn start_queued(
+    pub(crate) fn start_queued(
         &mut self,
         job: &str,
         owner: &str,
@@ -430,7 +426,7 @@ impl Store {
     }
 
     /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
-    pub fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
+    pub(crate) fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT n, count(*) FROM (SELECT count(*) AS n FROM exactly_runs WHERE job_key = ?1
@@ -444,29 +440,13 @@ impl Store {
     }
 
     /// How many firings of a job ended `gave_up`.
-    pub fn firings_gave_up(&mut self, job: &str) -> Result<i64> {
+    pub(crate) fn firings_gave_up(&mut self, job: &str) -> Result<i64> {
         self.read(|tx| {
             tx.query_row(
                 "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'",
                 [job],
                 |r| r.get(0),
             )
-        })
-    }
-
-    /// A firing's state and run, if it was fired.
-    pub fn firing_state(
-        &mut self,
-        job: &str,
-        slot: &str,
-    ) -> Result<Option<(FiringState, Option<String>)>> {
-        self.read(|tx| {
-            tx.query_row(
-                "SELECT state, run_id FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
-                params![job, slot],
-                |r| Ok((word(r, 0)?, text(r, 1)?)),
-            )
-            .optional()
         })
     }
 }
@@ -479,7 +459,7 @@ impl Store {
     /// that already had [`MAX_ATTEMPTS`] runs ends `gave_up` (a loud event) instead of a fourth.
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
     /// silent). The caller must not be running the job itself. One transaction.
-    pub fn resume_firing(
+    pub(crate) fn resume_firing(
         &mut self,
         job: &str,
         owner: &str,
@@ -537,7 +517,7 @@ impl Store {
                     params![job, slot],
                     |r| r.get(0),
                 )?;
-                if runs >= MAX_ATTEMPTS {
+                if used_up(runs) {
                     close_dead_run(tx, old_run.as_deref(), now)?;
                     tx.execute(
                         "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
@@ -580,8 +560,12 @@ impl Store {
 
     /// An observer found that an effect sent by `run_id` never happened: that run's firing is
     /// fired again (see [`Store::resume_firing`]). Returns whether a firing was marked.
-    pub fn retry_firing_of_run(&mut self, job: &str, run_id: &str) -> Result<bool> {
-        let now = crate::time::now_text();
+    pub(crate) fn retry_firing_of_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        now: &str,
+    ) -> Result<bool> {
         self.write(|tx| {
             Ok(tx.execute(
                 "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,

@@ -9,14 +9,14 @@ use rusqlite::{params, OptionalExtension, Transaction};
 impl Store {
     /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
     /// Returns false when it already was in that state.
-    pub fn set_paused(
+    pub(crate) fn set_paused(
         &mut self,
         job: &str,
         paused: bool,
         by: &str,
         note: Option<&str>,
+        now: &str,
     ) -> Result<bool> {
-        let now = crate::time::now_text();
         self.write(|tx| {
             let was: Option<i64> = tx
                 .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
@@ -42,45 +42,30 @@ impl Store {
     }
 }
 
-/// One job as a scheduler registers it.
-#[derive(Debug, Clone, Default)]
-pub struct JobReg {
-    pub job_key: String,
-    pub schedule: String,
-    pub timezone: Option<String>,
-    pub interval_s: i64,
-    pub lease_s: i64,
-    /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
-    pub lease_ms: i64,
-    pub overlap: String,
-    pub queue_cap: Option<i64>,
-    pub command_digest: String,
-    /// The argv as JSON.
-    pub command: String,
-    pub catchup_s: i64,
-    /// A run past this is stopped; None: no limit.
-    pub timeout_ms: Option<i64>,
-    pub observe_timeout_ms: i64,
-}
-
-/// A registry row, as `trigger`, `backfill` and `check` read it.
+/// A job as the registry holds it: what a scheduler writes from its jobs file (every setting
+/// `Some`), and what `trigger`, `backfill` and `check` read back (a registry written by an older
+/// version may lack some). The jobs file's entry is `runner::Job`; the dashboard's `JobRow`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegisteredJob {
+pub struct JobRecord {
     pub job_key: String,
     pub schedule: Option<String>,
     pub timezone: Option<String>,
     pub interval_s: Option<i64>,
     pub lease_s: Option<i64>,
+    /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
     pub lease_ms: Option<i64>,
     pub overlap: Option<String>,
     pub queue_cap: Option<i64>,
     pub command_digest: Option<String>,
+    /// The argv as JSON.
     pub command: Option<String>,
     pub catchup_s: Option<i64>,
+    /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,
     pub observe_timeout_ms: Option<i64>,
     pub paused: bool,
     pub pause_note: Option<String>,
+    /// Read back only: registering writes these from the registry's own rules.
     pub retired: bool,
     pub source: Option<String>,
 }
@@ -89,8 +74,8 @@ const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
     timeout_ms, observe_timeout_ms";
 
-fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegisteredJob> {
-    Ok(RegisteredJob {
+fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRecord> {
+    Ok(JobRecord {
         job_key: text_or_empty(r, 0)?,
         schedule: text(r, 1)?,
         timezone: text(r, 2)?,
@@ -137,13 +122,13 @@ pub(super) fn paused(
 impl Store {
     /// Writes the jobs of one file into the registry and retires the jobs that file no longer
     /// has. Pause state is kept across registrations.
-    pub fn register_jobs(
+    pub(crate) fn register_jobs(
         &mut self,
-        jobs: &[JobReg],
+        jobs: &[JobRecord],
         source: &str,
         owner: &str,
+        now: &str,
     ) -> Result<Registered> {
-        let now = crate::time::now_text();
         self.write(|tx| {
             let mut out = Registered::default();
             for j in jobs {
@@ -201,7 +186,7 @@ impl Store {
         })
     }
 
-    pub fn registered_job(&mut self, job: &str) -> Result<Option<RegisteredJob>> {
+    pub(crate) fn registered_job(&mut self, job: &str) -> Result<Option<JobRecord>> {
         self.read(|tx| {
             tx.row_cached(
                 &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
@@ -212,7 +197,7 @@ impl Store {
         })
     }
 
-    pub fn registered_jobs(&mut self) -> Result<Vec<RegisteredJob>> {
+    pub(crate) fn registered_jobs(&mut self) -> Result<Vec<JobRecord>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"

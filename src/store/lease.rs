@@ -152,7 +152,7 @@ pub struct LeaseRow {
 impl Store {
     /// The seed's claim, in one statement: insert, or steal an expired lease; the token is one
     /// more than the job's last, so it never goes backwards. `RETURNING` says whether we won.
-    pub fn claim_lease(
+    pub(crate) fn claim_lease(
         &mut self,
         job: &str,
         owner: &str,
@@ -164,16 +164,16 @@ impl Store {
 
     /// Extends a lease we hold; `false` means we were fenced (counted). A released lease is
     /// not renewed: it is no longer held.
-    pub fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
+    pub(crate) fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
         self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused"))
     }
 
     /// Ends a lease we hold, keeping its token so the next claim counts on from it.
-    pub fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
+    pub(crate) fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
         self.write(|tx| set_lease_until(tx, job, token, RELEASED, false, "lease release refused"))
     }
 
-    pub fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
+    pub(crate) fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
         self.read(|tx| {
             tx.row_cached(
                 "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",

@@ -3,63 +3,14 @@
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
 use super::lease::{current_token, fenced};
-use super::{int, record_event, text, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
+use super::ledger_rows::*;
+use super::{int, record_event, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
+use crate::approval::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
+use crate::time::Ts;
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
-
-/// A whole `effect_ledger` row.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct LedgerRow {
-    pub effect_key: String,
-    pub job_key: String,
-    pub run_id: String,
-    pub fencing_token: Option<i64>,
-    pub state: EffectState,
-    pub terms_shown: Option<String>,
-    pub response: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-    pub action_id: Option<String>,
-    pub target_id: Option<String>,
-    pub input_digest: Option<String>,
-    pub observe_cmd: Option<String>,
-    pub attempt: Option<String>,
-    pub verdict: Option<String>,
-    pub verdict_at: Option<String>,
-    pub resolved_by: Option<String>,
-    pub resolved_at: Option<String>,
-    pub resolution_note: Option<String>,
-    pub evidence: Option<String>,
-    /// Bumped by every transition; NULL (a row written with the seed's SQL) reads as 0.
-    pub version: i64,
-    /// The command's stdout exactly as written, up to the response cap.
-    #[serde(skip)]
-    pub response_raw: Option<Vec<u8>>,
-    /// Bytes the command wrote in all; more than `response_raw` holds means it was cut.
-    pub response_total: Option<i64>,
-}
-
-impl LedgerRow {
-    /// What a writer read of this row, for a later compare-and-set.
-    pub fn seen(&self) -> Seen {
-        Seen {
-            state: self.state.clone(),
-            version: self.version,
-            updated_at: self.updated_at.clone(),
-        }
-    }
-}
-
-/// A ledger row as a writer last read it. Every transition is a compare-and-set on it: it
-/// applies only if the row still is in this state, at this version, updated at this instant.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seen {
-    pub state: EffectState,
-    pub version: i64,
-    pub updated_at: String,
-}
 
 static GUARD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -97,58 +48,6 @@ pub(super) fn still_as_seen(first: usize) -> String {
 /// The version a transition writes.
 pub(super) const BUMP: &str = "version = coalesce(version, 0) + 1";
 
-pub(crate) const LEDGER_COLS: &str =
-    "effect_key, job_key, run_id, fencing_token, state, terms_shown,
-    response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
-    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
-    coalesce(version, 0), response_raw, response_total";
-
-pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
-    Ok(LedgerRow {
-        effect_key: text_or_empty(r, 0)?,
-        job_key: text_or_empty(r, 1)?,
-        run_id: text_or_empty(r, 2)?,
-        fencing_token: int(r, 3)?,
-        state: word(r, 4)?,
-        terms_shown: text(r, 5)?,
-        response: text(r, 6)?,
-        created_at: text_or_empty(r, 7)?,
-        updated_at: text_or_empty(r, 8)?,
-        action_id: text(r, 9)?,
-        target_id: text(r, 10)?,
-        input_digest: text(r, 11)?,
-        observe_cmd: text(r, 12)?,
-        attempt: text(r, 13)?,
-        verdict: text(r, 14)?,
-        verdict_at: text(r, 15)?,
-        resolved_by: text(r, 16)?,
-        resolved_at: text(r, 17)?,
-        resolution_note: text(r, 18)?,
-        evidence: text(r, 19)?,
-        version: int(r, 20)?.unwrap_or(0),
-        response_raw: bytes(r, 21)?,
-        response_total: int(r, 22)?,
-    })
-}
-
-/// Reads a BLOB (or TEXT) column as the bytes stored.
-fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
-    use rusqlite::types::ValueRef;
-    Ok(match r.get_ref(idx)? {
-        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
-        _ => None,
-    })
-}
-
-pub(super) fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
-    tx.row_cached(
-        &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
-        [key],
-        ledger_row,
-    )
-    .optional()
-}
-
 /// The least of a lease that must be left for `submitted` to be written: the shortest lease
 /// accepted anywhere. The lease is the permission to send.
 pub const SUBMIT_MIN_LEFT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -181,140 +80,11 @@ fn sender_lease(
     })
 }
 
-/// The answer to a move the ledger may refuse.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Begin {
-    /// Our row was inserted in state `claimed`, as seen here.
-    Claimed(Seen),
-    /// Our row was inserted in state `submitted` for our attempt, as seen here
-    /// ([`Store::begin_and_submit_effect`]): send it.
-    Submitted(Seen),
-    /// A row already exists for the key: branch on its state. With it, whether the lease under
-    /// which it was submitted may still be live (its token's lease ends after now minus the
-    /// clock-skew margin): its sender may still be sending.
-    Existing(Box<LedgerRow>, SenderLease),
-    /// A higher fencing token exists for the job.
-    Fenced,
-}
-
-/// The lease a `submitted` row was sent under, as the store found it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SenderLease {
-    /// The row's token still holds a lease ending after now minus the clock-skew margin.
-    pub live: bool,
-    /// When that lease ends (None: the token holds no lease any more).
-    pub until: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Submit {
-    /// We moved the row `claimed` → `submitted`: we, and only we, may send.
-    Won {
-        approval_consumed: bool,
-        /// The row as we left it, for the compare-and-set that records the answer.
-        seen: Seen,
-    },
-    /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
-    /// the permission to send, so nothing is sent. Renew it and try again.
-    LeaseEnding {
-        until: Option<String>,
-    },
-    /// Someone else moved it first (or it is no longer `claimed`): never send.
-    Lost(Box<LedgerRow>),
-    Fenced,
-    /// The effect needs an approval that is not granted (pending, or missing).
-    NotApproved,
-    /// The approval was denied: the effect is now `cancelled`.
-    Denied,
-}
-
-/// Facts recorded with a new ledger row.
-#[derive(Debug, Clone, Default)]
-pub struct NewEffect<'a> {
-    pub effect_key: &'a str,
-    pub job_key: &'a str,
-    pub run_id: &'a str,
-    pub token: i64,
-    pub terms_shown: Option<&'a str>,
-    pub action_id: &'a str,
-    pub target_id: &'a str,
-    pub input_digest: &'a str,
-    pub observe_cmd: Option<&'a str>,
-}
-
-/// How an operator (or observer) settles an effect that may or may not have happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    Happened,
-    NotHappened,
-    Cancel,
-}
-
-impl Resolution {
-    pub fn target_state(self) -> EffectState {
-        match self {
-            Resolution::Happened => EffectState::Done,
-            Resolution::NotHappened => EffectState::Claimed,
-            Resolution::Cancel => EffectState::Cancelled,
-        }
-    }
-    pub fn word(self) -> &'static str {
-        match self {
-            Resolution::Happened => "happened",
-            Resolution::NotHappened => "not-happened",
-            Resolution::Cancel => "cancel",
-        }
-    }
-}
-
-/// The answer to an observer's verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
-    /// Recorded (and, when definite, the row settled); `seen` is the row as it left it.
-    Applied {
-        from: EffectState,
-        seen: Seen,
-    },
-    /// The row moved since the observer looked: the verdict was discarded.
-    Stale {
-        state: EffectState,
-    },
-    /// The row's sender may still be sending (its lease is live): not settled.
-    InFlight {
-        state: EffectState,
-        attempt: Option<String>,
-        since: String,
-        until: Option<String>,
-    },
-    /// A higher fencing token exists for the observing job.
-    Fenced,
-    NotOpen {
-        state: EffectState,
-        by: Option<String>,
-    },
-    NotFound,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resolved {
-    Done {
-        from: EffectState,
-    },
-    /// The effect is not open (already settled, by someone else or by an observer).
-    NotOpen {
-        state: EffectState,
-        by: Option<String>,
-    },
-    /// A higher fencing token exists for the settling job: nothing was changed.
-    Fenced,
-    NotFound,
-}
-
 impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
-    pub fn begin_effect(&mut self, e: &NewEffect<'_>) -> Result<Begin> {
-        self.begin_tx(e, None)
+    pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>, now: Ts) -> Result<Begin> {
+        self.begin_tx(e, None, now)
     }
 
     /// Reserves an effect and, when nothing stands in the way, marks it `submitted` for
@@ -325,12 +95,21 @@ impl Store {
     /// key (or any earlier row), or less than [`SUBMIT_MIN_LEFT`] of the lease — reserves
     /// `claimed` as [`Store::begin_effect`] does, and the caller submits as before. For callers
     /// that need no approval (`needs_approval` asks for one in the submit step).
-    pub fn begin_and_submit_effect(&mut self, e: &NewEffect<'_>, attempt: &str) -> Result<Begin> {
-        self.begin_tx(e, Some(attempt))
+    pub(crate) fn begin_and_submit_effect(
+        &mut self,
+        e: &NewEffect<'_>,
+        attempt: &str,
+        now: Ts,
+    ) -> Result<Begin> {
+        self.begin_tx(e, Some(attempt), now)
     }
 
-    fn begin_tx(&mut self, e: &NewEffect<'_>, submit_as: Option<&str>) -> Result<Begin> {
-        let now_ts = crate::time::now();
+    fn begin_tx(
+        &mut self,
+        e: &NewEffect<'_>,
+        submit_as: Option<&str>,
+        now_ts: Ts,
+    ) -> Result<Begin> {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
@@ -413,7 +192,7 @@ impl Store {
     /// approval of it (or `needs_approval`, which asks now), it is sent only once approved; the
     /// approval is consumed in the same transaction.
     #[allow(clippy::too_many_arguments)]
-    pub fn submit_effect_on(
+    pub(crate) fn submit_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -423,6 +202,7 @@ impl Store {
         needs_approval: bool,
         terms: Option<&str>,
         seen: &Seen,
+        now: Ts,
     ) -> Result<Submit> {
         self.submit_tx(
             key,
@@ -433,21 +213,8 @@ impl Store {
             needs_approval,
             terms,
             Some(seen),
+            now,
         )
-    }
-
-    /// [`Store::submit_effect_on`] on the row as it is now (for callers that read nothing
-    /// earlier, such as fixtures).
-    pub fn submit_effect(
-        &mut self,
-        key: &str,
-        job: &str,
-        run_id: &str,
-        token: i64,
-        attempt: &str,
-        needs_approval: bool,
-    ) -> Result<Submit> {
-        self.submit_tx(key, job, run_id, token, attempt, needs_approval, None, None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -461,8 +228,8 @@ impl Store {
         needs_approval: bool,
         terms: Option<&str>,
         seen: Option<&Seen>,
+        now_ts: Ts,
     ) -> Result<Submit> {
-        let now_ts = crate::time::now();
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
@@ -481,7 +248,6 @@ impl Store {
             if seen.state != EffectState::Claimed {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
-            let mut consume = false;
             let approval: Option<ApprovalState> = tx
                 .row_cached(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
@@ -489,8 +255,10 @@ impl Store {
                     |r| word(r, 0),
                 )
                 .optional()?;
-            match approval {
-                None if needs_approval => {
+            // The rule is the domain's (`approval::gate`); the store applies it in this
+            // transaction, with the compare-and-set below.
+            let consume = match crate::approval::gate(approval, needs_approval) {
+                Gate::Ask => {
                     tx.exec_cached(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
@@ -499,9 +267,8 @@ impl Store {
                     record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
-                None | Some(ApprovalState::Consumed) => {}
-                Some(ApprovalState::Approved) => consume = true,
-                Some(ApprovalState::Denied) => {
+                Gate::Send { consume } => consume,
+                Gate::Cancel => {
                     tx.exec_cached(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
@@ -512,8 +279,8 @@ impl Store {
                     )?;
                     return Ok(Submit::Denied);
                 }
-                Some(_) => return Ok(Submit::NotApproved),
-            }
+                Gate::Wait => return Ok(Submit::NotApproved),
+            };
             let won = tx
                 .row_cached(
                     &format!(
@@ -557,7 +324,8 @@ impl Store {
     /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
     /// as our `submitted` left it (`seen`).
-    pub fn finish_effect_on(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -565,27 +333,15 @@ impl Store {
         state: EffectState,
         response: &str,
         seen: &Seen,
+        now: Ts,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), None)
-    }
-
-    /// [`Store::finish_effect_on`] on a `submitted` row as it is now (for callers that read
-    /// nothing earlier, such as fixtures).
-    pub fn finish_effect(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: EffectState,
-        response: &str,
-    ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, None, None)
+        self.finish_tx(key, job, token, state, response, Some(seen), None, now)
     }
 
     /// [`Store::finish_effect_on`], also keeping the command's stdout as bytes (`raw`, already
     /// cut to the cap) and how many bytes it wrote in all (`total`).
     #[allow(clippy::too_many_arguments)]
-    pub fn finish_effect_output_on(
+    pub(crate) fn finish_effect_output_on(
         &mut self,
         key: &str,
         job: &str,
@@ -594,8 +350,9 @@ impl Store {
         response: &str,
         seen: &Seen,
         output: Option<(&[u8], u64)>,
+        now: Ts,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), output)
+        self.finish_tx(key, job, token, state, response, Some(seen), output, now)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -608,8 +365,9 @@ impl Store {
         response: &str,
         seen: Option<&Seen>,
         output: Option<(&[u8], u64)>,
+        now: Ts,
     ) -> Result<bool> {
-        let now = crate::time::now_text();
+        let now = crate::time::fmt(now);
         let (raw, total) = match output {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
@@ -668,7 +426,7 @@ impl Store {
 
     /// The command promised nothing was sent: the reservation is released (the row removed, an
     /// approval it consumed handed back), so a later attempt starts clean.
-    pub fn release_effect_on(
+    pub(crate) fn release_effect_on(
         &mut self,
         key: &str,
         job: &str,
@@ -699,7 +457,7 @@ impl Store {
     }
 
     /// Counts an attempt that found its effect already `done`.
-    pub fn record_duplicate(
+    pub(crate) fn record_duplicate(
         &mut self,
         key: &str,
         job: &str,
@@ -716,36 +474,15 @@ impl Store {
         })
     }
 
-    /// Records an observer's verdict on an open effect as it is now (no earlier read to compare
-    /// with) and, when it is definite, settles it. Prefer [`Store::observe_verdict_on`], which
-    /// names the row version the observer looked at.
-    pub fn observe_verdict(
-        &mut self,
-        key: &str,
-        verdict: Option<Resolution>,
-        words: &str,
-        fence: Option<(&str, i64)>,
-    ) -> Result<Resolved> {
-        Ok(
-            match self.verdict_tx(key, verdict, words, fence, None, true)? {
-                Verdict::Applied { from, .. } => Resolved::Done { from },
-                Verdict::NotOpen { state, by } => Resolved::NotOpen { state, by },
-                Verdict::Fenced => Resolved::Fenced,
-                Verdict::Stale { state } | Verdict::InFlight { state, .. } => {
-                    Resolved::NotOpen { state, by: None }
-                }
-                Verdict::NotFound => Resolved::NotFound,
-            },
-        )
-    }
-
     /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
     /// definite, settles it: happened → `done`, did not happen → `claimed`. A verdict applies
     /// only to the attempt it observed: if the row moved since, the verdict is discarded and
     /// recorded as a `stale_verdict` event. A `submitted` row whose sender's lease is still
     /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
     /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
-    pub fn observe_verdict_on(
+    /// `actor` is who observed (recorded with the verdict).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn observe_verdict_on(
         &mut self,
         key: &str,
         verdict: Option<Resolution>,
@@ -753,21 +490,11 @@ impl Store {
         fence: Option<(&str, i64)>,
         seen: &Seen,
         lease_check: bool,
+        actor: &str,
+        now: Ts,
     ) -> Result<Verdict> {
-        self.verdict_tx(key, verdict, words, fence, Some(seen), lease_check)
-    }
-
-    fn verdict_tx(
-        &mut self,
-        key: &str,
-        verdict: Option<Resolution>,
-        words: &str,
-        fence: Option<(&str, i64)>,
-        seen: Option<&Seen>,
-        lease_check: bool,
-    ) -> Result<Verdict> {
-        let now = crate::time::now_text();
-        let actor = crate::actor();
+        let now = crate::time::fmt(now);
+        let seen = Some(seen);
         self.write(|tx| {
             let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
             let label = match verdict {
@@ -783,7 +510,7 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
@@ -838,7 +565,7 @@ impl Store {
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(&actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
@@ -851,15 +578,16 @@ impl Store {
 
     /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a retry
     /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled.
-    pub fn resolve_effect(
+    pub(crate) fn resolve_effect(
         &mut self,
         key: &str,
         how: Resolution,
         by: &str,
         note: Option<&str>,
         evidence: Option<&str>,
+        now: Ts,
     ) -> Result<Resolved> {
-        let now = crate::time::now_text();
+        let now = crate::time::fmt(now);
         self.write(|tx| {
             let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
             let open = row.state.is_open()
@@ -898,7 +626,7 @@ impl Store {
         })
     }
 
-    pub fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
+    pub(crate) fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
         self.read(|tx| read_row(tx, key))
     }
 }

@@ -6,10 +6,12 @@
 //! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
 mod approval;
+mod detail;
 mod firing;
 mod job;
 mod lease;
 mod ledger;
+mod ledger_rows;
 mod read;
 mod retention;
 mod run;
@@ -21,6 +23,7 @@ pub use firing::*;
 pub use job::*;
 pub use lease::*;
 pub use ledger::*;
+pub use ledger_rows::*;
 pub use read::*;
 pub use retention::*;
 pub use run::*;
@@ -108,9 +111,35 @@ pub fn check_shareable(path: &str) -> Result<()> {
     Ok(())
 }
 
+/// How a database is opened: to write (creating or adopting the schema), or to read only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Write,
+    ReadOnly,
+}
+
 impl Store {
+    /// The one place a database is opened: every command, the runner, the dashboard and the
+    /// library's [`Store::open`]/[`Store::open_read_only`] come through here.
+    pub(crate) fn open_at(path: &str, access: Access) -> Result<Store> {
+        match access {
+            Access::Write => Store::open_writer(path),
+            Access::ReadOnly => Store::open_reader(path),
+        }
+    }
+
     /// Opens (creating or adopting the schema as needed) the database at `path`.
     pub fn open(path: &str) -> Result<Store> {
+        Store::open_at(path, Access::Write)
+    }
+
+    /// Opens an existing database for reading only: never creates the file, a table or a byte
+    /// in it, and refuses a missing file or one without exactly's tables.
+    pub fn open_read_only(path: &str) -> Result<Store> {
+        Store::open_at(path, Access::ReadOnly)
+    }
+
+    fn open_writer(path: &str) -> Result<Store> {
         refuse_unusable(path)?;
         // The XDG default's folder is ours to create (0700: a ledger is private by default);
         // any other path's folder must exist, so a typo does not become a new database.
@@ -148,9 +177,7 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens an existing database for reading only (`status`, `metrics`, `top`, `logs`): never
-    /// creates the file, a table or a byte in it, and refuses a missing file or one without
-    /// exactly's tables.
+    /// The reader behind [`Access::ReadOnly`] (`status`, `metrics`, `top`, `logs`).
     ///
     /// SQLite's rules for read-only WAL readers: a reader of a WAL database needs the `-wal` and
     /// `-shm` files and creates them when missing (and, being read-only, cannot remove them). So
@@ -158,7 +185,7 @@ impl Store {
     /// through an `immutable` connection, which creates nothing: a foreign WAL database is
     /// refused before anything is created next to it. Only exactly's own database may get the
     /// two (empty) side files a writer would create anyway.
-    pub fn open_read_only(path: &str) -> Result<Store> {
+    fn open_reader(path: &str) -> Result<Store> {
         refuse_unusable(path)?;
         let file = std::path::Path::new(path);
         if !file.exists() {
@@ -397,6 +424,8 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         rusqlite::params![
+            // The store's own bookkeeping: when the event entered the log (the rows it is about
+            // carry the caller's time).
             crate::time::now_text(),
             ev.kind,
             ev.job_key,
@@ -426,29 +455,29 @@ pub struct NewEvent<'a> {
 }
 
 impl<'a> NewEvent<'a> {
-    pub fn new(kind: EventKind) -> Self {
+    pub(crate) fn new(kind: EventKind) -> Self {
         NewEvent {
             kind,
             ..Default::default()
         }
     }
-    pub fn job(mut self, job: &'a str) -> Self {
+    pub(crate) fn job(mut self, job: &'a str) -> Self {
         self.job_key = Some(job);
         self
     }
-    pub fn effect(mut self, key: &'a str) -> Self {
+    pub(crate) fn effect(mut self, key: &'a str) -> Self {
         self.effect_key = Some(key);
         self
     }
-    pub fn token(mut self, token: i64) -> Self {
+    pub(crate) fn token(mut self, token: i64) -> Self {
         self.token = Some(token);
         self
     }
-    pub fn actor(mut self, actor: &'a str) -> Self {
+    pub(crate) fn actor(mut self, actor: &'a str) -> Self {
         self.actor = Some(actor);
         self
     }
-    pub fn detail(mut self, detail: &'a str) -> Self {
+    pub(crate) fn detail(mut self, detail: &'a str) -> Self {
         self.detail = Some(detail);
         self
     }

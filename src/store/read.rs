@@ -1,9 +1,9 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
+use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
+use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, Store, RELEASED};
-use crate::metrics::{
-    self, ApprovalView, EventRow, JobRow, OpenEffect, RunRow, SchedulerRow, Snapshot, Window,
-};
+use crate::snapshot::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -30,39 +30,6 @@ const OPEN: &str = "FROM effect_ledger e WHERE (e.state = 'unknown' OR (e.state 
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
                     AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
 
-fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
-    Ok(EventRow {
-        id: int(r, 0)?.unwrap_or(0),
-        at: text_or_empty(r, 1)?,
-        kind: text_or_empty(r, 2)?,
-        job_key: text(r, 3)?,
-        effect_key: text(r, 4)?,
-        fencing_token: int(r, 5)?,
-        actor: text(r, 6)?,
-        detail: text(r, 7)?,
-    })
-}
-
-const EVENT_COLS: &str = "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
-const RUN_COLS: &str =
-    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
-     exit_code";
-
-pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
-    Ok(RunRow {
-        run_id: text_or_empty(r, 0)?,
-        job_key: text_or_empty(r, 1)?,
-        scheduled_at: text_or_empty(r, 2)?,
-        owner: text_or_empty(r, 3)?,
-        fencing_token: int(r, 4)?.unwrap_or(0),
-        started_at: text_or_empty(r, 5)?,
-        ended_at: text(r, 6)?,
-        outcome: text(r, 7)?,
-        duration_ms: int(r, 8)?,
-        exit_code: int(r, 9)?,
-    })
-}
-
 fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<u64> {
     tx.query_row(sql, p, |r| r.get::<_, i64>(0))
         .map(|n| n.max(0) as u64)
@@ -85,9 +52,15 @@ fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<
 }
 
 impl Store {
-    /// Reads everything the dashboard and `status` show, in one short read transaction.
-    pub fn snapshot(&mut self) -> Result<Snapshot> {
-        let now = time::now();
+    /// Reads everything the dashboard and `status` show, in one short read transaction, as at
+    /// `now`, read on `host` (the caller's clock and machine).
+    /// A scheduler silent for `dead_after` is not alive.
+    pub(crate) fn snapshot(
+        &mut self,
+        now: Ts,
+        host: &str,
+        dead_after: std::time::Duration,
+    ) -> Result<Snapshot> {
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
@@ -149,7 +122,6 @@ impl Store {
             let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            let dead_after = scheduler_dead_after();
             let schedulers = read_schedulers(tx, now, dead_after)?;
             let schedulers_alive = schedulers.iter().filter(|s| s.alive).count() as u64;
             let mut warnings = Vec::new();
@@ -169,7 +141,7 @@ impl Store {
             Ok(Snapshot {
                 taken_at: now_s.clone(),
                 db,
-                host: crate::hostname(),
+                host: host.to_string(),
                 schema_version,
                 schedulers,
                 schedulers_alive,
@@ -195,7 +167,7 @@ impl Store {
 
     /// SQLite's `PRAGMA data_version`: changes when another connection commits to the
     /// database, so a reader can tell that nothing changed without reading anything.
-    pub fn data_version(&mut self) -> Result<i64> {
+    pub(crate) fn data_version(&mut self) -> Result<i64> {
         // Cached: a dashboard asks every second, and preparing costs more than the answer.
         let v = self
             .conn
@@ -203,134 +175,6 @@ impl Store {
             .and_then(|mut st| st.query_row([], |r| r.get(0)));
         v.map_err(|e| self.err(e))
     }
-
-    /// Every event about one effect, oldest first.
-    pub fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
-            ))?;
-            let rows = stmt.query_map([key], event_row)?.collect();
-            rows
-        })
-    }
-
-    /// One run and its stored output (stdout and stderr interleaved as they arrived; while the
-    /// run lasts, what it printed so far).
-    pub fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
-        self.read(|tx| {
-            tx.query_row(
-                &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
-                [run_id],
-                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
-            )
-            .optional()
-        })
-    }
-
-    /// The first run of a job that started after `after` (None: its latest run).
-    pub fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
-        self.read(|tx| match after {
-            None => tx
-                .query_row(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
-                         ORDER BY started_at DESC LIMIT 1"
-                    ),
-                    [job],
-                    run_row,
-                )
-                .optional(),
-            Some(t) => tx
-                .query_row(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
-                         ORDER BY started_at LIMIT 1"
-                    ),
-                    params![job, t],
-                    run_row,
-                )
-                .optional(),
-        })
-    }
-
-    /// The most recent runs of a job, newest first.
-    pub fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(params![job, limit as i64], run_row)?.collect();
-            rows
-        })
-    }
-}
-
-/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
-/// schedulers beat every 2 s).
-pub fn scheduler_dead_after() -> std::time::Duration {
-    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
-        .ok()
-        .and_then(|s| time::parse_duration(&s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(SCHEDULER_DEAD_AFTER)
-}
-pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
-/// Schedulers listed: those heard from within this many days.
-const SCHEDULERS_SHOWN_DAYS: i64 = 7;
-
-fn read_schedulers(
-    tx: &Transaction<'_>,
-    now: Ts,
-    dead_after: std::time::Duration,
-) -> rusqlite::Result<Vec<SchedulerRow>> {
-    // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
-    if !super::has_table(tx, "exactly_schedulers")? {
-        return Ok(Vec::new());
-    }
-    let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
-    let alive_after =
-        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
-    let mut stmt = tx.prepare(
-        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
-         WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
-    )?;
-    let rows = stmt
-        .query_map([&oldest], |r| {
-            let heartbeat_at = text_or_empty(r, 4)?;
-            let ended_at = text(r, 5)?;
-            Ok(SchedulerRow {
-                owner: text_or_empty(r, 0)?,
-                host: text_or_empty(r, 1)?,
-                pid: int(r, 2)?.unwrap_or(0),
-                started_at: text_or_empty(r, 3)?,
-                alive: ended_at.is_none() && heartbeat_at >= alive_after,
-                heartbeat_at,
-                ended_at,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
-/// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
-const UNRECORDED_MAX: u64 = 1_000;
-
-/// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
-fn passed_slots(schedule: &crate::runner::Schedule, last: Ts, upto: Ts) -> u64 {
-    if let crate::runner::Schedule::Every { .. } = schedule {
-        return schedule.slots(last, upto, 0).1;
-    }
-    let mut n = 0;
-    let mut at = last;
-    while let Some(next) = schedule.next_after(at) {
-        if next > upto || n >= UNRECORDED_MAX {
-            break;
-        }
-        n += 1;
-        at = next;
-    }
-    n
 }
 
 /// A job's (runs, failed, p50, p99, durations newest first) over its run window.
@@ -383,7 +227,7 @@ fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
             started_at: text_or_empty(r, 2)?,
             ended_at: text(r, 5)?,
             duration_ms: int(r, 3)?,
-            failed: outcome.as_deref().is_some_and(metrics::is_failure),
+            failed: outcome.as_deref().is_some_and(crate::state::is_failure),
             ok: outcome.as_deref() == Some("ok"),
         },
     ))
@@ -525,7 +369,7 @@ impl RunWindows {
                     .collect();
                 let failed = last.iter().filter(|b| b.failed).count() as u64;
                 let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
-                let (p50, p99) = metrics::percentiles(&durations);
+                let (p50, p99) = time::percentiles(&durations);
                 (durations.len() as u64, failed, p50, p99, durations)
             })
             .clone()
@@ -596,10 +440,9 @@ fn read_jobs(
             int(r, 11)?.unwrap_or(0),
         ))
     })?;
-    let mut catchup: BTreeMap<String, i64> = BTreeMap::new();
     for j in rows {
-        let (j, c) = j?;
-        catchup.insert(j.job_key.clone(), c);
+        let (mut j, c) = j?;
+        j.catchup_s = c;
         jobs.insert(j.job_key.clone(), j);
     }
     // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
@@ -673,34 +516,17 @@ fn read_jobs(
             let outcome = k.trim_start_matches(prefix).to_string();
             j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
         }
-        let recorded = sum(&missed, &j.job_key);
-        // When it fires next: after the latest slot any scheduler fired (or the last run's),
-        // so a job nobody fires shows a next firing in the past. Read from the registry's
-        // schedule; a job known only by its lease has none.
-        let schedule =
-            j.schedule.as_deref().filter(|_| !j.retired).and_then(|s| {
-                crate::runner::Schedule::from_registry(s, j.timezone.as_deref()).ok()
-            });
-        if let Some(schedule) = schedule {
-            let last_slot = last_slot_stmt
+        j.missed_recorded = sum(&missed, &j.job_key);
+        // The latest slot any scheduler fired (or the last run's): where the schedule goes on
+        // from. What that means (the next firing, slots passed unfired) is the domain's
+        // (`snapshot::plan`). A job known only by its lease has no schedule.
+        if j.schedule.is_some() && !j.retired {
+            j.last_slot = last_slot_stmt
                 .query_row([&j.job_key], |r| text(r, 0))
                 .optional()?
                 .flatten()
-                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()))
-                .as_deref()
-                .and_then(time::parse);
-            let next = schedule.next_after(last_slot.unwrap_or(now));
-            j.next_fire_at = next.map(time::fmt);
-            // Slots past the catch-up window that no scheduler fired: misses a scheduler will
-            // record when it starts again (a paused job's are skipped, not missed).
-            if let (Some(last), false) = (last_slot, j.paused) {
-                let grace = catchup.get(&j.job_key).copied().unwrap_or(0).max(0)
-                    + crate::runner::scheduler::LATE_OK.as_secs() as i64;
-                let horizon = now - chrono::Duration::seconds(grace);
-                j.missed_unrecorded = passed_slots(&schedule, last, horizon);
-            }
+                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
         }
-        j.missed_firings = recorded + j.missed_unrecorded;
         j.duplicates_suppressed = sum(&dups, &j.job_key);
         j.fenced_writes = sum(&fenced, &j.job_key);
         j.queue_depth = queued
@@ -712,24 +538,8 @@ fn read_jobs(
                 r.get::<_, i64>(1)?.max(0) as u64,
             ))
         })?;
-        j.warnings = metrics::job_warnings(j);
     }
     Ok(jobs.into_values().collect())
-}
-
-impl Store {
-    /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
-    pub fn open_effects_of(&mut self, job: &str) -> Result<Vec<crate::store::LedgerRow>> {
-        self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')
-                 ORDER BY updated_at",
-                super::ledger::LEDGER_COLS
-            ))?;
-            let rows = stmt.query_map([job], super::ledger::ledger_row)?.collect();
-            rows
-        })
-    }
 }
 
 #[cfg(test)]
@@ -741,12 +551,18 @@ mod tests {
         u64,
         Option<u64>,
         Option<u64>,
-        Option<crate::metrics::RunRow>,
+        Option<crate::snapshot::RunRow>,
         Option<String>,
     )>;
 
     fn figures(store: &mut super::Store) -> Figures {
-        let snap = store.snapshot().unwrap();
+        let snap = store
+            .snapshot(
+                crate::time::now(),
+                "test",
+                crate::jobs::SCHEDULER_DEAD_AFTER,
+            )
+            .unwrap();
         snap.jobs
             .into_iter()
             .map(|j| {

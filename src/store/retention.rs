@@ -52,7 +52,7 @@ pub struct Pruned {
 
 impl Store {
     /// Deletes history older than `horizon` (fixed-width UTC), batch by batch.
-    pub fn prune(&mut self, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
+    pub(crate) fn prune(&mut self, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
         let mut out = Pruned {
             horizon: horizon.to_string(),
             dry_run,

@@ -1,8 +1,9 @@
 //! The run aggregate: one row per run of a firing, its output as it arrives, and how it ended
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
-use super::firing::{gave_up_event, MAX_ATTEMPTS};
+use super::firing::gave_up_event;
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
+use crate::firing::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};
 use crate::Result;
 use rusqlite::{params, OptionalExtension};
@@ -33,9 +34,8 @@ impl Store {
     /// Durations of a job's recent runs that ended by themselves (`ok`, `failed`): a run we
     /// stopped (killed, timeout) or that was fenced says how long we let it run, not how long
     /// the job takes. The snapshot's window: the last 500, at most 7 days.
-    pub fn run_durations(&mut self, job: &str) -> Result<Vec<i64>> {
-        let oldest =
-            crate::time::fmt(crate::time::now() - chrono::Duration::days(super::RUN_WINDOW_DAYS));
+    /// `oldest`: the window's start (the caller's now less `RUN_WINDOW_DAYS`).
+    pub(crate) fn run_durations(&mut self, job: &str, oldest: &str) -> Result<Vec<i64>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
@@ -50,7 +50,7 @@ impl Store {
     }
 
     /// Records that a run's lease renewal was refused: a higher token exists.
-    pub fn run_fenced(&mut self, job: &str, run_id: &str, token: i64) -> Result<()> {
+    pub(crate) fn run_fenced(&mut self, job: &str, run_id: &str, token: i64) -> Result<()> {
         self.write(|tx| {
             let detail =
                 format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
@@ -66,7 +66,7 @@ impl Store {
 
     /// Stores a running run's output so far (readable by `exactly logs --follow`); a run that
     /// ended keeps its final output.
-    pub fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
+    pub(crate) fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
         self.write(|tx| {
             tx.execute(
                 "UPDATE exactly_runs SET log = ?2 WHERE run_id = ?1 AND ended_at IS NULL",
@@ -78,8 +78,7 @@ impl Store {
 
     /// Records how a run ended and releases its lease (unless it was fenced). Returns the final
     /// outcome: `fenced` when the release was refused.
-    pub fn finish_run(&mut self, end: &RunEnd<'_>) -> Result<RunOutcome> {
-        let now = crate::time::now_text();
+    pub(crate) fn finish_run(&mut self, end: &RunEnd<'_>, now: &str) -> Result<RunOutcome> {
         self.write(|tx| {
             let mut outcome = end.outcome.clone();
             if outcome != RunOutcome::Fenced {
@@ -115,7 +114,7 @@ impl Store {
                 params![end.job, end.slot],
                 |r| r.get(0),
             )?;
-            let state = match (&outcome, attempts < MAX_ATTEMPTS) {
+            let state = match (&outcome, !used_up(attempts)) {
                 (RunOutcome::Killed, true) => FiringState::Retry,
                 (RunOutcome::Killed, false) => FiringState::GaveUp,
                 _ => FiringState::Ran,
@@ -165,7 +164,7 @@ impl Store {
     }
 
     /// Counts what a run's effects did, from the events that carry its fencing token.
-    pub fn run_effect_counts(&mut self, job: &str, token: i64) -> Result<EffectCounts> {
+    pub(crate) fn run_effect_counts(&mut self, job: &str, token: i64) -> Result<EffectCounts> {
         self.read(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT kind, count(*) FROM exactly_events WHERE job_key = ?1 AND fencing_token = ?2

@@ -1,9 +1,11 @@
 //! Scheduler liveness: each `exactly run` records itself and beats, so a reader can tell a
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
-use super::Store;
+use super::{int, text, text_or_empty, Store};
+use crate::snapshot::SchedulerRow;
+use crate::time::{self, Ts};
 use crate::Result;
-use rusqlite::params;
+use rusqlite::{params, Transaction};
 
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
@@ -16,8 +18,7 @@ pub struct SchedulerReg<'a> {
 
 impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
-    pub fn scheduler_started(&mut self, s: &SchedulerReg<'_>) -> Result<()> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
         self.write(|tx| {
             tx.execute(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
@@ -33,8 +34,7 @@ impl Store {
 
     /// One heartbeat. Returns false when the row is gone or ended (pruned, or a newer start
     /// under the same owner took it over with another pid).
-    pub fn scheduler_beat(&mut self, owner: &str, pid: u32) -> Result<bool> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_beat(&mut self, owner: &str, pid: u32, now: &str) -> Result<bool> {
         self.write(|tx| {
             Ok(tx.execute(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3
@@ -45,8 +45,7 @@ impl Store {
     }
 
     /// Records a clean shutdown.
-    pub fn scheduler_ended(&mut self, owner: &str, pid: u32) -> Result<()> {
-        let now = crate::time::now_text();
+    pub(crate) fn scheduler_ended(&mut self, owner: &str, pid: u32, now: &str) -> Result<()> {
         self.write(|tx| {
             tx.execute(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3, ended_at = ?3
@@ -56,4 +55,41 @@ impl Store {
             Ok(())
         })
     }
+}
+
+/// Schedulers listed: those heard from within this many days.
+const SCHEDULERS_SHOWN_DAYS: i64 = 7;
+
+pub(super) fn read_schedulers(
+    tx: &Transaction<'_>,
+    now: Ts,
+    dead_after: std::time::Duration,
+) -> rusqlite::Result<Vec<SchedulerRow>> {
+    // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
+    if !super::has_table(tx, "exactly_schedulers")? {
+        return Ok(Vec::new());
+    }
+    let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
+    let alive_after =
+        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
+    let mut stmt = tx.prepare(
+        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
+         WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
+    )?;
+    let rows = stmt
+        .query_map([&oldest], |r| {
+            let heartbeat_at = text_or_empty(r, 4)?;
+            let ended_at = text(r, 5)?;
+            Ok(SchedulerRow {
+                owner: text_or_empty(r, 0)?,
+                host: text_or_empty(r, 1)?,
+                pid: int(r, 2)?.unwrap_or(0),
+                started_at: text_or_empty(r, 3)?,
+                alive: ended_at.is_none() && heartbeat_at >= alive_after,
+                heartbeat_at,
+                ended_at,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }

@@ -15,10 +15,10 @@ pub use state::{
 };
 pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
 
+use crate::approval::{Decided, Resolved};
 use crate::metrics::Snapshot;
 use crate::sanitize::inert;
-use crate::store::{Decided, Resolved, Store};
-use crate::{approval, Error, Result};
+use crate::{approval, effect, jobs, snapshot, Access, Error, Result, Store};
 use clap::Args;
 use crossterm::event::{Event, KeyEventKind};
 use crossterm::{cursor, execute, terminal};
@@ -54,7 +54,7 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
         // The dashboard reads through a read-only connection; an action (which the operator
         // confirmed) writes through its own.
         Request::Pending(act) => vec![
-            Reply::Acted(match Store::open(store.path()) {
+            Reply::Acted(match crate::open(Some(store.path()), Access::Write) {
                 Ok(mut w) => perform(&mut w, act, &crate::actor()),
                 Err(e) => Report {
                     ok: false,
@@ -93,7 +93,7 @@ pub struct Watch {
 impl Watch {
     pub fn poll(&mut self, store: &mut Store) -> Reply {
         let now = crate::time::now();
-        let version = match store.data_version() {
+        let version = match snapshot::data_version(store) {
             Ok(v) => v,
             Err(e) => return Reply::PollFailed(e.to_string()),
         };
@@ -147,11 +147,11 @@ fn poll(store: &mut Store) -> Reply {
 
 fn load(store: &mut Store, focus: &Focus) -> Reply {
     let r = match focus {
-        Focus::Job(job) => store.recent_runs(job, RUNS_SHOWN).map(|runs| Loaded::Job {
+        Focus::Job(job) => jobs::recent_runs(store, job, RUNS_SHOWN).map(|runs| Loaded::Job {
             job: job.clone(),
             runs,
         }),
-        Focus::Run { run_id, .. } => store.run_output(run_id).map(|r| {
+        Focus::Run { run_id, .. } => jobs::run_output(store, run_id).map(|r| {
             let (row, output) = match r {
                 Some((row, out)) => (Some(Box::new(row)), out),
                 None => (None, String::new()),
@@ -165,9 +165,9 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
         Focus::Effect(key) => (|| {
             Ok(Loaded::Effect {
                 key: key.clone(),
-                row: store.effect(key)?.map(Box::new),
-                approval: store.approval(key)?.map(Box::new),
-                events: store.effect_events(key)?,
+                row: effect::get(store, key)?.map(Box::new),
+                approval: approval::get(store, key)?.map(Box::new),
+                events: effect::events(store, key)?,
             })
         })(),
     };
@@ -182,63 +182,43 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
     let ok = |text: String| Report { ok: true, text };
     let bad = |text: String| Report { ok: false, text };
     let who = inert(by);
+    let toggled = |t: jobs::Toggled, job: &str| {
+        let words = t.describe(job);
+        if t.changed {
+            ok(format!("{words} as {who}"))
+        } else {
+            bad(format!("{words}; nothing changed"))
+        }
+    };
     let r: Result<Report> = (|| {
         Ok(match act {
             Pending::Approve { key, .. } | Pending::Deny { key, .. } => {
                 let approve = matches!(act, Pending::Approve { .. });
-                let k = inert(key);
-                let verb = if approve { "approved" } else { "denied" };
                 let d = if approve {
                     approval::approve(store, key, by, None)?
                 } else {
                     approval::deny(store, key, by, None)?
                 };
+                let words = d.describe(key, approve);
                 match d {
-                    Decided::Done => ok(format!("{verb} {k} as {who}")),
-                    Decided::Already { state, by, at } => bad(format!(
-                        "effect {k} was already {} by {} at {}; nothing changed",
-                        inert(state.as_str()),
-                        inert(by.as_deref().unwrap_or("someone")),
-                        inert(at.as_deref().unwrap_or("?"))
-                    )),
-                    Decided::NotFound => bad(format!("no approval was requested for effect {k}")),
+                    Decided::Done => ok(format!("{words} as {who}")),
+                    Decided::Already { .. } => bad(format!("{words}; nothing changed")),
+                    Decided::NotFound => bad(words),
                 }
             }
             Pending::Resolve { key, how, .. } => {
-                let k = inert(key);
-                match approval::resolve(store, key, *how, by, None, None)? {
-                    Resolved::Done { from } => ok(format!(
-                        "resolved {k}: {} → {} ({}) as {who}",
-                        inert(from.as_str()),
-                        how.target_state(),
-                        how.word()
-                    )),
-                    Resolved::NotOpen { state, by } => bad(format!(
-                        "effect {k} is already {}{}; nothing to resolve",
-                        inert(state.as_str()),
-                        by.map(|b| format!(" (resolved by {})", inert(&b)))
-                            .unwrap_or_default()
-                    )),
-                    Resolved::Fenced => bad(format!(
-                        "effect {k}: a newer lease token holds its job; nothing to resolve"
-                    )),
-                    Resolved::NotFound => bad(format!("no effect {k} in the ledger")),
+                let r = approval::resolve(store, key, *how, by, None, None)?;
+                let words = r.describe(key, *how);
+                match r {
+                    Resolved::Done { .. } => ok(format!("{words} ({}) as {who}", how.word())),
+                    _ => bad(words),
                 }
             }
-            Pending::Pause { job, .. } | Pending::Resume { job } => {
-                let pause = matches!(act, Pending::Pause { .. });
-                let note = match act {
-                    Pending::Pause { note, .. } => note.as_deref(),
-                    _ => None,
-                };
-                let j = inert(job);
-                let verb = if pause { "paused" } else { "resumed" };
-                if store.set_paused(job, pause, by, note)? {
-                    ok(format!("{verb} job {j} as {who}"))
-                } else {
-                    bad(format!("job {j} was already {verb}; nothing changed"))
-                }
+            Pending::Pause { job, note } => {
+                let t = jobs::pause(store, job, by, note.as_deref())?;
+                toggled(t, job)
             }
+            Pending::Resume { job } => toggled(jobs::resume(store, job, by)?, job),
         })
     })();
     r.unwrap_or_else(|e| bad(format!("{} failed: {}", act.verb(), inert(&e.to_string()))))
@@ -252,7 +232,7 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     }
     // Open first, so a bad path is one sentence on a normal terminal, not a flash of UI.
     // Read-only: watching never changes the database (actions open their own connection).
-    let store = crate::cli::open_read_only(db)?;
+    let store = crate::open(db.as_deref(), Access::ReadOnly)?;
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
         return Err(Error::Usage(
             "exactly top needs a terminal; for scripts use exactly status --json".into(),
@@ -260,7 +240,7 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     }
     let color = !a.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // A viewer account that may read but not write the database watches read-only, told so.
-    let writable = crate::store::writable(store.path());
+    let writable = crate::writable(store.path());
     let mut app = App::new(Options {
         read_only: a.read_only || !writable,
         color,
@@ -468,7 +448,7 @@ async fn poll_task(
 #[cfg(test)]
 mod tests {
     use super::{Reply, Watch};
-    use crate::store::Store;
+    use crate::Access;
     use std::time::Duration;
 
     fn kind(r: &Reply) -> &'static str {
@@ -487,9 +467,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
         let path = path.to_str().unwrap();
-        let mut writer = Store::open(path).unwrap();
+        let mut writer = crate::open(Some(path), Access::Write).unwrap();
         crate::lease::claim(&mut writer, "far", "a", Duration::from_secs(3600)).unwrap();
-        let mut reader = Store::open_read_only(path).unwrap();
+        let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
         let mut watch = Watch::default();
         assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
         assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");

@@ -6,9 +6,10 @@ mod keys;
 
 use super::input::Mode;
 use super::view;
+use crate::approval::{ApprovalRow, Resolution};
+use crate::effect::LedgerRow;
 use crate::sanitize::inert;
 use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
-use crate::store::{ApprovalRow, LedgerRow, Resolution};
 use ratatui::layout::Rect;
 use ratatui::widgets::TableState;
 use std::time::Duration;

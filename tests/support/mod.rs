@@ -49,3 +49,54 @@ pub fn read_or_empty(path: &Path) -> String {
         Err(e) => panic!("reading {}: {e}", path.display()),
     }
 }
+
+/// `exactly effect` under a claimed lease, built one way for every test: `--job J --token T
+/// --action A --target X`, then inputs and flags, then `-- sh -c SCRIPT`.
+#[derive(Debug, Clone)]
+pub struct EffectArgs(Vec<String>);
+
+/// The arguments of `exactly effect` for `job` under `token`, acting `action` on `target`.
+pub fn effect_args(job: &str, token: impl ToString, action: &str, target: &str) -> EffectArgs {
+    let token = token.to_string();
+    EffectArgs(
+        [
+            "effect",
+            "--job",
+            job,
+            "--token",
+            token.trim(),
+            "--action",
+            action,
+            "--target",
+            target,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    )
+}
+
+impl EffectArgs {
+    /// `--input k=v`.
+    pub fn input(self, kv: &str) -> EffectArgs {
+        self.arg("--input").arg(kv)
+    }
+    /// `--observe CMD`.
+    pub fn observe(self, cmd: &str) -> EffectArgs {
+        self.arg("--observe").arg(cmd)
+    }
+    /// Any other flag or value, as is.
+    pub fn arg(mut self, a: &str) -> EffectArgs {
+        self.0.push(a.to_string());
+        self
+    }
+    /// The wrapped command, `sh -c script`: the whole argument list.
+    pub fn sh(self, script: &str) -> Vec<String> {
+        self.arg("--").arg("sh").arg("-c").arg(script).0
+    }
+}
+
+/// `&str`s of owned arguments, for helpers that take `&[&str]`.
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}

@@ -61,6 +61,13 @@ impl Site {
         super::read_or_empty(&self.path(&format!("{owner}.log")))
     }
     /// Runs an `exactly` command to its end: (exit code, stdout, stderr).
+    /// Claims `job`'s lease for `dur` with `exactly lease claim`; its token.
+    pub fn claim(&self, job: &str, dur: &str) -> String {
+        let (code, token, err) = self.exactly(&["lease", "claim", "--job", job, "--for", dur]);
+        assert_eq!(code, 0, "claim failed: {err}");
+        token.trim().to_string()
+    }
+
     pub fn exactly(&self, args: &[&str]) -> (i32, String, String) {
         let out = Command::new(bin())
             .arg("--db")

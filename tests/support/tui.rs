@@ -1,12 +1,12 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library,
 //! then every timestamp pinned to a fixed instant so screens are the same on every run.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
+use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
 use exactly::metrics::Snapshot;
-use exactly::store::Store;
 use exactly::time::Ts;
 use exactly::tui::{draw, serve, App, Options, Request};
+use exactly::Store;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use rusqlite::{params, Connection};
@@ -51,6 +51,39 @@ impl Effect for Far {
     fn observe(&mut self, _key: &str) -> Observation {
         Observation::CantTell("far side did not answer".into())
     }
+}
+
+/// A far side whose observer cannot tell, in these words (it is never asked to send).
+struct Unsure(&'static str);
+
+impl Effect for Unsure {
+    fn perform(&mut self, _key: &str) -> Result<String, Failure> {
+        Err(Failure::NotSent("an observer only looks".into()))
+    }
+    fn observe(&mut self, _key: &str) -> Observation {
+        Observation::CantTell(self.0.into())
+    }
+}
+
+/// Drives an attempt through the library's own steps (`effect::execute`, as `effect::run`
+/// does) until the step pending is one `stop` names, or the attempt ends; returns that step.
+pub fn drive(
+    store: &mut Store,
+    att: &mut Attempt,
+    act: &mut dyn Effect,
+    stop: impl Fn(&Io) -> bool,
+) -> Io {
+    let mut io = att.pending().clone();
+    for _ in 0..64 {
+        if stop(&io) || matches!(io, Io::End(_)) {
+            return io;
+        }
+        let input = effect::execute(store, att, &io, act)
+            .expect("store")
+            .expect("an input");
+        io = att.step(input);
+    }
+    panic!("an attempt never ended")
 }
 
 pub fn claim(store: &mut Store, job: &str, owner: &str) -> i64 {
@@ -235,8 +268,13 @@ pub fn busy() -> Fixture {
         &lost,
         Err(Failure::Lost("connection reset after 30s".into())),
     );
-    s.observe_verdict(&lost_key, None, "bank API timed out", None)
-        .expect("verdict");
+    // A second attempt asks the far side, which cannot tell: the verdict is recorded.
+    let ctx = Ctx::new("invoices", t).with_run_id(&format!("invoices-run-{t}"));
+    let mut look = Attempt::new(&ctx, &lost, "web-1:4243").expect("spec");
+    let end = drive(&mut s, &mut look, &mut Unsure("bank API timed out"), |_| {
+        false
+    });
+    assert!(matches!(end, Io::End(_)), "{end:?}");
 
     // daily-digest: the lease was superseded mid-send, so the old attempt is open and fenced.
     let old = claim(&mut s, "daily-digest", owner);
@@ -246,66 +284,52 @@ pub fn busy() -> Fixture {
     let ctx_old = Ctx::new("daily-digest", old).with_run_id("daily-digest-run-old");
     let key = digest.key();
     let digest_key = key.clone();
-    s.begin_effect(&exactly::store::NewEffect {
-        effect_key: &key,
-        job_key: "daily-digest",
-        run_id: &ctx_old.run_id,
-        token: old,
-        terms_shown: digest.terms.as_deref(),
-        action_id: "send-digest",
-        target_id: "all-users",
-        input_digest: &digest.input_digest(),
-        observe_cmd: None,
-    })
-    .expect("begin");
-    s.submit_effect(
-        &key,
-        "daily-digest",
-        &ctx_old.run_id,
-        old,
-        "web-1:4242",
-        false,
-    )
-    .expect("submit");
+    // The old holder reserves and submits it, then stalls before sending.
+    let mut att = Attempt::new(&ctx_old, &digest, "web-1:4242").expect("spec");
+    let mut sends = Far(Ok("sent".into()));
+    let at = drive(&mut s, &mut att, &mut sends, |io| matches!(io, Io::Send));
+    assert_eq!(at, Io::Send);
+    assert_eq!(key, att.key());
     lease::release(&mut s, "daily-digest", old).expect("release");
     let new = claim(&mut s, "daily-digest", "worker-2@web-2");
-    // The old holder comes back and tries to finish: fenced.
-    s.finish_effect(
-        &key,
-        "daily-digest",
-        old,
-        exactly::state::EffectState::Done,
-        "sent",
-    )
-    .expect("finish");
+    // The old holder comes back, sends and tries to record it: fenced.
+    let end = drive(&mut s, &mut att, &mut sends, |_| false);
+    assert!(matches!(end, Io::End(_)), "{end:?}");
     let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
     run(&mut s, "daily-digest", new, &sms, Ok("queued"));
 
     // sync-crm: runs longer than its interval and its lease; a claim left by a dead token.
-    let t1 = claim(&mut s, "sync-crm", owner);
+    // Its lease has too little time left to send under, so the attempt reserves `claimed` and
+    // must submit apart; it dies before that.
+    let clock = exactly::time::now();
+    let t1 = match lease::claim_until(
+        &mut s,
+        "sync-crm",
+        owner,
+        clock + chrono::Duration::milliseconds(50),
+        clock,
+    )
+    .expect("claim")
+    {
+        lease::Claim::Won { token } => token,
+        lease::Claim::Held { .. } => panic!("lease of sync-crm held"),
+    };
     let crm = Spec::new("upsert", "crm").input("batch", "77");
-    let crm_key = crm.key();
-    s.begin_effect(&exactly::store::NewEffect {
-        effect_key: &crm_key,
-        job_key: "sync-crm",
-        run_id: "sync-crm-run-1",
-        token: t1,
-        terms_shown: None,
-        action_id: "upsert",
-        target_id: "crm",
-        input_digest: &crm.input_digest(),
-        observe_cmd: None,
-    })
-    .expect("begin");
+    let ctx = Ctx::new("sync-crm", t1).with_run_id("sync-crm-run-1");
+    let mut att = Attempt::new(&ctx, &crm, "web-1:4244").expect("spec");
+    let at = drive(&mut s, &mut att, &mut Far(Ok("unused".into())), |io| {
+        matches!(io, Io::Submit { .. })
+    });
+    assert!(matches!(at, Io::Submit { .. }), "{at:?}");
     lease::release(&mut s, "sync-crm", t1).expect("release");
     let _t2 = claim(&mut s, "sync-crm", owner);
 
     // reminders: paused by an operator. legacy-backup: a cron wrapper known only by its lease.
     let t = claim(&mut s, "reminders", owner);
     lease::release(&mut s, "reminders", t).expect("release");
-    s.set_paused(
+    exactly::jobs::pause(
+        &mut s,
         "reminders",
-        true,
         "bob@10.0.0.9",
         Some("holiday freeze until 2 Jan"),
     )

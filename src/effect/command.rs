@@ -1,0 +1,216 @@
+//! An effect that is a command, and observers that are commands: processes we start, stream,
+//! bound and kill with their process group.
+use super::{Effect, Failure, Observation};
+use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
+use std::process::{Command, Stdio};
+
+/// An effect that is a command: exit 0 is done (stdout is the response), exit 75 promises
+/// nothing was sent, anything else (or a signal) leaves it unknown. See [`crate::wrapped`] for
+/// how it runs: streamed, in its own process group, signals forwarded, held to its lease.
+pub struct CommandAction {
+    pub argv: Vec<String>,
+    pub observe_cmd: Option<String>,
+    /// Extra environment for both the command and the observer.
+    pub env: Vec<(String, String)>,
+    /// The lease the command runs under; it is stopped once that lease has expired.
+    pub lease: Option<LeaseWatch>,
+    /// What the last `perform` wrote on stdout.
+    pub output: Option<Output>,
+}
+
+impl CommandAction {
+    pub fn new(argv: Vec<String>) -> CommandAction {
+        CommandAction {
+            argv,
+            observe_cmd: None,
+            env: Vec::new(),
+            lease: None,
+            output: None,
+        }
+    }
+}
+
+impl Effect for CommandAction {
+    fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
+        self.output = None;
+        let Some((prog, args)) = self.argv.split_first() else {
+            return Err(Failure::NotSent("no command given".into()));
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("EXACTLY_EFFECT_KEY", effect_key);
+        let ended = match wrapped::run(&mut cmd, self.lease.clone()) {
+            Ok(e) => e,
+            // It never started, so nothing left this machine.
+            Err(NotStarted::Spawn(e)) => {
+                return Err(Failure::NotSent(format!("cannot start {prog:?}: {e}")))
+            }
+            Err(NotStarted::LeaseGone(why)) => {
+                return Err(Failure::NotSent(format!(
+                    "{} before it started",
+                    why.words().replace(", so the command was stopped", "")
+                )))
+            }
+        };
+        let response = String::from_utf8_lossy(&ended.output.kept)
+            .trim_end()
+            .to_string();
+        self.output = Some(ended.output);
+        let status = match ended.status {
+            Ok(s) => s,
+            Err(e) => return Err(Failure::Lost(format!("lost the command: {e}"))),
+        };
+        let code = status.code();
+        if let Some(why) = ended.stopped {
+            // Stopped mid-send: only its own promise makes it "not sent".
+            return Err(if code == Some(75) {
+                Failure::NotSent(format!("{}; it exited 75: nothing sent", why.words()))
+            } else {
+                Failure::Lost(why.words())
+            });
+        }
+        let signalled = ended
+            .forwarded
+            .map(|s| format!(" after we forwarded signal {s}"))
+            .unwrap_or_default();
+        match code {
+            Some(0) => Ok(response),
+            Some(75) => Err(Failure::NotSent(
+                "the command exited 75: nothing sent".into(),
+            )),
+            Some(c) => Err(Failure::Lost(format!("the command exited {c}{signalled}"))),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                Err(Failure::Lost(format!(
+                    "the command was killed by signal {}{signalled}",
+                    status.signal().unwrap_or(0)
+                )))
+            }
+        }
+    }
+
+    fn observe(&mut self, effect_key: &str) -> Observation {
+        match &self.observe_cmd {
+            Some(cmd) => observe_with(cmd, effect_key, &self.env),
+            None => Observation::CantTell("no --observe command was given".into()),
+        }
+    }
+
+    fn output(&self) -> Option<&Output> {
+        self.output.as_ref()
+    }
+}
+
+/// A command we run dies with us: if we are killed mid-effect, an orphan must not go on to
+/// send after a restart has already observed "not happened" and sent again.
+fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell.
+pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Observation {
+    let out = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("EXACTLY_EFFECT_KEY", effect_key)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output();
+    match out {
+        Ok(o) => match o.status.code() {
+            Some(0) => {
+                let s = String::from_utf8_lossy(&o.stdout).trim_end().to_string();
+                Observation::Happened((!s.is_empty()).then_some(s))
+            }
+            Some(1) => Observation::NotHappened,
+            Some(c) => Observation::CantTell(format!("observer exited {c}")),
+            None => Observation::CantTell("observer was killed".into()),
+        },
+        Err(e) => Observation::CantTell(format!("cannot start observer: {e}")),
+    }
+}
+
+/// [`observe_with`], bounded: an observer still running after `limit`, or when `stop` is set
+/// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell".
+pub fn observe_within(
+    cmd: &str,
+    effect_key: &str,
+    env: &[(String, String)],
+    limit: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Observation {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let child = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("EXACTLY_EFFECT_KEY", effect_key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Observation::CantTell(format!("cannot start observer: {e}")),
+    };
+    let pgid = child.id() as i32;
+    let reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut out, wrapped::RESPONSE_MAX as u64),
+                &mut buf,
+            );
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+            buf
+        })
+    });
+    // A limit too far to represent is no limit.
+    let deadline = Instant::now().checked_add(limit);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) => {}
+            Err(e) => break Err(format!("lost the observer: {e}")),
+        }
+        let stopped = stop.load(std::sync::atomic::Ordering::SeqCst);
+        if stopped || deadline.is_some_and(|d| Instant::now() >= d) {
+            // SAFETY: a negative pid names the observer's own process group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break Err(if stopped {
+                "observer stopped: its run is ending".to_string()
+            } else {
+                format!(
+                    "observer timed out after {}",
+                    crate::time::human_ms(limit.as_millis() as u64)
+                )
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever it left behind holding our pipe goes with it.
+    // SAFETY: as above; the group may already be empty.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let out = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    match status {
+        Ok(s) => match s.code() {
+            Some(0) => {
+                let s = String::from_utf8_lossy(&out).trim_end().to_string();
+                Observation::Happened((!s.is_empty()).then_some(s))
+            }
+            Some(1) => Observation::NotHappened,
+            Some(c) => Observation::CantTell(format!("observer exited {c}")),
+            None => Observation::CantTell("observer was killed".into()),
+        },
+        Err(why) => Observation::CantTell(why),
+    }
+}

@@ -1,0 +1,266 @@
+//! Driving the step machine: each [`Io`] performed against the store and the far side, at the
+//! named fault points of the real code path; [`run`] to the end; the observer's settling of
+//! open effects.
+use super::machine::{Attempt, Input, Io};
+use super::{
+    attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation, Outcome, Sender, Spec,
+};
+use crate::fault;
+use crate::state::EffectState;
+use crate::store::{Begin, NewEffect, Resolution, Submit, Verdict};
+use crate::time;
+use crate::{Result, Store};
+
+/// Performs one step of `att` against the store and the action, at the named fault points of
+/// the real code path. [`Io::End`] has nothing to perform.
+pub fn execute(
+    store: &mut Store,
+    att: &Attempt,
+    io: &Io,
+    action: &mut dyn Effect,
+) -> Result<Option<Input>> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    Ok(Some(match io {
+        Io::Begin => {
+            let new = NewEffect {
+                effect_key: key,
+                job_key: &ctx.job,
+                run_id: &ctx.run_id,
+                token: ctx.token,
+                terms_shown: att.spec.terms.as_deref(),
+                action_id: &att.spec.action,
+                target_id: &att.spec.target,
+                input_digest: &att.digest,
+                observe_cmd: att.spec.observe_cmd.as_deref(),
+            };
+            // With no approval asked for, reserve and submit in one transaction when the key
+            // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
+            // (A fault at `after_claim` needs the moment between the two commits to stop at.)
+            let begin = if att.spec.needs_approval || fault::armed("after_claim") {
+                store.begin_effect(&new, time::now())?
+            } else {
+                store.begin_and_submit_effect(&new, &att.attempt, time::now())?
+            };
+            if matches!(begin, Begin::Submitted(_)) {
+                fault::point("after_submitted");
+            }
+            let who = match &begin {
+                Begin::Existing(row, _) if row.state == EffectState::Submitted => {
+                    sender(row.attempt.as_deref())
+                }
+                _ => Sender::Unknown,
+            };
+            Input::Began(begin, who)
+        }
+        Io::Look => Input::Looked(action.observe(key)),
+        Io::Verdict {
+            observation,
+            seen,
+            lease_check,
+        } => {
+            let (res, words) = match observation {
+                Observation::Happened(r) => {
+                    (Some(Resolution::Happened), r.clone().unwrap_or_default())
+                }
+                Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
+                Observation::CantTell(w) => (None, w.clone()),
+            };
+            let fence = Some((ctx.job.as_str(), ctx.token));
+            Input::Judged(store.observe_verdict_on(
+                key,
+                res,
+                &words,
+                fence,
+                seen,
+                *lease_check,
+                &crate::actor(),
+                time::now(),
+            )?)
+        }
+        Io::Submit { seen } => {
+            fault::point("after_claim");
+            let s = store.submit_effect_on(
+                key,
+                &ctx.job,
+                &ctx.run_id,
+                ctx.token,
+                &att.attempt,
+                att.spec.needs_approval,
+                att.spec.terms.as_deref(),
+                seen,
+                time::now(),
+            )?;
+            if matches!(s, Submit::Won { .. }) {
+                fault::point("after_submitted");
+            }
+            Input::Submitted(s)
+        }
+        Io::Send => {
+            let sent = action.perform(key);
+            fault::point("after_send");
+            Input::Sent(sent)
+        }
+        Io::Finish { sent, seen } => {
+            let output = action.output().map(|o| (o.kept.as_slice(), o.total));
+            let ok = within_lease(store, &ctx.job, |store| match sent {
+                Ok(response) => store.finish_effect_output_on(
+                    key,
+                    &ctx.job,
+                    ctx.token,
+                    EffectState::Done,
+                    response,
+                    seen,
+                    output,
+                    time::now(),
+                ),
+                Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
+                Err(Failure::Lost(reason)) => store.finish_effect_on(
+                    key,
+                    &ctx.job,
+                    ctx.token,
+                    EffectState::Unknown,
+                    reason,
+                    seen,
+                    time::now(),
+                ),
+            })?;
+            fault::point("after_done");
+            Input::Finished(ok)
+        }
+        Io::Duplicate { detail } => {
+            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail)?;
+            Input::Counted
+        }
+        Io::End(_) => return Ok(None),
+    }))
+}
+
+/// Pause between tries to record an outcome.
+const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Runs `write` until it succeeds or the job's lease has run out by our clock (a locked
+/// database, a full disk); at least once. The lease is read only after a failure: in WAL mode
+/// a reader is not blocked by another connection's write lock. A fenced answer (`Ok(false)`)
+/// is an answer, not a failure.
+fn within_lease(
+    store: &mut Store,
+    job: &str,
+    mut write: impl FnMut(&mut Store) -> Result<bool>,
+) -> Result<bool> {
+    let mut until: Option<Option<crate::time::Ts>> = None;
+    loop {
+        match write(store) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let until = *until.get_or_insert_with(|| {
+                    store
+                        .lease(job)
+                        .ok()
+                        .flatten()
+                        .and_then(|l| crate::time::parse(&l.lease_until))
+                });
+                if until.is_none_or(|u| crate::time::now() >= u) {
+                    return Err(e);
+                }
+                std::thread::sleep(RECORD_RETRY_PAUSE);
+            }
+        }
+    }
+}
+
+/// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
+/// for the ways it ends.
+pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
+    let mut att = Attempt::new(ctx, spec, &attempt_id())?;
+    let mut io = att.start();
+    loop {
+        let done = match execute(store, &att, &io, action) {
+            // It was sent (or tried), and what happened cannot be written down.
+            Err(e) => match &io {
+                Io::Finish { sent, .. } => {
+                    return Ok(Outcome::Unrecorded {
+                        key: att.key.clone(),
+                        ran: match sent {
+                            Ok(_) => "it exited 0".into(),
+                            Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r.clone(),
+                        },
+                        reason: e.to_string(),
+                    })
+                }
+                _ => return Err(e),
+            },
+            Ok(d) => d,
+        };
+        match done {
+            Some(input) => io = att.step(input),
+            None => {
+                if let Io::End(out) = io {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+}
+
+/// An observer's verdict on an open effect, and the run that sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub effect_key: String,
+    pub run_id: String,
+    pub verdict: Observation,
+}
+
+/// Runs a recorded observer on every open effect of a job (the runner does this before the
+/// job's next run); each verdict applies only to the row version it observed, and a send still
+/// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
+pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
+    settle_open_with(store, job, |cmd, key| observe_with(cmd, key, &[]))
+}
+
+/// [`settle_open`] with `observe(cmd, effect_key)` running each observer (the scheduler bounds
+/// it with [`observe_within`](super::observe_within)).
+pub fn settle_open_with(
+    store: &mut Store,
+    job: &str,
+    mut observe: impl FnMut(&str, &str) -> Observation,
+) -> Result<Vec<Settled>> {
+    let open = store.open_effects_of(job)?;
+    let mut out = Vec::new();
+    for row in open {
+        let who = if row.state == EffectState::Submitted {
+            sender(row.attempt.as_deref())
+        } else {
+            Sender::Gone
+        };
+        if who == Sender::Alive {
+            continue;
+        }
+        let Some(cmd) = row.observe_cmd.clone() else {
+            continue;
+        };
+        let verdict = observe(&cmd, &row.effect_key);
+        let (res, words) = match &verdict {
+            Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
+            Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
+            Observation::CantTell(w) => (None, w.clone()),
+        };
+        let applied = store.observe_verdict_on(
+            &row.effect_key,
+            res,
+            &words,
+            None,
+            &row.seen(),
+            who != Sender::Gone,
+            &crate::actor(),
+            time::now(),
+        )?;
+        if matches!(applied, Verdict::Applied { .. }) {
+            out.push(Settled {
+                effect_key: row.effect_key,
+                run_id: row.run_id,
+                verdict,
+            });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,299 @@
+//! The effect protocol as a step machine: no I/O, one store or far-side call asked for at a
+//! time ([`Io`]), each answer taken back ([`Input`]).
+use super::{Ctx, Failure, Observation, Outcome, Sender, Spec};
+use crate::state::EffectState;
+use crate::store::{Begin, Seen, Submit, Verdict};
+use crate::Result;
+
+/// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
+/// The attempt itself does no I/O (the sans-IO style of `quinn-proto`): [`run`](super::run) drives it for
+/// the CLI, the scheduler and the library, and tests drive many attempts in any order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Io {
+    /// Reserve the key (and, needing no approval, submit it in the same transaction), or read
+    /// the row that holds it (`Store::begin_and_submit_effect`, `Store::begin_effect`).
+    Begin,
+    /// Ask the far side whether the effect happened ([`Effect::observe`](super::Effect::observe)).
+    Look,
+    /// Record the observer's verdict on the row version it looked at
+    /// (`Store::observe_verdict_on`).
+    Verdict {
+        observation: Observation,
+        seen: Seen,
+        lease_check: bool,
+    },
+    /// Move `claimed` → `submitted`, a compare-and-set on `seen` (`Store::submit_effect_on`).
+    Submit { seen: Seen },
+    /// Send it ([`Effect::perform`](super::Effect::perform)).
+    Send,
+    /// Record the answer (`Store::finish_effect_on`, or `Store::release_effect_on` for nothing
+    /// sent) on the row as our `submitted` left it.
+    Finish {
+        sent: std::result::Result<String, Failure>,
+        seen: Seen,
+    },
+    /// Count a suppressed duplicate (`Store::record_duplicate`), then end.
+    Duplicate { detail: String },
+    /// The attempt is over.
+    End(Outcome),
+}
+
+/// The answer to an [`Io`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Began(Begin, Sender),
+    Looked(Observation),
+    Judged(Verdict),
+    Submitted(Submit),
+    Sent(std::result::Result<String, Failure>),
+    Finished(bool),
+    Counted,
+}
+
+/// How often an attempt re-reads a row that moved under it before it gives up (exit 5).
+const REREADS: u8 = 3;
+
+/// One attempt at one effect, as a step machine: [`Attempt::start`] gives the first [`Io`],
+/// [`Attempt::step`] takes each answer and gives the next, until [`Io::End`].
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub(super) key: String,
+    pub(super) digest: String,
+    pub(super) ctx: Ctx,
+    pub(super) spec: Spec,
+    pub(super) attempt: String,
+    /// What the last observation was about, so its verdict names that row version.
+    pub(super) looked_at: Option<(Seen, bool)>,
+    /// Our `submitted` row, for the compare-and-set that records the answer.
+    pub(super) submitted: Option<Seen>,
+    /// The outcome a counted duplicate ends with.
+    pub(super) duplicate: Option<Outcome>,
+    pub(super) rereads: u8,
+    pub(super) last: Io,
+}
+
+impl Attempt {
+    /// A new attempt; `attempt` is its id (`host:pid`, see [`attempt_id`](super::attempt_id)). Refuses a spec whose
+    /// key could be read two ways.
+    pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
+        let key = spec.checked_key()?;
+        Ok(Attempt {
+            key,
+            digest: spec.input_digest(),
+            ctx: ctx.clone(),
+            spec: spec.clone(),
+            attempt: attempt.to_string(),
+            looked_at: None,
+            submitted: None,
+            duplicate: None,
+            rereads: 0,
+            last: Io::Begin,
+        })
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The step the driver must perform now.
+    pub fn pending(&self) -> &Io {
+        &self.last
+    }
+
+    /// The first step.
+    pub fn start(&mut self) -> Io {
+        self.last = Io::Begin;
+        self.last.clone()
+    }
+
+    /// Takes the answer to the pending step; returns the next.
+    pub fn step(&mut self, input: Input) -> Io {
+        self.last = self.next(input);
+        self.last.clone()
+    }
+
+    fn end(&self, out: Outcome) -> Io {
+        Io::End(out)
+    }
+
+    fn unresolved(&self, state: &str, reason: String) -> Io {
+        self.end(Outcome::Unresolved {
+            key: self.key.clone(),
+            state: state.to_string(),
+            reason,
+        })
+    }
+
+    /// The row moved under us: read it again (a bounded number of times).
+    fn reread(&mut self, state: &str, why: &str) -> Io {
+        if self.rereads >= REREADS {
+            return self.unresolved(
+                state,
+                format!("the ledger row kept moving under this attempt ({why})"),
+            );
+        }
+        self.rereads += 1;
+        self.looked_at = None;
+        Io::Begin
+    }
+
+    fn duplicate(&mut self, detail: &str, response: Option<String>) -> Io {
+        self.duplicate = Some(Outcome::DuplicateSuppressed {
+            key: self.key.clone(),
+            response,
+        });
+        Io::Duplicate {
+            detail: detail.to_string(),
+        }
+    }
+
+    fn in_flight(&self, attempt: Option<&str>, since: &str, until: Option<&str>) -> Io {
+        let who = attempt.unwrap_or("an attempt that recorded no id");
+        let lease = until
+            .map(|u| format!("; its lease runs until {u}"))
+            .unwrap_or_default();
+        self.unresolved(
+            EffectState::Submitted.as_str(),
+            format!("in flight: attempt {who} has been sending it since {since}{lease}"),
+        )
+    }
+
+    fn next(&mut self, input: Input) -> Io {
+        let key = self.key.clone();
+        match input {
+            Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced { key }),
+            Input::Began(Begin::Claimed(seen), _) => Io::Submit { seen },
+            // Reserved and submitted in one transaction: ours to send.
+            Input::Began(Begin::Submitted(seen), _) => {
+                self.submitted = Some(seen);
+                Io::Send
+            }
+            Input::Began(Begin::Existing(row, lease), sender) => match &row.state {
+                EffectState::Done => self.duplicate("already done", row.response.clone()),
+                EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
+                // Nothing was sent: the compare-and-set takes the row over.
+                EffectState::Claimed => Io::Submit { seen: row.seen() },
+                EffectState::Submitted => {
+                    let since = row.updated_at.as_str();
+                    match sender {
+                        Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
+                        Sender::Unknown if lease.live => {
+                            self.in_flight(row.attempt.as_deref(), since, lease.until.as_deref())
+                        }
+                        _ => {
+                            self.looked_at = Some((row.seen(), sender != Sender::Gone));
+                            Io::Look
+                        }
+                    }
+                }
+                EffectState::Unknown => {
+                    self.looked_at = Some((row.seen(), false));
+                    Io::Look
+                }
+                EffectState::Other(other) => self.unresolved(
+                    other,
+                    format!(
+                        "the ledger row is in unrecognised state {:?}",
+                        crate::sanitize::inert(other)
+                    ),
+                ),
+            },
+            Input::Looked(observation) => {
+                let Some((seen, lease_check)) = self.looked_at.clone() else {
+                    return self.reread("?", "an observation without a row");
+                };
+                Io::Verdict {
+                    observation,
+                    seen,
+                    lease_check,
+                }
+            }
+            Input::Judged(v) => {
+                let observation = match &self.last {
+                    Io::Verdict { observation, .. } => observation.clone(),
+                    _ => Observation::CantTell(String::new()),
+                };
+                match v {
+                    Verdict::Applied { seen, .. } => match observation {
+                        Observation::Happened(resp) => {
+                            self.duplicate("observer: already happened", resp)
+                        }
+                        Observation::NotHappened => Io::Submit { seen },
+                        Observation::CantTell(why) => self.unresolved(
+                            seen.state.as_str(),
+                            format!(
+                                "the observer could not tell ({why}); resolve it with `exactly resolve`"
+                            ),
+                        ),
+                    },
+                    Verdict::Stale { state } => {
+                        self.reread(state.as_str(), "an observer's verdict about it went stale")
+                    }
+                    Verdict::NotOpen { state, .. } => {
+                        self.reread(state.as_str(), "it was settled by someone else meanwhile")
+                    }
+                    Verdict::NotFound => self.reread("released", "it was released meanwhile"),
+                    Verdict::InFlight {
+                        attempt,
+                        since,
+                        until,
+                        ..
+                    } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
+                    Verdict::Fenced => self.end(Outcome::Fenced { key }),
+                }
+            }
+            Input::Submitted(s) => match s {
+                Submit::Won { seen, .. } => {
+                    self.submitted = Some(seen);
+                    Io::Send
+                }
+                Submit::Fenced => self.end(Outcome::Fenced { key }),
+                Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
+                Submit::Denied => self.end(Outcome::Cancelled { key }),
+                Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
+                Submit::Lost(row) => match &row.state {
+                    EffectState::Done => {
+                        self.duplicate("done by a concurrent attempt", row.response.clone())
+                    }
+                    EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
+                    state => {
+                        let state = state.to_string();
+                        self.reread(&state, "a concurrent attempt moved it first")
+                    }
+                },
+            },
+            Input::Sent(sent) => Io::Finish {
+                sent,
+                seen: self.submitted.clone().unwrap_or_default(),
+            },
+            Input::Finished(ok) => {
+                let sent = match &self.last {
+                    Io::Finish { sent, .. } => sent.clone(),
+                    _ => Err(Failure::Lost(String::new())),
+                };
+                if !ok {
+                    return self.end(Outcome::Fenced { key });
+                }
+                self.end(match sent {
+                    Ok(response) => Outcome::Done { key, response },
+                    Err(Failure::NotSent(reason)) => Outcome::NotSent { key, reason },
+                    Err(Failure::Lost(reason)) => Outcome::Unknown { key, reason },
+                })
+            }
+            Input::Counted => {
+                let out = self
+                    .duplicate
+                    .take()
+                    .unwrap_or(Outcome::DuplicateSuppressed {
+                        key,
+                        response: None,
+                    });
+                self.end(out)
+            }
+        }
+    }
+}

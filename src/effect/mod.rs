@@ -1,0 +1,242 @@
+//! The effect lifecycle: `claimed` → `submitted` (committed before the request leaves) → `done`
+//! or `unknown`. A second attempt learns what happened from the unique violation and branches
+//! on the row's state; `submitted`/`unknown` are settled by an observer before any retry.
+//!
+//! The protocol is a step machine ([`Attempt`]) that does no I/O: it asks for one store call or
+//! far-side call at a time ([`Io`]) and takes the answer ([`Input`]). [`run`] drives it for the
+//! CLI, the scheduler and the library; tests drive many attempts in any interleaving. Every
+//! transition it asks for is a compare-and-set on the row version it last read ([`Seen`]), so a
+//! verdict applies only to the attempt it observed, and a send in flight is never settled.
+//!
+//! Rooms: this file holds what an effect is (its context, spec, outcomes, the far side's
+//! interface); `machine.rs` the step machine; `drive.rs` what performs its steps against the
+//! store and the far side; `command.rs` an effect that is a command, and observer processes.
+mod command;
+mod drive;
+mod machine;
+
+pub use crate::store::SUBMIT_MIN_LEFT;
+pub use crate::store::{switch_guard_off_for_proof, Begin, LedgerRow, Seen, Submit, Verdict};
+pub use command::{observe_with, observe_within, CommandAction};
+pub use drive::{execute, run, settle_open, settle_open_with, Settled};
+pub use machine::{Attempt, Input, Io};
+
+use crate::key;
+use crate::wrapped::Output;
+use crate::Result;
+use crate::Store;
+use serde_json::{Map, Value};
+
+/// Who is acting: the job, the fencing token of its lease, and the run.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub job: String,
+    pub token: i64,
+    pub run_id: String,
+}
+
+impl Ctx {
+    pub fn new(job: &str, token: i64) -> Ctx {
+        Ctx {
+            job: job.to_string(),
+            token,
+            run_id: format!("{job}-{token}-{}", std::process::id()),
+        }
+    }
+    pub fn with_run_id(mut self, run_id: &str) -> Ctx {
+        self.run_id = run_id.to_string();
+        self
+    }
+}
+
+/// What the effect is about: action, target and the inputs that change its consequence.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    pub action: String,
+    pub target: String,
+    pub inputs: Map<String, Value>,
+    pub terms: Option<String>,
+    pub needs_approval: bool,
+    /// A shell command recorded with the effect so a later run can settle it.
+    pub observe_cmd: Option<String>,
+}
+
+impl Spec {
+    pub fn new(action: &str, target: &str) -> Spec {
+        Spec {
+            action: action.to_string(),
+            target: target.to_string(),
+            ..Default::default()
+        }
+    }
+    pub fn input(mut self, k: &str, v: impl Into<Value>) -> Spec {
+        self.inputs.insert(k.to_string(), v.into());
+        self
+    }
+    pub fn terms(mut self, t: &str) -> Spec {
+        self.terms = Some(t.to_string());
+        self
+    }
+    pub fn needs_approval(mut self, yes: bool) -> Spec {
+        self.needs_approval = yes;
+        self
+    }
+    pub fn input_digest(&self) -> String {
+        key::input_digest(&self.inputs)
+    }
+    /// The effect key (DESIGN.md's contract). See [`Spec::checked_key`].
+    pub fn key(&self) -> String {
+        key::effect_key(&self.action, &self.target, &self.input_digest())
+    }
+    /// The effect key, refusing (exit 2) a spec whose joined string could be read two ways:
+    /// an empty or `|`-holding action, an empty target, an empty input key.
+    pub fn checked_key(&self) -> Result<String> {
+        key::check(&self.action, &self.target, &self.inputs)?;
+        Ok(self.key())
+    }
+}
+
+/// Why a send did not produce an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// Definitely nothing was sent (exit 75): the reservation is released.
+    NotSent(String),
+    /// The request may have left: the effect becomes `unknown`.
+    Lost(String),
+}
+
+/// The far side's answer to "did this effect happen?".
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    Happened(Option<String>),
+    NotHappened,
+    CantTell(String),
+}
+
+/// The effect itself: `perform` sends it (passing the effect key on as the far side's
+/// idempotency key where it has one), `observe` asks the far side whether it happened.
+pub trait Effect {
+    fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
+    fn observe(&mut self, effect_key: &str) -> Observation;
+    /// The response as the bytes the last `perform` produced and how many there were in all
+    /// (a command's stdout), when the action has them; kept with the effect so a duplicate
+    /// replays them.
+    fn output(&self) -> Option<&Output> {
+        None
+    }
+}
+
+/// Every way an attempt can end. Only the first sends anything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Sent now; the answer is recorded.
+    Done { key: String, response: String },
+    /// Already done (now or, per the observer, earlier): nothing sent.
+    DuplicateSuppressed {
+        key: String,
+        response: Option<String>,
+    },
+    /// A higher fencing token exists: stop quietly, do not retry.
+    Fenced { key: String },
+    /// Waiting for a person: nothing sent.
+    AwaitingApproval { key: String },
+    /// An earlier attempt may have sent it and nobody can tell yet: nothing sent.
+    Unresolved {
+        key: String,
+        state: String,
+        reason: String,
+    },
+    /// We sent and lost the answer: the effect is `unknown` until resolved.
+    Unknown { key: String, reason: String },
+    /// Denied or resolved "never retry".
+    Cancelled { key: String },
+    /// The action promised nothing was sent; the reservation was released.
+    NotSent { key: String, reason: String },
+    /// The action ran (`ran` says how it ended) but its outcome could not be recorded (a
+    /// locked database, a full disk) within the lease: the effect stays `submitted` until an
+    /// observer or an operator settles it.
+    Unrecorded {
+        key: String,
+        ran: String,
+        reason: String,
+    },
+    /// Too little of the lease was left to send under it (or it was released): nothing sent.
+    LeaseEnding { key: String, until: Option<String> },
+}
+
+impl Outcome {
+    pub fn key(&self) -> &str {
+        match self {
+            Outcome::Done { key, .. }
+            | Outcome::DuplicateSuppressed { key, .. }
+            | Outcome::Fenced { key }
+            | Outcome::AwaitingApproval { key }
+            | Outcome::Unresolved { key, .. }
+            | Outcome::Unknown { key, .. }
+            | Outcome::Cancelled { key }
+            | Outcome::NotSent { key, .. }
+            | Outcome::Unrecorded { key, .. }
+            | Outcome::LeaseEnding { key, .. } => key,
+        }
+    }
+
+    /// The CLI's exit code (DESIGN.md's contract).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Done { .. } | Outcome::DuplicateSuppressed { .. } => 0,
+            Outcome::Fenced { .. } | Outcome::LeaseEnding { .. } => 3,
+            Outcome::AwaitingApproval { .. } => 4,
+            Outcome::Unresolved { .. } => 5,
+            Outcome::Unknown { .. } | Outcome::Unrecorded { .. } => 6,
+            Outcome::Cancelled { .. } => 7,
+            Outcome::NotSent { .. } => 75,
+        }
+    }
+}
+
+/// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
+pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
+    store.effect(key)
+}
+
+/// The recorded history of an effect, oldest first (the effect detail).
+pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::snapshot::EventRow>> {
+    store.effect_events(key)
+}
+
+/// `host:pid` of this attempt, recorded with `submitted` so a restart can tell a dead sender
+/// from one still sending. The host is [`crate::host`] (`EXACTLY_HOST`, else the host name).
+pub fn attempt_id() -> String {
+    format!("{}:{}", crate::host(), std::process::id())
+}
+
+/// What can be known about the process that moved a row to `submitted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// A live process on this host (other than us): it may be sending right now.
+    Alive,
+    /// This host, and its process is gone (the command it ran died with it): nothing more
+    /// will leave on its behalf.
+    Gone,
+    /// Another host, ourselves, or no attempt recorded: only its lease can tell.
+    Unknown,
+}
+
+/// Looks the sender of a `submitted` row up by its attempt id (`host:pid`).
+pub fn sender(attempt: Option<&str>) -> Sender {
+    let Some((host, pid)) = attempt.and_then(|a| a.rsplit_once(':')) else {
+        return Sender::Unknown;
+    };
+    let Ok(pid) = pid.parse::<i32>() else {
+        return Sender::Unknown;
+    };
+    if host != crate::host() || pid as u32 == std::process::id() || pid <= 0 {
+        return Sender::Unknown;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) == 0 } {
+        Sender::Alive
+    } else {
+        Sender::Gone
+    }
+}

@@ -1,0 +1,237 @@
+//! Firings: a job's instant (scheduled, catch-up, manual, backfill), fired at most once. The
+//! policy lives here — what a firing does while a run is live ([`Overlap`]), how many runs one
+//! firing gets ([`MAX_ATTEMPTS`]) — and the store records what these rules decide in one
+//! transaction with the lease claim, so a crash never leaves half a decision.
+pub use crate::store::{FireRequest, Fired, Resumed, Started, Waiting};
+use crate::{time, Result, Store};
+
+/// How many runs one firing gets, however they end (killed, died with their scheduler, an
+/// effect that never happened): counted from the runs table, so across restarts and schedulers.
+pub const MAX_ATTEMPTS: i64 = 3;
+
+/// Whether a firing that has had `runs` runs is used up: it ends `gave_up`, never a fourth run.
+pub fn used_up(runs: i64) -> bool {
+    runs >= MAX_ATTEMPTS
+}
+
+/// What a job does when a firing comes while a run is live (the seed's three policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Drop the firing (recorded): only the latest state matters.
+    Coalesce,
+    /// Keep at most `cap` firings waiting, persisted; record saturation.
+    Queue { cap: u32 },
+    /// Record a loud miss: a missed firing is a real miss.
+    Fail,
+}
+
+/// A firing's fate while a run is live: [`Overlap::decide`] on the queue's depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhileLive {
+    Coalesce,
+    /// Waits, at this depth (counting itself).
+    Queue {
+        depth: u64,
+        cap: u32,
+    },
+    Saturated {
+        cap: u32,
+    },
+    Missed,
+}
+
+impl Overlap {
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::Coalesce => "coalesce",
+            Overlap::Queue { .. } => "queue",
+            Overlap::Fail => "fail",
+        }
+    }
+    pub fn cap(self) -> Option<u32> {
+        match self {
+            Overlap::Queue { cap } => Some(cap),
+            _ => None,
+        }
+    }
+    /// Rebuilds the policy from its registry form.
+    pub fn from_registry(name: &str, cap: Option<i64>) -> Option<Overlap> {
+        match name {
+            "coalesce" => Some(Overlap::Coalesce),
+            "fail" => Some(Overlap::Fail),
+            "queue" => Some(Overlap::Queue {
+                cap: cap.unwrap_or(1).clamp(0, u32::MAX as i64) as u32,
+            }),
+            _ => None,
+        }
+    }
+    /// What a firing does while a run is live, with `queued` firings already waiting.
+    pub fn decide(self, queued: u64) -> WhileLive {
+        match self {
+            Overlap::Coalesce => WhileLive::Coalesce,
+            Overlap::Queue { cap } if queued < u64::from(cap) => WhileLive::Queue {
+                depth: queued + 1,
+                cap,
+            },
+            Overlap::Queue { cap } => WhileLive::Saturated { cap },
+            Overlap::Fail => WhileLive::Missed,
+        }
+    }
+}
+
+impl Fired {
+    /// How loud a firing's fate is in the scheduler's log: a miss is an error, a saturated
+    /// queue a warning.
+    pub fn level(&self) -> &'static str {
+        self.worded("", "").0
+    }
+
+    /// What became of the `kind` firing at `slot`, in words: the scheduler's log line and the
+    /// event a paused skip records.
+    pub fn describe(&self, kind: &str, slot: &str) -> String {
+        self.worded(kind, slot).1
+    }
+
+    fn worded(&self, kind: &str, slot: &str) -> (&'static str, String) {
+        match self {
+            Fired::Started(s) => (
+                "INFO",
+                format!(
+                    "{kind} firing at {slot} started run {} (token {}){}",
+                    s.run_id,
+                    s.token,
+                    s.stolen_from
+                        .as_ref()
+                        .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
+                        .unwrap_or_default()
+                ),
+            ),
+            Fired::Duplicate { state, owner } => (
+                "INFO",
+                format!(
+                    "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
+                    owner.as_deref().unwrap_or("someone")
+                ),
+            ),
+            Fired::Skipped { note, by } => (
+                "INFO",
+                format!(
+                    "{kind} firing at {slot} skipped: paused by {}{}",
+                    by.as_deref().unwrap_or("someone"),
+                    note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+                ),
+            ),
+            Fired::Coalesced { holder, token } => (
+                "INFO",
+                format!("{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"),
+            ),
+            Fired::Queued { depth, cap } => (
+                "INFO",
+                format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})"),
+            ),
+            Fired::Saturated { cap } => (
+                "WARN",
+                format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)"),
+            ),
+            Fired::Missed { holder, token } => (
+                "ERROR",
+                format!(
+                    "{kind} firing at {slot} MISSED: overlap = fail and a run is live ({holder}, token {token})"
+                ),
+            ),
+            Fired::Busy { holder, until } => (
+                "INFO",
+                format!("{kind} firing at {slot} waits: lease held by {holder} until {until}"),
+            ),
+        }
+    }
+}
+
+/// Decides a firing: a duplicate of one already fired, skipped while paused, started under a
+/// lease won now, or — a run being live — what its [`Overlap`] says. One transaction.
+pub fn fire(store: &mut Store, req: &FireRequest<'_>) -> Result<Fired> {
+    store.fire(req)
+}
+
+/// The latest slot the schedule itself fired (manual and backfill firings do not count).
+pub fn last_slot(store: &mut Store, job: &str) -> Result<Option<String>> {
+    store.last_slot(job)
+}
+
+/// Records firings that passed with nobody to run them (beyond the catch-up window): `missed`
+/// (or `skipped` while paused). Returns how many were counted.
+pub fn record_missed(
+    store: &mut Store,
+    job: &str,
+    slots: &[String],
+    total: u64,
+    owner: &str,
+) -> Result<u64> {
+    store.record_missed(job, slots, total, owner, &time::now_text())
+}
+
+/// What waits to start for a job whose lease is free at `now`.
+pub fn waiting(store: &mut Store, job: &str, now: &str) -> Result<Waiting> {
+    store.waiting(job, now)
+}
+
+/// Starts the oldest queued firing of a job if its lease can be won (and it is not paused).
+pub fn start_queued(
+    store: &mut Store,
+    job: &str,
+    owner: &str,
+    lease_until: &str,
+    now: &str,
+) -> Result<Option<Started>> {
+    store.start_queued(job, owner, lease_until, now)
+}
+
+/// Fires again, for the same slot, a firing whose run died or whose effect an observer found
+/// never happened; one that had [`MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings
+/// older than `oldest` are given up as `interrupted`.
+pub fn resume(
+    store: &mut Store,
+    job: &str,
+    owner: &str,
+    lease_until: &str,
+    now: &str,
+    oldest: &str,
+) -> Result<Resumed> {
+    store.resume_firing(job, owner, lease_until, now, oldest)
+}
+
+/// An observer found that an effect sent by `run_id` never happened: that run's firing is fired
+/// again by the next [`resume`]. Returns whether a firing was marked.
+pub fn retry_of_run(store: &mut Store, job: &str, run_id: &str) -> Result<bool> {
+    store.retry_firing_of_run(job, run_id, &time::now_text())
+}
+
+/// How many firings of a job had how many runs: (runs, firings), fewest runs first.
+pub fn runs_per_firing(store: &mut Store, job: &str) -> Result<Vec<(i64, i64)>> {
+    store.runs_per_firing(job)
+}
+
+/// How many firings of a job ended `gave_up`.
+pub fn gave_up_count(store: &mut Store, job: &str) -> Result<i64> {
+    store.firings_gave_up(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_decides_from_the_queue_depth() {
+        assert_eq!(Overlap::Coalesce.decide(5), WhileLive::Coalesce);
+        assert_eq!(Overlap::Fail.decide(0), WhileLive::Missed);
+        let q = Overlap::Queue { cap: 2 };
+        assert_eq!(q.decide(0), WhileLive::Queue { depth: 1, cap: 2 });
+        assert_eq!(q.decide(1), WhileLive::Queue { depth: 2, cap: 2 });
+        assert_eq!(q.decide(2), WhileLive::Saturated { cap: 2 });
+        assert_eq!(
+            Overlap::Queue { cap: 0 }.decide(0),
+            WhileLive::Saturated { cap: 0 }
+        );
+        assert!(!used_up(2) && used_up(3));
+    }
+}

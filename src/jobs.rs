@@ -1,0 +1,146 @@
+//! Jobs as the database knows them: the registry a scheduler writes from its jobs file, the
+//! operator's pause and resume, the schedulers that run them, and their runs (what `top`'s job
+//! detail, `logs`, `trigger` and `backfill` read). The store records; the time and the actor
+//! come from here.
+use crate::time;
+use crate::{Result, Store};
+
+pub use crate::snapshot::{EventRow, RunRow};
+pub use crate::store::{
+    EffectCounts, JobRecord, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW, RUN_WINDOW_DAYS,
+};
+
+/// Writes the jobs of one file (`source`) into the registry and retires the jobs that file no
+/// longer has. Pause state is kept across registrations.
+pub fn register(
+    store: &mut Store,
+    jobs: &[JobRecord],
+    source: &str,
+    owner: &str,
+) -> Result<Registered> {
+    store.register_jobs(jobs, source, owner, &time::now_text())
+}
+
+/// One job's registry record, if it was ever registered.
+pub fn record(store: &mut Store, job: &str) -> Result<Option<JobRecord>> {
+    store.registered_job(job)
+}
+
+/// Every job in the registry (retired ones too), by name.
+pub fn records(store: &mut Store) -> Result<Vec<JobRecord>> {
+    store.registered_jobs()
+}
+
+/// What a pause or a resume did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Toggled {
+    /// A pause (else a resume).
+    pub pause: bool,
+    /// False when the job already was in that state: nothing changed.
+    pub changed: bool,
+}
+
+impl Toggled {
+    /// The outcome in words (the CLI and the dashboard add who acted).
+    pub fn describe(&self, job: &str) -> String {
+        let j = crate::sanitize::inert(job);
+        match (self.pause, self.changed) {
+            (true, true) => format!("paused job {j}"),
+            (false, true) => format!("resumed job {j}"),
+            (true, false) => format!("job {j} was already paused"),
+            (false, false) => format!("job {j} was not paused"),
+        }
+    }
+}
+
+/// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
+pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
+    let changed = store.set_paused(job, true, by, note, &time::now_text())?;
+    Ok(Toggled {
+        pause: true,
+        changed,
+    })
+}
+
+/// Resumes a paused job as `by`.
+pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
+    let changed = store.set_paused(job, false, by, None, &time::now_text())?;
+    Ok(Toggled {
+        pause: false,
+        changed,
+    })
+}
+
+/// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
+/// schedulers beat every 2 s).
+pub fn scheduler_dead_after() -> std::time::Duration {
+    std::env::var("EXACTLY_SCHEDULER_DEAD_AFTER")
+        .ok()
+        .and_then(|s| time::parse_duration(&s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(SCHEDULER_DEAD_AFTER)
+}
+pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Records a scheduler's start (a restart under the same owner starts its row afresh).
+pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
+    store.scheduler_started(s, &time::now_text())
+}
+
+/// One scheduler heartbeat; false when its row is gone or taken over (pruned, another pid).
+pub fn scheduler_beat(store: &mut Store, owner: &str, pid: u32) -> Result<bool> {
+    store.scheduler_beat(owner, pid, &time::now_text())
+}
+
+/// Records a scheduler's clean shutdown.
+pub fn scheduler_ended(store: &mut Store, owner: &str, pid: u32) -> Result<()> {
+    store.scheduler_ended(owner, pid, &time::now_text())
+}
+
+/// A job's most recent runs, newest first (the job detail).
+pub fn recent_runs(store: &mut Store, job: &str, limit: usize) -> Result<Vec<RunRow>> {
+    store.recent_runs(job, limit)
+}
+
+/// One run and its captured output (the run view, `exactly logs --run`).
+pub fn run_output(store: &mut Store, run_id: &str) -> Result<Option<(RunRow, String)>> {
+    store.run_output(run_id)
+}
+
+/// The job's next run started after `after` (its latest when None): `exactly logs -f`.
+pub fn run_after(store: &mut Store, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+    store.run_after(job, after)
+}
+
+/// Durations of the job's recent runs that ended by themselves, for the lint's p99.
+pub fn run_durations(store: &mut Store, job: &str) -> Result<Vec<i64>> {
+    let oldest = time::fmt(time::now() - chrono::Duration::days(RUN_WINDOW_DAYS));
+    store.run_durations(job, &oldest)
+}
+
+/// Saves what a live run printed so far (the run view shows it before the run ends).
+pub fn run_output_so_far(store: &mut Store, run_id: &str, log: &str) -> Result<()> {
+    store.run_output_so_far(run_id, log)
+}
+
+/// Records that a run's lease renewal was refused: a newer token holds the job.
+pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Result<()> {
+    store.run_fenced(job, run_id, token)
+}
+
+/// Records how a run ended; its firing is settled (ran, retry, or gave up after
+/// [`crate::firing::MAX_ATTEMPTS`] runs).
+pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
+    store.finish_run(end, &time::now_text())
+}
+
+/// What a run's effects did, from the events carrying its token.
+pub fn effect_counts(store: &mut Store, job: &str, token: i64) -> Result<EffectCounts> {
+    store.run_effect_counts(job, token)
+}
+
+/// Deletes history older than `horizon` (`exactly gc`, `retain`): see `DESIGN.md` for what is
+/// never deleted.
+pub fn prune(store: &mut Store, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
+    store.prune(horizon, effects, dry_run)
+}

@@ -1,0 +1,116 @@
+//! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
+//! a job's open effects. Each through an index.
+use super::{int, text, text_or_empty, Store};
+use crate::snapshot::{EventRow, RunRow};
+use crate::Result;
+use rusqlite::{params, OptionalExtension};
+
+pub(super) fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: int(r, 0)?.unwrap_or(0),
+        at: text_or_empty(r, 1)?,
+        kind: text_or_empty(r, 2)?,
+        job_key: text(r, 3)?,
+        effect_key: text(r, 4)?,
+        fencing_token: int(r, 5)?,
+        actor: text(r, 6)?,
+        detail: text(r, 7)?,
+    })
+}
+
+pub(super) const EVENT_COLS: &str =
+    "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
+pub(super) const RUN_COLS: &str =
+    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
+     exit_code";
+
+pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        run_id: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        scheduled_at: text_or_empty(r, 2)?,
+        owner: text_or_empty(r, 3)?,
+        fencing_token: int(r, 4)?.unwrap_or(0),
+        started_at: text_or_empty(r, 5)?,
+        ended_at: text(r, 6)?,
+        outcome: text(r, 7)?,
+        duration_ms: int(r, 8)?,
+        exit_code: int(r, 9)?,
+    })
+}
+
+impl Store {
+    /// Every event about one effect, oldest first.
+    pub(crate) fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
+            ))?;
+            let rows = stmt.query_map([key], event_row)?.collect();
+            rows
+        })
+    }
+
+    /// One run and its stored output (stdout and stderr interleaved as they arrived; while the
+    /// run lasts, what it printed so far).
+    pub(crate) fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
+        self.read(|tx| {
+            tx.query_row(
+                &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
+                [run_id],
+                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
+            )
+            .optional()
+        })
+    }
+
+    /// The first run of a job that started after `after` (None: its latest run).
+    pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+        self.read(|tx| match after {
+            None => tx
+                .query_row(
+                    &format!(
+                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
+                         ORDER BY started_at DESC LIMIT 1"
+                    ),
+                    [job],
+                    run_row,
+                )
+                .optional(),
+            Some(t) => tx
+                .query_row(
+                    &format!(
+                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
+                         ORDER BY started_at LIMIT 1"
+                    ),
+                    params![job, t],
+                    run_row,
+                )
+                .optional(),
+        })
+    }
+
+    /// The most recent runs of a job, newest first.
+    pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![job, limit as i64], run_row)?.collect();
+            rows
+        })
+    }
+
+    /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
+    pub(crate) fn open_effects_of(&mut self, job: &str) -> Result<Vec<super::LedgerRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')
+                 ORDER BY updated_at",
+                super::ledger_rows::LEDGER_COLS
+            ))?;
+            let rows = stmt.query_map([job], super::ledger_rows::ledger_row)?.collect();
+            rows
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! The effect aggregate's rows and answers: the ledger row as read, the version a writer saw
+//! ([`Seen`]), and what each transition in `ledger.rs` answers.
+use super::{int, text, text_or_empty, word, Cached};
+use crate::state::EffectState;
+use rusqlite::{OptionalExtension, Transaction};
+
+/// A whole `effect_ledger` row.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LedgerRow {
+    pub effect_key: String,
+    pub job_key: String,
+    pub run_id: String,
+    pub fencing_token: Option<i64>,
+    pub state: EffectState,
+    pub terms_shown: Option<String>,
+    pub response: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub action_id: Option<String>,
+    pub target_id: Option<String>,
+    pub input_digest: Option<String>,
+    pub observe_cmd: Option<String>,
+    pub attempt: Option<String>,
+    pub verdict: Option<String>,
+    pub verdict_at: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolved_at: Option<String>,
+    pub resolution_note: Option<String>,
+    pub evidence: Option<String>,
+    /// Bumped by every transition; NULL (a row written with the seed's SQL) reads as 0.
+    pub version: i64,
+    /// The command's stdout exactly as written, up to the response cap.
+    #[serde(skip)]
+    pub response_raw: Option<Vec<u8>>,
+    /// Bytes the command wrote in all; more than `response_raw` holds means it was cut.
+    pub response_total: Option<i64>,
+}
+
+impl LedgerRow {
+    /// What a writer read of this row, for a later compare-and-set.
+    pub(crate) fn seen(&self) -> Seen {
+        Seen {
+            state: self.state.clone(),
+            version: self.version,
+            updated_at: self.updated_at.clone(),
+        }
+    }
+}
+
+/// A ledger row as a writer last read it. Every transition is a compare-and-set on it: it
+/// applies only if the row still is in this state, at this version, updated at this instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub state: EffectState,
+    pub version: i64,
+    pub updated_at: String,
+}
+
+pub(crate) const LEDGER_COLS: &str =
+    "effect_key, job_key, run_id, fencing_token, state, terms_shown,
+    response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
+    verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
+    coalesce(version, 0), response_raw, response_total";
+
+pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
+    Ok(LedgerRow {
+        effect_key: text_or_empty(r, 0)?,
+        job_key: text_or_empty(r, 1)?,
+        run_id: text_or_empty(r, 2)?,
+        fencing_token: int(r, 3)?,
+        state: word(r, 4)?,
+        terms_shown: text(r, 5)?,
+        response: text(r, 6)?,
+        created_at: text_or_empty(r, 7)?,
+        updated_at: text_or_empty(r, 8)?,
+        action_id: text(r, 9)?,
+        target_id: text(r, 10)?,
+        input_digest: text(r, 11)?,
+        observe_cmd: text(r, 12)?,
+        attempt: text(r, 13)?,
+        verdict: text(r, 14)?,
+        verdict_at: text(r, 15)?,
+        resolved_by: text(r, 16)?,
+        resolved_at: text(r, 17)?,
+        resolution_note: text(r, 18)?,
+        evidence: text(r, 19)?,
+        version: int(r, 20)?.unwrap_or(0),
+        response_raw: bytes(r, 21)?,
+        response_total: int(r, 22)?,
+    })
+}
+
+/// Reads a BLOB (or TEXT) column as the bytes stored.
+fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(idx)? {
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        _ => None,
+    })
+}
+
+pub(super) fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
+    tx.row_cached(
+        &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
+        [key],
+        ledger_row,
+    )
+    .optional()
+}
+
+/// The answer to a move the ledger may refuse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// Our row was inserted in state `claimed`, as seen here.
+    Claimed(Seen),
+    /// Our row was inserted in state `submitted` for our attempt, as seen here
+    /// ([`Store::begin_and_submit_effect`]): send it.
+    Submitted(Seen),
+    /// A row already exists for the key: branch on its state. With it, whether the lease under
+    /// which it was submitted may still be live (its token's lease ends after now minus the
+    /// clock-skew margin): its sender may still be sending.
+    Existing(Box<LedgerRow>, SenderLease),
+    /// A higher fencing token exists for the job.
+    Fenced,
+}
+
+/// The lease a `submitted` row was sent under, as the store found it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SenderLease {
+    /// The row's token still holds a lease ending after now minus the clock-skew margin.
+    pub live: bool,
+    /// When that lease ends (None: the token holds no lease any more).
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submit {
+    /// We moved the row `claimed` → `submitted`: we, and only we, may send.
+    Won {
+        approval_consumed: bool,
+        /// The row as we left it, for the compare-and-set that records the answer.
+        seen: Seen,
+    },
+    /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
+    /// the permission to send, so nothing is sent. Renew it and try again.
+    LeaseEnding {
+        until: Option<String>,
+    },
+    /// Someone else moved it first (or it is no longer `claimed`): never send.
+    Lost(Box<LedgerRow>),
+    Fenced,
+    /// The effect needs an approval that is not granted (pending, or missing).
+    NotApproved,
+    /// The approval was denied: the effect is now `cancelled`.
+    Denied,
+}
+
+/// Facts recorded with a new ledger row.
+#[derive(Debug, Clone, Default)]
+pub struct NewEffect<'a> {
+    pub effect_key: &'a str,
+    pub job_key: &'a str,
+    pub run_id: &'a str,
+    pub token: i64,
+    pub terms_shown: Option<&'a str>,
+    pub action_id: &'a str,
+    pub target_id: &'a str,
+    pub input_digest: &'a str,
+    pub observe_cmd: Option<&'a str>,
+}
+
+/// How an operator (or observer) settles an effect that may or may not have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Happened,
+    NotHappened,
+    Cancel,
+}
+
+impl Resolution {
+    pub fn target_state(self) -> EffectState {
+        match self {
+            Resolution::Happened => EffectState::Done,
+            Resolution::NotHappened => EffectState::Claimed,
+            Resolution::Cancel => EffectState::Cancelled,
+        }
+    }
+    pub fn word(self) -> &'static str {
+        match self {
+            Resolution::Happened => "happened",
+            Resolution::NotHappened => "not-happened",
+            Resolution::Cancel => "cancel",
+        }
+    }
+}
+
+/// The answer to an observer's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Recorded (and, when definite, the row settled); `seen` is the row as it left it.
+    Applied {
+        from: EffectState,
+        seen: Seen,
+    },
+    /// The row moved since the observer looked: the verdict was discarded.
+    Stale {
+        state: EffectState,
+    },
+    /// The row's sender may still be sending (its lease is live): not settled.
+    InFlight {
+        state: EffectState,
+        attempt: Option<String>,
+        since: String,
+        until: Option<String>,
+    },
+    /// A higher fencing token exists for the observing job.
+    Fenced,
+    NotOpen {
+        state: EffectState,
+        by: Option<String>,
+    },
+    NotFound,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Done {
+        from: EffectState,
+    },
+    /// The effect is not open (already settled, by someone else or by an observer).
+    NotOpen {
+        state: EffectState,
+        by: Option<String>,
+    },
+    /// A higher fencing token exists for the settling job: nothing was changed.
+    Fenced,
+    NotFound,
+}

@@ -86,6 +86,20 @@ impl Fired {
         self.worded("", "").0
     }
 
+    /// The firing's fate in one word, as JSON's `result` says it.
+    pub fn verdict(&self) -> &'static str {
+        match self {
+            Fired::Started(_) => "started",
+            Fired::Duplicate { .. } => "duplicate",
+            Fired::Skipped { .. } => "skipped",
+            Fired::Coalesced { .. } => "coalesced",
+            Fired::Queued { .. } => "queued",
+            Fired::Saturated { .. } => "saturated",
+            Fired::Missed { .. } => "missed",
+            Fired::Busy { .. } => "busy",
+        }
+    }
+
     /// What became of the `kind` firing at `slot`, in words: the scheduler's log line and the
     /// event a paused skip records.
     pub fn describe(&self, kind: &str, slot: &str) -> String {
@@ -141,7 +155,7 @@ impl Fired {
             ),
             Fired::Busy { holder, until } => (
                 "INFO",
-                format!("{kind} firing at {slot} waits: lease held by {holder} until {until}"),
+                format!("{kind} firing at {slot} not started: lease held by {holder} until {until}"),
             ),
         }
     }

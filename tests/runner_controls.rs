@@ -27,7 +27,9 @@ fn trigger_pause_resume_backfill() {
     let (code, out, err) = site.exactly(&["trigger", "report"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains("started: manual firing") && out.contains("ok: in"),
+        out.contains("manual firing at ")
+            && out.contains(" started run ")
+            && out.contains("ok: in"),
         "{out}"
     );
     assert!(out.contains("effects: 1 done"), "{out}");
@@ -46,7 +48,7 @@ fn trigger_pause_resume_backfill() {
     let (code, out, _) = site.exactly(&["trigger", "report"]);
     assert_eq!(code, 3, "{out}");
     assert!(
-        out.starts_with("coalesced: a run of report is live"),
+        out.contains("manual firing at ") && out.contains(" coalesced: a run is live"),
         "{out}"
     );
     let bg_out = bg.wait_with_output().unwrap();
@@ -95,7 +97,7 @@ fn trigger_pause_resume_backfill() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(
         out.lines()
-            .filter(|l| l.contains("duplicate firing, not run again"))
+            .filter(|l| l.contains("is a duplicate (already "))
             .count(),
         2,
         "{out}"

@@ -1,7 +1,9 @@
 //! The `exactly` command line (DESIGN.md's contract). Every error is one sentence on stderr.
 //!
-//! One file per group of subcommands; the runner's (`run`, `check`, `trigger`, …) live in
-//! `runner/`, `top` in `tui/`, `chaos` and `far-side` in `chaos/`.
+//! One file per group of subcommands; `run` starts the scheduler in `runner/`, `top` the
+//! dashboard in `tui/`, `chaos` and `far-side` live in `chaos/`.
+mod check;
+mod controls;
 mod decisions;
 mod effects;
 mod gc;
@@ -106,21 +108,21 @@ pub enum Cmd {
     #[command(
         after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly check --strict jobs.toml   # warnings fail too"
     )]
-    Check(crate::runner::CheckArgs),
+    Check(check::CheckArgs),
     /// Fire a job now (its own firing, still under its lease and overlap policy).
     #[command(after_help = "Example:\n  exactly trigger daily-digest")]
-    Trigger(crate::runner::TriggerArgs),
+    Trigger(controls::TriggerArgs),
     /// Pause a job: its firings are recorded as skipped.
     #[command(after_help = "Example:\n  exactly pause daily-digest --note \"vendor outage\"")]
-    Pause(crate::runner::PauseArgs),
+    Pause(controls::PauseArgs),
     /// Resume a paused job.
     #[command(after_help = "Example:\n  exactly resume daily-digest")]
-    Resume(crate::runner::ResumeArgs),
+    Resume(controls::ResumeArgs),
     /// Fire a job for past slots; effects already done are suppressed by their keys.
     #[command(
         after_help = "Example:\n  exactly backfill daily-digest --from 2026-11-01T00:00:00Z --to 2026-11-07T00:00:00Z"
     )]
-    Backfill(crate::runner::BackfillArgs),
+    Backfill(controls::BackfillArgs),
     /// The live dashboard.
     #[command(
         after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
@@ -238,11 +240,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Logs(a) => logs_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
-        Cmd::Check(a) => crate::runner::check_main(&db, a),
-        Cmd::Trigger(a) => crate::runner::trigger_main(&db, a),
-        Cmd::Pause(a) => crate::runner::pause_main(&db, a),
-        Cmd::Resume(a) => crate::runner::resume_main(&db, a),
-        Cmd::Backfill(a) => crate::runner::backfill_main(&db, a),
+        Cmd::Check(a) => check::check_main(&db, a),
+        Cmd::Trigger(a) => controls::trigger_main(&db, a),
+        Cmd::Pause(a) => controls::pause_main(&db, a),
+        Cmd::Resume(a) => controls::resume_main(&db, a),
+        Cmd::Backfill(a) => controls::backfill_main(&db, a),
         Cmd::Top(a) => crate::tui::top_main(&db, a),
         Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
         Cmd::Demo(a) => crate::demo::demo_main(&db, a),

@@ -1,0 +1,61 @@
+//! `exactly check`: the jobs file's problems, the same list `run` refuses on.
+use crate::runner;
+use crate::sanitize::inert;
+use crate::Result;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The jobs file to lint.
+    pub jobs: String,
+    /// Exit 1 for warnings too (errors always exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// Print the problems as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
+    let (jobs, _, problems) = runner::problems(db, &a.jobs)?;
+    let count = |s: &str| problems.iter().filter(|p| p.kind() == s).count();
+    let (errors, warnings, notes) = (count("error"), count("warning"), count("note"));
+    // Errors fail the check (and `run` refuses them); warnings (risks read from the history of
+    // runs, which `run` logs and runs) only with --strict; notes never.
+    let code = i32::from(errors > 0 || (a.strict && warnings > 0));
+    if a.json {
+        let v = serde_json::json!({
+            "file": a.jobs,
+            "jobs": jobs.len(),
+            "errors": errors,
+            "warnings": warnings,
+            "notes": notes,
+            "strict": a.strict,
+            "ok": code == 0,
+            "problems": problems.iter().map(|p| serde_json::json!({
+                "severity": p.kind(),
+                "job": p.job,
+                "what": p.what,
+                "why": p.why,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(code);
+    }
+    for p in &problems {
+        println!("{}", p.line(&a.jobs));
+    }
+    if code != 0 {
+        return Ok(code);
+    }
+    if warnings > 0 {
+        println!(
+            "{}: ok with {warnings} warning(s) ({} jobs; --strict fails on warnings)",
+            inert(&a.jobs),
+            jobs.len()
+        );
+    } else {
+        println!("{}: ok ({} jobs)", inert(&a.jobs), jobs.len());
+    }
+    Ok(0)
+}

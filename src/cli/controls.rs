@@ -1,0 +1,328 @@
+//! `exactly trigger|pause|resume|backfill`: an operator's controls over registered jobs. Each
+//! firing goes through the same library call the scheduler uses (`firing::fire`) and runs in the
+//! foreground under the job's lease.
+use crate::firing::{self, FireRequest, Fired};
+use crate::runner::{execute, registered, run_here, Schedule};
+use crate::sanitize::inert;
+use crate::state::RunOutcome;
+use crate::{jobs, lease, time, Access, Error, Result, Store};
+use clap::Args;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct TriggerArgs {
+    /// The registered job to fire now.
+    #[arg(value_parser = lease::job_name)]
+    pub job: String,
+    /// Who fires it, in leases and firings (default user@host:pid).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+#[derive(Args, Debug)]
+pub struct PauseArgs {
+    /// The registered job to pause.
+    #[arg(value_parser = lease::job_name)]
+    pub job: String,
+    /// Why, shown with the job until it is resumed.
+    #[arg(long)]
+    pub note: Option<String>,
+}
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// The paused job to resume.
+    #[arg(value_parser = lease::job_name)]
+    pub job: String,
+}
+#[derive(Args, Debug)]
+pub struct BackfillArgs {
+    /// The registered job whose past slots to fire.
+    #[arg(value_parser = lease::job_name)]
+    pub job: String,
+    /// First slot (RFC 3339 instant), inclusive.
+    #[arg(long)]
+    pub from: String,
+    /// Last slot (RFC 3339 instant), inclusive.
+    #[arg(long)]
+    pub to: String,
+    /// Who fires them, in leases and firings (default user@host:pid).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Print the result as one JSON object (one entry per slot).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Most slots one backfill may fire.
+const BACKFILL_MAX: u64 = 1000;
+
+fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
+    let c = jobs::effect_counts(store, job, token)?;
+    Ok(format!(
+        "effects: {} done, {} already done (suppressed), {} unknown, {} fenced writes",
+        c.done, c.suppressed, c.unknown, c.fenced
+    ))
+}
+
+/// A run's result and its effects as JSON, for `trigger --json` and `backfill --json`.
+fn run_json(
+    store: &mut Store,
+    job: &str,
+    token: i64,
+    run_id: &str,
+    r: &execute::RunResult,
+) -> Result<serde_json::Value> {
+    let c = jobs::effect_counts(store, job, token)?;
+    Ok(serde_json::json!({
+        "run_id": run_id, "token": token, "outcome": r.outcome, "exit_code": r.exit_code,
+        "duration_ms": r.duration_ms,
+        "effects": {"done": c.done, "suppressed": c.suppressed, "unknown": c.unknown,
+                    "fenced_writes": c.fenced},
+    }))
+}
+
+/// `exactly trigger JOB`: its own firing, now, under the lease and the overlap policy. Exit 0
+/// when it ran ok or was queued, 1 when the run failed, 3 when it was not started (coalesced,
+/// queue full, missed, paused).
+pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
+    let reg = registered(&mut store, &a.job)?;
+    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let now = time::now();
+    let slot = time::fmt(now);
+    let until = time::fmt(time::add(now, reg.lease));
+    let fired = firing::fire(
+        &mut store,
+        &FireRequest {
+            job: &a.job,
+            slot: &slot,
+            kind: "manual",
+            owner: &owner,
+            lease_until: &until,
+            now: &slot,
+            overlap: reg.overlap,
+            backfill: false,
+            live_here: false,
+        },
+    )?;
+    // The outcome in the words the scheduler's log uses for the same firing.
+    let words = inert(&fired.describe("manual", &slot));
+    use serde_json::json;
+    let (code, text, v) = match fired {
+        Fired::Started(st) => {
+            let token = st.token;
+            let run_id = st.run_id.clone();
+            if !a.json {
+                println!("{words}");
+            }
+            let r = run_here(db, &reg, st)?;
+            let text = format!(
+                "{}: in {}{}; {}",
+                r.outcome,
+                time::human_ms(r.duration_ms as u64),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                effects_line(&mut store, &a.job, token)?
+            );
+            let mut v = json!({"result": "started"});
+            v["run"] = run_json(&mut store, &a.job, token, &run_id, &r)?;
+            (if r.outcome == RunOutcome::Ok { 0 } else { 1 }, text, v)
+        }
+        // Queued runs later: not a refusal.
+        Fired::Queued { depth, cap } => (
+            0,
+            words,
+            json!({"result": "queued", "depth": depth, "cap": cap}),
+        ),
+        Fired::Coalesced { holder, token } => (
+            3,
+            words,
+            json!({"result": "coalesced", "holder": holder, "token": token}),
+        ),
+        Fired::Saturated { cap } => (3, words, json!({"result": "saturated", "cap": cap})),
+        Fired::Missed { holder, token } => (
+            3,
+            words,
+            json!({"result": "missed", "holder": holder, "token": token}),
+        ),
+        Fired::Skipped { note, by } => (
+            3,
+            words,
+            json!({"result": "skipped", "paused_by": by, "note": note}),
+        ),
+        Fired::Duplicate { state, .. } => {
+            (3, words, json!({"result": "duplicate", "state": state}))
+        }
+        Fired::Busy { holder, .. } => (3, words, json!({"result": "busy", "holder": holder})),
+    };
+    if a.json {
+        let mut v = v;
+        v["job"] = json!(a.job);
+        v["slot"] = json!(slot);
+        v["exit"] = json!(code);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!("{text}");
+    }
+    Ok(code)
+}
+
+/// `pause`/`resume`'s line: who acted when it changed something.
+fn say_toggled(t: jobs::Toggled, job: &str, by: &str) {
+    if t.changed {
+        println!("{} by {}", t.describe(job), inert(by));
+    } else {
+        println!("{}", t.describe(job));
+    }
+}
+
+pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
+    registered(&mut store, &a.job)?;
+    let by = crate::actor();
+    let t = jobs::pause(&mut store, &a.job, &by, a.note.as_deref())?;
+    say_toggled(t, &a.job, &by);
+    Ok(0)
+}
+
+pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
+    registered(&mut store, &a.job)?;
+    let by = crate::actor();
+    let t = jobs::resume(&mut store, &a.job, &by)?;
+    say_toggled(t, &a.job, &by);
+    Ok(0)
+}
+
+/// `exactly backfill JOB --from T --to T`: fires the job's slots in the range, one after the
+/// other, each waiting for the lease. A slot that already ran is a duplicate and is not run
+/// again; a run's effects that are already done are suppressed by their keys.
+pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
+    let parse = |s: &str, what: &str| {
+        time::parse(s).ok_or_else(|| {
+            Error::Usage(format!(
+                "--{what} {} is not an instant (use e.g. 2026-03-01T07:00:00Z)",
+                inert(s)
+            ))
+        })
+    };
+    let from = parse(&a.from, "from")?;
+    let to = parse(&a.to, "to")?;
+    if to < from {
+        return Err(Error::Usage("--to is before --from".into()));
+    }
+    if to > time::now() {
+        return Err(Error::Usage(
+            "--to is in the future; backfill fires past slots only".into(),
+        ));
+    }
+    let mut store = crate::open(db.as_deref(), Access::Write)?;
+    let reg = registered(&mut store, &a.job)?;
+    let schedule = Schedule::from_registry(
+        reg.row.schedule.as_deref().unwrap_or(""),
+        reg.row.timezone.as_deref(),
+    )
+    .map_err(Error::Usage)?;
+    let before = from - chrono::Duration::milliseconds(1);
+    let (slots, total) = schedule.slots(before, to, BACKFILL_MAX as usize);
+    if total > BACKFILL_MAX {
+        return Err(Error::Usage(format!(
+            "the range holds {total} slots, more than {BACKFILL_MAX}; narrow --from/--to"
+        )));
+    }
+    // Each slot's result: printed as it comes, or gathered into one JSON object.
+    let mut report: Vec<serde_json::Value> = Vec::new();
+    let finish = |report: Vec<serde_json::Value>, code: i32| -> Result<i32> {
+        if a.json {
+            let v = serde_json::json!({
+                "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
+                "slots": report, "exit": code,
+            });
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Ok(code)
+    };
+    let say = |text: String| {
+        if !a.json {
+            println!("{text}");
+        }
+    };
+    if slots.is_empty() {
+        say(format!(
+            "no slots of {} between {} and {}",
+            inert(&a.job),
+            time::fmt(from),
+            time::fmt(to)
+        ));
+        return finish(report, 0);
+    }
+    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let mut failed = false;
+    for slot in slots {
+        let slot_text = time::fmt(slot);
+        let waited_since = Instant::now();
+        let max_wait = reg.lease * 3 + Duration::from_secs(10);
+        loop {
+            let now = time::now();
+            let fired = firing::fire(
+                &mut store,
+                &FireRequest {
+                    job: &a.job,
+                    slot: &slot_text,
+                    kind: "backfill",
+                    owner: &owner,
+                    lease_until: &time::fmt(time::add(now, reg.lease)),
+                    now: &time::fmt(now),
+                    overlap: reg.overlap,
+                    backfill: true,
+                    live_here: false,
+                },
+            )?;
+            let words = inert(&fired.describe("backfill", &slot_text));
+            match fired {
+                Fired::Started(s) => {
+                    let token = s.token;
+                    let run_id = s.run_id.clone();
+                    let r = run_here(db, &reg, s)?;
+                    say(format!(
+                        "{slot_text}: ran, {} in {}; {}",
+                        r.outcome,
+                        time::human_ms(r.duration_ms as u64),
+                        effects_line(&mut store, &a.job, token)?
+                    ));
+                    let run = run_json(&mut store, &a.job, token, &run_id, &r)?;
+                    report
+                        .push(serde_json::json!({"slot": slot_text, "result": "ran", "run": run}));
+                    failed |= r.outcome != RunOutcome::Ok;
+                }
+                Fired::Duplicate { state, .. } => {
+                    say(words);
+                    report.push(serde_json::json!({"slot": slot_text, "result": "duplicate", "state": state}));
+                }
+                Fired::Skipped { .. } => {
+                    say(words);
+                    report.push(serde_json::json!({"slot": slot_text, "result": "skipped"}));
+                }
+                Fired::Busy { holder, until } => {
+                    if waited_since.elapsed() < max_wait {
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                    say(format!("{words}; stopping"));
+                    report.push(serde_json::json!({"slot": slot_text, "result": "busy", "holder": holder, "until": until}));
+                    return finish(report, 3);
+                }
+                // A backfill waits for the lease instead of applying the overlap policy.
+                other => {
+                    say(words);
+                    report.push(serde_json::json!({"slot": slot_text, "result": other.verdict()}));
+                }
+            }
+            break;
+        }
+    }
+    finish(report, if failed { 1 } else { 0 })
+}

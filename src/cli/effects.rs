@@ -59,7 +59,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         Some(o) => Some(o),
         None => effect::get(&mut store, &spec.key())?.and_then(|r| r.observe_cmd),
     };
-    let mut action = CommandAction::new(a.command);
+    let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;
     action.lease = Some(LeaseWatch {
         db: store.path().to_string(),

@@ -12,7 +12,7 @@ mod logs;
 mod metrics;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
-use crate::effect::{self, CommandAction, Ctx, Outcome, Spec};
+use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
 use crate::metrics::Snapshot;
 use crate::state::ApprovalState;
 use crate::wrapped::LeaseWatch;

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 /// An effect that is a command: exit 0 is done (stdout is the response), exit 75 promises
 /// nothing was sent, anything else (or a signal) leaves it unknown. See [`crate::wrapped`] for
 /// how it runs: streamed, in its own process group, signals forwarded, held to its lease.
-pub struct CommandAction {
+pub struct CommandEffect {
     pub argv: Vec<String>,
     pub observe_cmd: Option<String>,
     /// Extra environment for both the command and the observer.
@@ -18,9 +18,9 @@ pub struct CommandAction {
     pub output: Option<Output>,
 }
 
-impl CommandAction {
-    pub fn new(argv: Vec<String>) -> CommandAction {
-        CommandAction {
+impl CommandEffect {
+    pub fn new(argv: Vec<String>) -> CommandEffect {
+        CommandEffect {
             argv,
             observe_cmd: None,
             env: Vec::new(),
@@ -30,7 +30,7 @@ impl CommandAction {
     }
 }
 
-impl Effect for CommandAction {
+impl Effect for CommandEffect {
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
         self.output = None;
         let Some((prog, args)) = self.argv.split_first() else {

@@ -125,7 +125,7 @@ pub fn run_output_so_far(store: &mut Store, run_id: &str, log: &str) -> Result<(
 
 /// Records that a run's lease renewal was refused: a newer token holds the job.
 pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Result<()> {
-    store.run_fenced(job, run_id, token)
+    store.run_fenced(job, run_id, token, &time::now_text())
 }
 
 /// Records how a run ended; its firing is settled (ran, retry, or gave up after

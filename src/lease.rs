@@ -123,13 +123,13 @@ pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<
 /// Extends (or shortens: a past `until` lets the lease lapse) the lease to `until`;
 /// `Ok(false)` means a higher token exists.
 pub fn renew_until(store: &mut Store, job: &str, token: i64, until: time::Ts) -> Result<bool> {
-    store.renew_lease(job, token, &time::fmt(until))
+    store.renew_lease(job, token, &time::fmt(until), &time::now_text())
 }
 
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
-    store.release_lease(job, token)
+    store.release_lease(job, token, &time::now_text())
 }
 
 /// The job's lease row, if it was ever claimed.

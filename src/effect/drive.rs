@@ -113,7 +113,9 @@ pub fn execute(
                     output,
                     time::now(),
                 ),
-                Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
+                Err(Failure::NotSent(_)) => {
+                    store.release_effect_on(key, &ctx.job, ctx.token, seen, time::now())
+                }
                 Err(Failure::Lost(reason)) => store.finish_effect_on(
                     key,
                     &ctx.job,
@@ -128,7 +130,7 @@ pub fn execute(
             Input::Finished(ok)
         }
         Io::Duplicate { detail } => {
-            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail)?;
+            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail, time::now())?;
             Input::Counted
         }
         Io::End(_) => return Ok(None),

@@ -55,7 +55,18 @@ impl Toggled {
 
 /// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
 pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
-    let changed = store.set_paused(job, true, by, note, &time::now_text())?;
+    pause_at(store, job, by, note, time::now())
+}
+
+/// [`pause`] as at `now` (the caller's clock).
+pub fn pause_at(
+    store: &mut Store,
+    job: &str,
+    by: &str,
+    note: Option<&str>,
+    now: time::Ts,
+) -> Result<Toggled> {
+    let changed = store.set_paused(job, true, by, note, &time::fmt(now))?;
     Ok(Toggled {
         pause: true,
         changed,
@@ -64,7 +75,12 @@ pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Resu
 
 /// Resumes a paused job as `by`.
 pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
-    let changed = store.set_paused(job, false, by, None, &time::now_text())?;
+    resume_at(store, job, by, time::now())
+}
+
+/// [`resume`] as at `now` (the caller's clock).
+pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Result<Toggled> {
+    let changed = store.set_paused(job, false, by, None, &time::fmt(now))?;
     Ok(Toggled {
         pause: false,
         changed,

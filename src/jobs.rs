@@ -100,7 +100,12 @@ pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_
 
 /// Records a scheduler's start (a restart under the same owner starts its row afresh).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
-    store.scheduler_started(s, &time::now_text())
+    scheduler_started_at(store, s, time::now())
+}
+
+/// [`scheduler_started`] as at `now` (the caller's clock; its first heartbeat too).
+pub fn scheduler_started_at(store: &mut Store, s: &SchedulerReg<'_>, now: time::Ts) -> Result<()> {
+    store.scheduler_started(s, &time::fmt(now))
 }
 
 /// One scheduler heartbeat; false when its row is gone or taken over (pruned, another pid).
@@ -147,7 +152,16 @@ pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Res
 /// Records how a run ended; its firing is settled (ran, retry, or gave up after
 /// [`crate::firing::MAX_ATTEMPTS`] runs).
 pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
-    store.finish_run(end, &time::now_text())
+    finish_run_at(store, end, time::now())
+}
+
+/// [`finish_run`] as at `now` (the caller's clock: the run's end).
+pub fn finish_run_at(
+    store: &mut Store,
+    end: &RunEnd<'_>,
+    now: time::Ts,
+) -> Result<crate::state::RunOutcome> {
+    store.finish_run(end, &time::fmt(now))
 }
 
 /// What a run's effects did, from the events carrying its token.

@@ -83,12 +83,34 @@ pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
 pub fn approve(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, true, by, note, &crate::time::now_text())
+    approve_at(store, key, by, note, crate::time::now())
+}
+
+/// [`approve`] as at `now` (the caller's clock).
+pub fn approve_at(
+    store: &mut Store,
+    key: &str,
+    by: &str,
+    note: Option<&str>,
+    now: crate::time::Ts,
+) -> Result<Decided> {
+    store.decide_approval(key, true, by, note, &crate::time::fmt(now))
 }
 
 /// Denies a pending effect; it ends `cancelled` and is never sent.
 pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    store.decide_approval(key, false, by, note, &crate::time::now_text())
+    deny_at(store, key, by, note, crate::time::now())
+}
+
+/// [`deny`] as at `now` (the caller's clock).
+pub fn deny_at(
+    store: &mut Store,
+    key: &str,
+    by: &str,
+    note: Option<&str>,
+    now: crate::time::Ts,
+) -> Result<Decided> {
+    store.decide_approval(key, false, by, note, &crate::time::fmt(now))
 }
 
 /// Settles an effect after checking the far side: happened → `done`, did not happen →
@@ -101,7 +123,20 @@ pub fn resolve(
     note: Option<&str>,
     evidence: Option<&str>,
 ) -> Result<Resolved> {
-    store.resolve_effect(key, how, by, note, evidence, crate::time::now())
+    resolve_at(store, key, how, by, note, evidence, crate::time::now())
+}
+
+/// [`resolve`] as at `now` (the caller's clock).
+pub fn resolve_at(
+    store: &mut Store,
+    key: &str,
+    how: Resolution,
+    by: &str,
+    note: Option<&str>,
+    evidence: Option<&str>,
+    now: crate::time::Ts,
+) -> Result<Resolved> {
+    store.resolve_effect(key, how, by, note, evidence, now)
 }
 
 #[cfg(test)]

@@ -55,7 +55,18 @@ impl Toggled {
 
 /// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
 pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
-    let changed = store.set_paused(job, true, by, note, &time::now_text())?;
+    pause_at(store, job, by, note, time::now())
+}
+
+/// [`pause`] as at `now` (the caller's clock).
+pub fn pause_at(
+    store: &mut Store,
+    job: &str,
+    by: &str,
+    note: Option<&str>,
+    now: time::Ts,
+) -> Result<Toggled> {
+    let changed = store.set_paused(job, true, by, note, &time::fmt(now))?;
     Ok(Toggled {
         pause: true,
         changed,
@@ -64,7 +75,12 @@ pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Resu
 
 /// Resumes a paused job as `by`.
 pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
-    let changed = store.set_paused(job, false, by, None, &time::now_text())?;
+    resume_at(store, job, by, time::now())
+}
+
+/// [`resume`] as at `now` (the caller's clock).
+pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Result<Toggled> {
+    let changed = store.set_paused(job, false, by, None, &time::fmt(now))?;
     Ok(Toggled {
         pause: false,
         changed,
@@ -84,7 +100,12 @@ pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_
 
 /// Records a scheduler's start (a restart under the same owner starts its row afresh).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
-    store.scheduler_started(s, &time::now_text())
+    scheduler_started_at(store, s, time::now())
+}
+
+/// [`scheduler_started`] as at `now` (the caller's clock; its first heartbeat too).
+pub fn scheduler_started_at(store: &mut Store, s: &SchedulerReg<'_>, now: time::Ts) -> Result<()> {
+    store.scheduler_started(s, &time::fmt(now))
 }
 
 /// One scheduler heartbeat; false when its row is gone or taken over (pruned, another pid).
@@ -125,13 +146,22 @@ pub fn run_output_so_far(store: &mut Store, run_id: &str, log: &str) -> Result<(
 
 /// Records that a run's lease renewal was refused: a newer token holds the job.
 pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Result<()> {
-    store.run_fenced(job, run_id, token)
+    store.run_fenced(job, run_id, token, &time::now_text())
 }
 
 /// Records how a run ended; its firing is settled (ran, retry, or gave up after
 /// [`crate::firing::MAX_ATTEMPTS`] runs).
 pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
-    store.finish_run(end, &time::now_text())
+    finish_run_at(store, end, time::now())
+}
+
+/// [`finish_run`] as at `now` (the caller's clock: the run's end).
+pub fn finish_run_at(
+    store: &mut Store,
+    end: &RunEnd<'_>,
+    now: time::Ts,
+) -> Result<crate::state::RunOutcome> {
+    store.finish_run(end, &time::fmt(now))
 }
 
 /// What a run's effects did, from the events carrying its token.

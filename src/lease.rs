@@ -123,13 +123,29 @@ pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<
 /// Extends (or shortens: a past `until` lets the lease lapse) the lease to `until`;
 /// `Ok(false)` means a higher token exists.
 pub fn renew_until(store: &mut Store, job: &str, token: i64, until: time::Ts) -> Result<bool> {
-    store.renew_lease(job, token, &time::fmt(until))
+    renew_until_at(store, job, token, until, time::now())
+}
+
+/// [`renew_until`] as at `now` (the caller's clock: when a refusal is recorded).
+pub fn renew_until_at(
+    store: &mut Store,
+    job: &str,
+    token: i64,
+    until: time::Ts,
+    now: time::Ts,
+) -> Result<bool> {
+    store.renew_lease(job, token, &time::fmt(until), &time::fmt(now))
 }
 
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
-    store.release_lease(job, token)
+    release_at(store, job, token, time::now())
+}
+
+/// [`release`] as at `now` (the caller's clock: when a refusal is recorded).
+pub fn release_at(store: &mut Store, job: &str, token: i64, now: time::Ts) -> Result<bool> {
+    store.release_lease(job, token, &time::fmt(now))
 }
 
 /// The job's lease row, if it was ever claimed.

@@ -3,6 +3,9 @@
 //! must stay, and read commands change no byte of any file.
 mod support;
 
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
+use exactly::state::RunOutcome;
+use exactly::{firing, jobs, lease};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader};
@@ -331,19 +334,124 @@ fn logs_prints_both_streams_sanitised_and_follows_a_running_run() {
     assert_eq!(trigger.wait().expect("trigger").code(), Some(0));
 }
 
-/// Ages every row's timestamps by a year, as if written long ago.
-fn age_everything(site: &Site) {
-    let c = site.conn();
-    c.execute_batch(
-        "UPDATE exactly_runs SET started_at = strftime('%Y-%m-%dT%H:%M:%fZ', '2020-01-01', '+' || rowid || ' minutes'),
-           ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', '2020-01-01', '+' || rowid || ' minutes', '+1 seconds') WHERE ended_at IS NOT NULL;
-         UPDATE exactly_firings SET created_at = '2020-01-01T00:00:00.000Z', updated_at = '2020-01-01T00:00:00.000Z';
-         UPDATE exactly_events SET at = '2020-01-01T00:00:00.000Z';
-         UPDATE effect_ledger SET updated_at = '2020-01-01T00:00:00.000Z', created_at = '2020-01-01T00:00:00.000Z';
-         UPDATE exactly_approvals SET requested_at = '2020-01-01T00:00:00.000Z';
-         UPDATE exactly_schedulers SET started_at = '2020-01-01T00:00:00.000Z', heartbeat_at = '2020-01-01T00:00:00.000Z';",
+/// Long ago: 2020-01-01, plus `mins` minutes.
+fn long_ago(mins: i64) -> exactly::time::Ts {
+    exactly::time::parse("2020-01-01T00:00:00.000Z").expect("instant")
+        + chrono::Duration::minutes(mins)
+}
+
+/// A far side that answers as told.
+struct Answer(Result<String, Failure>);
+
+impl Effect for Answer {
+    fn perform(&mut self, _key: &str) -> Result<String, Failure> {
+        self.0.clone()
+    }
+    fn observe(&mut self, _key: &str) -> Observation {
+        Observation::CantTell("not asked".into())
+    }
+}
+
+/// `n` firings of `job` written long ago through the library (each a minute apart, as at its
+/// own instant), each run ending `ok`; `each(store, token, run_id, at)` runs inside each run.
+fn old_runs(
+    site: &Site,
+    job: &str,
+    n: i64,
+    mut each: impl FnMut(&mut exactly::Store, i64, &str, exactly::time::Ts),
+) {
+    let mut s = exactly::Store::open(&site.db()).expect("open");
+    for i in 0..n {
+        let at = long_ago(i);
+        let (slot, until) = (exactly::time::fmt(at), exactly::time::fmt(long_ago(i + 1)));
+        let fired = firing::fire(
+            &mut s,
+            &firing::FireRequest {
+                job,
+                slot: &slot,
+                kind: "scheduled",
+                owner: "s0@old-host:1",
+                lease_until: &until,
+                now: &slot,
+                overlap: firing::Overlap::Coalesce,
+                backfill: false,
+                live_here: false,
+            },
+        )
+        .expect("fire");
+        let firing::Fired::Started(run) = fired else {
+            panic!("{job} at {slot} did not start: {fired:?}")
+        };
+        each(&mut s, run.token, &run.run_id, at);
+        let end = jobs::RunEnd {
+            job,
+            run_id: &run.run_id,
+            slot: &slot,
+            token: run.token,
+            outcome: RunOutcome::Ok,
+            exit_code: Some(0),
+            duration_ms: 1000,
+            log: "",
+        };
+        jobs::finish_run_at(&mut s, &end, at + chrono::Duration::seconds(1)).expect("finish");
+    }
+}
+
+/// A year and more of history, every row written long ago through the library with a pinned
+/// clock: a scheduler's row, runs of `pay` each sending one effect keyed by its slot (done)
+/// then a duplicate, and by hand an unknown effect, a pending approval, a fenced write and a
+/// held lease.
+fn old_history(site: &Site) {
+    let mut s = exactly::Store::open(&site.db()).expect("open");
+    let reg = jobs::SchedulerReg {
+        owner: "s0@old-host:1",
+        host: "old-host",
+        pid: 1,
+        source: "jobs.toml",
+    };
+    jobs::scheduler_started_at(&mut s, &reg, long_ago(0)).expect("scheduler");
+    drop(s);
+    old_runs(site, "pay", 5, |s, token, run_id, at| {
+        let spec = Spec::new("pay", "acme").input("slot", exactly::time::fmt(at));
+        let ctx = Ctx::new("pay", token).with_run_id(run_id).at(at);
+        let first = effect::run(s, &ctx, &spec, &mut Answer(Ok("paid".into()))).expect("effect");
+        assert!(matches!(first, Outcome::Done { .. }), "{first:?}");
+        let again = effect::run(s, &ctx, &spec, &mut Answer(Ok("paid".into()))).expect("effect");
+        assert!(
+            matches!(again, Outcome::DuplicateSuppressed { .. }),
+            "{again:?}"
+        );
+    });
+    let mut s = exactly::Store::open(&site.db()).expect("open");
+    let at = long_ago(60);
+    let token = match lease::claim_until(&mut s, "manual", "me@old-host:2", long_ago(120), at)
+        .expect("claim")
+    {
+        lease::Claim::Won { token } => token,
+        held => panic!("{held:?}"),
+    };
+    let ctx = Ctx::new("manual", token).at(at);
+    let lost = Failure::Lost("exit 9".into());
+    let out = effect::run(
+        &mut s,
+        &ctx,
+        &Spec::new("a", "lost"),
+        &mut Answer(Err(lost)),
     )
-    .expect("age rows");
+    .expect("effect");
+    assert!(matches!(out, Outcome::Unknown { .. }), "{out:?}");
+    let ask = Spec::new("a", "ask").needs_approval(true);
+    let out = effect::run(&mut s, &ctx, &ask, &mut Answer(Ok("sent".into()))).expect("effect");
+    assert!(matches!(out, Outcome::AwaitingApproval { .. }), "{out:?}");
+    let stale = Ctx::new("manual", 0).at(at);
+    let out = effect::run(
+        &mut s,
+        &stale,
+        &Spec::new("a", "stale"),
+        &mut Answer(Ok("sent".into())),
+    )
+    .expect("effect");
+    assert!(matches!(out, Outcome::Fenced { .. }), "{out:?}");
 }
 
 /// What must not change when history is pruned.
@@ -371,58 +479,7 @@ fn kept_totals(site: &Site) -> Value {
 #[test]
 fn gc_prunes_history_but_keeps_open_effects_approvals_leases_and_totals() {
     let site = Site::new();
-    let far = site.path("far.txt").to_string_lossy().into_owned();
-    // A job whose every run sends one effect keyed by its slot (done), then a duplicate.
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
-        sh(&format!(
-            "$X effect --action pay --target acme --input slot=$EXACTLY_SCHEDULED_AT -- sh -c 'echo paid >> {far}' \
-             && $X effect --action pay --target acme --input slot=$EXACTLY_SCHEDULED_AT -- sh -c 'echo paid >> {far}'"
-        ))
-    ));
-    let mut sched = site.start("s1", "5s");
-    assert!(
-        wait_until(Duration::from_secs(20), || site.exists("exactly.db")
-            && runs_table(&site)
-            && sql_i64(
-                &site,
-                "SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'"
-            ) >= 4),
-        "{}",
-        site.log("s1")
-    );
-    assert_eq!(sched.term(Duration::from_secs(10)), Some(0));
-    // By hand: an unknown effect, a pending approval, a fenced write, a held lease.
-    let token = {
-        let (code, out, err) = site.exactly(&["lease", "claim", "--job", "manual", "--for", "1h"]);
-        assert_eq!(code, 0, "{err}");
-        out.trim().to_string()
-    };
-    let effect = |args: &[&str]| {
-        let mut a = vec!["effect", "--job", "manual", "--token", token.as_str()];
-        a.extend_from_slice(args);
-        site.exactly(&a)
-    };
-    let (code, _, err) = effect(&[
-        "--action", "a", "--target", "lost", "--", "sh", "-c", "exit 9",
-    ]);
-    assert_eq!(code, 6, "{err}");
-    let (code, _, err) = effect(&[
-        "--action",
-        "a",
-        "--target",
-        "ask",
-        "--needs-approval",
-        "--",
-        "true",
-    ]);
-    assert_eq!(code, 4, "{err}");
-    let (code, _, _) = site.exactly(&[
-        "effect", "--job", "manual", "--token", "0", "--action", "a", "--target", "stale", "--",
-        "true",
-    ]);
-    assert_eq!(code, 3);
-    age_everything(&site);
+    old_history(&site);
     let unknown_key = site.strings("SELECT effect_key FROM effect_ledger WHERE state = 'unknown'");
     assert_eq!(unknown_key.len(), 1);
     let before = kept_totals(&site);
@@ -537,12 +594,13 @@ fn retain_in_the_jobs_file_makes_run_prune_on_its_own() {
             "SELECT count(*) FROM exactly_runs WHERE ended_at IS NOT NULL"
         ) >= 3));
     assert_eq!(sched.term(Duration::from_secs(10)), Some(0));
-    age_everything(&site);
+    // Older runs of the same job, written long ago through the library.
+    old_runs(&site, "tick", 3, |_, _, _, _| {});
     let old = sql_i64(
         &site,
         "SELECT count(*) FROM exactly_runs WHERE started_at < '2021'",
     );
-    assert!(old >= 3);
+    assert_eq!(old, 3);
     // Off by default: a scheduler without `retain` keeps everything.
     let mut sched = site.start("s2", "5s");
     std::thread::sleep(Duration::from_secs(4));

@@ -37,9 +37,9 @@ pub fn execute(
             // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
             // (A fault at `after_claim` needs the moment between the two commits to stop at.)
             let begin = if att.spec.needs_approval || fault::armed("after_claim") {
-                store.begin_effect(&new, time::now())?
+                store.begin_effect(&new, ctx.now())?
             } else {
-                store.begin_and_submit_effect(&new, &att.attempt, time::now())?
+                store.begin_and_submit_effect(&new, &att.attempt, ctx.now())?
             };
             if matches!(begin, Begin::Submitted(_)) {
                 fault::point("after_submitted");
@@ -73,8 +73,8 @@ pub fn execute(
                 fence,
                 seen,
                 *lease_check,
-                &crate::actor(),
-                time::now(),
+                &ctx.actor(),
+                ctx.now(),
             )?)
         }
         Io::Submit { seen } => {
@@ -88,7 +88,7 @@ pub fn execute(
                 att.spec.needs_approval,
                 att.spec.terms.as_deref(),
                 seen,
-                time::now(),
+                ctx.now(),
             )?;
             if matches!(s, Submit::Won { .. }) {
                 fault::point("after_submitted");
@@ -111,9 +111,11 @@ pub fn execute(
                     response,
                     seen,
                     output,
-                    time::now(),
+                    ctx.now(),
                 ),
-                Err(Failure::NotSent(_)) => store.release_effect_on(key, &ctx.job, ctx.token, seen),
+                Err(Failure::NotSent(_)) => {
+                    store.release_effect_on(key, &ctx.job, ctx.token, seen, ctx.now())
+                }
                 Err(Failure::Lost(reason)) => store.finish_effect_on(
                     key,
                     &ctx.job,
@@ -121,14 +123,14 @@ pub fn execute(
                     EffectState::Unknown,
                     reason,
                     seen,
-                    time::now(),
+                    ctx.now(),
                 ),
             })?;
             fault::point("after_done");
             Input::Finished(ok)
         }
         Io::Duplicate { detail } => {
-            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail)?;
+            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail, ctx.now())?;
             Input::Counted
         }
         Io::End(_) => return Ok(None),

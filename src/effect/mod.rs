@@ -33,6 +33,10 @@ pub struct Ctx {
     pub job: String,
     pub token: i64,
     pub run_id: String,
+    /// The clock every step of the attempt reads: None is the real one ([`Ctx::at`]).
+    pub at: Option<crate::time::Ts>,
+    /// Who records an observer's verdict: None is [`crate::actor`] ([`Ctx::by`]).
+    pub by: Option<String>,
 }
 
 impl Ctx {
@@ -41,11 +45,31 @@ impl Ctx {
             job: job.to_string(),
             token,
             run_id: format!("{job}-{token}-{}", std::process::id()),
+            at: None,
+            by: None,
         }
     }
     pub fn with_run_id(mut self, run_id: &str) -> Ctx {
         self.run_id = run_id.to_string();
         self
+    }
+    /// Every step happens at `now` (a simulation's or a test's clock), not the real time.
+    pub fn at(mut self, now: crate::time::Ts) -> Ctx {
+        self.at = Some(now);
+        self
+    }
+    /// Verdicts are recorded as `actor` rather than [`crate::actor`].
+    pub fn by(mut self, actor: &str) -> Ctx {
+        self.by = Some(actor.to_string());
+        self
+    }
+    /// The time of a step: the pinned clock, else the real one.
+    pub fn now(&self) -> crate::time::Ts {
+        self.at.unwrap_or_else(crate::time::now)
+    }
+    /// Who records a verdict.
+    pub fn actor(&self) -> String {
+        self.by.clone().unwrap_or_else(crate::actor)
     }
 }
 

@@ -142,7 +142,7 @@ impl Store {
                 )?;
             }
             let k = if approve { EventKind::ApprovalGranted } else { EventKind::ApprovalDenied };
-            let mut ev = NewEvent::new(k).job(&job).effect(key).actor(by);
+            let mut ev = NewEvent::new(k, now).job(&job).effect(key).actor(by);
             ev.detail = note;
             record_event(tx, &ev)?;
             Ok(Decided::Done)

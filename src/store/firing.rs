@@ -178,11 +178,12 @@ pub(super) fn gave_up_event(
     slot: &str,
     runs: i64,
     owner: Option<&str>,
+    now: &str,
 ) -> rusqlite::Result<()> {
     let detail = format!(
         "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
     );
-    let mut e = NewEvent::new(EventKind::FiringGaveUp)
+    let mut e = NewEvent::new(EventKind::FiringGaveUp, now)
         .job(job)
         .detail(&detail);
     if let Some(o) = owner {
@@ -248,7 +249,7 @@ impl Store {
             } else {
                 format!("{n} firing(s) from {first} to {last} missed while no scheduler ran (outside the catch-up window)")
             };
-            record_event(tx, &NewEvent::new(k.clone()).job(job).actor(owner).detail(&detail))?;
+            record_event(tx, &NewEvent::new(k.clone(), now).job(job).actor(owner).detail(&detail))?;
             // record_event counted one; the counter counts firings.
             tx.execute(
                 "UPDATE exactly_counters SET n = n + ?3 WHERE kind = ?1 AND job_key = ?2",
@@ -280,7 +281,7 @@ impl Store {
                     );
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::FiringDuplicate).job(f.job).actor(f.owner).detail(&detail),
+                        &NewEvent::new(EventKind::FiringDuplicate, f.now).job(f.job).actor(f.owner).detail(&detail),
                     )?;
                     return Ok(Fired::Duplicate { state, owner });
                 }
@@ -292,7 +293,7 @@ impl Store {
                 let detail = fired.describe(f.kind, f.slot);
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::FiringSkippedPaused).job(f.job).actor(f.owner).detail(&detail),
+                    &NewEvent::new(EventKind::FiringSkippedPaused, f.now).job(f.job).actor(f.owner).detail(&detail),
                 )?;
                 return Ok(fired);
             }
@@ -341,7 +342,7 @@ impl Store {
                             let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
                             record_event(
                                 tx,
-                                &NewEvent::new(EventKind::FiringCoalesced).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                &NewEvent::new(EventKind::FiringCoalesced, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
                             )?;
                             Ok(Fired::Coalesced { holder, token })
                         }
@@ -357,7 +358,7 @@ impl Store {
                             );
                             record_event(
                                 tx,
-                                &NewEvent::new(EventKind::QueueSaturated).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                &NewEvent::new(EventKind::QueueSaturated, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
                             )?;
                             Ok(Fired::Saturated { cap })
                         }
@@ -369,7 +370,7 @@ impl Store {
                             );
                             record_event(
                                 tx,
-                                &NewEvent::new(EventKind::FiringMissed).job(f.job).actor(f.owner).token(token).detail(&detail),
+                                &NewEvent::new(EventKind::FiringMissed, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
                             )?;
                             Ok(Fired::Missed { holder, token })
                         }
@@ -493,7 +494,7 @@ impl Store {
                 );
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::FiringMissed)
+                    &NewEvent::new(EventKind::FiringMissed, now)
                         .job(job)
                         .actor(owner)
                         .detail(&detail),
@@ -525,7 +526,7 @@ impl Store {
                          WHERE job_key = ?1 AND scheduled_at = ?2",
                         params![job, slot, now],
                     )?;
-                    gave_up_event(tx, job, &slot, runs, Some(owner))?;
+                    gave_up_event(tx, job, &slot, runs, Some(owner), now)?;
                     out.gave_up.push((slot, runs));
                     continue;
                 }
@@ -546,7 +547,7 @@ impl Store {
                 );
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::FiringResumed)
+                    &NewEvent::new(EventKind::FiringResumed, now)
                         .job(job)
                         .actor(owner)
                         .token(started.token)

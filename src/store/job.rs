@@ -34,7 +34,7 @@ impl Store {
                 params![job, i64::from(paused), if paused { note } else { None }, by, now],
             )?;
             let k = if paused { EventKind::JobPaused } else { EventKind::JobResumed };
-            let mut ev = NewEvent::new(k).job(job).actor(by);
+            let mut ev = NewEvent::new(k, now).job(job).actor(by);
             ev.detail = note;
             record_event(tx, &ev)?;
             Ok(true)
@@ -178,7 +178,7 @@ impl Store {
                 let detail = format!("no longer in {source}");
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::JobRetired).job(&job).actor(owner).detail(&detail),
+                    &NewEvent::new(EventKind::JobRetired, now).job(&job).actor(owner).detail(&detail),
                 )?;
                 out.retired.push(job);
             }

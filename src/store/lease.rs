@@ -21,8 +21,9 @@ pub(super) fn fenced(
     key: Option<&str>,
     token: i64,
     what: &str,
+    now: &str,
 ) -> rusqlite::Result<()> {
-    let mut ev = NewEvent::new(EventKind::FencedWrite)
+    let mut ev = NewEvent::new(EventKind::FencedWrite, now)
         .job(job)
         .token(token)
         .detail(what);
@@ -75,7 +76,7 @@ pub(crate) fn claim_lease_tx(
                     format!("from {prev_owner} (token {prev_token}, lease until {prev_until})");
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::LeaseStolen)
+                    &NewEvent::new(EventKind::LeaseStolen, now)
                         .job(job)
                         .token(token)
                         .actor(owner)
@@ -110,6 +111,7 @@ pub(super) fn set_lease_until(
     until: &str,
     only_held: bool,
     what: &str,
+    now: &str,
 ) -> rusqlite::Result<bool> {
     let ok = tx
         .row_cached(
@@ -121,7 +123,7 @@ pub(super) fn set_lease_until(
         .optional()?
         .is_some();
     if !ok {
-        fenced(tx, job, None, token, what)?;
+        fenced(tx, job, None, token, what, now)?;
     }
     Ok(ok)
 }
@@ -164,13 +166,29 @@ impl Store {
 
     /// Extends a lease we hold; `false` means we were fenced (counted). A released lease is
     /// not renewed: it is no longer held.
-    pub(crate) fn renew_lease(&mut self, job: &str, token: i64, until: &str) -> Result<bool> {
-        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused"))
+    pub(crate) fn renew_lease(
+        &mut self,
+        job: &str,
+        token: i64,
+        until: &str,
+        now: &str,
+    ) -> Result<bool> {
+        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused", now))
     }
 
     /// Ends a lease we hold, keeping its token so the next claim counts on from it.
-    pub(crate) fn release_lease(&mut self, job: &str, token: i64) -> Result<bool> {
-        self.write(|tx| set_lease_until(tx, job, token, RELEASED, false, "lease release refused"))
+    pub(crate) fn release_lease(&mut self, job: &str, token: i64, now: &str) -> Result<bool> {
+        self.write(|tx| {
+            set_lease_until(
+                tx,
+                job,
+                token,
+                RELEASED,
+                false,
+                "lease release refused",
+                now,
+            )
+        })
     }
 
     pub(crate) fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {

@@ -114,7 +114,7 @@ impl Store {
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, e.job_key)? != Some(e.token) {
-                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused")?;
+                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", &now)?;
                 return Ok(Begin::Fenced);
             }
             // Submit at once only with no approval row for the key (an approval asked for by
@@ -234,7 +234,7 @@ impl Store {
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             if current_token(tx, job)? != Some(token) {
-                fenced(tx, job, Some(key), token, "submit refused")?;
+                fenced(tx, job, Some(key), token, "submit refused", &now)?;
                 return Ok(Submit::Fenced);
             }
             let lease = sender_lease(tx, job, Some(token), &now)?;
@@ -264,7 +264,7 @@ impl Store {
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         params![key, job, terms, now],
                     )?;
-                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested).job(job).effect(key))?;
+                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested, &now).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
                 Gate::Send { consume } => consume,
@@ -314,7 +314,7 @@ impl Store {
                 )?;
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::ApprovalConsumed).job(job).effect(key).token(token),
+                    &NewEvent::new(EventKind::ApprovalConsumed, &now).job(job).effect(key).token(token),
                 )?;
             }
             Ok(Submit::Won { approval_consumed: consume, seen: after })
@@ -411,14 +411,14 @@ impl Store {
                 let detail = crate::sanitize::inert_trunc(response, 200);
                 record_event(
                     tx,
-                    &NewEvent::new(k)
+                    &NewEvent::new(k, &now)
                         .job(job)
                         .effect(key)
                         .token(token)
                         .detail(&detail),
                 )?;
             } else {
-                fenced(tx, job, Some(key), token, &format!("{state} refused"))?;
+                fenced(tx, job, Some(key), token, &format!("{state} refused"), &now)?;
             }
             Ok(ok)
         })
@@ -432,7 +432,9 @@ impl Store {
         job: &str,
         token: i64,
         seen: &Seen,
+        now: Ts,
     ) -> Result<bool> {
+        let now = crate::time::fmt(now);
         self.write(|tx| {
             let ok = tx.exec_cached(
                 &format!(
@@ -448,9 +450,9 @@ impl Store {
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     params![key, token],
                 )?;
-                record_event(tx, &NewEvent::new(EventKind::EffectReleased).job(job).effect(key).token(token))?;
+                record_event(tx, &NewEvent::new(EventKind::EffectReleased, &now).job(job).effect(key).token(token))?;
             } else {
-                fenced(tx, job, Some(key), token, "release refused")?;
+                fenced(tx, job, Some(key), token, "release refused", &now)?;
             }
             Ok(ok)
         })
@@ -463,9 +465,11 @@ impl Store {
         job: &str,
         token: Option<i64>,
         detail: &str,
+        now: Ts,
     ) -> Result<()> {
+        let now = crate::time::fmt(now);
         self.write(|tx| {
-            let mut ev = NewEvent::new(EventKind::DuplicateSuppressed)
+            let mut ev = NewEvent::new(EventKind::DuplicateSuppressed, &now)
                 .job(job)
                 .effect(key)
                 .detail(detail);
@@ -510,7 +514,7 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
@@ -520,7 +524,7 @@ impl Store {
             }
             if let Some((job, token)) = fence {
                 if current_token(tx, job)? != Some(token) {
-                    fenced(tx, job, Some(key), token, "observer verdict refused")?;
+                    fenced(tx, job, Some(key), token, "observer verdict refused", &now)?;
                     return Ok(Verdict::Fenced);
                 }
             }
@@ -565,7 +569,7 @@ impl Store {
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(EventKind::ObserverVerdict).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
@@ -620,7 +624,7 @@ impl Store {
             }
             record_event(
                 tx,
-                &NewEvent::new(EventKind::Resolved).job(&row.job_key).effect(key).actor(by).detail(&detail),
+                &NewEvent::new(EventKind::Resolved, &now).job(&row.job_key).effect(key).actor(by).detail(&detail),
             )?;
             Ok(Resolved::Done { from: row.state })
         })

@@ -424,9 +424,7 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         rusqlite::params![
-            // The store's own bookkeeping: when the event entered the log (the rows it is about
-            // carry the caller's time).
-            crate::time::now_text(),
+            ev.at,
             ev.kind,
             ev.job_key,
             ev.effect_key,
@@ -446,6 +444,8 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
 /// An event about to be appended.
 #[derive(Debug, Default, Clone)]
 pub struct NewEvent<'a> {
+    /// When it happened: the caller's `now` (the store reads no clock).
+    pub at: &'a str,
     pub kind: EventKind,
     pub job_key: Option<&'a str>,
     pub effect_key: Option<&'a str>,
@@ -455,8 +455,9 @@ pub struct NewEvent<'a> {
 }
 
 impl<'a> NewEvent<'a> {
-    pub(crate) fn new(kind: EventKind) -> Self {
+    pub(crate) fn new(kind: EventKind, at: &'a str) -> Self {
         NewEvent {
+            at,
             kind,
             ..Default::default()
         }

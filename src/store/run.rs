@@ -50,13 +50,19 @@ impl Store {
     }
 
     /// Records that a run's lease renewal was refused: a higher token exists.
-    pub(crate) fn run_fenced(&mut self, job: &str, run_id: &str, token: i64) -> Result<()> {
+    pub(crate) fn run_fenced(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        token: i64,
+        now: &str,
+    ) -> Result<()> {
         self.write(|tx| {
             let detail =
                 format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
             record_event(
                 tx,
-                &NewEvent::new(EventKind::RunFenced)
+                &NewEvent::new(EventKind::RunFenced, now)
                     .job(job)
                     .token(token)
                     .detail(&detail),
@@ -95,9 +101,9 @@ impl Store {
                     let detail = format!("run {} fenced: lease release refused", end.run_id);
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::FencedWrite).job(end.job).token(end.token).detail("lease release refused"),
+                        &NewEvent::new(EventKind::FencedWrite, now).job(end.job).token(end.token).detail("lease release refused"),
                     )?;
-                    record_event(tx, &NewEvent::new(EventKind::RunFenced).job(end.job).token(end.token).detail(&detail))?;
+                    record_event(tx, &NewEvent::new(EventKind::RunFenced, now).job(end.job).token(end.token).detail(&detail))?;
                     outcome = RunOutcome::Fenced;
                 }
             }
@@ -125,7 +131,7 @@ impl Store {
                 params![end.job, end.slot, end.run_id, now, outcome, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(tx, end.job, end.slot, attempts, None)?;
+                gave_up_event(tx, end.job, end.slot, attempts, None, now)?;
             }
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.
@@ -142,7 +148,7 @@ impl Store {
                     let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::EffectUnknown).job(end.job).effect(&key).token(end.token).detail(&detail),
+                        &NewEvent::new(EventKind::EffectUnknown, now).job(end.job).effect(&key).token(end.token).detail(&detail),
                     )?;
                 }
             }
@@ -157,7 +163,7 @@ impl Store {
                     Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
                     None => format!("run {} {outcome}", end.run_id),
                 };
-                record_event(tx, &NewEvent::new(k).job(end.job).token(end.token).detail(&detail))?;
+                record_event(tx, &NewEvent::new(k, now).job(end.job).token(end.token).detail(&detail))?;
             }
             Ok(outcome)
         })

@@ -1,5 +1,6 @@
-//! Fixture databases for the dashboard's tests: real SQLite files written through the library,
-//! then every timestamp pinned to a fixed instant so screens are the same on every run.
+//! Fixture databases for the dashboard's tests: real SQLite files written through the library
+//! with a pinned clock (each operation says when it happened, relative to [`NOW`]), so screens
+//! are the same on every run.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
@@ -86,95 +87,48 @@ pub fn drive(
     panic!("an attempt never ended")
 }
 
-pub fn claim(store: &mut Store, job: &str, owner: &str) -> i64 {
-    match lease::claim(store, job, owner, Duration::from_secs(600)).expect("claim") {
+/// Claims `job`'s lease at `ago(at)`, held until `until`.
+pub fn claim(store: &mut Store, job: &str, owner: &str, at: i64, until: Ts) -> i64 {
+    match lease::claim_until(store, job, owner, until, ago(at)).expect("claim") {
         lease::Claim::Won { token } => token,
         lease::Claim::Held { .. } => panic!("lease of {job} held"),
     }
 }
 
+/// The attempt id every fixture attempt records: the same on every machine in the screens.
+pub const ATTEMPT: &str = "web-1:4242";
+
+/// Runs one effect to its end at `ago(at)`, as `effect::run` does.
 pub fn run(
     store: &mut Store,
     job: &str,
     token: i64,
     spec: &Spec,
     far: Result<&str, Failure>,
+    at: i64,
 ) -> String {
-    let ctx = Ctx::new(job, token).with_run_id(&format!("{job}-run-{token}"));
-    effect::run(store, &ctx, spec, &mut Far(far.map(str::to_string))).expect("effect");
+    let ctx = Ctx::new(job, token)
+        .with_run_id(&format!("{job}-run-{token}"))
+        .at(ago(at));
+    let mut att = Attempt::new(&ctx, spec, ATTEMPT).expect("spec");
+    let mut far = Far(far.map(str::to_string));
+    let end = drive(store, &mut att, &mut far, |_| false);
+    assert!(matches!(end, Io::End(_)), "{end:?}");
     spec.key()
+}
+
+/// `NOW` minus `secs`.
+pub fn ago(secs: i64) -> Ts {
+    now() - chrono::Duration::seconds(secs)
 }
 
 /// `NOW` minus `secs`, in the ledger's fixed-width form.
 pub fn before(secs: i64) -> String {
-    exactly::time::fmt(now() - chrono::Duration::seconds(secs))
+    exactly::time::fmt(ago(secs))
 }
 
 pub fn after(secs: i64) -> String {
     before(-secs)
-}
-
-/// Rewrites every timestamp the library wrote with the real clock to one derived from `NOW`
-/// and the row's insertion order.
-pub fn pin_times(c: &Connection) {
-    let base = "'2099-01-01 12:00:00'";
-    let ts = |expr: &str| {
-        format!("strftime('%Y-%m-%dT%H:%M:%fZ', {base}, '-' || ({expr}) || ' seconds')")
-    };
-    let stmts = [
-        format!(
-            "UPDATE effect_ledger SET created_at = {}, updated_at = {}",
-            ts("rowid * 1800 + 600"),
-            ts("rowid * 1170")
-        ),
-        format!(
-            "UPDATE effect_ledger SET verdict_at = {} WHERE verdict_at IS NOT NULL",
-            ts("rowid * 60")
-        ),
-        format!(
-            "UPDATE effect_ledger SET resolved_at = {} WHERE resolved_at IS NOT NULL",
-            ts("rowid * 30")
-        ),
-        format!(
-            "UPDATE exactly_approvals SET requested_at = {}",
-            ts("rowid * 2333")
-        ),
-        format!(
-            "UPDATE exactly_approvals SET decided_at = {} WHERE decided_at IS NOT NULL",
-            ts("rowid * 100")
-        ),
-        format!(
-            "UPDATE exactly_approvals SET consumed_at = {} WHERE consumed_at IS NOT NULL",
-            ts("rowid * 50")
-        ),
-        format!(
-            "UPDATE exactly_events SET at = {}",
-            ts("((SELECT max(id) FROM exactly_events) - id + 1) * 53")
-        ),
-        format!("UPDATE job_lease SET created_at = {}", ts("rowid * 3600")),
-        format!("UPDATE exactly_jobs SET updated_at = {}", ts("7200")),
-        format!(
-            "UPDATE exactly_jobs SET paused_at = {} WHERE paused_at IS NOT NULL",
-            ts("5400")
-        ),
-    ];
-    let machine = [
-        // What names this machine or process: the same on every machine in the screens.
-        "UPDATE effect_ledger SET attempt = 'web-1:4242' WHERE attempt IS NOT NULL".to_string(),
-        "UPDATE exactly_events SET actor = 'observer@web-1' WHERE kind = 'observer_verdict'"
-            .to_string(),
-    ];
-    for s in stmts.into_iter().chain(machine) {
-        c.execute(&s, []).expect("pin times");
-    }
-}
-
-pub fn set_lease(c: &Connection, job: &str, owner: &str, until: &str) {
-    c.execute(
-        "UPDATE job_lease SET owner = ?2, lease_until = ?3 WHERE job_key = ?1",
-        params![job, owner, until],
-    )
-    .expect("lease");
 }
 
 pub fn add_job(
@@ -191,7 +145,7 @@ pub fn add_job(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule, interval_s = excluded.interval_s,
            lease_s = excluded.lease_s, overlap = excluded.overlap, queue_cap = excluded.queue_cap",
-        params![job, schedule, interval_s, lease_s, overlap, cap, NOW],
+        params![job, schedule, interval_s, lease_s, overlap, cap, before(7200)],
     )
     .expect("job");
 }
@@ -222,119 +176,19 @@ pub fn add_runs(
 }
 
 pub fn empty() -> Fixture {
-    let f = new_db();
-    pin_times(&f.sql());
-    f
+    new_db()
 }
 
 /// A day of an operator's life: five jobs, leases held and expired, runs that overrun their
 /// lease, duplicates suppressed, a fenced write, unknown effects, pending and unused approvals.
+/// Each step happens at its own instant (seconds before `NOW`), in the order written.
 pub fn busy() -> Fixture {
     let f = new_db();
     let mut s = f.store();
     let owner = "worker-1@web-1";
 
-    // invoices: a pending approval, an approved one not yet used, one sent and one lost.
-    let t = claim(&mut s, "invoices", owner);
-    let pay = Spec::new("pay", "acme")
-        .input("amount", "120.00")
-        .terms("Pay 120.00 EUR to ACME GmbH (invoice 2098-117)")
-        .needs_approval(true);
-    run(&mut s, "invoices", t, &pay, Ok("unused"));
-    let refund = Spec::new("refund", "globex")
-        .input("amount", "49.90")
-        .terms("Refund 49.90 EUR to Globex (order 8812)")
-        .needs_approval(true);
-    let refund_key = run(&mut s, "invoices", t, &refund, Ok("unused"));
-    exactly::approval::approve(
-        &mut s,
-        &refund_key,
-        "alice@10.0.0.7",
-        Some("checked the order"),
-    )
-    .expect("approve");
-    let mail = Spec::new("send-invoice", "initech")
-        .input("month", "2098-12")
-        .terms("Email invoice 2098-12 to billing@initech.example");
-    run(&mut s, "invoices", t, &mail, Ok("250 OK queued as 7F3A"));
-    run(&mut s, "invoices", t, &mail, Ok("250 OK queued as 7F3A")); // a duplicate, suppressed
-    let lost = Spec::new("pay", "umbrella")
-        .input("amount", "1800.00")
-        .terms("Pay 1800.00 EUR to Umbrella Corp (invoice 2098-121)");
-    let lost_key = run(
-        &mut s,
-        "invoices",
-        t,
-        &lost,
-        Err(Failure::Lost("connection reset after 30s".into())),
-    );
-    // A second attempt asks the far side, which cannot tell: the verdict is recorded.
-    let ctx = Ctx::new("invoices", t).with_run_id(&format!("invoices-run-{t}"));
-    let mut look = Attempt::new(&ctx, &lost, "web-1:4243").expect("spec");
-    let end = drive(&mut s, &mut look, &mut Unsure("bank API timed out"), |_| {
-        false
-    });
-    assert!(matches!(end, Io::End(_)), "{end:?}");
-
-    // daily-digest: the lease was superseded mid-send, so the old attempt is open and fenced.
-    let old = claim(&mut s, "daily-digest", owner);
-    let digest = Spec::new("send-digest", "all-users")
-        .input("day", "2098-12-31")
-        .terms("Send the daily digest to 1,204 subscribers");
-    let ctx_old = Ctx::new("daily-digest", old).with_run_id("daily-digest-run-old");
-    let key = digest.key();
-    let digest_key = key.clone();
-    // The old holder reserves and submits it, then stalls before sending.
-    let mut att = Attempt::new(&ctx_old, &digest, "web-1:4242").expect("spec");
-    let mut sends = Far(Ok("sent".into()));
-    let at = drive(&mut s, &mut att, &mut sends, |io| matches!(io, Io::Send));
-    assert_eq!(at, Io::Send);
-    assert_eq!(key, att.key());
-    lease::release(&mut s, "daily-digest", old).expect("release");
-    let new = claim(&mut s, "daily-digest", "worker-2@web-2");
-    // The old holder comes back, sends and tries to record it: fenced.
-    let end = drive(&mut s, &mut att, &mut sends, |_| false);
-    assert!(matches!(end, Io::End(_)), "{end:?}");
-    let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
-    run(&mut s, "daily-digest", new, &sms, Ok("queued"));
-
-    // sync-crm: runs longer than its interval and its lease; a claim left by a dead token.
-    // Its lease has too little time left to send under, so the attempt reserves `claimed` and
-    // must submit apart; it dies before that.
-    let clock = exactly::time::now();
-    let t1 = match lease::claim_until(
-        &mut s,
-        "sync-crm",
-        owner,
-        clock + chrono::Duration::milliseconds(50),
-        clock,
-    )
-    .expect("claim")
-    {
-        lease::Claim::Won { token } => token,
-        lease::Claim::Held { .. } => panic!("lease of sync-crm held"),
-    };
-    let crm = Spec::new("upsert", "crm").input("batch", "77");
-    let ctx = Ctx::new("sync-crm", t1).with_run_id("sync-crm-run-1");
-    let mut att = Attempt::new(&ctx, &crm, "web-1:4244").expect("spec");
-    let at = drive(&mut s, &mut att, &mut Far(Ok("unused".into())), |io| {
-        matches!(io, Io::Submit { .. })
-    });
-    assert!(matches!(at, Io::Submit { .. }), "{at:?}");
-    lease::release(&mut s, "sync-crm", t1).expect("release");
-    let _t2 = claim(&mut s, "sync-crm", owner);
-
-    // reminders: paused by an operator. legacy-backup: a cron wrapper known only by its lease.
-    let t = claim(&mut s, "reminders", owner);
-    lease::release(&mut s, "reminders", t).expect("release");
-    exactly::jobs::pause(
-        &mut s,
-        "reminders",
-        "bob@10.0.0.9",
-        Some("holiday freeze until 2 Jan"),
-    )
-    .expect("pause");
-    let t = claim(&mut s, "legacy-backup", "cron@db-1");
+    // legacy-backup: a cron wrapper known only by its lease; its snapshot upload was lost.
+    let t = claim(&mut s, "legacy-backup", "cron@db-1", 9360, ago(-3000));
     let snap = Spec::new("snapshot", "s3://backups")
         .input("day", "2098-12-31")
         .terms("Upload nightly DB snapshot");
@@ -344,7 +198,126 @@ pub fn busy() -> Fixture {
         t,
         &snap,
         Err(Failure::Lost("killed by signal 9".into())),
+        9360,
     );
+
+    // sync-crm: runs longer than its interval and its lease; a claim left by a dead token.
+    // Its lease has too little time left to send under, so the attempt reserves `claimed` and
+    // must submit apart; it dies before that.
+    let t1 = claim(
+        &mut s,
+        "sync-crm",
+        owner,
+        8190,
+        ago(8190) + chrono::Duration::milliseconds(50),
+    );
+    let crm = Spec::new("upsert", "crm").input("batch", "77");
+    let ctx = Ctx::new("sync-crm", t1)
+        .with_run_id("sync-crm-run-1")
+        .at(ago(8190));
+    let mut att = Attempt::new(&ctx, &crm, "web-1:4244").expect("spec");
+    let at = drive(&mut s, &mut att, &mut Far(Ok("unused".into())), |io| {
+        matches!(io, Io::Submit { .. })
+    });
+    assert!(matches!(at, Io::Submit { .. }), "{at:?}");
+    lease::release_at(&mut s, "sync-crm", t1, ago(8190)).expect("release");
+    let _t2 = claim(&mut s, "sync-crm", owner, 8189, ago(-35));
+
+    // daily-digest: the lease was superseded mid-send, so the old attempt is open and fenced.
+    let old = claim(&mut s, "daily-digest", owner, 5850, ago(-600));
+    let digest = Spec::new("send-digest", "all-users")
+        .input("day", "2098-12-31")
+        .terms("Send the daily digest to 1,204 subscribers");
+    let ctx_old = Ctx::new("daily-digest", old)
+        .with_run_id("daily-digest-run-old")
+        .at(ago(5850));
+    let key = digest.key();
+    // The old holder reserves and submits it, then stalls before sending.
+    let mut att = Attempt::new(&ctx_old, &digest, ATTEMPT).expect("spec");
+    let mut sends = Far(Ok("sent".into()));
+    let at = drive(&mut s, &mut att, &mut sends, |io| matches!(io, Io::Send));
+    assert_eq!(at, Io::Send);
+    assert_eq!(key, att.key());
+    lease::release_at(&mut s, "daily-digest", old, ago(5850)).expect("release");
+    let new = claim(&mut s, "daily-digest", "worker-2@web-2", 5850, ago(-431));
+    // The old holder comes back, sends and tries to record it: fenced.
+    let end = drive(&mut s, &mut att, &mut sends, |_| false);
+    assert!(matches!(end, Io::End(_)), "{end:?}");
+    let sms = Spec::new("sms", "+4915112345678").terms("SMS: your parcel arrives today");
+    run(&mut s, "daily-digest", new, &sms, Ok("queued"), 5790);
+
+    // reminders: paused by an operator.
+    let t = claim(&mut s, "reminders", owner, 5400, ago(-600));
+    lease::release_at(&mut s, "reminders", t, ago(5400)).expect("release");
+    exactly::jobs::pause_at(
+        &mut s,
+        "reminders",
+        "bob@10.0.0.9",
+        Some("holiday freeze until 2 Jan"),
+        ago(5400),
+    )
+    .expect("pause");
+
+    // invoices: a pending approval, an approved one not yet used, one sent and one lost.
+    let t = claim(&mut s, "invoices", owner, 4700, ago(-252));
+    let lost = Spec::new("pay", "umbrella")
+        .input("amount", "1800.00")
+        .terms("Pay 1800.00 EUR to Umbrella Corp (invoice 2098-121)");
+    run(
+        &mut s,
+        "invoices",
+        t,
+        &lost,
+        Err(Failure::Lost("connection reset after 30s".into())),
+        4680,
+    );
+    let refund = Spec::new("refund", "globex")
+        .input("amount", "49.90")
+        .terms("Refund 49.90 EUR to Globex (order 8812)")
+        .needs_approval(true);
+    let refund_key = run(&mut s, "invoices", t, &refund, Ok("unused"), 4666);
+    let mail = Spec::new("send-invoice", "initech")
+        .input("month", "2098-12")
+        .terms("Email invoice 2098-12 to billing@initech.example");
+    run(
+        &mut s,
+        "invoices",
+        t,
+        &mail,
+        Ok("250 OK queued as 7F3A"),
+        3510,
+    );
+    run(
+        &mut s,
+        "invoices",
+        t,
+        &mail,
+        Ok("250 OK queued as 7F3A"),
+        3457,
+    ); // a duplicate, suppressed
+    let pay = Spec::new("pay", "acme")
+        .input("amount", "120.00")
+        .terms("Pay 120.00 EUR to ACME GmbH (invoice 2098-117)")
+        .needs_approval(true);
+    run(&mut s, "invoices", t, &pay, Ok("unused"), 2333);
+    // A second attempt asks the far side, which cannot tell: the verdict is recorded.
+    let ctx = Ctx::new("invoices", t)
+        .with_run_id(&format!("invoices-run-{t}"))
+        .at(ago(240))
+        .by("observer@web-1");
+    let mut look = Attempt::new(&ctx, &lost, "web-1:4243").expect("spec");
+    let end = drive(&mut s, &mut look, &mut Unsure("bank API timed out"), |_| {
+        false
+    });
+    assert!(matches!(end, Io::End(_)), "{end:?}");
+    exactly::approval::approve_at(
+        &mut s,
+        &refund_key,
+        "alice@10.0.0.7",
+        Some("checked the order"),
+        ago(200),
+    )
+    .expect("approve");
     drop(s);
 
     let c = f.sql();
@@ -411,14 +384,8 @@ pub fn busy() -> Fixture {
         )
         .expect("firing");
     }
-    pin_times(&c);
     // A scheduler beating now (the fixture's clock is ahead of the real one: alive).
     add_scheduler(&c, "sched@web-1:311", NOW, None);
-    set_lease(&c, "invoices", owner, &after(252));
-    set_lease(&c, "daily-digest", "worker-2@web-2", &after(431));
-    set_lease(&c, "sync-crm", owner, &after(35));
-    set_lease(&c, "legacy-backup", "cron@db-1", &after(3000));
-    let _ = (digest_key, lost_key);
     f
 }
 

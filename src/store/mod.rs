@@ -35,12 +35,68 @@ use std::time::Duration;
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
 pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
+/// Whose turn it is to write, within this process (see [`Store::write`]).
+struct Gate {
+    busy: bool,
+    /// Writers marked first in line that are waiting: the others let them pass.
+    first_waiting: usize,
+}
+
+static GATE: parking_lot::Mutex<Gate> = parking_lot::const_mutex(Gate {
+    busy: false,
+    first_waiting: 0,
+});
+static GATE_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
+
+/// A writer's turn; the next waiter is woken when it is dropped (a panic included).
+struct Turn;
+
+impl Turn {
+    /// Waits for the turn up to `wait`; `first` goes before every writer not marked so.
+    fn take(first: bool, wait: Duration) -> Option<Turn> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut g = GATE.lock();
+        if first {
+            g.first_waiting += 1;
+        }
+        let blocked = |g: &Gate| g.busy || (!first && g.first_waiting > 0);
+        let mut got = true;
+        while blocked(&g) {
+            if GATE_FREED.wait_until(&mut g, deadline).timed_out() && blocked(&g) {
+                got = false;
+                break;
+            }
+        }
+        if first {
+            g.first_waiting -= 1;
+        }
+        if got {
+            g.busy = true;
+        }
+        drop(g);
+        if !got && first {
+            // Others may have waited for this writer only.
+            GATE_FREED.notify_all();
+        }
+        got.then_some(Turn)
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        GATE.lock().busy = false;
+        GATE_FREED.notify_all();
+    }
+}
+
 pub struct Store {
     conn: Connection,
     path: String,
     busy_ms: u64,
     /// The recent runs per job, kept between polls so a dashboard reads only what changed.
     windows: Option<read::RunWindows>,
+    /// This connection's writes go before the process's other writers (see [`Store::write`]).
+    writes_first: bool,
 }
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
@@ -138,6 +194,7 @@ impl Store {
             path: path.to_string(),
             busy_ms,
             windows: None,
+            writes_first: false,
         };
         store
             .conn
@@ -217,12 +274,20 @@ impl Store {
             path: path.to_string(),
             busy_ms,
             windows: None,
+            writes_first: false,
         };
         store
             .conn
             .busy_timeout(Duration::from_millis(busy_ms))
             .map_err(|e| store.err(e))?;
         Ok(store)
+    }
+
+    /// Puts this connection's writes before the other writers of this process: a scheduler's
+    /// firings, since a firing decided late is a run started late, while a run's end or a lease
+    /// renewal recorded a few milliseconds later changes nothing.
+    pub fn writes_first(&mut self) {
+        self.writes_first = true;
     }
 
     pub fn path(&self) -> &str {
@@ -261,6 +326,16 @@ impl Store {
         &mut self,
         f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
+        // One writer at a time within this process, queued on a lock that wakes the next
+        // waiter the moment it is free: SQLite's busy handler polls with sleeps growing to
+        // 100 ms, so a scheduler racing its own hundred runs for the write lock would lose for
+        // seconds. Other processes still meet the busy timeout inside SQLite.
+        let Some(_turn) = Turn::take(self.writes_first, Duration::from_millis(self.busy_ms)) else {
+            return Err(Error::Busy(format!(
+                "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
+                self.path, self.busy_ms
+            )));
+        };
         let result = (|| {
             let tx = self
                 .conn

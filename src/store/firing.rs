@@ -265,124 +265,163 @@ impl Store {
     /// a lease we just won, or — a run being live — coalesced, queued, saturated or missed per
     /// the job's overlap policy. One transaction.
     pub fn fire(&mut self, f: &FireRequest<'_>) -> Result<Fired> {
-        self.write(|tx| {
-            let existing: Option<(FiringState, Option<String>)> = tx
-                .query_row(
-                    "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
-                    params![f.job, f.slot],
-                    |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
-                )
-                .optional()?;
-            if let Some((state, owner)) = existing {
-                if !(f.backfill && state.never_ran()) {
+        self.write(|tx| fire_tx(tx, f))
+    }
+
+    /// Decides several firings (see [`Store::fire`]) in one transaction: one commit and one
+    /// wait for the write lock for the lot, so a scheduler with hundreds of jobs due at the same
+    /// instant starts them all on time. The caller keeps batches small (the write lock is held
+    /// for the whole batch) and gives each job at most one firing per batch.
+    pub fn fire_many(&mut self, batch: &[FireRequest<'_>]) -> Result<Vec<Fired>> {
+        self.write(|tx| batch.iter().map(|f| fire_tx(tx, f)).collect())
+    }
+}
+
+fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired> {
+    let existing: Option<(FiringState, Option<String>)> = tx
+        .query_row(
+            "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+            params![f.job, f.slot],
+            |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
+        )
+        .optional()?;
+    if let Some((state, owner)) = existing {
+        if !(f.backfill && state.never_ran()) {
+            let detail = format!(
+                "{} firing at {} already {state} by {}",
+                f.kind,
+                f.slot,
+                owner.as_deref().unwrap_or("someone")
+            );
+            record_event(
+                tx,
+                &NewEvent::new(EventKind::FiringDuplicate)
+                    .job(f.job)
+                    .actor(f.owner)
+                    .detail(&detail),
+            )?;
+            return Ok(Fired::Duplicate { state, owner });
+        }
+    }
+    if let Some((note, by)) = paused(tx, f.job)? {
+        upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        let detail = format!(
+            "{} firing at {} skipped: paused by {}{}",
+            f.kind,
+            f.slot,
+            by.as_deref().unwrap_or("someone"),
+            note.as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        );
+        record_event(
+            tx,
+            &NewEvent::new(EventKind::FiringSkippedPaused)
+                .job(f.job)
+                .actor(f.owner)
+                .detail(&detail),
+        )?;
+        return Ok(Fired::Skipped { note, by });
+    }
+    let claim = if f.live_here {
+        let token: i64 = tx.query_row(
+            "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
+            [f.job],
+            |r| r.get(0),
+        )?;
+        LeaseClaim::Held {
+            owner: f.owner.to_string(),
+            token,
+            until: f.now.to_string(),
+        }
+    } else {
+        claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?
+    };
+    match claim {
+        LeaseClaim::Won { token, stolen_from } => {
+            let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
+            upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
+            Ok(Fired::Started(Started {
+                token,
+                run_id,
+                slot: f.slot.to_string(),
+                stolen_from,
+            }))
+        }
+        LeaseClaim::Held {
+            owner: holder,
+            token,
+            until,
+        } => {
+            if f.backfill {
+                return Ok(Fired::Busy { holder, until });
+            }
+            let live = format!("a run is live ({holder}, token {token})");
+            match f.overlap {
+                Overlap::Coalesce => {
+                    upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
+                    let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::FiringCoalesced)
+                            .job(f.job)
+                            .actor(f.owner)
+                            .token(token)
+                            .detail(&detail),
+                    )?;
+                    Ok(Fired::Coalesced { holder, token })
+                }
+                Overlap::Queue { cap } => {
+                    let depth: i64 = tx.query_row(
+                        "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
+                        [f.job],
+                        |r| r.get(0),
+                    )?;
+                    if (depth as u64) < u64::from(cap) {
+                        upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
+                        Ok(Fired::Queued {
+                            depth: depth as u64 + 1,
+                            cap,
+                        })
+                    } else {
+                        upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
+                        let detail = format!(
+                            "{} firing at {} dropped: queue full ({depth} of {cap} waiting) and {live}",
+                            f.kind, f.slot
+                        );
+                        record_event(
+                            tx,
+                            &NewEvent::new(EventKind::QueueSaturated)
+                                .job(f.job)
+                                .actor(f.owner)
+                                .token(token)
+                                .detail(&detail),
+                        )?;
+                        Ok(Fired::Saturated { cap })
+                    }
+                }
+                Overlap::Fail => {
+                    upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
                     let detail = format!(
-                        "{} firing at {} already {state} by {}",
-                        f.kind,
-                        f.slot,
-                        owner.as_deref().unwrap_or("someone")
+                        "{} firing at {} missed: overlap = fail and {live}",
+                        f.kind, f.slot
                     );
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::FiringDuplicate).job(f.job).actor(f.owner).detail(&detail),
+                        &NewEvent::new(EventKind::FiringMissed)
+                            .job(f.job)
+                            .actor(f.owner)
+                            .token(token)
+                            .detail(&detail),
                     )?;
-                    return Ok(Fired::Duplicate { state, owner });
+                    Ok(Fired::Missed { holder, token })
                 }
             }
-            if let Some((note, by)) = paused(tx, f.job)? {
-                upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
-                let detail = format!(
-                    "{} firing at {} skipped: paused by {}{}",
-                    f.kind,
-                    f.slot,
-                    by.as_deref().unwrap_or("someone"),
-                    note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-                );
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::FiringSkippedPaused).job(f.job).actor(f.owner).detail(&detail),
-                )?;
-                return Ok(Fired::Skipped { note, by });
-            }
-            let claim = if f.live_here {
-                let token: i64 = tx.query_row(
-                    "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
-                    [f.job],
-                    |r| r.get(0),
-                )?;
-                LeaseClaim::Held {
-                    owner: f.owner.to_string(),
-                    token,
-                    until: f.now.to_string(),
-                }
-            } else {
-                claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?
-            };
-            match claim {
-                LeaseClaim::Won { token, stolen_from } => {
-                    let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
-                    upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
-                    Ok(Fired::Started(Started {
-                        token,
-                        run_id,
-                        slot: f.slot.to_string(),
-                        stolen_from,
-                    }))
-                }
-                LeaseClaim::Held { owner: holder, token, until } => {
-                    if f.backfill {
-                        return Ok(Fired::Busy { holder, until });
-                    }
-                    let live = format!("a run is live ({holder}, token {token})");
-                    match f.overlap {
-                        Overlap::Coalesce => {
-                            upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
-                            let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
-                            record_event(
-                                tx,
-                                &NewEvent::new(EventKind::FiringCoalesced).job(f.job).actor(f.owner).token(token).detail(&detail),
-                            )?;
-                            Ok(Fired::Coalesced { holder, token })
-                        }
-                        Overlap::Queue { cap } => {
-                            let depth: i64 = tx.query_row(
-                                "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
-                                [f.job],
-                                |r| r.get(0),
-                            )?;
-                            if (depth as u64) < u64::from(cap) {
-                                upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
-                                Ok(Fired::Queued { depth: depth as u64 + 1, cap })
-                            } else {
-                                upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
-                                let detail = format!(
-                                    "{} firing at {} dropped: queue full ({depth} of {cap} waiting) and {live}",
-                                    f.kind, f.slot
-                                );
-                                record_event(
-                                    tx,
-                                    &NewEvent::new(EventKind::QueueSaturated).job(f.job).actor(f.owner).token(token).detail(&detail),
-                                )?;
-                                Ok(Fired::Saturated { cap })
-                            }
-                        }
-                        Overlap::Fail => {
-                            upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
-                            let detail = format!(
-                                "{} firing at {} missed: overlap = fail and {live}",
-                                f.kind, f.slot
-                            );
-                            record_event(
-                                tx,
-                                &NewEvent::new(EventKind::FiringMissed).job(f.job).actor(f.owner).token(token).detail(&detail),
-                            )?;
-                            Ok(Fired::Missed { holder, token })
-                        }
-                    }
-                }
-            }
-        })
+        }
     }
+}
 
+impl Store {
     /// What waits to start for a job whose lease is free: queued firings (see
     /// [`Store::start_queued`]) and firings to resume (see [`Store::resume_firing`]). One cheap
     /// read per scheduler tick before any write.
@@ -401,6 +440,35 @@ impl Store {
                     })
                 },
             )
+        })
+    }
+
+    /// [`Store::waiting`] for every registered job in one read (a scheduler asks each tick):
+    /// the jobs with something waiting, each probed through its own index entries, so the
+    /// cost follows the number of jobs, not of firings.
+    pub fn waiting_jobs(&mut self, now: &str) -> Result<Vec<(String, Waiting)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT job_key, queued, resumable FROM (
+                   SELECT j.job_key,
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state = 'queued') AS queued,
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state IN ('running', 'retry')) AS resumable
+                   FROM exactly_jobs j
+                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key AND l.lease_until > ?1))
+                 WHERE queued OR resumable",
+            )?;
+            let rows = stmt
+                .query_map([now], |r| {
+                    Ok((
+                        text_or_empty(r, 0)?,
+                        Waiting {
+                            queued: r.get(1)?,
+                            resumable: r.get(2)?,
+                        },
+                    ))
+                })?
+                .collect();
+            rows
         })
     }
 

@@ -46,7 +46,11 @@ static GATE: parking_lot::Mutex<Gate> = parking_lot::const_mutex(Gate {
     busy: false,
     first_waiting: 0,
 });
-static GATE_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
+/// Where writers wait: those marked first in line, and the others. A writer ending its turn
+/// wakes one waiter, first in line if any (waking them all would wake hundreds of runs for
+/// each end of a turn).
+static FIRST_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
+static OTHERS_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
 
 /// A writer's turn; the next waiter is woken when it is dropped (a panic included).
 struct Turn;
@@ -60,9 +64,10 @@ impl Turn {
             g.first_waiting += 1;
         }
         let blocked = |g: &Gate| g.busy || (!first && g.first_waiting > 0);
+        let freed = if first { &FIRST_FREED } else { &OTHERS_FREED };
         let mut got = true;
         while blocked(&g) {
-            if GATE_FREED.wait_until(&mut g, deadline).timed_out() && blocked(&g) {
+            if freed.wait_until(&mut g, deadline).timed_out() && blocked(&g) {
                 got = false;
                 break;
             }
@@ -73,10 +78,11 @@ impl Turn {
         if got {
             g.busy = true;
         }
+        let wake_others = !got && first && g.first_waiting == 0 && !g.busy;
         drop(g);
-        if !got && first {
+        if wake_others {
             // Others may have waited for this writer only.
-            GATE_FREED.notify_all();
+            OTHERS_FREED.notify_one();
         }
         got.then_some(Turn)
     }
@@ -84,8 +90,15 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        GATE.lock().busy = false;
-        GATE_FREED.notify_all();
+        let mut g = GATE.lock();
+        g.busy = false;
+        let first = g.first_waiting > 0;
+        drop(g);
+        if first {
+            FIRST_FREED.notify_one();
+        } else {
+            OTHERS_FREED.notify_one();
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! decision; a firing whose run died is resumed, at most [`MAX_ATTEMPTS`] runs in all.
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
-use super::{record_event, text, text_or_empty, word, NewEvent, Store};
+use super::{record_event, text, text_or_empty, word, Cached, NewEvent, Store};
 use crate::runner::Overlap;
 use crate::state::{EventKind, FiringState};
 use crate::Result;
@@ -105,7 +105,7 @@ fn upsert_firing(
     run_id: Option<&str>,
     detail: Option<&str>,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
          ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, state = excluded.state,
@@ -126,7 +126,7 @@ fn start_run(
     token: i64,
 ) -> rusqlite::Result<String> {
     let run_id = format!("{job}-t{token}");
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![run_id, job, slot, owner, token, now],
@@ -279,7 +279,7 @@ impl Store {
 
 fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired> {
     let existing: Option<(FiringState, Option<String>)> = tx
-        .query_row(
+        .row_cached(
             "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
             params![f.job, f.slot],
             |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),

@@ -254,6 +254,19 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
             store.path
         ))));
     }
+    // SQLite's schema cookie changes with every change to the schema: a database this process
+    // already checked at this cookie needs no second look (a scheduler opens one per run).
+    let cookie = |store: &Store| -> std::result::Result<(String, i64), Prep> {
+        let c: i64 = store
+            .conn
+            .query_row("PRAGMA schema_version", [], |r| r.get(0))
+            .map_err(|e| Prep::from(store, e))?;
+        Ok((store.path.clone(), c))
+    };
+    let seen = cookie(store)?;
+    if version == SCHEMA_VERSION && CHECKED.lock().contains(&seen) {
+        return set_pragmas(store);
+    }
     check_foreign(store).map_err(Prep::Fatal)?;
     let unique = key_is_unique(store).map_err(Prep::Fatal)?;
     if version < SCHEMA_VERSION || !unique || !all_present(store).map_err(Prep::Fatal)? {
@@ -263,6 +276,19 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
             .map_err(|e| Prep::from(store, e))?;
         create(store, unique)?;
     }
+    set_pragmas(store)?;
+    let checked = cookie(store)?;
+    let mut done = CHECKED.lock();
+    if !done.contains(&checked) {
+        done.push(checked);
+    }
+    Ok(())
+}
+
+/// Databases (path, schema cookie) this process found complete and current.
+static CHECKED: parking_lot::Mutex<Vec<(String, i64)>> = parking_lot::const_mutex(Vec::new());
+
+fn set_pragmas(store: &mut Store) -> std::result::Result<(), Prep> {
     for (k, v) in [("synchronous", "FULL"), ("foreign_keys", "OFF")] {
         store
             .conn

@@ -328,8 +328,31 @@ fn observe(
     Some(settled)
 }
 
+/// Whether this process's scheduler is deciding a burst of due firings (see
+/// [`super::scheduler`]): a run just started waits for the end of the burst before it opens its
+/// connection and starts its command, so hundreds of runs starting at once do not starve the
+/// decisions of the firings still due in the same instant (each decision takes the job's lease,
+/// records the run and fixes its fencing token; the command follows). Bounded by [`BURST_WAIT`].
+static DECIDING: parking_lot::Mutex<bool> = parking_lot::const_mutex(false);
+static DECIDED: parking_lot::Condvar = parking_lot::Condvar::new();
+/// Longest a run waits for a burst of firings to be decided.
+const BURST_WAIT: Duration = Duration::from_secs(1);
+
+/// Marks the start (true) or the end (false) of a burst of decisions; the end wakes the runs.
+pub fn deciding(on: bool) {
+    *DECIDING.lock() = on;
+    if !on {
+        DECIDED.notify_all();
+    }
+}
+
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
+    {
+        let deadline = Instant::now() + BURST_WAIT;
+        let mut on = DECIDING.lock();
+        while *on && !DECIDED.wait_until(&mut on, deadline).timed_out() {}
+    }
     let mut store = Store::open(&spec.db)?;
     let job = spec.job.as_str();
     let token = spec.started.token;

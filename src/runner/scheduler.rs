@@ -270,6 +270,23 @@ fn fire_due(
     }
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
+    if due.is_empty() {
+        return;
+    }
+    // The runs started below wait for the whole burst to be decided (see DECIDING).
+    super::execute::deciding(true);
+    fire_batches(store, cfg, states, kill, runs, &due);
+    super::execute::deciding(false);
+}
+
+fn fire_batches(
+    store: &mut Store,
+    cfg: &Config,
+    states: &mut [JobState],
+    kill: &Arc<AtomicBool>,
+    runs: &mut Vec<Running>,
+    due: &[(Ts, usize)],
+) {
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = std::collections::HashSet::new();
     let mut pos = 0;

@@ -103,20 +103,27 @@ pub fn run(
             }
         }
         // One read for every job's queue and interrupted firings, instead of one per job.
+        // Those that could not start yet (a dead run's lease not yet past the skew margin) are
+        // tried again just before the same job's new firing, which must not pass them.
+        let mut pending = Vec::new();
         match store.waiting_jobs(&time::fmt(now)) {
             Ok(waiting) => {
                 for (name, w) in waiting {
-                    let Some(st) = states.iter_mut().find(|s| s.job.name == name) else {
+                    let Some(i) = states.iter().position(|s| s.job.name == name) else {
                         continue;
                     };
-                    if let Err(e) = start_waiting(&mut store, &cfg, st, w, &kill, &mut runs) {
-                        log_line("ERROR", &st.job.name, &format!("{e}"));
+                    let now = time::now();
+                    match start_waiting(&mut store, &cfg, &mut states[i], w, &kill, &mut runs, now)
+                    {
+                        Ok(true) => {}
+                        Ok(false) => pending.push((i, w)),
+                        Err(e) => log_line("ERROR", &states[i].job.name, &format!("{e}")),
                     }
                 }
             }
             Err(e) => log_line("ERROR", "-", &format!("{e}")),
         }
-        fire_due(&mut store, &cfg, &mut states, &kill, &mut runs);
+        fire_due(&mut store, &cfg, &mut states, &kill, &mut runs, pending);
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
@@ -193,14 +200,14 @@ fn start_waiting(
     waiting: Waiting,
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
-) -> Result<()> {
+    now: Ts,
+) -> Result<bool> {
     let job = &st.job;
     // A job this scheduler is itself running has nothing waiting for it: its own run may be
     // slow (an observer, a locked database) but it is alive, and resuming it would run it twice.
     if live_here(runs, &job.name) {
-        return Ok(());
+        return Ok(true);
     }
-    let now = time::now();
     let now_text = time::fmt(now);
     let until = time::fmt(time::add(now, job.lease));
     let mut started = None;
@@ -242,8 +249,9 @@ fn start_waiting(
             ),
         );
         runs.push(spawn(cfg, job, s, resumed, kill));
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 fn live_here(runs: &[Running], job: &str) -> bool {
@@ -259,6 +267,7 @@ fn fire_due(
     states: &mut [JobState],
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
+    pending: Vec<(usize, Waiting)>,
 ) {
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
@@ -275,7 +284,7 @@ fn fire_due(
     }
     // The runs started below wait for the whole burst to be decided (see DECIDING).
     super::execute::deciding(true);
-    fire_batches(store, cfg, states, kill, runs, &due);
+    fire_batches(store, cfg, states, kill, runs, &due, pending);
     super::execute::deciding(false);
 }
 
@@ -286,6 +295,7 @@ fn fire_batches(
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
     due: &[(Ts, usize)],
+    mut pending: Vec<(usize, Waiting)>,
 ) {
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = std::collections::HashSet::new();
@@ -307,7 +317,18 @@ fn fire_batches(
         if batch.is_empty() {
             break;
         }
+        // A job's waiting firing goes before its new one (see `run`): tried again at the very
+        // instant the new one is decided at, so a lease the one cannot take the other cannot
+        // either (the new one is then coalesced or queued behind it, as if the tick came later).
         let now = time::now();
+        for &(_, i) in &batch {
+            if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
+                let (_, w) = pending.swap_remove(k);
+                if let Err(e) = start_waiting(store, cfg, &mut states[i], w, kill, runs, now) {
+                    log_line("ERROR", &states[i].job.name, &format!("{e}"));
+                }
+            }
+        }
         let now_text = time::fmt(now);
         let parts: Vec<(usize, Ts, String, String, &str)> = batch
             .iter()

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// Bump when the poll fixture's content changes: cached fixtures of another version are rebuilt.
-const FIXTURE_VERSION: u32 = 1;
+/// Bump when the poll fixture's content or schema changes: cached fixtures of another version are
+/// rebuilt.
+const FIXTURE_VERSION: u32 = 2;
 
 /// Sizes and durations of one bench run.
 struct Plan {

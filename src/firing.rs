@@ -167,6 +167,25 @@ pub fn fire(store: &mut Store, req: &FireRequest<'_>) -> Result<Fired> {
     store.fire(req)
 }
 
+/// Decides several firings in one transaction (one commit for the lot): a scheduler with
+/// hundreds of jobs due at one instant starts them on time. Keep batches small and give each
+/// job at most one firing per batch.
+pub fn fire_many(store: &mut Store, batch: &[FireRequest<'_>]) -> Result<Vec<Fired>> {
+    store.fire_many(batch)
+}
+
+/// Marks a scheduler's connection: its firings go before the process's other writers (its
+/// runs' own writes), so a burst of due slots is decided first.
+pub fn writes_first(store: &mut Store) {
+    store.writes_first()
+}
+
+/// Every job whose lease is free at `now` and that has a queued firing or one to resume: one
+/// read per scheduler tick for all jobs.
+pub fn waiting_jobs(store: &mut Store, now: &str) -> Result<Vec<(String, Waiting)>> {
+    store.waiting_jobs(now)
+}
+
 /// The latest slot the schedule itself fired (manual and backfill firings do not count).
 pub fn last_slot(store: &mut Store, job: &str) -> Result<Option<String>> {
     store.last_slot(job)

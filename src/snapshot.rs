@@ -194,7 +194,7 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
         .schedule
         .as_deref()
         .filter(|_| !j.retired)
-        .and_then(|s| crate::runner::Schedule::from_registry(s, j.timezone.as_deref()).ok());
+        .and_then(|s| parsed(s, j.timezone.as_deref()));
     if let Some(schedule) = schedule {
         let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
         let next = schedule.next_after(last_slot.unwrap_or(now));
@@ -206,6 +206,28 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
         }
     }
     j.missed_firings = j.missed_recorded + j.missed_unrecorded;
+}
+
+/// Registry schedules as parsed, by (schedule, timezone).
+type Parsed = std::collections::HashMap<(String, Option<String>), Option<crate::runner::Schedule>>;
+
+thread_local! {
+    /// A dashboard polling 1,000 jobs parses each schedule once, not once a poll.
+    static SCHEDULES: std::cell::RefCell<Parsed> = Default::default();
+}
+
+/// A registry schedule, parsed (once per thread).
+fn parsed(schedule: &str, tz: Option<&str>) -> Option<crate::runner::Schedule> {
+    SCHEDULES.with(|c| {
+        let mut c = c.borrow_mut();
+        // Registries change rarely; a bound keeps a dashboard left open for months small.
+        if c.len() > 10_000 {
+            c.clear();
+        }
+        c.entry((schedule.to_string(), tz.map(str::to_string)))
+            .or_insert_with(|| crate::runner::Schedule::from_registry(schedule, tz).ok())
+            .clone()
+    })
 }
 
 /// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).

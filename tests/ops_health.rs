@@ -759,6 +759,8 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
         c.execute_batch(
             "DROP TRIGGER exactly_runs_ended_insert; DROP TRIGGER exactly_runs_ended_update;
              DROP TABLE exactly_schedulers; PRAGMA user_version = 1;
+             DROP INDEX exactly_firings_by_state;
+             CREATE INDEX exactly_firings_state ON exactly_firings (job_key, state, scheduled_at);
              INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
                VALUES ('old', 'every 1h', 3600, 60, 'coalesce', '2026-01-01T00:00:00.000Z');
              INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, exit_code)
@@ -785,7 +787,26 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
     );
     let (code, _, err) = site.exactly(&["init"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(sql_i64(&site, "PRAGMA user_version"), 2);
+    assert_eq!(
+        sql_i64(&site, "PRAGMA user_version"),
+        exactly::SCHEMA_VERSION
+    );
+    // Version 3 replaced the firings' (job, state) index by a (state, job) one.
+    assert_eq!(
+        sql_i64(
+            &site,
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'exactly_firings_state'"
+        ),
+        0,
+        "the replaced index is dropped"
+    );
+    assert_eq!(
+        sql_i64(
+            &site,
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'exactly_firings_by_state'"
+        ),
+        1
+    );
     let v = status(&site, &[]);
     assert_eq!(
         job(&v, "old")["runs_by_outcome"],

@@ -183,6 +183,15 @@ pub struct StatusArgs {
 
 /// Runs the CLI; returns the process exit code. Errors are printed as one line.
 pub fn main() -> i32 {
+    // A scheduler starting a run's command through this binary (see `runner::execute`).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args
+        .first()
+        .is_some_and(|a| a == crate::runner::execute::EXEC_ARG)
+    {
+        return crate::runner::execute::exec_command(&args[1..]);
+    }
+    crate::runner::execute::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,

@@ -218,6 +218,11 @@ impl Outcome {
     }
 }
 
+/// A job's open effects (`submitted` or `unknown`): what its observers must settle.
+pub fn open_of(store: &mut Store, job: &str) -> Result<Vec<LedgerRow>> {
+    store.open_effects_of(job)
+}
+
 /// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
 pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
     store.effect(key)

@@ -39,6 +39,8 @@ pub struct RunSpec {
     pub db: String,
     pub job: String,
     pub started: Started,
+    /// The firing ran before (a resumed firing): an earlier run may have left processes.
+    pub resumed: bool,
     pub lease: Duration,
     /// A command running longer is stopped (outcome `timeout`).
     pub timeout: Option<Duration>,
@@ -200,12 +202,67 @@ impl Heartbeat {
     }
 }
 
+/// The hidden first argument under which the `exactly` binary starts a run's command for a
+/// scheduler (see [`exec_command`]).
+pub const EXEC_ARG: &str = "__exactly-exec";
+
+/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
+/// understands [`EXEC_ARG`], so commands are started through it.
+pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
+
 /// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
 /// scheduler leaves no command running; what the command itself starts in the background is
 /// ended by the next run of the firing (see [`super::procs`]).
-fn die_with_us(cmd: &mut Command) -> &mut Command {
+///
+/// Setting it in the child needs code between fork and exec, and forking a scheduler of
+/// hundreds of threads copies its page tables and stalls every thread on copy-on-write faults:
+/// at a hundred runs a second that was most of the machine. So the `exactly` binary starts
+/// itself without a fork (posix_spawn), sets the signal in that fresh single-threaded process
+/// and replaces itself with the command ([`exec_command`]). A program that embeds the library
+/// forks as before.
+fn command_for(prog: &str, args: &[String]) -> Command {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    if SELF_EXEC.load(Ordering::Relaxed) {
+        // The running binary, even if its file was replaced meanwhile.
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg(EXEC_ARG)
+            .arg(parent.to_string())
+            .arg(prog)
+            .args(args);
+        return cmd;
+    }
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    die_with_us(&mut cmd, parent);
+    cmd
+}
+
+/// `exactly __exactly-exec PARENT PROG ARGS…`: dies with the thread that started it, then
+/// becomes PROG. Returns only when PROG cannot be started (exit code 127, as a shell would).
+pub fn exec_command(args: &[std::ffi::OsString]) -> i32 {
+    let (Some(parent), Some(prog)) = (args.first(), args.get(1)) else {
+        eprintln!("exactly: {EXEC_ARG} needs a parent pid and a command");
+        return 2;
+    };
+    let parent: i32 = parent.to_str().and_then(|p| p.parse().ok()).unwrap_or(-1);
+    // SAFETY: prctl and getppid have no memory-safety preconditions.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The scheduler died before prctl took effect: nobody would stop us.
+        if libc::getppid() != parent {
+            return 1;
+        }
+    }
+    let e = Command::new(prog).args(&args[2..]).exec();
+    eprintln!(
+        "cannot start {:?}: {e}",
+        crate::sanitize::inert(&prog.to_string_lossy())
+    );
+    127
+}
+
+fn die_with_us(cmd: &mut Command, parent: i32) -> &mut Command {
     // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
@@ -227,6 +284,11 @@ fn observe(
     store: &mut Store,
     beat: &mut Heartbeat,
 ) -> Option<Vec<effect::Settled>> {
+    // Most runs find nothing open: no observer thread and no second connection for them.
+    match effect::open_of(store, &spec.job) {
+        Ok(open) if open.is_empty() => return Some(Vec::new()),
+        _ => {}
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let (db, job, limit, flag) = (
         spec.db.clone(),
@@ -268,8 +330,31 @@ fn observe(
     Some(settled)
 }
 
+/// Whether this process's scheduler is deciding a burst of due firings (see
+/// [`super::scheduler`]): a run just started waits for the end of the burst before it opens its
+/// connection and starts its command, so hundreds of runs starting at once do not starve the
+/// decisions of the firings still due in the same instant (each decision takes the job's lease,
+/// records the run and fixes its fencing token; the command follows). Bounded by [`BURST_WAIT`].
+static DECIDING: parking_lot::Mutex<bool> = parking_lot::const_mutex(false);
+static DECIDED: parking_lot::Condvar = parking_lot::Condvar::new();
+/// Longest a run waits for a burst of firings to be decided.
+const BURST_WAIT: Duration = Duration::from_secs(1);
+
+/// Marks the start (true) or the end (false) of a burst of decisions; the end wakes the runs.
+pub fn deciding(on: bool) {
+    *DECIDING.lock() = on;
+    if !on {
+        DECIDED.notify_all();
+    }
+}
+
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
+    {
+        let deadline = Instant::now() + BURST_WAIT;
+        let mut on = DECIDING.lock();
+        while *on && !DECIDED.wait_until(&mut on, deadline).timed_out() {}
+    }
     let mut store = crate::open(Some(&spec.db), Access::Write)?;
     let job = spec.job.as_str();
     let token = spec.started.token;
@@ -277,8 +362,13 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let slot = spec.started.slot.as_str();
     let began = Instant::now();
     let mut beat = Heartbeat::new(spec.lease);
-    // A resumed firing never overlaps what an earlier run of it left alive on this machine.
-    let ended = super::procs::end_leftovers(&spec.db, job, slot, run_id, LEFTOVER_WAIT);
+    // A resumed firing never overlaps what an earlier run of it left alive on this machine (a
+    // first run has no earlier one, and is spared the scan of every process).
+    let ended = if spec.resumed {
+        super::procs::end_leftovers(&spec.db, job, slot, run_id, LEFTOVER_WAIT)
+    } else {
+        0
+    };
     if ended > 0 {
         log_line(
             "WARN",
@@ -334,7 +424,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     // long, and a newer token means another run owns the job now.
     let confirm_by = Instant::now() + spec.lease / 2;
     loop {
-        if beat.renew(&mut store, spec) {
+        if lease_fresh(&mut store, spec) || beat.renew(&mut store, spec) {
             break;
         }
         if beat.fenced {
@@ -381,10 +471,8 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let exe = std::env::current_exe()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "exactly".into());
-    let mut cmd = Command::new(prog);
-    die_with_us(&mut cmd)
-        .args(args)
-        .env("EXACTLY_DB", &spec.db)
+    let mut cmd = command_for(prog, args);
+    cmd.env("EXACTLY_DB", &spec.db)
         .env("EXACTLY_JOB", job)
         .env("EXACTLY_FENCING_TOKEN", token.to_string())
         .env("EXACTLY_RUN_ID", run_id)
@@ -494,6 +582,22 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         }
     }
     finish(&mut store, spec, &mut beat, outcome, code, began, &text)
+}
+
+/// Whether the lease row still names this run's token with most of a lease left (the claim
+/// that started the run, or the heartbeat while observers ran, just set it): then the command
+/// may start on a read, sparing a write that would queue behind every other run's.
+fn lease_fresh(store: &mut Store, spec: &RunSpec) -> bool {
+    let Ok(Some(row)) = crate::lease::get(store, &spec.job) else {
+        return false;
+    };
+    let (Some(until), Ok(margin)) = (
+        time::parse(&row.lease_until),
+        chrono::Duration::from_std(spec.lease * 2 / 3),
+    ) else {
+        return false;
+    };
+    row.fencing_token == spec.started.token && until - time::now() >= margin
 }
 
 /// True while any process of the group led by `pid` exists.

@@ -294,6 +294,8 @@ pub(crate) fn run_here(
         db: absolute_db(db),
         job: reg.row.job_key.clone(),
         started,
+        // A manual firing is of a new slot: nothing ran it before.
+        resumed: false,
         lease: reg.lease,
         timeout: reg.timeout,
         observe_timeout: reg.observe_timeout,

@@ -6,8 +6,7 @@ use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use crate::firing::{self, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
-use crate::Result;
-use crate::Store;
+use crate::{Error, Result, Store};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,6 +14,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
+/// Most firings decided in one transaction: hundreds due at one instant cost a handful of
+/// commits, and the runs' own writes (lease renewals, ends) get the lock between batches.
+const FIRE_BATCH: usize = 32;
 /// A firing this late is still on time (scheduling jitter, a quick restart); later than this
 /// plus the job's catch-up window, it is a miss.
 pub const LATE_OK: Duration = Duration::from_secs(2);
@@ -38,6 +40,19 @@ struct JobState {
     job: Job,
     /// Every slot up to here has been handled.
     cursor: Ts,
+    /// The first slot after the cursor (kept, so a tick does not ask a cron schedule again).
+    next: Option<Ts>,
+}
+
+impl JobState {
+    fn new(job: Job, cursor: Ts) -> JobState {
+        let next = job.schedule.next_after(cursor);
+        JobState { job, cursor, next }
+    }
+    fn handled(&mut self, upto: Ts) {
+        self.cursor = upto;
+        self.next = self.job.schedule.next_after(upto);
+    }
 }
 
 struct Running {
@@ -64,11 +79,10 @@ pub fn run(
         } else {
             firing::last_slot(&mut store, &job.name)?.and_then(|s| time::parse(&s))
         };
-        states.push(JobState {
-            cursor: last.unwrap_or(now).min(now),
-            job,
-        });
+        states.push(JobState::new(job, last.unwrap_or(now).min(now)));
     }
+    // Firings go before the runs' own writes (ends, renewals) in this process.
+    firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
     let mut runs: Vec<Running> = Vec::new();
     log_line(
@@ -82,15 +96,42 @@ pub fn run(
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
+        let now = time::now();
         for st in states.iter_mut() {
-            if let Err(e) = advance(&mut store, &cfg, st, &kill, &mut runs) {
+            if let Err(e) = record_behind(&mut store, &cfg, st, now) {
                 log_line("ERROR", &st.job.name, &format!("{e}"));
             }
         }
-        runs.retain(|r| !r.handle.is_finished());
-        if let Some(rest) = TICK.checked_sub(tick.elapsed()) {
-            std::thread::sleep(rest);
+        // One read for every job's queue and interrupted firings, instead of one per job.
+        // Those that could not start yet (a dead run's lease not yet past the skew margin) are
+        // tried again just before the same job's new firing, which must not pass them.
+        let mut pending = Vec::new();
+        match firing::waiting_jobs(&mut store, &time::fmt(now)) {
+            Ok(waiting) => {
+                for (name, w) in waiting {
+                    let Some(i) = states.iter().position(|s| s.job.name == name) else {
+                        continue;
+                    };
+                    let now = time::now();
+                    match start_waiting(&mut store, &cfg, &mut states[i], w, &kill, &mut runs, now)
+                    {
+                        Ok(true) => {}
+                        Ok(false) => pending.push((i, w)),
+                        Err(e) => log_line("ERROR", &states[i].job.name, &format!("{e}")),
+                    }
+                }
+            }
+            Err(e) => log_line("ERROR", "-", &format!("{e}")),
         }
+        fire_due(&mut store, &cfg, &mut states, &kill, &mut runs, pending);
+        runs.retain(|r| !r.handle.is_finished());
+        // Wake for the next tick, or earlier for the next due slot: never sleep past one.
+        let mut rest = TICK.saturating_sub(tick.elapsed());
+        if let Some(next) = states.iter().filter_map(|s| s.next).min() {
+            let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
+            rest = rest.min(until);
+        }
+        std::thread::sleep(rest);
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
@@ -125,15 +166,8 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
 }
 
-/// Handles one job's due slots and its queue.
-fn advance(
-    store: &mut Store,
-    cfg: &Config,
-    st: &mut JobState,
-    kill: &Arc<AtomicBool>,
-    runs: &mut Vec<Running>,
-) -> Result<()> {
-    let now = time::now();
+/// Records the slots of a job that fell behind its catch-up window as missed.
+fn record_behind(store: &mut Store, cfg: &Config, st: &mut JobState, now: Ts) -> Result<()> {
     let job = &st.job;
     let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
     if st.cursor < horizon {
@@ -152,25 +186,34 @@ fn advance(
                 );
             }
         }
-        st.cursor = horizon;
+        st.handled(horizon);
     }
-    // Waiting firings go first, so a new one finds the run live and queues behind them. A job
-    // this scheduler is itself running has nothing waiting for it: its own run may be slow (an
-    // observer, a locked database) but it is alive, and resuming it would run it twice.
-    let mine = runs
-        .iter()
-        .any(|r| r.job == job.name && !r.handle.is_finished());
-    let now_text = time::now_text();
-    let waiting = if mine {
-        Waiting::default()
-    } else {
-        firing::waiting(store, &job.name, &now_text)?
-    };
-    let until = time::fmt(time::add(time::now(), job.lease));
+    Ok(())
+}
+
+/// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
+/// before the job's new firings, so a new one finds the run live and queues behind them.
+fn start_waiting(
+    store: &mut Store,
+    cfg: &Config,
+    st: &mut JobState,
+    waiting: Waiting,
+    kill: &Arc<AtomicBool>,
+    runs: &mut Vec<Running>,
+    now: Ts,
+) -> Result<bool> {
+    let job = &st.job;
+    // A job this scheduler is itself running has nothing waiting for it: its own run may be
+    // slow (an observer, a locked database) but it is alive, and resuming it would run it twice.
+    if live_here(runs, &job.name) {
+        return Ok(true);
+    }
+    let now_text = time::fmt(now);
+    let until = time::fmt(time::add(now, job.lease));
     let mut started = None;
     if waiting.queued {
         started = firing::start_queued(store, &job.name, &cfg.owner, &until, &now_text)?
-            .map(|s| ("INFO", "a queued firing", s));
+            .map(|s| ("INFO", "a queued firing", s, false));
     }
     // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
     // happened goes again, for the same slot, up to its attempt limit.
@@ -191,10 +234,11 @@ fn advance(
                 "WARN",
                 "an interrupted firing (or one whose effect never happened)",
                 s,
+                true,
             )
         });
     }
-    if let Some((level, what, s)) = started {
+    if let Some((level, what, s, resumed)) = started {
         log_line(
             level,
             &job.name,
@@ -203,44 +247,163 @@ fn advance(
                 s.slot, s.run_id, s.token
             ),
         );
-        runs.push(spawn(cfg, job, s, kill));
+        runs.push(spawn(cfg, job, s, resumed, kill));
+        return Ok(true);
     }
-    let (due, _) = job.schedule.slots(st.cursor, now, CATCHUP_MAX);
-    for slot in due {
-        let late = (now - slot).num_milliseconds() > LATE_OK.as_millis() as i64;
-        let kind = if late { "catchup" } else { "scheduled" };
-        let slot_text = time::fmt(slot);
-        let until = time::fmt(time::add(time::now(), job.lease));
-        let fired = firing::fire(
-            store,
-            &FireRequest {
-                job: &job.name,
-                slot: &slot_text,
-                kind,
-                owner: &cfg.owner,
-                lease_until: &until,
-                now: &time::now_text(),
-                overlap: job.overlap,
-                backfill: false,
-                live_here: runs
-                    .iter()
-                    .any(|r| r.job == job.name && !r.handle.is_finished()),
-            },
-        )?;
-        st.cursor = slot;
-        report(&job.name, kind, &slot_text, &fired);
-        if let Fired::Started(started) = fired {
-            runs.push(spawn(cfg, job, started, kill));
-        }
-    }
-    Ok(())
+    Ok(false)
 }
 
-fn spawn(cfg: &Config, job: &Job, started: Started, kill: &Arc<AtomicBool>) -> Running {
+fn live_here(runs: &[Running], job: &str) -> bool {
+    runs.iter().any(|r| r.job == job && !r.handle.is_finished())
+}
+
+/// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
+/// job once per batch, so a job's second slot sees the run its first one started), and starts
+/// each batch's runs as soon as it commits.
+fn fire_due(
+    store: &mut Store,
+    cfg: &Config,
+    states: &mut [JobState],
+    kill: &Arc<AtomicBool>,
+    runs: &mut Vec<Running>,
+    pending: Vec<(usize, Waiting)>,
+) {
+    let now = time::now();
+    let mut due: Vec<(Ts, usize)> = Vec::new();
+    for (i, st) in states.iter().enumerate() {
+        if st.next.is_some_and(|n| n <= now) {
+            let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
+            due.extend(slots.into_iter().map(|s| (s, i)));
+        }
+    }
+    // Stable: a job's slots keep their order.
+    due.sort_by_key(|&(slot, _)| slot);
+    if due.is_empty() {
+        return;
+    }
+    // The runs started below wait for the whole burst to be decided (see DECIDING).
+    super::execute::deciding(true);
+    fire_batches(store, cfg, states, kill, runs, &due, pending);
+    super::execute::deciding(false);
+}
+
+fn fire_batches(
+    store: &mut Store,
+    cfg: &Config,
+    states: &mut [JobState],
+    kill: &Arc<AtomicBool>,
+    runs: &mut Vec<Running>,
+    due: &[(Ts, usize)],
+    mut pending: Vec<(usize, Waiting)>,
+) {
+    // A job whose firing failed is left for the next tick: its later slots must not pass it.
+    let mut failed = std::collections::HashSet::new();
+    let mut pos = 0;
+    while pos < due.len() {
+        let mut seen = std::collections::HashSet::new();
+        let mut batch = Vec::new();
+        while let Some(&(slot, i)) = due.get(pos) {
+            if failed.contains(&i) {
+                pos += 1;
+                continue;
+            }
+            if batch.len() == FIRE_BATCH || !seen.insert(i) {
+                break;
+            }
+            batch.push((slot, i));
+            pos += 1;
+        }
+        if batch.is_empty() {
+            break;
+        }
+        // A job's waiting firing goes before its new one (see `run`): tried again at the very
+        // instant the new one is decided at, so a lease the one cannot take the other cannot
+        // either (the new one is then coalesced or queued behind it, as if the tick came later).
+        let now = time::now();
+        for &(_, i) in &batch {
+            if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
+                let (_, w) = pending.swap_remove(k);
+                if let Err(e) = start_waiting(store, cfg, &mut states[i], w, kill, runs, now) {
+                    log_line("ERROR", &states[i].job.name, &format!("{e}"));
+                }
+            }
+        }
+        let now_text = time::fmt(now);
+        let parts: Vec<(usize, Ts, String, String, &str)> = batch
+            .iter()
+            .map(|&(slot, i)| {
+                let late = (now - slot).num_milliseconds() > LATE_OK.as_millis() as i64;
+                let kind = if late { "catchup" } else { "scheduled" };
+                let until = time::fmt(time::add(now, states[i].job.lease));
+                (i, slot, time::fmt(slot), until, kind)
+            })
+            .collect();
+        let requests: Vec<FireRequest<'_>> = parts
+            .iter()
+            .map(|(i, _, slot, until, kind)| FireRequest {
+                job: &states[*i].job.name,
+                slot,
+                kind,
+                owner: &cfg.owner,
+                lease_until: until,
+                now: &now_text,
+                overlap: states[*i].job.overlap,
+                backfill: false,
+                live_here: live_here(runs, &states[*i].job.name),
+            })
+            .collect();
+        let decided = match firing::fire_many(store, &requests) {
+            Ok(fired) => fired.into_iter().map(Ok).collect(),
+            // A locked database: the whole batch goes again next tick.
+            Err(e @ Error::Busy(_)) => {
+                log_line(
+                    "ERROR",
+                    "-",
+                    &format!(
+                        "{} due firing(s) wait for the next tick: {e}",
+                        requests.len()
+                    ),
+                );
+                return;
+            }
+            // Anything else may be one job's row: decide each alone, so it holds up no other.
+            Err(_) => requests
+                .iter()
+                .map(|r| firing::fire(store, r))
+                .collect::<Vec<_>>(),
+        };
+        drop(requests);
+        for ((i, slot, slot_text, _, kind), fired) in parts.into_iter().zip(decided) {
+            let st = &mut states[i];
+            match fired {
+                Ok(fired) => {
+                    st.handled(slot);
+                    report(&st.job.name, kind, &slot_text, &fired);
+                    if let Fired::Started(started) = fired {
+                        runs.push(spawn(cfg, &st.job, started, false, kill));
+                    }
+                }
+                Err(e) => {
+                    failed.insert(i);
+                    log_line("ERROR", &st.job.name, &format!("{e}"));
+                }
+            }
+        }
+    }
+}
+
+fn spawn(
+    cfg: &Config,
+    job: &Job,
+    started: Started,
+    resumed: bool,
+    kill: &Arc<AtomicBool>,
+) -> Running {
     let spec = RunSpec {
         db: cfg.db.clone(),
         job: job.name.clone(),
         started: started.clone(),
+        resumed,
         lease: job.lease,
         timeout: job.timeout,
         observe_timeout: job.observe_timeout,

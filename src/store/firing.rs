@@ -5,7 +5,7 @@
 //! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
-use super::{record_event, text, text_or_empty, word, NewEvent, Store};
+use super::{record_event, text, text_or_empty, word, Cached, NewEvent, Store};
 use crate::firing::{used_up, Overlap, WhileLive, MAX_ATTEMPTS};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
@@ -102,7 +102,7 @@ fn upsert_firing(
     run_id: Option<&str>,
     detail: Option<&str>,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
          ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, state = excluded.state,
@@ -123,7 +123,7 @@ fn start_run(
     token: i64,
 ) -> rusqlite::Result<String> {
     let run_id = format!("{job}-t{token}");
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![run_id, job, slot, owner, token, now],
@@ -263,123 +263,130 @@ impl Store {
     /// a lease we just won, or — a run being live — coalesced, queued, saturated or missed per
     /// the job's overlap policy. One transaction.
     pub(crate) fn fire(&mut self, f: &FireRequest<'_>) -> Result<Fired> {
-        self.write(|tx| {
-            let existing: Option<(FiringState, Option<String>)> = tx
-                .query_row(
-                    "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
-                    params![f.job, f.slot],
-                    |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
-                )
-                .optional()?;
-            if let Some((state, owner)) = existing {
-                if !(f.backfill && state.never_ran()) {
-                    let detail = format!(
-                        "{} firing at {} already {state} by {}",
-                        f.kind,
-                        f.slot,
-                        owner.as_deref().unwrap_or("someone")
-                    );
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::FiringDuplicate, f.now).job(f.job).actor(f.owner).detail(&detail),
-                    )?;
-                    return Ok(Fired::Duplicate { state, owner });
-                }
-            }
-            if let Some((note, by)) = paused(tx, f.job)? {
-                upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
-                let fired = Fired::Skipped { note, by };
-                // Worded by the domain, as the scheduler's log says it.
-                let detail = fired.describe(f.kind, f.slot);
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::FiringSkippedPaused, f.now).job(f.job).actor(f.owner).detail(&detail),
-                )?;
-                return Ok(fired);
-            }
-            let claim = if f.live_here {
-                let token: i64 = tx.query_row(
-                    "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
-                    [f.job],
-                    |r| r.get(0),
-                )?;
-                LeaseClaim::Held {
-                    owner: f.owner.to_string(),
-                    token,
-                    until: f.now.to_string(),
-                }
-            } else {
-                claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?
-            };
-            match claim {
-                LeaseClaim::Won { token, stolen_from } => {
-                    let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
-                    upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
-                    Ok(Fired::Started(Started {
-                        token,
-                        run_id,
-                        slot: f.slot.to_string(),
-                        stolen_from,
-                    }))
-                }
-                LeaseClaim::Held { owner: holder, token, until } => {
-                    if f.backfill {
-                        return Ok(Fired::Busy { holder, until });
-                    }
-                    let live = format!("a run is live ({holder}, token {token})");
-                    // The queue's depth is the only fact a policy reads; only a queue needs it.
-                    let queued: i64 = match f.overlap {
-                        Overlap::Queue { .. } => tx.query_row(
-                            "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
-                            [f.job],
-                            |r| r.get(0),
-                        )?,
-                        _ => 0,
-                    };
-                    match f.overlap.decide(queued.max(0) as u64) {
-                        WhileLive::Coalesce => {
-                            upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
-                            let detail = format!("{} firing at {} dropped: {live}", f.kind, f.slot);
-                            record_event(
-                                tx,
-                                &NewEvent::new(EventKind::FiringCoalesced, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
-                            )?;
-                            Ok(Fired::Coalesced { holder, token })
-                        }
-                        WhileLive::Queue { depth, cap } => {
-                            upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
-                            Ok(Fired::Queued { depth, cap })
-                        }
-                        WhileLive::Saturated { cap } => {
-                            upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
-                            let detail = format!(
-                                "{} firing at {} dropped: queue full ({queued} of {cap} waiting) and {live}",
-                                f.kind, f.slot
-                            );
-                            record_event(
-                                tx,
-                                &NewEvent::new(EventKind::QueueSaturated, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
-                            )?;
-                            Ok(Fired::Saturated { cap })
-                        }
-                        WhileLive::Missed => {
-                            upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
-                            let detail = format!(
-                                "{} firing at {} missed: overlap = fail and {live}",
-                                f.kind, f.slot
-                            );
-                            record_event(
-                                tx,
-                                &NewEvent::new(EventKind::FiringMissed, f.now).job(f.job).actor(f.owner).token(token).detail(&detail),
-                            )?;
-                            Ok(Fired::Missed { holder, token })
-                        }
-                    }
-                }
-            }
-        })
+        self.write(|tx| fire_tx(tx, f))
     }
 
+    /// Decides several firings (see [`Store::fire`]) in one transaction: one commit and one
+    /// wait for the write lock for the lot, so a scheduler with hundreds of jobs due at the same
+    /// instant starts them all on time. The caller keeps batches small (the write lock is held
+    /// for the whole batch) and gives each job at most one firing per batch.
+    pub(crate) fn fire_many(&mut self, batch: &[FireRequest<'_>]) -> Result<Vec<Fired>> {
+        self.write(|tx| batch.iter().map(|f| fire_tx(tx, f)).collect())
+    }
+}
+
+/// Records a firing's fate as its event, worded by the domain as the scheduler's log says it.
+fn fate_event(
+    tx: &Transaction<'_>,
+    f: &FireRequest<'_>,
+    kind: EventKind,
+    token: Option<i64>,
+    fired: &Fired,
+) -> rusqlite::Result<()> {
+    let detail = fired.describe(f.kind, f.slot);
+    let mut ev = NewEvent::new(kind, f.now)
+        .job(f.job)
+        .actor(f.owner)
+        .detail(&detail);
+    if let Some(t) = token {
+        ev = ev.token(t);
+    }
+    record_event(tx, &ev)
+}
+
+fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired> {
+    let existing: Option<(FiringState, Option<String>)> = tx
+        .row_cached(
+            "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+            params![f.job, f.slot],
+            |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
+        )
+        .optional()?;
+    if let Some((state, owner)) = existing {
+        if !(f.backfill && state.never_ran()) {
+            let fired = Fired::Duplicate { state, owner };
+            fate_event(tx, f, EventKind::FiringDuplicate, None, &fired)?;
+            return Ok(fired);
+        }
+    }
+    if let Some((note, by)) = paused(tx, f.job)? {
+        upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        let fired = Fired::Skipped { note, by };
+        fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
+        return Ok(fired);
+    }
+    let claim = if f.live_here {
+        let token: i64 = tx.row_cached(
+            "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
+            [f.job],
+            |r| r.get(0),
+        )?;
+        LeaseClaim::Held {
+            owner: f.owner.to_string(),
+            token,
+            until: f.now.to_string(),
+        }
+    } else {
+        claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?
+    };
+    match claim {
+        LeaseClaim::Won { token, stolen_from } => {
+            let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
+            upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
+            Ok(Fired::Started(Started {
+                token,
+                run_id,
+                slot: f.slot.to_string(),
+                stolen_from,
+            }))
+        }
+        LeaseClaim::Held {
+            owner: holder,
+            token,
+            until,
+        } => {
+            if f.backfill {
+                return Ok(Fired::Busy { holder, until });
+            }
+            let live = format!("a run is live ({holder}, token {token})");
+            // The queue's depth is the only fact a policy reads; only a queue needs it.
+            let queued: i64 = match f.overlap {
+                Overlap::Queue { .. } => tx.row_cached(
+                    "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
+                    [f.job],
+                    |r| r.get(0),
+                )?,
+                _ => 0,
+            };
+            match f.overlap.decide(queued.max(0) as u64) {
+                WhileLive::Coalesce => {
+                    upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
+                    let fired = Fired::Coalesced { holder, token };
+                    fate_event(tx, f, EventKind::FiringCoalesced, Some(token), &fired)?;
+                    Ok(fired)
+                }
+                WhileLive::Queue { depth, cap } => {
+                    upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
+                    Ok(Fired::Queued { depth, cap })
+                }
+                WhileLive::Saturated { cap } => {
+                    upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
+                    let fired = Fired::Saturated { cap };
+                    fate_event(tx, f, EventKind::QueueSaturated, Some(token), &fired)?;
+                    Ok(fired)
+                }
+                WhileLive::Missed => {
+                    upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
+                    let fired = Fired::Missed { holder, token };
+                    fate_event(tx, f, EventKind::FiringMissed, Some(token), &fired)?;
+                    Ok(fired)
+                }
+            }
+        }
+    }
+}
+
+impl Store {
     /// What waits to start for a job whose lease is free: queued firings (see
     /// [`Store::start_queued`]) and firings to resume (see [`Store::resume_firing`]). One cheap
     /// read per scheduler tick before any write.
@@ -398,6 +405,35 @@ impl Store {
                     })
                 },
             )
+        })
+    }
+
+    /// [`Store::waiting`] for every registered job in one read (a scheduler asks each tick):
+    /// the jobs with something waiting, each probed through its own index entries, so the
+    /// cost follows the number of jobs, not of firings.
+    pub(crate) fn waiting_jobs(&mut self, now: &str) -> Result<Vec<(String, Waiting)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT job_key, queued, resumable FROM (
+                   SELECT j.job_key,
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state = 'queued') AS queued,
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state IN ('running', 'retry')) AS resumable
+                   FROM exactly_jobs j
+                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key AND l.lease_until > ?1))
+                 WHERE queued OR resumable",
+            )?;
+            let rows = stmt
+                .query_map([now], |r| {
+                    Ok((
+                        text_or_empty(r, 0)?,
+                        Waiting {
+                            queued: r.get(1)?,
+                            resumable: r.get(2)?,
+                        },
+                    ))
+                })?
+                .collect();
+            rows
         })
     }
 

@@ -2,9 +2,9 @@
 //! rows of a large ledger are never scanned.
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
 use super::schedulers::read_schedulers;
-use super::{int, text, text_or_empty, Store, RELEASED};
+use super::{int, text, text_or_empty, word, Store, RELEASED};
 use crate::snapshot::{ApprovalView, JobRow, OpenEffect, RunRow, Snapshot, Window};
-use crate::state::{ApprovalState, EventKind};
+use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -410,6 +410,15 @@ fn counter_by_job(
     rows.collect()
 }
 
+/// One job's firings as the dashboard shows them.
+#[derive(Debug, Clone, Default)]
+struct FiringFigures {
+    last_slot: Option<String>,
+    queued: u64,
+    gave_up: u64,
+    retry: u64,
+}
+
 fn read_jobs(
     tx: &Transaction<'_>,
     now: Ts,
@@ -482,21 +491,43 @@ fn read_jobs(
         "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1",
     )?;
-    let mut last_slot_stmt = tx.prepare(
-        "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 ORDER BY scheduled_at DESC LIMIT 1",
-    )?;
     let mut by_rowid = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"
     ))?;
     let mut last_stmt = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     ))?;
-    let mut queued =
-        tx.prepare("SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'")?;
-    let mut stuck = tx.prepare(
-        "SELECT (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'),
-                (SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'retry')",
+    // Each registered job's latest slot (a seek into the firings' key per job), and the few
+    // firings waiting or stuck across all jobs (one range of the state index): two statements,
+    // not four per job.
+    let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
+    let mut stmt = tx.prepare(
+        "SELECT j.job_key, (SELECT max(scheduled_at) FROM exactly_firings f WHERE f.job_key = j.job_key)
+         FROM exactly_jobs j",
     )?;
+    for row in stmt.query_map([], |r| Ok((text_or_empty(r, 0)?, text(r, 1)?)))? {
+        let (job, last_slot) = row?;
+        firings.entry(job).or_default().last_slot = last_slot;
+    }
+    let mut stmt = tx.prepare(
+        "SELECT job_key, state, count(*) FROM exactly_firings
+         WHERE state IN ('queued', 'gave_up', 'retry') GROUP BY state, job_key",
+    )?;
+    for row in stmt.query_map([], |r| {
+        Ok((
+            text_or_empty(r, 0)?,
+            word::<FiringState>(r, 1)?,
+            int(r, 2)?.unwrap_or(0).max(0) as u64,
+        ))
+    })? {
+        let (job, state, n) = row?;
+        let f = firings.entry(job).or_default();
+        match state {
+            FiringState::Queued => f.queued = n,
+            FiringState::GaveUp => f.gave_up = n,
+            _ => f.retry = n,
+        }
+    }
     for j in jobs.values_mut() {
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
         // The kept window answers for jobs that ran this week; the others ask the table.
@@ -521,23 +552,17 @@ fn read_jobs(
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.schedule.is_some() && !j.retired {
-            j.last_slot = last_slot_stmt
-                .query_row([&j.job_key], |r| text(r, 0))
-                .optional()?
-                .flatten()
+            j.last_slot = firings
+                .get(&j.job_key)
+                .and_then(|f| f.last_slot.clone())
                 .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);
         j.fenced_writes = sum(&fenced, &j.job_key);
-        j.queue_depth = queued
-            .query_row([&j.job_key], |r| r.get::<_, i64>(0))?
-            .max(0) as u64;
-        (j.firings_gave_up, j.firings_need_retry) = stuck.query_row([&j.job_key], |r| {
-            Ok((
-                r.get::<_, i64>(0)?.max(0) as u64,
-                r.get::<_, i64>(1)?.max(0) as u64,
-            ))
-        })?;
+        // A job known only by its lease has no firings.
+        let f = firings.get(&j.job_key).cloned().unwrap_or_default();
+        j.queue_depth = f.queued;
+        (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
     }
     Ok(jobs.into_values().collect())
 }

@@ -115,11 +115,17 @@ impl Store {
             // A run we had to kill (grace expired at a deploy, a signal) did not finish its
             // work: its firing goes again (see `resume_firing`), a bounded number of times so a
             // command that always crashes cannot loop.
-            let attempts: i64 = tx.query_row(
-                "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                params![end.job, end.slot],
-                |r| r.get(0),
-            )?;
+            // Counted only for a killed run: the count walks the job's runs, and every other
+            // outcome ends the firing whatever it says.
+            let attempts: i64 = if outcome == RunOutcome::Killed {
+                tx.query_row(
+                    "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                    params![end.job, end.slot],
+                    |r| r.get(0),
+                )?
+            } else {
+                0
+            };
             let state = match (&outcome, !used_up(attempts)) {
                 (RunOutcome::Killed, true) => FiringState::Retry,
                 (RunOutcome::Killed, false) => FiringState::GaveUp,

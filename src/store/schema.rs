@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -136,6 +136,12 @@ pub(crate) const CORE_TABLES: &[&str] = &[
     "exactly_firings",
 ];
 
+/// Indexes of earlier versions that a newer one replaced: each costs every write to its table.
+const DROPPED_INDEXES: &[&str] = &[
+    // Replaced by exactly_firings_by_state (schema version 3).
+    "DROP INDEX IF EXISTS exactly_firings_state",
+];
+
 const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS effect_ledger_state ON effect_ledger (state, updated_at)",
     "CREATE INDEX IF NOT EXISTS effect_ledger_job ON effect_ledger (job_key, state)",
@@ -145,7 +151,9 @@ const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS exactly_events_job ON exactly_events (job_key, id)",
     "CREATE INDEX IF NOT EXISTS exactly_approvals_state ON exactly_approvals (state, requested_at)",
     "CREATE INDEX IF NOT EXISTS exactly_runs_job ON exactly_runs (job_key, started_at)",
-    "CREATE INDEX IF NOT EXISTS exactly_firings_state ON exactly_firings (job_key, state, scheduled_at)",
+    // State first: a job's firings in one state are still one range, and the few firings
+    // waiting or stuck across all jobs are one short range too (the dashboard's poll).
+    "CREATE INDEX IF NOT EXISTS exactly_firings_by_state ON exactly_firings (state, job_key, scheduled_at)",
     // Retention deletes by age.
     "CREATE INDEX IF NOT EXISTS exactly_runs_started ON exactly_runs (started_at)",
     "CREATE INDEX IF NOT EXISTS exactly_firings_created ON exactly_firings (created_at)",
@@ -246,6 +254,19 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
             store.path
         ))));
     }
+    // SQLite's schema cookie changes with every change to the schema: a database this process
+    // already checked at this cookie needs no second look (a scheduler opens one per run).
+    let cookie = |store: &Store| -> std::result::Result<(String, i64), Prep> {
+        let c: i64 = store
+            .conn
+            .query_row("PRAGMA schema_version", [], |r| r.get(0))
+            .map_err(|e| Prep::from(store, e))?;
+        Ok((store.path.clone(), c))
+    };
+    let seen = cookie(store)?;
+    if version == SCHEMA_VERSION && CHECKED.lock().contains(&seen) {
+        return set_pragmas(store);
+    }
     check_foreign(store).map_err(Prep::Fatal)?;
     let unique = key_is_unique(store).map_err(Prep::Fatal)?;
     if version < SCHEMA_VERSION || !unique || !all_present(store).map_err(Prep::Fatal)? {
@@ -255,6 +276,19 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
             .map_err(|e| Prep::from(store, e))?;
         create(store, unique)?;
     }
+    set_pragmas(store)?;
+    let checked = cookie(store)?;
+    let mut done = CHECKED.lock();
+    if !done.contains(&checked) {
+        done.push(checked);
+    }
+    Ok(())
+}
+
+/// Databases (path, schema cookie) this process found complete and current.
+static CHECKED: parking_lot::Mutex<Vec<(String, i64)>> = parking_lot::const_mutex(Vec::new());
+
+fn set_pragmas(store: &mut Store) -> std::result::Result<(), Prep> {
     for (k, v) in [("synchronous", "FULL"), ("foreign_keys", "OFF")] {
         store
             .conn
@@ -381,7 +415,7 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
         if !unique {
             tx.execute(UNIQUE_KEY, [])?;
         }
-        for ix in INDEXES {
+        for ix in DROPPED_INDEXES.iter().chain(INDEXES) {
             tx.execute(ix, [])?;
         }
         if !has_trigger(&tx, TRIGGERS[0].0)? {

@@ -187,11 +187,11 @@ pub fn main() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if args
         .first()
-        .is_some_and(|a| a == crate::runner::execute::EXEC_ARG)
+        .is_some_and(|a| a == crate::runner::spawn::EXEC_ARG)
     {
-        return crate::runner::execute::exec_command(&args[1..]);
+        return crate::runner::spawn::exec_command(&args[1..]);
     }
-    crate::runner::execute::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
+    crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,

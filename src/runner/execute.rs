@@ -3,23 +3,20 @@
 //! current, start the command with the firing in its environment, renew the lease by heartbeat
 //! from the first observer to the recorded end, stop the command at its `timeout`, capture a
 //! bounded log, record the outcome (retrying through a locked database) and release the lease.
+use super::output::{flush_output, pump, LogBuf, OUTPUT_FLUSH};
+use super::spawn::command_for;
 use crate::firing::{self, Started};
 use crate::jobs::{self, RunEnd};
 use crate::state::RunOutcome;
 use crate::{effect, lease, time, Error, Result};
 use crate::{Access, Store};
-use std::collections::VecDeque;
-use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Bytes of a run's output kept from its start, and from its end.
-const LOG_HEAD: usize = 16 * 1024;
-const LOG_TAIL: usize = 48 * 1024;
 /// After SIGTERM to a command stopped (shutdown, timeout), how long before SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long the end of a run is retried through a locked database before it is left to the
@@ -58,80 +55,6 @@ pub struct RunResult {
     pub outcome: RunOutcome,
     pub exit_code: Option<i32>,
     pub duration_ms: i64,
-}
-
-/// The command's stdout and stderr, interleaved as they arrive, bounded: the head and the
-/// tail are kept, the middle counted.
-#[derive(Default)]
-struct LogBuf {
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    dropped: u64,
-    /// Bytes received in all (so a flush can tell whether anything is new).
-    seen: u64,
-}
-
-/// How often a running command's output so far is stored for `exactly logs --follow`.
-const OUTPUT_FLUSH: Duration = Duration::from_secs(1);
-
-/// Stores the output so far when it grew since `flushed` bytes.
-fn flush_output(store: &mut Store, run_id: &str, log: &Mutex<LogBuf>, flushed: &mut u64) {
-    let Some((seen, text)) = log
-        .lock()
-        .ok()
-        .filter(|l| l.seen != *flushed)
-        .map(|l| (l.seen, l.render()))
-    else {
-        return;
-    };
-    // Best effort: a busy database delays the follower, never the run.
-    if jobs::run_output_so_far(store, run_id, &text).is_ok() {
-        *flushed = seen;
-    }
-}
-
-impl LogBuf {
-    fn push(&mut self, bytes: &[u8]) {
-        self.seen += bytes.len() as u64;
-        let room = LOG_HEAD.saturating_sub(self.head.len());
-        let (h, rest) = bytes.split_at(room.min(bytes.len()));
-        self.head.extend_from_slice(h);
-        for &b in rest {
-            if self.tail.len() == LOG_TAIL {
-                self.tail.pop_front();
-                self.dropped += 1;
-            }
-            self.tail.push_back(b);
-        }
-    }
-    fn render(&self) -> String {
-        let mut out = String::from_utf8_lossy(&self.head).into_owned();
-        if self.dropped > 0 {
-            out.push_str(&format!("\n[… {} bytes not kept …]\n", self.dropped));
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        out.push_str(&String::from_utf8_lossy(&tail));
-        out
-    }
-}
-
-fn pump(
-    mut from: impl Read + Send + 'static,
-    log: Arc<Mutex<LogBuf>>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if let Ok(mut l) = log.lock() {
-                        l.push(&buf[..n]);
-                    }
-                }
-            }
-        }
-    })
 }
 
 /// Sends `sig` to the command's process group (it leads its own, so the scheduler's terminal
@@ -200,81 +123,6 @@ impl Heartbeat {
             }
         }
     }
-}
-
-/// The hidden first argument under which the `exactly` binary starts a run's command for a
-/// scheduler (see [`exec_command`]).
-pub const EXEC_ARG: &str = "__exactly-exec";
-
-/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
-/// understands [`EXEC_ARG`], so commands are started through it.
-pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
-
-/// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
-/// scheduler leaves no command running; what the command itself starts in the background is
-/// ended by the next run of the firing (see [`super::procs`]).
-///
-/// Setting it in the child needs code between fork and exec, and forking a scheduler of
-/// hundreds of threads copies its page tables and stalls every thread on copy-on-write faults:
-/// at a hundred runs a second that was most of the machine. So the `exactly` binary starts
-/// itself without a fork (posix_spawn), sets the signal in that fresh single-threaded process
-/// and replaces itself with the command ([`exec_command`]). A program that embeds the library
-/// forks as before.
-fn command_for(prog: &str, args: &[String]) -> Command {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    if SELF_EXEC.load(Ordering::Relaxed) {
-        // The running binary, even if its file was replaced meanwhile.
-        let mut cmd = Command::new("/proc/self/exe");
-        cmd.arg(EXEC_ARG)
-            .arg(parent.to_string())
-            .arg(prog)
-            .args(args);
-        return cmd;
-    }
-    let mut cmd = Command::new(prog);
-    cmd.args(args);
-    die_with_us(&mut cmd, parent);
-    cmd
-}
-
-/// `exactly __exactly-exec PARENT PROG ARGS…`: dies with the thread that started it, then
-/// becomes PROG. Returns only when PROG cannot be started (exit code 127, as a shell would).
-pub fn exec_command(args: &[std::ffi::OsString]) -> i32 {
-    let (Some(parent), Some(prog)) = (args.first(), args.get(1)) else {
-        eprintln!("exactly: {EXEC_ARG} needs a parent pid and a command");
-        return 2;
-    };
-    let parent: i32 = parent.to_str().and_then(|p| p.parse().ok()).unwrap_or(-1);
-    // SAFETY: prctl and getppid have no memory-safety preconditions.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        // The scheduler died before prctl took effect: nobody would stop us.
-        if libc::getppid() != parent {
-            return 1;
-        }
-    }
-    let e = Command::new(prog).args(&args[2..]).exec();
-    eprintln!(
-        "cannot start {:?}: {e}",
-        crate::sanitize::inert(&prog.to_string_lossy())
-    );
-    127
-}
-
-fn die_with_us(cmd: &mut Command, parent: i32) -> &mut Command {
-    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no memory of the parent.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            // The parent died before prctl took effect: nobody would stop us.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    cmd
 }
 
 /// Runs the job's observers on a thread of their own while this one keeps the lease. Returns
@@ -691,21 +539,4 @@ pub fn log_line(level: &str, job: &str, msg: &str) {
         crate::sanitize::inert(job),
         crate::sanitize::inert(msg)
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log_keeps_head_and_tail() {
-        let mut l = LogBuf::default();
-        l.push(&vec![b'a'; LOG_HEAD]);
-        l.push(&vec![b'b'; LOG_TAIL + 10]);
-        l.push(b"end");
-        let r = l.render();
-        assert!(r.starts_with("aaa"));
-        assert!(r.ends_with("bend"));
-        assert!(r.contains("13 bytes not kept"));
-    }
 }

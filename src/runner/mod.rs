@@ -9,10 +9,12 @@
 pub mod config;
 pub mod execute;
 pub mod liveness;
+mod output;
 pub mod problems;
 pub mod procs;
 pub mod schedule;
 pub mod scheduler;
+pub mod spawn;
 
 pub use config::{Job, Overlap, Problem, Severity};
 pub use schedule::Schedule;

@@ -1,0 +1,79 @@
+//! How a run's command is started so that it dies with its scheduler.
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The hidden first argument under which the `exactly` binary starts a run's command for a
+/// scheduler (see [`exec_command`]).
+pub const EXEC_ARG: &str = "__exactly-exec";
+
+/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
+/// understands [`EXEC_ARG`], so commands are started through it.
+pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
+
+/// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
+/// scheduler leaves no command running; what the command itself starts in the background is
+/// ended by the next run of the firing (see [`super::procs`]).
+///
+/// Setting it in the child needs code between fork and exec, and forking a scheduler of
+/// hundreds of threads copies its page tables and stalls every thread on copy-on-write faults:
+/// at a hundred runs a second that was most of the machine. So the `exactly` binary starts
+/// itself without a fork (posix_spawn), sets the signal in that fresh single-threaded process
+/// and replaces itself with the command ([`exec_command`]). A program that embeds the library
+/// forks as before.
+pub(crate) fn command_for(prog: &str, args: &[String]) -> Command {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    if SELF_EXEC.load(Ordering::Relaxed) {
+        // The running binary, even if its file was replaced meanwhile.
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg(EXEC_ARG)
+            .arg(parent.to_string())
+            .arg(prog)
+            .args(args);
+        return cmd;
+    }
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    die_with_us(&mut cmd, parent);
+    cmd
+}
+
+/// `exactly __exactly-exec PARENT PROG ARGS…`: dies with the thread that started it, then
+/// becomes PROG. Returns only when PROG cannot be started (exit code 127, as a shell would).
+pub fn exec_command(args: &[std::ffi::OsString]) -> i32 {
+    let (Some(parent), Some(prog)) = (args.first(), args.get(1)) else {
+        eprintln!("exactly: {EXEC_ARG} needs a parent pid and a command");
+        return 2;
+    };
+    let parent: i32 = parent.to_str().and_then(|p| p.parse().ok()).unwrap_or(-1);
+    // SAFETY: prctl and getppid have no memory-safety preconditions.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The scheduler died before prctl took effect: nobody would stop us.
+        if libc::getppid() != parent {
+            return 1;
+        }
+    }
+    let e = Command::new(prog).args(&args[2..]).exec();
+    eprintln!(
+        "cannot start {:?}: {e}",
+        crate::sanitize::inert(&prog.to_string_lossy())
+    );
+    127
+}
+
+fn die_with_us(cmd: &mut Command, parent: i32) -> &mut Command {
+    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The parent died before prctl took effect: nobody would stop us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}

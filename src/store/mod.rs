@@ -8,6 +8,7 @@
 mod approval;
 mod detail;
 mod firing;
+mod gate;
 mod job;
 mod lease;
 mod ledger;
@@ -37,73 +38,6 @@ use std::time::Duration;
 
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
 pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
-
-/// Whose turn it is to write, within this process (see [`Store::write`]).
-struct Gate {
-    busy: bool,
-    /// Writers marked first in line that are waiting: the others let them pass.
-    first_waiting: usize,
-}
-
-static GATE: parking_lot::Mutex<Gate> = parking_lot::const_mutex(Gate {
-    busy: false,
-    first_waiting: 0,
-});
-/// Where writers wait: those marked first in line, and the others. A writer ending its turn
-/// wakes one waiter, first in line if any (waking them all would wake hundreds of runs for
-/// each end of a turn).
-static FIRST_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
-static OTHERS_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
-
-/// A writer's turn; the next waiter is woken when it is dropped (a panic included).
-struct Turn;
-
-impl Turn {
-    /// Waits for the turn up to `wait`; `first` goes before every writer not marked so.
-    fn take(first: bool, wait: Duration) -> Option<Turn> {
-        let deadline = std::time::Instant::now() + wait;
-        let mut g = GATE.lock();
-        if first {
-            g.first_waiting += 1;
-        }
-        let blocked = |g: &Gate| g.busy || (!first && g.first_waiting > 0);
-        let freed = if first { &FIRST_FREED } else { &OTHERS_FREED };
-        let mut got = true;
-        while blocked(&g) {
-            if freed.wait_until(&mut g, deadline).timed_out() && blocked(&g) {
-                got = false;
-                break;
-            }
-        }
-        if first {
-            g.first_waiting -= 1;
-        }
-        if got {
-            g.busy = true;
-        }
-        let wake_others = !got && first && g.first_waiting == 0 && !g.busy;
-        drop(g);
-        if wake_others {
-            // Others may have waited for this writer only.
-            OTHERS_FREED.notify_one();
-        }
-        got.then_some(Turn)
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let mut g = GATE.lock();
-        g.busy = false;
-        let first = g.first_waiting > 0;
-        drop(g);
-        if first {
-            FIRST_FREED.notify_one();
-        } else {
-            OTHERS_FREED.notify_one();
-        }
-    }
-}
 
 pub struct Store {
     conn: Connection,
@@ -370,7 +304,8 @@ impl Store {
         // waiter the moment it is free: SQLite's busy handler polls with sleeps growing to
         // 100 ms, so a scheduler racing its own hundred runs for the write lock would lose for
         // seconds. Other processes still meet the busy timeout inside SQLite.
-        let Some(_turn) = Turn::take(self.writes_first, Duration::from_millis(self.busy_ms)) else {
+        let Some(_turn) = gate::Turn::take(self.writes_first, Duration::from_millis(self.busy_ms))
+        else {
             return Err(Error::Busy(format!(
                 "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
                 self.path, self.busy_ms

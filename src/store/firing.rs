@@ -6,7 +6,7 @@
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, Cached, NewEvent, Store};
-use crate::firing::{used_up, Overlap, WhileLive, MAX_ATTEMPTS};
+use crate::firing::{Overlap, WhileLive, MAX_ATTEMPTS};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -133,7 +133,7 @@ fn start_run(
 
 /// Starts a waiting firing (queued, interrupted, to retry) if the job's lease can be won: a new
 /// run under the new token, and the firing marked `running` by it.
-fn start_firing(
+pub(super) fn start_firing(
     tx: &Transaction<'_>,
     job: &str,
     slot: &str,
@@ -157,18 +157,6 @@ fn start_firing(
         slot: slot.to_string(),
         stolen_from,
     }))
-}
-
-/// A run that never recorded its end (its process died) is closed as `killed`.
-fn close_dead_run(tx: &Transaction<'_>, run_id: Option<&str>, now: &str) -> rusqlite::Result<()> {
-    if let Some(old) = run_id {
-        tx.execute(
-            "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'
-             WHERE run_id = ?1 AND ended_at IS NULL",
-            params![old, now],
-        )?;
-    }
-    Ok(())
 }
 
 /// The loud event of a firing that used up its runs.
@@ -484,132 +472,6 @@ impl Store {
                 [job],
                 |r| r.get(0),
             )
-        })
-    }
-}
-
-impl Store {
-    /// Fires again, for the same slot, a firing whose run died with its scheduler (still
-    /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
-    /// an observer found never happened (`retry`, however old). The command's effects are keyed
-    /// by facts, so what was done is suppressed and only what never went out is sent. A firing
-    /// that already had [`MAX_ATTEMPTS`] runs ends `gave_up` (a loud event) instead of a fourth.
-    /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
-    /// silent). The caller must not be running the job itself. One transaction.
-    pub(crate) fn resume_firing(
-        &mut self,
-        job: &str,
-        owner: &str,
-        lease_until: &str,
-        now: &str,
-        oldest: &str,
-    ) -> Result<Resumed> {
-        self.write(|tx| {
-            let mut out = Resumed::default();
-            if paused(tx, job)?.is_some() {
-                return Ok(out);
-            }
-            let live: bool = tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
-                params![job, now],
-                |r| r.get(0),
-            )?;
-            if live {
-                return Ok(out);
-            }
-            // With no live lease, a `running` firing's run is dead unless it ended normally.
-            let given_up = tx.execute(
-                "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
-                    detail = 'its run died and the firing is older than the resume window'
-                 WHERE job_key = ?1 AND state = 'running' AND scheduled_at < ?2",
-                params![job, oldest, now],
-            )?;
-            if given_up > 0 {
-                let detail = format!(
-                    "{given_up} interrupted firing(s) before {oldest} not resumed: too old"
-                );
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::FiringMissed, now)
-                        .job(job)
-                        .actor(owner)
-                        .detail(&detail),
-                )?;
-            }
-            loop {
-                let found: Option<(String, String, Option<String>)> = tx
-                    .query_row(
-                        "SELECT scheduled_at, state, run_id FROM exactly_firings
-                         WHERE job_key = ?1 AND state IN ('running', 'retry')
-                         ORDER BY scheduled_at DESC LIMIT 1",
-                        [job],
-                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
-                    )
-                    .optional()?;
-                let Some((slot, state, old_run)) = found else {
-                    return Ok(out);
-                };
-                let runs: i64 = tx.query_row(
-                    "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    params![job, slot],
-                    |r| r.get(0),
-                )?;
-                if used_up(runs) {
-                    close_dead_run(tx, old_run.as_deref(), now)?;
-                    tx.execute(
-                        "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
-                            detail = 'its runs were used up without finishing'
-                         WHERE job_key = ?1 AND scheduled_at = ?2",
-                        params![job, slot, now],
-                    )?;
-                    gave_up_event(tx, job, &slot, runs, Some(owner), now)?;
-                    out.gave_up.push((slot, runs));
-                    continue;
-                }
-                let Some(started) = start_firing(tx, job, &slot, owner, lease_until, now)? else {
-                    return Ok(out);
-                };
-                close_dead_run(tx, old_run.as_deref(), now)?;
-                let why = if state == "retry" {
-                    "an observer found its effect never happened"
-                } else {
-                    "its run died with its scheduler"
-                };
-                let detail = format!(
-                    "firing at {slot} resumed by run {} (run {} of at most {MAX_ATTEMPTS}): {why} (was run {})",
-                    started.run_id,
-                    runs + 1,
-                    old_run.as_deref().unwrap_or("-")
-                );
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::FiringResumed, now)
-                        .job(job)
-                        .actor(owner)
-                        .token(started.token)
-                        .detail(&detail),
-                )?;
-                out.started = Some(started);
-                return Ok(out);
-            }
-        })
-    }
-
-    /// An observer found that an effect sent by `run_id` never happened: that run's firing is
-    /// fired again (see [`Store::resume_firing`]). Returns whether a firing was marked.
-    pub(crate) fn retry_firing_of_run(
-        &mut self,
-        job: &str,
-        run_id: &str,
-        now: &str,
-    ) -> Result<bool> {
-        self.write(|tx| {
-            Ok(tx.execute(
-                "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
-                    detail = 'an observer found an effect of this firing never happened'
-                 WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
-                params![job, run_id, now],
-            )? > 0)
         })
     }
 }

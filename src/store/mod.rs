@@ -14,10 +14,12 @@ mod lease;
 mod ledger;
 mod ledger_rows;
 mod read;
+mod resume;
 mod retention;
 mod run;
 mod schedulers;
 mod schema;
+mod settle;
 
 pub use approval::*;
 pub use firing::*;

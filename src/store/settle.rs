@@ -1,0 +1,164 @@
+//! Settling an open effect: an observer's verdict on the attempt it looked at, and a person's
+//! resolution. Each a compare-and-set on the row as read, in one transaction.
+use super::lease::{current_token, fenced};
+use super::ledger::{guard_off, sender_lease, BUMP};
+use super::ledger_rows::*;
+use super::{int, record_event, Cached, NewEvent, Store};
+use crate::state::{EffectState, EventKind};
+use crate::time::Ts;
+use crate::Result;
+use rusqlite::params;
+
+impl Store {
+    /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
+    /// definite, settles it: happened → `done`, did not happen → `claimed`. A verdict applies
+    /// only to the attempt it observed: if the row moved since, the verdict is discarded and
+    /// recorded as a `stale_verdict` event. A `submitted` row whose sender's lease is still
+    /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
+    /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
+    /// `actor` is who observed (recorded with the verdict).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn observe_verdict_on(
+        &mut self,
+        key: &str,
+        verdict: Option<Resolution>,
+        words: &str,
+        fence: Option<(&str, i64)>,
+        seen: &Seen,
+        lease_check: bool,
+        actor: &str,
+        now: Ts,
+    ) -> Result<Verdict> {
+        let now = crate::time::fmt(now);
+        let seen = Some(seen);
+        self.write(|tx| {
+            let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
+            let label = match verdict {
+                Some(Resolution::Happened) => "happened",
+                Some(Resolution::NotHappened) => "not happened",
+                _ => "can't tell",
+            };
+            if let Some(seen) = seen.filter(|s| **s != row.seen() && !guard_off()) {
+                let detail = crate::sanitize::inert_trunc(
+                    &format!(
+                        "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
+                        seen.state, seen.version, row.state, row.version
+                    ),
+                    300,
+                );
+                let mut ev = NewEvent::new(EventKind::StaleVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+                ev.token = fence.map(|f| f.1);
+                record_event(tx, &ev)?;
+                return Ok(Verdict::Stale { state: row.state });
+            }
+            if !row.state.is_open() {
+                return Ok(Verdict::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            if let Some((job, token)) = fence {
+                if current_token(tx, job)? != Some(token) {
+                    fenced(tx, job, Some(key), token, "observer verdict refused", &now)?;
+                    return Ok(Verdict::Fenced);
+                }
+            }
+            if row.state == EffectState::Submitted && lease_check && !guard_off() {
+                let lease = sender_lease(tx, &row.job_key, row.fencing_token, &now)?;
+                if lease.live {
+                    return Ok(Verdict::InFlight {
+                        state: row.state,
+                        attempt: row.attempt,
+                        since: row.updated_at,
+                        until: lease.until,
+                    });
+                }
+            }
+            let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
+            let target = match verdict {
+                Some(how @ (Resolution::Happened | Resolution::NotHappened)) => {
+                    Some(how.target_state())
+                }
+                _ => None,
+            };
+            let version = match &target {
+                Some(state) => {
+                    let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
+                    tx.row_cached(
+                        &format!(
+                            "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
+                                verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
+                             WHERE effect_key = ?1 RETURNING coalesce(version, 0)"
+                        ),
+                        params![key, state, resp, label, now],
+                        |r| int(r, 0),
+                    )?
+                    .unwrap_or(0)
+                }
+                None => {
+                    // "Can't tell" moves nothing, so it does not bump the version.
+                    tx.exec_cached(
+                        "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
+                        params![key, label, now],
+                    )?;
+                    row.version
+                }
+            };
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+            ev.token = fence.map(|f| f.1);
+            record_event(tx, &ev)?;
+            let after = match target {
+                Some(state) => Seen { state, version, updated_at: now.clone() },
+                None => row.seen(),
+            };
+            Ok(Verdict::Applied { from: row.state, seen: after })
+        })
+    }
+
+    /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a retry
+    /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled.
+    pub(crate) fn resolve_effect(
+        &mut self,
+        key: &str,
+        how: Resolution,
+        by: &str,
+        note: Option<&str>,
+        evidence: Option<&str>,
+        now: Ts,
+    ) -> Result<Resolved> {
+        let now = crate::time::fmt(now);
+        self.write(|tx| {
+            let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
+            let open = row.state.is_open()
+                || (how == Resolution::Cancel && row.state == EffectState::Claimed);
+            if !open {
+                return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            tx.exec_cached(
+                &format!(
+                    "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
+                        resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
+                     WHERE effect_key = ?1"
+                ),
+                params![key, how.target_state(), now, by, note, evidence],
+            )?;
+            if how == Resolution::Cancel {
+                tx.exec_cached(
+                    "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
+                        decided_at = coalesce(decided_at, ?3)
+                     WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
+                    params![key, by, now],
+                )?;
+            }
+            let mut detail = format!("{} → {} ({})", row.state, how.target_state(), how.word());
+            if let Some(n) = note {
+                detail.push_str(&format!("; note: {n}"));
+            }
+            if let Some(e) = evidence {
+                detail.push_str(&format!("; evidence: {e}"));
+            }
+            record_event(
+                tx,
+                &NewEvent::new(EventKind::Resolved, &now).job(&row.job_key).effect(key).actor(by).detail(&detail),
+            )?;
+            Ok(Resolved::Done { from: row.state })
+        })
+    }
+}

@@ -214,6 +214,9 @@ pub struct RunWindows {
     jobs: BTreeMap<String, JobWindow>,
     /// Runs without a duration yet (still running when read): read again each poll.
     open: Vec<(i64, String)>,
+    /// No kept run started before this (it may be lower than the oldest kept): while it is
+    /// inside the window no run left it, and the poll skips a walk over every job's runs.
+    earliest: Option<String>,
 }
 
 const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
@@ -291,14 +294,22 @@ impl RunWindows {
         self.max_rowid = max_rowid;
         self.total = total;
         // Runs that left the window.
-        for w in self.jobs.values_mut() {
-            let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
-            if gone > 0 {
-                w.runs.drain(..gone);
-                w.figures = None;
+        if self.earliest.as_deref().is_some_and(|e| e < oldest) {
+            for w in self.jobs.values_mut() {
+                let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
+                if gone > 0 {
+                    w.runs.drain(..gone);
+                    w.figures = None;
+                }
             }
+            self.jobs.retain(|_, w| !w.runs.is_empty());
+            self.earliest = self
+                .jobs
+                .values()
+                .filter_map(|w| w.runs.first())
+                .map(|b| b.started_at.clone())
+                .min();
         }
-        self.jobs.retain(|_, w| !w.runs.is_empty());
         Ok(())
     }
 
@@ -309,6 +320,9 @@ impl RunWindows {
         }
         if bit.started_at.as_str() < oldest {
             return;
+        }
+        if self.earliest.as_ref().is_none_or(|e| bit.started_at < *e) {
+            self.earliest = Some(bit.started_at.clone());
         }
         let w = self.jobs.entry(job).or_default();
         w.figures = None;
@@ -487,8 +501,11 @@ fn read_jobs(
     let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
     let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
     let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
+    // Asked only when the kept window (every run started since `oldest`) holds no success: so
+    // only the runs before it can, and a job that never succeeded costs one index seek, not a
+    // walk over all its recent runs.
     let mut success_stmt = tx.prepare(
-        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'
+        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1",
     )?;
     let mut by_rowid = tx.prepare(&format!(
@@ -538,7 +555,7 @@ fn read_jobs(
         j.last_success_at = match windows.last_success(&j.job_key) {
             Some(at) => at,
             None => success_stmt
-                .query_row([&j.job_key], |r| text(r, 0))
+                .query_row([&j.job_key, &oldest], |r| text(r, 0))
                 .optional()?
                 .flatten(),
         };
@@ -624,7 +641,7 @@ mod tests {
             )
             .unwrap();
         };
-        for job in ["a", "b", "c"] {
+        for job in ["a", "b", "c", "d", "e"] {
             raw.execute(
                 "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
                  VALUES (?1, 'o', 1, ?2, ?2)",
@@ -639,9 +656,17 @@ mod tests {
             run(&format!("a{i}"), "a", 3600 - i, Some(100 + i), "ok");
         }
         run("b-running", "b", 10, None, "");
+        // d's only success is older than the window, e: never succeeded; both failed this week.
+        run("d-old", "d", 9 * 86400, Some(3), "ok");
+        run("d-new", "d", 60, Some(4), "failed");
+        run("e-new", "e", 60, Some(4), "failed");
         let mut kept = super::Store::open_read_only(path).unwrap();
         let fresh = |_: ()| figures(&mut super::Store::open_read_only(path).unwrap());
         assert_eq!(figures(&mut kept), fresh(()));
+        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6.clone();
+        let first = figures(&mut kept);
+        assert_eq!(success(&first, "d"), Some(at(9 * 86400)));
+        assert_eq!(success(&first, "e"), None);
         // New runs, one failed.
         run("a-new", "a", 5, Some(5000), "failed");
         run("c1", "c", 5, Some(70), "ok");

@@ -66,22 +66,6 @@ impl Store {
         let db = self.path.clone();
         let mut windows = self.windows.take().unwrap_or_default();
         let snap = self.read(|tx| {
-            let totals = Window {
-                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
-                fenced_writes: counter(tx, EventKind::FencedWrite)?,
-                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
-                unknown: count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?,
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
-            };
-            let last_24h = Window {
-                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
-                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
-                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
-                unknown: count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
-            };
             let mut stmt = tx.prepare(&format!(
                 "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
                  {OPEN} ORDER BY e.updated_at LIMIT {OPEN_SHOWN}"
@@ -101,6 +85,32 @@ impl Store {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
+            // The open list, when it is whole, already holds what the two counts would count.
+            let whole = unknown.len() < OPEN_SHOWN;
+            let totals = Window {
+                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+                fenced_writes: counter(tx, EventKind::FencedWrite)?,
+                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
+                unknown: if whole {
+                    unknown.len() as u64
+                } else {
+                    count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?
+                },
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
+            };
+            let last_24h = Window {
+                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
+                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
+                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
+                unknown: if whole {
+                    unknown.iter().filter(|u| u.since >= day_ago).count() as u64
+                } else {
+                    count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?
+                },
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
+            };
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
             let approvals = |state: ApprovalState| -> rusqlite::Result<Vec<ApprovalView>> {
                 let mut stmt = tx.prepare(&format!(
@@ -696,6 +706,48 @@ mod tests {
         assert_ne!(before, after, "the run at the window's edge left it");
         run("a-last", "a", 1, Some(1), "ok");
         assert_eq!(figures(&mut kept), fresh(()));
+    }
+
+    /// The unknown counts (all time and last 24h) agree with the ledger whether the open list
+    /// holds every open effect (the counts come from it) or only the first [`super::OPEN_SHOWN`].
+    #[test]
+    fn unknown_counts_agree_with_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let mut raw = rusqlite::Connection::open(path).unwrap();
+        let now = crate::time::now();
+        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let mut add = |n: usize, state: &str, hours_ago: i64| {
+            let tx = raw.transaction().unwrap();
+            for i in 0..n {
+                tx.execute(
+                    "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+                       created_at, updated_at) VALUES (?1, 'j', 'r', 1, ?2, ?3, ?3)",
+                    rusqlite::params![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        };
+        // Open: 3 unknown today, 2 unknown two days ago, 1 submitted with no live lease.
+        add(3, "unknown", 1);
+        add(2, "unknown", 48);
+        add(1, "submitted", 2);
+        add(4, "done", 1);
+        let check = |expect: (u64, u64), listed: usize| {
+            let snap = super::Store::open_read_only(path)
+                .unwrap()
+                .snapshot(now, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+                .unwrap();
+            assert_eq!((snap.totals.unknown, snap.last_24h.unknown), expect);
+            assert_eq!(snap.unknown.len(), listed);
+        };
+        check((6, 4), 6);
+        // More open effects than the list shows: the counts still count all of them.
+        add(super::OPEN_SHOWN, "unknown", 30);
+        check((6 + super::OPEN_SHOWN as u64, 4), super::OPEN_SHOWN);
     }
 
     /// The snapshot's ledger queries must stay index searches: a scan of the done rows would

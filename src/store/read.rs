@@ -66,22 +66,6 @@ impl Store {
         let db = self.path.clone();
         let mut windows = self.windows.take().unwrap_or_default();
         let snap = self.read(|tx| {
-            let totals = Window {
-                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
-                fenced_writes: counter(tx, EventKind::FencedWrite)?,
-                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED}"), [&now_s])?,
-                unknown: count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?,
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
-            };
-            let last_24h = Window {
-                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
-                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
-                claimed_never_submitted: count(tx, &format!("SELECT count(*) {LEAKED} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
-                unknown: count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?,
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
-            };
             let mut stmt = tx.prepare(&format!(
                 "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
                  {OPEN} ORDER BY e.updated_at LIMIT {OPEN_SHOWN}"
@@ -101,6 +85,38 @@ impl Store {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
+            // The open list, when it is whole, already holds what the two counts would count.
+            let whole = unknown.len() < OPEN_SHOWN;
+            // Both leaked counts from one walk of the claimed rows.
+            let (leaked, leaked_24h) = tx.query_row(
+                &format!("SELECT count(*), coalesce(sum(e.updated_at >= ?2), 0) {LEAKED}"),
+                params![&now_s, &day_ago],
+                |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, i64>(1)?.max(0) as u64)),
+            )?;
+            let totals = Window {
+                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+                fenced_writes: counter(tx, EventKind::FencedWrite)?,
+                claimed_never_submitted: leaked,
+                unknown: if whole {
+                    unknown.len() as u64
+                } else {
+                    count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?
+                },
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
+            };
+            let last_24h = Window {
+                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
+                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
+                claimed_never_submitted: leaked_24h,
+                unknown: if whole {
+                    unknown.iter().filter(|u| u.since >= day_ago).count() as u64
+                } else {
+                    count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?
+                },
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
+            };
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
             let approvals = |state: ApprovalState| -> rusqlite::Result<Vec<ApprovalView>> {
                 let mut stmt = tx.prepare(&format!(
@@ -214,6 +230,9 @@ pub struct RunWindows {
     jobs: BTreeMap<String, JobWindow>,
     /// Runs without a duration yet (still running when read): read again each poll.
     open: Vec<(i64, String)>,
+    /// No kept run started before this (it may be lower than the oldest kept): while it is
+    /// inside the window no run left it, and the poll skips a walk over every job's runs.
+    earliest: Option<String>,
 }
 
 const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
@@ -291,14 +310,22 @@ impl RunWindows {
         self.max_rowid = max_rowid;
         self.total = total;
         // Runs that left the window.
-        for w in self.jobs.values_mut() {
-            let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
-            if gone > 0 {
-                w.runs.drain(..gone);
-                w.figures = None;
+        if self.earliest.as_deref().is_some_and(|e| e < oldest) {
+            for w in self.jobs.values_mut() {
+                let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
+                if gone > 0 {
+                    w.runs.drain(..gone);
+                    w.figures = None;
+                }
             }
+            self.jobs.retain(|_, w| !w.runs.is_empty());
+            self.earliest = self
+                .jobs
+                .values()
+                .filter_map(|w| w.runs.first())
+                .map(|b| b.started_at.clone())
+                .min();
         }
-        self.jobs.retain(|_, w| !w.runs.is_empty());
         Ok(())
     }
 
@@ -309,6 +336,9 @@ impl RunWindows {
         }
         if bit.started_at.as_str() < oldest {
             return;
+        }
+        if self.earliest.as_ref().is_none_or(|e| bit.started_at < *e) {
+            self.earliest = Some(bit.started_at.clone());
         }
         let w = self.jobs.entry(job).or_default();
         w.figures = None;
@@ -487,8 +517,11 @@ fn read_jobs(
     let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
     let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
     let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
+    // Asked only when the kept window (every run started since `oldest`) holds no success: so
+    // only the runs before it can, and a job that never succeeded costs one index seek, not a
+    // walk over all its recent runs.
     let mut success_stmt = tx.prepare(
-        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'
+        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1",
     )?;
     let mut by_rowid = tx.prepare(&format!(
@@ -538,7 +571,7 @@ fn read_jobs(
         j.last_success_at = match windows.last_success(&j.job_key) {
             Some(at) => at,
             None => success_stmt
-                .query_row([&j.job_key], |r| text(r, 0))
+                .query_row([&j.job_key, &oldest], |r| text(r, 0))
                 .optional()?
                 .flatten(),
         };
@@ -624,7 +657,7 @@ mod tests {
             )
             .unwrap();
         };
-        for job in ["a", "b", "c"] {
+        for job in ["a", "b", "c", "d", "e"] {
             raw.execute(
                 "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
                  VALUES (?1, 'o', 1, ?2, ?2)",
@@ -639,9 +672,17 @@ mod tests {
             run(&format!("a{i}"), "a", 3600 - i, Some(100 + i), "ok");
         }
         run("b-running", "b", 10, None, "");
+        // d's only success is older than the window, e: never succeeded; both failed this week.
+        run("d-old", "d", 9 * 86400, Some(3), "ok");
+        run("d-new", "d", 60, Some(4), "failed");
+        run("e-new", "e", 60, Some(4), "failed");
         let mut kept = super::Store::open_read_only(path).unwrap();
         let fresh = |_: ()| figures(&mut super::Store::open_read_only(path).unwrap());
         assert_eq!(figures(&mut kept), fresh(()));
+        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6.clone();
+        let first = figures(&mut kept);
+        assert_eq!(success(&first, "d"), Some(at(9 * 86400)));
+        assert_eq!(success(&first, "e"), None);
         // New runs, one failed.
         run("a-new", "a", 5, Some(5000), "failed");
         run("c1", "c", 5, Some(70), "ok");
@@ -671,6 +712,56 @@ mod tests {
         assert_ne!(before, after, "the run at the window's edge left it");
         run("a-last", "a", 1, Some(1), "ok");
         assert_eq!(figures(&mut kept), fresh(()));
+    }
+
+    /// The leaked counts agree with the ledger; the unknown counts (all time and last 24h) agree with the ledger whether the open list
+    /// holds every open effect (the counts come from it) or only the first [`super::OPEN_SHOWN`].
+    #[test]
+    fn unknown_counts_agree_with_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let mut raw = rusqlite::Connection::open(path).unwrap();
+        let now = crate::time::now();
+        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let mut add = |n: usize, state: &str, hours_ago: i64| {
+            let tx = raw.transaction().unwrap();
+            for i in 0..n {
+                tx.execute(
+                    "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+                       created_at, updated_at) VALUES (?1, 'j', 'r', 1, ?2, ?3, ?3)",
+                    rusqlite::params![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        };
+        // Open: 3 unknown today, 2 unknown two days ago, 1 submitted with no live lease.
+        add(3, "unknown", 1);
+        add(2, "unknown", 48);
+        add(1, "submitted", 2);
+        add(4, "done", 1);
+        // Leaked (claimed, no live lease): 2 today, 1 two days ago.
+        add(2, "claimed", 1);
+        add(1, "claimed", 48);
+        let check = |expect: (u64, u64), listed: usize| {
+            let snap = super::Store::open_read_only(path)
+                .unwrap()
+                .snapshot(now, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+                .unwrap();
+            assert_eq!((snap.totals.unknown, snap.last_24h.unknown), expect);
+            assert_eq!(snap.unknown.len(), listed);
+            let leaked = (
+                snap.totals.claimed_never_submitted,
+                snap.last_24h.claimed_never_submitted,
+            );
+            assert_eq!(leaked, (3, 2));
+        };
+        check((6, 4), 6);
+        // More open effects than the list shows: the counts still count all of them.
+        add(super::OPEN_SHOWN, "unknown", 30);
+        check((6 + super::OPEN_SHOWN as u64, 4), super::OPEN_SHOWN);
     }
 
     /// The snapshot's ledger queries must stay index searches: a scan of the done rows would

@@ -20,6 +20,7 @@ mod run;
 mod schedulers;
 mod schema;
 mod settle;
+mod windows;
 
 pub use approval::*;
 pub use firing::*;

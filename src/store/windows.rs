@@ -1,0 +1,225 @@
+//! The kept run windows: each job's recent runs (at most `RUN_WINDOW`, within
+//! `RUN_WINDOW_DAYS`), kept between a dashboard's polls so a poll reads only the runs that
+//! changed, and the run-time figures (count, failures, p50/p99) computed from them.
+use super::detail::run_row;
+use super::{int, text, text_or_empty};
+use crate::snapshot::RunRow;
+use crate::time;
+use rusqlite::{OptionalExtension, Transaction};
+use std::collections::BTreeMap;
+
+pub const RUN_WINDOW: usize = 500;
+pub const RUN_WINDOW_DAYS: i64 = 7;
+
+/// A job's (runs, failed, p50, p99, durations newest first) over its run window.
+type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
+
+/// One run as the run-time window needs it.
+#[derive(Debug, Clone)]
+struct RunBit {
+    rowid: i64,
+    started_at: String,
+    ended_at: Option<String>,
+    duration_ms: Option<i64>,
+    failed: bool,
+    ok: bool,
+}
+
+/// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
+/// computed from them, recomputed only when they change.
+#[derive(Debug, Default)]
+struct JobWindow {
+    runs: Vec<RunBit>,
+    /// What [`RunWindows::figures`] answers, or None when `runs` changed since.
+    figures: Option<Figures>,
+    /// The newest run's whole row, as read when its rowid was the newest.
+    last: Option<(i64, RunRow)>,
+}
+
+/// The recent runs of every job, kept by a reading connection between polls. A poll reads only
+/// the runs added since the last (rowid above the last seen) and those that were still running;
+/// if rows were deleted meanwhile (gc), it reads the window again. So a dashboard's poll costs
+/// what changed, not the size of the run history.
+#[derive(Debug, Default)]
+pub struct RunWindows {
+    synced: bool,
+    max_rowid: i64,
+    total: i64,
+    jobs: BTreeMap<String, JobWindow>,
+    /// Runs without a duration yet (still running when read): read again each poll.
+    open: Vec<(i64, String)>,
+    /// No kept run started before this (it may be lower than the oldest kept): while it is
+    /// inside the window no run left it, and the poll skips a walk over every job's runs.
+    earliest: Option<String>,
+}
+
+const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
+
+fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
+    let outcome = text(r, 4)?;
+    Ok((
+        text_or_empty(r, 1)?,
+        RunBit {
+            rowid: int(r, 0)?.unwrap_or(0),
+            started_at: text_or_empty(r, 2)?,
+            ended_at: text(r, 5)?,
+            duration_ms: int(r, 3)?,
+            failed: outcome.as_deref().is_some_and(crate::state::is_failure),
+            ok: outcome.as_deref() == Some("ok"),
+        },
+    ))
+}
+
+impl RunWindows {
+    /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
+    pub(super) fn sync(&mut self, tx: &Transaction<'_>, oldest: &str) -> rusqlite::Result<()> {
+        // Two statements: each alone is an index lookup and an index count; together they
+        // would scan the table.
+        let max_rowid = tx
+            .query_row("SELECT max(rowid) FROM exactly_runs", [], |r| int(r, 0))?
+            .unwrap_or(0);
+        let total = tx
+            .query_row("SELECT count(*) FROM exactly_runs", [], |r| int(r, 0))?
+            .unwrap_or(0);
+        if self.synced {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"
+            ))?;
+            let new = stmt
+                .query_map([self.max_rowid], run_bit)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            // Rows went away (gc) or rowids were reused: read the window afresh.
+            if self.total + new.len() as i64 != total {
+                *self = RunWindows::default();
+            } else {
+                let mut reread = tx.prepare(&format!(
+                    "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1"
+                ))?;
+                let mut fresh = Vec::new();
+                for (rowid, _) in std::mem::take(&mut self.open) {
+                    match reread.query_row([rowid], run_bit).optional()? {
+                        Some(bit) => fresh.push(bit),
+                        None => {
+                            *self = RunWindows::default();
+                            break;
+                        }
+                    }
+                }
+                if self.synced {
+                    for (job, bit) in fresh {
+                        self.put(job, bit, oldest);
+                    }
+                    for (job, bit) in new {
+                        self.put(job, bit, oldest);
+                    }
+                }
+            }
+        }
+        if !self.synced {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 ORDER BY started_at"
+            ))?;
+            for row in stmt.query_map([oldest], run_bit)? {
+                let (job, bit) = row?;
+                self.put(job, bit, oldest);
+            }
+            self.synced = true;
+        }
+        self.max_rowid = max_rowid;
+        self.total = total;
+        // Runs that left the window.
+        if self.earliest.as_deref().is_some_and(|e| e < oldest) {
+            for w in self.jobs.values_mut() {
+                let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
+                if gone > 0 {
+                    w.runs.drain(..gone);
+                    w.figures = None;
+                }
+            }
+            self.jobs.retain(|_, w| !w.runs.is_empty());
+            self.earliest = self
+                .jobs
+                .values()
+                .filter_map(|w| w.runs.first())
+                .map(|b| b.started_at.clone())
+                .min();
+        }
+        Ok(())
+    }
+
+    /// Adds or replaces one run, keeping each job's runs in start order.
+    fn put(&mut self, job: String, bit: RunBit, oldest: &str) {
+        if bit.duration_ms.is_none() {
+            self.open.push((bit.rowid, job.clone()));
+        }
+        if bit.started_at.as_str() < oldest {
+            return;
+        }
+        if self.earliest.as_ref().is_none_or(|e| bit.started_at < *e) {
+            self.earliest = Some(bit.started_at.clone());
+        }
+        let w = self.jobs.entry(job).or_default();
+        w.figures = None;
+        if let Some(i) = w.runs.iter().rposition(|b| b.rowid == bit.rowid) {
+            w.runs.remove(i);
+        }
+        let at = w.runs.partition_point(|b| b.started_at <= bit.started_at);
+        w.runs.insert(at, bit);
+    }
+
+    /// A job's newest run (None: it has no run in the window; ask the table).
+    pub(super) fn last_run(
+        &mut self,
+        job: &str,
+        by_rowid: &mut rusqlite::Statement<'_>,
+    ) -> rusqlite::Result<Option<RunRow>> {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return Ok(None);
+        };
+        let Some(newest) = w.runs.last() else {
+            return Ok(None);
+        };
+        let fresh = w
+            .last
+            .as_ref()
+            .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
+        if !fresh {
+            let row = by_rowid.query_row([newest.rowid], run_row).optional()?;
+            w.last = row.map(|r| (newest.rowid, r));
+        }
+        Ok(w.last.as_ref().map(|(_, r)| r.clone()))
+    }
+
+    /// When a job's newest successful run in the window ended (None: none in the window).
+    pub(super) fn last_success(&self, job: &str) -> Option<Option<String>> {
+        let w = self.jobs.get(job)?;
+        w.runs
+            .iter()
+            .rev()
+            .find(|b| b.ok)
+            .map(|b| b.ended_at.clone())
+    }
+
+    /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
+    /// finished runs in the window.
+    pub(super) fn figures(&mut self, job: &str) -> Figures {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return (0, 0, None, None, Vec::new());
+        };
+        w.figures
+            .get_or_insert_with(|| {
+                let last: Vec<&RunBit> = w
+                    .runs
+                    .iter()
+                    .rev()
+                    .filter(|b| b.duration_ms.is_some())
+                    .take(RUN_WINDOW)
+                    .collect();
+                let failed = last.iter().filter(|b| b.failed).count() as u64;
+                let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
+                let (p50, p99) = time::percentiles(&durations);
+                (durations.len() as u64, failed, p50, p99, durations)
+            })
+            .clone()
+    }
+}

@@ -128,11 +128,7 @@ fn concurrent_retry(
         "concurrent-retry"
     };
     let jobs: Vec<String> = (0..4).map(|j| format!("chaos-{name}-{j}")).collect();
-    let forever = Duration::from_secs(3600);
-    let mut tokens = Vec::new();
-    for j in &jobs {
-        tokens.push(h.claim(j, "chaos", forever)?);
-    }
+    let tokens = h.claim_all(&jobs.iter().map(String::as_str).collect::<Vec<_>>())?;
     for i in 0..u64::from(n) {
         let callers_n = h.rng.gen_range(2..=4usize);
         let same_job = i % 2 == 0;
@@ -377,21 +373,9 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
 /// far side before the approval, or at all after a denial.
 fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let jobs = ["chaos-pay-a", "chaos-pay-b"];
-    let forever = Duration::from_secs(3600);
-    let tokens = [
-        h.claim(jobs[0], "chaos", forever)?,
-        h.claim(jobs[1], "chaos", forever)?,
-    ];
+    let tokens = h.claim_all(&jobs)?;
     for i in 0..u64::from(n) {
-        let effs: Vec<Eff> = (0..2)
-            .map(|j| Eff {
-                job: jobs[j].into(),
-                token: tokens[j],
-                action: "pay".into(),
-                target: "landlord".into(),
-                i,
-            })
-            .collect();
+        let effs = Eff::per_job(&jobs, &tokens, "pay", "landlord", i);
         let key = h.key(&effs[0]);
         let approve = h.rng.gen_bool(0.6);
         let label = format!(

@@ -57,6 +57,25 @@ pub struct Eff {
     pub i: u64,
 }
 
+impl Eff {
+    /// The same effect (action, target, iteration) as each of `jobs` sends it under its token.
+    pub fn per_job(jobs: &[&str], tokens: &[i64], action: &str, target: &str, i: u64) -> Vec<Eff> {
+        jobs.iter()
+            .zip(tokens)
+            .map(|(job, &token)| Eff {
+                job: job.to_string(),
+                token,
+                action: action.into(),
+                target: target.into(),
+                i,
+            })
+            .collect()
+    }
+}
+
+/// How long the harness's own leases last: longer than any scenario.
+pub const FOREVER: Duration = Duration::from_secs(3600);
+
 /// The shared machinery: the database, the far side, the binary, the dice.
 pub struct Harness {
     pub(super) exe: PathBuf,
@@ -87,6 +106,13 @@ impl Harness {
         Spec::new(&e.action, &e.target)
             .input("run", self.nonce.clone())
             .input("i", e.i.to_string())
+    }
+
+    /// Claims each job's lease for the whole scenario ([`FOREVER`]); their tokens, in order.
+    pub fn claim_all(&mut self, jobs: &[&str]) -> Result<Vec<i64>> {
+        jobs.iter()
+            .map(|j| self.claim(j, "chaos", FOREVER))
+            .collect()
     }
 
     pub fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<i64> {

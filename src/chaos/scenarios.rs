@@ -1,6 +1,7 @@
 //! The scenarios that need no scheduler: each iteration is one intended effect, attacked in a
 //! different way, then settled by restarts (or the next firing) without clearing the ledger.
 use super::far_side::{SENT_MARKER, START_MARKER};
+use super::harness::FOREVER;
 use super::{Client, Eff, Harness, Tally};
 use crate::state::EffectState;
 use crate::{lease, Result};
@@ -70,7 +71,7 @@ fn kill_randomly(h: &mut Harness, t: &mut Tally, e: &Eff) -> Result<()> {
 /// ledger, let the restart settle the effect.
 fn kill_mid_effect(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let job = "chaos-kill-mid-effect";
-    let token = h.claim(job, "chaos", Duration::from_secs(3600))?;
+    let token = h.claim(job, "chaos", FOREVER)?;
     for i in 0..u64::from(n) {
         let e = Eff {
             job: job.into(),
@@ -174,7 +175,7 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
         // clock-skew margin has passed too.
         let expiry = lease_for + crate::time::max_skew() + Duration::from_millis(15);
         std::thread::sleep(expiry.saturating_sub(claimed.elapsed()));
-        let tb = h.claim(job, "chaos-next", Duration::from_secs(3600))?;
+        let tb = h.claim(job, "chaos-next", FOREVER)?;
         let b = Eff {
             token: tb,
             ..a.clone()
@@ -213,7 +214,7 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
 /// `unknown`, then be settled by the observer, never repeated.
 fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let job = "chaos-lost-response";
-    let token = h.claim(job, "chaos", Duration::from_secs(3600))?;
+    let token = h.claim(job, "chaos", FOREVER)?;
     for i in 0..u64::from(n) {
         let e = Eff {
             job: job.into(),
@@ -273,21 +274,9 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
 /// the ledger must collapse them into one effect.
 fn duplicate_registration(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let jobs = ["chaos-dup-digest", "chaos-dup-daily-digest"];
-    let forever = Duration::from_secs(3600);
-    let tokens = [
-        h.claim(jobs[0], "chaos", forever)?,
-        h.claim(jobs[1], "chaos", forever)?,
-    ];
+    let tokens = h.claim_all(&jobs)?;
     for i in 0..u64::from(n) {
-        let effs: Vec<Eff> = (0..2)
-            .map(|j| Eff {
-                job: jobs[j].into(),
-                token: tokens[j],
-                action: "send-digest".into(),
-                target: "team".into(),
-                i,
-            })
-            .collect();
+        let effs = Eff::per_job(&jobs, &tokens, "send-digest", "team", i);
         let victim = (i % 3 == 2).then_some((i / 3) as usize % 2);
         let label = format!(
             "duplicate-registration #{i}{}",

@@ -12,18 +12,8 @@ pub struct EffectArgs {
     /// This run's id, recorded with the effect (under `exactly run`: $EXACTLY_RUN_ID).
     #[arg(long, env = "EXACTLY_RUN_ID")]
     pub run_id: Option<String>,
-    /// What is done, e.g. send-invoice (part of the effect key; no `|`).
-    #[arg(long)]
-    pub action: String,
-    /// To whom or what it is done, e.g. customer-42 (part of the effect key).
-    #[arg(long)]
-    pub target: String,
-    /// A consequential input, k=v (part of the effect key). Repeatable.
-    #[arg(long = "input", value_name = "K=V")]
-    pub inputs: Vec<String>,
-    /// Inputs as a JSON object, from a file or `-` for stdin.
-    #[arg(long, value_name = "FILE|-")]
-    pub input_json: Option<String>,
+    #[command(flatten)]
+    pub key: KeyFacts,
     /// The terms a person approves (shown in the dashboard).
     #[arg(long)]
     pub terms: Option<String>,
@@ -39,16 +29,15 @@ pub struct EffectArgs {
 }
 
 pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
-    let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
-    key::check(&a.action, &a.target, &inputs)?;
+    let inputs = a.key.inputs()?;
     let mut store = open(db)?;
     let mut ctx = Ctx::new(&a.job, a.token);
     if let Some(r) = &a.run_id {
         ctx = ctx.with_run_id(r);
     }
     let spec = Spec {
-        action: a.action,
-        target: a.target,
+        action: a.key.action,
+        target: a.key.target,
         inputs,
         terms: a.terms,
         needs_approval: a.needs_approval,

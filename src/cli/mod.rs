@@ -151,20 +151,36 @@ pub enum Cmd {
     FarSide(crate::chaos::far_side::FarSideCmd),
 }
 
+/// The facts an effect key is derived from: `key` and `effect` take the same flags.
 #[derive(Args, Debug)]
-pub struct KeyArgs {
-    /// What is done, e.g. send-invoice (non-empty, no `|`).
+pub struct KeyFacts {
+    /// What is done, e.g. send-invoice (part of the effect key; non-empty, no `|`).
     #[arg(long)]
     pub action: String,
-    /// To whom or what it is done, e.g. customer-42 (non-empty).
+    /// To whom or what it is done, e.g. customer-42 (part of the effect key; non-empty).
     #[arg(long)]
     pub target: String,
-    /// A consequential input, k=v (a string value). Repeatable.
+    /// A consequential input, k=v (part of the effect key; a string value). Repeatable.
     #[arg(long = "input", value_name = "K=V")]
     pub inputs: Vec<String>,
     /// Inputs as a JSON object, from a file or `-` for stdin.
     #[arg(long, value_name = "FILE|-")]
     pub input_json: Option<String>,
+}
+
+impl KeyFacts {
+    /// The inputs, read, with the key's parts checked (an ambiguous key is refused, exit 2).
+    pub fn inputs(&self) -> Result<Map<String, Value>> {
+        let inputs = read_inputs(&self.inputs, self.input_json.as_deref())?;
+        key::check(&self.action, &self.target, &inputs)?;
+        Ok(inputs)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    #[command(flatten)]
+    pub key: KeyFacts,
 }
 
 #[derive(Args, Debug)]
@@ -225,10 +241,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Key(a) => {
-            let inputs = read_inputs(&a.inputs, a.input_json.as_deref())?;
-            key::check(&a.action, &a.target, &inputs)?;
+            let inputs = a.key.inputs()?;
             let digest = key::input_digest(&inputs);
-            println!("{}", key::effect_key(&a.action, &a.target, &digest));
+            println!("{}", key::effect_key(&a.key.action, &a.key.target, &digest));
             Ok(0)
         }
         Cmd::Lease(c) => lease_cmd(&db, c),

@@ -83,7 +83,11 @@ impl Fired {
     /// How loud a firing's fate is in the scheduler's log: a miss is an error, a saturated
     /// queue a warning.
     pub fn level(&self) -> &'static str {
-        self.worded("", "").0
+        match self {
+            Fired::Missed { .. } => "ERROR",
+            Fired::Saturated { .. } => "WARN",
+            _ => "INFO",
+        }
     }
 
     /// The firing's fate in one word, as JSON's `result` says it.
@@ -103,60 +107,45 @@ impl Fired {
     /// What became of the `kind` firing at `slot`, in words: the scheduler's log line and the
     /// event a paused skip records.
     pub fn describe(&self, kind: &str, slot: &str) -> String {
-        self.worded(kind, slot).1
-    }
-
-    fn worded(&self, kind: &str, slot: &str) -> (&'static str, String) {
         match self {
-            Fired::Started(s) => (
-                "INFO",
+            Fired::Started(s) => format!(
+                "{kind} firing at {slot} started run {} (token {}){}",
+                s.run_id,
+                s.token,
+                s.stolen_from
+                    .as_ref()
+                    .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
+                    .unwrap_or_default()
+            ),
+            Fired::Duplicate { state, owner } => format!(
+                "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
+                owner.as_deref().unwrap_or("someone")
+            ),
+            Fired::Skipped { note, by } => format!(
+                "{kind} firing at {slot} skipped: paused by {}{}",
+                by.as_deref().unwrap_or("someone"),
+                note.as_deref()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            ),
+            Fired::Coalesced { holder, token } => {
                 format!(
-                    "{kind} firing at {slot} started run {} (token {}){}",
-                    s.run_id,
-                    s.token,
-                    s.stolen_from
-                        .as_ref()
-                        .map(|(o, t)| format!(", lease taken over from {o} (token {t})"))
-                        .unwrap_or_default()
-                ),
+                    "{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"
+                )
+            }
+            Fired::Queued { depth, cap } => {
+                format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})")
+            }
+            Fired::Saturated { cap } => {
+                format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)")
+            }
+            Fired::Missed { holder, token } => format!(
+                "{kind} firing at {slot} MISSED: overlap = fail and a run is live \
+                 ({holder}, token {token})"
             ),
-            Fired::Duplicate { state, owner } => (
-                "INFO",
-                format!(
-                    "{kind} firing at {slot} is a duplicate (already {state} by {}): not run",
-                    owner.as_deref().unwrap_or("someone")
-                ),
-            ),
-            Fired::Skipped { note, by } => (
-                "INFO",
-                format!(
-                    "{kind} firing at {slot} skipped: paused by {}{}",
-                    by.as_deref().unwrap_or("someone"),
-                    note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-                ),
-            ),
-            Fired::Coalesced { holder, token } => (
-                "INFO",
-                format!("{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"),
-            ),
-            Fired::Queued { depth, cap } => (
-                "INFO",
-                format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})"),
-            ),
-            Fired::Saturated { cap } => (
-                "WARN",
-                format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)"),
-            ),
-            Fired::Missed { holder, token } => (
-                "ERROR",
-                format!(
-                    "{kind} firing at {slot} MISSED: overlap = fail and a run is live ({holder}, token {token})"
-                ),
-            ),
-            Fired::Busy { holder, until } => (
-                "INFO",
-                format!("{kind} firing at {slot} not started: lease held by {holder} until {until}"),
-            ),
+            Fired::Busy { holder, until } => {
+                format!("{kind} firing at {slot} not started: lease held by {holder} until {until}")
+            }
         }
     }
 }

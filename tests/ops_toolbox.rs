@@ -463,26 +463,25 @@ fn viewer_site() -> (tempfile::TempDir, String) {
     (dir, db)
 }
 
-/// The binary, copied where `nobody` may run it: a clone under a private home (CI's, say) is
-/// not reachable by other users.
-fn nobody_bin() -> String {
+/// The binary, copied where `nobody` may run it (a clone under a private home, CI's say, is
+/// not reachable by other users): into the viewer's site, so it goes when the site does.
+fn nobody_bin(db: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
-    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("exactly-viewer-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let to = dir.join("exactly");
+    let site = std::path::Path::new(db)
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("the viewer's site");
+    let to = site.join("exactly");
+    if !to.exists() {
         std::fs::copy(bin(), &to).expect("copy the binary");
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        to.to_str().expect("utf8").to_string()
-    })
-    .clone()
+    }
+    to.to_str().expect("utf8").to_string()
 }
 
 fn as_nobody(db: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("runuser")
-        .args(["-u", "nobody", "--", &nobody_bin(), "--db", db])
+        .args(["-u", "nobody", "--", &nobody_bin(db), "--db", db])
         .args(args)
         .env_remove("EXACTLY_ACTOR")
         .output()
@@ -547,7 +546,7 @@ fn a_viewer_who_can_only_read_runs_status_metrics_and_top_read_only() {
     let _server = KillServer(sock.clone());
     let cmd = format!(
         "runuser -u nobody -- {} --db {db} top; sleep 60",
-        nobody_bin()
+        nobody_bin(&db)
     );
     let ok = Command::new("tmux")
         .args([

@@ -216,7 +216,87 @@ fn write_ratio(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()
     out.insert("write_ratio".into(), json!(round(life_s / bare_s, 3)));
     out.insert("lifecycles_per_s".into(), json!(round(life_s, 0)));
     out.insert("bare_commits_per_s".into(), json!(round(bare_s, 0)));
+    // What a commit costs here is its fsync and the pages it writes: count the WAL frames each
+    // side appends (no checkpoint in between: 50 writes stay under the 1,000-frame autocheckpoint).
+    let (life_frames, bare_frames) = wal_frames(&dir, 50)?;
+    out.insert(
+        "wal_frames_per_lifecycle".into(),
+        json!(round(life_frames, 1)),
+    );
+    out.insert(
+        "wal_frames_per_bare_commit".into(),
+        json!(round(bare_frames, 1)),
+    );
     Ok(())
+}
+
+/// WAL frames appended per effect lifecycle and per bare commit, over `n` of each.
+fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64)> {
+    // Frames now in the WAL, as a passive checkpoint reports them (it copies, never resets).
+    let frames = |path: &Path| -> Res<f64> {
+        let c = Connection::open(path)?;
+        let (_busy, log, _done): (i64, i64, i64) =
+            c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        Ok(log as f64)
+    };
+    let path = dir.join("frames.db");
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    }
+    let mut store = Store::open(path_str(&path)?)?;
+    let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
+        lease::Claim::Won { token } => token,
+        lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
+    };
+    let ctx = effect::Ctx::new("bench", token);
+    // A few first, so page allocation at the file's start is not counted.
+    let mut run = |i: u64| -> Res<()> {
+        let spec = Spec::new("send", "bench").input("i", i.to_string());
+        match effect::run(&mut store, &ctx, &spec, &mut Nothing)? {
+            effect::Outcome::Done { .. } => Ok(()),
+            other => Err(format!("lifecycle {i} ended {other:?}").into()),
+        }
+    };
+    for i in 0..20 {
+        run(i)?;
+    }
+    Connection::open(&path)?.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    for i in 20..20 + n {
+        run(i)?;
+    }
+    let life = frames(&path)? / n as f64;
+
+    let bare = dir.join("frames-bare.db");
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", bare.display()));
+    }
+    let mut c = Connection::open(&bare)?;
+    c.pragma_update(None, "journal_mode", "WAL")?;
+    c.pragma_update(None, "synchronous", "FULL")?;
+    c.execute(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT NOT NULL UNIQUE, v TEXT)",
+        [],
+    )?;
+    let mut insert = |i: u64| -> Res<()> {
+        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO t (k, v) VALUES (?1, ?2)",
+            params![format!("{i:032x}"), "2026-11-30T00:00:00.000Z"],
+        )?;
+        tx.commit()?;
+        Ok(())
+    };
+    for i in 0..20 {
+        insert(i)?;
+    }
+    Connection::open(&bare)?.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    for i in 20..20 + n {
+        insert(i)?;
+    }
+    let bare_frames = frames(&bare)? / n as f64;
+    Ok((life, bare_frames))
 }
 
 // ---------------------------------------------------------------- claim_contention
@@ -814,6 +894,8 @@ fn print_table(s: &Value, smoke: bool) {
         "write_ratio",
         "lifecycles_per_s",
         "bare_commits_per_s",
+        "wal_frames_per_lifecycle",
+        "wal_frames_per_bare_commit",
         "claim_contention.claims_per_s",
         "claim_contention.double_grants",
         "poll_ms_10k",

@@ -23,9 +23,26 @@ pub fn point(name: &str) {
     point_of("EXACTLY_FAULT", name);
 }
 
+/// The spec in `var`, read once per process: a point sits on every write path, and reading the
+/// environment takes a lock and a scan each time.
+fn spec_of(var: &str) -> Option<&'static str> {
+    static SPECS: parking_lot::Mutex<Vec<(String, Option<&'static str>)>> =
+        parking_lot::const_mutex(Vec::new());
+    let mut specs = SPECS.lock();
+    if let Some((_, spec)) = specs.iter().find(|(v, _)| v == var) {
+        return *spec;
+    }
+    // Leaked once per variable name (two in all): the spec lives as long as the process.
+    let spec = std::env::var(var)
+        .ok()
+        .map(|s| &*Box::leak(s.into_boxed_str()));
+    specs.push((var.to_string(), spec));
+    spec
+}
+
 /// A named point whose spec is read from `var` (the chaos far side's client has its own).
 pub fn point_of(var: &str, name: &str) {
-    let Ok(spec) = std::env::var(var) else {
+    let Some(spec) = spec_of(var) else {
         return;
     };
     for part in spec.split(',') {

@@ -18,6 +18,11 @@ pub(super) fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
+/// A job's `submitted`/`unknown` rows, in the words the open-effects index needs: its own term
+/// first (see `effect_ledger_open` in schema.rs), then the narrower one.
+pub(super) const JOB_OPEN: &str =
+    "state IN ('claimed', 'submitted', 'unknown') AND state IN ('submitted', 'unknown')";
+
 pub(super) const EVENT_COLS: &str =
     "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
 pub(super) const RUN_COLS: &str =
@@ -101,12 +106,11 @@ impl Store {
         })
     }
 
-    /// `submitted`/`unknown` rows of one job (through the (job_key, state) index).
+    /// `submitted`/`unknown` rows of one job (through the open-effects index).
     pub(crate) fn open_effects_of(&mut self, job: &str) -> Result<Vec<super::LedgerRow>> {
         self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
-                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')
-                 ORDER BY updated_at",
+                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND {JOB_OPEN} ORDER BY updated_at",
                 super::ledger_rows::LEDGER_COLS
             ))?;
             let rows = stmt.query_map([job], super::ledger_rows::ledger_row)?.collect();

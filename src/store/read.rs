@@ -17,7 +17,8 @@ const OPEN_SHOWN: usize = 1000;
 
 /// `claimed` rows whose claiming token's lease expired or was superseded, not waiting for a
 /// person and not handed back by an operator: reserved, then abandoned.
-const LEAKED: &str = "FROM effect_ledger e WHERE e.state = 'claimed' AND e.resolved_at IS NULL
+const LEAKED: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
+    AND e.state = 'claimed' AND e.resolved_at IS NULL
     AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = e.effect_key
                     AND a.state IN ('pending', 'approved'))
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
@@ -25,7 +26,8 @@ const LEAKED: &str = "FROM effect_ledger e WHERE e.state = 'claimed' AND e.resol
 
 /// Open effects: `unknown`, and `submitted` whose holder's lease is gone (in-flight sends of a
 /// live lease are not unknown yet).
-const OPEN: &str = "FROM effect_ledger e WHERE (e.state = 'unknown' OR (e.state = 'submitted'
+const OPEN: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
+    AND (e.state = 'unknown' OR (e.state = 'submitted'
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
                     AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
 
@@ -67,7 +69,7 @@ impl Store {
         let snap = self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
-                 {OPEN} ORDER BY e.updated_at LIMIT {OPEN_SHOWN}"
+                 {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
             ))?;
             let unknown = stmt
                 .query_map([&now_s], |r| {
@@ -559,9 +561,15 @@ mod tests {
         for q in [
             format!("SELECT count(*) {}", super::LEAKED),
             format!("SELECT count(*) {}", super::OPEN),
-            format!("SELECT e.effect_key {} ORDER BY e.updated_at", super::OPEN),
+            format!(
+                "SELECT e.effect_key {} ORDER BY e.updated_at, e.effect_key",
+                super::OPEN
+            ),
             "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?1".to_string(),
-            "SELECT state FROM effect_ledger WHERE job_key = ?1 AND state IN ('submitted', 'unknown')".to_string(),
+            format!(
+                "SELECT state FROM effect_ledger WHERE job_key = ?1 AND {}",
+                super::super::detail::JOB_OPEN
+            ),
         ] {
             let plan: Vec<String> = store
                 .read(|tx| {
@@ -571,6 +579,16 @@ mod tests {
                 })
                 .unwrap();
             assert!(plan.iter().all(|p| !p.starts_with("SCAN")), "{q}: {plan:?}");
+            // The ledger's rows are found through the open-effects index alone (a query that
+            // does not repeat its term would fall back to a scan, or to the primary key).
+            if q.contains("FROM effect_ledger") {
+                assert!(
+                    plan.iter()
+                        .any(|p| p.contains("USING INDEX effect_ledger_open")
+                            || p.contains("USING COVERING INDEX effect_ledger_open")),
+                    "{q}: {plan:?}"
+                );
+            }
         }
     }
 }

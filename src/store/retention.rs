@@ -13,6 +13,11 @@ use serde::Serialize;
 
 /// Rows deleted per transaction.
 const BATCH: i64 = 500;
+/// Events are walked by id, this many ids per transaction: no index on their time (it would
+/// cost every event's insert a page), so each step reads a short id range and deletes the old
+/// ones in it. Events arrive roughly in time order, but a writer with a skewed clock may leave
+/// an old one among new ones; walking every range finds it too.
+const EVENT_IDS: i64 = 5_000;
 
 /// Old finished runs, but never a job's latest.
 const RUNS: &str = "FROM exactly_runs r WHERE r.started_at < ?1 AND r.ended_at IS NOT NULL
@@ -58,10 +63,10 @@ impl Store {
             dry_run,
             ..Default::default()
         };
+        out.events = self.prune_events(horizon, dry_run)?;
         let mut parts: Vec<(&str, &str, &mut u64)> = vec![
             ("exactly_runs", RUNS, &mut out.runs),
             ("exactly_firings", FIRINGS, &mut out.firings),
-            ("exactly_events", EVENTS, &mut out.events),
             ("exactly_schedulers", SCHEDULERS, &mut out.schedulers),
         ];
         let mut e = 0u64;
@@ -104,5 +109,94 @@ impl Store {
         out.effects = e;
         out.approvals = a;
         Ok(out)
+    }
+
+    /// Old events, id range by id range (see [`EVENT_IDS`]).
+    fn prune_events(&mut self, horizon: &str, dry_run: bool) -> Result<u64> {
+        let (first, last): (i64, i64) = self.read(|tx| {
+            tx.query_row(
+                "SELECT coalesce(min(id), 0), coalesce(max(id), -1) FROM exactly_events",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })?;
+        let mut n = 0u64;
+        let mut from = first;
+        while from <= last {
+            let to = from.saturating_add(EVENT_IDS);
+            let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id < ?3");
+            let p = rusqlite::params![horizon, from, to];
+            n += if dry_run {
+                self.read(|tx| {
+                    tx.query_row(&format!("SELECT count(*) {range}"), p, |r| {
+                        r.get::<_, i64>(0)
+                    })
+                })?
+                .max(0) as u64
+            } else {
+                let deleted = self.write(|tx| {
+                    tx.execute(
+                        &format!(
+                            "DELETE FROM exactly_events WHERE rowid IN (SELECT ev.rowid {range})"
+                        ),
+                        p,
+                    )
+                })? as u64;
+                if deleted > 0 {
+                    // Let a waiting scheduler take the write lock between steps.
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                deleted
+            };
+            from = to;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{record_event, NewEvent, Store};
+    use crate::state::EventKind;
+
+    /// Old events are found without an index on their time: across many id ranges, and also
+    /// an old one written after newer ones (a writer whose clock is behind).
+    #[test]
+    fn old_events_are_pruned_range_by_range_even_out_of_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("r.db").to_str().unwrap()).unwrap();
+        let n = 2 * super::EVENT_IDS + 123;
+        store
+            .write(|tx| {
+                for i in 0..n {
+                    let at = if i % 2 == 0 {
+                        "2026-01-01T00:00:00.000Z"
+                    } else {
+                        "2026-06-01T00:00:00.000Z"
+                    };
+                    record_event(tx, &NewEvent::new(EventKind::JobPaused, at).job("j"))?;
+                }
+                // The skewed writer: an old event with the highest id.
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::JobPaused, "2025-12-31T00:00:00.000Z").job("j"),
+                )
+            })
+            .unwrap();
+        let horizon = "2026-03-01T00:00:00.000Z";
+        let old = (n + 1) / 2 + 1;
+        let dry = store.prune(horizon, false, true).unwrap();
+        assert_eq!(dry.events, old as u64);
+        let done = store.prune(horizon, false, false).unwrap();
+        assert_eq!(done.events, old as u64);
+        let (left, oldest): (i64, String) = store
+            .read(|tx| {
+                tx.query_row("SELECT count(*), min(at) FROM exactly_events", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .unwrap();
+        assert_eq!(left, n - (n + 1) / 2, "the newer events stay");
+        assert_eq!(oldest, "2026-06-01T00:00:00.000Z");
     }
 }

@@ -46,8 +46,9 @@ pub struct Store {
     conn: Connection,
     path: String,
     busy_ms: u64,
-    /// The recent runs per job, kept between polls so a dashboard reads only what changed.
-    windows: Option<read::RunWindows>,
+    /// The recent runs and latest firing per job, kept between polls so a dashboard reads only
+    /// what changed.
+    kept: Option<read::Kept>,
     /// This connection's writes go before the process's other writers (see [`Store::write`]).
     writes_first: bool,
 }
@@ -172,7 +173,7 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
-            windows: None,
+            kept: None,
             writes_first: false,
         };
         store
@@ -250,7 +251,7 @@ impl Store {
             conn,
             path: path.to_string(),
             busy_ms,
-            windows: None,
+            kept: None,
             writes_first: false,
         };
         store

@@ -11,7 +11,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use std::collections::BTreeMap;
 
 /// How many recent runs per job feed p50/p99 (and at most this old).
-pub use super::windows::{RunWindows, RUN_WINDOW, RUN_WINDOW_DAYS};
+pub use super::windows::{Kept, RUN_WINDOW, RUN_WINDOW_DAYS};
 const EVENTS_SHOWN: usize = 300;
 const OPEN_SHOWN: usize = 1000;
 
@@ -65,7 +65,7 @@ impl Store {
         let now_s = time::fmt(now);
         let day_ago = time::fmt(now - chrono::Duration::hours(24));
         let db = self.path.clone();
-        let mut windows = self.windows.take().unwrap_or_default();
+        let mut kept = self.kept.take().unwrap_or_default();
         let snap = self.read(|tx| {
             let mut stmt = tx.prepare(&format!(
                 "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
@@ -135,7 +135,7 @@ impl Store {
                 "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
             ))?;
             let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-            let jobs = read_jobs(tx, now, &mut windows)?;
+            let jobs = read_jobs(tx, now, &mut kept)?;
             let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
             let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -177,7 +177,7 @@ impl Store {
         });
         // A failed read may have left the cache half-synced: start it afresh next time.
         if snap.is_ok() {
-            self.windows = Some(windows);
+            self.kept = Some(kept);
         }
         snap
     }
@@ -231,17 +231,16 @@ fn counter_by_job(
 /// One job's firings as the dashboard shows them.
 #[derive(Debug, Clone, Default)]
 struct FiringFigures {
-    last_slot: Option<String>,
     queued: u64,
     gave_up: u64,
     retry: u64,
 }
 
-fn read_jobs(
-    tx: &Transaction<'_>,
-    now: Ts,
-    windows: &mut RunWindows,
-) -> rusqlite::Result<Vec<JobRow>> {
+fn read_jobs(tx: &Transaction<'_>, now: Ts, kept: &mut Kept) -> rusqlite::Result<Vec<JobRow>> {
+    let Kept {
+        runs: windows,
+        slots,
+    } = kept;
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let mut stmt = tx.prepare(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
@@ -318,18 +317,13 @@ fn read_jobs(
     let mut last_stmt = tx.prepare(&format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     ))?;
-    // Each registered job's latest slot (a seek into the firings' key per job), and the few
-    // firings waiting or stuck across all jobs (one range of the state index): two statements,
-    // not four per job.
+    // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
+    // seen before), and the few firings waiting or stuck across all jobs (one range of the
+    // state index).
+    slots.sync(tx)?;
+    let mut seek_slot =
+        tx.prepare("SELECT max(scheduled_at) FROM exactly_firings WHERE job_key = ?1")?;
     let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
-    let mut stmt = tx.prepare(
-        "SELECT j.job_key, (SELECT max(scheduled_at) FROM exactly_firings f WHERE f.job_key = j.job_key)
-         FROM exactly_jobs j",
-    )?;
-    for row in stmt.query_map([], |r| Ok((text_or_empty(r, 0)?, text(r, 1)?)))? {
-        let (job, last_slot) = row?;
-        firings.entry(job).or_default().last_slot = last_slot;
-    }
     let mut stmt = tx.prepare(
         "SELECT job_key, state, count(*) FROM exactly_firings
          WHERE state IN ('queued', 'gave_up', 'retry') GROUP BY state, job_key",
@@ -373,9 +367,8 @@ fn read_jobs(
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.schedule.is_some() && !j.retired {
-            j.last_slot = firings
-                .get(&j.job_key)
-                .and_then(|f| f.last_slot.clone())
+            j.last_slot = slots
+                .latest(&j.job_key, &mut seek_slot)?
                 .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);
@@ -500,6 +493,78 @@ mod tests {
         assert_ne!(before, after, "the run at the window's edge left it");
         run("a-last", "a", 1, Some(1), "ok");
         assert_eq!(figures(&mut kept), fresh(()));
+    }
+
+    /// The latest slots a dashboard keeps between polls agree with a fresh read: after new
+    /// firings (of a known job and of a job first seen), after a job's latest firing is deleted,
+    /// and on a database without the deletion triggers (an older schema, read-only).
+    #[test]
+    fn kept_latest_slots_agree_with_a_fresh_read() {
+        for with_triggers in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.db");
+            let path = path.to_str().unwrap();
+            drop(super::Store::open(path).unwrap());
+            let raw = rusqlite::Connection::open(path).unwrap();
+            if !with_triggers {
+                raw.execute_batch(
+                    "DROP TRIGGER exactly_runs_deleted; DROP TRIGGER exactly_firings_deleted;",
+                )
+                .unwrap();
+            }
+            for job in ["a", "b", "c"] {
+                raw.execute(
+                    "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
+                     VALUES (?1, 'every 1m', 60, 60, 'skip', '2026-01-01T00:00:00.000Z')",
+                    [job],
+                )
+                .unwrap();
+            }
+            let fire = |job: &str, slot: &str| {
+                raw.execute(
+                    "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+                     VALUES (?1, ?2, 'schedule', 'done', ?2, ?2)",
+                    [job, slot],
+                )
+                .unwrap();
+            };
+            let slots = |store: &mut super::Store| -> Vec<(String, Option<String>)> {
+                let snap = store
+                    .snapshot(
+                        crate::time::now(),
+                        "test",
+                        crate::jobs::SCHEDULER_DEAD_AFTER,
+                    )
+                    .unwrap();
+                snap.jobs
+                    .into_iter()
+                    .map(|j| (j.job_key, j.last_slot))
+                    .collect()
+            };
+            let fresh = || slots(&mut super::Store::open_read_only(path).unwrap());
+            fire("a", "2026-01-01T00:01:00.000Z");
+            fire("a", "2026-01-01T00:02:00.000Z");
+            let mut kept = super::Store::open_read_only(path).unwrap();
+            assert_eq!(slots(&mut kept), fresh());
+            // New firings: a's next, b's first (b was asked about with none), a backfilled one.
+            fire("a", "2026-01-01T00:03:00.000Z");
+            fire("b", "2026-01-01T00:03:00.000Z");
+            fire("a", "2025-12-31T00:00:00.000Z");
+            let now = slots(&mut kept);
+            assert_eq!(now, fresh());
+            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
+            assert_eq!(now[1].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
+            assert_eq!(now[2].1, None);
+            // a's latest firing deleted (not what gc does, but another program may).
+            raw.execute(
+                "DELETE FROM exactly_firings WHERE job_key = 'a' AND scheduled_at = '2026-01-01T00:03:00.000Z'",
+                [],
+            )
+            .unwrap();
+            let now = slots(&mut kept);
+            assert_eq!(now, fresh(), "triggers {with_triggers}");
+            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:02:00.000Z"));
+        }
     }
 
     /// The leaked counts agree with the ledger; the unknown counts (all time and last 24h) agree with the ledger whether the open list

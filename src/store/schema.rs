@@ -191,9 +191,25 @@ const TRIGGERS: &[(&str, &str)] = &[
            ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
          END",
     ),
+    // Deletions counted (schema version 4), so a dashboard that keeps runs and firings between
+    // polls learns that rows went away (gc, another program) from one counter, not a count(*).
+    (
+        "exactly_runs_deleted",
+        "CREATE TRIGGER exactly_runs_deleted AFTER DELETE ON exactly_runs BEGIN
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('deleted:exactly_runs', '', 1)
+           ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
+         END",
+    ),
+    (
+        "exactly_firings_deleted",
+        "CREATE TRIGGER exactly_firings_deleted AFTER DELETE ON exactly_firings BEGIN
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('deleted:exactly_firings', '', 1)
+           ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
+         END",
+    ),
 ];
 
-fn has_trigger(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+pub(super) fn has_trigger(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
         [name],

@@ -1,6 +1,6 @@
-//! The kept run windows: each job's recent runs (at most `RUN_WINDOW`, within
-//! `RUN_WINDOW_DAYS`), kept between a dashboard's polls so a poll reads only the runs that
-//! changed, and the run-time figures (count, failures, p50/p99) computed from them.
+//! What a reading connection keeps between a dashboard's polls, so a poll reads only what
+//! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
+//! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::detail::run_row;
 use super::{int, text, text_or_empty};
 use crate::snapshot::RunRow;
@@ -36,6 +36,30 @@ struct JobWindow {
     last: Option<(i64, RunRow)>,
 }
 
+/// Everything kept between polls.
+#[derive(Debug, Default)]
+pub struct Kept {
+    pub runs: RunWindows,
+    pub slots: LatestSlots,
+}
+
+/// How many rows of `table` were ever deleted, as its `<table>_deleted` trigger counts them;
+/// None on a database from before the triggers (schema version 4), opened read-only.
+fn deletions(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<Option<i64>> {
+    if !super::schema::has_trigger(tx, &format!("{table}_deleted"))? {
+        return Ok(None);
+    }
+    let n = tx
+        .query_row(
+            "SELECT n FROM exactly_counters WHERE kind = ?1 AND job_key = ''",
+            [format!("deleted:{table}")],
+            |r| int(r, 0),
+        )
+        .optional()?
+        .flatten();
+    Ok(Some(n.unwrap_or(0)))
+}
+
 /// The recent runs of every job, kept by a reading connection between polls. A poll reads only
 /// the runs added since the last (rowid above the last seen) and those that were still running;
 /// if rows were deleted meanwhile (gc), it reads the window again. So a dashboard's poll costs
@@ -44,6 +68,9 @@ struct JobWindow {
 pub struct RunWindows {
     synced: bool,
     max_rowid: i64,
+    /// Rows deleted as the trigger counted them when last synced; on an older database (no
+    /// trigger), the row count instead.
+    deleted: Option<i64>,
     total: i64,
     jobs: BTreeMap<String, JobWindow>,
     /// Runs without a duration yet (still running when read): read again each poll.
@@ -78,9 +105,13 @@ impl RunWindows {
         let max_rowid = tx
             .query_row("SELECT max(rowid) FROM exactly_runs", [], |r| int(r, 0))?
             .unwrap_or(0);
-        let total = tx
-            .query_row("SELECT count(*) FROM exactly_runs", [], |r| int(r, 0))?
-            .unwrap_or(0);
+        let deleted = deletions(tx, "exactly_runs")?;
+        let total = match deleted {
+            Some(_) => 0,
+            None => tx
+                .query_row("SELECT count(*) FROM exactly_runs", [], |r| int(r, 0))?
+                .unwrap_or(0),
+        };
         if self.synced {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"
@@ -89,7 +120,11 @@ impl RunWindows {
                 .query_map([self.max_rowid], run_bit)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             // Rows went away (gc) or rowids were reused: read the window afresh.
-            if self.total + new.len() as i64 != total {
+            let gone = match deleted {
+                Some(_) => deleted != self.deleted,
+                None => self.deleted.is_some() || self.total + new.len() as i64 != total,
+            };
+            if gone {
                 *self = RunWindows::default();
             } else {
                 let mut reread = tx.prepare(&format!(
@@ -126,6 +161,7 @@ impl RunWindows {
             self.synced = true;
         }
         self.max_rowid = max_rowid;
+        self.deleted = deleted;
         self.total = total;
         // Runs that left the window.
         if self.earliest.as_deref().is_some_and(|e| e < oldest) {
@@ -221,5 +257,61 @@ impl RunWindows {
                 (durations.len() as u64, failed, p50, p99, durations)
             })
             .clone()
+    }
+}
+
+/// Each job's latest fired slot (the newest `scheduled_at` in `exactly_firings`), kept between
+/// polls: a poll reads only the firings added since (rowid above the last seen), and seeks a
+/// job's latest once, the first time it is asked. Deleted firings (the trigger counts them) or a
+/// lower rowid than seen start it afresh.
+#[derive(Debug, Default)]
+pub struct LatestSlots {
+    max_rowid: i64,
+    deleted: Option<i64>,
+    /// job → its latest slot (None: it has no firing), for the jobs asked about or seen.
+    slots: BTreeMap<String, Option<String>>,
+}
+
+impl LatestSlots {
+    /// Brings the kept slots up to the database as `tx` sees it.
+    pub(super) fn sync(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        let deleted = deletions(tx, "exactly_firings")?;
+        let max_rowid = tx
+            .query_row("SELECT max(rowid) FROM exactly_firings", [], |r| int(r, 0))?
+            .unwrap_or(0);
+        // Without the trigger nothing tells a deletion apart: seek every job again.
+        if deleted.is_none() || deleted != self.deleted || max_rowid < self.max_rowid {
+            self.slots.clear();
+        } else if max_rowid > self.max_rowid {
+            let mut stmt = tx.prepare_cached(
+                "SELECT job_key, scheduled_at FROM exactly_firings WHERE rowid > ?1",
+            )?;
+            for row in stmt.query_map([self.max_rowid], |r| {
+                Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?))
+            })? {
+                let (job, slot) = row?;
+                let kept = self.slots.entry(job).or_default();
+                if kept.as_ref().is_none_or(|k| *k < slot) {
+                    *kept = Some(slot);
+                }
+            }
+        }
+        self.max_rowid = max_rowid;
+        self.deleted = deleted;
+        Ok(())
+    }
+
+    /// A job's latest slot: kept, or sought once (one seek into the firings' key).
+    pub(super) fn latest(
+        &mut self,
+        job: &str,
+        seek: &mut rusqlite::Statement<'_>,
+    ) -> rusqlite::Result<Option<String>> {
+        if let Some(kept) = self.slots.get(job) {
+            return Ok(kept.clone());
+        }
+        let slot = seek.query_row([job], |r| text(r, 0))?;
+        self.slots.insert(job.to_string(), slot.clone());
+        Ok(slot)
     }
 }

@@ -44,10 +44,17 @@ fn counter(tx: &Transaction<'_>, kind: EventKind) -> rusqlite::Result<u64> {
     )
 }
 
+/// Events of `kind` since `from`: only for the kinds `exactly_events_windowed` holds (another
+/// kind would count nothing).
 fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<u64> {
+    debug_assert!(matches!(
+        kind,
+        EventKind::DuplicateSuppressed | EventKind::FencedWrite
+    ));
     count(
         tx,
-        "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?2",
+        "SELECT count(*) FROM exactly_events
+         WHERE kind IN ('duplicate_suppressed', 'fenced_write') AND kind = ?1 AND at >= ?2",
         params![kind, from],
     )
 }
@@ -567,6 +574,41 @@ mod tests {
         }
     }
 
+    /// Duplicates suppressed and fenced writes: all time from the counters, last 24 h from the
+    /// events (through the partial index that holds only those two kinds).
+    #[test]
+    fn windowed_counts_count_their_kind_in_the_last_day() {
+        use super::super::{record_event, NewEvent};
+        use crate::state::EventKind;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = super::Store::open(dir.path().join("c.db").to_str().unwrap()).unwrap();
+        let now = crate::time::now();
+        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let (today, old) = (at(1), at(48));
+        store
+            .write(|tx| {
+                for (kind, when) in [
+                    (EventKind::DuplicateSuppressed, &today),
+                    (EventKind::DuplicateSuppressed, &today),
+                    (EventKind::DuplicateSuppressed, &old),
+                    (EventKind::FencedWrite, &today),
+                    (EventKind::FencedWrite, &old),
+                    (EventKind::EffectDone, &today),
+                ] {
+                    record_event(tx, &NewEvent::new(kind, when).job("j"))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let snap = store
+            .snapshot(now, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+            .unwrap();
+        let t = &snap.totals;
+        let d = &snap.last_24h;
+        assert_eq!((t.duplicates_suppressed, t.fenced_writes), (3, 2));
+        assert_eq!((d.duplicates_suppressed, d.fenced_writes), (2, 1));
+    }
+
     /// The leaked counts agree with the ledger; the unknown counts (all time and last 24h) agree with the ledger whether the open list
     /// holds every open effect (the counts come from it) or only the first [`super::OPEN_SHOWN`].
     #[test]
@@ -630,7 +672,9 @@ mod tests {
                 "SELECT e.effect_key {} ORDER BY e.updated_at, e.effect_key",
                 super::OPEN
             ),
-            "SELECT count(*) FROM exactly_events WHERE kind = ?1 AND at >= ?1".to_string(),
+            "SELECT count(*) FROM exactly_events
+             WHERE kind IN ('duplicate_suppressed', 'fenced_write') AND kind = ?1 AND at >= ?1"
+                .to_string(),
             format!(
                 "SELECT state FROM effect_ledger WHERE job_key = ?1 AND {}",
                 super::super::detail::JOB_OPEN
@@ -646,6 +690,13 @@ mod tests {
             assert!(plan.iter().all(|p| !p.starts_with("SCAN")), "{q}: {plan:?}");
             // The ledger's rows are found through the open-effects index alone (a query that
             // does not repeat its term would fall back to a scan, or to the primary key).
+            if q.contains("FROM exactly_events") {
+                assert!(
+                    plan.iter()
+                        .any(|p| p.contains("INDEX exactly_events_windowed")),
+                    "{q}: {plan:?}"
+                );
+            }
             if q.contains("FROM effect_ledger") {
                 assert!(
                     plan.iter()

@@ -21,7 +21,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Bump when the poll fixture's content or schema changes: cached fixtures of another version are
 /// rebuilt.
-const FIXTURE_VERSION: u32 = 3;
+const FIXTURE_VERSION: u32 = 4;
 
 /// Sizes and durations of one bench run.
 struct Plan {

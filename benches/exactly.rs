@@ -153,9 +153,46 @@ impl Effect for Nothing {
 
 /// Bare single-row commits per second with the store's own pragmas on the same file system.
 fn bare_commits(dir: &Path, secs: f64) -> Res<f64> {
-    let path = dir.join("bare.db");
-    let _ = std::fs::remove_file(&path);
-    let mut c = Connection::open(&path)?;
+    let mut c = bare_db(&dir.join("bare.db"))?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        bare_commit(&mut c, n)?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A fresh ledger at `path` with the bench job's lease held: (store, context of its holder).
+fn fresh_ledger(path: &Path) -> Res<(Store, effect::Ctx)> {
+    remove_db(path);
+    let mut store = Store::open(path_str(path)?)?;
+    let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
+        lease::Claim::Won { token } => token,
+        lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
+    };
+    Ok((store, effect::Ctx::new("bench", token)))
+}
+
+fn remove_db(path: &Path) {
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    }
+}
+
+/// One whole effect lifecycle, its input `n`.
+fn lifecycle(store: &mut Store, ctx: &effect::Ctx, n: u64) -> Res<()> {
+    let spec = Spec::new("send", "bench").input("i", n.to_string());
+    match effect::run(store, ctx, &spec, &mut Nothing)? {
+        effect::Outcome::Done { .. } => Ok(()),
+        other => Err(format!("lifecycle {n} ended {other:?}").into()),
+    }
+}
+
+/// A bare database with the store's pragmas and one table with a unique key.
+fn bare_db(path: &Path) -> Res<Connection> {
+    remove_db(path);
+    let c = Connection::open(path)?;
     c.pragma_update(None, "journal_mode", "WAL")?;
     c.pragma_update(None, "synchronous", "FULL")?;
     c.busy_timeout(Duration::from_secs(5))?;
@@ -163,40 +200,27 @@ fn bare_commits(dir: &Path, secs: f64) -> Res<f64> {
         "CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT NOT NULL UNIQUE, v TEXT)",
         [],
     )?;
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed().as_secs_f64() < secs {
-        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
-            "INSERT INTO t (k, v) VALUES (?1, ?2)",
-            params![format!("{n:032x}"), "2026-11-30T00:00:00.000Z"],
-        )?;
-        tx.commit()?;
-        n += 1;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
+    Ok(c)
+}
+
+/// One bare single-row commit, its key from `n`.
+fn bare_commit(c: &mut Connection, n: u64) -> Res<()> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute(
+        "INSERT INTO t (k, v) VALUES (?1, ?2)",
+        params![format!("{n:032x}"), "2026-11-30T00:00:00.000Z"],
+    )?;
+    tx.commit()?;
+    Ok(())
 }
 
 /// Whole effect lifecycles per second through the library (lease held, no approval).
 fn lifecycles(dir: &Path, secs: f64, round_no: u32) -> Res<f64> {
-    let path = dir.join(format!("ledger-{round_no}.db"));
-    for ext in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
-    }
-    let mut store = Store::open(path_str(&path)?)?;
-    let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
-        lease::Claim::Won { token } => token,
-        lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
-    };
-    let ctx = effect::Ctx::new("bench", token);
+    let (mut store, ctx) = fresh_ledger(&dir.join(format!("ledger-{round_no}.db")))?;
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed().as_secs_f64() < secs {
-        let spec = Spec::new("send", "bench").input("i", n.to_string());
-        match effect::run(&mut store, &ctx, &spec, &mut Nothing)? {
-            effect::Outcome::Done { .. } => {}
-            other => return Err(format!("lifecycle {n} ended {other:?}").into()),
-        }
+        lifecycle(&mut store, &ctx, n)?;
         n += 1;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
@@ -233,70 +257,34 @@ fn write_ratio(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()
 /// WAL frames appended per effect lifecycle and per bare commit, over `n` of each.
 fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64)> {
     // Frames now in the WAL, as a passive checkpoint reports them (it copies, never resets).
-    let frames = |path: &Path| -> Res<f64> {
+    let checkpoint = |path: &Path, mode: &str| -> Res<f64> {
         let c = Connection::open(path)?;
-        let (_busy, log, _done): (i64, i64, i64) =
-            c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
+        let log: i64 = c.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))?;
         Ok(log as f64)
     };
+    // A few first, so page allocation at the file's start is not counted; then the WAL is
+    // emptied and `n` more counted.
     let path = dir.join("frames.db");
-    for ext in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
-    }
-    let mut store = Store::open(path_str(&path)?)?;
-    let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
-        lease::Claim::Won { token } => token,
-        lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
-    };
-    let ctx = effect::Ctx::new("bench", token);
-    // A few first, so page allocation at the file's start is not counted.
-    let mut run = |i: u64| -> Res<()> {
-        let spec = Spec::new("send", "bench").input("i", i.to_string());
-        match effect::run(&mut store, &ctx, &spec, &mut Nothing)? {
-            effect::Outcome::Done { .. } => Ok(()),
-            other => Err(format!("lifecycle {i} ended {other:?}").into()),
-        }
-    };
+    let (mut store, ctx) = fresh_ledger(&path)?;
     for i in 0..20 {
-        run(i)?;
+        lifecycle(&mut store, &ctx, i)?;
     }
-    Connection::open(&path)?.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    checkpoint(&path, "TRUNCATE")?;
     for i in 20..20 + n {
-        run(i)?;
+        lifecycle(&mut store, &ctx, i)?;
     }
-    let life = frames(&path)? / n as f64;
+    let life = checkpoint(&path, "PASSIVE")? / n as f64;
 
     let bare = dir.join("frames-bare.db");
-    for ext in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{ext}", bare.display()));
-    }
-    let mut c = Connection::open(&bare)?;
-    c.pragma_update(None, "journal_mode", "WAL")?;
-    c.pragma_update(None, "synchronous", "FULL")?;
-    c.execute(
-        "CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT NOT NULL UNIQUE, v TEXT)",
-        [],
-    )?;
-    let mut insert = |i: u64| -> Res<()> {
-        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
-            "INSERT INTO t (k, v) VALUES (?1, ?2)",
-            params![format!("{i:032x}"), "2026-11-30T00:00:00.000Z"],
-        )?;
-        tx.commit()?;
-        Ok(())
-    };
+    let mut c = bare_db(&bare)?;
     for i in 0..20 {
-        insert(i)?;
+        bare_commit(&mut c, i)?;
     }
-    Connection::open(&bare)?.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    checkpoint(&bare, "TRUNCATE")?;
     for i in 20..20 + n {
-        insert(i)?;
+        bare_commit(&mut c, i)?;
     }
-    let bare_frames = frames(&bare)? / n as f64;
-    Ok((life, bare_frames))
+    Ok((life, checkpoint(&bare, "PASSIVE")? / n as f64))
 }
 
 // ---------------------------------------------------------------- claim_contention

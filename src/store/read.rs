@@ -401,15 +401,20 @@ mod tests {
         Option<String>,
     )>;
 
-    fn figures(store: &mut super::Store) -> Figures {
-        let snap = store
+    /// A snapshot as the dashboard takes one, now.
+    fn snap(store: &mut super::Store) -> crate::snapshot::Snapshot {
+        store
             .snapshot(
                 crate::time::now(),
                 "test",
                 crate::jobs::SCHEDULER_DEAD_AFTER,
             )
-            .unwrap();
-        snap.jobs
+            .unwrap()
+    }
+
+    fn figures(store: &mut super::Store) -> Figures {
+        snap(store)
+            .jobs
             .into_iter()
             .map(|j| {
                 let (p50, p99) = (j.p50_ms, j.p99_ms);
@@ -536,14 +541,8 @@ mod tests {
                 .unwrap();
             };
             let slots = |store: &mut super::Store| -> Vec<(String, Option<String>)> {
-                let snap = store
-                    .snapshot(
-                        crate::time::now(),
-                        "test",
-                        crate::jobs::SCHEDULER_DEAD_AFTER,
-                    )
-                    .unwrap();
-                snap.jobs
+                snap(store)
+                    .jobs
                     .into_iter()
                     .map(|j| (j.job_key, j.last_slot))
                     .collect()

@@ -9,13 +9,14 @@
 //! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
 use super::Store;
 use crate::Result;
+use rusqlite::OptionalExtension;
 use serde::Serialize;
 
 /// Rows deleted per transaction.
 const BATCH: i64 = 500;
-/// Events are walked by id, this many ids per transaction: no index on their time (it would
-/// cost every event's insert a page), so each step reads a short id range and deletes the old
-/// ones in it. Events arrive roughly in time order, but a writer with a skewed clock may leave
+/// Events are walked by id, this many rows per transaction: no index on their time (it would
+/// cost every event's insert a page), so each step reads a short run of rows and deletes the
+/// old ones in it. Events arrive roughly in time order, but a writer with a skewed clock may leave
 /// an old one among new ones; walking every range finds it too.
 const EVENT_IDS: i64 = 5_000;
 
@@ -113,19 +114,26 @@ impl Store {
 
     /// Old events, id range by id range (see [`EVENT_IDS`]).
     fn prune_events(&mut self, horizon: &str, dry_run: bool) -> Result<u64> {
-        let (first, last): (i64, i64) = self.read(|tx| {
-            tx.query_row(
-                "SELECT coalesce(min(id), 0), coalesce(max(id), -1) FROM exactly_events",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-        })?;
         let mut n = 0u64;
-        let mut from = first;
-        while from <= last {
-            let to = from.saturating_add(EVENT_IDS);
-            let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id < ?3");
-            let p = rusqlite::params![horizon, from, to];
+        // From the lowest id, each step the next EVENT_IDS rows by id: the walk follows the
+        // rows, not the id space, so a foreign writer's ids far apart (or at i64's ends) cost
+        // no more steps than rows.
+        let mut from: Option<i64> =
+            self.read(|tx| tx.query_row("SELECT min(id) FROM exactly_events", [], |r| r.get(0)))?;
+        while let Some(start) = from {
+            let next: Option<i64> = self.read(|tx| {
+                tx.query_row(
+                    "SELECT id FROM exactly_events WHERE id >= ?1 ORDER BY id LIMIT 1 OFFSET ?2",
+                    rusqlite::params![start, EVENT_IDS],
+                    |r| r.get(0),
+                )
+                .optional()
+            })?;
+            // Without a next step the range runs to the last row.
+            let to = next.unwrap_or(i64::MAX);
+            let upper = if next.is_some() { "<" } else { "<=" };
+            let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id {upper} ?3");
+            let p = rusqlite::params![horizon, start, to];
             n += if dry_run {
                 self.read(|tx| {
                     tx.query_row(&format!("SELECT count(*) {range}"), p, |r| {
@@ -148,7 +156,7 @@ impl Store {
                 }
                 deleted
             };
-            from = to;
+            from = next;
         }
         Ok(n)
     }
@@ -183,8 +191,19 @@ mod tests {
                 )
             })
             .unwrap();
+        // A foreign writer's ids at i64's ends: the walk follows rows, not the id space.
+        store
+            .write(|tx| {
+                tx.execute(
+                    "INSERT INTO exactly_events (id, at, kind) VALUES
+                       (-9223372036854775808, '2025-01-01T00:00:00.000Z', 'x'),
+                       (9223372036854775807, '2025-01-01T00:00:00.000Z', 'x')",
+                    [],
+                )
+            })
+            .unwrap();
         let horizon = "2026-03-01T00:00:00.000Z";
-        let old = (n + 1) / 2 + 1;
+        let old = (n + 1) / 2 + 1 + 2;
         let dry = store.prune(horizon, false, true).unwrap();
         assert_eq!(dry.events, old as u64);
         let done = store.prune(horizon, false, false).unwrap();

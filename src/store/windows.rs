@@ -268,7 +268,7 @@ impl RunWindows {
 pub struct LatestSlots {
     max_rowid: i64,
     deleted: Option<i64>,
-    /// job → its latest slot (None: it has no firing), for the jobs asked about or seen.
+    /// job → its latest slot (None: it has no firing), for the jobs asked about.
     slots: BTreeMap<String, Option<String>>,
 }
 
@@ -290,9 +290,12 @@ impl LatestSlots {
                 Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?))
             })? {
                 let (job, slot) = row?;
-                let kept = self.slots.entry(job).or_default();
-                if kept.as_ref().is_none_or(|k| *k < slot) {
-                    *kept = Some(slot);
+                // Only a job already sought: for another, these rows are not all it has, and its
+                // first ask seeks the whole of it.
+                if let Some(kept) = self.slots.get_mut(&job) {
+                    if kept.as_ref().is_none_or(|k| *k < slot) {
+                        *kept = Some(slot);
+                    }
                 }
             }
         }
@@ -442,13 +445,16 @@ mod tests {
                 )
                 .unwrap();
             }
-            for job in ["a", "b", "c"] {
+            let register = |job: &str| {
                 raw.execute(
                     "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
                      VALUES (?1, 'every 1m', 60, 60, 'skip', '2026-01-01T00:00:00.000Z')",
                     [job],
                 )
                 .unwrap();
+            };
+            for job in ["a", "b", "c"] {
+                register(job);
             }
             let fire = |job: &str, slot: &str| {
                 raw.execute(
@@ -468,6 +474,8 @@ mod tests {
             let fresh = || slots(&mut crate::store::Store::open_read_only(path).unwrap());
             fire("a", "2026-01-01T00:01:00.000Z");
             fire("a", "2026-01-01T00:02:00.000Z");
+            // d is not registered yet: the dashboard does not ask for its slot.
+            fire("d", "2026-01-05T00:00:00.000Z");
             let mut kept = crate::store::Store::open_read_only(path).unwrap();
             assert_eq!(slots(&mut kept), fresh());
             // New firings: a's next, b's first (b was asked about with none), a backfilled one.
@@ -488,6 +496,14 @@ mod tests {
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
             assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:02:00.000Z"));
+            // d, not shown yet, gets an older slot backfilled while the dashboard polls; once
+            // registered, its latest is still its newest slot (fired before the dashboard began).
+            fire("d", "2025-06-01T00:00:00.000Z");
+            slots(&mut kept);
+            register("d");
+            let now = slots(&mut kept);
+            assert_eq!(now, fresh(), "triggers {with_triggers}");
+            assert_eq!(now[3].1.as_deref(), Some("2026-01-05T00:00:00.000Z"));
         }
     }
 }

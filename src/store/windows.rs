@@ -43,21 +43,40 @@ pub struct Kept {
     pub slots: LatestSlots,
 }
 
-/// How many rows of `table` were ever deleted, as its `<table>_deleted` trigger counts them;
-/// None on a database from before the triggers (schema version 4), opened read-only.
-fn deletions(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<Option<i64>> {
-    if !super::schema::has_trigger(tx, &format!("{table}_deleted"))? {
-        return Ok(None);
+/// What tells a kept copy of a table that rows went away since it last looked: the deletions
+/// its `<table>_deleted` trigger counted, or, on a database from before the triggers (schema
+/// version 4) opened read-only, how many rows it holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Removals {
+    Deleted(i64),
+    Rows(i64),
+}
+
+impl Removals {
+    fn read(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<Removals> {
+        if !super::schema::has_trigger(tx, &format!("{table}_deleted"))? {
+            let n = tx.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| int(r, 0))?;
+            return Ok(Removals::Rows(n.unwrap_or(0)));
+        }
+        let n = tx
+            .query_row(
+                "SELECT n FROM exactly_counters WHERE kind = ?1 AND job_key = ''",
+                [format!("deleted:{table}")],
+                |r| int(r, 0),
+            )
+            .optional()?
+            .flatten();
+        Ok(Removals::Deleted(n.unwrap_or(0)))
     }
-    let n = tx
-        .query_row(
-            "SELECT n FROM exactly_counters WHERE kind = ?1 AND job_key = ''",
-            [format!("deleted:{table}")],
-            |r| int(r, 0),
-        )
-        .optional()?
-        .flatten();
-    Ok(Some(n.unwrap_or(0)))
+
+    /// Whether rows went away between `before` and `self`, `added` rows having come since.
+    fn since(self, before: Option<Removals>, added: usize) -> bool {
+        match (before, self) {
+            (Some(Removals::Deleted(a)), Removals::Deleted(b)) => a != b,
+            (Some(Removals::Rows(a)), Removals::Rows(b)) => a + added as i64 != b,
+            _ => true,
+        }
+    }
 }
 
 /// The recent runs of every job, kept by a reading connection between polls. A poll reads only
@@ -68,10 +87,7 @@ fn deletions(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<Option<i64>>
 pub struct RunWindows {
     synced: bool,
     max_rowid: i64,
-    /// Rows deleted as the trigger counted them when last synced; on an older database (no
-    /// trigger), the row count instead.
-    deleted: Option<i64>,
-    total: i64,
+    removals: Option<Removals>,
     jobs: BTreeMap<String, JobWindow>,
     /// Runs without a duration yet (still running when read): read again each poll.
     open: Vec<(i64, String)>,
@@ -105,13 +121,7 @@ impl RunWindows {
         let max_rowid = tx
             .query_row("SELECT max(rowid) FROM exactly_runs", [], |r| int(r, 0))?
             .unwrap_or(0);
-        let deleted = deletions(tx, "exactly_runs")?;
-        let total = match deleted {
-            Some(_) => 0,
-            None => tx
-                .query_row("SELECT count(*) FROM exactly_runs", [], |r| int(r, 0))?
-                .unwrap_or(0),
-        };
+        let removals = Removals::read(tx, "exactly_runs")?;
         if self.synced {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"
@@ -120,11 +130,7 @@ impl RunWindows {
                 .query_map([self.max_rowid], run_bit)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             // Rows went away (gc) or rowids were reused: read the window afresh.
-            let gone = match deleted {
-                Some(_) => deleted != self.deleted,
-                None => self.deleted.is_some() || self.total + new.len() as i64 != total,
-            };
-            if gone {
+            if removals.since(self.removals, new.len()) {
                 *self = RunWindows::default();
             } else {
                 let mut reread = tx.prepare(&format!(
@@ -161,8 +167,7 @@ impl RunWindows {
             self.synced = true;
         }
         self.max_rowid = max_rowid;
-        self.deleted = deleted;
-        self.total = total;
+        self.removals = Some(removals);
         // Runs that left the window.
         if self.earliest.as_deref().is_some_and(|e| e < oldest) {
             for w in self.jobs.values_mut() {
@@ -262,12 +267,12 @@ impl RunWindows {
 
 /// Each job's latest fired slot (the newest `scheduled_at` in `exactly_firings`), kept between
 /// polls: a poll reads only the firings added since (rowid above the last seen), and seeks a
-/// job's latest once, the first time it is asked. Deleted firings (the trigger counts them) or a
-/// lower rowid than seen start it afresh.
+/// job's latest once, the first time it is asked. Firings gone (see [`Removals`]) or a lower
+/// rowid than seen start it afresh.
 #[derive(Debug, Default)]
 pub struct LatestSlots {
     max_rowid: i64,
-    deleted: Option<i64>,
+    removals: Option<Removals>,
     /// job → its latest slot (None: it has no firing), for the jobs asked about.
     slots: BTreeMap<String, Option<String>>,
 }
@@ -275,21 +280,27 @@ pub struct LatestSlots {
 impl LatestSlots {
     /// Brings the kept slots up to the database as `tx` sees it.
     pub(super) fn sync(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
-        let deleted = deletions(tx, "exactly_firings")?;
+        let removals = Removals::read(tx, "exactly_firings")?;
         let max_rowid = tx
             .query_row("SELECT max(rowid) FROM exactly_firings", [], |r| int(r, 0))?
             .unwrap_or(0);
-        // Without the trigger nothing tells a deletion apart: seek every job again.
-        if deleted.is_none() || deleted != self.deleted || max_rowid < self.max_rowid {
-            self.slots.clear();
-        } else if max_rowid > self.max_rowid {
+        // Nothing kept yet (or rowids went back): nothing to bring up to date.
+        let kept = self.removals.is_some() && max_rowid >= self.max_rowid;
+        let mut new = Vec::new();
+        if kept {
             let mut stmt = tx.prepare_cached(
                 "SELECT job_key, scheduled_at FROM exactly_firings WHERE rowid > ?1",
             )?;
             for row in stmt.query_map([self.max_rowid], |r| {
                 Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?))
             })? {
-                let (job, slot) = row?;
+                new.push(row?);
+            }
+        }
+        if !kept || removals.since(self.removals, new.len()) {
+            self.slots.clear();
+        } else {
+            for (job, slot) in new {
                 // Only a job already sought: for another, these rows are not all it has, and its
                 // first ask seeks the whole of it.
                 if let Some(kept) = self.slots.get_mut(&job) {
@@ -300,7 +311,7 @@ impl LatestSlots {
             }
         }
         self.max_rowid = max_rowid;
-        self.deleted = deleted;
+        self.removals = Some(removals);
         Ok(())
     }
 
@@ -356,11 +367,25 @@ mod tests {
     /// new runs, after a running run ends, after runs are deleted (gc), and as runs age out.
     #[test]
     fn kept_run_windows_agree_with_a_fresh_read() {
+        for with_triggers in [true, false] {
+            run_windows_agree(with_triggers);
+        }
+    }
+
+    /// With the deletion triggers, or without them (an older schema, read-only: the windows
+    /// count rows instead).
+    fn run_windows_agree(with_triggers: bool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
         let path = path.to_str().unwrap();
         drop(crate::store::Store::open(path).unwrap());
         let raw = rusqlite::Connection::open(path).unwrap();
+        if !with_triggers {
+            raw.execute_batch(
+                "DROP TRIGGER exactly_runs_deleted; DROP TRIGGER exactly_firings_deleted;",
+            )
+            .unwrap();
+        }
         let now = crate::time::now();
         let at = |s: i64| crate::time::fmt(now - chrono::Duration::seconds(s));
         let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {

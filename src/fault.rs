@@ -9,10 +9,18 @@
 /// every effect awaiting approval takes).
 pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "after_done"];
 
+/// `EXACTLY_FAULT`, read once per process: points sit on every write path, and reading the
+/// environment takes a lock and a scan each time.
+fn spec() -> Option<&'static str> {
+    static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| std::env::var("EXACTLY_FAULT").ok())
+        .as_deref()
+}
+
 /// Whether `EXACTLY_FAULT` names the point (a caller with two ways to do something takes the
 /// one that passes it).
 pub fn armed(name: &str) -> bool {
-    std::env::var("EXACTLY_FAULT").is_ok_and(|spec| {
+    spec().is_some_and(|spec| {
         spec.split(',')
             .any(|part| part.split_once(':').map_or(part, |(p, _)| p).trim() == name)
     })
@@ -20,31 +28,20 @@ pub fn armed(name: &str) -> bool {
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
 pub fn point(name: &str) {
-    point_of("EXACTLY_FAULT", name);
-}
-
-/// The spec in `var`, read once per process: a point sits on every write path, and reading the
-/// environment takes a lock and a scan each time.
-fn spec_of(var: &str) -> Option<&'static str> {
-    static SPECS: parking_lot::Mutex<Vec<(String, Option<&'static str>)>> =
-        parking_lot::const_mutex(Vec::new());
-    let mut specs = SPECS.lock();
-    if let Some((_, spec)) = specs.iter().find(|(v, _)| v == var) {
-        return *spec;
+    if let Some(spec) = spec() {
+        act(spec, name);
     }
-    // Leaked once per variable name (two in all): the spec lives as long as the process.
-    let spec = std::env::var(var)
-        .ok()
-        .map(|s| &*Box::leak(s.into_boxed_str()));
-    specs.push((var.to_string(), spec));
-    spec
 }
 
 /// A named point whose spec is read from `var` (the chaos far side's client has its own).
 pub fn point_of(var: &str, name: &str) {
-    let Some(spec) = spec_of(var) else {
-        return;
-    };
+    if let Ok(spec) = std::env::var(var) {
+        act(&spec, name);
+    }
+}
+
+/// Does what `spec` says at the point `name`, if it names it.
+fn act(spec: &str, name: &str) {
     for part in spec.split(',') {
         let (point, action) = part.split_once(':').unwrap_or((part, "pause=0ms"));
         if point.trim() != name {

@@ -372,20 +372,27 @@ mod tests {
         }
     }
 
-    /// With the deletion triggers, or without them (an older schema, read-only: the windows
-    /// count rows instead).
-    fn run_windows_agree(with_triggers: bool) {
+    /// A fresh database (path, and a plain connection to write it as another program would),
+    /// with the deletion triggers or, as an older schema has it, without them.
+    fn site(with_triggers: bool) -> (tempfile::TempDir, String, rusqlite::Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.db");
-        let path = path.to_str().unwrap();
-        drop(crate::store::Store::open(path).unwrap());
-        let raw = rusqlite::Connection::open(path).unwrap();
+        let path = dir.path().join("k.db").to_str().unwrap().to_string();
+        drop(crate::store::Store::open(&path).unwrap());
+        let raw = rusqlite::Connection::open(&path).unwrap();
         if !with_triggers {
             raw.execute_batch(
                 "DROP TRIGGER exactly_runs_deleted; DROP TRIGGER exactly_firings_deleted;",
             )
             .unwrap();
         }
+        (dir, path, raw)
+    }
+
+    /// With the deletion triggers, or without them (an older schema, read-only: the windows
+    /// count rows instead).
+    fn run_windows_agree(with_triggers: bool) {
+        let (_dir, path, raw) = site(with_triggers);
+        let path = path.as_str();
         let now = crate::time::now();
         let at = |s: i64| crate::time::fmt(now - chrono::Duration::seconds(s));
         let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {
@@ -459,17 +466,8 @@ mod tests {
     #[test]
     fn kept_latest_slots_agree_with_a_fresh_read() {
         for with_triggers in [true, false] {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("s.db");
-            let path = path.to_str().unwrap();
-            drop(crate::store::Store::open(path).unwrap());
-            let raw = rusqlite::Connection::open(path).unwrap();
-            if !with_triggers {
-                raw.execute_batch(
-                    "DROP TRIGGER exactly_runs_deleted; DROP TRIGGER exactly_firings_deleted;",
-                )
-                .unwrap();
-            }
+            let (_dir, path, raw) = site(with_triggers);
+            let path = path.as_str();
             let register = |job: &str| {
                 raw.execute(
                     "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)

@@ -1,12 +1,12 @@
 //! The approval aggregate: an approval per effect key, requested once, decided once by a
 //! person, consumed by the one send it allows.
 use super::ledger::BUMP;
-use super::Cached;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::Result;
-use rusqlite::{params, OptionalExtension};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -25,7 +25,7 @@ pub struct ApprovalRow {
 pub(crate) const APPROVAL_COLS: &str =
     "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, note, consumed_at";
 
-pub(crate) fn approval_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
+pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
         effect_key: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,
@@ -71,9 +71,9 @@ impl Already {
 impl Store {
     pub(crate) fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
-            tx.row_cached(
+            tx.one(
                 &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
-                [key],
+                args![key],
                 approval_row,
             )
             .optional()
@@ -100,9 +100,9 @@ impl Store {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.
                 let effect: Option<(EffectState, String)> = tx
-                    .row_cached(
+                    .one(
                         "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
-                        [key],
+                        args![key],
                         |r| Ok((word(r, 0)?, text_or_empty(r, 1)?)),
                     )
                     .optional()?;
@@ -111,18 +111,18 @@ impl Store {
                 }
             }
             let job: Option<String> = tx
-                .row_cached(
+                .one(
                     "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
                      WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
-                    params![key, state, by, now, note],
+                    args![key, state, by, now, note],
                     |r| text_or_empty(r, 0),
                 )
                 .optional()?;
             let Some(job) = job else {
                 let row = tx
-                    .row_cached(
+                    .one(
                         &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
-                        [key],
+                        args![key],
                         approval_row,
                     )
                     .optional()?;
@@ -132,13 +132,13 @@ impl Store {
                 });
             };
             if !approve {
-                tx.exec_cached(
+                tx.exec(
                     &format!(
                         "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
                             resolved_at = ?2, resolution_note = ?4, {BUMP}
                          WHERE effect_key = ?1 AND state = 'claimed'"
                     ),
-                    params![key, now, by, note],
+                    args![key, now, by, note],
                 )?;
             }
             let k = if approve { EventKind::ApprovalGranted } else { EventKind::ApprovalDenied };

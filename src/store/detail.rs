@@ -3,9 +3,10 @@
 use super::{int, text, text_or_empty, Store};
 use crate::snapshot::{EventRow, RunRow};
 use crate::Result;
-use rusqlite::{params, OptionalExtension};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
-pub(super) fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
     Ok(EventRow {
         id: int(r, 0)?.unwrap_or(0),
         at: text_or_empty(r, 1)?,
@@ -29,7 +30,7 @@ pub(super) const RUN_COLS: &str =
     "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
      exit_code";
 
-pub(crate) fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
     Ok(RunRow {
         run_id: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,
@@ -48,11 +49,11 @@ impl Store {
     /// Every event about one effect, oldest first.
     pub(crate) fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"
-            ))?;
-            let rows = stmt.query_map([key], event_row)?.collect();
-            rows
+            tx.rows(
+                &format!("SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"),
+                args![key],
+                event_row,
+            )
         })
     }
 
@@ -60,9 +61,9 @@ impl Store {
     /// run lasts, what it printed so far).
     pub(crate) fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.one(
                 &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
-                [run_id],
+                args![run_id],
                 |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
             )
             .optional()
@@ -73,22 +74,22 @@ impl Store {
     pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
         self.read(|tx| match after {
             None => tx
-                .query_row(
+                .one(
                     &format!(
                         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
                          ORDER BY started_at DESC LIMIT 1"
                     ),
-                    [job],
+                    args![job],
                     run_row,
                 )
                 .optional(),
             Some(t) => tx
-                .query_row(
+                .one(
                     &format!(
                         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
                          ORDER BY started_at LIMIT 1"
                     ),
-                    params![job, t],
+                    args![job, t],
                     run_row,
                 )
                 .optional(),
@@ -98,10 +99,9 @@ impl Store {
     /// The most recent runs of a job, newest first.
     pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
+            let rows = tx.rows(&format!(
                 "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(params![job, limit as i64], run_row)?.collect();
+            ), args![job, limit as i64], run_row);
             rows
         })
     }
@@ -109,12 +109,14 @@ impl Store {
     /// `submitted`/`unknown` rows of one job (through the open-effects index).
     pub(crate) fn open_effects_of(&mut self, job: &str) -> Result<Vec<super::LedgerRow>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND {JOB_OPEN} ORDER BY updated_at",
-                super::ledger_rows::LEDGER_COLS
-            ))?;
-            let rows = stmt.query_map([job], super::ledger_rows::ledger_row)?.collect();
-            rows
+            tx.rows(
+                &format!(
+                    "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND {JOB_OPEN} ORDER BY updated_at",
+                    super::ledger_rows::LEDGER_COLS
+                ),
+                args![job],
+                super::ledger_rows::ledger_row,
+            )
         })
     }
 }

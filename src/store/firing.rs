@@ -5,11 +5,12 @@
 //! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
-use super::{record_event, text, text_or_empty, word, Cached, NewEvent, Store};
+use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::firing::{Overlap, WhileLive, MAX_ATTEMPTS};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// A firing about to be decided.
 #[derive(Debug, Clone)]
@@ -96,37 +97,37 @@ pub enum Fired {
 }
 
 fn upsert_firing(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     f: &FireRequest<'_>,
     state: FiringState,
     run_id: Option<&str>,
     detail: Option<&str>,
-) -> rusqlite::Result<()> {
-    tx.exec_cached(
+) -> DbResult<()> {
+    tx.exec(
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
          ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, state = excluded.state,
             owner = excluded.owner, run_id = excluded.run_id, updated_at = excluded.updated_at,
             detail = excluded.detail",
-        params![f.job, f.slot, f.kind, state, f.owner, run_id, f.now, detail],
+        args![f.job, f.slot, f.kind, state, f.owner, run_id, f.now, detail],
     )?;
     Ok(())
 }
 
 /// Starts a run for a firing whose lease we just won.
 fn start_run(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     slot: &str,
     owner: &str,
     now: &str,
     token: i64,
-) -> rusqlite::Result<String> {
+) -> DbResult<String> {
     let run_id = format!("{job}-t{token}");
-    tx.exec_cached(
+    tx.exec(
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![run_id, job, slot, owner, token, now],
+        args![run_id, job, slot, owner, token, now],
     )?;
     Ok(run_id)
 }
@@ -134,22 +135,22 @@ fn start_run(
 /// Starts a waiting firing (queued, interrupted, to retry) if the job's lease can be won: a new
 /// run under the new token, and the firing marked `running` by it.
 pub(super) fn start_firing(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     slot: &str,
     owner: &str,
     lease_until: &str,
     now: &str,
-) -> rusqlite::Result<Option<Started>> {
+) -> DbResult<Option<Started>> {
     let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)?
     else {
         return Ok(None);
     };
     let run_id = start_run(tx, job, slot, owner, now, token)?;
-    tx.execute(
+    tx.exec(
         "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
          WHERE job_key = ?1 AND scheduled_at = ?2",
-        params![job, slot, owner, run_id, now],
+        args![job, slot, owner, run_id, now],
     )?;
     Ok(Some(Started {
         token,
@@ -161,13 +162,13 @@ pub(super) fn start_firing(
 
 /// The loud event of a firing that used up its runs.
 pub(super) fn gave_up_event(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     slot: &str,
     runs: i64,
     owner: Option<&str>,
     now: &str,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let detail = format!(
         "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
     );
@@ -184,10 +185,10 @@ impl Store {
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
     pub(crate) fn last_slot(&mut self, job: &str) -> Result<Option<String>> {
         self.read(|tx| {
-            tx.query_row(
+            tx.one(
                 "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1
                    AND kind IN ('scheduled', 'catchup') ORDER BY scheduled_at DESC LIMIT 1",
-                [job],
+                args![job],
                 |r| text(r, 0),
             )
             .optional()
@@ -216,11 +217,11 @@ impl Store {
             };
             let mut inserted = 0u64;
             for s in slots {
-                inserted += tx.execute(
+                inserted += tx.exec(
                     "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, updated_at, detail)
                      VALUES (?1, ?2, 'scheduled', ?3, ?4, ?5, ?5, 'no scheduler ran it in time')
                      ON CONFLICT(job_key, scheduled_at) DO NOTHING",
-                    params![job, s, &state, owner, now],
+                    args![job, s, &state, owner, now],
                 )? as u64;
             }
             if inserted == 0 {
@@ -239,9 +240,9 @@ impl Store {
             };
             record_event(tx, &NewEvent::new(k.clone(), now).job(job).actor(owner).detail(&detail))?;
             // record_event counted one; the counter counts firings.
-            tx.execute(
+            tx.exec(
                 "UPDATE exactly_counters SET n = n + ?3 WHERE kind = ?1 AND job_key = ?2",
-                params![k, job, (n - 1) as i64],
+                args![k, job, (n - 1) as i64],
             )?;
             Ok(n)
         })
@@ -265,12 +266,12 @@ impl Store {
 
 /// Records a firing's fate as its event, worded by the domain as the scheduler's log says it.
 fn fate_event(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     f: &FireRequest<'_>,
     kind: EventKind,
     token: Option<i64>,
     fired: &Fired,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let detail = fired.describe(f.kind, f.slot);
     let mut ev = NewEvent::new(kind, f.now)
         .job(f.job)
@@ -282,11 +283,11 @@ fn fate_event(
     record_event(tx, &ev)
 }
 
-fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired> {
+fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     let existing: Option<(FiringState, Option<String>)> = tx
-        .row_cached(
+        .one(
             "SELECT state, owner FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
-            params![f.job, f.slot],
+            args![f.job, f.slot],
             |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
         )
         .optional()?;
@@ -304,9 +305,9 @@ fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired>
         return Ok(fired);
     }
     let claim = if f.live_here {
-        let token: i64 = tx.row_cached(
+        let token: i64 = tx.one(
             "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
-            [f.job],
+            args![f.job],
             |r| r.get(0),
         )?;
         LeaseClaim::Held {
@@ -339,9 +340,9 @@ fn fire_tx(tx: &Transaction<'_>, f: &FireRequest<'_>) -> rusqlite::Result<Fired>
             let live = format!("a run is live ({holder}, token {token})");
             // The queue's depth is the only fact a policy reads; only a queue needs it.
             let queued: i64 = match f.overlap {
-                Overlap::Queue { .. } => tx.row_cached(
+                Overlap::Queue { .. } => tx.one(
                     "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
-                    [f.job],
+                    args![f.job],
                     |r| r.get(0),
                 )?,
                 _ => 0,
@@ -380,16 +381,16 @@ impl Store {
     /// read per scheduler tick before any write.
     pub(crate) fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
         self.read(|tx| {
-            tx.query_row(
+            tx.one(
                 "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
                     EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'),
                     EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN ('running', 'retry'))",
-                params![job, now],
+                args![job, now],
                 |r| {
                     let free: bool = r.get(0)?;
                     Ok(Waiting {
-                        queued: free && r.get::<_, bool>(1)?,
-                        resumable: free && r.get::<_, bool>(2)?,
+                        queued: free && r.get::<bool>(1)?,
+                        resumable: free && r.get::<bool>(2)?,
                     })
                 },
             )
@@ -401,17 +402,16 @@ impl Store {
     /// cost follows the number of jobs, not of firings.
     pub(crate) fn waiting_jobs(&mut self, now: &str) -> Result<Vec<(String, Waiting)>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare_cached(
+            let rows = tx.rows(
                 "SELECT job_key, queued, resumable FROM (
                    SELECT j.job_key,
                      EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state = 'queued') AS queued,
                      EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state IN ('running', 'retry')) AS resumable
                    FROM exactly_jobs j
-                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key AND l.lease_until > ?1))
+                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key AND l.lease_until > ?1)) AS w
                  WHERE queued OR resumable",
-            )?;
-            let rows = stmt
-                .query_map([now], |r| {
+                args![now],
+                |r| {
                     Ok((
                         text_or_empty(r, 0)?,
                         Waiting {
@@ -419,8 +419,8 @@ impl Store {
                             resumable: r.get(2)?,
                         },
                     ))
-                })?
-                .collect();
+                },
+            );
             rows
         })
     }
@@ -438,10 +438,10 @@ impl Store {
                 return Ok(None);
             }
             let slot: Option<String> = tx
-                .query_row(
+                .one(
                     "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'
                      ORDER BY scheduled_at LIMIT 1",
-                    [job],
+                    args![job],
                     |r| text_or_empty(r, 0),
                 )
                 .optional()?;
@@ -453,13 +453,12 @@ impl Store {
     /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
     pub(crate) fn runs_per_firing(&mut self, job: &str) -> Result<Vec<(i64, i64)>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(
+            let rows = tx.rows(
                 "SELECT n, count(*) FROM (SELECT count(*) AS n FROM exactly_runs WHERE job_key = ?1
-                   GROUP BY scheduled_at) GROUP BY n ORDER BY n",
-            )?;
-            let rows = stmt
-                .query_map([job], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect();
+                   GROUP BY scheduled_at) AS per_firing GROUP BY n ORDER BY n",
+                args![job],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            );
             rows
         })
     }
@@ -467,9 +466,9 @@ impl Store {
     /// How many firings of a job ended `gave_up`.
     pub(crate) fn firings_gave_up(&mut self, job: &str) -> Result<i64> {
         self.read(|tx| {
-            tx.query_row(
+            tx.one(
                 "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'gave_up'",
-                [job],
+                args![job],
                 |r| r.get(0),
             )
         })

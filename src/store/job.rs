@@ -1,10 +1,10 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
-use super::Cached;
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
 use crate::state::EventKind;
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 impl Store {
     /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
@@ -19,19 +19,19 @@ impl Store {
     ) -> Result<bool> {
         self.write(|tx| {
             let was: Option<i64> = tx
-                .row_cached("SELECT paused FROM exactly_jobs WHERE job_key = ?1", [job], |r| int(r, 0))
+                .one("SELECT paused FROM exactly_jobs WHERE job_key = ?1", args![job], |r| int(r, 0))
                 .optional()?
                 .flatten();
             if (was.unwrap_or(0) != 0) == paused {
                 return Ok(false);
             }
-            tx.exec_cached(
+            tx.exec(
                 "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
                     pause_note = excluded.pause_note, paused_by = excluded.paused_by,
                     paused_at = excluded.paused_at, updated_at = excluded.updated_at",
-                params![job, i64::from(paused), if paused { note } else { None }, by, now],
+                args![job, i64::from(paused), if paused { note } else { None }, by, now],
             )?;
             let k = if paused { EventKind::JobPaused } else { EventKind::JobResumed };
             let mut ev = NewEvent::new(k, now).job(job).actor(by);
@@ -74,7 +74,7 @@ const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
     timeout_ms, observe_timeout_ms";
 
-fn reg_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRecord> {
+fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
         job_key: text_or_empty(r, 0)?,
         schedule: text(r, 1)?,
@@ -106,13 +106,13 @@ pub struct Registered {
 }
 
 pub(super) fn paused(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
-) -> rusqlite::Result<Option<(Option<String>, Option<String>)>> {
+) -> DbResult<Option<(Option<String>, Option<String>)>> {
     let row = tx
-        .row_cached(
+        .one(
             "SELECT paused, pause_note, paused_by FROM exactly_jobs WHERE job_key = ?1",
-            [job],
+            args![job],
             |r| Ok((int(r, 0)?.unwrap_or(0) != 0, text(r, 1)?, text(r, 2)?)),
         )
         .optional()?;
@@ -133,16 +133,16 @@ impl Store {
             let mut out = Registered::default();
             for j in jobs {
                 let before: Option<(bool, bool)> = tx
-                    .row_cached(
+                    .one(
                         "SELECT retired, schedule IS NOT NULL FROM exactly_jobs WHERE job_key = ?1",
-                        [&j.job_key],
+                        args![&j.job_key],
                         |r| Ok((int(r, 0)?.unwrap_or(0) != 0, int(r, 1)?.unwrap_or(0) != 0)),
                     )
                     .optional()?;
                 if !matches!(before, Some((false, true))) {
                     out.fresh.push(j.job_key.clone());
                 }
-                tx.exec_cached(
+                tx.exec(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
                         timeout_ms, observe_timeout_ms)
@@ -154,26 +154,25 @@ impl Store {
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
                         source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
                         timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms",
-                    params![
+                    args![
                         j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
                         j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
                         j.timeout_ms, j.observe_timeout_ms
                     ],
                 )?;
             }
-            let mut stmt = tx.prepare(
+            let mine = tx.rows(
                 "SELECT job_key FROM exactly_jobs WHERE source = ?1 AND retired = 0",
+                args![source],
+                |r| text_or_empty(r, 0),
             )?;
-            let mine = stmt
-                .query_map([source], |r| text_or_empty(r, 0))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
             for job in mine {
                 if jobs.iter().any(|j| j.job_key == job) {
                     continue;
                 }
-                tx.exec_cached(
+                tx.exec(
                     "UPDATE exactly_jobs SET retired = 1, updated_at = ?2 WHERE job_key = ?1",
-                    params![job, now],
+                    args![job, now],
                 )?;
                 let detail = format!("no longer in {source}");
                 record_event(
@@ -188,9 +187,9 @@ impl Store {
 
     pub(crate) fn registered_job(&mut self, job: &str) -> Result<Option<JobRecord>> {
         self.read(|tx| {
-            tx.row_cached(
+            tx.one(
                 &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
-                [job],
+                args![job],
                 reg_row,
             )
             .optional()
@@ -199,11 +198,11 @@ impl Store {
 
     pub(crate) fn registered_jobs(&mut self) -> Result<Vec<JobRecord>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"
-            ))?;
-            let rows = stmt.query_map([], reg_row)?.collect();
-            rows
+            tx.rows(
+                &format!("SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"),
+                &[],
+                reg_row,
+            )
         })
     }
 }

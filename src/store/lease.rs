@@ -1,28 +1,28 @@
 //! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
 //! write for a job makes (a higher token exists: refused and counted).
-use super::Cached;
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
-pub(super) fn current_token(tx: &Transaction<'_>, job: &str) -> rusqlite::Result<Option<i64>> {
-    tx.row_cached(
+pub(super) fn current_token(tx: &Tx<'_>, job: &str) -> DbResult<Option<i64>> {
+    tx.one(
         "SELECT max(fencing_token) FROM job_lease WHERE job_key = ?1",
-        [job],
+        args![job],
         |r| r.get(0),
     )
 }
 
 pub(super) fn fenced(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     key: Option<&str>,
     token: i64,
     what: &str,
     now: &str,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let mut ev = NewEvent::new(EventKind::FencedWrite, now)
         .job(job)
         .token(token)
@@ -34,16 +34,16 @@ pub(super) fn fenced(
 /// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
 /// records the firing in one transaction).
 pub(crate) fn claim_lease_tx(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     owner: &str,
     until: &str,
     now: &str,
-) -> rusqlite::Result<LeaseClaim> {
+) -> DbResult<LeaseClaim> {
     let prev: Option<(String, i64, String)> = tx
-        .row_cached(
+        .one(
             "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-            [job],
+            args![job],
             |r| {
                 Ok((
                     text_or_empty(r, 0)?,
@@ -57,14 +57,14 @@ pub(crate) fn claim_lease_tx(
     // holder's clock may be behind ours (a released lease is before every margin).
     let steal_before = crate::time::minus_skew(now);
     let won: Option<i64> = tx
-        .row_cached(
+        .one(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
              VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
                 fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
              WHERE job_lease.lease_until < ?5
              RETURNING fencing_token",
-            params![job, owner, until, now, steal_before],
+            args![job, owner, until, now, steal_before],
             |r| r.get(0),
         )
         .optional()?;
@@ -98,26 +98,26 @@ pub(crate) fn claim_lease_tx(
             token,
             until,
         }),
-        (None, None) => Err(rusqlite::Error::QueryReturnedNoRows),
+        (None, None) => Err(DbError::NoRows),
     }
 }
 
 /// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
 /// With `only_held`, a released lease is not touched (renewing it would re-take it).
 pub(super) fn set_lease_until(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     token: i64,
     until: &str,
     only_held: bool,
     what: &str,
     now: &str,
-) -> rusqlite::Result<bool> {
+) -> DbResult<bool> {
     let ok = tx
-        .row_cached(
+        .one(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
                AND (NOT ?5 OR lease_until <> ?4) RETURNING fencing_token",
-            params![job, until, token, RELEASED, only_held],
+            args![job, until, token, RELEASED, only_held],
             |_| Ok(()),
         )
         .optional()?
@@ -193,9 +193,9 @@ impl Store {
 
     pub(crate) fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
         self.read(|tx| {
-            tx.row_cached(
+            tx.one(
                 "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                [job],
+                args![job],
                 |r| {
                     Ok(LeaseRow {
                         job_key: text_or_empty(r, 0)?,

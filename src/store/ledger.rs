@@ -4,13 +4,14 @@
 //! higher token exists for the job.
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
-use super::{int, record_event, text_or_empty, word, Cached, NewEvent, Store, RELEASED};
+use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::approval::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::time::Ts;
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 static GUARD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -54,18 +55,18 @@ pub const SUBMIT_MIN_LEFT: std::time::Duration = std::time::Duration::from_milli
 
 /// The lease a send under (`job`, `token`) holds, judged against `now` minus the skew margin.
 pub(super) fn sender_lease(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     job: &str,
     token: Option<i64>,
     now: &str,
-) -> rusqlite::Result<SenderLease> {
+) -> DbResult<SenderLease> {
     let Some(token) = token else {
         return Ok(SenderLease::default());
     };
     let until: Option<String> = tx
-        .row_cached(
+        .one(
             "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
-            params![job, token, RELEASED],
+            args![job, token, RELEASED],
             |r| text_or_empty(r, 0),
         )
         .optional()?;
@@ -122,9 +123,9 @@ impl Store {
             let attempt = match submit_as {
                 Some(a) => {
                     let asked: bool = tx
-                        .row_cached(
+                        .one(
                             "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
-                            [e.effect_key],
+                            args![e.effect_key],
                             |_| Ok(true),
                         )
                         .optional()?
@@ -140,19 +141,21 @@ impl Store {
             } else {
                 EffectState::Claimed
             };
-            let inserted = tx.exec_cached(
+            let inserted = tx.exec(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
                     attempt, version)
                  SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1
-                 WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                params![
+                 WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
+                 ON CONFLICT (effect_key) DO NOTHING",
+                args![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
                     e.target_id, e.input_digest, e.observe_cmd, state, attempt
                 ],
             );
-            match inserted {
-                Ok(_) => {
+            match inserted? {
+                // The token was checked above, in this transaction: no row means the key is taken.
+                1.. => {
                     let seen = Seen {
                         state,
                         version: 1,
@@ -164,15 +167,13 @@ impl Store {
                         Begin::Claimed(seen)
                     })
                 }
-                Err(rusqlite::Error::SqliteFailure(f, _))
-                    if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-                {
-                    // The unique violation is how a second attempt learns what is going on.
+                0 => {
+                    // The taken key is how a second attempt learns what is going on.
                     let row = read_row(tx, e.effect_key)?.unwrap_or_default();
                     if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
-                        tx.exec_cached(
+                        tx.exec(
                             "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
-                            params![e.effect_key, e.observe_cmd],
+                            args![e.effect_key, e.observe_cmd],
                         )?;
                     }
                     let lease = if row.state == EffectState::Submitted {
@@ -182,7 +183,6 @@ impl Store {
                     };
                     Ok(Begin::Existing(Box::new(row), lease))
                 }
-                Err(err) => Err(err),
             }
         })
     }
@@ -249,9 +249,9 @@ impl Store {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
             let approval: Option<ApprovalState> = tx
-                .row_cached(
+                .one(
                     "SELECT state FROM exactly_approvals WHERE effect_key = ?1",
-                    [key],
+                    args![key],
                     |r| word(r, 0),
                 )
                 .optional()?;
@@ -259,30 +259,30 @@ impl Store {
             // transaction, with the compare-and-set below.
             let consume = match crate::approval::gate(approval, needs_approval) {
                 Gate::Ask => {
-                    tx.exec_cached(
+                    tx.exec(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
-                        params![key, job, terms, now],
+                        args![key, job, terms, now],
                     )?;
                     record_event(tx, &NewEvent::new(EventKind::ApprovalRequested, &now).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
                 Gate::Send { consume } => consume,
                 Gate::Cancel => {
-                    tx.exec_cached(
+                    tx.exec(
                         &format!(
                             "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
                              WHERE effect_key = ?1 AND {}",
                             still_as_seen(3)
                         ),
-                        params![key, now, seen.state, seen.version, seen.updated_at],
+                        args![key, now, seen.state, seen.version, seen.updated_at],
                     )?;
                     return Ok(Submit::Denied);
                 }
                 Gate::Wait => return Ok(Submit::NotApproved),
             };
             let won = tx
-                .row_cached(
+                .one(
                     &format!(
                         "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
                             fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
@@ -291,7 +291,7 @@ impl Store {
                          RETURNING coalesce(version, 0)",
                         still_as_seen(7)
                     ),
-                    params![
+                    args![
                         key, job, run_id, token, attempt, now, seen.state, seen.version,
                         seen.updated_at
                     ],
@@ -307,10 +307,10 @@ impl Store {
                 updated_at: now.clone(),
             };
             if consume {
-                tx.exec_cached(
+                tx.exec(
                     "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
                      WHERE effect_key = ?1 AND state = 'approved'",
-                    params![key, now, token],
+                    args![key, now, token],
                 )?;
                 record_event(
                     tx,
@@ -380,7 +380,7 @@ impl Store {
                     .filter(|s| s.state == EffectState::Submitted)
                     .unwrap_or_default(),
             };
-            let ok = tx.exec_cached(
+            let ok = tx.exec(
                 &format!(
                     "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
                         response_raw = ?10, response_total = ?11
@@ -388,7 +388,7 @@ impl Store {
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                     still_as_seen(7)
                 ),
-                params![
+                args![
                     key,
                     job,
                     token,
@@ -436,19 +436,19 @@ impl Store {
     ) -> Result<bool> {
         let now = crate::time::fmt(now);
         self.write(|tx| {
-            let ok = tx.exec_cached(
+            let ok = tx.exec(
                 &format!(
                     "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
                        AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
                     still_as_seen(4)
                 ),
-                params![key, job, token, seen.state, seen.version, seen.updated_at],
+                args![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
             if ok {
-                tx.exec_cached(
+                tx.exec(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
-                    params![key, token],
+                    args![key, token],
                 )?;
                 record_event(tx, &NewEvent::new(EventKind::EffectReleased, &now).job(job).effect(key).token(token))?;
             } else {

@@ -1,8 +1,9 @@
 //! The effect aggregate's rows and answers: the ledger row as read, the version a writer saw
 //! ([`Seen`]), and what each transition in `ledger.rs` answers.
-use super::{int, text, text_or_empty, word, Cached};
+use super::{int, text, text_or_empty, word};
 use crate::state::EffectState;
-use rusqlite::{OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// A whole `effect_ledger` row.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -62,7 +63,7 @@ pub(crate) const LEDGER_COLS: &str =
     verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
     coalesce(version, 0), response_raw, response_total";
 
-pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
+pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
     Ok(LedgerRow {
         effect_key: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,
@@ -91,18 +92,17 @@ pub(crate) fn ledger_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerRow> {
 }
 
 /// Reads a BLOB (or TEXT) column as the bytes stored.
-fn bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
-    use rusqlite::types::ValueRef;
-    Ok(match r.get_ref(idx)? {
-        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+fn bytes(r: &Row<'_>, idx: usize) -> DbResult<Option<Vec<u8>>> {
+    Ok(match r.value(idx)? {
+        super::db::Value::Text(b) => Some(b.into_owned()),
         _ => None,
     })
 }
 
-pub(super) fn read_row(tx: &Transaction<'_>, key: &str) -> rusqlite::Result<Option<LedgerRow>> {
-    tx.row_cached(
+pub(super) fn read_row(tx: &Tx<'_>, key: &str) -> DbResult<Option<LedgerRow>> {
+    tx.one(
         &format!("SELECT {LEDGER_COLS} FROM effect_ledger WHERE effect_key = ?1"),
-        [key],
+        args![key],
         ledger_row,
     )
     .optional()

@@ -6,6 +6,7 @@
 //! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
 //! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
 mod approval;
+pub(crate) mod db;
 mod detail;
 mod firing;
 mod gate;
@@ -13,6 +14,7 @@ mod job;
 mod lease;
 mod ledger;
 mod ledger_rows;
+pub(crate) mod pg;
 mod read;
 mod resume;
 mod retention;
@@ -36,14 +38,15 @@ pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
 
 use crate::{Error, Result};
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use db::{args, DbError, DbResult, Row, Tx};
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use std::time::Duration;
 
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
 pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
 pub struct Store {
-    conn: Connection,
+    conn: Conn,
     path: String,
     busy_ms: u64,
     /// The recent runs and latest firing per job, kept between polls so a dashboard reads only
@@ -51,6 +54,12 @@ pub struct Store {
     kept: Option<read::Kept>,
     /// This connection's writes go before the process's other writers (see [`Store::write`]).
     writes_first: bool,
+}
+
+/// The database behind a store: a SQLite file, or a PostgreSQL server.
+enum Conn {
+    Lite(Connection),
+    Pg(pg::PgStore),
 }
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
@@ -129,6 +138,9 @@ impl Store {
     /// The one place a database is opened: every command, the runner, the dashboard and the
     /// library's [`Store::open`]/[`Store::open_read_only`] come through here.
     pub(crate) fn open_at(path: &str, access: Access) -> Result<Store> {
+        if pg::is_url(path) {
+            return Store::open_pg(path, access);
+        }
         match access {
             Access::Write => Store::open_writer(path),
             Access::ReadOnly => Store::open_reader(path),
@@ -144,6 +156,47 @@ impl Store {
     /// in it, and refuses a missing file or one without exactly's tables.
     pub fn open_read_only(path: &str) -> Result<Store> {
         Store::open_at(path, Access::ReadOnly)
+    }
+
+    fn open_pg(url: &str, access: Access) -> Result<Store> {
+        let busy_ms = busy_timeout_ms();
+        let db = pg::PgStore::connect(url, busy_ms)?;
+        let shown = db.shown.clone();
+        let checked = match access {
+            Access::Write => pg::prepare(&db),
+            Access::ReadOnly => pg::check_read_only(&db),
+        };
+        checked.map_err(|e| match e {
+            DbError::Other(msg) => Error::Store(format!("database {shown}: {msg}")),
+            e => pg::error(&shown, busy_ms, e),
+        })?;
+        Ok(Store {
+            conn: Conn::Pg(db),
+            path: shown,
+            busy_ms,
+            kept: None,
+            writes_first: false,
+        })
+    }
+
+    /// Whether this store is on PostgreSQL.
+    pub(crate) fn is_pg(&self) -> bool {
+        matches!(self.conn, Conn::Pg(_))
+    }
+
+    /// The SQLite connection (the SQLite-only code: its schema, its pragmas).
+    pub(crate) fn lite(&self) -> &Connection {
+        match &self.conn {
+            Conn::Lite(c) => c,
+            Conn::Pg(_) => unreachable!("SQLite-only code called on a PostgreSQL store"),
+        }
+    }
+
+    fn lite_mut(&mut self) -> &mut Connection {
+        match &mut self.conn {
+            Conn::Lite(c) => c,
+            Conn::Pg(_) => unreachable!("SQLite-only code called on a PostgreSQL store"),
+        }
     }
 
     fn open_writer(path: &str) -> Result<Store> {
@@ -170,17 +223,17 @@ impl Store {
         .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
         let busy_ms = busy_timeout_ms();
         let mut store = Store {
-            conn,
+            conn: Conn::Lite(conn),
             path: path.to_string(),
             busy_ms,
             kept: None,
             writes_first: false,
         };
         store
-            .conn
+            .lite()
             .busy_timeout(Duration::from_millis(busy_ms))
-            .map_err(|e| store.err(e))?;
-        store.conn.set_prepared_statement_cache_capacity(64);
+            .map_err(|e| store.err(e.into()))?;
+        store.lite().set_prepared_statement_cache_capacity(64);
         schema::prepare(&mut store)?;
         Ok(store)
     }
@@ -248,16 +301,16 @@ impl Store {
             .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
         let busy_ms = busy_timeout_ms();
         let store = Store {
-            conn,
+            conn: Conn::Lite(conn),
             path: path.to_string(),
             busy_ms,
             kept: None,
             writes_first: false,
         };
         store
-            .conn
+            .lite()
             .busy_timeout(Duration::from_millis(busy_ms))
-            .map_err(|e| store.err(e))?;
+            .map_err(|e| store.err(e.into()))?;
         Ok(store)
     }
 
@@ -272,9 +325,15 @@ impl Store {
         &self.path
     }
 
-    /// Turns a SQLite error into one clear sentence naming the database.
-    pub(crate) fn err(&self, e: rusqlite::Error) -> Error {
+    /// Turns a database error into one clear sentence naming the database.
+    pub(crate) fn err(&self, e: DbError) -> Error {
         let path = &self.path;
+        let e = match e {
+            DbError::Lite(e) => e,
+            DbError::NoRows => rusqlite::Error::QueryReturnedNoRows,
+            e @ DbError::Pg(_) => return pg::error(path, self.busy_ms, e),
+            DbError::Other(msg) => return Error::Store(format!("database {path}: {msg}")),
+        };
         if let rusqlite::Error::SqliteFailure(f, _) = &e {
             match f.code {
                 ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
@@ -299,11 +358,17 @@ impl Store {
         Error::Store(format!("database {path}: {}", brief(&e)))
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
-    pub(crate) fn write<T>(
-        &mut self,
-        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
-    ) -> Result<T> {
+    /// Runs `f` in a write transaction and commits it: `BEGIN IMMEDIATE` on SQLite, a
+    /// `SERIALIZABLE` transaction on PostgreSQL (which may run `f` again after a serialization
+    /// failure, so `f` only reads and writes the database).
+    pub(crate) fn write<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+        let conn = match &mut self.conn {
+            Conn::Pg(db) => {
+                let r = db.write(&mut f);
+                return r.map_err(|e| self.err(e));
+            }
+            Conn::Lite(c) => c,
+        };
         // One writer at a time within this process, queued on a lock that wakes the next
         // waiter the moment it is free: SQLite's busy handler polls with sleeps growing to
         // 100 ms, so a scheduler racing its own hundred runs for the write lock would lose for
@@ -316,10 +381,8 @@ impl Store {
             )));
         };
         let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&Tx::lite(&tx))?;
             tx.commit()?;
             Ok(out)
         })();
@@ -327,15 +390,17 @@ impl Store {
     }
 
     /// Runs `f` in a short read transaction (one consistent view, no write lock).
-    pub(crate) fn read<T>(
-        &mut self,
-        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
-    ) -> Result<T> {
+    pub(crate) fn read<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+        let conn = match &mut self.conn {
+            Conn::Pg(db) => {
+                let r = db.read(&mut f);
+                return r.map_err(|e| self.err(e));
+            }
+            Conn::Lite(c) => c,
+        };
         let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let out = f(&tx)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&Tx::lite(&tx))?;
             tx.finish()?;
             Ok(out)
         })();
@@ -343,15 +408,9 @@ impl Store {
     }
 }
 
-/// Paths no command accepts: a PostgreSQL URL (not in this build), an empty path or an
-/// in-memory database (it would vanish with the process).
+/// Paths no command accepts: an empty path or an in-memory database (it would vanish with the
+/// process).
 fn refuse_unusable(path: &str) -> Result<()> {
-    if path.starts_with("postgres://") || path.starts_with("postgresql://") {
-        return Err(Error::Store(
-            "PostgreSQL URLs are not supported by this build yet; use a SQLite file path"
-                .to_string(),
-        ));
-    }
     check_shareable(path)
 }
 
@@ -395,64 +454,41 @@ fn brief(e: &rusqlite::Error) -> String {
 
 /// Reads a TEXT column without failing on invalid UTF-8 or an unexpected type: what another
 /// program wrote into the ledger must never crash a reader.
-pub(crate) fn text(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<String>> {
-    use rusqlite::types::ValueRef;
-    Ok(match row.get_ref(idx)? {
-        ValueRef::Null => None,
-        ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        ValueRef::Integer(i) => Some(i.to_string()),
-        ValueRef::Real(f) => Some(f.to_string()),
+pub(crate) fn text(row: &Row<'_>, idx: usize) -> DbResult<Option<String>> {
+    use db::Value;
+    Ok(match row.value(idx)? {
+        Value::Null => None,
+        Value::Text(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Real(f) => Some(f.to_string()),
     })
 }
 
-pub(crate) fn text_or_empty(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<String> {
+pub(crate) fn text_or_empty(row: &Row<'_>, idx: usize) -> DbResult<String> {
     Ok(text(row, idx)?.unwrap_or_default())
 }
 
 /// Reads an INTEGER column leniently (NULL or non-numeric text becomes None).
-pub(crate) fn int(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<i64>> {
-    use rusqlite::types::ValueRef;
-    Ok(match row.get_ref(idx)? {
-        ValueRef::Integer(i) => Some(i),
-        ValueRef::Real(f) => Some(f as i64),
-        ValueRef::Text(b) => std::str::from_utf8(b)
+pub(crate) fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
+    use db::Value;
+    Ok(match row.value(idx)? {
+        Value::Int(i) => Some(i),
+        Value::Real(f) => Some(f as i64),
+        Value::Text(b) => std::str::from_utf8(&b)
             .ok()
             .and_then(|s| s.trim().parse().ok()),
-        _ => None,
+        Value::Null => None,
     })
 }
 
-/// `execute` and `query_row` through the connection's statement cache: the ledger's statements
-/// run thousands of times a second, and preparing one costs as much as running it.
-pub(crate) trait Cached {
-    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize>;
-    fn row_cached<T, P, F>(&self, sql: &str, p: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
-}
-
-impl Cached for Connection {
-    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize> {
-        self.prepare_cached(sql)?.execute(p)
-    }
-    fn row_cached<T, P, F>(&self, sql: &str, p: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.prepare_cached(sql)?.query_row(p, f)
-    }
-}
-
 /// Appends one event and bumps its all-time counter, inside the caller's transaction.
-pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite::Result<()> {
-    tx.exec_cached(
+pub(crate) fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
+    tx.exec(
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        rusqlite::params![
+        args![
             ev.at,
-            ev.kind,
+            &ev.kind,
             ev.job_key,
             ev.effect_key,
             ev.token,
@@ -460,10 +496,10 @@ pub(crate) fn record_event(tx: &Transaction<'_>, ev: &NewEvent<'_>) -> rusqlite:
             ev.detail
         ],
     )?;
-    tx.exec_cached(
+    tx.exec(
         "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
-         ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1",
-        rusqlite::params![ev.kind, ev.job_key.unwrap_or("")],
+         ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",
+        args![&ev.kind, ev.job_key.unwrap_or("")],
     )?;
     Ok(())
 }
@@ -514,27 +550,8 @@ impl<'a> NewEvent<'a> {
 /// Event kinds: [`EventKind`] (kept here under its old path for callers of the library).
 pub use crate::state::EventKind;
 
-// The words of each state go into the database as text and come back through `parse`, so a
-// word another writer used is kept (`Other`), never an error.
-macro_rules! sql_word {
-    ($($t:ty),*) => {$(
-        impl rusqlite::ToSql for $t {
-            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-                Ok(rusqlite::types::ToSqlOutput::from(self.as_str()))
-            }
-        }
-    )*};
-}
-sql_word!(
-    crate::state::EffectState,
-    crate::state::ApprovalState,
-    crate::state::FiringState,
-    crate::state::RunOutcome,
-    crate::state::EventKind
-);
-
 /// Reads a state column leniently (see [`text`]): NULL reads as the empty word.
-pub(crate) fn word<T: From<String>>(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<T> {
+pub(crate) fn word<T: From<String>>(row: &Row<'_>, idx: usize) -> DbResult<T> {
     Ok(T::from(text(row, idx)?.unwrap_or_default()))
 }
 

@@ -7,7 +7,8 @@ use crate::snapshot::{ApprovalView, JobRow, OpenEffect, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use std::collections::BTreeMap;
 
 /// How many recent runs per job feed p50/p99 (and at most this old).
@@ -31,22 +32,22 @@ const OPEN: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
                     AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
 
-fn count(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<u64> {
-    tx.query_row(sql, p, |r| r.get::<_, i64>(0))
+fn count(tx: &Tx<'_>, sql: &str, p: &[super::db::Arg<'_>]) -> DbResult<u64> {
+    tx.one(sql, p, |r| r.get::<i64>(0))
         .map(|n| n.max(0) as u64)
 }
 
-fn counter(tx: &Transaction<'_>, kind: EventKind) -> rusqlite::Result<u64> {
+fn counter(tx: &Tx<'_>, kind: EventKind) -> DbResult<u64> {
     count(
         tx,
-        "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = ?1",
-        [kind],
+        "SELECT CAST(coalesce(sum(n), 0) AS BIGINT) FROM exactly_counters WHERE kind = ?1",
+        args![kind],
     )
 }
 
 /// Events of `kind` since `from`: only for the kinds `exactly_events_windowed` holds (another
 /// kind would count nothing).
-fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<u64> {
+fn since(tx: &Tx<'_>, kind: EventKind, from: &str) -> DbResult<u64> {
     debug_assert!(matches!(
         kind,
         EventKind::DuplicateSuppressed | EventKind::FencedWrite
@@ -55,7 +56,7 @@ fn since(tx: &Transaction<'_>, kind: EventKind, from: &str) -> rusqlite::Result<
         tx,
         "SELECT count(*) FROM exactly_events
          WHERE kind IN ('duplicate_suppressed', 'fenced_write') AND kind = ?1 AND at >= ?2",
-        params![kind, from],
+        args![kind, from],
     )
 }
 
@@ -69,17 +70,26 @@ impl Store {
         host: &str,
         dead_after: std::time::Duration,
     ) -> Result<Snapshot> {
-        let now_s = time::fmt(now);
-        let day_ago = time::fmt(now - chrono::Duration::hours(24));
+        let caller_now = time::fmt(now);
         let db = self.path.clone();
-        let mut kept = self.kept.take().unwrap_or_default();
+        // On PostgreSQL a poll reads afresh: rows there are not numbered in commit order, so
+        // "the rows above the last one seen" could miss a run committed late.
+        let mut kept = match self.is_pg() {
+            true => Kept::default(),
+            false => self.kept.take().unwrap_or_default(),
+        };
         let snap = self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
-                 {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
-            ))?;
-            let unknown = stmt
-                .query_map([&now_s], |r| {
+            // Ages are measured on the database's clock (the server's, on PostgreSQL).
+            let now_s = tx.now(&caller_now).to_string();
+            let now = time::parse(&now_s).unwrap_or(now);
+            let day_ago = time::fmt(now - chrono::Duration::hours(24));
+            let unknown = tx.rows(
+                &format!(
+                    "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
+                     {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
+                ),
+                args![&now_s],
+                |r| {
                     let since = text_or_empty(r, 3)?;
                     Ok(OpenEffect {
                         effect_key: text_or_empty(r, 0)?,
@@ -91,15 +101,15 @@ impl Store {
                         verdict: text(r, 5)?,
                         fencing_token: int(r, 6)?,
                     })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                },
+            )?;
             // The open list, when it is whole, already holds what the two counts would count.
             let whole = unknown.len() < OPEN_SHOWN;
             // Both leaked counts from one walk of the claimed rows.
-            let (leaked, leaked_24h) = tx.query_row(
-                &format!("SELECT count(*), coalesce(sum(e.updated_at >= ?2), 0) {LEAKED}"),
-                params![&now_s, &day_ago],
-                |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, i64>(1)?.max(0) as u64)),
+            let (leaked, leaked_24h) = tx.one(
+                &format!("SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 ELSE 0 END), 0) AS BIGINT) {LEAKED}"),
+                args![&now_s, &day_ago],
+                |r| Ok((r.get::<i64>(0)?.max(0) as u64, r.get::<i64>(1)?.max(0) as u64)),
             )?;
             let totals = Window {
                 duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
@@ -108,10 +118,10 @@ impl Store {
                 unknown: if whole {
                     unknown.len() as u64
                 } else {
-                    count(tx, &format!("SELECT count(*) {OPEN}"), [&now_s])?
+                    count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
                 },
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", [])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", [])?,
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", &[])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", &[])?,
             };
             let last_24h = Window {
                 duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
@@ -120,32 +130,34 @@ impl Store {
                 unknown: if whole {
                     unknown.iter().filter(|u| u.since >= day_ago).count() as u64
                 } else {
-                    count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), params![&now_s, &day_ago])?
+                    count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), args![&now_s, &day_ago])?
                 },
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", [&day_ago])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", [&day_ago])?,
+                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", args![&day_ago])?,
+                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", args![&day_ago])?,
             };
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-            let approvals = |state: ApprovalState| -> rusqlite::Result<Vec<ApprovalView>> {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
-                    super::approval::APPROVAL_COLS
-                ))?;
-                let rows = stmt
-                    .query_map([state], super::approval::approval_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
+            let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
+                let rows = tx.rows(
+                    &format!(
+                        "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
+                        super::approval::APPROVAL_COLS
+                    ),
+                    args![state],
+                    super::approval::approval_row,
+                )?;
                 Ok(rows.into_iter().map(|a| ApprovalView::from_row(a, now)).collect())
             };
             let pending_approvals = approvals(ApprovalState::Pending)?;
             let unused_approvals = approvals(ApprovalState::Approved)?;
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"
-            ))?;
-            let events = stmt.query_map([], event_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let events = tx.rows(
+                &format!("SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"),
+                &[],
+                event_row,
+            )?;
             let jobs = read_jobs(tx, now, &mut kept)?;
             let missed_firings = counter(tx, EventKind::FiringMissed)?
                 + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
-            let schema_version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let schema_version = super::schema::version(tx)?;
             let schedulers = read_schedulers(tx, now, dead_after)?;
             let schedulers_alive = schedulers.iter().filter(|s| s.alive).count() as u64;
             let mut warnings = Vec::new();
@@ -164,7 +176,7 @@ impl Store {
             }
             Ok(Snapshot {
                 taken_at: now_s.clone(),
-                db,
+                db: db.clone(),
                 host: host.to_string(),
                 schema_version,
                 schedulers,
@@ -190,49 +202,60 @@ impl Store {
     }
 
     /// SQLite's `PRAGMA data_version`: changes when another connection commits to the
-    /// database, so a reader can tell that nothing changed without reading anything.
+    /// database, so a reader can tell that nothing changed without reading anything. PostgreSQL
+    /// has no such number: there it changes every time, and a reader always reads.
     pub(crate) fn data_version(&mut self) -> Result<i64> {
+        if self.is_pg() {
+            static ASKED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+            return Ok(ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
         // Cached: a dashboard asks every second, and preparing costs more than the answer.
         let v = self
-            .conn
+            .lite()
             .prepare_cached("PRAGMA data_version")
             .and_then(|mut st| st.query_row([], |r| r.get(0)));
-        v.map_err(|e| self.err(e))
+        v.map_err(|e| self.err(e.into()))
     }
 }
 
 /// `(job_key, kind) → n` for the counters of the kinds in `[from, to)`.
 fn counters_by_job(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     from: &str,
     to: &str,
-) -> rusqlite::Result<BTreeMap<String, Vec<(String, i64)>>> {
-    let mut stmt =
-        tx.prepare("SELECT job_key, kind, n FROM exactly_counters WHERE kind >= ?1 AND kind < ?2")?;
+) -> DbResult<BTreeMap<String, Vec<(String, i64)>>> {
     let mut out: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
-    for row in stmt.query_map([from, to], |r| {
-        Ok((
-            text_or_empty(r, 0)?,
-            text_or_empty(r, 1)?,
-            int(r, 2)?.unwrap_or(0),
-        ))
-    })? {
-        let (job, k, n) = row?;
-        out.entry(job).or_default().push((k, n));
-    }
+    tx.each(
+        "SELECT job_key, kind, n FROM exactly_counters WHERE kind >= ?1 AND kind < ?2",
+        args![from, to],
+        |r| {
+            let (job, k, n) = (
+                text_or_empty(r, 0)?,
+                text_or_empty(r, 1)?,
+                int(r, 2)?.unwrap_or(0),
+            );
+            out.entry(job).or_default().push((k, n));
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
 /// `job_key → n` for the counter of one kind.
 fn counter_by_job(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     kind: EventKind,
-) -> rusqlite::Result<BTreeMap<String, u64>> {
-    let mut stmt = tx.prepare("SELECT job_key, n FROM exactly_counters WHERE kind = ?1")?;
-    let rows = stmt.query_map([kind], |r| {
-        Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0).max(0) as u64))
-    })?;
-    rows.collect()
+) -> DbResult<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    tx.each(
+        "SELECT job_key, n FROM exactly_counters WHERE kind = ?1",
+        args![kind],
+        |r| {
+            out.insert(text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0).max(0) as u64);
+            Ok(())
+        },
+    )?;
+    Ok(out)
 }
 
 /// One job's firings as the dashboard shows them.
@@ -243,18 +266,18 @@ struct FiringFigures {
     retry: u64,
 }
 
-fn read_jobs(tx: &Transaction<'_>, now: Ts, kept: &mut Kept) -> rusqlite::Result<Vec<JobRow>> {
+fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let Kept {
         runs: windows,
         slots,
     } = kept;
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
-    let mut stmt = tx.prepare(
+    let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
             lease_ms, timezone, catchup_s
          FROM exactly_jobs",
-    )?;
-    let rows = stmt.query_map([], |r| {
+        &[],
+        |r| {
         Ok((
             JobRow {
                 job_key: text_or_empty(r, 0)?,
@@ -273,24 +296,24 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts, kept: &mut Kept) -> rusqlite::Result
             int(r, 11)?.unwrap_or(0),
         ))
     })?;
-    for j in rows {
-        let (mut j, c) = j?;
+    for (mut j, c) in rows {
         j.catchup_s = c;
         jobs.insert(j.job_key.clone(), j);
     }
     // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
-    let mut stmt =
-        tx.prepare("SELECT job_key, owner, fencing_token, lease_until FROM job_lease")?;
-    let leases = stmt.query_map([], |r| {
-        Ok((
-            text_or_empty(r, 0)?,
-            text_or_empty(r, 1)?,
-            int(r, 2)?,
-            text_or_empty(r, 3)?,
-        ))
-    })?;
-    for l in leases {
-        let (job, owner, token, until) = l?;
+    let leases = tx.rows(
+        "SELECT job_key, owner, fencing_token, lease_until FROM job_lease",
+        &[],
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                text_or_empty(r, 1)?,
+                int(r, 2)?,
+                text_or_empty(r, 3)?,
+            ))
+        },
+    )?;
+    for (job, owner, token, until) in leases {
         let j = jobs.entry(job.clone()).or_insert_with(|| JobRow {
             job_key: job,
             ..Default::default()
@@ -314,53 +337,45 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts, kept: &mut Kept) -> rusqlite::Result
     // Asked only when the kept window (every run started since `oldest`) holds no success: so
     // only the runs before it can, and a job that never succeeded costs one index seek, not a
     // walk over all its recent runs.
-    let mut success_stmt = tx.prepare(
-        "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
-         ORDER BY started_at DESC LIMIT 1",
-    )?;
-    let mut by_rowid = tx.prepare(&format!(
-        "SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"
-    ))?;
-    let mut last_stmt = tx.prepare(&format!(
-        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
-    ))?;
+    let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
+         ORDER BY started_at DESC LIMIT 1";
+    let last_sql =
+        format!("SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1");
     // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
     // seen before), and the few firings waiting or stuck across all jobs (one range of the
     // state index).
     slots.sync(tx)?;
-    let mut seek_slot =
-        tx.prepare("SELECT max(scheduled_at) FROM exactly_firings WHERE job_key = ?1")?;
     let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
-    let mut stmt = tx.prepare(
+    tx.each(
         "SELECT job_key, state, count(*) FROM exactly_firings
          WHERE state IN ('queued', 'gave_up', 'retry') GROUP BY state, job_key",
+        &[],
+        |r| {
+            let (job, state, n) = (
+                text_or_empty(r, 0)?,
+                word::<FiringState>(r, 1)?,
+                int(r, 2)?.unwrap_or(0).max(0) as u64,
+            );
+            let f = firings.entry(job).or_default();
+            match state {
+                FiringState::Queued => f.queued = n,
+                FiringState::GaveUp => f.gave_up = n,
+                _ => f.retry = n,
+            }
+            Ok(())
+        },
     )?;
-    for row in stmt.query_map([], |r| {
-        Ok((
-            text_or_empty(r, 0)?,
-            word::<FiringState>(r, 1)?,
-            int(r, 2)?.unwrap_or(0).max(0) as u64,
-        ))
-    })? {
-        let (job, state, n) = row?;
-        let f = firings.entry(job).or_default();
-        match state {
-            FiringState::Queued => f.queued = n,
-            FiringState::GaveUp => f.gave_up = n,
-            _ => f.retry = n,
-        }
-    }
     for j in jobs.values_mut() {
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
         // The kept window answers for jobs that ran this week; the others ask the table.
-        j.last_run = match windows.last_run(&j.job_key, &mut by_rowid)? {
+        j.last_run = match windows.last_run(&j.job_key, tx)? {
             Some(r) => Some(r),
-            None => last_stmt.query_row([&j.job_key], run_row).optional()?,
+            None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
         j.last_success_at = match windows.last_success(&j.job_key) {
             Some(at) => at,
-            None => success_stmt
-                .query_row([&j.job_key, &oldest], |r| text(r, 0))
+            None => tx
+                .one(success_sql, args![&j.job_key, &oldest], |r| text(r, 0))
                 .optional()?
                 .flatten(),
         };
@@ -375,7 +390,7 @@ fn read_jobs(tx: &Transaction<'_>, now: Ts, kept: &mut Kept) -> rusqlite::Result
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.schedule.is_some() && !j.retired {
             j.last_slot = slots
-                .latest(&j.job_key, &mut seek_slot)?
+                .latest(&j.job_key, tx)?
                 .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);
@@ -450,10 +465,10 @@ pub(super) mod tests {
         let mut add = |n: usize, state: &str, hours_ago: i64| {
             let tx = raw.transaction().unwrap();
             for i in 0..n {
-                tx.execute(
+                tx.exec(
                     "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                        created_at, updated_at) VALUES (?1, 'j', 'r', 1, ?2, ?3, ?3)",
-                    rusqlite::params![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
+                    args![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
                 )
                 .unwrap();
             }
@@ -510,7 +525,7 @@ pub(super) mod tests {
             let plan: Vec<String> = store
                 .read(|tx| {
                     let mut stmt = tx.prepare(&format!("EXPLAIN QUERY PLAN {q}"))?;
-                    let rows = stmt.query_map(["x"], |r| r.get::<_, String>(3))?.collect();
+                    let rows = stmt.query_map(["x"], |r| r.get::<String>(3))?.collect();
                     rows
                 })
                 .unwrap();

@@ -7,15 +7,16 @@ use super::{record_event, text, text_or_empty, NewEvent, Store};
 use crate::firing::{used_up, MAX_ATTEMPTS};
 use crate::state::EventKind;
 use crate::Result;
-use rusqlite::{params, OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// A run that never recorded its end (its process died) is closed as `killed`.
-fn close_dead_run(tx: &Transaction<'_>, run_id: Option<&str>, now: &str) -> rusqlite::Result<()> {
+fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> {
     if let Some(old) = run_id {
-        tx.execute(
+        tx.exec(
             "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'
              WHERE run_id = ?1 AND ended_at IS NULL",
-            params![old, now],
+            args![old, now],
         )?;
     }
     Ok(())
@@ -42,20 +43,20 @@ impl Store {
             if paused(tx, job)?.is_some() {
                 return Ok(out);
             }
-            let live: bool = tx.query_row(
+            let live: bool = tx.one(
                 "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2)",
-                params![job, now],
+                args![job, now],
                 |r| r.get(0),
             )?;
             if live {
                 return Ok(out);
             }
             // With no live lease, a `running` firing's run is dead unless it ended normally.
-            let given_up = tx.execute(
+            let given_up = tx.exec(
                 "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
                     detail = 'its run died and the firing is older than the resume window'
                  WHERE job_key = ?1 AND state = 'running' AND scheduled_at < ?2",
-                params![job, oldest, now],
+                args![job, oldest, now],
             )?;
             if given_up > 0 {
                 let detail = format!(
@@ -71,29 +72,29 @@ impl Store {
             }
             loop {
                 let found: Option<(String, String, Option<String>)> = tx
-                    .query_row(
+                    .one(
                         "SELECT scheduled_at, state, run_id FROM exactly_firings
                          WHERE job_key = ?1 AND state IN ('running', 'retry')
                          ORDER BY scheduled_at DESC LIMIT 1",
-                        [job],
+                        args![job],
                         |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
                     )
                     .optional()?;
                 let Some((slot, state, old_run)) = found else {
                     return Ok(out);
                 };
-                let runs: i64 = tx.query_row(
+                let runs: i64 = tx.one(
                     "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    params![job, slot],
+                    args![job, slot],
                     |r| r.get(0),
                 )?;
                 if used_up(runs) {
                     close_dead_run(tx, old_run.as_deref(), now)?;
-                    tx.execute(
+                    tx.exec(
                         "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
                             detail = 'its runs were used up without finishing'
                          WHERE job_key = ?1 AND scheduled_at = ?2",
-                        params![job, slot, now],
+                        args![job, slot, now],
                     )?;
                     gave_up_event(tx, job, &slot, runs, Some(owner), now)?;
                     out.gave_up.push((slot, runs));
@@ -137,11 +138,11 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| {
-            Ok(tx.execute(
+            Ok(tx.exec(
                 "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
                     detail = 'an observer found an effect of this firing never happened'
                  WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
-                params![job, run_id, now],
+                args![job, run_id, now],
             )? > 0)
         })
     }

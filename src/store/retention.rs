@@ -9,7 +9,8 @@
 //! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
 use super::Store;
 use crate::Result;
-use rusqlite::OptionalExtension;
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use serde::Serialize;
 
 /// Rows deleted per transaction.
@@ -83,8 +84,8 @@ impl Store {
             if dry_run {
                 *n = self
                     .read(|tx| {
-                        tx.query_row(&format!("SELECT count(*) {pred}"), [horizon], |r| {
-                            r.get::<_, i64>(0)
+                        tx.one(&format!("SELECT count(*) {pred}"), args![horizon], |r| {
+                            r.get::<i64>(0)
                         })
                     })?
                     .max(0) as u64;
@@ -92,11 +93,11 @@ impl Store {
             }
             loop {
                 let deleted = self.write(|tx| {
-                    tx.execute(
+                    tx.exec(
                         &format!(
                             "DELETE FROM {table} WHERE rowid IN (SELECT {alias}.rowid {pred} LIMIT {BATCH})"
                         ),
-                        [horizon],
+                        args![horizon],
                     )
                 })? as u64;
                 *n += deleted;
@@ -119,12 +120,12 @@ impl Store {
         // rows, not the id space, so a foreign writer's ids far apart (or at i64's ends) cost
         // no more steps than rows.
         let mut from: Option<i64> =
-            self.read(|tx| tx.query_row("SELECT min(id) FROM exactly_events", [], |r| r.get(0)))?;
+            self.read(|tx| tx.one("SELECT min(id) FROM exactly_events", &[], |r| r.get(0)))?;
         while let Some(start) = from {
             let next: Option<i64> = self.read(|tx| {
-                tx.query_row(
+                tx.one(
                     "SELECT id FROM exactly_events WHERE id >= ?1 ORDER BY id LIMIT 1 OFFSET ?2",
-                    rusqlite::params![start, EVENT_IDS],
+                    args![start, EVENT_IDS],
                     |r| r.get(0),
                 )
                 .optional()
@@ -133,17 +134,17 @@ impl Store {
             let to = next.unwrap_or(i64::MAX);
             let upper = if next.is_some() { "<" } else { "<=" };
             let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id {upper} ?3");
-            let p = rusqlite::params![horizon, start, to];
+            let p = args![horizon, start, to];
             n += if dry_run {
                 self.read(|tx| {
-                    tx.query_row(&format!("SELECT count(*) {range}"), p, |r| {
-                        r.get::<_, i64>(0)
+                    tx.one(&format!("SELECT count(*) {range}"), p, |r| {
+                        r.get::<i64>(0)
                     })
                 })?
                 .max(0) as u64
             } else {
                 let deleted = self.write(|tx| {
-                    tx.execute(
+                    tx.exec(
                         &format!(
                             "DELETE FROM exactly_events WHERE rowid IN (SELECT ev.rowid {range})"
                         ),
@@ -194,11 +195,11 @@ mod tests {
         // A foreign writer's ids at i64's ends: the walk follows rows, not the id space.
         store
             .write(|tx| {
-                tx.execute(
+                tx.exec(
                     "INSERT INTO exactly_events (id, at, kind) VALUES
                        (-9223372036854775808, '2025-01-01T00:00:00.000Z', 'x'),
                        (9223372036854775807, '2025-01-01T00:00:00.000Z', 'x')",
-                    [],
+                    args![],
                 )
             })
             .unwrap();
@@ -210,7 +211,7 @@ mod tests {
         assert_eq!(done.events, old as u64);
         let (left, oldest): (i64, String) = store
             .read(|tx| {
-                tx.query_row("SELECT count(*), min(at) FROM exactly_events", [], |r| {
+                tx.one("SELECT count(*), min(at) FROM exactly_events", &[], |r| {
                     Ok((r.get(0)?, r.get(1)?))
                 })
             })

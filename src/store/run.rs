@@ -6,7 +6,8 @@ use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::firing::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};
 use crate::Result;
-use rusqlite::{params, OptionalExtension};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -37,14 +38,10 @@ impl Store {
     /// `oldest`: the window's start (the caller's now less `RUN_WINDOW_DAYS`).
     pub(crate) fn run_durations(&mut self, job: &str, oldest: &str) -> Result<Vec<i64>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(
+            let rows = tx.rows(
                 "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
                    AND duration_ms IS NOT NULL AND outcome IN ('ok', 'failed')
-                   ORDER BY started_at DESC LIMIT ?3",
-            )?;
-            let rows = stmt
-                .query_map(params![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0))?
-                .collect();
+                   ORDER BY started_at DESC LIMIT ?3", args![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0));
             rows
         })
     }
@@ -74,9 +71,9 @@ impl Store {
     /// ended keeps its final output.
     pub(crate) fn run_output_so_far(&mut self, run_id: &str, log: &str) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE exactly_runs SET log = ?2 WHERE run_id = ?1 AND ended_at IS NULL",
-                params![run_id, log],
+                args![run_id, log],
             )?;
             Ok(())
         })
@@ -89,10 +86,10 @@ impl Store {
             let mut outcome = end.outcome.clone();
             if outcome != RunOutcome::Fenced {
                 let released = tx
-                    .query_row(
+                    .one(
                         "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
                            AND lease_until <> ?2 RETURNING fencing_token",
-                        params![end.job, RELEASED, end.token],
+                        args![end.job, RELEASED, end.token],
                         |_| Ok(()),
                     )
                     .optional()?
@@ -107,10 +104,10 @@ impl Store {
                     outcome = RunOutcome::Fenced;
                 }
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, exit_code = ?5, log = ?6
                  WHERE run_id = ?1",
-                params![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
+                args![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
             )?;
             // A run we had to kill (grace expired at a deploy, a signal) did not finish its
             // work: its firing goes again (see `resume_firing`), a bounded number of times so a
@@ -118,9 +115,9 @@ impl Store {
             // Counted only for a killed run: the count walks the job's runs, and every other
             // outcome ends the firing whatever it says.
             let attempts: i64 = if outcome == RunOutcome::Killed {
-                tx.query_row(
+                tx.one(
                     "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    params![end.job, end.slot],
+                    args![end.job, end.slot],
                     |r| r.get(0),
                 )?
             } else {
@@ -131,10 +128,10 @@ impl Store {
                 (RunOutcome::Killed, false) => FiringState::GaveUp,
                 _ => FiringState::Ran,
             };
-            let moved = tx.execute(
+            let moved = tx.exec(
                 "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
                  WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
-                params![end.job, end.slot, end.run_id, now, outcome, state],
+                args![end.job, end.slot, end.run_id, now, outcome, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
                 gave_up_event(tx, end.job, end.slot, attempts, None, now)?;
@@ -142,14 +139,10 @@ impl Store {
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.
             if matches!(outcome, RunOutcome::Timeout | RunOutcome::Killed) {
-                let mut stmt = tx.prepare(
+                let keys = tx.rows(
                     "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
                      WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
-                     RETURNING effect_key",
-                )?;
-                let keys = stmt
-                    .query_map(params![end.job, end.token, now], |r| text_or_empty(r, 0))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                     RETURNING effect_key", args![end.job, end.token, now], |r| text_or_empty(r, 0))?;
                 for key in keys {
                     let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
                     record_event(
@@ -178,12 +171,10 @@ impl Store {
     /// Counts what a run's effects did, from the events that carry its fencing token.
     pub(crate) fn run_effect_counts(&mut self, job: &str, token: i64) -> Result<EffectCounts> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(
+            let rows = tx.rows(
                 "SELECT kind, count(*) FROM exactly_events WHERE job_key = ?1 AND fencing_token = ?2
                    AND kind IN (?3, ?4, ?5, ?6) GROUP BY kind",
-            )?;
-            let rows = stmt.query_map(
-                params![
+                args![
                     job,
                     token,
                     EventKind::EffectDone,
@@ -199,8 +190,7 @@ impl Store {
                 },
             )?;
             let mut c = EffectCounts::default();
-            for row in rows {
-                let (k, n) = row?;
+            for (k, n) in rows {
                 match k {
                     EventKind::EffectDone => c.done = n,
                     EventKind::DuplicateSuppressed => c.suppressed = n,

@@ -5,7 +5,8 @@ use super::{int, text, text_or_empty, Store};
 use crate::snapshot::SchedulerRow;
 use crate::time::{self, Ts};
 use crate::Result;
-use rusqlite::{params, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
@@ -20,13 +21,13 @@ impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
     pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
                  VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5)
                  ON CONFLICT(owner) DO UPDATE SET host = excluded.host, pid = excluded.pid,
                    started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
                    ended_at = NULL, source = excluded.source",
-                params![s.owner, s.host, s.pid, now, s.source],
+                args![s.owner, s.host, s.pid, now, s.source],
             )?;
             Ok(())
         })
@@ -36,10 +37,10 @@ impl Store {
     /// under the same owner took it over with another pid).
     pub(crate) fn scheduler_beat(&mut self, owner: &str, pid: u32, now: &str) -> Result<bool> {
         self.write(|tx| {
-            Ok(tx.execute(
+            Ok(tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3
                  WHERE owner = ?1 AND pid = ?2 AND ended_at IS NULL",
-                params![owner, pid, now],
+                args![owner, pid, now],
             )? > 0)
         })
     }
@@ -47,10 +48,10 @@ impl Store {
     /// Records a clean shutdown.
     pub(crate) fn scheduler_ended(&mut self, owner: &str, pid: u32, now: &str) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3, ended_at = ?3
                  WHERE owner = ?1 AND pid = ?2",
-                params![owner, pid, now],
+                args![owner, pid, now],
             )?;
             Ok(())
         })
@@ -61,10 +62,10 @@ impl Store {
 const SCHEDULERS_SHOWN_DAYS: i64 = 7;
 
 pub(super) fn read_schedulers(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     now: Ts,
     dead_after: std::time::Duration,
-) -> rusqlite::Result<Vec<SchedulerRow>> {
+) -> DbResult<Vec<SchedulerRow>> {
     // A database not yet opened by a writer of schema 2 has no table: no scheduler ever beat.
     if !super::has_table(tx, "exactly_schedulers")? {
         return Ok(Vec::new());
@@ -72,12 +73,11 @@ pub(super) fn read_schedulers(
     let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
     let alive_after =
         time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
-    let mut stmt = tx.prepare(
+    let rows = tx.rows(
         "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
          WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
-    )?;
-    let rows = stmt
-        .query_map([&oldest], |r| {
+        args![&oldest],
+        |r| {
             let heartbeat_at = text_or_empty(r, 4)?;
             let ended_at = text(r, 5)?;
             Ok(SchedulerRow {
@@ -89,7 +89,7 @@ pub(super) fn read_schedulers(
                 heartbeat_at,
                 ended_at,
             })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        },
+    )?;
     Ok(rows)
 }

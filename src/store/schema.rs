@@ -8,14 +8,14 @@ pub const SCHEMA_VERSION: i64 = 4;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
-struct Table {
-    name: &'static str,
-    create: &'static str,
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) create: &'static str,
     required: &'static [&'static str],
-    added: &'static [(&'static str, &'static str)],
+    pub(crate) added: &'static [(&'static str, &'static str)],
 }
 
-const TABLES: &[Table] = &[
+pub(crate) const TABLES: &[Table] = &[
     Table {
         name: "job_lease",
         create: "CREATE TABLE job_lease (job_key TEXT PRIMARY KEY, owner TEXT NOT NULL,
@@ -150,7 +150,7 @@ const DROPPED_INDEXES: &[&str] = &[
     "DROP INDEX IF EXISTS exactly_events_kind_at",
 ];
 
-const INDEXES: &[&str] = &[
+pub(crate) const INDEXES: &[&str] = &[
     // Only the open rows: what the dashboard, the in-flight checks and the per-job lists look
     // for. A finished effect leaves it, so the index stays as small as the open work and a
     // lifecycle writes one index page less at its start and two less at its end. A query uses
@@ -223,6 +223,20 @@ pub(super) fn has_trigger(conn: &Connection, name: &str) -> rusqlite::Result<boo
     .map(|n| n > 0)
 }
 
+/// [`has_trigger`] inside a store transaction. PostgreSQL's schema is created whole, its
+/// triggers included, so there the answer is yes.
+pub(super) fn has_trigger_tx(tx: &super::db::Tx<'_>, name: &str) -> super::db::DbResult<bool> {
+    if tx.is_pg() {
+        return Ok(true);
+    }
+    let n = tx.one(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
+        super::db::args![name],
+        |r| r.get::<i64>(0),
+    )?;
+    Ok(n > 0)
+}
+
 fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
     let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
     let cols = stmt
@@ -246,7 +260,7 @@ pub(super) fn prepare(store: &mut Store) -> Result<()> {
                     10 + rand::random::<u64>() % 40,
                 ));
             }
-            Err(Prep::Busy(e)) => return Err(store.err(e)),
+            Err(Prep::Busy(e)) => return Err(store.err(e.into())),
             Err(Prep::Fatal(e)) => return Err(e),
             Ok(()) => return Ok(()),
         }
@@ -269,14 +283,14 @@ impl Prep {
             {
                 Prep::Busy(e)
             }
-            _ => Prep::Fatal(store.err(e)),
+            _ => Prep::Fatal(store.err(e.into())),
         }
     }
 }
 
 fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
     let version: i64 = store
-        .conn
+        .lite()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| Prep::from(store, e))?;
     if version > SCHEMA_VERSION {
@@ -289,7 +303,7 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
     // already checked at this cookie needs no second look (a scheduler opens one per run).
     let cookie = |store: &Store| -> std::result::Result<(String, i64), Prep> {
         let c: i64 = store
-            .conn
+            .lite()
             .query_row("PRAGMA schema_version", [], |r| r.get(0))
             .map_err(|e| Prep::from(store, e))?;
         Ok((store.path.clone(), c))
@@ -302,7 +316,7 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
     let unique = key_is_unique(store).map_err(Prep::Fatal)?;
     if version < SCHEMA_VERSION || !unique || !all_present(store).map_err(Prep::Fatal)? {
         store
-            .conn
+            .lite()
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| Prep::from(store, e))?;
         create(store, unique)?;
@@ -322,7 +336,7 @@ static CHECKED: parking_lot::Mutex<Vec<(String, i64)>> = parking_lot::const_mute
 fn set_pragmas(store: &mut Store) -> std::result::Result<(), Prep> {
     for (k, v) in [("synchronous", "FULL"), ("foreign_keys", "OFF")] {
         store
-            .conn
+            .lite()
             .pragma_update(None, k, v)
             .map_err(|e| Prep::from(store, e))?;
     }
@@ -331,13 +345,13 @@ fn set_pragmas(store: &mut Store) -> std::result::Result<(), Prep> {
 
 fn all_present(store: &Store) -> Result<bool> {
     for t in TABLES {
-        let cols = columns(&store.conn, t.name).map_err(|e| store.err(e))?;
+        let cols = columns(store.lite(), t.name).map_err(|e| store.err(e.into()))?;
         if cols.is_empty() || t.added.iter().any(|(c, _)| !cols.iter().any(|x| x == c)) {
             return Ok(false);
         }
     }
     for (name, _) in TRIGGERS {
-        if !has_trigger(&store.conn, name).map_err(|e| store.err(e))? {
+        if !has_trigger(store.lite(), name).map_err(|e| store.err(e.into()))? {
             return Ok(false);
         }
     }
@@ -352,7 +366,7 @@ const UNIQUE_KEY: &str =
 /// Whether `effect_ledger` (if present) has a unique constraint on `effect_key` alone. Without
 /// one, a duplicated key already stored is refused here, before anything is written.
 fn key_is_unique(store: &Store) -> Result<bool> {
-    let conn = &store.conn;
+    let conn = store.lite();
     let q = || -> rusqlite::Result<Option<bool>> {
         if columns(conn, "effect_ledger")?.is_empty() {
             return Ok(None);
@@ -386,17 +400,23 @@ fn key_is_unique(store: &Store) -> Result<bool> {
         }
         Ok(Some(false))
     };
-    match q().map_err(|e| store.err(e))? {
+    match q().map_err(|e| store.err(e.into()))? {
         None | Some(true) => Ok(true),
         Some(false) => {
             let dup: Option<String> = conn
                 .query_row(
                     "SELECT effect_key FROM effect_ledger GROUP BY effect_key HAVING count(*) > 1 LIMIT 1",
                     [],
-                    |r| super::text(r, 0),
+                    |r| {
+                        use rusqlite::types::ValueRef;
+                        Ok(match r.get_ref(0)? {
+                            ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                            _ => None,
+                        })
+                    },
                 )
                 .optional()
-                .map_err(|e| store.err(e))?
+                .map_err(|e| store.err(e.into()))?
                 .flatten();
             match dup {
                 Some(k) => Err(Error::Store(format!(
@@ -412,24 +432,34 @@ fn key_is_unique(store: &Store) -> Result<bool> {
 
 fn check_foreign(store: &Store) -> Result<()> {
     for t in TABLES {
-        let cols = columns(&store.conn, t.name).map_err(|e| store.err(e))?;
-        if cols.is_empty() {
-            continue;
-        }
-        if let Some(missing) = t.required.iter().find(|c| !cols.iter().any(|x| x == *c)) {
-            return Err(Error::Store(format!(
-                "database {} has a table {} that is not exactly's (no column {missing}); refusing to touch it",
-                store.path, t.name
-            )));
+        let cols = columns(store.lite(), t.name).map_err(|e| store.err(e.into()))?;
+        if let Some(msg) = foreign(t, &cols) {
+            return Err(Error::Store(format!("database {} {msg}", store.path)));
         }
     }
     Ok(())
 }
 
+/// Why `t`, found with columns `cols`, is another program's table (None: ours, or absent).
+pub(crate) fn foreign(t: &Table, cols: &[String]) -> Option<String> {
+    if cols.is_empty() {
+        return None;
+    }
+    t.required
+        .iter()
+        .find(|c| !cols.iter().any(|x| x == *c))
+        .map(|missing| {
+            format!(
+                "has a table {} that is not exactly's (no column {missing}); refusing to touch it",
+                t.name
+            )
+        })
+}
+
 fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
     let result = (|| {
         let tx = store
-            .conn
+            .lite_mut()
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for t in TABLES {
             if columns(&tx, t.name)?.is_empty() {
@@ -474,13 +504,13 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
 /// them foreign). Writes nothing.
 pub(super) fn check_read_only(store: &Store) -> Result<()> {
     let version: i64 = store
-        .conn
+        .lite()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| store.err(e))?;
+        .map_err(|e| store.err(e.into()))?;
     let mut missing = None;
     for t in CORE_TABLES {
-        if columns(&store.conn, t)
-            .map_err(|e| store.err(e))?
+        if columns(store.lite(), t)
+            .map_err(|e| store.err(e.into()))?
             .is_empty()
         {
             missing = Some(*t);
@@ -507,6 +537,22 @@ pub(super) fn check_read_only(store: &Store) -> Result<()> {
 }
 
 /// Whether `table` exists (a read-only reader of an older database may lack a newer table).
-pub(crate) fn has_table(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
-    Ok(!columns(conn, table)?.is_empty())
+pub(crate) fn has_table(tx: &super::db::Tx<'_>, table: &str) -> super::db::DbResult<bool> {
+    if tx.is_pg() {
+        return Ok(!super::pg::columns(tx, table)?.is_empty());
+    }
+    let n = tx.one(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        super::db::args![table],
+        |r| r.get::<i64>(0),
+    )?;
+    Ok(n > 0)
+}
+
+/// The schema version this database says it has.
+pub(crate) fn version(tx: &super::db::Tx<'_>) -> super::db::DbResult<i64> {
+    if tx.is_pg() {
+        return super::pg::version(tx);
+    }
+    tx.one("PRAGMA user_version", &[], |r| r.get::<i64>(0))
 }

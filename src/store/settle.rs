@@ -3,11 +3,12 @@
 use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, sender_lease, BUMP};
 use super::ledger_rows::*;
-use super::{int, record_event, Cached, NewEvent, Store};
+use super::{int, record_event, NewEvent, Store};
 use crate::state::{EffectState, EventKind};
 use crate::time::Ts;
 use crate::Result;
-use rusqlite::params;
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 impl Store {
     /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
@@ -81,22 +82,22 @@ impl Store {
             let version = match &target {
                 Some(state) => {
                     let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
-                    tx.row_cached(
+                    tx.one(
                         &format!(
                             "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
                                 verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
                              WHERE effect_key = ?1 RETURNING coalesce(version, 0)"
                         ),
-                        params![key, state, resp, label, now],
+                        args![key, state, resp, label, now],
                         |r| int(r, 0),
                     )?
                     .unwrap_or(0)
                 }
                 None => {
                     // "Can't tell" moves nothing, so it does not bump the version.
-                    tx.exec_cached(
+                    tx.exec(
                         "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
-                        params![key, label, now],
+                        args![key, label, now],
                     )?;
                     row.version
                 }
@@ -131,20 +132,20 @@ impl Store {
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
             }
-            tx.exec_cached(
+            tx.exec(
                 &format!(
                     "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
                         resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
                      WHERE effect_key = ?1"
                 ),
-                params![key, how.target_state(), now, by, note, evidence],
+                args![key, how.target_state(), now, by, note, evidence],
             )?;
             if how == Resolution::Cancel {
-                tx.exec_cached(
+                tx.exec(
                     "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
                         decided_at = coalesce(decided_at, ?3)
                      WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
-                    params![key, by, now],
+                    args![key, by, now],
                 )?;
             }
             let mut detail = format!("{} → {} ({})", row.state, how.target_state(), how.word());

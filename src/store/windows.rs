@@ -1,11 +1,12 @@
 //! What a reading connection keeps between a dashboard's polls, so a poll reads only what
 //! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
-use super::detail::run_row;
+use super::detail::{run_row, RUN_COLS};
 use super::{int, text, text_or_empty};
 use crate::snapshot::RunRow;
 use crate::time;
-use rusqlite::{OptionalExtension, Transaction};
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use std::collections::BTreeMap;
 
 pub const RUN_WINDOW: usize = 500;
@@ -53,15 +54,15 @@ enum Removals {
 }
 
 impl Removals {
-    fn read(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<Removals> {
-        if !super::schema::has_trigger(tx, &format!("{table}_deleted"))? {
-            let n = tx.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| int(r, 0))?;
+    fn read(tx: &Tx<'_>, table: &str) -> DbResult<Removals> {
+        if !super::schema::has_trigger_tx(tx, &format!("{table}_deleted"))? {
+            let n = tx.one(&format!("SELECT count(*) FROM {table}"), &[], |r| int(r, 0))?;
             return Ok(Removals::Rows(n.unwrap_or(0)));
         }
         let n = tx
-            .query_row(
+            .one(
                 "SELECT n FROM exactly_counters WHERE kind = ?1 AND job_key = ''",
-                [format!("deleted:{table}")],
+                args![format!("deleted:{table}")],
                 |r| int(r, 0),
             )
             .optional()?
@@ -98,7 +99,7 @@ pub struct RunWindows {
 
 const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
 
-fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
+fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
     let outcome = text(r, 4)?;
     Ok((
         text_or_empty(r, 1)?,
@@ -115,30 +116,27 @@ fn run_bit(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunBit)> {
 
 impl RunWindows {
     /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
-    pub(super) fn sync(&mut self, tx: &Transaction<'_>, oldest: &str) -> rusqlite::Result<()> {
+    pub(super) fn sync(&mut self, tx: &Tx<'_>, oldest: &str) -> DbResult<()> {
         // Two statements: each alone is an index lookup and an index count; together they
         // would scan the table.
         let max_rowid = tx
-            .query_row("SELECT max(rowid) FROM exactly_runs", [], |r| int(r, 0))?
+            .one("SELECT max(rowid) FROM exactly_runs", &[], |r| int(r, 0))?
             .unwrap_or(0);
         let removals = Removals::read(tx, "exactly_runs")?;
         if self.synced {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"
-            ))?;
-            let new = stmt
-                .query_map([self.max_rowid], run_bit)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let new = tx.rows(
+                &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"),
+                args![self.max_rowid],
+                run_bit,
+            )?;
             // Rows went away (gc) or rowids were reused: read the window afresh.
             if removals.since(self.removals, new.len()) {
                 *self = RunWindows::default();
             } else {
-                let mut reread = tx.prepare(&format!(
-                    "SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1"
-                ))?;
+                let reread = format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1");
                 let mut fresh = Vec::new();
                 for (rowid, _) in std::mem::take(&mut self.open) {
-                    match reread.query_row([rowid], run_bit).optional()? {
+                    match tx.one(&reread, args![rowid], run_bit).optional()? {
                         Some(bit) => fresh.push(bit),
                         None => {
                             *self = RunWindows::default();
@@ -157,11 +155,12 @@ impl RunWindows {
             }
         }
         if !self.synced {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 ORDER BY started_at"
-            ))?;
-            for row in stmt.query_map([oldest], run_bit)? {
-                let (job, bit) = row?;
+            let rows = tx.rows(
+                &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 ORDER BY started_at"),
+                args![oldest],
+                run_bit,
+            )?;
+            for (job, bit) in rows {
                 self.put(job, bit, oldest);
             }
             self.synced = true;
@@ -212,8 +211,8 @@ impl RunWindows {
     pub(super) fn last_run(
         &mut self,
         job: &str,
-        by_rowid: &mut rusqlite::Statement<'_>,
-    ) -> rusqlite::Result<Option<RunRow>> {
+        tx: &Tx<'_>,
+    ) -> DbResult<Option<RunRow>> {
         let Some(w) = self.jobs.get_mut(job) else {
             return Ok(None);
         };
@@ -225,7 +224,13 @@ impl RunWindows {
             .as_ref()
             .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
         if !fresh {
-            let row = by_rowid.query_row([newest.rowid], run_row).optional()?;
+            let row = tx
+                .one(
+                    &format!("SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"),
+                    args![newest.rowid],
+                    run_row,
+                )
+                .optional()?;
             w.last = row.map(|r| (newest.rowid, r));
         }
         Ok(w.last.as_ref().map(|(_, r)| r.clone()))
@@ -279,23 +284,20 @@ pub struct LatestSlots {
 
 impl LatestSlots {
     /// Brings the kept slots up to the database as `tx` sees it.
-    pub(super) fn sync(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    pub(super) fn sync(&mut self, tx: &Tx<'_>) -> DbResult<()> {
         let removals = Removals::read(tx, "exactly_firings")?;
         let max_rowid = tx
-            .query_row("SELECT max(rowid) FROM exactly_firings", [], |r| int(r, 0))?
+            .one("SELECT max(rowid) FROM exactly_firings", &[], |r| int(r, 0))?
             .unwrap_or(0);
         // Nothing kept yet (or rowids went back): nothing to bring up to date.
         let kept = self.removals.is_some() && max_rowid >= self.max_rowid;
         let mut new = Vec::new();
         if kept {
-            let mut stmt = tx.prepare_cached(
+            new = tx.rows(
                 "SELECT job_key, scheduled_at FROM exactly_firings WHERE rowid > ?1",
+                args![self.max_rowid],
+                |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
             )?;
-            for row in stmt.query_map([self.max_rowid], |r| {
-                Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?))
-            })? {
-                new.push(row?);
-            }
         }
         if !kept || removals.since(self.removals, new.len()) {
             self.slots.clear();
@@ -319,12 +321,16 @@ impl LatestSlots {
     pub(super) fn latest(
         &mut self,
         job: &str,
-        seek: &mut rusqlite::Statement<'_>,
-    ) -> rusqlite::Result<Option<String>> {
+        tx: &Tx<'_>,
+    ) -> DbResult<Option<String>> {
         if let Some(kept) = self.slots.get(job) {
             return Ok(kept.clone());
         }
-        let slot = seek.query_row([job], |r| text(r, 0))?;
+        let slot = tx.one(
+            "SELECT max(scheduled_at) FROM exactly_firings WHERE job_key = ?1",
+            args![job],
+            |r| text(r, 0),
+        )?;
         self.slots.insert(job.to_string(), slot.clone());
         Ok(slot)
     }
@@ -399,7 +405,7 @@ mod tests {
             raw.execute(
                 "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
                    started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, ?3, ?3, ?4, ?5)",
-                rusqlite::params![id, job, at(ago), dur.map(|_| outcome), dur],
+                args![id, job, at(ago), dur.map(|_| outcome), dur],
             )
             .unwrap();
         };
@@ -407,7 +413,7 @@ mod tests {
             raw.execute(
                 "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
                  VALUES (?1, 'o', 1, ?2, ?2)",
-                [job, crate::store::RELEASED],
+                args![job, crate::store::RELEASED],
             )
             .unwrap();
         }
@@ -436,7 +442,7 @@ mod tests {
         // The running run ends.
         raw.execute(
             "UPDATE exactly_runs SET duration_ms = 42, outcome = 'ok' WHERE run_id = 'b-running'",
-            [],
+            args![],
         )
         .unwrap();
         assert_eq!(figures(&mut kept), fresh(()));
@@ -446,7 +452,7 @@ mod tests {
         // Runs deleted (as gc does), including ones inside the window.
         raw.execute(
             "DELETE FROM exactly_runs WHERE run_id IN ('a3', 'a4', 'c1')",
-            [],
+            args![],
         )
         .unwrap();
         assert_eq!(figures(&mut kept), fresh(()));
@@ -472,7 +478,7 @@ mod tests {
                 raw.execute(
                     "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
                      VALUES (?1, 'every 1m', 60, 60, 'skip', '2026-01-01T00:00:00.000Z')",
-                    [job],
+                    args![job],
                 )
                 .unwrap();
             };
@@ -483,7 +489,7 @@ mod tests {
                 raw.execute(
                     "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
                      VALUES (?1, ?2, 'schedule', 'done', ?2, ?2)",
-                    [job, slot],
+                    args![job, slot],
                 )
                 .unwrap();
             };
@@ -513,7 +519,7 @@ mod tests {
             // a's latest firing deleted (not what gc does, but another program may).
             raw.execute(
                 "DELETE FROM exactly_firings WHERE job_key = 'a' AND scheduled_at = '2026-01-01T00:03:00.000Z'",
-                [],
+                args![],
             )
             .unwrap();
             let now = slots(&mut kept);

@@ -1,0 +1,429 @@
+//! One way for the store's operations to speak SQL to either database: a transaction ([`Tx`])
+//! that runs a statement with [`Arg`]s and hands back [`Row`]s, on SQLite (rusqlite) or
+//! PostgreSQL (the `postgres` client). The operations are written once; where the two dialects
+//! differ, an operation asks [`Tx::is_pg`] and says both.
+use std::borrow::Cow;
+use std::cell::RefCell;
+
+/// A statement's parameter.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg<'a> {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(Cow<'a, str>),
+    Bytes(&'a [u8]),
+}
+
+/// A value passed as a statement's parameter, borrowed (so a closure that may run again, as a
+/// retried PostgreSQL transaction does, still has it).
+pub(crate) trait ToArg {
+    fn to_arg(&self) -> Arg<'_>;
+}
+
+impl ToArg for str {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(Cow::Borrowed(self))
+    }
+}
+impl ToArg for String {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(Cow::Borrowed(self.as_str()))
+    }
+}
+impl ToArg for [u8] {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Bytes(self)
+    }
+}
+impl ToArg for Vec<u8> {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Bytes(self)
+    }
+}
+impl ToArg for i64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(*self)
+    }
+}
+impl ToArg for i32 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::from(*self))
+    }
+}
+impl ToArg for u32 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::from(*self))
+    }
+}
+impl ToArg for u64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+impl ToArg for usize {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+impl ToArg for bool {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::from(*self))
+    }
+}
+impl ToArg for f64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Real(*self)
+    }
+}
+impl<T: ToArg> ToArg for Option<T> {
+    fn to_arg(&self) -> Arg<'_> {
+        self.as_ref().map_or(Arg::Null, ToArg::to_arg)
+    }
+}
+impl<T: ToArg + ?Sized> ToArg for &T {
+    fn to_arg(&self) -> Arg<'_> {
+        (**self).to_arg()
+    }
+}
+
+// The words of each state go into the database as text.
+macro_rules! word_arg {
+    ($($t:ty),*) => {$(
+        impl ToArg for $t {
+            fn to_arg(&self) -> Arg<'_> {
+                Arg::Text(Cow::Borrowed(self.as_str()))
+            }
+        }
+    )*};
+}
+word_arg!(
+    crate::state::EffectState,
+    crate::state::ApprovalState,
+    crate::state::FiringState,
+    crate::state::RunOutcome,
+    crate::state::EventKind
+);
+
+/// `args![a, b, …]`: a statement's parameters, in order (`?1`, `?2`, …), each borrowed.
+macro_rules! args {
+    ($($x:expr),* $(,)?) => {
+        &[$($crate::store::db::ToArg::to_arg(&$x)),*][..]
+    };
+}
+pub(crate) use args;
+
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+        Ok(match self {
+            Arg::Null => ToSqlOutput::Owned(Value::Null),
+            Arg::Int(i) => ToSqlOutput::Owned(Value::Integer(*i)),
+            Arg::Real(f) => ToSqlOutput::Owned(Value::Real(*f)),
+            Arg::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
+            Arg::Bytes(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
+        })
+    }
+}
+
+/// What went wrong speaking to the database.
+#[derive(Debug)]
+pub(crate) enum DbError {
+    Lite(rusqlite::Error),
+    Pg(postgres::Error),
+    /// A statement expected to return a row returned none.
+    NoRows,
+    /// A value the store cannot use (a column of a type it does not read, a bad parameter).
+    Other(String),
+}
+
+pub(crate) type DbResult<T> = std::result::Result<T, DbError>;
+
+impl From<rusqlite::Error> for DbError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::QueryReturnedNoRows => DbError::NoRows,
+            e => DbError::Lite(e),
+        }
+    }
+}
+impl From<postgres::Error> for DbError {
+    fn from(e: postgres::Error) -> Self {
+        DbError::Pg(e)
+    }
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DbError::Lite(e) => write!(f, "{e}"),
+            DbError::Pg(e) => match e.as_db_error() {
+                Some(d) => write!(f, "{} ({})", d.message(), d.code().code()),
+                None => write!(f, "{e}"),
+            },
+            DbError::NoRows => write!(f, "query returned no rows"),
+            DbError::Other(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl DbError {
+    /// PostgreSQL's SQLSTATE, if the server sent one.
+    pub(crate) fn sqlstate(&self) -> Option<&str> {
+        match self {
+            DbError::Pg(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+}
+
+/// `.optional()` on a statement that may find nothing.
+pub(crate) trait Optional<T> {
+    fn optional(self) -> DbResult<Option<T>>;
+}
+impl<T> Optional<T> for DbResult<T> {
+    fn optional(self) -> DbResult<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(DbError::NoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One value read from a row, whichever database it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value<'r> {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(Cow<'r, [u8]>),
+}
+
+/// A row of a result.
+pub(crate) enum Row<'r> {
+    Lite(&'r rusqlite::Row<'r>),
+    Pg(&'r postgres::Row),
+}
+
+impl Row<'_> {
+    /// Column `i` as it is stored.
+    pub(crate) fn value(&self, i: usize) -> DbResult<Value<'_>> {
+        match self {
+            Row::Lite(r) => {
+                use rusqlite::types::ValueRef;
+                Ok(match r.get_ref(i)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::Int(n),
+                    ValueRef::Real(f) => Value::Real(f),
+                    ValueRef::Text(b) | ValueRef::Blob(b) => Value::Text(Cow::Borrowed(b)),
+                })
+            }
+            Row::Pg(r) => super::pg::value(r, i),
+        }
+    }
+
+    /// Column `i` as a `T` (strict: a NULL read as `i64` is an error, as in rusqlite).
+    pub(crate) fn get<T: FromValue>(&self, i: usize) -> DbResult<T> {
+        T::from_value(self.value(i)?)
+    }
+}
+
+/// A Rust value read from a column.
+pub(crate) trait FromValue: Sized {
+    fn from_value(v: Value<'_>) -> DbResult<Self>;
+}
+impl FromValue for i64 {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        match v {
+            Value::Int(i) => Ok(i),
+            other => Err(DbError::Other(format!("expected an integer, found {other:?}"))),
+        }
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        match v {
+            Value::Real(f) => Ok(f),
+            Value::Int(i) => Ok(i as f64),
+            other => Err(DbError::Other(format!("expected a number, found {other:?}"))),
+        }
+    }
+}
+impl FromValue for bool {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        Ok(i64::from_value(v)? != 0)
+    }
+}
+impl FromValue for String {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        match v {
+            Value::Text(b) => String::from_utf8(b.into_owned())
+                .map_err(|e| DbError::Other(format!("invalid UTF-8 text: {e}"))),
+            other => Err(DbError::Other(format!("expected text, found {other:?}"))),
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        match v {
+            Value::Text(b) => Ok(b.into_owned()),
+            other => Err(DbError::Other(format!("expected bytes, found {other:?}"))),
+        }
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: Value<'_>) -> DbResult<Self> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+/// A transaction on either database. Every store operation runs its statements through one.
+pub(crate) struct Tx<'t> {
+    inner: Inner<'t>,
+}
+
+enum Inner<'t> {
+    Lite(&'t rusqlite::Connection),
+    Pg {
+        conn: RefCell<&'t mut super::pg::PgConn>,
+        /// The server's clock at the start of this transaction (`now()`, which PostgreSQL keeps
+        /// fixed for the whole transaction), as the store writes instants.
+        now: String,
+    },
+}
+
+impl<'t> Tx<'t> {
+    pub(crate) fn lite(conn: &'t rusqlite::Connection) -> Tx<'t> {
+        Tx {
+            inner: Inner::Lite(conn),
+        }
+    }
+
+    pub(crate) fn pg(conn: &'t mut super::pg::PgConn, now: String) -> Tx<'t> {
+        Tx {
+            inner: Inner::Pg {
+                conn: RefCell::new(conn),
+                now,
+            },
+        }
+    }
+
+    /// Whether this is PostgreSQL (for the few statements the two dialects say differently).
+    pub(crate) fn is_pg(&self) -> bool {
+        matches!(self.inner, Inner::Pg { .. })
+    }
+
+    /// The instant this transaction acts at. On SQLite, the caller's `now` (every process on
+    /// the host shares its clock). On PostgreSQL, the server's clock, whatever the client's says:
+    /// leases and effects on several hosts are judged by one clock.
+    pub(crate) fn now<'a>(&'a self, caller: &'a str) -> &'a str {
+        match &self.inner {
+            Inner::Lite(_) => caller,
+            Inner::Pg { now, .. } => now,
+        }
+    }
+
+    /// An instant the caller computed as `caller_now + d` (a lease's end), moved to this
+    /// transaction's clock: `now + d`. Unchanged on SQLite; a released lease (before every
+    /// instant) stays as it is.
+    pub(crate) fn later(&self, at: &str, caller_now: &str) -> String {
+        match &self.inner {
+            Inner::Lite(_) => at.to_string(),
+            Inner::Pg { now, .. } => {
+                let (Some(at_t), Some(c), Some(n)) = (
+                    crate::time::parse(at),
+                    crate::time::parse(caller_now),
+                    crate::time::parse(now),
+                ) else {
+                    return at.to_string();
+                };
+                if at == super::RELEASED {
+                    return at.to_string();
+                }
+                crate::time::fmt(n + (at_t - c))
+            }
+        }
+    }
+
+    /// Runs a statement; the number of rows it changed.
+    pub(crate) fn exec(&self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
+        match &self.inner {
+            Inner::Lite(c) => Ok(c
+                .prepare_cached(sql)?
+                .execute(rusqlite::params_from_iter(args.iter()))?),
+            Inner::Pg { conn, .. } => conn.borrow_mut().exec(sql, args),
+        }
+    }
+
+    /// Calls `f` on each row `sql` returns, in order.
+    pub(crate) fn each(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        mut f: impl FnMut(&Row<'_>) -> DbResult<()>,
+    ) -> DbResult<()> {
+        match &self.inner {
+            Inner::Lite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(args.iter()))?;
+                while let Some(r) = rows.next()? {
+                    f(&Row::Lite(r))?;
+                }
+                Ok(())
+            }
+            Inner::Pg { conn, .. } => {
+                let rows = conn.borrow_mut().query(sql, args)?;
+                for r in &rows {
+                    f(&Row::Pg(r))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Every row `sql` returns, each read by `f`.
+    pub(crate) fn rows<T>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        mut f: impl FnMut(&Row<'_>) -> DbResult<T>,
+    ) -> DbResult<Vec<T>> {
+        let mut out = Vec::new();
+        self.each(sql, args, |r| {
+            out.push(f(r)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The first row `sql` returns, read by `f`; [`DbError::NoRows`] when there is none (see
+    /// [`Optional::optional`]).
+    pub(crate) fn one<T>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        f: impl FnOnce(&Row<'_>) -> DbResult<T>,
+    ) -> DbResult<T> {
+        match &self.inner {
+            Inner::Lite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(args.iter()))?;
+                match rows.next()? {
+                    Some(r) => f(&Row::Lite(r)),
+                    None => Err(DbError::NoRows),
+                }
+            }
+            Inner::Pg { conn, .. } => {
+                let rows = conn.borrow_mut().query(sql, args)?;
+                match rows.first() {
+                    Some(r) => f(&Row::Pg(r)),
+                    None => Err(DbError::NoRows),
+                }
+            }
+        }
+    }
+}

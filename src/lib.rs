@@ -74,6 +74,11 @@ pub fn writable(path: &str) -> bool {
     store::writable(path)
 }
 
+/// Whether `--db` names a database server (PostgreSQL) rather than a SQLite file.
+pub fn is_server_db(db: &str) -> bool {
+    store::pg::is_url(db)
+}
+
 /// Opens the database `--db` names (see [`db_path`]): the one way the CLI, the runner and the
 /// dashboard open it.
 pub fn open(db: Option<&str>, access: Access) -> Result<Store> {

@@ -1,12 +1,12 @@
 //! The approval aggregate: an approval per effect key, requested once, decided once by a
 //! person, consumed by the one send it allows.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::ledger::BUMP;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -96,6 +96,7 @@ impl Store {
             ApprovalState::Denied
         };
         self.write(|tx| {
+            let now = tx.now(&now);
             if !approve {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.

@@ -237,7 +237,9 @@ impl FromValue for i64 {
     fn from_value(v: Value<'_>) -> DbResult<Self> {
         match v {
             Value::Int(i) => Ok(i),
-            other => Err(DbError::Other(format!("expected an integer, found {other:?}"))),
+            other => Err(DbError::Other(format!(
+                "expected an integer, found {other:?}"
+            ))),
         }
     }
 }
@@ -246,7 +248,9 @@ impl FromValue for f64 {
         match v {
             Value::Real(f) => Ok(f),
             Value::Int(i) => Ok(i as f64),
-            other => Err(DbError::Other(format!("expected a number, found {other:?}"))),
+            other => Err(DbError::Other(format!(
+                "expected a number, found {other:?}"
+            ))),
         }
     }
 }

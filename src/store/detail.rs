@@ -1,10 +1,10 @@
 //! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
 //! a job's open effects. Each through an index.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::{int, text, text_or_empty, Store};
 use crate::snapshot::{EventRow, RunRow};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
     Ok(EventRow {

@@ -3,14 +3,14 @@
 //! decided in one transaction together with the lease claim, so a crash never leaves half a
 //! decision; a firing whose run died is resumed, at most `firing::MAX_ATTEMPTS` runs in all (the
 //! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::firing::{Overlap, WhileLive, MAX_ATTEMPTS};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// A firing about to be decided.
 #[derive(Debug, Clone)]
@@ -209,6 +209,7 @@ impl Store {
         now: &str,
     ) -> Result<u64> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let paused = paused(tx, job)?;
             let state = if paused.is_some() {
                 FiringState::Skipped
@@ -381,6 +382,7 @@ impl Store {
     /// read per scheduler tick before any write.
     pub(crate) fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
         self.read(|tx| {
+            let now = tx.now(&now);
             tx.one(
                 "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
                     EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'),
@@ -402,6 +404,7 @@ impl Store {
     /// cost follows the number of jobs, not of firings.
     pub(crate) fn waiting_jobs(&mut self, now: &str) -> Result<Vec<(String, Waiting)>> {
         self.read(|tx| {
+            let now = tx.now(&now);
             let rows = tx.rows(
                 "SELECT job_key, queued, resumable FROM (
                    SELECT j.job_key,
@@ -434,6 +437,7 @@ impl Store {
         now: &str,
     ) -> Result<Option<Started>> {
         self.write(|tx| {
+            let now = tx.now(&now);
             if paused(tx, job)?.is_some() {
                 return Ok(None);
             }

@@ -1,10 +1,10 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
 use crate::state::EventKind;
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 impl Store {
     /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
@@ -18,6 +18,7 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let was: Option<i64> = tx
                 .one("SELECT paused FROM exactly_jobs WHERE job_key = ?1", args![job], |r| int(r, 0))
                 .optional()?
@@ -105,10 +106,7 @@ pub struct Registered {
     pub retired: Vec<String>,
 }
 
-pub(super) fn paused(
-    tx: &Tx<'_>,
-    job: &str,
-) -> DbResult<Option<(Option<String>, Option<String>)>> {
+pub(super) fn paused(tx: &Tx<'_>, job: &str) -> DbResult<Option<(Option<String>, Option<String>)>> {
     let row = tx
         .one(
             "SELECT paused, pause_note, paused_by FROM exactly_jobs WHERE job_key = ?1",
@@ -130,6 +128,7 @@ impl Store {
         now: &str,
     ) -> Result<Registered> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let mut out = Registered::default();
             for j in jobs {
                 let before: Option<(bool, bool)> = tx

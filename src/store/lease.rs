@@ -1,10 +1,10 @@
 //! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
 //! write for a job makes (a higher token exists: refused and counted).
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
 pub(super) fn current_token(tx: &Tx<'_>, job: &str) -> DbResult<Option<i64>> {
@@ -40,6 +40,9 @@ pub(crate) fn claim_lease_tx(
     until: &str,
     now: &str,
 ) -> DbResult<LeaseClaim> {
+    // The database's clock decides who holds the lease (the server's, on PostgreSQL).
+    let until = &tx.later(until, now);
+    let now = tx.now(now);
     let prev: Option<(String, i64, String)> = tx
         .one(
             "SELECT owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
@@ -113,6 +116,8 @@ pub(super) fn set_lease_until(
     what: &str,
     now: &str,
 ) -> DbResult<bool> {
+    let until = &tx.later(until, now);
+    let now = tx.now(now);
     let ok = tx
         .one(
             "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3

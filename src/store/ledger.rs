@@ -2,6 +2,8 @@
 //! cancelled), each a compare-and-set on the row as its writer read it. Each method is one
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
@@ -10,8 +12,6 @@ use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::time::Ts;
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 static GUARD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -114,6 +114,8 @@ impl Store {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
+            let min_until = tx.later(&min_until, &now);
+            let now = tx.now(&now);
             if current_token(tx, e.job_key)? != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", &now)?;
                 return Ok(Begin::Fenced);
@@ -159,7 +161,7 @@ impl Store {
                     let seen = Seen {
                         state,
                         version: 1,
-                        updated_at: now.clone(),
+                        updated_at: now.to_string(),
                     };
                     Ok(if attempt.is_some() {
                         Begin::Submitted(seen)
@@ -233,6 +235,8 @@ impl Store {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
+            let min_until = tx.later(&min_until, &now);
+            let now = tx.now(&now);
             if current_token(tx, job)? != Some(token) {
                 fenced(tx, job, Some(key), token, "submit refused", &now)?;
                 return Ok(Submit::Fenced);
@@ -304,7 +308,7 @@ impl Store {
             let after = Seen {
                 state: EffectState::Submitted,
                 version: version.unwrap_or(0),
-                updated_at: now.clone(),
+                updated_at: now.to_string(),
             };
             if consume {
                 tx.exec(
@@ -373,6 +377,7 @@ impl Store {
             None => (None, None),
         };
         self.write(|tx| {
+            let now = tx.now(&now);
             let seen = match seen {
                 Some(s) => s.clone(),
                 None => read_row(tx, key)?
@@ -436,6 +441,7 @@ impl Store {
     ) -> Result<bool> {
         let now = crate::time::fmt(now);
         self.write(|tx| {
+            let now = tx.now(&now);
             let ok = tx.exec(
                 &format!(
                     "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
@@ -469,6 +475,7 @@ impl Store {
     ) -> Result<()> {
         let now = crate::time::fmt(now);
         self.write(|tx| {
+            let now = tx.now(&now);
             let mut ev = NewEvent::new(EventKind::DuplicateSuppressed, &now)
                 .job(job)
                 .effect(key)

@@ -1,9 +1,9 @@
 //! The effect aggregate's rows and answers: the ledger row as read, the version a writer saw
 //! ([`Seen`]), and what each transition in `ledger.rs` answers.
-use super::{int, text, text_or_empty, word};
-use crate::state::EffectState;
 #[allow(unused_imports)]
 use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::{int, text, text_or_empty, word};
+use crate::state::EffectState;
 
 /// A whole `effect_ledger` row.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

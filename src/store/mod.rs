@@ -179,6 +179,22 @@ impl Store {
         })
     }
 
+    /// Whether this process may write the database: the file's permissions on SQLite, the
+    /// role's privileges on PostgreSQL (a viewer's role may only read).
+    pub fn can_write(&mut self) -> bool {
+        if !self.is_pg() {
+            return writable(&self.path);
+        }
+        self.read(|tx| {
+            tx.one(
+                "SELECT has_table_privilege('effect_ledger', 'UPDATE')",
+                &[],
+                |r| r.get::<bool>(0),
+            )
+        })
+        .unwrap_or(false)
+    }
+
     /// Whether this store is on PostgreSQL.
     pub(crate) fn is_pg(&self) -> bool {
         matches!(self.conn, Conn::Pg(_))
@@ -483,11 +499,12 @@ pub(crate) fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
 
 /// Appends one event and bumps its all-time counter, inside the caller's transaction.
 pub(crate) fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
+    let at = tx.now(ev.at);
     tx.exec(
         "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         args![
-            ev.at,
+            at,
             &ev.kind,
             ev.job_key,
             ev.effect_key,

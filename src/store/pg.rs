@@ -133,8 +133,16 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
     };
     Ok(match *ty {
         Type::INT8 => Box::new(int()?),
-        Type::INT4 => Box::new(int()?.map(|i| i32::try_from(i).map_err(|_| bad())).transpose()?),
-        Type::INT2 => Box::new(int()?.map(|i| i16::try_from(i).map_err(|_| bad())).transpose()?),
+        Type::INT4 => Box::new(
+            int()?
+                .map(|i| i32::try_from(i).map_err(|_| bad()))
+                .transpose()?,
+        ),
+        Type::INT2 => Box::new(
+            int()?
+                .map(|i| i16::try_from(i).map_err(|_| bad()))
+                .transpose()?,
+        ),
         Type::BOOL => Box::new(int()?.map(|i| i != 0)),
         Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC => {
             let f = match a {
@@ -176,11 +184,19 @@ pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
     let ty = col.type_();
     let v = match *ty {
         Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Value::Int),
-        Type::INT4 => r.try_get::<_, Option<i32>>(i)?.map(|n| Value::Int(n.into())),
-        Type::INT2 => r.try_get::<_, Option<i16>>(i)?.map(|n| Value::Int(n.into())),
-        Type::BOOL => r.try_get::<_, Option<bool>>(i)?.map(|b| Value::Int(b.into())),
+        Type::INT4 => r
+            .try_get::<_, Option<i32>>(i)?
+            .map(|n| Value::Int(n.into())),
+        Type::INT2 => r
+            .try_get::<_, Option<i16>>(i)?
+            .map(|n| Value::Int(n.into())),
+        Type::BOOL => r
+            .try_get::<_, Option<bool>>(i)?
+            .map(|b| Value::Int(b.into())),
         Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map(Value::Real),
-        Type::FLOAT4 => r.try_get::<_, Option<f32>>(i)?.map(|f| Value::Real(f.into())),
+        Type::FLOAT4 => r
+            .try_get::<_, Option<f32>>(i)?
+            .map(|f| Value::Real(f.into())),
         Type::BYTEA => r
             .try_get::<_, Option<&[u8]>>(i)?
             .map(|b| Value::Text(Cow::Borrowed(b))),
@@ -300,17 +316,11 @@ impl PgStore {
         self.transact("ISOLATION LEVEL REPEATABLE READ READ ONLY", f)
     }
 
-    fn transact<T>(
-        &self,
-        how: &str,
-        f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>,
-    ) -> DbResult<T> {
+    fn transact<T>(&self, how: &str, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let mut conn = self
-                .conn()
-                .map_err(|e| DbError::Other(e.to_string()))?;
+            let mut conn = self.conn().map_err(|e| DbError::Other(e.to_string()))?;
             let result = (|| {
                 let now = conn.begin(how)?;
                 let out = {

@@ -1,5 +1,7 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
@@ -7,8 +9,6 @@ use crate::snapshot::{ApprovalView, JobRow, OpenEffect, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use std::collections::BTreeMap;
 
 /// How many recent runs per job feed p50/p99 (and at most this old).
@@ -33,8 +33,7 @@ const OPEN: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted
                     AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
 
 fn count(tx: &Tx<'_>, sql: &str, p: &[super::db::Arg<'_>]) -> DbResult<u64> {
-    tx.one(sql, p, |r| r.get::<i64>(0))
-        .map(|n| n.max(0) as u64)
+    tx.one(sql, p, |r| r.get::<i64>(0)).map(|n| n.max(0) as u64)
 }
 
 fn counter(tx: &Tx<'_>, kind: EventKind) -> DbResult<u64> {
@@ -242,10 +241,7 @@ fn counters_by_job(
 }
 
 /// `job_key → n` for the counter of one kind.
-fn counter_by_job(
-    tx: &Tx<'_>,
-    kind: EventKind,
-) -> DbResult<BTreeMap<String, u64>> {
+fn counter_by_job(tx: &Tx<'_>, kind: EventKind) -> DbResult<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();
     tx.each(
         "SELECT job_key, n FROM exactly_counters WHERE kind = ?1",
@@ -339,8 +335,9 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     // walk over all its recent runs.
     let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1";
-    let last_sql =
-        format!("SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1");
+    let last_sql = format!(
+        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+    );
     // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
     // seen before), and the few firings waiting or stuck across all jobs (one range of the
     // state index).
@@ -465,10 +462,10 @@ pub(super) mod tests {
         let mut add = |n: usize, state: &str, hours_ago: i64| {
             let tx = raw.transaction().unwrap();
             for i in 0..n {
-                tx.exec(
+                tx.execute(
                     "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                        created_at, updated_at) VALUES (?1, 'j', 'r', 1, ?2, ?3, ?3)",
-                    args![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
+                    rusqlite::params![format!("{state}-{hours_ago}-{i}"), state, at(hours_ago)],
                 )
                 .unwrap();
             }
@@ -524,9 +521,11 @@ pub(super) mod tests {
         ] {
             let plan: Vec<String> = store
                 .read(|tx| {
-                    let mut stmt = tx.prepare(&format!("EXPLAIN QUERY PLAN {q}"))?;
-                    let rows = stmt.query_map(["x"], |r| r.get::<String>(3))?.collect();
-                    rows
+                    tx.rows(
+                        &format!("EXPLAIN QUERY PLAN {q}"),
+                        crate::store::db::args!["x"],
+                        |r| r.get::<String>(3),
+                    )
                 })
                 .unwrap();
             assert!(plan.iter().all(|p| !p.starts_with("SCAN")), "{q}: {plan:?}");

@@ -1,14 +1,14 @@
 //! Firings brought back: a firing whose run died, or whose effect an observer found never
 //! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::firing::{gave_up_event, start_firing, Resumed};
 use super::job::paused;
 use super::{record_event, text, text_or_empty, NewEvent, Store};
 use crate::firing::{used_up, MAX_ATTEMPTS};
 use crate::state::EventKind;
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// A run that never recorded its end (its process died) is closed as `killed`.
 fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> {
@@ -39,6 +39,7 @@ impl Store {
         oldest: &str,
     ) -> Result<Resumed> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let mut out = Resumed::default();
             if paused(tx, job)?.is_some() {
                 return Ok(out);
@@ -138,6 +139,7 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| {
+            let now = tx.now(&now);
             Ok(tx.exec(
                 "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
                     detail = 'an observer found an effect of this firing never happened'

@@ -7,10 +7,10 @@
 //! runs not ended and firings still waiting (queued, running, retry); events about an effect that
 //! is still open or awaiting a person. Effect rows are the dedupe memory: only `--effects`
 //! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
-use super::Store;
-use crate::Result;
 #[allow(unused_imports)]
 use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::Store;
+use crate::Result;
 use serde::Serialize;
 
 /// Rows deleted per transaction.
@@ -136,12 +136,8 @@ impl Store {
             let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id {upper} ?3");
             let p = args![horizon, start, to];
             n += if dry_run {
-                self.read(|tx| {
-                    tx.one(&format!("SELECT count(*) {range}"), p, |r| {
-                        r.get::<i64>(0)
-                    })
-                })?
-                .max(0) as u64
+                self.read(|tx| tx.one(&format!("SELECT count(*) {range}"), p, |r| r.get::<i64>(0)))?
+                    .max(0) as u64
             } else {
                 let deleted = self.write(|tx| {
                     tx.exec(
@@ -199,7 +195,7 @@ mod tests {
                     "INSERT INTO exactly_events (id, at, kind) VALUES
                        (-9223372036854775808, '2025-01-01T00:00:00.000Z', 'x'),
                        (9223372036854775807, '2025-01-01T00:00:00.000Z', 'x')",
-                    args![],
+                    &[],
                 )
             })
             .unwrap();

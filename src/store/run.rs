@@ -1,13 +1,13 @@
 //! The run aggregate: one row per run of a firing, its output as it arrives, and how it ended
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::firing::gave_up_event;
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::firing::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -41,7 +41,10 @@ impl Store {
             let rows = tx.rows(
                 "SELECT duration_ms FROM exactly_runs WHERE job_key = ?1 AND started_at >= ?2
                    AND duration_ms IS NOT NULL AND outcome IN ('ok', 'failed')
-                   ORDER BY started_at DESC LIMIT ?3", args![job, oldest, super::RUN_WINDOW as i64], |r| r.get(0));
+                   ORDER BY started_at DESC LIMIT ?3",
+                args![job, oldest, super::RUN_WINDOW as i64],
+                |r| r.get(0),
+            );
             rows
         })
     }
@@ -55,6 +58,7 @@ impl Store {
         now: &str,
     ) -> Result<()> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let detail =
                 format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
             record_event(
@@ -83,6 +87,7 @@ impl Store {
     /// outcome: `fenced` when the release was refused.
     pub(crate) fn finish_run(&mut self, end: &RunEnd<'_>, now: &str) -> Result<RunOutcome> {
         self.write(|tx| {
+            let now = tx.now(&now);
             let mut outcome = end.outcome.clone();
             if outcome != RunOutcome::Fenced {
                 let released = tx

@@ -1,12 +1,12 @@
 //! Scheduler liveness: each `exactly run` records itself and beats, so a reader can tell a
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::{int, text, text_or_empty, Store};
 use crate::snapshot::SchedulerRow;
 use crate::time::{self, Ts};
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
@@ -21,6 +21,7 @@ impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
     pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
         self.write(|tx| {
+            let now = tx.now(&now);
             tx.exec(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
                  VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5)
@@ -37,6 +38,7 @@ impl Store {
     /// under the same owner took it over with another pid).
     pub(crate) fn scheduler_beat(&mut self, owner: &str, pid: u32, now: &str) -> Result<bool> {
         self.write(|tx| {
+            let now = tx.now(&now);
             Ok(tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3
                  WHERE owner = ?1 AND pid = ?2 AND ended_at IS NULL",
@@ -48,6 +50,7 @@ impl Store {
     /// Records a clean shutdown.
     pub(crate) fn scheduler_ended(&mut self, owner: &str, pid: u32, now: &str) -> Result<()> {
         self.write(|tx| {
+            let now = tx.now(&now);
             tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3, ended_at = ?3
                  WHERE owner = ?1 AND pid = ?2",

@@ -1,5 +1,7 @@
 //! Settling an open effect: an observer's verdict on the attempt it looked at, and a person's
 //! resolution. Each a compare-and-set on the row as read, in one transaction.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, sender_lease, BUMP};
 use super::ledger_rows::*;
@@ -7,8 +9,6 @@ use super::{int, record_event, NewEvent, Store};
 use crate::state::{EffectState, EventKind};
 use crate::time::Ts;
 use crate::Result;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 
 impl Store {
     /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
@@ -33,6 +33,7 @@ impl Store {
         let now = crate::time::fmt(now);
         let seen = Some(seen);
         self.write(|tx| {
+            let now = tx.now(&now);
             let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
             let label = match verdict {
                 Some(Resolution::Happened) => "happened",
@@ -106,7 +107,7 @@ impl Store {
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
-                Some(state) => Seen { state, version, updated_at: now.clone() },
+                Some(state) => Seen { state, version, updated_at: now.to_string() },
                 None => row.seen(),
             };
             Ok(Verdict::Applied { from: row.state, seen: after })
@@ -126,6 +127,7 @@ impl Store {
     ) -> Result<Resolved> {
         let now = crate::time::fmt(now);
         self.write(|tx| {
+            let now = tx.now(&now);
             let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
             let open = row.state.is_open()
                 || (how == Resolution::Cancel && row.state == EffectState::Claimed);

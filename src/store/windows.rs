@@ -1,12 +1,12 @@
 //! What a reading connection keeps between a dashboard's polls, so a poll reads only what
 //! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
+#[allow(unused_imports)]
+use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use super::detail::{run_row, RUN_COLS};
 use super::{int, text, text_or_empty};
 use crate::snapshot::RunRow;
 use crate::time;
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
 use std::collections::BTreeMap;
 
 pub const RUN_WINDOW: usize = 500;
@@ -208,11 +208,7 @@ impl RunWindows {
     }
 
     /// A job's newest run (None: it has no run in the window; ask the table).
-    pub(super) fn last_run(
-        &mut self,
-        job: &str,
-        tx: &Tx<'_>,
-    ) -> DbResult<Option<RunRow>> {
+    pub(super) fn last_run(&mut self, job: &str, tx: &Tx<'_>) -> DbResult<Option<RunRow>> {
         let Some(w) = self.jobs.get_mut(job) else {
             return Ok(None);
         };
@@ -318,11 +314,7 @@ impl LatestSlots {
     }
 
     /// A job's latest slot: kept, or sought once (one seek into the firings' key).
-    pub(super) fn latest(
-        &mut self,
-        job: &str,
-        tx: &Tx<'_>,
-    ) -> DbResult<Option<String>> {
+    pub(super) fn latest(&mut self, job: &str, tx: &Tx<'_>) -> DbResult<Option<String>> {
         if let Some(kept) = self.slots.get(job) {
             return Ok(kept.clone());
         }
@@ -405,7 +397,7 @@ mod tests {
             raw.execute(
                 "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
                    started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, ?3, ?3, ?4, ?5)",
-                args![id, job, at(ago), dur.map(|_| outcome), dur],
+                rusqlite::params![id, job, at(ago), dur.map(|_| outcome), dur],
             )
             .unwrap();
         };
@@ -413,7 +405,7 @@ mod tests {
             raw.execute(
                 "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
                  VALUES (?1, 'o', 1, ?2, ?2)",
-                args![job, crate::store::RELEASED],
+                rusqlite::params![job, crate::store::RELEASED],
             )
             .unwrap();
         }
@@ -442,7 +434,7 @@ mod tests {
         // The running run ends.
         raw.execute(
             "UPDATE exactly_runs SET duration_ms = 42, outcome = 'ok' WHERE run_id = 'b-running'",
-            args![],
+            rusqlite::params![],
         )
         .unwrap();
         assert_eq!(figures(&mut kept), fresh(()));
@@ -452,7 +444,7 @@ mod tests {
         // Runs deleted (as gc does), including ones inside the window.
         raw.execute(
             "DELETE FROM exactly_runs WHERE run_id IN ('a3', 'a4', 'c1')",
-            args![],
+            rusqlite::params![],
         )
         .unwrap();
         assert_eq!(figures(&mut kept), fresh(()));
@@ -478,7 +470,7 @@ mod tests {
                 raw.execute(
                     "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
                      VALUES (?1, 'every 1m', 60, 60, 'skip', '2026-01-01T00:00:00.000Z')",
-                    args![job],
+                    rusqlite::params![job],
                 )
                 .unwrap();
             };
@@ -489,7 +481,7 @@ mod tests {
                 raw.execute(
                     "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
                      VALUES (?1, ?2, 'schedule', 'done', ?2, ?2)",
-                    args![job, slot],
+                    rusqlite::params![job, slot],
                 )
                 .unwrap();
             };
@@ -519,7 +511,7 @@ mod tests {
             // a's latest firing deleted (not what gc does, but another program may).
             raw.execute(
                 "DELETE FROM exactly_firings WHERE job_key = 'a' AND scheduled_at = '2026-01-01T00:03:00.000Z'",
-                args![],
+                rusqlite::params![],
             )
             .unwrap();
             let now = slots(&mut kept);

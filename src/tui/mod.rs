@@ -232,7 +232,7 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     }
     // Open first, so a bad path is one sentence on a normal terminal, not a flash of UI.
     // Read-only: watching never changes the database (actions open their own connection).
-    let store = crate::open(db.as_deref(), Access::ReadOnly)?;
+    let mut store = crate::open(db.as_deref(), Access::ReadOnly)?;
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
         return Err(Error::Usage(
             "exactly top needs a terminal; for scripts use exactly status --json".into(),
@@ -240,7 +240,7 @@ pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     }
     let color = !a.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // A viewer account that may read but not write the database watches read-only, told so.
-    let writable = crate::writable(store.path());
+    let writable = store.can_write();
     let mut app = App::new(Options {
         read_only: a.read_only || !writable,
         color,

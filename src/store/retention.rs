@@ -44,6 +44,18 @@ const APPROVALS: &str = "FROM exactly_approvals a WHERE a.state NOT IN ('pending
     AND a.requested_at < ?1 AND NOT EXISTS (SELECT 1 FROM effect_ledger e
       WHERE e.effect_key = a.effect_key AND e.state NOT IN ('done', 'cancelled'))";
 
+/// The column that names a row to delete: SQLite's `rowid`; on PostgreSQL (no rowid) the
+/// table's key, or the `rowid` column its schema gives runs and firings.
+fn row_key(pg: bool, table: &str) -> &'static str {
+    match (pg, table) {
+        (false, _) => "rowid",
+        (true, "exactly_events") => "id",
+        (true, "exactly_schedulers") => "owner",
+        (true, "effect_ledger") | (true, "exactly_approvals") => "effect_key",
+        (true, _) => "rowid",
+    }
+}
+
 /// What a prune deleted (or, dry, would delete).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pruned {
@@ -81,6 +93,7 @@ impl Store {
         for (table, pred, n) in parts {
             // The alias in each predicate is its table's; rowid names the row to delete.
             let alias = pred.split_whitespace().nth(2).unwrap_or(table).to_string();
+            let id = row_key(self.is_pg(), table);
             if dry_run {
                 *n = self
                     .read(|tx| {
@@ -95,7 +108,7 @@ impl Store {
                 let deleted = self.write(|tx| {
                     tx.exec(
                         &format!(
-                            "DELETE FROM {table} WHERE rowid IN (SELECT {alias}.rowid {pred} LIMIT {BATCH})"
+                            "DELETE FROM {table} WHERE {id} IN (SELECT {alias}.{id} {pred} LIMIT {BATCH})"
                         ),
                         args![horizon],
                     )
@@ -142,7 +155,7 @@ impl Store {
                 let deleted = self.write(|tx| {
                     tx.exec(
                         &format!(
-                            "DELETE FROM exactly_events WHERE rowid IN (SELECT ev.rowid {range})"
+                            "DELETE FROM exactly_events WHERE id IN (SELECT ev.id {range})"
                         ),
                         p,
                     )

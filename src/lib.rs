@@ -74,6 +74,13 @@ pub fn writable(path: &str) -> bool {
     store::writable(path)
 }
 
+/// The dashboard's ledger and event queries with the database's plan for each (the plan tests
+/// check that none scans the ledger).
+#[doc(hidden)]
+pub fn read_plans(db: &str) -> Result<Vec<(String, Vec<String>)>> {
+    open(Some(db), Access::ReadOnly)?.plans()
+}
+
 /// Whether `--db` names a database server (PostgreSQL) rather than a SQLite file.
 pub fn is_server_db(db: &str) -> bool {
     store::pg::is_url(db)

@@ -154,9 +154,7 @@ impl Store {
             } else {
                 let deleted = self.write(|tx| {
                     tx.exec(
-                        &format!(
-                            "DELETE FROM exactly_events WHERE id IN (SELECT ev.id {range})"
-                        ),
+                        &format!("DELETE FROM exactly_events WHERE id IN (SELECT ev.id {range})"),
                         p,
                     )
                 })? as u64;

@@ -1,0 +1,307 @@
+//! Several hosts on one PostgreSQL database (`EXACTLY_TEST_PG`): the server's clock decides who
+//! holds a lease, whatever the clients' clocks say, and each role may do only what it is granted.
+//! Real processes, a real server, clocks moved by `faketime`. Without `EXACTLY_TEST_PG` these
+//! tests have nothing to run against (CI sets it, and there a missing URL fails them).
+use std::process::Command;
+use std::time::Duration;
+
+fn url() -> Option<String> {
+    match std::env::var("EXACTLY_TEST_PG") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            let ci = std::env::var("CI").unwrap_or_default();
+            assert!(
+                ci.is_empty() || ci == "false",
+                "CI is set but EXACTLY_TEST_PG is not: the PostgreSQL tests must run in CI"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh schema in the test database, dropped at the end: the URL points into it.
+struct Schema {
+    base: String,
+    name: String,
+}
+
+impl Schema {
+    fn new(base: &str, tag: &str) -> Schema {
+        let name = format!(
+            "h_{tag}_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .subsec_nanos()
+        );
+        let mut c = postgres::Client::connect(base, postgres::NoTls).expect("connect");
+        c.batch_execute(&format!("CREATE SCHEMA {name}"))
+            .expect("create schema");
+        Schema {
+            base: base.to_string(),
+            name,
+        }
+    }
+
+    fn url(&self) -> String {
+        with_search_path(&self.base, &self.name)
+    }
+
+    fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).expect("connect")
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
+fn with_search_path(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-csearch_path%3D{schema}")
+}
+
+/// `exactly --db URL ARGS…`, its clock `skew` off the host's (through `faketime`) unless empty:
+/// (exit code, stdout, stderr).
+fn exactly(db: &str, skew: &str, args: &[&str]) -> (i32, String, String) {
+    let bin = env!("CARGO_BIN_EXE_exactly");
+    let mut cmd = if skew.is_empty() {
+        Command::new(bin)
+    } else {
+        let mut c = Command::new("faketime");
+        c.env("FAKETIME_NO_CACHE", "1").arg("-f").arg(skew).arg(bin);
+        c
+    };
+    let out = cmd
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run exactly (and faketime)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Seconds from the server's now to the job's `lease_until`.
+fn lease_left_s(s: &Schema, job: &str) -> f64 {
+    let row = s
+        .client()
+        .query_one(
+            "SELECT extract(epoch FROM (lease_until::timestamptz - now()))::float8
+             FROM job_lease WHERE job_key = $1",
+            &[&job],
+        )
+        .expect("read the lease");
+    row.get(0)
+}
+
+#[test]
+fn two_clients_an_hour_apart_see_one_lease_holder() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "clock");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+
+    // A claims with the host's clock; B's clock is an hour ahead, C's an hour behind.
+    let (code, token, err) = exactly(
+        &db,
+        "",
+        &[
+            "lease", "claim", "--job", "j", "--for", "30m", "--owner", "a",
+        ],
+    );
+    assert_eq!((code, token.trim()), (0, "1"), "{err}");
+    let (code, out, err) = exactly(
+        &db,
+        "+1h",
+        &[
+            "lease", "claim", "--job", "j", "--for", "30m", "--owner", "b",
+        ],
+    );
+    assert_eq!(
+        code, 3,
+        "a client an hour ahead took a live lease: {out}{err}"
+    );
+    assert!(err.contains("leased by a"), "{err}");
+    let (code, out, err) = exactly(
+        &db,
+        "-1h",
+        &[
+            "lease", "claim", "--job", "j", "--for", "30m", "--owner", "c",
+        ],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    // The lease ends 30 minutes after the server's now, not after a client's.
+    let left = lease_left_s(&s, "j");
+    assert!(
+        (1790.0..=1800.0).contains(&left),
+        "lease_until is {left} s away"
+    );
+
+    // B (an hour ahead) holds k for 1 s; once it ended (and the skew margin passed), C (an hour
+    // behind) takes it over: by C's clock it would still be held for an hour.
+    let (code, token, err) = exactly(
+        &db,
+        "+1h",
+        &[
+            "lease", "claim", "--job", "k", "--for", "1s", "--owner", "b",
+        ],
+    );
+    assert_eq!((code, token.trim()), (0, "1"), "{err}");
+    let left = lease_left_s(&s, "k");
+    assert!((0.0..=1.0).contains(&left), "lease_until is {left} s away");
+    std::thread::sleep(Duration::from_millis(3500));
+    let (code, token, err) = exactly(
+        &db,
+        "-1h",
+        &[
+            "lease", "claim", "--job", "k", "--for", "30s", "--owner", "c",
+        ],
+    );
+    assert_eq!((code, token.trim()), (0, "2"), "{err}");
+    // The ledger's own stamps are the server's too.
+    let stolen: i64 = s
+        .client()
+        .query_one(
+            "SELECT count(*) FROM exactly_events WHERE kind = 'lease_stolen'
+               AND abs(extract(epoch FROM (at::timestamptz - now()))) < 60",
+            &[],
+        )
+        .expect("read events")
+        .get(0);
+    assert_eq!(stolen, 1);
+}
+
+#[test]
+fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "roles");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let tag = &s.name;
+    let (viewer, worker) = (format!("{tag}_viewer"), format!("{tag}_worker"));
+    let mut c = s.client();
+    c.batch_execute(&format!(
+        "CREATE ROLE {viewer} LOGIN PASSWORD 'v';
+         CREATE ROLE {worker} LOGIN PASSWORD 'w';
+         GRANT USAGE ON SCHEMA {tag} TO {viewer}, {worker};
+         GRANT SELECT ON ALL TABLES IN SCHEMA {tag} TO {viewer};
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tag} TO {worker};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tag} TO {worker};"
+    ))
+    .expect("create roles");
+    let as_role = |role: &str, pw: &str| {
+        let rest = base
+            .split_once('@')
+            .map(|(_, h)| h)
+            .expect("URL with @host");
+        with_search_path(&format!("postgres://{role}:{pw}@{rest}"), tag)
+    };
+    let (vdb, wdb) = (as_role(&viewer, "v"), as_role(&worker, "w"));
+
+    // The worker claims, sends once, and a retry is suppressed.
+    let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "1m"]);
+    assert_eq!(code, 0, "{err}");
+    let far = tempfile::NamedTempFile::new().expect("temp file");
+    let send = format!("echo sent >> {}", far.path().display());
+    let effect = |db: &str| {
+        exactly(
+            db,
+            "",
+            &[
+                "effect",
+                "--job",
+                "j",
+                "--token",
+                token.trim(),
+                "--action",
+                "pay",
+                "--target",
+                "t1",
+                "--",
+                "sh",
+                "-c",
+                &send,
+            ],
+        )
+    };
+    let (code, _, err) = effect(&wdb);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = effect(&wdb);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("duplicate suppressed"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(far.path())
+            .expect("far side")
+            .lines()
+            .count(),
+        1
+    );
+
+    // The viewer reads what happened, and cannot change it.
+    let (code, out, err) = exactly(&vdb, "", &["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"duplicates_suppressed\": 1"), "{out}");
+    let (code, _, err) = exactly(&vdb, "", &["lease", "claim", "--job", "v", "--for", "1m"]);
+    assert_ne!(code, 0, "a viewer claimed a lease");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("permission denied") || err.contains("read-only"),
+        "{err}"
+    );
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM job_lease WHERE job_key = 'v'", &[])
+        .expect("count")
+        .get(0);
+    assert_eq!(n, 0);
+    c.batch_execute(&format!(
+        "DROP SCHEMA {tag} CASCADE; DROP ROLE {viewer}; DROP ROLE {worker};"
+    ))
+    .expect("drop roles");
+}
+
+/// `top` and `status` stay index searches on PostgreSQL too: on a million-row ledger (a thousand
+/// of them open) no query of theirs scans `effect_ledger`; the open rows come from its partial
+/// index.
+#[test]
+fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "plans");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    s.client()
+        .batch_execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, created_at, updated_at)
+             SELECT 'k' || g, 'job' || (g % 100), 'r', 1,
+                    CASE WHEN g % 1000 = 0 THEN 'unknown' ELSE 'done' END,
+                    '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z'
+             FROM generate_series(1, 1000000) g;
+             ANALYZE;",
+        )
+        .expect("fill the ledger");
+    let plans = exactly::read_plans(&db).expect("plans");
+    assert_eq!(plans.len(), 5);
+    for (q, plan) in plans {
+        let text = plan.join("\n");
+        assert!(!text.contains("Seq Scan on effect_ledger"), "{q}\n{text}");
+        if q.contains("FROM effect_ledger") {
+            assert!(text.contains("effect_ledger_open"), "{q}\n{text}");
+        }
+    }
+    let t = std::time::Instant::now();
+    let (code, out, err) = exactly(&db, "", &["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"unknown\": 1000"), "{out}");
+    eprintln!(
+        "status on a million-row ledger: {} ms",
+        t.elapsed().as_millis()
+    );
+}

@@ -305,3 +305,132 @@ fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
         t.elapsed().as_millis()
     );
 }
+
+/// The database lost after `submitted`, while the command runs: its end cannot be written, so
+/// `exactly effect` says so (exit 6, as on SQLite when the file stays locked), the row stays
+/// `submitted` — never failed, never released — and reads as unknown once the lease is gone.
+/// A retry with an observer settles it; the far side saw one request.
+#[test]
+fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "lost");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let tag = &s.name;
+    let role = format!("{tag}_w");
+    let mut admin = s.client();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD 'w';
+             GRANT {role} TO CURRENT_USER;
+             GRANT USAGE ON SCHEMA {tag} TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tag} TO {role};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tag} TO {role};"
+        ))
+        .expect("create role");
+    let rest = base
+        .split_once('@')
+        .map(|(_, h)| h)
+        .expect("URL with @host");
+    let wdb = with_search_path(&format!("postgres://{role}:w@{rest}"), tag);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (far, sent) = (dir.path().join("far"), dir.path().join("sent"));
+
+    let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "3s"]);
+    assert_eq!(code, 0, "{err}");
+    let script = format!(
+        "echo sent >> {far}; touch {sent}; sleep 1",
+        far = far.display(),
+        sent = sent.display()
+    );
+    let bin = env!("CARGO_BIN_EXE_exactly");
+    let child = Command::new(bin)
+        .args([
+            "--db",
+            &wdb,
+            "effect",
+            "--job",
+            "j",
+            "--token",
+            token.trim(),
+        ])
+        .args([
+            "--action", "pay", "--target", "t1", "--", "sh", "-c", &script,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start exactly effect");
+    // Once the request left, the database goes away for this role: its sessions are ended and
+    // new ones refused.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !sent.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {role} NOLOGIN;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
+        ))
+        .expect("cut the role off");
+    let out = child.wait_with_output().expect("wait for exactly effect");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    admin
+        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
+        .expect("let the role in again");
+    let state: String = admin
+        .query_one("SELECT state FROM effect_ledger", &[])
+        .expect("the row")
+        .get(0);
+    assert_eq!(state, "submitted");
+
+    // After the lease it is unknown; a retry asks the far side instead of sending again.
+    std::thread::sleep(Duration::from_millis(3500));
+    let (code, out, err) = exactly(&wdb, "", &["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"unknown\": 1"), "{out}");
+    let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "30s"]);
+    assert_eq!(code, 0, "{err}");
+    let observe = format!("grep -q sent {}", far.display());
+    let (code, _, err) = exactly(
+        &wdb,
+        "",
+        &[
+            "effect",
+            "--job",
+            "j",
+            "--token",
+            token.trim(),
+            "--action",
+            "pay",
+            "--target",
+            "t1",
+            "--observe",
+            &observe,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines = std::fs::read_to_string(&far)
+        .expect("far side")
+        .lines()
+        .count();
+    assert_eq!(lines, 1, "the far side got a second request");
+    let state: String = admin
+        .query_one("SELECT state FROM effect_ledger", &[])
+        .expect("the row")
+        .get(0);
+    assert_eq!(state, "done");
+    admin
+        .batch_execute(&format!("DROP SCHEMA {tag} CASCADE; DROP ROLE {role};"))
+        .expect("drop role");
+}

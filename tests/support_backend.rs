@@ -47,10 +47,7 @@ fn a_sites_schema_is_its_search_path_and_is_dropped_with_it() {
     let url = site.db();
     assert!(url.contains("options=-csearch_path%3D"), "{url}");
     let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
-    let path: String = c
-        .query_one("SHOW search_path", &[])
-        .expect("show")
-        .get(0);
+    let path: String = c.query_one("SHOW search_path", &[]).expect("show").get(0);
     assert_eq!(path, schema);
     c.batch_execute("CREATE TABLE made_here (x BIGINT)")
         .expect("create");
@@ -63,7 +60,11 @@ fn a_sites_schema_is_its_search_path_and_is_dropped_with_it() {
             ),
         )
     };
-    assert_eq!(in_schema("made_here"), 1, "unqualified names land in the schema");
+    assert_eq!(
+        in_schema("made_here"),
+        1,
+        "unqualified names land in the schema"
+    );
     assert!(site.db_exists());
     drop(c);
     drop(site);
@@ -118,12 +119,12 @@ fn reads_convert_each_column_type_and_fail_loudly() {
     let site = support::runner::Site::new();
     assert_eq!(site.count("SELECT count(*) FROM exactly_runs"), 0);
     for bad in [
-        "SELECT f FROM t WHERE a = 3",         // 1.5 is no integer
-        "SELECT d FROM t",                     // text
-        "SELECT NULL::bigint",                 // NULL
-        "SELECT c FROM t WHERE false",         // no row
-        "SELECT count(*) FROM no_such_table",  // not ours: an error, never 0
-        "SELEC 1",                             // a typo
+        "SELECT f FROM t WHERE a = 3",        // 1.5 is no integer
+        "SELECT d FROM t",                    // text
+        "SELECT NULL::bigint",                // NULL
+        "SELECT c FROM t WHERE false",        // no row
+        "SELECT count(*) FROM no_such_table", // not ours: an error, never 0
+        "SELEC 1",                            // a typo
     ] {
         let got = std::panic::catch_unwind(|| support::count(db, bad));
         assert!(got.is_err(), "{bad} read as {got:?}");

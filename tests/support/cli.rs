@@ -1,7 +1,7 @@
 //! The CLI's tests: one database (a file in a temp dir, or a PostgreSQL schema: see
 //! `backend`), `exactly --db DB …` run to its end.
-pub use super::bin;
 use super::backend::{self, Backend, PgSchema};
+pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -214,9 +214,10 @@ pub mod pg {
                     let first = rows.into_iter().next().ok_or_else(|| fail("no row"))?;
                     match first {
                         None => None,
-                        Some(t) => Some(t.parse::<i64>().map_err(|_| {
-                            fail(format!("{t:?} (a {ty}) is not an integer"))
-                        })?),
+                        Some(t) => Some(
+                            t.parse::<i64>()
+                                .map_err(|_| fail(format!("{t:?} (a {ty}) is not an integer")))?,
+                        ),
                     }
                 }
             };

@@ -1,7 +1,7 @@
 //! The runner's process tests: real `exactly` processes on real databases (SQLite files, or
 //! PostgreSQL schemas: see `backend`).
-pub use super::bin;
 use super::backend::{self, Backend, PgSchema};
+pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -189,6 +189,10 @@ fn forget_client(url: &str) {
 
 /// Wraps the tests of a file so that each runs on both backends: `sqlite::NAME` and
 /// `postgres::NAME`. The file's other items stay outside (each module has `use super::*;`).
+/// A file has one such block (its modules are named `sqlite` and `postgres`: inside them the
+/// crate is `::postgres`). rustfmt leaves the block's contents as they are written. A test that
+/// only makes sense on SQLite (a SQLite file's bytes, its write lock) stays outside the block,
+/// with a comment saying why.
 ///
 /// ```ignore
 /// on_both_backends! {

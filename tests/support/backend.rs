@@ -46,6 +46,14 @@ impl Drop for Using {
     }
 }
 
+/// Held by a test whose two variants must not run at once (a load test timed against 2 cores):
+/// `sqlite::NAME` and `postgres::NAME` then run one after the other.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    // A variant that failed holding it must not fail the other.
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The PostgreSQL database the tests make their schemas in, when set (and not empty).
 pub fn pg_url() -> Option<String> {
     std::env::var("EXACTLY_TEST_PG")

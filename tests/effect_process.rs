@@ -1,7 +1,8 @@
 //! `exactly effect` as a process: the wrapped command's output reaches the caller unaltered and
 //! as it is written; signals to us reach the command and its outcome is recorded; the lease is
 //! the permission to send; a locked database at the finish is retried within the lease, then
-//! reported as "ran but not recorded" (exit 6). Real processes, real signals, a real SQLite file.
+//! reported as "ran but not recorded" (exit 6). Real processes, real signals, a real database (a
+//! SQLite file, and a PostgreSQL schema with `EXACTLY_TEST_PG`).
 mod support;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -82,89 +83,6 @@ fn stderr_of(child: &mut Child) -> String {
     s
 }
 
-#[test]
-fn output_reaches_the_caller_unaltered_as_it_is_written_and_a_duplicate_replays_it() {
-    let env = Env::new();
-    let token = env.claim("stream", "1h");
-    // Prints a line, sleeps, then bytes that are not UTF-8 and no final newline.
-    let script = r"printf 'first line\n'; sleep 2; printf '\377\376 tail\r\n\000end'";
-    let want: &[u8] = b"first line\n\xff\xfe tail\r\n\x00end";
-    let mut child = effect(&env, "stream", token, "s1", script)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut out = child.stdout.take().expect("stdout");
-    let started = Instant::now();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    while !got.ends_with(b"\n") {
-        let n = out.read(&mut buf).expect("read");
-        assert!(n > 0, "stdout ended before the first line: {got:?}");
-        got.extend_from_slice(&buf[..n]);
-    }
-    let first_after = started.elapsed();
-    assert_eq!(got, b"first line\n");
-    assert!(
-        child.try_wait().expect("try_wait").is_none(),
-        "the first line arrived only after the command ended ({first_after:?})"
-    );
-    out.read_to_end(&mut got).expect("read rest");
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
-    assert_eq!(got, want, "stdout must be the command's bytes, unaltered");
-    let k = key(&env, "s1");
-    assert_eq!(env.state_of(&k).as_deref(), Some("done"));
-
-    // The duplicate sends nothing and replays the same bytes.
-    let dup = effect(&env, "stream", token, "s1", "echo SENT-AGAIN")
-        .output()
-        .expect("dup");
-    assert_eq!(dup.status.code(), Some(0));
-    assert_eq!(dup.stdout, want, "the duplicate replays what was stored");
-    let err = String::from_utf8_lossy(&dup.stderr);
-    assert!(err.contains("duplicate suppressed"), "{err}");
-    assert!(!err.contains("cut"), "{err}");
-}
-
-#[test]
-fn a_long_response_is_cut_in_the_ledger_never_on_stdout_and_the_replay_says_so() {
-    let env = Env::new();
-    let token = env.claim("long", "1h");
-    let total = 100_000usize;
-    let script = format!("head -c {total} /dev/zero | tr '\\000' x");
-    let first = effect(&env, "long", token, "l1", &script)
-        .output()
-        .expect("run");
-    assert_eq!(first.status.code(), Some(0));
-    assert_eq!(first.stdout.len(), total, "every byte reaches the caller");
-    let err = String::from_utf8_lossy(&first.stderr);
-    assert!(
-        err.contains("cut to its first 65536 of 100000 bytes"),
-        "{err}"
-    );
-    let k = key(&env, "l1");
-    let sql = |q: &str| env.sql_count(&q.replace("KEY", &k));
-    assert_eq!(
-        sql("SELECT length(response_raw) FROM effect_ledger WHERE effect_key = 'KEY'"),
-        65536
-    );
-    assert_eq!(
-        sql("SELECT response_total FROM effect_ledger WHERE effect_key = 'KEY'"),
-        100_000
-    );
-    let dup = effect(&env, "long", token, "l1", "echo SENT-AGAIN")
-        .output()
-        .expect("dup");
-    assert_eq!(dup.status.code(), Some(0));
-    assert_eq!(dup.stdout, vec![b'x'; 65536]);
-    let err = String::from_utf8_lossy(&dup.stderr);
-    assert!(
-        err.contains("the stored response was cut: 65536 of 100000 bytes are replayed"),
-        "{err}"
-    );
-}
-
 /// A command that starts a grandchild in its group, says so, and waits.
 const WAITS: &str = "sleep 30 & echo $! > grandchild.pid; echo started; wait";
 
@@ -180,173 +98,6 @@ fn wait_for_line(child: &mut Child, line: &str) {
     let mut got = String::new();
     r.read_line(&mut got).expect("read");
     assert_eq!(got.trim(), line);
-}
-
-#[test]
-fn term_hup_and_int_reach_the_command_its_outcome_is_recorded_and_nothing_is_orphaned() {
-    let env = Env::new();
-    let token = env.claim("sig", "1h");
-    for (i, sig) in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT]
-        .into_iter()
-        .enumerate()
-    {
-        let input = format!("dies-{i}");
-        let _ = std::fs::remove_file(env.path("grandchild.pid"));
-        let mut child = effect(&env, "sig", token, &input, WAITS)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        wait_for_line(&mut child, "started");
-        let grandchild = read_pid(&env, "grandchild.pid");
-        signal(child.id(), sig);
-        let status = wait_within(&mut child, Duration::from_secs(10), "after the signal");
-        let err = stderr_of(&mut child);
-        assert_eq!(status.code(), Some(6), "signal {sig}: {err}");
-        assert!(err.contains(&format!("signal {sig}")), "{err}");
-        assert_eq!(
-            env.state_of(&key(&env, &input)).as_deref(),
-            Some("unknown"),
-            "signal {sig}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            !alive(grandchild),
-            "signal {sig}: the grandchild outlived us"
-        );
-    }
-
-    // A command that handles the signal and finishes cleanly is done.
-    let script = "trap 'echo finished; exit 0' TERM; echo started; sleep 30 & wait";
-    let mut child = effect(&env, "sig", token, "handles", script)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    wait_for_line(&mut child, "started");
-    std::thread::sleep(Duration::from_millis(100));
-    signal(child.id(), libc::SIGTERM);
-    let status = wait_within(&mut child, Duration::from_secs(10), "after SIGTERM");
-    let err = stderr_of(&mut child);
-    assert_eq!(status.code(), Some(0), "{err}");
-    wait_for_line(&mut child, "finished");
-    assert_eq!(env.state_of(&key(&env, "handles")).as_deref(), Some("done"));
-}
-
-#[test]
-fn an_expired_lease_stops_the_command_group_and_leaves_the_effect_unknown() {
-    let env = Env::new();
-    let token = env.claim("short", "2s");
-    let started = Instant::now();
-    let mut child = effect(&env, "short", token, "x", WAITS)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let grandchild = read_pid(&env, "grandchild.pid");
-    let status = wait_within(&mut child, Duration::from_secs(8), "past its lease");
-    let took = started.elapsed();
-    let err = stderr_of(&mut child);
-    assert_eq!(status.code(), Some(6), "{err}");
-    assert!(err.contains("lease expired"), "{err}");
-    // 2s lease, polled every 200ms, TERM then KILL after 500ms at most.
-    assert!(took < Duration::from_millis(4500), "stopped after {took:?}");
-    assert!(
-        took >= Duration::from_millis(1500),
-        "stopped after {took:?}"
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!alive(grandchild), "the command's group outlived the lease");
-    assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("unknown"));
-}
-
-#[test]
-fn a_command_that_ignores_term_is_killed_after_the_grace() {
-    let env = Env::new();
-    let token = env.claim("stubborn", "1s");
-    let script = "trap '' TERM; echo $$ > grandchild.pid; while :; do sleep 0.1; done";
-    let started = Instant::now();
-    let mut child = effect(&env, "stubborn", token, "x", script)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let shell = read_pid(&env, "grandchild.pid");
-    let status = wait_within(&mut child, Duration::from_secs(8), "ignoring TERM");
-    let err = stderr_of(&mut child);
-    assert_eq!(status.code(), Some(6), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(3500));
-    assert!(!alive(shell), "the command survived SIGKILL");
-    assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("unknown"));
-}
-
-#[test]
-fn a_lease_renewed_beside_the_command_lets_it_finish() {
-    let env = Env::new();
-    let token = env.claim("renewed", "2s");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renewer = {
-        let stop = stop.clone();
-        let db = env.db.clone();
-        std::thread::spawn(move || {
-            let mut renewals = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let out = Command::new(support::bin())
-                    .arg("--db")
-                    .arg(&db)
-                    .args(["lease", "renew", "--job", "renewed", "--token"])
-                    .arg(token.to_string())
-                    .args(["--for", "2s"])
-                    .output()
-                    .expect("renew");
-                assert_eq!(out.status.code(), Some(0), "renew refused");
-                renewals += 1;
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            renewals
-        })
-    };
-    let out = effect(&env, "renewed", token, "x", "sleep 5; echo sent")
-        .output()
-        .expect("run");
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let renewals = renewer.join().expect("renewer");
-    assert!(renewals >= 5, "{renewals}");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.stdout, b"sent\n");
-    assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("done"));
-}
-
-#[test]
-fn a_newer_token_stops_the_command() {
-    let env = Env::new();
-    let token = env.claim("taken", "1h");
-    let mut child = effect(&env, "taken", token, "x", WAITS)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let grandchild = read_pid(&env, "grandchild.pid");
-    // Another program takes the job over with the seed's SQL (a newer token).
-    let c = rusqlite::Connection::open(&env.db).expect("open");
-    c.execute(
-        "UPDATE job_lease SET fencing_token = fencing_token + 1, owner = 'other'
-         WHERE job_key = 'taken'",
-        [],
-    )
-    .expect("take over");
-    drop(c);
-    let status = wait_within(&mut child, Duration::from_secs(6), "after the takeover");
-    let err = stderr_of(&mut child);
-    // Its `unknown` is refused: the newer token holds the job.
-    assert_eq!(status.code(), Some(3), "{err}");
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!alive(grandchild));
 }
 
 /// Holds a write lock on the database (another connection's `BEGIN IMMEDIATE`) for `hold`.
@@ -396,6 +147,274 @@ fn finish_under_lock(env: &Env, job: &str, token: i64, hold: Duration) -> (i32, 
     (status.code().unwrap_or(-1), out, rest)
 }
 
+on_both_backends! {
+    #[test]
+    fn output_reaches_the_caller_unaltered_as_it_is_written_and_a_duplicate_replays_it() {
+        let env = Env::new();
+        let token = env.claim("stream", "1h");
+        // Prints a line, sleeps, then bytes that are not UTF-8 and no final newline.
+        let script = r"printf 'first line\n'; sleep 2; printf '\377\376 tail\r\n\000end'";
+        let want: &[u8] = b"first line\n\xff\xfe tail\r\n\x00end";
+        let mut child = effect(&env, "stream", token, "s1", script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut out = child.stdout.take().expect("stdout");
+        let started = Instant::now();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while !got.ends_with(b"\n") {
+            let n = out.read(&mut buf).expect("read");
+            assert!(n > 0, "stdout ended before the first line: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let first_after = started.elapsed();
+        assert_eq!(got, b"first line\n");
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "the first line arrived only after the command ended ({first_after:?})"
+        );
+        out.read_to_end(&mut got).expect("read rest");
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
+        assert_eq!(got, want, "stdout must be the command's bytes, unaltered");
+        let k = key(&env, "s1");
+        assert_eq!(env.state_of(&k).as_deref(), Some("done"));
+
+        // The duplicate sends nothing and replays the same bytes.
+        let dup = effect(&env, "stream", token, "s1", "echo SENT-AGAIN")
+            .output()
+            .expect("dup");
+        assert_eq!(dup.status.code(), Some(0));
+        assert_eq!(dup.stdout, want, "the duplicate replays what was stored");
+        let err = String::from_utf8_lossy(&dup.stderr);
+        assert!(err.contains("duplicate suppressed"), "{err}");
+        assert!(!err.contains("cut"), "{err}");
+    }
+
+    #[test]
+    fn a_long_response_is_cut_in_the_ledger_never_on_stdout_and_the_replay_says_so() {
+        let env = Env::new();
+        let token = env.claim("long", "1h");
+        let total = 100_000usize;
+        let script = format!("head -c {total} /dev/zero | tr '\\000' x");
+        let first = effect(&env, "long", token, "l1", &script)
+            .output()
+            .expect("run");
+        assert_eq!(first.status.code(), Some(0));
+        assert_eq!(first.stdout.len(), total, "every byte reaches the caller");
+        let err = String::from_utf8_lossy(&first.stderr);
+        assert!(
+            err.contains("cut to its first 65536 of 100000 bytes"),
+            "{err}"
+        );
+        let k = key(&env, "l1");
+        let sql = |q: &str| env.sql_count(&q.replace("KEY", &k));
+        assert_eq!(
+            sql("SELECT length(response_raw) FROM effect_ledger WHERE effect_key = 'KEY'"),
+            65536
+        );
+        assert_eq!(
+            sql("SELECT response_total FROM effect_ledger WHERE effect_key = 'KEY'"),
+            100_000
+        );
+        let dup = effect(&env, "long", token, "l1", "echo SENT-AGAIN")
+            .output()
+            .expect("dup");
+        assert_eq!(dup.status.code(), Some(0));
+        assert_eq!(dup.stdout, vec![b'x'; 65536]);
+        let err = String::from_utf8_lossy(&dup.stderr);
+        assert!(
+            err.contains("the stored response was cut: 65536 of 100000 bytes are replayed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn term_hup_and_int_reach_the_command_its_outcome_is_recorded_and_nothing_is_orphaned() {
+        let env = Env::new();
+        let token = env.claim("sig", "1h");
+        for (i, sig) in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT]
+            .into_iter()
+            .enumerate()
+        {
+            let input = format!("dies-{i}");
+            let _ = std::fs::remove_file(env.path("grandchild.pid"));
+            let mut child = effect(&env, "sig", token, &input, WAITS)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            wait_for_line(&mut child, "started");
+            let grandchild = read_pid(&env, "grandchild.pid");
+            signal(child.id(), sig);
+            let status = wait_within(&mut child, Duration::from_secs(10), "after the signal");
+            let err = stderr_of(&mut child);
+            assert_eq!(status.code(), Some(6), "signal {sig}: {err}");
+            assert!(err.contains(&format!("signal {sig}")), "{err}");
+            assert_eq!(
+                env.state_of(&key(&env, &input)).as_deref(),
+                Some("unknown"),
+                "signal {sig}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                !alive(grandchild),
+                "signal {sig}: the grandchild outlived us"
+            );
+        }
+
+        // A command that handles the signal and finishes cleanly is done.
+        let script = "trap 'echo finished; exit 0' TERM; echo started; sleep 30 & wait";
+        let mut child = effect(&env, "sig", token, "handles", script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        wait_for_line(&mut child, "started");
+        std::thread::sleep(Duration::from_millis(100));
+        signal(child.id(), libc::SIGTERM);
+        let status = wait_within(&mut child, Duration::from_secs(10), "after SIGTERM");
+        let err = stderr_of(&mut child);
+        assert_eq!(status.code(), Some(0), "{err}");
+        wait_for_line(&mut child, "finished");
+        assert_eq!(env.state_of(&key(&env, "handles")).as_deref(), Some("done"));
+    }
+
+    #[test]
+    fn an_expired_lease_stops_the_command_group_and_leaves_the_effect_unknown() {
+        let env = Env::new();
+        let token = env.claim("short", "2s");
+        let started = Instant::now();
+        let mut child = effect(&env, "short", token, "x", WAITS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let grandchild = read_pid(&env, "grandchild.pid");
+        let status = wait_within(&mut child, Duration::from_secs(8), "past its lease");
+        let took = started.elapsed();
+        let err = stderr_of(&mut child);
+        assert_eq!(status.code(), Some(6), "{err}");
+        assert!(err.contains("lease expired"), "{err}");
+        // 2s lease, polled every 200ms, TERM then KILL after 500ms at most.
+        assert!(took < Duration::from_millis(4500), "stopped after {took:?}");
+        assert!(
+            took >= Duration::from_millis(1500),
+            "stopped after {took:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!alive(grandchild), "the command's group outlived the lease");
+        assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("unknown"));
+    }
+
+    #[test]
+    fn a_command_that_ignores_term_is_killed_after_the_grace() {
+        let env = Env::new();
+        let token = env.claim("stubborn", "1s");
+        let script = "trap '' TERM; echo $$ > grandchild.pid; while :; do sleep 0.1; done";
+        let started = Instant::now();
+        let mut child = effect(&env, "stubborn", token, "x", script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let shell = read_pid(&env, "grandchild.pid");
+        let status = wait_within(&mut child, Duration::from_secs(8), "ignoring TERM");
+        let err = stderr_of(&mut child);
+        assert_eq!(status.code(), Some(6), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(3500));
+        assert!(!alive(shell), "the command survived SIGKILL");
+        assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("unknown"));
+    }
+
+    #[test]
+    fn a_lease_renewed_beside_the_command_lets_it_finish() {
+        let env = Env::new();
+        let token = env.claim("renewed", "2s");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let renewer = {
+            let stop = stop.clone();
+            let db = env.db.clone();
+            std::thread::spawn(move || {
+                let mut renewals = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let out = Command::new(support::bin())
+                        .arg("--db")
+                        .arg(&db)
+                        .args(["lease", "renew", "--job", "renewed", "--token"])
+                        .arg(token.to_string())
+                        .args(["--for", "2s"])
+                        .output()
+                        .expect("renew");
+                    assert_eq!(out.status.code(), Some(0), "renew refused");
+                    renewals += 1;
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                renewals
+            })
+        };
+        let out = effect(&env, "renewed", token, "x", "sleep 5; echo sent")
+            .output()
+            .expect("run");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let renewals = renewer.join().expect("renewer");
+        assert!(renewals >= 5, "{renewals}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout, b"sent\n");
+        assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("done"));
+    }
+
+    #[test]
+    fn a_newer_token_stops_the_command() {
+        let env = Env::new();
+        let token = env.claim("taken", "1h");
+        let mut child = effect(&env, "taken", token, "x", WAITS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let grandchild = read_pid(&env, "grandchild.pid");
+        // Another program takes the job over with the seed's SQL (a newer token).
+        env.sql_execute(
+            "UPDATE job_lease SET fencing_token = fencing_token + 1, owner = 'other'
+             WHERE job_key = 'taken'",
+        );
+        let status = wait_within(&mut child, Duration::from_secs(6), "after the takeover");
+        let err = stderr_of(&mut child);
+        // Its `unknown` is refused: the newer token holds the job.
+        assert_eq!(status.code(), Some(3), "{err}");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!alive(grandchild));
+    }
+
+    #[test]
+    fn a_command_never_starts_under_an_expired_lease() {
+        let env = Env::new();
+        let token = env.claim("late", "1s");
+        std::thread::sleep(Duration::from_millis(1300));
+        let out = effect(&env, "late", token, "x", "echo sent > sent.txt")
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        assert!(
+            !env.path("sent.txt").exists(),
+            "the command ran after its lease expired: {err}"
+        );
+        assert_ne!(env.state_of(&key(&env, "x")).as_deref(), Some("done"));
+    }
+}
+
+// SQLite only: a SQLite write lock (another connection's BEGIN IMMEDIATE) held while the
+// effect finishes, and the busy timeout.
+
 #[test]
 fn a_lock_shorter_than_the_lease_is_waited_out_and_the_effect_recorded() {
     let env = Env::new();
@@ -424,21 +443,4 @@ fn a_lock_outlasting_the_lease_exits_6_saying_the_command_ran_unrecorded() {
     assert!(started.elapsed() >= Duration::from_millis(2500));
     let k = key(&env, "x");
     assert_eq!(env.state_of(&k).as_deref(), Some("submitted"));
-}
-
-#[test]
-fn a_command_never_starts_under_an_expired_lease() {
-    let env = Env::new();
-    let token = env.claim("late", "1s");
-    std::thread::sleep(Duration::from_millis(1300));
-    let out = effect(&env, "late", token, "x", "echo sent > sent.txt")
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(
-        !env.path("sent.txt").exists(),
-        "the command ran after its lease expired: {err}"
-    );
-    assert_ne!(env.state_of(&key(&env, "x")).as_deref(), Some("done"));
 }

@@ -21,109 +21,6 @@ fn has(lines: &[String], job: &str, what: &str) -> bool {
         .any(|l| l.contains(&format!(": {job}: ")) && l.contains(what) && l.contains(" — "))
 }
 
-#[test]
-fn clean_file_passes() {
-    let site = Site::new();
-    let (code, lines) = check(&site, "clean.toml");
-    assert_eq!((code, lines.len()), (0, 1), "{lines:?}");
-    assert!(!site.exists("exactly.db"), "check never creates a database");
-}
-
-#[test]
-fn each_problem_is_caught() {
-    let site = Site::new();
-    let cases: &[(&str, &str, &str)] = &[
-        (
-            "duplicate_command.toml",
-            "invoices-hourly",
-            "same command as job \"send-invoices\"",
-        ),
-        (
-            "lease_ge_interval.toml",
-            "poll",
-            "lease 10m00s >= interval 5m00s",
-        ),
-        ("missing_overlap.toml", "report", "missing overlap policy"),
-        ("bad_cron.toml", "typo-cron", "invalid cron schedule"),
-        ("bad_timezone.toml", "berlin", "invalid timezone"),
-        ("bad_duration.toml", "vague", "invalid every"),
-        ("bad_duration.toml", "vague", "invalid lease"),
-        ("unknown_key.toml", "typo", "unknown key \"overlapp\""),
-        ("malformed.toml", "-", "not valid TOML at line 2"),
-    ];
-    for (file, job, what) in cases {
-        let (code, lines) = check(&site, file);
-        assert_eq!(code, 1, "{file}: {lines:?}");
-        assert!(
-            has(&lines, job, what),
-            "{file}: expected {job}: {what}, got {lines:?}"
-        );
-        assert!(
-            lines.iter().all(|l| l.starts_with(&fixture(file))),
-            "{lines:?}"
-        );
-    }
-    let (_, lines) = check(&site, "malformed.toml");
-    assert_eq!(lines.len(), 1, "malformed TOML is one line: {lines:?}");
-    let (_, lines) = check(&site, "unknown_key.toml");
-    assert!(
-        lines.iter().any(|l| l.contains("did you mean \"overlap\"")),
-        "{lines:?}"
-    );
-    // The run refuses what check calls an error.
-    let (code, _, err) = site.exactly(&["run", &fixture("missing_overlap.toml")]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("missing overlap policy") && err.contains("refusing to run"),
-        "{err}"
-    );
-    assert!(
-        !site.exists("exactly.db"),
-        "a refused file opens no database"
-    );
-    let (code, _, err) = site.exactly(&["check", &fixture("no-such-file.toml")]);
-    assert_eq!(code, 2, "{err}");
-}
-
-#[test]
-fn history_finds_lease_and_interval_below_p99() {
-    let site = Site::new();
-    let (code, _, _) = site.exactly(&["init"]);
-    assert_eq!(code, 0);
-    let c = site.conn();
-    let now = chrono::Utc::now();
-    for i in 0..20 {
-        let started = (now - chrono::Duration::minutes(i + 1))
-            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-            .to_string();
-        c.execute(
-            "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
-             VALUES (?1, 'slow', ?2, 'o', ?3, ?2, ?2, 'ok', 3000)",
-            rusqlite::params![format!("slow-t{i}"), started, i],
-        )
-        .unwrap();
-    }
-    drop(c);
-    let (code, lines) = check(&site, "history.toml");
-    assert_eq!(code, 1);
-    assert!(
-        has(&lines, "slow", "lease 1.0s < observed p99 3.0s"),
-        "{lines:?}"
-    );
-    assert!(
-        has(&lines, "slow", "observed p99 3.0s > interval 2.0s"),
-        "{lines:?}"
-    );
-    // Risks read from history warn but do not stop a scheduler from starting: refusing them
-    // would also refuse the deploy of a fix for a job that got slow.
-    let (code, err) = run_briefly(&site, &fixture("history.toml"));
-    assert_eq!(code, None, "run refused a file over its history: {err}");
-    assert!(
-        err.contains("WARN job=slow lease 1.0s < observed p99 3.0s"),
-        "{err}"
-    );
-}
-
 /// Runs `exactly run` on a file and waits at most 5 s: (exit code or None, stderr).
 fn run_briefly(site: &Site, file: &str) -> (Option<i32>, String) {
     let mut child = std::process::Command::new(bin())
@@ -151,120 +48,220 @@ fn wait_exit(child: &mut std::process::Child, within: std::time::Duration) -> Op
     None
 }
 
-#[test]
-fn run_refuses_every_file_check_rejects_with_the_same_lines() {
-    let site = Site::new();
-    for file in [
-        "lease_ge_interval.toml",
-        "duplicate_command.toml",
-        "bad_duration.toml",
-    ] {
-        let (code, lines) = check(&site, file);
-        assert_eq!(code, 1, "{file}");
-        let (code, err) = run_briefly(&site, &fixture(file));
-        assert_eq!(code, Some(2), "{file}: exactly run started anyway: {err}");
-        for l in &lines {
+on_both_backends! {
+    #[test]
+    fn clean_file_passes() {
+        let site = Site::new();
+        let (code, lines) = check(&site, "clean.toml");
+        assert_eq!((code, lines.len()), (0, 1), "{lines:?}");
+        assert!(!site.db_exists(), "check never creates a database");
+    }
+
+    #[test]
+    fn each_problem_is_caught() {
+        let site = Site::new();
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "duplicate_command.toml",
+                "invoices-hourly",
+                "same command as job \"send-invoices\"",
+            ),
+            (
+                "lease_ge_interval.toml",
+                "poll",
+                "lease 10m00s >= interval 5m00s",
+            ),
+            ("missing_overlap.toml", "report", "missing overlap policy"),
+            ("bad_cron.toml", "typo-cron", "invalid cron schedule"),
+            ("bad_timezone.toml", "berlin", "invalid timezone"),
+            ("bad_duration.toml", "vague", "invalid every"),
+            ("bad_duration.toml", "vague", "invalid lease"),
+            ("unknown_key.toml", "typo", "unknown key \"overlapp\""),
+            ("malformed.toml", "-", "not valid TOML at line 2"),
+        ];
+        for (file, job, what) in cases {
+            let (code, lines) = check(&site, file);
+            assert_eq!(code, 1, "{file}: {lines:?}");
             assert!(
-                err.lines().any(|e| e == l),
-                "{file}: run did not say {l:?}: {err}"
+                has(&lines, job, what),
+                "{file}: expected {job}: {what}, got {lines:?}"
+            );
+            assert!(
+                lines.iter().all(|l| l.starts_with(&fixture(file))),
+                "{lines:?}"
             );
         }
-        assert!(err.contains("refusing to run"), "{err}");
-        assert!(!err.contains("panicked"), "{err}");
+        let (_, lines) = check(&site, "malformed.toml");
+        assert_eq!(lines.len(), 1, "malformed TOML is one line: {lines:?}");
+        let (_, lines) = check(&site, "unknown_key.toml");
+        assert!(
+            lines.iter().any(|l| l.contains("did you mean \"overlap\"")),
+            "{lines:?}"
+        );
+        // The run refuses what check calls an error.
+        let (code, _, err) = site.exactly(&["run", &fixture("missing_overlap.toml")]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("missing overlap policy") && err.contains("refusing to run"),
+            "{err}"
+        );
+        assert!(
+            !site.db_exists(),
+            "a refused file opens no database"
+        );
+        let (code, _, err) = site.exactly(&["check", &fixture("no-such-file.toml")]);
+        assert_eq!(code, 2, "{err}");
     }
-}
 
-#[test]
-fn absurd_durations_are_refused_and_long_ones_keep_timestamps_fixed_width() {
-    let site = Site::new();
-    for (key, value) in [
-        ("every", "400000y"),
-        ("lease", "300000y"),
-        ("catchup", "300000y"),
-        ("timeout", "300000y"),
-        ("observe_timeout", "300000y"),
-    ] {
-        let mut job = vec![
-            ("every", "1h"),
-            ("lease", "1m"),
-            ("overlap", "\"coalesce\""),
-            ("timeout", "10m"),
-        ];
-        job.retain(|(k, _)| *k != key);
-        let mut text =
-            format!("[[job]]\nname = \"absurd\"\ncommand = [\"true\"]\n{key} = \"{value}\"\n");
-        for (k, v) in job {
-            let v = if v.starts_with('"') {
-                v.to_string()
-            } else {
-                format!("\"{v}\"")
-            };
-            text.push_str(&format!("{k} = {v}\n"));
+    #[test]
+    fn history_finds_lease_and_interval_below_p99() {
+        let site = Site::new();
+        let (code, _, _) = site.exactly(&["init"]);
+        assert_eq!(code, 0);
+        let now = chrono::Utc::now();
+        let mut inserts = String::new();
+        for i in 0..20 {
+            let started = (now - chrono::Duration::minutes(i + 1))
+                .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+                .to_string();
+            inserts.push_str(&format!(
+                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
+                 VALUES ('slow-t{i}', 'slow', '{started}', 'o', {i}, '{started}', '{started}', 'ok', 3000);\n"
+            ));
         }
-        let file = site.path("absurd.toml").to_string_lossy().into_owned();
-        std::fs::write(&file, &text).expect("write");
-        let (code, out, err) = site.exactly(&["check", &file]);
-        assert_eq!(code, 1, "{key} = {value}: {out}{err}");
-        assert!(out.contains(&format!("invalid {key}")), "{key}: {out}");
-        let (code, err) = run_briefly(&site, &file);
-        assert_eq!(code, Some(2), "{key}: {err}");
-        assert!(!err.contains("panicked"), "{err}");
+        site.execute(&inserts);
+        let (code, lines) = check(&site, "history.toml");
+        assert_eq!(code, 1);
+        assert!(
+            has(&lines, "slow", "lease 1.0s < observed p99 3.0s"),
+            "{lines:?}"
+        );
+        assert!(
+            has(&lines, "slow", "observed p99 3.0s > interval 2.0s"),
+            "{lines:?}"
+        );
+        // Risks read from history warn but do not stop a scheduler from starting: refusing them
+        // would also refuse the deploy of a fix for a job that got slow.
+        let (code, err) = run_briefly(&site, &fixture("history.toml"));
+        assert_eq!(code, None, "run refused a file over its history: {err}");
+        assert!(
+            err.contains("WARN job=slow lease 1.0s < observed p99 3.0s"),
+            "{err}"
+        );
     }
-    // The longest accepted durations run, fire and keep every timestamp 24 characters wide.
-    let file = site.path("long.toml").to_string_lossy().into_owned();
-    std::fs::write(
-        &file,
-        "[[job]]\nname = \"long\"\nevery = \"99y\"\nlease = \"98y\"\ncatchup = \"99y\"\n\
-         timeout = \"97y\"\nobserve_timeout = \"97y\"\noverlap = \"queue\"\nqueue_cap = 1\n\
-         command = [\"true\"]\n",
-    )
-    .expect("write");
-    let (code, out, err) = site.exactly(&["check", &file]);
-    assert_eq!(code, 0, "{out}{err}");
-    let (code, err) = run_briefly(&site, &file);
-    assert_eq!(code, None, "the scheduler should keep running: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    let (code, out, err) = site.exactly(&["trigger", "long"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    // A registry an older version wrote with an absurd lease (300000y): trigger stays sane.
-    site.conn()
-        .execute(
-            "UPDATE exactly_jobs SET lease_ms = 9467280000000000, lease_s = 9467280000000 WHERE job_key = 'long'",
-            [],
-        )
-        .expect("update registry");
-    let (code, out, err) = site.exactly(&["trigger", "long"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    for col in [
-        "SELECT lease_until FROM job_lease",
-        "SELECT scheduled_at FROM exactly_firings",
-        "SELECT started_at FROM exactly_runs",
-    ] {
-        let v = site.strings(col);
-        assert!(!v.is_empty(), "{col}");
-        assert!(v.iter().all(|t| t.len() == 24), "{col}: {v:?}");
-    }
-}
 
-#[test]
-fn timeouts_are_linted() {
-    let site = Site::new();
-    let file = site.path("t.toml").to_string_lossy().into_owned();
-    std::fs::write(
-        &file,
-        "[[job]]\nname = \"long\"\nevery = \"1m\"\nlease = \"30s\"\noverlap = \"coalesce\"\n\
-         timeout = \"2m\"\ncommand = [\"true\"]\n\n[[job]]\nname = \"open\"\nevery = \"1m\"\n\
-         lease = \"30s\"\noverlap = \"coalesce\"\ncommand = [\"false\"]\n",
-    )
-    .expect("write");
-    let (code, out, _) = site.exactly(&["check", &file]);
-    assert_eq!(code, 1, "{out}");
-    let lines: Vec<String> = out.lines().map(str::to_string).collect();
-    assert!(
-        has(&lines, "long", "timeout 2m00s >= interval 1m00s"),
-        "{lines:?}"
-    );
-    assert!(has(&lines, "open", "no timeout"), "{lines:?}");
+    #[test]
+    fn run_refuses_every_file_check_rejects_with_the_same_lines() {
+        let site = Site::new();
+        for file in [
+            "lease_ge_interval.toml",
+            "duplicate_command.toml",
+            "bad_duration.toml",
+        ] {
+            let (code, lines) = check(&site, file);
+            assert_eq!(code, 1, "{file}");
+            let (code, err) = run_briefly(&site, &fixture(file));
+            assert_eq!(code, Some(2), "{file}: exactly run started anyway: {err}");
+            for l in &lines {
+                assert!(
+                    err.lines().any(|e| e == l),
+                    "{file}: run did not say {l:?}: {err}"
+                );
+            }
+            assert!(err.contains("refusing to run"), "{err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_and_long_ones_keep_timestamps_fixed_width() {
+        let site = Site::new();
+        for (key, value) in [
+            ("every", "400000y"),
+            ("lease", "300000y"),
+            ("catchup", "300000y"),
+            ("timeout", "300000y"),
+            ("observe_timeout", "300000y"),
+        ] {
+            let mut job = vec![
+                ("every", "1h"),
+                ("lease", "1m"),
+                ("overlap", "\"coalesce\""),
+                ("timeout", "10m"),
+            ];
+            job.retain(|(k, _)| *k != key);
+            let mut text =
+                format!("[[job]]\nname = \"absurd\"\ncommand = [\"true\"]\n{key} = \"{value}\"\n");
+            for (k, v) in job {
+                let v = if v.starts_with('"') {
+                    v.to_string()
+                } else {
+                    format!("\"{v}\"")
+                };
+                text.push_str(&format!("{k} = {v}\n"));
+            }
+            let file = site.path("absurd.toml").to_string_lossy().into_owned();
+            std::fs::write(&file, &text).expect("write");
+            let (code, out, err) = site.exactly(&["check", &file]);
+            assert_eq!(code, 1, "{key} = {value}: {out}{err}");
+            assert!(out.contains(&format!("invalid {key}")), "{key}: {out}");
+            let (code, err) = run_briefly(&site, &file);
+            assert_eq!(code, Some(2), "{key}: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        // The longest accepted durations run, fire and keep every timestamp 24 characters wide.
+        let file = site.path("long.toml").to_string_lossy().into_owned();
+        std::fs::write(
+            &file,
+            "[[job]]\nname = \"long\"\nevery = \"99y\"\nlease = \"98y\"\ncatchup = \"99y\"\n\
+             timeout = \"97y\"\nobserve_timeout = \"97y\"\noverlap = \"queue\"\nqueue_cap = 1\n\
+             command = [\"true\"]\n",
+        )
+        .expect("write");
+        let (code, out, err) = site.exactly(&["check", &file]);
+        assert_eq!(code, 0, "{out}{err}");
+        let (code, err) = run_briefly(&site, &file);
+        assert_eq!(code, None, "the scheduler should keep running: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let (code, out, err) = site.exactly(&["trigger", "long"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        // A registry an older version wrote with an absurd lease (300000y): trigger stays sane.
+        site.execute(
+            "UPDATE exactly_jobs SET lease_ms = 9467280000000000, lease_s = 9467280000000 WHERE job_key = 'long'",
+        );
+        let (code, out, err) = site.exactly(&["trigger", "long"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        for col in [
+            "SELECT lease_until FROM job_lease",
+            "SELECT scheduled_at FROM exactly_firings",
+            "SELECT started_at FROM exactly_runs",
+        ] {
+            let v = site.strings(col);
+            assert!(!v.is_empty(), "{col}");
+            assert!(v.iter().all(|t| t.len() == 24), "{col}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn timeouts_are_linted() {
+        let site = Site::new();
+        let file = site.path("t.toml").to_string_lossy().into_owned();
+        std::fs::write(
+            &file,
+            "[[job]]\nname = \"long\"\nevery = \"1m\"\nlease = \"30s\"\noverlap = \"coalesce\"\n\
+             timeout = \"2m\"\ncommand = [\"true\"]\n\n[[job]]\nname = \"open\"\nevery = \"1m\"\n\
+             lease = \"30s\"\noverlap = \"coalesce\"\ncommand = [\"false\"]\n",
+        )
+        .expect("write");
+        let (code, out, _) = site.exactly(&["check", &file]);
+        assert_eq!(code, 1, "{out}");
+        let lines: Vec<String> = out.lines().map(str::to_string).collect();
+        assert!(
+            has(&lines, "long", "timeout 2m00s >= interval 1m00s"),
+            "{lines:?}"
+        );
+        assert!(has(&lines, "open", "no timeout"), "{lines:?}");
+    }
 }

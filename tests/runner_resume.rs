@@ -11,159 +11,161 @@ fn effect(far: &str, body: &str) -> String {
     )
 }
 
-#[test]
-fn a_run_killed_with_its_machine_is_resumed_and_its_effect_lands_once() {
-    let site = Site::new();
-    let far = site.path("far.txt").to_string_lossy().into_owned();
-    let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
-    let cmd = sh(&format!("echo $$ > pid; sleep 1; {}", effect(&far, &send)));
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"pay\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
-    ));
-    assert_eq!(site.exactly(&["init"]).0, 0);
-    let mut a = site.start("a", "5s");
-    assert!(
-        wait_until(Duration::from_secs(8), || site.exists("pid")
-            && site.count(
-                "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL"
-            ) > 0),
-        "no run started: {}",
-        site.log("a")
-    );
-    let slot =
-        site.strings("SELECT scheduled_at FROM exactly_runs WHERE ended_at IS NULL")[0].clone();
-    // The machine dies: the scheduler and its run's whole process group, before the send.
-    a.kill9();
-    let pid: i32 = std::fs::read_to_string(site.path("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // SAFETY: signalling the process group of our own test's job.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
-    let mut b = site.start("b", "5s");
-    assert!(
-        wait_until(Duration::from_secs(10), || site
-            .lines("far.txt")
-            .iter()
-            .any(|l| l.ends_with(&slot))),
-        "the interrupted firing's effect never went out: {}",
-        site.log("b")
-    );
-    assert_eq!(
-        b.term(Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        site.log("b")
-    );
-    let far_lines = site.lines("far.txt");
-    assert_eq!(
-        far_lines.iter().filter(|l| l.ends_with(&slot)).count(),
-        1,
-        "{far_lines:?}"
-    );
-    assert!(site.counter("firing_resumed") >= 1);
-    assert_eq!(
-        site.count("SELECT count(*) FROM effect_ledger WHERE state <> 'done'"),
-        0
-    );
-    let mut seen = std::collections::HashSet::new();
-    assert!(
-        far_lines.iter().all(|l| seen.insert(l.clone())),
-        "an effect landed twice: {far_lines:?}"
-    );
-}
+on_both_backends! {
+    #[test]
+    fn a_run_killed_with_its_machine_is_resumed_and_its_effect_lands_once() {
+        let site = Site::new();
+        let far = site.path("far.txt").to_string_lossy().into_owned();
+        let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
+        let cmd = sh(&format!("echo $$ > pid; sleep 1; {}", effect(&far, &send)));
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"pay\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        assert_eq!(site.exactly(&["init"]).0, 0);
+        let mut a = site.start("a", "5s");
+        assert!(
+            wait_until(Duration::from_secs(8), || site.exists("pid")
+                && site.count(
+                    "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL"
+                ) > 0),
+            "no run started: {}",
+            site.log("a")
+        );
+        let slot =
+            site.strings("SELECT scheduled_at FROM exactly_runs WHERE ended_at IS NULL")[0].clone();
+        // The machine dies: the scheduler and its run's whole process group, before the send.
+        a.kill9();
+        let pid: i32 = std::fs::read_to_string(site.path("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: signalling the process group of our own test's job.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let mut b = site.start("b", "5s");
+        assert!(
+            wait_until(Duration::from_secs(10), || site
+                .lines("far.txt")
+                .iter()
+                .any(|l| l.ends_with(&slot))),
+            "the interrupted firing's effect never went out: {}",
+            site.log("b")
+        );
+        assert_eq!(
+            b.term(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            site.log("b")
+        );
+        let far_lines = site.lines("far.txt");
+        assert_eq!(
+            far_lines.iter().filter(|l| l.ends_with(&slot)).count(),
+            1,
+            "{far_lines:?}"
+        );
+        assert!(site.counter("firing_resumed") >= 1);
+        assert_eq!(
+            site.count("SELECT count(*) FROM effect_ledger WHERE state <> 'done'"),
+            0
+        );
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            far_lines.iter().all(|l| seen.insert(l.clone())),
+            "an effect landed twice: {far_lines:?}"
+        );
+    }
 
-#[test]
-fn an_effect_that_never_happened_goes_out_with_a_rerun_of_its_firing() {
-    let site = Site::new();
-    let far = site.path("far.txt").to_string_lossy().into_owned();
-    std::fs::write(&far, "").unwrap();
-    let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
-    // The first attempt loses its request (exit 9 without sending): the effect is unknown
-    // until the next run's observer finds it never arrived.
-    let cmd = sh(&format!(
-        "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
-        effect(&far, "exit 9"),
-        effect(&far, &send)
-    ));
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
-    ));
-    let mut a = site.start("a", "5s");
-    assert!(
-        wait_until(Duration::from_secs(6), || site.exists("lost")),
-        "{}",
-        site.log("a")
-    );
-    let lost = std::fs::read_to_string(site.path("lost"))
-        .unwrap()
-        .trim()
-        .to_string();
-    assert!(
-        wait_until(Duration::from_secs(10), || site
-            .lines("far.txt")
-            .iter()
-            .any(|l| l.ends_with(&lost))),
-        "the lost effect was never re-sent: {}",
-        site.log("a")
-    );
-    assert_eq!(a.term(Duration::from_secs(10)), Some(0));
-    let far_lines = site.lines("far.txt");
-    assert_eq!(
-        far_lines.iter().filter(|l| l.ends_with(&lost)).count(),
-        1,
-        "{far_lines:?}"
-    );
-    assert!(site.counter("firing_resumed") >= 1);
-    assert!(site.counter("observer_verdict") >= 1);
-    let mut seen = std::collections::HashSet::new();
-    assert!(
-        far_lines.iter().all(|l| seen.insert(l.clone())),
-        "an effect landed twice: {far_lines:?}"
-    );
-}
+    #[test]
+    fn an_effect_that_never_happened_goes_out_with_a_rerun_of_its_firing() {
+        let site = Site::new();
+        let far = site.path("far.txt").to_string_lossy().into_owned();
+        std::fs::write(&far, "").unwrap();
+        let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
+        // The first attempt loses its request (exit 9 without sending): the effect is unknown
+        // until the next run's observer finds it never arrived.
+        let cmd = sh(&format!(
+            "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
+            effect(&far, "exit 9"),
+            effect(&far, &send)
+        ));
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        let mut a = site.start("a", "5s");
+        assert!(
+            wait_until(Duration::from_secs(6), || site.exists("lost")),
+            "{}",
+            site.log("a")
+        );
+        let lost = std::fs::read_to_string(site.path("lost"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert!(
+            wait_until(Duration::from_secs(10), || site
+                .lines("far.txt")
+                .iter()
+                .any(|l| l.ends_with(&lost))),
+            "the lost effect was never re-sent: {}",
+            site.log("a")
+        );
+        assert_eq!(a.term(Duration::from_secs(10)), Some(0));
+        let far_lines = site.lines("far.txt");
+        assert_eq!(
+            far_lines.iter().filter(|l| l.ends_with(&lost)).count(),
+            1,
+            "{far_lines:?}"
+        );
+        assert!(site.counter("firing_resumed") >= 1);
+        assert!(site.counter("observer_verdict") >= 1);
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            far_lines.iter().all(|l| seen.insert(l.clone())),
+            "an effect landed twice: {far_lines:?}"
+        );
+    }
 
-#[test]
-fn a_run_killed_at_a_deploy_is_resumed_by_the_next_scheduler() {
-    let site = Site::new();
-    let far = site.path("far.txt").to_string_lossy().into_owned();
-    let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
-    // The first run hangs before its effect and is killed when the deploy's grace runs out.
-    let cmd = sh(&format!(
-        "if [ ! -e started ]; then echo $EXACTLY_SCHEDULED_AT > started; sleep 30; fi; {}",
-        effect(&far, &send)
-    ));
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
-    ));
-    let mut old = site.start("old", "200ms");
-    assert!(
-        wait_until(Duration::from_secs(6), || site.exists("started")),
-        "{}",
-        site.log("old")
-    );
-    assert_eq!(old.term(Duration::from_secs(8)), Some(0));
-    let slot = std::fs::read_to_string(site.path("started"))
-        .unwrap()
-        .trim()
-        .to_string();
-    assert_eq!(site.strings("SELECT outcome FROM exactly_runs"), ["killed"]);
-    let mut new = site.start("new", "5s");
-    assert!(
-        wait_until(Duration::from_secs(8), || site
-            .lines("far.txt")
-            .iter()
-            .any(|l| l.ends_with(&slot))),
-        "the killed firing never ran again: {}",
-        site.log("new")
-    );
-    assert_eq!(new.term(Duration::from_secs(8)), Some(0));
-    let far_lines = site.lines("far.txt");
-    assert_eq!(
-        far_lines.iter().filter(|l| l.ends_with(&slot)).count(),
-        1,
-        "{far_lines:?}"
-    );
-    assert!(site.counter("firing_resumed") >= 1);
+    #[test]
+    fn a_run_killed_at_a_deploy_is_resumed_by_the_next_scheduler() {
+        let site = Site::new();
+        let far = site.path("far.txt").to_string_lossy().into_owned();
+        let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
+        // The first run hangs before its effect and is killed when the deploy's grace runs out.
+        let cmd = sh(&format!(
+            "if [ ! -e started ]; then echo $EXACTLY_SCHEDULED_AT > started; sleep 30; fi; {}",
+            effect(&far, &send)
+        ));
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        let mut old = site.start("old", "200ms");
+        assert!(
+            wait_until(Duration::from_secs(6), || site.exists("started")),
+            "{}",
+            site.log("old")
+        );
+        assert_eq!(old.term(Duration::from_secs(8)), Some(0));
+        let slot = std::fs::read_to_string(site.path("started"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(site.strings("SELECT outcome FROM exactly_runs"), ["killed"]);
+        let mut new = site.start("new", "5s");
+        assert!(
+            wait_until(Duration::from_secs(8), || site
+                .lines("far.txt")
+                .iter()
+                .any(|l| l.ends_with(&slot))),
+            "the killed firing never ran again: {}",
+            site.log("new")
+        );
+        assert_eq!(new.term(Duration::from_secs(8)), Some(0));
+        let far_lines = site.lines("far.txt");
+        assert_eq!(
+            far_lines.iter().filter(|l| l.ends_with(&slot)).count(),
+            1,
+            "{far_lines:?}"
+        );
+        assert!(site.counter("firing_resumed") >= 1);
+    }
 }

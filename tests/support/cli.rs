@@ -1,25 +1,44 @@
-//! The CLI's tests: one database in a temp dir, `exactly --db DB …` run to its end.
+//! The CLI's tests: one database (a file in a temp dir, or a PostgreSQL schema: see
+//! `backend`), `exactly --db DB …` run to its end.
+use super::backend::{self, Backend, PgSchema};
 pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// What `--db` is given: the file `exactly.db` in `dir` on SQLite, the schema's URL (see
+    /// `backend::with_search_path`) on PostgreSQL.
     pub db: PathBuf,
     /// `EXACTLY_MAX_SKEW` for every command, when a test is about something else than the
     /// clock-skew margin (the default margin delays every takeover of an expired lease).
     pub skew: Option<String>,
+    /// The PostgreSQL schema behind `db`, dropped with the Env.
+    pub pg: Option<PgSchema>,
 }
 
 impl Env {
+    /// A new database on this thread's backend.
     pub fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("exactly.db");
+        let (db, pg) = match backend::current() {
+            Backend::Sqlite => (dir.path().join("exactly.db"), None),
+            Backend::Postgres => {
+                let schema = PgSchema::create();
+                (PathBuf::from(&schema.url), Some(schema))
+            }
+        };
         Env {
             dir,
             db,
             skew: None,
+            pg,
         }
+    }
+
+    /// The database string (the file's path, or the URL).
+    pub fn db_str(&self) -> &str {
+        self.db.to_str().expect("utf8 database path")
     }
 
     pub fn with_skew(mut self, skew: &str) -> Env {
@@ -53,7 +72,7 @@ impl Env {
     }
 
     pub fn store(&self) -> exactly::Store {
-        exactly::Store::open(self.db.to_str().expect("utf8 path")).expect("open store")
+        exactly::Store::open(self.db_str()).expect("open store")
     }
 
     pub fn claim(&self, job: &str, dur: &str) -> i64 {
@@ -66,7 +85,19 @@ impl Env {
         super::count(&self.db, sql)
     }
 
+    /// Runs SQL on the database (either backend); any error fails the test.
+    pub fn sql_execute(&self, sql: &str) {
+        super::execute(&self.db, sql)
+    }
+
     pub fn state_of(&self, key: &str) -> Option<String> {
+        if super::pg_url_of(&self.db).is_some() {
+            let sql = format!(
+                "SELECT state FROM effect_ledger WHERE effect_key = '{}'",
+                key.replace('\'', "''")
+            );
+            return super::strings(&self.db, &sql).into_iter().next();
+        }
         match super::conn(&self.db).query_row(
             "SELECT state FROM effect_ledger WHERE effect_key = ?1",
             [key],

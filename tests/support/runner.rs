@@ -1,25 +1,54 @@
-//! The runner's process tests: real `exactly` processes on real SQLite files.
+//! The runner's process tests: real `exactly` processes on real databases (SQLite files, or
+//! PostgreSQL schemas: see `backend`).
+use super::backend::{self, Backend, PgSchema};
 pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A temp dir holding a jobs file and a database.
+/// A temp dir holding a jobs file and a database (`exactly.db` in it, or a PostgreSQL schema).
 pub struct Site {
     pub dir: tempfile::TempDir,
+    /// The PostgreSQL schema of a site on that backend, dropped with the site.
+    pub pg: Option<PgSchema>,
 }
 
 impl Site {
+    /// A new site on this thread's backend.
     pub fn new() -> Site {
         Site {
             dir: tempfile::tempdir().expect("tempdir"),
+            pg: match backend::current() {
+                Backend::Sqlite => None,
+                Backend::Postgres => Some(PgSchema::create()),
+            },
         }
     }
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+    /// What `--db` is given: the file's path, or the schema's URL.
     pub fn db(&self) -> String {
-        self.path("exactly.db").to_string_lossy().into_owned()
+        match &self.pg {
+            Some(schema) => schema.url.clone(),
+            None => self.path("exactly.db").to_string_lossy().into_owned(),
+        }
+    }
+    /// Whether the database has been created: the file exists, or the schema has a table.
+    pub fn db_exists(&self) -> bool {
+        match &self.pg {
+            Some(_) => {
+                self.count(
+                    "SELECT count(*) FROM information_schema.tables \
+                     WHERE table_schema = current_schema()",
+                ) > 0
+            }
+            None => self.exists("exactly.db"),
+        }
+    }
+    /// Runs SQL on the database (either backend); any error fails the test.
+    pub fn execute(&self, sql: &str) {
+        super::execute(Path::new(&self.db()), sql)
     }
     pub fn jobs(&self) -> String {
         self.path("jobs.toml").to_string_lossy().into_owned()
@@ -88,6 +117,22 @@ impl Site {
     pub fn count(&self, sql: &str) -> i64 {
         // A typo in the SQL must fail the test, never read as 0. Only a table not there yet
         // reads as 0: a poll may come before the scheduler it started created the schema.
+        if let Some(schema) = &self.pg {
+            let ours = ["exactly_", "job_lease", "effect_ledger"];
+            return match super::pg::count(&schema.url, sql) {
+                Ok(n) => n,
+                // relation "exactly_runs" does not exist
+                Err(e)
+                    if e.undefined_table
+                        && ours
+                            .iter()
+                            .any(|t| e.message.contains(&format!("relation \"{t}"))) =>
+                {
+                    0
+                }
+                Err(e) => panic!("{sql}: {}", e.message),
+            };
+        }
         match self.conn().query_row(sql, [], |r| r.get(0)) {
             Ok(n) => n,
             Err(e)

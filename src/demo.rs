@@ -82,8 +82,9 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     };
     let code = if a.no_ui {
         eprintln!(
-            "exactly demo: running for {} on {db_path}",
-            humantime::format_duration(dur.unwrap_or_default())
+            "exactly demo: running for {} on {}",
+            humantime::format_duration(dur.unwrap_or_default()),
+            crate::shown_db(&db_path)
         );
         std::thread::sleep(dur.unwrap_or_default());
         0
@@ -110,9 +111,8 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     stop.store(true, Ordering::SeqCst);
     let _ = legacy.join();
     drop(children);
-    eprintln!(
-        "exactly demo: stopped; the database is {db_path} (try: exactly --db {db_path} status)"
-    );
+    let shown = crate::shown_db(&db_path);
+    eprintln!("exactly demo: stopped; the database is {shown} (try: exactly --db {shown} status)");
     Ok(code)
 }
 

@@ -81,6 +81,16 @@ pub fn read_plans(db: &str) -> Result<Vec<(String, Vec<String>)>> {
     open(Some(db), Access::ReadOnly)?.plans()
 }
 
+/// A `--db` string as messages show it: a URL's password replaced by `***`.
+pub fn shown_db(db: &str) -> String {
+    store::pg::redact(db)
+}
+
+/// Whether a database exists at `db` (a file, or exactly's tables on a server); creates nothing.
+pub fn db_exists(db: &str) -> Result<bool> {
+    Store::exists_at(db)
+}
+
 /// Whether `--db` names a database server (PostgreSQL) rather than a SQLite file.
 pub fn is_server_db(db: &str) -> bool {
     store::pg::is_url(db)

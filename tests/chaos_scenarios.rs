@@ -4,6 +4,8 @@
 use serde_json::Value;
 use std::process::Command;
 
+mod support;
+
 fn chaos(args: &[&str]) -> (i32, Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
         .arg("chaos")
@@ -145,4 +147,41 @@ fn an_effect_someone_asked_approval_for_waits_for_a_person() {
     // checks it), denied ones never (`unapproved_sends` is 0).
     let approved = n(s, "intended_effects");
     assert!((1..10).contains(&approved), "{v:#}");
+}
+
+/// Every scenario against PostgreSQL (a schema of its own in `EXACTLY_TEST_PG`), several
+/// scheduler processes and `exactly effect` attempts naming other hosts and running on skewed
+/// clocks sharing one server: the same invariants as on SQLite.
+#[test]
+fn every_scenario_on_postgresql() {
+    let Some(_pg) = support::backend::enter_postgres() else {
+        return;
+    };
+    let schema = support::backend::PgSchema::create();
+    let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
+    assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
+    assert_eq!(
+        v["scenarios"].as_object().map(|m| m.len()),
+        Some(11),
+        "{v:#}"
+    );
+    for k in [
+        "duplicate_effects",
+        "lost_effects",
+        "claimed_leaked",
+        "unknown_unresolved",
+        "unexplained_unknowns",
+        "late_writes_accepted",
+        "unapproved_sends",
+        "overlapping_copies",
+        "anomalies",
+    ] {
+        assert_eq!(n(&v, k), 0, "{k}: {v:#}");
+    }
+    assert_eq!(n(&v, "far_side_requests"), n(&v, "intended_effects"));
+    assert!(n(&v, "intended_effects") >= 11, "{v:#}");
+    assert!(
+        !v.to_string().contains(":exactly@"),
+        "the password is shown: {v}"
+    );
 }

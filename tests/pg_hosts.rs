@@ -434,3 +434,52 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
         .batch_execute(&format!("DROP SCHEMA {tag} CASCADE; DROP ROLE {role};"))
         .expect("drop role");
 }
+
+/// `sslmode=require`: the connection is TLS and the server's certificate is checked — against
+/// the CA in `PGSSLROOTCERT` here (`EXACTLY_TEST_PG_CA`, the throwaway cluster's self-signed
+/// certificate in CI). Without that CA the same URL is refused in one line; nothing connects in
+/// the clear instead.
+#[test]
+fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
+    let Some(base) = url() else { return };
+    let ca = match std::env::var("EXACTLY_TEST_PG_CA") {
+        Ok(c) if !c.is_empty() => c,
+        _ => {
+            let ci = std::env::var("CI").unwrap_or_default();
+            assert!(
+                ci.is_empty() || ci == "false",
+                "CI is set but EXACTLY_TEST_PG_CA (the test server's certificate) is not"
+            );
+            return;
+        }
+    };
+    let s = Schema::new(&base, "tls");
+    let db = format!("{}&sslmode=require", s.url());
+    let run = |ca: Option<&str>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_exactly"));
+        c.env_remove("PGSSLROOTCERT");
+        if let Some(ca) = ca {
+            c.env("PGSSLROOTCERT", ca);
+        }
+        let out = c
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .expect("run exactly");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(Some(&ca), &["init"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, token, err) = run(Some(&ca), &["lease", "claim", "--job", "j", "--for", "1m"]);
+    assert_eq!((code, token.trim()), (0, "1"), "{err}");
+    let (code, _, err) = run(None, &["status"]);
+    assert_ne!(code, 0, "connected without checking the certificate");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("certificate") || err.contains("TLS"), "{err}");
+    assert!(!err.contains(":exactly@"), "the password is shown: {err}");
+}

@@ -181,7 +181,7 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         iterations_per_scenario: a.iterations,
         seed,
         guarded: h.guarded,
-        db: db_path,
+        db: crate::shown_db(&db_path),
         ok,
         total,
         scenarios: per,

@@ -33,7 +33,7 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
         time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
     // Pruning a file that is not there is a typo, not a request for a new database.
     let path = crate::db_path(db.as_deref());
-    if !crate::is_server_db(&path) && !std::path::Path::new(&path).exists() {
+    if !crate::db_exists(&path)? {
         return Err(Error::Store(format!(
             "database {} does not exist",
             inert(&path)

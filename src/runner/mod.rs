@@ -129,7 +129,7 @@ pub(crate) fn problems(
     let mut problems = std::mem::take(&mut loaded.problems);
     let db_path = crate::db_path(db.as_deref());
     let mut hist = BTreeMap::new();
-    if crate::is_server_db(&db_path) || Path::new(&db_path).exists() {
+    if crate::db_exists(&db_path)? {
         let mut store = crate::open(Some(&db_path), Access::Write)?;
         hist = history(&mut store, &loaded.jobs)?;
         let (source, _) = canonical_source(path);

@@ -179,6 +179,20 @@ impl Store {
         })
     }
 
+    /// Whether a database exists at `db`: the file, or exactly's tables on the PostgreSQL server
+    /// (asked without creating or changing anything).
+    pub(crate) fn exists_at(db: &str) -> Result<bool> {
+        if !pg::is_url(db) {
+            return Ok(std::path::Path::new(db).exists());
+        }
+        let busy_ms = busy_timeout_ms();
+        let store = pg::PgStore::connect(db, busy_ms)?;
+        pg::has_schema(&store).map_err(|e| match e {
+            DbError::Other(msg) => Error::Store(format!("database {}: {msg}", store.shown)),
+            e => pg::error(&store.shown, busy_ms, e),
+        })
+    }
+
     /// Whether this process may write the database: the file's permissions on SQLite, the
     /// role's privileges on PostgreSQL (a viewer's role may only read).
     pub fn can_write(&mut self) -> bool {

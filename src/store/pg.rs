@@ -165,12 +165,15 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
             Arg::Text(s) => Some(s.as_bytes().to_vec()),
             _ => return Err(bad()),
         }),
+        // PostgreSQL's text holds no NUL byte: it is stored as U+FFFD (a command's exact bytes
+        // are kept in `response_raw`, a bytea).
         _ => Box::new(match a {
             Arg::Null => None,
+            Arg::Text(s) if s.contains('\0') => Some(s.replace('\0', "\u{FFFD}")),
             Arg::Text(s) => Some(s.to_string()),
             Arg::Int(i) => Some(i.to_string()),
             Arg::Real(f) => Some(f.to_string()),
-            Arg::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Arg::Bytes(b) => Some(String::from_utf8_lossy(b).replace('\0', "\u{FFFD}")),
         }),
     })
 }
@@ -214,10 +217,18 @@ pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
 }
 
 /// Opens connections for the pool: each with the lock wait the busy timeout allows.
-#[derive(Debug)]
 struct Manager {
     config: postgres::Config,
     lock_ms: u64,
+    /// Set when the URL says `sslmode=require`.
+    #[cfg(feature = "tls")]
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -225,6 +236,12 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> std::result::Result<PgConn, postgres::Error> {
+        #[cfg(feature = "tls")]
+        let mut client = match &self.tls {
+            Some(tls) => self.config.connect(tls.clone())?,
+            None => self.config.connect(NoTls)?,
+        };
+        #[cfg(not(feature = "tls"))]
         let mut client = self.config.connect(NoTls)?;
         client.batch_execute(&format!(
             "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000",
@@ -279,6 +296,13 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("exactly");
         }
+        let require_tls = config.get_ssl_mode() == postgres::config::SslMode::Require;
+        #[cfg(not(feature = "tls"))]
+        if require_tls {
+            return Err(Error::Usage(format!(
+                "database URL {shown} asks for sslmode=require, and this build has no TLS (build with --features tls)"
+            )));
+        }
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
@@ -288,17 +312,28 @@ impl PgStore {
             .build_unchecked(Manager {
                 config,
                 lock_ms: busy_ms,
+                #[cfg(feature = "tls")]
+                tls: if require_tls {
+                    Some(tls_connector().map_err(|e| {
+                        Error::Usage(format!("database URL {shown} asks for TLS: {e}"))
+                    })?)
+                } else {
+                    None
+                },
             });
         pools.push((url.to_string(), pool.clone()));
         Ok(PgStore { pool, shown })
     }
 
-    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
+    /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
+    /// for an unreachable server).
+    fn conn(&self) -> DbResult<r2d2::PooledConnection<Manager>> {
         self.pool.get().map_err(|e| {
-            Error::Store(format!(
-                "cannot connect to database {}: {}",
-                self.shown,
-                e.to_string().replace('\n', " ")
+            DbError::Other(format!(
+                "cannot connect: {}",
+                e.to_string()
+                    .trim_start_matches("timed out waiting for connection: ")
+                    .replace('\n', " ")
             ))
         })
     }
@@ -320,7 +355,7 @@ impl PgStore {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let mut conn = self.conn().map_err(|e| DbError::Other(e.to_string()))?;
+            let mut conn = self.conn()?;
             let result = (|| {
                 let now = conn.begin(how)?;
                 let out = {
@@ -349,6 +384,34 @@ impl PgStore {
             }
         }
     }
+}
+
+/// TLS as `sslmode=require` asks for it, and more: the server's certificate must chain to the
+/// web PKI's roots or to the CA in `PGSSLROOTCERT` (libpq's variable) and name the host.
+#[cfg(feature = "tls")]
+fn tls_connector() -> std::result::Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(path) = std::env::var_os("PGSSLROOTCERT").filter(|p| !p.is_empty()) {
+        let shown = std::path::Path::new(&path).display().to_string();
+        let certs = CertificateDer::pem_file_iter(&path)
+            .map_err(|e| format!("cannot read PGSSLROOTCERT {shown}: {e}"))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("PGSSLROOTCERT {shown}: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("PGSSLROOTCERT {shown}: {e}"))?;
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// Serialization failure and deadlock: the server rolled the transaction back, and running it
@@ -497,6 +560,11 @@ fn check_foreign(tx: &Tx<'_>) -> DbResult<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the database holds exactly's tables (a read that writes nothing).
+pub(crate) fn has_schema(store: &PgStore) -> DbResult<bool> {
+    store.read(&mut |tx| Ok(!columns(tx, "job_lease")?.is_empty()))
 }
 
 /// Checks a database opened read-only: exactly's tables present, the schema not newer.

@@ -96,7 +96,7 @@ impl Store {
             ApprovalState::Denied
         };
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             if !approve {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.

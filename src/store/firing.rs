@@ -209,7 +209,7 @@ impl Store {
         now: &str,
     ) -> Result<u64> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let paused = paused(tx, job)?;
             let state = if paused.is_some() {
                 FiringState::Skipped
@@ -382,7 +382,7 @@ impl Store {
     /// read per scheduler tick before any write.
     pub(crate) fn waiting(&mut self, job: &str, now: &str) -> Result<Waiting> {
         self.read(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             tx.one(
                 "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
                     EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'),
@@ -404,7 +404,7 @@ impl Store {
     /// cost follows the number of jobs, not of firings.
     pub(crate) fn waiting_jobs(&mut self, now: &str) -> Result<Vec<(String, Waiting)>> {
         self.read(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let rows = tx.rows(
                 "SELECT job_key, queued, resumable FROM (
                    SELECT j.job_key,
@@ -437,7 +437,7 @@ impl Store {
         now: &str,
     ) -> Result<Option<Started>> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             if paused(tx, job)?.is_some() {
                 return Ok(None);
             }

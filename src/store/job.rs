@@ -18,7 +18,7 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let was: Option<i64> = tx
                 .one("SELECT paused FROM exactly_jobs WHERE job_key = ?1", args![job], |r| int(r, 0))
                 .optional()?
@@ -128,7 +128,7 @@ impl Store {
         now: &str,
     ) -> Result<Registered> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let mut out = Registered::default();
             for j in jobs {
                 let before: Option<(bool, bool)> = tx

@@ -117,7 +117,7 @@ impl Store {
             let min_until = tx.later(&min_until, &now);
             let now = tx.now(&now);
             if current_token(tx, e.job_key)? != Some(e.token) {
-                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", &now)?;
+                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", now)?;
                 return Ok(Begin::Fenced);
             }
             // Submit at once only with no approval row for the key (an approval asked for by
@@ -132,7 +132,7 @@ impl Store {
                         )
                         .optional()?
                         .unwrap_or(false);
-                    let lease = sender_lease(tx, e.job_key, Some(e.token), &now)?;
+                    let lease = sender_lease(tx, e.job_key, Some(e.token), now)?;
                     let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
                     (!asked && enough).then_some(a)
                 }
@@ -179,7 +179,7 @@ impl Store {
                         )?;
                     }
                     let lease = if row.state == EffectState::Submitted {
-                        sender_lease(tx, &row.job_key, row.fencing_token, &now)?
+                        sender_lease(tx, &row.job_key, row.fencing_token, now)?
                     } else {
                         SenderLease::default()
                     };
@@ -238,10 +238,10 @@ impl Store {
             let min_until = tx.later(&min_until, &now);
             let now = tx.now(&now);
             if current_token(tx, job)? != Some(token) {
-                fenced(tx, job, Some(key), token, "submit refused", &now)?;
+                fenced(tx, job, Some(key), token, "submit refused", now)?;
                 return Ok(Submit::Fenced);
             }
-            let lease = sender_lease(tx, job, Some(token), &now)?;
+            let lease = sender_lease(tx, job, Some(token), now)?;
             if lease.until.as_deref().is_none_or(|u| u < min_until.as_str()) {
                 return Ok(Submit::LeaseEnding { until: lease.until });
             }
@@ -268,7 +268,7 @@ impl Store {
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         args![key, job, terms, now],
                     )?;
-                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested, &now).job(job).effect(key))?;
+                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested, now).job(job).effect(key))?;
                     return Ok(Submit::NotApproved);
                 }
                 Gate::Send { consume } => consume,
@@ -318,7 +318,7 @@ impl Store {
                 )?;
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::ApprovalConsumed, &now).job(job).effect(key).token(token),
+                    &NewEvent::new(EventKind::ApprovalConsumed, now).job(job).effect(key).token(token),
                 )?;
             }
             Ok(Submit::Won { approval_consumed: consume, seen: after })
@@ -416,14 +416,14 @@ impl Store {
                 let detail = crate::sanitize::inert_trunc(response, 200);
                 record_event(
                     tx,
-                    &NewEvent::new(k, &now)
+                    &NewEvent::new(k, now)
                         .job(job)
                         .effect(key)
                         .token(token)
                         .detail(&detail),
                 )?;
             } else {
-                fenced(tx, job, Some(key), token, &format!("{state} refused"), &now)?;
+                fenced(tx, job, Some(key), token, &format!("{state} refused"), now)?;
             }
             Ok(ok)
         })
@@ -456,9 +456,9 @@ impl Store {
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     args![key, token],
                 )?;
-                record_event(tx, &NewEvent::new(EventKind::EffectReleased, &now).job(job).effect(key).token(token))?;
+                record_event(tx, &NewEvent::new(EventKind::EffectReleased, now).job(job).effect(key).token(token))?;
             } else {
-                fenced(tx, job, Some(key), token, "release refused", &now)?;
+                fenced(tx, job, Some(key), token, "release refused", now)?;
             }
             Ok(ok)
         })
@@ -476,7 +476,7 @@ impl Store {
         let now = crate::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
-            let mut ev = NewEvent::new(EventKind::DuplicateSuppressed, &now)
+            let mut ev = NewEvent::new(EventKind::DuplicateSuppressed, now)
                 .job(job)
                 .effect(key)
                 .detail(detail);

@@ -39,7 +39,7 @@ impl Store {
         oldest: &str,
     ) -> Result<Resumed> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let mut out = Resumed::default();
             if paused(tx, job)?.is_some() {
                 return Ok(out);
@@ -139,7 +139,7 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             Ok(tx.exec(
                 "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
                     detail = 'an observer found an effect of this firing never happened'

@@ -58,7 +58,7 @@ impl Store {
         now: &str,
     ) -> Result<()> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let detail =
                 format!("run {run_id} fenced: lease renewal refused, a newer token holds the job");
             record_event(
@@ -87,7 +87,7 @@ impl Store {
     /// outcome: `fenced` when the release was refused.
     pub(crate) fn finish_run(&mut self, end: &RunEnd<'_>, now: &str) -> Result<RunOutcome> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             let mut outcome = end.outcome.clone();
             if outcome != RunOutcome::Fenced {
                 let released = tx

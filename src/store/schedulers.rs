@@ -21,7 +21,7 @@ impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
     pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             tx.exec(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
                  VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5)
@@ -38,7 +38,7 @@ impl Store {
     /// under the same owner took it over with another pid).
     pub(crate) fn scheduler_beat(&mut self, owner: &str, pid: u32, now: &str) -> Result<bool> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             Ok(tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3
                  WHERE owner = ?1 AND pid = ?2 AND ended_at IS NULL",
@@ -50,7 +50,7 @@ impl Store {
     /// Records a clean shutdown.
     pub(crate) fn scheduler_ended(&mut self, owner: &str, pid: u32, now: &str) -> Result<()> {
         self.write(|tx| {
-            let now = tx.now(&now);
+            let now = tx.now(now);
             tx.exec(
                 "UPDATE exactly_schedulers SET heartbeat_at = ?3, ended_at = ?3
                  WHERE owner = ?1 AND pid = ?2",

@@ -48,7 +48,7 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict, now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
@@ -58,12 +58,12 @@ impl Store {
             }
             if let Some((job, token)) = fence {
                 if current_token(tx, job)? != Some(token) {
-                    fenced(tx, job, Some(key), token, "observer verdict refused", &now)?;
+                    fenced(tx, job, Some(key), token, "observer verdict refused", now)?;
                     return Ok(Verdict::Fenced);
                 }
             }
             if row.state == EffectState::Submitted && lease_check && !guard_off() {
-                let lease = sender_lease(tx, &row.job_key, row.fencing_token, &now)?;
+                let lease = sender_lease(tx, &row.job_key, row.fencing_token, now)?;
                 if lease.live {
                     return Ok(Verdict::InFlight {
                         state: row.state,
@@ -103,7 +103,7 @@ impl Store {
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(EventKind::ObserverVerdict, &now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict, now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
@@ -159,7 +159,7 @@ impl Store {
             }
             record_event(
                 tx,
-                &NewEvent::new(EventKind::Resolved, &now).job(&row.job_key).effect(key).actor(by).detail(&detail),
+                &NewEvent::new(EventKind::Resolved, now).job(&row.job_key).effect(key).actor(by).detail(&detail),
             )?;
             Ok(Resolved::Done { from: row.state })
         })

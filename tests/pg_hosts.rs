@@ -483,3 +483,58 @@ fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
     assert!(err.contains("certificate") || err.contains("TLS"), "{err}");
     assert!(!err.contains(":exactly@"), "the password is shown: {err}");
 }
+
+/// A dashboard keeps runs between polls and reads only the rows added since. On PostgreSQL a
+/// row's number is taken at insert, not at commit: a run inserted first but committed last must
+/// still be counted by a dashboard that polled in between (it reads the last rowids again).
+#[test]
+fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "late");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    // A job the dashboard shows: known by its lease.
+    assert_eq!(
+        exactly(&db, "", &["lease", "claim", "--job", "j", "--for", "1h"]).0,
+        0
+    );
+    let mut store = exactly::open(Some(&db), exactly::Access::ReadOnly).expect("open");
+    let runs = |store: &mut exactly::Store| -> u64 {
+        let snap = exactly::snapshot::Snapshot::read(store).expect("snapshot");
+        snap.jobs
+            .iter()
+            .filter(|j| j.job_key == "j")
+            .map(|j| j.runs)
+            .sum()
+    };
+    let ts = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+    let insert = format!(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
+         VALUES ($1, 'j', {ts}, 'o', 1, {ts})"
+    );
+    let end = format!("UPDATE exactly_runs SET ended_at = {ts}, outcome = 'ok', duration_ms = 10 WHERE run_id = $1");
+    let mut c = s.client();
+    c.batch_execute("SET lock_timeout = '10s'")
+        .expect("lock timeout");
+    c.execute(&insert, &[&"r0"]).expect("r0");
+    c.execute(&end, &[&"r0"]).expect("r0 ends");
+    assert_eq!(runs(&mut store), 1);
+    // r1 takes its number first, and commits (ended) after r2 is seen.
+    let mut slow = s.client();
+    slow.batch_execute("SET lock_timeout = '10s'")
+        .expect("lock timeout");
+    let mut t1 = slow.transaction().expect("begin");
+    t1.execute(&insert, &[&"r1"]).expect("r1");
+    c.execute(&insert, &[&"r2"]).expect("r2");
+    c.execute(&end, &[&"r2"]).expect("r2 ends");
+    assert_eq!(runs(&mut store), 2, "r0 and r2 are committed");
+    t1.execute(&end, &[&"r1"]).expect("r1 ends");
+    t1.commit().expect("commit r1");
+    assert_eq!(
+        runs(&mut store),
+        3,
+        "the kept window missed a run committed late"
+    );
+    let mut fresh = exactly::open(Some(&db), exactly::Access::ReadOnly).expect("open");
+    assert_eq!(runs(&mut fresh), 3);
+}

@@ -2,7 +2,7 @@
 //! SQLite (see [`super::db`]); what differs lives here: the connection pool, the statement cache,
 //! how parameters and columns convert, transactions (`SERIALIZABLE`, retried on a serialization
 //! failure or deadlock), the server's clock, and the schema.
-use super::db::{Arg, DbError, DbResult, Tx, Value};
+use super::db::{Arg, DbError, DbResult, Optional, Tx, Value};
 use crate::{Error, Result};
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Statement};
@@ -442,6 +442,11 @@ pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
 /// PL/pgSQL. Created under an advisory lock, so processes opening a new database at once do not
 /// race each other's `CREATE`.
 pub(crate) fn prepare(store: &PgStore) -> DbResult<()> {
+    // A current database (the usual case: every command opens one) needs neither the lock nor
+    // a look at the catalog: its version row says it was made whole by us.
+    if store.read(&mut |tx| version(tx))? == super::SCHEMA_VERSION {
+        return Ok(());
+    }
     store.write(&mut |tx| {
         tx.one("SELECT pg_advisory_xact_lock(7203114)", &[], |_| Ok(()))?;
         let version = version(tx)?;
@@ -530,7 +535,10 @@ const PG_ONLY: &[&str] = &[
 
 /// The schema version stored in `exactly_meta`; 0 for a database without it.
 pub(crate) fn version(tx: &Tx<'_>) -> DbResult<i64> {
-    if columns(tx, "exactly_meta")?.is_empty() {
+    let has_meta = tx.one("SELECT to_regclass('exactly_meta') IS NOT NULL", &[], |r| {
+        r.get::<bool>(0)
+    })?;
+    if !has_meta {
         return Ok(0);
     }
     Ok(tx
@@ -539,6 +547,7 @@ pub(crate) fn version(tx: &Tx<'_>) -> DbResult<i64> {
             &[],
             |r| r.get::<i64>(0),
         )
+        .optional()?
         .unwrap_or(0))
 }
 

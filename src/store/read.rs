@@ -71,12 +71,12 @@ impl Store {
     ) -> Result<Snapshot> {
         let caller_now = time::fmt(now);
         let db = self.path.clone();
-        // On PostgreSQL a poll reads afresh: rows there are not numbered in commit order, so
-        // "the rows above the last one seen" could miss a run committed late.
-        let mut kept = match self.is_pg() {
-            true => Kept::default(),
-            false => self.kept.take().unwrap_or_default(),
-        };
+        let mut kept = self.kept.take().unwrap_or_default();
+        // On PostgreSQL rows are not numbered in commit order: see `windows::LATE_ROWS`.
+        kept.polls += 1;
+        if self.is_pg() && kept.polls > super::windows::FRESH_EVERY {
+            kept = Kept::default();
+        }
         let snap = self.read(|tx| {
             // Ages are measured on the database's clock (the server's, on PostgreSQL).
             let now_s = tx.now(&caller_now).to_string();
@@ -312,6 +312,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let Kept {
         runs: windows,
         slots,
+        ..
     } = kept;
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(

@@ -42,6 +42,24 @@ struct JobWindow {
 pub struct Kept {
     pub runs: RunWindows,
     pub slots: LatestSlots,
+    /// Polls served since this was read afresh (see [`LATE_ROWS`]).
+    pub polls: u32,
+}
+
+/// On PostgreSQL a rowid comes from a sequence when the row is inserted, not when it commits:
+/// a row may become visible after rows with higher rowids. So there each poll reads the last
+/// `LATE_ROWS` rowids again (keeping a row already kept changes nothing), and every
+/// [`FRESH_EVERY`]-th poll reads everything afresh, so no late row is missed for long.
+pub(super) const LATE_ROWS: i64 = 1000;
+pub(super) const FRESH_EVERY: u32 = 60;
+
+/// The rowid from which a poll reads the rows added since the last one.
+fn added_from(tx: &Tx<'_>, max_rowid: i64) -> i64 {
+    if tx.is_pg() {
+        max_rowid.saturating_sub(LATE_ROWS)
+    } else {
+        max_rowid
+    }
 }
 
 /// What tells a kept copy of a table that rows went away since it last looked: the deletions
@@ -126,7 +144,7 @@ impl RunWindows {
         if self.synced {
             let new = tx.rows(
                 &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"),
-                args![self.max_rowid],
+                args![added_from(tx, self.max_rowid)],
                 run_bit,
             )?;
             // Rows went away (gc) or rowids were reused: read the window afresh.
@@ -189,7 +207,8 @@ impl RunWindows {
 
     /// Adds or replaces one run, keeping each job's runs in start order.
     fn put(&mut self, job: String, bit: RunBit, oldest: &str) {
-        if bit.duration_ms.is_none() {
+        // Once: a row may be read twice in one poll (re-read as open, and again as added).
+        if bit.duration_ms.is_none() && !self.open.iter().any(|(r, _)| *r == bit.rowid) {
             self.open.push((bit.rowid, job.clone()));
         }
         if bit.started_at.as_str() < oldest {
@@ -291,7 +310,7 @@ impl LatestSlots {
         if kept {
             new = tx.rows(
                 "SELECT job_key, scheduled_at FROM exactly_firings WHERE rowid > ?1",
-                args![self.max_rowid],
+                args![added_from(tx, self.max_rowid)],
                 |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
             )?;
         }

@@ -5,8 +5,14 @@
 //! bare and the product writes) and, for `top`, claims, fire lag and chaos, the real release
 //! binary that `cargo bench` builds (`CARGO_BIN_EXE_exactly`). `EXACTLY_BENCH_SMOKE=1` runs every
 //! part at tiny sizes for seconds (CI does this: it checks the benches still work, not the
-//! figures). `EXACTLY_BENCH_ONLY=write,claims,poll,top,fire,chaos` runs a subset (the summary
+//! figures). `EXACTLY_BENCH_ONLY=write,claims,poll,top,fire,chaos,pg` runs a subset (the summary
 //! then holds only those keys).
+//!
+//! With `EXACTLY_BENCH_PG=postgres://user:pass@host:port/db` the `pg` part measures the same
+//! write ratio, claim race and dashboard poll against that PostgreSQL server (the `pg_*` keys,
+//! figures beside SQLite's, without goals). It works in schemas of its own (`exactly_bench_*`),
+//! each created fresh and dropped when its part ends, on error too; it needs a role that may
+//! `CREATE SCHEMA`. Without the URL there is no `pg` part.
 use exactly::effect::{self, Effect, Failure, Observation, Spec};
 use exactly::metrics::Snapshot;
 use exactly::{lease, Store};
@@ -81,6 +87,16 @@ fn main() -> Res<()> {
         .ok()
         .map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
     let wants = |part: &str| only.as_ref().is_none_or(|o| o.iter().any(|p| p == part));
+    let pg_url = std::env::var("EXACTLY_BENCH_PG")
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    if wants("pg") && only.is_some() && pg_url.is_none() {
+        return Err(
+            "EXACTLY_BENCH_ONLY names pg, but EXACTLY_BENCH_PG is not set \
+                    (postgres://user:pass@host:port/db)"
+                .into(),
+        );
+    }
     let root = bench_dir()?;
     let mut out = Map::new();
     out.insert("smoke".into(), json!(plan.smoke));
@@ -101,8 +117,8 @@ fn main() -> Res<()> {
         let small = fixture(&plan, &root, plan.poll_sizes[0])?;
         let big = fixture(&plan, &root, plan.poll_sizes[1])?;
         if wants("poll") {
-            let a = poll_ms(&plan, &small)?;
-            let b = poll_ms(&plan, &big)?;
+            let a = poll_ms(&plan, path_str(&small)?)?;
+            let b = poll_ms(&plan, path_str(&big)?)?;
             out.insert("poll_ms_10k".into(), json!(round(a, 3)));
             out.insert("poll_ms_1m".into(), json!(round(b, 3)));
             out.insert("poll_ratio".into(), json!(round(b / a, 3)));
@@ -113,6 +129,9 @@ fn main() -> Res<()> {
             );
         }
         large = Some(big);
+    }
+    if let (true, Some(url)) = (wants("pg"), &pg_url) {
+        pg(&plan, url, &mut out)?;
     }
     if wants("top") {
         if let Some(big) = &large {
@@ -166,7 +185,12 @@ fn bare_commits(dir: &Path, secs: f64) -> Res<f64> {
 /// A fresh ledger at `path` with the bench job's lease held: (store, context of its holder).
 fn fresh_ledger(path: &Path) -> Res<(Store, effect::Ctx)> {
     remove_db(path);
-    let mut store = Store::open(path_str(path)?)?;
+    ledger_with_lease(path_str(path)?)
+}
+
+/// The ledger `db` (a SQLite path or a PostgreSQL URL) opened, with the bench job's lease held.
+fn ledger_with_lease(db: &str) -> Res<(Store, effect::Ctx)> {
+    let mut store = Store::open(db)?;
     let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
         lease::Claim::Won { token } => token,
         lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
@@ -217,10 +241,15 @@ fn bare_commit(c: &mut Connection, n: u64) -> Res<()> {
 /// Whole effect lifecycles per second through the library (lease held, no approval).
 fn lifecycles(dir: &Path, secs: f64, round_no: u32) -> Res<f64> {
     let (mut store, ctx) = fresh_ledger(&dir.join(format!("ledger-{round_no}.db")))?;
+    lifecycles_for(&mut store, &ctx, secs)
+}
+
+/// Lifecycles per second for `secs` on an open ledger whose lease `ctx` holds.
+fn lifecycles_for(store: &mut Store, ctx: &effect::Ctx, secs: f64) -> Res<f64> {
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed().as_secs_f64() < secs {
-        lifecycle(&mut store, &ctx, n)?;
+        lifecycle(store, ctx, n)?;
         n += 1;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
@@ -304,6 +333,23 @@ fn claim_contention(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> R
         let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
     }
     drop(Store::open(path_str(&db)?)?);
+    let figures = race(plan, path_str(&db)?, || {
+        let c = Connection::open(&db)?;
+        Ok(c.query_row(
+            "SELECT fencing_token FROM job_lease WHERE job_key = 'race'",
+            [],
+            |r| r.get(0),
+        )?)
+    })?;
+    out.insert("claim_contention".into(), figures);
+    Ok(())
+}
+
+/// Eight processes of the real binary claiming one job's 100 ms lease on the ledger `db` (a
+/// SQLite path or a PostgreSQL URL, its schema made) over and over for the plan's claim time;
+/// `last_token` reads the job's fencing token from the table afterwards. The figures as the
+/// summary's `claim_contention` holds them.
+fn race(plan: &Plan, db: &str, last_token: impl FnOnce() -> Res<i64>) -> Res<Value> {
     let lease_ms: u64 = 100;
     let secs = plan.claim_secs;
     let racers = 8;
@@ -311,7 +357,6 @@ fn claim_contention(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> R
     let results: Vec<Res<(Vec<Grant>, u64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..racers)
             .map(|w| {
-                let db = db.clone();
                 s.spawn(move || -> Res<(Vec<Grant>, u64)> {
                     let mut grants = Vec::new();
                     let mut answered = 0u64;
@@ -320,7 +365,7 @@ fn claim_contention(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> R
                         i += 1;
                         let started = Instant::now();
                         let o = Command::new(exe())
-                            .args(["--db", path_str(&db)?, "lease", "claim", "--job", "race"])
+                            .args(["--db", db, "lease", "claim", "--job", "race"])
                             .args(["--for", &format!("{lease_ms}ms")])
                             .args(["--owner", &format!("racer-{w}-{i}")])
                             .stdin(Stdio::null())
@@ -374,26 +419,16 @@ fn claim_contention(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> R
         }
     }
     // The tokens in the table agree with what the winners printed.
-    let c = Connection::open(&db)?;
-    let last: i64 = c.query_row(
-        "SELECT fencing_token FROM job_lease WHERE job_key = 'race'",
-        [],
-        |r| r.get(0),
-    )?;
-    if grants.last().map(|g| g.token) != Some(last) {
+    if grants.last().map(|g| g.token) != Some(last_token()?) {
         double += 1;
     }
-    out.insert(
-        "claim_contention".into(),
-        json!({
-            "claims_per_s": round(answered as f64 / elapsed, 1),
-            "grants_per_s": round(grants.len() as f64 / elapsed, 1),
-            "double_grants": double,
-            "processes": racers,
-            "lease_ms": lease_ms,
-        }),
-    );
-    Ok(())
+    Ok(json!({
+        "claims_per_s": round(answered as f64 / elapsed, 1),
+        "grants_per_s": round(grants.len() as f64 / elapsed, 1),
+        "double_grants": double,
+        "processes": racers,
+        "lease_ms": lease_ms,
+    }))
 }
 
 // ---------------------------------------------------------------- poll fixtures
@@ -582,9 +617,10 @@ fn fill(plan: &Plan, path: &Path, n: u64) -> Res<()> {
     Ok(())
 }
 
-/// Median milliseconds to build one Snapshot, as `exactly top` does (read-only connection).
-fn poll_ms(plan: &Plan, path: &Path) -> Res<f64> {
-    let mut store = Store::open_read_only(path_str(path)?)?;
+/// Median milliseconds to build one Snapshot, as `exactly top` does (read-only connection), from
+/// the database `db` (a SQLite file's path or a PostgreSQL URL).
+fn poll_ms(plan: &Plan, db: &str) -> Res<f64> {
+    let mut store = Store::open_read_only(db)?;
     // A first read warms the page cache, as a running dashboard's has.
     std::hint::black_box(Snapshot::read(&mut store)?);
     let mut times = Vec::new();
@@ -861,6 +897,316 @@ fn chaos(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------- PostgreSQL
+
+/// The `pg` part: the write ratio, the claim race and the dashboard's poll against the
+/// PostgreSQL database at `url`, each in fresh schemas of its own that it drops.
+fn pg(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let mut c = pg_connect(url)?;
+    let setting = |c: &mut postgres::Client, name: &str| -> Res<String> {
+        Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0))
+    };
+    out.insert(
+        "pg_server".into(),
+        json!({
+            "url": redact(url),
+            "version": setting(&mut c, "server_version")?,
+            "synchronous_commit": setting(&mut c, "synchronous_commit")?,
+            "fsync": setting(&mut c, "fsync")?,
+        }),
+    );
+    drop(c);
+    eprintln!("bench: pg_write_ratio …");
+    pg_write_ratio(plan, url, out)?;
+    eprintln!("bench: pg_claim_contention …");
+    let schema = PgSchema::create(url, "claims")?;
+    drop(Store::open(&schema.url)?);
+    let figures = race(plan, &schema.url, || {
+        let row = pg_connect(&schema.url)?.query_one(
+            "SELECT fencing_token FROM job_lease WHERE job_key = 'race'",
+            &[],
+        )?;
+        Ok(row.get(0))
+    })?;
+    drop(schema);
+    let double = figures["double_grants"].as_u64().unwrap_or(u64::MAX);
+    if double != 0 {
+        eprintln!("bench: WARNING: {double} double grants on PostgreSQL (must be 0)");
+    }
+    out.insert("pg_claims_per_s".into(), figures["claims_per_s"].clone());
+    out.insert("pg_double_grants".into(), json!(double));
+    out.insert("pg_claim_contention".into(), figures);
+    eprintln!("bench: pg poll fixtures …");
+    // One fixture at a time: the small one is dropped before the large one is filled.
+    let mut ms = [0.0; 2];
+    for (m, &n) in ms.iter_mut().zip(&plan.poll_sizes) {
+        let schema = pg_fixture(plan, url, n)?;
+        *m = poll_ms(plan, &schema.url)?;
+    }
+    out.insert("pg_poll_ms_10k".into(), json!(round(ms[0], 3)));
+    out.insert("pg_poll_ms_1m".into(), json!(round(ms[1], 3)));
+    out.insert("pg_poll_ratio".into(), json!(round(ms[1] / ms[0], 3)));
+    out.insert(
+        "pg_poll_sizes".into(),
+        json!({"small": plan.poll_sizes[0], "large": plan.poll_sizes[1],
+               "jobs": plan.poll_jobs, "runs": plan.poll_runs}),
+    );
+    Ok(())
+}
+
+/// A schema of its own in the bench's PostgreSQL database, dropped (CASCADE) with this value.
+struct PgSchema {
+    name: String,
+    /// The URL with this schema as its search_path: what `--db` and `Store::open` are given.
+    url: String,
+    base: String,
+}
+
+impl PgSchema {
+    fn create(base: &str, what: &str) -> Res<PgSchema> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos();
+        let name = format!(
+            "exactly_bench_{what}_{}_{}_{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        pg_connect(base)?
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .map_err(|e| format!("CREATE SCHEMA {name} in {}: {e}", redact(base)))?;
+        Ok(PgSchema {
+            url: with_search_path(base, &name)?,
+            name,
+            base: base.to_string(),
+        })
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // The store's pooled connections to the schema sit idle (no transaction, no lock); a
+        // claimer left running may not: wait a while for its lock, then leave the schema with a
+        // warning rather than hang.
+        let sql = format!(
+            "SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS {} CASCADE",
+            self.name
+        );
+        if let Err(e) = pg_connect(&self.base).and_then(|mut c| Ok(c.batch_execute(&sql)?)) {
+            eprintln!("bench: WARNING: schema {} not dropped: {e}", self.name);
+        }
+    }
+}
+
+fn pg_connect(url: &str) -> Res<postgres::Client> {
+    postgres::Client::connect(url, postgres::NoTls)
+        .map_err(|e| format!("connecting to {}: {e}", redact(url)).into())
+}
+
+/// `url` with `options=-csearch_path=SCHEMA` (URL-encoded) added to its query.
+fn with_search_path(url: &str, schema: &str) -> Res<String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    if query.split('&').any(|kv| kv.starts_with("options=")) {
+        return Err(format!(
+            "EXACTLY_BENCH_PG {} has options= already: the bench adds its own (search_path)",
+            redact(url)
+        )
+        .into());
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{sep}options=-csearch_path%3D{schema}"))
+}
+
+/// The URL with its password hidden, for messages and the summary.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if s + 3 < at => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+/// `write_ratio` on PostgreSQL: effect lifecycles through the library (a fresh schema each
+/// round) against bare single-row commits on the same server, rounds interleaved.
+fn pg_write_ratio(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let bare_schema = PgSchema::create(url, "bare")?;
+    let mut c = pg_connect(&bare_schema.url)?;
+    let (mut bare, mut life) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        bare.push(pg_bare_commits(&mut c, plan.write_secs / 3.0)?);
+        let schema = PgSchema::create(url, "ledger")?;
+        let (mut store, ctx) = ledger_with_lease(&schema.url)?;
+        life.push(lifecycles_for(&mut store, &ctx, plan.write_secs / 3.0)?);
+    }
+    let bare_s = median(&mut bare);
+    let life_s = median(&mut life);
+    out.insert("pg_write_ratio".into(), json!(round(life_s / bare_s, 3)));
+    out.insert("pg_lifecycles_per_s".into(), json!(round(life_s, 0)));
+    out.insert("pg_bare_commits_per_s".into(), json!(round(bare_s, 0)));
+    Ok(())
+}
+
+/// Bare single-row commits per second on PostgreSQL: a fresh table with a unique text key, one
+/// INSERT per autocommit statement over one connection, the server's synchronous_commit.
+fn pg_bare_commits(c: &mut postgres::Client, secs: f64) -> Res<f64> {
+    c.batch_execute(
+        "DROP TABLE IF EXISTS t;
+         CREATE TABLE t (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                         k TEXT NOT NULL UNIQUE, v TEXT)",
+    )?;
+    let insert = c.prepare("INSERT INTO t (k, v) VALUES ($1, $2)")?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        c.execute(
+            &insert,
+            &[&format!("{n:032x}"), &"2026-11-30T00:00:00.000Z"],
+        )?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The poll fixture of `n` effects on PostgreSQL, the same rows as [`fill`] writes on SQLite (the
+/// same keys, states, times relative to now, runs, firings, events and counters), in a fresh
+/// schema made by `exactly init` and filled with `INSERT … SELECT … FROM generate_series` in one
+/// transaction, then vacuumed and analysed. Built anew on every run; dropped with the value.
+fn pg_fixture(plan: &Plan, base: &str, n: u64) -> Res<PgSchema> {
+    let t = Instant::now();
+    let schema = PgSchema::create(base, &format!("poll{n}"))?;
+    let o = Command::new(exe())
+        .args(["--db", &schema.url, "init"])
+        .stdin(Stdio::null())
+        .output()?;
+    if !o.status.success() {
+        return Err(format!(
+            "exactly init on PostgreSQL failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )
+        .into());
+    }
+    let mut c = pg_connect(&schema.url)?;
+    c.batch_execute(&pg_fill_sql(plan, n))?;
+    // What autovacuum would do to a live ledger soon after these inserts (and would otherwise
+    // start in the middle of the polls): visibility map and statistics.
+    c.batch_execute("VACUUM (ANALYZE)")?;
+    let events: i64 = c
+        .query_one("SELECT count(*) FROM exactly_events", &[])?
+        .get(0);
+    eprintln!(
+        "bench: built PostgreSQL fixture of {n} effects ({events} events) in {:.1?} (schema {})",
+        t.elapsed(),
+        schema.name
+    );
+    Ok(schema)
+}
+
+/// The SQL that fills a fresh schema as [`fill`] fills a SQLite file (see there for the shape).
+/// Times are the server's `now()` less the same offsets, in exactly's text format.
+fn pg_fill_sql(plan: &Plan, n: u64) -> String {
+    let jobs = plan.poll_jobs;
+    let runs = plan.poll_runs;
+    let month_ms = 30 * 24 * 3600 * 1000i64;
+    let span_ms = 3 * 24 * 3600 * 1000i64;
+    let ts = |at: &str| {
+        format!("to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+    };
+    let ago = |ms: &str| ts(&format!("now() - ({ms}) * interval '1 millisecond'"));
+    let job =
+        |j: &str| format!("'job-' || lpad(({j})::text, greatest(4, length(({j})::text)), '0')");
+    // `format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))`, as fill's keys.
+    let x = "(i::numeric * 11400714819323198485 % 18446744073709551616)";
+    let key = format!(
+        "repeat('0', 16) || lpad(to_hex(floor({x} / 4294967296)::bigint), 8, '0')
+           || lpad(to_hex(({x} % 4294967296)::bigint), 8, '0')"
+    );
+    // Effect i's key, job, time and state, over the effects `series` names.
+    let effects = |series: &str| {
+        format!(
+            "(SELECT i, {key} AS key, {job} AS job, {at} AS at,
+                CASE WHEN i % 10000 <= 4 THEN 'unknown' WHEN i % 10000 <= 6 THEN 'claimed'
+                     WHEN i % 10000 <= 8 THEN 'submitted' ELSE 'done' END AS state
+             FROM {series} AS i)",
+            job = job(&format!("i % {jobs}")),
+            at = ago(&format!("({n} - i) * {month_ms} / {n}")),
+        )
+    };
+    let all = format!("generate_series(0::bigint, {}::bigint)", n - 1);
+    let per_job = (n / jobs).max(1) as i64;
+    let runs_per_job = (runs / jobs).max(1) as i64;
+    format!(
+        "BEGIN;
+         SET LOCAL synchronous_commit = off;
+         INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, lease_ms, overlap,
+           command, command_digest, catchup_s, source, owner, updated_at)
+         SELECT {jk}, 'every 5m', 300, 60, 60000, 'coalesce', '[\"run\",\"' || j || '\"]',
+           '[\"run\",\"' || j || '\"]', 60, 'bench.toml', 'bench', {now}
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j ORDER BY j;
+         INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+         SELECT {jk}, 'bench', 100 + j,
+           CASE WHEN j % 10 = 0 THEN {in_a_minute} ELSE '{released}' END, {month_ago}
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j ORDER BY j;
+         INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+           response, created_at, updated_at, action_id, target_id, input_digest, attempt, version)
+         SELECT key, job, 'run-' || i, 1, state, CASE WHEN state = 'done' THEN 'ok 200' END,
+           at, at, 'send', 'customer-' || i, key, 'bench:1', 3
+         FROM {all_effects} AS f ORDER BY i;
+         INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+         SELECT key, job, 'pay 10 EUR', 'pending', at FROM {approvals} AS f ORDER BY i;
+         INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, detail)
+         SELECT f.at, e.kind, f.job, f.key, 1, e.detail
+         FROM {all_effects} AS f
+         CROSS JOIN LATERAL (VALUES
+           (0, CASE WHEN f.state = 'done' THEN 'effect_done' ELSE 'effect_unknown' END, 'ok 200'),
+           (1, 'duplicate_suppressed', 'already done')) AS e (k, kind, detail)
+         WHERE f.state IN ('done', 'unknown') AND (e.k = 0 OR f.i % 100 = 0)
+         ORDER BY f.i, e.k;
+         INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
+           started_at, ended_at, outcome, duration_ms, exit_code, log)
+         SELECT 'run-' || job || '-' || r, job, {scheduled}, 'bench', 100 + j, {started}, {ended},
+           CASE WHEN r % 50 = 0 THEN 'failed' ELSE 'ok' END, dur,
+           CASE WHEN r % 50 = 0 THEN 1 ELSE 0 END, 'done'
+         FROM (SELECT r, r % {jobs} AS j, {rjob} AS job,
+                 {span_ms} - r * {span_ms} / {runs} AS at_ms, 200 + r * 7919 % 5000 AS dur
+               FROM generate_series(0::bigint, {runs_1}::bigint) AS r) AS s
+         ORDER BY r;
+         INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id,
+           created_at, updated_at)
+         SELECT job_key, scheduled_at, 'schedule', 'done', 'bench', run_id, scheduled_at,
+           scheduled_at
+         FROM exactly_runs ORDER BY rowid;
+         INSERT INTO exactly_counters (kind, job_key, n)
+         SELECT c.kind, {jk}, c.n
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j
+         CROSS JOIN (VALUES ('effect_done', {per_job}), ('duplicate_suppressed', {dups}),
+           ('run_ended:ok', {runs_per_job}), ('run_ended:failed', {failed})) AS c (kind, n)
+         ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + excluded.n;
+         COMMIT;",
+        jk = job("j"),
+        jobs_1 = jobs - 1,
+        now = ago("0"),
+        in_a_minute = ts("now() + interval '1 minute'"),
+        released = lease::RELEASED,
+        month_ago = ago(&month_ms.to_string()),
+        all_effects = effects(&all),
+        approvals = effects(&format!(
+            "generate_series(9::bigint, {}::bigint, 10000)",
+            n - 1
+        )),
+        scheduled = ago("at_ms"),
+        started = ago("at_ms - 40"),
+        ended = ago("at_ms - 40 - dur"),
+        rjob = job(&format!("r % {jobs}")),
+        runs_1 = runs - 1,
+        dups = per_job / 100,
+        failed = runs_per_job / 50,
+    )
+}
+
 // ---------------------------------------------------------------- output
 
 /// (key, goal as text, met?) for the table.
@@ -884,11 +1230,19 @@ fn print_table(s: &Value, smoke: bool) {
         "bare_commits_per_s",
         "wal_frames_per_lifecycle",
         "wal_frames_per_bare_commit",
+        "pg_write_ratio",
+        "pg_lifecycles_per_s",
+        "pg_bare_commits_per_s",
         "claim_contention.claims_per_s",
         "claim_contention.double_grants",
+        "pg_claims_per_s",
+        "pg_double_grants",
         "poll_ms_10k",
         "poll_ms_1m",
         "poll_ratio",
+        "pg_poll_ms_10k",
+        "pg_poll_ms_1m",
+        "pg_poll_ratio",
         "top_idle_cpu_pct",
         "top_idle_bytes_per_s",
         "top_rss_mb",

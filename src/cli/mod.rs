@@ -40,8 +40,9 @@ use serde_json::{Map, Value};
     about = "Exactly-once effect for scheduled jobs and agents"
 )]
 pub struct Cli {
-    /// Database: a SQLite file path. Default: $EXACTLY_DB, else ./exactly.db if it exists,
-    /// else $XDG_STATE_HOME/exactly/exactly.db (~/.local/state/exactly/exactly.db).
+    /// Database: a SQLite file path, or postgres://user:pass@host:port/db for several hosts.
+    /// Default: $EXACTLY_DB, else ./exactly.db if it exists, else
+    /// $XDG_STATE_HOME/exactly/exactly.db (~/.local/state/exactly/exactly.db).
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<String>,
     #[command(subcommand)]

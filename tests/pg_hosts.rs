@@ -538,3 +538,115 @@ fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
     let mut fresh = exactly::open(Some(&db), exactly::Access::ReadOnly).expect("open");
     assert_eq!(runs(&mut fresh), 3);
 }
+
+/// `exactly top` on PostgreSQL when the server goes away (its role's sessions ended and new
+/// ones refused): the last data stays on screen, the header says how stale it is, the footer
+/// why; once the server takes it back, the next poll reconnects and both go away. Driven in a
+/// real terminal (tmux), as a person watches it.
+#[test]
+fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "top");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    assert_eq!(
+        exactly(
+            &db,
+            "",
+            &["lease", "claim", "--job", "nightly", "--for", "1h"]
+        )
+        .0,
+        0
+    );
+    let tag = &s.name;
+    let role = format!("{tag}_v");
+    let mut admin = s.client();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD 'v';
+             GRANT {role} TO CURRENT_USER;
+             GRANT USAGE ON SCHEMA {tag} TO {role};
+             GRANT SELECT ON ALL TABLES IN SCHEMA {tag} TO {role};"
+        ))
+        .expect("create role");
+    let rest = base
+        .split_once('@')
+        .map(|(_, h)| h)
+        .expect("URL with @host");
+    let vdb = with_search_path(&format!("postgres://{role}:v@{rest}"), tag);
+    let session = format!("exactly-{tag}");
+    let top = format!(
+        "EXACTLY_BUSY_TIMEOUT_MS=1000 {} --db '{vdb}' top",
+        env!("CARGO_BIN_EXE_exactly")
+    );
+    let started = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "100",
+            "-y",
+            "30",
+            &top,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(started.success());
+    let screen = || {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &session])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = screen();
+            if ok(&text) {
+                return text;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}; the screen:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for("the job never showed", &|t| {
+        t.contains("nightly") && t.contains("polled")
+    });
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {role} NOLOGIN;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
+        ))
+        .expect("cut the viewer off");
+    let away = wait_for("no staleness shown", &|t| {
+        t.contains("STALE") && t.contains("poll failed")
+    });
+    assert!(away.contains("nightly"), "the last data is gone:\n{away}");
+    assert!(!away.contains(":v@"), "the password is shown:\n{away}");
+    assert!(
+        away.contains("READ-ONLY"),
+        "a viewer's role may not write:\n{away}"
+    );
+    admin
+        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
+        .expect("let the viewer in again");
+    let back = wait_for("never reconnected", &|t| {
+        !t.contains("STALE") && !t.contains("poll failed")
+    });
+    assert!(
+        back.contains("nightly") && back.contains("polled"),
+        "{back}"
+    );
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
+    admin
+        .batch_execute(&format!("DROP SCHEMA {tag} CASCADE; DROP ROLE {role};"))
+        .expect("drop role");
+}

@@ -19,10 +19,20 @@ fn url() -> Option<String> {
     }
 }
 
-/// A fresh schema in the test database, dropped at the end: the URL points into it.
+/// A fresh schema in the test database, dropped at the end with the roles made for it: the URL
+/// points into it.
 struct Schema {
     base: String,
     name: String,
+    roles: std::cell::RefCell<Vec<String>>,
+}
+
+/// What a role of the test may do with the schema's tables.
+enum Grant {
+    /// `SELECT` only: a viewer of `top`.
+    Read,
+    /// Rows read and written, no DDL: a scheduler or a worker.
+    ReadWrite,
 }
 
 impl Schema {
@@ -41,7 +51,50 @@ impl Schema {
         Schema {
             base: base.to_string(),
             name,
+            roles: Default::default(),
         }
+    }
+
+    /// A login role granted `grant` on this schema (and the test's own role made a member of
+    /// it, so the test may end its sessions); the URL that connects as it.
+    fn role(&self, suffix: &str, grant: Grant) -> (String, String) {
+        let (tag, role) = (&self.name, format!("{}_{suffix}", self.name));
+        let rows = match grant {
+            Grant::Read => format!("GRANT SELECT ON ALL TABLES IN SCHEMA {tag} TO {role};"),
+            Grant::ReadWrite => format!(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tag} TO {role};
+                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tag} TO {role};"
+            ),
+        };
+        self.client()
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN PASSWORD 'pw';
+                 GRANT {role} TO CURRENT_USER;
+                 GRANT USAGE ON SCHEMA {tag} TO {role};
+                 {rows}"
+            ))
+            .expect("create role");
+        self.roles.borrow_mut().push(role.clone());
+        let rest = self
+            .base
+            .split_once('@')
+            .map(|(_, h)| h)
+            .expect("URL with @host");
+        let url = with_search_path(&format!("postgres://{role}:pw@{rest}"), tag);
+        (role, url)
+    }
+
+    /// Ends the role's sessions and refuses new ones (`away`), or lets it in again.
+    fn cut_off(&self, role: &str, away: bool) {
+        let sql = if away {
+            format!(
+                "ALTER ROLE {role} NOLOGIN;
+                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
+            )
+        } else {
+            format!("ALTER ROLE {role} LOGIN")
+        };
+        self.client().batch_execute(&sql).expect("alter role");
     }
 
     fn url(&self) -> String {
@@ -57,6 +110,9 @@ impl Drop for Schema {
     fn drop(&mut self) {
         if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
             let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            for role in self.roles.borrow().iter() {
+                let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+            }
         }
     }
 }
@@ -186,26 +242,9 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
     let s = Schema::new(&base, "roles");
     let db = s.url();
     assert_eq!(exactly(&db, "", &["init"]).0, 0);
-    let tag = &s.name;
-    let (viewer, worker) = (format!("{tag}_viewer"), format!("{tag}_worker"));
+    let (_, vdb) = s.role("viewer", Grant::Read);
+    let (_, wdb) = s.role("worker", Grant::ReadWrite);
     let mut c = s.client();
-    c.batch_execute(&format!(
-        "CREATE ROLE {viewer} LOGIN PASSWORD 'v';
-         CREATE ROLE {worker} LOGIN PASSWORD 'w';
-         GRANT USAGE ON SCHEMA {tag} TO {viewer}, {worker};
-         GRANT SELECT ON ALL TABLES IN SCHEMA {tag} TO {viewer};
-         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tag} TO {worker};
-         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tag} TO {worker};"
-    ))
-    .expect("create roles");
-    let as_role = |role: &str, pw: &str| {
-        let rest = base
-            .split_once('@')
-            .map(|(_, h)| h)
-            .expect("URL with @host");
-        with_search_path(&format!("postgres://{role}:{pw}@{rest}"), tag)
-    };
-    let (vdb, wdb) = (as_role(&viewer, "v"), as_role(&worker, "w"));
 
     // The worker claims, sends once, and a retry is suppressed.
     let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "1m"]);
@@ -262,10 +301,6 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
         .expect("count")
         .get(0);
     assert_eq!(n, 0);
-    c.batch_execute(&format!(
-        "DROP SCHEMA {tag} CASCADE; DROP ROLE {viewer}; DROP ROLE {worker};"
-    ))
-    .expect("drop roles");
 }
 
 /// `top` and `status` stay index searches on PostgreSQL too: on a million-row ledger (a thousand
@@ -316,23 +351,8 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
     let s = Schema::new(&base, "lost");
     let db = s.url();
     assert_eq!(exactly(&db, "", &["init"]).0, 0);
-    let tag = &s.name;
-    let role = format!("{tag}_w");
+    let (role, wdb) = s.role("w", Grant::ReadWrite);
     let mut admin = s.client();
-    admin
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN PASSWORD 'w';
-             GRANT {role} TO CURRENT_USER;
-             GRANT USAGE ON SCHEMA {tag} TO {role};
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tag} TO {role};
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tag} TO {role};"
-        ))
-        .expect("create role");
-    let rest = base
-        .split_once('@')
-        .map(|(_, h)| h)
-        .expect("URL with @host");
-    let wdb = with_search_path(&format!("postgres://{role}:w@{rest}"), tag);
     let dir = tempfile::tempdir().expect("tempdir");
     let (far, sent) = (dir.path().join("far"), dir.path().join("sent"));
 
@@ -371,19 +391,12 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    admin
-        .batch_execute(&format!(
-            "ALTER ROLE {role} NOLOGIN;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
-        ))
-        .expect("cut the role off");
+    s.cut_off(&role, true);
     let out = child.wait_with_output().expect("wait for exactly effect");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    admin
-        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
-        .expect("let the role in again");
+    s.cut_off(&role, false);
     let state: String = admin
         .query_one("SELECT state FROM effect_ledger", &[])
         .expect("the row")
@@ -430,9 +443,6 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
         .expect("the row")
         .get(0);
     assert_eq!(state, "done");
-    admin
-        .batch_execute(&format!("DROP SCHEMA {tag} CASCADE; DROP ROLE {role};"))
-        .expect("drop role");
 }
 
 /// `sslmode=require`: the connection is TLS and the server's certificate is checked — against
@@ -558,23 +568,8 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
         .0,
         0
     );
-    let tag = &s.name;
-    let role = format!("{tag}_v");
-    let mut admin = s.client();
-    admin
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN PASSWORD 'v';
-             GRANT {role} TO CURRENT_USER;
-             GRANT USAGE ON SCHEMA {tag} TO {role};
-             GRANT SELECT ON ALL TABLES IN SCHEMA {tag} TO {role};"
-        ))
-        .expect("create role");
-    let rest = base
-        .split_once('@')
-        .map(|(_, h)| h)
-        .expect("URL with @host");
-    let vdb = with_search_path(&format!("postgres://{role}:v@{rest}"), tag);
-    let session = format!("exactly-{tag}");
+    let (role, vdb) = s.role("v", Grant::Read);
+    let session = format!("exactly-{}", s.name);
     let top = format!(
         "EXACTLY_BUSY_TIMEOUT_MS=1000 {} --db '{vdb}' top",
         env!("CARGO_BIN_EXE_exactly")
@@ -618,24 +613,17 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
     wait_for("the job never showed", &|t| {
         t.contains("nightly") && t.contains("polled")
     });
-    admin
-        .batch_execute(&format!(
-            "ALTER ROLE {role} NOLOGIN;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
-        ))
-        .expect("cut the viewer off");
+    s.cut_off(&role, true);
     let away = wait_for("no staleness shown", &|t| {
         t.contains("STALE") && t.contains("poll failed")
     });
     assert!(away.contains("nightly"), "the last data is gone:\n{away}");
-    assert!(!away.contains(":v@"), "the password is shown:\n{away}");
+    assert!(!away.contains(":pw@"), "the password is shown:\n{away}");
     assert!(
         away.contains("READ-ONLY"),
         "a viewer's role may not write:\n{away}"
     );
-    admin
-        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
-        .expect("let the viewer in again");
+    s.cut_off(&role, false);
     let back = wait_for("never reconnected", &|t| {
         !t.contains("STALE") && !t.contains("poll failed")
     });
@@ -646,7 +634,4 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
     let _ = Command::new("tmux")
         .args(["kill-session", "-t", &session])
         .status();
-    admin
-        .batch_execute(&format!("DROP SCHEMA {tag} CASCADE; DROP ROLE {role};"))
-        .expect("drop role");
 }

@@ -449,13 +449,7 @@ pub(crate) fn prepare(store: &PgStore) -> DbResult<()> {
     }
     store.write(&mut |tx| {
         tx.one("SELECT pg_advisory_xact_lock(7203114)", &[], |_| Ok(()))?;
-        let version = version(tx)?;
-        if version > super::SCHEMA_VERSION {
-            return Err(DbError::Other(format!(
-                "schema version {version}, newer than this exactly understands ({}); upgrade exactly",
-                super::SCHEMA_VERSION
-            )));
-        }
+        let version = known_version(tx)?;
         check_foreign(tx)?;
         if version == super::SCHEMA_VERSION {
             return Ok(());
@@ -535,6 +529,18 @@ const PG_ONLY: &[&str] = &[
      FOR EACH ROW EXECUTE FUNCTION exactly_count_deleted()",
 ];
 
+/// [`version`], refused when newer than this build understands.
+fn known_version(tx: &Tx<'_>) -> DbResult<i64> {
+    let version = version(tx)?;
+    if version > super::SCHEMA_VERSION {
+        return Err(DbError::Other(format!(
+            "schema version {version}, newer than this exactly understands ({}); upgrade exactly",
+            super::SCHEMA_VERSION
+        )));
+    }
+    Ok(version)
+}
+
 /// The schema version stored in `exactly_meta`; 0 for a database without it.
 pub(crate) fn version(tx: &Tx<'_>) -> DbResult<i64> {
     let has_meta = tx.one("SELECT to_regclass('exactly_meta') IS NOT NULL", &[], |r| {
@@ -581,13 +587,7 @@ pub(crate) fn has_schema(store: &PgStore) -> DbResult<bool> {
 /// Checks a database opened read-only: exactly's tables present, the schema not newer.
 pub(crate) fn check_read_only(store: &PgStore) -> DbResult<()> {
     store.read(&mut |tx| {
-        let version = version(tx)?;
-        if version > super::SCHEMA_VERSION {
-            return Err(DbError::Other(format!(
-                "schema version {version}, newer than this exactly understands ({}); upgrade exactly",
-                super::SCHEMA_VERSION
-            )));
-        }
+        let version = known_version(tx)?;
         check_foreign(tx)?;
         for t in super::schema::CORE_TABLES {
             if columns(tx, t)?.is_empty() {

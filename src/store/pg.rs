@@ -587,7 +587,7 @@ pub(crate) fn has_schema(store: &PgStore) -> DbResult<bool> {
 /// Checks a database opened read-only: exactly's tables present, the schema not newer.
 pub(crate) fn check_read_only(store: &PgStore) -> DbResult<()> {
     store.read(&mut |tx| {
-        let version = known_version(tx)?;
+        known_version(tx)?;
         check_foreign(tx)?;
         for t in super::schema::CORE_TABLES {
             if columns(tx, t)?.is_empty() {

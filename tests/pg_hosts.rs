@@ -635,3 +635,45 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
         .args(["kill-session", "-t", &session])
         .status();
 }
+
+/// Writers racing on PostgreSQL meet serialization failures (`40001`); those transactions run
+/// again, so every caller gets an answer — here 12 processes' worth of claims on one job at
+/// once: exactly one wins, the others are told who holds it, none gets an error.
+#[test]
+fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "race");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    for round in 0..5 {
+        let job = format!("j{round}");
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(12));
+        let answers: Vec<_> = (0..12)
+            .map(|i| {
+                let (db, job, gate) = (db.clone(), job.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    // A store of its own each: its own connection, as separate processes have.
+                    let mut store = exactly::open(Some(&db), exactly::Access::Write).expect("open");
+                    gate.wait();
+                    exactly::lease::claim(
+                        &mut store,
+                        &job,
+                        &format!("w{i}"),
+                        Duration::from_secs(60),
+                    )
+                    .map_err(|e| e.to_string())
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .collect();
+        let errors: Vec<_> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+        assert!(errors.is_empty(), "round {round}: {errors:?}");
+        let won = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(exactly::lease::Claim::Won { .. })))
+            .count();
+        assert_eq!(won, 1, "round {round}: {answers:?}");
+    }
+}

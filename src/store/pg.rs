@@ -375,7 +375,7 @@ impl PgStore {
                 }
             })();
             match result {
-                Err(e) if retryable(&e) && attempt < 30 => {
+                Err(e) if retryable(&e) && attempt < MAX_TRIES => {
                     let _ = conn.batch("ROLLBACK");
                     let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
                     std::thread::sleep(Duration::from_millis(ms));
@@ -414,6 +414,9 @@ fn tls_connector() -> std::result::Result<tokio_postgres_rustls::MakeRustlsConne
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
+/// How many times a transaction is run before a serialization failure is the answer.
+const MAX_TRIES: u32 = 30;
+
 /// Serialization failure and deadlock: the server rolled the transaction back, and running it
 /// again is the documented answer.
 fn retryable(e: &DbError) -> bool {
@@ -423,8 +426,11 @@ fn retryable(e: &DbError) -> bool {
 /// A PostgreSQL error as one sentence naming the database.
 pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
     match e.sqlstate() {
-        Some("55P03") | Some("40001") | Some("40P01") => Error::Busy(format!(
+        Some("55P03") => Error::Busy(format!(
             "database {shown} is locked: another transaction held a lock longer than the busy timeout ({busy_ms} ms)"
+        )),
+        Some(code @ ("40001" | "40P01")) => Error::Busy(format!(
+            "database {shown} is busy: concurrent writers kept conflicting ({code}), {MAX_TRIES} tries in a row"
         )),
         Some("25006") | Some("42501") => Error::Store(format!(
             "database {shown} is read-only for this role: {}",

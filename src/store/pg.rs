@@ -231,11 +231,38 @@ impl std::fmt::Debug for Manager {
     }
 }
 
+/// Why a connection could not be made, with every cause (a TLS failure says which check failed).
+#[derive(Debug)]
+struct ConnectError(String);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<postgres::Error> for ConnectError {
+    fn from(e: postgres::Error) -> Self {
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            let more = c.to_string();
+            if !text.contains(&more) {
+                text = format!("{text}: {more}");
+            }
+            cause = c.source();
+        }
+        ConnectError(text)
+    }
+}
+
 impl r2d2::ManageConnection for Manager {
     type Connection = PgConn;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> std::result::Result<PgConn, postgres::Error> {
+    fn connect(&self) -> std::result::Result<PgConn, ConnectError> {
         #[cfg(feature = "tls")]
         let mut client = match &self.tls {
             Some(tls) => self.config.connect(tls.clone())?,
@@ -253,8 +280,8 @@ impl r2d2::ManageConnection for Manager {
         })
     }
 
-    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), postgres::Error> {
-        conn.client.simple_query("").map(|_| ())
+    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), ConnectError> {
+        Ok(conn.client.simple_query("").map(|_| ())?)
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {

@@ -1,7 +1,6 @@
 //! The approval aggregate: an approval per effect key, requested once, decided once by a
 //! person, consumed by the one send it allows.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Row};
 use super::ledger::BUMP;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::state::EventKind;

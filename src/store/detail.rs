@@ -1,7 +1,6 @@
 //! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
 //! a job's open effects. Each through an index.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Row};
 use super::{int, text, text_or_empty, Store};
 use crate::snapshot::{EventRow, RunRow};
 use crate::Result;

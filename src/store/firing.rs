@@ -3,8 +3,7 @@
 //! decided in one transaction together with the lease claim, so a crash never leaves half a
 //! decision; a firing whose run died is resumed, at most `firing::MAX_ATTEMPTS` runs in all (the
 //! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};

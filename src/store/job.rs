@@ -1,7 +1,6 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Row, Tx};
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
 use crate::state::EventKind;
 use crate::Result;

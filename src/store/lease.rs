@@ -1,7 +1,6 @@
 //! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
 //! write for a job makes (a higher token exists: refused and counted).
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbError, DbResult, Optional, Tx};
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::Result;

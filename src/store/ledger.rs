@@ -2,8 +2,7 @@
 //! cancelled), each a compare-and-set on the row as its writer read it. Each method is one
 //! transaction; each write that acts for a job carries its fencing token and is refused when a
 //! higher token exists for the job.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};

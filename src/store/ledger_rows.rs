@@ -1,7 +1,6 @@
 //! The effect aggregate's rows and answers: the ledger row as read, the version a writer saw
 //! ([`Seen`]), and what each transition in `ledger.rs` answers.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Row, Tx};
 use super::{int, text, text_or_empty, word};
 use crate::state::EffectState;
 

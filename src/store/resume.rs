@@ -1,8 +1,7 @@
 //! Firings brought back: a firing whose run died, or whose effect an observer found never
 //! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Tx};
 use super::firing::{gave_up_event, start_firing, Resumed};
 use super::job::paused;
 use super::{record_event, text, text_or_empty, NewEvent, Store};

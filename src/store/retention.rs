@@ -7,8 +7,7 @@
 //! runs not ended and firings still waiting (queued, running, retry); events about an effect that
 //! is still open or awaiting a person. Effect rows are the dedupe memory: only `--effects`
 //! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, Optional};
 use super::Store;
 use crate::Result;
 use serde::Serialize;

@@ -1,8 +1,7 @@
 //! The run aggregate: one row per run of a firing, its output as it arrives, and how it ended
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, Optional};
 use super::firing::gave_up_event;
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::firing::used_up;

@@ -1,8 +1,7 @@
 //! Scheduler liveness: each `exactly run` records itself and beats, so a reader can tell a
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Tx};
 use super::{int, text, text_or_empty, Store};
 use crate::snapshot::SchedulerRow;
 use crate::time::{self, Ts};

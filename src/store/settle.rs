@@ -1,7 +1,6 @@
 //! Settling an open effect: an observer's verdict on the attempt it looked at, and a person's
 //! resolution. Each a compare-and-set on the row as read, in one transaction.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::args;
 use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, sender_lease, BUMP};
 use super::ledger_rows::*;

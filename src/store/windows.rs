@@ -1,8 +1,7 @@
 //! What a reading connection keeps between a dashboard's polls, so a poll reads only what
 //! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
-#[allow(unused_imports)]
-use super::db::{args, DbError, DbResult, Optional, Row, Tx};
+use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{run_row, RUN_COLS};
 use super::{int, text, text_or_empty};
 use crate::snapshot::RunRow;

@@ -1,10 +1,14 @@
 //! The store: the only code that speaks SQL.
 //!
-//! One SQLite file in WAL mode with a busy timeout; every write transaction is
-//! `BEGIN IMMEDIATE` (a deferred transaction that upgrades to a write gets `SQLITE_BUSY` at once,
-//! ignoring the busy timeout) and `synchronous=FULL`, so a committed lease claim or `submitted`
-//! survives power loss. Reads are short transactions so WAL checkpoints are never starved.
-//! Callers see only [`Store`]'s methods, so a PostgreSQL backend can sit behind the same ones.
+//! Two databases behind the same operations, each written once against [`db::Tx`]:
+//! - a SQLite file in WAL mode with a busy timeout; every write transaction is `BEGIN IMMEDIATE`
+//!   (a deferred transaction that upgrades to a write gets `SQLITE_BUSY` at once, ignoring the
+//!   busy timeout) and `synchronous=FULL`, so a committed lease claim or `submitted` survives
+//!   power loss; reads are short transactions so WAL checkpoints are never starved;
+//! - a PostgreSQL server (`postgres://…`, [`pg`]): `SERIALIZABLE` write transactions run again on
+//!   a serialization failure, and every instant written or compared is the server's clock.
+//!
+//! Callers see only [`Store`]'s methods.
 mod approval;
 pub(crate) mod db;
 mod detail;

@@ -153,6 +153,25 @@ pub fn get(store: &mut Store, job: &str) -> Result<Option<LeaseRow>> {
     store.lease(job)
 }
 
+/// The job's lease row and how long it has left, measured on the database's clock (on
+/// PostgreSQL the server's, whatever this host's says; negative once it ended). A caller that
+/// must stop when the lease ends counts this down on its own monotonic clock.
+pub fn get_with_left(store: &mut Store, job: &str) -> Result<Option<(LeaseRow, chrono::Duration)>> {
+    store.lease_left(job, &time::now_text())
+}
+
+/// The instant (on this host's monotonic clock) at which a lease with `left` to run ends.
+pub fn ends_at(left: chrono::Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    match left.to_std() {
+        Ok(d) => now
+            .checked_add(d)
+            .unwrap_or(now + std::time::Duration::from_secs(86_400 * 365)),
+        // Already ended.
+        Err(_) => now,
+    }
+}
+
 /// A default owner name: `user@host:pid` (the host as in attempt ids: `EXACTLY_HOST`, else
 /// the host name).
 pub fn default_owner() -> String {

@@ -5,7 +5,6 @@
 //! under is re-read every [`LEASE_POLL`]; once it has expired by our clock (or a newer token holds
 //! the job) the group is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`]. When the command
 //! ends, whatever it left running in its group is killed, so nothing sends after we record.
-use crate::time;
 use crate::Store;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
@@ -96,8 +95,9 @@ fn signal_group(pgid: i32, sig: i32) {
 struct Watch {
     spec: LeaseWatch,
     store: Option<Store>,
-    /// `lease_until` as last read; the command stops once our clock passes it.
-    until: Option<time::Ts>,
+    /// `lease_until` as last read, and when it ends on our monotonic clock (its time left
+    /// measured on the database's clock: on PostgreSQL the server's, whatever ours says).
+    until: Option<(String, Instant)>,
     next: Instant,
 }
 
@@ -120,19 +120,25 @@ impl Watch {
                 self.store = crate::open(Some(&self.spec.db), crate::Access::Write).ok();
             }
             if let Some(store) = self.store.as_mut() {
-                match crate::lease::get(store, &self.spec.job) {
-                    Ok(Some(l)) if l.fencing_token != self.spec.token => {
+                match crate::lease::get_with_left(store, &self.spec.job) {
+                    Ok(Some((l, _))) if l.fencing_token != self.spec.token => {
                         return Some(Stopped::Superseded(l.fencing_token));
                     }
-                    Ok(Some(l)) => self.until = time::parse(&l.lease_until),
+                    Ok(Some((l, left))) => {
+                        self.until = Some((l.lease_until, crate::lease::ends_at(left)));
+                    }
                     // The lease row is gone: nothing grants the send any more.
-                    Ok(None) => self.until = time::parse(crate::lease::RELEASED),
+                    Ok(None) => {
+                        self.until = Some((crate::lease::RELEASED.to_string(), Instant::now()));
+                    }
                     Err(_) => {}
                 }
             }
         }
-        match self.until {
-            Some(until) if time::now() >= until => Some(Stopped::LeaseExpired(time::fmt(until))),
+        match &self.until {
+            Some((until, ends)) if Instant::now() >= *ends => {
+                Some(Stopped::LeaseExpired(until.clone()))
+            }
             _ => None,
         }
     }

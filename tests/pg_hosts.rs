@@ -677,3 +677,75 @@ fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
         assert_eq!(won, 1, "round {round}: {answers:?}");
     }
 }
+
+/// A scheduler whose clock is an hour ahead: it fires by its own clock (the slots are its), but
+/// every row it writes — the lease, the run's start, the firing, the events — carries the
+/// server's time.
+#[test]
+fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
+    let Some(base) = url() else { return };
+    let s = Schema::new(&base, "sched");
+    let db = s.url();
+    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ntimeout = \"900ms\"\ncommand = [\"true\"]\n",
+    )
+    .expect("jobs file");
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime",
+        "/usr/lib/aarch64-linux-gnu/faketime",
+    ]
+    .iter()
+    .map(|d| std::path::Path::new(d).join("libfaketimeMT.so.1"))
+    .find(|p| p.exists())
+    .expect("libfaketimeMT.so.1 (Debian package faketime)");
+    let mut sched = Command::new(env!("CARGO_BIN_EXE_exactly"))
+        .args(["--db", &db, "run"])
+        .arg(&jobs)
+        .args(["--owner", "ahead"])
+        .env("LD_PRELOAD", &lib)
+        .env("FAKETIME", "+1h")
+        .env("FAKETIME_NO_CACHE", "1")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start exactly run");
+    std::thread::sleep(Duration::from_secs(4));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(sched.id() as i32, libc::SIGTERM) };
+    sched.wait().expect("wait for the scheduler");
+    let far = |sql: &str| -> i64 {
+        s.client()
+            .query_one(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    };
+    let ts = |col: &str| format!("abs(extract(epoch FROM ({col}::timestamptz - now())))");
+    assert!(far("SELECT count(*) FROM exactly_runs") >= 2);
+    // Fired by its clock: the slots are an hour ahead.
+    assert_eq!(
+        far(&format!(
+            "SELECT count(*) FROM exactly_runs WHERE {} < 3000",
+            ts("scheduled_at")
+        )),
+        0
+    );
+    // Stamped by the server's.
+    for (table, col) in [
+        ("exactly_runs", "started_at"),
+        ("exactly_runs", "ended_at"),
+        ("exactly_firings", "created_at"),
+        ("exactly_firings", "updated_at"),
+        ("exactly_events", "at"),
+        ("exactly_schedulers", "heartbeat_at"),
+        ("job_lease", "created_at"),
+    ] {
+        let off = far(&format!(
+            "SELECT count(*) FROM {table} WHERE {col} IS NOT NULL AND {} > 60",
+            ts(col)
+        ));
+        assert_eq!(off, 0, "{table}.{col} carries the client's clock");
+    }
+}

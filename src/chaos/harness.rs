@@ -34,6 +34,24 @@ impl Client {
 /// `faketime` (Debian package `faketime`): runs a process with its clock shifted.
 pub const FAKETIME: &str = "faketime";
 
+/// The library behind `faketime` (its thread-safe build), for a process whose clock must be
+/// shifted while it keeps its own pid (one the harness kills): `LD_PRELOAD` it with `FAKETIME`.
+pub fn libfaketime() -> Result<PathBuf> {
+    let dirs = [
+        "/usr/lib/x86_64-linux-gnu/faketime",
+        "/usr/lib/aarch64-linux-gnu/faketime",
+        "/usr/lib/faketime",
+    ];
+    dirs.iter()
+        .map(|d| Path::new(d).join("libfaketimeMT.so.1"))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            Error::Usage(
+                "libfaketimeMT.so.1 not found (Debian package faketime): the schedulers on PostgreSQL run on skewed clocks".into(),
+            )
+        })
+}
+
 /// How one attempt of the concurrency scenarios differs from a plain one.
 #[derive(Debug, Clone, Default)]
 pub struct How {

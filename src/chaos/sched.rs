@@ -203,6 +203,17 @@ impl Fleet {
         self.started += 1;
         let owner = format!("chaos-{}-{}", self.name, self.started);
         let mut cmd = h.exe_command();
+        // On a database server the schedulers stand in for hosts: each names its own, and two
+        // of every three run on a clock 1.5 s off (the server's clock decides their leases).
+        if crate::is_server_db(h.db()) {
+            let n = self.started as usize % 3;
+            cmd.env("EXACTLY_HOST", format!("chaos-host-{n}"));
+            if let Some(skew) = ["", "+1.5s", "-1.5s"].get(n).filter(|s| !s.is_empty()) {
+                cmd.env("LD_PRELOAD", super::harness::libfaketime()?)
+                    .env("FAKETIME", skew)
+                    .env("FAKETIME_NO_CACHE", "1");
+            }
+        }
         cmd.arg("--db")
             .arg(h.db())
             .arg("run")

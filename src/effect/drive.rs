@@ -140,8 +140,9 @@ pub fn execute(
 /// Pause between tries to record an outcome.
 const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Runs `write` until it succeeds or the job's lease has run out by our clock (a locked
-/// database, a full disk); at least once. The lease is read only after a failure: in WAL mode
+/// Runs `write` until it succeeds or the job's lease has run out (a locked database, a full
+/// disk); at least once. The lease's time left is read on the database's clock and counted down
+/// on ours. The lease is read only after a failure: in WAL mode
 /// a reader is not blocked by another connection's write lock. A fenced answer (`Ok(false)`)
 /// is an answer, not a failure.
 fn within_lease(
@@ -149,19 +150,19 @@ fn within_lease(
     job: &str,
     mut write: impl FnMut(&mut Store) -> Result<bool>,
 ) -> Result<bool> {
-    let mut until: Option<Option<crate::time::Ts>> = None;
+    // When the lease ends, on our monotonic clock (its time left read on the database's).
+    let mut until: Option<Option<std::time::Instant>> = None;
     loop {
         match write(store) {
             Ok(v) => return Ok(v),
             Err(e) => {
                 let until = *until.get_or_insert_with(|| {
-                    store
-                        .lease(job)
+                    crate::lease::get_with_left(store, job)
                         .ok()
                         .flatten()
-                        .and_then(|l| crate::time::parse(&l.lease_until))
+                        .map(|(_, left)| crate::lease::ends_at(left))
                 });
-                if until.is_none_or(|u| crate::time::now() >= u) {
+                if until.is_none_or(|u| std::time::Instant::now() >= u) {
                     return Err(e);
                 }
                 std::thread::sleep(RECORD_RETRY_PAUSE);

@@ -436,16 +436,13 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
 /// that started the run, or the heartbeat while observers ran, just set it): then the command
 /// may start on a read, sparing a write that would queue behind every other run's.
 fn lease_fresh(store: &mut Store, spec: &RunSpec) -> bool {
-    let Ok(Some(row)) = crate::lease::get(store, &spec.job) else {
+    let Ok(Some((row, left))) = crate::lease::get_with_left(store, &spec.job) else {
         return false;
     };
-    let (Some(until), Ok(margin)) = (
-        time::parse(&row.lease_until),
-        chrono::Duration::from_std(spec.lease * 2 / 3),
-    ) else {
+    let Ok(margin) = chrono::Duration::from_std(spec.lease * 2 / 3) else {
         return false;
     };
-    row.fencing_token == spec.started.token && until - time::now() >= margin
+    row.fencing_token == spec.started.token && left >= margin
 }
 
 /// True while any process of the group led by `pid` exists.

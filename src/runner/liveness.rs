@@ -27,7 +27,8 @@ pub struct Upkeep {
 /// its heartbeat and, when `retain` is set, its pruning.
 pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> Result<Upkeep> {
     let mut store = crate::open(Some(db), Access::Write)?;
-    let host = crate::hostname();
+    // `EXACTLY_HOST` when set (containers sharing a database), as in attempt ids.
+    let host = crate::host();
     let pid = std::process::id();
     let reg = SchedulerReg {
         owner,

@@ -297,6 +297,8 @@ enum Inner<'t> {
         /// The server's clock at the start of this transaction (`now()`, which PostgreSQL keeps
         /// fixed for the whole transaction), as the store writes instants.
         now: String,
+        /// The server's clock less this host's, read together at the transaction's start.
+        shift: chrono::Duration,
     },
 }
 
@@ -307,11 +309,16 @@ impl<'t> Tx<'t> {
         }
     }
 
-    pub(crate) fn pg(conn: &'t mut super::pg::PgConn, now: String) -> Tx<'t> {
+    pub(crate) fn pg(
+        conn: &'t mut super::pg::PgConn,
+        now: String,
+        shift: chrono::Duration,
+    ) -> Tx<'t> {
         Tx {
             inner: Inner::Pg {
                 conn: RefCell::new(conn),
                 now,
+                shift,
             },
         }
     }
@@ -331,25 +338,17 @@ impl<'t> Tx<'t> {
         }
     }
 
-    /// An instant the caller computed as `caller_now + d` (a lease's end), moved to this
-    /// transaction's clock: `now + d`. Unchanged on SQLite; a released lease (before every
-    /// instant) stays as it is.
-    pub(crate) fn later(&self, at: &str, caller_now: &str) -> String {
+    /// An instant the caller computed on this host's clock as "now + d" (a lease's end), moved
+    /// to this transaction's clock: the server's now + d on PostgreSQL (a little less: the time
+    /// between the caller reading its clock and the transaction starting), unchanged on SQLite.
+    /// A released lease (before every instant) stays as it is.
+    pub(crate) fn later(&self, at: &str) -> String {
         match &self.inner {
-            Inner::Lite(_) => at.to_string(),
-            Inner::Pg { now, .. } => {
-                let (Some(at_t), Some(c), Some(n)) = (
-                    crate::time::parse(at),
-                    crate::time::parse(caller_now),
-                    crate::time::parse(now),
-                ) else {
-                    return at.to_string();
-                };
-                if at == super::RELEASED {
-                    return at.to_string();
-                }
-                crate::time::fmt(n + (at_t - c))
-            }
+            Inner::Pg { shift, .. } if at != super::RELEASED => match crate::time::parse(at) {
+                Some(t) => crate::time::fmt(t + *shift),
+                None => at.to_string(),
+            },
+            _ => at.to_string(),
         }
     }
 

@@ -108,7 +108,7 @@ fn upsert_firing(
          ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, state = excluded.state,
             owner = excluded.owner, run_id = excluded.run_id, updated_at = excluded.updated_at,
             detail = excluded.detail",
-        args![f.job, f.slot, f.kind, state, f.owner, run_id, f.now, detail],
+        args![f.job, f.slot, f.kind, state, f.owner, run_id, tx.now(f.now), detail],
     )?;
     Ok(())
 }
@@ -122,6 +122,7 @@ fn start_run(
     now: &str,
     token: i64,
 ) -> DbResult<String> {
+    let now = tx.now(now);
     let run_id = format!("{job}-t{token}");
     tx.exec(
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
@@ -141,6 +142,7 @@ pub(super) fn start_firing(
     lease_until: &str,
     now: &str,
 ) -> DbResult<Option<Started>> {
+    let now = tx.now(now);
     let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)?
     else {
         return Ok(None);
@@ -168,6 +170,7 @@ pub(super) fn gave_up_event(
     owner: Option<&str>,
     now: &str,
 ) -> DbResult<()> {
+    let now = tx.now(now);
     let detail = format!(
         "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
     );

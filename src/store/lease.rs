@@ -22,6 +22,7 @@ pub(super) fn fenced(
     what: &str,
     now: &str,
 ) -> DbResult<()> {
+    let now = tx.now(now);
     let mut ev = NewEvent::new(EventKind::FencedWrite, now)
         .job(job)
         .token(token)
@@ -40,7 +41,7 @@ pub(crate) fn claim_lease_tx(
     now: &str,
 ) -> DbResult<LeaseClaim> {
     // The database's clock decides who holds the lease (the server's, on PostgreSQL).
-    let until = &tx.later(until, now);
+    let until = &tx.later(until);
     let now = tx.now(now);
     let prev: Option<(String, i64, String)> = tx
         .one(
@@ -115,7 +116,7 @@ pub(super) fn set_lease_until(
     what: &str,
     now: &str,
 ) -> DbResult<bool> {
-    let until = &tx.later(until, now);
+    let until = &tx.later(until);
     let now = tx.now(now);
     let ok = tx
         .one(
@@ -130,6 +131,23 @@ pub(super) fn set_lease_until(
         fenced(tx, job, None, token, what, now)?;
     }
     Ok(ok)
+}
+
+/// The lease row of a job, if it was ever claimed.
+fn lease_row(tx: &Tx<'_>, job: &str) -> DbResult<Option<LeaseRow>> {
+    tx.one(
+        "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
+        args![job],
+        |r| {
+            Ok(LeaseRow {
+                job_key: text_or_empty(r, 0)?,
+                owner: text_or_empty(r, 1)?,
+                fencing_token: int(r, 2)?.unwrap_or(0),
+                lease_until: text_or_empty(r, 3)?,
+            })
+        },
+    )
+    .optional()
 }
 
 /// The answer to a lease claim.
@@ -195,21 +213,26 @@ impl Store {
         })
     }
 
+    /// The lease row and the time it has left on the database's clock (see [`Tx::now`]).
+    pub(crate) fn lease_left(
+        &mut self,
+        job: &str,
+        now: &str,
+    ) -> Result<Option<(LeaseRow, chrono::Duration)>> {
+        let row = self.read(|tx| {
+            let now = tx.now(now).to_string();
+            Ok(lease_row(tx, job)?.map(|r| (r, now)))
+        })?;
+        Ok(row.map(|(r, now)| {
+            let left = match (crate::time::parse(&r.lease_until), crate::time::parse(&now)) {
+                (Some(u), Some(n)) => u - n,
+                _ => chrono::Duration::zero(),
+            };
+            (r, left)
+        }))
+    }
+
     pub(crate) fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {
-        self.read(|tx| {
-            tx.one(
-                "SELECT job_key, owner, fencing_token, lease_until FROM job_lease WHERE job_key = ?1",
-                args![job],
-                |r| {
-                    Ok(LeaseRow {
-                        job_key: text_or_empty(r, 0)?,
-                        owner: text_or_empty(r, 1)?,
-                        fencing_token: int(r, 2)?.unwrap_or(0),
-                        lease_until: text_or_empty(r, 3)?,
-                    })
-                },
-            )
-            .optional()
-        })
+        self.read(|tx| lease_row(tx, job))
     }
 }

@@ -59,6 +59,7 @@ pub(super) fn sender_lease(
     token: Option<i64>,
     now: &str,
 ) -> DbResult<SenderLease> {
+    let now = tx.now(now);
     let Some(token) = token else {
         return Ok(SenderLease::default());
     };
@@ -113,7 +114,7 @@ impl Store {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
-            let min_until = tx.later(&min_until, &now);
+            let min_until = tx.later(&min_until);
             let now = tx.now(&now);
             if current_token(tx, e.job_key)? != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", now)?;
@@ -234,7 +235,7 @@ impl Store {
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
-            let min_until = tx.later(&min_until, &now);
+            let min_until = tx.later(&min_until);
             let now = tx.now(&now);
             if current_token(tx, job)? != Some(token) {
                 fenced(tx, job, Some(key), token, "submit refused", now)?;

@@ -385,8 +385,13 @@ impl PgStore {
             let mut conn = self.conn()?;
             let result = (|| {
                 let now = conn.begin(how)?;
+                // This host's clock beside the server's, to move the instants a caller computed
+                // on ours ("now + the lease") onto the server's (see `Tx::later`). Read after the
+                // server's answer, so a lease moved over is never longer than asked for.
+                let here = crate::time::now();
+                let shift = crate::time::parse(&now).map_or(chrono::Duration::zero(), |n| n - here);
                 let out = {
-                    let tx = Tx::pg(&mut conn, now);
+                    let tx = Tx::pg(&mut conn, now, shift);
                     f(&tx)
                 };
                 match out {

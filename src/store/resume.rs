@@ -11,6 +11,7 @@ use crate::Result;
 
 /// A run that never recorded its end (its process died) is closed as `killed`.
 fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> {
+    let now = tx.now(now);
     if let Some(old) = run_id {
         tx.exec(
             "UPDATE exactly_runs SET ended_at = ?2, outcome = 'killed'

@@ -264,7 +264,7 @@ mod boundary {
     }
 
     /// Policy up, SQL down: the store decides nothing of the runner's, asks nobody who acts and
-    /// reads no clock (every write's time comes from its caller).
+    /// reads no clock (every write's time comes from its caller, or on PostgreSQL the server).
     #[test]
     fn the_store_never_reaches_up() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -282,6 +282,11 @@ mod boundary {
                 if line.trim_start().starts_with("//") {
                     continue;
                 }
+                // The one exception: the PostgreSQL backend reads this host's clock beside the
+                // server's, only to measure how far apart they are (`Tx::later`); what it writes
+                // is the server's time.
+                let offset =
+                    f.ends_with("pg.rs") && line.contains("let here = crate::time::now();");
                 if [
                     "runner::",
                     "crate::actor()",
@@ -291,6 +296,7 @@ mod boundary {
                 ]
                 .iter()
                 .any(|w| line.contains(w))
+                    && !offset
                 {
                     found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
                 }

@@ -84,6 +84,14 @@ impl Schema {
         (role, url)
     }
 
+    /// The one value `sql` selects (any SQL error fails the test).
+    fn one<T: for<'a> postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+        self.client()
+            .query_one(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+
     /// Ends the role's sessions and refuses new ones (`away`), or lets it in again.
     fn cut_off(&self, role: &str, away: bool) {
         let sql = if away {
@@ -115,6 +123,15 @@ impl Drop for Schema {
             }
         }
     }
+}
+
+/// A test's own schema, initialised by `exactly init`, and its URL; None without a server.
+fn site(tag: &str) -> Option<(Schema, String)> {
+    let s = Schema::new(&url()?, tag);
+    let db = s.url();
+    let (code, _, err) = exactly(&db, "", &["init"]);
+    assert_eq!(code, 0, "init: {err}");
+    Some((s, db))
 }
 
 fn with_search_path(url: &str, schema: &str) -> String {
@@ -161,10 +178,9 @@ fn lease_left_s(s: &Schema, job: &str) -> f64 {
 
 #[test]
 fn two_clients_an_hour_apart_see_one_lease_holder() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "clock");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, db)) = site("clock") else {
+        return;
+    };
 
     // A claims with the host's clock; B's clock is an hour ahead, C's an hour behind.
     let (code, token, err) = exactly(
@@ -224,27 +240,20 @@ fn two_clients_an_hour_apart_see_one_lease_holder() {
     );
     assert_eq!((code, token.trim()), (0, "2"), "{err}");
     // The ledger's own stamps are the server's too.
-    let stolen: i64 = s
-        .client()
-        .query_one(
-            "SELECT count(*) FROM exactly_events WHERE kind = 'lease_stolen'
-               AND abs(extract(epoch FROM (at::timestamptz - now()))) < 60",
-            &[],
-        )
-        .expect("read events")
-        .get(0);
+    let stolen: i64 = s.one(
+        "SELECT count(*) FROM exactly_events WHERE kind = 'lease_stolen'
+           AND abs(extract(epoch FROM (at::timestamptz - now()))) < 60",
+    );
     assert_eq!(stolen, 1);
 }
 
 #[test]
 fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "roles");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, _)) = site("roles") else {
+        return;
+    };
     let (_, vdb) = s.role("viewer", Grant::Read);
     let (_, wdb) = s.role("worker", Grant::ReadWrite);
-    let mut c = s.client();
 
     // The worker claims, sends once, and a retry is suppressed.
     let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "1m"]);
@@ -296,10 +305,7 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
         err.contains("permission denied") || err.contains("read-only"),
         "{err}"
     );
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM job_lease WHERE job_key = 'v'", &[])
-        .expect("count")
-        .get(0);
+    let n: i64 = s.one("SELECT count(*) FROM job_lease WHERE job_key = 'v'");
     assert_eq!(n, 0);
 }
 
@@ -308,10 +314,9 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
 /// index.
 #[test]
 fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "plans");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, db)) = site("plans") else {
+        return;
+    };
     s.client()
         .batch_execute(
             "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, created_at, updated_at)
@@ -347,12 +352,10 @@ fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
 /// A retry with an observer settles it; the far side saw one request.
 #[test]
 fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "lost");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, _)) = site("lost") else {
+        return;
+    };
     let (role, wdb) = s.role("w", Grant::ReadWrite);
-    let mut admin = s.client();
     let dir = tempfile::tempdir().expect("tempdir");
     let (far, sent) = (dir.path().join("far"), dir.path().join("sent"));
 
@@ -397,10 +400,7 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
     assert_eq!(out.status.code(), Some(6), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     s.cut_off(&role, false);
-    let state: String = admin
-        .query_one("SELECT state FROM effect_ledger", &[])
-        .expect("the row")
-        .get(0);
+    let state: String = s.one("SELECT state FROM effect_ledger");
     assert_eq!(state, "submitted");
 
     // After the lease it is unknown; a retry asks the far side instead of sending again.
@@ -438,10 +438,7 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
         .lines()
         .count();
     assert_eq!(lines, 1, "the far side got a second request");
-    let state: String = admin
-        .query_one("SELECT state FROM effect_ledger", &[])
-        .expect("the row")
-        .get(0);
+    let state: String = s.one("SELECT state FROM effect_ledger");
     assert_eq!(state, "done");
 }
 
@@ -499,10 +496,9 @@ fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
 /// still be counted by a dashboard that polled in between (it reads the last rowids again).
 #[test]
 fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "late");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, db)) = site("late") else {
+        return;
+    };
     // A job the dashboard shows: known by its lease.
     assert_eq!(
         exactly(&db, "", &["lease", "claim", "--job", "j", "--for", "1h"]).0,
@@ -555,10 +551,9 @@ fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
 /// real terminal (tmux), as a person watches it.
 #[test]
 fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "top");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, db)) = site("top") else {
+        return;
+    };
     assert_eq!(
         exactly(
             &db,
@@ -641,10 +636,9 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
 /// once: exactly one wins, the others are told who holds it, none gets an error.
 #[test]
 fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "race");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((_schema, db)) = site("race") else {
+        return;
+    };
     for round in 0..5 {
         let job = format!("j{round}");
         let gate = std::sync::Arc::new(std::sync::Barrier::new(12));
@@ -683,10 +677,9 @@ fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
 /// server's time.
 #[test]
 fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
-    let Some(base) = url() else { return };
-    let s = Schema::new(&base, "sched");
-    let db = s.url();
-    assert_eq!(exactly(&db, "", &["init"]).0, 0);
+    let Some((s, db)) = site("sched") else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = dir.path().join("jobs.toml");
     std::fs::write(
@@ -716,12 +709,7 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(sched.id() as i32, libc::SIGTERM) };
     sched.wait().expect("wait for the scheduler");
-    let far = |sql: &str| -> i64 {
-        s.client()
-            .query_one(sql, &[])
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .get(0)
-    };
+    let far = |sql: &str| -> i64 { s.one(sql) };
     let ts = |col: &str| format!("abs(extract(epoch FROM ({col}::timestamptz - now())))");
     assert!(far("SELECT count(*) FROM exactly_runs") >= 2);
     // Fired by its clock: the slots are an hour ahead.

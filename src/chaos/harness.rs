@@ -36,6 +36,7 @@ pub const FAKETIME: &str = "faketime";
 
 /// The library behind `faketime` (its thread-safe build), for a process whose clock must be
 /// shifted while it keeps its own pid (one the harness kills): `LD_PRELOAD` it with `FAKETIME`.
+/// The skewed schedulers on PostgreSQL need it (there is no fallback for them).
 pub fn libfaketime() -> Result<PathBuf> {
     let dirs = [
         "/usr/lib/x86_64-linux-gnu/faketime",
@@ -250,17 +251,29 @@ impl Harness {
         v
     }
 
-    /// The binary, run with its clock `skew_ms` off ours (through `faketime`) when not 0.
+    /// The binary, run with its clock `skew_ms` off ours when not 0: libfaketime preloaded into
+    /// the process itself, so a kill reaches it. (The `faketime` wrapper forks: killing it left
+    /// the real process running and the wrapper's semaphore behind, and a later wrapper whose
+    /// pid matched a leaked one failed with "sem_open: File exists".) Without the library, the
+    /// wrapper.
     pub fn skewed(&self, skew_ms: i64) -> Command {
         if skew_ms == 0 {
             return self.exe_command();
         }
-        let mut c = proc::command(Path::new(FAKETIME));
-        // Without this, libfaketime caches its offset and may read the spec late.
-        c.env("FAKETIME_NO_CACHE", "1")
-            .arg("-f")
-            .arg(format!("{:+.3}s", skew_ms as f64 / 1000.0))
-            .arg(&self.exe);
+        let offset = format!("{:+.3}s", skew_ms as f64 / 1000.0);
+        let Ok(lib) = libfaketime() else {
+            let mut c = proc::command(Path::new(FAKETIME));
+            c.env("FAKETIME_NO_CACHE", "1")
+                .arg("-f")
+                .arg(offset)
+                .arg(&self.exe);
+            return c;
+        };
+        let mut c = self.exe_command();
+        // Without FAKETIME_NO_CACHE, libfaketime caches its offset and may read the spec late.
+        c.env("LD_PRELOAD", lib)
+            .env("FAKETIME", offset)
+            .env("FAKETIME_NO_CACHE", "1");
         c
     }
 

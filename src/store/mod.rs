@@ -170,10 +170,7 @@ impl Store {
             Access::Write => pg::prepare(&db),
             Access::ReadOnly => pg::check_read_only(&db),
         };
-        checked.map_err(|e| match e {
-            DbError::Other(msg) => Error::Store(format!("database {shown}: {msg}")),
-            e => pg::error(&shown, busy_ms, e),
-        })?;
+        checked.map_err(|e| pg::error(&shown, busy_ms, e))?;
         Ok(Store {
             conn: Conn::Pg(db),
             path: shown,
@@ -191,10 +188,7 @@ impl Store {
         }
         let busy_ms = busy_timeout_ms();
         let store = pg::PgStore::connect(db, busy_ms)?;
-        pg::has_schema(&store).map_err(|e| match e {
-            DbError::Other(msg) => Error::Store(format!("database {}: {msg}", store.shown)),
-            e => pg::error(&store.shown, busy_ms, e),
-        })
+        pg::has_schema(&store).map_err(|e| pg::error(&store.shown, busy_ms, e))
     }
 
     /// Whether this process may write the database: the file's permissions on SQLite, the

@@ -35,6 +35,8 @@ pub fn redact(url: &str) -> String {
 pub(crate) struct PgConn {
     client: Client,
     stmts: HashMap<String, Statement>,
+    /// Set when a transaction could not be rolled back: the pool must not hand it out again.
+    broken: bool,
 }
 
 impl PgConn {
@@ -51,17 +53,20 @@ impl PgConn {
     }
 
     pub(crate) fn exec(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
-        let stmt = self.prepare(sql)?;
-        let bound = bind(&stmt, args)?;
-        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        Ok(self.client.execute(&stmt, &refs)? as usize)
+        let (stmt, bound) = self.bound(sql, args)?;
+        Ok(self.client.execute(&stmt, &refs(&bound))? as usize)
     }
 
     pub(crate) fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<Vec<postgres::Row>> {
+        let (stmt, bound) = self.bound(sql, args)?;
+        Ok(self.client.query(&stmt, &refs(&bound))?)
+    }
+
+    /// The statement for `sql` and its parameters, converted.
+    fn bound(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<(Statement, Params)> {
         let stmt = self.prepare(sql)?;
         let bound = bind(&stmt, args)?;
-        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        Ok(self.client.query(&stmt, &refs)?)
+        Ok((stmt, bound))
     }
 
     /// Runs statements that take no parameters (a transaction's start and end, the schema).
@@ -103,8 +108,15 @@ fn placeholders(sql: &str) -> String {
     out
 }
 
+/// A statement's parameters as the client passes them.
+type Params = Vec<Box<dyn ToSql + Sync>>;
+
+fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter().map(|b| b.as_ref()).collect()
+}
+
 /// Each parameter converted to the type the server inferred for its placeholder.
-fn bind(stmt: &Statement, args: &[Arg<'_>]) -> DbResult<Vec<Box<dyn ToSql + Sync>>> {
+fn bind(stmt: &Statement, args: &[Arg<'_>]) -> DbResult<Params> {
     let types = stmt.params();
     if types.len() > args.len() {
         return Err(DbError::Other(format!(
@@ -144,7 +156,7 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
                 .transpose()?,
         ),
         Type::BOOL => Box::new(int()?.map(|i| i != 0)),
-        Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC => {
+        Type::FLOAT8 | Type::FLOAT4 => {
             let f = match a {
                 Arg::Null => None,
                 Arg::Real(f) => Some(*f),
@@ -153,8 +165,6 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
             };
             if *ty == Type::FLOAT4 {
                 Box::new(f.map(|f| f as f32))
-            } else if *ty == Type::NUMERIC {
-                return Err(DbError::Other("NUMERIC parameters are not used".into()));
             } else {
                 Box::new(f)
             }
@@ -277,6 +287,7 @@ impl r2d2::ManageConnection for Manager {
         Ok(PgConn {
             client,
             stmts: HashMap::new(),
+            broken: false,
         })
     }
 
@@ -285,7 +296,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.client.is_closed()
+        conn.broken || conn.client.is_closed()
     }
 }
 
@@ -392,28 +403,25 @@ impl PgStore {
                 let shift = crate::time::parse(&now).map_or(chrono::Duration::zero(), |n| n - here);
                 let out = {
                     let tx = Tx::pg(&mut conn, now, shift);
-                    f(&tx)
+                    f(&tx)?
                 };
-                match out {
-                    Ok(v) => {
-                        conn.batch("COMMIT")?;
-                        Ok(v)
-                    }
-                    Err(e) => {
-                        // A failed rollback leaves the connection broken; the pool drops it.
-                        let _ = conn.batch("ROLLBACK");
-                        Err(e)
-                    }
-                }
+                conn.batch("COMMIT")?;
+                Ok(out)
             })();
-            match result {
-                Err(e) if retryable(&e) && attempt < MAX_TRIES => {
-                    let _ = conn.batch("ROLLBACK");
-                    let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
-                    std::thread::sleep(Duration::from_millis(ms));
-                }
-                r => return r,
+            let Err(e) = result else {
+                return result;
+            };
+            // Whatever failed (the clock's read after BEGIN, a statement, COMMIT), no transaction
+            // may stay open on a connection the pool hands out again. (After a failed COMMIT,
+            // PostgreSQL has already ended it; this ROLLBACK only warns.)
+            if conn.batch("ROLLBACK").is_err() {
+                conn.broken = true;
             }
+            if !(retryable(&e) && attempt < MAX_TRIES) {
+                return Err(e);
+            }
+            let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
+            std::thread::sleep(Duration::from_millis(ms));
         }
     }
 }
@@ -581,10 +589,7 @@ fn known_version(tx: &Tx<'_>) -> DbResult<i64> {
 
 /// The schema version stored in `exactly_meta`; 0 for a database without it.
 pub(crate) fn version(tx: &Tx<'_>) -> DbResult<i64> {
-    let has_meta = tx.one("SELECT to_regclass('exactly_meta') IS NOT NULL", &[], |r| {
-        r.get::<bool>(0)
-    })?;
-    if !has_meta {
+    if !has_table(tx, "exactly_meta")? {
         return Ok(0);
     }
     Ok(tx
@@ -619,7 +624,17 @@ fn check_foreign(tx: &Tx<'_>) -> DbResult<()> {
 
 /// Whether the database holds exactly's tables (a read that writes nothing).
 pub(crate) fn has_schema(store: &PgStore) -> DbResult<bool> {
-    store.read(&mut |tx| Ok(!columns(tx, "job_lease")?.is_empty()))
+    store.read(&mut |tx| has_table(tx, "job_lease"))
+}
+
+/// Whether `table` exists in the connection's schema: one catalog lookup (the dashboard asks
+/// each poll), not a walk of `information_schema`.
+pub(crate) fn has_table(tx: &Tx<'_>, table: &str) -> DbResult<bool> {
+    tx.one(
+        "SELECT to_regclass(?1) IS NOT NULL",
+        super::db::args![table],
+        |r| r.get::<bool>(0),
+    )
 }
 
 /// Checks a database opened read-only: exactly's tables present, the schema not newer.
@@ -628,7 +643,7 @@ pub(crate) fn check_read_only(store: &PgStore) -> DbResult<()> {
         known_version(tx)?;
         check_foreign(tx)?;
         for t in super::schema::CORE_TABLES {
-            if columns(tx, t)?.is_empty() {
+            if !has_table(tx, t)? {
                 return Err(DbError::Other(format!(
                     "no exactly tables (no {t}); read commands never create them (exactly init does)"
                 )));

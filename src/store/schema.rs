@@ -539,7 +539,7 @@ pub(super) fn check_read_only(store: &Store) -> Result<()> {
 /// Whether `table` exists (a read-only reader of an older database may lack a newer table).
 pub(crate) fn has_table(tx: &super::db::Tx<'_>, table: &str) -> super::db::DbResult<bool> {
     if tx.is_pg() {
-        return Ok(!super::pg::columns(tx, table)?.is_empty());
+        return super::pg::has_table(tx, table);
     }
     let n = tx.one(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",

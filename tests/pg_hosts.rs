@@ -4,24 +4,15 @@
 //! tests have nothing to run against (CI sets it, and there a missing URL fails them).
 use std::process::Command;
 use std::time::Duration;
+use support::backend::{connect, enter_postgres, pg_url, with_search_path, PgSchema};
+use support::{effect_args, strs};
 
-fn url() -> Option<String> {
-    match std::env::var("EXACTLY_TEST_PG") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            let ci = std::env::var("CI").unwrap_or_default();
-            assert!(
-                ci.is_empty() || ci == "false",
-                "CI is set but EXACTLY_TEST_PG is not: the PostgreSQL tests must run in CI"
-            );
-            None
-        }
-    }
-}
+mod support;
 
-/// A fresh schema in the test database, dropped at the end with the roles made for it: the URL
-/// points into it.
+/// A fresh schema in the test database (see [`PgSchema`]) and the roles made for it, dropped
+/// with it.
 struct Schema {
+    pg: PgSchema,
     base: String,
     name: String,
     roles: std::cell::RefCell<Vec<String>>,
@@ -36,21 +27,12 @@ enum Grant {
 }
 
 impl Schema {
-    fn new(base: &str, tag: &str) -> Schema {
-        let name = format!(
-            "h_{tag}_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .subsec_nanos()
-        );
-        let mut c = postgres::Client::connect(base, postgres::NoTls).expect("connect");
-        c.batch_execute(&format!("CREATE SCHEMA {name}"))
-            .expect("create schema");
+    fn new() -> Schema {
+        let pg = PgSchema::create();
         Schema {
-            base: base.to_string(),
-            name,
+            base: pg_url().expect("a PostgreSQL schema needs EXACTLY_TEST_PG"),
+            name: pg.name.clone(),
+            pg,
             roles: Default::default(),
         }
     }
@@ -106,16 +88,18 @@ impl Schema {
     }
 
     fn url(&self) -> String {
-        with_search_path(&self.base, &self.name)
+        self.pg.url.clone()
     }
 
     fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url(), postgres::NoTls).expect("connect")
+        connect(&self.pg.url)
     }
 }
 
 impl Drop for Schema {
     fn drop(&mut self) {
+        // The schema goes first (a role with grants on its tables cannot be dropped); the
+        // `PgSchema` dropped after finds it gone.
         if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
             let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
             for role in self.roles.borrow().iter() {
@@ -125,18 +109,22 @@ impl Drop for Schema {
     }
 }
 
+/// The PostgreSQL server of the tests, when `EXACTLY_TEST_PG` names one (on CI it must).
+fn url() -> Option<String> {
+    // Only its rule is wanted (None without a URL, a failure on CI); these tests name their
+    // database themselves, so the backend it sets for the support module may end here.
+    let _checked = enter_postgres()?;
+    pg_url()
+}
+
 /// A test's own schema, initialised by `exactly init`, and its URL; None without a server.
-fn site(tag: &str) -> Option<(Schema, String)> {
-    let s = Schema::new(&url()?, tag);
+fn site() -> Option<(Schema, String)> {
+    url()?;
+    let s = Schema::new();
     let db = s.url();
     let (code, _, err) = exactly(&db, "", &["init"]);
     assert_eq!(code, 0, "init: {err}");
     Some((s, db))
-}
-
-fn with_search_path(url: &str, schema: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options=-csearch_path%3D{schema}")
 }
 
 /// `exactly --db URL ARGS…`, its clock `skew` off the host's (through `faketime`) unless empty:
@@ -178,7 +166,7 @@ fn lease_left_s(s: &Schema, job: &str) -> f64 {
 
 #[test]
 fn two_clients_an_hour_apart_see_one_lease_holder() {
-    let Some((s, db)) = site("clock") else {
+    let Some((s, db)) = site() else {
         return;
     };
 
@@ -249,7 +237,7 @@ fn two_clients_an_hour_apart_see_one_lease_holder() {
 
 #[test]
 fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
-    let Some((s, _)) = site("roles") else {
+    let Some((s, _)) = site() else {
         return;
     };
     let (_, vdb) = s.role("viewer", Grant::Read);
@@ -260,27 +248,8 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
     assert_eq!(code, 0, "{err}");
     let far = tempfile::NamedTempFile::new().expect("temp file");
     let send = format!("echo sent >> {}", far.path().display());
-    let effect = |db: &str| {
-        exactly(
-            db,
-            "",
-            &[
-                "effect",
-                "--job",
-                "j",
-                "--token",
-                token.trim(),
-                "--action",
-                "pay",
-                "--target",
-                "t1",
-                "--",
-                "sh",
-                "-c",
-                &send,
-            ],
-        )
-    };
+    let args = effect_args("j", &token, "pay", "t1").sh(&send);
+    let effect = |db: &str| exactly(db, "", &strs(&args));
     let (code, _, err) = effect(&wdb);
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = effect(&wdb);
@@ -314,7 +283,7 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
 /// index.
 #[test]
 fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
-    let Some((s, db)) = site("plans") else {
+    let Some((s, db)) = site() else {
         return;
     };
     s.client()
@@ -352,7 +321,7 @@ fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
 /// A retry with an observer settles it; the far side saw one request.
 #[test]
 fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
-    let Some((s, _)) = site("lost") else {
+    let Some((s, _)) = site() else {
         return;
     };
     let (role, wdb) = s.role("w", Grant::ReadWrite);
@@ -368,18 +337,8 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
     );
     let bin = env!("CARGO_BIN_EXE_exactly");
     let child = Command::new(bin)
-        .args([
-            "--db",
-            &wdb,
-            "effect",
-            "--job",
-            "j",
-            "--token",
-            token.trim(),
-        ])
-        .args([
-            "--action", "pay", "--target", "t1", "--", "sh", "-c", &script,
-        ])
+        .args(["--db", &wdb])
+        .args(effect_args("j", &token, "pay", "t1").sh(&script))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -411,27 +370,10 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
     let (code, token, err) = exactly(&wdb, "", &["lease", "claim", "--job", "j", "--for", "30s"]);
     assert_eq!(code, 0, "{err}");
     let observe = format!("grep -q sent {}", far.display());
-    let (code, _, err) = exactly(
-        &wdb,
-        "",
-        &[
-            "effect",
-            "--job",
-            "j",
-            "--token",
-            token.trim(),
-            "--action",
-            "pay",
-            "--target",
-            "t1",
-            "--observe",
-            &observe,
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let retry = effect_args("j", &token, "pay", "t1")
+        .observe(&observe)
+        .sh(&script);
+    let (code, _, err) = exactly(&wdb, "", &strs(&retry));
     assert_eq!(code, 0, "{err}");
     let lines = std::fs::read_to_string(&far)
         .expect("far side")
@@ -448,7 +390,9 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
 /// the clear instead.
 #[test]
 fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
-    let Some(base) = url() else { return };
+    if url().is_none() {
+        return;
+    }
     let ca = match std::env::var("EXACTLY_TEST_PG_CA") {
         Ok(c) if !c.is_empty() => c,
         _ => {
@@ -460,7 +404,7 @@ fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
             return;
         }
     };
-    let s = Schema::new(&base, "tls");
+    let s = Schema::new();
     let db = format!("{}&sslmode=require", s.url());
     let run = |ca: Option<&str>, args: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_exactly"));
@@ -496,7 +440,7 @@ fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
 /// still be counted by a dashboard that polled in between (it reads the last rowids again).
 #[test]
 fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
-    let Some((s, db)) = site("late") else {
+    let Some((s, db)) = site() else {
         return;
     };
     // A job the dashboard shows: known by its lease.
@@ -551,7 +495,7 @@ fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
 /// real terminal (tmux), as a person watches it.
 #[test]
 fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
-    let Some((s, db)) = site("top") else {
+    let Some((s, db)) = site() else {
         return;
     };
     assert_eq!(
@@ -636,7 +580,7 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
 /// once: exactly one wins, the others are told who holds it, none gets an error.
 #[test]
 fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
-    let Some((_schema, db)) = site("race") else {
+    let Some((_schema, db)) = site() else {
         return;
     };
     for round in 0..5 {
@@ -677,7 +621,7 @@ fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
 /// server's time.
 #[test]
 fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
-    let Some((s, db)) = site("sched") else {
+    let Some((s, db)) = site() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

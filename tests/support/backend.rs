@@ -150,15 +150,9 @@ impl Drop for PgSchema {
     }
 }
 
-/// The URL with its password hidden, for messages.
+/// The URL with its password hidden, for messages (as the binary shows it).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if s + 3 < at => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
-    }
+    exactly::shown_db(url)
 }
 
 /// A new connection to `url`, or the test fails saying which database.

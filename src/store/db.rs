@@ -10,7 +10,6 @@ use std::cell::RefCell;
 pub(crate) enum Arg<'a> {
     Null,
     Int(i64),
-    Real(f64),
     Text(Cow<'a, str>),
     Bytes(&'a [u8]),
 }
@@ -56,24 +55,9 @@ impl ToArg for u32 {
         Arg::Int(i64::from(*self))
     }
 }
-impl ToArg for u64 {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Int(i64::try_from(*self).unwrap_or(i64::MAX))
-    }
-}
-impl ToArg for usize {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Int(i64::try_from(*self).unwrap_or(i64::MAX))
-    }
-}
 impl ToArg for bool {
     fn to_arg(&self) -> Arg<'_> {
         Arg::Int(i64::from(*self))
-    }
-}
-impl ToArg for f64 {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Real(*self)
     }
 }
 impl<T: ToArg> ToArg for Option<T> {
@@ -119,7 +103,6 @@ impl rusqlite::ToSql for Arg<'_> {
         Ok(match self {
             Arg::Null => ToSqlOutput::Owned(Value::Null),
             Arg::Int(i) => ToSqlOutput::Owned(Value::Integer(*i)),
-            Arg::Real(f) => ToSqlOutput::Owned(Value::Real(*f)),
             Arg::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
             Arg::Bytes(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
         })
@@ -243,17 +226,6 @@ impl FromValue for i64 {
         }
     }
 }
-impl FromValue for f64 {
-    fn from_value(v: Value<'_>) -> DbResult<Self> {
-        match v {
-            Value::Real(f) => Ok(f),
-            Value::Int(i) => Ok(i as f64),
-            other => Err(DbError::Other(format!(
-                "expected a number, found {other:?}"
-            ))),
-        }
-    }
-}
 impl FromValue for bool {
     fn from_value(v: Value<'_>) -> DbResult<Self> {
         Ok(i64::from_value(v)? != 0)
@@ -265,14 +237,6 @@ impl FromValue for String {
             Value::Text(b) => String::from_utf8(b.into_owned())
                 .map_err(|e| DbError::Other(format!("invalid UTF-8 text: {e}"))),
             other => Err(DbError::Other(format!("expected text, found {other:?}"))),
-        }
-    }
-}
-impl FromValue for Vec<u8> {
-    fn from_value(v: Value<'_>) -> DbResult<Self> {
-        match v {
-            Value::Text(b) => Ok(b.into_owned()),
-            other => Err(DbError::Other(format!("expected bytes, found {other:?}"))),
         }
     }
 }

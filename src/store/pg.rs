@@ -138,7 +138,6 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
         match a {
             Arg::Null => Ok(None),
             Arg::Int(i) => Ok(Some(*i)),
-            Arg::Real(f) => Ok(Some(*f as i64)),
             Arg::Text(s) => s.trim().parse().map(Some).map_err(|_| bad()),
             Arg::Bytes(_) => Err(bad()),
         }
@@ -159,7 +158,6 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
         Type::FLOAT8 | Type::FLOAT4 => {
             let f = match a {
                 Arg::Null => None,
-                Arg::Real(f) => Some(*f),
                 Arg::Int(i) => Some(*i as f64),
                 _ => return Err(bad()),
             };
@@ -182,7 +180,6 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
             Arg::Text(s) if s.contains('\0') => Some(s.replace('\0', "\u{FFFD}")),
             Arg::Text(s) => Some(s.to_string()),
             Arg::Int(i) => Some(i.to_string()),
-            Arg::Real(f) => Some(f.to_string()),
             Arg::Bytes(b) => Some(String::from_utf8_lossy(b).replace('\0', "\u{FFFD}")),
         }),
     })

@@ -128,18 +128,29 @@ impl Fired {
                     .map(|n| format!(": {n}"))
                     .unwrap_or_default()
             ),
-            Fired::Coalesced { holder, token } => {
+            Fired::Coalesced {
+                waiting: Some(w), ..
+            } => format!("{kind} firing at {slot} coalesced: {w} goes first"),
+            Fired::Coalesced { holder, token, .. } => {
                 format!(
                     "{kind} firing at {slot} coalesced: a run is live ({holder}, token {token})"
                 )
             }
-            Fired::Queued { depth, cap } => {
+            Fired::Queued {
+                depth,
+                cap,
+                waiting: Some(w),
+            } => format!("{kind} firing at {slot} queued behind {w} ({depth} of {cap})"),
+            Fired::Queued { depth, cap, .. } => {
                 format!("{kind} firing at {slot} queued behind a live run ({depth} of {cap})")
             }
             Fired::Saturated { cap } => {
                 format!("{kind} firing at {slot} dropped: queue saturated ({cap} waiting)")
             }
-            Fired::Missed { holder, token } => format!(
+            Fired::Missed {
+                waiting: Some(w), ..
+            } => format!("{kind} firing at {slot} MISSED: overlap = fail and {w} goes first"),
+            Fired::Missed { holder, token, .. } => format!(
                 "{kind} firing at {slot} MISSED: overlap = fail and a run is live \
                  ({holder}, token {token})"
             ),

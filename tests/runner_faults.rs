@@ -97,6 +97,14 @@ on_both_backends! {
             "the interrupted firing was not resumed: {}",
             site.log("b")
         );
+        // The interrupted firing goes before any later slot of the job: a later slot that took
+        // the free lease first would leave it waiting behind every slot after (coalesce).
+        let log = site.log("b");
+        let first = log.lines().find(|l| l.contains(" started run "));
+        assert!(
+            first.is_some_and(|l| l.contains(&format!("at {slot} started run"))),
+            "a later slot started before the interrupted firing was resumed: {log}"
+        );
         // The resumed run's row is written before it ends the old copies; its command starts only
         // after. Once that command has started (it rewrote `run`), no old copy may be alive.
         assert!(
@@ -108,8 +116,9 @@ on_both_backends! {
             site.log("b")
         );
         assert!(
-            procs_with_env("EXACTLY_RUN_ID", &old_run).is_empty(),
-            "a copy of run {old_run} is still alive while its firing runs again"
+            site.procs_with_env("EXACTLY_RUN_ID", &old_run).is_empty(),
+            "a copy of run {old_run} is still alive while its firing runs again: {}",
+            site.log("b")
         );
         assert_eq!(
             b.term(Duration::from_secs(10)),
@@ -189,7 +198,7 @@ on_both_backends! {
         let mut most = 0;
         let until = Instant::now() + Duration::from_secs(12);
         while Instant::now() < until {
-            most = most.max(roots(&procs_with_env("EXACTLY_EFFECT_KEY", &key)).len());
+            most = most.max(roots(&site.procs_with_env("EXACTLY_EFFECT_KEY", &key)).len());
             std::thread::sleep(Duration::from_millis(50));
         }
         assert_eq!(
@@ -231,7 +240,7 @@ on_both_backends! {
         ));
         let mut s = site.start("s", "1s");
         assert!(
-            wait_until(Duration::from_secs(6), || !procs_with_env(
+            wait_until(Duration::from_secs(6), || !site.procs_with_env(
                 "EXACTLY_EFFECT_KEY",
                 &key
             )
@@ -252,7 +261,7 @@ on_both_backends! {
             t.elapsed()
         );
         assert!(
-            wait_until(Duration::from_secs(2), || procs_with_env(
+            wait_until(Duration::from_secs(2), || site.procs_with_env(
                 "EXACTLY_EFFECT_KEY",
                 &key
             )

@@ -168,4 +168,102 @@ on_both_backends! {
         );
         assert!(site.counter("firing_resumed") >= 1);
     }
+
+    #[test]
+    fn an_observer_run_by_the_scheduler_looks_where_its_command_ran() {
+        let site = Site::new();
+        // A receipt per effect key, in a folder relative to the job's own: the observer asks
+        // "is my receipt there?" where the command left it. The first attempt sends, then loses
+        // the response (exit 9): unknown, until the next run's observer looks.
+        let send = "mkdir -p receipts; touch receipts/$EXACTLY_EFFECT_KEY; \
+                    echo $EXACTLY_EFFECT_KEY >> far.txt";
+        let effect = |body: &str| {
+            format!(
+                "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
+                 --observe 'test -e receipts/$EXACTLY_EFFECT_KEY' -- sh -c '{body}'"
+            )
+        };
+        let cmd = sh(&format!(
+            "if [ ! -e lost ]; then touch lost; {}; exit $?; fi; {}",
+            effect(&format!("{send}; echo $EXACTLY_EFFECT_KEY > lost.key; exit 9")),
+            effect(send)
+        ));
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        let mut s = site.start("s", "5s");
+        assert!(
+            wait_until(Duration::from_secs(10), || site.exists("lost.key")),
+            "{}",
+            site.log("s")
+        );
+        let key = std::fs::read_to_string(site.path("lost.key"))
+            .expect("the first attempt's key")
+            .trim()
+            .to_string();
+        // Settled either way: found (done, sent once), or judged never sent and sent again.
+        assert!(
+            wait_until(Duration::from_secs(10), || site.strings(&format!(
+                "SELECT state FROM effect_ledger WHERE effect_key = '{key}'"
+            )) == ["done"]),
+            "the lost effect was never settled: {}",
+            site.log("s")
+        );
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+        let sent = site.lines("far.txt");
+        assert_eq!(
+            sent.iter().filter(|l| **l == key).count(),
+            1,
+            "the effect went out again after its observer looked in the wrong folder: {sent:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_firing_waits_behind_an_interrupted_one() {
+        let site = Site::new();
+        let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> slots; echo $$ > pid; sleep 30");
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        let mut reg = site.start("reg", "1s");
+        assert!(wait_until(Duration::from_secs(5), || site
+            .log("reg")
+            .contains("started with")));
+        assert_eq!(reg.term(Duration::from_secs(5)), Some(0));
+        // `exactly trigger` runs the firing itself; it dies with its command (a machine lost).
+        let mut trigger = std::process::Command::new(bin())
+            .args(["--db", &site.db(), "trigger", "long"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("trigger");
+        assert!(wait_until(Duration::from_secs(5), || site.exists("pid")));
+        let _ = trigger.kill();
+        let _ = trigger.wait();
+        // SAFETY: signalling the process group of our own test's command.
+        unsafe { libc::kill(-pid_in(&site, "pid"), libc::SIGKILL) };
+        let slot = site.lines("slots")[0].clone();
+        // Once its lease is past the clock-skew margin the lease is free to take: the firing
+        // that died goes first, and a new one (here a "run now") is coalesced behind it.
+        std::thread::sleep(Duration::from_millis(3500));
+        let (code, out, err) = site.exactly(&["trigger", "long", "--json"]);
+        assert_eq!(code, 3, "{out}{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["result"], "coalesced", "{out}");
+        assert!(
+            v["waiting"]
+                .as_str()
+                .is_some_and(|w| w.contains(&format!("the firing at {slot}"))),
+            "{out}"
+        );
+        assert_eq!(site.lines("slots").len(), 1, "a new firing ran first");
+        // A scheduler then resumes the one that died.
+        let mut b = site.start("b", "1s");
+        assert!(
+            wait_until(Duration::from_secs(8), || site.lines("slots").len() == 2),
+            "{}",
+            site.log("b")
+        );
+        assert_eq!(b.term(Duration::from_secs(5)), Some(0), "{}", site.log("b"));
+        assert_eq!(site.lines("slots"), [slot.clone(), slot], "{}", site.log("b"));
+    }
 }

@@ -132,21 +132,33 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             (if r.outcome == RunOutcome::Ok { 0 } else { 1 }, text, v)
         }
         // Queued runs later: not a refusal.
-        Fired::Queued { depth, cap } => (
+        Fired::Queued {
+            depth,
+            cap,
+            waiting,
+        } => (
             0,
             words,
-            json!({"result": "queued", "depth": depth, "cap": cap}),
+            json!({"result": "queued", "depth": depth, "cap": cap, "waiting": waiting}),
         ),
-        Fired::Coalesced { holder, token } => (
+        Fired::Coalesced {
+            holder,
+            token,
+            waiting,
+        } => (
             3,
             words,
-            json!({"result": "coalesced", "holder": holder, "token": token}),
+            json!({"result": "coalesced", "holder": holder, "token": token, "waiting": waiting}),
         ),
         Fired::Saturated { cap } => (3, words, json!({"result": "saturated", "cap": cap})),
-        Fired::Missed { holder, token } => (
+        Fired::Missed {
+            holder,
+            token,
+            waiting,
+        } => (
             3,
             words,
-            json!({"result": "missed", "holder": holder, "token": token}),
+            json!({"result": "missed", "holder": holder, "token": token, "waiting": waiting}),
         ),
         Fired::Skipped { note, by } => (
             3,

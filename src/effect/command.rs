@@ -140,17 +140,23 @@ pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Ob
 
 /// [`observe_with`], bounded: an observer still running after `limit`, or when `stop` is set
 /// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell".
+/// It runs in `cwd` when given: a scheduler runs it where the job's command (which recorded it)
+/// runs, so a relative path in it means what it meant there.
 pub fn observe_within(
     cmd: &str,
     effect_key: &str,
-    env: &[(String, String)],
+    cwd: Option<&std::path::Path>,
     limit: std::time::Duration,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Observation {
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
-    let child = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
-        .envs(env.iter().map(|(k, v)| (k, v)))
+    let mut observer = Command::new("sh");
+    observer.arg("-c").arg(cmd);
+    if let Some(dir) = cwd {
+        observer.current_dir(dir);
+    }
+    let child = die_with_parent(&mut observer)
         .env("EXACTLY_EFFECT_KEY", effect_key)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -138,16 +138,17 @@ fn observe(
         _ => {}
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let (db, job, limit, flag) = (
+    let (db, job, cwd, limit, flag) = (
         spec.db.clone(),
         spec.job.clone(),
+        spec.cwd.clone(),
         spec.observe_timeout,
         stop.clone(),
     );
     let observers = std::thread::spawn(move || -> Result<Vec<effect::Settled>> {
         let mut store = crate::open(Some(&db), Access::Write)?;
         effect::settle_open_with(&mut store, &job, |cmd, key| {
-            effect::observe_within(cmd, key, &[], limit, &flag)
+            effect::observe_within(cmd, key, cwd.as_deref(), limit, &flag)
         })
     });
     while !observers.is_finished() {

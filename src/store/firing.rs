@@ -69,24 +69,29 @@ pub enum Fired {
         note: Option<String>,
         by: Option<String>,
     },
-    /// A run is live and the policy is coalesce: dropped, recorded.
+    /// A run is live (or an earlier firing goes first, see [`Fired::waiting`]) and the policy
+    /// is coalesce: dropped, recorded.
     Coalesced {
         holder: String,
         token: i64,
+        waiting: Option<String>,
     },
-    /// A run is live and the policy is queue: waiting, at this depth.
+    /// A run is live (or an earlier firing goes first) and the policy is queue: waiting, at
+    /// this depth.
     Queued {
         depth: u64,
         cap: u32,
+        waiting: Option<String>,
     },
     /// A run is live and the queue is full: dropped, saturation recorded.
     Saturated {
         cap: u32,
     },
-    /// A run is live and the policy is fail: a loud miss.
+    /// A run is live (or an earlier firing goes first) and the policy is fail: a loud miss.
     Missed {
         holder: String,
         token: i64,
+        waiting: Option<String>,
     },
     /// Backfill only: the lease is held; nothing recorded, try again later.
     Busy {
@@ -307,7 +312,21 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
         return Ok(fired);
     }
-    let claim = if f.live_here {
+    // An earlier firing that waits for the lease (its run died, its effect never happened, or
+    // it is queued) goes first: a new slot that took the free lease would pass it, and under
+    // coalesce the waiting one would then sit behind every later slot.
+    let waiting = if f.live_here || f.backfill {
+        None
+    } else {
+        waiting_before(tx, f)?
+    };
+    let claim = if let Some((owner, token, _)) = &waiting {
+        LeaseClaim::Held {
+            owner: owner.clone(),
+            token: *token,
+            until: f.now.to_string(),
+        }
+    } else if f.live_here {
         let token: i64 = tx.one(
             "SELECT coalesce(max(fencing_token), 0) FROM job_lease WHERE job_key = ?1",
             args![f.job],
@@ -340,7 +359,11 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             if f.backfill {
                 return Ok(Fired::Busy { holder, until });
             }
-            let live = format!("a run is live ({holder}, token {token})");
+            let waiting = waiting.map(|(_, _, w)| w);
+            let live = match &waiting {
+                Some(w) => format!("{w} goes first"),
+                None => format!("a run is live ({holder}, token {token})"),
+            };
             // The queue's depth is the only fact a policy reads; only a queue needs it.
             let queued: i64 = match f.overlap {
                 Overlap::Queue { .. } => tx.one(
@@ -353,13 +376,21 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             match f.overlap.decide(queued.max(0) as u64) {
                 WhileLive::Coalesce => {
                     upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
-                    let fired = Fired::Coalesced { holder, token };
+                    let fired = Fired::Coalesced {
+                        holder,
+                        token,
+                        waiting,
+                    };
                     fate_event(tx, f, EventKind::FiringCoalesced, Some(token), &fired)?;
                     Ok(fired)
                 }
                 WhileLive::Queue { depth, cap } => {
                     upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
-                    Ok(Fired::Queued { depth, cap })
+                    Ok(Fired::Queued {
+                        depth,
+                        cap,
+                        waiting,
+                    })
                 }
                 WhileLive::Saturated { cap } => {
                     upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
@@ -369,13 +400,53 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
                 }
                 WhileLive::Missed => {
                     upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
-                    let fired = Fired::Missed { holder, token };
+                    let fired = Fired::Missed {
+                        holder,
+                        token,
+                        waiting,
+                    };
                     fate_event(tx, f, EventKind::FiringMissed, Some(token), &fired)?;
                     Ok(fired)
                 }
             }
         }
     }
+}
+
+/// The job's oldest firing that waits for its lease (queued, to be run again, or `running` with
+/// its run dead), when the lease is free to take: (lease holder, token, the firing in words).
+/// A `running` firing under a lease still live is a live run, decided as such by the claim.
+fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, i64, String)>> {
+    let now = tx.now(f.now);
+    // The claim's own test (see `claim_lease_tx`): a lease it could not take is a live run.
+    let held: bool = tx.one(
+        "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until >= ?2)",
+        args![f.job, crate::time::minus_skew(now)],
+        |r| r.get(0),
+    )?;
+    if held {
+        return Ok(None);
+    }
+    let first: Option<(String, String, Option<String>)> = tx
+        .one(
+            "SELECT scheduled_at, state, owner FROM exactly_firings
+             WHERE state IN ('queued', 'retry', 'running') AND job_key = ?1 AND scheduled_at <> ?2
+             ORDER BY scheduled_at LIMIT 1",
+            args![f.job, f.slot],
+            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+        )
+        .optional()?;
+    let Some((slot, state, owner)) = first else {
+        return Ok(None);
+    };
+    let owner = owner.unwrap_or_else(|| "-".to_string());
+    let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
+    let what = match state.as_str() {
+        "queued" => format!("the firing at {slot}, queued earlier,"),
+        "retry" => format!("the firing at {slot}, whose effect never happened,"),
+        _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
+    };
+    Ok(Some((owner, token, what)))
 }
 
 impl Store {

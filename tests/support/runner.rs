@@ -27,6 +27,28 @@ impl Site {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+    /// Live processes of this site (working in its directory, as the processes a scheduler
+    /// started do) whose environment holds `KEY=VALUE`: how a firing's copies are found. Run
+    /// ids and effect keys repeat across sites, so another test's processes must not count.
+    pub fn procs_with_env(&self, key: &str, value: &str) -> Vec<i32> {
+        let want = format!("{key}={value}");
+        let here = self.dir.path().canonicalize().expect("site directory");
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|d| d.starts_with(&here))
+            })
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                    .unwrap_or(false)
+            })
+            .filter(|pid| alive(*pid))
+            .collect()
+    }
     /// What `--db` is given: the file's path, or the schema's URL.
     pub fn db(&self) -> String {
         match &self.pg {
@@ -67,7 +89,10 @@ impl Site {
             .append(true)
             .open(self.path(&format!("{owner}.log")))
             .expect("log file");
+        // Started from `/`, as a service manager starts it: whatever runs for a job must not
+        // depend on where the scheduler happened to be started.
         let child = Command::new(bin())
+            .current_dir("/")
             .args([
                 "--db",
                 &self.db(),
@@ -251,23 +276,6 @@ pub fn alive(pid: i32) -> bool {
             .unwrap_or(false),
         Err(_) => false,
     }
-}
-
-/// Live processes whose environment holds `KEY=VALUE` (how a firing's copies are found).
-pub fn procs_with_env(key: &str, value: &str) -> Vec<i32> {
-    let want = format!("{key}={value}");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
-                .unwrap_or(false)
-        })
-        .filter(|pid| alive(*pid))
-        .collect()
 }
 
 /// Reads a pid a job's command wrote to `file`.

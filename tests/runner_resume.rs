@@ -266,4 +266,56 @@ on_both_backends! {
         assert_eq!(b.term(Duration::from_secs(5)), Some(0), "{}", site.log("b"));
         assert_eq!(site.lines("slots"), [slot.clone(), slot], "{}", site.log("b"));
     }
+
+    #[test]
+    fn an_observer_run_by_the_scheduler_sees_the_firing_its_effect_was_for() {
+        let site = Site::new();
+        // The receipts file names each slot it was sent for; the observer asks "is there a
+        // receipt for my slot?" with the variable the command had. The first attempt loses its
+        // request before sending (exit 9): unknown, until the next run's observer looks.
+        std::fs::write(
+            site.path("far.txt"),
+            "slot=2026-11-30T00:00:00.000Z key=yesterday\n",
+        )
+        .expect("far");
+        let effect = |body: &str| {
+            format!(
+                "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
+                 --observe 'grep -q \"slot=$EXACTLY_SCHEDULED_AT\" far.txt' -- sh -c '{body}'"
+            )
+        };
+        let send = "echo \"slot=$EXACTLY_SCHEDULED_AT key=$EXACTLY_EFFECT_KEY\" >> far.txt";
+        let cmd = sh(&format!(
+            "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
+            effect("exit 9"),
+            effect(send)
+        ));
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        let mut s = site.start("s", "5s");
+        assert!(
+            wait_until(Duration::from_secs(10), || site.exists("lost")),
+            "{}",
+            site.log("s")
+        );
+        let lost = std::fs::read_to_string(site.path("lost"))
+            .expect("lost")
+            .trim()
+            .to_string();
+        let sent_for_lost = || {
+            site.lines("far.txt")
+                .iter()
+                .filter(|l| l.starts_with(&format!("slot={lost} ")))
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(10), || sent_for_lost() > 0),
+            "the effect that never went out was never sent (its observer said it happened): {}\n{:?}",
+            site.log("s"),
+            site.strings("SELECT state || ' ' || coalesce(response, '') FROM effect_ledger")
+        );
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+        assert_eq!(sent_for_lost(), 1, "{:?}", site.lines("far.txt"));
+    }
 }

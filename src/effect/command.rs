@@ -145,6 +145,7 @@ pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Ob
 pub fn observe_within(
     cmd: &str,
     effect_key: &str,
+    env: &[(String, String)],
     cwd: Option<&std::path::Path>,
     limit: std::time::Duration,
     stop: &std::sync::atomic::AtomicBool,
@@ -157,6 +158,7 @@ pub fn observe_within(
         observer.current_dir(dir);
     }
     let child = die_with_parent(&mut observer)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("EXACTLY_EFFECT_KEY", effect_key)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

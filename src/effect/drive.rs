@@ -217,15 +217,17 @@ pub struct Settled {
 /// job's next run); each verdict applies only to the row version it observed, and a send still
 /// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
 pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
-    settle_open_with(store, job, |cmd, key| observe_with(cmd, key, &[]))
+    settle_open_with(store, job, observe_with)
 }
 
-/// [`settle_open`] with `observe(cmd, effect_key)` running each observer (the scheduler bounds
-/// it with [`observe_within`](super::observe_within)).
+/// [`settle_open`] with `observe(cmd, effect_key, env)` running each observer (the scheduler
+/// bounds it with [`observe_within`](super::observe_within)). `env` is what the command that
+/// recorded the effect had — `EXACTLY_JOB`, and the `EXACTLY_RUN_ID` and `EXACTLY_SCHEDULED_AT`
+/// of its run — so an observer that names its firing asks about that firing, not about none.
 pub fn settle_open_with(
     store: &mut Store,
     job: &str,
-    mut observe: impl FnMut(&str, &str) -> Observation,
+    mut observe: impl FnMut(&str, &str, &[(String, String)]) -> Observation,
 ) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
@@ -241,7 +243,14 @@ pub fn settle_open_with(
         let Some(cmd) = row.observe_cmd.clone() else {
             continue;
         };
-        let verdict = observe(&cmd, &row.effect_key);
+        let mut env = vec![
+            ("EXACTLY_JOB".to_string(), job.to_string()),
+            ("EXACTLY_RUN_ID".to_string(), row.run_id.clone()),
+        ];
+        if let Some(slot) = store.run_slot(&row.run_id)? {
+            env.push(("EXACTLY_SCHEDULED_AT".to_string(), slot));
+        }
+        let verdict = observe(&cmd, &row.effect_key, &env);
         let (res, words) = match &verdict {
             Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),

@@ -147,8 +147,8 @@ fn observe(
     );
     let observers = std::thread::spawn(move || -> Result<Vec<effect::Settled>> {
         let mut store = crate::open(Some(&db), Access::Write)?;
-        effect::settle_open_with(&mut store, &job, |cmd, key| {
-            effect::observe_within(cmd, key, cwd.as_deref(), limit, &flag)
+        effect::settle_open_with(&mut store, &job, |cmd, key, env| {
+            effect::observe_within(cmd, key, env, cwd.as_deref(), limit, &flag)
         })
     });
     while !observers.is_finished() {

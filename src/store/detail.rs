@@ -69,6 +69,19 @@ impl Store {
         })
     }
 
+    /// The slot a run was for (None: no such run, e.g. an `exactly effect` outside a scheduler).
+    pub(crate) fn run_slot(&mut self, run_id: &str) -> Result<Option<String>> {
+        self.read(|tx| {
+            tx.one(
+                "SELECT scheduled_at FROM exactly_runs WHERE run_id = ?1",
+                args![run_id],
+                |r| text(r, 0),
+            )
+            .optional()
+            .map(Option::flatten)
+        })
+    }
+
     /// The first run of a job that started after `after` (None: its latest run).
     pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
         self.read(|tx| match after {

@@ -681,3 +681,38 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
         assert_eq!(off, 0, "{table}.{col} carries the client's clock");
     }
 }
+
+#[test]
+fn gc_from_a_client_an_hour_ahead_keeps_what_the_servers_clock_says_is_recent() {
+    let Some((s, db)) = site() else {
+        return;
+    };
+    // Two events by the server's clock: one 23h30m old (inside `--keep 1d`), one 25h old.
+    let at = |ago: &str| -> String {
+        s.one(&format!(
+            "SELECT to_char((now() - interval '{ago}') AT TIME ZONE 'UTC', \
+             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+        ))
+    };
+    let (recent, old) = (at("23 hours 30 minutes"), at("25 hours"));
+    s.client()
+        .batch_execute(&format!(
+            "INSERT INTO exactly_events (at, kind, detail) VALUES
+               ('{recent}', 'lease_stolen', 'recent'), ('{old}', 'lease_stolen', 'old')"
+        ))
+        .expect("insert events");
+    // By the client's clock (an hour ahead) the recent one is 24h30m old.
+    let (code, out, err) = exactly(&db, "+1h", &["gc", "--keep", "1d"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let left: Vec<String> = s
+        .client()
+        .query(
+            "SELECT detail FROM exactly_events WHERE kind = 'lease_stolen' ORDER BY id",
+            &[],
+        )
+        .expect("read events")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, ["recent"], "gc pruned by the client's clock: {out}");
+}

@@ -71,6 +71,9 @@ pub struct Pruned {
 impl Store {
     /// Deletes history older than `horizon` (fixed-width UTC), batch by batch.
     pub(crate) fn prune(&mut self, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
+        // The caller's "now - keep", moved onto the database's clock (the server's, on
+        // PostgreSQL), which wrote every instant it is compared with.
+        let horizon = &self.read(|tx| Ok(tx.later(horizon)))?;
         let mut out = Pruned {
             horizon: horizon.to_string(),
             dry_run,

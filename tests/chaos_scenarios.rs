@@ -27,6 +27,18 @@ fn n(v: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} missing or not a count in {v}"))
 }
 
+/// What no run of a scenario (or of all of them) may ever count.
+const NEVER: [&str; 8] = [
+    "duplicate_effects",
+    "lost_effects",
+    "claimed_leaked",
+    "unknown_unresolved",
+    "unexplained_unknowns",
+    "late_writes_accepted",
+    "unapproved_sends",
+    "anomalies",
+];
+
 /// Runs one scenario and asserts the invariants on it.
 fn clean(scenario: &str, iterations: u32) -> Value {
     let it = iterations.to_string();
@@ -34,15 +46,7 @@ fn clean(scenario: &str, iterations: u32) -> Value {
     let s = &v["scenarios"][scenario];
     assert_eq!(code, 0, "{scenario}: exit {code}: {v:#}\n{err}");
     assert_eq!(n(&v, "iterations"), u64::from(iterations));
-    for k in [
-        "duplicate_effects",
-        "lost_effects",
-        "claimed_leaked",
-        "unknown_unresolved",
-        "unexplained_unknowns",
-        "late_writes_accepted",
-        "anomalies",
-    ] {
+    for k in NEVER {
         assert_eq!(n(&v, k), 0, "{scenario}: {k}: {v:#}");
         assert_eq!(n(s, k), 0, "{scenario}: per-scenario {k}");
     }
@@ -97,18 +101,6 @@ fn duplicate_registration_collapses_into_one_effect() {
 }
 
 /// The concurrency scenarios: live attempts racing, not only kills.
-/// What no run of the racing scenarios (or of all of them) may ever count.
-const NEVER: [&str; 8] = [
-    "duplicate_effects",
-    "lost_effects",
-    "claimed_leaked",
-    "unknown_unresolved",
-    "unexplained_unknowns",
-    "late_writes_accepted",
-    "unapproved_sends",
-    "anomalies",
-];
-
 fn raced(scenario: &str, iterations: u32) -> Value {
     let it = iterations.to_string();
     let (code, v, err) = chaos(&["--scenario", scenario, "--iterations", &it]);

@@ -631,21 +631,12 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
         "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ntimeout = \"900ms\"\ncommand = [\"true\"]\n",
     )
     .expect("jobs file");
-    let lib = [
-        "/usr/lib/x86_64-linux-gnu/faketime",
-        "/usr/lib/aarch64-linux-gnu/faketime",
-    ]
-    .iter()
-    .map(|d| std::path::Path::new(d).join("libfaketimeMT.so.1"))
-    .find(|p| p.exists())
-    .expect("libfaketimeMT.so.1 (Debian package faketime)");
-    let mut sched = Command::new(env!("CARGO_BIN_EXE_exactly"))
+    let mut sched = Command::new(env!("CARGO_BIN_EXE_exactly"));
+    exactly::chaos::skew_clock(&mut sched, "+1h").expect("libfaketime (Debian package faketime)");
+    let mut sched = sched
         .args(["--db", &db, "run"])
         .arg(&jobs)
         .args(["--owner", "ahead"])
-        .env("LD_PRELOAD", &lib)
-        .env("FAKETIME", "+1h")
-        .env("FAKETIME_NO_CACHE", "1")
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start exactly run");

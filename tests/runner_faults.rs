@@ -8,13 +8,6 @@ use support::{effect_args, strs};
 
 const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
-fn effect(far: &str, body: &str) -> String {
-    format!(
-        "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
-         --observe 'grep -q \"^$EXACTLY_EFFECT_KEY \" {far}' -- sh -c '{body}'"
-    )
-}
-
 /// The most runs any one firing of the database got.
 fn max_runs_per_firing(site: &Site) -> i64 {
     site.count(
@@ -307,11 +300,7 @@ on_both_backends! {
         let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
         // The first attempt ever loses its request: the effect is unknown until an observer finds
         // it never arrived.
-        let cmd = sh(&format!(
-            "if [ ! -e lost ]; then touch lost; {}; exit $?; fi; {}",
-            effect(&far, "exit 9"),
-            effect(&far, &send)
-        ));
+        let cmd = losing_first(&receipt_observer(&far), "exit 9", &send);
         site.write_jobs(&format!(
             "[[job]]\nname = \"daily\"\nevery = \"24h\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
              command = {cmd}\n"

@@ -5,10 +5,7 @@ use std::time::Duration;
 use support::runner::*;
 
 fn effect(far: &str, body: &str) -> String {
-    format!(
-        "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
-         --observe 'grep -q \"^$EXACTLY_EFFECT_KEY \" {far}' -- sh -c '{body}'"
-    )
+    slot_effect(&receipt_observer(far), body)
 }
 
 on_both_backends! {
@@ -83,11 +80,7 @@ on_both_backends! {
         let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
         // The first attempt loses its request (exit 9 without sending): the effect is unknown
         // until the next run's observer finds it never arrived.
-        let cmd = sh(&format!(
-            "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
-            effect(&far, "exit 9"),
-            effect(&far, &send)
-        ));
+        let cmd = losing_first(&receipt_observer(&far), "exit 9", &send);
         site.write_jobs(&format!(
             "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
         ));
@@ -177,17 +170,11 @@ on_both_backends! {
         // the response (exit 9): unknown, until the next run's observer looks.
         let send = "mkdir -p receipts; touch receipts/$EXACTLY_EFFECT_KEY; \
                     echo $EXACTLY_EFFECT_KEY >> far.txt";
-        let effect = |body: &str| {
-            format!(
-                "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
-                 --observe 'test -e receipts/$EXACTLY_EFFECT_KEY' -- sh -c '{body}'"
-            )
-        };
-        let cmd = sh(&format!(
-            "if [ ! -e lost ]; then touch lost; {}; exit $?; fi; {}",
-            effect(&format!("{send}; echo $EXACTLY_EFFECT_KEY > lost.key; exit 9")),
-            effect(send)
-        ));
+        let cmd = losing_first(
+            "test -e receipts/$EXACTLY_EFFECT_KEY",
+            &format!("{send}; echo $EXACTLY_EFFECT_KEY > lost.key; exit 9"),
+            send,
+        );
         site.write_jobs(&format!(
             "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
         ));
@@ -278,18 +265,12 @@ on_both_backends! {
             "slot=2026-11-30T00:00:00.000Z key=yesterday\n",
         )
         .expect("far");
-        let effect = |body: &str| {
-            format!(
-                "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
-                 --observe 'grep -q \"slot=$EXACTLY_SCHEDULED_AT\" far.txt' -- sh -c '{body}'"
-            )
-        };
         let send = "echo \"slot=$EXACTLY_SCHEDULED_AT key=$EXACTLY_EFFECT_KEY\" >> far.txt";
-        let cmd = sh(&format!(
-            "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
-            effect("exit 9"),
-            effect(send)
-        ));
+        let cmd = losing_first(
+            "grep -q \"slot=$EXACTLY_SCHEDULED_AT\" far.txt",
+            "exit 9",
+            send,
+        );
         site.write_jobs(&format!(
             "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
         ));

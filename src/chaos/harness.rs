@@ -35,7 +35,7 @@ impl Client {
 pub const FAKETIME: &str = "faketime";
 
 /// The library behind `faketime` (its thread-safe build), for a process whose clock must be
-/// shifted while it keeps its own pid (one the harness kills): `LD_PRELOAD` it with `FAKETIME`.
+/// shifted while it keeps its own pid (one the harness kills): see [`skew_clock`].
 /// The skewed schedulers on PostgreSQL need it (there is no fallback for them).
 pub fn libfaketime() -> Result<PathBuf> {
     let dirs = [
@@ -51,6 +51,16 @@ pub fn libfaketime() -> Result<PathBuf> {
                 "libfaketimeMT.so.1 not found (Debian package faketime): the schedulers on PostgreSQL run on skewed clocks".into(),
             )
         })
+}
+
+/// Runs `cmd` with its clock `offset` off ours (`"+1.5s"`, `"-1h"`): libfaketime preloaded into
+/// the process itself.
+pub fn skew_clock(cmd: &mut Command, offset: &str) -> Result<()> {
+    // Without FAKETIME_NO_CACHE, libfaketime caches its offset and may read the spec late.
+    cmd.env("LD_PRELOAD", libfaketime()?)
+        .env("FAKETIME", offset)
+        .env("FAKETIME_NO_CACHE", "1");
+    Ok(())
 }
 
 /// How one attempt of the concurrency scenarios differs from a plain one.
@@ -261,19 +271,14 @@ impl Harness {
             return self.exe_command();
         }
         let offset = format!("{:+.3}s", skew_ms as f64 / 1000.0);
-        let Ok(lib) = libfaketime() else {
-            let mut c = proc::command(Path::new(FAKETIME));
+        let mut c = self.exe_command();
+        if skew_clock(&mut c, &offset).is_err() {
+            c = proc::command(Path::new(FAKETIME));
             c.env("FAKETIME_NO_CACHE", "1")
                 .arg("-f")
                 .arg(offset)
                 .arg(&self.exe);
-            return c;
-        };
-        let mut c = self.exe_command();
-        // Without FAKETIME_NO_CACHE, libfaketime caches its offset and may read the spec late.
-        c.env("LD_PRELOAD", lib)
-            .env("FAKETIME", offset)
-            .env("FAKETIME_NO_CACHE", "1");
+        }
         c
     }
 

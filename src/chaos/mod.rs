@@ -15,7 +15,7 @@ mod sched;
 mod tally;
 
 pub(crate) use harness::sh_quote;
-pub use harness::{Client, Eff, Harness, How, FAKETIME};
+pub use harness::{skew_clock, Client, Eff, Harness, How, FAKETIME};
 pub use tally::Tally;
 use tally::{table, Report};
 

@@ -209,9 +209,7 @@ impl Fleet {
             let n = self.started as usize % 3;
             cmd.env("EXACTLY_HOST", format!("chaos-host-{n}"));
             if let Some(skew) = ["", "+1.5s", "-1.5s"].get(n).filter(|s| !s.is_empty()) {
-                cmd.env("LD_PRELOAD", super::harness::libfaketime()?)
-                    .env("FAKETIME", skew)
-                    .env("FAKETIME_NO_CACHE", "1");
+                super::harness::skew_clock(&mut cmd, skew)?;
             }
         }
         cmd.arg("--db")

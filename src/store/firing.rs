@@ -417,16 +417,6 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
 /// its run dead), when the lease is free to take: (lease holder, token, the firing in words).
 /// A `running` firing under a lease still live is a live run, decided as such by the claim.
 fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, i64, String)>> {
-    let now = tx.now(f.now);
-    // The claim's own test (see `claim_lease_tx`): a lease it could not take is a live run.
-    let held: bool = tx.one(
-        "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until >= ?2)",
-        args![f.job, crate::time::minus_skew(now)],
-        |r| r.get(0),
-    )?;
-    if held {
-        return Ok(None);
-    }
     let first: Option<(String, String, Option<String>)> = tx
         .one(
             "SELECT scheduled_at, state, owner FROM exactly_firings
@@ -436,9 +426,14 @@ fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, 
             |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
         )
         .optional()?;
+    // Most firings find none, and pay one index probe. A lease the claim could not take is a
+    // live run's: decided as such by the claim.
     let Some((slot, state, owner)) = first else {
         return Ok(None);
     };
+    if !super::lease::takeable(tx, f.job, f.now)? {
+        return Ok(None);
+    }
     let owner = owner.unwrap_or_else(|| "-".to_string());
     let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
     let what = match state.as_str() {

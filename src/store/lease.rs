@@ -133,6 +133,17 @@ pub(super) fn set_lease_until(
     Ok(ok)
 }
 
+/// Whether a claim of the job's lease would win now: it was never claimed, was released, or
+/// ended before the clock-skew margin (the test `claim_lease_tx` makes in its upsert).
+pub(super) fn takeable(tx: &Tx<'_>, job: &str, now: &str) -> DbResult<bool> {
+    let now = tx.now(now);
+    tx.one(
+        "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until >= ?2)",
+        args![job, crate::time::minus_skew(now)],
+        |r| r.get(0),
+    )
+}
+
 /// The lease row of a job, if it was ever claimed.
 fn lease_row(tx: &Tx<'_>, job: &str) -> DbResult<Option<LeaseRow>> {
     tx.one(
@@ -219,17 +230,16 @@ impl Store {
         job: &str,
         now: &str,
     ) -> Result<Option<(LeaseRow, chrono::Duration)>> {
-        let row = self.read(|tx| {
-            let now = tx.now(now).to_string();
-            Ok(lease_row(tx, job)?.map(|r| (r, now)))
-        })?;
-        Ok(row.map(|(r, now)| {
-            let left = match (crate::time::parse(&r.lease_until), crate::time::parse(&now)) {
-                (Some(u), Some(n)) => u - n,
-                _ => chrono::Duration::zero(),
-            };
-            (r, left)
-        }))
+        self.read(|tx| {
+            let now = crate::time::parse(tx.now(now));
+            Ok(lease_row(tx, job)?.map(|r| {
+                let left = match (crate::time::parse(&r.lease_until), now) {
+                    (Some(u), Some(n)) => u - n,
+                    _ => chrono::Duration::zero(),
+                };
+                (r, left)
+            }))
+        })
     }
 
     pub(crate) fn lease(&mut self, job: &str) -> Result<Option<LeaseRow>> {

@@ -259,6 +259,30 @@ pub fn sh(script: &str) -> String {
     format!("[\"sh\", \"-c\", {}]", toml_str(&script))
 }
 
+/// An `exactly effect` in a job's command: appends to the far side for the command's slot,
+/// observed by `observe`, sending with `sh -c body`.
+pub fn slot_effect(observe: &str, body: &str) -> String {
+    format!(
+        "$X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
+         --observe '{observe}' -- sh -c '{body}'"
+    )
+}
+
+/// An observer that finds the effect's key at the start of a line of the file `far`.
+pub fn receipt_observer(far: &str) -> String {
+    format!("grep -q \"^$EXACTLY_EFFECT_KEY \" {far}")
+}
+
+/// A job command whose first run's effect (observed by `observe`) ends with `first` and every
+/// later run's with `then`; the first run leaves its slot in the file `lost`.
+pub fn losing_first(observe: &str, first: &str, then: &str) -> String {
+    sh(&format!(
+        "if [ ! -e lost ]; then echo $EXACTLY_SCHEDULED_AT > lost; {}; exit $?; fi; {}",
+        slot_effect(observe, first),
+        slot_effect(observe, then)
+    ))
+}
+
 pub fn toml_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }

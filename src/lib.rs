@@ -51,6 +51,7 @@ pub mod lease;
 pub mod metrics;
 pub mod runner;
 pub mod sanitize;
+pub mod sender;
 pub mod snapshot;
 pub mod state;
 pub(crate) mod store;

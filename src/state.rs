@@ -212,6 +212,9 @@ words! {
         RunTimeout => "run_timeout",
         /// A firing that used up its runs (three) without finishing: not run again.
         FiringGaveUp => "firing_gave_up",
+        /// Two machines (boot id or pid namespace) go by one host name: their senders are
+        /// judged by deadline, never by pid.
+        HostClash => "host_clash",
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::Store;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,19 @@ pub struct LeaseWatch {
     pub db: String,
     pub job: String,
     pub token: i64,
+    /// The effect whose `submitted` row carries this send's deadline (`sender_until`), moved on
+    /// as the lease is renewed.
+    pub effect: Option<SentRow>,
+    /// The lease as the submit that won the send found it: its `lease_until` and when that is on
+    /// our monotonic clock.
+    pub granted: Option<(String, Instant)>,
+}
+
+/// The row a send is recorded on, for moving its deadline.
+#[derive(Debug, Clone)]
+pub struct SentRow {
+    pub key: String,
+    pub attempt: String,
 }
 
 /// What the command wrote on stdout: the first [`RESPONSE_MAX`] bytes and the total.
@@ -91,65 +104,302 @@ fn signal_group(pgid: i32, sig: i32) {
     }
 }
 
-/// Reads the lease and says whether the command may go on sending under it.
-struct Watch {
-    spec: LeaseWatch,
-    store: Option<Store>,
-    /// `lease_until` as last read, and when it ends on our monotonic clock (its time left
-    /// measured on the database's clock: on PostgreSQL the server's, whatever ours says).
-    until: Option<(String, Instant)>,
-    next: Instant,
+/// What the lease reader tells the loop that stops the command.
+enum Heard {
+    /// The lease as read: its `lease_until` and when it ends on our monotonic clock (its time
+    /// left measured on the database's clock, counted from before the read was sent).
+    Until(String, Instant),
+    Superseded(i64),
+    Released,
 }
 
-impl Watch {
-    fn new(spec: LeaseWatch) -> Watch {
-        Watch {
-            spec,
-            store: None,
-            until: None,
-            next: Instant::now(),
+/// Re-reads the lease every [`LEASE_POLL`] on a thread of its own, so a read that hangs (a
+/// stalled server, a partition) delays no stop: the loop stops the command at the deadline it
+/// last heard, whatever the reader is doing. A renewal moves the deadline only once the row's
+/// `sender_until` says so too, so those who wait out the row never wait less than we send.
+fn read_lease(
+    spec: LeaseWatch,
+    recorded: Option<String>,
+    tx: mpsc::Sender<Heard>,
+    done: Arc<AtomicBool>,
+) {
+    let mut store: Option<Store> = None;
+    let mut recorded = recorded;
+    while !done.load(Ordering::SeqCst) {
+        let t0 = Instant::now();
+        if store.is_none() {
+            store = crate::open(Some(&spec.db), crate::Access::Write).ok();
         }
-    }
-
-    /// Re-reads the lease (when due) and judges it. A database we cannot read is no reason to
-    /// stop, but also no renewal: the last `lease_until` read still bounds the send.
-    fn check(&mut self, force: bool) -> Option<Stopped> {
-        if force || Instant::now() >= self.next {
-            self.next = Instant::now() + LEASE_POLL;
-            if self.store.is_none() {
-                self.store = crate::open(Some(&self.spec.db), crate::Access::Write).ok();
-            }
-            if let Some(store) = self.store.as_mut() {
-                match crate::lease::get_with_left(store, &self.spec.job) {
-                    Ok(Some((l, _))) if l.fencing_token != self.spec.token => {
-                        return Some(Stopped::Superseded(l.fencing_token));
+        if let Some(s) = store.as_mut() {
+            let heard = match crate::lease::get_with_left(s, &spec.job) {
+                Ok(Some((l, _))) if l.fencing_token != spec.token => {
+                    Some(Heard::Superseded(l.fencing_token))
+                }
+                Ok(Some((l, left))) => {
+                    let mut until = l.lease_until.clone();
+                    if let Some(e) = &spec.effect {
+                        if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
+                            match crate::effect::extend_sender(
+                                s, &e.key, &e.attempt, &spec.job, spec.token, &until,
+                            ) {
+                                Ok(true) => recorded = Some(until.clone()),
+                                // Not recorded: the deadline stays the recorded one.
+                                _ => until = recorded.clone().unwrap_or(until),
+                            }
+                        }
                     }
-                    Ok(Some((l, left))) => {
-                        self.until = Some((l.lease_until, crate::lease::ends_at(left)));
-                    }
-                    // The lease row is gone: nothing grants the send any more.
-                    Ok(None) => {
-                        self.until = Some((crate::lease::RELEASED.to_string(), Instant::now()));
-                    }
-                    Err(_) => {}
+                    let cut = match (
+                        crate::time::parse(&l.lease_until),
+                        crate::time::parse(&until),
+                    ) {
+                        (Some(a), Some(b)) => a - b,
+                        _ => chrono::Duration::zero(),
+                    };
+                    let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
+                    Some(Heard::Until(until, t0.checked_add(left).unwrap_or(t0)))
+                }
+                // The lease row is gone: nothing grants the send any more.
+                Ok(None) => Some(Heard::Released),
+                Err(_) => {
+                    store = None;
+                    None
+                }
+            };
+            if let Some(h) = heard {
+                if tx.send(h).is_err() {
+                    return;
                 }
             }
         }
-        match &self.until {
-            Some((until, ends)) if Instant::now() >= *ends => {
-                Some(Stopped::LeaseExpired(until.clone()))
+        let spent = t0.elapsed();
+        std::thread::sleep(LEASE_POLL.saturating_sub(spent));
+    }
+}
+
+/// A small process forked before the row is submitted: it leads the process group the command
+/// will run in (so the row can name the group before anything is sent), and stops that group at
+/// the deadline it was last given — even while we are paused (SIGSTOP) or hung — and at once when
+/// we die, so a child the command left behind cannot send after a retry has judged us gone.
+pub struct Watchdog {
+    pid: i32,
+    start: u64,
+    tx: Option<std::fs::File>,
+}
+
+impl Watchdog {
+    pub fn start() -> std::io::Result<Watchdog> {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds has room for two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (r, w) = (fds[0], fds[1]);
+        let grace = STOP_GRACE.as_nanos() as u64;
+        // SAFETY: the child runs only async-signal-safe libc calls (no allocation, no locks)
+        // and never returns: `watchdog_main` ends in `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: both descriptors are ours.
+            unsafe {
+                libc::close(r);
+                libc::close(w);
             }
-            _ => None,
+            return Err(e);
+        }
+        if pid == 0 {
+            // SAFETY: in the forked child; see above.
+            unsafe { watchdog_main(r, w, grace) }
+        }
+        // SAFETY: r is ours; the child has its copy. setpgid here too closes the race with the
+        // child's own call: the group exists before we record it or start the command in it.
+        unsafe {
+            libc::close(r);
+            libc::setpgid(pid, pid);
+        }
+        use std::os::fd::FromRawFd;
+        // SAFETY: w is an open descriptor we own from here on.
+        let tx = unsafe { std::fs::File::from_raw_fd(w) };
+        let start = crate::sender::stat(pid).map(|s| s.start).unwrap_or(0);
+        Ok(Watchdog {
+            pid,
+            start,
+            tx: Some(tx),
+        })
+    }
+
+    /// The group the command runs in.
+    pub fn group(&self) -> crate::sender::Group {
+        crate::sender::Group {
+            pgid: self.pid,
+            leader_start: self.start,
+        }
+    }
+
+    /// Stop the group at `deadline` (None: no deadline).
+    fn arm(&mut self, deadline: Option<Instant>) {
+        let ns = match deadline {
+            Some(d) => mono_ns()
+                .saturating_add(d.saturating_duration_since(Instant::now()).as_nanos() as u64),
+            None => u64::MAX,
+        };
+        if let Some(tx) = self.tx.as_mut() {
+            // A watchdog that is gone cannot be armed; our own loop still stops at the deadline.
+            let _ = tx.write_all(&ns.to_le_bytes());
         }
     }
 }
 
-/// Runs `cmd` as described in the module's comment. `watch`: the lease to hold it to.
-pub fn run(cmd: &mut Command, watch: Option<LeaseWatch>) -> Result<Ended, NotStarted> {
-    let mut watch = watch.map(Watch::new);
-    // The permission to send is checked before anything can leave.
-    if let Some(stop) = watch.as_mut().and_then(|w| w.check(true)) {
-        return Err(NotStarted::LeaseGone(stop));
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Closing the pipe tells it we are done: it ends the group (itself included).
+        self.tx = None;
+        signal_group(self.pid, libc::SIGKILL);
+        let mut status = 0;
+        // SAFETY: the watchdog is our child; reaping it leaves no zombie.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+    }
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The watchdog's life, in the forked child: async-signal-safe calls only.
+unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
+    libc::close(w);
+    libc::setpgid(0, 0);
+    let me = libc::getpid();
+    // The group's SIGTERM is for the command; a terminal's SIGINT/SIGHUP are for our parent.
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGPIPE,
+        libc::SIGTSTP,
+        libc::SIGTTOU,
+        libc::SIGTTIN,
+    ] {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+    // Hold nothing of the parent's open: no pipe a reader waits on, no database.
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    if null >= 0 {
+        libc::dup2(null, 0);
+        libc::dup2(null, 1);
+        libc::dup2(null, 2);
+    }
+    if r > 3 {
+        libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
+    }
+    libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
+    let mut deadline = u64::MAX;
+    loop {
+        let now = mono_ns();
+        if now >= deadline {
+            libc::kill(-me, libc::SIGTERM);
+            let ts = libc::timespec {
+                tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::kill(-me, libc::SIGKILL);
+            libc::_exit(0);
+        }
+        let wait_ms = if deadline == u64::MAX {
+            -1
+        } else {
+            (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
+        };
+        let mut pfd = libc::pollfd {
+            fd: r,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = libc::poll(&mut pfd, 1, wait_ms);
+        if n < 0 {
+            if *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            libc::kill(-me, libc::SIGKILL);
+            libc::_exit(1);
+        }
+        if n == 0 {
+            continue;
+        }
+        let mut buf = [0u8; 8];
+        let got = libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8);
+        if got == 8 {
+            deadline = u64::from_le_bytes(buf);
+        } else if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
+            // Our parent is gone (or done): nothing of its command may outlive it.
+            libc::kill(-me, libc::SIGKILL);
+            libc::_exit(0);
+        }
+    }
+}
+
+/// Subtracted from a lease's end on our clock: the command is stopped this much before the lease
+/// ends, so the stop (and its grace) falls inside what others wait out.
+pub const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+/// Runs `cmd` as described in the module's comment. `watch`: the lease to hold it to;
+/// `watchdog`: the group it runs in (made before the row was submitted).
+pub fn run(
+    cmd: &mut Command,
+    watch: Option<LeaseWatch>,
+    watchdog: Option<&mut Watchdog>,
+) -> Result<Ended, NotStarted> {
+    let margin = |i: Instant| i.checked_sub(DEADLINE_MARGIN).unwrap_or(i);
+    // The deadline as granted: a first read that fails leaves it, never none.
+    let mut deadline: Option<(String, Instant)> = watch
+        .as_ref()
+        .and_then(|w| w.granted.clone())
+        .map(|(u, ends)| (u, margin(ends)));
+    if let Some((until, d)) = &deadline {
+        if Instant::now() >= *d {
+            return Err(NotStarted::LeaseGone(Stopped::LeaseExpired(until.clone())));
+        }
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let (heard_tx, heard_rx) = mpsc::channel::<Heard>();
+    if let Some(w) = watch.clone() {
+        let recorded = w.granted.as_ref().map(|g| g.0.clone());
+        let done = done.clone();
+        std::thread::spawn(move || read_lease(w, recorded, heard_tx, done));
+        // With nothing granted, the permission to send is the lease as first read.
+        if deadline.is_none() {
+            match heard_rx.recv_timeout(LEASE_POLL * 10) {
+                Ok(Heard::Until(u, ends)) => deadline = Some((u, margin(ends))),
+                Ok(Heard::Superseded(t)) => {
+                    return Err(NotStarted::LeaseGone(Stopped::Superseded(t)))
+                }
+                Ok(Heard::Released) => {
+                    return Err(NotStarted::LeaseGone(Stopped::LeaseExpired(
+                        crate::lease::RELEASED.to_string(),
+                    )))
+                }
+                Err(_) => {
+                    return Err(NotStarted::LeaseGone(Stopped::LeaseExpired(
+                        "an unknown time (the lease could not be read)".into(),
+                    )))
+                }
+            }
+        }
+    } else {
+        drop(heard_tx);
+    }
+    let mut watchdog = watchdog;
+    if let Some(wd) = watchdog.as_mut() {
+        wd.arm(deadline.as_ref().map(|d| d.1));
     }
     // Forwarded signals are caught from before the command starts until we exit: recording
     // its outcome is what we do after it ends, whatever stopped it.
@@ -158,12 +408,15 @@ pub fn run(cmd: &mut Command, watch: Option<LeaseWatch>) -> Result<Ended, NotSta
         // A registration that fails leaves that signal's default (we die, the command with us).
         let _ = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize);
     }
-    in_own_group(cmd)
+    in_group(cmd, watchdog.as_ref().map(|w| w.pid))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = cmd.spawn().map_err(NotStarted::Spawn)?;
-    let pgid = child.id() as i32;
+    let pgid = watchdog
+        .as_ref()
+        .map(|w| w.pid)
+        .unwrap_or(child.id() as i32);
     let out = Arc::new(Mutex::new(Output::default()));
     let (done_tx, done_rx) = mpsc::channel::<()>();
     if let Some(stdout) = child.stdout.take() {
@@ -189,11 +442,36 @@ pub fn run(cmd: &mut Command, watch: Option<LeaseWatch>) -> Result<Ended, NotSta
             signal_group(pgid, sig as i32);
             forwarded = Some(sig as i32);
         }
+        while let Ok(h) = heard_rx.try_recv() {
+            let stop = match h {
+                Heard::Until(u, ends) => {
+                    let d = margin(ends);
+                    if let Some(wd) = watchdog.as_mut() {
+                        if deadline.as_ref().is_none_or(|(_, old)| *old != d) {
+                            wd.arm(Some(d));
+                        }
+                    }
+                    deadline = Some((u, d));
+                    None
+                }
+                Heard::Superseded(t) => Some(Stopped::Superseded(t)),
+                Heard::Released => Some(Stopped::LeaseExpired(crate::lease::RELEASED.to_string())),
+            };
+            if stopped.is_none() {
+                if let Some(s) = stop {
+                    signal_group(pgid, libc::SIGTERM);
+                    term_at = Some(Instant::now());
+                    stopped = Some(s);
+                }
+            }
+        }
         if stopped.is_none() {
-            if let Some(stop) = watch.as_mut().and_then(|w| w.check(false)) {
-                signal_group(pgid, libc::SIGTERM);
-                term_at = Some(Instant::now());
-                stopped = Some(stop);
+            if let Some((until, d)) = &deadline {
+                if Instant::now() >= *d {
+                    signal_group(pgid, libc::SIGTERM);
+                    term_at = Some(Instant::now());
+                    stopped = Some(Stopped::LeaseExpired(until.clone()));
+                }
             }
         }
         if term_at.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
@@ -201,8 +479,18 @@ pub fn run(cmd: &mut Command, watch: Option<LeaseWatch>) -> Result<Ended, NotSta
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    done.store(true, Ordering::SeqCst);
+    // The watchdog may have stopped it at the deadline a moment before we looked.
+    if stopped.is_none() {
+        if let Some((until, d)) = &deadline {
+            if Instant::now() >= *d {
+                stopped = Some(Stopped::LeaseExpired(until.clone()));
+            }
+        }
+    }
     // Nothing the command started may go on sending after we record its outcome.
     signal_group(pgid, libc::SIGKILL);
+    end_orphans();
     let _ = done_rx.recv_timeout(PIPE_WAIT);
     let output = out.lock().map(|o| o.clone()).unwrap_or_default();
     Ok(Ended {
@@ -211,6 +499,47 @@ pub fn run(cmd: &mut Command, watch: Option<LeaseWatch>) -> Result<Ended, NotSta
         stopped,
         forwarded,
     })
+}
+
+/// Makes this process the child subreaper of what its commands start (`exactly effect` does):
+/// a grandchild that leaves the command's group (setsid) is re-parented to us, not to init, and
+/// [`run`] ends it with the command.
+pub fn become_subreaper() {
+    // SAFETY: prctl with these arguments changes only this process's reaper flag.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    SUBREAPER.store(true, Ordering::SeqCst);
+}
+
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// As subreaper, ends every process re-parented to us (a command's orphans that left its group)
+/// and reaps it.
+fn end_orphans() {
+    if !SUBREAPER.load(Ordering::SeqCst) {
+        return;
+    }
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+    {
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = s.rfind(')').map(|i| &s[i + 1..]) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(me.as_str()) {
+            // SAFETY: pid is our child (re-parented to us); we reap what we kill.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+    }
 }
 
 /// Copies the command's stdout to ours as it arrives (unaltered, flushed per read) and keeps
@@ -244,15 +573,16 @@ fn pass_on(mut from: impl Read, out: &Mutex<Output>) {
     }
 }
 
-/// The command gets a process group of its own (so it and everything it starts can be signalled
-/// as one) and dies with us: if we are killed mid-effect, it must not go on to send after a
-/// restart has already observed "not happened" and sent again.
-fn in_own_group(cmd: &mut Command) -> &mut Command {
+/// The command runs in the watchdog's process group (or one of its own), so it and everything it
+/// starts can be signalled as one, and dies with us: if we are killed mid-effect, it must not go
+/// on to send after a restart has already observed "not happened" and sent again.
+fn in_group(cmd: &mut Command, pgid: Option<i32>) -> &mut Command {
     use std::os::unix::process::CommandExt;
+    let pgid = pgid.unwrap_or(0);
     // SAFETY: setpgid and prctl are async-signal-safe and touch no memory of the parent.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::setpgid(0, 0) != 0 {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, pgid) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);

@@ -54,10 +54,18 @@ impl Effect for FarSide {
 /// Before every clock and every skew margin: an expired lease.
 const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 
-/// Lets `job`'s lease (held with `token`) run out: renewed to an instant long past.
+/// Lets `job`'s lease (held with `token`) run out: renewed to an instant long past. Time has
+/// passed for every send made under it too: the deadline each `submitted` row carries (its
+/// sender's lease as granted) is moved back with it.
 fn expire(store: &mut Store, job: &str, token: i64) {
     let ago = exactly::time::parse(LONG_AGO).expect("instant");
     lease::renew_until(store, job, token, ago).expect("expire");
+    let c = rusqlite::Connection::open(store.path()).expect("open the file");
+    c.execute(
+        "UPDATE effect_ledger SET sender_until = ?3 WHERE job_key = ?1 AND fencing_token = ?2",
+        rusqlite::params![job, token, LONG_AGO],
+    )
+    .expect("move the row's deadline back");
 }
 
 fn claim(store: &mut Store, job: &str, owner: &str) -> Option<i64> {

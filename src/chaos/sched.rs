@@ -253,8 +253,7 @@ impl Fleet {
             match crate::effect::get(&mut h.store, &key)? {
                 Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
-                    if row.state == EffectState::Submitted
-                        && effect::sender(row.attempt.as_deref()) == Sender::Alive
+                    if row.state == EffectState::Submitted && effect::sender(&row) == Sender::Alive
                     {
                         in_flight.push(row.run_id);
                     }

@@ -54,7 +54,13 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         db: store.path().to_string(),
         job: ctx.job.clone(),
         token: ctx.token,
+        effect: None,
+        granted: None,
     });
+    action.token = Some(ctx.token);
+    action.run_id = Some(ctx.run_id.clone());
+    // A grandchild that leaves the command's group comes back to us, and ends with it.
+    crate::wrapped::become_subreaper();
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
     if let Outcome::DuplicateSuppressed { key, response } = &out {
         replay(&mut store, key, response.as_deref())?;

@@ -1,7 +1,7 @@
 //! An effect that is a command, and observers that are commands: processes we start, stream,
 //! bound and kill with their process group.
 use super::{Effect, Failure, Observation};
-use crate::wrapped::{self, LeaseWatch, NotStarted, Output};
+use crate::wrapped::{self, LeaseWatch, NotStarted, Output, SentRow, Watchdog};
 use std::process::{Command, Stdio};
 
 /// An effect that is a command: exit 0 is done (stdout is the response), exit 75 promises
@@ -16,6 +16,14 @@ pub struct CommandEffect {
     pub lease: Option<LeaseWatch>,
     /// What the last `perform` wrote on stdout.
     pub output: Option<Output>,
+    /// The process that leads the command's group and stops it at the deadline.
+    watchdog: Option<Watchdog>,
+    /// The lease the send was granted under: `lease_until` (database clock), its end on ours,
+    /// and the attempt id the row names.
+    granted: Option<(String, std::time::Instant, String)>,
+    /// The fencing token and run the command is told it sends under.
+    pub token: Option<i64>,
+    pub run_id: Option<String>,
 }
 
 impl CommandEffect {
@@ -26,6 +34,10 @@ impl CommandEffect {
             env: Vec::new(),
             lease: None,
             output: None,
+            watchdog: None,
+            granted: None,
+            token: None,
+            run_id: None,
         }
     }
 }
@@ -40,7 +52,30 @@ impl Effect for CommandEffect {
         cmd.args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("EXACTLY_EFFECT_KEY", effect_key);
-        let ended = match wrapped::run(&mut cmd, self.lease.clone()) {
+        // What a far side needs to dedupe (the key) and to fence (the token): see README's
+        // "What exactly-once covers here".
+        if let Some(w) = &self.lease {
+            cmd.env("EXACTLY_JOB", &w.job)
+                .env("EXACTLY_FENCING_TOKEN", w.token.to_string());
+        }
+        if let Some(t) = self.token {
+            cmd.env("EXACTLY_FENCING_TOKEN", t.to_string());
+        }
+        if let Some(r) = &self.run_id {
+            cmd.env("EXACTLY_RUN_ID", r);
+        }
+        let mut watch = self.lease.clone();
+        if let Some((until, ends, attempt)) = &self.granted {
+            cmd.env("EXACTLY_LEASE_UNTIL", until);
+            if let Some(w) = watch.as_mut() {
+                w.granted = Some((until.clone(), *ends));
+                w.effect = Some(SentRow {
+                    key: effect_key.to_string(),
+                    attempt: attempt.clone(),
+                });
+            }
+        }
+        let ended = match wrapped::run(&mut cmd, watch, self.watchdog.as_mut()) {
             Ok(e) => e,
             // It never started, so nothing left this machine.
             Err(NotStarted::Spawn(e)) => {
@@ -99,6 +134,19 @@ impl Effect for CommandEffect {
 
     fn output(&self) -> Option<&Output> {
         self.output.as_ref()
+    }
+
+    fn sender_group(&mut self) -> Option<crate::sender::Group> {
+        if self.watchdog.is_none() {
+            // Without it the command still gets a group of its own, named by no row: a retry
+            // then judges by the process and the deadline alone.
+            self.watchdog = Watchdog::start().ok();
+        }
+        self.watchdog.as_ref().map(|w| w.group())
+    }
+
+    fn granted(&mut self, until: &str, ends: std::time::Instant, attempt: &str) {
+        self.granted = Some((until.to_string(), ends, attempt.to_string()));
     }
 }
 

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::fault;
 use crate::state::EffectState;
-use crate::store::{Begin, NewEffect, Resolution, Submit, Verdict};
+use crate::store::{Begin, NewEffect, Resolution, SentBy, Submit, Verdict};
 use crate::time;
 use crate::{Result, Store};
 
@@ -39,14 +39,23 @@ pub fn execute(
             let begin = if att.spec.needs_approval || fault::armed("after_claim") {
                 store.begin_effect(&new, ctx.now())?
             } else {
-                store.begin_and_submit_effect(&new, &att.attempt, ctx.now())?
+                store.begin_and_submit_effect(&new, sent_by(att), ctx.now())?
             };
-            if matches!(begin, Begin::Submitted(_)) {
+            if matches!(begin, Begin::Submitted(..)) {
                 fault::point("after_submitted");
             }
             let who = match &begin {
                 Begin::Existing(row, _) if row.state == EffectState::Submitted => {
-                    sender(row.attempt.as_deref())
+                    let who = sender(row);
+                    if who == Sender::Clash {
+                        store.record_host_clash(
+                            row,
+                            &crate::host(),
+                            crate::sender::host_id(),
+                            ctx.now(),
+                        )?;
+                    }
+                    who
                 }
                 _ => Sender::Unknown,
             };
@@ -84,7 +93,7 @@ pub fn execute(
                 &ctx.job,
                 &ctx.run_id,
                 ctx.token,
-                &att.attempt,
+                sent_by(att),
                 att.spec.needs_approval,
                 att.spec.terms.as_deref(),
                 seen,
@@ -96,6 +105,13 @@ pub fn execute(
             Input::Submitted(s)
         }
         Io::Send => {
+            if let Some(g) = att.granted() {
+                action.granted(
+                    &g.until,
+                    crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default()),
+                    &att.attempt,
+                );
+            }
             let sent = action.perform(key);
             fault::point("after_send");
             Input::Sent(sent)
@@ -171,10 +187,20 @@ fn within_lease(
     }
 }
 
+/// Who sends for `att`, as the ledger records it.
+fn sent_by(att: &Attempt) -> SentBy<'_> {
+    SentBy {
+        attempt: &att.attempt,
+        sender: att.sender.as_deref(),
+    }
+}
+
 /// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
 /// for the ways it ends.
 pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
-    let mut att = Attempt::new(ctx, spec, &attempt_id())?;
+    // The sender's process group exists before the row can name it.
+    let identity = crate::sender::Identity::this_process(action.sender_group());
+    let mut att = Attempt::new(ctx, spec, &attempt_id())?.with_sender(&identity.encode());
     let mut io = att.start();
     loop {
         let done = match execute(store, &att, &io, action) {
@@ -232,17 +258,17 @@ pub fn settle_open_with(
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
+        let Some(cmd) = row.observe_cmd.clone() else {
+            continue;
+        };
         let who = if row.state == EffectState::Submitted {
-            sender(row.attempt.as_deref())
+            sender(&row)
         } else {
             Sender::Gone
         };
         if who == Sender::Alive {
             continue;
         }
-        let Some(cmd) = row.observe_cmd.clone() else {
-            continue;
-        };
         let mut env = vec![
             ("EXACTLY_JOB".to_string(), job.to_string()),
             ("EXACTLY_RUN_ID".to_string(), row.run_id.clone()),

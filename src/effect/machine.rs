@@ -2,7 +2,7 @@
 //! time ([`Io`]), each answer taken back ([`Input`]).
 use super::{Ctx, Failure, Observation, Outcome, Sender, Spec};
 use crate::state::EffectState;
-use crate::store::{Begin, Seen, Submit, Verdict};
+use crate::store::{Begin, Granted, Seen, Submit, Verdict};
 use crate::Result;
 
 /// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
@@ -24,7 +24,7 @@ pub enum Io {
     },
     /// Move `claimed` → `submitted`, a compare-and-set on `seen` (`Store::submit_effect_on`).
     Submit { seen: Seen },
-    /// Send it ([`Effect::perform`](super::Effect::perform)).
+    /// Send it ([`Effect::perform`](super::Effect::perform)) within the lease granted.
     Send,
     /// Record the answer (`Store::finish_effect_on`, or `Store::release_effect_on` for nothing
     /// sent) on the row as our `submitted` left it.
@@ -62,6 +62,10 @@ pub struct Attempt {
     pub(super) ctx: Ctx,
     pub(super) spec: Spec,
     pub(super) attempt: String,
+    /// The sender's identity recorded with `submitted` ([`crate::sender::Identity::encode`]).
+    pub(super) sender: Option<String>,
+    /// The lease our `submitted` was granted under: the send stops at its end.
+    pub(super) granted: Option<Granted>,
     /// What the last observation was about, so its verdict names that row version.
     pub(super) looked_at: Option<(Seen, bool)>,
     /// Our `submitted` row, for the compare-and-set that records the answer.
@@ -83,6 +87,8 @@ impl Attempt {
             ctx: ctx.clone(),
             spec: spec.clone(),
             attempt: attempt.to_string(),
+            sender: None,
+            granted: None,
             looked_at: None,
             submitted: None,
             duplicate: None,
@@ -91,8 +97,19 @@ impl Attempt {
         })
     }
 
+    /// The sender's identity to record with `submitted` (the process set that will send).
+    pub fn with_sender(mut self, identity: &str) -> Attempt {
+        self.sender = Some(identity.to_string());
+        self
+    }
+
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The lease our send was granted under, once `submitted` is ours.
+    pub fn granted(&self) -> Option<&Granted> {
+        self.granted.as_ref()
     }
 
     pub fn ctx(&self) -> &Ctx {
@@ -168,8 +185,9 @@ impl Attempt {
             Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced { key }),
             Input::Began(Begin::Claimed(seen), _) => Io::Submit { seen },
             // Reserved and submitted in one transaction: ours to send.
-            Input::Began(Begin::Submitted(seen), _) => {
+            Input::Began(Begin::Submitted(seen, granted), _) => {
                 self.submitted = Some(seen);
+                self.granted = Some(granted);
                 Io::Send
             }
             Input::Began(Begin::Existing(row, lease), sender) => match &row.state {
@@ -181,10 +199,11 @@ impl Attempt {
                     let since = row.updated_at.as_str();
                     match sender {
                         Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
-                        Sender::Unknown if lease.live => {
+                        Sender::Unknown | Sender::Clash if lease.live => {
                             self.in_flight(row.attempt.as_deref(), since, lease.until.as_deref())
                         }
                         _ => {
+                            // Only a sender known gone skips the deadline check.
                             self.looked_at = Some((row.seen(), sender != Sender::Gone));
                             Io::Look
                         }
@@ -247,8 +266,9 @@ impl Attempt {
                 }
             }
             Input::Submitted(s) => match s {
-                Submit::Won { seen, .. } => {
+                Submit::Won { seen, granted, .. } => {
                     self.submitted = Some(seen);
+                    self.granted = Some(granted);
                     Io::Send
                 }
                 Submit::Fenced => self.end(Outcome::Fenced { key }),

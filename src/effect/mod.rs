@@ -16,7 +16,9 @@ mod drive;
 mod machine;
 
 pub use crate::store::SUBMIT_MIN_LEFT;
-pub use crate::store::{switch_guard_off_for_proof, Begin, LedgerRow, Seen, Submit, Verdict};
+pub use crate::store::{
+    switch_guard_off_for_proof, Begin, Granted, LedgerRow, Seen, Submit, Verdict,
+};
 pub use command::{observe_with, observe_within, CommandEffect};
 pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
@@ -148,6 +150,14 @@ pub trait Effect {
     fn output(&self) -> Option<&Output> {
         None
     }
+    /// The process group its sends run in, made before the row is submitted so the row can
+    /// name it ([`crate::sender::Identity`]); None when the effect sends from this process.
+    fn sender_group(&mut self) -> Option<crate::sender::Group> {
+        None
+    }
+    /// Told, just before [`Effect::perform`], the lease the send was granted under (its end on
+    /// the database's clock and on ours), and the row it is recorded on: a send must stop there.
+    fn granted(&mut self, _until: &str, _ends: std::time::Instant, _attempt: &str) {}
 }
 
 /// Every way an attempt can end. Only the first sends anything.
@@ -239,33 +249,42 @@ pub fn attempt_id() -> String {
     format!("{}:{}", crate::host(), std::process::id())
 }
 
-/// What can be known about the process that moved a row to `submitted`.
+/// What can be known about the process set that moved a row to `submitted`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
-    /// A live process on this host (other than us): it may be sending right now.
+    /// On this host identity it, or something left in its group, lives (other than us): it may
+    /// be sending right now.
     Alive,
-    /// This host, and its process is gone (the command it ran died with it): nothing more
-    /// will leave on its behalf.
+    /// This host identity, its process is gone and nothing is left of its group (ended before
+    /// this answer): nothing more will leave on its behalf.
     Gone,
-    /// Another host, ourselves, or no attempt recorded: only its lease can tell.
+    /// Another host, ourselves, or no attempt recorded: only the row's deadline can tell.
     Unknown,
+    /// Another machine calling itself by our host name: only the row's deadline can tell.
+    Clash,
 }
 
-/// Looks the sender of a `submitted` row up by its attempt id (`host:pid`).
-pub fn sender(attempt: Option<&str>) -> Sender {
-    let Some((host, pid)) = attempt.and_then(|a| a.rsplit_once(':')) else {
-        return Sender::Unknown;
-    };
-    let Ok(pid) = pid.parse::<i32>() else {
-        return Sender::Unknown;
-    };
-    if host != crate::host() || pid as u32 == std::process::id() || pid <= 0 {
-        return Sender::Unknown;
+/// Looks the sender of a `submitted` row up by its identity (see [`crate::sender`]); if it is
+/// gone on this host, what is left of its group is ended first, so nothing of it sends after
+/// the answer.
+pub fn sender(row: &LedgerRow) -> Sender {
+    match crate::sender::judge(row.attempt.as_deref(), row.sender.as_deref()) {
+        crate::sender::Judged::Alive => Sender::Alive,
+        crate::sender::Judged::Gone => Sender::Gone,
+        crate::sender::Judged::Elsewhere => Sender::Unknown,
+        crate::sender::Judged::Clash => Sender::Clash,
     }
-    // SAFETY: signal 0 only checks that the process exists.
-    if unsafe { libc::kill(pid, 0) == 0 } {
-        Sender::Alive
-    } else {
-        Sender::Gone
-    }
+}
+
+/// Moves the deadline a `submitted` row carries on to `until` (its sender's lease, renewed):
+/// the sender may send past its old deadline only once the row says so.
+pub fn extend_sender(
+    store: &mut Store,
+    key: &str,
+    attempt: &str,
+    job: &str,
+    token: i64,
+    until: &str,
+) -> Result<bool> {
+    store.extend_sender(key, attempt, job, token, until)
 }

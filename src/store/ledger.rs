@@ -52,7 +52,15 @@ pub(super) const BUMP: &str = "version = coalesce(version, 0) + 1";
 /// accepted anywhere. The lease is the permission to send.
 pub const SUBMIT_MIN_LEFT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The lease a send under (`job`, `token`) holds, judged against `now` minus the skew margin.
+/// How long after its lease's end a stopped sender may still be sending: our deadline timer
+/// fires on a poll of the loop that watches the command, which then waits out its grace before
+/// SIGKILL.
+fn stop_margin() -> std::time::Duration {
+    crate::wrapped::LEASE_POLL + crate::wrapped::STOP_GRACE
+}
+
+/// The lease a send under (`job`, `token`) holds now, and whether it is live, judged against
+/// `now` minus the skew margin and the stop margin.
 pub(super) fn sender_lease(
     tx: &Tx<'_>,
     job: &str,
@@ -70,15 +78,46 @@ pub(super) fn sender_lease(
             |r| text_or_empty(r, 0),
         )
         .optional()?;
-    // The send is over only once the lease has ended on every clock (the skew margin) and the
-    // wrapped command has been stopped (`exactly effect` notices within a poll, then waits out
-    // its grace before SIGKILL): until then it may still be sending.
-    let stop = crate::wrapped::LEASE_POLL + crate::wrapped::STOP_GRACE;
-    let margin = crate::time::minus(&crate::time::minus_skew(now), stop);
     Ok(SenderLease {
-        live: !guard_off() && until.as_deref().is_some_and(|u| u >= margin.as_str()),
+        live: !guard_off() && until.as_deref().is_some_and(|u| sending_until(u, now)),
         until,
     })
+}
+
+/// A sender whose lease let it send until `until` may still be sending at `now`: the lease has
+/// not ended on every clock (the skew margin), or the command it wrapped has not yet been
+/// stopped (`exactly effect` stops it at its deadline, then waits out its grace before SIGKILL).
+fn sending_until(until: &str, now: &str) -> bool {
+    let margin = crate::time::minus(&crate::time::minus_skew(now), stop_margin());
+    until >= margin.as_str()
+}
+
+/// Whether the sender of a `submitted` row may still be sending: judged from the deadline the row
+/// carries (the margin travels with the row, so a takeover of the job's lease shortens nothing),
+/// and, for a row that carries none (written before deadlines, or by another program), from its
+/// token's lease.
+pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<SenderLease> {
+    let lease = sender_lease(tx, &row.job_key, row.fencing_token, now)?;
+    match &row.sender_until {
+        Some(until) => {
+            let now = tx.now(now);
+            Ok(SenderLease {
+                live: !guard_off() && (sending_until(until, now) || lease.live),
+                until: Some(until.clone()).max(lease.until),
+            })
+        }
+        None => Ok(lease),
+    }
+}
+
+/// What a won send is granted: its lease's end and the time left to it on the database's clock.
+fn granted(lease: &SenderLease, now: &str) -> Granted {
+    let until = lease.until.clone().unwrap_or_default();
+    let left = match (crate::time::parse(&until), crate::time::parse(now)) {
+        (Some(u), Some(n)) => (u - n).to_std().unwrap_or_default(),
+        _ => std::time::Duration::ZERO,
+    };
+    Granted { until, left }
 }
 
 impl Store {
@@ -99,16 +138,16 @@ impl Store {
     pub(crate) fn begin_and_submit_effect(
         &mut self,
         e: &NewEffect<'_>,
-        attempt: &str,
+        by: SentBy<'_>,
         now: Ts,
     ) -> Result<Begin> {
-        self.begin_tx(e, Some(attempt), now)
+        self.begin_tx(e, Some(by), now)
     }
 
     fn begin_tx(
         &mut self,
         e: &NewEffect<'_>,
-        submit_as: Option<&str>,
+        submit_as: Option<SentBy<'_>>,
         now_ts: Ts,
     ) -> Result<Begin> {
         let now = crate::time::fmt(now_ts);
@@ -122,6 +161,7 @@ impl Store {
             }
             // Submit at once only with no approval row for the key (an approval asked for by
             // anyone binds every caller) and enough lease left to send under.
+            let mut lease = SenderLease::default();
             let attempt = match submit_as {
                 Some(a) => {
                     let asked: bool = tx
@@ -132,7 +172,7 @@ impl Store {
                         )
                         .optional()?
                         .unwrap_or(false);
-                    let lease = sender_lease(tx, e.job_key, Some(e.token), now)?;
+                    lease = sender_lease(tx, e.job_key, Some(e.token), now)?;
                     let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
                     (!asked && enough).then_some(a)
                 }
@@ -146,13 +186,15 @@ impl Store {
             let inserted = tx.exec(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
-                    attempt, version)
-                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1
+                    attempt, version, sender, sender_until)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
                  ON CONFLICT (effect_key) DO NOTHING",
                 args![
                     e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
-                    e.target_id, e.input_digest, e.observe_cmd, state, attempt
+                    e.target_id, e.input_digest, e.observe_cmd, state,
+                    attempt.map(|a| a.attempt), attempt.and_then(|a| a.sender),
+                    attempt.and(lease.until.as_deref())
                 ],
             );
             match inserted? {
@@ -164,7 +206,7 @@ impl Store {
                         updated_at: now.to_string(),
                     };
                     Ok(if attempt.is_some() {
-                        Begin::Submitted(seen)
+                        Begin::Submitted(seen, granted(&lease, now))
                     } else {
                         Begin::Claimed(seen)
                     })
@@ -179,7 +221,7 @@ impl Store {
                         )?;
                     }
                     let lease = if row.state == EffectState::Submitted {
-                        sender_lease(tx, &row.job_key, row.fencing_token, now)?
+                        row_sender(tx, &row, now)?
                     } else {
                         SenderLease::default()
                     };
@@ -200,7 +242,7 @@ impl Store {
         job: &str,
         run_id: &str,
         token: i64,
-        attempt: &str,
+        by: SentBy<'_>,
         needs_approval: bool,
         terms: Option<&str>,
         seen: &Seen,
@@ -211,7 +253,7 @@ impl Store {
             job,
             run_id,
             token,
-            attempt,
+            by,
             needs_approval,
             terms,
             Some(seen),
@@ -226,7 +268,7 @@ impl Store {
         job: &str,
         run_id: &str,
         token: i64,
-        attempt: &str,
+        by: SentBy<'_>,
         needs_approval: bool,
         terms: Option<&str>,
         seen: Option<&Seen>,
@@ -289,15 +331,16 @@ impl Store {
                 .one(
                     &format!(
                         "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
-                            fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP}
+                            fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP},
+                            sender = ?10, sender_until = ?11
                          WHERE effect_key = ?1 AND {}
                            AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
                          RETURNING coalesce(version, 0)",
                         still_as_seen(7)
                     ),
                     args![
-                        key, job, run_id, token, attempt, now, seen.state, seen.version,
-                        seen.updated_at
+                        key, job, run_id, token, by.attempt, now, seen.state, seen.version,
+                        seen.updated_at, by.sender, lease.until
                     ],
                     |r| int(r, 0),
                 )
@@ -321,7 +364,7 @@ impl Store {
                     &NewEvent::new(EventKind::ApprovalConsumed, now).job(job).effect(key).token(token),
                 )?;
             }
-            Ok(Submit::Won { approval_consumed: consume, seen: after })
+            Ok(Submit::Won { approval_consumed: consume, seen: after, granted: granted(&lease, now) })
         })
     }
 
@@ -481,6 +524,61 @@ impl Store {
                 .effect(key)
                 .detail(detail);
             ev.token = token;
+            record_event(tx, &ev)
+        })
+    }
+
+    /// Moves the deadline a `submitted` row carries on to `until` (the sender's lease, renewed),
+    /// while the row is still ours (`attempt`, `token`) and the lease still is too. False when
+    /// nothing moved: the sender must then keep to the deadline already recorded.
+    pub(crate) fn extend_sender(
+        &mut self,
+        key: &str,
+        attempt: &str,
+        job: &str,
+        token: i64,
+        until: &str,
+    ) -> Result<bool> {
+        self.write(|tx| {
+            Ok(tx.exec(
+                "UPDATE effect_ledger SET sender_until = ?5
+                 WHERE effect_key = ?1 AND state = 'submitted' AND attempt = ?2
+                   AND fencing_token = ?4 AND (sender_until IS NULL OR sender_until < ?5)
+                   AND EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?3 AND fencing_token = ?4
+                               AND lease_until >= ?5)",
+                args![key, attempt, job, token, until],
+            )? == 1)
+        })
+    }
+
+    /// Records that the sender of `row` goes by our host name `host` on another machine than
+    /// ours (`host_id`): two process tables under one name, so its pid says nothing here.
+    pub(crate) fn record_host_clash(
+        &mut self,
+        row: &LedgerRow,
+        host: &str,
+        host_id: &str,
+        now: Ts,
+    ) -> Result<()> {
+        let now = crate::time::fmt(now);
+        let theirs = row
+            .sender
+            .as_deref()
+            .and_then(|s| s.split(';').next())
+            .unwrap_or("?");
+        let detail = crate::sanitize::inert_trunc(
+            &format!(
+                "host name {host:?} is used by two machines: the sender of this effect ran on {theirs}, this attempt on {host_id}; judged by its deadline, not its pid"
+            ),
+            300,
+        );
+        self.write(|tx| {
+            let now = tx.now(&now);
+            let mut ev = NewEvent::new(EventKind::HostClash, now)
+                .job(&row.job_key)
+                .effect(&row.effect_key)
+                .detail(&detail);
+            ev.token = row.fencing_token;
             record_event(tx, &ev)
         })
     }

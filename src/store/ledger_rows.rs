@@ -34,6 +34,10 @@ pub struct LedgerRow {
     pub response_raw: Option<Vec<u8>>,
     /// Bytes the command wrote in all; more than `response_raw` holds means it was cut.
     pub response_total: Option<i64>,
+    /// The sender's identity (`sender::Identity::encode`), recorded with `submitted`.
+    pub sender: Option<String>,
+    /// Until when the sender's lease let it send (database clock), recorded with `submitted`.
+    pub sender_until: Option<String>,
 }
 
 impl LedgerRow {
@@ -60,7 +64,7 @@ pub(crate) const LEDGER_COLS: &str =
     "effect_key, job_key, run_id, fencing_token, state, terms_shown,
     response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
     verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
-    coalesce(version, 0), response_raw, response_total";
+    coalesce(version, 0), response_raw, response_total, sender, sender_until";
 
 pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
     Ok(LedgerRow {
@@ -87,6 +91,8 @@ pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
         version: int(r, 20)?.unwrap_or(0),
         response_raw: bytes(r, 21)?,
         response_total: int(r, 22)?,
+        sender: text(r, 23)?,
+        sender_until: text(r, 24)?,
     })
 }
 
@@ -113,8 +119,8 @@ pub enum Begin {
     /// Our row was inserted in state `claimed`, as seen here.
     Claimed(Seen),
     /// Our row was inserted in state `submitted` for our attempt, as seen here
-    /// ([`Store::begin_and_submit_effect`]): send it.
-    Submitted(Seen),
+    /// ([`Store::begin_and_submit_effect`]): send it, within the lease granted.
+    Submitted(Seen, Granted),
     /// A row already exists for the key: branch on its state. With it, whether the lease under
     /// which it was submitted may still be live (its token's lease ends after now minus the
     /// clock-skew margin): its sender may still be sending.
@@ -123,10 +129,26 @@ pub enum Begin {
     Fenced,
 }
 
+/// The lease a send was granted under, as the transaction that recorded `submitted` read it:
+/// its end on the database's clock, and how long that was from the transaction's now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Granted {
+    pub until: String,
+    pub left: std::time::Duration,
+}
+
+/// Who sends: the attempt id (`host:pid`, shown) and the sender's identity (judged).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentBy<'a> {
+    pub attempt: &'a str,
+    pub sender: Option<&'a str>,
+}
+
 /// The lease a `submitted` row was sent under, as the store found it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SenderLease {
-    /// The row's token still holds a lease ending after now minus the clock-skew margin.
+    /// The sender may still be sending: the deadline its row carries (else its token's lease)
+    /// ends after now minus the clock-skew margin and the stop grace.
     pub live: bool,
     /// When that lease ends (None: the token holds no lease any more).
     pub until: Option<String>,
@@ -139,6 +161,8 @@ pub enum Submit {
         approval_consumed: bool,
         /// The row as we left it, for the compare-and-set that records the answer.
         seen: Seen,
+        /// The lease the send may go on under.
+        granted: Granted,
     },
     /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
     /// the permission to send, so nothing is sent. Renew it and try again.

@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -51,6 +51,12 @@ pub(crate) const TABLES: &[Table] = &[
             // Bumped by every transition we make, so a compare-and-set can name the row version
             // it read. NULL (a row written with the seed's SQL) counts as 0.
             ("version", "INTEGER"),
+            // Who moved the row to `submitted` (`sender::Identity`: host identity, pid and
+            // start time, process group) and until when its lease let it send, on the
+            // database's clock (moved on as the lease is renewed): a retry judges the send over
+            // by these, whatever later happens to the job's lease.
+            ("sender", "TEXT"),
+            ("sender_until", "TEXT"),
         ],
     },
     Table {

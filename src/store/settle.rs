@@ -2,7 +2,7 @@
 //! resolution. Each a compare-and-set on the row as read, in one transaction.
 use super::db::args;
 use super::lease::{current_token, fenced};
-use super::ledger::{guard_off, sender_lease, BUMP};
+use super::ledger::{guard_off, row_sender, BUMP};
 use super::ledger_rows::*;
 use super::{int, record_event, NewEvent, Store};
 use crate::state::{EffectState, EventKind};
@@ -62,7 +62,7 @@ impl Store {
                 }
             }
             if row.state == EffectState::Submitted && lease_check && !guard_off() {
-                let lease = sender_lease(tx, &row.job_key, row.fencing_token, now)?;
+                let lease = row_sender(tx, &row, now)?;
                 if lease.live {
                     return Ok(Verdict::InFlight {
                         state: row.state,

@@ -1,0 +1,270 @@
+//! The sender of an effect is a set of processes with an identity, not a pid: the host identity
+//! (the host name's machine as its boot id and pid namespace, so two machines or containers
+//! that share a name never pass for one), the sending process with its start time (so a reused
+//! pid is not taken for it), and the process group its command runs in (so a child that
+//! outlives its parent is still counted, and ended, before anyone sends again).
+//!
+//! Linux `/proc` is read for start times and group members; where it cannot be read, `kill(pid,
+//! 0)` answers, and EPERM (another user's process) counts as alive.
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long ending a dead sender's leftover group may take before it counts as still alive.
+const END_WAIT: Duration = Duration::from_secs(3);
+
+/// This machine as a sender's row names it: boot id and pid namespace. Two hosts configured
+/// with one `EXACTLY_HOST` differ here, so their pids are never compared.
+pub fn host_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|p| {
+                let s = p.to_string_lossy().into_owned();
+                s.strip_prefix("pid:[")
+                    .and_then(|r| r.strip_suffix(']'))
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        if boot.is_empty() {
+            // No boot id (not Linux): the name is all there is.
+            format!("{}/{ns}", crate::hostname())
+        } else {
+            format!("{boot}/{ns}")
+        }
+    })
+}
+
+/// A process group a sender's command runs in, by its leader's pid and start time (a group id
+/// is its leader's pid; the kernel never reuses it while any member lives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    pub pgid: i32,
+    pub leader_start: u64,
+}
+
+/// Who moved a row to `submitted`, as recorded on the row (`effect_ledger.sender`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub host_id: String,
+    pub pid: i32,
+    /// The process's start time in clock ticks since boot (0: unknown).
+    pub start: u64,
+    pub group: Option<Group>,
+}
+
+impl Identity {
+    /// This process, sending through `group` when its command runs in one.
+    pub fn this_process(group: Option<Group>) -> Identity {
+        let pid = std::process::id() as i32;
+        Identity {
+            host_id: host_id().to_string(),
+            pid,
+            start: stat(pid).map(|s| s.start).unwrap_or(0),
+            group,
+        }
+    }
+
+    /// `HOST_ID;PID@START;PGID@START` (the group part empty without a group).
+    pub fn encode(&self) -> String {
+        let group = self
+            .group
+            .map(|g| format!("{}@{}", g.pgid, g.leader_start))
+            .unwrap_or_default();
+        format!("{};{}@{};{group}", self.host_id, self.pid, self.start)
+    }
+
+    pub fn parse(s: &str) -> Option<Identity> {
+        let mut parts = s.split(';');
+        let host_id = parts.next()?.to_string();
+        let at = |p: &str| -> Option<(i32, u64)> {
+            let (a, b) = p.split_once('@')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        };
+        let (pid, start) = at(parts.next()?)?;
+        let group = match parts.next() {
+            Some("") | None => None,
+            Some(g) => {
+                let (pgid, leader_start) = at(g)?;
+                Some(Group { pgid, leader_start })
+            }
+        };
+        Some(Identity {
+            host_id,
+            pid,
+            start,
+            group,
+        })
+    }
+}
+
+/// What `/proc/PID/stat` says of a process.
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    pub zombie: bool,
+    pub pgid: i32,
+    pub start: u64,
+}
+
+/// Reads `/proc/PID/stat` (None: no such process, or no `/proc`).
+pub fn stat(pid: i32) -> Option<Stat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        zombie: matches!(f.first(), Some(&"Z") | Some(&"X")),
+        pgid: f.get(2)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether the process `pid` that started at `start` (0: unknown) still lives. A pid now held
+/// by a process started at another time is not it; one we may not signal is alive.
+pub fn process_alive(pid: i32, start: u64) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match stat(pid) {
+        Some(s) => !s.zombie && (start == 0 || s.start == start),
+        None if std::path::Path::new("/proc/self/stat").exists() => false,
+        // No /proc to read: only the kernel's answer is left.
+        // SAFETY: signal 0 only checks that the process exists.
+        None => unsafe {
+            libc::kill(pid, 0) == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        },
+    }
+}
+
+/// The live (not zombie) members of `group`, or None when the group is known gone: its leader's
+/// pid now belongs to a process started at another time, which the kernel allows only once
+/// every member of the old group has ended.
+pub fn members(group: Group) -> Vec<i32> {
+    if let Some(l) = stat(group.pgid) {
+        if group.leader_start != 0 && l.start != group.leader_start && !l.zombie {
+            return Vec::new();
+        }
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        // SAFETY: signal 0 to a group only checks that it has a member.
+        let any = unsafe {
+            libc::kill(-group.pgid, 0) == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        };
+        return if any { vec![group.pgid] } else { Vec::new() };
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie))
+        .collect()
+}
+
+/// Ends what is left of a dead sender's group (SIGKILL) and waits until it is empty. False when
+/// something of it still lives: it is another user's (EPERM), or did not end within a few
+/// seconds; then it may still be sending.
+pub fn end_group(group: Group) -> bool {
+    let until = Instant::now() + END_WAIT;
+    loop {
+        if members(group).is_empty() {
+            return true;
+        }
+        // SAFETY: a negative pid names the process group; its leader check is above.
+        let rc = unsafe { libc::kill(-group.pgid, libc::SIGKILL) };
+        if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+            return false;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What is known of the process set that moved a row to `submitted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// On this host identity, it (or something left in its group) still lives.
+    Alive,
+    /// On this host identity, it is gone and nothing of its group is left.
+    Gone,
+    /// Another host, ourselves, or nothing recorded: only the row's deadline can tell.
+    Elsewhere,
+    /// Another machine that calls itself by our host name (its boot id or pid namespace
+    /// differs): only the row's deadline can tell, and the clash is worth saying.
+    Clash,
+}
+
+/// Judges a row's sender: `attempt` is its `host:pid`, `identity` what the row recorded of it
+/// (None: a row written before identities, or by another program). A dead sender's leftover
+/// group is ended here, before anyone may settle or re-send its row.
+pub fn judge(attempt: Option<&str>, identity: Option<&str>) -> Judged {
+    let Some((host, pid)) = attempt.and_then(|a| a.rsplit_once(':')) else {
+        return Judged::Elsewhere;
+    };
+    if host != crate::host() {
+        return Judged::Elsewhere;
+    }
+    let me = std::process::id() as i32;
+    match identity.and_then(Identity::parse) {
+        Some(id) if id.host_id != host_id() => Judged::Clash,
+        Some(id) => {
+            if id.pid == me && stat(me).is_none_or(|s| id.start == 0 || s.start == id.start) {
+                return Judged::Elsewhere;
+            }
+            if process_alive(id.pid, id.start) {
+                return Judged::Alive;
+            }
+            match id.group {
+                Some(g) if !end_group(g) => Judged::Alive,
+                _ => Judged::Gone,
+            }
+        }
+        None => {
+            let Ok(pid) = pid.parse::<i32>() else {
+                return Judged::Elsewhere;
+            };
+            if pid == me || pid <= 0 {
+                return Judged::Elsewhere;
+            }
+            if process_alive(pid, 0) {
+                Judged::Alive
+            } else {
+                Judged::Gone
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_round_trips() {
+        let id = Identity {
+            host_id: "b00t/4026531836".into(),
+            pid: 42,
+            start: 7,
+            group: Some(Group {
+                pgid: 43,
+                leader_start: 8,
+            }),
+        };
+        assert_eq!(Identity::parse(&id.encode()), Some(id.clone()));
+        let lone = Identity { group: None, ..id };
+        assert_eq!(Identity::parse(&lone.encode()), Some(lone));
+        assert_eq!(Identity::parse("x;y"), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reused_pid_is_not() {
+        let me = Identity::this_process(None);
+        assert!(me.start > 0);
+        assert!(process_alive(me.pid, me.start));
+        assert!(!process_alive(me.pid, me.start + 1));
+    }
+}

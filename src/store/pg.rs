@@ -278,7 +278,7 @@ impl r2d2::ManageConnection for Manager {
         #[cfg(not(feature = "tls"))]
         let mut client = self.config.connect(NoTls)?;
         client.batch_execute(&format!(
-            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000",
+            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000; SET statement_timeout = {STATEMENT_TIMEOUT_MS}",
             self.lock_ms
         ))?;
         Ok(PgConn {
@@ -312,6 +312,10 @@ pub(crate) struct PgStore {
     pub(crate) shown: String,
 }
 
+/// The longest any statement may run (the server cancels it): a stalled server is an error
+/// the caller sees, not a wait without end.
+const STATEMENT_TIMEOUT_MS: u64 = 30_000;
+
 impl PgStore {
     pub(crate) fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
         let shown = redact(url);
@@ -328,6 +332,11 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
+        // A partition must not hang a read forever: the kernel gives up on a connection whose
+        // peer stopped answering (keepalives), and no statement runs past its limit. (The lease
+        // is enforced by a local deadline whatever a read does: see `wrapped`.)
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
         if config.get_application_name().is_none() {
             config.application_name("exactly");
         }

@@ -167,6 +167,7 @@ fn resolve_already_settled_by_someone_else() {
         "carol",
         None,
         None,
+        false,
     )
     .expect("resolve");
     press(&mut app, &mut f.store(), &keys("y"));
@@ -354,6 +355,7 @@ fn an_open_effect_detail_follows_new_data() {
         "bob",
         None,
         None,
+        false,
     )
     .expect("resolve");
     pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);

@@ -221,11 +221,24 @@ pub enum Verdict {
     NotFound,
 }
 
+/// A `submitted` row's sender that may still be sending: its attempt id (`host:pid`) and when
+/// its lease ends (None: its process is alive on this host and its token holds no lease).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sending {
+    pub attempt: Option<String>,
+    pub until: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     Done {
         from: EffectState,
+        /// Resolved with `force` while its sender may still be sending: who, and until when.
+        forced: Option<Sending>,
     },
+    /// The row's sender may still be sending: nothing changed. A person who has checked the
+    /// far side resolves it with `force`.
+    InFlight(Sending),
     /// The effect is not open (already settled, by someone else or by an observer).
     NotOpen {
         state: EffectState,

@@ -207,7 +207,7 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
                 }
             }
             Pending::Resolve { key, how, .. } => {
-                let r = approval::resolve(store, key, *how, by, None, None)?;
+                let r = approval::resolve(store, key, *how, by, None, None, false)?;
                 let words = r.describe(key, *how);
                 match r {
                     Resolved::Done { .. } => ok(format!("{words} ({}) as {who}", how.word())),

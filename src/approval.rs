@@ -26,12 +26,16 @@ impl Decided {
 
 impl Sending {
     /// Who may still be sending, and until when: `attempt web-1:4242 may still be sending
-    /// until 2026-…Z`.
+    /// until 2026-…Z`, or `attempt web-1:4242 is still running on this host (lease until …)`.
     pub fn describe(&self) -> String {
         let who = inert(self.attempt.as_deref().unwrap_or("(unrecorded)"));
-        match &self.until {
-            Some(until) => format!("attempt {who} may still be sending until {}", inert(until)),
-            None => format!("attempt {who} is still running on this host"),
+        let until = self.until.as_deref().map(inert);
+        match (self.running, until) {
+            (false, Some(u)) => format!("attempt {who} may still be sending until {u}"),
+            (true, Some(u)) => {
+                format!("attempt {who} is still running on this host (lease until {u})")
+            }
+            (_, None) => format!("attempt {who} is still running on this host"),
         }
     }
 }

@@ -123,6 +123,7 @@ on_both_backends! {
         assert_eq!(cr, 5, "{er}");
         assert!(er.contains("in flight"), "{er}");
         assert!(er.contains(&format!(":{pid} ")), "names the attempt (host:{pid}): {er}");
+        assert!(er.contains("still running on this host (lease until 2"), "{er}");
         assert!(er.contains("--force"), "{er}");
         assert_eq!(er.trim().lines().count(), 1, "{er}");
         assert_eq!(cy, 5, "{ey}");

@@ -221,12 +221,14 @@ pub enum Verdict {
     NotFound,
 }
 
-/// A `submitted` row's sender that may still be sending: its attempt id (`host:pid`) and when
-/// its lease ends (None: its process is alive on this host and its token holds no lease).
+/// A `submitted` row's sender that may still be sending: its attempt id (`host:pid`), when its
+/// lease ends (None: its token holds no lease any more), and whether its process was found
+/// running on this host (then it may send past its lease's end, until it is stopped).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sending {
     pub attempt: Option<String>,
     pub until: Option<String>,
+    pub running: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -145,6 +145,7 @@ impl Store {
             let in_flight = sending(tx, &row, who, now)?.map(|lease| Sending {
                 attempt: row.attempt.clone(),
                 until: lease.until,
+                running: who == Sender::Alive,
             });
             if let (Some(s), false) = (&in_flight, force) {
                 return Ok(Resolved::InFlight(s.clone()));

@@ -2,7 +2,7 @@
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::sanitize::inert;
 use crate::state::ApprovalState;
-pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved};
+pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending};
 use crate::{Result, Store};
 
 // Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
@@ -24,15 +24,35 @@ impl Decided {
     }
 }
 
+impl Sending {
+    /// Who may still be sending, and until when: `attempt web-1:4242 may still be sending
+    /// until 2026-…Z`, or `attempt web-1:4242 is still running on this host (lease until …)`.
+    pub fn describe(&self) -> String {
+        let who = inert(self.attempt.as_deref().unwrap_or("(unrecorded)"));
+        let until = self.until.as_deref().map(inert);
+        match (self.running, until) {
+            (false, Some(u)) => format!("attempt {who} may still be sending until {u}"),
+            (true, Some(u)) => {
+                format!("attempt {who} is still running on this host (lease until {u})")
+            }
+            (_, None) => format!("attempt {who} is still running on this host"),
+        }
+    }
+}
+
 impl Resolved {
     /// The resolution in words: `resolved KEY: FROM → TO`, or why nothing changed.
     pub fn describe(&self, key: &str, how: Resolution) -> String {
         let k = inert(key);
         match self {
-            Resolved::Done { from } => format!(
+            Resolved::Done { from, .. } => format!(
                 "resolved {k}: {} → {}",
                 inert(from.as_str()),
                 how.target_state()
+            ),
+            Resolved::InFlight(s) => format!(
+                "effect {k} is in flight: {}; check the far side, then resolve with --force",
+                s.describe()
             ),
             Resolved::NotOpen { state, by } => format!(
                 "effect {k} is already {}{}; nothing to resolve",
@@ -114,7 +134,11 @@ pub fn deny_at(
 }
 
 /// Settles an effect after checking the far side: happened → `done`, did not happen →
-/// `claimed` (a retry may send), cancel → `cancelled`.
+/// `claimed` (a retry may send), cancel → `cancelled`. A `submitted` effect whose sender may
+/// still be sending (as an observer's verdict judges it: its process alive on this host, or
+/// its lease live) is left alone, [`Resolved::InFlight`], unless `force`: releasing a live
+/// sender lets a retry send it twice, and cancelling it records what the far side may get.
+#[allow(clippy::too_many_arguments)]
 pub fn resolve(
     store: &mut Store,
     key: &str,
@@ -122,11 +146,22 @@ pub fn resolve(
     by: &str,
     note: Option<&str>,
     evidence: Option<&str>,
+    force: bool,
 ) -> Result<Resolved> {
-    resolve_at(store, key, how, by, note, evidence, crate::time::now())
+    resolve_at(
+        store,
+        key,
+        how,
+        by,
+        note,
+        evidence,
+        force,
+        crate::time::now(),
+    )
 }
 
 /// [`resolve`] as at `now` (the caller's clock).
+#[allow(clippy::too_many_arguments)]
 pub fn resolve_at(
     store: &mut Store,
     key: &str,
@@ -134,9 +169,29 @@ pub fn resolve_at(
     by: &str,
     note: Option<&str>,
     evidence: Option<&str>,
+    force: bool,
     now: crate::time::Ts,
 ) -> Result<Resolved> {
-    store.resolve_effect(key, how, by, note, evidence, now)
+    // The process is looked at here, outside the store (as an attempt does before its
+    // verdict); the store judges it with the lease in the resolution's own transaction.
+    let row = store
+        .effect(key)?
+        .filter(|r| r.state == crate::state::EffectState::Submitted);
+    let attempt = row.as_ref().and_then(|r| r.attempt.clone());
+    let sender = match &row {
+        Some(r) => crate::effect::sender(r),
+        None => crate::effect::Sender::Unknown,
+    };
+    store.resolve_effect(
+        key,
+        how,
+        by,
+        note,
+        evidence,
+        force,
+        (attempt.as_deref(), sender),
+        now,
+    )
 }
 
 #[cfg(test)]

@@ -167,6 +167,7 @@ fn resolve_already_settled_by_someone_else() {
         "carol",
         None,
         None,
+        false,
     )
     .expect("resolve");
     press(&mut app, &mut f.store(), &keys("y"));
@@ -354,6 +355,7 @@ fn an_open_effect_detail_follows_new_data() {
         "bob",
         None,
         None,
+        false,
     )
     .expect("resolve");
     pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
@@ -415,4 +417,81 @@ fn scrolls_200_jobs_a_page_at_a_time() {
         (range(177, 196), sel(177))
     );
     assert_eq!(step(&mut app, keys("g")), (range(0, 19), sel(0)));
+}
+
+/// Issue 20, item 7: `r` on an effect whose sender may still be sending. The first `y` asks the
+/// ledger, which refuses; a second, red confirmation names the sender and its lease's end, and
+/// only `F` resolves (with force). A reflexive second `y` does nothing, Esc cancels.
+#[test]
+fn resolving_an_effect_in_flight_needs_a_second_confirmation() {
+    let (f, key) = in_flight();
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &keys("4"));
+    open_effect_detail(&mut app, &mut store, &key);
+    press(&mut app, &mut store, &keys("rny"));
+    let Some(Popup::Force(Pending::Resolve {
+        key: k,
+        force: Some(s),
+        ..
+    })) = &app.popup
+    else {
+        panic!("no second confirmation: {:?}", app.popup);
+    };
+    assert_eq!(k, &key);
+    assert_eq!(s.attempt.as_deref(), Some(ATTEMPT));
+    assert_eq!(s.until.as_deref(), Some(after(600).as_str()));
+    let status = app.status.clone().expect("status");
+    assert!(
+        !status.ok && status.text.contains("in flight"),
+        "{status:?}"
+    );
+    assert_eq!(
+        effect_state(&f, &key).0,
+        "submitted",
+        "the first y changed nothing"
+    );
+    press(&mut app, &mut store, &keys("y"));
+    assert!(matches!(app.popup, Some(Popup::Force(_))), "y is not F");
+    assert_eq!(effect_state(&f, &key).0, "submitted");
+    press(&mut app, &mut store, &[code(KeyCode::Esc)]);
+    assert!(app.popup.is_none());
+    assert_eq!(effect_state(&f, &key).0, "submitted", "Esc cancels");
+
+    press(&mut app, &mut store, &keys("rnyF"));
+    assert!(app.popup.is_none(), "{:?}", app.popup);
+    let (state, by) = effect_state(&f, &key);
+    assert_eq!(state, "claimed");
+    assert_eq!(by.as_deref(), Some(exactly::actor().as_str()));
+    let status = app.status.clone().expect("status");
+    assert!(
+        status.ok
+            && status
+                .text
+                .contains("forced while in flight: attempt web-1:4242"),
+        "{status:?}"
+    );
+    let events = exactly::effect::events(&mut f.store(), &key).expect("events");
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| e.kind == "resolved")
+        .expect("a resolved event");
+    assert!(
+        last.detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("forced while in flight"),
+        "{last:?}"
+    );
+}
+
+/// Opens the effect detail of `key` from the Events view (its newest event is first).
+fn open_effect_detail(app: &mut exactly::tui::App, store: &mut exactly::Store, key: &str) {
+    press(app, store, &[code(KeyCode::Enter)]);
+    assert!(
+        matches!(&app.detail, Some(d) if d.focus == exactly::tui::Focus::Effect(key.into())),
+        "{:?}",
+        app.detail.as_ref().map(|d| &d.focus)
+    );
 }

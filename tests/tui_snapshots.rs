@@ -77,6 +77,23 @@ fn busy_details_and_popups() {
     }
 }
 
+/// `r n y` on an effect whose sender may still be sending: the second, red confirmation names
+/// the sender and its lease's end (issue 20, item 7).
+#[test]
+fn in_flight_force_confirmation() {
+    let (f, _) = in_flight();
+    for (w, h) in SIZES {
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys("4"));
+        open_detail(&mut app, &f);
+        press(&mut app, &mut f.store(), &keys("rny"));
+        insta::assert_snapshot!(
+            format!("in_flight_force_{w}x{h}"),
+            render(&mut app, w, h).backend()
+        );
+    }
+}
+
 /// After the scheduler died: the header says so, NEXT is late, LAST shows the failing job; its
 /// runs open with Enter and a run's output with Enter again.
 #[test]

@@ -30,6 +30,10 @@ pub struct ResolveArgs {
     /// What proves it, e.g. the far side's order id.
     #[arg(long)]
     pub evidence: Option<String>,
+    /// Resolve even while its sender may still be sending (its process alive, or its lease
+    /// live): only after checking the far side, or a retry may send it twice.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub(super) fn decide(db: &Option<String>, a: DecideArgs, approve: bool) -> Result<i32> {
@@ -84,13 +88,25 @@ pub(super) fn resolve_cmd(db: &Option<String>, a: ResolveArgs) -> Result<i32> {
         &by,
         a.note.as_deref(),
         a.evidence.as_deref(),
+        a.force,
     )?;
     let words = r.describe(&a.key, how);
-    if let Resolved::Done { .. } = r {
-        println!("{words} by {}", inert(&by));
-        Ok(0)
-    } else {
-        eprintln!("exactly: {words}");
-        Ok(1)
-    }
+    Ok(match r {
+        Resolved::Done { forced, .. } => {
+            if let Some(s) = forced {
+                eprintln!("exactly: forced while in flight: {}", s.describe());
+            }
+            println!("{words} by {}", inert(&by));
+            0
+        }
+        // As `exactly effect` answers an earlier attempt that may still be sending.
+        Resolved::InFlight(_) => {
+            eprintln!("exactly: {words}");
+            5
+        }
+        _ => {
+            eprintln!("exactly: {words}");
+            1
+        }
+    })
 }

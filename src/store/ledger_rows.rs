@@ -245,11 +245,26 @@ pub enum Verdict {
     NotFound,
 }
 
+/// A `submitted` row's sender that may still be sending: its attempt id (`host:pid`), when its
+/// lease ends (None: its token holds no lease any more), and whether its process was found
+/// running on this host (then it may send past its lease's end, until it is stopped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sending {
+    pub attempt: Option<String>,
+    pub until: Option<String>,
+    pub running: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     Done {
         from: EffectState,
+        /// Resolved with `force` while its sender may still be sending: who, and until when.
+        forced: Option<Sending>,
     },
+    /// The row's sender may still be sending: nothing changed. A person who has checked the
+    /// far side resolves it with `force`.
+    InFlight(Sending),
     /// The effect is not open (already settled, by someone else or by an observer).
     NotOpen {
         state: EffectState,

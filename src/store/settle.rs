@@ -1,10 +1,11 @@
 //! Settling an open effect: an observer's verdict on the attempt it looked at, and a person's
 //! resolution. Each a compare-and-set on the row as read, in one transaction.
-use super::db::args;
+use super::db::{args, DbResult, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, row_sender, BUMP};
 use super::ledger_rows::*;
 use super::{int, record_event, NewEvent, Store};
+use crate::effect::Sender;
 use crate::state::{EffectState, EventKind};
 use crate::time::Ts;
 use crate::Result;
@@ -61,16 +62,15 @@ impl Store {
                     return Ok(Verdict::Fenced);
                 }
             }
-            if row.state == EffectState::Submitted && lease_check && !guard_off() {
-                let lease = row_sender(tx, &row, now)?;
-                if lease.live {
-                    return Ok(Verdict::InFlight {
-                        state: row.state,
-                        attempt: row.attempt,
-                        since: row.updated_at,
-                        until: lease.until,
-                    });
-                }
+            // Alive never reaches here: the attempt is in flight before it looks.
+            let who = if lease_check { Sender::Unknown } else { Sender::Gone };
+            if let Some(lease) = sending(tx, &row, who, now)? {
+                return Ok(Verdict::InFlight {
+                    state: row.state,
+                    attempt: row.attempt,
+                    since: row.updated_at,
+                    until: lease.until,
+                });
             }
             let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
             let target = match verdict {
@@ -114,7 +114,12 @@ impl Store {
     }
 
     /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a retry
-    /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled.
+    /// may send), cancel → `cancelled`. A `claimed` row may also be cancelled. A `submitted` row
+    /// whose sender may still be sending (the observer's judgement, [`sending`]) is refused as
+    /// [`Resolved::InFlight`] unless `force`. `sender` is what the caller found of the process of
+    /// the attempt it read (`attempt`); decided here, in the write's transaction, so a sender
+    /// that submitted since the caller looked is judged by its lease.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resolve_effect(
         &mut self,
         key: &str,
@@ -122,6 +127,8 @@ impl Store {
         by: &str,
         note: Option<&str>,
         evidence: Option<&str>,
+        force: bool,
+        (attempt, sender): (Option<&str>, Sender),
         now: Ts,
     ) -> Result<Resolved> {
         let now = crate::time::fmt(now);
@@ -132,6 +139,16 @@ impl Store {
                 || (how == Resolution::Cancel && row.state == EffectState::Claimed);
             if !open {
                 return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
+            }
+            // What the caller saw of a process is about the attempt it read, not a newer one.
+            let who = if row.attempt.as_deref() == attempt { sender } else { Sender::Unknown };
+            let in_flight = sending(tx, &row, who, now)?.map(|lease| Sending {
+                attempt: row.attempt.clone(),
+                until: lease.until,
+                running: who == Sender::Alive,
+            });
+            if let (Some(s), false) = (&in_flight, force) {
+                return Ok(Resolved::InFlight(s.clone()));
             }
             tx.exec(
                 &format!(
@@ -150,6 +167,9 @@ impl Store {
                 )?;
             }
             let mut detail = format!("{} → {} ({})", row.state, how.target_state(), how.word());
+            if let Some(s) = &in_flight {
+                detail.push_str(&format!("; forced while in flight: {}", s.describe()));
+            }
             if let Some(n) = note {
                 detail.push_str(&format!("; note: {n}"));
             }
@@ -160,7 +180,25 @@ impl Store {
                 tx,
                 &NewEvent::new(EventKind::Resolved, now).job(&row.job_key).effect(key).actor(by).detail(&detail),
             )?;
-            Ok(Resolved::Done { from: row.state })
+            Ok(Resolved::Done { from: row.state, forced: in_flight })
         })
     }
+}
+
+/// Whether a `submitted` row's sender may still be sending: the one judgement an observer's
+/// verdict and a person's resolution share (Some: in flight, with its lease as found).
+/// `sender` is what the caller found of its process on this host ([`crate::effect::sender`],
+/// outside the store): alive → in flight; gone → not (its command died with it); otherwise its
+/// row's deadline decides ([`row_sender`]: the skew margin and the stop grace included).
+fn sending(
+    tx: &Tx<'_>,
+    row: &LedgerRow,
+    sender: Sender,
+    now: &str,
+) -> DbResult<Option<SenderLease>> {
+    if row.state != EffectState::Submitted || sender == Sender::Gone || guard_off() {
+        return Ok(None);
+    }
+    let lease = row_sender(tx, row, now)?;
+    Ok((sender == Sender::Alive || lease.live).then_some(lease))
 }

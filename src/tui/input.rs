@@ -12,6 +12,8 @@ pub enum Mode {
     Confirm,
     /// Choosing how to resolve an unknown effect.
     Resolve,
+    /// The second confirmation of a resolution whose sender may still be sending.
+    Force,
     /// Typing a filter or a pause note.
     Typing,
     /// The help popup.
@@ -42,6 +44,8 @@ pub enum KeyAction {
     Pause,
     /// In a confirmation: do it.
     Confirm,
+    /// In the second confirmation: resolve although its sender may still be sending.
+    Force,
     /// In a popup: do nothing and close it.
     Cancel,
     Happened,
@@ -283,6 +287,28 @@ pub const BINDINGS: &[Binding] = &[
         A::Cancel,
         Some("cancel"),
     ),
+    // A capital F, not a second `y`: a reflex that confirmed once must not release a sender.
+    b(
+        M::Force,
+        &[ch('F')],
+        "F",
+        "force (it may still be sending)",
+        A::Force,
+        Some("force"),
+    ),
+    b(
+        M::Force,
+        &[
+            ch('n'),
+            (KeyCode::Esc, NONE),
+            (KeyCode::Enter, NONE),
+            ch('q'),
+        ],
+        "n/Esc",
+        "cancel (the default)",
+        A::Cancel,
+        Some("cancel"),
+    ),
     b(
         M::Resolve,
         &[ch('h')],
@@ -383,6 +409,7 @@ pub fn markdown() -> String {
     for m in [
         Mode::Main,
         Mode::Confirm,
+        Mode::Force,
         Mode::Resolve,
         Mode::Typing,
         Mode::Help,
@@ -390,6 +417,7 @@ pub fn markdown() -> String {
         let place = match m {
             Mode::Main => "screen",
             Mode::Confirm => "confirmation",
+            Mode::Force => "in flight",
             Mode::Resolve => "after `r`",
             Mode::Typing => "typing",
             Mode::Help => "help",
@@ -425,6 +453,7 @@ mod tests {
         for m in [
             Mode::Main,
             Mode::Confirm,
+            Mode::Force,
             Mode::Resolve,
             Mode::Typing,
             Mode::Help,

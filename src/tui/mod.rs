@@ -54,13 +54,13 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
         // The dashboard reads through a read-only connection; an action (which the operator
         // confirmed) writes through its own.
         Request::Pending(act) => vec![
-            Reply::Acted(match crate::open(Some(store.path()), Access::Write) {
+            match crate::open(Some(store.path()), Access::Write) {
                 Ok(mut w) => perform(&mut w, act, &crate::actor()),
-                Err(e) => Report {
+                Err(e) => Reply::Acted(Report {
                     ok: false,
                     text: format!("{} failed: {}", act.verb(), inert(&e.to_string())),
-                },
-            }),
+                }),
+            },
             poll(store),
         ],
     }
@@ -177,8 +177,9 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
     }
 }
 
-/// Runs a confirmed action through the same library calls as the CLI, as `by`.
-pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
+/// Runs a confirmed action through the same library calls as the CLI, as `by`: its report, or
+/// [`Reply::InFlight`] when a resolution needs a second confirmation.
+pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
     let ok = |text: String| Report { ok: true, text };
     let bad = |text: String| Report { ok: false, text };
     let who = inert(by);
@@ -190,8 +191,8 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
             bad(format!("{words}; nothing changed"))
         }
     };
-    let r: Result<Report> = (|| {
-        Ok(match act {
+    let r: Result<Reply> = (|| {
+        Ok(Reply::Acted(match act {
             Pending::Approve { key, .. } | Pending::Deny { key, .. } => {
                 let approve = matches!(act, Pending::Approve { .. });
                 let d = if approve {
@@ -206,11 +207,29 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
                     Decided::NotFound => bad(words),
                 }
             }
-            Pending::Resolve { key, how, .. } => {
-                let r = approval::resolve(store, key, *how, by, None, None)?;
+            Pending::Resolve {
+                key, how, force, ..
+            } => {
+                let r = approval::resolve(store, key, *how, by, None, None, force.is_some())?;
                 let words = r.describe(key, *how);
                 match r {
-                    Resolved::Done { .. } => ok(format!("{words} ({}) as {who}", how.word())),
+                    Resolved::Done { forced: None, .. } => {
+                        ok(format!("{words} ({}) as {who}", how.word()))
+                    }
+                    Resolved::Done {
+                        forced: Some(s), ..
+                    } => ok(format!(
+                        "{words} ({}) as {who}; forced while in flight: {}",
+                        how.word(),
+                        s.describe()
+                    )),
+                    Resolved::InFlight(s) => {
+                        let mut again = act.clone();
+                        if let Pending::Resolve { force, .. } = &mut again {
+                            *force = Some(s);
+                        }
+                        return Ok(Reply::InFlight(again, bad(words)));
+                    }
                     _ => bad(words),
                 }
             }
@@ -219,9 +238,15 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Report {
                 toggled(t, job)
             }
             Pending::Resume { job } => toggled(jobs::resume(store, job, by)?, job),
-        })
+        }))
     })();
-    r.unwrap_or_else(|e| bad(format!("{} failed: {}", act.verb(), inert(&e.to_string()))))
+    r.unwrap_or_else(|e| {
+        Reply::Acted(bad(format!(
+            "{} failed: {}",
+            act.verb(),
+            inert(&e.to_string())
+        )))
+    })
 }
 
 /// `exactly top`.

@@ -6,7 +6,7 @@ mod keys;
 
 use super::input::Mode;
 use super::view;
-use crate::approval::{ApprovalRow, Resolution};
+use crate::approval::{ApprovalRow, Resolution, Sending};
 use crate::effect::LedgerRow;
 use crate::sanitize::inert;
 use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
@@ -75,6 +75,9 @@ pub enum Pending {
         job: String,
         terms: Option<String>,
         how: Resolution,
+        /// Set once the ledger said its sender may still be sending and the operator is asked
+        /// again: then confirmed, it resolves with force.
+        force: Option<Sending>,
     },
     Pause {
         job: String,
@@ -90,13 +93,19 @@ impl Pending {
         match self {
             Pending::Approve { .. } => "approve".into(),
             Pending::Deny { .. } => "deny".into(),
-            Pending::Resolve { how, .. } => match how {
-                Resolution::Happened => "resolve: it happened (→ done)".into(),
-                Resolution::NotHappened => {
-                    "resolve: it did not happen (→ claimed, a retry may send it)".into()
+            Pending::Resolve { how, force, .. } => {
+                let verb = match how {
+                    Resolution::Happened => "resolve: it happened (→ done)",
+                    Resolution::NotHappened => {
+                        "resolve: it did not happen (→ claimed, a retry may send it)"
+                    }
+                    Resolution::Cancel => "resolve: cancel, never retry (→ cancelled)",
+                };
+                match force {
+                    Some(_) => format!("force {verb}"),
+                    None => verb.into(),
                 }
-                Resolution::Cancel => "resolve: cancel, never retry (→ cancelled)".into(),
-            },
+            }
             Pending::Pause { .. } => "pause job".into(),
             Pending::Resume { .. } => "resume job".into(),
         }
@@ -161,6 +170,9 @@ pub enum Reply {
     Loaded(Loaded),
     LoadFailed(String),
     Acted(Report),
+    /// The ledger refused a resolution: its sender may still be sending. The act, with
+    /// `force` set, waits for a second confirmation.
+    InFlight(Pending, Report),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +190,8 @@ pub enum Typing {
 pub enum Popup {
     Help,
     Confirm(Pending),
+    /// The second, red confirmation of a resolution whose sender may still be sending.
+    Force(Pending),
     Resolve {
         key: String,
         job: String,
@@ -278,6 +292,7 @@ impl App {
             None => Mode::Main,
             Some(Popup::Help) => Mode::Help,
             Some(Popup::Confirm(_)) => Mode::Confirm,
+            Some(Popup::Force(_)) => Mode::Force,
             Some(Popup::Resolve { .. }) => Mode::Resolve,
             Some(Popup::Typing { .. }) => Mode::Typing,
         }
@@ -589,6 +604,13 @@ impl App {
             Reply::Acted(rep) => {
                 self.status = Some(rep);
                 return self.detail.as_ref().map(|d| Request::Load(d.focus.clone()));
+            }
+            Reply::InFlight(act, rep) => {
+                self.status = Some(rep);
+                // Never over what the operator opened meanwhile: the status line says why.
+                if self.popup.is_none() && !self.read_only {
+                    self.popup = Some(Popup::Force(act));
+                }
             }
         }
         None

@@ -179,6 +179,52 @@ pub fn empty() -> Fixture {
     new_db()
 }
 
+/// An effect whose sender may still be sending: `payouts` lost its first answer, an operator
+/// said it did not happen, and the retry (attempt [`ATTEMPT`], on another host, under a live
+/// lease) has submitted it and not answered yet. Its newest event is that resolution, so the
+/// Events view (`4`) opens it with Enter. Returns the fixture and the effect key.
+pub fn in_flight() -> (Fixture, String) {
+    let f = new_db();
+    let mut s = f.store();
+    let t = claim(&mut s, "payouts", "worker-1@web-1", 300, ago(-600));
+    let pay = Spec::new("pay", "acme")
+        .input("amount", "120.00")
+        .terms("Pay 120.00 EUR to ACME GmbH (invoice 2098-117)");
+    let key = run(
+        &mut s,
+        "payouts",
+        t,
+        &pay,
+        Err(Failure::Lost("connection reset after 30s".into())),
+        300,
+    );
+    let r = exactly::approval::resolve_at(
+        &mut s,
+        &key,
+        exactly::approval::Resolution::NotHappened,
+        "alice@10.0.0.7",
+        Some("not in the bank's list"),
+        None,
+        false,
+        ago(200),
+    )
+    .expect("resolve");
+    assert!(
+        matches!(r, exactly::approval::Resolved::Done { .. }),
+        "{r:?}"
+    );
+    let ctx = Ctx::new("payouts", t)
+        .with_run_id("payouts-run-2")
+        .at(ago(100));
+    let mut att = Attempt::new(&ctx, &pay, ATTEMPT).expect("spec");
+    let at = drive(&mut s, &mut att, &mut Far(Ok("unused".into())), |io| {
+        matches!(io, Io::Send)
+    });
+    assert_eq!(at, Io::Send);
+    drop(s);
+    (f, key)
+}
+
 /// A day of an operator's life: five jobs, leases held and expired, runs that overrun their
 /// lease, duplicates suppressed, a fenced write, unknown effects, pending and unused approvals.
 /// Each step happens at its own instant (seconds before `NOW`), in the order written.

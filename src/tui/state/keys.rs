@@ -65,6 +65,18 @@ impl App {
                     None
                 }
             }
+            Mode::Force => {
+                let Some(Popup::Force(act)) = self.popup.take() else {
+                    return None;
+                };
+                if action == KeyAction::Force {
+                    self.say(true, format!("working: {} …", act.verb()));
+                    Some(Request::Pending(act))
+                } else {
+                    self.say(true, "cancelled; nothing changed");
+                    None
+                }
+            }
             Mode::Resolve => {
                 let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
                     return None;
@@ -83,6 +95,7 @@ impl App {
                     job,
                     terms,
                     how,
+                    force: None,
                 }));
                 None
             }

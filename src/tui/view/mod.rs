@@ -111,6 +111,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
     match &app.popup {
         Some(Popup::Help) => draw_help(f, &t),
         Some(Popup::Confirm(act)) => draw_confirm(f, &t, act),
+        Some(Popup::Force(act)) => draw_force(f, &t, act),
         Some(Popup::Resolve { key, job, terms }) => draw_resolve(f, &t, key, job, terms.as_deref()),
         _ => {}
     }

@@ -23,6 +23,7 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
     for (mode, title) in [
         (Mode::Main, "Screen"),
         (Mode::Confirm, "Confirm (after a, d, p, r)"),
+        (Mode::Force, "In flight (resolve, again)"),
         (Mode::Resolve, "Resolve (after r)"),
         (Mode::Typing, "Typing (filter, note)"),
         (Mode::Help, "This help"),
@@ -136,5 +137,67 @@ pub(super) fn draw_resolve(f: &mut Frame, t: &Theme, key: &str, job: &str, terms
             Span::raw(b.help),
         ]));
     }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The second confirmation of a resolution the ledger refused: who may still be sending and
+/// until when, in red, and only `F` goes on.
+pub(super) fn draw_force(f: &mut Frame, t: &Theme, act: &Pending) {
+    let Pending::Resolve {
+        key,
+        job,
+        force: Some(s),
+        ..
+    } = act
+    else {
+        return;
+    };
+    let vw = (f.area().width.min(78) as usize).saturating_sub(11);
+    let line = |label: &str, v: &str| {
+        Line::from(vec![
+            Span::styled(format!(" {label:<7}"), t.dim()),
+            Span::raw(clip(v, vw)),
+        ])
+    };
+    let until = match &s.until {
+        Some(u) => format!("{u} (its lease's end)"),
+        None => "its process is still running on this host".into(),
+    };
+    let mut lines = vec![
+        line("effect", key),
+        line("job", job),
+        line("do", &act.verb()),
+        line("sender", s.attempt.as_deref().unwrap_or("(unrecorded)")),
+        line("until", &until),
+    ];
+    if s.running && s.until.is_some() {
+        lines.push(line("", "its process is still running on this host"));
+    }
+    lines.push(Line::raw(""));
+    for (i, w) in [
+        "Its sender may still be sending. Check the far side first:",
+        "\"did not happen\" lets a retry send it twice; \"cancel\" records",
+        "cancelled for what the far side may still get.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mark = if i == 0 { " ! " } else { "   " };
+        lines.push(Line::styled(clip(&format!("{mark}{w}"), vw + 8), t.bad()));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::styled(" F ", t.bad().add_modifier(Modifier::REVERSED)),
+        Span::raw(" force it   "),
+        Span::styled("[ n / Esc: cancel ]", t.selected()),
+        Span::raw(" (default)"),
+    ]));
+    let area = centered(f.area(), 78, lines.len() as u16 + 2);
+    f.render_widget(Clear, area);
+    let block = Block::bordered()
+        .title(Span::styled(" In flight: force the resolution? ", t.bad()))
+        .border_style(t.bad());
+    let inner = block.inner(area);
+    f.render_widget(block, area);
     f.render_widget(Paragraph::new(lines), inner);
 }

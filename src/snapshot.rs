@@ -31,8 +31,10 @@ pub struct Snapshot {
     pub schedulers_alive: u64,
     /// Seconds without a heartbeat after which a scheduler is not alive.
     pub scheduler_dead_after_s: i64,
-    /// Whole-system warnings (no scheduler alive while jobs are registered).
+    /// Whole-system warnings (no scheduler alive while jobs are registered, a host-name clash).
     pub warnings: Vec<String>,
+    /// Of `warnings`, the host-name clashes (the dashboard's header already says "no scheduler").
+    pub host_clashes: Vec<String>,
     pub totals: Window,
     pub last_24h: Window,
     /// Age in seconds of the oldest open (`unknown`, or `submitted` by a dead holder) effect.
@@ -58,6 +60,8 @@ pub struct SchedulerRow {
     /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
     pub ended_at: Option<String>,
     pub alive: bool,
+    /// The machine behind `host` (boot id / pid namespace); None from schedulers before it.
+    pub host_id: Option<String>,
 }
 
 pub use crate::state::{is_failure, FAILING_OUTCOMES};

@@ -364,6 +364,36 @@ on_both_backends! {
         assert_eq!(code, 0, "{err}");
         assert_eq!(deliveries(&env), 1);
     }
+
+    #[test]
+    fn two_schedulers_on_two_machines_with_one_host_name_are_shown() {
+        let env = Env::new();
+        let mut store = env.store();
+        for (owner, host_id) in [("a@web-1:10", "boot-a/4026531836"), ("b@web-1:10", "boot-b/4026531836")] {
+            let reg = exactly::jobs::SchedulerReg {
+                owner,
+                host: "web-1",
+                pid: 10,
+                source: "jobs.toml",
+                host_id,
+            };
+            exactly::jobs::scheduler_started(&mut store, &reg).expect("register");
+        }
+        drop(store);
+        assert_eq!(events(&env, "host_clash"), 1, "the second registration is the clash");
+        let (code, out, err) = env.run(&["status"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("host name \"web-1\" is used by live schedulers on two machines"),
+            "{out}"
+        );
+        let (code, json, err) = env.run(&["status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let warnings = v["warnings"].as_array().expect("warnings");
+        assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.contains("host-name clash"))), "{json}");
+        assert!(v["schedulers"].as_array().expect("schedulers").iter().all(|s| s["host_id"].is_string()), "{json}");
+    }
 }
 
 /// `exactly effect` (the retry's arguments, or `script` as the command) run as `user` through

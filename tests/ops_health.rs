@@ -408,6 +408,7 @@ fn old_history(site: &Site) {
         host: "old-host",
         pid: 1,
         source: "jobs.toml",
+        host_id: "old-boot/1",
     };
     jobs::scheduler_started_at(&mut s, &reg, long_ago(0)).expect("scheduler");
     drop(s);

@@ -35,6 +35,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         host: &host,
         pid,
         source,
+        host_id: crate::sender::host_id(),
     };
     jobs::scheduler_started(&mut store, &reg)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -59,6 +60,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                             host: &host,
                             pid,
                             source: &source,
+                            host_id: crate::sender::host_id(),
                         };
                         if let Err(e) = jobs::scheduler_started(&mut store, &reg) {
                             log_line("WARN", "-", &format!("heartbeat: {e}"));

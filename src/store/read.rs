@@ -172,6 +172,34 @@ impl Store {
                     "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; start exactly run"
                 ));
             }
+            // One host name, two machines: every pid-based judgement between them would be wrong.
+            let mut clashing: Vec<&str> = Vec::new();
+            for a in schedulers.iter().filter(|s| s.alive) {
+                let twin = schedulers.iter().any(|b| {
+                    b.alive && b.host == a.host && b.host_id.is_some() && a.host_id.is_some() && b.host_id != a.host_id
+                });
+                if twin && !clashing.contains(&a.host.as_str()) {
+                    clashing.push(&a.host);
+                }
+            }
+            let mut host_clashes = Vec::new();
+            for h in clashing {
+                host_clashes.push(format!(
+                    "host name {:?} is used by live schedulers on two machines: give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
+                    crate::sanitize::inert(h)
+                ));
+            }
+            let clashes = count(
+                tx,
+                "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
+                args![&day_ago],
+            )?;
+            if clashes > 0 {
+                host_clashes.push(format!(
+                    "{clashes} host-name clash(es) in 24h: two machines write under one host name (see the host_clash events); give each its own EXACTLY_HOST"
+                ));
+            }
+            warnings.extend(host_clashes.iter().cloned());
             Ok(Snapshot {
                 taken_at: now_s.clone(),
                 db: db.clone(),
@@ -181,6 +209,7 @@ impl Store {
                 schedulers_alive,
                 scheduler_dead_after_s: dead_after.as_secs() as i64,
                 warnings,
+                host_clashes,
                 totals,
                 last_24h,
                 oldest_unknown_s,

@@ -14,7 +14,13 @@ pub struct SchedulerReg<'a> {
     pub host: &'a str,
     pub pid: u32,
     pub source: &'a str,
+    /// The machine behind `host` ([`crate::sender::host_id`]).
+    pub host_id: &'a str,
 }
+
+/// How recently another machine's scheduler must have beaten for a shared host name to count
+/// as a clash (a long-dead row of a renamed machine is not one).
+const CLASH_WITHIN: chrono::Duration = chrono::Duration::minutes(5);
 
 impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
@@ -22,13 +28,36 @@ impl Store {
         self.write(|tx| {
             let now = tx.now(now);
             tx.exec(
-                "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source)
-                 VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5)
+                "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source, host_id)
+                 VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5, ?6)
                  ON CONFLICT(owner) DO UPDATE SET host = excluded.host, pid = excluded.pid,
                    started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
-                   ended_at = NULL, source = excluded.source",
-                args![s.owner, s.host, s.pid, now, s.source],
+                   ended_at = NULL, source = excluded.source, host_id = excluded.host_id",
+                args![s.owner, s.host, s.pid, now, s.source, s.host_id],
             )?;
+            let recent = time::parse(now)
+                .map(|t| time::fmt(t - CLASH_WITHIN))
+                .unwrap_or_else(|| now.to_string());
+            let others: Vec<String> = tx.rows(
+                "SELECT owner FROM exactly_schedulers
+                 WHERE host = ?1 AND owner <> ?2 AND host_id IS NOT NULL AND host_id <> ?3
+                   AND ended_at IS NULL AND heartbeat_at >= ?4",
+                args![s.host, s.owner, s.host_id, recent],
+                |r| text_or_empty(r, 0),
+            )?;
+            if !others.is_empty() {
+                let detail = crate::sanitize::inert_trunc(
+                    &format!(
+                        "host name {:?} is used by two machines: scheduler {} started on {}, while {} runs on another; their pids mean nothing to each other, so their effects are judged by deadline (give each machine its own EXACTLY_HOST)",
+                        s.host, s.owner, s.host_id, others.join(", ")
+                    ),
+                    300,
+                );
+                super::record_event(
+                    tx,
+                    &super::NewEvent::new(crate::state::EventKind::HostClash, now).actor(s.owner).detail(&detail),
+                )?;
+            }
             Ok(())
         })
     }
@@ -76,7 +105,7 @@ pub(super) fn read_schedulers(
     let alive_after =
         time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
     let rows = tx.rows(
-        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at FROM exactly_schedulers
+        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at, host_id FROM exactly_schedulers
          WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
         args![&oldest],
         |r| {
@@ -90,6 +119,7 @@ pub(super) fn read_schedulers(
                 alive: ended_at.is_none() && heartbeat_at >= alive_after,
                 heartbeat_at,
                 ended_at,
+                host_id: text(r, 6)?,
             })
         },
     )?;

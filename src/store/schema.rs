@@ -124,7 +124,9 @@ pub(crate) const TABLES: &[Table] = &[
             pid INTEGER NOT NULL, started_at TEXT NOT NULL, heartbeat_at TEXT NOT NULL,
             ended_at TEXT, source TEXT)",
         required: &["owner", "heartbeat_at"],
-        added: &[],
+        // The machine behind `host` (boot id and pid namespace): two schedulers that share a
+        // host name on two machines are told apart, and shown (schema version 5).
+        added: &[("host_id", "TEXT")],
     },
 ];
 
@@ -168,6 +170,9 @@ pub(crate) const INDEXES: &[&str] = &[
     // effect's end, a run's) stay out of it. Queries repeat the term (see effect_ledger_open).
     "CREATE INDEX IF NOT EXISTS exactly_events_windowed ON exactly_events (kind, at)
        WHERE kind IN ('duplicate_suppressed', 'fenced_write')",
+    // The last day's host-name clashes (the dashboard's and status's warning): rare rows.
+    "CREATE INDEX IF NOT EXISTS exactly_events_host_clash ON exactly_events (at)
+       WHERE kind = 'host_clash'",
     "CREATE INDEX IF NOT EXISTS exactly_events_effect ON exactly_events (effect_key, id)",
     "CREATE INDEX IF NOT EXISTS exactly_events_job ON exactly_events (job_key, id)",
     "CREATE INDEX IF NOT EXISTS exactly_approvals_state ON exactly_approvals (state, requested_at)",

@@ -158,8 +158,16 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
         shown,
         Some(sel),
     );
-    // The selected job's warnings: the overlap forecast in words.
+    // A host-name clash first (the header already says when no scheduler is alive), then the
+    // selected job's warnings: the overlap forecast in words.
     let w = notes.width as usize;
+    let system: Vec<Line> = app
+        .snap
+        .iter()
+        .flat_map(|s| s.host_clashes.iter())
+        .take(1)
+        .map(|x| Line::styled(clip(&format!(" ! {}", inert(x)), w), t.bad()))
+        .collect();
     let lines: Vec<Line> = match jobs.get(sel) {
         Some(j) if !j.warnings.is_empty() => j
             .warnings
@@ -187,5 +195,6 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
         )],
         None => vec![],
     };
+    let lines: Vec<Line> = system.into_iter().chain(lines).collect();
     f.render_widget(Paragraph::new(lines), notes);
 }

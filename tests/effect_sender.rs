@@ -526,3 +526,86 @@ fn postgres_a_stalled_lease_read_does_not_let_the_command_outlive_its_lease() {
         "the command ran past its lease while the read hung"
     );
 }
+
+/// README's far-side example, run: `exactly effect` wraps `assets/scripts/pay-fenced.sh`, which
+/// passes the effect key and the fencing token to `assets/scripts/fenced-far-side.py`. A second
+/// sender with the same key (one that was paused past its lease) gets the stored answer and
+/// nothing is done twice; a stale token is refused and the script says nothing was sent.
+#[test]
+fn the_far_side_example_dedupes_by_key_and_refuses_a_stale_token() {
+    use std::io::BufRead;
+    let _sqlite = support::backend::using(support::backend::Backend::Sqlite);
+    let env = Env::new();
+    let repo = |f: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+    let log = env.path("transfers.log");
+    let mut far = Command::new("python3")
+        .arg(repo("assets/scripts/fenced-far-side.py"))
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the far side");
+    let mut port = String::new();
+    std::io::BufReader::new(far.stdout.take().expect("stdout"))
+        .read_line(&mut port)
+        .expect("the far side's port");
+    let url = format!("http://127.0.0.1:{}/transfers", port.trim());
+    std::fs::write(env.path("transfer.json"), "{\"amount\": \"1800.00\"}").expect("transfer");
+    let transfers = || support::read_or_empty(&log).lines().count();
+
+    let token = env.claim("invoices", "1h");
+    let mut c = env.cmd();
+    let script = repo("assets/scripts/pay-fenced.sh");
+    c.args(
+        effect_args("invoices", token, "pay", "acme")
+            .input("month=2026-11")
+            .sh(&format!("exec {}", script.display())),
+    )
+    .env("PAY_URL", &url)
+    .current_dir(env.dir.path());
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "", "the answer goes to stderr in the example");
+    assert_eq!(transfers(), 1);
+    let (_, key, _) = env.run(&[
+        "key",
+        "--action",
+        "pay",
+        "--target",
+        "acme",
+        "--input",
+        "month=2026-11",
+    ]);
+    assert_eq!(env.state_of(key.trim()).as_deref(), Some("done"));
+
+    // The script as a sender the ledger could not stop would run it: same key, same token.
+    let direct = |token: i64| {
+        Command::new(repo("assets/scripts/pay-fenced.sh"))
+            .env("PAY_URL", &url)
+            .env("EXACTLY_EFFECT_KEY", key.trim())
+            .env("EXACTLY_JOB", "invoices")
+            .env("EXACTLY_FENCING_TOKEN", token.to_string())
+            .current_dir(env.dir.path())
+            .output()
+            .expect("run the script")
+    };
+    let again = direct(token);
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim(),
+        "transfer 0",
+        "the stored answer"
+    );
+    assert_eq!(transfers(), 1, "a repeated key is done once");
+    // A newer holder of the job's lease has been seen: the older token is refused.
+    let newer = direct(token + 1);
+    assert_eq!(newer.status.code(), Some(0));
+    let stale = direct(token);
+    assert_eq!(
+        stale.status.code(),
+        Some(75),
+        "a stale token: nothing was sent"
+    );
+    assert_eq!(transfers(), 1);
+    let _ = far.kill();
+    let _ = far.wait();
+}

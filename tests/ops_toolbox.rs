@@ -900,6 +900,7 @@ fn readme_includes_the_cron_wrappers_and_unit_verbatim() {
     for f in [
         "assets/scripts/cron-wrapper.sh",
         "assets/scripts/cron-wrapper-long.sh",
+        "assets/scripts/pay-fenced.sh",
         "assets/systemd/exactly-run.service",
     ] {
         let text = std::fs::read_to_string(repo(f)).expect(f);

@@ -81,6 +81,24 @@ pub(super) fn sender_lease(
     })
 }
 
+/// Whether `row` is what a transition to `state` under `token` made of the row as `seen`: the
+/// one transition after `seen` (version + 1), to that state, with that token. A retried write
+/// whose first try committed (its reply lost) finds this, and is not fenced by its own row.
+fn wrote(row: &LedgerRow, state: &EffectState, token: i64, seen: &Seen) -> bool {
+    !guard_off()
+        && row.state == *state
+        && row.fencing_token == Some(token)
+        && row.version == seen.version + 1
+}
+
+/// Stored text equal to what was written (PostgreSQL's text stores a NUL as U+FFFD).
+fn same_text(stored: Option<&str>, written: Option<&str>) -> bool {
+    match (stored, written) {
+        (Some(s), Some(w)) => s == w || s == w.replace('\0', "\u{FFFD}"),
+        (s, w) => s == w,
+    }
+}
+
 impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
@@ -261,6 +279,7 @@ impl Store {
                 .optional()?;
             // The rule is the domain's (`approval::gate`); the store applies it in this
             // transaction, with the compare-and-set below.
+            let consumed_before = approval == Some(ApprovalState::Consumed);
             let consume = match crate::approval::gate(approval, needs_approval) {
                 Gate::Ask => {
                     tx.exec(
@@ -303,7 +322,15 @@ impl Store {
                 )
                 .optional()?;
             let Some(version) = won else {
-                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+                let row = read_row(tx, key)?.unwrap_or_default();
+                // Our own `submitted`, committed on an earlier try whose reply was lost: won.
+                if wrote(&row, &EffectState::Submitted, token, &seen)
+                    && row.attempt.as_deref() == Some(attempt)
+                {
+                    let seen = row.seen();
+                    return Ok(Submit::Won { approval_consumed: consumed_before, seen });
+                }
+                return Ok(Submit::Lost(Box::new(row)));
             };
             let after = Seen {
                 state: EffectState::Submitted,
@@ -376,6 +403,9 @@ impl Store {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
         };
+        if crate::fault::once("finish_reply_lost") {
+            self.lose_next_reply();
+        }
         self.write(|tx| {
             let now = tx.now(&now);
             let seen = match seen {
@@ -407,6 +437,16 @@ impl Store {
                     total
                 ],
             )? == 1;
+            // Our own write, committed on an earlier try whose reply was lost: done already.
+            if !ok
+                && read_row(tx, key)?.is_some_and(|row| {
+                    wrote(&row, &state, token, &seen)
+                        && same_text(row.response.as_deref(), Some(response))
+                        && raw.is_none_or(|raw| row.response_raw.as_deref() == Some(raw))
+                })
+            {
+                return Ok(true);
+            }
             if ok {
                 let k = if state == EffectState::Done {
                     EventKind::EffectDone
@@ -440,6 +480,9 @@ impl Store {
         now: Ts,
     ) -> Result<bool> {
         let now = crate::time::fmt(now);
+        if crate::fault::once("finish_reply_lost") {
+            self.lose_next_reply();
+        }
         self.write(|tx| {
             let now = tx.now(&now);
             let ok = tx.exec(
@@ -450,6 +493,11 @@ impl Store {
                 ),
                 args![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
+            // No row at all: our delete committed on an earlier try whose reply was lost (only
+            // a release deletes an unsettled row, and ours was ours to release).
+            if !ok && read_row(tx, key)?.is_none() {
+                return Ok(true);
+            }
             if ok {
                 tx.exec(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL

@@ -1,0 +1,85 @@
+//! What `exactly effect` tells its caller, and what the ledger remembers, when the reply to a
+//! committed write is lost, an observer never answers, history is pruned, and a duplicate
+//! replays an answer. Real processes, a far side that is a file, a real database (a SQLite
+//! file, and a PostgreSQL schema with `EXACTLY_TEST_PG`).
+mod support;
+use support::cli::{far_count, Env};
+use support::effect_args;
+
+/// The effect key of `send` to `t` with input `n=input`.
+fn key(env: &Env, input: &str) -> String {
+    let n = format!("n={input}");
+    let (code, out, err) = env.run(&["key", "--action", "send", "--target", "t", "--input", &n]);
+    assert_eq!(code, 0, "{err}");
+    out.trim().to_string()
+}
+
+/// A command that records one delivery of its effect on the far side, then answers.
+fn deliver(env: &Env, answer: &str) -> String {
+    let far = env.path("far.txt");
+    format!(
+        "echo $EXACTLY_EFFECT_KEY >> '{}'; echo '{answer}'",
+        far.display()
+    )
+}
+
+/// Fenced writes counted, all time (the dashboard's counter) and as events.
+fn fenced_writes(env: &Env) -> (i64, i64) {
+    (
+        env.sql_count(
+            "SELECT coalesce(sum(n), 0) FROM exactly_counters WHERE kind = 'fenced_write'",
+        ),
+        env.sql_count("SELECT count(*) FROM exactly_events WHERE kind = 'fenced_write'"),
+    )
+}
+
+on_both_backends! {
+    /// The reply to the COMMIT that recorded `done` is lost (on PostgreSQL the connection is cut
+    /// after the commit; the fault point is in the real write path). The retried write finds
+    /// its own row: success, not "fenced", and nothing counted as a fenced write.
+    #[test]
+    fn a_lost_commit_reply_on_done_is_success_not_fenced() {
+        let env = Env::new();
+        let token = env.claim("pay", "1h");
+        let args = effect_args("pay", token, "send", "t")
+            .input("n=1")
+            .sh(&deliver(&env, "receipt-1"));
+        let out = env
+            .cmd()
+            .args(&args)
+            .env("EXACTLY_FAULT", "finish_reply_lost")
+            .output()
+            .expect("run exactly");
+        let (code, stdout, stderr) = support::cli::split(out);
+        assert!(
+            stderr.contains("exactly-fault: finish_reply_lost"),
+            "the fault point was not reached: {stderr}"
+        );
+        assert_eq!(code, 0, "stdout {stdout:?} stderr {stderr}");
+        assert_eq!(stdout.trim(), "receipt-1");
+        let k = key(&env, "1");
+        assert_eq!(env.state_of(&k).as_deref(), Some("done"));
+        assert_eq!(fenced_writes(&env), (0, 0), "no fenced write: the token is current");
+        assert_eq!(far_count(&env.path("far.txt"), &k), 1, "delivered once");
+        assert_eq!(
+            env.sql_count("SELECT count(*) FROM exactly_events WHERE kind = 'effect_done'"),
+            1,
+            "its end recorded once"
+        );
+
+        // The same for a command that promised nothing was sent (exit 75): the retried release
+        // finds the row gone, its own doing.
+        let args = effect_args("pay", token, "send", "t").input("n=2").sh("exit 75");
+        let out = env
+            .cmd()
+            .args(&args)
+            .env("EXACTLY_FAULT", "finish_reply_lost")
+            .output()
+            .expect("run exactly");
+        let (code, _, stderr) = support::cli::split(out);
+        assert!(stderr.contains("exactly-fault: finish_reply_lost"), "{stderr}");
+        assert_eq!(code, 75, "{stderr}");
+        assert_eq!(env.state_of(&key(&env, "2")), None, "released");
+        assert_eq!(fenced_writes(&env), (0, 0));
+    }
+}

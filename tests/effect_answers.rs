@@ -33,6 +33,18 @@ fn fenced_writes(env: &Env) -> (i64, i64) {
     )
 }
 
+/// Leaves effect `n=input` `unknown`: its command exits 9 without saying anything.
+fn unknown(env: &Env, token: i64, input: &str) -> String {
+    let args = effect_args("pay", token, "send", "t")
+        .input(&format!("n={input}"))
+        .sh("exit 9");
+    let (code, _, err) = env.run(&support::strs(&args));
+    assert_eq!(code, 6, "{err}");
+    let k = key(env, input);
+    assert_eq!(env.state_of(&k).as_deref(), Some("unknown"));
+    k
+}
+
 on_both_backends! {
     /// The reply to the COMMIT that recorded `done` is lost (on PostgreSQL the connection is cut
     /// after the commit; the fault point is in the real write path). The retried write finds
@@ -81,5 +93,36 @@ on_both_backends! {
         assert_eq!(code, 75, "{stderr}");
         assert_eq!(env.state_of(&key(&env, "2")), None, "released");
         assert_eq!(fenced_writes(&env), (0, 0));
+    }
+
+    /// A duplicate replays what the far side answered, never our own words for a failure.
+    #[test]
+    fn a_duplicate_replays_only_the_far_sides_answer_never_a_failure_reason() {
+        let env = Env::new();
+        let token = env.claim("pay", "1h");
+        let k = unknown(&env, token, "1");
+        let (code, _, err) = env.run(&["resolve", &k, "--happened"]);
+        assert_eq!(code, 0, "{err}");
+        let again = effect_args("pay", token, "send", "t")
+            .input("n=1")
+            .sh(&deliver(&env, "SENT-AGAIN"));
+        let (code, out, err) = env.run(&support::strs(&again));
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("duplicate suppressed"), "{err}");
+        assert_eq!(out, "", "no answer was recorded, so none is replayed");
+        assert_eq!(far_count(&env.path("far.txt"), &k), 0);
+
+        // An observer's answer is the far side's: it is replayed, now and later.
+        let k2 = unknown(&env, token, "2");
+        let args = effect_args("pay", token, "send", "t")
+            .input("n=2")
+            .observe("echo receipt-2")
+            .sh(&deliver(&env, "SENT-AGAIN"));
+        for _ in 0..2 {
+            let (code, out, err) = env.run(&support::strs(&args));
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(out, "receipt-2\n", "{err}");
+        }
+        assert_eq!(far_count(&env.path("far.txt"), &k2), 0);
     }
 }

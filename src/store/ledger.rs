@@ -352,7 +352,8 @@ impl Store {
         })
     }
 
-    /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
+    /// Records the outcome of our send: `done` with the response, or `unknown` (`response` is
+    /// then why, recorded in its event: the row's `response` stays the far side's). Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
     /// as our `submitted` left it (`seen`).
     #[allow(clippy::too_many_arguments)]
@@ -406,6 +407,9 @@ impl Store {
         if crate::fault::once("finish_reply_lost") {
             self.lose_next_reply();
         }
+        // `response` is the far side's answer, which a duplicate replays: an `unknown` has
+        // none, and our words for why (`response` here) go in its event only.
+        let answer = (state == EffectState::Done).then_some(response);
         self.write(|tx| {
             let now = tx.now(&now);
             let seen = match seen {
@@ -428,7 +432,7 @@ impl Store {
                     job,
                     token,
                     state,
-                    response,
+                    answer,
                     now,
                     seen.state,
                     seen.version,
@@ -441,7 +445,7 @@ impl Store {
             if !ok
                 && read_row(tx, key)?.is_some_and(|row| {
                     wrote(&row, &state, token, &seen)
-                        && same_text(row.response.as_deref(), Some(response))
+                        && same_text(row.response.as_deref(), answer)
                         && raw.is_none_or(|raw| row.response_raw.as_deref() == Some(raw))
                 })
             {

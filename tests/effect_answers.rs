@@ -125,4 +125,72 @@ on_both_backends! {
         }
         assert_eq!(far_count(&env.path("far.txt"), &k2), 0);
     }
+
+    /// `gc --effects` keeps a denial, a person's "never retry" and a pending approval, however
+    /// old: a caller without `--needs-approval` is still refused. Old `done` rows still go.
+    #[test]
+    fn gc_never_forgets_a_denial_a_cancel_or_a_pending_approval() {
+        let env = Env::new();
+        let token = env.claim("pay", "1h");
+        let far = env.path("far.txt");
+        let ask = |input: &str| {
+            let args = effect_args("pay", token, "send", "t")
+                .input(&format!("n={input}"))
+                .arg("--needs-approval")
+                .sh(&deliver(&env, "sent"));
+            env.run(&support::strs(&args))
+        };
+        let send = |input: &str| {
+            let args = effect_args("pay", token, "send", "t")
+                .input(&format!("n={input}"))
+                .sh(&deliver(&env, "sent"));
+            env.run(&support::strs(&args))
+        };
+        // Denied by a person.
+        assert_eq!(ask("1").0, 4);
+        let denied = key(&env, "1");
+        assert_eq!(env.run(&["deny", &denied, "--note", "no"]).0, 0);
+        assert_eq!(env.state_of(&denied).as_deref(), Some("cancelled"));
+        // Unknown, then "never retry" by a person.
+        let cancelled = unknown(&env, token, "2");
+        let (code, _, err) = env.run(&["resolve", &cancelled, "--cancel"]);
+        assert_eq!(code, 0, "{err}");
+        // Awaiting a person.
+        assert_eq!(ask("3").0, 4);
+        let pending = key(&env, "3");
+        // Done: the dedupe memory `--effects` may prune.
+        assert_eq!(send("4").0, 0);
+        // All of it three days old and more.
+        let old = "2020-01-01T00:00:00.000Z";
+        env.sql_execute(&format!(
+            "UPDATE effect_ledger SET created_at = '{old}', updated_at = '{old}';
+             UPDATE exactly_approvals SET requested_at = '{old}',
+                 decided_at = CASE WHEN decided_at IS NULL THEN NULL ELSE '{old}' END;"
+        ));
+        let (code, out, err) = env.run(&["gc", "--keep", "1d", "--effects"]);
+        assert_eq!(code, 0, "{err}");
+        // A caller who does not ask for approval is still refused, and nothing is sent.
+        let (code, _, err) = send("1");
+        assert_eq!(code, 7, "the denial stands: {err}");
+        let (code, _, err) = send("2");
+        assert_eq!(code, 7, "never retry stands: {err}");
+        let (code, _, err) = send("3");
+        assert_eq!(code, 4, "still awaits its approval: {err}");
+        for k in [&denied, &cancelled, &pending] {
+            assert_eq!(far_count(&far, k), 0, "{k} was sent");
+        }
+        assert_eq!(env.state_of(&denied).as_deref(), Some("cancelled"));
+        assert_eq!(env.state_of(&cancelled).as_deref(), Some("cancelled"));
+        assert_eq!(env.state_of(&pending).as_deref(), Some("claimed"));
+        assert_eq!(
+            env.sql_count("SELECT count(*) FROM exactly_approvals WHERE state = 'denied'"),
+            1
+        );
+        assert_eq!(
+            env.sql_count("SELECT count(*) FROM exactly_approvals WHERE state = 'pending'"),
+            1
+        );
+        assert!(out.contains("1 done effect(s)"), "{out}");
+        assert_eq!(env.state_of(&key(&env, "4")), None, "the old done row is pruned");
+    }
 }

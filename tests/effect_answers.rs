@@ -3,6 +3,10 @@
 //! replays an answer. Real processes, a far side that is a file, a real database (a SQLite
 //! file, and a PostgreSQL schema with `EXACTLY_TEST_PG`).
 mod support;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 use support::cli::{far_count, Env};
 use support::effect_args;
 
@@ -31,6 +35,49 @@ fn fenced_writes(env: &Env) -> (i64, i64) {
         ),
         env.sql_count("SELECT count(*) FROM exactly_events WHERE kind = 'fenced_write'"),
     )
+}
+
+/// Runs `exactly ARGS…`, failing the test (after killing it) when it outlives `limit`; returns
+/// (exit code, stdout, stderr, how long it took).
+fn run_within(env: &Env, args: &[String], limit: Duration) -> (i32, String, String, Duration) {
+    let started = Instant::now();
+    // In a process group of its own: what it leaves running (an observer) is killed with it.
+    let mut child = env
+        .cmd()
+        .args(args)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn exactly");
+    // Both pipes drained as it writes: a full pipe would stall it.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                p.read_to_end(&mut buf).expect("read a pipe of exactly");
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            // SAFETY: a negative pid names the group we made it lead.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("exactly {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = started.elapsed();
+    let out = out.join().expect("stdout reader");
+    let err = err.join().expect("stderr reader");
+    (status.code().unwrap_or(-1), out, err, took)
 }
 
 /// Leaves effect `n=input` `unknown`: its command exits 9 without saying anything.
@@ -192,5 +239,60 @@ on_both_backends! {
         );
         assert!(out.contains("1 done effect(s)"), "{out}");
         assert_eq!(env.state_of(&key(&env, "4")), None, "the old done row is pruned");
+    }
+
+    /// `--observe-timeout` bounds an observer that never answers: "can't tell" (exit 5), the
+    /// row stays open. An observer's output is capped as a command's response is.
+    #[test]
+    fn an_observer_is_bounded_by_observe_timeout_and_its_output_capped() {
+        let env = Env::new();
+        let token = env.claim("pay", "1h");
+        let k = unknown(&env, token, "1");
+        let args = effect_args("pay", token, "send", "t")
+            .input("n=1")
+            .observe("sleep 1000")
+            .arg("--observe-timeout")
+            .arg("1s")
+            .sh(&deliver(&env, "sent-again"));
+        let (code, _, err, took) = run_within(&env, &args, Duration::from_secs(20));
+        assert_eq!(code, 5, "{err}");
+        assert!(err.contains("observer timed out after 1.0s"), "{err}");
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert_eq!(env.state_of(&k).as_deref(), Some("unknown"), "still open");
+        assert_eq!(far_count(&env.path("far.txt"), &k), 0, "nothing sent");
+
+        // An observer that says "happened" with 1 MiB of output: its answer is kept capped.
+        let k2 = unknown(&env, token, "2");
+        let args = effect_args("pay", token, "send", "t")
+            .input("n=2")
+            .observe("head -c 1048576 /dev/zero | tr '\\000' r")
+            .sh(&deliver(&env, "sent-again"));
+        let (code, out, err, _) = run_within(&env, &args, Duration::from_secs(20));
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("duplicate suppressed"), "{err}");
+        assert_eq!(out.trim_end().len(), 65536, "the answer replayed is the capped one");
+        assert_eq!(env.state_of(&k2).as_deref(), Some("done"));
+        let kept = env.sql_count(&format!(
+            "SELECT length(response) FROM effect_ledger WHERE effect_key = '{k2}'"
+        ));
+        assert_eq!(kept, 65536, "the observer's answer is capped in the ledger");
+        assert_eq!(far_count(&env.path("far.txt"), &k2), 0);
+    }
+
+    /// Without the flag an observer gets the scheduler's default, 30 s.
+    #[test]
+    fn an_observer_that_never_answers_ends_after_the_default_30s() {
+        let env = Env::new();
+        let token = env.claim("pay", "1h");
+        let k = unknown(&env, token, "1");
+        let args = effect_args("pay", token, "send", "t")
+            .input("n=1")
+            .observe("sleep 1000")
+            .sh(&deliver(&env, "sent-again"));
+        let (code, _, err, took) = run_within(&env, &args, Duration::from_secs(60));
+        assert_eq!(code, 5, "{err}");
+        assert!(err.contains("observer timed out after 30.0s"), "{err}");
+        assert!(took >= Duration::from_secs(30), "took {took:?}");
+        assert_eq!(env.state_of(&k).as_deref(), Some("unknown"));
     }
 }

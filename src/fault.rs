@@ -1,7 +1,8 @@
 //! Named fault points in the real code path. `EXACTLY_FAULT=after_send:pause=200ms` makes the
 //! process announce `exactly-fault: after_send` on stderr and pause there, so a harness can
 //! `SIGKILL` it at exactly that line; `EXACTLY_FAULT=after_send:kill` kills itself there.
-//! Several specs may be joined with `,`.
+//! Several specs may be joined with `,`. `EXACTLY_FAULT=finish_reply_lost` loses the reply to
+//! the COMMIT that records an effect's outcome, once (see `Store::lose_next_reply`).
 
 /// The points, in the order an effect passes them. `after_claim` is the moment `claimed` is
 /// committed and nothing is sent; an effect that reserves and submits in one transaction has no
@@ -24,6 +25,13 @@ pub fn armed(name: &str) -> bool {
         spec.split(',')
             .any(|part| part.split_once(':').map_or(part, |(p, _)| p).trim() == name)
     })
+}
+
+/// Whether `EXACTLY_FAULT` names the point, true the first time it is asked only: a fault
+/// that stands for a one-off event (a reply lost on the network) must let the retry through.
+pub fn once(name: &str) -> bool {
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    armed(name) && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.

@@ -23,13 +23,27 @@ pub struct EffectArgs {
     /// A shell command that tells whether the effect happened: exit 0 yes, 1 no, other unknown.
     #[arg(long, value_name = "CMD")]
     pub observe: Option<String>,
+    /// How long the observer may take (at least 100ms); past it, it is killed with its process
+    /// group and its verdict is "can't tell" (exit 5, the effect stays open).
+    #[arg(long, value_name = "DUR", default_value = "30s")]
+    pub observe_timeout: String,
     /// The command that performs the effect.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
+/// The shortest `--observe-timeout`, as the jobs file's `observe_timeout`.
+const OBSERVE_TIMEOUT_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let inputs = a.key.inputs()?;
+    let observe_timeout = time::parse_duration(&a.observe_timeout)?;
+    if observe_timeout < OBSERVE_TIMEOUT_MIN {
+        return Err(Error::Usage(format!(
+            "--observe-timeout {} is shorter than 100ms",
+            inert(&a.observe_timeout)
+        )));
+    }
     let mut store = open(db)?;
     let mut ctx = Ctx::new(&a.job, a.token);
     if let Some(r) = &a.run_id {
@@ -50,6 +64,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     };
     let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;
+    action.observe_timeout = observe_timeout;
     action.lease = Some(LeaseWatch {
         db: store.path().to_string(),
         job: ctx.job.clone(),

@@ -9,8 +9,9 @@ pub struct GcArgs {
     /// Count what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Also delete done and cancelled effects (and their settled approvals) older than the
-    /// horizon. They are the dedupe memory: a backfill across the horizon sends again.
+    /// Also delete done effects (and their consumed approvals) older than the horizon. They
+    /// are the dedupe memory: a backfill across the horizon sends again. Denied and cancelled
+    /// effects and undecided approvals are kept: they are a person's word on the key.
     #[arg(long)]
     pub effects: bool,
     /// Print what was (or would be) deleted as one JSON object.
@@ -48,7 +49,7 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
     let verb = if a.dry_run { "would delete" } else { "deleted" };
     let effects = if a.effects {
         format!(
-            ", {} done/cancelled effect(s), {} settled approval(s)",
+            ", {} done effect(s), {} consumed approval(s)",
             p.effects, p.approvals
         )
     } else {

@@ -24,7 +24,13 @@ pub struct CommandEffect {
     /// The fencing token and run the command is told it sends under.
     pub token: Option<i64>,
     pub run_id: Option<String>,
+    /// How long the observer may take before its verdict is "can't tell".
+    pub observe_timeout: std::time::Duration,
 }
+
+/// How long an observer may take when nobody says (`--observe-timeout`, a jobs file's
+/// `observe_timeout`): past it, its verdict is "can't tell".
+pub const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl CommandEffect {
     pub fn new(argv: Vec<String>) -> CommandEffect {
@@ -38,6 +44,7 @@ impl CommandEffect {
             granted: None,
             token: None,
             run_id: None,
+            observe_timeout: OBSERVE_TIMEOUT,
         }
     }
 }
@@ -127,7 +134,17 @@ impl Effect for CommandEffect {
 
     fn observe(&mut self, effect_key: &str) -> Observation {
         match &self.observe_cmd {
-            Some(cmd) => observe_with(cmd, effect_key, &self.env),
+            Some(cmd) => {
+                let never = std::sync::atomic::AtomicBool::new(false);
+                observe_within(
+                    cmd,
+                    effect_key,
+                    &self.env,
+                    None,
+                    self.observe_timeout,
+                    &never,
+                )
+            }
             None => Observation::CantTell("no --observe command was given".into()),
         }
     }
@@ -164,30 +181,16 @@ fn die_with_parent(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
-/// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell.
+/// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell;
+/// [`observe_within`] bounded by [`OBSERVE_TIMEOUT`].
 pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Observation {
-    let out = die_with_parent(Command::new("sh").arg("-c").arg(cmd))
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("EXACTLY_EFFECT_KEY", effect_key)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output();
-    match out {
-        Ok(o) => match o.status.code() {
-            Some(0) => {
-                let s = String::from_utf8_lossy(&o.stdout).trim_end().to_string();
-                Observation::Happened((!s.is_empty()).then_some(s))
-            }
-            Some(1) => Observation::NotHappened,
-            Some(c) => Observation::CantTell(format!("observer exited {c}")),
-            None => Observation::CantTell("observer was killed".into()),
-        },
-        Err(e) => Observation::CantTell(format!("cannot start observer: {e}")),
-    }
+    let never = std::sync::atomic::AtomicBool::new(false);
+    observe_within(cmd, effect_key, env, None, OBSERVE_TIMEOUT, &never)
 }
 
-/// [`observe_with`], bounded: an observer still running after `limit`, or when `stop` is set
-/// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell".
+/// The one observer runner: an observer still running after `limit`, or when `stop` is set
+/// (shutdown, a lost lease), is killed with its process group and the verdict is "can't tell";
+/// of its stdout (its answer) the first [`wrapped::RESPONSE_MAX`] bytes are kept.
 /// It runs in `cwd` when given: a scheduler runs it where the job's command (which recorded it)
 /// runs, so a relative path in it means what it meant there.
 pub fn observe_within(

@@ -19,7 +19,7 @@ pub use crate::store::SUBMIT_MIN_LEFT;
 pub use crate::store::{
     switch_guard_off_for_proof, Begin, Granted, LedgerRow, Seen, Submit, Verdict,
 };
-pub use command::{observe_with, observe_within, CommandEffect};
+pub use command::{observe_with, observe_within, CommandEffect, OBSERVE_TIMEOUT};
 pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
 

@@ -27,7 +27,7 @@ pub struct Job {
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
-pub const OBSERVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
 
 impl Job {
     /// Lowercase hex SHA-256 of the command's argv as JSON.

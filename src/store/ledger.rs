@@ -120,6 +120,24 @@ fn granted(lease: &SenderLease, now: &str) -> Granted {
     Granted { until, left }
 }
 
+/// Whether `row` is what a transition to `state` under `token` made of the row as `seen`: the
+/// one transition after `seen` (version + 1), to that state, with that token. A retried write
+/// whose first try committed (its reply lost) finds this, and is not fenced by its own row.
+fn wrote(row: &LedgerRow, state: &EffectState, token: i64, seen: &Seen) -> bool {
+    !guard_off()
+        && row.state == *state
+        && row.fencing_token == Some(token)
+        && row.version == seen.version + 1
+}
+
+/// Stored text equal to what was written (PostgreSQL's text stores a NUL as U+FFFD).
+fn same_text(stored: Option<&str>, written: Option<&str>) -> bool {
+    match (stored, written) {
+        (Some(s), Some(w)) => s == w || s == w.replace('\0', "\u{FFFD}"),
+        (s, w) => s == w,
+    }
+}
+
 impl Store {
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
@@ -303,6 +321,7 @@ impl Store {
                 .optional()?;
             // The rule is the domain's (`approval::gate`); the store applies it in this
             // transaction, with the compare-and-set below.
+            let consumed_before = approval == Some(ApprovalState::Consumed);
             let consume = match crate::approval::gate(approval, needs_approval) {
                 Gate::Ask => {
                     tx.exec(
@@ -346,7 +365,16 @@ impl Store {
                 )
                 .optional()?;
             let Some(version) = won else {
-                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+                let row = read_row(tx, key)?.unwrap_or_default();
+                // Our own `submitted`, committed on an earlier try whose reply was lost: won.
+                if wrote(&row, &EffectState::Submitted, token, &seen)
+                    && row.attempt.as_deref() == Some(by.attempt)
+                {
+                    let seen = row.seen();
+                    let granted = granted(&lease, now);
+                    return Ok(Submit::Won { approval_consumed: consumed_before, seen, granted });
+                }
+                return Ok(Submit::Lost(Box::new(row)));
             };
             let after = Seen {
                 state: EffectState::Submitted,
@@ -368,7 +396,8 @@ impl Store {
         })
     }
 
-    /// Records the outcome of our send: `done` with the response, or `unknown`. Refused (and
+    /// Records the outcome of our send: `done` with the response, or `unknown` (`response` is
+    /// then why, recorded in its event: the row's `response` stays the far side's). Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
     /// as our `submitted` left it (`seen`).
     #[allow(clippy::too_many_arguments)]
@@ -419,6 +448,12 @@ impl Store {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
         };
+        if crate::fault::once("finish_reply_lost") {
+            self.lose_next_reply();
+        }
+        // `response` is the far side's answer, which a duplicate replays: an `unknown` has
+        // none, and our words for why (`response` here) go in its event only.
+        let answer = (state == EffectState::Done).then_some(response);
         self.write(|tx| {
             let now = tx.now(&now);
             let seen = match seen {
@@ -441,7 +476,7 @@ impl Store {
                     job,
                     token,
                     state,
-                    response,
+                    answer,
                     now,
                     seen.state,
                     seen.version,
@@ -450,6 +485,16 @@ impl Store {
                     total
                 ],
             )? == 1;
+            // Our own write, committed on an earlier try whose reply was lost: done already.
+            if !ok
+                && read_row(tx, key)?.is_some_and(|row| {
+                    wrote(&row, &state, token, &seen)
+                        && same_text(row.response.as_deref(), answer)
+                        && raw.is_none_or(|raw| row.response_raw.as_deref() == Some(raw))
+                })
+            {
+                return Ok(true);
+            }
             if ok {
                 let k = if state == EffectState::Done {
                     EventKind::EffectDone
@@ -483,6 +528,9 @@ impl Store {
         now: Ts,
     ) -> Result<bool> {
         let now = crate::time::fmt(now);
+        if crate::fault::once("finish_reply_lost") {
+            self.lose_next_reply();
+        }
         self.write(|tx| {
             let now = tx.now(&now);
             let ok = tx.exec(
@@ -493,6 +541,11 @@ impl Store {
                 ),
                 args![key, job, token, seen.state, seen.version, seen.updated_at],
             )? == 1;
+            // No row at all: our delete committed on an earlier try whose reply was lost (only
+            // a release deletes an unsettled row, and ours was ours to release).
+            if !ok && read_row(tx, key)?.is_none() {
+                return Ok(true);
+            }
             if ok {
                 tx.exec(
                     "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL

@@ -58,6 +58,8 @@ pub struct Store {
     kept: Option<read::Kept>,
     /// This connection's writes go before the process's other writers (see [`Store::write`]).
     writes_first: bool,
+    /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
+    lose_reply: bool,
 }
 
 /// The database behind a store: a SQLite file, or a PostgreSQL server.
@@ -177,6 +179,7 @@ impl Store {
             busy_ms,
             kept: None,
             writes_first: false,
+            lose_reply: false,
         })
     }
 
@@ -256,6 +259,7 @@ impl Store {
             busy_ms,
             kept: None,
             writes_first: false,
+            lose_reply: false,
         };
         store
             .lite()
@@ -334,6 +338,7 @@ impl Store {
             busy_ms,
             kept: None,
             writes_first: false,
+            lose_reply: false,
         };
         store
             .lite()
@@ -347,6 +352,14 @@ impl Store {
     /// renewal recorded a few milliseconds later changes nothing.
     pub(crate) fn writes_first(&mut self) {
         self.writes_first = true;
+    }
+
+    /// The next write commits and then fails as if the server's reply to COMMIT never arrived
+    /// (a fault point, see [`crate::fault`]): on PostgreSQL the connection is cut after the
+    /// commit and its error returned; on SQLite, where no reply travels, the same error case is
+    /// returned after the commit. The caller's retry then meets its own committed write.
+    pub(crate) fn lose_next_reply(&mut self) {
+        self.lose_reply = true;
     }
 
     pub fn path(&self) -> &str {
@@ -390,9 +403,10 @@ impl Store {
     /// `SERIALIZABLE` transaction on PostgreSQL (which may run `f` again after a serialization
     /// failure, so `f` only reads and writes the database).
     pub(crate) fn write<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+        let lose_reply = std::mem::take(&mut self.lose_reply);
         let conn = match &mut self.conn {
             Conn::Pg(db) => {
-                let r = db.write(&mut f);
+                let r = db.transact(pg::WRITE, &mut f, lose_reply);
                 return r.map_err(|e| self.err(e));
             }
             Conn::Lite(c) => c,
@@ -412,6 +426,12 @@ impl Store {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let out = f(&Tx::lite(&tx))?;
             tx.commit()?;
+            if lose_reply {
+                crate::fault::point("finish_reply_lost");
+                return Err(DbError::Other(
+                    "the reply to COMMIT was lost (fault point finish_reply_lost)".into(),
+                ));
+            }
             Ok(out)
         })();
         result.map_err(|e| self.err(e))

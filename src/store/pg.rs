@@ -387,15 +387,23 @@ impl PgStore {
     /// failure or a deadlock rolls back and runs `f` again (it only reads and writes the
     /// database, so running it again is safe); any other error rolls back and is returned.
     pub(crate) fn write<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
-        self.transact("ISOLATION LEVEL SERIALIZABLE", f)
+        self.transact(WRITE, f, false)
     }
 
     /// Runs `f` in a read-only transaction that sees one snapshot.
     pub(crate) fn read<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
-        self.transact("ISOLATION LEVEL REPEATABLE READ READ ONLY", f)
+        self.transact("ISOLATION LEVEL REPEATABLE READ READ ONLY", f, false)
     }
 
-    fn transact<T>(&self, how: &str, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
+    /// Runs `f` in a transaction `how`; with `lose_reply`, the connection is cut once COMMIT
+    /// has succeeded and its error returned, as when the reply to COMMIT is lost on the way
+    /// (the fault point `finish_reply_lost`).
+    pub(crate) fn transact<T>(
+        &self,
+        how: &str,
+        f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>,
+        lose_reply: bool,
+    ) -> DbResult<T> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -412,6 +420,10 @@ impl PgStore {
                     f(&tx)?
                 };
                 conn.batch("COMMIT")?;
+                if lose_reply {
+                    crate::fault::point("finish_reply_lost");
+                    return Err(cut(&mut conn));
+                }
                 Ok(out)
             })();
             let Err(e) = result else {
@@ -429,6 +441,21 @@ impl PgStore {
             let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
             std::thread::sleep(Duration::from_millis(ms));
         }
+    }
+}
+
+/// A write transaction: `SERIALIZABLE`.
+pub(crate) const WRITE: &str = "ISOLATION LEVEL SERIALIZABLE";
+
+/// Ends this connection's backend from the server's side and returns the error the client gets
+/// for it: what a caller sees when the connection drops before a reply arrives.
+fn cut(conn: &mut PgConn) -> DbError {
+    match conn
+        .client
+        .simple_query("SELECT pg_terminate_backend(pg_backend_pid())")
+    {
+        Err(e) => e.into(),
+        Ok(_) => DbError::Other("the connection was cut after COMMIT".into()),
     }
 }
 

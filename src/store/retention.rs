@@ -6,7 +6,8 @@
 //! latest run and latest firing (so `last_run` and where a restarted scheduler picks up stay);
 //! runs not ended and firings still waiting (queued, running, retry); events about an effect that
 //! is still open or awaiting a person. Effect rows are the dedupe memory: only `--effects`
-//! deletes them, and only `done`/`cancelled` ones (with their settled approvals).
+//! deletes them, and only `done` ones (with their consumed approvals); a denial, a person's
+//! "never retry" and a pending approval are never forgotten.
 use super::db::{args, Optional};
 use super::Store;
 use crate::Result;
@@ -35,13 +36,15 @@ const EVENTS: &str = "FROM exactly_events ev WHERE ev.at < ?1 AND (ev.effect_key
                   AND a.state IN ('pending', 'approved'))))";
 /// Schedulers not heard from since the horizon (each `exactly run` is a row).
 const SCHEDULERS: &str = "FROM exactly_schedulers s WHERE s.heartbeat_at < ?1";
-/// With `--effects`: settled effects last touched before the horizon.
-const EFFECTS: &str =
-    "FROM effect_ledger e WHERE e.state IN ('done', 'cancelled') AND e.updated_at < ?1";
-/// With `--effects`: settled approvals whose effect is gone or settled, older than the horizon.
-const APPROVALS: &str = "FROM exactly_approvals a WHERE a.state NOT IN ('pending', 'approved')
+/// With `--effects`: `done` effects last touched before the horizon. A `cancelled` row is a
+/// person's "never send this" (a denial, a "never retry"); forgetting it would let any caller
+/// send the key, so it is kept as long as the ledger is.
+const EFFECTS: &str = "FROM effect_ledger e WHERE e.state = 'done' AND e.updated_at < ?1";
+/// With `--effects`: consumed approvals older than the horizon whose effect is gone or `done`.
+/// A pending, approved or denied one still decides whether its key may be sent: kept.
+const APPROVALS: &str = "FROM exactly_approvals a WHERE a.state = 'consumed'
     AND a.requested_at < ?1 AND NOT EXISTS (SELECT 1 FROM effect_ledger e
-      WHERE e.effect_key = a.effect_key AND e.state NOT IN ('done', 'cancelled'))";
+      WHERE e.effect_key = a.effect_key AND e.state <> 'done')";
 
 /// The column that names a row to delete: SQLite's `rowid`; on PostgreSQL (no rowid) the
 /// table's key, or the `rowid` column its schema gives runs and firings.

@@ -4,6 +4,13 @@
 //! lease expiries and takeovers interleaved in random orders. Each attempt is the very step
 //! machine `effect::run` drives ([`Attempt`] + [`effect::execute`]) against a real SQLite file;
 //! the far side counts every request and never deduplicates.
+//!
+//! Senders have identities: an attempt on another host, on this host with a real process group
+//! of its own (`sh` leading a `sleep`), or on another machine that goes by our host name (a
+//! clash). A crash mid-send on this host kills the sender's process and leaves its group's child
+//! alive, which may deliver later (as a send script's `curl` would) until its lease's deadline
+//! stops it or a retry on this host ends the group; a takeover may come before the old sender's
+//! deadline has passed (the lease row replaced, the `submitted` row's deadline untouched).
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease::{self, Claim};
 use exactly::metrics::Snapshot;
@@ -62,7 +69,7 @@ fn expire(store: &mut Store, job: &str, token: i64) {
     lease::renew_until(store, job, token, ago).expect("expire");
     let c = rusqlite::Connection::open(store.path()).expect("open the file");
     c.execute(
-        "UPDATE effect_ledger SET sender_until = ?3 WHERE job_key = ?1 AND fencing_token = ?2",
+        "UPDATE effect_ledger SET sender_until = ?3 WHERE job_key = ?1 AND fencing_token <= ?2",
         rusqlite::params![job, token, LONG_AGO],
     )
     .expect("move the row's deadline back");
@@ -87,6 +94,58 @@ struct Live {
     att: Attempt,
     act: FarSide,
     io: Io,
+    /// On this host: the sender's process (`sh`, leading its group with a `sleep` child).
+    proc: Option<std::process::Child>,
+}
+
+impl Drop for Live {
+    /// However the case ends (a failed property included), its processes go with it.
+    fn drop(&mut self) {
+        end_proc(self);
+    }
+}
+
+/// A sender's group on this host: `sh` leading a `sleep` (the send script's child).
+fn sender_group() -> (std::process::Child, exactly::sender::Identity) {
+    use std::os::unix::process::CommandExt;
+    let child = std::process::Command::new("sh")
+        .args(["-c", "sleep 1000 & wait"])
+        .process_group(0)
+        .spawn()
+        .expect("spawn a sender");
+    let pid = child.id() as i32;
+    let start = exactly::sender::stat(pid).expect("its stat").start;
+    let id = exactly::sender::Identity {
+        host_id: exactly::sender::host_id().to_string(),
+        pid,
+        start,
+        group: Some(exactly::sender::Group {
+            pgid: pid,
+            leader_start: start,
+        }),
+    };
+    (child, id)
+}
+
+fn kill_group(pgid: i32) {
+    // SAFETY: a process group this test started.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+/// A crashed sender's child that may still deliver: on this host, while its group lives; on
+/// another, until its job's lease (and the deadline it granted) runs out.
+struct Leftover {
+    job: String,
+    token: i64,
+    group: Option<exactly::sender::Group>,
+}
+
+/// Ends a live attempt's sender process (the process exits with the attempt), reaping it.
+fn end_proc(l: &mut Live) {
+    if let Some(mut p) = l.proc.take() {
+        kill_group(p.id() as i32);
+        let _ = p.wait();
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +159,11 @@ enum Op {
     Expire(usize),
     /// Someone claims a job's lease (only wins an expired one): older tokens turn stale.
     Claim(usize),
+    /// A job's lease row runs out and is taken over at once, before the deadline its senders
+    /// were granted has passed: they may still be sending.
+    EarlyTakeover(usize),
+    /// A crashed sender's leftover child delivers, if nothing has ended it.
+    Late(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -108,13 +172,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..4usize).prop_map(Op::Crash),
         1 => (0..2usize).prop_map(Op::Expire),
         1 => (0..2usize).prop_map(Op::Claim),
+        1 => (0..2usize).prop_map(Op::EarlyTakeover),
+        1 => (0..4usize).prop_map(Op::Late),
     ]
 }
 
 /// Who an attempt is: 0 same job and token as attempt 0, 1 another job with its own current
-/// token, 2 a stale token of the first job; each on its own host.
-fn kinds() -> impl Strategy<Value = Vec<(u8, u8)>> {
-    proptest::collection::vec((0..3u8, 0..4u8), 2..=4)
+/// token, 2 a stale token of the first job; its far side's mode; and where it runs: 0 its own
+/// host, 1 this host (a real process group), 2 another machine with our host name.
+fn kinds() -> impl Strategy<Value = Vec<(u8, u8, u8)>> {
+    proptest::collection::vec((0..3u8, 0..4u8, 0..3u8), 2..=4)
 }
 
 /// How the key starts: 0 fresh, 1 `unknown` and received, 2 `unknown` and not received,
@@ -163,7 +230,7 @@ fn finish(store: &mut Store, l: &mut Live) -> Result<effect::Outcome, TestCaseEr
     Err(TestCaseError::fail("an attempt never ended"))
 }
 
-fn interleave(kinds: Vec<(u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn interleave(kinds: Vec<(u8, u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), TestCaseError> {
     // One database for all cases (a fresh one per case costs more than the case); each case
     // has its own jobs and its own effect key, so cases never meet.
     DB.with(|db| {
@@ -192,9 +259,25 @@ thread_local! {
 fn interleave_in(
     store: &mut Store,
     case: u64,
-    kinds: Vec<(u8, u8)>,
+    kinds: Vec<(u8, u8, u8)>,
     begin: u8,
     ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let mut leftovers: Vec<Leftover> = Vec::new();
+    let result = interleave_with(store, case, kinds, begin, ops, &mut leftovers);
+    for l in leftovers.iter().filter_map(|l| l.group) {
+        kill_group(l.pgid);
+    }
+    result
+}
+
+fn interleave_with(
+    store: &mut Store,
+    case: u64,
+    kinds: Vec<(u8, u8, u8)>,
+    begin: u8,
+    ops: Vec<Op>,
+    leftovers: &mut Vec<Leftover>,
 ) -> Result<(), TestCaseError> {
     let jobs = [format!("pay-{case}"), format!("pay-b-{case}")];
     let earlier = format!("earlier-{case}");
@@ -221,6 +304,7 @@ fn interleave_in(
                 far: far.clone(),
                 mode,
             },
+            proc: None,
         };
         if begin == 3 {
             // Crash after the send, before the answer is recorded; then its lease runs out.
@@ -247,15 +331,38 @@ fn interleave_in(
     let mut live: Vec<Option<Live>> = kinds
         .iter()
         .enumerate()
-        .map(|(i, (kind, mode))| {
+        .map(|(i, (kind, mode, place))| {
             let (job, token) = match kind {
                 0 => (jobs[0].as_str(), newest),
                 1 => (jobs[1].as_str(), other),
                 _ => (jobs[0].as_str(), stale),
             };
             let ctx = Ctx::new(job, token).with_run_id(&format!("run-{i}"));
-            let mut att =
-                Attempt::new(&ctx, &spec, &format!("host-{i}:{}", 1000 + i)).expect("spec");
+            let (mut att, proc) = match place {
+                1 => {
+                    let (proc, id) = sender_group();
+                    let att = Attempt::new(&ctx, &spec, &format!("{}:{}", exactly::host(), id.pid))
+                        .expect("spec")
+                        .with_sender(&id.encode());
+                    (att, Some(proc))
+                }
+                2 => {
+                    let id = exactly::sender::Identity {
+                        host_id: "another-machine/1".into(),
+                        pid: 1000 + i as i32,
+                        start: 1,
+                        group: None,
+                    };
+                    let att = Attempt::new(&ctx, &spec, &format!("{}:{}", exactly::host(), id.pid))
+                        .expect("spec")
+                        .with_sender(&id.encode());
+                    (att, None)
+                }
+                _ => (
+                    Attempt::new(&ctx, &spec, &format!("host-{i}:{}", 1000 + i)).expect("spec"),
+                    None,
+                ),
+            };
             // Mostly answering far sides, so most cases reach a send.
             let mode = if *mode >= 2 { 0 } else { *mode };
             let io = att.start();
@@ -266,6 +373,7 @@ fn interleave_in(
                     mode,
                 },
                 io,
+                proc,
             })
         })
         .collect();
@@ -282,10 +390,75 @@ fn interleave_in(
                     .expect("store")
                     .expect("input");
                 l.io = l.att.step(input);
+                if matches!(l.io, Io::End(_)) {
+                    end_proc(l);
+                }
             }
             Op::Crash(i) => {
                 let i = i % live.len();
-                live[i] = None;
+                if let Some(mut l) = live[i].take() {
+                    // Killed mid-send: the send script's child goes on and may deliver.
+                    if matches!(l.io, Io::Send) {
+                        leftovers.push(Leftover {
+                            job: l.att.ctx().job.clone(),
+                            token: l.att.ctx().token,
+                            group: l.proc.as_ref().map(|p| exactly::sender::Group {
+                                pgid: p.id() as i32,
+                                leader_start: exactly::sender::stat(p.id() as i32)
+                                    .map(|s| s.start)
+                                    .unwrap_or(0),
+                            }),
+                        });
+                    }
+                    // Only the sender's process dies; mid-send its group's child lives on
+                    // (anywhere else it has nothing to send, and goes too).
+                    if let Some(mut p) = l.proc.take() {
+                        if matches!(l.io, Io::Send) {
+                            let _ = p.kill();
+                        } else {
+                            kill_group(p.id() as i32);
+                        }
+                        let _ = p.wait();
+                    }
+                }
+            }
+            Op::Late(k) => {
+                if !leftovers.is_empty() {
+                    let lo = leftovers.remove(k % leftovers.len());
+                    let alive = match lo.group {
+                        Some(g) => !exactly::sender::members(g).is_empty(),
+                        None => true,
+                    };
+                    if let Some(g) = lo.group {
+                        kill_group(g.pgid);
+                    }
+                    if alive {
+                        *far.borrow_mut().entry(key.clone()).or_default() += 1;
+                    }
+                }
+            }
+            Op::EarlyTakeover(j) => {
+                let job = jobs[j].as_str();
+                let token = current(store, job);
+                let ago = exactly::time::parse(LONG_AGO).expect("instant");
+                lease::renew_until(store, job, token, ago).expect("lease ends");
+                // The taker tries the effect at once, on its own host.
+                if let Some(t) = claim(store, job, "w-early") {
+                    let n = live.len();
+                    let ctx = Ctx::new(job, t).with_run_id(&format!("run-{n}"));
+                    let mut att =
+                        Attempt::new(&ctx, &spec, &format!("host-{n}:{}", 1000 + n)).expect("spec");
+                    let io = att.start();
+                    live.push(Some(Live {
+                        att,
+                        act: FarSide {
+                            far: far.clone(),
+                            mode: 0,
+                        },
+                        io,
+                        proc: None,
+                    }));
+                }
             }
             Op::Expire(j) => {
                 let job = jobs[j].as_str();
@@ -294,13 +467,25 @@ fn interleave_in(
                 for slot in live.iter_mut() {
                     let stop = slot.as_ref().is_some_and(|l| {
                         l.att.ctx().job == job
-                            && l.att.ctx().token == token
+                            && l.att.ctx().token <= token
                             && matches!(l.io, Io::Send | Io::Finish { .. })
                     });
                     if stop {
-                        *slot = None;
+                        if let Some(mut l) = slot.take() {
+                            end_proc(&mut l);
+                        }
                     }
                 }
+                // The deadline stops every leftover sending under the job's leases so far.
+                leftovers.retain(|lo| {
+                    let stopped = lo.job == job && lo.token <= token;
+                    if stopped {
+                        if let Some(g) = lo.group {
+                            kill_group(g.pgid);
+                        }
+                    }
+                    !stopped
+                });
             }
             Op::Claim(j) => {
                 claim(store, &jobs[j], "w-taker");
@@ -309,10 +494,17 @@ fn interleave_in(
         consistent(store, &far, &key)?;
     }
 
-    // Quiescence: the attempts still alive run to their ends.
+    // Quiescence: the attempts still alive run to their ends (their processes exit), and every
+    // leftover child is stopped by its deadline.
     for l in live.iter_mut().flatten() {
         finish(store, l)?;
+        end_proc(l);
         consistent(store, &far, &key)?;
+    }
+    for lo in leftovers.drain(..) {
+        if let Some(g) = lo.group {
+            kill_group(g.pgid);
+        }
     }
     // Every intended effect was received, or is visibly unknown/submitted in the ledger.
     let state = effect::get(store, &key).expect("read").map(|r| r.state);
@@ -336,6 +528,7 @@ fn interleave_in(
             mode: 0,
         },
         io: Io::Begin,
+        proc: None,
     };
     let out = finish(store, &mut l)?;
     consistent(store, &far, &key)?;
@@ -429,6 +622,7 @@ fn the_issues_interleaving_discards_the_stale_verdict() {
             mode,
         },
         io: Io::Begin,
+        proc: None,
     };
     // The effect is unknown: a first attempt lost its request before it arrived.
     finish(&mut store, &mut mk("host-0:1", 3)).expect("first attempt");

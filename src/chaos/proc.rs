@@ -144,6 +144,13 @@ impl Running {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Reaps the child without waiting for its stderr to close: what it left running may hold
+    /// the pipe open, and the harness must not wait for that before it retries.
+    pub fn reap(&mut self) -> Result<()> {
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// Reaps the child (so a dead attempt is seen as dead) and collects its stderr.
     pub fn finish(mut self) -> Result<Ended> {
         let status = self.child.wait()?;

@@ -229,7 +229,10 @@ fn signal(pid: i32, sig: i32) -> bool {
 
 /// The process group of `pid`, unless it is ours (never signal the harness's own group).
 fn group_of(pid: i32) -> Option<i32> {
-    let g = crate::sender::stat(pid)?.pgid;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: the fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let g: i32 = rest.split_whitespace().nth(2)?.parse().ok()?;
     // SAFETY: getpgrp has no preconditions.
     (g > 1 && g != unsafe { libc::getpgrp() }).then_some(g)
 }
@@ -259,7 +262,7 @@ fn grandchild(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
     let token = h.claim(job, "chaos", FOREVER)?;
     for i in 0..u64::from(n) {
         let e = eff(job, token, "post-webhook", i);
-        let later = h.ms(300, 600);
+        let later = h.ms(400, 700);
         let body = format!(
             "(sleep {:.3}; eval \"$CLIENT\") & wait",
             later.as_secs_f64()
@@ -292,12 +295,14 @@ fn grandchild(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                 }
             }
         }
-        a.finish()?;
+        // Its stderr may stay open in a child that outlived it: reaped, not yet finished.
+        a.reap()?;
         settle(t, &label, || {
             retry_cmd(h, &e, &crate::host(), 0, SKEW, &Client::quick())
         })?;
         // Past the child's send: had it outlived the sender, it has delivered by now.
         std::thread::sleep((later + Duration::from_millis(300)).saturating_sub(started.elapsed()));
+        a.finish()?;
         done(t, h, &e, label, bar);
     }
     lease::release(&mut h.store, job, token)?;
@@ -411,8 +416,10 @@ fn other_user(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                 t.live_senders_in_flight += 1;
             }
         }
-        a.finish()?;
+        // Reaped, not finished: a leftover of a killed sender may hold its stderr open.
+        a.reap()?;
         settle(t, &label, retry)?;
+        a.finish()?;
         done(t, h, &e, label, bar);
     }
     lease::release(&mut h.store, job, token)?;
@@ -743,7 +750,8 @@ fn pid_reuse(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resul
                 t.kill("effect_sigkill");
             }
         }
-        a.finish()?;
+        // Reaped (its pid is free to take), not finished: see `grandchild`.
+        a.reap()?;
         let mut squatter = squat(pid)?;
         if squatter.is_some() {
             t.pids_reused += 1;
@@ -756,6 +764,7 @@ fn pid_reuse(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resul
             let _ = c.wait();
         }
         settled?;
+        a.finish()?;
         done(t, h, &e, label, bar);
     }
     lease::release(&mut h.store, job, token)?;

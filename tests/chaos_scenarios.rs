@@ -157,7 +157,7 @@ fn every_scenario_on_postgresql() {
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
     assert_eq!(
         v["scenarios"].as_object().map(|m| m.len()),
-        Some(11),
+        Some(18),
         "{v:#}"
     );
     for k in NEVER.iter().chain(&["overlapping_copies"]) {
@@ -169,4 +169,148 @@ fn every_scenario_on_postgresql() {
         !v.to_string().contains(":exactly@"),
         "the password is shown: {v}"
     );
+}
+
+/// The sender's own faults (issue 20): runs `scenario` (on `db` when given) and asserts 0
+/// duplicates, 0 lost, every effect settled. None when the scenario could not run here (it
+/// needs root): then it must say so, and must not count as passed.
+fn sender_fault(scenario: &str, iterations: u32, db: Option<&str>) -> Option<Value> {
+    let it = iterations.to_string();
+    let mut args = vec!["--scenario", scenario, "--iterations", &it];
+    if let Some(db) = db {
+        args.splice(0..0, ["--db", db]);
+    }
+    let (code, v, err) = chaos(&args);
+    let s = &v["scenarios"][scenario];
+    if let Some(why) = v["not_run"][scenario].as_str() {
+        assert_eq!(n(s, "iterations"), 0, "{v:#}");
+        assert_eq!(s["not_run"].as_str(), Some(why), "{v:#}");
+        eprintln!("{scenario}: NOT RUN: {why}");
+        return None;
+    }
+    assert_eq!(code, 0, "{scenario}: exit {code}: {v:#}\n{err}");
+    assert_eq!(n(s, "iterations"), u64::from(iterations), "{v:#}");
+    for k in NEVER {
+        assert_eq!(n(s, k), 0, "{scenario}: {k}: {v:#}");
+    }
+    assert_eq!(n(s, "far_side_requests"), u64::from(iterations), "{v:#}");
+    assert_eq!(n(s, "intended_effects"), u64::from(iterations), "{v:#}");
+    Some(s.clone())
+}
+
+#[test]
+fn a_send_scripts_child_never_delivers_after_the_retry() {
+    let Some(s) = sender_fault("grandchild", 4, None) else {
+        return;
+    };
+    assert_eq!(n(&s["kills"], "effect_sigkill"), 4, "{s:#}");
+    assert_eq!(n(&s["kills"], "watchdog_sigkill"), 2, "{s:#}");
+}
+
+#[test]
+fn another_users_live_sender_is_in_flight_not_gone() {
+    let Some(s) = sender_fault("other-user", 4, None) else {
+        return;
+    };
+    // The two live senders (even iterations) were seen in flight by the other user's retry.
+    assert_eq!(n(&s, "live_senders_in_flight"), 2, "{s:#}");
+}
+
+#[test]
+fn a_stalled_lease_watch_does_not_let_the_command_outlive_its_lease() {
+    let Some(s) = sender_fault("watcher-stall", 2, None) else {
+        return;
+    };
+    assert_eq!(n(&s["stops"], "effect_sigstop"), 2, "{s:#}");
+}
+
+#[test]
+fn a_takeover_on_a_skewed_clock_waits_out_the_senders_stop_grace() {
+    sender_fault("takeover-skew", 2, None);
+}
+
+#[test]
+fn a_machine_sharing_our_host_name_is_judged_by_deadline_and_seen() {
+    let Some(s) = sender_fault("host-clash", 2, None) else {
+        return;
+    };
+    assert!(n(&s, "host_clash_events") >= 2, "{s:#}");
+}
+
+#[test]
+fn a_dead_senders_reused_pid_does_not_keep_it_in_flight() {
+    let Some(s) = sender_fault("pid-reuse", 4, None) else {
+        return;
+    };
+    assert!(n(&s, "pids_reused") >= 1, "{s:#}");
+}
+
+#[test]
+fn a_paused_sender_is_stopped_by_the_far_sides_dedupe_and_fencing() {
+    let Some(s) = sender_fault("pause", 4, None) else {
+        return;
+    };
+    // The figure without the far side's dedupe is reported, whatever it is.
+    n(&s, "pause_duplicates_without_dedupe");
+    assert_eq!(
+        n(&s, "far_side_refused"),
+        n(&s, "pause_duplicates_without_dedupe"),
+        "{s:#}"
+    );
+}
+
+#[test]
+fn a_scenario_that_needs_root_is_not_run_and_not_passed_without_it() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(env!("CARGO_BIN_EXE_exactly"))
+        .args(["chaos", "--scenario", "pid-reuse", "--iterations", "1"])
+        .args(["--json", "--seed", "7"])
+        .env("TMPDIR", "/tmp")
+        .env_remove("EXACTLY_DB")
+        .output()
+        .expect("run exactly chaos as nobody");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        v["not_run"]["pid-reuse"].as_str(),
+        Some("needs root"),
+        "{v:#}"
+    );
+    assert_eq!(n(&v["scenarios"]["pid-reuse"], "iterations"), 0, "{v:#}");
+    assert_eq!(n(&v, "iterations"), 0, "{v:#}");
+}
+
+#[test]
+fn sender_faults_on_postgresql() {
+    let Some(_pg) = support::backend::enter_postgres() else {
+        return;
+    };
+    let schema = support::backend::PgSchema::create();
+    for scenario in [
+        "grandchild",
+        "other-user",
+        "watcher-stall",
+        "takeover-skew",
+        "host-clash",
+        "pid-reuse",
+        "pause",
+    ] {
+        let s = sender_fault(scenario, 2, Some(&schema.url));
+        if scenario == "watcher-stall" {
+            if let Some(s) = s {
+                // One stall of `exactly effect`, one of the server processes serving it.
+                assert_eq!(n(&s["stops"], "server_processes_sigstop"), 1, "{s:#}");
+            }
+        }
+    }
 }

@@ -1,12 +1,17 @@
 //! The far side: a separate process that receives effects over a Unix socket and records every
-//! request it gets. It never deduplicates (that would hide the duplicates the harness counts),
-//! answers "did key K arrive?" for the observer, and can be told to act but drop its answer.
+//! request it gets. By default it never deduplicates (that would hide the duplicates the harness
+//! counts), answers "did key K arrive?" for the observer, and can be told to act but drop its
+//! answer. A far side a user owns can do better, and the `pause` scenario shows what that buys:
+//! with `dedupe` it acts on an effect key once (a repeat is answered as if delivered), with
+//! `fence` it refuses a fencing token lower than the highest it has seen for the job. Every
+//! request is still counted, so what the sender side did without such a far side stays visible.
 //!
 //! Protocol, one line each way:
-//! - `SEND <key> <tag>` → `OK <n>` (n: arrivals of key so far), or no answer under a rule;
+//! - `SEND <key> <tag> [dedupe] [fence=<job>:<token>]` → `OK <n>` (n: arrivals of key so far),
+//!   `FENCED <highest>`, or no answer under a rule;
 //! - `SEEN <key>` → `YES <n>` | `NO` | `ERR <why>`;
 //! - `RULE <key> drop-answer|lose-request|flaky-seen [n]` → `OK` (each rule is used up once);
-//! - `DUMP` → `<key> <n>` lines, then `END`; `QUIT` → `OK`, and the server exits.
+//! - `DUMP` → `<key> <arrivals> <requests> <refused>` lines, then `END`; `QUIT` → `OK`, and the server exits.
 use crate::sanitize::inert;
 use crate::{Error, Result};
 use clap::{Args, Subcommand};
@@ -23,6 +28,12 @@ pub enum FarSideCmd {
     Serve {
         #[arg(long)]
         socket: PathBuf,
+        /// Act on each effect key once; a repeat is answered as if delivered.
+        #[arg(long)]
+        dedupe: bool,
+        /// Refuse a fencing token lower than the highest seen for its job.
+        #[arg(long)]
+        fence: bool,
     },
     /// Send the effect `$EXACTLY_EFFECT_KEY`: exit 0 answered, 1 no answer (it may have
     /// arrived), 75 the far side was unreachable (nothing sent).
@@ -54,6 +65,12 @@ pub struct SendArgs {
     /// Sleep after the request left, before reading the answer.
     #[arg(long, default_value = "0ms")]
     pub hold_after: String,
+    /// Ask the far side to act on this key only once (an Idempotency-Key).
+    #[arg(long)]
+    pub dedupe: bool,
+    /// Send `$EXACTLY_JOB` and `$EXACTLY_FENCING_TOKEN`: the far side refuses a lower token.
+    #[arg(long)]
+    pub fence: bool,
 }
 
 /// Marker the send client prints on stderr once its request has left.
@@ -67,7 +84,11 @@ pub const CLIENT_FAULT_ENV: &str = "EXACTLY_CHAOS_FAULT";
 
 pub fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
     match cmd {
-        FarSideCmd::Serve { socket } => serve(&socket),
+        FarSideCmd::Serve {
+            socket,
+            dedupe,
+            fence,
+        } => serve(&socket, Modes { dedupe, fence }),
         FarSideCmd::Send(a) => send(&a),
         FarSideCmd::Seen {
             socket,
@@ -83,6 +104,18 @@ fn effect_key_env() -> Result<String> {
         .ok_or_else(|| Error::Usage("EXACTLY_EFFECT_KEY is not set to an effect key".into()))
 }
 
+/// `<job>:<token>` from the environment `exactly effect` gives its command.
+fn fence_env() -> Result<String> {
+    let job = std::env::var("EXACTLY_JOB").unwrap_or_default();
+    let token = std::env::var("EXACTLY_FENCING_TOKEN").unwrap_or_default();
+    if job.is_empty() || job.contains(char::is_whitespace) || token.parse::<i64>().is_err() {
+        return Err(Error::Usage(
+            "--fence needs EXACTLY_JOB and EXACTLY_FENCING_TOKEN (set by exactly effect)".into(),
+        ));
+    }
+    Ok(format!("{job}:{token}"))
+}
+
 fn client_fault(name: &str) {
     crate::fault::point_of(CLIENT_FAULT_ENV, name);
 }
@@ -93,6 +126,13 @@ fn send(a: &SendArgs) -> Result<i32> {
     let before = crate::time::parse_duration(&a.hold_before)?;
     let after = crate::time::parse_duration(&a.hold_after)?;
     let tag: String = a.tag.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut extra = String::new();
+    if a.dedupe {
+        extra.push_str(" dedupe");
+    }
+    if a.fence {
+        extra.push_str(&format!(" fence={}", fence_env()?));
+    }
     eprintln!("{START_MARKER}");
     client_fault("after_claim");
     client_fault("after_submitted");
@@ -104,7 +144,7 @@ fn send(a: &SendArgs) -> Result<i32> {
             return Ok(75);
         }
     };
-    if let Err(e) = conn.write_all(format!("SEND {key} {tag}\n").as_bytes()) {
+    if let Err(e) = conn.write_all(format!("SEND {key} {tag}{extra}\n").as_bytes()) {
         // A partial write may still have reached the far side: we cannot promise nothing left.
         eprintln!("far-side: send failed ({e})");
         return Ok(1);
@@ -119,6 +159,14 @@ fn send(a: &SendArgs) -> Result<i32> {
             client_fault("after_send");
             client_fault("after_done");
             Ok(0)
+        }
+        Ok(n) if n > 0 && line.starts_with("FENCED") => {
+            // Refused, not acted on: nothing was sent, as exit 75 promises.
+            eprintln!(
+                "far-side: refused, a newer token was seen ({})",
+                line.trim()
+            );
+            Ok(75)
         }
         Ok(_) => {
             eprintln!("far-side: connection closed without an answer");
@@ -162,9 +210,24 @@ fn request(socket: &Path, line: &str) -> Result<String> {
     Ok(out.trim_end().to_string())
 }
 
+/// What the far side does beyond recording: set for every request by `serve`'s flags, or per
+/// request by the client's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Modes {
+    dedupe: bool,
+    fence: bool,
+}
+
 #[derive(Default)]
 struct State {
+    /// Requests acted on, per key (a deduplicated or fenced request is not one).
     arrivals: BTreeMap<String, u64>,
+    /// Every complete SEND, acted on or refused.
+    requests: BTreeMap<String, u64>,
+    /// Requests refused by dedupe or fencing.
+    refused: BTreeMap<String, u64>,
+    /// The highest fencing token seen per job.
+    fence_high: HashMap<String, i64>,
     drop_answer: HashMap<String, u32>,
     lose_request: HashMap<String, u32>,
     flaky_seen: HashMap<String, u32>,
@@ -192,7 +255,7 @@ fn hold(conn: UnixStream) {
 /// Serves on one thread, one connection at a time, in the order clients connected: a request
 /// written before its sender died is recorded before any later observer's question is answered,
 /// as a far side with a durable inbox would.
-fn serve(socket: &Path) -> Result<i32> {
+fn serve(socket: &Path, modes: Modes) -> Result<i32> {
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket).map_err(|e| {
         Error::Store(format!(
@@ -215,10 +278,39 @@ fn serve(socket: &Path) -> Result<i32> {
         }
         let words: Vec<&str> = line.split_whitespace().collect();
         let reply = match words.as_slice() {
-            ["SEND", key, ..] => {
+            ["SEND", key, rest @ ..] => {
                 if take(&mut st.lose_request, key) {
                     hold(conn);
                     continue;
+                }
+                *st.requests.entry(key.to_string()).or_default() += 1;
+                let dedupe = modes.dedupe || rest.contains(&"dedupe");
+                let fence = rest
+                    .iter()
+                    .find_map(|w| w.strip_prefix("fence="))
+                    .and_then(|f| f.rsplit_once(':'))
+                    .and_then(|(job, t)| Some((job.to_string(), t.parse::<i64>().ok()?)));
+                if let Some((job, token)) = fence {
+                    let high = st.fence_high.entry(job).or_insert(token);
+                    if token < *high {
+                        let high = *high;
+                        *st.refused.entry(key.to_string()).or_default() += 1;
+                        let _ = conn.write_all(format!("FENCED {high}\n").as_bytes());
+                        continue;
+                    }
+                    *high = token;
+                } else if modes.fence {
+                    // A fencing far side takes no request without a token.
+                    *st.refused.entry(key.to_string()).or_default() += 1;
+                    let _ = conn.write_all(b"FENCED none\n");
+                    continue;
+                }
+                if dedupe {
+                    if let Some(n) = st.arrivals.get(*key) {
+                        *st.refused.entry(key.to_string()).or_default() += 1;
+                        let _ = conn.write_all(format!("OK {n}\n").as_bytes());
+                        continue;
+                    }
                 }
                 let n = st.arrivals.entry(key.to_string()).or_default();
                 *n += 1;
@@ -256,8 +348,10 @@ fn serve(socket: &Path) -> Result<i32> {
             }
             ["DUMP"] => {
                 let mut s = String::new();
-                for (k, n) in &st.arrivals {
-                    s.push_str(&format!("{k} {n}\n"));
+                for (k, r) in &st.requests {
+                    let n = st.arrivals.get(k).copied().unwrap_or(0);
+                    let refused = st.refused.get(k).copied().unwrap_or(0);
+                    s.push_str(&format!("{k} {n} {r} {refused}\n"));
                 }
                 s.push_str("END");
                 s
@@ -272,6 +366,17 @@ fn serve(socket: &Path) -> Result<i32> {
         let _ = conn.write_all(format!("{reply}\n").as_bytes());
     }
     Ok(0)
+}
+
+/// What the far side saw of one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests it acted on.
+    pub arrivals: u64,
+    /// Requests it got, acted on or refused.
+    pub requests: u64,
+    /// Requests refused by dedupe or fencing.
+    pub refused: u64,
 }
 
 /// The harness's handle on a running far side.
@@ -318,8 +423,18 @@ impl FarSide {
         }
     }
 
-    /// Every key that arrived, with how many times.
+    /// Every key that arrived, with how many times it was acted on.
     pub fn dump(&self) -> Result<BTreeMap<String, u64>> {
+        Ok(self
+            .dump_all()?
+            .into_iter()
+            .filter(|(_, c)| c.arrivals > 0)
+            .map(|(k, c)| (k, c.arrivals))
+            .collect())
+    }
+
+    /// Every key requested: how many requests were acted on, made, and refused.
+    pub fn dump_all(&self) -> Result<BTreeMap<String, Counts>> {
         let mut conn = UnixStream::connect(&self.socket)?;
         conn.set_read_timeout(Some(Duration::from_secs(30)))?;
         conn.write_all(b"DUMP\n")?;
@@ -330,9 +445,19 @@ impl FarSide {
                 return Ok(out);
             }
             // A line we cannot read is an error, never a count of 0: that would hide a duplicate.
-            let count = line
-                .split_once(' ')
-                .and_then(|(k, n)| Some((k, n.parse::<u64>().ok()?)));
+            let f: Vec<&str> = line.split(' ').collect();
+            let num = |i: usize| f.get(i).and_then(|n| n.parse::<u64>().ok());
+            let count = match (f.first(), num(1), num(2), num(3), f.len()) {
+                (Some(k), Some(arrivals), Some(requests), Some(refused), 4) => Some((
+                    k,
+                    Counts {
+                        arrivals,
+                        requests,
+                        refused,
+                    },
+                )),
+                _ => None,
+            };
             let Some((k, n)) = count else {
                 return Err(Error::Store(format!(
                     "the far side's record has an unreadable line: {}",

@@ -20,6 +20,10 @@ pub struct Client {
     pub timeout_ms: u64,
     pub hold_before_ms: u64,
     pub hold_after_ms: u64,
+    /// Ask the far side to act on the effect key once (`far-side send --dedupe`).
+    pub dedupe: bool,
+    /// Send the fencing token; the far side refuses a lower one (`far-side send --fence`).
+    pub fence: bool,
 }
 
 impl Client {
@@ -175,7 +179,7 @@ impl Harness {
 
     /// The far-side client's argv.
     pub fn client_argv(&self, tag: &str, c: &Client) -> Vec<String> {
-        vec![
+        let mut v = vec![
             self.exe.display().to_string(),
             "far-side".into(),
             "send".into(),
@@ -189,7 +193,14 @@ impl Harness {
             format!("{}ms", c.hold_before_ms),
             "--hold-after".into(),
             format!("{}ms", c.hold_after_ms),
-        ]
+        ];
+        if c.dedupe {
+            v.push("--dedupe".into());
+        }
+        if c.fence {
+            v.push("--fence".into());
+        }
+        v
     }
 
     /// The observer shell command `exactly effect --observe` runs.
@@ -244,7 +255,7 @@ impl Harness {
 
     /// `--db … effect …` for one intended effect, up to (not including) the `--` before its
     /// command: every attempt at `e` computes the same key.
-    fn effect_args(&self, e: &Eff, observe: &str) -> Vec<String> {
+    pub(super) fn effect_args(&self, e: &Eff, observe: &str) -> Vec<String> {
         let mut v: Vec<String> = vec!["--db".into(), self.db.clone(), "effect".into()];
         for (flag, val) in [
             ("--job", e.job.clone()),
@@ -358,11 +369,16 @@ impl Harness {
 
     /// Counts what the far side got for each intended effect, and what the ledger says of it.
     pub(super) fn audit(&mut self, t: &mut Tally) -> Result<()> {
-        let arrivals = self.far.dump()?;
+        let seen = self.far.dump_all()?;
         let intents = std::mem::take(&mut t.intents);
         for (key, label) in &intents {
-            let n = arrivals.get(key).copied().unwrap_or(0);
+            let counts = seen.get(key).copied().unwrap_or_default();
+            let n = counts.arrivals;
             t.far_side_requests += n;
+            if t.far_side_guarded {
+                t.far_side_refused += counts.refused;
+                t.pause_duplicates_without_dedupe += counts.requests.saturating_sub(1);
+            }
             let row = if self.guarded {
                 crate::effect::get(&mut self.store, key)?
             } else {

@@ -5,13 +5,15 @@
 //!
 //! Rooms: the command line and the run (`mod.rs`), the shared machinery (`harness.rs`), what
 //! was observed and the report (`tally.rs`), the scenarios (`scenarios.rs`, `concurrent.rs`,
-//! `sched.rs`), the far side, and the children (`proc.rs`).
+//! `sched.rs`, and `senders.rs` for a sender's process and host faults), the far side, and the
+//! children (`proc.rs`).
 mod concurrent;
 pub mod far_side;
 mod harness;
 mod proc;
 mod scenarios;
 mod sched;
+mod senders;
 mod tally;
 
 pub(crate) use harness::sh_quote;
@@ -42,6 +44,13 @@ pub const SCENARIOS: &[&str] = &[
     "cross-host",
     "clock-skew",
     "approval-race",
+    "grandchild",
+    "other-user",
+    "watcher-stall",
+    "takeover-skew",
+    "host-clash",
+    "pid-reuse",
+    "pause",
 ];
 
 #[derive(Args, Debug)]
@@ -52,7 +61,12 @@ pub struct ChaosArgs {
     /// One object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Run only these scenarios (repeatable; default all).
+    /// Run only these scenarios (repeatable; default all). The sender faults: `grandchild` (the
+    /// send runs in a child of the script), `other-user` (sender and retry of other users; root),
+    /// `watcher-stall` (the lease watch paused or its server stalled), `takeover-skew` (skewed
+    /// clocks, a send in the TERM grace), `host-clash` (two machines, one EXACTLY_HOST; root),
+    /// `pid-reuse` (a dead sender's pid taken; root), `pause` (the whole sender paused; stopped
+    /// only by the far side's dedupe or fencing).
     #[arg(long = "scenario", value_name = "NAME", num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Seed for kill moments and variants, to replay a run.
@@ -165,6 +179,9 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         if let Err(e) = h.audit(&mut t) {
             t.anomaly(format!("{name}: audit: {e}"));
         }
+        if t.not_run.is_some() {
+            t.iterations = 0;
+        }
         let after = Snapshot::read(&mut h.store)?.totals;
         t.fenced_writes = after.fenced_writes.saturating_sub(before.fenced_writes);
         t.duplicates_suppressed = after
@@ -177,7 +194,12 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
     bar.finish_and_clear();
     total.wall_ms = started.elapsed().as_millis() as u64;
     let ok = total.ok() && h.guarded;
+    let not_run = per
+        .iter()
+        .filter_map(|(k, t)| t.not_run.clone().map(|w| (k.clone(), w)))
+        .collect();
     Ok(Report {
+        not_run,
         iterations_per_scenario: a.iterations,
         seed,
         guarded: h.guarded,

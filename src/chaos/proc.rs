@@ -110,6 +110,15 @@ impl Running {
         }
     }
 
+    /// Waits for a stderr line containing `marker` and returns it; None when the child ended
+    /// first.
+    pub fn wait_line(&mut self, marker: &str) -> Result<Option<String>> {
+        if self.wait_marker(marker)? {
+            return Ok(self.seen.last().cloned());
+        }
+        Ok(None)
+    }
+
     /// SIGKILL, if it is still running; true when the signal was sent to a live child.
     pub fn kill(&mut self) -> bool {
         if matches!(self.child.try_wait(), Ok(None)) {
@@ -133,6 +142,13 @@ impl Running {
 
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Reaps the child without waiting for its stderr to close: what it left running may hold
+    /// the pipe open, and the harness must not wait for that before it retries.
+    pub fn reap(&mut self) -> Result<()> {
+        self.child.wait()?;
+        Ok(())
     }
 
     /// Reaps the child (so a dead attempt is seen as dead) and collects its stderr.

@@ -23,6 +23,8 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
         "concurrent-retry" | "cross-host" | "clock-skew" | "approval-race" => {
             super::concurrent::run(name, h, t, n, bar)
         }
+        "grandchild" | "other-user" | "watcher-stall" | "takeover-skew" | "host-clash"
+        | "pid-reuse" | "pause" => super::senders::run(name, h, t, n, bar),
         _ => super::sched::run(name, h, t, n, bar),
     }
 }

@@ -14,6 +14,8 @@ pub struct Tally {
     /// Requests the far side recorded.
     pub far_side_requests: u64,
     pub kills: BTreeMap<String, u64>,
+    /// Processes paused (SIGSTOP, later SIGCONT) per what was paused.
+    pub stops: BTreeMap<String, u64>,
     pub duplicate_effects: u64,
     pub lost_effects: u64,
     /// Effects left `submitted`/`unknown` by a kill or a lost answer, then settled by the observer.
@@ -41,17 +43,37 @@ pub struct Tally {
     pub firings_gave_up: u64,
     /// Times two runs of one firing were seen alive at once in the process table (must be 0).
     pub overlapping_copies: u64,
+    /// `host_clash` events recorded: a sender on another machine with our host name was seen.
+    pub host_clash_events: u64,
+    /// Dead senders whose pid an unrelated process took before the retry.
+    pub pids_reused: u64,
+    /// Retries that found a live sender of another user and answered "in flight".
+    pub live_senders_in_flight: u64,
+    /// Requests the far side refused (dedupe or fencing) in the scenarios that ask it to.
+    pub far_side_refused: u64,
+    /// `pause`: the duplicates a far side without dedupe or fencing would have acted on (the
+    /// requests beyond the first for each effect). The documented limit, never hidden.
+    pub pause_duplicates_without_dedupe: u64,
+    /// Why this scenario did not run (it did not pass either).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
     pub wall_ms: u64,
     /// Broken expectations and harness errors (each a failure, listed in `failures`).
     pub anomalies: u64,
     pub failures: Vec<String>,
     #[serde(skip)]
     pub(super) intents: Vec<(String, String)>,
+    /// The scenario's far side dedupes or fences: its raw requests are counted apart.
+    #[serde(skip)]
+    pub(super) far_side_guarded: bool,
 }
 
 const FAILURES_KEPT: usize = 20;
 
 impl Tally {
+    pub fn stop(&mut self, what: &str) {
+        *self.stops.entry(what.to_string()).or_default() += 1;
+    }
     pub fn kill(&mut self, point: &str) {
         *self.kills.entry(point.to_string()).or_default() += 1;
     }
@@ -90,6 +112,14 @@ impl Tally {
             *self.kills.entry(k.clone()).or_default() += n;
         }
         self.duplicate_effects += o.duplicate_effects;
+        for (k, n) in &o.stops {
+            *self.stops.entry(k.clone()).or_default() += n;
+        }
+        self.host_clash_events += o.host_clash_events;
+        self.pids_reused += o.pids_reused;
+        self.live_senders_in_flight += o.live_senders_in_flight;
+        self.far_side_refused += o.far_side_refused;
+        self.pause_duplicates_without_dedupe += o.pause_duplicates_without_dedupe;
         for (k, n) in &o.runs_per_firing {
             *self.runs_per_firing.entry(*k).or_default() += n;
         }
@@ -124,6 +154,8 @@ pub(super) struct Report {
     #[serde(flatten)]
     pub(super) total: Tally,
     pub(super) ok: bool,
+    /// Scenarios that could not run here, with why: not passed, not failed.
+    pub(super) not_run: BTreeMap<String, String>,
     pub(super) scenarios: BTreeMap<String, Tally>,
 }
 
@@ -178,8 +210,14 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         );
     };
     for name in SCENARIOS {
-        if let Some(t) = r.scenarios.get(*name) {
-            row(&mut s, name, t);
+        match r.scenarios.get(*name) {
+            Some(Tally {
+                not_run: Some(why), ..
+            }) => {
+                let _ = writeln!(s, "{name:<24}NOT RUN: {}", inert(why));
+            }
+            Some(t) => row(&mut s, name, t),
+            None => {}
         }
     }
     row(&mut s, "total", &r.total);
@@ -218,6 +256,47 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             r.total.unapproved_sends
         );
     }
+    if !r.total.stops.is_empty() {
+        let stops: Vec<String> = r
+            .total
+            .stops
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(s, "paused (SIGSTOP): {}", stops.join(", "));
+    }
+    if r.scenarios.contains_key("host-clash") {
+        let _ = writeln!(
+            s,
+            "host_clash events recorded: {}",
+            r.total.host_clash_events
+        );
+    }
+    if r.scenarios.contains_key("pid-reuse") {
+        let _ = writeln!(
+            s,
+            "dead senders' pids taken by another process: {}",
+            r.total.pids_reused
+        );
+    }
+    if r.scenarios.contains_key("other-user") {
+        let _ = writeln!(
+            s,
+            "another user's live sender answered in flight: {}",
+            r.total.live_senders_in_flight
+        );
+    }
+    if r.scenarios.contains_key("pause") {
+        let _ = writeln!(
+            s,
+            "pause: {} duplicates with the far side's dedupe/fencing ({} requests refused); without it: {} (the documented limit)",
+            r.scenarios
+                .get("pause")
+                .map_or(0, |p| p.duplicate_effects),
+            r.total.far_side_refused,
+            r.total.pause_duplicates_without_dedupe
+        );
+    }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
             s,
@@ -254,5 +333,8 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     };
     let _ = writeln!(s, "{verdict}");
+    for (name, why) in &r.not_run {
+        let _ = writeln!(s, "NOT RUN (not passed): {name}: {}", inert(why));
+    }
     s
 }

@@ -54,27 +54,43 @@ pub struct Identity {
     /// The process's start time in clock ticks since boot (0: unknown).
     pub start: u64,
     pub group: Option<Group>,
+    /// The process's name (`comm`), which its group's leader shares: a start time has only
+    /// clock-tick resolution, and a pid taken again within one tick must still not pass for it.
+    pub comm: Option<String>,
 }
 
 impl Identity {
     /// This process, sending through `group` when its command runs in one.
     pub fn this_process(group: Option<Group>) -> Identity {
         let pid = std::process::id() as i32;
+        let me = stat(pid);
         Identity {
             host_id: host_id().to_string(),
             pid,
-            start: stat(pid).map(|s| s.start).unwrap_or(0),
+            start: me.as_ref().map(|s| s.start).unwrap_or(0),
             group,
+            comm: me.map(|s| s.comm),
         }
     }
 
-    /// `HOST_ID;PID@START;PGID@START` (the group part empty without a group).
+    /// `HOST_ID;PID@START;PGID@START;COMM` (the group part empty without a group; the name in
+    /// hex, so no byte of it can be read as a separator).
     pub fn encode(&self) -> String {
         let group = self
             .group
             .map(|g| format!("{}@{}", g.pgid, g.leader_start))
             .unwrap_or_default();
-        format!("{};{}@{};{group}", self.host_id, self.pid, self.start)
+        let comm: String = self
+            .comm
+            .as_deref()
+            .unwrap_or_default()
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!(
+            "{};{}@{};{group};{comm}",
+            self.host_id, self.pid, self.start
+        )
     }
 
     pub fn parse(s: &str) -> Option<Identity> {
@@ -92,44 +108,69 @@ impl Identity {
                 Some(Group { pgid, leader_start })
             }
         };
+        let comm = match parts.next() {
+            Some("") | None => None,
+            Some(hex) => {
+                let bytes: Option<Vec<u8>> = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| {
+                        hex.get(i..i + 2)
+                            .and_then(|b| u8::from_str_radix(b, 16).ok())
+                    })
+                    .collect();
+                Some(String::from_utf8_lossy(&bytes?).into_owned())
+            }
+        };
         Some(Identity {
             host_id,
             pid,
             start,
             group,
+            comm,
         })
     }
 }
 
 /// What `/proc/PID/stat` says of a process.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Stat {
     pub zombie: bool,
+    pub ppid: i32,
     pub pgid: i32,
     pub start: u64,
+    pub comm: String,
 }
 
 /// Reads `/proc/PID/stat` (None: no such process, or no `/proc`).
 pub fn stat(pid: i32) -> Option<Stat> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let close = s.rfind(')')?;
+    let comm = s.get(s.find('(')? + 1..close)?.to_string();
+    let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
     Some(Stat {
         zombie: matches!(f.first(), Some(&"Z") | Some(&"X")),
+        ppid: f.get(1)?.parse().ok()?,
         pgid: f.get(2)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
+        comm,
     })
 }
 
-/// Whether the process `pid` that started at `start` (0: unknown) still lives. A pid now held
-/// by a process started at another time is not it; one we may not signal is alive.
-pub fn process_alive(pid: i32, start: u64) -> bool {
+/// Whether `s` is the process that started at `start` (0: unknown) under the name `comm`.
+fn same_process(s: &Stat, start: u64, comm: Option<&str>) -> bool {
+    (start == 0 || s.start == start) && comm.is_none_or(|c| s.comm == c)
+}
+
+/// Whether the process `pid` that started at `start` (0: unknown) as `comm` still lives. A pid
+/// now held by a process started at another time, or under another name, is not it; one we
+/// may not signal is alive.
+pub fn process_alive(pid: i32, start: u64, comm: Option<&str>) -> bool {
     if pid <= 0 {
         return false;
     }
     match stat(pid) {
-        Some(s) => !s.zombie && (start == 0 || s.start == start),
+        Some(s) => !s.zombie && same_process(&s, start, comm),
         None if std::path::Path::new("/proc/self/stat").exists() => false,
         // No /proc to read: only the kernel's answer is left.
         // SAFETY: signal 0 only checks that the process exists.
@@ -140,15 +181,17 @@ pub fn process_alive(pid: i32, start: u64) -> bool {
     }
 }
 
-/// The live (not zombie) members of `group`, or None when the group is known gone: its leader's
-/// pid now belongs to a process started at another time, which the kernel allows only once
-/// every member of the old group has ended.
-pub fn members(group: Group) -> Vec<i32> {
+/// The live (not zombie) members of `group` (its leader named `comm`), none when the group is
+/// known gone: its leader's pid now belongs to another process, which the kernel allows only
+/// once every member of the old group has ended. This process and its children are never a
+/// dead sender's leftovers (a retry's own watchdog may hold a reused group id).
+pub fn members(group: Group, comm: Option<&str>) -> Vec<i32> {
     if let Some(l) = stat(group.pgid) {
-        if group.leader_start != 0 && l.start != group.leader_start && !l.zombie {
+        if !l.zombie && !same_process(&l, group.leader_start, comm) {
             return Vec::new();
         }
     }
+    let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         // SAFETY: signal 0 to a group only checks that it has a member.
         let any = unsafe {
@@ -159,23 +202,31 @@ pub fn members(group: Group) -> Vec<i32> {
     };
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|pid| stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie))
+        .filter(|pid| *pid != me)
+        .filter(|pid| stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie && s.ppid != me))
         .collect()
 }
 
 /// Ends what is left of a dead sender's group (SIGKILL) and waits until it is empty. False when
 /// something of it still lives: it is another user's (EPERM), or did not end within a few
 /// seconds; then it may still be sending.
-pub fn end_group(group: Group) -> bool {
+pub fn end_group(group: Group, comm: Option<&str>) -> bool {
     let until = Instant::now() + END_WAIT;
     loop {
-        if members(group).is_empty() {
+        let left = members(group, comm);
+        if left.is_empty() {
             return true;
         }
-        // SAFETY: a negative pid names the process group; its leader check is above.
-        let rc = unsafe { libc::kill(-group.pgid, libc::SIGKILL) };
-        if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-            return false;
+        // Each one by pid: the group id may name another group by now (see `members`).
+        for pid in left {
+            // SAFETY: kill has no memory-safety preconditions.
+            let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
+            if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                return false;
+            }
+        }
+        if members(group, comm).is_empty() {
+            return true;
         }
         if Instant::now() >= until {
             return false;
@@ -212,14 +263,15 @@ pub fn judge(attempt: Option<&str>, identity: Option<&str>) -> Judged {
     match identity.and_then(Identity::parse) {
         Some(id) if id.host_id != host_id() => Judged::Clash,
         Some(id) => {
-            if id.pid == me && stat(me).is_none_or(|s| id.start == 0 || s.start == id.start) {
+            let comm = id.comm.as_deref();
+            if id.pid == me && stat(me).is_none_or(|s| same_process(&s, id.start, comm)) {
                 return Judged::Elsewhere;
             }
-            if process_alive(id.pid, id.start) {
+            if process_alive(id.pid, id.start, comm) {
                 return Judged::Alive;
             }
             match id.group {
-                Some(g) if !end_group(g) => Judged::Alive,
+                Some(g) if !end_group(g, comm) => Judged::Alive,
                 _ => Judged::Gone,
             }
         }
@@ -230,7 +282,7 @@ pub fn judge(attempt: Option<&str>, identity: Option<&str>) -> Judged {
             if pid == me || pid <= 0 {
                 return Judged::Elsewhere;
             }
-            if process_alive(pid, 0) {
+            if process_alive(pid, 0, None) {
                 Judged::Alive
             } else {
                 Judged::Gone
@@ -253,9 +305,14 @@ mod tests {
                 pgid: 43,
                 leader_start: 8,
             }),
+            comm: Some("exa;ctly@".into()),
         };
         assert_eq!(Identity::parse(&id.encode()), Some(id.clone()));
-        let lone = Identity { group: None, ..id };
+        let lone = Identity {
+            group: None,
+            comm: None,
+            ..id
+        };
         assert_eq!(Identity::parse(&lone.encode()), Some(lone));
         assert_eq!(Identity::parse("x;y"), None);
     }
@@ -264,7 +321,8 @@ mod tests {
     fn this_process_is_alive_and_a_reused_pid_is_not() {
         let me = Identity::this_process(None);
         assert!(me.start > 0);
-        assert!(process_alive(me.pid, me.start));
-        assert!(!process_alive(me.pid, me.start + 1));
+        assert!(process_alive(me.pid, me.start, me.comm.as_deref()));
+        assert!(!process_alive(me.pid, me.start + 1, me.comm.as_deref()));
+        assert!(!process_alive(me.pid, me.start, Some("not-us")));
     }
 }

@@ -114,15 +114,16 @@ fn sender_group() -> (std::process::Child, exactly::sender::Identity) {
         .spawn()
         .expect("spawn a sender");
     let pid = child.id() as i32;
-    let start = exactly::sender::stat(pid).expect("its stat").start;
+    let stat = exactly::sender::stat(pid).expect("its stat");
     let id = exactly::sender::Identity {
         host_id: exactly::sender::host_id().to_string(),
         pid,
-        start,
+        start: stat.start,
         group: Some(exactly::sender::Group {
             pgid: pid,
-            leader_start: start,
+            leader_start: stat.start,
         }),
+        comm: Some(stat.comm),
     };
     (child, id)
 }
@@ -352,6 +353,7 @@ fn interleave_with(
                         pid: 1000 + i as i32,
                         start: 1,
                         group: None,
+                        comm: None,
                     };
                     let att = Attempt::new(&ctx, &spec, &format!("{}:{}", exactly::host(), id.pid))
                         .expect("spec")
@@ -426,7 +428,7 @@ fn interleave_with(
                 if !leftovers.is_empty() {
                     let lo = leftovers.remove(k % leftovers.len());
                     let alive = match lo.group {
-                        Some(g) => !exactly::sender::members(g).is_empty(),
+                        Some(g) => !exactly::sender::members(g, Some("sh")).is_empty(),
                         None => true,
                     };
                     if let Some(g) = lo.group {

@@ -93,6 +93,27 @@ fn unknown(env: &Env, token: i64, input: &str) -> String {
 }
 
 on_both_backends! {
+    #[test]
+    fn a_quiet_duplicate_prints_nothing_and_still_exits_0() {
+        let env = Env::new();
+        let token = env.claim("quiet", "1h");
+        let args = |quiet: bool| {
+            let mut a = effect_args("quiet", token, "send", "t").input("n=1");
+            if quiet {
+                a = a.arg("--quiet");
+            }
+            a.sh(&deliver(&env, "the answer"))
+        };
+        let first = env.run(&support::strs(&args(true)));
+        assert_eq!((first.0, first.1.trim()), (0, "the answer"), "{}", first.2);
+        let loud = env.run(&support::strs(&args(false)));
+        assert_eq!((loud.0, loud.1.trim()), (0, "the answer"), "a duplicate replays the answer");
+        assert!(loud.2.contains("duplicate suppressed"), "{}", loud.2);
+        let quiet = env.run(&support::strs(&args(true)));
+        assert_eq!(quiet, (0, String::new(), String::new()), "--quiet: nothing on stdout or stderr");
+        assert_eq!(far_count(&env.path("far.txt"), &key(&env, "1")), 1);
+    }
+
     /// The reply to the COMMIT that recorded `done` is lost (on PostgreSQL the connection is cut
     /// after the commit; the fault point is in the real write path). The retried write finds
     /// its own row: success, not "fenced", and nothing counted as a fenced write.

@@ -27,6 +27,10 @@ pub struct EffectArgs {
     /// group and its verdict is "can't tell" (exit 5, the effect stays open).
     #[arg(long, value_name = "DUR", default_value = "30s")]
     pub observe_timeout: String,
+    /// A suppressed duplicate prints nothing (no replayed answer, no "duplicate suppressed"
+    /// line): cron mails nothing for a second copy that did nothing. Exit codes are unchanged.
+    #[arg(long)]
+    pub quiet: bool,
     /// The command that performs the effect.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -77,10 +81,15 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    let silent = a.quiet && matches!(out, Outcome::DuplicateSuppressed { .. });
     if let Outcome::DuplicateSuppressed { key, response } = &out {
-        replay(&mut store, key, response.as_deref())?;
+        if !silent {
+            replay(&mut store, key, response.as_deref())?;
+        }
     }
-    report(&out);
+    if !silent {
+        report(&out);
+    }
     if let (Outcome::Done { .. }, Some(o)) = (&out, action.output.as_ref().filter(|o| o.cut())) {
         eprintln!(
             "exactly: the response kept with effect {} was cut to its first {} of {} bytes",

@@ -394,6 +394,19 @@ on_both_backends! {
         assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.contains("host-name clash"))), "{json}");
         assert!(v["schedulers"].as_array().expect("schedulers").iter().all(|s| s["host_id"].is_string()), "{json}");
     }
+
+    #[test]
+    fn a_sender_paused_between_its_submit_and_its_send_does_not_send_past_its_lease() {
+        let env = Env::new().with_skew("100ms");
+        let token = env.claim("late", "2s");
+        let script = format!("echo sent >> {}", env.path("far").display());
+        let mut c = effect(&env, "late", token, "1", &script);
+        // Paused right after `submitted` committed, past the whole lease.
+        c.env("EXACTLY_FAULT", "after_submitted:pause=2500ms");
+        let (code, _, err) = run(c);
+        assert_ne!(code, 0, "{err}");
+        assert_eq!(deliveries(&env), 0, "it sent after its lease had ended: {err}");
+    }
 }
 
 /// `exactly effect` (the retry's arguments, or `script` as the command) run as `user` through

@@ -36,11 +36,15 @@ pub fn execute(
             // With no approval asked for, reserve and submit in one transaction when the key
             // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
             // (A fault at `after_claim` needs the moment between the two commits to stop at.)
-            let begin = if att.spec.needs_approval || fault::armed("after_claim") {
+            let asked = std::time::Instant::now();
+            let mut begin = if att.spec.needs_approval || fault::armed("after_claim") {
                 store.begin_effect(&new, ctx.now())?
             } else {
                 store.begin_and_submit_effect(&new, sent_by(att), ctx.now())?
             };
+            if let Begin::Submitted(_, g) = &mut begin {
+                g.ends = asked.checked_add(g.left);
+            }
             if matches!(begin, Begin::Submitted(..)) {
                 fault::point("after_submitted");
             }
@@ -88,7 +92,8 @@ pub fn execute(
         }
         Io::Submit { seen } => {
             fault::point("after_claim");
-            let s = store.submit_effect_on(
+            let asked = std::time::Instant::now();
+            let mut s = store.submit_effect_on(
                 key,
                 &ctx.job,
                 &ctx.run_id,
@@ -99,18 +104,20 @@ pub fn execute(
                 seen,
                 ctx.now(),
             )?;
-            if matches!(s, Submit::Won { .. }) {
+            if let Submit::Won { granted, .. } = &mut s {
+                granted.ends = asked.checked_add(granted.left);
                 fault::point("after_submitted");
             }
             Input::Submitted(s)
         }
         Io::Send => {
             if let Some(g) = att.granted() {
-                action.granted(
-                    &g.until,
-                    crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default()),
-                    &att.attempt,
-                );
+                // Counted from when the write was asked for; only a machine that never set it
+                // (a driver of its own) counts from now.
+                let ends = g.ends.unwrap_or_else(|| {
+                    crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
+                });
+                action.granted(&g.until, ends, &att.attempt);
             }
             let sent = action.perform(key);
             fault::point("after_send");

@@ -117,7 +117,11 @@ fn granted(lease: &SenderLease, now: &str) -> Granted {
         (Some(u), Some(n)) => (u - n).to_std().unwrap_or_default(),
         _ => std::time::Duration::ZERO,
     };
-    Granted { until, left }
+    Granted {
+        until,
+        left,
+        ends: None,
+    }
 }
 
 /// Whether `row` is what a transition to `state` under `token` made of the row as `seen`: the

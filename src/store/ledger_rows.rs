@@ -135,6 +135,10 @@ pub enum Begin {
 pub struct Granted {
     pub until: String,
     pub left: std::time::Duration,
+    /// When it ends on this host's monotonic clock, counted from before the write was sent (set
+    /// by the driver, which knows when it asked): a pause after the commit shortens the send,
+    /// never lengthens it.
+    pub ends: Option<std::time::Instant>,
 }
 
 /// Who sends: the attempt id (`host:pid`, shown) and the sender's identity (judged).

@@ -407,6 +407,21 @@ on_both_backends! {
         assert_ne!(code, 0, "{err}");
         assert_eq!(deliveries(&env), 0, "it sent after its lease had ended: {err}");
     }
+
+    #[test]
+    fn a_child_that_leaves_the_group_is_ended_with_the_command() {
+        let env = Env::new();
+        let token = env.claim("escape", "1h");
+        // The child starts a session (and so a group) of its own, outside the command's group.
+        let script = format!(
+            "setsid sh -c 'sleep 2; echo sent >> {}' & echo started",
+            env.path("far").display()
+        );
+        let (code, out, err) = run(effect(&env, "escape", token, "1", &script));
+        assert_eq!((code, out.trim()), (0, "started"), "{err}");
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(deliveries(&env), 0, "a child outside the group sent after the effect was recorded");
+    }
 }
 
 /// `exactly effect` (the retry's arguments, or `script` as the command) run as `user` through

@@ -93,9 +93,12 @@ impl Schedule {
                 // so start from a whole second.
                 let whole = Utc.timestamp_opt(t.timestamp(), 0).single()?;
                 let mut at: DateTime<Tz> = whole.with_timezone(tz);
-                // In the repeated hour after a DST fall-back, croner may answer the first
-                // (earlier) instant of an ambiguous wall time, which already fired: step past it.
-                for _ in 0..8 {
+                // In the repeated hour after a DST fall-back, croner answers the first
+                // (earlier) instant of an ambiguous wall time, which already fired: step past
+                // it. A wall time fires once, at its first instant; so in the hour's second
+                // pass the next firing is the first wall time after the repeated hour, up to an
+                // hour of a per-second cron's wall times away (a few milliseconds, once a year).
+                for _ in 0..REPEATED_HOUR_STEPS {
                     let next = cron.find_next_occurrence(&at, false).ok()?;
                     let utc = next.with_timezone(&Utc);
                     if utc > t {
@@ -182,9 +185,32 @@ pub fn parse_tz(name: &str) -> Result<Tz, String> {
         .map_err(|_| format!("unknown time zone {name:?} (use an IANA name such as Europe/Berlin)"))
 }
 
+/// Wall times a search may step past in the repeated hour after a DST fall-back: an hour of a
+/// per-second cron's, and a margin (a zone whose clocks go back more than an hour is not known).
+const REPEATED_HOUR_STEPS: usize = 2 * 3600 + 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sub_hourly_cron_in_the_repeated_hour_fires_next_after_it() {
+        // 2026-10-25: Berlin's clocks go back at 01:00 UTC (03:00 CEST → 02:00 CET); 01:05 UTC
+        // is 02:05 CET, the second pass of 02:05, whose first pass (00:05 UTC) already fired.
+        for expr in ["*/5 * * * *", "* * * * *", "* * * * * *", "30 2 * * *"] {
+            let s = Schedule::cron(expr, Some("Europe/Berlin")).unwrap();
+            let next = s
+                .next_after(utc("2026-10-25T01:05:00.000Z"))
+                .map(crate::time::fmt);
+            let want = match expr {
+                // Once a day at 02:30: the first pass fired it; tomorrow's 02:30 CET.
+                "30 2 * * *" => "2026-10-26T01:30:00.000Z",
+                // 03:00 CET, the first wall time after the repeated hour.
+                _ => "2026-10-25T02:00:00.000Z",
+            };
+            assert_eq!(next.as_deref(), Some(want), "{expr}");
+        }
+    }
 
     fn utc(s: &str) -> Ts {
         crate::time::parse(s).expect("test timestamp")

@@ -27,7 +27,7 @@ impl Snapshot {
                 t.insert("schedulers_alive".into(), self.schedulers_alive.into());
             }
         }
-        serde_json::to_string_pretty(&v).unwrap_or_default()
+        crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
     }
 
     /// A readable summary for `exactly status`.

@@ -38,6 +38,28 @@ fn is_control(c: char) -> bool {
     u < 0x20 || u == 0x7f || (0x80..=0x9f).contains(&u)
 }
 
+/// JSON text with every C1 control and bidi control written as a `\u` escape: the same string
+/// to a JSON parser, but a terminal or a log viewer that shows the raw text cannot be reordered
+/// or driven by it (serde_json writes them raw). They can only occur inside JSON strings, where
+/// the escape means the same character.
+pub fn json_visible(json: String) -> String {
+    if !json
+        .chars()
+        .any(|c| (0x80..=0x9f).contains(&(c as u32)) || is_bidi(c))
+    {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if (0x80..=0x9f).contains(&(c as u32)) || is_bidi(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn is_bidi(c: char) -> bool {
     matches!(c as u32, 0x202a..=0x202e | 0x2066..=0x2069 | 0x200e | 0x200f | 0x061c)
 }
@@ -95,5 +117,25 @@ mod tests {
     fn truncates() {
         assert_eq!(inert_trunc("abcdef", 4), "abc…");
         assert_eq!(inert_trunc("abc", 4), "abc");
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    #[test]
+    fn bidi_and_c1_controls_are_escaped_and_mean_the_same() {
+        let v = serde_json::json!({"job": "pay\u{202e}lanif\u{85}x", "ok": "ünï"});
+        let text = super::json_visible(serde_json::to_string(&v).expect("json"));
+        assert!(
+            text.contains("\\u202e") && text.contains("\\u0085"),
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c == '\u{202e}' || c == '\u{85}'),
+            "{text}"
+        );
+        assert!(text.contains("ünï"));
+        let back: serde_json::Value = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, v);
     }
 }

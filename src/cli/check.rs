@@ -39,7 +39,10 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
                 "why": p.why,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!(
+            "{}",
+            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
+        );
         return Ok(code);
     }
     for p in &problems {

@@ -175,7 +175,10 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         v["job"] = json!(a.job);
         v["slot"] = json!(slot);
         v["exit"] = json!(code);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!(
+            "{}",
+            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
+        );
     } else {
         println!("{text}");
     }
@@ -253,7 +256,10 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
                 "slots": report, "exit": code,
             });
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            println!(
+                "{}",
+                crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
+            );
         }
         Ok(code)
     };

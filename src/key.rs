@@ -19,7 +19,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Refuses inputs whose joined string could be read two ways (DESIGN.md's contract): the
+/// Refuses inputs whose joined string could be read two ways (README, "Contracts"): the
 /// action must be non-empty and `|`-free, the target non-empty, every input key non-empty. Then
 /// `action|target|digest` is unambiguous, the digest having a fixed width.
 pub fn check(action_id: &str, target_id: &str, inputs: &Map<String, Value>) -> crate::Result<()> {

@@ -1,4 +1,4 @@
-//! The `exactly` command line (DESIGN.md's contract). Every error is one sentence on stderr.
+//! The `exactly` command line (README, "Contracts"). Every error is one sentence on stderr.
 //!
 //! One file per group of subcommands; `run` starts the scheduler in `runner/`, `top` the
 //! dashboard in `tui/`, `chaos` and `far-side` live in `chaos/`.

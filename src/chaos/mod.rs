@@ -10,6 +10,7 @@
 mod concurrent;
 pub mod far_side;
 mod harness;
+mod machine;
 mod proc;
 mod scenarios;
 mod sched;

@@ -19,6 +19,7 @@ mod lease;
 mod ledger;
 mod ledger_rows;
 pub(crate) mod pg;
+mod pg_schema;
 mod read;
 mod resume;
 mod retention;

@@ -1,10 +1,12 @@
-//! The command `exactly effect` wraps, run as the send itself: in its own process group, its
-//! stdout passed on to ours byte for byte as it is written (and kept, up to [`RESPONSE_MAX`], as
-//! the effect's response), its stderr passed through. `SIGTERM`, `SIGHUP` and `SIGINT` sent to us
-//! are forwarded to its group. The lease is the permission to send: the lease the command runs
-//! under is re-read every [`LEASE_POLL`]; once it has expired by our clock (or a newer token holds
-//! the job) the group is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`]. When the command
-//! ends, whatever it left running in its group is killed, so nothing sends after we record.
+//! The command `exactly effect` wraps, run as the send itself: in a process group led by a
+//! forked [`Watchdog`], its stdout passed on to ours byte for byte as it is written (and kept, up
+//! to [`RESPONSE_MAX`], as the effect's response), its stderr passed through. `SIGTERM`, `SIGHUP`
+//! and `SIGINT` sent to us are forwarded to its group. The lease is the permission to send, and
+//! it is enforced by a deadline, not by a read: the lease is re-read every [`LEASE_POLL`] on a
+//! thread of its own, and at the deadline last heard (or a newer token holding the job) the group
+//! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog even
+//! while we are paused. When the command ends, whatever it left running in its group (and, as
+//! subreaper, outside it) is killed, so nothing sends after we record.
 use crate::Store;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};

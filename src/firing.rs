@@ -2,8 +2,9 @@
 //! policy lives here — what a firing does while a run is live ([`Overlap`]), how many runs one
 //! firing gets ([`MAX_ATTEMPTS`]) — and the store records what these rules decide in one
 //! transaction with the lease claim, so a crash never leaves half a decision.
-pub use crate::store::{FireRequest, Fired, Resumed, Started, Waiting};
+pub use crate::store::{FireRequest, Fired, Resumed, RunOwner, Started, Waiting};
 use crate::{time, Result, Store};
+use std::time::Duration;
 
 /// How many runs one firing gets, however they end (killed, died with their scheduler, an
 /// effect that never happened): counted from the runs table, so across restarts and schedulers.
@@ -219,18 +220,61 @@ pub fn start_queued(
     store.start_queued(job, owner, lease_until, now)
 }
 
+/// How a scheduler judges whether another's run is dead before it resumes that run's firing.
+#[derive(Debug, Clone)]
+pub struct ResumeRules {
+    /// This scheduler's owner name: a run of its own with no live thread here is dead.
+    pub me: String,
+    /// Silent this long (its heartbeat, on the database's clock), a scheduler on another machine
+    /// is taken for gone.
+    pub silent_for: Duration,
+    /// Whether a silent scheduler may be taken for gone now: not while this scheduler has itself
+    /// just got the database back (every heartbeat is old then, the live ones' too).
+    pub trust_silence: bool,
+}
+
+/// How long a scheduler's heartbeat must be silent before its runs are resumed elsewhere: three
+/// beats (see `runner::liveness::BEAT`).
+pub const SILENT_FOR: Duration = Duration::from_secs(6);
+
+impl ResumeRules {
+    /// Whether the run's owner is gone: itself (the caller runs nothing of the job), a manual
+    /// run (no scheduler row: its lease is the only word), a scheduler that recorded its end,
+    /// one on this machine whose process is gone, or one silent for [`SILENT_FOR`] elsewhere.
+    pub fn gone(&self, who: &RunOwner) -> bool {
+        if who.owner == self.me {
+            return true;
+        }
+        let Some(s) = &who.scheduler else {
+            return true;
+        };
+        if s.ended {
+            return true;
+        }
+        let here = s.host_id.as_deref() == Some(crate::sender::host_id());
+        if here && s.pid > 0 && !crate::sender::process_alive(s.pid as i32, 0, None) {
+            return true;
+        }
+        s.silent && self.trust_silence
+    }
+}
+
 /// Fires again, for the same slot, a firing whose run died or whose effect an observer found
 /// never happened; one that had [`MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings
-/// older than `oldest` are given up as `interrupted`.
+/// older than `oldest` are given up as `interrupted`. A `running` firing whose scheduler may be
+/// alive is left to it ([`Resumed::held_by`]).
 pub fn resume(
     store: &mut Store,
     job: &str,
-    owner: &str,
     lease_until: &str,
     now: &str,
     oldest: &str,
+    rules: &ResumeRules,
 ) -> Result<Resumed> {
-    store.resume_firing(job, owner, lease_until, now, oldest)
+    let silent = chrono::Duration::from_std(rules.silent_for).unwrap_or(chrono::Duration::MAX);
+    store.resume_firing(job, &rules.me, lease_until, now, oldest, silent, &|w| {
+        rules.gone(w)
+    })
 }
 
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired

@@ -170,6 +170,9 @@ words! {
         Fenced => "fenced",
         /// Not run because another run was live.
         Overlap => "overlap",
+        /// Its command never started: its lease could not be confirmed in time (an overloaded
+        /// or unreachable database). Its firing is recorded missed, with the reason.
+        NotStarted => "not_started",
     }
 }
 

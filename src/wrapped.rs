@@ -186,6 +186,8 @@ pub struct Watchdog {
     pid: i32,
     start: u64,
     tx: Option<std::fs::File>,
+    /// It ended (and was reaped): it stopped the group at its deadline.
+    ended: bool,
 }
 
 impl Watchdog {
@@ -227,6 +229,7 @@ impl Watchdog {
             pid,
             start,
             tx: Some(tx),
+            ended: false,
         })
     }
 
@@ -238,8 +241,18 @@ impl Watchdog {
         }
     }
 
+    /// Whether it has stopped the group at its deadline (it ends only then, or once we are gone).
+    pub(crate) fn fired(&mut self) -> bool {
+        if !self.ended {
+            let mut status = 0;
+            // SAFETY: the watchdog is our child; WNOHANG never blocks.
+            self.ended = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } == self.pid;
+        }
+        self.ended
+    }
+
     /// Stop the group at `deadline` (None: no deadline).
-    fn arm(&mut self, deadline: Option<Instant>) {
+    pub(crate) fn arm(&mut self, deadline: Option<Instant>) {
         let ns = match deadline {
             Some(d) => mono_ns()
                 .saturating_add(d.saturating_duration_since(Instant::now()).as_nanos() as u64),
@@ -256,6 +269,10 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         // Closing the pipe tells it we are done: it ends the group (itself included).
         self.tx = None;
+        if self.ended {
+            // Reaped: its pid (and group id) may already be another's.
+            return;
+        }
         signal_group(self.pid, libc::SIGKILL);
         let mut status = 0;
         // SAFETY: the watchdog is our child; reaping it leaves no zombie.
@@ -578,7 +595,7 @@ fn pass_on(mut from: impl Read, out: &Mutex<Output>) {
 /// The command runs in the watchdog's process group (or one of its own), so it and everything it
 /// starts can be signalled as one, and dies with us: if we are killed mid-effect, it must not go
 /// on to send after a restart has already observed "not happened" and sent again.
-fn in_group(cmd: &mut Command, pgid: Option<i32>) -> &mut Command {
+pub(crate) fn in_group(cmd: &mut Command, pgid: Option<i32>) -> &mut Command {
     use std::os::unix::process::CommandExt;
     let pgid = pgid.unwrap_or(0);
     // SAFETY: setpgid and prctl are async-signal-safe and touch no memory of the parent.

@@ -78,9 +78,20 @@ impl Watcher {
         let (flag, db, job) = (stop.clone(), db.to_string(), job.to_string());
         let handle = std::thread::spawn(move || {
             let mut seen = BTreeSet::new();
+            // Runs' commands carry the database's identity, not the spelling they were given.
+            let mut id = None;
             while !flag.load(Ordering::SeqCst) {
+                if id.is_none() {
+                    id = crate::open(Some(&db), crate::Access::ReadOnly)
+                        .and_then(|mut s| s.identity())
+                        .ok();
+                }
+                let Some(db) = id.as_deref() else {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                };
                 let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-                for p in procs::of_job(&db, &job) {
+                for p in procs::of_job(db, &job) {
                     runs.entry(p.slot).or_default().insert(p.run_id);
                 }
                 for (slot, ids) in runs.into_iter().filter(|(_, ids)| ids.len() > 1) {

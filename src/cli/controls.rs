@@ -93,6 +93,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
     let now = time::now();
     let slot = time::fmt(now);
     let until = time::fmt(time::add(now, reg.lease));
+    let granted = Instant::now();
     let fired = firing::fire(
         &mut store,
         &FireRequest {
@@ -117,7 +118,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             if !a.json {
                 println!("{words}");
             }
-            let r = run_here(db, &reg, st)?;
+            let r = run_here(db, &reg, st, granted)?;
             let text = format!(
                 "{}: in {}{}; {}",
                 r.outcome,
@@ -285,6 +286,7 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
         let max_wait = reg.lease * 3 + Duration::from_secs(10);
         loop {
             let now = time::now();
+            let granted = Instant::now();
             let fired = firing::fire(
                 &mut store,
                 &FireRequest {
@@ -304,7 +306,7 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 Fired::Started(s) => {
                     let token = s.token;
                     let run_id = s.run_id.clone();
-                    let r = run_here(db, &reg, s)?;
+                    let r = run_here(db, &reg, s, granted)?;
                     say(format!(
                         "{slot_text}: ran, {} in {}; {}",
                         r.outcome,

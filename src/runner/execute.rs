@@ -1,16 +1,18 @@
 //! One run of one firing: end what an earlier run of the same firing left behind, settle the
 //! job's open effects (observers bounded by `observe_timeout`), check the token is still
-//! current, start the command with the firing in its environment, renew the lease by heartbeat
-//! from the first observer to the recorded end, stop the command at its `timeout`, capture a
-//! bounded log, record the outcome (retrying through a locked database) and release the lease.
+//! current, start the command in a process group led by its watchdog with the firing in its
+//! environment, renew the lease by heartbeat from the first observer to the recorded end, stop
+//! the command at its `timeout`, when fenced, or at the lease's local deadline (see `hold.rs`),
+//! end whatever it left in its group, capture a bounded log, and record the outcome durably.
+pub use super::hold::RunResult;
+use super::hold::{finish, Heartbeat};
 use super::output::{flush_output, pump, LogBuf, OUTPUT_FLUSH};
 use super::spawn::command_for;
 use crate::firing::{self, Started};
-use crate::jobs::{self, RunEnd};
 use crate::state::RunOutcome;
-use crate::{effect, lease, time, Error, Result};
+use crate::{effect, time, Result};
 use crate::{Access, Store};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,11 +21,9 @@ use std::time::{Duration, Instant};
 
 /// After SIGTERM to a command stopped (shutdown, timeout), how long before SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
-/// How long the end of a run is retried through a locked database before it is left to the
-/// next scheduler (the lease is renewed meanwhile, so nobody resumes a finished run).
-const FINISH_RETRY: Duration = Duration::from_secs(600);
-/// At shutdown (kill set), how long recording the end may still be retried.
-const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
+/// After SIGTERM to a command stopped because its lease is lost, how long before SIGKILL (its
+/// watchdog's own stop is as quick, see `wrapped::STOP_GRACE`).
+const FENCE_GRACE: Duration = crate::wrapped::STOP_GRACE;
 /// How long an earlier run's leftover processes get to be gone after SIGKILL.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for output pipes after the command exits (a background grandchild may
@@ -47,80 +47,18 @@ pub struct RunSpec {
     pub cwd: Option<PathBuf>,
     /// Set at shutdown once the grace period is over: kill the command.
     pub kill: Arc<AtomicBool>,
+    /// When the write that granted the run its lease was sent: its local deadline counts from
+    /// here.
+    pub granted: Instant,
 }
 
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunResult {
-    pub outcome: RunOutcome,
-    pub exit_code: Option<i32>,
-    pub duration_ms: i64,
-}
-
-/// Sends `sig` to the command's process group (it leads its own, so the scheduler's terminal
-/// signals do not reach it and our kill reaches its children too).
-fn signal_group(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
-    unsafe {
-        libc::kill(-(pid as i32), sig);
-    }
-}
-
-/// The lease's heartbeat: renewed every third of the lease from the run's first step to its
-/// recorded end. Once renewal is refused the run is fenced and stops renewing.
-struct Heartbeat {
-    every: Duration,
-    next: Instant,
-    fenced: bool,
-}
-
-impl Heartbeat {
-    fn new(lease: Duration) -> Heartbeat {
-        let every = (lease / 3).max(Duration::from_millis(50));
-        Heartbeat {
-            every,
-            next: Instant::now() + every,
-            fenced: false,
-        }
-    }
-
-    fn tick(&mut self, store: &mut Store, spec: &RunSpec) {
-        if self.fenced || Instant::now() < self.next {
-            return;
-        }
-        // A heartbeat held up (a stalled thread, a locked database) lets the lease lapse.
-        crate::fault::point("heartbeat");
-        self.renew(store, spec);
-    }
-
-    /// Renews now: true while the token still holds the lease. A busy database is not a fence
-    /// (false, but not fenced): the next beat tries again.
-    fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
-        self.next = Instant::now() + self.every;
-        let run_id = &spec.started.run_id;
-        match lease::renew(store, &spec.job, spec.started.token, spec.lease) {
-            Ok(true) => true,
-            Ok(false) => {
-                // Stop renewing; the token now refuses the command's later writes.
-                self.fenced = true;
-                log_line(
-                    "WARN",
-                    &spec.job,
-                    &format!("run {run_id} fenced: a newer token holds the lease; its writes will be refused"),
-                );
-                if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
-                    log_line(
-                        "WARN",
-                        &spec.job,
-                        &format!("cannot record the fenced run: {e}"),
-                    );
-                }
-                false
-            }
-            Err(e) => {
-                log_line("WARN", &spec.job, &format!("lease renewal failed: {e}"));
-                false
-            }
+/// Sends `sig` to the command's process group (not the scheduler's, so its terminal signals do
+/// not reach it and our kill reaches its children too).
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 1 {
+        // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
+        unsafe {
+            libc::kill(-pgid, sig);
         }
     }
 }
@@ -210,11 +148,15 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let run_id = spec.started.run_id.as_str();
     let slot = spec.started.slot.as_str();
     let began = Instant::now();
-    let mut beat = Heartbeat::new(spec.lease);
+    let mut beat = Heartbeat::new(spec.lease, spec.granted);
+    // Leftovers are found by the database's identity, whatever path or URL spelled it.
+    let db_id = store
+        .identity()
+        .unwrap_or_else(|_| format!("path:{}", spec.db));
     // A resumed firing never overlaps what an earlier run of it left alive on this machine (a
     // first run has no earlier one, and is spared the scan of every process).
     let ended = if spec.resumed {
-        super::procs::end_leftovers(&spec.db, job, slot, run_id, LEFTOVER_WAIT)
+        super::procs::end_leftovers(&db_id, job, slot, run_id, LEFTOVER_WAIT)
     } else {
         0
     };
@@ -269,11 +211,13 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             );
         }
     }
-    // The token must still hold the lease before the command starts: observers may have taken
-    // long, and a newer token means another run owns the job now.
+    // The token must still hold the lease before the command starts, with half of it left on
+    // our clock: observers may have taken long, and a newer token means another run owns the
+    // job now.
     let confirm_by = Instant::now() + spec.lease / 2;
     loop {
-        if lease_fresh(&mut store, spec) || beat.renew(&mut store, spec) {
+        let fresh = beat.left() >= spec.lease / 2 && lease_fresh(&mut store, spec);
+        if fresh || beat.renew(&mut store, spec) {
             break;
         }
         if beat.fenced {
@@ -289,12 +233,13 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             );
         }
         if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
-            let why = "could not confirm its lease before starting the command";
+            let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
+            log_line("WARN", job, &format!("run {run_id}: {why}"));
             return finish(
                 &mut store,
                 spec,
                 &mut beat,
-                RunOutcome::Failed,
+                RunOutcome::NotStarted,
                 None,
                 began,
                 why,
@@ -321,7 +266,27 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "exactly".into());
     let mut cmd = command_for(prog, args);
+    // The watchdog leads the group the command runs in and stops it at the lease's deadline
+    // even while this process is frozen; without one (fork failed) the command leads its own.
+    let watchdog = match crate::wrapped::Watchdog::start() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log_line(
+                "WARN",
+                job,
+                &format!(
+                    "run {run_id}: no watchdog ({e}); its deadline is kept by this process only"
+                ),
+            );
+            None
+        }
+    };
+    if let Some(w) = watchdog {
+        beat.guard(w);
+    }
+    crate::wrapped::in_group(&mut cmd, beat.group());
     cmd.env("EXACTLY_DB", &spec.db)
+        .env("EXACTLY_DB_ID", &db_id)
         .env("EXACTLY_JOB", job)
         .env("EXACTLY_FENCING_TOKEN", token.to_string())
         .env("EXACTLY_RUN_ID", run_id)
@@ -329,8 +294,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         .env("EXACTLY_BIN", exe)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
@@ -351,7 +315,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let started_cmd = Instant::now();
-    let pid = child.id();
+    let pgid = beat.group().unwrap_or(child.id() as i32);
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
         pumps.push(pump(out, log.clone()));
@@ -360,8 +324,8 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         pumps.push(pump(err, log.clone()));
     }
     let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
-    // Why and since when the command is being stopped: shutdown (`killed`) or `timeout`.
-    let mut stopping: Option<(RunOutcome, Instant)> = None;
+    // Why and since when the command is being stopped, and its grace before SIGKILL.
+    let mut stopping: Option<(RunOutcome, Instant, Duration)> = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
@@ -372,44 +336,42 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             }
         }
         if stopping.is_none() {
-            let over = spec.timeout.filter(|t| started_cmd.elapsed() >= *t);
-            if spec.kill.load(Ordering::SeqCst) {
-                stopping = Some((RunOutcome::Killed, Instant::now()));
-            } else if let Some(t) = over {
-                log_line(
-                    "WARN",
-                    job,
-                    &format!(
-                        "run {run_id} ran past its timeout {}: stopping it",
-                        time::human_ms(t.as_millis() as u64)
-                    ),
-                );
-                stopping = Some((RunOutcome::Timeout, Instant::now()));
-            }
+            stopping = stop_reason(spec, &beat, started_cmd);
             if stopping.is_some() {
-                signal_group(pid, libc::SIGTERM);
+                signal_group(pgid, libc::SIGTERM);
             }
         }
         if Instant::now() >= next_flush {
             next_flush = Instant::now() + OUTPUT_FLUSH;
             flush_output(&mut store, run_id, &log, &mut flushed);
         }
-        if let Some((_, since)) = &stopping {
-            if since.elapsed() > KILL_GRACE {
-                signal_group(pid, libc::SIGKILL);
+        if let Some((_, since, grace)) = &stopping {
+            if since.elapsed() > *grace {
+                signal_group(pgid, libc::SIGKILL);
             }
         }
         beat.tick(&mut store, spec);
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The watchdog may have stopped it at the deadline while this thread was held up.
+    let expired = stopping.is_none() && (beat.watchdog_fired() || Instant::now() >= beat.deadline);
+    if expired {
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id}: its lease was not renewed by its local deadline: its watchdog stopped the command"),
+        );
+    }
     // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
-    if let Some((_, since)) = &stopping {
-        while group_alive(pid) && since.elapsed() <= KILL_GRACE {
+    if let Some((_, since, grace)) = &stopping {
+        while left_in_group(pgid) && since.elapsed() <= *grace {
             beat.tick(&mut store, spec);
             std::thread::sleep(Duration::from_millis(20));
         }
-        signal_group(pid, libc::SIGKILL);
     }
+    // Nothing the command started goes on once it has ended (the watchdog ends with it).
+    beat.end_group();
+    signal_group(pgid, libc::SIGKILL);
     let deadline = Instant::now() + PIPE_WAIT;
     while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -418,8 +380,10 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let code = status.and_then(|s| s.code());
     let outcome = if beat.fenced {
         RunOutcome::Fenced
-    } else if let Some((why, _)) = stopping {
+    } else if let Some((why, _, _)) = stopping {
         why
+    } else if expired {
+        RunOutcome::Killed
     } else if code == Some(0) {
         RunOutcome::Ok
     } else {
@@ -446,87 +410,48 @@ fn lease_fresh(store: &mut Store, spec: &RunSpec) -> bool {
     row.fencing_token == spec.started.token && left >= margin
 }
 
-/// True while any process of the group led by `pid` exists.
-fn group_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the group exists.
-    unsafe { libc::kill(-(pid as i32), 0) == 0 }
+/// Whether the command must be stopped now, why (its outcome), since when and with what grace:
+/// shutdown (`killed`), its `timeout`, a newer token (`fenced`), or its lease's local deadline
+/// passed without a renewal (`killed`: the firing goes again, unless another run took it).
+fn stop_reason(
+    spec: &RunSpec,
+    beat: &Heartbeat,
+    started: Instant,
+) -> Option<(RunOutcome, Instant, Duration)> {
+    let (job, run_id, now) = (&spec.job, &spec.started.run_id, Instant::now());
+    if spec.kill.load(Ordering::SeqCst) {
+        return Some((RunOutcome::Killed, now, KILL_GRACE));
+    }
+    if let Some(t) = spec.timeout.filter(|t| started.elapsed() >= *t) {
+        let t = time::human_ms(t.as_millis() as u64);
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id} ran past its timeout {t}: stopping it"),
+        );
+        return Some((RunOutcome::Timeout, now, KILL_GRACE));
+    }
+    if beat.fenced {
+        return Some((RunOutcome::Fenced, now, FENCE_GRACE));
+    }
+    if now >= beat.deadline {
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id}: its lease was not renewed by its local deadline: stopping its command before another run may take the job"),
+        );
+        return Some((RunOutcome::Killed, now, FENCE_GRACE));
+    }
+    None
 }
 
-/// Records the end of the run. A database locked past its busy timeout is retried, the lease
-/// renewed meanwhile, so a run that ended (exit 0 included) is never taken for a dead one.
-fn finish(
-    store: &mut Store,
-    spec: &RunSpec,
-    beat: &mut Heartbeat,
-    outcome: RunOutcome,
-    exit_code: Option<i32>,
-    began: Instant,
-    log: &str,
-) -> Result<RunResult> {
-    let duration_ms = began.elapsed().as_millis() as i64;
-    let end = RunEnd {
-        job: &spec.job,
-        run_id: &spec.started.run_id,
-        slot: &spec.started.slot,
-        token: spec.started.token,
-        outcome,
-        exit_code,
-        duration_ms,
-        log,
+/// Whether anything of the command's group is left (its watchdog, our child, aside).
+fn left_in_group(pgid: i32) -> bool {
+    let group = crate::sender::Group {
+        pgid,
+        leader_start: 0,
     };
-    let since = Instant::now();
-    let mut warned = false;
-    let outcome = loop {
-        match jobs::finish_run(store, &end) {
-            Ok(o) => break o,
-            Err(Error::Busy(why)) => {
-                let limit = if spec.kill.load(Ordering::SeqCst) {
-                    FINISH_RETRY_AT_SHUTDOWN
-                } else {
-                    FINISH_RETRY
-                };
-                if since.elapsed() > limit {
-                    return Err(Error::Busy(why));
-                }
-                if !warned {
-                    warned = true;
-                    log_line(
-                        "WARN",
-                        &spec.job,
-                        &format!(
-                            "run {} ended {} but its end cannot be recorded yet ({why}); retrying, lease kept",
-                            spec.started.run_id, end.outcome
-                        ),
-                    );
-                }
-                beat.tick(store, spec);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    let level = if outcome == RunOutcome::Ok {
-        "INFO"
-    } else {
-        "WARN"
-    };
-    log_line(
-        level,
-        &spec.job,
-        &format!(
-            "run {} {outcome} in {}{}",
-            spec.started.run_id,
-            time::human_ms(duration_ms as u64),
-            exit_code
-                .map(|c| format!(" (exit {c})"))
-                .unwrap_or_default()
-        ),
-    );
-    Ok(RunResult {
-        outcome,
-        exit_code,
-        duration_ms,
-    })
+    !crate::sender::members(group, None).is_empty()
 }
 
 /// One log line on stderr: `LEVEL job=NAME message`, with what came from outside made inert.

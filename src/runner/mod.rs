@@ -8,6 +8,7 @@
 //! is stale.
 pub mod config;
 pub mod execute;
+mod hold;
 pub mod liveness;
 mod output;
 pub mod problems;
@@ -287,6 +288,7 @@ pub(crate) fn run_here(
     db: &Option<String>,
     reg: &LiveJob,
     started: firing::Started,
+    granted: std::time::Instant,
 ) -> Result<execute::RunResult> {
     let kill = Arc::new(AtomicBool::new(false));
     for sig in STOP_SIGNALS {
@@ -304,5 +306,6 @@ pub(crate) fn run_here(
         command: reg.command.clone(),
         cwd: reg.cwd.clone(),
         kill,
+        granted,
     })
 }

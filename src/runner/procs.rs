@@ -1,8 +1,10 @@
 //! The processes of a firing, found by the environment every run's command inherits
-//! (`EXACTLY_DB`, `EXACTLY_JOB`, `EXACTLY_SCHEDULED_AT`, `EXACTLY_RUN_ID`). A scheduler killed
-//! with SIGKILL cannot stop what its command started in the background; the next run of the
-//! same firing on this machine ends those leftovers before it starts, so two copies of one
-//! firing never run at once. Linux `/proc` only; elsewhere nothing is found.
+//! (`EXACTLY_DB_ID`, `EXACTLY_JOB`, `EXACTLY_SCHEDULED_AT`, `EXACTLY_RUN_ID`). A run's command
+//! lives in a process group its watchdog ends when the scheduler dies, but a process that left
+//! the group (setsid) is beyond it: the next run of the same firing on this machine ends those
+//! leftovers before it starts, so two copies of one firing never run at once. The database is
+//! matched by its identity ([`crate::Store::identity`]), never by the spelling of its path or
+//! URL. Linux `/proc` only; elsewhere nothing is found.
 use std::time::{Duration, Instant};
 
 /// One process of a firing.
@@ -14,22 +16,26 @@ pub struct FiringProc {
     pub run_id: String,
 }
 
-/// Live (not zombie) processes whose environment names this database, job and slot.
-pub fn of_firing(db: &str, job: &str, slot: &str) -> Vec<FiringProc> {
-    scan(db, job, Some(slot))
+/// Live (not zombie) processes whose environment names this database (by its identity), job
+/// and slot.
+pub fn of_firing(db_id: &str, job: &str, slot: &str) -> Vec<FiringProc> {
+    scan(db_id, job, Some(slot))
 }
 
 /// Live (not zombie) processes of every firing of a job (a harness watches for two runs of one
 /// slot alive at once).
-pub fn of_job(db: &str, job: &str) -> Vec<FiringProc> {
-    scan(db, job, None)
+pub fn of_job(db_id: &str, job: &str) -> Vec<FiringProc> {
+    scan(db_id, job, None)
 }
 
-fn scan(db: &str, job: &str, slot: Option<&str>) -> Vec<FiringProc> {
+fn scan(db_id: &str, job: &str, slot: Option<&str>) -> Vec<FiringProc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut want = vec![format!("EXACTLY_DB={db}"), format!("EXACTLY_JOB={job}")];
+    let mut want = vec![
+        format!("EXACTLY_DB_ID={db_id}"),
+        format!("EXACTLY_JOB={job}"),
+    ];
     if let Some(s) = slot {
         want.push(format!("EXACTLY_SCHEDULED_AT={s}"));
     }
@@ -80,10 +86,10 @@ fn stat(pid: i32) -> Option<(String, i32)> {
 
 /// SIGKILLs every process of the firing that is not of run `keep` (and their process groups),
 /// and waits up to `within` for them to be gone. Returns how many were found.
-pub fn end_leftovers(db: &str, job: &str, slot: &str, keep: &str, within: Duration) -> usize {
+pub fn end_leftovers(db_id: &str, job: &str, slot: &str, keep: &str, within: Duration) -> usize {
     // SAFETY: getpgrp has no preconditions.
     let own_group = unsafe { libc::getpgrp() };
-    let found: Vec<FiringProc> = of_firing(db, job, slot)
+    let found: Vec<FiringProc> = of_firing(db_id, job, slot)
         .into_iter()
         .filter(|p| p.run_id != keep && p.pid != std::process::id() as i32)
         .collect();
@@ -97,7 +103,8 @@ pub fn end_leftovers(db: &str, job: &str, slot: &str, keep: &str, within: Durati
         }
     }
     let deadline = Instant::now() + within;
-    while Instant::now() < deadline && of_firing(db, job, slot).iter().any(|p| p.run_id != keep) {
+    while Instant::now() < deadline && of_firing(db_id, job, slot).iter().any(|p| p.run_id != keep)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     found.len()

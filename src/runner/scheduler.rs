@@ -85,6 +85,9 @@ pub fn run(
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
     let mut runs: Vec<Running> = Vec::new();
+    // When this loop last met a database error: until it has worked for a while, every other
+    // scheduler's heartbeat looks old, the live ones' too, so none is taken for gone.
+    let mut db_error_at: Option<Instant> = None;
     log_line(
         "INFO",
         "-",
@@ -99,9 +102,15 @@ pub fn run(
         let now = time::now();
         for st in states.iter_mut() {
             if let Err(e) = record_behind(&mut store, &cfg, st, now) {
+                db_error_at = Some(Instant::now());
                 log_line("ERROR", &st.job.name, &format!("{e}"));
             }
         }
+        let rules = firing::ResumeRules {
+            me: cfg.owner.clone(),
+            silent_for: firing::SILENT_FOR,
+            trust_silence: db_error_at.is_none_or(|t| t.elapsed() >= firing::SILENT_FOR),
+        };
         // One read for every job's queue and interrupted firings, instead of one per job.
         // Those that could not start yet (a dead run's lease not yet past the skew margin) are
         // tried again just before the same job's new firing, which must not pass them.
@@ -113,17 +122,33 @@ pub fn run(
                         continue;
                     };
                     let now = time::now();
-                    match start_waiting(&mut store, &cfg, &mut states[i], w, &kill, &mut runs, now)
-                    {
+                    let st = &mut states[i];
+                    match start_waiting(&mut store, &cfg, st, w, &kill, &mut runs, now, &rules) {
                         Ok(true) => {}
                         Ok(false) => pending.push((i, w)),
-                        Err(e) => log_line("ERROR", &states[i].job.name, &format!("{e}")),
+                        Err(e) => {
+                            db_error_at = Some(Instant::now());
+                            log_line("ERROR", &states[i].job.name, &format!("{e}"));
+                        }
                     }
                 }
             }
-            Err(e) => log_line("ERROR", "-", &format!("{e}")),
+            Err(e) => {
+                db_error_at = Some(Instant::now());
+                log_line("ERROR", "-", &format!("{e}"));
+            }
         }
-        fire_due(&mut store, &cfg, &mut states, &kill, &mut runs, pending);
+        if !fire_due(
+            &mut store,
+            &cfg,
+            &mut states,
+            &kill,
+            &mut runs,
+            pending,
+            &rules,
+        ) {
+            db_error_at = Some(Instant::now());
+        }
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
@@ -193,6 +218,7 @@ fn record_behind(store: &mut Store, cfg: &Config, st: &mut JobState, now: Ts) ->
 
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
 /// before the job's new firings, so a new one finds the run live and queues behind them.
+#[allow(clippy::too_many_arguments)]
 fn start_waiting(
     store: &mut Store,
     cfg: &Config,
@@ -201,6 +227,7 @@ fn start_waiting(
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
     now: Ts,
+    rules: &firing::ResumeRules,
 ) -> Result<bool> {
     let job = &st.job;
     // A job this scheduler is itself running has nothing waiting for it: its own run may be
@@ -210,6 +237,8 @@ fn start_waiting(
     }
     let now_text = time::fmt(now);
     let until = time::fmt(time::add(now, job.lease));
+    // The run's local deadline counts from before the write that grants its lease.
+    let asked = Instant::now();
     let mut started = None;
     if waiting.queued {
         started = firing::start_queued(store, &job.name, &cfg.owner, &until, &now_text)?
@@ -221,7 +250,7 @@ fn start_waiting(
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = time::fmt(now - window);
-        let resumed = firing::resume(store, &job.name, &cfg.owner, &until, &now_text, &oldest)?;
+        let resumed = firing::resume(store, &job.name, &until, &now_text, &oldest, rules)?;
         for (slot, n) in &resumed.gave_up {
             log_line(
                 "ERROR",
@@ -247,7 +276,7 @@ fn start_waiting(
                 s.slot, s.run_id, s.token
             ),
         );
-        runs.push(spawn(cfg, job, s, resumed, kill));
+        runs.push(spawn(cfg, job, s, resumed, kill, asked));
         return Ok(true);
     }
     Ok(false)
@@ -259,7 +288,7 @@ fn live_here(runs: &[Running], job: &str) -> bool {
 
 /// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
 /// job once per batch, so a job's second slot sees the run its first one started), and starts
-/// each batch's runs as soon as it commits.
+/// each batch's runs as soon as it commits. False when the database failed it.
 fn fire_due(
     store: &mut Store,
     cfg: &Config,
@@ -267,7 +296,8 @@ fn fire_due(
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
     pending: Vec<(usize, Waiting)>,
-) {
+    rules: &firing::ResumeRules,
+) -> bool {
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
@@ -279,14 +309,16 @@ fn fire_due(
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
     if due.is_empty() {
-        return;
+        return true;
     }
     // The runs started below wait for the whole burst to be decided (see DECIDING).
     super::execute::deciding(true);
-    fire_batches(store, cfg, states, kill, runs, &due, pending);
+    let ok = fire_batches(store, cfg, states, kill, runs, &due, pending, rules);
     super::execute::deciding(false);
+    ok
 }
 
+#[allow(clippy::too_many_arguments)]
 fn fire_batches(
     store: &mut Store,
     cfg: &Config,
@@ -295,7 +327,9 @@ fn fire_batches(
     runs: &mut Vec<Running>,
     due: &[(Ts, usize)],
     mut pending: Vec<(usize, Waiting)>,
-) {
+    rules: &firing::ResumeRules,
+) -> bool {
+    let mut ok = true;
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = std::collections::HashSet::new();
     let mut pos = 0;
@@ -316,6 +350,7 @@ fn fire_batches(
         if batch.is_empty() {
             break;
         }
+        let asked = Instant::now();
         // A job's waiting firing goes before its new one (see `run`): tried again at the very
         // instant the new one is decided at, so a lease the one cannot take the other cannot
         // either (the new one is then coalesced or queued behind it, as if the tick came later).
@@ -323,7 +358,9 @@ fn fire_batches(
         for &(_, i) in &batch {
             if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
                 let (_, w) = pending.swap_remove(k);
-                if let Err(e) = start_waiting(store, cfg, &mut states[i], w, kill, runs, now) {
+                let st = &mut states[i];
+                if let Err(e) = start_waiting(store, cfg, st, w, kill, runs, now, rules) {
+                    ok = false;
                     log_line("ERROR", &states[i].job.name, &format!("{e}"));
                 }
             }
@@ -364,7 +401,7 @@ fn fire_batches(
                         requests.len()
                     ),
                 );
-                return;
+                return false;
             }
             // Anything else may be one job's row: decide each alone, so it holds up no other.
             Err(_) => requests
@@ -380,16 +417,18 @@ fn fire_batches(
                     st.handled(slot);
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
-                        runs.push(spawn(cfg, &st.job, started, false, kill));
+                        runs.push(spawn(cfg, &st.job, started, false, kill, asked));
                     }
                 }
                 Err(e) => {
+                    ok = false;
                     failed.insert(i);
                     log_line("ERROR", &st.job.name, &format!("{e}"));
                 }
             }
         }
     }
+    ok
 }
 
 fn spawn(
@@ -398,6 +437,7 @@ fn spawn(
     started: Started,
     resumed: bool,
     kill: &Arc<AtomicBool>,
+    granted: Instant,
 ) -> Running {
     let spec = RunSpec {
         db: cfg.db.clone(),
@@ -410,6 +450,7 @@ fn spawn(
         command: job.command.clone(),
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),
+        granted,
     };
     let name = job.name.clone();
     let handle = std::thread::spawn(move || {

@@ -46,6 +46,28 @@ pub struct Started {
 pub struct Resumed {
     pub started: Option<Started>,
     pub gave_up: Vec<(String, i64)>,
+    /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
+    /// may only be slow to record its end): the owner's name.
+    pub held_by: Option<String>,
+}
+
+/// Who ran a firing's last run, as the scheduler registry knows it (see
+/// [`crate::firing::ResumeRules`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOwner {
+    pub owner: String,
+    /// The owner's scheduler row, if it is a scheduler (a manual run's owner has none).
+    pub scheduler: Option<OwnerScheduler>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnerScheduler {
+    pub host_id: Option<String>,
+    pub pid: i64,
+    /// It recorded a clean end.
+    pub ended: bool,
+    /// Its heartbeat is older than the rules' staleness (on the database's clock).
+    pub silent: bool,
 }
 
 /// What waits to start for a job (both false while its lease is live).

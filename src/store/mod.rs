@@ -355,6 +355,12 @@ impl Store {
         self.writes_first = true;
     }
 
+    /// Puts this connection's next writes before (true) or among (false) the process's others:
+    /// a run's lease renewals and its end must not wait behind a burst of firings.
+    pub fn set_writes_first(&mut self, on: bool) {
+        self.writes_first = on;
+    }
+
     /// The next write commits and then fails as if the server's reply to COMMIT never arrived
     /// (a fault point, see [`crate::fault`]): on PostgreSQL the connection is cut after the
     /// commit and its error returned; on SQLite, where no reply travels, the same error case is
@@ -365,6 +371,28 @@ impl Store {
 
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The database's own identity, whatever its spelling: a SQLite file's device and inode
+    /// (`/x/db`, `/x/./db` and a link to it are one), a PostgreSQL cluster's system identifier
+    /// with the database and schema. Runs' commands carry it (`EXACTLY_DB_ID`), so what a run
+    /// left behind is found by identity, never by the string a scheduler was given.
+    pub fn identity(&mut self) -> Result<String> {
+        if let Conn::Lite(_) = self.conn {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&self.path)
+                .map_err(|e| Error::Store(format!("database {}: {e}", self.path)))?;
+            return Ok(format!("sqlite:{}:{}", m.dev(), m.ino()));
+        }
+        self.read(|tx| {
+            tx.one(
+                "SELECT (SELECT system_identifier::text FROM pg_control_system())
+                   || ':' || current_database() || ':' || current_schema()",
+                args![],
+                |r| r.get::<String>(0),
+            )
+        })
+        .map(|id| format!("pg:{id}"))
     }
 
     /// Turns a database error into one clear sentence naming the database.

@@ -2,7 +2,7 @@
 //! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{gave_up_event, start_firing, Resumed};
+use super::firing::{gave_up_event, start_firing, OwnerScheduler, Resumed, RunOwner};
 use super::job::paused;
 use super::{record_event, text, text_or_empty, NewEvent, Store};
 use crate::firing::{used_up, MAX_ATTEMPTS};
@@ -22,6 +22,41 @@ fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> 
     Ok(())
 }
 
+/// The owner of a run and its scheduler's row, if any.
+fn run_owner(
+    tx: &Tx<'_>,
+    run_id: Option<&str>,
+    now: &str,
+    silent_for: chrono::Duration,
+) -> DbResult<Option<RunOwner>> {
+    let Some(run_id) = run_id else {
+        return Ok(None);
+    };
+    let silent_before = crate::time::parse(now)
+        .map(|t| crate::time::fmt(t - silent_for))
+        .unwrap_or_else(|| now.to_string());
+    tx.one(
+        "SELECT r.owner, s.owner, s.host_id, s.pid, s.ended_at IS NOT NULL, s.heartbeat_at < ?2
+         FROM exactly_runs r LEFT JOIN exactly_schedulers s ON s.owner = r.owner
+         WHERE r.run_id = ?1",
+        args![run_id, silent_before],
+        |r| {
+            let owner = text_or_empty(r, 0)?;
+            let scheduler = match text(r, 1)? {
+                None => None,
+                Some(_) => Some(OwnerScheduler {
+                    host_id: text(r, 2)?,
+                    pid: r.get::<Option<i64>>(3)?.unwrap_or(0),
+                    ended: r.get::<Option<bool>>(4)?.unwrap_or(false),
+                    silent: r.get::<Option<bool>>(5)?.unwrap_or(true),
+                }),
+            };
+            Ok(RunOwner { owner, scheduler })
+        },
+    )
+    .optional()
+}
+
 impl Store {
     /// Fires again, for the same slot, a firing whose run died with its scheduler (still
     /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
@@ -30,6 +65,7 @@ impl Store {
     /// that already had [`MAX_ATTEMPTS`] runs ends `gave_up` (a loud event) instead of a fourth.
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
     /// silent). The caller must not be running the job itself. One transaction.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resume_firing(
         &mut self,
         job: &str,
@@ -37,6 +73,8 @@ impl Store {
         lease_until: &str,
         now: &str,
         oldest: &str,
+        silent_for: chrono::Duration,
+        gone: &dyn Fn(&RunOwner) -> bool,
     ) -> Result<Resumed> {
         self.write(|tx| {
             let now = tx.now(now);
@@ -84,6 +122,17 @@ impl Store {
                 let Some((slot, state, old_run)) = found else {
                     return Ok(out);
                 };
+                // A run is resumed only once its scheduler is gone, never because its end is
+                // slow to be recorded (a busy or unreachable database): that scheduler still
+                // owns it and records its end when it can.
+                if state == "running" {
+                    if let Some(who) = run_owner(tx, old_run.as_deref(), now, silent_for)? {
+                        if !gone(&who) {
+                            out.held_by = Some(who.owner);
+                            return Ok(out);
+                        }
+                    }
+                }
                 let runs: i64 = tx.one(
                     "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
                     args![job, slot],

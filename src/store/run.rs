@@ -130,12 +130,18 @@ impl Store {
             let state = match (&outcome, !used_up(attempts)) {
                 (RunOutcome::Killed, true) => FiringState::Retry,
                 (RunOutcome::Killed, false) => FiringState::GaveUp,
+                (RunOutcome::NotStarted, _) => FiringState::Missed,
                 _ => FiringState::Ran,
+            };
+            // A firing whose command never started is a miss, and says why.
+            let detail = match outcome {
+                RunOutcome::NotStarted => format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200)),
+                _ => outcome.to_string(),
             };
             let moved = tx.exec(
                 "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
                  WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
-                args![end.job, end.slot, end.run_id, now, outcome, state],
+                args![end.job, end.slot, end.run_id, now, detail, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
                 gave_up_event(tx, end.job, end.slot, attempts, None, now)?;
@@ -159,6 +165,7 @@ impl Store {
                 RunOutcome::Failed => Some(EventKind::RunFailed),
                 RunOutcome::Killed => Some(EventKind::RunKilled),
                 RunOutcome::Timeout => Some(EventKind::RunTimeout),
+                RunOutcome::NotStarted => Some(EventKind::FiringMissed),
                 _ => None,
             };
             if let Some(k) = k {

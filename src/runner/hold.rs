@@ -1,0 +1,250 @@
+//! A run's hold on its job: the lease's heartbeat, the local deadline its command is stopped at,
+//! and the durable record of its end.
+//!
+//! The deadline is counted on the monotonic clock from before the write that granted or last
+//! renewed the lease, less [`STOP_MARGIN`], and handed to the run's watchdog (a process of its
+//! own, see [`crate::wrapped::Watchdog`]): the command is stopped there even while the
+//! scheduler is frozen, hung on a read, or starved of CPU, so by the time another scheduler may
+//! take the lease (its end plus the clock-skew margin) nothing of this run is left sending.
+//!
+//! The end of a run is recorded or the run stays owned: every failure to record it (a locked,
+//! read-only, full or unreachable database) is retried with capped back-off for as long as the
+//! scheduler lives, the lease renewed meanwhile, and other schedulers do not resume a run whose
+//! scheduler is alive (see [`crate::firing::ResumeRules`]). Its writes go before the process's
+//! queued firings.
+use super::execute::{log_line, RunSpec};
+use crate::jobs::{self, RunEnd};
+use crate::state::RunOutcome;
+use crate::wrapped::Watchdog;
+use crate::{lease, time, Access, Error, Result, Store};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How far before the lease's end (on our clock) the command is stopped: the watchdog's
+/// SIGTERM, its grace before SIGKILL, and a margin, so the stop is over before the lease is.
+pub const STOP_MARGIN: Duration = Duration::from_millis(600);
+/// At shutdown (kill set), how long recording the end may still be retried: a scheduler that
+/// is told to stop cannot own a run forever (the next one resumes it, see README's limits).
+const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
+/// The back-off between tries to record an end: doubling from the first to the cap.
+const END_RETRY_FIRST: Duration = Duration::from_millis(100);
+const END_RETRY_CAP: Duration = Duration::from_secs(1);
+
+/// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.
+fn stop_margin(lease: Duration) -> Duration {
+    STOP_MARGIN.min(lease / 4)
+}
+
+/// The lease's heartbeat: renewed every third of the lease from the run's first step to its
+/// recorded end. Once renewal is refused the run is fenced and stops renewing.
+pub struct Heartbeat {
+    every: Duration,
+    next: Instant,
+    pub fenced: bool,
+    lease: Duration,
+    /// When the command must be stopped unless the lease is renewed first.
+    pub deadline: Instant,
+    watchdog: Option<Watchdog>,
+}
+
+impl Heartbeat {
+    /// `granted`: when the write that granted the lease was sent.
+    pub fn new(lease: Duration, granted: Instant) -> Heartbeat {
+        let every = (lease / 3).max(Duration::from_millis(50));
+        Heartbeat {
+            every,
+            next: Instant::now() + every,
+            fenced: false,
+            lease,
+            deadline: granted + lease - stop_margin(lease),
+            watchdog: None,
+        }
+    }
+
+    /// Hands the deadline to the command's watchdog (and every later one as it moves).
+    pub fn guard(&mut self, mut watchdog: Watchdog) {
+        watchdog.arm(Some(self.deadline));
+        self.watchdog = Some(watchdog);
+    }
+
+    /// The group the command runs in, led by the watchdog.
+    pub fn group(&self) -> Option<i32> {
+        self.watchdog.as_ref().map(|w| w.group().pgid)
+    }
+
+    /// Whether the watchdog stopped the command at the deadline (this process may have been
+    /// frozen or hung meanwhile, and renewed the lease since).
+    pub fn watchdog_fired(&mut self) -> bool {
+        self.watchdog.as_mut().is_some_and(|w| w.fired())
+    }
+
+    /// Ends what is left of the command's group (the watchdog with it).
+    pub fn end_group(&mut self) {
+        self.watchdog = None;
+    }
+
+    /// Time left before the deadline.
+    pub fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    pub fn tick(&mut self, store: &mut Store, spec: &RunSpec) {
+        if self.fenced || Instant::now() < self.next {
+            return;
+        }
+        // A heartbeat held up (a stalled thread, a locked database) lets the lease lapse.
+        crate::fault::point("heartbeat");
+        self.renew(store, spec);
+    }
+
+    /// Renews now: true while the token still holds the lease. A busy database is not a fence
+    /// (false, but not fenced): the next beat tries again.
+    pub fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
+        self.next = Instant::now() + self.every;
+        let sent = Instant::now();
+        let run_id = &spec.started.run_id;
+        store.set_writes_first(true);
+        let renewed = lease::renew(store, &spec.job, spec.started.token, spec.lease);
+        store.set_writes_first(false);
+        match renewed {
+            Ok(true) => {
+                self.deadline = sent + self.lease - stop_margin(self.lease);
+                if let Some(w) = self.watchdog.as_mut() {
+                    w.arm(Some(self.deadline));
+                }
+                true
+            }
+            Ok(false) => {
+                // Stop renewing; the token now refuses the command's later writes.
+                self.fenced = true;
+                log_line(
+                    "WARN",
+                    &spec.job,
+                    &format!("run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused"),
+                );
+                if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
+                    log_line(
+                        "WARN",
+                        &spec.job,
+                        &format!("cannot record the fenced run: {e}"),
+                    );
+                }
+                false
+            }
+            Err(e) => {
+                log_line("WARN", &spec.job, &format!("lease renewal failed: {e}"));
+                false
+            }
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub outcome: RunOutcome,
+    pub exit_code: Option<i32>,
+    pub duration_ms: i64,
+}
+
+/// Records the end of the run, retrying every failure (see the module's comment): a run that
+/// ended, exit 0 included, is never taken for a dead one. `store` is reopened after an error
+/// that is not a lock (a file made read-only and back, a server restarted).
+pub fn finish(
+    store: &mut Store,
+    spec: &RunSpec,
+    beat: &mut Heartbeat,
+    outcome: RunOutcome,
+    exit_code: Option<i32>,
+    began: Instant,
+    log: &str,
+) -> Result<RunResult> {
+    beat.end_group();
+    let duration_ms = began.elapsed().as_millis() as i64;
+    let end = RunEnd {
+        job: &spec.job,
+        run_id: &spec.started.run_id,
+        slot: &spec.started.slot,
+        token: spec.started.token,
+        outcome,
+        exit_code,
+        duration_ms,
+        log,
+    };
+    let since = Instant::now();
+    let (mut tries, mut pause) = (0u64, END_RETRY_FIRST);
+    let mut fresh: Option<Store> = None;
+    let outcome = loop {
+        let s = fresh.as_mut().unwrap_or(&mut *store);
+        s.set_writes_first(true);
+        let tried = jobs::finish_run(s, &end);
+        s.set_writes_first(false);
+        let e = match tried {
+            Ok(o) => break o,
+            Err(e) => e,
+        };
+        tries += 1;
+        if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
+            log_line(
+                "ERROR",
+                &spec.job,
+                &format!(
+                    "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
+                    spec.started.run_id, end.outcome
+                ),
+            );
+            return Err(e);
+        }
+        if tries == 1 {
+            log_line(
+                "WARN",
+                &spec.job,
+                &format!(
+                    "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
+                    spec.started.run_id, end.outcome
+                ),
+            );
+        }
+        let s = fresh.as_mut().unwrap_or(&mut *store);
+        beat.tick(s, spec);
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(END_RETRY_CAP);
+        if !matches!(e, Error::Busy(_)) {
+            // A connection that met a read-only file or a lost server may not recover itself.
+            fresh = crate::open(Some(&spec.db), Access::Write).ok().or(fresh);
+        }
+    };
+    if tries > 0 {
+        log_line(
+            "INFO",
+            &spec.job,
+            &format!(
+                "run {}'s end recorded after {} ({tries} failed tries)",
+                spec.started.run_id,
+                time::human_ms(since.elapsed().as_millis() as u64)
+            ),
+        );
+    }
+    let level = if outcome == RunOutcome::Ok {
+        "INFO"
+    } else {
+        "WARN"
+    };
+    log_line(
+        level,
+        &spec.job,
+        &format!(
+            "run {} {outcome} in {}{}",
+            spec.started.run_id,
+            time::human_ms(duration_ms as u64),
+            exit_code
+                .map(|c| format!(" (exit {c})"))
+                .unwrap_or_default()
+        ),
+    );
+    Ok(RunResult {
+        outcome,
+        exit_code,
+        duration_ms,
+    })
+}

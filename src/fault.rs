@@ -34,6 +34,18 @@ pub fn once(name: &str) -> bool {
     armed(name) && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
 }
 
+/// How long the point fails, when `EXACTLY_FAULT` says `NAME:fail=DUR` (e.g. a run's end that
+/// cannot be recorded for 1.5 s after its first try: `run_end:fail=1500ms`).
+pub fn fails_for(name: &str) -> Option<std::time::Duration> {
+    spec()?.split(',').find_map(|part| {
+        let (point, action) = part.split_once(':')?;
+        let d = action.trim().strip_prefix("fail=")?;
+        (point.trim() == name)
+            .then(|| crate::time::parse_duration(d).ok())
+            .flatten()
+    })
+}
+
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
 pub fn point(name: &str) {
     if let Some(spec) = spec() {

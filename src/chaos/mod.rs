@@ -12,6 +12,8 @@ pub mod far_side;
 mod harness;
 mod machine;
 mod proc;
+pub mod proxy;
+mod runs;
 mod scenarios;
 mod sched;
 mod senders;
@@ -52,6 +54,9 @@ pub const SCENARIOS: &[&str] = &[
     "host-clash",
     "pid-reuse",
     "pause",
+    "run-end-lost",
+    "frozen-scheduler",
+    "overload",
 ];
 
 #[derive(Args, Debug)]
@@ -67,7 +72,10 @@ pub struct ChaosArgs {
     /// `watcher-stall` (the lease watch paused or its server stalled), `takeover-skew` (skewed
     /// clocks, a send in the TERM grace), `host-clash` (two machines, one EXACTLY_HOST; root),
     /// `pid-reuse` (a dead sender's pid taken; root), `pause` (the whole sender paused; stopped
-    /// only by the far side's dedupe or fencing).
+    /// only by the far side's dedupe or fencing). The scheduler's faults: `run-end-lost` (a run's
+    /// end unrecordable: its database folder read-only, or its server cut off; root for
+    /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
+    /// `overload` (two schedulers, more jobs than the machine runs).
     #[arg(long = "scenario", value_name = "NAME", num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Seed for kill moments and variants, to replay a run.

@@ -43,6 +43,11 @@ pub struct Tally {
     pub firings_gave_up: u64,
     /// Times two runs of one firing were seen alive at once in the process table (must be 0).
     pub overlapping_copies: u64,
+    /// Firings whose command ran to its end more than once (must be 0).
+    pub double_runs: u64,
+    /// Runs whose command never started (the scheduler could not confirm its lease in time):
+    /// recorded `not_started`, their firings missed. Degraded, never doubled.
+    pub runs_not_started: u64,
     /// `host_clash` events recorded: a sender on another machine with our host name was seen.
     pub host_clash_events: u64,
     /// Dead senders whose pid an unrelated process took before the retry.
@@ -103,6 +108,7 @@ impl Tally {
             && self.anomalies == 0
             && self.max_runs_per_firing <= 3
             && self.overlapping_copies == 0
+            && self.double_runs == 0
     }
     pub(super) fn add(&mut self, o: &Tally) {
         self.iterations += o.iterations;
@@ -126,6 +132,8 @@ impl Tally {
         self.max_runs_per_firing = self.max_runs_per_firing.max(o.max_runs_per_firing);
         self.firings_gave_up += o.firings_gave_up;
         self.overlapping_copies += o.overlapping_copies;
+        self.double_runs += o.double_runs;
+        self.runs_not_started += o.runs_not_started;
         self.lost_effects += o.lost_effects;
         self.unknown_resolved += o.unknown_resolved;
         self.unknown_unresolved += o.unknown_unresolved;
@@ -249,6 +257,16 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             r.total.overlapping_copies
         );
     }
+    if r.total.double_runs > 0
+        || r.total.runs_not_started > 0
+        || r.scenarios.contains_key("overload")
+    {
+        let _ = writeln!(
+            s,
+            "runs: {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
+            r.total.double_runs, r.total.runs_not_started
+        );
+    }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
         let _ = writeln!(
             s,
@@ -320,7 +338,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     } else {
         format!(
-            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, {} overlapping copies",
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, {} overlapping copies, {} double runs",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,
@@ -329,7 +347,8 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             t.unapproved_sends,
             t.anomalies,
             t.max_runs_per_firing,
-            t.overlapping_copies
+            t.overlapping_copies,
+            t.double_runs
         )
     };
     let _ = writeln!(s, "{verdict}");

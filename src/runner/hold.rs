@@ -177,7 +177,14 @@ pub fn finish(
     let outcome = loop {
         let s = fresh.as_mut().unwrap_or(&mut *store);
         s.set_writes_first(true);
-        let tried = jobs::finish_run(s, &end);
+        // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
+        let tried = match crate::fault::fails_for("run_end").filter(|d| since.elapsed() < *d) {
+            Some(_) => Err(Error::Store(format!(
+                "database {}: attempt to write a readonly database (fault point run_end)",
+                s.path()
+            ))),
+            None => jobs::finish_run(s, &end),
+        };
         s.set_writes_first(false);
         let e = match tried {
             Ok(o) => break o,

@@ -6,6 +6,7 @@
 //! duplicate instead of a second run. Each run holds the job's lease, renewed by heartbeat,
 //! and hands its fencing token to the command, whose effect writes are refused once the token
 //! is stale.
+pub mod clock;
 pub mod config;
 pub mod execute;
 pub mod liveness;

@@ -85,6 +85,7 @@ pub fn run(
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
     let mut runs: Vec<Running> = Vec::new();
+    let mut clock = super::clock::Clock::new(time::now());
     log_line(
         "INFO",
         "-",
@@ -97,6 +98,12 @@ pub fn run(
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
         let now = time::now();
+        if let (Some(step), last_tick) = clock.observe(now) {
+            log_line("WARN", "-", &step.describe());
+            for st in states.iter_mut() {
+                st.handled(super::clock::cursor_after(step, st.cursor, last_tick));
+            }
+        }
         for st in states.iter_mut() {
             if let Err(e) = record_behind(&mut store, &cfg, st, now) {
                 log_line("ERROR", &st.job.name, &format!("{e}"));

@@ -201,7 +201,9 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
         .and_then(|s| parsed(s, j.timezone.as_deref()));
     if let Some(schedule) = schedule {
         let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
-        let next = schedule.next_after(last_slot.unwrap_or(now));
+        // A slot fired ahead of now (a clock since stepped back) is not where firing resumes:
+        // the scheduler goes on from the new time (see runner/clock.rs).
+        let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
         j.next_fire_at = next.map(crate::time::fmt);
         if let (Some(last), false) = (last_slot, j.paused) {
             let grace = j.catchup_s.max(0) + crate::runner::scheduler::LATE_OK.as_secs() as i64;

@@ -113,4 +113,31 @@ on_both_backends! {
         unique.dedup();
         assert_eq!(unique.len(), slots.len(), "a slot ran twice: {slots:?}");
     }
+
+    /// `exactly chaos --scenario clock-step`: the clock stepped back and forward under a
+    /// running scheduler; the job runs after every step, no slot twice, no two copies at once.
+    #[test]
+    fn chaos_clock_step_keeps_firing_once_per_slot() {
+        let site = Site::new();
+        let out = Command::new(bin())
+            .args(["--db", &site.db(), "chaos", "--scenario", "clock-step"])
+            .args(["--iterations", "4", "--json", "--seed", "3"])
+            .env_remove("EXACTLY_FAULT")
+            .output()
+            .expect("run exactly chaos");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+        });
+        assert_eq!(out.status.code(), Some(0), "{v:#}");
+        let s = &v["scenarios"]["clock-step"];
+        assert_eq!(s["iterations"], 4, "{v:#}");
+        assert_eq!(s["clock_steps"]["back"], 4, "{v:#}");
+        assert_eq!(s["clock_steps"]["forward"], 4, "{v:#}");
+        // A run after each step, on the new time.
+        assert!(s["job_runs"].as_u64().is_some_and(|n| n >= 8), "{v:#}");
+        assert_eq!(s["max_runs_per_firing"], 1, "{v:#}");
+        for k in ["anomalies", "overlapping_copies"] {
+            assert_eq!(s[k], 0, "{k}: {v:#}");
+        }
+    }
 }

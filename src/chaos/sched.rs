@@ -67,13 +67,13 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
 
 /// Scans the process table for processes of two different runs of one firing alive at once
 /// (each run's command carries `EXACTLY_SCHEDULED_AT` and `EXACTLY_RUN_ID`).
-struct Watcher {
+pub(super) struct Watcher {
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<BTreeSet<String>>,
 }
 
 impl Watcher {
-    fn start(db: &str, job: &str) -> Watcher {
+    pub(super) fn start(db: &str, job: &str) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, db, job) = (stop.clone(), db.to_string(), job.to_string());
         let handle = std::thread::spawn(move || {
@@ -95,7 +95,7 @@ impl Watcher {
     }
 
     /// The overlaps seen, one line per firing and set of runs.
-    fn stop(self) -> BTreeSet<String> {
+    pub(super) fn stop(self) -> BTreeSet<String> {
         self.stop.store(true, Ordering::SeqCst);
         self.handle.join().unwrap_or_default()
     }

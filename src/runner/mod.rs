@@ -8,6 +8,7 @@
 //! is stale.
 pub mod clock;
 pub mod config;
+pub mod dst;
 pub mod execute;
 pub mod liveness;
 mod output;
@@ -177,6 +178,8 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
             observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
+            dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),
+            dst_skipped: j.schedule.dst().map(|d| d.skipped.name().to_string()),
             ..JobRecord::default()
         })
         .collect();

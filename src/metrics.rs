@@ -165,6 +165,15 @@ impl Snapshot {
                             .unwrap_or_default()
                     );
                 }
+                if let (Some(d), Some(tz)) = (&j.dst, &j.timezone) {
+                    let _ = writeln!(
+                        s,
+                        "  daylight saving in {}: repeated hour {}, skipped hour {}",
+                        inert(tz),
+                        d.repeated,
+                        d.skipped
+                    );
+                }
                 if j.missed_firings > 0 {
                     let pending = if j.missed_unrecorded > 0 {
                         format!(

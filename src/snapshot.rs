@@ -78,6 +78,9 @@ pub struct JobRow {
     pub lease_ms: Option<i64>,
     pub overlap: Option<String>,
     pub queue_cap: Option<i64>,
+    /// A cron job's daylight-saving policy in its zone; absent for other jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<crate::runner::schedule::DstShown>,
     pub runs: u64,
     pub p50_ms: Option<u64>,
     pub p99_ms: Option<u64>,
@@ -198,10 +201,16 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
         .schedule
         .as_deref()
         .filter(|_| !j.retired)
-        .and_then(|s| parsed(s, j.timezone.as_deref()));
+        .and_then(|s| parsed(s, j.timezone.as_deref()))
+        .map(|s| match &j.dst {
+            Some(d) => s.with_dst(d.policy()),
+            None => s,
+        });
     if let Some(schedule) = schedule {
         let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
-        let next = schedule.next_after(last_slot.unwrap_or(now));
+        // A slot fired ahead of now (a clock since stepped back) is not where firing resumes:
+        // the scheduler goes on from the new time (see runner/clock.rs).
+        let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
         j.next_fire_at = next.map(crate::time::fmt);
         if let (Some(last), false) = (last_slot, j.paused) {
             let grace = j.catchup_s.max(0) + crate::runner::scheduler::LATE_OK.as_secs() as i64;

@@ -7,6 +7,7 @@
 //! was observed and the report (`tally.rs`), the scenarios (`scenarios.rs`, `concurrent.rs`,
 //! `sched.rs`, and `senders.rs` for a sender's process and host faults), the far side, and the
 //! children (`proc.rs`).
+mod clock_step;
 mod concurrent;
 pub mod far_side;
 mod harness;
@@ -57,6 +58,7 @@ pub const SCENARIOS: &[&str] = &[
     "run-end-lost",
     "frozen-scheduler",
     "overload",
+    "clock-step",
 ];
 
 #[derive(Args, Debug)]

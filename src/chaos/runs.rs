@@ -98,6 +98,7 @@ impl Site {
                     copies.insert(token.to_string());
                 }
                 "end" => {
+                    t.job_runs += 1;
                     copies.remove(token);
                     *ends.entry((job.to_string(), slot.to_string())).or_default() += 1;
                 }

@@ -59,6 +59,11 @@ pub struct Tally {
     /// `pause`: the duplicates a far side without dedupe or fencing would have acted on (the
     /// requests beyond the first for each effect). The documented limit, never hidden.
     pub pause_duplicates_without_dedupe: u64,
+    /// `clock-step`: the wall clock's steps under a running scheduler, per direction.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub clock_steps: BTreeMap<String, u64>,
+    /// `clock-step`: the job's runs, as its command counted them.
+    pub job_runs: u64,
     /// Why this scenario did not run (it did not pass either).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_run: Option<String>,
@@ -78,6 +83,9 @@ const FAILURES_KEPT: usize = 20;
 impl Tally {
     pub fn stop(&mut self, what: &str) {
         *self.stops.entry(what.to_string()).or_default() += 1;
+    }
+    pub fn clock_step(&mut self, way: &str) {
+        *self.clock_steps.entry(way.to_string()).or_default() += 1;
     }
     pub fn kill(&mut self, point: &str) {
         *self.kills.entry(point.to_string()).or_default() += 1;
@@ -121,6 +129,10 @@ impl Tally {
         for (k, n) in &o.stops {
             *self.stops.entry(k.clone()).or_default() += n;
         }
+        for (k, n) in &o.clock_steps {
+            *self.clock_steps.entry(k.clone()).or_default() += n;
+        }
+        self.job_runs += o.job_runs;
         self.host_clash_events += o.host_clash_events;
         self.pids_reused += o.pids_reused;
         self.live_senders_in_flight += o.live_senders_in_flight;
@@ -263,8 +275,8 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     {
         let _ = writeln!(
             s,
-            "runs: {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
-            r.total.double_runs, r.total.runs_not_started
+            "runs: {} ran to their end, {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
+            r.total.job_runs, r.total.double_runs, r.total.runs_not_started
         );
     }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {

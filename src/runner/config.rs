@@ -69,6 +69,8 @@ const JOB_KEYS: &[&str] = &[
     "timeout",
     "observe_timeout",
     "command",
+    "dst_repeated",
+    "dst_skipped",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -86,6 +88,8 @@ struct RawJob {
     timeout: Option<String>,
     observe_timeout: Option<String>,
     command: Option<Vec<String>>,
+    dst_repeated: Option<String>,
+    dst_skipped: Option<String>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -447,12 +451,21 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         }
         Some(c) => Some(c),
     };
+    let cron_in_zone =
+        raw.schedule.is_some() && raw.timezone.as_deref().is_some_and(|t| t != "UTC");
+    let dst = super::dst::dst_policy(
+        name,
+        raw.dst_repeated.as_deref(),
+        raw.dst_skipped.as_deref(),
+        cron_in_zone,
+        problems,
+    );
     if problems.len() > before {
         return None;
     }
     Some(Job {
         name: name.to_string(),
-        schedule: schedule?,
+        schedule: schedule?.with_dst(dst?),
         lease: lease?,
         overlap: overlap?,
         catchup: catchup?,

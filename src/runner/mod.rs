@@ -6,7 +6,9 @@
 //! duplicate instead of a second run. Each run holds the job's lease, renewed by heartbeat,
 //! and hands its fencing token to the command, whose effect writes are refused once the token
 //! is stale.
+pub mod clock;
 pub mod config;
+pub mod dst;
 pub mod execute;
 mod hold;
 pub mod liveness;
@@ -177,6 +179,8 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
             observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
+            dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),
+            dst_skipped: j.schedule.dst().map(|d| d.skipped.name().to_string()),
             ..JobRecord::default()
         })
         .collect();

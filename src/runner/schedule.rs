@@ -1,11 +1,13 @@
 //! When a job fires: cron expressions in a named time zone, or fixed intervals aligned to the
 //! Unix epoch so every scheduler agrees which firing is which.
 use crate::time::Ts;
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use std::collections::VecDeque;
 use std::time::Duration;
+
+pub use super::dst::{dst_of, dst_shown, Dst, DstShown, Repeated, Skipped};
 
 /// A job's schedule. A firing is identified by the job and one of these instants.
 #[derive(Debug, Clone)]
@@ -17,6 +19,7 @@ pub enum Schedule {
         expr: String,
         cron: Box<Cron>,
         tz: Tz,
+        dst: Dst,
     },
 }
 
@@ -47,11 +50,34 @@ impl Schedule {
             expr: expr.to_string(),
             cron: Box::new(cron),
             tz,
+            dst: Dst::default(),
         };
         if s.next_after(crate::time::now()).is_none() {
             return Err(format!("cron expression {expr:?} never fires"));
         }
         Ok(s)
+    }
+
+    /// The same schedule under a daylight-saving policy (no effect on `every`).
+    pub fn with_dst(self, policy: Dst) -> Schedule {
+        match self {
+            Schedule::Cron { expr, cron, tz, .. } => Schedule::Cron {
+                expr,
+                cron,
+                tz,
+                dst: policy,
+            },
+            every => every,
+        }
+    }
+
+    /// The daylight-saving policy of a cron schedule in a zone other than UTC (None: the
+    /// schedule has no DST nights).
+    pub fn dst(&self) -> Option<Dst> {
+        match self {
+            Schedule::Cron { tz, dst, .. } if *tz != chrono_tz::UTC => Some(*dst),
+            _ => None,
+        }
     }
 
     /// Rebuilds a schedule from its registry form (see [`Schedule::describe`]).
@@ -88,25 +114,14 @@ impl Schedule {
                 let next = (ms.div_euclid(p) + 1).checked_mul(p)?;
                 Utc.timestamp_millis_opt(next).single()
             }
-            Schedule::Cron { cron, tz, .. } => {
-                // croner works on the naive wall clock and keeps sub-seconds it did not touch,
-                // so start from a whole second.
-                let whole = Utc.timestamp_opt(t.timestamp(), 0).single()?;
-                let mut at: DateTime<Tz> = whole.with_timezone(tz);
-                // In the repeated hour after a DST fall-back, croner answers the first
-                // (earlier) instant of an ambiguous wall time, which already fired: step past
-                // it. A wall time fires once, at its first instant; so in the hour's second
-                // pass the next firing is the first wall time after the repeated hour, up to an
-                // hour of a per-second cron's wall times away (a few milliseconds, once a year).
-                for _ in 0..REPEATED_HOUR_STEPS {
-                    let next = cron.find_next_occurrence(&at, false).ok()?;
-                    let utc = next.with_timezone(&Utc);
-                    if utc > t {
-                        return Some(utc);
+            Schedule::Cron { cron, tz, dst, .. } => {
+                let first = next_wall_time(cron, tz, *dst, t)?;
+                if dst.repeated == Repeated::Both {
+                    if let Some(second) = second_pass_before(cron, tz, t, first) {
+                        return Some(second);
                     }
-                    at = next;
                 }
-                None
+                Some(first)
             }
         }
     }
@@ -180,6 +195,88 @@ impl Schedule {
     }
 }
 
+/// The first firing after `t` of a cron in `tz`, walking its wall times: a wall time in the
+/// repeated hour counts at its first instant (and, under [`Repeated::Both`], at its second when
+/// `t` is inside the repeated hour); one in the skipped hour at the instant croner moves it to,
+/// the end of the gap (or not at all under [`Skipped::Skip`]).
+fn next_wall_time(cron: &Cron, tz: &Tz, dst: Dst, t: Ts) -> Option<Ts> {
+    // croner works on the naive wall clock and keeps sub-seconds it did not touch, so start
+    // from a whole second.
+    let whole = Utc.timestamp_opt(t.timestamp(), 0).single()?;
+    let mut at: DateTime<Tz> = whole.with_timezone(tz);
+    // In the repeated hour after a DST fall-back, croner answers the first (earlier) instant of
+    // an ambiguous wall time, which already fired: step past it. In the hour's second pass the
+    // next firing may be the first wall time after the repeated hour, up to an hour of a
+    // per-second cron's wall times away (a few milliseconds, once a year).
+    for _ in 0..REPEATED_HOUR_STEPS {
+        let next = cron.find_next_occurrence(&at, false).ok()?;
+        at = next;
+        // A wall time the spring-forward gap swallowed comes back moved to the gap's end,
+        // where the pattern does not match it.
+        if dst.skipped == Skipped::Skip && !cron.is_time_matching(&next).unwrap_or(true) {
+            continue;
+        }
+        let utc = next.with_timezone(&Utc);
+        if utc > t {
+            return Some(utc);
+        }
+        if dst.repeated == Repeated::Both {
+            if let LocalResult::Ambiguous(_, later) = tz.from_local_datetime(&next.naive_local()) {
+                let later = later.with_timezone(&Utc);
+                if later > t {
+                    return Some(later);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Under [`Repeated::Both`], from before a fall-back: the first second-pass instant of a
+/// repeated wall time in `(t, first)`, if the clocks go back between the two.
+fn second_pass_before(cron: &Cron, tz: &Tz, t: Ts, first: Ts) -> Option<Ts> {
+    let offset = |u: Ts| {
+        tz.offset_from_utc_datetime(&u.naive_utc())
+            .fix()
+            .local_minus_utc()
+    };
+    let (before, after) = (offset(t), offset(first));
+    if after >= before {
+        return None;
+    }
+    // The instant the clocks went back: the first second with the later offset.
+    let (mut lo, mut hi) = (t.timestamp(), first.timestamp());
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let m = Utc.timestamp_opt(mid, 0).single()?;
+        if offset(m) == before {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let back = Utc.timestamp_opt(hi, 0).single()?.naive_utc();
+    let wall = |off: i32| back + chrono::Duration::seconds(i64::from(off));
+    // The repeated wall times: [the fall-back instant on the new offset, on the old one).
+    let (from, to): (NaiveDateTime, NaiveDateTime) = (wall(after), wall(before));
+    let mut at = tz
+        .from_local_datetime(&(from - chrono::Duration::seconds(1)))
+        .earliest()?;
+    for _ in 0..REPEATED_HOUR_STEPS {
+        let next = cron.find_next_occurrence(&at, false).ok()?;
+        let w = next.naive_local();
+        if w >= to {
+            return None;
+        }
+        let second = Utc.from_utc_datetime(&(w - chrono::Duration::seconds(i64::from(after))));
+        if second > t && second < first {
+            return Some(second);
+        }
+        at = next;
+    }
+    None
+}
+
 pub fn parse_tz(name: &str) -> Result<Tz, String> {
     name.parse::<Tz>()
         .map_err(|_| format!("unknown time zone {name:?} (use an IANA name such as Europe/Berlin)"))
@@ -214,6 +311,209 @@ mod tests {
 
     fn utc(s: &str) -> Ts {
         crate::time::parse(s).expect("test timestamp")
+    }
+
+    /// One firing as the README shows it: Berlin wall time and zone, then UTC.
+    fn both_clocks(t: Ts) -> String {
+        let tz = parse_tz("Europe/Berlin").expect("zone");
+        format!(
+            "{} ({}Z)",
+            t.with_timezone(&tz).format("%H:%M %Z"),
+            t.format("%H:%M")
+        )
+    }
+
+    /// Firings in a night's window, runs of a fixed gap written as one range.
+    fn night(expr: &str, dst: Dst, from: &str, to: &str) -> String {
+        let s = Schedule::cron(expr, Some("Europe/Berlin"))
+            .expect("cron")
+            .with_dst(dst);
+        let (slots, _) = s.slots(utc(from), utc(to), 1000);
+        let tz = parse_tz("Europe/Berlin").expect("zone");
+        let offset = |t: Ts| t.with_timezone(&tz).offset().fix();
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < slots.len() {
+            let gap = slots.get(i + 1).map(|n| *n - slots[i]);
+            let mut j = i;
+            // A run ends where the gap or the zone's offset changes.
+            while j + 1 < slots.len()
+                && Some(slots[j + 1] - slots[j]) == gap
+                && offset(slots[j + 1]) == offset(slots[i])
+            {
+                j += 1;
+            }
+            if j >= i + 2 {
+                let every = gap.map(|g| g.num_minutes()).unwrap_or(0);
+                parts.push(format!(
+                    "{} … {} every {every} min",
+                    both_clocks(slots[i]),
+                    both_clocks(slots[j])
+                ));
+                i = j + 1;
+            } else {
+                parts.push(both_clocks(slots[i]));
+                i += 1;
+            }
+        }
+        if parts.is_empty() {
+            return "nothing".into();
+        }
+        parts.join("; ")
+    }
+
+    /// The README's table (section "Daylight saving time"), from the code.
+    fn dst_table() -> String {
+        let mut out = String::from(
+            "| Night (Europe/Berlin) | Expression | Policy | Fires (Berlin time, then UTC) |\n\
+             |---|---|---|---|\n",
+        );
+        let exprs = ["0 2 * * *", "30 2 * * *", "*/30 * * * *", "*/5 * * * *"];
+        // 01:30 to 03:30 local, both ends included.
+        let spring = ("2026-03-29T00:29:00.000Z", "2026-03-29T01:30:00.000Z");
+        let fall = ("2026-10-24T23:29:00.000Z", "2026-10-25T02:30:00.000Z");
+        for expr in exprs {
+            for skipped in [Skipped::Next, Skipped::Skip] {
+                let dst = Dst {
+                    skipped,
+                    ..Dst::default()
+                };
+                out += &format!(
+                    "| spring, 2026-03-29 01:30–03:30 | `{expr}` | `dst_skipped = \"{}\"` | {} |\n",
+                    skipped.name(),
+                    night(expr, dst, spring.0, spring.1)
+                );
+            }
+        }
+        for expr in exprs {
+            for repeated in [Repeated::Once, Repeated::Both] {
+                let dst = Dst {
+                    repeated,
+                    ..Dst::default()
+                };
+                out += &format!(
+                    "| fall, 2026-10-25 01:30–03:30 | `{expr}` | `dst_repeated = \"{}\"` | {} |\n",
+                    repeated.name(),
+                    night(expr, dst, fall.0, fall.1)
+                );
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_readme_shows_the_dst_table_the_code_makes() {
+        let table = dst_table();
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme.contains(&table),
+            "README.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
+        );
+    }
+
+    #[test]
+    fn dst_keys_in_the_jobs_file() {
+        let job = |extra: &str, when: &str| {
+            crate::runner::config::parse(&format!(
+                "[[job]]\nname = \"n\"\n{when}\nlease = \"1m\"\noverlap = \"coalesce\"\n{extra}\ncommand = [\"true\"]\n"
+            ))
+        };
+        let berlin = "schedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"";
+        let l = job("dst_repeated = \"both\"\ndst_skipped = \"skip\"", berlin);
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        let want = Dst {
+            repeated: Repeated::Both,
+            skipped: Skipped::Skip,
+        };
+        assert_eq!(l.jobs[0].schedule.dst(), Some(want));
+        let l = job("dst_repeated = \"twice\"", berlin);
+        assert!(
+            l.problems
+                .iter()
+                .any(|p| p.what == "invalid dst_repeated \"twice\""),
+            "{:?}",
+            l.problems
+        );
+        let l = job("dst_skipped = \"skip\"", "every = \"5m\"");
+        assert!(
+            l.problems
+                .iter()
+                .any(|p| p.what.starts_with("dst_repeated/dst_skipped without")),
+            "{:?}",
+            l.problems
+        );
+        let l = job("dst_skiped = \"skip\"", berlin);
+        assert!(
+            l.problems
+                .iter()
+                .any(|p| p.why.contains("did you mean \"dst_skipped\"")),
+            "{:?}",
+            l.problems
+        );
+    }
+
+    #[test]
+    fn dst_policies_on_berlins_nights() {
+        let at = |expr: &str, dst: Dst, from: &str, to: &str| {
+            let s = Schedule::cron(expr, Some("Europe/Berlin"))
+                .unwrap()
+                .with_dst(dst);
+            fmt_all(&s.slots(utc(from), utc(to), 100).0)
+        };
+        let once = Dst::default();
+        let both = Dst {
+            repeated: Repeated::Both,
+            ..once
+        };
+        let skip = Dst {
+            skipped: Skipped::Skip,
+            ..once
+        };
+        let (f0, f1) = ("2026-10-24T23:30:00.000Z", "2026-10-25T02:30:00.000Z");
+        // Fall: 02:00 and 02:30 happen twice (00:xx UTC in CEST, then 01:xx UTC in CET).
+        assert_eq!(at("0 2 * * *", once, f0, f1), ["2026-10-25T00:00:00.000Z"]);
+        assert_eq!(
+            at("0 2 * * *", both, f0, f1),
+            ["2026-10-25T00:00:00.000Z", "2026-10-25T01:00:00.000Z"]
+        );
+        assert_eq!(
+            at("30 2 * * *", both, f0, f1),
+            ["2026-10-25T00:30:00.000Z", "2026-10-25T01:30:00.000Z"]
+        );
+        let half = at("*/30 * * * *", both, f0, f1);
+        assert_eq!(half.len(), 6, "{half:?}"); // every 30 min of 3 real hours
+        assert_eq!(
+            at("*/30 * * * *", once, f0, f1).len(),
+            4,
+            "the repeated hour once"
+        );
+        assert_eq!(at("*/5 * * * *", both, f0, f1).len(), 36);
+        assert_eq!(at("*/5 * * * *", once, f0, f1).len(), 24);
+        // Starting inside the second pass, "both" fires the rest of it.
+        let s = Schedule::cron("*/5 * * * *", Some("Europe/Berlin"))
+            .unwrap()
+            .with_dst(both);
+        assert_eq!(
+            s.next_after(utc("2026-10-25T01:07:00.000Z"))
+                .map(crate::time::fmt)
+                .as_deref(),
+            Some("2026-10-25T01:10:00.000Z")
+        );
+        // Spring: 02:00–02:59 never happens; "next" fires once at 03:00 CEST, "skip" not at all.
+        let (s0, s1) = ("2026-03-29T00:30:00.000Z", "2026-03-29T01:30:00.000Z");
+        assert_eq!(at("30 2 * * *", once, s0, s1), ["2026-03-29T01:00:00.000Z"]);
+        assert!(at("30 2 * * *", skip, s0, s1).is_empty());
+        assert_eq!(at("0 2 * * *", once, s0, s1), ["2026-03-29T01:00:00.000Z"]);
+        assert!(at("0 2 * * *", skip, s0, s1).is_empty());
+        // 03:00 CEST is a slot of its own for these: the swallowed ones add nothing to it.
+        assert_eq!(
+            at("*/30 * * * *", skip, s0, s1),
+            at("*/30 * * * *", once, s0, s1)
+        );
+        assert_eq!(
+            at("*/5 * * * *", skip, s0, s1),
+            at("*/5 * * * *", once, s0, s1)
+        );
     }
 
     fn fmt_all(v: &[Ts]) -> Vec<String> {

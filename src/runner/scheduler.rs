@@ -88,6 +88,7 @@ pub fn run(
     // When this loop last met a database error: until it has worked for a while, every other
     // scheduler's heartbeat looks old, the live ones' too, so none is taken for gone.
     let mut db_error_at: Option<Instant> = None;
+    let mut clock = super::clock::Clock::new(time::now());
     log_line(
         "INFO",
         "-",
@@ -100,6 +101,12 @@ pub fn run(
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
         let now = time::now();
+        if let (Some(step), last_tick) = clock.observe(now) {
+            log_line("WARN", "-", &step.describe());
+            for st in states.iter_mut() {
+                st.handled(super::clock::cursor_after(step, st.cursor, last_tick));
+            }
+        }
         for st in states.iter_mut() {
             if let Err(e) = record_behind(&mut store, &cfg, st, now) {
                 db_error_at = Some(Instant::now());

@@ -63,6 +63,9 @@ pub struct JobRecord {
     /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,
     pub observe_timeout_ms: Option<i64>,
+    /// A cron job's daylight-saving policy in a zone (`once`|`both`, `next`|`skip`).
+    pub dst_repeated: Option<String>,
+    pub dst_skipped: Option<String>,
     pub paused: bool,
     pub pause_note: Option<String>,
     /// Read back only: registering writes these from the registry's own rules.
@@ -72,7 +75,7 @@ pub struct JobRecord {
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
-    timeout_ms, observe_timeout_ms";
+    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped";
 
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
@@ -93,6 +96,8 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         source: text(r, 14)?,
         timeout_ms: int(r, 15)?,
         observe_timeout_ms: int(r, 16)?,
+        dst_repeated: text(r, 17)?,
+        dst_skipped: text(r, 18)?,
     })
 }
 
@@ -143,19 +148,20 @@ impl Store {
                 tx.exec(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
-                        timeout_ms, observe_timeout_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16)
+                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
                         lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
                         queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
                         source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
-                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms",
+                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms,
+                        dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped",
                     args![
                         j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
                         j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
-                        j.timeout_ms, j.observe_timeout_ms
+                        j.timeout_ms, j.observe_timeout_ms, j.dst_repeated, j.dst_skipped
                     ],
                 )?;
             }

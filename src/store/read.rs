@@ -342,7 +342,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
-            lease_ms, timezone, catchup_s
+            lease_ms, timezone, catchup_s, dst_repeated, dst_skipped
          FROM exactly_jobs",
         &[],
         |r| {
@@ -359,6 +359,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 pause_note: text(r, 7)?,
                 retired: int(r, 8)?.unwrap_or(0) != 0,
                 timezone: text(r, 10)?,
+                dst: crate::runner::schedule::dst_shown(text(r, 1)?.as_deref(), text(r, 10)?.as_deref(), text(r, 12)?, text(r, 13)?),
                 ..Default::default()
             },
             int(r, 11)?.unwrap_or(0),

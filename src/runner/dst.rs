@@ -1,0 +1,180 @@
+//! Daylight-saving policies of cron jobs in a time zone (`dst_repeated`, `dst_skipped` in the
+//! jobs file): their values, how the jobs file and the registry spell them, and how `check` and
+//! `status` show them. `schedule.rs` applies them.
+
+/// What a cron job does on the nights its zone's clocks change (`dst_repeated`, `dst_skipped`
+/// in the jobs file). Only a cron `schedule` with a `timezone` has such nights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dst {
+    pub repeated: Repeated,
+    pub skipped: Skipped,
+}
+
+/// A wall time that happens twice (the hour repeated when clocks go back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Repeated {
+    /// Fires at the first occurrence only.
+    #[default]
+    Once,
+    /// Fires at both occurrences.
+    Both,
+}
+
+/// A wall time that never happens (the hour skipped when clocks go forward).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Skipped {
+    /// Fires at the next valid instant (the end of the skipped hour), once.
+    #[default]
+    Next,
+    /// Not fired.
+    Skip,
+}
+
+impl Dst {
+    /// A registered job's policy (the defaults where the registry has none).
+    pub fn from_registry(row: &crate::jobs::JobRecord) -> Dst {
+        Dst {
+            repeated: row
+                .dst_repeated
+                .as_deref()
+                .and_then(Repeated::parse)
+                .unwrap_or_default(),
+            skipped: row
+                .dst_skipped
+                .as_deref()
+                .and_then(Skipped::parse)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Repeated {
+    pub fn parse(text: &str) -> Option<Repeated> {
+        match text {
+            "once" => Some(Repeated::Once),
+            "both" => Some(Repeated::Both),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Repeated::Once => "once",
+            Repeated::Both => "both",
+        }
+    }
+}
+
+impl Skipped {
+    pub fn parse(text: &str) -> Option<Skipped> {
+        match text {
+            "next" => Some(Skipped::Next),
+            "skip" => Some(Skipped::Skip),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Skipped::Next => "next",
+            Skipped::Skip => "skip",
+        }
+    }
+}
+
+/// A job's daylight-saving policy as `status` shows it (`dst` {`repeated`, `skipped`}).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DstShown {
+    pub repeated: &'static str,
+    pub skipped: &'static str,
+}
+
+impl DstShown {
+    pub fn policy(&self) -> Dst {
+        Dst {
+            repeated: Repeated::parse(self.repeated).unwrap_or_default(),
+            skipped: Skipped::parse(self.skipped).unwrap_or_default(),
+        }
+    }
+}
+
+/// The policy of a registered job, for a cron schedule in a zone other than UTC only (NULL
+/// columns, from a registry before they existed, are the defaults).
+pub fn dst_shown(
+    schedule: Option<&str>,
+    timezone: Option<&str>,
+    repeated: Option<String>,
+    skipped: Option<String>,
+) -> Option<DstShown> {
+    let cron = schedule.is_some_and(|s| !s.starts_with("every "));
+    if !cron || timezone.is_none_or(|tz| tz == "UTC") {
+        return None;
+    }
+    let repeated = repeated
+        .as_deref()
+        .and_then(Repeated::parse)
+        .unwrap_or_default();
+    let skipped = skipped
+        .as_deref()
+        .and_then(Skipped::parse)
+        .unwrap_or_default();
+    Some(DstShown {
+        repeated: repeated.name(),
+        skipped: skipped.name(),
+    })
+}
+
+/// Reads `dst_repeated` and `dst_skipped` from a job's table: each one of its two words, and
+/// only beside a cron `schedule` with a `timezone` (an interval, or a cron in UTC, has no
+/// daylight-saving nights: a key there would be a promise nothing keeps).
+pub(super) fn dst_policy(
+    job: &str,
+    repeated: Option<&str>,
+    skipped: Option<&str>,
+    cron_in_zone: bool,
+    problems: &mut Vec<crate::runner::Problem>,
+) -> Option<Dst> {
+    let before = problems.len();
+    let mut dst = Dst::default();
+    if let Some(r) = repeated {
+        match Repeated::parse(r) {
+            Some(v) => dst.repeated = v,
+            None => problems.push(crate::runner::Problem::error(
+                job,
+                format!("invalid dst_repeated {r:?}"),
+                "choose once (a wall time in the repeated hour fires at its first occurrence) or both (at each)",
+            )),
+        }
+    }
+    if let Some(k) = skipped {
+        match Skipped::parse(k) {
+            Some(v) => dst.skipped = v,
+            None => problems.push(crate::runner::Problem::error(
+                job,
+                format!("invalid dst_skipped {k:?}"),
+                "choose next (a wall time in the skipped hour fires when the hour ends) or skip (not at all)",
+            )),
+        }
+    }
+    if (repeated.is_some() || skipped.is_some()) && !cron_in_zone {
+        problems.push(crate::runner::Problem::error(
+            job,
+            "dst_repeated/dst_skipped without a cron schedule in a time zone",
+            "only a cron schedule with a timezone (other than UTC) has daylight-saving nights; an interval counts real seconds",
+        ));
+    }
+    (problems.len() == before).then_some(dst)
+}
+
+/// `check --json`'s `dst`: each job with daylight-saving nights, and what it does on them.
+pub fn dst_of(jobs: &[crate::runner::Job]) -> serde_json::Map<String, serde_json::Value> {
+    jobs.iter()
+        .filter_map(|j| {
+            let d = j.schedule.dst()?;
+            let v = serde_json::json!({
+                "timezone": j.schedule.timezone(),
+                "repeated": d.repeated.name(),
+                "skipped": d.skipped.name(),
+            });
+            Some((j.name.clone(), v))
+        })
+        .collect()
+}

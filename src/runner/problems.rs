@@ -1,7 +1,8 @@
 //! The problem list behind `exactly check`: every problem is a line `file: job: what — why`.
 //! Errors (found while parsing, `config.rs`) make a job unusable and `exactly run` refuses the
 //! file; warnings are risks the scheduler cannot remove (lease against interval, p99 against
-//! both, one command under two names), found by [`lint`] over the valid jobs.
+//! both, one command under two names), found by [`lint`] over the valid jobs: `check` fails on
+//! them only with `--strict`, and `run` logs them and runs.
 use super::config::{Job, Overlap};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,10 +12,11 @@ pub enum Severity {
     /// Advice: `check` prints it and still passes, `run` logs it.
     Note,
     /// A risk seen in the database's history of runs (lease or interval below the observed
-    /// p99): `check` fails; `run` warns and runs, because refusing would also refuse the deploy
-    /// of the fix for a job that got slow.
+    /// p99): as a warning; refusing it would also refuse the deploy of the fix for a job that
+    /// got slow.
     Observed,
-    /// A risk: `check` fails, `run` warns and runs.
+    /// A risk in the file as written: `check` fails on it only with `--strict`, `run` warns
+    /// and runs (a refusal would also stop an unrelated, correct file from deploying).
     Warning,
     /// The job cannot be run as written: `check` fails, `run` refuses the file.
     Error,
@@ -44,13 +46,13 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// Whether `check` fails on it.
+    /// Whether `run` logs it as a WARN line (else INFO).
     pub fn rejects(&self) -> bool {
         self.severity != Severity::Note
     }
-    /// Whether `run` refuses the file for it: every problem of the file itself.
+    /// Whether `run` refuses the file for it: errors only.
     pub fn refuses_run(&self) -> bool {
-        matches!(self.severity, Severity::Error | Severity::Warning)
+        self.severity == Severity::Error
     }
     pub(super) fn observed(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
         Problem {
@@ -64,13 +66,12 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk
-    /// read from the history of runs: check fails only with --strict, `run` logs it and runs),
-    /// `note` (advice).
+    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk:
+    /// check fails only with --strict, `run` logs it and runs), `note` (advice).
     pub fn kind(&self) -> &'static str {
         match self.severity {
-            Severity::Error | Severity::Warning => "error",
-            Severity::Observed => "warning",
+            Severity::Error => "error",
+            Severity::Warning | Severity::Observed => "warning",
             Severity::Note => "note",
         }
     }

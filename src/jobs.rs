@@ -4,11 +4,39 @@
 //! come from here.
 use crate::time;
 use crate::{Result, Store};
+use unicode_normalization::UnicodeNormalization;
 
 pub use crate::snapshot::{EventRow, RunRow};
 pub use crate::store::{
     EffectCounts, JobRecord, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW, RUN_WINDOW_DAYS,
 };
+
+/// A job name as stored and looked up (the jobs file, the CLI): Unicode NFC, surrounding
+/// whitespace (a no-break space too) trimmed, so `a`, `a ` and a decomposed `é` are one job.
+pub fn normalize_name(name: &str) -> String {
+    name.nfc().collect::<String>().trim().to_string()
+}
+
+/// What two job names are compared by for a collision: normalised and lowercased.
+pub fn name_key(name: &str) -> String {
+    normalize_name(name).to_lowercase()
+}
+
+/// Why `name` cannot be a job's: an invisible character (zero-width, a BOM, a soft hyphen), a
+/// bidi control or a control character would make two names that look alike two jobs.
+pub fn name_problem(name: &str) -> Option<String> {
+    let c = name.chars().find(|c| {
+        matches!(
+            c,
+            '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{180E}' | '\u{00AD}'
+        ) || c.is_control()
+            || crate::sanitize::is_bidi(*c)
+    })?;
+    Some(format!(
+        "a job name must not contain invisible, bidi or control characters (found U+{:04X}): two names that look alike would be two jobs",
+        c as u32
+    ))
+}
 
 /// Writes the jobs of one file (`source`) into the registry and retires the jobs that file no
 /// longer has. Pause state is kept across registrations.

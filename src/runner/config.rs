@@ -6,6 +6,7 @@ use super::schedule::Schedule;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 pub use crate::firing::Overlap;
@@ -30,9 +31,10 @@ pub struct Job {
 pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
 
 impl Job {
-    /// Lowercase hex SHA-256 of the command's argv as JSON.
-    pub fn command_digest(&self) -> String {
-        command_digest(&self.command)
+    /// Lowercase hex SHA-256 of the command as it runs from the jobs file's folder `dir`
+    /// (see [`super::problems::resolved_command`]).
+    pub fn command_digest(&self, dir: Option<&Path>) -> String {
+        command_digest(&super::problems::resolved_command(&self.command, dir))
     }
 }
 
@@ -523,7 +525,7 @@ mod tests {
         );
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         assert_eq!(l.jobs[0].overlap, Overlap::Queue { cap: 3 });
-        assert!(lint(&l.jobs, &BTreeMap::new()).is_empty());
+        assert!(lint(&l.jobs, &BTreeMap::new(), None).is_empty());
     }
 
     fn job(name: &str) -> String {

@@ -39,14 +39,21 @@ pub fn name_problem(name: &str) -> Option<String> {
 }
 
 /// Writes the jobs of one file (`source`) into the registry and retires the jobs that file no
-/// longer has. Pause state is kept across registrations.
+/// longer has. Pause state is kept across registrations. The newest registration wins: one
+/// that replaces another live scheduler's different definition of a job records a
+/// `definition_conflict` event, and that scheduler stops firing the job
+/// (`runner::definitions`).
 pub fn register(
     store: &mut Store,
     jobs: &[JobRecord],
     source: &str,
     owner: &str,
 ) -> Result<Registered> {
-    store.register_jobs(jobs, source, owner, &time::now_text())
+    let now = time::now();
+    let alive_since = time::fmt(
+        now - chrono::Duration::from_std(scheduler_dead_after()).unwrap_or(chrono::Duration::MAX),
+    );
+    store.register_jobs(jobs, source, owner, &time::fmt(now), &alive_since)
 }
 
 /// One job's registry record, if it was ever registered.

@@ -7,6 +7,7 @@
 //! and hands its fencing token to the command, whose effect writes are refused once the token
 //! is stale.
 pub mod config;
+pub mod definitions;
 pub mod execute;
 pub mod liveness;
 mod output;
@@ -141,6 +142,8 @@ pub(crate) fn problems(
         let registered = jobs::records(&mut store)?;
         let dir = dir.as_deref();
         problems.extend(registry_duplicates(&registered, &loaded.jobs, &source, dir));
+        let differs = |j| definitions::check_problem(j, dir, &registered);
+        problems.extend(loaded.jobs.iter().filter_map(differs));
     }
     problems.extend(config::lint(&loaded.jobs, &hist, dir.as_deref()));
     Ok((loaded.jobs, loaded.retain, problems))
@@ -179,6 +182,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             overlap: Some(j.overlap.name().to_string()),
             queue_cap: j.overlap.cap().map(i64::from),
             command_digest: Some(j.command_digest(cwd.as_deref())),
+            definition_digest: Some(definitions::digest(j, cwd.as_deref())),
             command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
             catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),

@@ -70,6 +70,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<i32> {
     let now = time::now();
+    let mut watch = super::definitions::Watch::new(&jobs, cfg.cwd.as_deref());
     let mut states = Vec::new();
     for job in jobs {
         // A job new to the registry has no past to have missed; otherwise pick up after the
@@ -96,6 +97,9 @@ pub fn run(
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
+        // A job whose registered definition is no longer this scheduler's: newest wins.
+        let stopped = watch.stopped(&mut store);
+        states.retain(|s| !stopped.contains(&s.job.name));
         let now = time::now();
         for st in states.iter_mut() {
             if let Err(e) = record_behind(&mut store, &cfg, st, now) {

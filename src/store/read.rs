@@ -342,7 +342,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
-            lease_ms, timezone, catchup_s
+            lease_ms, timezone, catchup_s, conflict_owner, conflict_source, owner, source, updated_at
          FROM exactly_jobs",
         &[],
         |r| {
@@ -359,6 +359,16 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 pause_note: text(r, 7)?,
                 retired: int(r, 8)?.unwrap_or(0) != 0,
                 timezone: text(r, 10)?,
+                replaced: match text(r, 12)? {
+                    Some(owner) => Some(crate::snapshot::Replaced {
+                        owner,
+                        source: text(r, 13)?,
+                        by: text(r, 14)?,
+                        by_source: text(r, 15)?,
+                        at: text(r, 16)?,
+                    }),
+                    None => None,
+                },
                 ..Default::default()
             },
             int(r, 11)?.unwrap_or(0),

@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -96,6 +96,11 @@ pub(crate) const TABLES: &[Table] = &[
             ("lease_ms", "INTEGER"),
             ("timeout_ms", "INTEGER"),
             ("observe_timeout_ms", "INTEGER"),
+            // What decides what fires, digested: the newest registration wins (schema 6).
+            ("definition_digest", "TEXT"),
+            // The live scheduler whose different definition the newest registration replaced.
+            ("conflict_owner", "TEXT"),
+            ("conflict_source", "TEXT"),
         ],
     },
     Table {

@@ -56,6 +56,12 @@ pub fn register(
     store.register_jobs(jobs, source, owner, &time::fmt(now), &alive_since)
 }
 
+/// Deletes each job's runs beyond its `keep_runs` newest (and their settled firings); the
+/// all-time counters stay. The number of runs and firings deleted.
+pub fn keep_newest_runs(store: &mut Store) -> Result<(u64, u64)> {
+    store.keep_newest_runs(None)
+}
+
 /// One job's registry record, if it was ever registered.
 pub fn record(store: &mut Store, job: &str) -> Result<Option<JobRecord>> {
     store.registered_job(job)
@@ -196,7 +202,11 @@ pub fn finish_run_at(
     end: &RunEnd<'_>,
     now: time::Ts,
 ) -> Result<crate::state::RunOutcome> {
-    store.finish_run(end, &time::fmt(now))
+    let outcome = store.finish_run(end, &time::fmt(now))?;
+    // A job with `keep_runs` is trimmed as each run ends, so it never holds more than N ended
+    // runs for long; the end is recorded either way, so a failed trim is left to the upkeep's.
+    let _ = store.keep_newest_runs(Some(end.job));
+    Ok(outcome)
 }
 
 /// What a run's effects did, from the events carrying its token.

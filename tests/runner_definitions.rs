@@ -203,6 +203,37 @@ on_both_backends! {
         assert_eq!(s1.term(Duration::from_secs(10)), Some(0));
         assert_eq!(s2.term(Duration::from_secs(10)), Some(0));
     }
+
+    #[test]
+    fn keep_runs_keeps_the_newest_runs_and_the_all_time_counts_grow() {
+        let site = Site::new();
+        site.write_jobs(
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             timeout = \"900ms\"\nkeep_runs = 3\ncommand = [\"true\"]\n",
+        );
+        let mut s = site.start("s", "2s");
+        let ok = |site: &Site| {
+            job_json(&status_json(site), "tick")["runs_by_outcome"]["ok"]
+                .as_u64()
+                .unwrap_or(0)
+        };
+        assert!(
+            wait_until(Duration::from_secs(12), || site.db_exists() && ok(&site) >= 6),
+            "{}",
+            site.log("s")
+        );
+        let runs = site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'tick'");
+        let firings = site.count("SELECT count(*) FROM exactly_firings WHERE job_key = 'tick'");
+        let total = ok(&site);
+        eprintln!("keep_runs = 3: {runs} runs and {firings} firings kept of {total} ok all-time");
+        assert!(runs <= 4, "{runs} runs kept");
+        assert!(firings <= 5, "{firings} firings kept");
+        assert!(total >= 6, "all-time count {total}");
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(ok(&site) > total, "the all-time count stopped growing");
+        assert!(site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'tick'") <= 4);
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    }
 }
 
 #[test]

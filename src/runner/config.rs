@@ -25,6 +25,8 @@ pub struct Job {
     /// An observer past this is "can't tell".
     pub observe_timeout: Duration,
     pub command: Vec<String>,
+    /// Keep only this many of the job's newest runs (`keep_runs`); None: `retain` decides.
+    pub keep_runs: Option<u32>,
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
@@ -71,6 +73,7 @@ const JOB_KEYS: &[&str] = &[
     "timeout",
     "observe_timeout",
     "command",
+    "keep_runs",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -88,6 +91,7 @@ struct RawJob {
     timeout: Option<String>,
     observe_timeout: Option<String>,
     command: Option<Vec<String>>,
+    keep_runs: Option<i64>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -471,6 +475,18 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         }
         Some(c) => Some(c),
     };
+    let keep_runs = match raw.keep_runs {
+        None => Some(None),
+        Some(n) if (1..=1_000_000).contains(&n) => Some(Some(n as u32)),
+        Some(n) => {
+            problems.push(Problem::error(
+                name,
+                format!("invalid keep_runs {n}"),
+                "keep_runs must be between 1 and 1000000 (the newest runs kept)",
+            ));
+            None
+        }
+    };
     if problems.len() > before {
         return None;
     }
@@ -483,6 +499,7 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         timeout: timeout?,
         observe_timeout: observe_timeout?,
         command: command?,
+        keep_runs: keep_runs?,
     })
 }
 

@@ -183,6 +183,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             queue_cap: j.overlap.cap().map(i64::from),
             command_digest: Some(j.command_digest(cwd.as_deref())),
             definition_digest: Some(definitions::digest(j, cwd.as_deref())),
+            keep_runs: j.keep_runs.map(i64::from),
             command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
             catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),

@@ -70,6 +70,8 @@ pub struct JobRecord {
     pub source: Option<String>,
     /// SHA-256 of everything that decides what fires (`runner::definitions::digest`).
     pub definition_digest: Option<String>,
+    /// Keep only this many of the job's newest runs.
+    pub keep_runs: Option<i64>,
     /// Read back only: the scheduler that registered it last, and when.
     pub owner: Option<String>,
     pub updated_at: Option<String>,
@@ -77,7 +79,7 @@ pub struct JobRecord {
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
-    timeout_ms, observe_timeout_ms, definition_digest, owner, updated_at";
+    timeout_ms, observe_timeout_ms, definition_digest, keep_runs, owner, updated_at";
 
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
@@ -99,8 +101,9 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         timeout_ms: int(r, 15)?,
         observe_timeout_ms: int(r, 16)?,
         definition_digest: text(r, 17)?,
-        owner: text(r, 18)?,
-        updated_at: text(r, 19)?,
+        keep_runs: int(r, 18)?,
+        owner: text(r, 19)?,
+        updated_at: text(r, 20)?,
     })
 }
 
@@ -224,8 +227,8 @@ impl Store {
                 tx.exec(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
-                        timeout_ms, observe_timeout_ms, definition_digest)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17)
+                        timeout_ms, observe_timeout_ms, definition_digest, keep_runs)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
                         lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
@@ -233,11 +236,11 @@ impl Store {
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
                         source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
                         timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms,
-                        definition_digest = excluded.definition_digest",
+                        definition_digest = excluded.definition_digest, keep_runs = excluded.keep_runs",
                     args![
                         j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
                         j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
-                        j.timeout_ms, j.observe_timeout_ms, j.definition_digest
+                        j.timeout_ms, j.observe_timeout_ms, j.definition_digest, j.keep_runs
                     ],
                 )?;
                 note_replaced(tx, before.as_ref(), j, replaced, owner, now)?;

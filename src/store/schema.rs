@@ -101,6 +101,8 @@ pub(crate) const TABLES: &[Table] = &[
             // The live scheduler whose different definition the newest registration replaced.
             ("conflict_owner", "TEXT"),
             ("conflict_source", "TEXT"),
+            // The jobs file's `keep_runs`: newest runs kept per job (schema 6).
+            ("keep_runs", "INTEGER"),
         ],
     },
     Table {

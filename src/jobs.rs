@@ -4,21 +4,62 @@
 //! come from here.
 use crate::time;
 use crate::{Result, Store};
+use unicode_normalization::UnicodeNormalization;
 
 pub use crate::snapshot::{EventRow, RunRow};
 pub use crate::store::{
     EffectCounts, JobRecord, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW, RUN_WINDOW_DAYS,
 };
 
+/// A job name as stored and looked up (the jobs file, the CLI): Unicode NFC, surrounding
+/// whitespace (a no-break space too) trimmed, so `a`, `a ` and a decomposed `é` are one job.
+pub fn normalize_name(name: &str) -> String {
+    name.nfc().collect::<String>().trim().to_string()
+}
+
+/// What two job names are compared by for a collision: normalised and lowercased.
+pub fn name_key(name: &str) -> String {
+    normalize_name(name).to_lowercase()
+}
+
+/// Why `name` cannot be a job's: an invisible character (zero-width, a BOM, a soft hyphen), a
+/// bidi control or a control character would make two names that look alike two jobs.
+pub fn name_problem(name: &str) -> Option<String> {
+    let c = name.chars().find(|c| {
+        matches!(
+            c,
+            '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{180E}' | '\u{00AD}'
+        ) || c.is_control()
+            || crate::sanitize::is_bidi(*c)
+    })?;
+    Some(format!(
+        "a job name must not contain invisible, bidi or control characters (found U+{:04X}): two names that look alike would be two jobs",
+        c as u32
+    ))
+}
+
 /// Writes the jobs of one file (`source`) into the registry and retires the jobs that file no
-/// longer has. Pause state is kept across registrations.
+/// longer has. Pause state is kept across registrations. The newest registration wins: one
+/// that replaces another live scheduler's different definition of a job records a
+/// `definition_conflict` event, and that scheduler stops firing the job
+/// (`runner::definitions`).
 pub fn register(
     store: &mut Store,
     jobs: &[JobRecord],
     source: &str,
     owner: &str,
 ) -> Result<Registered> {
-    store.register_jobs(jobs, source, owner, &time::now_text())
+    let now = time::now();
+    let alive_since = time::fmt(
+        now - chrono::Duration::from_std(scheduler_dead_after()).unwrap_or(chrono::Duration::MAX),
+    );
+    store.register_jobs(jobs, source, owner, &time::fmt(now), &alive_since)
+}
+
+/// Deletes each job's runs beyond its `keep_runs` newest (and their settled firings); the
+/// all-time counters stay. The number of runs and firings deleted.
+pub fn keep_newest_runs(store: &mut Store) -> Result<(u64, u64)> {
+    store.keep_newest_runs(None)
 }
 
 /// One job's registry record, if it was ever registered.
@@ -161,7 +202,11 @@ pub fn finish_run_at(
     end: &RunEnd<'_>,
     now: time::Ts,
 ) -> Result<crate::state::RunOutcome> {
-    store.finish_run(end, &time::fmt(now))
+    let outcome = store.finish_run(end, &time::fmt(now))?;
+    // A job with `keep_runs` is trimmed as each run ends, so it never holds more than N ended
+    // runs for long; the end is recorded either way, so a failed trim is left to the upkeep's.
+    let _ = store.keep_newest_runs(Some(end.job));
+    Ok(outcome)
 }
 
 /// What a run's effects did, from the events carrying its token.

@@ -49,10 +49,12 @@ pub fn job_name_problem(name: &str) -> Option<String> {
 }
 
 /// `name` as a job name, or the one clear reason it is not one (a clap value parser too).
+/// The name is normalised as a jobs file's is (`jobs::normalize_name`): `"a "` finds job `a`.
 pub fn job_name(name: &str) -> std::result::Result<String, String> {
-    match job_name_problem(name) {
+    let name = crate::jobs::normalize_name(name);
+    match crate::jobs::name_problem(&name).or_else(|| job_name_problem(&name)) {
         Some(why) => Err(why),
-        None => Ok(name.to_string()),
+        None => Ok(name),
     }
 }
 

@@ -124,6 +124,20 @@ pub struct JobRow {
     pub catchup_s: i64,
     #[serde(skip)]
     pub missed_recorded: u64,
+    /// A live scheduler's different definition the newest registration replaced (a warning
+    /// while that scheduler is alive: `runner::definitions`).
+    #[serde(skip)]
+    pub replaced: Option<Replaced>,
+}
+
+/// Whose definition of a job the newest registration (`by`, from `by_source`, `at`) replaced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Replaced {
+    pub owner: String,
+    pub source: Option<String>,
+    pub by: Option<String>,
+    pub by_source: Option<String>,
+    pub at: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -336,6 +350,7 @@ impl Snapshot {
             plan(j, now);
             j.warnings = job_warnings(j);
         }
+        crate::runner::definitions::add_warnings(&mut snap);
         Ok(snap)
     }
 }

@@ -196,6 +196,9 @@ words! {
         JobPaused => "job_paused",
         JobResumed => "job_resumed",
         JobRetired => "job_retired",
+        /// A registration replaced another live scheduler's different definition of a job:
+        /// the newest wins, the other stops firing it.
+        DefinitionConflict => "definition_conflict",
         /// The same firing (job, scheduled instant) fired again: not run.
         FiringDuplicate => "firing_duplicate",
         /// A firing dropped because a run was live (overlap = coalesce).

@@ -57,7 +57,7 @@ fn check_errors_exit_1_warnings_exit_0_unless_strict_and_json_lists_both() {
     assert_eq!(v["problems"][0]["job"], "slow");
 
     site.write_jobs(
-        "[[job]]\nname = \"poll\"\nevery = \"5m\"\nlease = \"5m\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+        "[[job]]\nname = \"poll\"\nevery = \"5m\"\nlease = \"1m\"\ncommand = [\"true\"]\n",
     );
     let (code, out, _) = site.exactly(&["check", "--json", &site.jobs()]);
     assert_eq!(code, 1, "{out}");
@@ -68,7 +68,7 @@ fn check_errors_exit_1_warnings_exit_0_unless_strict_and_json_lists_both() {
     assert!(
         v["problems"][0]["what"]
             .as_str()
-            .is_some_and(|w| w.contains("lease 5m00s >= interval 5m00s")),
+            .is_some_and(|w| w.contains("missing overlap policy")),
         "{v}"
     );
     // And `run` refuses it.

@@ -153,23 +153,33 @@ on_both_backends! {
     #[test]
     fn run_refuses_every_file_check_rejects_with_the_same_lines() {
         let site = Site::new();
-        for file in [
-            "lease_ge_interval.toml",
-            "duplicate_command.toml",
-            "bad_duration.toml",
+        let (code, lines) = check(&site, "bad_duration.toml");
+        assert_eq!(code, 1);
+        let (code, err) = run_briefly(&site, &fixture("bad_duration.toml"));
+        assert_eq!(code, Some(2), "exactly run started anyway: {err}");
+        for l in &lines {
+            assert!(err.lines().any(|e| e == l), "run did not say {l:?}: {err}");
+        }
+        assert!(err.contains("refusing to run"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    #[test]
+    fn warnings_fail_only_strict_check_and_run_logs_them_and_runs() {
+        let site = Site::new();
+        for (file, what) in [
+            ("lease_ge_interval.toml", "lease 10m00s >= interval 5m00s"),
+            ("duplicate_command.toml", "same command as job"),
         ] {
-            let (code, lines) = check(&site, file);
-            assert_eq!(code, 1, "{file}");
+            let (code, out, _) = site.exactly(&["check", &fixture(file)]);
+            assert_eq!(code, 0, "{file}: {out}");
+            assert!(out.contains(&format!("warning: {what}")), "{file}: {out}");
+            let (code, _) = check(&site, file);
+            assert_eq!(code, 1, "{file}: --strict fails on a warning");
             let (code, err) = run_briefly(&site, &fixture(file));
-            assert_eq!(code, Some(2), "{file}: exactly run started anyway: {err}");
-            for l in &lines {
-                assert!(
-                    err.lines().any(|e| e == l),
-                    "{file}: run did not say {l:?}: {err}"
-                );
-            }
-            assert!(err.contains("refusing to run"), "{err}");
-            assert!(!err.contains("panicked"), "{err}");
+            assert_eq!(code, None, "{file}: run refused a warning: {err}");
+            assert!(err.contains(what) && err.contains("WARN"), "{file}: {err}");
+            assert!(!err.contains("refusing to run"), "{err}");
         }
     }
 
@@ -256,7 +266,8 @@ on_both_backends! {
         )
         .expect("write");
         let (code, out, _) = site.exactly(&["check", &file]);
-        assert_eq!(code, 1, "{out}");
+        assert_eq!(code, 0, "a warning passes without --strict: {out}");
+        assert_eq!(site.exactly(&["check", "--strict", &file]).0, 1);
         let lines: Vec<String> = out.lines().map(str::to_string).collect();
         assert!(
             has(&lines, "long", "timeout 2m00s >= interval 1m00s"),

@@ -20,8 +20,8 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     let (jobs, _, problems) = runner::problems(db, &a.jobs)?;
     let count = |s: &str| problems.iter().filter(|p| p.kind() == s).count();
     let (errors, warnings, notes) = (count("error"), count("warning"), count("note"));
-    // Errors fail the check (and `run` refuses them); warnings (risks read from the history of
-    // runs, which `run` logs and runs) only with --strict; notes never.
+    // Errors fail the check (and `run` refuses them); warnings (risks `run` logs and runs
+    // anyway) only with --strict; notes never.
     let code = i32::from(errors > 0 || (a.strict && warnings > 0));
     if a.json {
         let v = serde_json::json!({

@@ -6,6 +6,7 @@ use super::schedule::Schedule;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 pub use crate::firing::Overlap;
@@ -24,15 +25,18 @@ pub struct Job {
     /// An observer past this is "can't tell".
     pub observe_timeout: Duration,
     pub command: Vec<String>,
+    /// Keep only this many of the job's newest runs (`keep_runs`); None: `retain` decides.
+    pub keep_runs: Option<u32>,
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
 pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
 
 impl Job {
-    /// Lowercase hex SHA-256 of the command's argv as JSON.
-    pub fn command_digest(&self) -> String {
-        command_digest(&self.command)
+    /// Lowercase hex SHA-256 of the command as it runs from the jobs file's folder `dir`
+    /// (see [`super::problems::resolved_command`]).
+    pub fn command_digest(&self, dir: Option<&Path>) -> String {
+        command_digest(&super::problems::resolved_command(&self.command, dir))
     }
 }
 
@@ -71,6 +75,7 @@ const JOB_KEYS: &[&str] = &[
     "command",
     "dst_repeated",
     "dst_skipped",
+    "keep_runs",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -90,6 +95,7 @@ struct RawJob {
     command: Option<Vec<String>>,
     dst_repeated: Option<String>,
     dst_skipped: Option<String>,
+    keep_runs: Option<i64>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -164,7 +170,7 @@ pub fn parse(text: &str) -> Loaded {
             return out;
         }
     };
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (i, value) in tables.into_iter().enumerate() {
         let toml::Value::Table(mut table) = value else {
             out.problems.push(Problem::error(
@@ -174,8 +180,11 @@ pub fn parse(text: &str) -> Loaded {
             ));
             continue;
         };
+        // The name as stored and compared (NFC, trimmed): `a` and `a ` are one job.
         let label = match table.get("name") {
-            Some(toml::Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(toml::Value::String(s)) if !crate::jobs::normalize_name(s).is_empty() => {
+                crate::jobs::normalize_name(s)
+            }
             _ => format!("job #{}", i + 1),
         };
         let unknown: Vec<String> = table
@@ -208,12 +217,20 @@ pub fn parse(text: &str) -> Loaded {
                 continue;
             }
         };
-        if let Some(first) = seen.insert(label.clone(), i) {
+        let written = raw.name.clone().unwrap_or_default();
+        if let Some((first, other)) =
+            seen.insert(crate::jobs::name_key(&label), (i, written.clone()))
+        {
+            let what = if other == written {
+                "name used twice".to_string()
+            } else {
+                format!("name collides with job {other:?}")
+            };
             out.problems.push(Problem::error(
                 &label,
-                "name used twice",
+                what,
                 format!(
-                    "jobs #{} and #{} share it; a job's name is its identity in the ledger",
+                    "jobs #{} and #{} share it (compared without case and surrounding spaces); a job's name is its identity in the ledger",
                     first + 1,
                     i + 1
                 ),
@@ -265,13 +282,24 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job> {
     let before = problems.len();
-    if raw.name.as_deref().map(str::trim).unwrap_or("").is_empty() {
+    if raw
+        .name
+        .as_deref()
+        .map(crate::jobs::normalize_name)
+        .unwrap_or_default()
+        .is_empty()
+    {
         problems.push(Problem::error(
             name,
             "missing name",
             "a job's name is its identity in the ledger and the lease table",
         ));
-    } else if let Some(why) = raw.name.as_deref().and_then(crate::lease::job_name_problem) {
+    } else if let Some(why) = raw
+        .name
+        .as_deref()
+        .and_then(crate::jobs::name_problem)
+        .or_else(|| crate::lease::job_name_problem(name))
+    {
         problems.push(Problem::error(name, "invalid name", why));
     }
     let schedule = match (&raw.schedule, &raw.every) {
@@ -460,6 +488,18 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         cron_in_zone,
         problems,
     );
+    let keep_runs = match raw.keep_runs {
+        None => Some(None),
+        Some(n) if (1..=1_000_000).contains(&n) => Some(Some(n as u32)),
+        Some(n) => {
+            problems.push(Problem::error(
+                name,
+                format!("invalid keep_runs {n}"),
+                "keep_runs must be between 1 and 1000000 (the newest runs kept)",
+            ));
+            None
+        }
+    };
     if problems.len() > before {
         return None;
     }
@@ -472,6 +512,7 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         timeout: timeout?,
         observe_timeout: observe_timeout?,
         command: command?,
+        keep_runs: keep_runs?,
     })
 }
 
@@ -514,6 +555,39 @@ mod tests {
         );
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         assert_eq!(l.jobs[0].overlap, Overlap::Queue { cap: 3 });
-        assert!(lint(&l.jobs, &BTreeMap::new()).is_empty());
+        assert!(lint(&l.jobs, &BTreeMap::new(), None).is_empty());
+    }
+
+    fn job(name: &str) -> String {
+        format!(
+            "[[job]]\nname = \"{name}\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"./{}.sh\"]\n",
+            name.len()
+        )
+    }
+
+    #[test]
+    fn names_are_normalised_and_collisions_are_errors() {
+        let l = parse(&format!("{}{}", job("a "), job("\u{00a0}A")));
+        let lines: Vec<String> = l.problems.iter().map(|p| p.line("f")).collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("name collides with job \"a \"")),
+            "{lines:?}"
+        );
+        assert_eq!(l.jobs.len(), 1);
+        assert_eq!(l.jobs[0].name, "a");
+        // NFC: a decomposed é is the composed one.
+        let l = parse(&job("caf\u{0065}\u{0301}"));
+        assert_eq!(l.jobs[0].name, "caf\u{e9}");
+        for bad in ["a\u{200b}b", "\u{feff}a", "a\u{2060}", "a\u{202e}b"] {
+            let l = parse(&job(bad));
+            assert!(l.jobs.is_empty(), "{bad:?}");
+            assert!(
+                l.problems.iter().any(|p| p.what == "invalid name"),
+                "{bad:?}: {:?}",
+                l.problems
+            );
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! A scheduler's own upkeep, beside its loop: it records itself and beats every
 //! [`BEAT`] so `status`, `metrics` and `top` can tell it is alive (a killed scheduler just falls
-//! silent), records its end on a clean shutdown, and — with `retain` in the jobs file — prunes
-//! old history now and then. Each thread has its own database connection.
+//! silent), records its end on a clean shutdown, trims each job with `keep_runs` to its newest
+//! runs every beat (each run's end trims its own job too, `jobs::finish_run`), and — with `retain` in the jobs file — prunes old history now and then. Each thread has its own database connection.
 use super::execute::log_line;
 use crate::jobs::{self, SchedulerReg};
 use crate::Access;
@@ -68,6 +68,10 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                     }
                     // A busy database is not death: beat again next time.
                     Err(e) => log_line("WARN", "-", &format!("heartbeat: {e}")),
+                }
+                // Each beat, jobs with `keep_runs` lose their runs beyond the newest N.
+                if let Err(e) = jobs::keep_newest_runs(&mut store) {
+                    log_line("WARN", "-", &format!("keep_runs: {e}"));
                 }
             }
             if let Err(e) = jobs::scheduler_ended(&mut store, &owner, pid) {

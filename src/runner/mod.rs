@@ -8,6 +8,7 @@
 //! is stale.
 pub mod clock;
 pub mod config;
+pub mod definitions;
 pub mod dst;
 pub mod execute;
 mod hold;
@@ -81,13 +82,18 @@ fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::H
     Ok(out)
 }
 
-/// The same command registered under another name by another jobs file.
-fn registry_duplicates(store: &mut Store, jobs: &[Job], source: &str) -> Result<Vec<Problem>> {
-    let registered = jobs::records(store)?;
+/// The same command (as resolved from each file's folder) registered under another name by
+/// another jobs file.
+fn registry_duplicates(
+    registered: &[JobRecord],
+    jobs: &[Job],
+    source: &str,
+    dir: Option<&Path>,
+) -> Vec<Problem> {
     let mut out = Vec::new();
     for j in jobs {
-        let digest = j.command_digest();
-        for r in &registered {
+        let digest = j.command_digest(dir);
+        for r in registered {
             if r.retired
                 || r.job_key == j.name
                 || r.source.as_deref() == Some(source)
@@ -107,7 +113,7 @@ fn registry_duplicates(store: &mut Store, jobs: &[Job], source: &str) -> Result<
             });
         }
     }
-    Ok(out)
+    out
 }
 
 fn canonical_source(path: &str) -> (String, Option<PathBuf>) {
@@ -132,13 +138,17 @@ pub(crate) fn problems(
     let mut problems = std::mem::take(&mut loaded.problems);
     let db_path = crate::db_path(db.as_deref());
     let mut hist = BTreeMap::new();
+    let (source, dir) = canonical_source(path);
     if crate::db_exists(&db_path)? {
         let mut store = crate::open(Some(&db_path), Access::Write)?;
         hist = history(&mut store, &loaded.jobs)?;
-        let (source, _) = canonical_source(path);
-        problems.extend(registry_duplicates(&mut store, &loaded.jobs, &source)?);
+        let registered = jobs::records(&mut store)?;
+        let dir = dir.as_deref();
+        problems.extend(registry_duplicates(&registered, &loaded.jobs, &source, dir));
+        let differs = |j| definitions::check_problem(j, dir, &registered);
+        problems.extend(loaded.jobs.iter().filter_map(differs));
     }
-    problems.extend(config::lint(&loaded.jobs, &hist));
+    problems.extend(config::lint(&loaded.jobs, &hist, dir.as_deref()));
     Ok((loaded.jobs, loaded.retain, problems))
 }
 
@@ -174,7 +184,9 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             lease_ms: Some(j.lease.as_millis() as i64),
             overlap: Some(j.overlap.name().to_string()),
             queue_cap: j.overlap.cap().map(i64::from),
-            command_digest: Some(j.command_digest()),
+            command_digest: Some(j.command_digest(cwd.as_deref())),
+            definition_digest: Some(definitions::digest(j, cwd.as_deref())),
+            keep_runs: j.keep_runs.map(i64::from),
             command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
             catchup_s: Some(j.catchup.as_secs() as i64),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),

@@ -1,9 +1,11 @@
 //! The problem list behind `exactly check`: every problem is a line `file: job: what — why`.
 //! Errors (found while parsing, `config.rs`) make a job unusable and `exactly run` refuses the
 //! file; warnings are risks the scheduler cannot remove (lease against interval, p99 against
-//! both, one command under two names), found by [`lint`] over the valid jobs.
+//! both, one command under two names), found by [`lint`] over the valid jobs: `check` fails on
+//! them only with `--strict`, and `run` logs them and runs.
 use super::config::{Job, Overlap};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -11,10 +13,11 @@ pub enum Severity {
     /// Advice: `check` prints it and still passes, `run` logs it.
     Note,
     /// A risk seen in the database's history of runs (lease or interval below the observed
-    /// p99): `check` fails; `run` warns and runs, because refusing would also refuse the deploy
-    /// of the fix for a job that got slow.
+    /// p99): as a warning; refusing it would also refuse the deploy of the fix for a job that
+    /// got slow.
     Observed,
-    /// A risk: `check` fails, `run` warns and runs.
+    /// A risk in the file as written: `check` fails on it only with `--strict`, `run` warns
+    /// and runs (a refusal would also stop an unrelated, correct file from deploying).
     Warning,
     /// The job cannot be run as written: `check` fails, `run` refuses the file.
     Error,
@@ -44,13 +47,13 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// Whether `check` fails on it.
+    /// Whether `run` logs it as a WARN line (else INFO).
     pub fn rejects(&self) -> bool {
         self.severity != Severity::Note
     }
-    /// Whether `run` refuses the file for it: every problem of the file itself.
+    /// Whether `run` refuses the file for it: errors only.
     pub fn refuses_run(&self) -> bool {
-        matches!(self.severity, Severity::Error | Severity::Warning)
+        self.severity == Severity::Error
     }
     pub(super) fn observed(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
         Problem {
@@ -64,13 +67,12 @@ impl Problem {
             ..Problem::error(job, what, why)
         }
     }
-    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk
-    /// read from the history of runs: check fails only with --strict, `run` logs it and runs),
-    /// `note` (advice).
+    /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk:
+    /// check fails only with --strict, `run` logs it and runs), `note` (advice).
     pub fn kind(&self) -> &'static str {
         match self.severity {
-            Severity::Error | Severity::Warning => "error",
-            Severity::Observed => "warning",
+            Severity::Error => "error",
+            Severity::Warning | Severity::Observed => "warning",
             Severity::Note => "note",
         }
     }
@@ -88,20 +90,50 @@ impl Problem {
     }
 }
 
-/// The command as compared for "the same command under two names": whitespace runs collapsed
-/// and a leading `./` dropped, so cosmetic differences do not hide a duplicate.
-fn normalized(argv: &[String]) -> Vec<String> {
+/// The command as it runs from the jobs file's folder `dir` (a job's working directory), as
+/// compared for "the same command under two names" and digested into the registry: a program
+/// given as a path (`./run.sh`, `sub/x.sh`) and an argument naming a file in that folder
+/// (`sh run.sh`) become absolute, canonical paths, so two folders' `./run.sh` are two
+/// commands and `./x.sh` is `x.sh` as an argument; a bare program name (`python3`) stays, as
+/// PATH finds it. Whitespace runs inside an argument are collapsed, so cosmetic differences do
+/// not hide a duplicate.
+pub fn resolved_command(argv: &[String], dir: Option<&Path>) -> Vec<String> {
     argv.iter()
         .enumerate()
         .map(|(i, a)| {
-            let a = a.split_whitespace().collect::<Vec<_>>().join(" ");
-            if i == 0 {
-                a.strip_prefix("./").map(str::to_string).unwrap_or(a)
+            let path = Path::new(a.as_str());
+            let names_file = if i == 0 {
+                a.contains('/')
             } else {
-                a
+                !a.starts_with('-')
+                    && path.is_relative()
+                    && dir.is_some_and(|d| d.join(path).exists())
+            };
+            match dir {
+                Some(d) if names_file => absolute(&d.join(path)),
+                _ if names_file && path.is_absolute() => absolute(path),
+                _ => a.split_whitespace().collect::<Vec<_>>().join(" "),
             }
         })
         .collect()
+}
+
+/// `p` canonical when it exists, else with `.` and `..` folded by hand.
+fn absolute(p: &Path) -> String {
+    let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| {
+        let mut out = PathBuf::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    });
+    resolved.to_string_lossy().into_owned()
 }
 
 /// What the database knows about a job, for the lint.
@@ -111,13 +143,13 @@ pub struct History {
     pub p99_ms: Option<u64>,
 }
 
-/// The risks in a set of valid jobs: one command under two names, lease ≥ interval, and,
-/// with history, lease < p99 and p99 > interval.
-pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
+/// The risks in a set of valid jobs of a file in folder `dir`: one command under two names,
+/// lease ≥ interval, and, with history, lease < p99 and p99 > interval.
+pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path>) -> Vec<Problem> {
     let mut out = Vec::new();
     let mut by_command: BTreeMap<Vec<String>, &str> = BTreeMap::new();
     for job in jobs {
-        let key = normalized(&job.command);
+        let key = resolved_command(&job.command, dir);
         if let Some(first) = by_command.get(&key) {
             out.push(Problem::warning(
                 &job.name,
@@ -181,4 +213,38 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>) -> Vec<Problem> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolved_command;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_relative_program_is_its_folders() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for d in [&a, &b] {
+            std::fs::write(d.path().join("run.sh"), "true").unwrap();
+        }
+        let ra = resolved_command(&argv(&["./run.sh"]), Some(a.path()));
+        let rb = resolved_command(&argv(&["./run.sh"]), Some(b.path()));
+        assert_ne!(ra, rb, "two folders' ./run.sh are two commands");
+        assert!(
+            ra[0].starts_with('/') && ra[0].ends_with("/run.sh"),
+            "{ra:?}"
+        );
+        // One file, however it is spelled, is one command.
+        let sub = resolved_command(&argv(&["sub/../run.sh"]), Some(a.path()));
+        assert_eq!(sub, ra);
+        let as_arg = resolved_command(&argv(&["sh", "run.sh"]), Some(a.path()));
+        let as_arg_dot = resolved_command(&argv(&["sh", "./run.sh"]), Some(a.path()));
+        assert_eq!(as_arg, as_arg_dot);
+        assert_eq!(as_arg[1], ra[0]);
+        // A bare name is found on PATH: it stays as written.
+        let bare = resolved_command(&argv(&["python3", "-c", "print(1)"]), Some(a.path()));
+        assert_eq!(bare, argv(&["python3", "-c", "print(1)"]));
+    }
 }

@@ -70,6 +70,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<i32> {
     let now = time::now();
+    let mut watch = super::definitions::Watch::new(&jobs, cfg.cwd.as_deref());
     let mut states = Vec::new();
     for job in jobs {
         // A job new to the registry has no past to have missed; otherwise pick up after the
@@ -100,6 +101,9 @@ pub fn run(
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
+        // A job whose registered definition is no longer this scheduler's: newest wins.
+        let stopped = watch.stopped(&mut store);
+        states.retain(|s| !stopped.contains(&s.job.name));
         let now = time::now();
         if let (Some(step), last_tick) = clock.observe(now) {
             log_line("WARN", "-", &step.describe());

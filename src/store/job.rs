@@ -71,11 +71,18 @@ pub struct JobRecord {
     /// Read back only: registering writes these from the registry's own rules.
     pub retired: bool,
     pub source: Option<String>,
+    /// SHA-256 of everything that decides what fires (`runner::definitions::digest`).
+    pub definition_digest: Option<String>,
+    /// Keep only this many of the job's newest runs.
+    pub keep_runs: Option<i64>,
+    /// Read back only: the scheduler that registered it last, and when.
+    pub owner: Option<String>,
+    pub updated_at: Option<String>,
 }
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
-    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped";
+    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs, owner, updated_at";
 
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
@@ -98,6 +105,10 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         observe_timeout_ms: int(r, 16)?,
         dst_repeated: text(r, 17)?,
         dst_skipped: text(r, 18)?,
+        definition_digest: text(r, 19)?,
+        keep_runs: int(r, 20)?,
+        owner: text(r, 21)?,
+        updated_at: text(r, 22)?,
     })
 }
 
@@ -121,6 +132,67 @@ pub(super) fn paused(tx: &Tx<'_>, job: &str) -> DbResult<Option<(Option<String>,
     Ok(row.and_then(|(p, note, by)| p.then_some((note, by))))
 }
 
+type Before = (bool, bool, Option<String>, Option<String>, Option<String>);
+
+/// The scheduler (owner, source) whose different definition of `j` this registration replaces,
+/// if it is another one and still alive: that one stops firing the job (newest wins).
+fn replaced_live(
+    tx: &Tx<'_>,
+    before: Option<&Before>,
+    j: &JobRecord,
+    owner: &str,
+    alive_since: &str,
+) -> DbResult<Option<(String, Option<String>)>> {
+    let Some((false, true, Some(old), Some(by), src)) = before else {
+        return Ok(None);
+    };
+    if by == owner || j.definition_digest.as_deref().is_none_or(|new| new == old) {
+        return Ok(None);
+    }
+    let alive: i64 = tx.one(
+        "SELECT count(*) FROM exactly_schedulers
+         WHERE owner = ?1 AND ended_at IS NULL AND heartbeat_at >= ?2",
+        args![by, alive_since],
+        |r| r.get(0),
+    )?;
+    Ok((alive > 0).then(|| (by.clone(), src.clone())))
+}
+
+/// Records a replaced live definition (an event, and on the job for `status` and `top`); a
+/// changed definition that replaced none clears the note, an unchanged one keeps it.
+fn note_replaced(
+    tx: &Tx<'_>,
+    before: Option<&Before>,
+    j: &JobRecord,
+    replaced: Option<(String, Option<String>)>,
+    owner: &str,
+    now: &str,
+) -> DbResult<()> {
+    if let Some((by, src)) = replaced {
+        tx.exec(
+            "UPDATE exactly_jobs SET conflict_owner = ?2, conflict_source = ?3 WHERE job_key = ?1",
+            args![j.job_key, by, src],
+        )?;
+        let detail = format!(
+            "replaced the different definition of scheduler {by} ({}), which stops firing it",
+            src.as_deref().unwrap_or("?")
+        );
+        let ev = NewEvent::new(EventKind::DefinitionConflict, now)
+            .job(&j.job_key)
+            .actor(owner)
+            .detail(&detail);
+        return record_event(tx, &ev);
+    }
+    let unchanged = before.is_some_and(|b| b.2.is_some() && b.2 == j.definition_digest);
+    if !unchanged {
+        tx.exec(
+            "UPDATE exactly_jobs SET conflict_owner = NULL, conflict_source = NULL WHERE job_key = ?1",
+            args![j.job_key],
+        )?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Writes the jobs of one file into the registry and retires the jobs that file no longer
     /// has. Pause state is kept across registrations.
@@ -130,26 +202,38 @@ impl Store {
         source: &str,
         owner: &str,
         now: &str,
+        alive_since: &str,
     ) -> Result<Registered> {
         self.write(|tx| {
             let now = tx.now(now);
+            let alive_since = tx.later(alive_since);
             let mut out = Registered::default();
             for j in jobs {
-                let before: Option<(bool, bool)> = tx
+                let before: Option<Before> = tx
                     .one(
-                        "SELECT retired, schedule IS NOT NULL FROM exactly_jobs WHERE job_key = ?1",
+                        "SELECT retired, schedule IS NOT NULL, definition_digest, owner, source
+                         FROM exactly_jobs WHERE job_key = ?1",
                         args![&j.job_key],
-                        |r| Ok((int(r, 0)?.unwrap_or(0) != 0, int(r, 1)?.unwrap_or(0) != 0)),
+                        |r| {
+                            Ok((
+                                int(r, 0)?.unwrap_or(0) != 0,
+                                int(r, 1)?.unwrap_or(0) != 0,
+                                text(r, 2)?,
+                                text(r, 3)?,
+                                text(r, 4)?,
+                            ))
+                        },
                     )
                     .optional()?;
-                if !matches!(before, Some((false, true))) {
+                if !matches!(before, Some((false, true, ..))) {
                     out.fresh.push(j.job_key.clone());
                 }
+                let replaced = replaced_live(tx, before.as_ref(), j, owner, &alive_since)?;
                 tx.exec(
                     "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
-                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
                         lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
@@ -157,13 +241,15 @@ impl Store {
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
                         source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
                         timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms,
-                        dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped",
+                        dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
+                        definition_digest = excluded.definition_digest, keep_runs = excluded.keep_runs",
                     args![
                         j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
                         j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
-                        j.timeout_ms, j.observe_timeout_ms, j.dst_repeated, j.dst_skipped
+                        j.timeout_ms, j.observe_timeout_ms, j.dst_repeated, j.dst_skipped, j.definition_digest, j.keep_runs
                     ],
                 )?;
+                note_replaced(tx, before.as_ref(), j, replaced, owner, now)?;
             }
             let mine = tx.rows(
                 "SELECT job_key FROM exactly_jobs WHERE source = ?1 AND retired = 0",

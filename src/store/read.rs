@@ -342,7 +342,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
-            lease_ms, timezone, catchup_s, dst_repeated, dst_skipped
+            lease_ms, timezone, catchup_s, dst_repeated, dst_skipped, conflict_owner, conflict_source, owner, source, updated_at
          FROM exactly_jobs",
         &[],
         |r| {
@@ -360,6 +360,16 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 retired: int(r, 8)?.unwrap_or(0) != 0,
                 timezone: text(r, 10)?,
                 dst: crate::runner::schedule::dst_shown(text(r, 1)?.as_deref(), text(r, 10)?.as_deref(), text(r, 12)?, text(r, 13)?),
+                replaced: match text(r, 14)? {
+                    Some(owner) => Some(crate::snapshot::Replaced {
+                        owner,
+                        source: text(r, 15)?,
+                        by: text(r, 16)?,
+                        by_source: text(r, 17)?,
+                        at: text(r, 18)?,
+                    }),
+                    None => None,
+                },
                 ..Default::default()
             },
             int(r, 11)?.unwrap_or(0),

@@ -131,6 +131,55 @@ impl Store {
         Ok(out)
     }
 
+    /// Each registered job's runs beyond its `keep_runs` newest (only ended ones: a running
+    /// one stays), then its firings older than the oldest run kept that have no run left and
+    /// are settled (never one queued, running or waiting for a retry, never its latest, so a
+    /// restarted scheduler still picks up where it was). The counters keep the all-time totals.
+    /// `job`: that job alone (a run of it just ended), else every job.
+    pub(crate) fn keep_newest_runs(&mut self, job: Option<&str>) -> Result<(u64, u64)> {
+        let keep: Vec<(String, i64)> = self.read(|tx| {
+            let sql = "SELECT job_key, keep_runs FROM exactly_jobs WHERE keep_runs IS NOT NULL AND retired = 0";
+            let row = |r: &super::db::Row<'_>| Ok((r.get::<String>(0)?, r.get::<i64>(1)?));
+            match job {
+                Some(j) => tx.rows(&format!("{sql} AND job_key = ?1"), args![j], row),
+                None => tx.rows(sql, &[], row),
+            }
+        })?;
+        let (mut runs, mut firings) = (0u64, 0u64);
+        for (job, n) in keep {
+            let (r, f) = self.write(|tx| {
+                // The oldest run kept: the n-th newest.
+                let cut: Option<(String, String)> = tx
+                    .one(
+                        "SELECT started_at, scheduled_at FROM exactly_runs WHERE job_key = ?1
+                         ORDER BY started_at DESC LIMIT 1 OFFSET ?2",
+                        args![job, n.max(1) - 1],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?;
+                let Some((started, slot)) = cut else {
+                    return Ok((0, 0));
+                };
+                let r = tx.exec(
+                    "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND ended_at IS NOT NULL",
+                    args![job, started],
+                )?;
+                let f = tx.exec(
+                    "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
+                       AND state NOT IN ('queued', 'running', 'retry')
+                       AND scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 WHERE f2.job_key = ?1)
+                       AND NOT EXISTS (SELECT 1 FROM exactly_runs r WHERE r.job_key = ?1
+                                       AND r.scheduled_at = exactly_firings.scheduled_at)",
+                    args![job, slot],
+                )?;
+                Ok((r as u64, f as u64))
+            })?;
+            runs += r;
+            firings += f;
+        }
+        Ok((runs, firings))
+    }
+
     /// Old events, id range by id range (see [`EVENT_IDS`]).
     fn prune_events(&mut self, horizon: &str, dry_run: bool) -> Result<u64> {
         let mut n = 0u64;

@@ -100,6 +100,13 @@ pub(crate) const TABLES: &[Table] = &[
             // defaults, once and next (also for a job registered before version 6).
             ("dst_repeated", "TEXT"),
             ("dst_skipped", "TEXT"),
+            // What decides what fires, digested: the newest registration wins (schema 6).
+            ("definition_digest", "TEXT"),
+            // The live scheduler whose different definition the newest registration replaced.
+            ("conflict_owner", "TEXT"),
+            ("conflict_source", "TEXT"),
+            // The jobs file's `keep_runs`: newest runs kept per job (schema 6).
+            ("keep_runs", "INTEGER"),
         ],
     },
     Table {

@@ -1,0 +1,158 @@
+//! One definition per job: each scheduler registers a digest of each job's definition
+//! (everything that decides what fires), and the newest registration wins. A scheduler whose
+//! definition of a job is no longer the registered one (another scheduler registered a
+//! different one since, or its file retired the job) stops firing that job and says why, once.
+//! It reads the registry every [`CHECK_EVERY`] (one query), and `status`, `top` and `check`
+//! show a replaced definition while the scheduler that held it is alive.
+use super::config::Job;
+use super::execute::log_line;
+use crate::jobs;
+use crate::sanitize::inert;
+use crate::snapshot::Snapshot;
+use crate::Store;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How often a scheduler compares its definitions with the registry's.
+pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Lowercase hex SHA-256 of a canonical serialization (a JSON array in a fixed order) of
+/// everything that changes what a job fires: schedule, time zone, lease, overlap and its cap,
+/// catch-up, timeouts and the command as resolved from the jobs file's folder `dir`.
+pub fn digest(job: &Job, dir: Option<&Path>) -> String {
+    let ms = |d: Duration| d.as_millis() as u64;
+    let canonical = serde_json::json!([
+        "v1",
+        job.schedule.describe(),
+        job.schedule.timezone(),
+        job.schedule.interval_s(),
+        ms(job.lease),
+        job.overlap.name(),
+        job.overlap.cap(),
+        ms(job.catchup),
+        job.timeout.map(ms),
+        ms(job.observe_timeout),
+        super::problems::resolved_command(&job.command, dir),
+        job.schedule
+            .dst()
+            .map(|d| [d.repeated.name(), d.skipped.name()]),
+    ]);
+    format!("{:x}", Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// Who registered a job's definition, in words: "<owner> from <source> at <time>".
+fn registered_by(r: &jobs::JobRecord) -> String {
+    format!(
+        "{} from {} at {}",
+        r.owner.as_deref().unwrap_or("?"),
+        r.source.as_deref().unwrap_or("?"),
+        r.updated_at.as_deref().unwrap_or("?")
+    )
+}
+
+/// A scheduler's own definitions, compared with the registry's now and then.
+pub struct Watch {
+    mine: BTreeMap<String, String>,
+    next: Instant,
+}
+
+impl Watch {
+    pub fn new(jobs: &[Job], dir: Option<&Path>) -> Watch {
+        Watch {
+            mine: jobs
+                .iter()
+                .map(|j| (j.name.clone(), digest(j, dir)))
+                .collect(),
+            next: Instant::now() + CHECK_EVERY,
+        }
+    }
+
+    /// Every [`CHECK_EVERY`]: the jobs this scheduler must stop firing from now on (each is
+    /// named once, with a WARN line saying why). A database error is logged and tried again.
+    pub fn stopped(&mut self, store: &mut Store) -> Vec<String> {
+        if Instant::now() < self.next || self.mine.is_empty() {
+            return Vec::new();
+        }
+        self.next = Instant::now() + CHECK_EVERY;
+        let records = match jobs::records(store) {
+            Ok(r) => r,
+            Err(e) => {
+                log_line("WARN", "-", &format!("cannot read the job registry: {e}"));
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for r in records {
+            let Some(mine) = self.mine.get(&r.job_key) else {
+                continue;
+            };
+            let why = if r.retired {
+                format!(
+                    "retired by the newest registration of its file ({}): this scheduler stops firing it",
+                    registered_by(&r)
+                )
+            } else if r.definition_digest.as_deref().is_some_and(|d| d != mine) {
+                format!(
+                    "definition differs from the one registered by {}: the newest registration wins, so this scheduler stops firing it",
+                    registered_by(&r)
+                )
+            } else {
+                continue;
+            };
+            log_line("WARN", &r.job_key, &inert(&why));
+            self.mine.remove(&r.job_key);
+            out.push(r.job_key);
+        }
+        out
+    }
+}
+
+/// `check`'s line for a job whose definition differs from the registered one (the file's
+/// `run` would take the job over), if it does.
+pub fn check_problem(
+    job: &Job,
+    dir: Option<&Path>,
+    registered: &[jobs::JobRecord],
+) -> Option<super::Problem> {
+    let r = registered.iter().find(|r| r.job_key == job.name)?;
+    let theirs = r.definition_digest.as_deref()?;
+    if r.retired || theirs == digest(job, dir) {
+        return None;
+    }
+    Some(super::Problem {
+        severity: super::Severity::Warning,
+        job: job.name.clone(),
+        what: format!(
+            "definition differs from the one registered by {}",
+            registered_by(r)
+        ),
+        why: "the newest registration wins: running this file takes the job over, and a scheduler still running the other definition stops firing it".into(),
+    })
+}
+
+/// Adds to each job's warnings a definition the newest registration replaced while the
+/// scheduler holding it is alive (it no longer fires the job).
+pub fn add_warnings(snap: &mut Snapshot) {
+    let alive: Vec<&str> = snap
+        .schedulers
+        .iter()
+        .filter(|s| s.alive)
+        .map(|s| s.owner.as_str())
+        .collect();
+    for j in &mut snap.jobs {
+        let Some(c) = &j.replaced else { continue };
+        if j.retired || !alive.contains(&c.owner.as_str()) {
+            continue;
+        }
+        j.warnings.push(format!(
+            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) holds another and no longer fires it",
+            c.by.as_deref().unwrap_or("?"),
+            c.by_source.as_deref().unwrap_or("?"),
+            c.at.as_deref().unwrap_or("?"),
+            c.owner,
+            c.source.as_deref().unwrap_or("?"),
+        ));
+    }
+}

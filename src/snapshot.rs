@@ -81,6 +81,9 @@ pub struct JobRow {
     /// A cron job's daylight-saving policy in its zone; absent for other jobs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dst: Option<crate::runner::schedule::DstShown>,
+    /// The registry's `dst_repeated` and `dst_skipped`, as stored (read into `dst`).
+    #[serde(skip)]
+    pub dst_policy: (Option<String>, Option<String>),
     pub runs: u64,
     pub p50_ms: Option<u64>,
     pub p99_ms: Option<u64>,
@@ -347,6 +350,13 @@ impl Snapshot {
         let dead_after = crate::jobs::scheduler_dead_after();
         let mut snap = store.snapshot(now, &crate::hostname(), dead_after)?;
         for j in &mut snap.jobs {
+            let (repeated, skipped) = std::mem::take(&mut j.dst_policy);
+            j.dst = crate::runner::schedule::dst_shown(
+                j.schedule.as_deref(),
+                j.timezone.as_deref(),
+                repeated,
+                skipped,
+            );
             plan(j, now);
             j.warnings = job_warnings(j);
         }

@@ -157,10 +157,10 @@ fn every_scenario_on_postgresql() {
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
     assert_eq!(
         v["scenarios"].as_object().map(|m| m.len()),
-        Some(18),
+        Some(22),
         "{v:#}"
     );
-    for k in NEVER.iter().chain(&["overlapping_copies"]) {
+    for k in NEVER.iter().chain(&["overlapping_copies", "double_runs"]) {
         assert_eq!(n(&v, k), 0, "{k}: {v:#}");
     }
     assert_eq!(n(&v, "far_side_requests"), n(&v, "intended_effects"));
@@ -313,4 +313,52 @@ fn sender_faults_on_postgresql() {
             }
         }
     }
+}
+
+/// The scheduler on machines as they are (issue 21): a run's end unrecordable past its lease,
+/// a scheduler frozen past its lease beside another spelling the database differently, two
+/// schedulers overloaded. No firing runs to its end twice; no two copies of a job at once.
+fn scheduler_fault(scenario: &str, iterations: u32, db: Option<&str>) -> Value {
+    let it = iterations.to_string();
+    let mut args = vec!["--scenario", scenario, "--iterations", &it];
+    if let Some(db) = db {
+        args.splice(0..0, ["--db", db]);
+    }
+    let (code, v, err) = chaos(&args);
+    let s = &v["scenarios"][scenario];
+    assert_eq!(code, 0, "{scenario}: exit {code}: {v:#}\n{err}");
+    assert_eq!(n(s, "iterations"), u64::from(iterations), "{v:#}");
+    for k in NEVER.iter().chain(&["overlapping_copies", "double_runs"]) {
+        assert_eq!(n(s, k), 0, "{scenario}: {k}: {v:#}");
+    }
+    assert!(n(s, "job_runs") >= 1, "{scenario}: nothing ran: {v:#}");
+    s.clone()
+}
+
+#[test]
+fn a_run_whose_end_cannot_be_recorded_is_not_run_again() {
+    let s = scheduler_fault("run-end-lost", 3, None);
+    assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");
+}
+
+#[test]
+fn a_frozen_schedulers_command_stops_before_the_takeover_runs() {
+    let s = scheduler_fault("frozen-scheduler", 3, None);
+    assert_eq!(n(&s["stops"], "frozen past its lease"), 3, "{s:#}");
+}
+
+#[test]
+fn overloaded_schedulers_never_run_a_firing_twice() {
+    scheduler_fault("overload", 4, None);
+}
+
+#[test]
+fn scheduler_faults_on_postgresql() {
+    let Some(_pg) = support::backend::enter_postgres() else {
+        return;
+    };
+    let schema = support::backend::PgSchema::create();
+    let s = scheduler_fault("run-end-lost", 3, Some(&schema.url));
+    assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");
+    scheduler_fault("frozen-scheduler", 3, Some(&schema.url));
 }

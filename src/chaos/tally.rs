@@ -275,7 +275,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     {
         let _ = writeln!(
             s,
-            "runs: {} ran to their end, {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
+            "runs: {} started, {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
             r.total.job_runs, r.total.double_runs, r.total.runs_not_started
         );
     }

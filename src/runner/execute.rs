@@ -354,7 +354,10 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         std::thread::sleep(Duration::from_millis(20));
     };
     // The watchdog may have stopped it at the deadline while this thread was held up.
-    let expired = stopping.is_none() && (beat.watchdog_fired() || Instant::now() >= beat.deadline);
+    let code = status.and_then(|s| s.code());
+    let expired = stopping.is_none()
+        && code != Some(0)
+        && (beat.watchdog_fired() || Instant::now() >= beat.deadline);
     if expired {
         log_line(
             "WARN",
@@ -377,15 +380,19 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let text = log.lock().map(|l| l.render()).unwrap_or_default();
-    let code = status.and_then(|s| s.code());
+    // A command that exited 0 did its work, even when it was being stopped (its deadline or a
+    // shutdown came as it finished): a run recorded killed would go again. Degraded (a command
+    // that answers SIGTERM with exit 0 counts as done), never doubled.
     let outcome = if beat.fenced {
         RunOutcome::Fenced
-    } else if let Some((why, _, _)) = stopping {
+    } else if let Some((why, _, _)) =
+        stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
+    {
         why
-    } else if expired {
-        RunOutcome::Killed
     } else if code == Some(0) {
         RunOutcome::Ok
+    } else if expired {
+        RunOutcome::Killed
     } else {
         RunOutcome::Failed
     };

@@ -359,7 +359,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 pause_note: text(r, 7)?,
                 retired: int(r, 8)?.unwrap_or(0) != 0,
                 timezone: text(r, 10)?,
-                dst: crate::runner::schedule::dst_shown(text(r, 1)?.as_deref(), text(r, 10)?.as_deref(), text(r, 12)?, text(r, 13)?),
+                dst_policy: (text(r, 12)?, text(r, 13)?),
                 replaced: match text(r, 14)? {
                     Some(owner) => Some(crate::snapshot::Replaced {
                         owner,

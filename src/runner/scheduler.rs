@@ -4,7 +4,8 @@
 //! a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
-use crate::firing::{self, FireRequest, Fired, Started, Waiting};
+use super::health::Health;
+use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct Config {
     pub owner: String,
     pub cwd: Option<PathBuf>,
     pub grace: Duration,
+    /// A database failing this long stops the scheduler (see `health`).
+    pub give_up_after: Duration,
 }
 
 struct JobState {
@@ -61,7 +64,8 @@ struct Running {
     handle: JoinHandle<()>,
 }
 
-/// Runs until SIGTERM or SIGINT; returns the exit code (0).
+/// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
+/// `give_up_after` stops it the same way, with that error.
 pub fn run(
     mut store: Store,
     cfg: Config,
@@ -85,6 +89,7 @@ pub fn run(
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
     let mut runs: Vec<Running> = Vec::new();
+    let mut health = Health::new(&cfg.db, cfg.give_up_after);
     log_line(
         "INFO",
         "-",
@@ -98,8 +103,8 @@ pub fn run(
         let tick = Instant::now();
         let now = time::now();
         for st in states.iter_mut() {
-            if let Err(e) = record_behind(&mut store, &cfg, st, now) {
-                log_line("ERROR", &st.job.name, &format!("{e}"));
+            if let Err(e) = record_behind(&mut store, &cfg, st, now, &health) {
+                health.failed(&st.job.name, &e);
             }
         }
         // One read for every job's queue and interrupted firings, instead of one per job.
@@ -117,13 +122,21 @@ pub fn run(
                     {
                         Ok(true) => {}
                         Ok(false) => pending.push((i, w)),
-                        Err(e) => log_line("ERROR", &states[i].job.name, &format!("{e}")),
+                        Err(e) => health.failed(&states[i].job.name, &e),
                     }
                 }
             }
-            Err(e) => log_line("ERROR", "-", &format!("{e}")),
+            Err(e) => health.failed("-", &e),
         }
-        fire_due(&mut store, &cfg, &mut states, &kill, &mut runs, pending);
+        fire_due(
+            &mut store,
+            &cfg,
+            &mut states,
+            &kill,
+            &mut runs,
+            &mut health,
+            pending,
+        );
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
@@ -131,7 +144,12 @@ pub fn run(
             let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
             rest = rest.min(until);
         }
-        std::thread::sleep(rest);
+        if let Err(e) = health.end_tick() {
+            log_line("ERROR", "-", &e.to_string());
+            shutdown(&cfg, runs, &kill);
+            return Err(e);
+        }
+        health.sleep(rest, &stop);
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
@@ -166,23 +184,52 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
 }
 
-/// Records the slots of a job that fell behind its catch-up window as missed.
-fn record_behind(store: &mut Store, cfg: &Config, st: &mut JobState, now: Ts) -> Result<()> {
+/// Records the slots of a job that fell behind its catch-up window as missed, each with why
+/// (no scheduler ran it, or the database was unavailable when it fell due).
+fn record_behind(
+    store: &mut Store,
+    cfg: &Config,
+    st: &mut JobState,
+    now: Ts,
+    health: &Health,
+) -> Result<()> {
     let job = &st.job;
     let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
     if st.cursor < horizon {
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
-        if total > 0 {
-            let slots: Vec<String> = slots.into_iter().map(time::fmt).collect();
-            let n = firing::record_missed(store, &job.name, &slots, total, &cfg.owner)?;
+        // The slots are oldest first; those beyond the rows recorded are older still.
+        let split =
+            slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
+        let unrecorded = total.saturating_sub(slots.len() as u64);
+        let parts = [
+            (
+                &slots[..split],
+                unrecorded + split as u64,
+                super::health::NOT_RUN,
+            ),
+            (
+                &slots[split..],
+                (slots.len() - split) as u64,
+                super::health::DB_UNAVAILABLE,
+            ),
+        ];
+        for (part, total, reason) in parts {
+            if total == 0 {
+                continue;
+            }
+            let part: Vec<String> = part.iter().copied().map(time::fmt).collect();
+            let n = firing::record_missed(store, &job.name, &part, total, &cfg.owner, reason)?;
             if n > 0 {
+                let why = if reason == super::health::NOT_RUN {
+                    "no scheduler ran them within the catch-up window"
+                } else {
+                    "the database was unavailable when they fell due (outside the catch-up window)"
+                };
+                let last = part.last().map(String::as_str).unwrap_or("?");
                 log_line(
                     "ERROR",
                     &job.name,
-                    &format!(
-                        "{n} firing(s) up to {} missed: no scheduler ran them within the catch-up window",
-                        slots.last().map(String::as_str).unwrap_or("?")
-                    ),
+                    &format!("{n} firing(s) up to {last} missed: {why}"),
                 );
             }
         }
@@ -266,6 +313,7 @@ fn fire_due(
     states: &mut [JobState],
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
+    health: &mut Health,
     pending: Vec<(usize, Waiting)>,
 ) {
     let now = time::now();
@@ -283,16 +331,18 @@ fn fire_due(
     }
     // The runs started below wait for the whole burst to be decided (see DECIDING).
     super::execute::deciding(true);
-    fire_batches(store, cfg, states, kill, runs, &due, pending);
+    fire_batches(store, cfg, states, kill, runs, health, &due, pending);
     super::execute::deciding(false);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn fire_batches(
     store: &mut Store,
     cfg: &Config,
     states: &mut [JobState],
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
+    health: &mut Health,
     due: &[(Ts, usize)],
     mut pending: Vec<(usize, Waiting)>,
 ) {
@@ -324,7 +374,7 @@ fn fire_batches(
             if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
                 let (_, w) = pending.swap_remove(k);
                 if let Err(e) = start_waiting(store, cfg, &mut states[i], w, kill, runs, now) {
-                    log_line("ERROR", &states[i].job.name, &format!("{e}"));
+                    health.failed(&states[i].job.name, &e);
                 }
             }
         }
@@ -338,54 +388,65 @@ fn fire_batches(
                 (i, slot, time::fmt(slot), until, kind)
             })
             .collect();
-        let requests: Vec<FireRequest<'_>> = parts
+        // Each slot's lateness is judged when its transaction holds the database: one that
+        // waited past its catch-up window for a lock or a server is missed, not run late.
+        let requests: Vec<DueRequest<'_>> = parts
             .iter()
-            .map(|(i, _, slot, until, kind)| FireRequest {
-                job: &states[*i].job.name,
-                slot,
-                kind,
-                owner: &cfg.owner,
-                lease_until: until,
-                now: &now_text,
-                overlap: states[*i].job.overlap,
-                backfill: false,
-                live_here: live_here(runs, &states[*i].job.name),
+            .map(|(i, slot_ts, slot, until, kind)| DueRequest {
+                fire: FireRequest {
+                    job: &states[*i].job.name,
+                    slot,
+                    kind,
+                    owner: &cfg.owner,
+                    lease_until: until,
+                    now: &now_text,
+                    overlap: states[*i].job.overlap,
+                    backfill: false,
+                    live_here: live_here(runs, &states[*i].job.name),
+                },
+                window: states[*i].job.catchup + LATE_OK,
+                reason: health.why_missed(*slot_ts),
             })
             .collect();
-        let decided = match firing::fire_many(store, &requests) {
+        let decided = match firing::fire_due(store, &requests) {
             Ok(fired) => fired.into_iter().map(Ok).collect(),
             // A locked database: the whole batch goes again next tick.
             Err(e @ Error::Busy(_)) => {
-                log_line(
-                    "ERROR",
-                    "-",
-                    &format!(
-                        "{} due firing(s) wait for the next tick: {e}",
-                        requests.len()
-                    ),
-                );
+                health.failed("-", &e);
                 return;
             }
             // Anything else may be one job's row: decide each alone, so it holds up no other.
             Err(_) => requests
                 .iter()
-                .map(|r| firing::fire(store, r))
+                .map(|r| firing::fire_due(store, std::slice::from_ref(r)).map(|mut d| d.remove(0)))
                 .collect::<Vec<_>>(),
         };
         drop(requests);
         for ((i, slot, slot_text, _, kind), fired) in parts.into_iter().zip(decided) {
             let st = &mut states[i];
             match fired {
-                Ok(fired) => {
+                Ok(DueFate::Fired(fired)) => {
                     st.handled(slot);
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
                         runs.push(spawn(cfg, &st.job, started, false, kill));
                     }
                 }
+                Ok(DueFate::Late { late_ms, skipped }) => {
+                    st.handled(slot);
+                    let (level, what) = match skipped {
+                        true => ("INFO", "skipped (paused)"),
+                        false => ("ERROR", "MISSED"),
+                    };
+                    let late = time::human_ms(late_ms.max(0) as u64);
+                    let reason = health.why_missed(slot);
+                    log_line(level, &st.job.name, &format!(
+                        "firing at {slot_text} {what}: {late} late when decided, past its catch-up window ({reason})"
+                    ));
+                }
                 Err(e) => {
                     failed.insert(i);
-                    log_line("ERROR", &st.job.name, &format!("{e}"));
+                    health.failed(&st.job.name, &e);
                 }
             }
         }

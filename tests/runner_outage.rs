@@ -274,3 +274,124 @@ fn a_database_failing_past_give_up_after_stops_the_scheduler() {
         "its last line says why: {log}"
     );
 }
+
+/// A TCP forwarder to PostgreSQL that the test can cut (every connection dropped, new ones
+/// refused) and restore: a server outage without touching the shared server.
+struct Proxy {
+    addr: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn to(upstream: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address").to_string();
+        let proxy = Proxy {
+            addr,
+            cut: Default::default(),
+            conns: Default::default(),
+        };
+        let (cut, conns) = (proxy.cut.clone(), proxy.conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                let mut held = conns.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                ) {
+                    held.push(c3);
+                    held.push(s3);
+                    pipe(client, s2);
+                    pipe(server, c2);
+                }
+            }
+        });
+        proxy
+    }
+    /// Drops every connection and refuses new ones until `restore`.
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut held = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for s in held.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// PostgreSQL only: the outage is a server's (a proxy cut), the SQLite tests above hold a lock.
+#[test]
+fn slots_during_a_postgres_outage_are_missed_for_that_reason_and_none_runs_late() {
+    let Some(_pg) = support::backend::enter_postgres() else {
+        return;
+    };
+    let site = Site::new();
+    every_second(&site);
+    let url = site.db();
+    // postgres://user:pass@HOST:PORT/db?…: the scheduler goes through the proxy.
+    let at = url.find('@').expect("a URL with user@host") + 1;
+    let end = at + url[at..].find('/').expect("a URL with /database");
+    let proxy = Proxy::to(url[at..end].to_string());
+    let through = format!("{}{}{}", &url[..at], proxy.addr, &url[end..]);
+    let mut s = start_on(&site, Path::new(&through), "s", &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || runs(&site) >= 2),
+        "{}",
+        site.log("s")
+    );
+    proxy.cut();
+    let down = chrono::Utc::now();
+    std::thread::sleep(Duration::from_secs(8));
+    let errors_during = errors(&site.log("s"));
+    proxy.restore();
+    let too_late = chrono::Utc::now() - chrono::Duration::milliseconds(2500);
+    let after = runs(&site);
+    assert!(
+        wait_until(Duration::from_secs(15), || runs(&site) >= after + 2),
+        "firing resumed after the outage: {}",
+        site.log("s")
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let log = site.log("s");
+    assert!(errors_during < 10, "{errors_during} ERROR lines: {log}");
+    assert_eq!(
+        site.count("SELECT count(*) FROM exactly_firings WHERE kind = 'catchup'"),
+        0,
+        "a slot was fired as a catch-up beyond its window (0): {log}"
+    );
+    let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let interval = format!(
+        "FROM exactly_firings WHERE scheduled_at > '{}' AND scheduled_at < '{}'",
+        fmt(down),
+        fmt(too_late)
+    );
+    let slots = site.count(&format!("SELECT count(*) {interval}"));
+    let missed = site.count(&format!(
+        "SELECT count(*) {interval} AND state = 'missed' AND detail = 'database unavailable'"
+    ));
+    assert!(slots >= 4, "{slots} slots recorded in the outage: {log}");
+    assert_eq!(missed, slots, "each slot of the outage is missed: {log}");
+}

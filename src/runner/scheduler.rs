@@ -45,12 +45,19 @@ struct JobState {
     cursor: Ts,
     /// The first slot after the cursor (kept, so a tick does not ask a cron schedule again).
     next: Option<Ts>,
+    /// Its missed slots could not be recorded this tick: its later ones wait for them.
+    behind: bool,
 }
 
 impl JobState {
     fn new(job: Job, cursor: Ts) -> JobState {
         let next = job.schedule.next_after(cursor);
-        JobState { job, cursor, next }
+        JobState {
+            job,
+            cursor,
+            next,
+            behind: false,
+        }
     }
     fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
@@ -103,7 +110,9 @@ pub fn run(
         let tick = Instant::now();
         let now = time::now();
         for st in states.iter_mut() {
-            if let Err(e) = record_behind(&mut store, &cfg, st, now, &health) {
+            let recorded = record_behind(&mut store, &cfg, st, now, &health);
+            st.behind = recorded.is_err();
+            if let Err(e) = recorded {
                 health.failed(&st.job.name, &e);
             }
         }
@@ -319,7 +328,9 @@ fn fire_due(
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
-        if st.next.is_some_and(|n| n <= now) {
+        // A job whose missed slots are not recorded yet fires none (they go first, next tick,
+        // in one write), so an outage's slots are not decided one transaction each.
+        if !st.behind && st.next.is_some_and(|n| n <= now) {
             let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
             due.extend(slots.into_iter().map(|s| (s, i)));
         }
@@ -434,6 +445,8 @@ fn fire_batches(
                 }
                 Ok(DueFate::Late { late_ms, skipped }) => {
                     st.handled(slot);
+                    // Its other late slots go next tick, in one write, with record_behind.
+                    failed.insert(i);
                     let (level, what) = match skipped {
                         true => ("INFO", "skipped (paused)"),
                         false => ("ERROR", "MISSED"),

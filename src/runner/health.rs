@@ -254,3 +254,41 @@ impl Watch {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_back_off_doubling_to_a_cap_and_give_up_after_the_bound() {
+        // A server URL: no file to watch, and the process-wide "create nothing" stays off for
+        // the other tests of this binary.
+        let mut h = Health::new(
+            "postgres://nobody@127.0.0.1:1/none",
+            Duration::from_secs(60),
+        );
+        let e = Error::Store("down".into());
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            h.failed("-", &e);
+            assert!(h.end_tick().is_ok());
+            pauses.push(h.down.as_ref().map(|d| d.backoff.as_millis()));
+        }
+        assert_eq!(
+            pauses,
+            [100, 200, 400, 800, 1600, 3200, 5000, 5000].map(Some)
+        );
+        assert_eq!(h.down.as_ref().map(|d| d.failures), Some(8));
+        // A tick with no failure ends the outage; its slots keep their reason.
+        let during = time::now();
+        assert!(h.end_tick().is_ok());
+        assert!(h.down.is_none());
+        assert_eq!(h.why_missed(during), DB_UNAVAILABLE);
+        assert_eq!(h.why_missed(during - chrono::Duration::hours(1)), NOT_RUN);
+
+        let mut h = Health::new("postgres://nobody@127.0.0.1:1/none", Duration::ZERO);
+        h.failed("-", &e);
+        let err = h.end_tick().expect_err("gives up");
+        assert!(err.to_string().starts_with("giving up: database"), "{err}");
+    }
+}

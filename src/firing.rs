@@ -2,7 +2,9 @@
 //! policy lives here — what a firing does while a run is live ([`Overlap`]), how many runs one
 //! firing gets ([`MAX_ATTEMPTS`]) — and the store records what these rules decide in one
 //! transaction with the lease claim, so a crash never leaves half a decision.
-pub use crate::store::{FireRequest, Fired, Resumed, RunOwner, Started, Waiting};
+pub use crate::store::{
+    DueFate, DueRequest, FireRequest, Fired, Resumed, RunOwner, Started, Waiting,
+};
 use crate::{time, Result, Store};
 use std::time::Duration;
 
@@ -175,6 +177,13 @@ pub fn fire_many(store: &mut Store, batch: &[FireRequest<'_>]) -> Result<Vec<Fir
     store.fire_many(batch)
 }
 
+/// Decides a scheduler's due slots in one transaction, each by its lateness at the moment the
+/// transaction holds the database: a slot later than its window (a wait for a locked or
+/// unreachable database included) is recorded missed for its reason instead of run late.
+pub fn fire_due(store: &mut Store, batch: &[DueRequest<'_>]) -> Result<Vec<DueFate>> {
+    store.fire_due(batch, &time::now)
+}
+
 /// Marks a scheduler's connection: its firings go before the process's other writers (its
 /// runs' own writes), so a burst of due slots is decided first.
 pub fn writes_first(store: &mut Store) {
@@ -193,15 +202,17 @@ pub fn last_slot(store: &mut Store, job: &str) -> Result<Option<String>> {
 }
 
 /// Records firings that passed with nobody to run them (beyond the catch-up window): `missed`
-/// (or `skipped` while paused). Returns how many were counted.
+/// (or `skipped` while paused), `reason` saying why (no scheduler ran, the database was
+/// unavailable). Returns how many were counted.
 pub fn record_missed(
     store: &mut Store,
     job: &str,
     slots: &[String],
     total: u64,
     owner: &str,
+    reason: &str,
 ) -> Result<u64> {
-    store.record_missed(job, slots, total, owner, &time::now_text())
+    store.record_missed(job, slots, total, owner, &time::now_text(), reason)
 }
 
 /// What waits to start for a job whose lease is free at `now`.

@@ -11,6 +11,7 @@ pub mod config;
 pub mod definitions;
 pub mod dst;
 pub mod execute;
+mod health;
 mod hold;
 pub mod liveness;
 mod output;
@@ -44,6 +45,10 @@ pub struct RunArgs {
     /// On SIGTERM/SIGINT/SIGHUP, how long running commands get to finish before they are killed.
     #[arg(long, default_value = "30s", value_name = "DUR")]
     pub grace: String,
+    /// A database that keeps failing (unreachable, locked, unwritable) this long stops the
+    /// scheduler: its commands get --grace, then it exits 1 for a service manager to restart it.
+    #[arg(long, default_value = health::GIVE_UP_AFTER_DEFAULT, value_name = "DUR")]
+    pub give_up_after: String,
 }
 fn read_jobs_file(path: &str) -> Result<String> {
     std::fs::read_to_string(path)
@@ -154,6 +159,7 @@ pub(crate) fn problems(
 
 pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let grace = time::parse_duration(&a.grace)?;
+    let give_up_after = time::parse_duration(&a.give_up_after)?;
     let (jobs, retain, problems) = problems(db, &a.jobs)?;
     let n = problems.iter().filter(|p| p.refuses_run()).count();
     if n > 0 {
@@ -218,6 +224,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             owner,
             cwd,
             grace,
+            give_up_after,
         },
         jobs,
         &registered.fresh,

@@ -4,7 +4,8 @@
 //! a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
-use crate::firing::{self, FireRequest, Fired, Started, Waiting};
+use super::health::Health;
+use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct Config {
     pub owner: String,
     pub cwd: Option<PathBuf>,
     pub grace: Duration,
+    /// A database failing this long stops the scheduler (see `health`).
+    pub give_up_after: Duration,
 }
 
 struct JobState {
@@ -42,12 +45,19 @@ struct JobState {
     cursor: Ts,
     /// The first slot after the cursor (kept, so a tick does not ask a cron schedule again).
     next: Option<Ts>,
+    /// Its missed slots could not be recorded this tick: its later ones wait for them.
+    behind: bool,
 }
 
 impl JobState {
     fn new(job: Job, cursor: Ts) -> JobState {
         let next = job.schedule.next_after(cursor);
-        JobState { job, cursor, next }
+        JobState {
+            job,
+            cursor,
+            next,
+            behind: false,
+        }
     }
     fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
@@ -61,7 +71,8 @@ struct Running {
     handle: JoinHandle<()>,
 }
 
-/// Runs until SIGTERM or SIGINT; returns the exit code (0).
+/// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
+/// `give_up_after` stops it the same way, with that error.
 pub fn run(
     mut store: Store,
     cfg: Config,
@@ -86,10 +97,8 @@ pub fn run(
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
     let mut runs: Vec<Running> = Vec::new();
-    // When this loop last met a database error: until it has worked for a while, every other
-    // scheduler's heartbeat looks old, the live ones' too, so none is taken for gone.
-    let mut db_error_at: Option<Instant> = None;
     let mut clock = super::clock::Clock::new(time::now());
+    let mut health = Health::new(&cfg.db, cfg.give_up_after);
     log_line(
         "INFO",
         "-",
@@ -112,15 +121,16 @@ pub fn run(
             }
         }
         for st in states.iter_mut() {
-            if let Err(e) = record_behind(&mut store, &cfg, st, now) {
-                db_error_at = Some(Instant::now());
-                log_line("ERROR", &st.job.name, &format!("{e}"));
+            let recorded = record_behind(&mut store, &cfg, st, now, &health);
+            st.behind = recorded.is_err();
+            if let Err(e) = recorded {
+                health.failed(&st.job.name, &e);
             }
         }
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),
             silent_for: firing::SILENT_FOR,
-            trust_silence: db_error_at.is_none_or(|t| t.elapsed() >= firing::SILENT_FOR),
+            trust_silence: health.working_for(firing::SILENT_FOR),
         };
         // One read for every job's queue and interrupted firings, instead of one per job.
         // Those that could not start yet (a dead run's lease not yet past the skew margin) are
@@ -137,29 +147,22 @@ pub fn run(
                     match start_waiting(&mut store, &cfg, st, w, &kill, &mut runs, now, &rules) {
                         Ok(true) => {}
                         Ok(false) => pending.push((i, w)),
-                        Err(e) => {
-                            db_error_at = Some(Instant::now());
-                            log_line("ERROR", &states[i].job.name, &format!("{e}"));
-                        }
+                        Err(e) => health.failed(&states[i].job.name, &e),
                     }
                 }
             }
-            Err(e) => {
-                db_error_at = Some(Instant::now());
-                log_line("ERROR", "-", &format!("{e}"));
-            }
+            Err(e) => health.failed("-", &e),
         }
-        if !fire_due(
+        fire_due(
             &mut store,
             &cfg,
             &mut states,
             &kill,
             &mut runs,
+            &mut health,
             pending,
             &rules,
-        ) {
-            db_error_at = Some(Instant::now());
-        }
+        );
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
@@ -167,7 +170,12 @@ pub fn run(
             let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
             rest = rest.min(until);
         }
-        std::thread::sleep(rest);
+        if let Err(e) = health.end_tick() {
+            log_line("ERROR", "-", &e.to_string());
+            shutdown(&cfg, runs, &kill);
+            return Err(e);
+        }
+        health.sleep(rest, &stop);
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
@@ -202,23 +210,52 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
 }
 
-/// Records the slots of a job that fell behind its catch-up window as missed.
-fn record_behind(store: &mut Store, cfg: &Config, st: &mut JobState, now: Ts) -> Result<()> {
+/// Records the slots of a job that fell behind its catch-up window as missed, each with why
+/// (no scheduler ran it, or the database was unavailable when it fell due).
+fn record_behind(
+    store: &mut Store,
+    cfg: &Config,
+    st: &mut JobState,
+    now: Ts,
+    health: &Health,
+) -> Result<()> {
     let job = &st.job;
     let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
     if st.cursor < horizon {
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
-        if total > 0 {
-            let slots: Vec<String> = slots.into_iter().map(time::fmt).collect();
-            let n = firing::record_missed(store, &job.name, &slots, total, &cfg.owner)?;
+        // The slots are oldest first; those beyond the rows recorded are older still.
+        let split =
+            slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
+        let unrecorded = total.saturating_sub(slots.len() as u64);
+        let parts = [
+            (
+                &slots[..split],
+                unrecorded + split as u64,
+                super::health::NOT_RUN,
+            ),
+            (
+                &slots[split..],
+                (slots.len() - split) as u64,
+                super::health::DB_UNAVAILABLE,
+            ),
+        ];
+        for (part, total, reason) in parts {
+            if total == 0 {
+                continue;
+            }
+            let part: Vec<String> = part.iter().copied().map(time::fmt).collect();
+            let n = firing::record_missed(store, &job.name, &part, total, &cfg.owner, reason)?;
             if n > 0 {
+                let why = if reason == super::health::NOT_RUN {
+                    "no scheduler ran them within the catch-up window"
+                } else {
+                    "the database was unavailable when they fell due (outside the catch-up window)"
+                };
+                let last = part.last().map(String::as_str).unwrap_or("?");
                 log_line(
                     "ERROR",
                     &job.name,
-                    &format!(
-                        "{n} firing(s) up to {} missed: no scheduler ran them within the catch-up window",
-                        slots.last().map(String::as_str).unwrap_or("?")
-                    ),
+                    &format!("{n} firing(s) up to {last} missed: {why}"),
                 );
             }
         }
@@ -299,20 +336,24 @@ fn live_here(runs: &[Running], job: &str) -> bool {
 
 /// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
 /// job once per batch, so a job's second slot sees the run its first one started), and starts
-/// each batch's runs as soon as it commits. False when the database failed it.
+/// each batch's runs as soon as it commits.
+#[allow(clippy::too_many_arguments)]
 fn fire_due(
     store: &mut Store,
     cfg: &Config,
     states: &mut [JobState],
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
+    health: &mut Health,
     pending: Vec<(usize, Waiting)>,
     rules: &firing::ResumeRules,
-) -> bool {
+) {
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
-        if st.next.is_some_and(|n| n <= now) {
+        // A job whose missed slots are not recorded yet fires none (they go first, next tick,
+        // in one write), so an outage's slots are not decided one transaction each.
+        if !st.behind && st.next.is_some_and(|n| n <= now) {
             let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
             due.extend(slots.into_iter().map(|s| (s, i)));
         }
@@ -320,13 +361,12 @@ fn fire_due(
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
     if due.is_empty() {
-        return true;
+        return;
     }
     // The runs started below wait for the whole burst to be decided (see DECIDING).
     super::execute::deciding(true);
-    let ok = fire_batches(store, cfg, states, kill, runs, &due, pending, rules);
+    fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
     super::execute::deciding(false);
-    ok
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -336,11 +376,11 @@ fn fire_batches(
     states: &mut [JobState],
     kill: &Arc<AtomicBool>,
     runs: &mut Vec<Running>,
+    health: &mut Health,
     due: &[(Ts, usize)],
     mut pending: Vec<(usize, Waiting)>,
     rules: &firing::ResumeRules,
-) -> bool {
-    let mut ok = true;
+) {
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = std::collections::HashSet::new();
     let mut pos = 0;
@@ -371,8 +411,7 @@ fn fire_batches(
                 let (_, w) = pending.swap_remove(k);
                 let st = &mut states[i];
                 if let Err(e) = start_waiting(store, cfg, st, w, kill, runs, now, rules) {
-                    ok = false;
-                    log_line("ERROR", &states[i].job.name, &format!("{e}"));
+                    health.failed(&states[i].job.name, &e);
                 }
             }
         }
@@ -386,60 +425,71 @@ fn fire_batches(
                 (i, slot, time::fmt(slot), until, kind)
             })
             .collect();
-        let requests: Vec<FireRequest<'_>> = parts
+        // Each slot's lateness is judged when its transaction holds the database: one that
+        // waited past its catch-up window for a lock or a server is missed, not run late.
+        let requests: Vec<DueRequest<'_>> = parts
             .iter()
-            .map(|(i, _, slot, until, kind)| FireRequest {
-                job: &states[*i].job.name,
-                slot,
-                kind,
-                owner: &cfg.owner,
-                lease_until: until,
-                now: &now_text,
-                overlap: states[*i].job.overlap,
-                backfill: false,
-                live_here: live_here(runs, &states[*i].job.name),
+            .map(|(i, slot_ts, slot, until, kind)| DueRequest {
+                fire: FireRequest {
+                    job: &states[*i].job.name,
+                    slot,
+                    kind,
+                    owner: &cfg.owner,
+                    lease_until: until,
+                    now: &now_text,
+                    overlap: states[*i].job.overlap,
+                    backfill: false,
+                    live_here: live_here(runs, &states[*i].job.name),
+                },
+                window: states[*i].job.catchup + LATE_OK,
+                reason: health.why_missed(*slot_ts),
             })
             .collect();
-        let decided = match firing::fire_many(store, &requests) {
+        let decided = match firing::fire_due(store, &requests) {
             Ok(fired) => fired.into_iter().map(Ok).collect(),
             // A locked database: the whole batch goes again next tick.
             Err(e @ Error::Busy(_)) => {
-                log_line(
-                    "ERROR",
-                    "-",
-                    &format!(
-                        "{} due firing(s) wait for the next tick: {e}",
-                        requests.len()
-                    ),
-                );
-                return false;
+                health.failed("-", &e);
+                return;
             }
             // Anything else may be one job's row: decide each alone, so it holds up no other.
             Err(_) => requests
                 .iter()
-                .map(|r| firing::fire(store, r))
+                .map(|r| firing::fire_due(store, std::slice::from_ref(r)).map(|mut d| d.remove(0)))
                 .collect::<Vec<_>>(),
         };
         drop(requests);
         for ((i, slot, slot_text, _, kind), fired) in parts.into_iter().zip(decided) {
             let st = &mut states[i];
             match fired {
-                Ok(fired) => {
+                Ok(DueFate::Fired(fired)) => {
                     st.handled(slot);
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
                         runs.push(spawn(cfg, &st.job, started, false, kill, asked));
                     }
                 }
-                Err(e) => {
-                    ok = false;
+                Ok(DueFate::Late { late_ms, skipped }) => {
+                    st.handled(slot);
+                    // Its other late slots go next tick, in one write, with record_behind.
                     failed.insert(i);
-                    log_line("ERROR", &st.job.name, &format!("{e}"));
+                    let (level, what) = match skipped {
+                        true => ("INFO", "skipped (paused)"),
+                        false => ("ERROR", "MISSED"),
+                    };
+                    let late = time::human_ms(late_ms.max(0) as u64);
+                    let reason = health.why_missed(slot);
+                    log_line(level, &st.job.name, &format!(
+                        "firing at {slot_text} {what}: {late} late when decided, past its catch-up window ({reason})"
+                    ));
+                }
+                Err(e) => {
+                    failed.insert(i);
+                    health.failed(&st.job.name, &e);
                 }
             }
         }
     }
-    ok
 }
 
 fn spawn(

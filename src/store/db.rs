@@ -394,3 +394,18 @@ impl<'t> Tx<'t> {
         }
     }
 }
+
+/// Set in a scheduler's process once its database is open: from then on a SQLite database is
+/// opened without creating it, so a run (or the heartbeat) whose file was deleted fails
+/// instead of starting a fresh, empty database where the old one was.
+static NO_NEW_DATABASES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, this process opens only existing SQLite databases.
+pub(crate) fn refuse_new_databases() {
+    NO_NEW_DATABASES.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether opening a SQLite database may create its file.
+pub(crate) fn may_create() -> bool {
+    !NO_NEW_DATABASES.load(std::sync::atomic::Ordering::SeqCst)
+}

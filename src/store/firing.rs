@@ -226,9 +226,10 @@ impl Store {
     }
 
     /// Records firings that passed with nobody to run them (beyond the catch-up window): each
-    /// slot a `missed` row (or `skipped` while paused), the counter raised by each one. `total`
-    /// may exceed the slots given when the gap is too long to record row by row. Slots another
-    /// scheduler already fired are left alone. Returns how many were counted.
+    /// slot a `missed` row (or `skipped` while paused) whose detail is `reason`, the counter
+    /// raised by each one. `total` may exceed the slots given when the gap is too long to record
+    /// row by row. Slots another scheduler already fired are left alone. Returns how many were
+    /// counted.
     pub(crate) fn record_missed(
         &mut self,
         job: &str,
@@ -236,46 +237,9 @@ impl Store {
         total: u64,
         owner: &str,
         now: &str,
+        reason: &str,
     ) -> Result<u64> {
-        self.write(|tx| {
-            let now = tx.now(now);
-            let paused = paused(tx, job)?;
-            let state = if paused.is_some() {
-                FiringState::Skipped
-            } else {
-                FiringState::Missed
-            };
-            let mut inserted = 0u64;
-            for s in slots {
-                inserted += tx.exec(
-                    "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, updated_at, detail)
-                     VALUES (?1, ?2, 'scheduled', ?3, ?4, ?5, ?5, 'no scheduler ran it in time')
-                     ON CONFLICT(job_key, scheduled_at) DO NOTHING",
-                    args![job, s, &state, owner, now],
-                )? as u64;
-            }
-            if inserted == 0 {
-                return Ok(0);
-            }
-            let unrecorded = total.saturating_sub(slots.len() as u64);
-            let n = inserted + unrecorded;
-            let (first, last) = (slots.first().cloned().unwrap_or_default(), slots.last().cloned().unwrap_or_default());
-            let k = if paused.is_some() { EventKind::FiringSkippedPaused } else { EventKind::FiringMissed };
-            let detail = if paused.is_some() {
-                format!("{n} firing(s) up to {last} passed while paused and while no scheduler ran")
-            } else if unrecorded > 0 {
-                format!("{n} firing(s) up to {last} missed while no scheduler ran (outside the catch-up window; the latest {inserted} recorded from {first})")
-            } else {
-                format!("{n} firing(s) from {first} to {last} missed while no scheduler ran (outside the catch-up window)")
-            };
-            record_event(tx, &NewEvent::new(k.clone(), now).job(job).actor(owner).detail(&detail))?;
-            // record_event counted one; the counter counts firings.
-            tx.exec(
-                "UPDATE exactly_counters SET n = n + ?3 WHERE kind = ?1 AND job_key = ?2",
-                args![k, job, (n - 1) as i64],
-            )?;
-            Ok(n)
-        })
+        self.write(|tx| Ok(missed_tx(tx, job, slots, total, owner, now, reason)?.0))
     }
 
     /// Decides a firing: a duplicate of one already fired, skipped while paused, started under
@@ -292,6 +256,138 @@ impl Store {
     pub(crate) fn fire_many(&mut self, batch: &[FireRequest<'_>]) -> Result<Vec<Fired>> {
         self.write(|tx| batch.iter().map(|f| fire_tx(tx, f)).collect())
     }
+
+    /// [`Store::fire_many`] for a scheduler's due slots, each judged by its lateness when the
+    /// transaction holds the database (`clock` is read then, not before a wait for a lock or a
+    /// server): a slot later than its window is recorded missed for its reason, never started
+    /// late; the others are decided at that instant, their lease measured from it.
+    pub(crate) fn fire_due(
+        &mut self,
+        batch: &[DueRequest<'_>],
+        clock: &dyn Fn() -> crate::time::Ts,
+    ) -> Result<Vec<DueFate>> {
+        self.write(|tx| {
+            let at = clock();
+            let at_text = crate::time::fmt(at);
+            batch.iter().map(|d| due_tx(tx, d, at, &at_text)).collect()
+        })
+    }
+}
+
+/// A scheduler's due slot: fired as `fire` says, unless it is later than `window` when decided.
+#[derive(Debug, Clone)]
+pub struct DueRequest<'a> {
+    pub fire: FireRequest<'a>,
+    /// The job's catch-up window plus the scheduler's slack: a slot later than this is missed.
+    pub window: std::time::Duration,
+    /// Why such a slot was missed (its firing's detail).
+    pub reason: &'a str,
+}
+
+/// What became of a due slot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DueFate {
+    Fired(Fired),
+    /// Later than its window when decided: recorded `missed` (`skipped` while paused).
+    Late {
+        late_ms: i64,
+        skipped: bool,
+    },
+}
+
+fn due_tx(
+    tx: &Tx<'_>,
+    d: &DueRequest<'_>,
+    at: crate::time::Ts,
+    at_text: &str,
+) -> DbResult<DueFate> {
+    let f = &d.fire;
+    let late = crate::time::parse(f.slot).map(|slot| (at - slot).num_milliseconds());
+    let window = d.window.as_millis().min(i64::MAX as u128) as i64;
+    if let Some(late_ms) = late.filter(|&l| l > window) {
+        let slots = [f.slot.to_string()];
+        let (n, skipped) = missed_tx(tx, f.job, &slots, 1, f.owner, at_text, d.reason)?;
+        if n > 0 {
+            return Ok(DueFate::Late { late_ms, skipped });
+        }
+        // Already fired by someone: decided below as the duplicate it is.
+    }
+    // The lease runs for as long from now as the caller asked from its own now.
+    let until = match (crate::time::parse(f.now), crate::time::parse(f.lease_until)) {
+        (Some(asked), Some(until)) if f.lease_until != super::RELEASED => {
+            crate::time::fmt(until + (at - asked).max(chrono::Duration::zero()))
+        }
+        _ => f.lease_until.to_string(),
+    };
+    let now_fire = FireRequest {
+        now: at_text,
+        lease_until: &until,
+        ..f.clone()
+    };
+    fire_tx(tx, &now_fire).map(DueFate::Fired)
+}
+
+/// [`Store::record_missed`] inside the caller's transaction: (firings counted, whether the job
+/// is paused, so they were recorded `skipped`).
+fn missed_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    slots: &[String],
+    total: u64,
+    owner: &str,
+    now: &str,
+    reason: &str,
+) -> DbResult<(u64, bool)> {
+    let now = tx.now(now);
+    let paused = paused(tx, job)?;
+    let state = if paused.is_some() {
+        FiringState::Skipped
+    } else {
+        FiringState::Missed
+    };
+    let mut inserted = 0u64;
+    for s in slots {
+        inserted += tx.exec(
+            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, updated_at, detail)
+             VALUES (?1, ?2, 'scheduled', ?3, ?4, ?5, ?5, ?6)
+             ON CONFLICT(job_key, scheduled_at) DO NOTHING",
+            args![job, s, &state, owner, now, reason],
+        )? as u64;
+    }
+    if inserted == 0 {
+        return Ok((0, paused.is_some()));
+    }
+    let unrecorded = total.saturating_sub(slots.len() as u64);
+    let n = inserted + unrecorded;
+    let first = slots.first().cloned().unwrap_or_default();
+    let last = slots.last().cloned().unwrap_or_default();
+    let k = if paused.is_some() {
+        EventKind::FiringSkippedPaused
+    } else {
+        EventKind::FiringMissed
+    };
+    let detail = if paused.is_some() {
+        format!("{n} firing(s) up to {last} passed while paused ({reason})")
+    } else if unrecorded > 0 {
+        format!("{n} firing(s) up to {last} missed: {reason} (outside the catch-up window; the latest {inserted} recorded from {first})")
+    } else {
+        format!(
+            "{n} firing(s) from {first} to {last} missed: {reason} (outside the catch-up window)"
+        )
+    };
+    record_event(
+        tx,
+        &NewEvent::new(k.clone(), now)
+            .job(job)
+            .actor(owner)
+            .detail(&detail),
+    )?;
+    // record_event counted one; the counter counts firings.
+    tx.exec(
+        "UPDATE exactly_counters SET n = n + ?3 WHERE kind = ?1 AND job_key = ?2",
+        args![k, job, (n - 1) as i64],
+    )?;
+    Ok((n, paused.is_some()))
 }
 
 /// Records a firing's fate as its event, worded by the domain as the scheduler's log says it.

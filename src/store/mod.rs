@@ -245,14 +245,14 @@ impl Store {
                     .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
             }
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        if db::may_create() {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
         let busy_ms = busy_timeout_ms();
         let mut store = Store {
             conn: Conn::Lite(conn),

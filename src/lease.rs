@@ -139,6 +139,20 @@ pub fn renew_until_at(
     store.renew_lease(job, token, &time::fmt(until), &time::fmt(now))
 }
 
+/// Renews many leases in one write, each by its own duration: Some(true) renewed, Some(false)
+/// fenced (a newer token), None released meanwhile.
+pub fn renew_many(
+    store: &mut Store,
+    leases: &[(&str, i64, Duration)],
+) -> Result<Vec<Option<bool>>> {
+    let now = time::now();
+    let rows: Vec<(&str, i64, String)> = leases
+        .iter()
+        .map(|(job, token, dur)| (*job, *token, time::fmt(time::add(now, *dur))))
+        .collect();
+    store.renew_leases(&rows, &time::fmt(now))
+}
+
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {

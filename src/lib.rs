@@ -87,6 +87,17 @@ pub fn shown_db(db: &str) -> String {
     store::pg::redact(db)
 }
 
+/// The database's own identity, whatever its spelling (see [`Store::identity`]).
+pub fn db_identity(db: &str) -> Result<String> {
+    store::identity_of(&db_path(Some(db)))
+}
+
+/// From now on this process opens only existing SQLite databases: a scheduler whose database
+/// was deleted must not go on with a fresh empty one.
+pub fn refuse_new_databases() {
+    store::db::refuse_new_databases()
+}
+
 /// Whether a database exists at `db` (a file, or exactly's tables on a server); creates nothing.
 pub fn db_exists(db: &str) -> Result<bool> {
     Store::exists_at(db)

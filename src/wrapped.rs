@@ -186,8 +186,6 @@ pub struct Watchdog {
     pid: i32,
     start: u64,
     tx: Option<std::fs::File>,
-    /// It ended (and was reaped): it stopped the group at its deadline.
-    ended: bool,
 }
 
 impl Watchdog {
@@ -229,7 +227,6 @@ impl Watchdog {
             pid,
             start,
             tx: Some(tx),
-            ended: false,
         })
     }
 
@@ -239,16 +236,6 @@ impl Watchdog {
             pgid: self.pid,
             leader_start: self.start,
         }
-    }
-
-    /// Whether it has stopped the group at its deadline (it ends only then, or once we are gone).
-    pub(crate) fn fired(&mut self) -> bool {
-        if !self.ended {
-            let mut status = 0;
-            // SAFETY: the watchdog is our child; WNOHANG never blocks.
-            self.ended = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } == self.pid;
-        }
-        self.ended
     }
 
     /// Stop the group at `deadline` (None: no deadline).
@@ -269,10 +256,6 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         // Closing the pipe tells it we are done: it ends the group (itself included).
         self.tx = None;
-        if self.ended {
-            // Reaped: its pid (and group id) may already be another's.
-            return;
-        }
         signal_group(self.pid, libc::SIGKILL);
         let mut status = 0;
         // SAFETY: the watchdog is our child; reaping it leaves no zombie.

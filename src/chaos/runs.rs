@@ -274,7 +274,6 @@ fn frozen(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<(
         }
     };
     let watch = Watcher::start(h.db(), &job);
-    let db_id = crate::open(Some(h.db()), crate::Access::ReadOnly)?.identity()?;
     let live = vec![
         scheduler(h, &site, h.db(), "frozen-a", &[])?,
         scheduler(h, &site, &other, "frozen-b", &[])?,
@@ -282,7 +281,7 @@ fn frozen(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<(
     let mut result = Ok(());
     for _ in 0..n {
         // Freeze whichever holds the job's lease, past the lease and the takeover margin.
-        let Some(i) = wait_holder(&db_id, &job, &live, Duration::from_secs(10)) else {
+        let Some(i) = wait_holder(&job, &live, Duration::from_secs(10)) else {
             result = Err(Error::Store(
                 "frozen-scheduler: no scheduler ran the job's command in 10 s".into(),
             ));
@@ -306,19 +305,28 @@ fn frozen(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<(
     result
 }
 
-/// Which of `scheds` runs the job's command now (the parent of its watchdog), waiting up to
-/// `within` for one to.
-fn wait_holder(db_id: &str, job: &str, scheds: &[Running], within: Duration) -> Option<usize> {
+/// Which of `scheds` runs the job's command now (the command is the scheduler's child, with
+/// `EXACTLY_JOB` in its environment), waiting up to `within` for one to.
+fn wait_holder(job: &str, scheds: &[Running], within: Duration) -> Option<usize> {
+    let want = format!("EXACTLY_JOB={job}");
     let until = Instant::now() + within;
     while Instant::now() < until {
-        for p in crate::runner::procs::of_job(db_id, job) {
-            let ppid = std::fs::read_to_string(format!("/proc/{}/stat", p.pgid))
+        let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+        for pid in pids.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+            let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
                 .and_then(|st| {
                     let rest = st.get(st.rfind(')')? + 1..)?.to_string();
                     rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                });
-            if let Some(i) = scheds.iter().position(|r| Some(r.pid()) == ppid) {
+                })
+            else {
+                continue;
+            };
+            let Some(i) = scheds.iter().position(|r| r.pid() == ppid) else {
+                continue;
+            };
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
                 return Some(i);
             }
         }

@@ -82,9 +82,7 @@ impl Watcher {
             let mut id = None;
             while !flag.load(Ordering::SeqCst) {
                 if id.is_none() {
-                    id = crate::open(Some(&db), crate::Access::ReadOnly)
-                        .and_then(|mut s| s.identity())
-                        .ok();
+                    id = crate::db_identity(&db).ok();
                 }
                 let Some(db) = id.as_deref() else {
                     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -148,7 +148,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let run_id = spec.started.run_id.as_str();
     let slot = spec.started.slot.as_str();
     let began = Instant::now();
-    let mut beat = Heartbeat::new(spec.lease, spec.granted);
+    let mut beat = Heartbeat::new(spec);
     // Leftovers are found by the database's identity, whatever path or URL spelled it.
     let db_id = store
         .identity()
@@ -266,25 +266,9 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "exactly".into());
     let mut cmd = command_for(prog, args);
-    // The watchdog leads the group the command runs in and stops it at the lease's deadline
-    // even while this process is frozen; without one (fork failed) the command leads its own.
-    let watchdog = match crate::wrapped::Watchdog::start() {
-        Ok(w) => Some(w),
-        Err(e) => {
-            log_line(
-                "WARN",
-                job,
-                &format!(
-                    "run {run_id}: no watchdog ({e}); its deadline is kept by this process only"
-                ),
-            );
-            None
-        }
-    };
-    if let Some(w) = watchdog {
-        beat.guard(w);
-    }
-    crate::wrapped::in_group(&mut cmd, beat.group());
+    // The command leads its own process group (our terminal's signals are ours; our stop
+    // reaches its children too), handed to the process's watchdog once it runs.
+    crate::wrapped::in_group(&mut cmd, None);
     cmd.env("EXACTLY_DB", &spec.db)
         .env("EXACTLY_DB_ID", &db_id)
         .env("EXACTLY_JOB", job)
@@ -315,7 +299,14 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let started_cmd = Instant::now();
-    let pgid = beat.group().unwrap_or(child.id() as i32);
+    let pgid = child.id() as i32;
+    if !beat.guard(pgid) {
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
+        );
+    }
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
         pumps.push(pump(out, log.clone()));
@@ -357,7 +348,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let code = status.and_then(|s| s.code());
     let expired = stopping.is_none()
         && code != Some(0)
-        && (beat.watchdog_fired() || Instant::now() >= beat.deadline);
+        && (beat.watchdog_fired() || Instant::now() >= beat.deadline());
     if expired {
         log_line(
             "WARN",
@@ -372,9 +363,9 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    // Nothing the command started goes on once it has ended (the watchdog ends with it).
-    beat.end_group();
+    // Nothing the command started goes on once it has ended.
     signal_group(pgid, libc::SIGKILL);
+    beat.end_group();
     let deadline = Instant::now() + PIPE_WAIT;
     while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -441,7 +432,7 @@ fn stop_reason(
     if beat.fenced {
         return Some((RunOutcome::Fenced, now, FENCE_GRACE));
     }
-    if now >= beat.deadline {
+    if now >= beat.deadline() {
         log_line(
             "WARN",
             job,

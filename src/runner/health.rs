@@ -65,7 +65,7 @@ impl Health {
         let watch = if crate::is_server_db(db) {
             None
         } else {
-            crate::store::db::refuse_new_databases();
+            crate::refuse_new_databases();
             Watch::start(db)
         };
         Health {

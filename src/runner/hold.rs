@@ -13,11 +13,13 @@
 //! scheduler is alive (see [`crate::firing::ResumeRules`]). Its writes go before the process's
 //! queued firings.
 use super::execute::{log_line, RunSpec};
+use super::renewer::{self, Hold};
+use super::watchdog;
 use crate::jobs::{self, RunEnd};
 use crate::state::RunOutcome;
-use crate::wrapped::Watchdog;
 use crate::{lease, time, Access, Error, Result, Store};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How far before the lease's end (on our clock) the command is stopped: the watchdog's
@@ -35,100 +37,122 @@ fn stop_margin(lease: Duration) -> Duration {
     STOP_MARGIN.min(lease / 4)
 }
 
-/// The lease's heartbeat: renewed every third of the lease from the run's first step to its
-/// recorded end. Once renewal is refused the run is fenced and stops renewing.
+/// A run's side of the lease's heartbeat: the process's renewer (`renewer.rs`) renews it every
+/// third of the lease from the run's first step to its recorded end; the run moves its
+/// watchdog's deadline as it hears of renewals. Once renewal is refused the run is fenced.
 pub struct Heartbeat {
-    every: Duration,
-    next: Instant,
     pub fenced: bool,
     lease: Duration,
-    /// When the command must be stopped unless the lease is renewed first.
-    pub deadline: Instant,
-    watchdog: Option<Watchdog>,
+    hold: Arc<Hold>,
+    /// The deadline the watchdog was last given.
+    armed: Option<Instant>,
+    /// The command's process group, held by the watchdog.
+    group: Option<i32>,
 }
 
 impl Heartbeat {
-    /// `granted`: when the write that granted the lease was sent.
-    pub fn new(lease: Duration, granted: Instant) -> Heartbeat {
-        let every = (lease / 3).max(Duration::from_millis(50));
+    /// Enlists the run's lease, granted by a write sent at `spec.granted`.
+    pub fn new(spec: &RunSpec) -> Heartbeat {
         Heartbeat {
-            every,
-            next: Instant::now() + every,
             fenced: false,
-            lease,
-            deadline: granted + lease - stop_margin(lease),
-            watchdog: None,
+            lease: spec.lease,
+            hold: renewer::enlist(
+                &spec.db,
+                &spec.job,
+                spec.started.token,
+                spec.lease,
+                spec.granted,
+            ),
+            armed: None,
+            group: None,
         }
     }
 
-    /// Hands the deadline to the command's watchdog (and every later one as it moves).
-    pub fn guard(&mut self, mut watchdog: Watchdog) {
-        watchdog.arm(Some(self.deadline));
-        self.watchdog = Some(watchdog);
+    /// When the command must be stopped unless the lease is renewed first.
+    pub fn deadline(&self) -> Instant {
+        self.hold.heard().renewed_at + self.lease - stop_margin(self.lease)
     }
 
-    /// The group the command runs in, led by the watchdog.
-    pub fn group(&self) -> Option<i32> {
-        self.watchdog.as_ref().map(|w| w.group().pgid)
+    /// Hands the command's process group to the watchdog, with the deadline (and every later
+    /// one as it moves). False when there is no watchdog: this thread alone keeps the deadline.
+    pub fn guard(&mut self, group: i32) -> bool {
+        self.group = Some(group);
+        self.armed = None;
+        self.arm();
+        if self.armed.is_none() {
+            self.group = None;
+        }
+        self.group.is_some()
+    }
+
+    fn arm(&mut self) {
+        let d = self.deadline();
+        if let Some(g) = self.group.filter(|_| self.armed != Some(d)) {
+            if watchdog::arm(g, d) {
+                self.armed = Some(d);
+            }
+        }
     }
 
     /// Whether the watchdog stopped the command at the deadline (this process may have been
     /// frozen or hung meanwhile, and renewed the lease since).
     pub fn watchdog_fired(&mut self) -> bool {
-        self.watchdog.as_mut().is_some_and(|w| w.fired())
+        self.group.is_some_and(watchdog::fired)
     }
 
-    /// Ends what is left of the command's group (the watchdog with it).
+    /// The command has ended and been reaped: the watchdog lets its group go.
     pub fn end_group(&mut self) {
-        self.watchdog = None;
+        if let Some(g) = self.group.take() {
+            watchdog::disarm(g);
+        }
     }
 
     /// Time left before the deadline.
     pub fn left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
+    /// Takes in what the renewer heard: a later deadline (handed to the watchdog), or a fence.
     pub fn tick(&mut self, store: &mut Store, spec: &RunSpec) {
-        if self.fenced || Instant::now() < self.next {
-            return;
+        self.arm();
+        if !self.fenced && self.hold.heard().fenced {
+            self.fence(store, spec);
         }
-        // A heartbeat held up (a stalled thread, a locked database) lets the lease lapse.
-        crate::fault::point("heartbeat");
-        self.renew(store, spec);
     }
 
-    /// Renews now: true while the token still holds the lease. A busy database is not a fence
-    /// (false, but not fenced): the next beat tries again.
-    pub fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
-        self.next = Instant::now() + self.every;
-        let sent = Instant::now();
+    fn fence(&mut self, store: &mut Store, spec: &RunSpec) {
+        // Stop renewing; the token now refuses the command's later writes.
+        self.fenced = true;
         let run_id = &spec.started.run_id;
+        log_line(
+            "WARN",
+            &spec.job,
+            &format!("run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused"),
+        );
+        if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
+            log_line(
+                "WARN",
+                &spec.job,
+                &format!("cannot record the fenced run: {e}"),
+            );
+        }
+    }
+
+    /// Renews now, on the run's own connection: true while the token still holds the lease. A
+    /// busy database is not a fence (false, but not fenced).
+    pub fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
+        let sent = Instant::now();
         store.set_writes_first(true);
         let renewed = lease::renew(store, &spec.job, spec.started.token, spec.lease);
         store.set_writes_first(false);
         match renewed {
             Ok(true) => {
-                self.deadline = sent + self.lease - stop_margin(self.lease);
-                if let Some(w) = self.watchdog.as_mut() {
-                    w.arm(Some(self.deadline));
-                }
+                self.hold.renewed(sent);
+                self.arm();
                 true
             }
             Ok(false) => {
-                // Stop renewing; the token now refuses the command's later writes.
-                self.fenced = true;
-                log_line(
-                    "WARN",
-                    &spec.job,
-                    &format!("run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused"),
-                );
-                if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
-                    log_line(
-                        "WARN",
-                        &spec.job,
-                        &format!("cannot record the fenced run: {e}"),
-                    );
-                }
+                self.fence(store, spec);
                 false
             }
             Err(e) => {
@@ -176,6 +200,8 @@ pub fn finish(
     let mut fresh: Option<Store> = None;
     let outcome = loop {
         let s = fresh.as_mut().unwrap_or(&mut *store);
+        // No renewal may land after the release this write makes.
+        beat.hold.retire();
         s.set_writes_first(true);
         // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
         let tried = match crate::fault::fails_for("run_end").filter(|d| since.elapsed() < *d) {
@@ -190,6 +216,8 @@ pub fn finish(
             Ok(o) => break o,
             Err(e) => e,
         };
+        // Not recorded: the run stays owned, its lease renewed meanwhile.
+        beat.hold.unretire();
         tries += 1;
         if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
             log_line(

@@ -17,9 +17,11 @@ pub mod liveness;
 mod output;
 pub mod problems;
 pub mod procs;
+mod renewer;
 pub mod schedule;
 pub mod scheduler;
 pub mod spawn;
+pub mod watchdog;
 
 pub use config::{Job, Overlap, Problem, Severity};
 pub use schedule::Schedule;

@@ -93,6 +93,14 @@ pub fn run(
         };
         states.push(JobState::new(job, last.unwrap_or(now).min(now)));
     }
+    // The runs' watchdog is forked now, while this process is small.
+    if !super::watchdog::ready() {
+        log_line(
+            "WARN",
+            "-",
+            "no watchdog process: each run's thread alone stops its command at its deadline",
+        );
+    }
     // Firings go before the runs' own writes (ends, renewals) in this process.
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));

@@ -1,56 +1,77 @@
 //! The write queue within one process: writers take turns on a lock that wakes the next one
-//! at once (SQLite's busy handler sleeps up to 100 ms between tries), and a scheduler's
-//! firings go before its runs' writes (see `Store::write`).
+//! at once (SQLite's busy handler sleeps up to 100 ms between tries), in three lanes: the lease
+//! renewals that keep running commands alive go first, then a scheduler's firings and its runs'
+//! ends, then everything else (see `Store::write`).
 use std::time::Duration;
+
+/// A writer's lane: higher goes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Lane {
+    #[default]
+    Others = 0,
+    First = 1,
+    /// Lease renewals: a late one stops a live command at its deadline.
+    Renewals = 2,
+}
+
+const LANES: usize = 3;
 
 /// Whose turn it is to write, within this process (see [`Store::write`]).
 struct Gate {
     busy: bool,
-    /// Writers marked first in line that are waiting: the others let them pass.
-    first_waiting: usize,
+    /// Writers waiting in each lane.
+    waiting: [usize; LANES],
 }
 
 static GATE: parking_lot::Mutex<Gate> = parking_lot::const_mutex(Gate {
     busy: false,
-    first_waiting: 0,
+    waiting: [0; LANES],
 });
-/// Where writers wait: those marked first in line, and the others. A writer ending its turn
-/// wakes one waiter, first in line if any (waking them all would wake hundreds of runs for
-/// each end of a turn).
-static FIRST_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
-static OTHERS_FREED: parking_lot::Condvar = parking_lot::Condvar::new();
+/// Where each lane's writers wait. A writer ending its turn wakes one waiter of the highest lane
+/// that has any (waking them all would wake hundreds of runs for each end of a turn).
+static FREED: [parking_lot::Condvar; LANES] = [
+    parking_lot::Condvar::new(),
+    parking_lot::Condvar::new(),
+    parking_lot::Condvar::new(),
+];
+
+impl Gate {
+    fn blocked(&self, lane: usize) -> bool {
+        self.busy || self.waiting[lane + 1..].iter().any(|n| *n > 0)
+    }
+
+    /// The highest lane with a waiter.
+    fn next(&self) -> Option<usize> {
+        (0..LANES).rev().find(|l| self.waiting[*l] > 0)
+    }
+}
 
 /// A writer's turn; the next waiter is woken when it is dropped (a panic included).
 pub(super) struct Turn;
 
 impl Turn {
-    /// Waits for the turn up to `wait`; `first` goes before every writer not marked so.
-    pub(super) fn take(first: bool, wait: Duration) -> Option<Turn> {
+    /// Waits for the turn up to `wait`; a lane goes before every lower one.
+    pub(super) fn take(lane: Lane, wait: Duration) -> Option<Turn> {
+        let lane = lane as usize;
         let deadline = std::time::Instant::now() + wait;
         let mut g = GATE.lock();
-        if first {
-            g.first_waiting += 1;
-        }
-        let blocked = |g: &Gate| g.busy || (!first && g.first_waiting > 0);
-        let freed = if first { &FIRST_FREED } else { &OTHERS_FREED };
+        g.waiting[lane] += 1;
         let mut got = true;
-        while blocked(&g) {
-            if freed.wait_until(&mut g, deadline).timed_out() && blocked(&g) {
+        while g.blocked(lane) {
+            if FREED[lane].wait_until(&mut g, deadline).timed_out() && g.blocked(lane) {
                 got = false;
                 break;
             }
         }
-        if first {
-            g.first_waiting -= 1;
-        }
+        g.waiting[lane] -= 1;
         if got {
             g.busy = true;
         }
-        let wake_others = !got && first && g.first_waiting == 0 && !g.busy;
+        // A writer that gave up may have been the one a lower lane waited for.
+        let wake = (!got && !g.busy).then(|| g.next()).flatten();
         drop(g);
-        if wake_others {
-            // Others may have waited for this writer only.
-            OTHERS_FREED.notify_one();
+        if let Some(l) = wake {
+            FREED[l].notify_one();
         }
         got.then_some(Turn)
     }
@@ -60,12 +81,10 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let mut g = GATE.lock();
         g.busy = false;
-        let first = g.first_waiting > 0;
+        let next = g.next();
         drop(g);
-        if first {
-            FIRST_FREED.notify_one();
-        } else {
-            OTHERS_FREED.notify_one();
+        if let Some(l) = next {
+            FREED[l].notify_one();
         }
     }
 }

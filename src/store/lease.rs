@@ -1,6 +1,6 @@
 //! The lease aggregate: the seed's claim, renewal and release, and the fencing check every
 //! write for a job makes (a higher token exists: refused and counted).
-use super::db::{args, DbError, DbResult, Optional, Tx};
+use super::db::{args, Arg, DbError, DbResult, Optional, ToArg, Tx};
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use crate::state::EventKind;
 use crate::Result;
@@ -184,6 +184,9 @@ pub struct LeaseRow {
     pub lease_until: String,
 }
 
+/// Most leases renewed by one statement.
+const RENEW_CHUNK: usize = 200;
+
 impl Store {
     /// The seed's claim, in one statement: insert, or steal an expired lease; the token is one
     /// more than the job's last, so it never goes backwards. `RETURNING` says whether we won.
@@ -207,6 +210,71 @@ impl Store {
         now: &str,
     ) -> Result<bool> {
         self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused", now))
+    }
+
+    /// Renews many leases in one write (a scheduler's heartbeat for all its runs): for each
+    /// (job, token, until), Some(true) renewed, Some(false) a newer token holds the job (a
+    /// fenced write, recorded), None the lease was released meanwhile (its run ended: nothing
+    /// to renew, nothing recorded).
+    pub(crate) fn renew_leases(
+        &mut self,
+        leases: &[(&str, i64, String)],
+        now: &str,
+    ) -> Result<Vec<Option<bool>>> {
+        self.write_cas(|tx| {
+            // One statement per chunk: hundreds of renewals in a few round trips.
+            let mut renewed = std::collections::HashSet::new();
+            for chunk in leases.chunks(RENEW_CHUNK) {
+                let untils: Vec<String> = chunk.iter().map(|(_, _, u)| tx.later(u)).collect();
+                let mut sql = String::from(
+                    "UPDATE job_lease SET lease_until = v.until FROM (",
+                );
+                let mut args: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3 + 1);
+                for (i, ((job, token, _), until)) in chunk.iter().zip(&untils).enumerate() {
+                    if i > 0 {
+                        sql.push_str(" UNION ALL ");
+                    }
+                    let n = i * 3;
+                    sql.push_str(&format!(
+                        "SELECT CAST(?{} AS TEXT) AS job, CAST(?{} AS BIGINT) AS token, CAST(?{} AS TEXT) AS until",
+                        n + 1,
+                        n + 2,
+                        n + 3
+                    ));
+                    args.push((*job).to_arg());
+                    args.push(token.to_arg());
+                    args.push(until.to_arg());
+                }
+                sql.push_str(&format!(
+                    ") AS v WHERE job_lease.job_key = v.job AND job_lease.fencing_token = v.token
+                       AND job_lease.lease_until <> ?{} RETURNING job_lease.job_key, job_lease.fencing_token",
+                    chunk.len() * 3 + 1
+                ));
+                args.push(RELEASED.to_arg());
+                for (job, token) in tx.rows(&sql, &args, |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0))))? {
+                    renewed.insert((job, token));
+                }
+            }
+            let mut out = Vec::with_capacity(leases.len());
+            for (job, token, _) in leases {
+                if renewed.contains(&(job.to_string(), *token)) {
+                    out.push(Some(true));
+                    continue;
+                }
+                let newer: bool = tx.one(
+                    "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND fencing_token > ?2)",
+                    args![job, token],
+                    |r| r.get(0),
+                )?;
+                if newer {
+                    fenced(tx, job, None, *token, "lease renew refused", now)?;
+                    out.push(Some(false));
+                } else {
+                    out.push(None);
+                }
+            }
+            Ok(out)
+        })
     }
 
     /// Ends a lease we hold, keeping its token so the next claim counts on from it.

@@ -58,7 +58,7 @@ pub struct Store {
     /// what changed.
     kept: Option<read::Kept>,
     /// This connection's writes go before the process's other writers (see [`Store::write`]).
-    writes_first: bool,
+    writes_first: gate::Lane,
     /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
     lose_reply: bool,
 }
@@ -179,7 +179,7 @@ impl Store {
             path: shown,
             busy_ms,
             kept: None,
-            writes_first: false,
+            writes_first: gate::Lane::Others,
             lose_reply: false,
         })
     }
@@ -259,7 +259,7 @@ impl Store {
             path: path.to_string(),
             busy_ms,
             kept: None,
-            writes_first: false,
+            writes_first: gate::Lane::Others,
             lose_reply: false,
         };
         store
@@ -338,7 +338,7 @@ impl Store {
             path: path.to_string(),
             busy_ms,
             kept: None,
-            writes_first: false,
+            writes_first: gate::Lane::Others,
             lose_reply: false,
         };
         store
@@ -352,13 +352,23 @@ impl Store {
     /// firings, since a firing decided late is a run started late, while a run's end or a lease
     /// renewal recorded a few milliseconds later changes nothing.
     pub(crate) fn writes_first(&mut self) {
-        self.writes_first = true;
+        self.writes_first = gate::Lane::First;
+    }
+
+    /// Puts this connection's writes before every other writer of the process: the lease
+    /// renewals that keep running commands alive.
+    pub fn renewals_first(&mut self) {
+        self.writes_first = gate::Lane::Renewals;
     }
 
     /// Puts this connection's next writes before (true) or among (false) the process's others:
     /// a run's lease renewals and its end must not wait behind a burst of firings.
     pub fn set_writes_first(&mut self, on: bool) {
-        self.writes_first = on;
+        self.writes_first = if on {
+            gate::Lane::First
+        } else {
+            gate::Lane::Others
+        };
     }
 
     /// The next write commits and then fails as if the server's reply to COMMIT never arrived
@@ -379,10 +389,7 @@ impl Store {
     /// left behind is found by identity, never by the string a scheduler was given.
     pub fn identity(&mut self) -> Result<String> {
         if let Conn::Lite(_) = self.conn {
-            use std::os::unix::fs::MetadataExt;
-            let m = std::fs::metadata(&self.path)
-                .map_err(|e| Error::Store(format!("database {}: {e}", self.path)))?;
-            return Ok(format!("sqlite:{}:{}", m.dev(), m.ino()));
+            return file_identity(&self.path);
         }
         self.read(|tx| {
             tx.one(
@@ -466,6 +473,17 @@ impl Store {
         result.map_err(|e| self.err(e))
     }
 
+    /// [`Store::write`] for writes that are each a compare-and-set on one row (a lease renewal
+    /// names its token): on PostgreSQL at `READ COMMITTED`, where such an update re-reads the row
+    /// it waited for, so hundreds of them in one transaction never fail for serialization.
+    pub(crate) fn write_cas<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+        if let Conn::Pg(db) = &mut self.conn {
+            let r = db.transact(pg::READ_COMMITTED, &mut f, false);
+            return r.map_err(|e| self.err(e));
+        }
+        self.write(f)
+    }
+
     /// Runs `f` in a short read transaction (one consistent view, no write lock).
     pub(crate) fn read<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
         let conn = match &mut self.conn {
@@ -483,6 +501,23 @@ impl Store {
         })();
         result.map_err(|e| self.err(e))
     }
+}
+
+/// A SQLite file's identity (see [`Store::identity`]).
+fn file_identity(path: &str) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).map_err(|e| Error::Store(format!("database {path}: {e}")))?;
+    Ok(format!("sqlite:{}:{}", m.dev(), m.ino()))
+}
+
+/// The identity of the database `db` names, opening no SQLite connection: a process that holds
+/// the file open for writing must not open and close a second one beside it only to ask (the
+/// close of a connection that takes no locks drops the process's locks on the file).
+pub fn identity_of(db: &str) -> Result<String> {
+    if pg::is_url(db) {
+        return Store::open_at(db, Access::ReadOnly)?.identity();
+    }
+    file_identity(db)
 }
 
 /// Paths no command accepts: an empty path or an in-memory database (it would vanish with the

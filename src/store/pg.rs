@@ -446,6 +446,8 @@ impl PgStore {
     }
 }
 
+/// A transaction of row compare-and-sets only (see `Store::write_cas`).
+pub(crate) const READ_COMMITTED: &str = "ISOLATION LEVEL READ COMMITTED";
 /// A write transaction: `SERIALIZABLE`.
 pub(crate) const WRITE: &str = "ISOLATION LEVEL SERIALIZABLE";
 

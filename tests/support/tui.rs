@@ -666,6 +666,10 @@ pub fn hostile() -> Fixture {
 /// The snapshot, with what depends on the machine (host, path, clock) pinned.
 pub fn snapshot(f: &Fixture) -> Snapshot {
     let mut s = Snapshot::read(&mut f.store()).expect("snapshot");
+    // The next firings as seen at the fixture's clock (the store read them at the real one).
+    for j in &mut s.jobs {
+        exactly::snapshot::plan(j, now());
+    }
     s.host = "web-1".into();
     s.db = "/var/lib/exactly/exactly.db".into();
     s.taken_at = before(1);

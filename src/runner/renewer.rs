@@ -1,0 +1,209 @@
+//! One heartbeat for every run of a process: a thread that renews, in one write, the leases of
+//! all the runs that are due (each a third of its lease after its last renewal), instead of a
+//! write per run. Hundreds of runs at once would otherwise queue hundreds of renewals behind
+//! each other and behind the firings, and a run whose renewal is late is stopped at its
+//! deadline (see `hold.rs`). A run reads what the renewer heard from its [`Hold`].
+use super::execute::log_line;
+use crate::{Access, Store};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How often the renewer looks for leases due.
+const POLL: Duration = Duration::from_millis(20);
+/// After a failed write, how long before the leases are tried again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// What the renewer knows of one run's lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Heard {
+    /// When the write that last renewed (or granted) the lease was sent.
+    pub renewed_at: Instant,
+    /// A newer token holds the job.
+    pub fenced: bool,
+}
+
+/// A run's lease as the renewer keeps it.
+pub struct Hold {
+    job: String,
+    token: i64,
+    lease: Duration,
+    state: Mutex<HoldState>,
+}
+
+struct HoldState {
+    heard: Heard,
+    next: Instant,
+    /// The run has ended (its lease is being released): never renewed again.
+    retired: bool,
+    /// A renewal of it is being written now.
+    in_flight: bool,
+}
+
+impl Hold {
+    pub fn heard(&self) -> Heard {
+        self.state.lock().map(|s| s.heard).unwrap_or(Heard {
+            renewed_at: Instant::now(),
+            fenced: true,
+        })
+    }
+
+    /// A renewal the run wrote itself (before its command starts, or while its end waits).
+    pub fn renewed(&self, at: Instant) {
+        if let Ok(mut s) = self.state.lock() {
+            if at > s.heard.renewed_at {
+                s.heard.renewed_at = at;
+                s.next = at + self.lease / 3;
+            }
+        }
+    }
+
+    /// The run is ending: no renewal after this returns (one being written is waited for), so
+    /// none can land after the lease is released.
+    pub fn retire(&self) {
+        loop {
+            match self.state.lock() {
+                Ok(mut s) => {
+                    s.retired = true;
+                    if !s.in_flight {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Renewals go on (the end it retired for could not be recorded yet).
+    pub fn unretire(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.retired = false;
+        }
+    }
+}
+
+struct Renewer {
+    holds: Mutex<Vec<Weak<Hold>>>,
+}
+
+/// Enlists a run's lease, granted by a write sent at `granted`, with the process's renewer for
+/// the database `db` (started on first use).
+pub fn enlist(db: &str, job: &str, token: i64, lease: Duration, granted: Instant) -> Arc<Hold> {
+    let hold = Arc::new(Hold {
+        job: job.to_string(),
+        token,
+        lease,
+        state: Mutex::new(HoldState {
+            heard: Heard {
+                renewed_at: granted,
+                fenced: false,
+            },
+            next: granted + lease / 3,
+            retired: false,
+            in_flight: false,
+        }),
+    });
+    let renewer = renewer_for(db);
+    if let Ok(mut holds) = renewer.holds.lock() {
+        holds.push(Arc::downgrade(&hold));
+    }
+    hold
+}
+
+fn renewer_for(db: &str) -> Arc<Renewer> {
+    static ALL: OnceLock<Mutex<HashMap<String, Arc<Renewer>>>> = OnceLock::new();
+    let all = ALL.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut all = match all.lock() {
+        Ok(a) => a,
+        Err(p) => p.into_inner(),
+    };
+    all.entry(db.to_string())
+        .or_insert_with(|| {
+            let r = Arc::new(Renewer {
+                holds: Mutex::new(Vec::new()),
+            });
+            let (me, db) = (r.clone(), db.to_string());
+            std::thread::spawn(move || me.run(&db));
+            r
+        })
+        .clone()
+}
+
+impl Renewer {
+    fn run(&self, db: &str) {
+        let mut store: Option<Store> = None;
+        let mut failing = false;
+        loop {
+            std::thread::sleep(POLL);
+            let due = self.due();
+            if due.is_empty() {
+                continue;
+            }
+            if store.is_none() {
+                store = crate::open(Some(db), Access::Write).ok();
+                if let Some(s) = store.as_mut() {
+                    // Renewals go before the process's queued firings and ends.
+                    s.renewals_first();
+                }
+            }
+            // A renewal held up (a stalled thread, a starved process) lets the leases lapse.
+            crate::fault::point("heartbeat");
+            let sent = Instant::now();
+            let leases: Vec<(&str, i64, Duration)> = due
+                .iter()
+                .map(|h| (h.job.as_str(), h.token, h.lease))
+                .collect();
+            let result = match store.as_mut() {
+                Some(s) => crate::lease::renew_many(s, &leases),
+                None => Err(crate::Error::Store(format!("cannot open database {db}"))),
+            };
+            match &result {
+                Ok(_) if failing => {
+                    failing = false;
+                    log_line("INFO", "-", "lease renewals go through again");
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    log_line("WARN", "-", &format!("lease renewal failed: {e}"));
+                    store = None;
+                }
+                Err(_) => store = None,
+                Ok(_) => {}
+            }
+            for (i, h) in due.iter().enumerate() {
+                let Ok(mut s) = h.state.lock() else { continue };
+                s.in_flight = false;
+                match result.as_ref().map(|r| r.get(i).copied().flatten()) {
+                    Ok(Some(true)) => {
+                        s.heard.renewed_at = s.heard.renewed_at.max(sent);
+                        s.next = sent + h.lease / 3;
+                    }
+                    Ok(Some(false)) => s.heard.fenced = true,
+                    // Released: its run is ending.
+                    Ok(None) => s.retired = true,
+                    Err(_) => s.next = Instant::now() + RETRY,
+                }
+            }
+        }
+    }
+
+    /// The live holds due for renewal, marked in flight.
+    fn due(&self) -> Vec<Arc<Hold>> {
+        let Ok(mut holds) = self.holds.lock() else {
+            return Vec::new();
+        };
+        holds.retain(|w| w.strong_count() > 0);
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for h in holds.iter().filter_map(Weak::upgrade) {
+            let Ok(mut s) = h.state.lock() else { continue };
+            if !s.retired && !s.heard.fenced && s.next <= now {
+                s.in_flight = true;
+                drop(s);
+                out.push(h);
+            }
+        }
+        out
+    }
+}

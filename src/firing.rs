@@ -237,21 +237,17 @@ pub struct ResumeRules {
     /// This scheduler's owner name: a run of its own with no live thread here is dead.
     pub me: String,
     /// Silent this long (its heartbeat, on the database's clock), a scheduler on another machine
-    /// is taken for gone.
+    /// is taken for gone: [`crate::jobs::scheduler_dead_after`], when status calls it dead.
     pub silent_for: Duration,
     /// Whether a silent scheduler may be taken for gone now: not while this scheduler has itself
     /// just got the database back (every heartbeat is old then, the live ones' too).
     pub trust_silence: bool,
 }
 
-/// How long a scheduler's heartbeat must be silent before its runs are resumed elsewhere: three
-/// beats (see `runner::liveness::BEAT`).
-pub const SILENT_FOR: Duration = Duration::from_secs(6);
-
 impl ResumeRules {
     /// Whether the run's owner is gone: itself (the caller runs nothing of the job), a manual
     /// run (no scheduler row: its lease is the only word), a scheduler that recorded its end,
-    /// one on this machine whose process is gone, or one silent for [`SILENT_FOR`] elsewhere.
+    /// one on this machine whose process is gone, or one silent for `silent_for` elsewhere.
     pub fn gone(&self, who: &RunOwner) -> bool {
         if who.owner == self.me {
             return true;

@@ -135,10 +135,11 @@ pub fn run(
                 health.failed(&st.job.name, &e);
             }
         }
+        let silent_for = crate::jobs::scheduler_dead_after();
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),
-            silent_for: firing::SILENT_FOR,
-            trust_silence: health.working_for(firing::SILENT_FOR),
+            silent_for,
+            trust_silence: health.working_for(silent_for),
         };
         // One read for every job's queue and interrupted firings, instead of one per job.
         // Those that could not start yet (a dead run's lease not yet past the skew margin) are

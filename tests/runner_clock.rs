@@ -141,3 +141,53 @@ on_both_backends! {
         }
     }
 }
+
+/// Berlin's spring night, on a real scheduler whose clock libfaketime starts just before it:
+/// `0 2 * * *` with `dst_skipped = "skip"` does not run at the end of the skipped hour and is
+/// recorded missed with the reason; the default policy runs it there (03:00 CEST, 01:00Z).
+#[test]
+fn a_firing_the_skip_policy_leaves_out_is_recorded_missed() {
+    let site = Site::new();
+    let ts = site.path("clock");
+    std::fs::write(&ts, "@2026-03-29 00:59:57").expect("clock file");
+    let mut jobs = String::new();
+    for (name, policy) in [("skip", "dst_skipped = \"skip\"\n"), ("next", "")] {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\n{policy}\
+             lease = \"1m\"\ntimeout = \"10s\"\noverlap = \"coalesce\"\ncommand = {}\n\n",
+            sh(&format!("echo {name} $EXACTLY_SCHEDULED_AT >> ran"))
+        ));
+    }
+    site.write_jobs(&jobs);
+    assert_eq!(site.exactly(&["init"]).0, 0);
+    let mut env = on_clock(&ts);
+    env.push(("TZ".into(), "UTC".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut s = site.start_with_env("s", "5s", &env);
+    let firing = |job: &str| {
+        site.strings(&format!(
+            "SELECT scheduled_at || ' ' || state || ' ' || coalesce(detail, '') FROM exactly_firings WHERE job_key = '{job}'"
+        ))
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || !firing("skip").is_empty()
+            && site.lines("ran").iter().any(|l| l.starts_with("next"))),
+        "skip: {:?}, ran: {:?}\n{}",
+        firing("skip"),
+        site.lines("ran"),
+        site.log("s")
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    assert_eq!(site.lines("ran"), ["next 2026-03-29T01:00:00.000Z"]);
+    let skip = firing("skip");
+    assert_eq!(skip.len(), 1, "{skip:?}");
+    assert!(
+        skip[0].starts_with("2026-03-29T01:00:00.000Z missed") && skip[0].contains("dst_skipped"),
+        "{skip:?}"
+    );
+}

@@ -178,3 +178,76 @@ pub fn dst_of(jobs: &[crate::runner::Job]) -> serde_json::Map<String, serde_json
         })
         .collect()
 }
+
+/// Why a firing left out by `dst_skipped = "skip"` is recorded missed.
+pub const SKIPPED_REASON: &str =
+    "its wall time fell in the hour the clocks skipped (dst_skipped = \"skip\")";
+
+/// The instants in (`after`, `upto`] at which a cron job with `dst_skipped = "skip"` did not
+/// fire but the default policy would have (the end of a skipped hour): the scheduler records
+/// them missed, with [`SKIPPED_REASON`]. Empty for every other job.
+pub fn skipped_slots(
+    schedule: &super::Schedule,
+    after: crate::time::Ts,
+    upto: crate::time::Ts,
+) -> Vec<crate::time::Ts> {
+    let Some(d) = schedule.dst().filter(|d| d.skipped == Skipped::Skip) else {
+        return Vec::new();
+    };
+    let next = schedule.clone().with_dst(Dst {
+        skipped: Skipped::Next,
+        ..d
+    });
+    let (would, _) = next.slots(after, upto, 100);
+    let (did, _) = schedule.slots(after, upto, 100);
+    would.into_iter().filter(|s| !did.contains(s)).collect()
+}
+
+#[cfg(test)]
+mod skipped_tests {
+    use super::*;
+    use crate::runner::Schedule;
+
+    fn utc(s: &str) -> crate::time::Ts {
+        crate::time::parse(s).expect("instant")
+    }
+
+    #[test]
+    fn a_skip_policy_names_the_firings_it_left_out_on_the_spring_night() {
+        let skip = Dst {
+            skipped: Skipped::Skip,
+            ..Dst::default()
+        };
+        let (from, to) = (
+            utc("2026-03-28T23:00:00.000Z"),
+            utc("2026-03-29T03:00:00.000Z"),
+        );
+        for expr in ["0 2 * * *", "30 2 * * *"] {
+            let s = Schedule::cron(expr, Some("Europe/Berlin"))
+                .expect("cron")
+                .with_dst(skip);
+            let left_out: Vec<String> = skipped_slots(&s, from, to)
+                .into_iter()
+                .map(crate::time::fmt)
+                .collect();
+            assert_eq!(left_out, ["2026-03-29T01:00:00.000Z"], "{expr}");
+            // The default policy leaves nothing out.
+            let next = Schedule::cron(expr, Some("Europe/Berlin")).expect("cron");
+            assert!(skipped_slots(&next, from, to).is_empty(), "{expr}");
+        }
+        // A sub-hourly cron fires at the end of the gap anyway: nothing left out.
+        let s = Schedule::cron("*/30 * * * *", Some("Europe/Berlin"))
+            .expect("cron")
+            .with_dst(skip);
+        assert!(skipped_slots(&s, from, to).is_empty());
+        // Other nights: nothing.
+        let s = Schedule::cron("0 2 * * *", Some("Europe/Berlin"))
+            .expect("cron")
+            .with_dst(skip);
+        let (a, b) = (
+            utc("2026-04-01T00:00:00.000Z"),
+            utc("2026-04-05T00:00:00.000Z"),
+        );
+        assert!(skipped_slots(&s, a, b).is_empty());
+    }
+}

@@ -47,6 +47,8 @@ struct JobState {
     next: Option<Ts>,
     /// Its missed slots could not be recorded this tick: its later ones wait for them.
     behind: bool,
+    /// Up to here, the firings its `dst_skipped = "skip"` left out are recorded missed.
+    dst_seen: Ts,
 }
 
 impl JobState {
@@ -57,6 +59,7 @@ impl JobState {
             cursor,
             next,
             behind: false,
+            dst_seen: cursor,
         }
     }
     fn handled(&mut self, upto: Ts) {
@@ -229,6 +232,23 @@ fn record_behind(
     health: &Health,
 ) -> Result<()> {
     let job = &st.job;
+    // A firing its DST policy left out is a miss that says why, not a silence.
+    let left_out: Vec<String> = super::dst::skipped_slots(&job.schedule, st.dst_seen, now)
+        .into_iter()
+        .map(time::fmt)
+        .collect();
+    if !left_out.is_empty() {
+        let n = left_out.len() as u64;
+        let reason = super::dst::SKIPPED_REASON;
+        if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
+            log_line(
+                "INFO",
+                &job.name,
+                &format!("firing at {} not run: {reason}", left_out.join(", ")),
+            );
+        }
+    }
+    st.dst_seen = now;
     let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
     if st.cursor < horizon {
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);

@@ -35,6 +35,12 @@ impl Proxy {
                 if let Ok(mut list) = o.lock() {
                     list.extend(pair.into_iter().flatten());
                 }
+                // A cut made while this one was being connected reaches it too.
+                if d.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = server.shutdown(Shutdown::Both);
+                    continue;
+                }
                 pipe(client.try_clone(), server.try_clone());
                 pipe(server.try_clone(), client.try_clone());
             }

@@ -43,8 +43,12 @@ pub struct Tally {
     pub firings_gave_up: u64,
     /// Times two runs of one firing were seen alive at once in the process table (must be 0).
     pub overlapping_copies: u64,
-    /// Firings whose command ran to its end more than once (must be 0).
+    /// Firings run again after a run the scheduler recorded `ok` (must be 0).
     pub double_runs: u64,
+    /// Commands that booked their end but were stopped at their deadline as they finished
+    /// (exit by SIGTERM): not done for the scheduler, so their firing went again. Counted apart:
+    /// the ledger's effect keys, not the scheduler, keep such an effect once.
+    pub ends_after_a_stop: u64,
     /// Runs whose command never started (the scheduler could not confirm its lease in time):
     /// recorded `not_started`, their firings missed. Degraded, never doubled.
     pub runs_not_started: u64,
@@ -145,6 +149,7 @@ impl Tally {
         self.firings_gave_up += o.firings_gave_up;
         self.overlapping_copies += o.overlapping_copies;
         self.double_runs += o.double_runs;
+        self.ends_after_a_stop += o.ends_after_a_stop;
         self.runs_not_started += o.runs_not_started;
         self.lost_effects += o.lost_effects;
         self.unknown_resolved += o.unknown_resolved;
@@ -275,8 +280,8 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     {
         let _ = writeln!(
             s,
-            "runs: {} started, {} double runs (firings whose command ran to its end twice), {} never started (recorded not_started, firing missed)",
-            r.total.job_runs, r.total.double_runs, r.total.runs_not_started
+            "runs: {} started, {} double runs (run again after an ok run), {} stopped at their deadline as they finished (run again), {} never started (recorded not_started, firing missed)",
+            r.total.job_runs, r.total.double_runs, r.total.ends_after_a_stop, r.total.runs_not_started
         );
     }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// How often the renewer looks for leases due.
 const POLL: Duration = Duration::from_millis(20);
+/// Longest a run's end waits for a renewal of its lease being written.
+const RETIRE_WAIT: Duration = Duration::from_millis(500);
 /// After a failed write, how long before the leases are tried again.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -58,14 +60,17 @@ impl Hold {
         }
     }
 
-    /// The run is ending: no renewal after this returns (one being written is waited for), so
-    /// none can land after the lease is released.
+    /// The run is ending: no renewal is sent after this returns, and one being written is
+    /// waited for (up to [`RETIRE_WAIT`]: a write hung on a lost connection must not hold up
+    /// the end; a renewal landing after the release changes nothing, the released lease refuses
+    /// it).
     pub fn retire(&self) {
+        let until = Instant::now() + RETIRE_WAIT;
         loop {
             match self.state.lock() {
                 Ok(mut s) => {
                     s.retired = true;
-                    if !s.in_flight {
+                    if !s.in_flight || Instant::now() >= until {
                         return;
                     }
                 }

@@ -190,12 +190,7 @@ pub struct Watchdog {
 
 impl Watchdog {
     pub fn start() -> std::io::Result<Watchdog> {
-        let mut fds = [0i32; 2];
-        // SAFETY: fds has room for two descriptors.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (r, w) = (fds[0], fds[1]);
+        let (r, w) = pipe()?;
         let grace = STOP_GRACE.as_nanos() as u64;
         // SAFETY: the child runs only async-signal-safe libc calls (no allocation, no locks)
         // and never returns: `watchdog_main` ends in `_exit`.
@@ -263,7 +258,8 @@ impl Drop for Watchdog {
     }
 }
 
-fn mono_ns() -> u64 {
+/// CLOCK_MONOTONIC in nanoseconds (a forked watchdog compares deadlines with it).
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -276,11 +272,19 @@ fn mono_ns() -> u64 {
 }
 
 /// The watchdog's life, in the forked child: async-signal-safe calls only.
-unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
-    libc::close(w);
-    libc::setpgid(0, 0);
-    let me = libc::getpid();
-    // The group's SIGTERM is for the command; a terminal's SIGINT/SIGHUP are for our parent.
+/// A pipe (read end, write end), closed on exec.
+pub(crate) fn pipe() -> std::io::Result<(i32, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// The signals a watchdog leaves to its parent (the group's SIGTERM is for the command; a
+/// terminal's are for the parent). Async-signal-safe: called in a forked child.
+pub(crate) unsafe fn ignore_parents_signals() {
     for sig in [
         libc::SIGTERM,
         libc::SIGINT,
@@ -292,6 +296,13 @@ unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
     ] {
         libc::signal(sig, libc::SIG_IGN);
     }
+}
+
+unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
+    libc::close(w);
+    libc::setpgid(0, 0);
+    let me = libc::getpid();
+    ignore_parents_signals();
     // Hold nothing of the parent's open: no pipe a reader waits on, no database.
     let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
     if null >= 0 {

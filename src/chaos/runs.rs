@@ -348,13 +348,7 @@ fn wait_holder(job: &str, scheds: &[Running], within: Duration) -> Option<usize>
     while Instant::now() < until {
         let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
         for pid in pids.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
-            let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|st| {
-                    let rest = st.get(st.rfind(')')? + 1..)?.to_string();
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-            else {
+            let Some(ppid) = crate::sender::stat(pid as i32).map(|s| s.ppid as u32) else {
                 continue;
             };
             let Some(i) = scheds.iter().position(|r| r.pid() == ppid) else {

@@ -7,6 +7,7 @@
 //!
 //! Runs tell it `arm(group, deadline)` (again as renewals move the deadline) and `disarm(group)`
 //! once the command has ended and been reaped; it tells back which groups it stopped.
+use crate::wrapped::{mono_ns, pipe};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -132,27 +133,6 @@ fn shared_fired() -> Option<&'static Mutex<HashSet<i32>>> {
     }
 }
 
-fn pipe() -> std::io::Result<(i32, i32)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: fds has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((fds[0], fds[1]))
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 /// One held group: its id, its deadline, and when it was sent SIGTERM (0: not yet).
 #[derive(Clone, Copy)]
 struct Slot {
@@ -165,17 +145,7 @@ struct Slot {
 unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
     libc::setpgid(0, 0);
     // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGPIPE,
-        libc::SIGTSTP,
-        libc::SIGTTOU,
-        libc::SIGTTIN,
-    ] {
-        libc::signal(sig, libc::SIG_IGN);
-    }
+    crate::wrapped::ignore_parents_signals();
     let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
     if null >= 0 {
         libc::dup2(null, 0);

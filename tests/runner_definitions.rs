@@ -5,29 +5,8 @@
 //! a job's history to its newest runs while the all-time counts keep growing.
 mod support;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::runner::*;
-
-/// Starts `exactly run FILE` as `owner`, its stderr in `<owner>.log` in the site.
-fn start_file(site: &Site, file: &Path, owner: &str) -> Sched {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(site.path(&format!("{owner}.log")))
-        .expect("log file");
-    let child = Command::new(bin())
-        .current_dir("/")
-        .args(["--db", &site.db(), "run"])
-        .arg(file)
-        .args(["--owner", owner, "--grace", "2s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start exactly run");
-    Sched { child }
-}
 
 /// A 1-second job whose command appends a line to `count` in the jobs file's folder.
 fn counting_job(name: &str, count: &str) -> String {
@@ -66,14 +45,14 @@ on_both_backends! {
         let site = Site::new();
         let a_file = write(&site, "a.toml", &counting_job("sync", "a.count"));
         let b_file = write(&site, "b.toml", &counting_job("sync", "b.count"));
-        let mut a = start_file(&site, &a_file, "a");
+        let mut a = site.start_file(&a_file, "a", "2s", &[]);
         assert!(
             wait_until(Duration::from_secs(10), || site.lines("a.count").len() >= 2),
             "a never ran sync: {}",
             site.log("a")
         );
         // Blue-green: the new file's scheduler starts while the old one still runs.
-        let mut b = start_file(&site, &b_file, "b");
+        let mut b = site.start_file(&b_file, "b", "2s", &[]);
         assert!(
             wait_until(Duration::from_secs(10), || site.lines("b.count").len() >= 2),
             "b never ran sync: {}",
@@ -132,7 +111,7 @@ on_both_backends! {
             "jobs.toml",
             &format!("{}\n{}", counting_job("keep", "keep.count"), counting_job("gone", "gone.count")),
         );
-        let mut old = start_file(&site, &file, "old");
+        let mut old = site.start_file(&file, "old", "2s", &[]);
         assert!(
             wait_until(Duration::from_secs(10), || site.lines("gone.count").len() >= 2),
             "{}",
@@ -140,7 +119,7 @@ on_both_backends! {
         );
         // The deploy rewrites the file without `gone` and starts a new scheduler on it.
         write(&site, "jobs.toml", &counting_job("keep", "keep.count"));
-        let mut new = start_file(&site, &file, "new");
+        let mut new = site.start_file(&file, "new", "2s", &[]);
         let noticed = wait_until(Duration::from_secs(5), || {
             site.log("old").contains("retired by the newest registration")
         });
@@ -172,7 +151,7 @@ on_both_backends! {
         let two = write(&site, "two/jobs.toml", &job("two", "./run.sh"));
         let dup = write(&site, "three/jobs.toml", &job("three", "../one/run.sh"));
         // `one` is registered (a scheduler ran it).
-        let mut s1 = start_file(&site, &one, "s1");
+        let mut s1 = site.start_file(&one, "s1", "2s", &[]);
         assert!(
             wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_jobs") == 1),
             "{}",
@@ -183,7 +162,7 @@ on_both_backends! {
         eprintln!("check two: exit {code}: {out}{err}");
         assert_eq!(code, 0, "{out}{err}");
         assert!(!out.contains("same command"), "{out}");
-        let mut s2 = start_file(&site, Path::new(&two), "s2");
+        let mut s2 = site.start_file(Path::new(&two), "s2", "2s", &[]);
         assert!(
             wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_jobs") == 2),
             "run of the second folder's file did not start: {}",

@@ -84,6 +84,10 @@ impl Site {
     }
     /// `start`, with extra environment for the scheduler.
     pub fn start_with_env(&self, owner: &str, grace: &str, env: &[(&str, &str)]) -> Sched {
+        self.start_file(Path::new(&self.jobs()), owner, grace, env)
+    }
+    /// `exactly run FILE` (any jobs file) as `owner`, with its stderr in `<owner>.log`.
+    pub fn start_file(&self, file: &Path, owner: &str, grace: &str, env: &[(&str, &str)]) -> Sched {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -93,16 +97,9 @@ impl Site {
         // depend on where the scheduler happened to be started.
         let child = Command::new(bin())
             .current_dir("/")
-            .args([
-                "--db",
-                &self.db(),
-                "run",
-                &self.jobs(),
-                "--owner",
-                owner,
-                "--grace",
-                grace,
-            ])
+            .args(["--db", &self.db(), "run"])
+            .arg(file)
+            .args(["--owner", owner, "--grace", grace])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,60 @@
+use super::*;
+
+/// (key, goal as text, met?) for the table.
+pub(crate) fn goal(key: &str, v: f64) -> Option<(&'static str, bool)> {
+    Some(match key {
+        "write_ratio" => ("≥ 0.40", v >= 0.40),
+        "claim_contention.double_grants" => ("= 0", v == 0.0),
+        "poll_ms_1m" => ("≤ 10", v <= 10.0),
+        "poll_ratio" => ("≤ 1.5", v <= 1.5),
+        "top_idle_cpu_pct" => ("≤ 0.2", v <= 0.2),
+        "top_rss_mb" => ("≤ 40", v <= 40.0),
+        "fire_lag_p99_ms" => ("≤ 250", v <= 250.0),
+        _ => return None,
+    })
+}
+
+pub(crate) fn print_table(s: &Value, smoke: bool) {
+    let rows = [
+        "write_ratio",
+        "lifecycles_per_s",
+        "bare_commits_per_s",
+        "wal_frames_per_lifecycle",
+        "wal_frames_per_bare_commit",
+        "pg_write_ratio",
+        "pg_lifecycles_per_s",
+        "pg_bare_commits_per_s",
+        "claim_contention.claims_per_s",
+        "claim_contention.double_grants",
+        "pg_claims_per_s",
+        "pg_double_grants",
+        "poll_ms_10k",
+        "poll_ms_1m",
+        "poll_ratio",
+        "pg_poll_ms_10k",
+        "pg_poll_ms_1m",
+        "pg_poll_ratio",
+        "top_idle_cpu_pct",
+        "top_idle_bytes_per_s",
+        "top_rss_mb",
+        "fire_lag_p50_ms",
+        "fire_lag_p99_ms",
+        "chaos_iterations_per_s",
+    ];
+    if smoke {
+        println!("SMOKE RUN (tiny sizes, seconds): the figures below are not the benchmark's");
+    }
+    println!("{:<34} {:>12}  goal", "figure", "value");
+    for k in rows {
+        let v = k.split('.').try_fold(s, |v, p| v.get(p));
+        let Some(n) = v.and_then(Value::as_f64) else {
+            continue;
+        };
+        let (g, mark) = match goal(k, n) {
+            Some((g, true)) => (g, "met"),
+            Some((g, false)) => (g, if smoke { "" } else { "MISSED" }),
+            None => ("", ""),
+        };
+        println!("{k:<34} {n:>12}  {g:<8} {mark}");
+    }
+}

@@ -1,0 +1,309 @@
+use super::*;
+
+/// The `pg` part: the write ratio, the claim race and the dashboard's poll against the
+/// PostgreSQL database at `url`, each in fresh schemas of its own that it drops.
+pub(crate) fn pg(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let mut c = pg_connect(url)?;
+    let setting = |c: &mut postgres::Client, name: &str| -> Res<String> {
+        Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0))
+    };
+    out.insert(
+        "pg_server".into(),
+        json!({
+            "url": redact(url),
+            "version": setting(&mut c, "server_version")?,
+            "synchronous_commit": setting(&mut c, "synchronous_commit")?,
+            "fsync": setting(&mut c, "fsync")?,
+        }),
+    );
+    drop(c);
+    eprintln!("bench: pg_write_ratio …");
+    pg_write_ratio(plan, url, out)?;
+    eprintln!("bench: pg_claim_contention …");
+    let schema = PgSchema::create(url, "claims")?;
+    drop(Store::open(&schema.url)?);
+    let figures = race(plan, &schema.url, || {
+        let row = pg_connect(&schema.url)?.query_one(
+            "SELECT fencing_token FROM job_lease WHERE job_key = 'race'",
+            &[],
+        )?;
+        Ok(row.get(0))
+    })?;
+    drop(schema);
+    let double = figures["double_grants"].as_u64().unwrap_or(u64::MAX);
+    if double != 0 {
+        eprintln!("bench: WARNING: {double} double grants on PostgreSQL (must be 0)");
+    }
+    out.insert("pg_claims_per_s".into(), figures["claims_per_s"].clone());
+    out.insert("pg_double_grants".into(), json!(double));
+    out.insert("pg_claim_contention".into(), figures);
+    eprintln!("bench: pg poll fixtures …");
+    // One fixture at a time: the small one is dropped before the large one is filled.
+    let mut ms = [0.0; 2];
+    for (m, &n) in ms.iter_mut().zip(&plan.poll_sizes) {
+        let schema = pg_fixture(plan, url, n)?;
+        *m = poll_ms(plan, &schema.url)?;
+    }
+    out.insert("pg_poll_ms_10k".into(), json!(round(ms[0], 3)));
+    out.insert("pg_poll_ms_1m".into(), json!(round(ms[1], 3)));
+    out.insert("pg_poll_ratio".into(), json!(round(ms[1] / ms[0], 3)));
+    out.insert(
+        "pg_poll_sizes".into(),
+        json!({"small": plan.poll_sizes[0], "large": plan.poll_sizes[1],
+               "jobs": plan.poll_jobs, "runs": plan.poll_runs}),
+    );
+    Ok(())
+}
+
+/// A schema of its own in the bench's PostgreSQL database, dropped (CASCADE) with this value.
+pub(crate) struct PgSchema {
+    name: String,
+    /// The URL with this schema as its search_path: what `--db` and `Store::open` are given.
+    url: String,
+    base: String,
+}
+
+impl PgSchema {
+    fn create(base: &str, what: &str) -> Res<PgSchema> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos();
+        let name = format!(
+            "exactly_bench_{what}_{}_{}_{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        pg_connect(base)?
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .map_err(|e| format!("CREATE SCHEMA {name} in {}: {e}", redact(base)))?;
+        Ok(PgSchema {
+            url: with_search_path(base, &name)?,
+            name,
+            base: base.to_string(),
+        })
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // The store's pooled connections to the schema sit idle (no transaction, no lock); a
+        // claimer left running may not: wait a while for its lock, then leave the schema with a
+        // warning rather than hang.
+        let sql = format!(
+            "SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS {} CASCADE",
+            self.name
+        );
+        if let Err(e) = pg_connect(&self.base).and_then(|mut c| Ok(c.batch_execute(&sql)?)) {
+            eprintln!("bench: WARNING: schema {} not dropped: {e}", self.name);
+        }
+    }
+}
+
+pub(crate) fn pg_connect(url: &str) -> Res<postgres::Client> {
+    postgres::Client::connect(url, postgres::NoTls)
+        .map_err(|e| format!("connecting to {}: {e}", redact(url)).into())
+}
+
+/// `url` with `options=-csearch_path=SCHEMA` (URL-encoded) added to its query.
+pub(crate) fn with_search_path(url: &str, schema: &str) -> Res<String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    if query.split('&').any(|kv| kv.starts_with("options=")) {
+        return Err(format!(
+            "EXACTLY_BENCH_PG {} has options= already: the bench adds its own (search_path)",
+            redact(url)
+        )
+        .into());
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{sep}options=-csearch_path%3D{schema}"))
+}
+
+/// The URL with its password hidden, for messages and the summary.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if s + 3 < at => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+/// `write_ratio` on PostgreSQL: effect lifecycles through the library (a fresh schema each
+/// round) against bare single-row commits on the same server, rounds interleaved.
+pub(crate) fn pg_write_ratio(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let bare_schema = PgSchema::create(url, "bare")?;
+    let mut c = pg_connect(&bare_schema.url)?;
+    let (mut bare, mut life) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        bare.push(pg_bare_commits(&mut c, plan.write_secs / 3.0)?);
+        let schema = PgSchema::create(url, "ledger")?;
+        let (mut store, ctx) = ledger_with_lease(&schema.url)?;
+        life.push(lifecycles_for(&mut store, &ctx, plan.write_secs / 3.0)?);
+    }
+    let bare_s = median(&mut bare);
+    let life_s = median(&mut life);
+    out.insert("pg_write_ratio".into(), json!(round(life_s / bare_s, 3)));
+    out.insert("pg_lifecycles_per_s".into(), json!(round(life_s, 0)));
+    out.insert("pg_bare_commits_per_s".into(), json!(round(bare_s, 0)));
+    Ok(())
+}
+
+/// Bare single-row commits per second on PostgreSQL: a fresh table with a unique text key, one
+/// INSERT per autocommit statement over one connection, the server's synchronous_commit.
+pub(crate) fn pg_bare_commits(c: &mut postgres::Client, secs: f64) -> Res<f64> {
+    c.batch_execute(
+        "DROP TABLE IF EXISTS t;
+         CREATE TABLE t (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                         k TEXT NOT NULL UNIQUE, v TEXT)",
+    )?;
+    let insert = c.prepare("INSERT INTO t (k, v) VALUES ($1, $2)")?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        c.execute(
+            &insert,
+            &[&format!("{n:032x}"), &"2026-11-30T00:00:00.000Z"],
+        )?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The poll fixture of `n` effects on PostgreSQL, the same rows as [`fill`] writes on SQLite (the
+/// same keys, states, times relative to now, runs, firings, events and counters), in a fresh
+/// schema made by `exactly init` and filled with `INSERT … SELECT … FROM generate_series` in one
+/// transaction, then vacuumed and analysed. Built anew on every run; dropped with the value.
+pub(crate) fn pg_fixture(plan: &Plan, base: &str, n: u64) -> Res<PgSchema> {
+    let t = Instant::now();
+    let schema = PgSchema::create(base, &format!("poll{n}"))?;
+    let o = Command::new(exe())
+        .args(["--db", &schema.url, "init"])
+        .stdin(Stdio::null())
+        .output()?;
+    if !o.status.success() {
+        return Err(format!(
+            "exactly init on PostgreSQL failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )
+        .into());
+    }
+    let mut c = pg_connect(&schema.url)?;
+    c.batch_execute(&pg_fill_sql(plan, n))?;
+    // What autovacuum would do to a live ledger soon after these inserts (and would otherwise
+    // start in the middle of the polls): visibility map and statistics.
+    c.batch_execute("VACUUM (ANALYZE)")?;
+    let events: i64 = c
+        .query_one("SELECT count(*) FROM exactly_events", &[])?
+        .get(0);
+    eprintln!(
+        "bench: built PostgreSQL fixture of {n} effects ({events} events) in {:.1?} (schema {})",
+        t.elapsed(),
+        schema.name
+    );
+    Ok(schema)
+}
+
+/// The SQL that fills a fresh schema as [`fill`] fills a SQLite file (see there for the shape).
+/// Times are the server's `now()` less the same offsets, in exactly's text format.
+pub(crate) fn pg_fill_sql(plan: &Plan, n: u64) -> String {
+    let jobs = plan.poll_jobs;
+    let runs = plan.poll_runs;
+    let month_ms = 30 * 24 * 3600 * 1000i64;
+    let span_ms = 3 * 24 * 3600 * 1000i64;
+    let ts = |at: &str| {
+        format!("to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+    };
+    let ago = |ms: &str| ts(&format!("now() - ({ms}) * interval '1 millisecond'"));
+    let job =
+        |j: &str| format!("'job-' || lpad(({j})::text, greatest(4, length(({j})::text)), '0')");
+    // `format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))`, as fill's keys.
+    let x = "(i::numeric * 11400714819323198485 % 18446744073709551616)";
+    let key = format!(
+        "repeat('0', 16) || lpad(to_hex(floor({x} / 4294967296)::bigint), 8, '0')
+           || lpad(to_hex(({x} % 4294967296)::bigint), 8, '0')"
+    );
+    // Effect i's key, job, time and state, over the effects `series` names.
+    let effects = |series: &str| {
+        format!(
+            "(SELECT i, {key} AS key, {job} AS job, {at} AS at,
+                CASE WHEN i % 10000 <= 4 THEN 'unknown' WHEN i % 10000 <= 6 THEN 'claimed'
+                     WHEN i % 10000 <= 8 THEN 'submitted' ELSE 'done' END AS state
+             FROM {series} AS i)",
+            job = job(&format!("i % {jobs}")),
+            at = ago(&format!("({n} - i) * {month_ms} / {n}")),
+        )
+    };
+    let all = format!("generate_series(0::bigint, {}::bigint)", n - 1);
+    let per_job = (n / jobs).max(1) as i64;
+    let runs_per_job = (runs / jobs).max(1) as i64;
+    format!(
+        "BEGIN;
+         SET LOCAL synchronous_commit = off;
+         INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, lease_ms, overlap,
+           command, command_digest, catchup_s, source, owner, updated_at)
+         SELECT {jk}, 'every 5m', 300, 60, 60000, 'coalesce', '[\"run\",\"' || j || '\"]',
+           '[\"run\",\"' || j || '\"]', 60, 'bench.toml', 'bench', {now}
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j ORDER BY j;
+         INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+         SELECT {jk}, 'bench', 100 + j,
+           CASE WHEN j % 10 = 0 THEN {in_a_minute} ELSE '{released}' END, {month_ago}
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j ORDER BY j;
+         INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+           response, created_at, updated_at, action_id, target_id, input_digest, attempt, version)
+         SELECT key, job, 'run-' || i, 1, state, CASE WHEN state = 'done' THEN 'ok 200' END,
+           at, at, 'send', 'customer-' || i, key, 'bench:1', 3
+         FROM {all_effects} AS f ORDER BY i;
+         INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+         SELECT key, job, 'pay 10 EUR', 'pending', at FROM {approvals} AS f ORDER BY i;
+         INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, detail)
+         SELECT f.at, e.kind, f.job, f.key, 1, e.detail
+         FROM {all_effects} AS f
+         CROSS JOIN LATERAL (VALUES
+           (0, CASE WHEN f.state = 'done' THEN 'effect_done' ELSE 'effect_unknown' END, 'ok 200'),
+           (1, 'duplicate_suppressed', 'already done')) AS e (k, kind, detail)
+         WHERE f.state IN ('done', 'unknown') AND (e.k = 0 OR f.i % 100 = 0)
+         ORDER BY f.i, e.k;
+         INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
+           started_at, ended_at, outcome, duration_ms, exit_code, log)
+         SELECT 'run-' || job || '-' || r, job, {scheduled}, 'bench', 100 + j, {started}, {ended},
+           CASE WHEN r % 50 = 0 THEN 'failed' ELSE 'ok' END, dur,
+           CASE WHEN r % 50 = 0 THEN 1 ELSE 0 END, 'done'
+         FROM (SELECT r, r % {jobs} AS j, {rjob} AS job,
+                 {span_ms} - r * {span_ms} / {runs} AS at_ms, 200 + r * 7919 % 5000 AS dur
+               FROM generate_series(0::bigint, {runs_1}::bigint) AS r) AS s
+         ORDER BY r;
+         INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id,
+           created_at, updated_at)
+         SELECT job_key, scheduled_at, 'schedule', 'done', 'bench', run_id, scheduled_at,
+           scheduled_at
+         FROM exactly_runs ORDER BY rowid;
+         INSERT INTO exactly_counters (kind, job_key, n)
+         SELECT c.kind, {jk}, c.n
+         FROM generate_series(0::bigint, {jobs_1}::bigint) AS j
+         CROSS JOIN (VALUES ('effect_done', {per_job}), ('duplicate_suppressed', {dups}),
+           ('run_ended:ok', {runs_per_job}), ('run_ended:failed', {failed})) AS c (kind, n)
+         ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + excluded.n;
+         COMMIT;",
+        jk = job("j"),
+        jobs_1 = jobs - 1,
+        now = ago("0"),
+        in_a_minute = ts("now() + interval '1 minute'"),
+        released = lease::RELEASED,
+        month_ago = ago(&month_ms.to_string()),
+        all_effects = effects(&all),
+        approvals = effects(&format!(
+            "generate_series(9::bigint, {}::bigint, 10000)",
+            n - 1
+        )),
+        scheduled = ago("at_ms"),
+        started = ago("at_ms - 40"),
+        ended = ago("at_ms - 40 - dur"),
+        rjob = job(&format!("r % {jobs}")),
+        runs_1 = runs - 1,
+        dups = per_job / 100,
+        failed = runs_per_job / 50,
+    )
+}

@@ -340,8 +340,8 @@ fn frozen(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<(
     result
 }
 
-/// Which of `scheds` runs the job's command now (the command is the scheduler's child, with
-/// `EXACTLY_JOB` in its environment), waiting up to `within` for one to.
+/// Which of `scheds` runs the job's command now (the command is the scheduler's child, or its
+/// spawner's, with `EXACTLY_JOB` in its environment), waiting up to `within` for one to.
 fn wait_holder(job: &str, scheds: &[Running], within: Duration) -> Option<usize> {
     let want = format!("EXACTLY_JOB={job}");
     let until = Instant::now() + within;
@@ -351,7 +351,11 @@ fn wait_holder(job: &str, scheds: &[Running], within: Duration) -> Option<usize>
             let Some(ppid) = crate::sender::stat(pid as i32).map(|s| s.ppid as u32) else {
                 continue;
             };
-            let Some(i) = scheds.iter().position(|r| r.pid() == ppid) else {
+            let grand = crate::sender::stat(ppid as i32).map(|s| s.ppid as u32);
+            let Some(i) = scheds
+                .iter()
+                .position(|r| r.pid() == ppid || Some(r.pid()) == grand)
+            else {
                 continue;
             };
             let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();

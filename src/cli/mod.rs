@@ -208,6 +208,12 @@ pub fn main() -> i32 {
     {
         return crate::runner::spawn::exec_command(&args[1..]);
     }
+    if args
+        .first()
+        .is_some_and(|a| a == crate::runner::spawner::SPAWNER_ARG)
+    {
+        return crate::runner::spawner::spawner_main(&args[1..]);
+    }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = Cli::parse();
     match dispatch(cli) {

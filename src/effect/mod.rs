@@ -233,6 +233,11 @@ pub fn open_of(store: &mut Store, job: &str) -> Result<Vec<LedgerRow>> {
     store.open_effects_of(job)
 }
 
+/// The jobs with open effects (their next run settles them first, see [`open_of`]).
+pub fn jobs_with_open(store: &mut Store) -> Result<std::collections::HashSet<String>> {
+    store.jobs_with_open_effects()
+}
+
 /// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
 pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
     store.effect(key)

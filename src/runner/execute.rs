@@ -6,15 +6,16 @@
 //! end whatever it left in its group, capture a bounded log, and record the outcome durably.
 pub use super::hold::RunResult;
 use super::hold::{finish, Heartbeat};
-use super::output::{flush_output, pump, LogBuf, OUTPUT_FLUSH};
-use super::spawn::command_for;
+use super::lend::lend;
+use super::output::{flush_output, LogBuf, Output, OUTPUT_FLUSH};
+use super::spawn::start_command;
+use super::spawner::Launch;
 use crate::firing::{self, Started};
 use crate::state::RunOutcome;
 use crate::{effect, time, Result};
 use crate::{Access, Store};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +39,8 @@ pub struct RunSpec {
     pub started: Started,
     /// The firing ran before (a resumed firing): an earlier run may have left processes.
     pub resumed: bool,
+    /// The job may have open effects: their observers run before the command.
+    pub settle: bool,
     pub lease: Duration,
     /// A command running longer is stopped (outcome `timeout`).
     pub timeout: Option<Duration>,
@@ -90,7 +93,7 @@ fn observe(
         })
     });
     while !observers.is_finished() {
-        beat.tick(store, spec);
+        beat.tick(spec);
         if beat.fenced || spec.kill.load(Ordering::SeqCst) {
             stop.store(true, Ordering::SeqCst);
         }
@@ -117,32 +120,34 @@ fn observe(
     Some(settled)
 }
 
-/// Whether this process's scheduler is deciding a burst of due firings (see
-/// [`super::scheduler`]): a run just started waits for the end of the burst before it opens its
-/// connection and starts its command, so hundreds of runs starting at once do not starve the
-/// decisions of the firings still due in the same instant (each decision takes the job's lease,
-/// records the run and fixes its fencing token; the command follows). Bounded by [`BURST_WAIT`].
-static DECIDING: parking_lot::Mutex<bool> = parking_lot::const_mutex(false);
-static DECIDED: parking_lot::Condvar = parking_lot::Condvar::new();
-/// Longest a run waits for a burst of firings to be decided.
-const BURST_WAIT: Duration = Duration::from_secs(1);
+/// How often a running command's run looks up from waiting for it (its stop conditions, its
+/// output so far, its lease's renewals): the command's end wakes it at once.
+const STEP: Duration = Duration::from_millis(50);
 
-/// Marks the start (true) or the end (false) of a burst of decisions; the end wakes the runs.
-pub fn deciding(on: bool) {
-    *DECIDING.lock() = on;
-    if !on {
-        DECIDED.notify_all();
+/// The database's identity (see [`Store::identity`]), asked once per process and database.
+fn db_identity(db: &str) -> String {
+    static KNOWN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    if let Some(id) = KNOWN
+        .lock()
+        .ok()
+        .and_then(|k| k.iter().find(|(d, _)| d == db).map(|(_, id)| id.clone()))
+    {
+        return id;
+    }
+    match lend(db).and_then(|mut s| s.identity()) {
+        Ok(id) => {
+            if let Ok(mut k) = KNOWN.lock() {
+                k.push((db.to_string(), id.clone()));
+            }
+            id
+        }
+        // Leftovers are then found by the path as given (and asked again next run).
+        Err(_) => format!("path:{db}"),
     }
 }
 
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
-    {
-        let deadline = Instant::now() + BURST_WAIT;
-        let mut on = DECIDING.lock();
-        while *on && !DECIDED.wait_until(&mut on, deadline).timed_out() {}
-    }
-    let mut store = crate::open(Some(&spec.db), Access::Write)?;
     let job = spec.job.as_str();
     let token = spec.started.token;
     let run_id = spec.started.run_id.as_str();
@@ -150,13 +155,182 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let began = Instant::now();
     let mut beat = Heartbeat::new(spec);
     // Leftovers are found by the database's identity, whatever path or URL spelled it.
-    let db_id = store
-        .identity()
-        .unwrap_or_else(|_| format!("path:{}", spec.db));
+    let db_id = db_identity(&spec.db);
+    // Most runs have nothing to do before their command: a first run of its firing (nothing
+    // left of an earlier one), no open effect of the job (asked once for the scheduler's whole
+    // batch), a lease just granted. Those start it at once, without the database.
+    if spec.resumed || spec.settle || beat.left() < spec.lease / 2 {
+        let mut store = lend(&spec.db)?;
+        if let Some(ended) = before_command(spec, &mut store, &mut beat, began, &db_id)? {
+            return Ok(ended);
+        }
+    }
+    let log = Arc::new(Mutex::new(LogBuf::default()));
+    let Some((prog, args)) = spec.command.split_first() else {
+        return finish(
+            spec,
+            &mut beat,
+            RunOutcome::Failed,
+            None,
+            began,
+            "no command",
+        );
+    };
+    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let exe = EXE.get_or_init(|| {
+        std::env::current_exe()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "exactly".into())
+    });
+    let launch = Launch {
+        prog: prog.clone(),
+        args: args.to_vec(),
+        env: [
+            ("EXACTLY_DB", spec.db.as_str()),
+            ("EXACTLY_DB_ID", &db_id),
+            ("EXACTLY_JOB", job),
+            ("EXACTLY_FENCING_TOKEN", &token.to_string()),
+            ("EXACTLY_RUN_ID", run_id),
+            ("EXACTLY_SCHEDULED_AT", slot),
+            ("EXACTLY_BIN", exe),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        cwd: spec.cwd.clone(),
+        deadline_ns: super::watchdog::mono_deadline(beat.deadline()),
+    };
+    let mut cmd = match start_command(&launch) {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("cannot start {prog:?}: {e}");
+            log_line("ERROR", job, &format!("run {run_id}: {why}"));
+            return finish(spec, &mut beat, RunOutcome::Failed, None, began, &why);
+        }
+    };
+    let started_cmd = Instant::now();
+    let pgid = cmd.pid();
+    if !beat.guard(pgid) {
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
+        );
+    }
+    let mut output = Output::new(cmd.take_output());
+    let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
+    // Why and since when the command is being stopped, and its grace before SIGKILL.
+    let mut stopping: Option<(RunOutcome, Instant, Duration)> = None;
+    let status = loop {
+        // Output as it comes; the command's end closes it (unless something it started keeps
+        // it open), and its end is then heard at once.
+        let wait = if output.ended() || !output.read(&log, STEP) {
+            STEP
+        } else {
+            Duration::ZERO
+        };
+        match cmd.wait_for(wait) {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) => {}
+            Err(e) => {
+                log_line("WARN", job, &format!("run {run_id}: lost the command: {e}"));
+                break None;
+            }
+        }
+        if stopping.is_none() {
+            stopping = stop_reason(spec, &beat, started_cmd);
+            if stopping.is_some() {
+                signal_group(pgid, libc::SIGTERM);
+            }
+        }
+        if Instant::now() >= next_flush {
+            next_flush = Instant::now() + OUTPUT_FLUSH;
+            if has_new_output(&log, flushed) {
+                if let Ok(mut store) = lend(&spec.db) {
+                    flush_output(&mut store, run_id, &log, &mut flushed);
+                }
+            }
+        }
+        if let Some((_, since, grace)) = &stopping {
+            if since.elapsed() > *grace {
+                signal_group(pgid, libc::SIGKILL);
+            }
+        }
+        beat.tick(spec);
+    };
+    // The watchdog may have stopped it at the deadline while this thread was held up.
+    let code = status.and_then(|s| s.code());
+    let expired = stopping.is_none()
+        && code != Some(0)
+        && (beat.watchdog_fired() || Instant::now() >= beat.deadline());
+    if expired {
+        log_line(
+            "WARN",
+            job,
+            &format!("run {run_id}: its lease was not renewed by its local deadline: its watchdog stopped the command"),
+        );
+    }
+    // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
+    if let Some((_, since, grace)) = &stopping {
+        while left_in_group(pgid) && since.elapsed() <= *grace {
+            beat.tick(spec);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Nothing the command started goes on once it has ended.
+    signal_group(pgid, libc::SIGKILL);
+    beat.end_group();
+    let deadline = Instant::now() + PIPE_WAIT;
+    while !output.ended() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !output.read(&log, left) {
+            break;
+        }
+    }
+    let text = log.lock().map(|l| l.render()).unwrap_or_default();
+    // A command that exited 0 did its work, even when it was being stopped (its deadline or a
+    // shutdown came as it finished): a run recorded killed would go again. Degraded (a command
+    // that answers SIGTERM with exit 0 counts as done), never doubled.
+    let outcome = if beat.fenced {
+        RunOutcome::Fenced
+    } else if let Some((why, _, _)) =
+        stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
+    {
+        why
+    } else if code == Some(0) {
+        RunOutcome::Ok
+    } else if expired {
+        RunOutcome::Killed
+    } else {
+        RunOutcome::Failed
+    };
+    if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
+        if let Some(sig) = s.signal() {
+            log_line("WARN", job, &format!("run {run_id} ended by signal {sig}"));
+        }
+    }
+    finish(spec, &mut beat, outcome, code, began, &text)
+}
+
+/// What a run does before its command when it may have something to do: end what an earlier
+/// run of its firing left, settle the job's open effects, and confirm the lease. Some(result)
+/// when the run ended there.
+fn before_command(
+    spec: &RunSpec,
+    store: &mut Store,
+    beat: &mut Heartbeat,
+    began: Instant,
+    db_id: &str,
+) -> Result<Option<RunResult>> {
+    let (job, run_id, slot) = (
+        spec.job.as_str(),
+        spec.started.run_id.as_str(),
+        spec.started.slot.as_str(),
+    );
     // A resumed firing never overlaps what an earlier run of it left alive on this machine (a
     // first run has no earlier one, and is spared the scan of every process).
     let ended = if spec.resumed {
-        super::procs::end_leftovers(&db_id, job, slot, run_id, LEFTOVER_WAIT)
+        super::procs::end_leftovers(db_id, job, slot, run_id, LEFTOVER_WAIT)
     } else {
         0
     };
@@ -169,14 +343,14 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     }
     // Unknown before retry: the job's open effects get their observers' verdicts first, under
     // the lease's heartbeat so a slow observer never lets the lease lapse.
-    let Some(settled) = observe(spec, &mut store, &mut beat) else {
+    let Some(settled) = observe(spec, store, beat) else {
         let outcome = if beat.fenced {
             RunOutcome::Fenced
         } else {
             RunOutcome::Killed
         };
         let why = "stopped while its observers ran, before its command started";
-        return finish(&mut store, spec, &mut beat, outcome, None, began, why);
+        return finish(spec, beat, outcome, None, began, why).map(Some);
     };
     for s in &settled {
         if let effect::Observation::CantTell(w) = &s.verdict {
@@ -203,7 +377,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
         .iter()
         .filter(|s| s.verdict == effect::Observation::NotHappened)
     {
-        if let Err(e) = firing::retry_of_run(&mut store, job, &s.run_id) {
+        if let Err(e) = firing::retry_of_run(store, job, &s.run_id) {
             log_line(
                 "WARN",
                 job,
@@ -216,183 +390,26 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     // job now.
     let confirm_by = Instant::now() + spec.lease / 2;
     loop {
-        let fresh = beat.left() >= spec.lease / 2 && lease_fresh(&mut store, spec);
-        if fresh || beat.renew(&mut store, spec) {
-            break;
+        let fresh = beat.left() >= spec.lease / 2 && lease_fresh(store, spec);
+        if fresh || beat.renew(store, spec) {
+            return Ok(None);
         }
         if beat.fenced {
             let why = "its token lost the lease before its command started";
-            return finish(
-                &mut store,
-                spec,
-                &mut beat,
-                RunOutcome::Fenced,
-                None,
-                began,
-                why,
-            );
+            return finish(spec, beat, RunOutcome::Fenced, None, began, why).map(Some);
         }
         if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
             let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
             log_line("WARN", job, &format!("run {run_id}: {why}"));
-            return finish(
-                &mut store,
-                spec,
-                &mut beat,
-                RunOutcome::NotStarted,
-                None,
-                began,
-                why,
-            );
+            return finish(spec, beat, RunOutcome::NotStarted, None, began, why).map(Some);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let log = Arc::new(Mutex::new(LogBuf::default()));
-    let (prog, args) = match spec.command.split_first() {
-        Some(x) => x,
-        None => {
-            return finish(
-                &mut store,
-                spec,
-                &mut beat,
-                RunOutcome::Failed,
-                None,
-                began,
-                "no command",
-            )
-        }
-    };
-    let exe = std::env::current_exe()
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "exactly".into());
-    let mut cmd = command_for(prog, args);
-    // The command leads its own process group (our terminal's signals are ours; our stop
-    // reaches its children too), handed to the process's watchdog once it runs.
-    crate::wrapped::in_group(&mut cmd, None);
-    cmd.env("EXACTLY_DB", &spec.db)
-        .env("EXACTLY_DB_ID", &db_id)
-        .env("EXACTLY_JOB", job)
-        .env("EXACTLY_FENCING_TOKEN", token.to_string())
-        .env("EXACTLY_RUN_ID", run_id)
-        .env("EXACTLY_SCHEDULED_AT", slot)
-        .env("EXACTLY_BIN", exe)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(dir) = &spec.cwd {
-        cmd.current_dir(dir);
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let why = format!("cannot start {prog:?}: {e}");
-            log_line("ERROR", job, &format!("run {run_id}: {why}"));
-            return finish(
-                &mut store,
-                spec,
-                &mut beat,
-                RunOutcome::Failed,
-                None,
-                began,
-                &why,
-            );
-        }
-    };
-    let started_cmd = Instant::now();
-    let pgid = child.id() as i32;
-    if !beat.guard(pgid) {
-        log_line(
-            "WARN",
-            job,
-            &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
-        );
-    }
-    let mut pumps = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        pumps.push(pump(out, log.clone()));
-    }
-    if let Some(err) = child.stderr.take() {
-        pumps.push(pump(err, log.clone()));
-    }
-    let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
-    // Why and since when the command is being stopped, and its grace before SIGKILL.
-    let mut stopping: Option<(RunOutcome, Instant, Duration)> = None;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) => {}
-            Err(e) => {
-                log_line("WARN", job, &format!("run {run_id}: lost the command: {e}"));
-                break None;
-            }
-        }
-        if stopping.is_none() {
-            stopping = stop_reason(spec, &beat, started_cmd);
-            if stopping.is_some() {
-                signal_group(pgid, libc::SIGTERM);
-            }
-        }
-        if Instant::now() >= next_flush {
-            next_flush = Instant::now() + OUTPUT_FLUSH;
-            flush_output(&mut store, run_id, &log, &mut flushed);
-        }
-        if let Some((_, since, grace)) = &stopping {
-            if since.elapsed() > *grace {
-                signal_group(pgid, libc::SIGKILL);
-            }
-        }
-        beat.tick(&mut store, spec);
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // The watchdog may have stopped it at the deadline while this thread was held up.
-    let code = status.and_then(|s| s.code());
-    let expired = stopping.is_none()
-        && code != Some(0)
-        && (beat.watchdog_fired() || Instant::now() >= beat.deadline());
-    if expired {
-        log_line(
-            "WARN",
-            job,
-            &format!("run {run_id}: its lease was not renewed by its local deadline: its watchdog stopped the command"),
-        );
-    }
-    // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
-    if let Some((_, since, grace)) = &stopping {
-        while left_in_group(pgid) && since.elapsed() <= *grace {
-            beat.tick(&mut store, spec);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    // Nothing the command started goes on once it has ended.
-    signal_group(pgid, libc::SIGKILL);
-    beat.end_group();
-    let deadline = Instant::now() + PIPE_WAIT;
-    while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let text = log.lock().map(|l| l.render()).unwrap_or_default();
-    // A command that exited 0 did its work, even when it was being stopped (its deadline or a
-    // shutdown came as it finished): a run recorded killed would go again. Degraded (a command
-    // that answers SIGTERM with exit 0 counts as done), never doubled.
-    let outcome = if beat.fenced {
-        RunOutcome::Fenced
-    } else if let Some((why, _, _)) =
-        stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
-    {
-        why
-    } else if code == Some(0) {
-        RunOutcome::Ok
-    } else if expired {
-        RunOutcome::Killed
-    } else {
-        RunOutcome::Failed
-    };
-    if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
-        if let Some(sig) = s.signal() {
-            log_line("WARN", job, &format!("run {run_id} ended by signal {sig}"));
-        }
-    }
-    finish(&mut store, spec, &mut beat, outcome, code, began, &text)
+}
+
+/// Whether output arrived since `flushed` bytes were stored.
+fn has_new_output(log: &Mutex<LogBuf>, flushed: u64) -> bool {
+    log.lock().is_ok_and(|l| l.seen() != flushed)
 }
 
 /// Whether the lease row still names this run's token with most of a lease left (the claim

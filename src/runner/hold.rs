@@ -13,11 +13,12 @@
 //! scheduler is alive (see [`crate::firing::ResumeRules`]). Its writes go before the process's
 //! queued firings.
 use super::execute::{log_line, RunSpec};
+use super::lend::{lend, Lent};
 use super::renewer::{self, Hold};
 use super::watchdog;
 use crate::jobs::{self, RunEnd};
 use crate::state::RunOutcome;
-use crate::{lease, time, Access, Error, Result, Store};
+use crate::{lease, time, Error, Result, Store};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,10 +114,20 @@ impl Heartbeat {
     }
 
     /// Takes in what the renewer heard: a later deadline (handed to the watchdog), or a fence.
-    pub fn tick(&mut self, store: &mut Store, spec: &RunSpec) {
+    pub fn tick(&mut self, spec: &RunSpec) {
         self.arm();
         if !self.fenced && self.hold.heard().fenced {
-            self.fence(store, spec);
+            match lend(&spec.db) {
+                Ok(mut store) => self.fence(&mut store, spec),
+                Err(e) => {
+                    self.fenced = true;
+                    log_line(
+                        "WARN",
+                        &spec.job,
+                        &format!("run {} fenced; cannot record it: {e}", spec.started.run_id),
+                    );
+                }
+            }
         }
     }
 
@@ -163,6 +174,43 @@ impl Heartbeat {
     }
 }
 
+/// An end not recorded: the run stays owned, its lease renewed meanwhile; said once. At
+/// shutdown past [`FINISH_RETRY_AT_SHUTDOWN`], the error to give up with.
+fn end_not_recorded(
+    spec: &RunSpec,
+    beat: &mut Heartbeat,
+    end: &RunEnd<'_>,
+    e: &Error,
+    since: Instant,
+    tries: &mut u64,
+) -> Option<Error> {
+    beat.hold.unretire();
+    *tries += 1;
+    if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
+        log_line(
+            "ERROR",
+            &spec.job,
+            &format!(
+                "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
+                spec.started.run_id, end.outcome
+            ),
+        );
+        return Some(Error::Store(e.to_string()));
+    }
+    if *tries == 1 {
+        log_line(
+            "WARN",
+            &spec.job,
+            &format!(
+                "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
+                spec.started.run_id, end.outcome
+            ),
+        );
+    }
+    beat.tick(spec);
+    None
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
@@ -175,7 +223,6 @@ pub struct RunResult {
 /// ended, exit 0 included, is never taken for a dead one. `store` is reopened after an error
 /// that is not a lock (a file made read-only and back, a server restarted).
 pub fn finish(
-    store: &mut Store,
     spec: &RunSpec,
     beat: &mut Heartbeat,
     outcome: RunOutcome,
@@ -197,9 +244,22 @@ pub fn finish(
     };
     let since = Instant::now();
     let (mut tries, mut pause) = (0u64, END_RETRY_FIRST);
-    let mut fresh: Option<Store> = None;
+    let mut lent: Option<Lent> = None;
     let outcome = loop {
-        let s = fresh.as_mut().unwrap_or(&mut *store);
+        let s = match lent.as_mut() {
+            Some(s) => s,
+            None => match lend(&spec.db) {
+                Ok(s) => lent.insert(s),
+                Err(e) => {
+                    if let Some(e) = end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(END_RETRY_CAP);
+                    continue;
+                }
+            },
+        };
         // No renewal may land after the release this write makes.
         beat.hold.retire();
         s.set_writes_first(true);
@@ -216,37 +276,16 @@ pub fn finish(
             Ok(o) => break o,
             Err(e) => e,
         };
-        // Not recorded: the run stays owned, its lease renewed meanwhile.
-        beat.hold.unretire();
-        tries += 1;
-        if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
-            log_line(
-                "ERROR",
-                &spec.job,
-                &format!(
-                    "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
-                    spec.started.run_id, end.outcome
-                ),
-            );
+        if let Some(e) = end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
             return Err(e);
         }
-        if tries == 1 {
-            log_line(
-                "WARN",
-                &spec.job,
-                &format!(
-                    "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
-                    spec.started.run_id, end.outcome
-                ),
-            );
-        }
-        let s = fresh.as_mut().unwrap_or(&mut *store);
-        beat.tick(s, spec);
         std::thread::sleep(pause);
         pause = (pause * 2).min(END_RETRY_CAP);
         if !matches!(e, Error::Busy(_)) {
             // A connection that met a read-only file or a lost server may not recover itself.
-            fresh = crate::open(Some(&spec.db), Access::Write).ok().or(fresh);
+            if let Some(s) = lent.as_mut() {
+                let _ = s.reopen();
+            }
         }
     };
     if tries > 0 {

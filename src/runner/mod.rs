@@ -13,6 +13,7 @@ pub mod dst;
 pub mod execute;
 mod health;
 mod hold;
+mod lend;
 pub mod liveness;
 mod output;
 pub mod problems;
@@ -21,6 +22,7 @@ mod renewer;
 pub mod schedule;
 pub mod scheduler;
 pub mod spawn;
+pub mod spawner;
 pub mod watchdog;
 
 pub use config::{Job, Overlap, Problem, Severity};
@@ -325,6 +327,7 @@ pub(crate) fn run_here(
         started,
         // A manual firing is of a new slot: nothing ran it before.
         resumed: false,
+        settle: true,
         lease: reg.lease,
         timeout: reg.timeout,
         observe_timeout: reg.observe_timeout,

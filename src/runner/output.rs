@@ -4,7 +4,7 @@ use crate::jobs;
 use crate::Store;
 use std::collections::VecDeque;
 use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Bytes of a run's output kept from its start, and from its end.
@@ -46,6 +46,10 @@ pub(crate) fn flush_output(
 }
 
 impl LogBuf {
+    /// Bytes received in all.
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen
+    }
     pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.seen += bytes.len() as u64;
         let room = LOG_HEAD.saturating_sub(self.head.len());
@@ -70,23 +74,68 @@ impl LogBuf {
     }
 }
 
-pub(crate) fn pump(
-    mut from: impl Read + Send + 'static,
-    log: Arc<Mutex<LogBuf>>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+/// A command's output, read by its run's own thread between its other duties (no thread of
+/// its own per run): non-blocking, waited for with `poll`.
+pub(crate) struct Output {
+    file: Option<std::fs::File>,
+}
+
+impl Output {
+    pub(crate) fn new(file: Option<std::fs::File>) -> Output {
+        if let Some(f) = &file {
+            use std::os::fd::AsRawFd;
+            // SAFETY: fcntl on a descriptor we own.
+            unsafe {
+                let fd = f.as_raw_fd();
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
+        Output { file }
+    }
+
+    /// Whether the writing ends are all closed (or there was no output to read).
+    pub(crate) fn ended(&self) -> bool {
+        self.file.is_none()
+    }
+
+    /// Waits up to `wait` for output and takes in all there is; false once none can come.
+    pub(crate) fn read(&mut self, log: &Mutex<LogBuf>, wait: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(f) = self.file.as_mut() else {
+            return false;
+        };
+        let mut pfd = libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+            return true;
+        }
         let mut buf = [0u8; 8192];
         loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+            match f.read(&mut buf) {
+                Ok(0) => {
+                    self.file = None;
+                    return false;
+                }
                 Ok(n) => {
                     if let Ok(mut l) = log.lock() {
                         l.push(&buf[..n]);
                     }
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.file = None;
+                    return false;
+                }
             }
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
-/// Most firings decided in one transaction: hundreds due at one instant cost a handful of
-/// commits, and the runs' own writes (lease renewals, ends) get the lock between batches.
-const FIRE_BATCH: usize = 32;
+/// Most firings decided in one transaction: a burst of 500 due at one instant is decided in one
+/// commit of about 10 ms (it was 32 to a transaction, so that runs' writes got the lock between
+/// batches; the write lanes, see `store/gate.rs`, now put firings before runs' ends).
+const FIRE_BATCH: usize = 512;
 /// A firing this late is still on time (scheduling jitter, a quick restart); later than this
 /// plus the job's catch-up window, it is a miss.
 pub const LATE_OK: Duration = Duration::from_secs(2);
@@ -104,6 +105,8 @@ pub fn run(
             "no watchdog process: each run's thread alone stops its command at its deadline",
         );
     }
+    // Commands start through one small process forked once (see `spawner.rs`).
+    super::spawner::ready();
     // Firings go before the runs' own writes (ends, renewals) in this process.
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
@@ -353,7 +356,11 @@ fn start_waiting(
                 s.slot, s.run_id, s.token
             ),
         );
-        runs.push(spawn(cfg, job, s, resumed, kill, asked));
+        let how = How {
+            resumed,
+            settle: true,
+        };
+        runs.push(spawn(cfg, job, s, how, kill, asked));
         return Ok(true);
     }
     Ok(false)
@@ -392,10 +399,7 @@ fn fire_due(
     if due.is_empty() {
         return;
     }
-    // The runs started below wait for the whole burst to be decided (see DECIDING).
-    super::execute::deciding(true);
     fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
-    super::execute::deciding(false);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -488,6 +492,17 @@ fn fire_batches(
                 .collect::<Vec<_>>(),
         };
         drop(requests);
+        // The jobs with open effects, asked once for the batch once its leases are granted
+        // (no effect can be begun under an older token after that): only their runs wait for
+        // observers before the command. Unknown (a failed read): every run asks for itself.
+        let started = decided
+            .iter()
+            .any(|d| matches!(d, Ok(DueFate::Fired(Fired::Started(_)))));
+        let open = if started {
+            crate::effect::jobs_with_open(store).ok()
+        } else {
+            None
+        };
         for ((i, slot, slot_text, _, kind), fired) in parts.into_iter().zip(decided) {
             let st = &mut states[i];
             match fired {
@@ -495,7 +510,12 @@ fn fire_batches(
                     st.handled(slot);
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
-                        runs.push(spawn(cfg, &st.job, started, false, kill, asked));
+                        let settle = open.as_ref().is_none_or(|o| o.contains(&st.job.name));
+                        let how = How {
+                            resumed: false,
+                            settle,
+                        };
+                        runs.push(spawn(cfg, &st.job, started, how, kill, asked));
                     }
                 }
                 Ok(DueFate::Late { late_ms, skipped }) => {
@@ -521,11 +541,17 @@ fn fire_batches(
     }
 }
 
+/// What a run must do before its command (see [`RunSpec`]).
+struct How {
+    resumed: bool,
+    settle: bool,
+}
+
 fn spawn(
     cfg: &Config,
     job: &Job,
     started: Started,
-    resumed: bool,
+    how: How,
     kill: &Arc<AtomicBool>,
     granted: Instant,
 ) -> Running {
@@ -533,7 +559,8 @@ fn spawn(
         db: cfg.db.clone(),
         job: job.name.clone(),
         started: started.clone(),
-        resumed,
+        resumed: how.resumed,
+        settle: how.settle,
         lease: job.lease,
         timeout: job.timeout,
         observe_timeout: job.observe_timeout,

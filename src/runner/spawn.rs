@@ -77,3 +77,72 @@ fn die_with_us(cmd: &mut Command, parent: i32) -> &mut Command {
     }
     cmd
 }
+
+/// A running command, started by the spawner or by this process.
+pub(crate) enum Running {
+    Spawned(super::spawner::Spawned, Option<std::fs::File>),
+    Child(std::process::Child, Option<std::fs::File>),
+}
+
+/// Starts `l` with one pipe for its stdout and stderr (their lines interleave as written), in a
+/// process group of its own that dies with us: through the spawner when there is one (see
+/// `spawner.rs`), else by starting it from this process.
+pub(crate) fn start_command(l: &super::spawner::Launch) -> std::io::Result<Running> {
+    let (r, w) = crate::wrapped::pipe()?;
+    // SAFETY: both descriptors were just created and are ours alone.
+    let (r, w) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(r),
+            std::os::fd::OwnedFd::from_raw_fd(w),
+        )
+    };
+    let out = Some(std::fs::File::from(r));
+    if let Some(spawned) = super::spawner::launch(l, &w) {
+        return Ok(Running::Spawned(spawned?, out));
+    }
+    let mut cmd = command_for(&l.prog, &l.args);
+    crate::wrapped::in_group(&mut cmd, None);
+    cmd.envs(l.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(w.try_clone()?))
+        .stderr(std::process::Stdio::from(w));
+    if let Some(dir) = &l.cwd {
+        cmd.current_dir(dir);
+    }
+    Ok(Running::Child(cmd.spawn()?, out))
+}
+
+impl Running {
+    /// The command's pid, which is its process group's id.
+    pub(crate) fn pid(&self) -> i32 {
+        match self {
+            Running::Spawned(s, _) => s.pid,
+            Running::Child(c, _) => c.id() as i32,
+        }
+    }
+
+    /// The read end of its output, once.
+    pub(crate) fn take_output(&mut self) -> Option<std::fs::File> {
+        match self {
+            Running::Spawned(_, o) | Running::Child(_, o) => o.take(),
+        }
+    }
+
+    /// Waits up to `d` for the command to end: its status, None while it runs.
+    pub(crate) fn wait_for(
+        &mut self,
+        d: std::time::Duration,
+    ) -> std::io::Result<Option<std::process::ExitStatus>> {
+        match self {
+            Running::Spawned(s, _) => s.wait_for(d),
+            Running::Child(c, _) => {
+                if let Some(s) = c.try_wait()? {
+                    return Ok(Some(s));
+                }
+                std::thread::sleep(d);
+                c.try_wait()
+            }
+        }
+    }
+}

@@ -36,12 +36,32 @@ pub fn ready() -> bool {
 
 /// Stop `group` at `deadline` (its whole process group).
 pub fn arm(group: i32, deadline: Instant) -> bool {
-    let ns = mono_ns().saturating_add(
+    send(group, mono_deadline(deadline))
+}
+
+/// The descriptor runs write `arm` and `disarm` messages to (the spawner is given a copy, so a
+/// command is held from the instant it starts, see `spawner.rs`). None without a watchdog.
+pub fn pipe_fd() -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let s = shared()?;
+    s.tx.lock().ok().map(|f| f.as_raw_fd())
+}
+
+/// The message that arms `group` until `ns` on the monotonic clock (0: disarm).
+pub fn message(group: i32, ns: u64) -> [u8; 12] {
+    let mut msg = [0u8; 12];
+    msg[..4].copy_from_slice(&group.to_le_bytes());
+    msg[4..].copy_from_slice(&ns.to_le_bytes());
+    msg
+}
+
+/// `deadline` on the monotonic clock as the watchdog counts it.
+pub fn mono_deadline(deadline: Instant) -> u64 {
+    mono_ns().saturating_add(
         deadline
             .saturating_duration_since(Instant::now())
             .as_nanos() as u64,
-    );
-    send(group, ns)
+    )
 }
 
 /// The group's command ended (and was reaped): forget it.
@@ -69,9 +89,7 @@ pub fn fired(group: i32) -> bool {
 
 fn send(group: i32, ns: u64) -> bool {
     let Some(s) = shared() else { return false };
-    let mut msg = [0u8; 12];
-    msg[..4].copy_from_slice(&group.to_le_bytes());
-    msg[4..].copy_from_slice(&ns.to_le_bytes());
+    let msg = message(group, ns);
     s.tx.lock().is_ok_and(|mut tx| tx.write_all(&msg).is_ok())
 }
 

@@ -131,4 +131,17 @@ impl Store {
             )
         })
     }
+
+    /// Every job with an open (`submitted`/`unknown`) effect: few, through the open-effects
+    /// index. A scheduler asks once per batch of firings instead of once per run.
+    pub(crate) fn jobs_with_open_effects(&mut self) -> Result<std::collections::HashSet<String>> {
+        self.read(|tx| {
+            let jobs: Vec<Option<String>> = tx.rows(
+                &format!("SELECT DISTINCT job_key FROM effect_ledger WHERE {JOB_OPEN}"),
+                args![],
+                |r| text(r, 0),
+            )?;
+            Ok(jobs.into_iter().flatten().collect())
+        })
+    }
 }

@@ -1,7 +1,8 @@
 //! The write queue within one process: writers take turns on a lock that wakes the next one
-//! at once (SQLite's busy handler sleeps up to 100 ms between tries), in three lanes: the lease
-//! renewals that keep running commands alive go first, then a scheduler's firings and its runs'
-//! ends, then everything else (see `Store::write`).
+//! at once (SQLite's busy handler sleeps up to 100 ms between tries), in four lanes: the lease
+//! renewals that keep running commands alive go first, then a scheduler's firings (a firing
+//! decided late is a command started late), then its runs' ends (an end recorded later holds
+//! its lease a little longer, renewed meanwhile), then everything else (see `Store::write`).
 use std::time::Duration;
 
 /// A writer's lane: higher goes first.
@@ -9,12 +10,15 @@ use std::time::Duration;
 pub enum Lane {
     #[default]
     Others = 0,
-    First = 1,
+    /// A run's own writes: its end, and its lease confirmed before its command.
+    Ends = 1,
+    /// A scheduler's firings.
+    Firings = 2,
     /// Lease renewals: a late one stops a live command at its deadline.
-    Renewals = 2,
+    Renewals = 3,
 }
 
-const LANES: usize = 3;
+const LANES: usize = 4;
 
 /// Whose turn it is to write, within this process (see [`Store::write`]).
 struct Gate {
@@ -30,6 +34,7 @@ static GATE: parking_lot::Mutex<Gate> = parking_lot::const_mutex(Gate {
 /// Where each lane's writers wait. A writer ending its turn wakes one waiter of the highest lane
 /// that has any (waking them all would wake hundreds of runs for each end of a turn).
 static FREED: [parking_lot::Condvar; LANES] = [
+    parking_lot::Condvar::new(),
     parking_lot::Condvar::new(),
     parking_lot::Condvar::new(),
     parking_lot::Condvar::new(),

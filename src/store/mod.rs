@@ -352,7 +352,7 @@ impl Store {
     /// firings, since a firing decided late is a run started late, while a run's end or a lease
     /// renewal recorded a few milliseconds later changes nothing.
     pub(crate) fn writes_first(&mut self) {
-        self.writes_first = gate::Lane::First;
+        self.writes_first = gate::Lane::Firings;
     }
 
     /// Puts this connection's writes before every other writer of the process: the lease
@@ -362,10 +362,11 @@ impl Store {
     }
 
     /// Puts this connection's next writes before (true) or among (false) the process's others:
-    /// a run's lease renewals and its end must not wait behind a burst of firings.
+    /// a run's lease confirmation and its end go before gc, output and the like, after the
+    /// scheduler's firings and the lease renewals.
     pub fn set_writes_first(&mut self, on: bool) {
         self.writes_first = if on {
-            gate::Lane::First
+            gate::Lane::Ends
         } else {
             gate::Lane::Others
         };

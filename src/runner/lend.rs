@@ -1,0 +1,77 @@
+//! Database connections lent to runs for the moment they need one.
+//!
+//! A run used to open a connection of its own before its command started and hold it to its
+//! end: at a hundred firings a second that was a hundred opens (each checking the schema)
+//! before the commands could start, and hundreds of idle connections. A run touches the
+//! database only now and then (its observers' check, its output so far, its end), so it borrows
+//! one for each and gives it back.
+use crate::{Access, Result, Store};
+use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
+
+/// Idle connections kept per process; more are opened when more runs want one at once.
+const KEEP: usize = 16;
+
+static IDLE: Mutex<Vec<(String, Store)>> = Mutex::new(Vec::new());
+
+/// A connection to `db`, given back when dropped.
+pub struct Lent {
+    db: String,
+    store: Option<Store>,
+}
+
+/// A connection to `db`: an idle one, or a new one.
+pub fn lend(db: &str) -> Result<Lent> {
+    let idle = IDLE.lock().ok().and_then(|mut v| {
+        let i = v.iter().rposition(|(d, _)| d == db)?;
+        Some(v.swap_remove(i).1)
+    });
+    let store = match idle {
+        Some(s) => s,
+        None => crate::open(Some(db), Access::Write)?,
+    };
+    Ok(Lent {
+        db: db.to_string(),
+        store: Some(store),
+    })
+}
+
+impl Lent {
+    /// Replaces the connection with a new one (after an error it may not recover from).
+    pub fn reopen(&mut self) -> Result<()> {
+        self.store = Some(crate::open(Some(&self.db), Access::Write)?);
+        Ok(())
+    }
+}
+
+impl Deref for Lent {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match &self.store {
+            Some(s) => s,
+            None => unreachable!("a lent store is present until dropped"),
+        }
+    }
+}
+
+impl DerefMut for Lent {
+    fn deref_mut(&mut self) -> &mut Store {
+        match &mut self.store {
+            Some(s) => s,
+            None => unreachable!("a lent store is present until dropped"),
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        if let Ok(mut v) = IDLE.lock() {
+            if v.len() < KEEP {
+                v.push((std::mem::take(&mut self.db), store));
+            }
+        }
+    }
+}

@@ -1,0 +1,679 @@
+//! The spawner: one small process per scheduler that starts the runs' commands the moment they
+//! are decided, and reaps them.
+//!
+//! Forking the scheduler itself for each command copies the page tables of a process with
+//! hundreds of threads and stalls them all on copy-on-write faults; starting the `exactly`
+//! binary again for each (to set `PR_SET_PDEATHSIG` in a fresh process) loads 14 MB per run.
+//! Instead the scheduler starts this binary once, as `exactly __exactly-spawner` (a fresh,
+//! single-threaded process), and sends it each command over a `SOCK_SEQPACKET` socket with the
+//! run's output pipe attached (`SCM_RIGHTS`). It forks (cheap: it is small), and the child leads
+//! a process group of its own, dies with the spawner (`PR_SET_PDEATHSIG`) and execs the command.
+//! The spawner answers with the pid at once (a command that cannot be started exits 127 with
+//! why on its output, as a shell's would) and later with its wait status.
+//!
+//! What a command dies with is unchanged: the scheduler's death closes the socket and the
+//! spawner SIGKILLs every group it started, then exits (and the watchdog, see `watchdog.rs`,
+//! stops the groups too); the spawner's death SIGKILLs each command (`PR_SET_PDEATHSIG`), and
+//! the scheduler hears of it as a lost command. The spawner ignores the signals a terminal or
+//! a service manager sends the scheduler (those are the scheduler's to act on, with its grace
+//! period), and gives its commands the default dispositions back.
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
+pub const SPAWNER_ARG: &str = "__exactly-spawner";
+/// The spawner's copy of the watchdog's pipe, when it has one.
+const WATCHDOG_FD: RawFd = 3;
+/// Largest message either way (a command's arguments and environment).
+const MAX_MESSAGE: usize = 256 * 1024;
+
+/// A command to start.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Launch {
+    pub prog: String,
+    pub args: Vec<String>,
+    /// Added to (or replacing) the scheduler's environment.
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// The run's lease deadline on the monotonic clock (0: none): the spawner hands the new
+    /// group to the watchdog with it before it answers, so a command started just as the
+    /// scheduler is frozen (SIGSTOP) is stopped at its deadline all the same.
+    pub deadline_ns: u64,
+}
+
+#[derive(Serialize)]
+struct Request<'a> {
+    id: u64,
+    launch: &'a Launch,
+}
+
+#[derive(Deserialize)]
+struct Received {
+    id: u64,
+    launch: Launch,
+}
+
+/// What the spawner says of a request.
+#[derive(Debug, Serialize, Deserialize)]
+enum Said {
+    Started { id: u64, pid: i32 },
+    Refused { id: u64, why: String },
+    Exited { id: u64, status: i32 },
+}
+
+/// What a run hears of its command.
+enum Heard {
+    Started(i32),
+    Refused(String),
+    Exited(i32),
+    /// The spawner is gone: the command died with it.
+    Lost,
+}
+
+struct Client {
+    sock: Mutex<OwnedFd>,
+    waiting: Mutex<HashMap<u64, Sender<Heard>>>,
+    next: AtomicU64,
+    gone: AtomicBool,
+}
+
+fn client() -> Option<&'static Client> {
+    client_cell()
+        .get_or_init(|| match start() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            super::execute::log_line("WARN", "-", &format!("no spawner process ({e}): each command is started by forking the scheduler"));
+            None
+        }
+    })
+    .as_ref()
+    .filter(|c| !c.gone.load(Ordering::SeqCst))
+}
+
+/// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
+/// commands go through it. (A program embedding the library starts its commands itself.)
+pub fn ready() -> bool {
+    super::spawn::SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
+}
+
+/// A command started by the spawner.
+pub struct Spawned {
+    pub pid: i32,
+    rx: Receiver<Heard>,
+}
+
+impl Spawned {
+    /// Waits up to `d` for the command to end: its status, None while it runs. An error when
+    /// the spawner is gone (the command died with it).
+    pub fn wait_for(&self, d: Duration) -> io::Result<Option<ExitStatus>> {
+        match self.rx.recv_timeout(d) {
+            Ok(Heard::Exited(s)) => Ok(Some(ExitStatus::from_raw(s))),
+            Ok(_) | Err(RecvTimeoutError::Disconnected) => Err(io::Error::other(
+                "the spawner process is gone, and the command with it",
+            )),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+        }
+    }
+}
+
+/// Starts `launch` through the spawner with `output` as its stdout and stderr. None when
+/// there is no spawner (the caller starts the command itself).
+pub fn launch(launch: &Launch, output: &OwnedFd) -> Option<io::Result<Spawned>> {
+    // Only a scheduler that started one (see [`ready`]): a single run in the foreground
+    // (`exactly trigger`) starts its one command itself.
+    let c = client_cell()
+        .get()
+        .and_then(Option::as_ref)
+        .filter(|c| !c.gone.load(Ordering::SeqCst))?;
+    let id = c.next.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel();
+    if let Ok(mut w) = c.waiting.lock() {
+        w.insert(id, tx);
+    }
+    let msg = match serde_json::to_vec(&Request { id, launch }) {
+        Ok(m) => m,
+        Err(e) => return Some(Err(io::Error::other(e))),
+    };
+    let sent = c
+        .sock
+        .lock()
+        .map_err(|_| io::Error::other("spawner socket poisoned"))
+        .and_then(|s| send_with_fd(s.as_raw_fd(), &msg, Some(output.as_raw_fd())));
+    if let Err(e) = sent {
+        if let Ok(mut w) = c.waiting.lock() {
+            w.remove(&id);
+        }
+        return Some(Err(e));
+    }
+    Some(match rx.recv() {
+        Ok(Heard::Started(pid)) => Ok(Spawned { pid, rx }),
+        Ok(Heard::Refused(why)) => Err(io::Error::other(why)),
+        Ok(Heard::Exited(_)) | Ok(Heard::Lost) | Err(_) => {
+            Err(io::Error::other("the spawner process is gone"))
+        }
+    })
+}
+
+fn start() -> io::Result<Client> {
+    let (ours, theirs) = socketpair()?;
+    // The spawner's socket is its stdin, and the watchdog's pipe its descriptor 3: nothing else
+    // of ours reaches it.
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg(SPAWNER_ARG)
+        .stdin(std::process::Stdio::from(theirs))
+        .stdout(std::process::Stdio::null())
+        .process_group(0);
+    use std::os::unix::process::CommandExt;
+    if let Some(wd) = super::watchdog::pipe_fd() {
+        cmd.arg(WATCHDOG_FD.to_string());
+        // SAFETY: dup2 is async-signal-safe; the new descriptor has no close-on-exec flag.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(wd, WATCHDOG_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn()?;
+    // It is reaped by the reader thread's end, or lives as long as we do.
+    let pid = child.id();
+    let read_fd = ours.try_clone()?;
+    let client = Client {
+        sock: Mutex::new(ours),
+        waiting: Mutex::new(HashMap::new()),
+        next: AtomicU64::new(1),
+        gone: AtomicBool::new(false),
+    };
+    std::thread::Builder::new()
+        .name("spawner-reader".into())
+        .spawn(move || read_replies(read_fd, child))?;
+    super::execute::log_line("INFO", "-", &format!("spawner process {pid} started"));
+    Ok(client)
+}
+
+/// Routes the spawner's words to the runs waiting for them; when it is gone, every run still
+/// waiting hears so.
+fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        // SAFETY: buf is valid for its length; the socket is ours.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        let Ok(said) = serde_json::from_slice::<Said>(&buf[..n as usize]) else {
+            continue;
+        };
+        let Some(c) = client_now() else { continue };
+        let Ok(mut w) = c.waiting.lock() else {
+            continue;
+        };
+        let (id, heard, done) = match said {
+            Said::Started { id, pid } => (id, Heard::Started(pid), false),
+            Said::Refused { id, why } => (id, Heard::Refused(why), true),
+            Said::Exited { id, status } => (id, Heard::Exited(status), true),
+        };
+        if let Some(tx) = w.get(&id) {
+            let _ = tx.send(heard);
+        }
+        if done {
+            w.remove(&id);
+        }
+    }
+    if let Some(c) = client_now() {
+        c.gone.store(true, Ordering::SeqCst);
+        super::execute::log_line(
+            "ERROR",
+            "-",
+            "the spawner process is gone: its running commands died with it; new ones are started by forking the scheduler",
+        );
+        if let Ok(mut w) = c.waiting.lock() {
+            for (_, tx) in w.drain() {
+                let _ = tx.send(Heard::Lost);
+            }
+        }
+    }
+    let _ = child.wait();
+}
+
+/// The client once set up (the reader thread may hear before `start` returned).
+fn client_now() -> Option<&'static Client> {
+    for _ in 0..1000 {
+        if let Some(c) = client_cell().get().and_then(Option::as_ref) {
+            return Some(c);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// The one spawner of this process (set up by the first [`client`] call).
+fn client_cell() -> &'static OnceLock<Option<Client>> {
+    static CELL: OnceLock<Option<Client>> = OnceLock::new();
+    &CELL
+}
+
+fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds has room for two descriptors.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends one message, with `fd` attached when given.
+fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut libc::c_void,
+        iov_len: msg.len(),
+    };
+    // Room for one descriptor's control message, aligned as cmsghdr needs.
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN are pure; control is large enough for one int.
+        unsafe {
+            hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        }
+    }
+    loop {
+        // SAFETY: hdr points at live buffers (see above).
+        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message into `buf`: its length (0 at end of file) and the descriptor attached.
+fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: as in send_with_fd.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = std::mem::size_of_val(&control) as _;
+    let n = loop {
+        // SAFETY: hdr points at live buffers.
+        let n = unsafe { libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut fd = None;
+    // SAFETY: the kernel filled hdr's control buffer; we walk it with the CMSG macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+                fd = Some(OwnedFd::from_raw_fd(raw));
+            }
+            cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
+        }
+    }
+    Ok((n, fd))
+}
+
+// ------------------------------------------------------------------ the spawner process
+
+/// Written by the SIGCHLD handler: wakes the loop to reap.
+static CHLD_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = CHLD_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write is async-signal-safe; a full pipe already holds a wake-up.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+    }
+}
+
+/// `exactly __exactly-spawner [3]`, its socket on stdin (and the watchdog's pipe on 3 when
+/// named): serves until the scheduler is gone.
+pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
+    let watchdog = args
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(|a| a.parse::<RawFd>().ok());
+    if let Some(wd) = watchdog {
+        // Ours alone: a command holding it would keep the watchdog from hearing the end.
+        // SAFETY: fcntl on the descriptor we were given.
+        unsafe { libc::fcntl(wd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    // SAFETY: prctl with a static name; signal dispositions for this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"exactly-spawner".as_ptr());
+        crate::wrapped::ignore_parents_signals();
+    }
+    let (wake_r, wake_w) = match crate::wrapped::pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("exactly spawner: {e}");
+            return 1;
+        }
+    };
+    // SAFETY: both ends are ours; non-blocking so the handler never blocks and the loop drains.
+    unsafe {
+        libc::fcntl(wake_r, libc::F_SETFL, libc::O_NONBLOCK);
+        libc::fcntl(wake_w, libc::F_SETFL, libc::O_NONBLOCK);
+    }
+    CHLD_PIPE.store(wake_w, Ordering::Relaxed);
+    // SAFETY: installing a handler that only writes to a pipe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigchld as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+    let sock = 0;
+    // SAFETY: getppid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    // pid → request id, of the commands alive.
+    let mut live: HashMap<i32, u64> = HashMap::new();
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake_r,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: fds is valid for two entries.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+        if fds[1].revents != 0 {
+            let mut sink = [0u8; 64];
+            // SAFETY: draining our non-blocking pipe into a stack buffer.
+            while unsafe { libc::read(wake_r, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+        }
+        reap(&mut live, sock);
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let (len, fd) = match recv_with_fd(sock, &mut buf) {
+            Ok((0, _)) | Err(_) => break,
+            Ok(x) => x,
+        };
+        let Ok(req) = serde_json::from_slice::<Received>(&buf[..len]) else {
+            continue;
+        };
+        let said = match (fd, fork_exec(&req.launch, me)) {
+            (None, _) => Said::Refused {
+                id: req.id,
+                why: "no output pipe came with the command".into(),
+            },
+            (Some(out), Ok(prepared)) => match prepared.start(&out) {
+                Ok(pid) => {
+                    if let (Some(wd), ns) = (watchdog, req.launch.deadline_ns) {
+                        if ns > 0 {
+                            let msg = super::watchdog::message(pid, ns);
+                            // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
+                            unsafe { libc::write(wd, msg.as_ptr().cast(), msg.len()) };
+                        }
+                    }
+                    live.insert(pid, req.id);
+                    Said::Started { id: req.id, pid }
+                }
+                Err(e) => Said::Refused {
+                    id: req.id,
+                    why: format!("cannot start {:?}: {e}", req.launch.prog),
+                },
+            },
+            (Some(_), Err(e)) => Said::Refused {
+                id: req.id,
+                why: format!("cannot start {:?}: {e}", req.launch.prog),
+            },
+        };
+        if reply(sock, &said).is_err() {
+            break;
+        }
+    }
+    // The scheduler is gone: nothing of its runs may outlive it.
+    for pid in live.keys() {
+        // SAFETY: each command leads its own group.
+        unsafe { libc::kill(-*pid, libc::SIGKILL) };
+    }
+    0
+}
+
+fn reply(sock: RawFd, said: &Said) -> io::Result<()> {
+    let msg = serde_json::to_vec(said).map_err(io::Error::other)?;
+    send_with_fd(sock, &msg, None)
+}
+
+/// Reaps every ended command and says so.
+fn reap(live: &mut HashMap<i32, u64>, sock: RawFd) {
+    loop {
+        let mut status = 0;
+        // SAFETY: status is a valid int.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        if let Some(id) = live.remove(&pid) {
+            let _ = reply(sock, &Said::Exited { id, status });
+        }
+    }
+}
+
+/// A command made ready to fork: every allocation done before the fork.
+struct Prepared {
+    prog: std::ffi::CString,
+    argv: Vec<std::ffi::CString>,
+    envp: Vec<std::ffi::CString>,
+    cwd: Option<std::ffi::CString>,
+    parent: i32,
+}
+
+fn cstring(s: &str) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(s).map_err(|_| io::Error::other("a NUL byte in the command"))
+}
+
+fn fork_exec(l: &Launch, parent: i32) -> io::Result<Prepared> {
+    let mut env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !l.env.iter().any(|(n, _)| n == k))
+        .collect();
+    env.extend(l.env.iter().cloned());
+    let mut argv = vec![cstring(&l.prog)?];
+    for a in &l.args {
+        argv.push(cstring(a)?);
+    }
+    Ok(Prepared {
+        prog: cstring(&l.prog)?,
+        argv,
+        envp: env
+            .iter()
+            .map(|(k, v)| cstring(&format!("{k}={v}")))
+            .collect::<io::Result<_>>()?,
+        cwd: match &l.cwd {
+            Some(d) => Some(cstring(&d.to_string_lossy())?),
+            None => None,
+        },
+        parent,
+    })
+}
+
+/// What the child of a `clone` needs, prepared by the spawner: pointers into memory it keeps
+/// alive until the child has exec'd (the spawner is suspended until then, `CLONE_VFORK`).
+struct ChildArgs {
+    prog: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    out: RawFd,
+    parent: i32,
+    /// `cannot start "PROG": ` for a failed exec.
+    failed: *const u8,
+    failed_len: usize,
+}
+
+impl Prepared {
+    /// Starts the command in a child that shares our memory until it execs (`CLONE_VM |
+    /// CLONE_VFORK`: no page tables copied, none torn down, which a `fork` per command costs);
+    /// returns its pid. A failed exec is reported on the command's output, exit 127.
+    fn start(&self, out: &OwnedFd) -> io::Result<i32> {
+        let mut argv: Vec<*const libc::c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = self.envp.iter().map(|a| a.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        let failed = format!("cannot start {:?}: ", self.prog);
+        let args = ChildArgs {
+            prog: self.prog.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            cwd: self.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            out: out.as_raw_fd(),
+            parent: self.parent,
+            failed: failed.as_ptr(),
+            failed_len: failed.len(),
+        };
+        // The child's stack, in our memory; x86-64 and aarch64 stacks grow down.
+        let mut stack = vec![0u128; CHILD_STACK / 16];
+        // SAFETY: the child runs `child_main` on `stack` (alive until it exec's or exits, since
+        // CLONE_VFORK suspends us until then) with `args`, making only system calls.
+        let pid = unsafe {
+            let top = stack.as_mut_ptr().add(stack.len()).cast::<libc::c_void>();
+            libc::clone(
+                child_main,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&args as *const ChildArgs).cast_mut().cast(),
+            )
+        };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(pid)
+    }
+}
+
+/// Bytes of the clone child's stack: system calls only.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Writes `s` to the child's stderr (async-signal-safe).
+unsafe fn say(s: &[u8]) {
+    libc::write(2, s.as_ptr().cast(), s.len());
+}
+
+/// The clone child: its own process group, dies with the spawner, the default signals back, the
+/// run's pipe as stdout and stderr, the jobs file's folder, then the command.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the spawner's ChildArgs, alive while we run (see Prepared::start); only
+    // system calls follow, on data prepared before the clone.
+    unsafe {
+        let a = &*(arg as *const ChildArgs);
+        libc::setpgid(0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The spawner died before prctl took effect: nobody would stop us.
+        if libc::getppid() != a.parent {
+            libc::_exit(1);
+        }
+        for sig in [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGPIPE,
+            libc::SIGTSTP,
+            libc::SIGTTOU,
+            libc::SIGTTIN,
+            libc::SIGCHLD,
+        ] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::close(null);
+        }
+        libc::dup2(a.out, 1);
+        libc::dup2(a.out, 2);
+        if !a.cwd.is_null() && libc::chdir(a.cwd) != 0 {
+            say(b"exactly: cannot change to the jobs file's folder\n");
+            libc::_exit(127);
+        }
+        libc::execvpe(a.prog, a.argv, a.envp);
+        let e = *libc::__errno_location();
+        say(std::slice::from_raw_parts(a.failed, a.failed_len));
+        let why: &[u8] = match e {
+            libc::ENOENT => b"No such file or directory",
+            libc::EACCES => b"Permission denied",
+            libc::ENOEXEC => b"Exec format error",
+            libc::ENOTDIR => b"Not a directory",
+            libc::ELOOP => b"Too many levels of symbolic links",
+            libc::E2BIG => b"Argument list too long",
+            libc::ENOMEM => b"Cannot allocate memory",
+            _ => b"the exec failed",
+        };
+        say(why);
+        // "(os error N)", as Rust says it, without allocating.
+        let mut num = [0u8; 12];
+        let (mut n, mut i) = (e.unsigned_abs(), num.len());
+        loop {
+            i -= 1;
+            num[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 || i == 0 {
+                break;
+            }
+        }
+        say(b" (os error ");
+        say(&num[i..]);
+        say(b")\n");
+        libc::_exit(127)
+    }
+}

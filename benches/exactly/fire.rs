@@ -1,41 +1,135 @@
 use super::*;
 
-pub(crate) fn fire_lag(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()> {
-    let dir = root.join("fire");
-    std::fs::create_dir_all(&dir)?;
-    let db = dir.join("fire.db");
-    for ext in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
+/// The jobs' command: a tiny C program that appends its own start time (wall clock, first
+/// thing in `main`), the slot it was started for and its job to a file, in one write so the
+/// lines of concurrent commands never mix. Compiled once per bench run with `cc` (the linker
+/// the Rust toolchain already needs).
+const STAMP_C: &str = r#"#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (argc < 2) return 2;
+    const char *slot = getenv("EXACTLY_SCHEDULED_AT");
+    const char *job = getenv("EXACTLY_JOB");
+    char line[512];
+    int n = snprintf(line, sizeof line, "%lld%09ld %s %s\n", (long long)ts.tv_sec, ts.tv_nsec,
+                     slot ? slot : "-", job ? job : "-");
+    int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) return 1;
+    return write(fd, line, n) == n ? 0 : 1;
+}
+"#;
+
+/// The compiled stamp program (built on first use).
+fn stamp_program() -> Res<PathBuf> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = bench_dir().map_err(|e| e.to_string())?;
+            let src = dir.join("stamp.c");
+            let bin = dir.join("stamp");
+            std::fs::write(&src, STAMP_C).map_err(|e| e.to_string())?;
+            let out = Command::new("cc")
+                .args(["-O2", "-o"])
+                .arg(&bin)
+                .arg(&src)
+                .output()
+                .map_err(|e| format!("cannot run cc to build the stamp command: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cc failed to build the stamp command: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(bin)
+        })
+        .clone()
+        .map_err(Into::into)
+}
+
+/// A job command that records when it started (see [`STAMP_C`]).
+pub(crate) fn stamp_command(file: &Path) -> Res<Vec<String>> {
+    Ok(vec![
+        path_str(&stamp_program()?)?.to_string(),
+        path_str(file)?.to_string(),
+    ])
+}
+
+/// What one scheduler run measured.
+pub(crate) struct Lag {
+    /// Command start minus slot, ms, one per stamp, sorted.
+    pub(crate) start: Vec<f64>,
+    /// `runs.started_at` (when the firing was decided) minus slot, ms, sorted.
+    pub(crate) decided: Vec<f64>,
+    pub(crate) missed: u64,
+    pub(crate) firings: u64,
+    /// The scheduler's CPU (with its watchdog and spawner, without the commands) per firing.
+    pub(crate) cpu_ms_per_firing: f64,
+}
+
+pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
     }
-    let jobs = dir.join("jobs.toml");
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// `exactly run` with `jobs` jobs every 5 s for `secs`, each command a stamp. Only slots after
+/// the scheduler started count: catch-up of earlier ones is not lag.
+pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
+    std::fs::create_dir_all(dir)?;
+    let db = dir.join("fire.db");
+    let stamps = dir.join("stamps.txt");
+    for f in [
+        db.clone(),
+        dir.join("fire.db-wal"),
+        dir.join("fire.db-shm"),
+        stamps.clone(),
+    ] {
+        let _ = std::fs::remove_file(f);
+    }
+    let cmd = stamp_command(&stamps)?;
+    let quoted: Vec<String> = cmd.iter().map(|a| format!("{a:?}")).collect();
     let mut toml = String::new();
-    for j in 0..plan.fire_jobs {
+    for j in 0..jobs {
         // Distinct commands, so the duplicate-registration lint stays quiet.
         toml.push_str(&format!(
-            "[[job]]\nname = \"tick-{j:03}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
+            "[[job]]\nname = \"tick-{j:04}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = [{}, \"{j}\"]\n\n",
+            quoted.join(", ")
         ));
     }
-    std::fs::write(&jobs, toml)?;
+    let jobs_file = dir.join("jobs.toml");
+    std::fs::write(&jobs_file, toml)?;
     let started = exactly::time::now_text();
+    let log = dir.join("run.log");
     let mut child: Child = Command::new(exe())
-        .args(["--db", path_str(&db)?, "run", path_str(&jobs)?])
+        .args(["--db", path_str(&db)?, "run", path_str(&jobs_file)?])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.join("run.log"))?))
+        .stderr(Stdio::from(std::fs::File::create(&log)?))
         .spawn()?;
-    let until = Instant::now() + Duration::from_secs_f64(plan.fire_secs);
+    let pid = child.id();
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let mut cpu_first: Option<u64> = None;
+    let mut cpu_last = 0;
     while Instant::now() < until {
         if let Some(st) = child.try_wait()? {
-            return Err(format!(
-                "exactly run stopped early ({st}); see {}",
-                dir.join("run.log").display()
-            )
-            .into());
+            return Err(format!("exactly run stopped early ({st}); see {}", log.display()).into());
         }
+        // From the first firing on: registering the jobs is not firing them.
+        let ticks = scheduler_ticks(pid)?;
+        if cpu_first.is_none() && std::fs::metadata(&stamps).is_ok() {
+            cpu_first = Some(ticks);
+        }
+        cpu_last = ticks;
         std::thread::sleep(Duration::from_millis(100));
     }
     // SAFETY: signalling the scheduler we started; SIGTERM stops it gracefully.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(30);
     while child.try_wait()?.is_none() {
         if Instant::now() > deadline {
@@ -45,32 +139,148 @@ pub(crate) fn fire_lag(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Firings scheduled after the scheduler started: catch-up of earlier slots is not lag.
     let c = Connection::open(&db)?;
     let mut stmt = c.prepare(
         "SELECT (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 FROM exactly_runs
          WHERE scheduled_at >= ?1",
     )?;
-    let mut lags: Vec<f64> = stmt
+    let mut decided: Vec<f64> = stmt
         .query_map([&started], |r| r.get::<_, f64>(0))?
         .collect::<rusqlite::Result<_>>()?;
-    if lags.is_empty() {
-        return Err(format!(
-            "exactly run started no run in {} s (see {})",
-            plan.fire_secs,
-            dir.join("run.log").display()
-        )
-        .into());
+    decided.sort_by(f64::total_cmp);
+    let count = |sql: &str| -> Res<u64> {
+        Ok(c.query_row(sql, [&started], |r| r.get::<_, i64>(0))? as u64)
+    };
+    let missed = count(
+        "SELECT COUNT(*) FROM exactly_firings WHERE state = 'missed' AND scheduled_at >= ?1",
+    )?;
+    let firings = count("SELECT COUNT(*) FROM exactly_firings WHERE scheduled_at >= ?1")?;
+    let mut start = Vec::new();
+    for line in std::fs::read_to_string(&stamps).unwrap_or_default().lines() {
+        let mut f = line.split_whitespace();
+        let (Some(ns), Some(slot)) = (f.next(), f.next()) else {
+            return Err(format!("bad stamp line {line:?}").into());
+        };
+        if slot < started.as_str() {
+            continue;
+        }
+        let slot_ms = exactly::time::parse(slot)
+            .ok_or_else(|| format!("bad slot in stamp {line:?}"))?
+            .timestamp_millis() as f64;
+        start.push(ns.parse::<f64>()? / 1e6 - slot_ms);
+    }
+    start.sort_by(f64::total_cmp);
+    if start.is_empty() {
+        return Err(format!("no command started in {secs} s (see {})", log.display()).into());
+    }
+    let cpu_ms = cpu_last.saturating_sub(cpu_first.unwrap_or(cpu_last)) as f64 * 1000.0
+        / clock_ticks_per_s();
+    Ok(Lag {
+        cpu_ms_per_firing: cpu_ms / start.len().max(1) as f64,
+        start,
+        decided,
+        missed,
+        firings,
+    })
+}
+
+/// CPU ticks of the scheduler and its own helper processes (watchdog, spawner): every process
+/// under it but the jobs' commands.
+fn scheduler_ticks(pid: u32) -> Res<u64> {
+    let mine = std::fs::read_to_string("/proc/self/comm")?;
+    let mut total = cpu_ticks(pid)?;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for k in kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+            // A command (this bench binary) is the job's, not the scheduler's.
+            if comm == mine {
+                continue;
+            }
+            total += cpu_ticks(k).unwrap_or(0);
+            todo.push(k);
+        }
+    }
+    Ok(total)
+}
+
+/// The machine's own limit: `n` of the same stamp commands started back to back from this
+/// process (`posix_spawn`, no scheduler, no database), each one's start minus the instant the
+/// first was asked for, ms, sorted. A burst of `n` firings due at one instant cannot start
+/// faster than this.
+pub(crate) fn spawn_floor(dir: &Path, n: usize) -> Res<Vec<f64>> {
+    std::fs::create_dir_all(dir)?;
+    let stamps = dir.join("floor.txt");
+    let _ = std::fs::remove_file(&stamps);
+    let cmd = stamp_command(&stamps)?;
+    let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let mut kids = Vec::with_capacity(n);
+    for i in 0..n {
+        kids.push(
+            Command::new(&cmd[0])
+                .args(&cmd[1..])
+                .env("EXACTLY_SCHEDULED_AT", "floor")
+                .env("EXACTLY_JOB", i.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+    }
+    for mut k in kids {
+        k.wait()?;
+    }
+    let t0 = t0.as_nanos() as f64 / 1e6;
+    let mut lags = Vec::with_capacity(n);
+    for line in std::fs::read_to_string(&stamps)?.lines() {
+        let ns = line.split_whitespace().next().ok_or("empty stamp")?;
+        lags.push(ns.parse::<f64>()? / 1e6 - t0);
     }
     lags.sort_by(f64::total_cmp);
-    let pct = |p: f64| lags[((lags.len() as f64 - 1.0) * p).round() as usize];
-    out.insert("fire_lag_p99_ms".into(), json!(round(pct(0.99), 1)));
-    out.insert("fire_lag_p50_ms".into(), json!(round(pct(0.50), 1)));
-    out.insert("fire_lag_max_ms".into(), json!(round(pct(1.0), 1)));
-    out.insert("fire_runs".into(), json!(lags.len()));
-    out.insert(
-        "fire_expected_runs".into(),
-        json!((plan.fire_secs / 5.0).floor() as usize * plan.fire_jobs),
-    );
+    Ok(lags)
+}
+
+/// Command start lag at 100 firings/s (500 jobs every 5 s) and 400 firings/s (2,000 jobs).
+pub(crate) fn fire_lag(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()> {
+    let dir = root.join("fire");
+    for (jobs, suffix) in [(plan.fire_jobs, ""), (plan.fire_jobs_400, "_400")] {
+        let floor = spawn_floor(&dir, jobs)?;
+        out.insert(
+            format!("spawn_floor_p50_ms{suffix}"),
+            json!(round(pct(&floor, 0.50), 1)),
+        );
+        out.insert(
+            format!("spawn_floor_p99_ms{suffix}"),
+            json!(round(pct(&floor, 0.99), 1)),
+        );
+    }
+    for (jobs, suffix) in [(plan.fire_jobs, ""), (plan.fire_jobs_400, "_400")] {
+        eprintln!("bench: fire lag, {jobs} jobs every 5 s …");
+        let lag = fire_run(&dir.join(format!("jobs{jobs}")), jobs, plan.fire_secs)?;
+        let mut put = |k: &str, v: Value| out.insert(format!("{k}{suffix}"), v);
+        put("fire_lag_p50_ms", json!(round(pct(&lag.start, 0.50), 1)));
+        put("fire_lag_p99_ms", json!(round(pct(&lag.start, 0.99), 1)));
+        put("fire_lag_max_ms", json!(round(pct(&lag.start, 1.0), 1)));
+        put(
+            "decision_lag_p50_ms",
+            json!(round(pct(&lag.decided, 0.50), 1)),
+        );
+        put(
+            "decision_lag_p99_ms",
+            json!(round(pct(&lag.decided, 0.99), 1)),
+        );
+        put("fire_runs", json!(lag.start.len()));
+        put("fire_firings", json!(lag.firings));
+        put("fire_missed", json!(lag.missed));
+        put(
+            "scheduler_cpu_ms_per_firing",
+            json!(round(lag.cpu_ms_per_firing, 3)),
+        );
+    }
     Ok(())
 }

@@ -62,6 +62,8 @@ pub(crate) struct Plan {
     polls: usize,
     top_secs: f64,
     fire_jobs: usize,
+    /// 400 firings/s: 2,000 jobs every 5 s.
+    fire_jobs_400: usize,
     fire_secs: f64,
     chaos_iterations: u32,
 }
@@ -80,7 +82,8 @@ impl Plan {
                 polls: 3,
                 top_secs: 3.0,
                 fire_jobs: 20,
-                fire_secs: 11.0,
+                fire_jobs_400: 40,
+                fire_secs: fire_secs(11.0),
                 chaos_iterations: 7,
             }
         } else {
@@ -94,11 +97,20 @@ impl Plan {
                 polls: 21,
                 top_secs: 30.0,
                 fire_jobs: 500,
-                fire_secs: 60.0,
+                fire_jobs_400: 2_000,
+                fire_secs: fire_secs(60.0),
                 chaos_iterations: 70,
             }
         }
     }
+}
+
+/// `EXACTLY_BENCH_FIRE_SECS`: how long each fire-lag run lasts (a quicker look while working).
+fn fire_secs(default: f64) -> f64 {
+    std::env::var("EXACTLY_BENCH_FIRE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() -> Res<()> {

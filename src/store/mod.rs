@@ -19,6 +19,8 @@ mod lease;
 mod ledger;
 mod ledger_rows;
 pub(crate) mod pg;
+mod pg_fast;
+mod pg_functions;
 mod pg_schema;
 mod read;
 mod resume;
@@ -167,10 +169,10 @@ impl Store {
 
     fn open_pg(url: &str, access: Access) -> Result<Store> {
         let busy_ms = busy_timeout_ms();
-        let db = pg::PgStore::connect(url, busy_ms)?;
+        let mut db = pg::PgStore::connect(url, busy_ms)?;
         let shown = db.shown.clone();
         let checked = match access {
-            Access::Write => pg::prepare(&db),
+            Access::Write => pg::prepare(&db).map(|fast| db.fast = fast),
             Access::ReadOnly => pg::check_read_only(&db),
         };
         checked.map_err(|e| pg::error(&shown, busy_ms, e))?;

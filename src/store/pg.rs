@@ -525,11 +525,17 @@ impl PgStore {
             let result = f(&mut conn);
             if result.as_ref().is_ok_and(lose_reply) {
                 crate::fault::point("finish_reply_lost");
+                conn.broken = true;
                 return Err(cut(&mut conn));
             }
             let Err(e) = result else {
                 return result;
             };
+            // A connection that failed mid-call may be dead: the pool must not hand it out
+            // again (a transaction learns this from its ROLLBACK).
+            if conn.client.simple_query("").is_err() {
+                conn.broken = true;
+            }
             if !(retryable(&e) && attempt < MAX_TRIES) {
                 return Err(e);
             }

@@ -192,3 +192,91 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
     assert!(seen.iter().all(wanted), "round trips: {seen:#?}");
     Ok(())
 }
+
+/// Eight threads, each with a store of its own, race for one job's lease over and over: the
+/// winner runs an effect to `done` under its token and releases the lease; after its next
+/// claim (so a newer token exists) it tries another effect under the old one. Every transition goes by
+/// the server's functions: no token is won twice, every held token's effect is done once, and
+/// every stale one is fenced (recorded) with nothing inserted.
+#[test]
+fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
+    if pg_url().is_none() {
+        return Ok(());
+    }
+    let schema = PgSchema::create();
+    drop(exactly::open(Some(&schema.url), Access::Write)?);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let results: Vec<Result<Vec<i64>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let db = schema.url.clone();
+                s.spawn(move || -> Result<Vec<i64>, String> {
+                    let e = |e: exactly::Error| e.to_string();
+                    let mut store = exactly::open(Some(&db), Access::Write).map_err(e)?;
+                    let mut won = Vec::new();
+                    // The token this thread released last: stale once anyone claimed after.
+                    let mut stale: Option<i64> = None;
+                    let mut n = 0;
+                    while std::time::Instant::now() < until {
+                        n += 1;
+                        let hour = Duration::from_secs(3600);
+                        let claim =
+                            lease::claim(&mut store, "race", &format!("w{w}"), hour).map_err(e)?;
+                        if let Some(old) = stale.take() {
+                            let ctx = effect::Ctx::new("race", old);
+                            let spec = Spec::new("send", "far").input("stale", format!("{w}-{n}"));
+                            let out =
+                                effect::run(&mut store, &ctx, &spec, &mut Answer).map_err(e)?;
+                            if !matches!(out, effect::Outcome::Fenced { .. }) {
+                                return Err(format!("stale token {old}: {out:?}"));
+                            }
+                        }
+                        let lease::Claim::Won { token } = claim else {
+                            continue;
+                        };
+                        won.push(token);
+                        let ctx = effect::Ctx::new("race", token);
+                        let spec = Spec::new("send", "far").input("t", token.to_string());
+                        let out = effect::run(&mut store, &ctx, &spec, &mut Answer).map_err(e)?;
+                        if !matches!(out, effect::Outcome::Done { .. }) {
+                            return Err(format!("token {token}: {out:?}"));
+                        }
+                        if !lease::release(&mut store, "race", token).map_err(e)? {
+                            return Err(format!("token {token}: release refused"));
+                        }
+                        stale = Some(token);
+                    }
+                    Ok(won)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a racer panicked".into())))
+            .collect()
+    });
+    let mut tokens = Vec::new();
+    for r in results {
+        tokens.extend(r?);
+    }
+    tokens.sort_unstable();
+    let n = tokens.len() as i64;
+    assert!(n >= 8, "only {n} claims won in 3 s");
+    assert_eq!(tokens, (1..=n).collect::<Vec<_>>(), "each token won once");
+    let mut c = support::backend::connect(&schema.url);
+    let count = |c: &mut postgres::Client, sql: &str| -> Res<i64> {
+        Ok(c.query_one(sql, &[])?.get::<_, i64>(0))
+    };
+    let done = "SELECT count(*) FROM effect_ledger WHERE state = 'done'";
+    assert_eq!(count(&mut c, done)?, n, "one effect done per token");
+    let events = "SELECT count(*) FROM exactly_events WHERE kind = 'effect_done'";
+    assert_eq!(count(&mut c, events)?, n);
+    let stale = "SELECT count(*) FROM effect_ledger WHERE state <> 'done'";
+    assert_eq!(count(&mut c, stale)?, 0, "no stale row inserted");
+    let fenced = "SELECT count(*) FROM exactly_events WHERE kind = 'fenced_write'";
+    assert!(
+        count(&mut c, fenced)? >= n - 8,
+        "each stale try recorded as fenced"
+    );
+    Ok(())
+}

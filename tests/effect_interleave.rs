@@ -589,13 +589,6 @@ proptest! {
     }
 }
 
-fn pg_cases() -> u32 {
-    std::env::var("INTERLEAVE_PG_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
-}
-
 /// The proof on PostgreSQL (a schema in `EXACTLY_TEST_PG`; without it the test returns at
 /// once): the same steps through the server's one-round-trip transitions and the transactions
 /// they leave the uncommon cases to.
@@ -609,9 +602,11 @@ fn every_interleaving_of_live_attempts_sends_at_most_once_on_postgres() {
     let store = RefCell::new(Store::open(&schema.url).expect("open"));
     PG_URL.with(|u| *u.borrow_mut() = Some(schema.url.clone()));
     let case = std::cell::Cell::new(0);
+    let cases = std::env::var("INTERLEAVE_PG_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok());
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: pg_cases(),
-        max_shrink_iters: 500,
+        cases: cases.unwrap_or(300),
         ..ProptestConfig::default()
     });
     let found = runner.run(
@@ -622,9 +617,7 @@ fn every_interleaving_of_live_attempts_sends_at_most_once_on_postgres() {
         },
     );
     PG_URL.with(|u| *u.borrow_mut() = None);
-    if let Err(e) = found {
-        panic!("{e}");
-    }
+    found.unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The same proof with the compare-and-set on the version read and the in-flight check

@@ -164,8 +164,16 @@ const FUNCTIONS: &[&str] = &[
        v_owner text;
        v_token bigint;
        v_until text;
+       v_tries integer := 0;
      BEGIN
        LOOP
+         -- Under a stricter isolation the row another claim inserted stays out of sight: the
+         -- caller runs the claim again, as after a serialization failure.
+         v_tries := v_tries + 1;
+         IF v_tries > 3 THEN
+           RAISE EXCEPTION 'lease of % claimed concurrently', p_job
+             USING ERRCODE = 'serialization_failure';
+         END IF;
          SELECT owner, fencing_token, lease_until INTO v_owner, v_token, v_until
          FROM job_lease WHERE job_key = p_job FOR UPDATE;
          IF NOT FOUND THEN

@@ -280,3 +280,93 @@ fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
     );
     Ok(())
 }
+
+/// A login role that may only read and write the rows of `schema`'s tables, dropped with this
+/// value (after the schema, whose drop takes its grants along).
+struct Worker {
+    role: String,
+    base: String,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let sql = format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}", self.role);
+        if let Err(e) = support::backend::connect(&self.base).batch_execute(&sql) {
+            eprintln!("warning: role {} not dropped: {e}", self.role);
+        }
+    }
+}
+
+/// A database an older exactly made (its tables, no functions) is upgraded by the next writer
+/// that may create them; until then a worker role granted only the tables keeps to the
+/// transactions, with the same answers.
+#[test]
+fn an_older_database_gets_the_functions_and_a_worker_role_keeps_working() -> Res<()> {
+    let Some(base) = pg_url() else {
+        return Ok(());
+    };
+    let schema = PgSchema::create();
+    let worker = Worker {
+        role: format!("{}_w", schema.name),
+        base: base.clone(),
+    };
+    drop(exactly::open(Some(&schema.url), Access::Write)?);
+    let functions =
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = current_schema()::regnamespace
+                     AND proname IN ('exactly_begin_effect', 'exactly_finish_effect')";
+    let mut c = support::backend::connect(&schema.url);
+    assert_eq!(c.query_one(functions, &[])?.get::<_, i64>(0), 2);
+    c.batch_execute(&format!(
+        "DROP FUNCTION exactly_begin_effect, exactly_submit_effect, exactly_finish_effect,
+           exactly_claim_lease, exactly_set_lease, exactly_renew_leases, exactly_event;
+         DELETE FROM exactly_meta WHERE name = 'pg_functions';
+         CREATE ROLE {r} LOGIN PASSWORD 'pw';
+         GRANT {r} TO CURRENT_USER;
+         GRANT USAGE ON SCHEMA {s} TO {r};
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r};",
+        r = worker.role,
+        s = schema.name
+    ))?;
+    let rest = base
+        .split_once('@')
+        .map(|(_, h)| h)
+        .ok_or("URL with @host")?;
+    let worker_db = with_search_path(
+        &format!("postgres://{}:pw@{rest}", worker.role),
+        &schema.name,
+    );
+    let lifecycle = |db: &str, job: &str| -> Res<()> {
+        let mut store = exactly::open(Some(db), Access::Write)?;
+        let lease::Claim::Won { token } =
+            lease::claim(&mut store, job, "me", Duration::from_secs(60))?
+        else {
+            return Err(format!("{job}: claim not won").into());
+        };
+        let ctx = effect::Ctx::new(job, token);
+        let spec = Spec::new("send", "far").input("job", job);
+        match effect::run(&mut store, &ctx, &spec, &mut Answer)? {
+            effect::Outcome::Done { .. } => {}
+            other => return Err(format!("{job}: {other:?}").into()),
+        }
+        let stale = effect::Ctx::new(job, token - 1);
+        let spec = Spec::new("send", "far").input("stale", job);
+        match effect::run(&mut store, &stale, &spec, &mut Answer)? {
+            effect::Outcome::Fenced { .. } => Ok(()),
+            other => Err(format!("{job} under a stale token: {other:?}").into()),
+        }
+    };
+    // The worker may not create functions: it works on through the transactions.
+    lifecycle(&worker_db, "a")?;
+    assert_eq!(c.query_one(functions, &[])?.get::<_, i64>(0), 0);
+    // The owner's next open installs them, and the worker's next open uses them.
+    drop(exactly::open(Some(&schema.url), Access::Write)?);
+    assert_eq!(c.query_one(functions, &[])?.get::<_, i64>(0), 2);
+    lifecycle(&worker_db, "b")?;
+    let done = "SELECT count(*) FROM effect_ledger WHERE state = 'done'";
+    assert_eq!(c.query_one(done, &[])?.get::<_, i64>(0), 2);
+    drop(c);
+    drop(schema);
+    drop(worker);
+    Ok(())
+}

@@ -11,6 +11,7 @@
 //! alive, which may deliver later (as a send script's `curl` would) until its lease's deadline
 //! stops it or a retry on this host ends the group; a takeover may come before the old sender's
 //! deadline has passed (the lease row replaced, the `submitted` row's deadline untouched).
+mod support;
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease::{self, Claim};
 use exactly::metrics::Snapshot;
@@ -67,6 +68,16 @@ const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 fn expire(store: &mut Store, job: &str, token: i64) {
     let ago = exactly::time::parse(LONG_AGO).expect("instant");
     lease::renew_until(store, job, token, ago).expect("expire");
+    if let Some(url) = PG_URL.with(|u| u.borrow().clone()) {
+        support::backend::with_client(&url, |c| {
+            c.execute(
+                "UPDATE effect_ledger SET sender_until = $3 WHERE job_key = $1 AND fencing_token <= $2",
+                &[&job, &token, &LONG_AGO],
+            )
+        })
+        .expect("move the row's deadline back");
+        return;
+    }
     let c = rusqlite::Connection::open(store.path()).expect("open the file");
     c.execute(
         "UPDATE effect_ledger SET sender_until = ?3 WHERE job_key = ?1 AND fencing_token <= ?2",
@@ -253,6 +264,8 @@ fn interleave(kinds: Vec<(u8, u8, u8)>, begin: u8, ops: Vec<Op>) -> Result<(), T
 }
 
 thread_local! {
+    /// The PostgreSQL schema's URL while this thread runs the proof on PostgreSQL.
+    static PG_URL: RefCell<Option<String>> = const { RefCell::new(None) };
     static DB: RefCell<Option<(tempfile::TempDir, Store)>> = const { RefCell::new(None) };
     static CASE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -574,6 +587,37 @@ proptest! {
         let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
         interleave(kinds, begin, ops)?;
     }
+}
+
+/// The proof on PostgreSQL (a schema in `EXACTLY_TEST_PG`; without it the test returns at
+/// once): the same steps through the server's one-round-trip transitions and the transactions
+/// they leave the uncommon cases to.
+#[test]
+fn every_interleaving_of_live_attempts_sends_at_most_once_on_postgres() {
+    if support::backend::pg_url().is_none() {
+        return;
+    }
+    let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let schema = support::backend::PgSchema::create();
+    let store = RefCell::new(Store::open(&schema.url).expect("open"));
+    PG_URL.with(|u| *u.borrow_mut() = Some(schema.url.clone()));
+    let case = std::cell::Cell::new(0);
+    let cases = std::env::var("INTERLEAVE_PG_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: cases.unwrap_or(300),
+        ..ProptestConfig::default()
+    });
+    let found = runner.run(
+        &(kinds(), start(), proptest::collection::vec(op(), 1..40)),
+        |(k, b, o)| {
+            case.set(case.get() + 1);
+            interleave_in(&mut store.borrow_mut(), case.get(), k, b, o)
+        },
+    );
+    PG_URL.with(|u| *u.borrow_mut() = None);
+    found.unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The same proof with the compare-and-set on the version read and the in-flight check

@@ -11,7 +11,8 @@
 //!
 //! With `EXACTLY_BENCH_PG=postgres://user:pass@host:port/db` the `pg` part measures the same
 //! write ratio, claim race and dashboard poll against that PostgreSQL server (the `pg_*` keys,
-//! figures beside SQLite's, without goals). It works in schemas of its own (`exactly_bench_*`),
+//! figures beside SQLite's; goals for the write ratio and for claims from one process through
+//! the library). It works in schemas of its own (`exactly_bench_*`),
 //! each created fresh and dropped when its part ends, on error too; it needs a role that may
 //! `CREATE SCHEMA`. Without the URL there is no `pg` part.
 use exactly::effect::{self, Effect, Failure, Observation, Spec};

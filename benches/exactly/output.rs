@@ -3,7 +3,8 @@ use super::*;
 /// (key, goal as text, met?) for the table.
 pub(crate) fn goal(key: &str, v: f64) -> Option<(&'static str, bool)> {
     Some(match key {
-        "write_ratio" => ("≥ 0.40", v >= 0.40),
+        "write_ratio" | "pg_write_ratio" => ("≥ 0.40", v >= 0.40),
+        "pg_claims_per_s_library" => ("≥ 2000", v >= 2000.0),
         "claim_contention.double_grants" => ("= 0", v == 0.0),
         "poll_ms_1m" => ("≤ 10", v <= 10.0),
         "poll_ratio" => ("≤ 1.5", v <= 1.5),
@@ -30,6 +31,9 @@ pub(crate) fn print_table(s: &Value, smoke: bool) {
         "claim_contention.claims_per_s",
         "claim_contention.double_grants",
         "pg_claims_per_s",
+        "pg_claims_per_s_library",
+        "pg_claims_library.bare_commits_per_s",
+        "pg_claims_library.ratio_to_bare",
         "pg_double_grants",
         "poll_ms_10k",
         "poll_ms_1m",

@@ -35,6 +35,8 @@ pub(crate) fn pg(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()
         eprintln!("bench: WARNING: {double} double grants on PostgreSQL (must be 0)");
     }
     out.insert("pg_claims_per_s".into(), figures["claims_per_s"].clone());
+    eprintln!("bench: pg_claims_per_s_library …");
+    pg_library_claims(plan, url, out)?;
     out.insert("pg_double_grants".into(), json!(double));
     out.insert("pg_claim_contention".into(), figures);
     eprintln!("bench: pg poll fixtures …");
@@ -148,6 +150,41 @@ pub(crate) fn pg_write_ratio(plan: &Plan, url: &str, out: &mut Map<String, Value
     out.insert("pg_write_ratio".into(), json!(round(life_s / bare_s, 3)));
     out.insert("pg_lifecycles_per_s".into(), json!(round(life_s, 0)));
     out.insert("pg_bare_commits_per_s".into(), json!(round(bare_s, 0)));
+    Ok(())
+}
+
+/// Won lease claims per second from one long-lived process: one store, a new job each claim
+/// (each an insert of its lease row, as a scheduler's first claim of a job is), through
+/// `exactly::lease::claim`. Each claim is a durable commit, so the server's commit rate bounds
+/// it: bare commits are measured in rounds interleaved with it, and the ratio kept beside it.
+pub(crate) fn pg_library_claims(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let schema = PgSchema::create(url, "libclaims")?;
+    let bare_schema = PgSchema::create(url, "libclaims_bare")?;
+    let mut c = pg_connect(&bare_schema.url)?;
+    let mut store = Store::open(&schema.url)?;
+    let lease_for = Duration::from_secs(60);
+    let secs = plan.claim_secs / 3.0;
+    let (mut bare, mut claims) = (Vec::new(), Vec::new());
+    let mut n = 0u64;
+    for _ in 0..3 {
+        bare.push(pg_bare_commits(&mut c, secs)?);
+        let start = Instant::now();
+        let first = n;
+        while start.elapsed().as_secs_f64() < secs {
+            match lease::claim(&mut store, &format!("job-{n}"), "bench", lease_for)? {
+                lease::Claim::Won { .. } => n += 1,
+                other => return Err(format!("claim {n} of a new job: {other:?}").into()),
+            }
+        }
+        claims.push((n - first) as f64 / start.elapsed().as_secs_f64());
+    }
+    let (claims, bare) = (median(&mut claims), median(&mut bare));
+    out.insert("pg_claims_per_s_library".into(), json!(round(claims, 0)));
+    out.insert(
+        "pg_claims_library".into(),
+        json!({"claims_per_s": round(claims, 0), "bare_commits_per_s": round(bare, 0),
+               "ratio_to_bare": round(claims / bare, 3), "threads": 1}),
+    );
     Ok(())
 }
 

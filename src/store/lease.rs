@@ -197,6 +197,9 @@ impl Store {
         until: &str,
         now: &str,
     ) -> Result<LeaseClaim> {
+        if let Some(claim) = self.fast_claim(job, owner, until)? {
+            return Ok(claim);
+        }
         self.write(|tx| claim_lease_tx(tx, job, owner, until, now))
     }
 
@@ -209,7 +212,11 @@ impl Store {
         until: &str,
         now: &str,
     ) -> Result<bool> {
-        self.write(|tx| set_lease_until(tx, job, token, until, true, "lease renew refused", now))
+        let what = "lease renew refused";
+        if let Some(ok) = self.fast_set_lease(job, token, until, true, what)? {
+            return Ok(ok);
+        }
+        self.write(|tx| set_lease_until(tx, job, token, until, true, what, now))
     }
 
     /// Renews many leases in one write (a scheduler's heartbeat for all its runs): for each
@@ -221,6 +228,9 @@ impl Store {
         leases: &[(&str, i64, String)],
         now: &str,
     ) -> Result<Vec<Option<bool>>> {
+        if let Some(out) = self.fast_renew_many(leases)? {
+            return Ok(out);
+        }
         self.write_cas(|tx| {
             // One statement per chunk: hundreds of renewals in a few round trips.
             let mut renewed = std::collections::HashSet::new();
@@ -279,6 +289,10 @@ impl Store {
 
     /// Ends a lease we hold, keeping its token so the next claim counts on from it.
     pub(crate) fn release_lease(&mut self, job: &str, token: i64, now: &str) -> Result<bool> {
+        let what = "lease release refused";
+        if let Some(ok) = self.fast_set_lease(job, token, RELEASED, false, what)? {
+            return Ok(ok);
+        }
         self.write(|tx| {
             set_lease_until(
                 tx,

@@ -39,6 +39,10 @@ pub(crate) struct PgConn {
     stmts: HashMap<String, Statement>,
     /// Set when a transaction could not be rolled back: the pool must not hand it out again.
     broken: bool,
+    /// The server's clock less this host's, as last read on this connection (the server's
+    /// answer first, ours after it: never more than the true difference). A one-statement
+    /// call moves the caller's instants by it, having no transaction start to read it from.
+    shift: chrono::Duration,
 }
 
 impl PgConn {
@@ -78,16 +82,53 @@ impl PgConn {
 
     /// Starts a transaction and reads the server's clock in the same round trip.
     fn begin(&mut self, how: &str) -> DbResult<String> {
-        let msgs = self.client.simple_query(&format!(
-            "BEGIN {how}; SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-        ))?;
-        msgs.iter()
-            .find_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-                _ => None,
-            })
-            .ok_or_else(|| DbError::Other("the server did not say the time".into()))
+        let now = server_now(&mut self.client, &format!("BEGIN {how}; "))?;
+        self.saw_clock(&now);
+        Ok(now)
     }
+
+    /// Notes the server's clock `now` as read just now (after its reply came).
+    pub(crate) fn saw_clock(&mut self, now: &str) {
+        let here = crate::time::now();
+        if let Some(n) = crate::time::parse(now) {
+            self.shift = n - here;
+        }
+    }
+
+    /// An instant the caller computed on this host's clock, on the server's (as `Tx::later`,
+    /// by the difference last read on this connection). A released lease stays as it is.
+    pub(crate) fn later(&self, at: &str) -> String {
+        if at == super::RELEASED {
+            return at.to_string();
+        }
+        match crate::time::parse(at) {
+            Some(t) => crate::time::fmt(t + self.shift),
+            None => at.to_string(),
+        }
+    }
+
+    /// Runs `sql` with parameters the `Arg` conversions do not cover (arrays), prepared once.
+    pub(crate) fn query_typed(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> DbResult<Vec<postgres::Row>> {
+        let stmt = self.prepare(sql)?;
+        Ok(self.client.query(&stmt, params)?)
+    }
+}
+
+/// Runs `before` (statements without results) and reads the server's clock, in one round trip.
+fn server_now(client: &mut Client, before: &str) -> DbResult<String> {
+    let msgs = client.simple_query(&format!(
+        "{before}SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+    ))?;
+    msgs.iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .ok_or_else(|| DbError::Other("the server did not say the time".into()))
 }
 
 /// SQLite's `?N` placeholders as PostgreSQL's `$N` (outside quoted text and names).
@@ -279,15 +320,27 @@ impl r2d2::ManageConnection for Manager {
         };
         #[cfg(not(feature = "tls"))]
         let mut client = self.config.connect(NoTls)?;
-        client.batch_execute(&format!(
-            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000; SET statement_timeout = {STATEMENT_TIMEOUT_MS}",
-            self.lock_ms
-        ))?;
-        Ok(PgConn {
+        // The settings and a first reading of the server's clock (see `PgConn::shift`) in one
+        // round trip.
+        let now = server_now(
+            &mut client,
+            &format!(
+                "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000; SET statement_timeout = {STATEMENT_TIMEOUT_MS}; ",
+                self.lock_ms
+            ),
+        )
+        .map_err(|e| match e {
+            DbError::Pg(e) => ConnectError::from(e),
+            e => ConnectError(e.to_string()),
+        })?;
+        let mut conn = PgConn {
             client,
             stmts: HashMap::new(),
             broken: false,
-        })
+            shift: chrono::Duration::zero(),
+        };
+        conn.saw_clock(&now);
+        Ok(conn)
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), ConnectError> {
@@ -310,6 +363,9 @@ const POOL_SIZE: u32 = 8;
 /// A PostgreSQL database behind a [`super::Store`].
 pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
+    /// The transitions' functions (`pg_functions`) are installed at this build's version: the
+    /// store calls them instead of running a transaction.
+    pub(crate) fast: bool,
     /// The URL without its password.
     pub(crate) shown: String,
 }
@@ -325,6 +381,7 @@ impl PgStore {
         if let Some((_, p)) = pools.iter().find(|(u, _)| u == url) {
             return Ok(PgStore {
                 pool: p.clone(),
+                fast: false,
                 shown,
             });
         }
@@ -368,7 +425,11 @@ impl PgStore {
                 },
             });
         pools.push((url.to_string(), pool.clone()));
-        Ok(PgStore { pool, shown })
+        Ok(PgStore {
+            pool,
+            fast: false,
+            shown,
+        })
     }
 
     /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
@@ -435,6 +496,44 @@ impl PgStore {
             // may stay open on a connection the pool hands out again. (After a failed COMMIT,
             // PostgreSQL has already ended it; this ROLLBACK only warns.)
             if conn.batch("ROLLBACK").is_err() {
+                conn.broken = true;
+            }
+            if !(retryable(&e) && attempt < MAX_TRIES) {
+                return Err(e);
+            }
+            let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+}
+
+impl PgStore {
+    /// Runs `f` outside any transaction: each statement it sends commits on its own, so one
+    /// call of a function (`pg_functions`) is one round trip. Retried as [`PgStore::transact`]
+    /// retries (under a SERIALIZABLE server default a statement may fail for serialization);
+    /// when `lose_reply` says so of its answer, the connection is cut after it
+    /// (`finish_reply_lost`).
+    pub(crate) fn call<T>(
+        &self,
+        f: &mut dyn FnMut(&mut PgConn) -> DbResult<T>,
+        lose_reply: &dyn Fn(&T) -> bool,
+    ) -> DbResult<T> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let mut conn = self.conn()?;
+            let result = f(&mut conn);
+            if result.as_ref().is_ok_and(lose_reply) {
+                crate::fault::point("finish_reply_lost");
+                conn.broken = true;
+                return Err(cut(&mut conn));
+            }
+            let Err(e) = result else {
+                return result;
+            };
+            // A connection that failed mid-call may be dead: the pool must not hand it out
+            // again (a transaction learns this from its ROLLBACK).
+            if conn.client.simple_query("").is_err() {
                 conn.broken = true;
             }
             if !(retryable(&e) && attempt < MAX_TRIES) {

@@ -6,13 +6,70 @@ use super::pg::PgStore;
 /// The schema on PostgreSQL: the same tables, columns and indexes as on SQLite (the types said
 /// in PostgreSQL's words), a version row in `exactly_meta`, and the counters' triggers as
 /// PL/pgSQL. Created under an advisory lock, so processes opening a new database at once do not
-/// race each other's `CREATE`.
-pub(crate) fn prepare(store: &PgStore) -> DbResult<()> {
+/// race each other's `CREATE`. Then the transitions' functions ([`install_functions`]); true when
+/// they are there to call.
+pub(crate) fn prepare(store: &PgStore) -> DbResult<bool> {
     // A current database (the usual case: every command opens one) needs neither the lock nor
-    // a look at the catalog: its version row says it was made whole by us.
-    if store.read(&mut |tx| version(tx))? == super::SCHEMA_VERSION {
-        return Ok(());
+    // a look at the catalog: its version rows say it was made whole by us.
+    let (schema, functions) = store.read(&mut |tx| Ok((version(tx)?, functions_version(tx)?)))?;
+    if schema != super::SCHEMA_VERSION {
+        create(store)?;
     }
+    if functions == super::pg_functions::VERSION {
+        return Ok(true);
+    }
+    install_functions(store)
+}
+
+/// Installs (or replaces older) transitions' functions. False, and the store keeps to its
+/// transactions, when a newer exactly installed its own or this role may not create functions
+/// (a worker role granted only the tables, on a database an older exactly made).
+fn install_functions(store: &PgStore) -> DbResult<bool> {
+    let wanted = super::pg_functions::VERSION;
+    // READ COMMITTED, so the version read after the lock is what the lock's last holder wrote.
+    let installed = store.transact(
+        super::pg::READ_COMMITTED,
+        &mut |tx| {
+            tx.one("SELECT pg_advisory_xact_lock(7203115)", &[], |_| Ok(()))?;
+            let found = functions_version(tx)?;
+            if found >= wanted {
+                return Ok(found == wanted);
+            }
+            for sql in super::pg_functions::statements() {
+                tx.exec(&sql, &[])?;
+            }
+            tx.exec(
+                "INSERT INTO exactly_meta (name, value) VALUES ('pg_functions', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                super::db::args![wanted],
+            )?;
+            Ok(true)
+        },
+        false,
+    );
+    match installed {
+        Err(e) if e.sqlstate() == Some("42501") => Ok(false),
+        other => other,
+    }
+}
+
+/// The version of the transitions' functions installed; 0 for none.
+fn functions_version(tx: &Tx<'_>) -> DbResult<i64> {
+    if !has_table(tx, "exactly_meta")? {
+        return Ok(0);
+    }
+    Ok(tx
+        .one(
+            "SELECT value FROM exactly_meta WHERE name = 'pg_functions'",
+            &[],
+            |r| r.get::<i64>(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Creates or upgrades the tables, indexes and triggers, and writes the schema version.
+fn create(store: &PgStore) -> DbResult<()> {
     store.write(&mut |tx| {
         tx.one("SELECT pg_advisory_xact_lock(7203114)", &[], |_| Ok(()))?;
         let version = known_version(tx)?;

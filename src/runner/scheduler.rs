@@ -5,6 +5,7 @@
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use super::health::Health;
+use super::share::{Share, NET_AFTER};
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
@@ -34,6 +35,8 @@ pub struct Config {
     pub db: String,
     pub owner: String,
     pub cwd: Option<PathBuf>,
+    /// The jobs file (canonical path): its schedulers share its jobs (see `share`).
+    pub source: String,
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,
@@ -49,6 +52,8 @@ struct JobState {
     behind: bool,
     /// Up to here, the firings its `dst_skipped = "skip"` left out are recorded missed.
     dst_seen: Ts,
+    /// This scheduler's to fire on time; another's, fired here only if left unrecorded.
+    mine: bool,
 }
 
 impl JobState {
@@ -60,11 +65,17 @@ impl JobState {
             next,
             behind: false,
             dst_seen: cursor,
+            mine: true,
         }
     }
     fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
         self.next = self.job.schedule.next_after(upto);
+    }
+    /// When its next slot is acted on here: when due, or — another's — once left unrecorded.
+    fn wake_at(&self) -> Option<Ts> {
+        let net = chrono::Duration::from_std(NET_AFTER).unwrap_or(chrono::Duration::zero());
+        self.next.map(|n| if self.mine { n } else { n + net })
     }
 }
 
@@ -110,6 +121,7 @@ pub fn run(
     let mut runs: Vec<Running> = Vec::new();
     let mut clock = super::clock::Clock::new(time::now());
     let mut health = Health::new(&cfg.db, cfg.give_up_after);
+    let mut share = Share::new(&cfg.owner, &cfg.source);
     log_line(
         "INFO",
         "-",
@@ -124,6 +136,12 @@ pub fn run(
         // A job whose registered definition is no longer this scheduler's: newest wins.
         let stopped = watch.stopped(&mut store);
         states.retain(|s| !stopped.contains(&s.job.name));
+        if share.refresh(&mut store) {
+            for st in states.iter_mut() {
+                st.mine = share.mine(&st.job.name);
+            }
+        }
+        share.say(states.iter().filter(|s| s.mine).count(), states.len());
         let now = time::now();
         if let (Some(step), last_tick) = clock.observe(now) {
             log_line("WARN", "-", &step.describe());
@@ -150,10 +168,15 @@ pub fn run(
         let mut pending = Vec::new();
         match firing::waiting_jobs(&mut store, &time::fmt(now)) {
             Ok(waiting) => {
+                share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
                 for (name, w) in waiting {
                     let Some(i) = states.iter().position(|s| s.job.name == name) else {
                         continue;
                     };
+                    // Another's job waits for its owner, unless left waiting (see `share`).
+                    if !share.may_start_waiting(&name, states[i].mine) {
+                        continue;
+                    }
                     let now = time::now();
                     let st = &mut states[i];
                     match start_waiting(&mut store, &cfg, st, w, &kill, &mut runs, now, &rules) {
@@ -178,7 +201,7 @@ pub fn run(
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
-        if let Some(next) = states.iter().filter_map(|s| s.next).min() {
+        if let Some(next) = states.iter().filter_map(JobState::wake_at).min() {
             let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
             rest = rest.min(until);
         }
@@ -382,10 +405,13 @@ fn fire_due(
     for (i, st) in states.iter().enumerate() {
         // A job whose missed slots are not recorded yet fires none (they go first, next tick,
         // in one write), so an outage's slots are not decided one transaction each.
-        if !st.behind && st.next.is_some_and(|n| n <= now) {
+        if st.mine && !st.behind && st.next.is_some_and(|n| n <= now) {
             let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
             due.extend(slots.into_iter().map(|s| (s, i)));
         }
+    }
+    if let Err(e) = unrecorded(store, states, now, &mut due) {
+        health.failed("-", &e);
     }
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
@@ -396,6 +422,66 @@ fn fire_due(
     super::execute::deciding(true);
     fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
     super::execute::deciding(false);
+}
+
+/// Other schedulers' slots still unrecorded [`NET_AFTER`] after they fell due join `due` (their
+/// owner died or does not count itself their owner yet); those recorded are handled. One read.
+fn unrecorded(
+    store: &mut Store,
+    states: &mut [JobState],
+    now: Ts,
+    due: &mut Vec<(Ts, usize)>,
+) -> Result<()> {
+    let upto = now - chrono::Duration::from_std(NET_AFTER).unwrap_or(chrono::Duration::zero());
+    let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
+    for (i, st) in states.iter().enumerate() {
+        if !st.mine && !st.behind && st.next.is_some_and(|n| n <= upto) {
+            watched.push((i, st.job.schedule.slots(st.cursor, upto, CATCHUP_MAX).0));
+        }
+    }
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<(usize, Vec<String>)> = watched
+        .iter()
+        .map(|(i, slots)| (*i, slots.iter().copied().map(time::fmt).collect()))
+        .collect();
+    let probe: Vec<(&str, &str)> = texts
+        .iter()
+        .flat_map(|(i, slots)| {
+            let name = states[*i].job.name.as_str();
+            slots.iter().map(move |s| (name, s.as_str()))
+        })
+        .collect();
+    let recorded = firing::recorded(store, &probe)?;
+    drop(probe);
+    let mut fired = 0;
+    for ((i, slots), (_, texts)) in watched.into_iter().zip(&texts) {
+        let st = &mut states[i];
+        let mut left = false;
+        for (slot, text) in slots.into_iter().zip(texts) {
+            if !recorded.contains(&(st.job.name.clone(), text.clone())) {
+                due.push((slot, i));
+                left = true;
+                fired += 1;
+            } else if !left {
+                // Recorded by its owner, in order: done here. One after a slot left
+                // unrecorded is passed when that one fires.
+                st.handled(slot);
+            }
+        }
+    }
+    if fired > 0 {
+        log_line(
+            "WARN",
+            "-",
+            &format!(
+                "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
+                time::human_ms(NET_AFTER.as_millis() as u64)
+            ),
+        );
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

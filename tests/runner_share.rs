@@ -44,7 +44,7 @@ fn expected(from: u64, to: u64, jobs: &[usize]) -> i64 {
 }
 
 fn every_ms(j: usize) -> u64 {
-    if j % 3 == 0 {
+    if j.is_multiple_of(3) {
         2000
     } else {
         1000

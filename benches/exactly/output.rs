@@ -10,6 +10,8 @@ pub(crate) fn goal(key: &str, v: f64) -> Option<(&'static str, bool)> {
         "top_idle_cpu_pct" => ("≤ 0.2", v <= 0.2),
         "top_rss_mb" => ("≤ 40", v <= 40.0),
         "fire_lag_p99_ms" => ("≤ 250", v <= 250.0),
+        "scaleout_fire_lag_p99_ms" => ("≤ 250", v <= 250.0),
+        "scaleout_exactly_once" | "scaleout_1_exactly_once" => ("= 1", v == 1.0),
         _ => return None,
     })
 }
@@ -39,6 +41,14 @@ pub(crate) fn print_table(s: &Value, smoke: bool) {
         "top_rss_mb",
         "fire_lag_p50_ms",
         "fire_lag_p99_ms",
+        "scaleout_1_fire_lag_p99_ms",
+        "scaleout_fire_lag_p50_ms",
+        "scaleout_fire_lag_p99_ms",
+        "scaleout_xact_per_firing_1",
+        "scaleout_xact_per_firing_3",
+        "scaleout_jobs_per_scheduler",
+        "scaleout_1_exactly_once",
+        "scaleout_exactly_once",
         "chaos_iterations_per_s",
     ];
     if smoke {

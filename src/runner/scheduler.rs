@@ -5,7 +5,7 @@
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use super::health::Health;
-use super::share::{Share, NET_AFTER};
+use super::share::Share;
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
@@ -73,8 +73,8 @@ impl JobState {
         self.next = self.job.schedule.next_after(upto);
     }
     /// When its next slot is acted on here: when due, or — another's — once left unrecorded.
-    fn wake_at(&self) -> Option<Ts> {
-        let net = chrono::Duration::from_std(NET_AFTER).unwrap_or(chrono::Duration::zero());
+    fn wake_at(&self, net: Duration) -> Option<Ts> {
+        let net = chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
         self.next.map(|n| if self.mine { n } else { n + net })
     }
 }
@@ -197,11 +197,13 @@ pub fn run(
             &mut health,
             pending,
             &rules,
+            &mut share,
         );
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
-        if let Some(next) = states.iter().filter_map(JobState::wake_at).min() {
+        let net = share.net_after();
+        if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
             let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
             rest = rest.min(until);
         }
@@ -399,6 +401,7 @@ fn fire_due(
     health: &mut Health,
     pending: Vec<(usize, Waiting)>,
     rules: &firing::ResumeRules,
+    share: &mut Share,
 ) {
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
@@ -410,7 +413,11 @@ fn fire_due(
             due.extend(slots.into_iter().map(|s| (s, i)));
         }
     }
-    if let Err(e) = unrecorded(store, states, now, &mut due) {
+    // How late its own burst is decided tells how late the others' are (see `share`); slots
+    // already late (a catch-up) say nothing about it.
+    let on_time = now - chrono::Duration::from_std(LATE_OK).unwrap_or(chrono::Duration::zero());
+    let oldest = due.iter().map(|d| d.0).filter(|s| *s >= on_time).min();
+    if let Err(e) = unrecorded(store, states, now, share.net_after(), &mut due) {
         health.failed("-", &e);
     }
     // Stable: a job's slots keep their order.
@@ -422,17 +429,21 @@ fn fire_due(
     super::execute::deciding(true);
     fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
     super::execute::deciding(false);
+    if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
+        share.own_lag(lag);
+    }
 }
 
-/// Other schedulers' slots still unrecorded [`NET_AFTER`] after they fell due join `due` (their
-/// owner died or does not count itself their owner yet); those recorded are handled. One read.
+/// Other schedulers' slots still unrecorded `net` after they fell due join `due` (their owner
+/// died or does not count itself their owner yet); those recorded are handled. One read.
 fn unrecorded(
     store: &mut Store,
     states: &mut [JobState],
     now: Ts,
+    net: Duration,
     due: &mut Vec<(Ts, usize)>,
 ) -> Result<()> {
-    let upto = now - chrono::Duration::from_std(NET_AFTER).unwrap_or(chrono::Duration::zero());
+    let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
     let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
         if !st.mine && !st.behind && st.next.is_some_and(|n| n <= upto) {
@@ -477,7 +488,7 @@ fn unrecorded(
             "-",
             &format!(
                 "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
-                time::human_ms(NET_AFTER.as_millis() as u64)
+                time::human_ms(net.as_millis() as u64)
             ),
         );
     }

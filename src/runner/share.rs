@@ -6,8 +6,8 @@
 //!
 //! While views of membership disagree (a scheduler joins, or died and is not yet called dead),
 //! a job could belong to nobody in anybody's view. So every scheduler also watches the jobs it
-//! does not own: a slot still unrecorded [`NET_AFTER`] after it fell due, or a queued or
-//! interrupted firing left waiting that long, it fires itself. Firing twice is impossible
+//! does not own: a slot still unrecorded [`NET_AFTER`] after it fell due (longer while its own
+//! bursts run late), or a queued or interrupted firing left waiting that long, it fires itself. Firing twice is impossible
 //! either way: a firing is the row (job, slot), and the loser of a race records a duplicate.
 //! A scheduler alone owns every job and watches nothing, as before scale-out.
 use super::execute::log_line;
@@ -20,8 +20,13 @@ use std::time::{Duration, Instant};
 pub const READ_EVERY: Duration = Duration::from_secs(1);
 /// How long after a slot fell due another scheduler's job is fired here if nothing recorded
 /// it: well past an owner's usual lag, well inside the shortest window a late slot still runs
-/// in (`LATE_OK`, 2 s, with no catch-up).
+/// in (`LATE_OK`, 2 s, with no catch-up). Longer while this scheduler's own bursts are decided
+/// late (see [`Share::net_after`]).
 pub const NET_AFTER: Duration = Duration::from_secs(1);
+/// The longest wait: past it a slot without catch-up is missed whoever decides it.
+const NET_MAX: Duration = Duration::from_secs(5);
+/// How long an own burst's lag is remembered.
+const LAG_KEPT: Duration = Duration::from_secs(15);
 
 /// A job's weight for a scheduler: the first 8 bytes of SHA-256 of both names (stable across
 /// processes, versions and machines, unlike std's hasher).
@@ -55,6 +60,8 @@ pub struct Share {
     said: Option<(usize, usize, usize)>,
     /// Since when each job has been seen with a firing waiting for its free lease.
     waiting_since: HashMap<String, Instant>,
+    /// The largest recent lag of this scheduler's own bursts, and when it was seen.
+    own_lag: Option<(Duration, Instant)>,
 }
 
 impl Share {
@@ -66,6 +73,7 @@ impl Share {
             next_read: Instant::now(),
             said: None,
             waiting_since: HashMap::new(),
+            own_lag: None,
         }
     }
 
@@ -127,6 +135,27 @@ impl Share {
         );
     }
 
+    /// Notes how late this scheduler decided its own last burst (from its oldest slot).
+    pub fn own_lag(&mut self, lag: Duration) {
+        self.own_lag = match self.own_lag {
+            Some((l, at)) if l >= lag && at.elapsed() < LAG_KEPT => Some((l, at)),
+            _ => Some((lag, Instant::now())),
+        };
+    }
+
+    /// How long another's slot or waiting firing is left to its owner: [`NET_AFTER`], or twice
+    /// this scheduler's own recent lag, up to [`NET_MAX`]. The shares are about equal, so an
+    /// owner alive but loaded is about as late as this one; firing its slots for it would only
+    /// add duplicates to the load. A dead owner's slots still go after about a second, as the
+    /// survivors' own bursts are on time.
+    pub fn net_after(&self) -> Duration {
+        let lag = self
+            .own_lag
+            .filter(|(_, at)| at.elapsed() < LAG_KEPT)
+            .map_or(Duration::ZERO, |(l, _)| l);
+        (lag * 2).clamp(NET_AFTER, NET_MAX)
+    }
+
     /// Notes the jobs seen this tick with a firing waiting for its free lease (the others are
     /// forgotten: their wait is over).
     pub fn waiting(&mut self, jobs: &[&str]) {
@@ -143,7 +172,7 @@ impl Share {
         mine || self
             .waiting_since
             .get(job)
-            .is_some_and(|t| t.elapsed() >= NET_AFTER)
+            .is_some_and(|t| t.elapsed() >= self.net_after())
     }
 }
 

@@ -78,6 +78,10 @@ pub(crate) struct Plan {
 impl Plan {
     fn from_env() -> Plan {
         let smoke = std::env::var("EXACTLY_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
+        // The scaleout part's job count, to see where one machine stops keeping up.
+        let scale_jobs = std::env::var("EXACTLY_BENCH_SCALE_JOBS")
+            .ok()
+            .and_then(|v| v.parse().ok());
         if smoke {
             Plan {
                 smoke,
@@ -90,7 +94,7 @@ impl Plan {
                 top_secs: 3.0,
                 fire_jobs: 20,
                 fire_secs: 11.0,
-                scale_jobs: 30,
+                scale_jobs: scale_jobs.unwrap_or(30),
                 scale_secs: 11.0,
                 chaos_iterations: 7,
             }
@@ -106,7 +110,7 @@ impl Plan {
                 top_secs: 30.0,
                 fire_jobs: 500,
                 fire_secs: 60.0,
-                scale_jobs: 1_500,
+                scale_jobs: scale_jobs.unwrap_or(1_500),
                 scale_secs: 60.0,
                 chaos_iterations: 70,
             }

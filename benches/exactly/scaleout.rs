@@ -38,6 +38,54 @@ pub(crate) fn scaleout(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> 
     Ok(())
 }
 
+/// A database of its own, dropped with this value: `pg_stat_database` counts transactions per
+/// database, and other clients of the bench's database (tests, other benches) would count too.
+struct ScratchDb {
+    name: String,
+    url: String,
+    base: String,
+}
+
+impl ScratchDb {
+    /// None when the role may not `CREATE DATABASE`: the round then counts in the bench's
+    /// database, whoever else uses it (said in its figures as `xact_db_shared`).
+    fn create(base: &str) -> Res<Option<ScratchDb>> {
+        let name = format!("exactly_bench_scaleout_{}", std::process::id());
+        let mut c = pg_connect(base)?;
+        c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))?;
+        if let Err(e) = c.batch_execute(&format!("CREATE DATABASE {name}")) {
+            eprintln!("bench: scaleout counts transactions in the shared database: {e}");
+            return Ok(None);
+        }
+        // postgres://user:pass@host:port/DB?query: the database is the last path segment.
+        let (head, query) = match base.split_once('?') {
+            Some((h, q)) => (h, Some(q)),
+            None => (base, None),
+        };
+        let Some((prefix, _)) = head.rsplit_once('/') else {
+            return Err(format!("EXACTLY_BENCH_PG {} names no database", redact(base)).into());
+        };
+        let url = match query {
+            Some(q) => format!("{prefix}/{name}?{q}"),
+            None => format!("{prefix}/{name}"),
+        };
+        Ok(Some(ScratchDb {
+            name,
+            url,
+            base: base.to_string(),
+        }))
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(e) = pg_connect(&self.base).and_then(|mut c| Ok(c.batch_execute(&sql)?)) {
+            eprintln!("bench: WARNING: database {} not dropped: {e}", self.name);
+        }
+    }
+}
+
 fn xacts(c: &mut postgres::Client) -> Res<i64> {
     // Stats are read from a snapshot taken at the first read of a transaction: clear it.
     c.batch_execute("SELECT pg_stat_clear_snapshot()")?;
@@ -52,6 +100,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
     let dir = bench_dir()?.join(format!("scaleout-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
+    let scratch = ScratchDb::create(url)?;
+    let url = scratch.as_ref().map_or(url, |d| d.url.as_str());
     let schema = PgSchema::create(url, "scaleout")?;
     drop(Store::open(&schema.url)?);
     let stamps = dir.join("stamps.txt");
@@ -152,6 +202,17 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         &mut db,
         "SELECT count(*) FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
     )?;
+    // When each run was decided (lease won, run recorded): the lag before its command starts.
+    let decided: Vec<f64> = db
+        .query(
+            "SELECT coalesce(percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY
+               extract(epoch FROM started_at::timestamptz - scheduled_at::timestamptz) * 1000), ARRAY[]::float8[])
+             FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
+            &[&lo, &hi],
+        )?
+        .first()
+        .map(|r| r.get(0))
+        .unwrap_or_default();
     let all_firings: i64 = db
         .query_one("SELECT count(*) FROM exactly_firings", &[])?
         .get(0);
@@ -172,6 +233,9 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         .collect();
     drop(db);
     drop(schema);
+    drop(stats);
+    let shared = scratch.is_none();
+    drop(scratch);
     lags.sort_by(f64::total_cmp);
     let pct = |p: f64| {
         lags.get(((lags.len() as f64 - 1.0).max(0.0) * p).round() as usize)
@@ -200,7 +264,10 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         "lag_p50_ms": round(pct(0.5), 1),
         "lag_p99_ms": round(pct(0.99), 1),
         "lag_max_ms": round(pct(1.0), 1),
+        "decided_lag_p50_ms": decided.first().map(|v| round(*v, 1)),
+        "decided_lag_p99_ms": decided.get(1).map(|v| round(*v, 1)),
         "xact": xact,
+        "xact_db_shared": shared,
         "firings_all": all_firings,
         "xact_per_firing": round(xact as f64 / all_firings.max(1) as f64, 2),
         "duplicates": duplicates,

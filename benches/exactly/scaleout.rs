@@ -122,7 +122,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         children.push(
             Command::new(exe())
                 .args(["--db", &schema.url, "run", path_str(&jobs)?])
-                .args(["--owner", &format!("s{k}")])
+                // A short grace: an overloaded round must still end (its runs are a stamp).
+                .args(["--owner", &format!("s{k}"), "--grace", "5s"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))
@@ -145,13 +146,13 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         // SAFETY: signalling the schedulers we started; SIGTERM stops each gracefully.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     for c in children.iter_mut() {
         while c.try_wait()?.is_none() {
             if Instant::now() > deadline {
                 let _ = c.kill();
                 let _ = c.wait();
-                early.get_or_insert_with(|| "a scheduler did not stop within 30 s".into());
+                early.get_or_insert_with(|| "a scheduler did not stop within 60 s".into());
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -181,6 +181,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_net_waits_twice_the_own_lag_within_bounds() {
+        let mut s = Share::new("a", "f");
+        assert_eq!(s.net_after(), NET_AFTER);
+        s.own_lag(Duration::from_millis(200));
+        assert_eq!(s.net_after(), NET_AFTER);
+        s.own_lag(Duration::from_millis(1500));
+        assert_eq!(s.net_after(), Duration::from_secs(3));
+        // A smaller lag soon after does not shorten the wait: the worst recent burst counts.
+        s.own_lag(Duration::from_millis(100));
+        assert_eq!(s.net_after(), Duration::from_secs(3));
+        s.own_lag(Duration::from_secs(9));
+        assert_eq!(s.net_after(), NET_MAX);
+        assert!(s.mine("any job"), "alone, every job is its own");
+    }
+
+    #[test]
     fn rendezvous_moves_only_the_leavers_jobs() {
         let three: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
         let two: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();

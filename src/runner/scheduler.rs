@@ -149,8 +149,9 @@ pub fn run(
                 st.handled(super::clock::cursor_after(step, st.cursor, last_tick));
             }
         }
+        let net = share.net_after();
         for st in states.iter_mut() {
-            let recorded = record_behind(&mut store, &cfg, st, now, &health);
+            let recorded = record_behind(&mut store, &cfg, st, now, &health, net);
             st.behind = recorded.is_err();
             if let Err(e) = recorded {
                 health.failed(&st.job.name, &e);
@@ -248,13 +249,16 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
 }
 
 /// Records the slots of a job that fell behind its catch-up window as missed, each with why
-/// (no scheduler ran it, or the database was unavailable when it fell due).
+/// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
+/// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
+/// meanwhile, and a write per job and slot here would only find them recorded.
 fn record_behind(
     store: &mut Store,
     cfg: &Config,
     st: &mut JobState,
     now: Ts,
     health: &Health,
+    net: Duration,
 ) -> Result<()> {
     let job = &st.job;
     // A firing its DST policy left out is a miss that says why, not a silence.
@@ -274,7 +278,11 @@ fn record_behind(
         }
     }
     st.dst_seen = now;
-    let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
+    let mut wait = job.catchup + LATE_OK;
+    if !st.mine {
+        wait = wait.max(net + super::share::NET_AFTER);
+    }
+    let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
     if st.cursor < horizon {
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
         // The slots are oldest first; those beyond the rows recorded are older still.

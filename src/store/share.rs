@@ -24,7 +24,11 @@ impl Store {
             if !super::has_table(tx, "exactly_schedulers")? {
                 return Ok(Vec::new());
             }
-            let now = crate::time::parse(tx.now(now)).unwrap_or_else(crate::time::now);
+            // An instant that does not parse (never seen) counts nobody: the caller is alone
+            // and fires all its jobs, which is safe.
+            let Some(now) = crate::time::parse(tx.now(now)) else {
+                return Ok(Vec::new());
+            };
             let alive_after = crate::time::fmt(
                 now - chrono::Duration::from_std(dead_after).unwrap_or(chrono::Duration::MAX),
             );

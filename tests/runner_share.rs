@@ -213,4 +213,85 @@ on_both_backends! {
             assert_eq!(s.term(Duration::from_secs(10)), Some(0));
         }
     }
+
+    #[test]
+    fn a_killed_owners_queued_firings_are_started_by_the_others_and_none_is_lost() {
+        let _alone = support::backend::one_at_a_time();
+        let site = Site::new();
+        // Runs outlast the interval, so firings queue behind the live run.
+        let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> q.txt; sleep 1.5");
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"q\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"queue\"\nqueue_cap = 2\ncommand = {cmd}\n"
+        ));
+        assert_eq!(site.exactly(&["init"]).0, 0);
+        let dead_after = format!("{DEAD_AFTER_S}s");
+        let env = [("EXACTLY_SCHEDULER_DEAD_AFTER", dead_after.as_str())];
+        let mut scheds: Vec<(&str, Sched)> = ["a", "b", "c"]
+            .into_iter()
+            .map(|o| (o, site.start_with_env(o, "5s", &env)))
+            .collect();
+        let settled = wait_until(Duration::from_secs(8), || {
+            ["a", "b", "c"].iter().all(|o| site.log(o).contains("3 live schedulers"))
+        });
+        assert!(settled, "the schedulers did not see each other");
+        // Its owner runs it with firings queued behind the run.
+        let busy = wait_until(Duration::from_secs(10), || {
+            site.count("SELECT count(*) FROM exactly_firings WHERE state = 'queued'") > 0
+                && site.count("SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL") > 0
+        });
+        assert!(busy, "no firing queued behind a live run");
+        let owner = site.strings("SELECT owner FROM exactly_runs ORDER BY started_at DESC LIMIT 1");
+        let owner = owner.first().cloned().unwrap_or_default();
+        let queued = site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'queued'");
+        let running = site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'running'");
+        let i = scheds.iter().position(|(o, _)| *o == owner).expect("the owner is one of ours");
+        scheds[i].1.kill9();
+        // Called dead or not, the others start what it left waiting once its lease is free.
+        std::thread::sleep(Duration::from_secs(DEAD_AFTER_S + 4));
+        // The queued ones: started by the survivors. (The interrupted one waits behind the
+        // queue, which a job whose runs outlast its interval never empties: `start_waiting`
+        // starts the queued first, with one scheduler as with three; it stays `running`, to
+        // be resumed, and is checked below only for not being lost.)
+        let left: Vec<String> = queued
+            .iter()
+            .filter(|slot| {
+                site.count(&format!(
+                    "SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{slot}' AND owner <> '{owner}'"
+                )) == 0
+            })
+            .cloned()
+            .collect();
+        let twice = site.strings(
+            "SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at HAVING count(*) > 1",
+        );
+        let interrupted: Vec<String> = running
+            .iter()
+            .filter(|slot| {
+                site.count(&format!(
+                    "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}'
+                       AND state IN ('running', 'retry', 'ran')"
+                )) == 1
+            })
+            .cloned()
+            .collect();
+        assert_eq!(interrupted, running, "the interrupted firing is kept, to be resumed");
+        eprintln!(
+            "queue: {owner} killed with {queued:?} queued and {running:?} running; not taken over: {left:?}; run twice: {twice:?}"
+        );
+        assert!(left.is_empty(), "left waiting after {owner} died: {left:?}");
+        // Only the run it was killed in is run again (resumed); nothing else twice.
+        assert!(
+            twice.iter().all(|s| running.contains(s)),
+            "run twice: {twice:?}, running at the kill: {running:?}"
+        );
+        assert!(
+            site.counter("firing_missed") == 0,
+            "a firing was missed instead of queued"
+        );
+        for (o, s) in scheds.iter_mut() {
+            if *o != owner {
+                assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+            }
+        }
+    }
 }

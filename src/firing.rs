@@ -215,6 +215,15 @@ pub fn record_missed(
     store.record_missed(job, slots, total, owner, &time::now_text(), reason)
 }
 
+/// Which of `slots` (job, slot) are already recorded as firings, in any state: a scheduler
+/// fires another's slot only when it is not (see `runner::share`).
+pub fn recorded(
+    store: &mut Store,
+    slots: &[(&str, &str)],
+) -> Result<std::collections::HashSet<(String, String)>> {
+    store.recorded_firings(slots)
+}
+
 /// What waits to start for a job whose lease is free at `now`.
 pub fn waiting(store: &mut Store, job: &str, now: &str) -> Result<Waiting> {
     store.waiting(job, now)

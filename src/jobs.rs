@@ -139,6 +139,12 @@ pub fn scheduler_dead_after() -> std::time::Duration {
 }
 pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The schedulers running the jobs file `source` now: alive by their heartbeat (see
+/// [`scheduler_dead_after`]) and not ended, by owner.
+pub fn live_schedulers(store: &mut Store, source: &str) -> Result<Vec<String>> {
+    store.live_schedulers(source, scheduler_dead_after(), &time::now_text())
+}
+
 /// Records a scheduler's start (a restart under the same owner starts its row afresh).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
     scheduler_started_at(store, s, time::now())

@@ -1,64 +1,5 @@
 use super::*;
 
-/// The jobs' command: a tiny C program that appends its own start time (wall clock, first
-/// thing in `main`), the slot it was started for and its job to a file, in one write so the
-/// lines of concurrent commands never mix. Compiled once per bench run with `cc` (the linker
-/// the Rust toolchain already needs).
-const STAMP_C: &str = r#"#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (argc < 2) return 2;
-    const char *slot = getenv("EXACTLY_SCHEDULED_AT");
-    const char *job = getenv("EXACTLY_JOB");
-    char line[512];
-    int n = snprintf(line, sizeof line, "%lld%09ld %s %s\n", (long long)ts.tv_sec, ts.tv_nsec,
-                     slot ? slot : "-", job ? job : "-");
-    int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0644);
-    if (fd < 0) return 1;
-    return write(fd, line, n) == n ? 0 : 1;
-}
-"#;
-
-/// The compiled stamp program (built on first use).
-fn stamp_program() -> Res<PathBuf> {
-    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = bench_dir().map_err(|e| e.to_string())?;
-            let src = dir.join("stamp.c");
-            let bin = dir.join("stamp");
-            std::fs::write(&src, STAMP_C).map_err(|e| e.to_string())?;
-            let out = Command::new("cc")
-                .args(["-O2", "-o"])
-                .arg(&bin)
-                .arg(&src)
-                .output()
-                .map_err(|e| format!("cannot run cc to build the stamp command: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "cc failed to build the stamp command: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(bin)
-        })
-        .clone()
-        .map_err(Into::into)
-}
-
-/// A job command that records when it started (see [`STAMP_C`]).
-pub(crate) fn stamp_command(file: &Path) -> Res<Vec<String>> {
-    Ok(vec![
-        path_str(&stamp_program()?)?.to_string(),
-        path_str(file)?.to_string(),
-    ])
-}
-
 /// What one scheduler run measured.
 pub(crate) struct Lag {
     /// Command start minus slot, ms, one per stamp, sorted.
@@ -92,7 +33,7 @@ pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
     ] {
         let _ = std::fs::remove_file(f);
     }
-    let cmd = stamp_command(&stamps)?;
+    let cmd = stamp_argv(&stamps)?;
     let quoted: Vec<String> = cmd.iter().map(|a| format!("{a:?}")).collect();
     let mut toml = String::new();
     for j in 0..jobs {
@@ -155,20 +96,11 @@ pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
         "SELECT COUNT(*) FROM exactly_firings WHERE state = 'missed' AND scheduled_at >= ?1",
     )?;
     let firings = count("SELECT COUNT(*) FROM exactly_firings WHERE scheduled_at >= ?1")?;
-    let mut start = Vec::new();
-    for line in std::fs::read_to_string(&stamps).unwrap_or_default().lines() {
-        let mut f = line.split_whitespace();
-        let (Some(ns), Some(slot)) = (f.next(), f.next()) else {
-            return Err(format!("bad stamp line {line:?}").into());
-        };
-        if slot < started.as_str() {
-            continue;
-        }
-        let slot_ms = exactly::time::parse(slot)
-            .ok_or_else(|| format!("bad slot in stamp {line:?}"))?
-            .timestamp_millis() as f64;
-        start.push(ns.parse::<f64>()? / 1e6 - slot_ms);
-    }
+    let mut start: Vec<f64> = read_stamps(&stamps)?
+        .into_iter()
+        .filter(|s| s.slot.as_str() >= started.as_str())
+        .map(|s| s.lag_ms)
+        .collect();
     start.sort_by(f64::total_cmp);
     if start.is_empty() {
         return Err(format!("no command started in {secs} s (see {})", log.display()).into());
@@ -217,7 +149,7 @@ pub(crate) fn spawn_floor(dir: &Path, n: usize) -> Res<Vec<f64>> {
     std::fs::create_dir_all(dir)?;
     let stamps = dir.join("floor.txt");
     let _ = std::fs::remove_file(&stamps);
-    let cmd = stamp_command(&stamps)?;
+    let cmd = stamp_argv(&stamps)?;
     let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let mut kids = Vec::with_capacity(n);
     for i in 0..n {

@@ -1,6 +1,6 @@
 //! `cargo bench`: what exactly-once costs, against SQLite's own limit, and what the dashboard
 //! costs when nothing changes (one module per part: write, claims, poll, top, fire, chaos,
-//! pg). Prints a table and writes `target/bench/summary.json`.
+//! pg, scaleout; `stamp` makes commands that record their own start). Prints a table and writes `target/bench/summary.json`.
 //!
 //! Everything runs against real SQLite files under `target/bench/` (one file system for the
 //! bare and the product writes) and, for `top`, claims, fire lag and chaos, the real release
@@ -14,7 +14,9 @@
 //! figures beside SQLite's; goals for the write ratio and for claims from one process through
 //! the library). It works in schemas of its own (`exactly_bench_*`),
 //! each created fresh and dropped when its part ends, on error too; it needs a role that may
-//! `CREATE SCHEMA`. Without the URL there is no `pg` part.
+//! `CREATE SCHEMA`. Without the URL there is no `pg` part. `scaleout` (PostgreSQL only) runs
+//! `exactly run` as 1 and as 3 schedulers on 1,500 jobs every 5 s: command-start lag, each
+//! slot run exactly once, transactions per firing, jobs per scheduler.
 use exactly::effect::{self, Effect, Failure, Observation, Spec};
 use exactly::metrics::Snapshot;
 use exactly::{lease, Store};
@@ -31,6 +33,8 @@ mod fire;
 mod output;
 mod pg;
 mod poll;
+mod scaleout;
+mod stamp;
 mod top;
 mod util;
 mod write;
@@ -41,6 +45,8 @@ use fire::*;
 use output::*;
 use pg::*;
 use poll::*;
+use scaleout::*;
+use stamp::*;
 use top::*;
 use util::*;
 use write::*;
@@ -66,12 +72,19 @@ pub(crate) struct Plan {
     /// 400 firings/s: 2,000 jobs every 5 s.
     fire_jobs_400: usize,
     fire_secs: f64,
+    /// Jobs every 5 s and seconds of the `scaleout` part (PostgreSQL only).
+    scale_jobs: usize,
+    scale_secs: f64,
     chaos_iterations: u32,
 }
 
 impl Plan {
     fn from_env() -> Plan {
         let smoke = std::env::var("EXACTLY_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
+        // The scaleout part's job count, to see where one machine stops keeping up.
+        let scale_jobs = std::env::var("EXACTLY_BENCH_SCALE_JOBS")
+            .ok()
+            .and_then(|v| v.parse().ok());
         if smoke {
             Plan {
                 smoke,
@@ -85,6 +98,8 @@ impl Plan {
                 fire_jobs: 20,
                 fire_jobs_400: 40,
                 fire_secs: fire_secs(11.0),
+                scale_jobs: scale_jobs.unwrap_or(30),
+                scale_secs: 11.0,
                 chaos_iterations: 7,
             }
         } else {
@@ -100,6 +115,8 @@ impl Plan {
                 fire_jobs: 500,
                 fire_jobs_400: 2_000,
                 fire_secs: fire_secs(60.0),
+                scale_jobs: scale_jobs.unwrap_or(1_500),
+                scale_secs: 60.0,
                 chaos_iterations: 70,
             }
         }
@@ -124,12 +141,14 @@ fn main() -> Res<()> {
     let pg_url = std::env::var("EXACTLY_BENCH_PG")
         .ok()
         .filter(|u| !u.trim().is_empty());
-    if wants("pg") && only.is_some() && pg_url.is_none() {
-        return Err(
-            "EXACTLY_BENCH_ONLY names pg, but EXACTLY_BENCH_PG is not set \
-                    (postgres://user:pass@host:port/db)"
-                .into(),
-        );
+    for part in ["pg", "scaleout"] {
+        if wants(part) && only.is_some() && pg_url.is_none() {
+            return Err(format!(
+                "EXACTLY_BENCH_ONLY names {part}, but EXACTLY_BENCH_PG is not set \
+                 (postgres://user:pass@host:port/db)"
+            )
+            .into());
+        }
     }
     let root = bench_dir()?;
     let mut out = Map::new();
@@ -176,6 +195,9 @@ fn main() -> Res<()> {
     if wants("fire") {
         eprintln!("bench: fire lag …");
         fire_lag(&plan, &root, &mut out)?;
+    }
+    if let (true, Some(url)) = (wants("scaleout"), &pg_url) {
+        scaleout(&plan, url, &mut out)?;
     }
     if wants("chaos") {
         eprintln!("bench: chaos …");

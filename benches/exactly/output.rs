@@ -14,6 +14,8 @@ pub(crate) fn goal(key: &str, v: f64) -> Option<(&'static str, bool)> {
         "fire_lag_p99_ms_400" => ("≤ 250", v <= 250.0),
         "fire_missed_400" => ("= 0", v == 0.0),
         "decision_lag_p99_ms" => ("≤ 50", v <= 50.0),
+        "scaleout_fire_lag_p99_ms" => ("≤ 250", v <= 250.0),
+        "scaleout_exactly_once" | "scaleout_1_exactly_once" => ("= 1", v == 1.0),
         _ => return None,
     })
 }
@@ -55,6 +57,14 @@ pub(crate) fn print_table(s: &Value, smoke: bool) {
         "fire_missed_400",
         "decision_lag_p99_ms_400",
         "scheduler_cpu_ms_per_firing_400",
+        "scaleout_1_fire_lag_p99_ms",
+        "scaleout_fire_lag_p50_ms",
+        "scaleout_fire_lag_p99_ms",
+        "scaleout_xact_per_firing_1",
+        "scaleout_xact_per_firing_3",
+        "scaleout_jobs_per_scheduler",
+        "scaleout_1_exactly_once",
+        "scaleout_exactly_once",
         "chaos_iterations_per_s",
     ];
     if smoke {

@@ -61,12 +61,12 @@ pub(crate) fn pg(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()
 pub(crate) struct PgSchema {
     name: String,
     /// The URL with this schema as its search_path: what `--db` and `Store::open` are given.
-    url: String,
+    pub(crate) url: String,
     base: String,
 }
 
 impl PgSchema {
-    fn create(base: &str, what: &str) -> Res<PgSchema> {
+    pub(crate) fn create(base: &str, what: &str) -> Res<PgSchema> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()

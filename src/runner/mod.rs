@@ -21,6 +21,7 @@ pub mod procs;
 mod renewer;
 pub mod schedule;
 pub mod scheduler;
+mod share;
 pub mod spawn;
 pub mod spawner;
 pub mod watchdog;
@@ -227,6 +228,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             db: db_path,
             owner,
             cwd,
+            source,
             grace,
             give_up_after,
         },

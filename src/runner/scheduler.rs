@@ -5,6 +5,7 @@
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use super::health::Health;
+use super::share::Share;
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
@@ -35,6 +36,8 @@ pub struct Config {
     pub db: String,
     pub owner: String,
     pub cwd: Option<PathBuf>,
+    /// The jobs file (canonical path): its schedulers share its jobs (see `share`).
+    pub source: String,
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,
@@ -50,6 +53,8 @@ struct JobState {
     behind: bool,
     /// Up to here, the firings its `dst_skipped = "skip"` left out are recorded missed.
     dst_seen: Ts,
+    /// This scheduler's to fire on time; another's, fired here only if left unrecorded.
+    mine: bool,
 }
 
 impl JobState {
@@ -61,11 +66,17 @@ impl JobState {
             next,
             behind: false,
             dst_seen: cursor,
+            mine: true,
         }
     }
     fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
         self.next = self.job.schedule.next_after(upto);
+    }
+    /// When its next slot is acted on here: when due, or — another's — once left unrecorded.
+    fn wake_at(&self, net: Duration) -> Option<Ts> {
+        let net = chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
+        self.next.map(|n| if self.mine { n } else { n + net })
     }
 }
 
@@ -113,6 +124,7 @@ pub fn run(
     let mut runs: Vec<Running> = Vec::new();
     let mut clock = super::clock::Clock::new(time::now());
     let mut health = Health::new(&cfg.db, cfg.give_up_after);
+    let mut share = Share::new(&cfg.owner, &cfg.source);
     log_line(
         "INFO",
         "-",
@@ -127,6 +139,12 @@ pub fn run(
         // A job whose registered definition is no longer this scheduler's: newest wins.
         let stopped = watch.stopped(&mut store);
         states.retain(|s| !stopped.contains(&s.job.name));
+        if share.refresh(&mut store) {
+            for st in states.iter_mut() {
+                st.mine = share.mine(&st.job.name);
+            }
+        }
+        share.say(states.iter().filter(|s| s.mine).count(), states.len());
         let now = time::now();
         if let (Some(step), last_tick) = clock.observe(now) {
             log_line("WARN", "-", &step.describe());
@@ -134,8 +152,9 @@ pub fn run(
                 st.handled(super::clock::cursor_after(step, st.cursor, last_tick));
             }
         }
+        let net = share.net_after();
         for st in states.iter_mut() {
-            let recorded = record_behind(&mut store, &cfg, st, now, &health);
+            let recorded = record_behind(&mut store, &cfg, st, now, &health, net);
             st.behind = recorded.is_err();
             if let Err(e) = recorded {
                 health.failed(&st.job.name, &e);
@@ -153,10 +172,15 @@ pub fn run(
         let mut pending = Vec::new();
         match firing::waiting_jobs(&mut store, &time::fmt(now)) {
             Ok(waiting) => {
+                share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
                 for (name, w) in waiting {
                     let Some(i) = states.iter().position(|s| s.job.name == name) else {
                         continue;
                     };
+                    // Another's job waits for its owner, unless left waiting (see `share`).
+                    if !share.may_start_waiting(&name, states[i].mine) {
+                        continue;
+                    }
                     let now = time::now();
                     let st = &mut states[i];
                     match start_waiting(&mut store, &cfg, st, w, &kill, &mut runs, now, &rules) {
@@ -177,11 +201,13 @@ pub fn run(
             &mut health,
             pending,
             &rules,
+            &mut share,
         );
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
-        if let Some(next) = states.iter().filter_map(|s| s.next).min() {
+        let net = share.net_after();
+        if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
             let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
             rest = rest.min(until);
         }
@@ -226,13 +252,16 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
 }
 
 /// Records the slots of a job that fell behind its catch-up window as missed, each with why
-/// (no scheduler ran it, or the database was unavailable when it fell due).
+/// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
+/// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
+/// meanwhile, and a write per job and slot here would only find them recorded.
 fn record_behind(
     store: &mut Store,
     cfg: &Config,
     st: &mut JobState,
     now: Ts,
     health: &Health,
+    net: Duration,
 ) -> Result<()> {
     let job = &st.job;
     // A firing its DST policy left out is a miss that says why, not a silence.
@@ -252,7 +281,11 @@ fn record_behind(
         }
     }
     st.dst_seen = now;
-    let horizon = now - chrono::Duration::milliseconds((job.catchup + LATE_OK).as_millis() as i64);
+    let mut wait = job.catchup + LATE_OK;
+    if !st.mine {
+        wait = wait.max(net + super::share::NET_AFTER);
+    }
+    let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
     if st.cursor < horizon {
         let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
         // The slots are oldest first; those beyond the rows recorded are older still.
@@ -383,16 +416,24 @@ fn fire_due(
     health: &mut Health,
     pending: Vec<(usize, Waiting)>,
     rules: &firing::ResumeRules,
+    share: &mut Share,
 ) {
     let now = time::now();
     let mut due: Vec<(Ts, usize)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
         // A job whose missed slots are not recorded yet fires none (they go first, next tick,
         // in one write), so an outage's slots are not decided one transaction each.
-        if !st.behind && st.next.is_some_and(|n| n <= now) {
+        if st.mine && !st.behind && st.next.is_some_and(|n| n <= now) {
             let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
             due.extend(slots.into_iter().map(|s| (s, i)));
         }
+    }
+    // How late its own burst is decided tells how late the others' are (see `share`); slots
+    // already late (a catch-up) say nothing about it.
+    let on_time = now - chrono::Duration::from_std(LATE_OK).unwrap_or(chrono::Duration::zero());
+    let oldest = due.iter().map(|d| d.0).filter(|s| *s >= on_time).min();
+    if let Err(e) = unrecorded(store, states, now, share.net_after(), &mut due) {
+        health.failed("-", &e);
     }
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
@@ -400,6 +441,70 @@ fn fire_due(
         return;
     }
     fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
+    if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
+        share.own_lag(lag);
+    }
+}
+
+/// Other schedulers' slots still unrecorded `net` after they fell due join `due` (their owner
+/// died or does not count itself their owner yet); those recorded are handled. One read.
+fn unrecorded(
+    store: &mut Store,
+    states: &mut [JobState],
+    now: Ts,
+    net: Duration,
+    due: &mut Vec<(Ts, usize)>,
+) -> Result<()> {
+    let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
+    let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
+    for (i, st) in states.iter().enumerate() {
+        if !st.mine && !st.behind && st.next.is_some_and(|n| n <= upto) {
+            watched.push((i, st.job.schedule.slots(st.cursor, upto, CATCHUP_MAX).0));
+        }
+    }
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<(usize, Vec<String>)> = watched
+        .iter()
+        .map(|(i, slots)| (*i, slots.iter().copied().map(time::fmt).collect()))
+        .collect();
+    let probe: Vec<(&str, &str)> = texts
+        .iter()
+        .flat_map(|(i, slots)| {
+            let name = states[*i].job.name.as_str();
+            slots.iter().map(move |s| (name, s.as_str()))
+        })
+        .collect();
+    let recorded = firing::recorded(store, &probe)?;
+    drop(probe);
+    let mut fired = 0;
+    for ((i, slots), (_, texts)) in watched.into_iter().zip(&texts) {
+        let st = &mut states[i];
+        let mut left = false;
+        for (slot, text) in slots.into_iter().zip(texts) {
+            if !recorded.contains(&(st.job.name.clone(), text.clone())) {
+                due.push((slot, i));
+                left = true;
+                fired += 1;
+            } else if !left {
+                // Recorded by its owner, in order: done here. One after a slot left
+                // unrecorded is passed when that one fires.
+                st.handled(slot);
+            }
+        }
+    }
+    if fired > 0 {
+        log_line(
+            "WARN",
+            "-",
+            &format!(
+                "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
+                time::human_ms(net.as_millis() as u64)
+            ),
+        );
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -31,6 +31,7 @@ mod run;
 mod schedulers;
 mod schema;
 mod settle;
+mod share;
 mod windows;
 
 pub use approval::*;

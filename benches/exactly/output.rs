@@ -60,6 +60,7 @@ pub(crate) fn print_table(s: &Value, smoke: bool) {
         "scaleout_1_fire_lag_p99_ms",
         "scaleout_fire_lag_p50_ms",
         "scaleout_fire_lag_p99_ms",
+        "scaleout_spawn_floor_p99_ms",
         "scaleout_xact_per_firing_1",
         "scaleout_xact_per_firing_3",
         "scaleout_jobs_per_scheduler",

@@ -10,6 +10,12 @@ const SETTLE_MS: i64 = 3000;
 /// the command-start lag, whether every slot ran exactly once (runs in the database and stamps
 /// both counted per (job, slot)), transactions per firing and the jobs each scheduler carries.
 pub(crate) fn scaleout(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    // The machine's own limit for a burst of this many commands (see `fire::spawn_floor`).
+    let floor = spawn_floor(&bench_dir()?.join("scaleout"), plan.scale_jobs)?;
+    out.insert(
+        "scaleout_spawn_floor_p99_ms".into(),
+        json!(round(pct(&floor, 0.99), 1)),
+    );
     for n in [1usize, 3] {
         eprintln!("bench: scaleout with {n} scheduler(s) …");
         let r = scale_round(plan, url, n)?;

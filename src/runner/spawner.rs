@@ -523,12 +523,32 @@ fn cstring(s: &str) -> io::Result<std::ffi::CString> {
     std::ffi::CString::new(s).map_err(|_| io::Error::other("a NUL byte in the command"))
 }
 
+/// The scheduler's environment as the spawner was started with it, each `NAME=value` ready
+/// for `execve` (bytes as they are: a name or value need not be UTF-8). Read once.
+fn base_env() -> &'static [(Vec<u8>, std::ffi::CString)] {
+    use std::os::unix::ffi::OsStrExt;
+    static BASE: OnceLock<Vec<(Vec<u8>, std::ffi::CString)>> = OnceLock::new();
+    BASE.get_or_init(|| {
+        std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                Some((k.as_bytes().to_vec(), std::ffi::CString::new(kv).ok()?))
+            })
+            .collect()
+    })
+}
+
 fn fork_exec(l: &Launch, parent: i32) -> io::Result<Prepared> {
-    let mut env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !l.env.iter().any(|(n, _)| n == k))
+    let mut envp: Vec<std::ffi::CString> = base_env()
+        .iter()
+        .filter(|(k, _)| !l.env.iter().any(|(n, _)| n.as_bytes() == k.as_slice()))
+        .map(|(_, kv)| kv.clone())
         .collect();
-    env.extend(l.env.iter().cloned());
+    for (k, v) in &l.env {
+        envp.push(cstring(&format!("{k}={v}"))?);
+    }
     let mut argv = vec![cstring(&l.prog)?];
     for a in &l.args {
         argv.push(cstring(a)?);
@@ -536,10 +556,7 @@ fn fork_exec(l: &Launch, parent: i32) -> io::Result<Prepared> {
     Ok(Prepared {
         prog: cstring(&l.prog)?,
         argv,
-        envp: env
-            .iter()
-            .map(|(k, v)| cstring(&format!("{k}={v}")))
-            .collect::<io::Result<_>>()?,
+        envp,
         cwd: match &l.cwd {
             Some(d) => Some(cstring(&d.to_string_lossy())?),
             None => None,

@@ -464,7 +464,7 @@ impl Store {
             )));
         };
         let result = (|| {
-            let tx = LiteWrite::begin(conn)?;
+            let tx = db::LiteWrite::begin(conn)?;
             let out = f(&Tx::lite(tx.0))?;
             tx.commit()?;
             if lose_reply {
@@ -505,32 +505,6 @@ impl Store {
             Ok(out)
         })();
         result.map_err(|e| self.err(e))
-    }
-}
-
-/// A SQLite write transaction begun and ended by cached statements: rusqlite's `Transaction`
-/// parses `BEGIN IMMEDIATE` and `COMMIT` anew each time, two parses in every write. Rolled back
-/// when dropped uncommitted (an error, a failed `COMMIT`, a panic).
-struct LiteWrite<'c>(&'c rusqlite::Connection, bool);
-
-impl<'c> LiteWrite<'c> {
-    fn begin(conn: &'c rusqlite::Connection) -> rusqlite::Result<LiteWrite<'c>> {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        Ok(LiteWrite(conn, false))
-    }
-
-    fn commit(mut self) -> rusqlite::Result<()> {
-        self.0.prepare_cached("COMMIT")?.execute([])?;
-        self.1 = true;
-        Ok(())
-    }
-}
-
-impl Drop for LiteWrite<'_> {
-    fn drop(&mut self) {
-        if !self.1 && !self.0.is_autocommit() {
-            let _ = self.0.execute_batch("ROLLBACK");
-        }
     }
 }
 

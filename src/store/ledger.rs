@@ -5,7 +5,7 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
-use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
+use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::approval::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
@@ -118,12 +118,12 @@ fn begin_facts(
                     EXISTS (SELECT 1 FROM exactly_approvals WHERE effect_key = ?2)
              FROM job_lease WHERE job_key = ?1",
             args![job, key],
-            |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?, r.get::<bool>(2)?)),
+            |r| Ok((r.get::<i64>(0)?, text(r, 1)?, r.get::<bool>(2)?)),
         )
         .optional()?;
     Ok(match row {
         Some((current, until, asked)) => {
-            let until = (current == token && until != RELEASED).then_some(until);
+            let until = until.filter(|u| current == token && u != RELEASED);
             (Some(current), lease_until(until, now), asked)
         }
         // No lease row: fenced, whatever else there is.

@@ -143,7 +143,7 @@ pub struct Stat {
 
 /// Reads `/proc/PID/stat` (None: no such process, or no `/proc`).
 pub fn stat(pid: i32) -> Option<Stat> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let s = read_proc(&format!("/proc/{pid}/stat"))?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
     let close = s.rfind(')')?;
     let comm = s.get(s.find('(')? + 1..close)?.to_string();
@@ -155,6 +155,25 @@ pub fn stat(pid: i32) -> Option<Stat> {
         start: f.get(19)?.parse().ok()?,
         comm,
     })
+}
+
+/// A /proc file's text, read into a buffer of its usual size at once: `read_to_string` asks
+/// for its size (0 for /proc) and then reads in growing steps, six reads for one `stat`, and
+/// every effect reads its own.
+fn read_proc(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n)?),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(buf).ok()
 }
 
 /// Whether `s` is the process that started at `start` (0: unknown) under the name `comm`.

@@ -395,6 +395,32 @@ impl<'t> Tx<'t> {
     }
 }
 
+/// A SQLite write transaction begun and ended by cached statements: rusqlite's `Transaction`
+/// parses `BEGIN IMMEDIATE` and `COMMIT` anew each time, two parses in every write. Rolled back
+/// when dropped uncommitted (an error, a failed `COMMIT`, a panic).
+pub(crate) struct LiteWrite<'c>(pub(crate) &'c rusqlite::Connection, bool);
+
+impl<'c> LiteWrite<'c> {
+    pub(crate) fn begin(conn: &'c rusqlite::Connection) -> rusqlite::Result<LiteWrite<'c>> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(LiteWrite(conn, false))
+    }
+
+    pub(crate) fn commit(mut self) -> rusqlite::Result<()> {
+        self.0.prepare_cached("COMMIT")?.execute([])?;
+        self.1 = true;
+        Ok(())
+    }
+}
+
+impl Drop for LiteWrite<'_> {
+    fn drop(&mut self) {
+        if !self.1 && !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 /// Set in a scheduler's process once its database is open: from then on a SQLite database is
 /// opened without creating it, so a run (or the heartbeat) whose file was deleted fails
 /// instead of starting a fresh, empty database where the old one was.
@@ -408,4 +434,57 @@ pub(crate) fn refuse_new_databases() {
 /// Whether opening a SQLite database may create its file.
 pub(crate) fn may_create() -> bool {
     !NO_NEW_DATABASES.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{record_event, NewEvent, Store};
+    use super::DbError;
+    use crate::state::EventKind;
+
+    /// A write that fails after writing, or panics, leaves nothing behind and the connection
+    /// ready for the next write (the guard rolls back, as rusqlite's `Transaction` did).
+    #[test]
+    fn a_failed_or_panicking_write_rolls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("w.db").to_str().unwrap()).unwrap();
+        let count = |store: &mut Store| {
+            store
+                .read(|tx| {
+                    tx.one("SELECT count(*) FROM exactly_events", args![], |r| {
+                        r.get::<i64>(0)
+                    })
+                })
+                .unwrap()
+        };
+        let failed = store.write(|tx| {
+            record_event(
+                tx,
+                &NewEvent::new(EventKind::JobPaused, "2026-01-01T00:00:00.000Z"),
+            )?;
+            Err::<(), _>(DbError::Other("stop here".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(count(&mut store), 0);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = store.write(|tx| -> super::DbResult<()> {
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::JobPaused, "2026-01-01T00:00:00.000Z"),
+                )?;
+                panic!("mid-write");
+            });
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(count(&mut store), 0);
+        store
+            .write(|tx| {
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::JobPaused, "2026-01-01T00:00:00.000Z"),
+                )
+            })
+            .unwrap();
+        assert_eq!(count(&mut store), 1);
+    }
 }

@@ -5,7 +5,7 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
-use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
+use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::approval::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
@@ -78,9 +78,56 @@ pub(super) fn sender_lease(
             |r| text_or_empty(r, 0),
         )
         .optional()?;
-    Ok(SenderLease {
+    Ok(lease_until(until, now))
+}
+
+/// A sender's lease that ends at `until` (None: its token holds no lease), judged at `now`.
+fn lease_until(until: Option<String>, now: &str) -> SenderLease {
+    SenderLease {
         live: !guard_off() && until.as_deref().is_some_and(|u| sending_until(u, now)),
         until,
+    }
+}
+
+/// What a reservation that may submit at once must know before it writes: the job's current
+/// token, the lease `token` holds (as [`sender_lease`] reads it) and whether the key has an
+/// approval row. On SQLite one statement (the job's lease is one row); on PostgreSQL, where
+/// this is the fallback beside `exactly_begin_effect`, the three reads as they were.
+fn begin_facts(
+    tx: &Tx<'_>,
+    job: &str,
+    key: &str,
+    token: i64,
+    now: &str,
+) -> DbResult<(Option<i64>, SenderLease, bool)> {
+    if tx.is_pg() {
+        let current = current_token(tx, job)?;
+        let asked = tx
+            .one(
+                "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
+                args![key],
+                |_| Ok(true),
+            )
+            .optional()?
+            .unwrap_or(false);
+        return Ok((current, sender_lease(tx, job, Some(token), now)?, asked));
+    }
+    let row = tx
+        .one(
+            "SELECT fencing_token, lease_until,
+                    EXISTS (SELECT 1 FROM exactly_approvals WHERE effect_key = ?2)
+             FROM job_lease WHERE job_key = ?1",
+            args![job, key],
+            |r| Ok((r.get::<i64>(0)?, text(r, 1)?, r.get::<bool>(2)?)),
+        )
+        .optional()?;
+    Ok(match row {
+        Some((current, until, asked)) => {
+            let until = until.filter(|u| current == token && u != RELEASED);
+            (Some(current), lease_until(until, now), asked)
+        }
+        // No lease row: fenced, whatever else there is.
+        None => (None, SenderLease::default(), false),
     })
 }
 
@@ -180,29 +227,18 @@ impl Store {
         self.write(|tx| {
             let min_until = tx.later(&min_until);
             let now = tx.now(&now);
-            if current_token(tx, e.job_key)? != Some(e.token) {
+            let (current, lease, asked) = match submit_as {
+                Some(_) => begin_facts(tx, e.job_key, e.effect_key, e.token, now)?,
+                None => (current_token(tx, e.job_key)?, SenderLease::default(), true),
+            };
+            if current != Some(e.token) {
                 fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", now)?;
                 return Ok(Begin::Fenced);
             }
             // Submit at once only with no approval row for the key (an approval asked for by
             // anyone binds every caller) and enough lease left to send under.
-            let mut lease = SenderLease::default();
-            let attempt = match submit_as {
-                Some(a) => {
-                    let asked: bool = tx
-                        .one(
-                            "SELECT 1 FROM exactly_approvals WHERE effect_key = ?1",
-                            args![e.effect_key],
-                            |_| Ok(true),
-                        )
-                        .optional()?
-                        .unwrap_or(false);
-                    lease = sender_lease(tx, e.job_key, Some(e.token), now)?;
-                    let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
-                    (!asked && enough).then_some(a)
-                }
-                None => None,
-            };
+            let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
+            let attempt = submit_as.filter(|_| !asked && enough);
             let state = if attempt.is_some() {
                 EffectState::Submitted
             } else {

@@ -465,8 +465,8 @@ impl Store {
             )));
         };
         let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&Tx::lite(&tx))?;
+            let tx = db::LiteWrite::begin(conn)?;
+            let out = f(&Tx::lite(tx.0))?;
             tx.commit()?;
             if lose_reply {
                 crate::fault::point("finish_reply_lost");

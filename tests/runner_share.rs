@@ -193,15 +193,28 @@ on_both_backends! {
         assert!(!theirs.is_empty(), "c ran nothing before it was killed");
         assert_eq!(firings, want, "a slot was lost while c was dying");
         // A run c left dead goes first when its lease ends (resumed), so the next slot of its
-        // job may be coalesced behind it, as the overlap policy says; nothing else is not run.
+        // job may be coalesced behind it, as the overlap policy says. On a loaded machine
+        // (the whole suite at once) a survivor's own run may also still be live at its job's
+        // next slot: coalesced too, never lost. Nothing else is not run, and such slots of the
+        // survivors' jobs stay few.
+        let c_ran = site.strings("SELECT DISTINCT job_key FROM exactly_runs WHERE owner = 'c'");
+        let state_of = |m: &String| {
+            let mut w = m.split(' ');
+            let job = w.next().unwrap_or("").to_string();
+            (job, w.nth(1).unwrap_or("").to_string())
+        };
         let lost: Vec<&String> = missed
             .iter()
-            .filter(|m| {
-                let mut w = m.split(' ');
-                let (job, state) = (w.next().unwrap_or(""), w.nth(1).unwrap_or(""));
-                state != "coalesced" || !theirs.iter().any(|t| t == job)
-            })
+            .filter(|m| state_of(m).1 != "coalesced")
             .collect();
+        let survivors_coalesced = missed
+            .iter()
+            .filter(|m| !c_ran.contains(&state_of(m).0))
+            .count() as i64;
+        assert!(
+            survivors_coalesced * 10 <= want,
+            "{survivors_coalesced} of {want} slots of the survivors' own jobs coalesced: {missed:?}"
+        );
         assert!(lost.is_empty(), "slots not run: {lost:?} (all not run: {missed:?})");
         assert_eq!(twice, 0, "a slot ran twice");
         assert_eq!(

@@ -116,26 +116,14 @@ pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
     })
 }
 
-/// CPU ticks of the scheduler and its own helper processes (watchdog, spawner): every process
-/// under it but the jobs' commands.
+/// CPU ticks of the scheduler and its own helper processes (its watchdog, `exactly`, and its
+/// spawner, `exactly-spawner`): not the jobs' commands, nor anything under them.
 fn scheduler_ticks(pid: u32) -> Res<u64> {
-    let mine = std::fs::read_to_string("/proc/self/comm")?;
+    let ours = |comm: &str| comm.starts_with("exactly");
     let mut total = cpu_ticks(pid)?;
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        for k in kids
-            .split_whitespace()
-            .filter_map(|k| k.parse::<u32>().ok())
-        {
-            let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
-            // A command (this bench binary) is the job's, not the scheduler's.
-            if comm == mine {
-                continue;
-            }
+    for (k, comm) in descendants(pid, ours) {
+        if ours(&comm) {
             total += cpu_ticks(k).unwrap_or(0);
-            todo.push(k);
         }
     }
     Ok(total)

@@ -87,24 +87,38 @@ pub(crate) fn top_idle(
     result
 }
 
+/// The descendants of `parent` with their names, parents before children; `enter` says whether
+/// to look under one.
+pub(crate) fn descendants(parent: u32, enter: impl Fn(&str) -> bool) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![parent];
+    while let Some(p) = todo.pop() {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for k in kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+            let comm = comm.trim().to_string();
+            if enter(&comm) {
+                todo.push(k);
+            }
+            out.push((k, comm));
+        }
+    }
+    out
+}
+
 /// The pid of the first descendant of `parent` named `name`.
 pub(crate) fn find_child(parent: u32, name: &str, wait: Duration) -> Res<u32> {
     let deadline = Instant::now() + wait;
     loop {
-        let mut todo = vec![parent];
-        while let Some(p) = todo.pop() {
-            let kids =
-                std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-            for k in kids
-                .split_whitespace()
-                .filter_map(|k| k.parse::<u32>().ok())
-            {
-                let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
-                if comm.trim() == name {
-                    return Ok(k);
-                }
-                todo.push(k);
-            }
+        if let Some((k, _)) = descendants(parent, |_| true)
+            .into_iter()
+            .find(|(_, c)| c == name)
+        {
+            return Ok(k);
         }
         if Instant::now() > deadline {
             return Err(format!("no {name} process appeared under pid {parent}").into());

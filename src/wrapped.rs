@@ -285,18 +285,21 @@ pub(crate) fn pipe() -> std::io::Result<(i32, i32)> {
 /// The signals a watchdog leaves to its parent (the group's SIGTERM is for the command; a
 /// terminal's are for the parent). Async-signal-safe: called in a forked child.
 pub(crate) unsafe fn ignore_parents_signals() {
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGPIPE,
-        libc::SIGTSTP,
-        libc::SIGTTOU,
-        libc::SIGTTIN,
-    ] {
+    for sig in PARENTS_SIGNALS {
         libc::signal(sig, libc::SIG_IGN);
     }
 }
+
+/// What [`ignore_parents_signals`] ignores (a process it starts gives them their defaults back).
+pub(crate) const PARENTS_SIGNALS: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGPIPE,
+    libc::SIGTSTP,
+    libc::SIGTTOU,
+    libc::SIGTTIN,
+];
 
 unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
     libc::close(w);

@@ -640,18 +640,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::getppid() != a.parent {
             libc::_exit(1);
         }
-        for sig in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGPIPE,
-            libc::SIGTSTP,
-            libc::SIGTTOU,
-            libc::SIGTTIN,
-            libc::SIGCHLD,
-        ] {
+        // What the spawner ignores, and its SIGCHLD handler.
+        for sig in crate::wrapped::PARENTS_SIGNALS {
             libc::signal(sig, libc::SIG_DFL);
         }
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
         if null >= 0 {
             libc::dup2(null, 0);

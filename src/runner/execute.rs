@@ -165,7 +165,7 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
             return Ok(ended);
         }
     }
-    let log = Arc::new(Mutex::new(LogBuf::default()));
+    let log = Mutex::new(LogBuf::default());
     let Some((prog, args)) = spec.command.split_first() else {
         return finish(
             spec,

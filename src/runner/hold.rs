@@ -174,8 +174,8 @@ impl Heartbeat {
     }
 }
 
-/// An end not recorded: the run stays owned, its lease renewed meanwhile; said once. At
-/// shutdown past [`FINISH_RETRY_AT_SHUTDOWN`], the error to give up with.
+/// An end not recorded: the run stays owned, its lease renewed meanwhile; said once. True at
+/// shutdown past [`FINISH_RETRY_AT_SHUTDOWN`]: give up with `e`.
 fn end_not_recorded(
     spec: &RunSpec,
     beat: &mut Heartbeat,
@@ -183,7 +183,7 @@ fn end_not_recorded(
     e: &Error,
     since: Instant,
     tries: &mut u64,
-) -> Option<Error> {
+) -> bool {
     beat.hold.unretire();
     *tries += 1;
     if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
@@ -195,7 +195,7 @@ fn end_not_recorded(
                 spec.started.run_id, end.outcome
             ),
         );
-        return Some(Error::Store(e.to_string()));
+        return true;
     }
     if *tries == 1 {
         log_line(
@@ -208,7 +208,7 @@ fn end_not_recorded(
         );
     }
     beat.tick(spec);
-    None
+    false
 }
 
 /// How a run ended.
@@ -251,7 +251,7 @@ pub fn finish(
             None => match lend(&spec.db) {
                 Ok(s) => lent.insert(s),
                 Err(e) => {
-                    if let Some(e) = end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
+                    if end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
                         return Err(e);
                     }
                     std::thread::sleep(pause);
@@ -276,7 +276,7 @@ pub fn finish(
             Ok(o) => break o,
             Err(e) => e,
         };
-        if let Some(e) = end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
+        if end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
             return Err(e);
         }
         std::thread::sleep(pause);

@@ -24,18 +24,25 @@ fn long_job(site: &Site) {
     ));
 }
 
-#[test]
-fn a_killed_spawner_takes_its_command_with_it_and_the_scheduler_goes_on() {
-    let site = Site::new();
-    long_job(&site);
-    let mut s = site.start("s", "1s");
+/// A scheduler running the long job's first command: the scheduler, the command's pid, and
+/// its parent's pid and name.
+fn first_command(site: &Site) -> (Sched, i32, i32, String) {
+    long_job(site);
+    let s = site.start("s", "1s");
     assert!(
         wait_until(Duration::from_secs(8), || site.exists("pid.1")),
         "{}",
         site.log("s")
     );
-    let pid = pid_in(&site, "pid.1");
-    let (spawner, name) = parent_of(pid).expect("the command's parent");
+    let pid = pid_in(site, "pid.1");
+    let (parent, name) = parent_of(pid).expect("the command's parent");
+    (s, pid, parent, name)
+}
+
+#[test]
+fn a_killed_spawner_takes_its_command_with_it_and_the_scheduler_goes_on() {
+    let site = Site::new();
+    let (mut s, pid, spawner, name) = first_command(&site);
     assert_eq!(
         name,
         "exactly-spawner",
@@ -78,15 +85,7 @@ fn a_killed_spawner_takes_its_command_with_it_and_the_scheduler_goes_on() {
 #[test]
 fn a_sigkilled_scheduler_takes_its_spawner_and_commands_with_it() {
     let site = Site::new();
-    long_job(&site);
-    let mut s = site.start("s", "1s");
-    assert!(
-        wait_until(Duration::from_secs(8), || site.exists("pid.1")),
-        "{}",
-        site.log("s")
-    );
-    let pid = pid_in(&site, "pid.1");
-    let (spawner, _) = parent_of(pid).expect("the command's parent");
+    let (mut s, pid, spawner, _) = first_command(&site);
     s.kill9();
     assert!(
         wait_until(Duration::from_secs(3), || !alive(pid) && !alive(spawner)),

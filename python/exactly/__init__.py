@@ -1,0 +1,575 @@
+"""exactly: exactly-once *effect* for scheduled jobs and agents, from Python.
+
+The protocol runs in the same Rust library as the ``exactly`` command (``exactly._native``):
+a lease per job with a monotonic fencing token, an effect key derived from the facts acted on,
+an effect ledger whose ``unknown`` is settled by an observer before any retry, and approvals
+consumed once. This module gives it a Pythonic face::
+
+    import exactly
+    store = exactly.open("exactly.db")               # or "postgres://…"
+    with store.claim("invoices", ttl="10m") as lease: # None when another holds it
+        eff = lease.effect(action="send-invoice", target="customer-42",
+                           inputs={"month": "2026-11"}, observe=already_sent)
+        out = eff.run(lambda key: send(key))          # key: pass on as Idempotency-Key
+        if out.outcome == exactly.Kind.DONE: ...
+
+A Python database and the CLI's are one: effects written here show in ``exactly top`` and
+``exactly status``, and a key attempted here and retried with ``exactly effect`` is one effect.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import inspect
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from . import _native
+from ._native import BusyError, Error, StoreError, UsageError
+
+__all__ = [
+    "open", "key", "Store", "Lease", "Effect", "Outcome", "Kind", "Observation",
+    "HAPPENED", "NOT_HAPPENED", "CANT_TELL", "Happened", "Decision", "Resolution",
+    "scheduled_lease", "effect",
+    "Error", "UsageError", "StoreError", "BusyError", "LeaseHeld", "EffectNotDone",
+    "NotSent", "Fenced", "AwaitingApproval", "InFlight", "Unknown", "Cancelled",
+    "Unrecorded", "LeaseEnding",
+]
+
+Inputs = Mapping[str, Any]
+Duration = Union[str, int, float]
+
+
+class Kind(str, enum.Enum):
+    """How an effect attempt ended. A ``str`` enum: ``out.outcome == "done"`` holds."""
+
+    DONE = "done"
+    """Sent now; the far side's answer is recorded."""
+    DUPLICATE = "duplicate"
+    """Already done (by an earlier attempt, or per the observer): nothing sent; the stored
+    answer is ``out.response``."""
+    FENCED = "fenced"
+    """A newer fencing token holds the job: stop quietly, do not retry."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """A person must approve first (``exactly approve KEY``): nothing sent."""
+    IN_FLIGHT = "in_flight"
+    """An earlier attempt may still be sending, or its observer cannot tell: nothing sent."""
+    UNKNOWN = "unknown"
+    """Sent, and the answer was lost (or perform raised): the effect is ``unknown`` until its
+    observer or a person resolves it. Never retried blindly."""
+    CANCELLED = "cancelled"
+    """Denied, or resolved "never retry": nothing sent."""
+    NOT_SENT = "not_sent"
+    """perform raised :class:`NotSent`: nothing left; the reservation is released."""
+    UNRECORDED = "unrecorded"
+    """perform ran but its end could not be recorded: the effect stays ``submitted``."""
+    LEASE_ENDING = "lease_ending"
+    """Too little of the lease was left to send under it: nothing sent."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Observation(enum.Enum):
+    """An observer's verdict on "did this effect happen?"."""
+
+    HAPPENED = "happened"
+    NOT_HAPPENED = "not_happened"
+    CANT_TELL = "cant_tell"
+
+
+HAPPENED = Observation.HAPPENED
+NOT_HAPPENED = Observation.NOT_HAPPENED
+CANT_TELL = Observation.CANT_TELL
+
+
+@dataclass(frozen=True)
+class Happened:
+    """An observer's "it happened", with what the far side shows (kept as the response)."""
+
+    response: Optional[str] = None
+
+
+class Resolution(str, enum.Enum):
+    """A person's resolution of an open (``submitted`` or ``unknown``) effect."""
+
+    HAPPENED = "happened"
+    NOT_HAPPENED = "not_happened"
+    CANCEL = "cancel"
+
+
+class LeaseHeld(Error):
+    """The job's lease is held by someone else (raised by :meth:`Store.lease`)."""
+
+    def __init__(self, job: str, owner: Optional[str], until: Optional[str]):
+        super().__init__(f"the lease of {job} is held by {owner} until {until}")
+        self.job, self.owner, self.until = job, owner, until
+
+
+class EffectNotDone(Error):
+    """An attempt that did not end done: raised by :meth:`Outcome.raise_for_outcome`."""
+
+    def __init__(self, outcome: "Outcome"):
+        why = f": {outcome.reason}" if outcome.reason else ""
+        super().__init__(f"effect {outcome.key} {outcome.outcome.value}{why}")
+        self.outcome = outcome
+
+
+class NotSent(EffectNotDone):
+    """Raise it from perform to promise that nothing reached the far side (the CLI's exit 75):
+    the reservation is released and a later attempt may send. Any other exception leaves the
+    effect ``unknown``."""
+
+    def __init__(self, reason: Union[str, "Outcome"] = "not sent"):
+        if isinstance(reason, Outcome):
+            super().__init__(reason)
+        else:
+            Exception.__init__(self, reason)
+            self.outcome = None
+        self.reason = reason if isinstance(reason, str) else reason.reason
+
+
+class Fenced(EffectNotDone):
+    """A newer fencing token holds the job."""
+
+
+class AwaitingApproval(EffectNotDone):
+    """A person must approve the effect first."""
+
+
+class InFlight(EffectNotDone):
+    """An earlier attempt may still be sending, or its observer cannot tell."""
+
+
+class Unknown(EffectNotDone):
+    """Sent and the answer lost: ``unknown`` until resolved."""
+
+
+class Cancelled(EffectNotDone):
+    """Denied, or resolved never to be sent."""
+
+
+class Unrecorded(EffectNotDone):
+    """perform ran, and its end could not be recorded."""
+
+
+class LeaseEnding(EffectNotDone):
+    """Too little of the lease was left to send."""
+
+
+_RAISES = {
+    Kind.FENCED: Fenced,
+    Kind.AWAITING_APPROVAL: AwaitingApproval,
+    Kind.IN_FLIGHT: InFlight,
+    Kind.UNKNOWN: Unknown,
+    Kind.CANCELLED: Cancelled,
+    Kind.NOT_SENT: NotSent,
+    Kind.UNRECORDED: Unrecorded,
+    Kind.LEASE_ENDING: LeaseEnding,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended: ``outcome`` (a :class:`Kind`), the effect ``key``, the far side's
+    ``response`` (done or duplicate), the ``reason`` (when not done), the ledger ``state`` an
+    in-flight attempt found, the CLI's ``exit_code``, and the ``error`` perform raised."""
+
+    outcome: Kind
+    key: str
+    response: Optional[str] = None
+    reason: Optional[str] = None
+    state: Optional[str] = None
+    exit_code: int = 0
+    error: Optional[BaseException] = field(default=None, compare=False, repr=False)
+
+    @property
+    def done(self) -> bool:
+        """The effect happened exactly once: sent now, or already (``duplicate``)."""
+        return self.outcome in (Kind.DONE, Kind.DUPLICATE)
+
+    def raise_for_outcome(self) -> "Outcome":
+        """Returns self when done or duplicate; raises the named exception otherwise."""
+        if self.done:
+            return self
+        raise _RAISES[self.outcome](self)
+
+    @staticmethod
+    def _of(d: Dict[str, Any], error: Optional[BaseException] = None) -> "Outcome":
+        return Outcome(
+            outcome=Kind(d["outcome"]), key=d["key"], response=d.get("response"),
+            reason=d.get("reason"), state=d.get("state"), exit_code=d["exit_code"], error=error,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an approval, a denial or a resolution did: ``applied`` is False when someone decided
+    first, nothing was asked, or (``code`` 5) the effect is still in flight."""
+
+    applied: bool
+    message: str
+    code: int = 0
+
+
+def _ms(d: Duration) -> int:
+    if isinstance(d, str):
+        return _native.parse_duration_ms(d)
+    if isinstance(d, (int, float)) and d > 0:
+        return int(d * 1000)
+    raise UsageError(f"a duration is a string such as '10m' or seconds > 0, not {d!r}")
+
+
+def _inputs_json(inputs: Optional[Inputs]) -> str:
+    try:
+        return json.dumps(dict(inputs or {}))
+    except TypeError as e:
+        raise UsageError(f"inputs must be JSON values: {e}") from None
+
+
+def key(action: str, target: str, inputs: Optional[Inputs] = None) -> str:
+    """The effect key of the facts: identical to ``exactly key --action A --target T --input
+    k=v…`` for the same facts (a string input there is a string here)."""
+    return _native.key(action, target, _inputs_json(inputs))
+
+
+def open(db: Optional[str] = None) -> "Store":  # noqa: A001 - the module's verb
+    """Opens the database as ``--db`` does: a SQLite path or a ``postgres://`` URL; without
+    one, ``$EXACTLY_DB``, else ``./exactly.db`` when it exists, else the XDG state folder. A new
+    database is created with its tables (no ``exactly init`` needed)."""
+    return Store(db if db is not None else os.environ.get("EXACTLY_DB", ""))
+
+
+def _response_text(r: Any) -> str:
+    if r is None:
+        return ""
+    if isinstance(r, bytes):
+        return r.decode("utf-8", "replace")
+    if isinstance(r, str):
+        return r
+    try:
+        return json.dumps(r)
+    except TypeError:
+        return str(r)
+
+
+def _verdict(v: Any) -> Tuple[int, Optional[str]]:
+    if v is HAPPENED or v is True:
+        return (0, None)
+    if isinstance(v, Happened):
+        return (0, v.response)
+    if v is NOT_HAPPENED or v is False:
+        return (1, None)
+    if v is CANT_TELL or v is None:
+        return (2, "the observer can't tell")
+    return (2, f"the observer answered {v!r}, not HAPPENED, NOT_HAPPENED or CANT_TELL")
+
+
+class Store:
+    """One open database (thread-safe: calls take turns on its connection, with the GIL
+    released while they wait)."""
+
+    def __init__(self, db: str):
+        self._db = _native.Db(db)
+
+    @property
+    def path(self) -> str:
+        """The database, as messages show it (a URL's password hidden)."""
+        return self._db.path
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # Leases
+
+    def claim(self, job: str, ttl: Duration = "10m", owner: Optional[str] = None,
+              renew: bool = True) -> Optional["Lease"]:
+        """Claims the job's lease for ``ttl``: a :class:`Lease` with its fencing ``token``, or
+        None while another holds it. As a context manager the lease renews itself every third
+        of ``ttl`` while the block runs (unless ``renew=False``) and is released at exit."""
+        ms = _ms(ttl)
+        token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
+        if token is None:
+            return None
+        return Lease(self, job, token, ms, owned=True, renew=renew)
+
+    def lease(self, job: str, ttl: Duration = "10m", owner: Optional[str] = None) -> "Lease":
+        """:meth:`claim`, raising :class:`LeaseHeld` when another holds the lease."""
+        ms = _ms(ttl)
+        token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
+        if token is None:
+            raise LeaseHeld(job, holder, until)
+        return Lease(self, job, token, ms, owned=True)
+
+    def renew(self, job: str, token: int, ttl: Duration) -> bool:
+        """Extends a lease held with ``token`` to ``ttl`` from now; False when fenced."""
+        return self._db.renew(job, token, _ms(ttl))
+
+    def release(self, job: str, token: int) -> bool:
+        """Releases a lease held with ``token``; False when fenced."""
+        return self._db.release(job, token)
+
+    # Effects
+
+    def effect(self, job: str, token: int, *, action: str, target: str,
+               inputs: Optional[Inputs] = None, terms: Optional[str] = None,
+               needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
+               run_id: Optional[str] = None) -> "Effect":
+        """Describes one effect under the job's fencing ``token``: ``action`` on ``target``
+        with the consequential ``inputs`` (the effect key's facts), the ``terms`` a person
+        approves, and an ``observe(key)`` callable asked before any retry of an effect left
+        ``submitted`` or ``unknown`` (returns HAPPENED, NOT_HAPPENED or CANT_TELL)."""
+        return Effect(self, job, token, action=action, target=target, inputs=inputs,
+                      terms=terms, needs_approval=needs_approval, observe=observe,
+                      run_id=run_id)
+
+    def get(self, key: str) -> Optional[Dict[str, Any]]:
+        """The ledger row of an effect key (``state``, ``response``, …), or None."""
+        return self._db.effect_row(key)
+
+    # People's decisions
+
+    def approve(self, key: str, note: Optional[str] = None, by: Optional[str] = None) -> Decision:
+        """Approves an effect awaiting approval (consumed once, by the next attempt)."""
+        applied, words = self._db.decide(key, True, note, by)
+        return Decision(applied, words, 0 if applied else 1)
+
+    def deny(self, key: str, note: Optional[str] = None, by: Optional[str] = None) -> Decision:
+        """Denies an effect awaiting approval: it becomes cancelled."""
+        applied, words = self._db.decide(key, False, note, by)
+        return Decision(applied, words, 0 if applied else 1)
+
+    def resolve(self, key: str, how: Union[Resolution, str], note: Optional[str] = None,
+                evidence: Optional[str] = None, force: bool = False,
+                by: Optional[str] = None) -> Decision:
+        """Resolves an open effect after checking the far side (``exactly resolve``)."""
+        code, words = self._db.resolve(key, Resolution(how).value, note, evidence, force, by)
+        return Decision(code == 0, words, code)
+
+    def status(self) -> Dict[str, Any]:
+        """The snapshot ``exactly status --json`` prints and the dashboard shows."""
+        return self._db.status()
+
+
+class Lease:
+    """A job's lease with its fencing ``token``. As a context manager (sync or async) it renews
+    itself in a thread with its own connection and is released at exit; ``lost`` turns True if
+    a renewal finds it fenced."""
+
+    def __init__(self, store: Store, job: str, token: int, ttl_ms: int, owned: bool = True,
+                 renew: bool = True):
+        self.store, self.job, self.token = store, job, token
+        self.ttl_ms, self.owned, self.lost = ttl_ms, owned, False
+        self._renew = renew and owned
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __repr__(self) -> str:
+        return f"Lease(job={self.job!r}, token={self.token})"
+
+    def renew(self, ttl: Optional[Duration] = None) -> bool:
+        """Extends the lease to ``ttl`` (default: the claimed one) from now; False when fenced."""
+        ok = self.store._db.renew(self.job, self.token, _ms(ttl) if ttl else self.ttl_ms)
+        self.lost = self.lost or not ok
+        return ok
+
+    def release(self) -> bool:
+        """Releases the lease (False when it was already taken over)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self.store._db.release(self.job, self.token)
+
+    def effect(self, *, action: str, target: str, inputs: Optional[Inputs] = None,
+               terms: Optional[str] = None, needs_approval: bool = False,
+               observe: Optional[Callable[[str], Any]] = None,
+               run_id: Optional[str] = None) -> "Effect":
+        """:meth:`Store.effect` under this lease's job and token."""
+        return self.store.effect(self.job, self.token, action=action, target=target,
+                                 inputs=inputs, terms=terms, needs_approval=needs_approval,
+                                 observe=observe, run_id=run_id)
+
+    def _renewer(self) -> None:
+        # Its own connection: the main one is busy for as long as a perform runs.
+        db = _native.Db(self.store._db.location)
+        try:
+            while not self._stop.wait(self.ttl_ms / 3000):
+                try:
+                    if not db.renew(self.job, self.token, self.ttl_ms):
+                        self.lost = True
+                        return
+                except Error:
+                    continue  # a busy database: the next third of the lease tries again
+        finally:
+            db.close()
+
+    def __enter__(self) -> "Lease":
+        if self._renew and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._renewer, name=f"exactly-renew-{self.job}",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.owned:
+            self.release()
+
+    async def __aenter__(self) -> "Lease":
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await asyncio.to_thread(self.__exit__, *exc)
+
+
+def scheduled_lease(store: Store) -> Optional[Lease]:
+    """Under ``exactly run``: the lease the scheduler claimed for this run (``EXACTLY_JOB``,
+    ``EXACTLY_FENCING_TOKEN``), which the scheduler renews and releases; None elsewhere."""
+    job, token = os.environ.get("EXACTLY_JOB"), os.environ.get("EXACTLY_FENCING_TOKEN")
+    if not job or not token:
+        return None
+    return Lease(store, job, int(token), _ms("10m"), owned=False, renew=False)
+
+
+class Effect:
+    """One effect, described by its facts; :meth:`run` performs it under the ledger's guard."""
+
+    def __init__(self, store: Store, job: str, token: int, *, action: str, target: str,
+                 inputs: Optional[Inputs] = None, terms: Optional[str] = None,
+                 needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
+                 run_id: Optional[str] = None):
+        self.store, self.job, self.token = store, job, token
+        self.action, self.target = action, target
+        self.inputs = dict(inputs or {})
+        self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
+        # Under `exactly run` the run's id ties the effect to the run that sent it.
+        if run_id is None and os.environ.get("EXACTLY_JOB") == job:
+            run_id = os.environ.get("EXACTLY_RUN_ID")
+        self.run_id = run_id
+        self.key = key(action, target, self.inputs)
+
+    def __repr__(self) -> str:
+        return f"Effect(job={self.job!r}, key={self.key!r})"
+
+    def run(self, perform: Callable[[str], Any]) -> Outcome:
+        """Sends the effect once: ``perform(key)`` is called only when the ledger allows it
+        (never for a duplicate, a fenced token, an unapproved or unsettled effect), with the
+        effect key to pass on as the far side's idempotency key; what it returns is recorded as
+        the response. A raise from perform leaves the effect ``unknown`` (the request may have
+        left), except :class:`NotSent`; the exception is on ``outcome.error``, and
+        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded."""
+        if inspect.iscoroutinefunction(perform) or inspect.iscoroutinefunction(self.observe):
+            raise UsageError("perform or observe is async: use `await effect.arun(perform)`")
+        return self._run(perform, self.observe)
+
+    async def arun(self, perform: Callable[[str], Any]) -> Outcome:
+        """:meth:`run` from asyncio: perform and observe may be coroutine functions, run on
+        this event loop while the ledger's steps wait in a worker thread."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(
+            self._run, _on_loop(perform, loop),
+            _on_loop(self.observe, loop) if self.observe else None)
+
+    def _run(self, perform: Callable[[str], Any], observe: Optional[Callable[[str], Any]]) -> Outcome:
+        raised: list = []
+
+        def do(k: str) -> Tuple[int, str]:
+            try:
+                r = perform(k)
+            except NotSent as e:
+                return (1, e.reason or "not sent")
+            except BaseException as e:  # noqa: BLE001 - every raise is recorded, then kept
+                raised.append(e)
+                return (2, f"perform raised {type(e).__name__}: {e}")
+            return (0, _response_text(r))
+
+        def look(k: str) -> Tuple[int, Optional[str]]:
+            try:
+                return _verdict(observe(k))  # type: ignore[misc]
+            except Exception as e:  # noqa: BLE001 - an observer that fails can't tell
+                return (2, f"the observer raised {type(e).__name__}: {e}")
+
+        d = self.store._db.run_effect(
+            self.job, self.token, self.run_id, self.action, self.target,
+            _inputs_json(self.inputs), self.terms, self.needs_approval, do,
+            look if observe else None)
+        err = raised[0] if raised else None
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise err
+        return Outcome._of(d, err)
+
+
+def _on_loop(fn: Optional[Callable[[str], Any]], loop: asyncio.AbstractEventLoop):
+    """``fn`` called from a worker thread; an awaitable it returns is awaited on ``loop``."""
+    if fn is None:
+        return None
+
+    async def wait(aw: Awaitable[Any]) -> Any:
+        return await aw
+
+    def call(k: str) -> Any:
+        r = fn(k)
+        if inspect.isawaitable(r):
+            return asyncio.run_coroutine_threadsafe(wait(r), loop).result()
+        return r
+
+    return call
+
+
+def effect(action: str, *, target: Union[str, Callable[..., str]],
+           inputs: Union[Tuple[str, ...], list, Callable[..., Inputs]] = (),
+           terms: Union[None, str, Callable[..., str]] = None, needs_approval: bool = False,
+           observe: Optional[Callable[..., Any]] = None):
+    """Decorates a function that performs an effect. The decorated function is called with a
+    :class:`Lease` first and its own arguments; ``target`` names the argument that is the
+    target (or computes it), ``inputs`` names the consequential arguments (or computes the
+    dict), and the function receives the effect key as its first argument::
+
+        @exactly.effect("send-invoice", target="customer", inputs=("month",))
+        def send_invoice(key, customer, month, amount):
+            return http_post(..., headers={"Idempotency-Key": key})
+
+        out = send_invoice(lease, customer="customer-42", month="2026-11", amount=120)
+
+    An ``async def`` function gives an awaitable that runs :meth:`Effect.arun`. ``observe``
+    receives the key and the same arguments."""
+
+    def wrap(fn: Callable[..., Any]):
+        sig = inspect.signature(fn)
+        is_async = inspect.iscoroutinefunction(fn)
+
+        def describe(lease: Lease, args: tuple, kwargs: dict):
+            bound = sig.bind_partial(None, *args, **kwargs)
+            bound.apply_defaults()
+            facts = dict(list(bound.arguments.items())[1:])
+            t = target(**facts) if callable(target) else str(facts[target])
+            i = inputs(**facts) if callable(inputs) else {n: facts[n] for n in inputs}
+            tm = terms(**facts) if callable(terms) else terms
+            obs = (lambda k: observe(k, *args, **kwargs)) if observe else None
+            return lease.effect(action=action, target=t, inputs=i, terms=tm,
+                                needs_approval=needs_approval, observe=obs)
+
+        if is_async:
+            @functools.wraps(fn)
+            async def arun(lease: Lease, *args: Any, **kwargs: Any) -> Outcome:
+                eff = describe(lease, args, kwargs)
+                return await eff.arun(lambda k: fn(k, *args, **kwargs))
+            return arun
+
+        @functools.wraps(fn)
+        def run(lease: Lease, *args: Any, **kwargs: Any) -> Outcome:
+            return describe(lease, args, kwargs).run(lambda k: fn(k, *args, **kwargs))
+        return run
+
+    return wrap

@@ -1,0 +1,424 @@
+//! `exactly._native`: the Rust library's operations for Python, one call each. The protocol
+//! (the effect step machine, the compare-and-set ledger, leases, approvals) runs here, in the
+//! same library the CLI and the scheduler use; `exactly/__init__.py` only gives it a Pythonic
+//! face (context managers, decorators, asyncio, enums).
+//!
+//! Every call that touches the database or waits releases the GIL; the callables an effect
+//! runs (perform, observe) take it back for their own duration only.
+use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
+use exactly::{approval, lease, Access, Store};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::Mutex;
+use std::time::Duration;
+
+create_exception!(_native, Error, PyException, "Base of exactly's errors.");
+create_exception!(
+    _native,
+    UsageError,
+    Error,
+    "Bad input: an ambiguous effect key, a bad job name or duration (the CLI's exit 2)."
+);
+create_exception!(
+    _native,
+    StoreError,
+    Error,
+    "The database could not be used (the CLI's exit 1)."
+);
+create_exception!(
+    _native,
+    BusyError,
+    StoreError,
+    "Another process held the database's write lock past the busy timeout: worth retrying."
+);
+
+/// The library's error as the Python exception of its kind, with the CLI's one-line message.
+fn err(e: exactly::Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        exactly::Error::Usage(_) => UsageError::new_err(msg),
+        exactly::Error::Busy(_) => BusyError::new_err(msg),
+        exactly::Error::Store(_) | exactly::Error::Io(_) => StoreError::new_err(msg),
+    }
+}
+
+fn json_map(inputs: &str) -> PyResult<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(inputs) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => Err(UsageError::new_err("inputs must be a JSON object")),
+        Err(e) => Err(UsageError::new_err(format!(
+            "inputs are not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// The effect key of the facts, exactly as `exactly key` derives it (an ambiguous one refused).
+#[pyfunction]
+fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
+    let inputs = json_map(inputs_json)?;
+    exactly::key::check(action, target, &inputs).map_err(err)?;
+    Ok(exactly::key::effect_key(
+        action,
+        target,
+        &exactly::key::input_digest(&inputs),
+    ))
+}
+
+/// Who acts, as the CLI records it (`EXACTLY_ACTOR` marked as claimed by the login user).
+#[pyfunction]
+fn actor() -> String {
+    exactly::actor()
+}
+
+/// `user@host:pid`, the owner a lease shows by default.
+#[pyfunction]
+fn default_owner() -> String {
+    lease::default_owner()
+}
+
+/// Milliseconds from a duration such as "10m" or "1h30m" (the CLI's grammar).
+#[pyfunction]
+fn parse_duration_ms(text: &str) -> PyResult<u64> {
+    let d = exactly::time::parse_duration(text).map_err(err)?;
+    Ok(d.as_millis() as u64)
+}
+
+/// For the kill test's proof only: the ledger without its compare-and-set and in-flight rule.
+#[pyfunction]
+fn _switch_guard_off_for_proof(off: bool) {
+    effect::switch_guard_off_for_proof(off)
+}
+
+/// One open database. Calls from several Python threads take turns on its connection.
+#[pyclass(module = "exactly._native", frozen)]
+struct Db {
+    store: Mutex<Option<Store>>,
+    path: String,
+}
+
+impl Db {
+    /// Runs `f` on the store with the GIL released.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Store) -> exactly::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.allow_threads(|| {
+            let mut guard = self
+                .store
+                .lock()
+                .map_err(|_| StoreError::new_err("the database handle was poisoned by a panic"))?;
+            let store = guard
+                .as_mut()
+                .ok_or_else(|| StoreError::new_err("the database is closed"))?;
+            f(store).map_err(err)
+        })
+    }
+}
+
+/// The far side as Python callables, normalised by `exactly/__init__.py`:
+/// `perform(key) -> (0, response) | (1, reason: not sent) | (2, reason: may have left)`,
+/// `observe(key) -> (0, response | None) | (1, None) | (2, reason)`.
+struct PyEffect {
+    perform: Py<PyAny>,
+    observe: Option<Py<PyAny>>,
+}
+
+impl Effect for PyEffect {
+    fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
+        Python::with_gil(|py| {
+            let answer = self
+                .perform
+                .call1(py, (effect_key,))
+                .and_then(|r| r.extract::<(i32, String)>(py));
+            match answer {
+                Ok((0, response)) => Ok(response),
+                Ok((1, reason)) => Err(Failure::NotSent(reason)),
+                Ok((_, reason)) => Err(Failure::Lost(reason)),
+                // The wrapper catches the callable's raise; this is the wrapper failing.
+                Err(e) => Err(Failure::Lost(format!("perform raised: {e}"))),
+            }
+        })
+    }
+
+    fn observe(&mut self, effect_key: &str) -> Observation {
+        let Some(observe) = &self.observe else {
+            return Observation::CantTell("no observer was given".into());
+        };
+        Python::with_gil(|py| {
+            let verdict = observe
+                .call1(py, (effect_key,))
+                .and_then(|r| r.extract::<(i32, Option<String>)>(py));
+            match verdict {
+                Ok((0, response)) => Observation::Happened(response),
+                Ok((1, _)) => Observation::NotHappened,
+                Ok((_, reason)) => Observation::CantTell(
+                    reason.unwrap_or_else(|| "the observer can't tell".into()),
+                ),
+                Err(e) => Observation::CantTell(format!("the observer raised: {e}")),
+            }
+        })
+    }
+}
+
+/// An outcome as a dict `exactly.Outcome` is built from: its kind and its parts.
+fn outcome_dict<'py>(py: Python<'py>, out: &Outcome) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("key", out.key())?;
+    d.set_item("exit_code", out.exit_code())?;
+    let kind = match out {
+        Outcome::Done { response, .. } => {
+            d.set_item("response", response)?;
+            "done"
+        }
+        Outcome::DuplicateSuppressed { response, .. } => {
+            d.set_item("response", response)?;
+            "duplicate"
+        }
+        Outcome::Fenced { .. } => "fenced",
+        Outcome::AwaitingApproval { .. } => "awaiting_approval",
+        Outcome::Unresolved { state, reason, .. } => {
+            d.set_item("state", state)?;
+            d.set_item("reason", reason)?;
+            "in_flight"
+        }
+        Outcome::Unknown { reason, .. } => {
+            d.set_item("reason", reason)?;
+            "unknown"
+        }
+        Outcome::Cancelled { .. } => "cancelled",
+        Outcome::NotSent { reason, .. } => {
+            d.set_item("reason", reason)?;
+            "not_sent"
+        }
+        Outcome::Unrecorded { ran, reason, .. } => {
+            d.set_item("reason", format!("{ran}; {reason}"))?;
+            "unrecorded"
+        }
+        Outcome::LeaseEnding { until, .. } => {
+            d.set_item(
+                "reason",
+                until.as_deref().unwrap_or("the lease was released"),
+            )?;
+            "lease_ending"
+        }
+    };
+    d.set_item("outcome", kind)?;
+    Ok(d)
+}
+
+fn to_json(py: Python<'_>, value: &impl serde::Serialize) -> PyResult<PyObject> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| StoreError::new_err(format!("cannot encode: {e}")))?;
+    let json = py.import("json")?;
+    Ok(json.call_method1("loads", (text,))?.unbind())
+}
+
+#[pymethods]
+impl Db {
+    /// Opens (creating when new) the database `db` names: a SQLite path or a `postgres://` URL,
+    /// with the CLI's rules for `--db`.
+    #[new]
+    fn new(py: Python<'_>, db: &str) -> PyResult<Db> {
+        let path = exactly::db_path(Some(db));
+        let store = py
+            .allow_threads(|| exactly::open(Some(db), Access::Write))
+            .map_err(err)?;
+        Ok(Db {
+            store: Mutex::new(Some(store)),
+            path,
+        })
+    }
+
+    /// What the database was opened as (a URL's password hidden).
+    #[getter]
+    fn path(&self) -> String {
+        exactly::shown_db(&self.path)
+    }
+
+    /// The database as given, for a second connection (a lease's renewer opens its own).
+    #[getter]
+    fn location(&self) -> String {
+        self.path.clone()
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.allow_threads(|| {
+            if let Ok(mut g) = self.store.lock() {
+                g.take();
+            }
+        });
+        Ok(())
+    }
+
+    /// Claims the job's lease for `ttl_ms`: `(token, None, None)` when won, `(None, owner,
+    /// until)` while another holds it.
+    fn claim(
+        &self,
+        py: Python<'_>,
+        job: &str,
+        ttl_ms: u64,
+        owner: &str,
+    ) -> PyResult<(Option<i64>, Option<String>, Option<String>)> {
+        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let dur = Duration::from_millis(ttl_ms);
+        lease::check_duration(dur).map_err(err)?;
+        let claim = self.with(py, |s| lease::claim(s, &job, owner, dur))?;
+        Ok(match claim {
+            lease::Claim::Won { token } => (Some(token), None, None),
+            lease::Claim::Held { owner, until, .. } => (None, Some(owner), Some(until)),
+        })
+    }
+
+    /// Extends a lease we hold to `ttl_ms` from now; False when fenced.
+    fn renew(&self, py: Python<'_>, job: &str, token: i64, ttl_ms: u64) -> PyResult<bool> {
+        let dur = Duration::from_millis(ttl_ms);
+        lease::check_duration(dur).map_err(err)?;
+        self.with(py, |s| lease::renew(s, job, token, dur))
+    }
+
+    /// Releases a lease we hold; False when fenced.
+    fn release(&self, py: Python<'_>, job: &str, token: i64) -> PyResult<bool> {
+        self.with(py, |s| lease::release(s, job, token))
+    }
+
+    /// Runs one effect under the ledger's guard (`exactly effect` without the command):
+    /// returns the outcome as a dict.
+    #[pyo3(signature = (job, token, run_id, action, target, inputs_json, terms, needs_approval, perform, observe, by=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_effect(
+        &self,
+        py: Python<'_>,
+        job: &str,
+        token: i64,
+        run_id: Option<String>,
+        action: &str,
+        target: &str,
+        inputs_json: &str,
+        terms: Option<String>,
+        needs_approval: bool,
+        perform: Py<PyAny>,
+        observe: Option<Py<PyAny>>,
+        by: Option<String>,
+    ) -> PyResult<Py<PyDict>> {
+        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let mut ctx = Ctx::new(&job, token);
+        if let Some(r) = &run_id {
+            ctx = ctx.with_run_id(r);
+        }
+        if let Some(b) = &by {
+            ctx = ctx.by(b);
+        }
+        let spec = Spec {
+            action: action.to_string(),
+            target: target.to_string(),
+            inputs: json_map(inputs_json)?,
+            terms,
+            needs_approval,
+            observe_cmd: None,
+        };
+        spec.checked_key().map_err(err)?;
+        let mut far_side = PyEffect { perform, observe };
+        let out = self.with(py, |s| effect::run(s, &ctx, &spec, &mut far_side))?;
+        Ok(outcome_dict(py, &out)?.unbind())
+    }
+
+    /// The ledger row of an effect key as a dict, or None when it was never begun.
+    fn effect_row(&self, py: Python<'_>, key: &str) -> PyResult<Option<PyObject>> {
+        let row = self.with(py, |s| effect::get(s, key))?;
+        row.map(|r| to_json(py, &r)).transpose()
+    }
+
+    /// Approves (`approve`) or denies an effect awaiting approval: `(applied, words)`, where
+    /// applied is False when someone decided first or nothing was asked.
+    #[pyo3(signature = (key, approve, note=None, by=None))]
+    fn decide(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        approve: bool,
+        note: Option<String>,
+        by: Option<String>,
+    ) -> PyResult<(bool, String)> {
+        let by = by.unwrap_or_else(exactly::actor);
+        let r = self.with(py, |s| {
+            if approve {
+                approval::approve(s, key, &by, note.as_deref())
+            } else {
+                approval::deny(s, key, &by, note.as_deref())
+            }
+        })?;
+        let words = r.describe(key, approve);
+        Ok((matches!(r, approval::Decided::Done), words))
+    }
+
+    /// Resolves an open effect (`happened`, `not_happened` or `cancel`): `(code, words)` with
+    /// the CLI's exit code (0 resolved, 5 in flight, 1 nothing to resolve).
+    #[pyo3(signature = (key, how, note=None, evidence=None, force=false, by=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn resolve(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        how: &str,
+        note: Option<String>,
+        evidence: Option<String>,
+        force: bool,
+        by: Option<String>,
+    ) -> PyResult<(i32, String)> {
+        let how = match how {
+            "happened" => approval::Resolution::Happened,
+            "not_happened" => approval::Resolution::NotHappened,
+            "cancel" => approval::Resolution::Cancel,
+            other => {
+                return Err(UsageError::new_err(format!(
+                    "resolve how={other:?}: say happened, not_happened or cancel"
+                )))
+            }
+        };
+        let by = by.unwrap_or_else(exactly::actor);
+        let r = self.with(py, |s| {
+            approval::resolve(
+                s,
+                key,
+                how,
+                &by,
+                note.as_deref(),
+                evidence.as_deref(),
+                force,
+            )
+        })?;
+        let words = r.describe(key, how);
+        let code = match r {
+            approval::Resolved::Done { .. } => 0,
+            approval::Resolved::InFlight(_) => 5,
+            _ => 1,
+        };
+        Ok((code, words))
+    }
+
+    /// The snapshot `exactly status --json` prints, as plain data.
+    fn status(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let text = self.with(py, |s| Ok(exactly::snapshot::Snapshot::read(s)?.to_json()))?;
+        let json = py.import("json")?;
+        Ok(json.call_method1("loads", (text,))?.unbind())
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Db>()?;
+    m.add_function(wrap_pyfunction!(key, m)?)?;
+    m.add_function(wrap_pyfunction!(actor, m)?)?;
+    m.add_function(wrap_pyfunction!(default_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_duration_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(_switch_guard_off_for_proof, m)?)?;
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("UsageError", py.get_type::<UsageError>())?;
+    m.add("StoreError", py.get_type::<StoreError>())?;
+    m.add("BusyError", py.get_type::<BusyError>())?;
+    Ok(())
+}

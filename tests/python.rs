@@ -106,6 +106,45 @@ fn pytest(db: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// `exactly chaos --scenario python` with the module's Python: its JSON, and its exit code.
+fn chaos(db: &str, extra: &[&str]) -> Result<(serde_json::Value, Option<i32>), String> {
+    let py = python()?;
+    let out = Command::new(support::bin())
+        .args(["--db", db, "chaos", "--scenario", "python", "--json"])
+        .args(extra)
+        .env("EXACTLY_CHAOS_PYTHON", &py)
+        .env_remove("EXACTLY_FAULT")
+        .output()
+        .map_err(|e| format!("exactly chaos: {e}"))?;
+    let v = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "exactly chaos printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((v, out.status.code()))
+}
+
+/// The database a chaos run uses: a file in a temp folder, or a PostgreSQL schema.
+fn chaos_db() -> (
+    Option<tempfile::TempDir>,
+    Option<support::backend::PgSchema>,
+    String,
+) {
+    match support::backend::current() {
+        support::backend::Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("a temp folder");
+            let db = dir.path().join("chaos.db").display().to_string();
+            (Some(dir), None, db)
+        }
+        support::backend::Backend::Postgres => {
+            let s = support::backend::PgSchema::create();
+            let url = s.url.clone();
+            (None, Some(s), url)
+        }
+    }
+}
+
 on_both_backends! {
     #[test]
     fn the_python_suite_passes() {
@@ -118,5 +157,35 @@ on_both_backends! {
         if let Err(e) = pytest(db.as_ref().map(|s| s.url.as_str())) {
             panic!("{e}");
         }
+    }
+
+    /// Python senders SIGKILLed at each point (and at random), restarted by new Python
+    /// processes: the far side gets each message once, every unknown is settled.
+    #[test]
+    fn chaos_python_senders_send_each_message_once() {
+        let (_dir, _schema, db) = chaos_db();
+        let (v, code) = chaos(&db, &["--iterations", "36", "--seed", "11"]).unwrap_or_else(|e| panic!("{e}"));
+        let s = &v["scenarios"]["python"];
+        assert!(v["not_run"]["python"].is_null(), "the scenario must run here: {v:#}");
+        assert_eq!(code, Some(0), "{v:#}");
+        assert_eq!(s["iterations"].as_u64(), Some(36), "{s:#}");
+        assert_eq!(s["duplicate_effects"].as_u64(), Some(0), "{s:#}");
+        assert_eq!(s["lost_effects"].as_u64(), Some(0), "{s:#}");
+        assert_eq!(s["unknown_unresolved"].as_u64(), Some(0), "{s:#}");
+        for point in ["after_claim", "after_submitted", "in_perform_after_send", "after_send", "after_done"] {
+            assert_eq!(s["kills"][point].as_u64(), Some(6), "{point}: {s:#}");
+        }
+        assert!(s["unknown_resolved"].as_u64().is_some_and(|n| n >= 12), "{s:#}");
+    }
+
+    /// The same senders without the ledger (the harness's self-check) send twice: the
+    /// scenario can fail.
+    #[test]
+    fn chaos_python_senders_without_the_guard_send_twice() {
+        let (_dir, _schema, db) = chaos_db();
+        let (v, code) = chaos(&db, &["--unguarded", "--iterations", "12", "--seed", "11"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code, Some(1), "{v:#}");
+        let d = v["scenarios"]["python"]["duplicate_effects"].as_u64();
+        assert!(d.is_some_and(|d| d >= 8), "{v:#}");
     }
 }

@@ -14,6 +14,7 @@ mod harness;
 mod machine;
 mod proc;
 pub mod proxy;
+mod python;
 mod runs;
 mod scenarios;
 mod sched;
@@ -59,6 +60,7 @@ pub const SCENARIOS: &[&str] = &[
     "frozen-scheduler",
     "overload",
     "clock-step",
+    "python",
 ];
 
 #[derive(Args, Debug)]
@@ -77,7 +79,9 @@ pub struct ChaosArgs {
     /// only by the far side's dedupe or fencing). The scheduler's faults: `run-end-lost` (a run's
     /// end unrecordable: its database folder read-only, or its server cut off; root for
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
-    /// `overload` (two schedulers, more jobs than the machine runs).
+    /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
+    /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
+    /// where the module is not installed).
     #[arg(long = "scenario", value_name = "NAME", num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Seed for kill moments and variants, to replay a run.

@@ -241,7 +241,7 @@ def open(db: Optional[str] = None) -> "Store":  # noqa: A001 - the module's verb
     """Opens the database as ``--db`` does: a SQLite path or a ``postgres://`` URL; without
     one, ``$EXACTLY_DB``, else ``./exactly.db`` when it exists, else the XDG state folder. A new
     database is created with its tables (no ``exactly init`` needed)."""
-    return Store(db if db is not None else os.environ.get("EXACTLY_DB", ""))
+    return Store(db or "")
 
 
 def _response_text(r: Any) -> str:

@@ -219,12 +219,13 @@ fn to_json(py: Python<'_>, value: &impl serde::Serialize) -> PyResult<PyObject> 
 #[pymethods]
 impl Db {
     /// Opens (creating when new) the database `db` names: a SQLite path or a `postgres://` URL,
-    /// with the CLI's rules for `--db`.
+    /// with the CLI's rules for `--db` (empty: `$EXACTLY_DB`, `./exactly.db`, the XDG folder).
     #[new]
     fn new(py: Python<'_>, db: &str) -> PyResult<Db> {
-        let path = exactly::db_path(Some(db));
+        let given = Some(db).filter(|d| !d.is_empty());
+        let path = exactly::db_path(given);
         let store = py
-            .allow_threads(|| exactly::open(Some(db), Access::Write))
+            .allow_threads(|| exactly::open(Some(&path), Access::Write))
             .map_err(err)?;
         Ok(Db {
             store: Mutex::new(Some(store)),

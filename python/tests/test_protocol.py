@@ -330,3 +330,14 @@ def test_a_foreign_file_is_a_store_error(tmp_path):
     bad.write_bytes(b"this is not a database, just text " * 100)
     with pytest.raises(exactly.StoreError):
         exactly.open(str(bad))
+
+
+def test_open_without_a_path_follows_exactly_db(tmp_path, monkeypatch, uid):
+    path = tmp_path / "from-env.db"
+    monkeypatch.setenv("EXACTLY_DB", str(path))
+    s = exactly.open()
+    assert s.path == str(path)
+    lease = s.claim(f"env-{uid}", ttl="1m")
+    assert lease is not None and path.exists()
+    lease.release()
+    s.close()

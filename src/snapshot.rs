@@ -119,6 +119,10 @@ pub struct JobRow {
     /// Firings an observer marked for a re-run that has not happened yet.
     pub firings_need_retry: u64,
     pub warnings: Vec<String>,
+    /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of
+    /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
+    #[serde(skip)]
+    pub warning_tags: Vec<&'static str>,
     /// Facts the store reads for [`plan`]: the latest slot fired (or the last run's), the
     /// catch-up window, the misses a scheduler recorded. Not part of the JSON.
     #[serde(skip)]
@@ -284,58 +288,77 @@ fn passed_slots(
     n
 }
 
-/// The overlap forecast and a failing job, as warnings a person can act on.
-pub fn job_warnings(j: &JobRow) -> Vec<String> {
+/// The overlap forecast and a failing job, as warnings a person can act on, each with its
+/// reason in a word (see [`JobRow::warning_tags`]).
+pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     let mut w = Vec::new();
     if let Some(r) = &j.last_run {
         if let Some(o) = r.outcome.as_deref().filter(|o| is_failure(o)) {
-            w.push(format!(
-                "last run {o}{}; {} of {} runs failed in the window",
-                r.exit_code
-                    .map(|c| format!(" (exit {c})"))
-                    .unwrap_or_default(),
-                j.runs_failed,
-                j.runs
+            w.push((
+                "failing",
+                format!(
+                    "last run {o}{}; {} of {} runs failed in the window",
+                    r.exit_code
+                        .map(|c| format!(" (exit {c})"))
+                        .unwrap_or_default(),
+                    j.runs_failed,
+                    j.runs
+                ),
             ));
         }
     }
     if j.firings_gave_up > 0 {
-        w.push(format!(
-            "{} firing(s) gave up after {} runs: check their effects by hand",
-            j.firings_gave_up,
-            crate::firing::MAX_ATTEMPTS
+        w.push((
+            "gave up",
+            format!(
+                "{} firing(s) gave up after {} runs: check their effects by hand",
+                j.firings_gave_up,
+                crate::firing::MAX_ATTEMPTS
+            ),
         ));
     }
     if j.firings_need_retry > 0 {
-        w.push(format!(
-            "{} firing(s) need retry: an effect never happened; a scheduler re-runs them",
-            j.firings_need_retry
+        w.push((
+            "retry",
+            format!(
+                "{} firing(s) need retry: an effect never happened; a scheduler re-runs them",
+                j.firings_need_retry
+            ),
         ));
     }
     if let (Some(p99), Some(interval)) = (j.p99_ms, j.interval_s) {
         if interval > 0 && p99 > (interval as u64) * 1000 {
-            w.push(format!(
-                "p99 {} > interval {}: a queue, not a schedule",
-                human_ms(p99),
-                human_age(interval)
+            w.push((
+                "p99>iv",
+                format!(
+                    "p99 {} > interval {}: a queue, not a schedule",
+                    human_ms(p99),
+                    human_age(interval)
+                ),
             ));
         }
     }
     if let (Some(p99), Some(lease)) = (j.p99_ms, j.lease_ms) {
         if lease > 0 && p99 > lease as u64 {
-            w.push(format!(
-                "p99 {} > lease {}: live runs will be stolen",
-                human_ms(p99),
-                human_ms(lease as u64)
+            w.push((
+                "p99>lease",
+                format!(
+                    "p99 {} > lease {}: live runs will be stolen",
+                    human_ms(p99),
+                    human_ms(lease as u64)
+                ),
             ));
         }
     }
     if let (Some(lease), Some(interval)) = (j.lease_ms, j.interval_s) {
         if interval > 0 && lease >= interval * 1000 {
-            w.push(format!(
-                "lease {} >= interval {}: a crashed run blocks the next firing",
-                human_ms(lease as u64),
-                human_age(interval)
+            w.push((
+                "lease>=iv",
+                format!(
+                    "lease {} >= interval {}: a crashed run blocks the next firing",
+                    human_ms(lease as u64),
+                    human_age(interval)
+                ),
             ));
         }
     }
@@ -358,7 +381,7 @@ impl Snapshot {
                 skipped,
             );
             plan(j, now);
-            j.warnings = job_warnings(j);
+            (j.warning_tags, j.warnings) = job_warnings(j).into_iter().unzip();
         }
         crate::runner::definitions::add_warnings(&mut snap);
         Ok(snap)

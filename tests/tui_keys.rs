@@ -285,6 +285,42 @@ fn the_cursor_stays_on_its_row_when_rows_arrive() {
     assert_eq!(now_selected, chosen);
 }
 
+/// Events follow the newest row as events arrive (as `tail -f`), until the cursor moves away;
+/// `F` follows again. Before: the cursor stayed on its row and the newest went above the view.
+#[test]
+fn events_follow_the_newest_until_the_cursor_moves() {
+    let f = busy();
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &keys("4"));
+    assert!(app.follow);
+    let add = |detail: &str| {
+        f.sql()
+            .execute(
+                "INSERT INTO exactly_events (at, kind, job_key, detail) VALUES (?1, 'run_started', 'x', ?2)",
+                [before(0), detail.to_string()],
+            )
+            .expect("insert");
+    };
+    add("first newcomer");
+    pump(&mut app, &mut store, exactly::tui::Request::Poll);
+    let sel = |app: &exactly::tui::App| {
+        app.events()[app.selected(exactly::tui::View::Events)]
+            .detail
+            .clone()
+    };
+    assert_eq!(sel(&app).as_deref(), Some("first newcomer"));
+    press(&mut app, &mut store, &keys("j"));
+    assert!(!app.follow, "moving the cursor stops following");
+    let held = sel(&app);
+    add("second newcomer");
+    pump(&mut app, &mut store, exactly::tui::Request::Poll);
+    assert_eq!(sel(&app), held, "not following: the cursor keeps its row");
+    press(&mut app, &mut store, &keys("F"));
+    assert!(app.follow);
+    assert_eq!(sel(&app).as_deref(), Some("second newcomer"));
+}
+
 #[test]
 fn views_sort_freeze_help_and_quit() {
     let f = busy();
@@ -314,7 +350,9 @@ fn views_sort_freeze_help_and_quit() {
         "unfrozen"
     );
     press(&mut app, &mut store, &keys("?"));
-    assert!(matches!(app.popup, Some(Popup::Help)));
+    assert!(matches!(app.popup, Some(Popup::Help)) && !app.legend);
+    press(&mut app, &mut store, &[code(KeyCode::Tab)]);
+    assert!(matches!(app.popup, Some(Popup::Help)) && app.legend);
     press(&mut app, &mut store, &[code(KeyCode::Esc)]);
     assert!(app.popup.is_none());
     press(&mut app, &mut store, &keys("q"));

@@ -68,6 +68,11 @@ fn busy_details_and_popups() {
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("?"));
         shot(&mut app, "help");
+        press(&mut app, &mut f.store(), &keys("?"));
+        assert!(app.legend, "? in the help shows the legend");
+        shot(&mut app, "legend");
+        press(&mut app, &mut f.store(), &keys("j"));
+        shot(&mut app, "legend_next");
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("3a"));
         shot(&mut app, "confirm_approve");

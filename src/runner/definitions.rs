@@ -146,6 +146,7 @@ pub fn add_warnings(snap: &mut Snapshot) {
         if j.retired || !alive.contains(&c.owner.as_str()) {
             continue;
         }
+        j.warning_tags.push("redefined");
         j.warnings.push(format!(
             "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) holds another and no longer fires it",
             c.by.as_deref().unwrap_or("?"),

@@ -249,6 +249,13 @@ pub struct App {
     pub sort: [usize; 4],
     pub filter: String,
     pub frozen: bool,
+    /// Events: the cursor stays on the newest row as events arrive (as `tail -f`); moving it
+    /// away stops following, `F` or going to the first row follows again.
+    pub follow: bool,
+    /// The help popup shows the legend of counters and columns rather than the keys.
+    pub legend: bool,
+    /// Which page of the legend shows, on a screen too small for all of it.
+    pub legend_page: usize,
     pub read_only: bool,
     /// Why read-only when it was not asked for (the database is not writable for us).
     pub read_only_reason: Option<String>,
@@ -274,6 +281,9 @@ impl App {
             sort: [0; 4],
             filter: String::new(),
             frozen: false,
+            follow: true,
+            legend: false,
+            legend_page: 0,
             read_only: o.read_only,
             read_only_reason: None,
             color: o.color,
@@ -469,12 +479,18 @@ impl App {
         for v in View::ALL {
             let keys = self.keys(v);
             let c = &mut self.views[v.index()];
+            let follows = v == View::Events && self.follow;
             let i = match c
                 .key
                 .as_ref()
+                .filter(|_| !follows)
                 .and_then(|k| keys.iter().position(|x| x == k))
             {
                 Some(i) => i,
+                None if follows => {
+                    c.key = keys.first().cloned();
+                    0
+                }
                 None => {
                     let i = c.table.selected().unwrap_or(0);
                     let i = i.min(keys.len().saturating_sub(1));
@@ -490,6 +506,9 @@ impl App {
         let keys = self.keys(self.view);
         let last = keys.len().saturating_sub(1) as isize;
         let i = index.clamp(0, last.max(0)) as usize;
+        if self.view == View::Events {
+            self.follow = i == 0;
+        }
         let c = &mut self.views[self.view.index()];
         c.table.select(Some(i));
         c.key = keys.get(i).cloned();

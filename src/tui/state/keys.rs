@@ -50,7 +50,14 @@ impl App {
         match mode {
             Mode::Main => self.main_action(action),
             Mode::Help => {
-                self.popup = None;
+                if action == KeyAction::NextView {
+                    self.legend = !self.legend;
+                    self.legend_page = 0;
+                } else if action == KeyAction::PageDown {
+                    self.legend_page += 1;
+                } else {
+                    self.popup = None;
+                }
                 None
             }
             Mode::Confirm => {
@@ -205,6 +212,12 @@ impl App {
                 self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
                 self.reanchor();
             }
+            KeyAction::Follow => {
+                self.follow = !self.follow;
+                if self.follow && self.view == View::Events {
+                    self.move_to(0);
+                }
+            }
             KeyAction::Freeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {
@@ -214,7 +227,10 @@ impl App {
                     }
                 }
             }
-            KeyAction::Help => self.popup = Some(Popup::Help),
+            KeyAction::Help => {
+                self.legend = false;
+                self.popup = Some(Popup::Help);
+            }
             KeyAction::Approve | KeyAction::Deny => {
                 let approve = action == KeyAction::Approve;
                 if self.refuse_read_only(if approve { "approve" } else { "deny" }) {

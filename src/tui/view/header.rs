@@ -178,6 +178,13 @@ pub(super) fn draw_tabs(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         format!(" sort:{}", app.view.sorts()[app.sort[app.view.index()]]),
         t.dim(),
     ));
+    if app.view == View::Events {
+        spans.push(if app.follow {
+            Span::styled(" follow", t.good())
+        } else {
+            Span::styled(" paused (F follows)", t.warn())
+        });
+    }
     if !app.filter.is_empty() {
         spans.push(Span::styled(
             format!(" filter:{}", clip(&app.filter, 20)),

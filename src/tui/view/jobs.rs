@@ -2,7 +2,9 @@
 use super::*;
 
 pub(super) const JOB_COLS: [Col; 18] = [
-    col("", 1, 0),
+    // Each warned job's reason in a word, on its own row at any width (the notes below say it
+    // in full for the selected one).
+    col("WARN", 10, 0),
     flex("JOB", 14, 0),
     col("NEXT", 9, 1),
     col("EVERY", 8, 1),
@@ -85,10 +87,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
     let state = job_state(j, now);
     let over = |b: bool| if b { t.bad() } else { Style::new() };
     vec![
-        (
-            if j.warnings.is_empty() { " " } else { "!" }.into(),
-            t.bad(),
-        ),
+        (warn_cell(j), t.bad()),
         plain(j.job_key.clone()),
         (next, next_style),
         plain(every),
@@ -107,6 +106,16 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         plain(dash(j.overlap.clone())),
         plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
     ]
+}
+
+/// `!` and the first warning's reason (`!p99>lease`), `+` when there are more.
+pub(super) fn warn_cell(j: &JobRow) -> String {
+    match (j.warning_tags.first(), j.warnings.len()) {
+        (_, 0) => String::new(),
+        (Some(tag), 1) => format!("!{tag}"),
+        (Some(tag), _) => format!("!{tag}+"),
+        (None, _) => "!".into(),
+    }
 }
 
 /// When a job fires next: `in 4m`, `due`, `late 3m!` (nobody fired it), `paused`.

@@ -109,6 +109,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
     draw_status(f, app, &t, status, now);
     draw_footer(f, app, &t, footer);
     match &app.popup {
+        Some(Popup::Help) if app.legend => draw_legend(f, &t, app.legend_page),
         Some(Popup::Help) => draw_help(f, &t),
         Some(Popup::Confirm(act)) => draw_confirm(f, &t, act),
         Some(Popup::Force(act)) => draw_force(f, &t, act),

@@ -16,7 +16,7 @@ pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
 pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
     let area = centered(f.area(), 100, 40);
     f.render_widget(Clear, area);
-    let block = Block::bordered().title(" Keys — Esc closes ");
+    let block = Block::bordered().title(" Keys — ? legend, Esc closes ");
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut lines: Vec<Line> = vec![];
@@ -44,6 +44,119 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
         let r = Rect {
             x: inner.x + i as u16 * col_w,
             width: col_w.saturating_sub(1),
+            ..inner
+        };
+        f.render_widget(Paragraph::new(chunk.to_vec()), r);
+    }
+}
+
+/// What every counter, column and mark means, by where it shows (`?` twice).
+const LEGEND: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Header",
+        &[
+            ("sched N", "schedulers alive"),
+            ("polled", "last read of the database"),
+            ("last 24h", "counters of the last day"),
+            ("all time", "since the database began"),
+            ("suppressed", "duplicates not sent again"),
+            ("fenced", "stale-token writes refused"),
+            ("never-sent", "claims never sent (leaked)"),
+            ("unknown", "sent, outcome unknown"),
+            ("oldest", "age of the oldest unknown"),
+            ("pending", "awaiting a person"),
+            ("unused", "approved, never sent"),
+            ("!", "needs attention"),
+        ],
+    ),
+    (
+        "Jobs",
+        &[
+            ("WARN", "first warning (+: more)"),
+            (" failing", "last run failed/timed out"),
+            (" gave up", "a firing used its 3 runs"),
+            (" retry", "a firing waits to re-run"),
+            (" p99>iv", "p99 > interval: a queue"),
+            (" p99>lease", "p99 > lease: runs stolen"),
+            (" lease>=iv", "a crash blocks next firing"),
+            (" redefined", "defined otherwise too"),
+            ("NEXT", "next firing; late! missed"),
+            ("EVERY", "schedule or interval"),
+            ("LEASE", "lease length"),
+            ("RUNS", "runs in the window"),
+            ("P50 P99", "run duration percentiles"),
+            ("P99/IV", "p99 as % of the interval"),
+            ("P99/LS", "p99 as % of the lease"),
+            ("LAST", "last run, exit code, age"),
+            ("TOKEN", "fencing token of the lease"),
+            ("HOLDER", "who holds the lease"),
+            ("EXPIRES", "lease left, free, expired"),
+            ("STATE", "running idle PAUSED …"),
+            ("Q", "firings queued"),
+            ("OVERLAP", "coalesce, queue or fail"),
+            ("SUP/FEN", "suppressed/fenced (job)"),
+        ],
+    ),
+    (
+        "Unknown, Approvals, Events",
+        &[
+            ("AGE", "since open or pending"),
+            ("STATE", "submitted: may be sending"),
+            ("", "unknown: answer lost"),
+            ("VERDICT", "the observer's last answer"),
+            ("TERMS", "what a person approves"),
+            ("APPROVED BY", "who approved, unused"),
+            ("KIND", "what happened (! alerts)"),
+            ("WHO", "actor or owner that did it"),
+            ("follow", "Events track newest (F)"),
+        ],
+    ),
+    (
+        "Runs (Enter on a job)",
+        &[
+            ("OUTCOME", "ok failed timeout killed…"),
+            ("SLOT", "the firing's time slot"),
+            ("OWNER", "the scheduler that ran it"),
+        ],
+    ),
+];
+
+/// The legend in columns of 39 cells, a page at a time (`j` turns it) when it does not fit.
+pub(super) fn draw_legend(f: &mut Frame, t: &Theme, page: usize) {
+    let area = centered(f.area(), 124, 40);
+    f.render_widget(Clear, area);
+    let mut lines: Vec<Line> = vec![];
+    for (section, entries) in LEGEND {
+        lines.push(Line::styled(*section, t.head()));
+        for (label, text) in *entries {
+            lines.push(Line::from(vec![
+                Span::styled(format!(" {label:<11} "), t.title()),
+                Span::raw(*text),
+            ]));
+        }
+    }
+    let inner = Block::bordered().inner(area);
+    let h = inner.height.max(1) as usize;
+    let ncols = (inner.width / 39).max(1) as usize;
+    let per_page = h * ncols;
+    let pages = lines.len().div_ceil(per_page).max(1);
+    let page = page % pages;
+    let title = if pages > 1 {
+        format!(
+            " Legend {}/{pages} — j next page, ? keys, Esc closes ",
+            page + 1
+        )
+    } else {
+        " Legend — ? keys, Esc closes ".to_string()
+    };
+    f.render_widget(Block::bordered().title(title), area);
+    let shown = lines.iter().skip(page * per_page).take(per_page).cloned();
+    let shown: Vec<Line> = shown.collect();
+    let col_w = inner.width / ncols as u16;
+    for (i, chunk) in shown.chunks(h).enumerate() {
+        let r = Rect {
+            x: inner.x + i as u16 * col_w,
+            width: col_w,
             ..inner
         };
         f.render_widget(Paragraph::new(chunk.to_vec()), r);

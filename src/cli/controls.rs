@@ -116,7 +116,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             let token = st.token;
             let run_id = st.run_id.clone();
             if !a.json {
-                println!("{words}");
+                super::pipe::say(&words);
             }
             let r = run_here(db, &reg, st, granted)?;
             let text = format!(
@@ -176,12 +176,11 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         v["job"] = json!(a.job);
         v["slot"] = json!(slot);
         v["exit"] = json!(code);
-        println!(
-            "{}",
-            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-        );
+        super::pipe::say(crate::sanitize::json_visible(
+            serde_json::to_string_pretty(&v).unwrap_or_default(),
+        ));
     } else {
-        println!("{text}");
+        super::pipe::say(text);
     }
     Ok(code)
 }
@@ -258,16 +257,15 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
                 "slots": report, "exit": code,
             });
-            println!(
-                "{}",
-                crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-            );
+            super::pipe::say(crate::sanitize::json_visible(
+                serde_json::to_string_pretty(&v).unwrap_or_default(),
+            ));
         }
         Ok(code)
     };
     let say = |text: String| {
         if !a.json {
-            println!("{text}");
+            super::pipe::say(text);
         }
     };
     if slots.is_empty() {

@@ -10,6 +10,7 @@ mod gc;
 mod leases;
 mod logs;
 mod metrics;
+mod pipe;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
@@ -216,6 +217,7 @@ pub fn main() -> i32 {
     }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = Cli::parse();
+    pipe::end_quietly_on_closed_pipe(&cli.cmd);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

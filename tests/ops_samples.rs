@@ -130,3 +130,48 @@ fn the_cron_wrappers_find_exactly_where_cargo_install_puts_it() {
         assert_eq!(support::read_or_empty(&far).lines().count(), 1, "{script}");
     }
 }
+
+#[test]
+fn the_demo_leaves_nothing_behind_in_the_temporary_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(support::bin())
+        .args(["demo", "--no-ui", "--for", "2s"])
+        .env("TMPDIR", tmp.path())
+        .env("HOME", home.path())
+        .env_remove("EXACTLY_DB")
+        .env_remove("XDG_STATE_HOME")
+        .current_dir(home.path())
+        .output()
+        .expect("run the demo");
+    let (code, _, err) = split(out);
+    assert_eq!(code, 0, "{err}");
+    let left = || -> Vec<PathBuf> {
+        std::fs::read_dir(tmp.path())
+            .expect("read the temporary directory")
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .expect("list the temporary directory")
+    };
+    assert!(left().is_empty(), "the demo left {:?}", left());
+    // Interrupted (Ctrl-C) once its database exists: the same.
+    let mut demo = Command::new(support::bin())
+        .args(["demo", "--no-ui", "--for", "60s"])
+        .env("TMPDIR", tmp.path())
+        .env("HOME", home.path())
+        .env_remove("EXACTLY_DB")
+        .env_remove("XDG_STATE_HOME")
+        .current_dir(home.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the demo");
+    let started = wait_until(Duration::from_secs(20), || {
+        left().iter().any(|d| d.join("demo.db").exists())
+    });
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(demo.id() as i32, libc::SIGINT) };
+    let status = demo.wait().expect("wait for the demo");
+    assert!(started, "the demo never created its database");
+    assert_eq!(status.code(), Some(0));
+    assert!(left().is_empty(), "the interrupted demo left {:?}", left());
+}

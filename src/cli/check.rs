@@ -25,6 +25,8 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     let code = i32::from(errors > 0 || (a.strict && warnings > 0));
     if a.json {
         let v = serde_json::json!({
+            "schema_version": crate::SCHEMA_VERSION,
+            "json_schema_version": crate::metrics::JSON_SCHEMA_VERSION,
             "file": a.jobs,
             "jobs": jobs.len(),
             "errors": errors,
@@ -36,6 +38,9 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
             "problems": problems.iter().map(|p| serde_json::json!({
                 "severity": p.kind(),
                 "job": p.job,
+                "job_key": p.job,
+                "line": p.at.as_ref().map(|at| at.line),
+                "key": p.at.as_ref().and_then(|at| at.key.clone()),
                 "what": p.what,
                 "why": p.why,
             })).collect::<Vec<_>>(),

@@ -105,3 +105,172 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
         }
     }
 }
+
+/// The man page names a page points at (`exactly\-init(1)`, `\fBexactly\-jobs\fR(5)`).
+fn page_refs(roff: &str) -> Vec<String> {
+    let plain = roff
+        .replace("\\fB", "")
+        .replace("\\fR", "")
+        .replace("\\-", "-");
+    let mut out = Vec::new();
+    for (i, _) in plain.match_indices("exactly") {
+        let rest = &plain[i..];
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(rest.len());
+        let tail = &rest[name_len..];
+        if let Some(section) = tail
+            .strip_prefix('(')
+            .and_then(|t| t.split_once(')'))
+            .map(|(s, _)| s)
+            .filter(|s| s.len() == 1 && s.chars().all(|c| c.is_ascii_digit()))
+        {
+            out.push(format!("{}.{section}", &rest[..name_len]));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_man_page_a_page_points_at_exists_with_exit_status_environment_and_files() {
+    let site = Site::new();
+    let dir = site.path("man");
+    let (code, out, err) = site.exactly(&["man", "--dir", dir.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut pages = std::collections::BTreeMap::new();
+    for section in ["man1", "man5"] {
+        for e in std::fs::read_dir(dir.join(section)).expect("man pages written") {
+            let path = e.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            pages.insert(name, std::fs::read_to_string(&path).expect("page"));
+        }
+    }
+    for must in [
+        "exactly.1",
+        "exactly-effect.1",
+        "exactly-init.1",
+        "exactly-lease-claim.1",
+        "exactly-jobs.5",
+    ] {
+        assert!(pages.contains_key(must), "no {must}: {:?}", pages.keys());
+    }
+    for (name, text) in &pages {
+        for section in ["EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO"] {
+            assert!(
+                text.contains(&format!(".SH \"{section}\"")),
+                "{name} has no {section} section"
+            );
+        }
+        for r in page_refs(text) {
+            assert!(
+                pages.contains_key(&r),
+                "{name} points at {r}, which does not exist"
+            );
+        }
+    }
+    // exactly(1) points at every other page; chaos and far-side are test tools, not pages.
+    let top_refs = page_refs(&pages["exactly.1"]);
+    for name in pages.keys().filter(|n| *n != "exactly.1") {
+        assert!(
+            top_refs.contains(name),
+            "exactly(1) does not point at {name}"
+        );
+    }
+    assert!(!pages
+        .keys()
+        .any(|n| n.contains("chaos") || n.contains("far-side")));
+    // The effect's page has the whole exit code table.
+    let effect = &pages["exactly-effect.1"];
+    let exit = &effect[effect.find(".SH \"EXIT STATUS\"").expect("exit status")..];
+    for code in ["0", "1", "2", "3", "4", "5", "6", "7", "75"] {
+        assert!(
+            exit.contains(&format!("\\fB{code}\\fR\n")),
+            "exit code {code} missing"
+        );
+    }
+    // The jobs file's page: every key, with its type, default and an example.
+    let jobs = &pages["exactly-jobs.5"];
+    for key in [
+        "retain",
+        "name",
+        "schedule",
+        "every",
+        "timezone",
+        "lease",
+        "overlap",
+        "queue_cap",
+        "catchup",
+        "timeout",
+        "observe_timeout",
+        "command",
+        "dst_repeated",
+        "dst_skipped",
+        "keep_runs",
+    ] {
+        let at = jobs
+            .find(&format!(".TP\n\\fB{key}\\fR ("))
+            .unwrap_or_else(|| panic!("exactly-jobs(5) does not document {key}"));
+        let entry = &jobs[at..jobs[at + 4..]
+            .find(".TP")
+            .map_or(jobs.len(), |n| at + 4 + n)];
+        assert!(
+            entry.contains("Default:") && entry.contains("Example:"),
+            "{entry}"
+        );
+    }
+    // `exactly man` is still exactly(1); one page by its subcommand or name.
+    for (args, page) in [
+        (vec!["man"], "exactly.1"),
+        (vec!["man", "effect"], "exactly-effect.1"),
+        (vec!["man", "lease-claim"], "exactly-lease-claim.1"),
+        (vec!["man", "exactly-jobs.5"], "exactly-jobs.5"),
+    ] {
+        let (code, out, err) = site.exactly(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert_eq!(out, pages[page], "{args:?}");
+    }
+    let (code, _, err) = site.exactly(&["man", "no-such-page"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn help_gives_the_exit_codes() {
+    let site = Site::new();
+    let (code, top, _) = site.exactly(&["--help"]);
+    assert_eq!(code, 0);
+    for line in [
+        "0  done",
+        "1  any other error",
+        "2  bad usage or input",
+        "3  fenced",
+        "4  awaiting approval",
+        "5  an unresolved earlier attempt",
+        "6  unknown",
+        "7  cancelled",
+        "75  not sent",
+    ] {
+        assert!(top.contains(line), "--help lacks {line:?}:\n{top}");
+    }
+    for sub in [
+        "effect", "status", "check", "run", "approve", "deny", "resolve", "trigger",
+    ] {
+        let (code, help, _) = site.exactly(&[sub, "--help"]);
+        assert_eq!(code, 0);
+        let exit = help
+            .split_once("Exit status:")
+            .unwrap_or_else(|| panic!("{sub} --help has no exit status:\n{help}"))
+            .1;
+        assert!(
+            exit.contains("  0  ") && exit.contains("  2  "),
+            "{sub}: {exit}"
+        );
+    }
+    let (_, effect, _) = site.exactly(&["effect", "--help"]);
+    assert!(effect.contains("75  not sent") && effect.contains("4  awaiting approval"));
+    let (_, resolve, _) = site.exactly(&["resolve", "--help"]);
+    assert!(resolve.contains("5  in flight"), "{resolve}");
+}

@@ -9,6 +9,9 @@ mod effects;
 mod gc;
 mod leases;
 mod logs;
+mod man;
+mod man_jobs;
+mod manual;
 mod metrics;
 mod pipe;
 
@@ -130,8 +133,10 @@ pub enum Cmd {
         after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
     )]
     Top(crate::tui::TopArgs),
-    /// Kill runs mid-effect many times and count duplicates (must be 0).
+    /// A test tool: kill runs mid-effect many times and count duplicates (must be 0).
+    /// Hidden from help, completions and man pages; it runs as before.
     #[command(
+        hide = true,
         after_help = "Example:\n  exactly chaos --iterations 50 --scenario kill-mid-effect --json"
     )]
     Chaos(crate::chaos::ChaosArgs),
@@ -143,11 +148,11 @@ pub enum Cmd {
         after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions fish > ~/.config/fish/completions/exactly.fish"
     )]
     Completions(CompletionsArgs),
-    /// Print the man page (roff) on stdout.
+    /// Print the man page (roff) on stdout: exactly(1), a subcommand's, or the jobs file's.
     #[command(
-        after_help = "Examples:\n  exactly man > /usr/local/share/man/man1/exactly.1 && mandb\n  exactly man | man -l -"
+        after_help = "Examples:\n  exactly man --dir /usr/local/share/man && mandb   # every page: man exactly-effect, man 5 exactly-jobs\n  exactly man | man -l -\n  exactly man effect | man -l -\n  exactly man exactly-jobs.5 | man -l -"
     )]
-    Man,
+    Man(man::ManArgs),
     /// The chaos harness's far side (a test double; not for users).
     #[command(subcommand, hide = true)]
     FarSide(crate::chaos::far_side::FarSideCmd),
@@ -216,7 +221,13 @@ pub fn main() -> i32 {
         return crate::runner::spawner::spawner_main(&args[1..]);
     }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
-    let cli = Cli::parse();
+    let cli = match manual::command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     pipe::end_quietly_on_closed_pipe(&cli.cmd);
     match dispatch(cli) {
         Ok(code) => code,
@@ -286,11 +297,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             clap_complete::generate(a.shell, &mut cmd, "exactly", &mut std::io::stdout());
             Ok(0)
         }
-        Cmd::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
-            Ok(0)
-        }
+        Cmd::Man(a) => man::man_main(a),
         Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
     }
 }

@@ -274,3 +274,134 @@ fn help_gives_the_exit_codes() {
     let (_, resolve, _) = site.exactly(&["resolve", "--help"]);
     assert!(resolve.contains("5  in flight"), "{resolve}");
 }
+
+/// What bash offers for a command line (`words`, the last one being completed), with the
+/// completion script `exactly completions bash` printed.
+fn bash_offers(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let program = r#"source "$1"; shift
+COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=()
+_exactly_dynamic "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+printf '%s\n' "${COMPREPLY[@]}""#;
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(program)
+        .arg("bash")
+        .arg(script)
+        .args(words)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn completion_offers_the_jobs_and_effects_of_a_real_database_not_the_test_tools() {
+    let site = site_with_a_run();
+    // A job known only by its lease (a cron wrapper's), and an effect awaiting approval.
+    let token = site.claim("cron-only", "10m");
+    let (code, _, err) = site.exactly(&[
+        "effect",
+        "--job",
+        "cron-only",
+        "--token",
+        &token,
+        "--action",
+        "pay",
+        "--target",
+        "acme",
+        "--needs-approval",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    let pending = site.strings("SELECT effect_key FROM exactly_approvals");
+    assert_eq!(pending.len(), 1);
+
+    let (code, jobs, err) = site.exactly(&["__complete", "jobs"]);
+    assert_eq!(code, 0, "{err}");
+    let jobs: Vec<&str> = jobs.lines().collect();
+    assert!(
+        jobs.contains(&"loud") && jobs.contains(&"cron-only"),
+        "{jobs:?}"
+    );
+    let (code, effects, err) = site.exactly(&["__complete", "effects"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        effects.lines().collect::<Vec<_>>(),
+        vec![pending[0].as_str()]
+    );
+    // No database: nothing, and none is created.
+    let missing = site.path("missing.db");
+    let missing = missing.to_str().expect("utf8");
+    let out = Command::new(support::bin())
+        .args(["--db", missing, "__complete", "jobs"])
+        .output()
+        .expect("run exactly");
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
+    assert!(!std::path::Path::new(missing).exists());
+
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, script, err) = site.exactly(&["completions", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            script.contains("__complete jobs") || script.contains("__complete $"),
+            "{shell}"
+        );
+        assert!(
+            script.contains("__complete"),
+            "{shell} does not call the helper"
+        );
+        for tool in ["chaos", "far-side"] {
+            assert!(
+                !script.contains(tool),
+                "{shell} completes the test tool {tool}"
+            );
+        }
+    }
+    let (_, zsh, _) = site.exactly(&["completions", "zsh"]);
+    assert!(
+        zsh.contains("':job -- The registered job to fire now:_exactly_jobs'"),
+        "{zsh:.300}"
+    );
+    assert!(zsh.contains(":_exactly_effects'"));
+    let (_, fish, _) = site.exactly(&["completions", "fish"]);
+    assert!(fish.contains(
+        "__fish_exactly_using_subcommand trigger\" -f -a \"(__fish_exactly_complete jobs)\""
+    ));
+    assert!(fish.contains("-l job") && fish.contains("(__fish_exactly_complete effects)"));
+
+    // Real bash, as it completes a line.
+    let (_, bash, _) = site.exactly(&["completions", "bash"]);
+    let script = site.path("exactly.bash");
+    std::fs::write(&script, bash).expect("write the script");
+    let exe = support::bin();
+    let db = site.db();
+    let offers = |words: &[&str]| {
+        let mut all = vec![exe.as_str(), "--db", db.as_str()];
+        all.extend_from_slice(words);
+        bash_offers(&script, &all)
+    };
+    assert_eq!(offers(&["trigger", ""]), vec!["cron-only", "loud"]);
+    assert_eq!(offers(&["logs", "lo"]), vec!["loud"]);
+    assert_eq!(
+        offers(&["lease", "claim", "--job", ""]),
+        vec!["cron-only", "loud"]
+    );
+    assert_eq!(offers(&["approve", ""]), pending);
+    assert!(offers(&["trigger", "--owner", ""])
+        .iter()
+        .all(|o| o != "loud"));
+    let commands = offers(&[""]);
+    assert!(commands.iter().any(|c| c == "trigger"), "{commands:?}");
+    assert!(!commands
+        .iter()
+        .any(|c| c == "chaos" || c == "far-side" || c.starts_with("__")));
+}

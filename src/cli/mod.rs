@@ -3,6 +3,7 @@
 //! One file per group of subcommands; `run` starts the scheduler in `runner/`, `top` the
 //! dashboard in `tui/`, `chaos` and `far-side` live in `chaos/`.
 mod check;
+mod complete;
 mod controls;
 mod decisions;
 mod effects;
@@ -156,6 +157,9 @@ pub enum Cmd {
     /// The chaos harness's far side (a test double; not for users).
     #[command(subcommand, hide = true)]
     FarSide(crate::chaos::far_side::FarSideCmd),
+    /// Completion's helper: the database's job names or effect keys, one a line.
+    #[command(name = "__complete", hide = true)]
+    Complete(complete::CompleteArgs),
 }
 
 /// The facts an effect key is derived from: `key` and `effect` take the same flags.
@@ -293,10 +297,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
         Cmd::Demo(a) => crate::demo::demo_main(&db, a),
         Cmd::Completions(a) => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut cmd, "exactly", &mut std::io::stdout());
+            let script = complete::script(a.shell, &manual::command());
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(0)
         }
+        Cmd::Complete(a) => complete::complete_main(&db, a),
         Cmd::Man(a) => man::man_main(a),
         Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
     }

@@ -405,3 +405,93 @@ fn completion_offers_the_jobs_and_effects_of_a_real_database_not_the_test_tools(
         .iter()
         .any(|c| c == "chaos" || c == "far-side" || c.starts_with("__")));
 }
+
+/// Keys named before the naming scheme, and the scheme's name each must have beside it.
+const OLD_NAMES: &[(&str, &str)] = &[
+    ("job", "job_key"),
+    ("token", "fencing_token"),
+    ("slot", "scheduled_at"),
+    ("since", "since_at"),
+    ("lease_until", "lease_expires_at"),
+    ("until", "lease_expires_at"),
+    ("from", "from_at"),
+    ("to", "to_at"),
+    ("horizon", "horizon_at"),
+];
+
+/// Every object below `v` that has an old key also has the scheme's (`dst` maps are keyed
+/// by job names, not fields).
+fn scheme_gaps(v: &serde_json::Value, path: &str, gaps: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(o) => {
+            for (old, new) in OLD_NAMES {
+                if o.contains_key(*old) && !o.contains_key(*new) {
+                    gaps.push(format!("{path}: {old} without {new}"));
+                }
+            }
+            for (k, x) in o.iter().filter(|(k, _)| *k != "dst") {
+                scheme_gaps(x, &format!("{path}.{k}"), gaps);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                scheme_gaps(x, &format!("{path}[{i}]"), gaps);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_json_output_carries_schema_version_and_one_naming_scheme() {
+    let site = site_with_a_run();
+    let jobs = site.jobs();
+    let slot = last_whole_hour();
+    let outputs: Vec<Vec<&str>> = vec![
+        vec!["status", "--json"],
+        vec!["check", "--json", &jobs],
+        vec!["trigger", "--json", "loud"],
+        vec!["backfill", "--json", "loud", "--from", &slot, "--to", &slot],
+        vec!["gc", "--json", "--keep", "30d", "--dry-run"],
+        vec![
+            "chaos",
+            "--json",
+            "--iterations",
+            "1",
+            "--scenario",
+            "kill-mid-effect",
+        ],
+    ];
+    for args in &outputs {
+        let (code, out, err) = site.exactly(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+        assert!(
+            v["schema_version"].is_i64(),
+            "{args:?} has no schema_version: {out}"
+        );
+        assert!(v["json_schema_version"].is_i64(), "{args:?}: {out}");
+        let mut gaps = Vec::new();
+        scheme_gaps(&v, "", &mut gaps);
+        assert!(gaps.is_empty(), "{args:?}: {gaps:?}");
+    }
+    // The old names are still there for scripts that read them.
+    let (_, out, _) = site.exactly(&["trigger", "--json", "loud"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["job"], "loud");
+    assert_eq!(v["job_key"], "loud");
+    assert_eq!(v["slot"], v["scheduled_at"]);
+    assert_eq!(v["run"]["token"], v["run"]["fencing_token"]);
+    let (_, out, _) = site.exactly(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let job = &v["jobs"][0];
+    assert_eq!(job["lease_until"], job["lease_expires_at"]);
+}
+
+/// The last whole hour's slot of an hourly job, as RFC 3339.
+fn last_whole_hour() -> String {
+    let now = chrono::Utc::now().timestamp();
+    let slot = chrono::DateTime::from_timestamp(now / 3600 * 3600 - 3600, 0).expect("slot");
+    slot.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}

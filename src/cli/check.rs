@@ -25,8 +25,6 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     let code = i32::from(errors > 0 || (a.strict && warnings > 0));
     if a.json {
         let v = serde_json::json!({
-            "schema_version": crate::SCHEMA_VERSION,
-            "json_schema_version": crate::metrics::JSON_SCHEMA_VERSION,
             "file": a.jobs,
             "jobs": jobs.len(),
             "errors": errors,
@@ -45,10 +43,7 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
                 "why": p.why,
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-        );
+        println!("{}", crate::json::render(v));
         return Ok(code);
     }
     for p in &problems {

@@ -176,9 +176,11 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         v["job"] = json!(a.job);
         v["slot"] = json!(slot);
         v["exit"] = json!(code);
-        super::pipe::say(crate::sanitize::json_visible(
-            serde_json::to_string_pretty(&v).unwrap_or_default(),
-        ));
+        crate::json::alias(&mut v);
+        if let Some(run) = v.get_mut("run") {
+            crate::json::alias(run);
+        }
+        super::pipe::say(crate::json::render(v));
     } else {
         super::pipe::say(text);
     }
@@ -253,13 +255,18 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
     let mut report: Vec<serde_json::Value> = Vec::new();
     let finish = |report: Vec<serde_json::Value>, code: i32| -> Result<i32> {
         if a.json {
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
                 "slots": report, "exit": code,
             });
-            super::pipe::say(crate::sanitize::json_visible(
-                serde_json::to_string_pretty(&v).unwrap_or_default(),
-            ));
+            crate::json::alias(&mut v);
+            for slot in v["slots"].as_array_mut().into_iter().flatten() {
+                crate::json::alias(slot);
+                if let Some(run) = slot.get_mut("run") {
+                    crate::json::alias(run);
+                }
+            }
+            super::pipe::say(crate::json::render(v));
         }
         Ok(code)
     };

@@ -66,46 +66,6 @@ fn site_with_a_run() -> Site {
     site
 }
 
-#[test]
-fn a_closed_pipe_ends_every_printing_command_quietly() {
-    let site = site_with_a_run();
-    let jobs = site.jobs();
-    let commands: Vec<Vec<&str>> = vec![
-        vec!["completions", "bash"],
-        vec!["completions", "zsh"],
-        vec!["completions", "fish"],
-        vec!["completions", "elvish"],
-        vec!["completions", "powershell"],
-        vec!["man"],
-        vec!["--help"],
-        vec!["status"],
-        vec!["status", "--json"],
-        vec!["metrics"],
-        vec!["metrics", "--openmetrics"],
-        vec!["logs", "loud"],
-        vec!["key", "--action", "a", "--target", "b"],
-        vec!["check", &jobs],
-        vec!["check", "--json", &jobs],
-        vec!["gc", "--keep", "30d", "--dry-run"],
-        vec!["trigger", "loud"],
-    ];
-    for args in &commands {
-        for read_first in [false, true] {
-            let (status, err) = with_closed_pipe(&site.db(), args, read_first).expect("spawn");
-            let quiet = status.success() || status.signal() == Some(libc::SIGPIPE);
-            // What a command says on stderr anyway (`logs`' run header) is fine; a panic or an
-            // error about the pipe is not.
-            let complaint = err.contains("panicked")
-                || err.contains("exactly:")
-                || err.to_lowercase().contains("broken pipe");
-            assert!(
-                quiet && !complaint,
-                "exactly {args:?} (read a line first: {read_first}) ended {status:?}: {err}"
-            );
-        }
-    }
-}
-
 /// The man page names a page points at (`exactly\-init(1)`, `\fBexactly\-jobs\fR(5)`).
 fn page_refs(roff: &str) -> Vec<String> {
     let plain = roff
@@ -302,110 +262,6 @@ printf '%s\n' "${COMPREPLY[@]}""#;
         .collect()
 }
 
-#[test]
-fn completion_offers_the_jobs_and_effects_of_a_real_database_not_the_test_tools() {
-    let site = site_with_a_run();
-    // A job known only by its lease (a cron wrapper's), and an effect awaiting approval.
-    let token = site.claim("cron-only", "10m");
-    let (code, _, err) = site.exactly(&[
-        "effect",
-        "--job",
-        "cron-only",
-        "--token",
-        &token,
-        "--action",
-        "pay",
-        "--target",
-        "acme",
-        "--needs-approval",
-        "--",
-        "true",
-    ]);
-    assert_eq!(code, 4, "{err}");
-    let pending = site.strings("SELECT effect_key FROM exactly_approvals");
-    assert_eq!(pending.len(), 1);
-
-    let (code, jobs, err) = site.exactly(&["__complete", "jobs"]);
-    assert_eq!(code, 0, "{err}");
-    let jobs: Vec<&str> = jobs.lines().collect();
-    assert!(
-        jobs.contains(&"loud") && jobs.contains(&"cron-only"),
-        "{jobs:?}"
-    );
-    let (code, effects, err) = site.exactly(&["__complete", "effects"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        effects.lines().collect::<Vec<_>>(),
-        vec![pending[0].as_str()]
-    );
-    // No database: nothing, and none is created.
-    let missing = site.path("missing.db");
-    let missing = missing.to_str().expect("utf8");
-    let out = Command::new(support::bin())
-        .args(["--db", missing, "__complete", "jobs"])
-        .output()
-        .expect("run exactly");
-    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
-    assert!(!std::path::Path::new(missing).exists());
-
-    for shell in ["bash", "zsh", "fish"] {
-        let (code, script, err) = site.exactly(&["completions", shell]);
-        assert_eq!(code, 0, "{err}");
-        assert!(
-            script.contains("__complete jobs") || script.contains("__complete $"),
-            "{shell}"
-        );
-        assert!(
-            script.contains("__complete"),
-            "{shell} does not call the helper"
-        );
-        for tool in ["chaos", "far-side"] {
-            assert!(
-                !script.contains(tool),
-                "{shell} completes the test tool {tool}"
-            );
-        }
-    }
-    let (_, zsh, _) = site.exactly(&["completions", "zsh"]);
-    assert!(
-        zsh.contains("':job -- The registered job to fire now:_exactly_jobs'"),
-        "{zsh:.300}"
-    );
-    assert!(zsh.contains(":_exactly_effects'"));
-    let (_, fish, _) = site.exactly(&["completions", "fish"]);
-    assert!(fish.contains(
-        "__fish_exactly_using_subcommand trigger\" -f -a \"(__fish_exactly_complete jobs)\""
-    ));
-    assert!(fish.contains("-l job") && fish.contains("(__fish_exactly_complete effects)"));
-
-    // Real bash, as it completes a line.
-    let (_, bash, _) = site.exactly(&["completions", "bash"]);
-    let script = site.path("exactly.bash");
-    std::fs::write(&script, bash).expect("write the script");
-    let exe = support::bin();
-    let db = site.db();
-    let offers = |words: &[&str]| {
-        let mut all = vec![exe.as_str(), "--db", db.as_str()];
-        all.extend_from_slice(words);
-        bash_offers(&script, &all)
-    };
-    assert_eq!(offers(&["trigger", ""]), vec!["cron-only", "loud"]);
-    assert_eq!(offers(&["logs", "lo"]), vec!["loud"]);
-    assert_eq!(
-        offers(&["lease", "claim", "--job", ""]),
-        vec!["cron-only", "loud"]
-    );
-    assert_eq!(offers(&["approve", ""]), pending);
-    assert!(offers(&["trigger", "--owner", ""])
-        .iter()
-        .all(|o| o != "loud"));
-    let commands = offers(&[""]);
-    assert!(commands.iter().any(|c| c == "trigger"), "{commands:?}");
-    assert!(!commands
-        .iter()
-        .any(|c| c == "chaos" || c == "far-side" || c.starts_with("__")));
-}
-
 /// Keys named before the naming scheme, and the scheme's name each must have beside it.
 const OLD_NAMES: &[(&str, &str)] = &[
     ("job", "job_key"),
@@ -442,56 +298,205 @@ fn scheme_gaps(v: &serde_json::Value, path: &str, gaps: &mut Vec<String>) {
     }
 }
 
-#[test]
-fn every_json_output_carries_schema_version_and_one_naming_scheme() {
-    let site = site_with_a_run();
-    let jobs = site.jobs();
-    let slot = last_whole_hour();
-    let outputs: Vec<Vec<&str>> = vec![
-        vec!["status", "--json"],
-        vec!["check", "--json", &jobs],
-        vec!["trigger", "--json", "loud"],
-        vec!["backfill", "--json", "loud", "--from", &slot, "--to", &slot],
-        vec!["gc", "--json", "--keep", "30d", "--dry-run"],
-        vec![
-            "chaos",
-            "--json",
-            "--iterations",
-            "1",
-            "--scenario",
-            "kill-mid-effect",
-        ],
-    ];
-    for args in &outputs {
-        let (code, out, err) = site.exactly(args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        let v: serde_json::Value =
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
-        assert!(
-            v["schema_version"].is_i64(),
-            "{args:?} has no schema_version: {out}"
-        );
-        assert!(v["json_schema_version"].is_i64(), "{args:?}: {out}");
-        let mut gaps = Vec::new();
-        scheme_gaps(&v, "", &mut gaps);
-        assert!(gaps.is_empty(), "{args:?}: {gaps:?}");
-    }
-    // The old names are still there for scripts that read them.
-    let (_, out, _) = site.exactly(&["trigger", "--json", "loud"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["job"], "loud");
-    assert_eq!(v["job_key"], "loud");
-    assert_eq!(v["slot"], v["scheduled_at"]);
-    assert_eq!(v["run"]["token"], v["run"]["fencing_token"]);
-    let (_, out, _) = site.exactly(&["status", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let job = &v["jobs"][0];
-    assert_eq!(job["lease_until"], job["lease_expires_at"]);
-}
-
 /// The last whole hour's slot of an hourly job, as RFC 3339.
 fn last_whole_hour() -> String {
     let now = chrono::Utc::now().timestamp();
     let slot = chrono::DateTime::from_timestamp(now / 3600 * 3600 - 3600, 0).expect("slot");
     slot.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+// On SQLite and on PostgreSQL: a closed pipe must not end a command that talks to a server
+// (SIGPIPE's default applies to pipes only: sockets are written with MSG_NOSIGNAL), and the
+// completion helper and the JSON read either database through the library.
+on_both_backends! {
+    #[test]
+    fn a_closed_pipe_ends_every_printing_command_quietly() {
+        let site = site_with_a_run();
+        let jobs = site.jobs();
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["completions", "bash"],
+            vec!["completions", "zsh"],
+            vec!["completions", "fish"],
+            vec!["completions", "elvish"],
+            vec!["completions", "powershell"],
+            vec!["man"],
+            vec!["--help"],
+            vec!["status"],
+            vec!["status", "--json"],
+            vec!["metrics"],
+            vec!["metrics", "--openmetrics"],
+            vec!["logs", "loud"],
+            vec!["key", "--action", "a", "--target", "b"],
+            vec!["check", &jobs],
+            vec!["check", "--json", &jobs],
+            vec!["gc", "--keep", "30d", "--dry-run"],
+            vec!["trigger", "loud"],
+        ];
+        for args in &commands {
+            for read_first in [false, true] {
+                let (status, err) = with_closed_pipe(&site.db(), args, read_first).expect("spawn");
+                let quiet = status.success() || status.signal() == Some(libc::SIGPIPE);
+                // What a command says on stderr anyway (`logs`' run header) is fine; a panic or an
+                // error about the pipe is not.
+                let complaint = err.contains("panicked")
+                    || err.contains("exactly:")
+                    || err.to_lowercase().contains("broken pipe");
+                assert!(
+                    quiet && !complaint,
+                    "exactly {args:?} (read a line first: {read_first}) ended {status:?}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn completion_offers_the_jobs_and_effects_of_a_real_database_not_the_test_tools() {
+        let site = site_with_a_run();
+        // A job known only by its lease (a cron wrapper's), and an effect awaiting approval.
+        let token = site.claim("cron-only", "10m");
+        let (code, _, err) = site.exactly(&[
+            "effect",
+            "--job",
+            "cron-only",
+            "--token",
+            &token,
+            "--action",
+            "pay",
+            "--target",
+            "acme",
+            "--needs-approval",
+            "--",
+            "true",
+        ]);
+        assert_eq!(code, 4, "{err}");
+        let pending = site.strings("SELECT effect_key FROM exactly_approvals");
+        assert_eq!(pending.len(), 1);
+
+        let (code, jobs, err) = site.exactly(&["__complete", "jobs"]);
+        assert_eq!(code, 0, "{err}");
+        let jobs: Vec<&str> = jobs.lines().collect();
+        assert!(
+            jobs.contains(&"loud") && jobs.contains(&"cron-only"),
+            "{jobs:?}"
+        );
+        let (code, effects, err) = site.exactly(&["__complete", "effects"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            effects.lines().collect::<Vec<_>>(),
+            vec![pending[0].as_str()]
+        );
+        // No database: nothing, and none is created.
+        let missing = site.path("missing.db");
+        let missing = missing.to_str().expect("utf8");
+        let out = Command::new(support::bin())
+            .args(["--db", missing, "__complete", "jobs"])
+            .output()
+            .expect("run exactly");
+        assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
+        assert!(!std::path::Path::new(missing).exists());
+
+        for shell in ["bash", "zsh", "fish"] {
+            let (code, script, err) = site.exactly(&["completions", shell]);
+            assert_eq!(code, 0, "{err}");
+            assert!(
+                script.contains("__complete jobs") || script.contains("__complete $"),
+                "{shell}"
+            );
+            assert!(
+                script.contains("__complete"),
+                "{shell} does not call the helper"
+            );
+            for tool in ["chaos", "far-side"] {
+                assert!(
+                    !script.contains(tool),
+                    "{shell} completes the test tool {tool}"
+                );
+            }
+        }
+        let (_, zsh, _) = site.exactly(&["completions", "zsh"]);
+        assert!(
+            zsh.contains("':job -- The registered job to fire now:_exactly_jobs'"),
+            "{zsh:.300}"
+        );
+        assert!(zsh.contains(":_exactly_effects'"));
+        let (_, fish, _) = site.exactly(&["completions", "fish"]);
+        assert!(fish.contains(
+            "__fish_exactly_using_subcommand trigger\" -f -a \"(__fish_exactly_complete jobs)\""
+        ));
+        assert!(fish.contains("-l job") && fish.contains("(__fish_exactly_complete effects)"));
+
+        // Real bash, as it completes a line.
+        let (_, bash, _) = site.exactly(&["completions", "bash"]);
+        let script = site.path("exactly.bash");
+        std::fs::write(&script, bash).expect("write the script");
+        let exe = support::bin();
+        let db = site.db();
+        let offers = |words: &[&str]| {
+            let mut all = vec![exe.as_str(), "--db", db.as_str()];
+            all.extend_from_slice(words);
+            bash_offers(&script, &all)
+        };
+        assert_eq!(offers(&["trigger", ""]), vec!["cron-only", "loud"]);
+        assert_eq!(offers(&["logs", "lo"]), vec!["loud"]);
+        assert_eq!(
+            offers(&["lease", "claim", "--job", ""]),
+            vec!["cron-only", "loud"]
+        );
+        assert_eq!(offers(&["approve", ""]), pending);
+        assert!(offers(&["trigger", "--owner", ""])
+            .iter()
+            .all(|o| o != "loud"));
+        let commands = offers(&[""]);
+        assert!(commands.iter().any(|c| c == "trigger"), "{commands:?}");
+        assert!(!commands
+            .iter()
+            .any(|c| c == "chaos" || c == "far-side" || c.starts_with("__")));
+    }
+
+    #[test]
+    fn every_json_output_carries_schema_version_and_one_naming_scheme() {
+        let site = site_with_a_run();
+        let jobs = site.jobs();
+        let slot = last_whole_hour();
+        let outputs: Vec<Vec<&str>> = vec![
+            vec!["status", "--json"],
+            vec!["check", "--json", &jobs],
+            vec!["trigger", "--json", "loud"],
+            vec!["backfill", "--json", "loud", "--from", &slot, "--to", &slot],
+            vec!["gc", "--json", "--keep", "30d", "--dry-run"],
+            vec![
+                "chaos",
+                "--json",
+                "--iterations",
+                "1",
+                "--scenario",
+                "kill-mid-effect",
+            ],
+        ];
+        for args in &outputs {
+            let (code, out, err) = site.exactly(args);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            let v: serde_json::Value =
+                serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+            assert!(
+                v["schema_version"].is_i64(),
+                "{args:?} has no schema_version: {out}"
+            );
+            assert!(v["json_schema_version"].is_i64(), "{args:?}: {out}");
+            let mut gaps = Vec::new();
+            scheme_gaps(&v, "", &mut gaps);
+            assert!(gaps.is_empty(), "{args:?}: {gaps:?}");
+        }
+        // The old names are still there for scripts that read them.
+        let (_, out, _) = site.exactly(&["trigger", "--json", "loud"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["job"], "loud");
+        assert_eq!(v["job_key"], "loud");
+        assert_eq!(v["slot"], v["scheduled_at"]);
+        assert_eq!(v["run"]["token"], v["run"]["fencing_token"]);
+        let (_, out, _) = site.exactly(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let job = &v["jobs"][0];
+        assert_eq!(job["lease_until"], job["lease_expires_at"]);
+    }
 }

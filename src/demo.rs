@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Only run the workload (no dashboard), then exit, leaving the database.
+    /// Only run the workload (no dashboard), then exit, leaving the database --db names.
     #[arg(long)]
     pub no_ui: bool,
     /// How long to run (default: until the dashboard quits; 30s with --no-ui).
@@ -23,6 +23,17 @@ pub struct DemoArgs {
 const DEMO_SH: &str = include_str!("../assets/demo/demo.sh");
 const WRAPPER_SH: &str = include_str!("../assets/demo/legacy-wrapper.sh");
 const JOBS_TOML: &str = include_str!("../assets/demo/jobs.toml");
+
+/// The demo's folder in the temporary directory (its scripts, logs and, without --db, its
+/// database), removed however the demo ends: declared before the children, so dropped after
+/// them, once nothing writes there any more.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// Children that are stopped (SIGTERM, then SIGKILL after a grace) however the demo ends.
 struct Children(Vec<Child>);
@@ -52,6 +63,7 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     let exe_s = exe.to_string_lossy().into_owned();
     let dir = std::env::temp_dir().join(format!("exactly-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let scratch = Scratch(dir.clone());
     let dir_s = dir.to_string_lossy().into_owned();
     // Only a database the demo creates, unless --db names one.
     let db_path = match db {
@@ -75,6 +87,12 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
         children.0.push(scheduler(&exe, &db_path, &dir, owner)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // Ctrl-C, a closed terminal or a kill ends the demo the same way as its time running out,
+    // so its folder is still removed.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register(sig, interrupted.clone())?;
+    }
     let legacy = {
         let stop = stop.clone();
         let (db_path, dir) = (db_path.clone(), dir.clone());
@@ -86,7 +104,12 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
             humantime::format_duration(dur.unwrap_or_default()),
             crate::shown_db(&db_path)
         );
-        std::thread::sleep(dur.unwrap_or_default());
+        let end = Instant::now() + dur.unwrap_or_default();
+        while Instant::now() < end && !interrupted.load(Ordering::SeqCst) {
+            std::thread::sleep(
+                Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
+            );
+        }
         0
     } else {
         let mut top = Command::new(&exe);
@@ -99,7 +122,7 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
             if let Some(status) = child.try_wait()? {
                 break status.code().unwrap_or(1);
             }
-            if dur.is_some_and(|d| start.elapsed() >= d) {
+            if dur.is_some_and(|d| start.elapsed() >= d) || interrupted.load(Ordering::SeqCst) {
                 // SAFETY: signalling our own child.
                 unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
                 let _ = child.wait();
@@ -111,8 +134,18 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     stop.store(true, Ordering::SeqCst);
     let _ = legacy.join();
     drop(children);
-    let shown = crate::shown_db(&db_path);
-    eprintln!("exactly demo: stopped; the database is {shown} (try: exactly --db {shown} status)");
+    drop(scratch);
+    match db {
+        Some(_) => {
+            let shown = crate::shown_db(&db_path);
+            eprintln!(
+                "exactly demo: stopped; the database is {shown} (try: exactly --db {shown} status)"
+            );
+        }
+        None => eprintln!(
+            "exactly demo: stopped; its files are removed (give --db FILE to keep the database)"
+        ),
+    }
     Ok(code)
 }
 

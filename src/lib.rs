@@ -46,6 +46,7 @@ pub mod effect;
 pub mod fault;
 pub mod firing;
 pub mod jobs;
+pub mod json;
 pub mod key;
 pub mod lease;
 pub mod metrics;

@@ -21,6 +21,9 @@ impl Snapshot {
     /// `json_schema_version` and `totals.schedulers_alive` added.
     pub fn to_json(&self) -> String {
         let mut v = serde_json::to_value(self).unwrap_or_default();
+        // The naming scheme's names beside the older ones (`crate::json`).
+        crate::json::alias_each(&mut v, "jobs");
+        crate::json::alias_each(&mut v, "unknown");
         if let Some(o) = v.as_object_mut() {
             o.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
             if let Some(t) = o.get_mut("totals").and_then(|t| t.as_object_mut()) {

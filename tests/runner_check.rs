@@ -276,3 +276,60 @@ on_both_backends! {
         assert!(has(&lines, "open", "no timeout"), "{lines:?}");
     }
 }
+
+/// Every problem of a file is reported, each on its own line `FILE:LINE: JOB: …` naming the
+/// key it is about; `--json` gives the same `line` and `key`. (Before, a bad time zone hid the
+/// cron expression's problem, a key of the wrong type hid the rest of its job and was not
+/// named, and no line had a number.)
+#[test]
+fn every_problem_is_reported_at_its_line_naming_its_key() {
+    let site = Site::new();
+    let file = fixture("every_problem.toml");
+    let (code, out, err) = site.exactly(&["check", &file]);
+    assert_eq!(code, 1, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let expect = [
+        (6, "zoned", "invalid timezone"),
+        (5, "zoned", "invalid cron schedule"),
+        (18, "stringly", "wrong type of value for command"),
+        (23, "sloppy", "invalid lease"),
+        (24, "sloppy", "unknown key \"overlapp\""),
+        (20, "sloppy", "missing overlap policy"),
+    ];
+    for (line, job, what) in expect {
+        let prefix = format!("{file}:{line}: {job}: {what}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&prefix) && l.contains(" — ")),
+            "no line {prefix:?} in:\n{out}"
+        );
+    }
+    assert_eq!(lines.len(), expect.len(), "one line per problem:\n{out}");
+    assert!(
+        out.contains("command = [\"true\"]"),
+        "the fix is shown:\n{out}"
+    );
+    let (code, json, err) = site.exactly(&["check", "--json", &file]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("check --json");
+    let problems = v["problems"].as_array().expect("problems");
+    let at = |what: &str| {
+        problems
+            .iter()
+            .find(|p| p["what"].as_str().is_some_and(|w| w.starts_with(what)))
+            .map(|p| (p["line"].as_u64(), p["key"].as_str().map(str::to_string)))
+    };
+    assert_eq!(
+        at("invalid timezone"),
+        Some((Some(6), Some("timezone".into())))
+    );
+    assert_eq!(
+        at("wrong type of value"),
+        Some((Some(18), Some("command".into())))
+    );
+    assert_eq!(
+        at("missing overlap"),
+        Some((Some(20), Some("overlap".into())))
+    );
+}

@@ -2,7 +2,11 @@
 # The cron wrapper for a command that may outlast its lease: a background loop renews the lease
 # while the command runs and is stopped when it ends. Same exit rules as cron-wrapper.sh.
 set -u
-EXACTLY=${EXACTLY:-/usr/local/bin/exactly}
+if [ -z "${EXACTLY:-}" ]; then             # as cron-wrapper.sh finds it
+    for EXACTLY in "${HOME:-}/.cargo/bin/exactly" /usr/local/bin/exactly exactly; do
+        command -v "$EXACTLY" >/dev/null && break
+    done
+fi
 export EXACTLY_DB="${EXACTLY_DB:-/var/lib/exactly/exactly.db}"
 SEND=${SEND:-/usr/local/bin/export-ledger.sh}
 OBSERVE=${OBSERVE:-/usr/local/bin/export-was-done.sh}

@@ -3,7 +3,12 @@
 # cron runs it from $HOME with a bare PATH, so every path below is absolute. A second copy (another
 # host, a retry, "run now") exits 0 without running; the same day's digest is sent once.
 set -u
-EXACTLY=${EXACTLY:-/usr/local/bin/exactly}
+# exactly where `cargo install` puts it (first, as in a login shell's PATH), else /usr/local/bin.
+if [ -z "${EXACTLY:-}" ]; then
+    for EXACTLY in "${HOME:-}/.cargo/bin/exactly" /usr/local/bin/exactly exactly; do
+        command -v "$EXACTLY" >/dev/null && break
+    done
+fi
 export EXACTLY_DB="${EXACTLY_DB:-/var/lib/exactly/exactly.db}"
 SEND=${SEND:-/usr/local/bin/send-digest.sh}                # the command that has the effect
 OBSERVE=${OBSERVE:-/usr/local/bin/digest-was-sent.sh}      # exit 0 sent, 1 not sent, other: can't tell

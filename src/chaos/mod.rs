@@ -125,11 +125,9 @@ pub fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
     }
     let report = result?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report)
-                .map_err(|e| Error::Store(format!("cannot write the report: {e}")))?
-        );
+        let v = serde_json::to_value(&report)
+            .map_err(|e| Error::Store(format!("cannot write the report: {e}")))?;
+        println!("{}", crate::json::render(v));
     } else {
         print!("{}", table(&report, &a));
         if a.keep {

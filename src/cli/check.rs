@@ -36,14 +36,14 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
             "problems": problems.iter().map(|p| serde_json::json!({
                 "severity": p.kind(),
                 "job": p.job,
+                "job_key": p.job,
+                "line": p.at.as_ref().map(|at| at.line),
+                "key": p.at.as_ref().and_then(|at| at.key.clone()),
                 "what": p.what,
                 "why": p.why,
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-        );
+        println!("{}", crate::json::render(v));
         return Ok(code);
     }
     for p in &problems {

@@ -116,7 +116,7 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             let token = st.token;
             let run_id = st.run_id.clone();
             if !a.json {
-                println!("{words}");
+                super::pipe::say(&words);
             }
             let r = run_here(db, &reg, st, granted)?;
             let text = format!(
@@ -176,12 +176,13 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         v["job"] = json!(a.job);
         v["slot"] = json!(slot);
         v["exit"] = json!(code);
-        println!(
-            "{}",
-            crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-        );
+        crate::json::alias(&mut v);
+        if let Some(run) = v.get_mut("run") {
+            crate::json::alias(run);
+        }
+        super::pipe::say(crate::json::render(v));
     } else {
-        println!("{text}");
+        super::pipe::say(text);
     }
     Ok(code)
 }
@@ -254,20 +255,24 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
     let mut report: Vec<serde_json::Value> = Vec::new();
     let finish = |report: Vec<serde_json::Value>, code: i32| -> Result<i32> {
         if a.json {
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
                 "slots": report, "exit": code,
             });
-            println!(
-                "{}",
-                crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
-            );
+            crate::json::alias(&mut v);
+            for slot in v["slots"].as_array_mut().into_iter().flatten() {
+                crate::json::alias(slot);
+                if let Some(run) = slot.get_mut("run") {
+                    crate::json::alias(run);
+                }
+            }
+            super::pipe::say(crate::json::render(v));
         }
         Ok(code)
     };
     let say = |text: String| {
         if !a.json {
-            println!("{text}");
+            super::pipe::say(text);
         }
     };
     if slots.is_empty() {

@@ -43,10 +43,9 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
     let mut store = crate::open(Some(&path), Access::Write)?;
     let p = jobs::prune(&mut store, &horizon, a.effects, a.dry_run)?;
     if a.json {
-        println!(
-            "{}",
-            crate::sanitize::json_visible(serde_json::to_string_pretty(&p).unwrap_or_default())
-        );
+        let mut v = serde_json::to_value(&p).unwrap_or_default();
+        crate::json::alias(&mut v);
+        println!("{}", crate::json::render(v));
         return Ok(0);
     }
     let verb = if a.dry_run { "would delete" } else { "deleted" };

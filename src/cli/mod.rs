@@ -3,13 +3,18 @@
 //! One file per group of subcommands; `run` starts the scheduler in `runner/`, `top` the
 //! dashboard in `tui/`, `chaos` and `far-side` live in `chaos/`.
 mod check;
+mod complete;
 mod controls;
 mod decisions;
 mod effects;
 mod gc;
 mod leases;
 mod logs;
+mod man;
+mod man_jobs;
+mod manual;
 mod metrics;
+mod pipe;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
@@ -129,8 +134,10 @@ pub enum Cmd {
         after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
     )]
     Top(crate::tui::TopArgs),
-    /// Kill runs mid-effect many times and count duplicates (must be 0).
+    /// A test tool: kill runs mid-effect many times and count duplicates (must be 0).
+    /// Hidden from help, completions and man pages; it runs as before.
     #[command(
+        hide = true,
         after_help = "Example:\n  exactly chaos --iterations 50 --scenario kill-mid-effect --json"
     )]
     Chaos(crate::chaos::ChaosArgs),
@@ -142,14 +149,17 @@ pub enum Cmd {
         after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions fish > ~/.config/fish/completions/exactly.fish"
     )]
     Completions(CompletionsArgs),
-    /// Print the man page (roff) on stdout.
+    /// Print the man page (roff) on stdout: exactly(1), a subcommand's, or the jobs file's.
     #[command(
-        after_help = "Examples:\n  exactly man > /usr/local/share/man/man1/exactly.1 && mandb\n  exactly man | man -l -"
+        after_help = "Examples:\n  exactly man --dir /usr/local/share/man && mandb   # every page: man exactly-effect, man 5 exactly-jobs\n  exactly man | man -l -\n  exactly man effect | man -l -\n  exactly man exactly-jobs.5 | man -l -"
     )]
-    Man,
+    Man(man::ManArgs),
     /// The chaos harness's far side (a test double; not for users).
     #[command(subcommand, hide = true)]
     FarSide(crate::chaos::far_side::FarSideCmd),
+    /// Completion's helper: the database's job names or effect keys, one a line.
+    #[command(name = "__complete", hide = true)]
+    Complete(complete::CompleteArgs),
 }
 
 /// The facts an effect key is derived from: `key` and `effect` take the same flags.
@@ -215,7 +225,14 @@ pub fn main() -> i32 {
         return crate::runner::spawner::spawner_main(&args[1..]);
     }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
-    let cli = Cli::parse();
+    let cli = match manual::command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    pipe::end_quietly_on_closed_pipe(&cli.cmd);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -280,15 +297,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Chaos(a) => crate::chaos::chaos_main(&db, a),
         Cmd::Demo(a) => crate::demo::demo_main(&db, a),
         Cmd::Completions(a) => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut cmd, "exactly", &mut std::io::stdout());
+            let script = complete::script(a.shell, &manual::command());
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(0)
         }
-        Cmd::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
-            Ok(0)
-        }
+        Cmd::Complete(a) => complete::complete_main(&db, a),
+        Cmd::Man(a) => man::man_main(a),
         Cmd::FarSide(c) => crate::chaos::far_side::far_side_main(c),
     }
 }

@@ -50,6 +50,10 @@ pub fn command_digest(argv: &[String]) -> String {
 pub struct Loaded {
     pub jobs: Vec<Job>,
     pub problems: Vec<Problem>,
+    /// Where each key and job is in the file, and which table each valid job came from: for
+    /// the lines of problems found later (`place`).
+    pub positions: super::positions::Positions,
+    pub tables: BTreeMap<String, usize>,
     /// File-level `retain = "90d"`: `exactly run` prunes history older than this (off when
     /// absent), as `exactly gc --keep` does.
     pub retain: Option<Duration>,
@@ -59,9 +63,19 @@ impl Loaded {
     pub fn has_errors(&self) -> bool {
         self.problems.iter().any(|p| p.severity == Severity::Error)
     }
+
+    /// Gives problems found after parsing (the lint, the registry's) their lines.
+    pub fn place(&self, problems: &mut [Problem]) {
+        for p in problems.iter_mut() {
+            match self.tables.get(&p.job) {
+                Some(i) => self.positions.place_job(*i, p),
+                None => self.positions.place_top(p),
+            }
+        }
+    }
 }
 
-const JOB_KEYS: &[&str] = &[
+pub(crate) const JOB_KEYS: &[&str] = &[
     "name",
     "schedule",
     "every",
@@ -100,22 +114,26 @@ struct RawJob {
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
 pub fn parse(text: &str) -> Loaded {
-    let mut out = Loaded::default();
+    let mut out = Loaded {
+        positions: super::positions::Positions::read(text),
+        ..Loaded::default()
+    };
     let doc: toml::Table = match text.parse() {
         Ok(t) => t,
         Err(e) => {
-            let at = e
-                .span()
-                .map(|s| {
-                    let (line, col) = line_col(text, s.start);
-                    format!(" at line {line}, column {col}")
-                })
+            let place = e.span().map(|s| line_col(text, s.start));
+            let at = place
+                .map(|(line, col)| format!(" at line {line}, column {col}"))
                 .unwrap_or_default();
-            out.problems.push(Problem::error(
+            let mut p = Problem::error(
                 "-",
                 format!("not valid TOML{at}"),
                 e.message().trim().to_string(),
-            ));
+            );
+            if let Some((line, _)) = place {
+                p = p.at_line(line);
+            }
+            out.problems.push(p);
             return out;
         }
     };
@@ -171,7 +189,10 @@ pub fn parse(text: &str) -> Loaded {
         }
     };
     let mut seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    // Where each table's problems begin in the list, to give them the table's lines.
+    let mut marks: Vec<(usize, usize)> = Vec::new();
     for (i, value) in tables.into_iter().enumerate() {
+        marks.push((out.problems.len(), i));
         let toml::Value::Table(mut table) = value else {
             out.problems.push(Problem::error(
                 &format!("job #{}", i + 1),
@@ -192,6 +213,7 @@ pub fn parse(text: &str) -> Loaded {
             .filter(|k| !JOB_KEYS.contains(&k.as_str()))
             .cloned()
             .collect();
+        let wrong_type = wrong_types(&label, &mut table, &mut out.problems);
         for key in unknown {
             let hint = closest(&key)
                 .map(|k| format!("did you mean {k:?}? "))
@@ -217,11 +239,11 @@ pub fn parse(text: &str) -> Loaded {
                 continue;
             }
         };
+        let first_check = out.problems.len();
         let written = raw.name.clone().unwrap_or_default();
-        if let Some((first, other)) =
-            seen.insert(crate::jobs::name_key(&label), (i, written.clone()))
-        {
-            let what = if other == written {
+        let duplicate = seen.insert(crate::jobs::name_key(&label), (i, written.clone()));
+        if let Some((first, other)) = &duplicate {
+            let what = if *other == written {
                 "name used twice".to_string()
             } else {
                 format!("name collides with job {other:?}")
@@ -235,13 +257,71 @@ pub fn parse(text: &str) -> Loaded {
                     i + 1
                 ),
             ));
-            continue;
         }
-        if let Some(job) = validate(&label, raw, &mut out.problems) {
+        let job = validate(&label, raw, &mut out.problems);
+        // A key of the wrong type was reported as such, not again as missing.
+        let mut n = 0;
+        out.problems.retain(|p| {
+            n += 1;
+            n <= first_check || !absent_because_mistyped(p, &wrong_type)
+        });
+        if let (Some(job), true) = (job, duplicate.is_none()) {
+            out.tables.insert(job.name.clone(), i);
             out.jobs.push(job);
         }
     }
+    marks.push((out.problems.len(), usize::MAX));
+    for w in marks.windows(2) {
+        let ((start, i), (end, _)) = (w[0], w[1]);
+        for p in &mut out.problems[start..end] {
+            out.positions.place_job(i, p);
+        }
+    }
+    for p in out.problems.iter_mut().filter(|p| p.job == "-") {
+        out.positions.place_top(p);
+    }
     out
+}
+
+/// Reports and removes each key whose value has the wrong type (one problem per key, naming
+/// it), so the rest of the job is still checked. Returns the keys removed.
+fn wrong_types(label: &str, table: &mut toml::Table, problems: &mut Vec<Problem>) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (key, value) in table.iter() {
+        if !JOB_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let alone = toml::Table::from_iter([(key.clone(), value.clone())]);
+        let Err(e) = RawJob::deserialize(toml::Value::Table(alone)) else {
+            continue;
+        };
+        let hint = match (key.as_str(), value) {
+            ("command", toml::Value::String(c)) if c.split_whitespace().count() > 1 => {
+                format!("; write it as an array, e.g. command = [\"sh\", \"-c\", {c:?}]")
+            }
+            ("command", toml::Value::String(c)) => {
+                format!("; write it as an array, e.g. command = [{c:?}]")
+            }
+            _ => String::new(),
+        };
+        problems.push(Problem::error(
+            label,
+            format!("wrong type of value for {key}"),
+            format!("{key} = {value}: {}{hint}", e.message().trim()),
+        ));
+        wrong.push(key.clone());
+    }
+    for key in &wrong {
+        table.remove(key);
+    }
+    wrong
+}
+
+/// Whether `p` only says that a key reported as mistyped is missing.
+fn absent_because_mistyped(p: &Problem, mistyped: &[String]) -> bool {
+    let absent =
+        p.what.starts_with("missing ") || p.what.starts_with("no ") || p.what.contains(" without ");
+    absent && super::positions::key_of(&p.what, mistyped.iter().map(String::as_str)).is_some()
 }
 
 /// The known key a typo was most likely meant to be.
@@ -322,12 +402,17 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         (Some(expr), None) => match Schedule::cron(expr, raw.timezone.as_deref()) {
             Ok(s) => Some(s),
             Err(why) => {
-                let what = if why.starts_with("unknown time zone") {
+                let bad_zone = why.starts_with("unknown time zone");
+                let what = if bad_zone {
                     "invalid timezone"
                 } else {
                     "invalid cron schedule"
                 };
                 problems.push(Problem::error(name, what, why));
+                // A bad zone stops the parse before the expression: check that too.
+                if let (true, Err(why)) = (bad_zone, Schedule::cron(expr, None)) {
+                    problems.push(Problem::error(name, "invalid cron schedule", why));
+                }
                 None
             }
         },

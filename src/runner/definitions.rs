@@ -123,6 +123,7 @@ pub fn check_problem(
     }
     Some(super::Problem {
         severity: super::Severity::Warning,
+        at: None,
         job: job.name.clone(),
         what: format!(
             "definition differs from the one registered by {}",

@@ -14,6 +14,7 @@ use crate::firing::{self, Started};
 use crate::state::RunOutcome;
 use crate::{effect, time, Result};
 use crate::{Access, Store};
+use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -471,7 +472,9 @@ fn left_in_group(pgid: i32) -> bool {
 
 /// One log line on stderr: `LEVEL job=NAME message`, with what came from outside made inert.
 pub fn log_line(level: &str, job: &str, msg: &str) {
-    eprintln!(
+    // A closed stderr (`exactly run 2>&1 | head`) loses the log, never the scheduler.
+    let _ = writeln!(
+        std::io::stderr().lock(),
         "{} {level} job={} {}",
         time::now_text(),
         crate::sanitize::inert(job),

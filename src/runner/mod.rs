@@ -16,6 +16,7 @@ mod hold;
 mod lend;
 pub mod liveness;
 mod output;
+pub mod positions;
 pub mod problems;
 pub mod procs;
 mod renewer;
@@ -113,6 +114,7 @@ fn registry_duplicates(
             }
             out.push(Problem {
                 severity: Severity::Warning,
+                at: None,
                 job: j.name.clone(),
                 what: format!(
                     "same command as job {:?} of {}",
@@ -159,6 +161,7 @@ pub(crate) fn problems(
         problems.extend(loaded.jobs.iter().filter_map(differs));
     }
     problems.extend(config::lint(&loaded.jobs, &hist, dir.as_deref()));
+    loaded.place(&mut problems);
     Ok((loaded.jobs, loaded.retain, problems))
 }
 

@@ -30,6 +30,18 @@ pub struct Problem {
     pub job: String,
     pub what: String,
     pub why: String,
+    /// Where in the jobs file (`positions.rs`); None when nowhere in particular.
+    pub at: Option<At>,
+}
+
+/// A problem's place in the jobs file: the line of the key it is about, else of its job's
+/// `[[job]]` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct At {
+    /// 1-based.
+    pub line: usize,
+    /// The key it is about, when it is about one.
+    pub key: Option<String>,
 }
 
 impl Problem {
@@ -39,6 +51,14 @@ impl Problem {
             job: job.to_string(),
             what: what.into(),
             why: why.into(),
+            at: None,
+        }
+    }
+    /// The same problem at `line` of the jobs file.
+    pub(super) fn at_line(self, line: usize) -> Problem {
+        Problem {
+            at: Some(At { line, key: None }),
+            ..self
         }
     }
     pub(super) fn note(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
@@ -76,15 +96,21 @@ impl Problem {
             Severity::Note => "note",
         }
     }
-    /// The one-line form: `file: job: what — why` (`warning:` and `note:` marked).
+    /// The one-line form: `file:LINE: job: what — why` (`file: job: …` when it is nowhere in
+    /// particular; `warning:` and `note:` marked).
     pub fn line(&self, file: &str) -> String {
         let tag = match self.kind() {
             "warning" => "warning: ",
             "note" => "note: ",
             _ => "",
         };
+        let line = self
+            .at
+            .as_ref()
+            .map(|a| format!(":{}", a.line))
+            .unwrap_or_default();
         crate::sanitize::inert(&format!(
-            "{file}: {}: {tag}{} — {}",
+            "{file}{line}: {}: {tag}{} — {}",
             self.job, self.what, self.why
         ))
     }

@@ -1,0 +1,236 @@
+//! `exactly-jobs(5)`: the jobs file `exactly run` and `exactly check` read — every key with
+//! its type, default and an example. A unit test keeps it in step with `runner::config`'s keys.
+use super::man::{roff, section};
+use std::io::Write;
+
+/// One key of the jobs file.
+pub struct KeyDoc {
+    pub key: &'static str,
+    pub kind: &'static str,
+    pub default: &'static str,
+    pub what: &'static str,
+    pub example: &'static str,
+}
+
+/// The top-level keys (before the first `[[job]]`).
+pub const FILE_KEYS: &[KeyDoc] = &[KeyDoc {
+    key: "retain",
+    kind: "duration string, at least 1d",
+    default: "off",
+    what: "exactly run prunes runs, events and firings older than this, as exactly gc --keep does; open effects, approvals, leases and all-time counters are kept",
+    example: "retain = \"90d\"",
+}];
+
+/// The keys of a `[[job]]` table.
+pub const JOB_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "name",
+        kind: "string, at most 200 characters, no control or invisible characters",
+        default: "required",
+        what: "the job's identity in the ledger, the lease table and the registry; compared without case and surrounding spaces, so two jobs may not differ only by those",
+        example: "name = \"daily-digest\"",
+    },
+    KeyDoc {
+        key: "schedule",
+        kind: "cron expression string, 5 fields (or 6, seconds first)",
+        default: "give schedule or every, not both",
+        what: "when the job fires, on the wall clock of timezone; an expression that never fires is refused",
+        example: "schedule = \"0 7 * * *\"",
+    },
+    KeyDoc {
+        key: "every",
+        kind: "duration string, whole seconds, at least 1s",
+        default: "give schedule or every, not both",
+        what: "a fixed interval: the job fires at whole multiples of it since the Unix epoch, so every scheduler agrees which firing is which",
+        example: "every = \"20m\"",
+    },
+    KeyDoc {
+        key: "timezone",
+        kind: "IANA time zone name",
+        default: "UTC",
+        what: "the zone a cron schedule is read in (only with schedule)",
+        example: "timezone = \"Europe/Berlin\"",
+    },
+    KeyDoc {
+        key: "lease",
+        kind: "duration string, at least 100ms",
+        default: "required",
+        what: "how long a run holds the job's lease, renewed while it runs: longer than the worst-case run's pauses, shorter than the interval",
+        example: "lease = \"15m\"",
+    },
+    KeyDoc {
+        key: "overlap",
+        kind: "coalesce | queue | fail",
+        default: "required",
+        what: "a firing while a run is live: coalesce drops it (counted), queue keeps at most queue_cap waiting, fail records a loud miss",
+        example: "overlap = \"coalesce\"",
+    },
+    KeyDoc {
+        key: "queue_cap",
+        kind: "integer, 1 to 10000",
+        default: "required with overlap = \"queue\", refused otherwise",
+        what: "how many firings may wait behind a live run",
+        example: "queue_cap = 3",
+    },
+    KeyDoc {
+        key: "catchup",
+        kind: "duration string",
+        default: "0 (missed firings are recorded as missed)",
+        what: "firings missed while no scheduler ran are still fired when they are at most this old",
+        example: "catchup = \"2h\"",
+    },
+    KeyDoc {
+        key: "timeout",
+        kind: "duration string, at least 100ms",
+        default: "no limit",
+        what: "a run past it is stopped, its process group killed: outcome timeout",
+        example: "timeout = \"10m\"",
+    },
+    KeyDoc {
+        key: "observe_timeout",
+        kind: "duration string, at least 100ms",
+        default: "30s",
+        what: "an observer (exactly effect --observe) past it answers \"can't tell\"",
+        example: "observe_timeout = \"30s\"",
+    },
+    KeyDoc {
+        key: "command",
+        kind: "array of strings (program, then arguments; no shell)",
+        default: "required",
+        what: "what a run executes, in the jobs file's folder (a relative path is relative to the file), with EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN, EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID and EXACTLY_BIN set",
+        example: "command = [\"sh\", \"scripts/digest.sh\"]",
+    },
+    KeyDoc {
+        key: "dst_repeated",
+        kind: "once | both",
+        default: "once",
+        what: "a cron job in a zone with daylight saving time: a wall time the clocks repeat fires once, or at both instants",
+        example: "dst_repeated = \"once\"",
+    },
+    KeyDoc {
+        key: "dst_skipped",
+        kind: "next | skip",
+        default: "next",
+        what: "a cron job in a zone with daylight saving time: a wall time the clocks skip fires at the next valid instant, or not at all",
+        example: "dst_skipped = \"next\"",
+    },
+    KeyDoc {
+        key: "keep_runs",
+        kind: "integer, 1 to 1000000",
+        default: "all (retain decides)",
+        what: "keep only this many of the job's newest runs; all-time counts stay",
+        example: "keep_runs = 100",
+    },
+];
+
+const EXAMPLE: &str = r#"retain = "90d"
+
+[[job]]
+name = "daily-digest"
+schedule = "0 7 * * *"
+timezone = "Europe/Berlin"
+lease = "15m"
+overlap = "coalesce"
+timeout = "10m"
+command = ["sh", "scripts/digest.sh"]
+
+[[job]]
+name = "invoice-batch"
+every = "1h"
+lease = "20m"
+overlap = "queue"
+queue_cap = 2
+command = ["sh", "scripts/invoice.sh"]"#;
+
+fn keys(w: &mut dyn Write, title: &str, docs: &[KeyDoc]) -> std::io::Result<()> {
+    writeln!(w, ".SH \"{title}\"")?;
+    for d in docs {
+        writeln!(
+            w,
+            ".TP\n\\fB{}\\fR ({})\n{}.\n.br\nDefault: {}. Example: \\fB{}\\fR",
+            roff(d.key),
+            roff(d.kind),
+            roff(d.what),
+            roff(d.default),
+            roff(d.example)
+        )?;
+    }
+    Ok(())
+}
+
+pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        w,
+        ".TH exactly\\-jobs 5 \"\" \"exactly {}\" exactly",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    writeln!(
+        w,
+        ".SH NAME\nexactly\\-jobs \\- the jobs file of exactly run and exactly check"
+    )?;
+    writeln!(w, ".SH SYNOPSIS\n\\fBexactly run\\fR \\fIJOBS.toml\\fR")?;
+    writeln!(
+        w,
+        ".SH DESCRIPTION\n{}",
+        roff("A TOML file: top-level keys, then one [[job]] table per job. Every key is checked: an unknown key (a typo) is an error, and exactly check reports every problem at its line. Each job's command runs in the file's folder, wherever the scheduler was started. Durations are written like 90s, 15m, 1h, 2d (at most 100 years).")
+    )?;
+    keys(w, "FILE KEYS", FILE_KEYS)?;
+    keys(w, "JOB KEYS", JOB_KEYS)?;
+    writeln!(w, ".SH EXAMPLE\n.nf")?;
+    for line in EXAMPLE.lines() {
+        writeln!(w, "{}", roff(line))?;
+    }
+    writeln!(w, ".fi")?;
+    section(
+        w,
+        "EXIT STATUS",
+        &[
+            ("0", "exactly check: the file has no errors"),
+            (
+                "1",
+                "exactly check: problems, one line each (FILE:LINE: job: what — why)",
+            ),
+            (
+                "2",
+                "exactly run refuses a file with errors; either cannot read the file",
+            ),
+        ],
+    )?;
+    section(
+        w,
+        "ENVIRONMENT",
+        &[
+            ("EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN", "given to each run's command: the database, the job, the run's fencing token"),
+            ("EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT", "given to each run's command: its run and its firing's slot (fixed-width UTC), a fact to key effects by"),
+            ("EXACTLY_DB_ID, EXACTLY_BIN", "given to each run's command: the database's identity, the exactly binary that runs it"),
+        ],
+    )?;
+    section(
+        w,
+        "FILES",
+        &[
+            (
+                "/etc/exactly/jobs.toml",
+                "the jobs file of the systemd unit (assets/systemd/exactly-run.service)",
+            ),
+            (
+                "assets/jobs.toml",
+                "the sample in the source, with its scripts in assets/scripts",
+            ),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_key_of_the_jobs_file_is_documented() {
+        for key in crate::runner::config::JOB_KEYS {
+            assert!(
+                super::JOB_KEYS.iter().any(|d| d.key == *key),
+                "exactly-jobs(5) does not document {key}: add it to cli/man_jobs.rs"
+            );
+        }
+        assert_eq!(super::JOB_KEYS.len(), crate::runner::config::JOB_KEYS.len());
+    }
+}

@@ -144,7 +144,7 @@ pub fn check(snap: &Snapshot) -> Health {
     for c in &snap.host_clashes {
         reasons.push((Level::Warning, inert(c)));
     }
-    reasons.sort_by(|a, b| b.0.cmp(&a.0));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
     let level = reasons.first().map(|r| r.0).unwrap_or(Level::Ok);
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     Health {

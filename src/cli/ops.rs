@@ -99,8 +99,8 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
     }
     let now = time::parse(&snap.taken_at);
     println!(
-        "{:<24} {:<20} {:<14} {:<18} {:<9} {}",
-        "JOB", "SCHEDULE", "NEXT", "LAST", "STATE", "LEASE"
+        "{:<24} {:<20} {:<14} {:<18} {:<9} LEASE",
+        "JOB", "SCHEDULE", "NEXT", "LAST", "STATE"
     );
     for j in &snap.jobs {
         let schedule = match (&j.schedule, &j.timezone) {

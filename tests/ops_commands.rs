@@ -196,6 +196,37 @@ on_both_backends! {
     }
 
     #[test]
+    fn an_upgraded_database_counts_its_runs_already_ended_into_the_histogram_once() {
+        let site = Site::new();
+        runs_days_ago(&site, "nightly", 3, RunOutcome::Ok, 20_000);
+        // Back to schema version 6: no duration counters, and on SQLite no triggers for them.
+        site.execute("DELETE FROM exactly_counters WHERE kind LIKE 'run_duration:%'");
+        if site.pg.is_some() {
+            site.execute("UPDATE exactly_meta SET value = 6 WHERE name = 'schema_version'");
+        } else {
+            site.execute(
+                "DROP TRIGGER exactly_runs_duration_insert; DROP TRIGGER exactly_runs_duration_update;
+                 PRAGMA user_version = 6;",
+            );
+        }
+        let read = histogram(&scrape(&site), "nightly");
+        assert_eq!(read.get("count"), Some(&0.0), "a reader changes nothing: {read:?}");
+        for _ in 0..2 {
+            let (code, _, err) = site.exactly(&["init"]);
+            assert_eq!(code, 0, "init: {err}");
+        }
+        let h = histogram(&scrape(&site), "nightly");
+        assert_eq!(h.get("count"), Some(&3.0), "{h:?}");
+        assert_eq!(h.get("sum"), Some(&60.0), "{h:?}");
+        assert_eq!(h.get("bucket15.0"), Some(&0.0), "{h:?}");
+        assert_eq!(h.get("bucket30.0"), Some(&3.0), "{h:?}");
+        // And the next run's end is counted by the trigger.
+        runs_days_ago(&site, "later", 1, RunOutcome::Ok, 50);
+        let h = histogram(&scrape(&site), "later");
+        assert_eq!(h.get("bucket0.1"), Some(&1.0), "{h:?}");
+    }
+
+    #[test]
     fn status_check_exits_0_when_healthy_1_for_a_pending_approval_2_with_no_scheduler() {
         let site = Site::new();
         site.write_jobs(&format!(

@@ -45,6 +45,7 @@ pub mod demo;
 pub mod effect;
 pub mod fault;
 pub mod firing;
+pub mod health;
 pub mod jobs;
 pub mod json;
 pub mod key;

@@ -5,9 +5,9 @@ pub use crate::snapshot::*;
 
 use crate::sanitize::inert;
 use crate::time::{human_age, human_ms};
-use prometheus_client::metrics::{
-    counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info,
-};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge, info::Info};
 use prometheus_client::registry::Registry;
 use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
@@ -311,14 +311,26 @@ impl Snapshot {
                 .count() as i64,
         );
 
+        gauge(
+            &mut r,
+            "exactly_oldest_pending_approval_age_seconds",
+            "Age of the oldest approval still waiting for a person (0 when none waits)",
+            self.pending_approvals
+                .iter()
+                .map(|a| a.age_s)
+                .max()
+                .unwrap_or(0),
+        );
+
         let runs = Family::<Labels, Counter>::default();
         for j in &self.jobs {
+            // The outcomes alerts compare exist from the start (at 0), so a job that never
+            // succeeded has an `ok` series that `increase()` can see stay flat.
+            for outcome in ALERTED_OUTCOMES {
+                runs.get_or_create(&run_labels(j, outcome)).inc_by(0);
+            }
             for (outcome, count) in &j.runs_by_outcome {
-                runs.get_or_create(&vec![
-                    ("job".to_string(), label_value(&j.job_key)),
-                    ("outcome".to_string(), label_value(outcome)),
-                ])
-                .inc_by(*count);
+                runs.get_or_create(&run_labels(j, outcome)).inc_by(*count);
             }
         }
         r.register(
@@ -326,20 +338,16 @@ impl Snapshot {
             "Runs ended, per job and outcome (all time)",
             runs,
         );
-        let durations = Family::<Labels, Histogram>::new_with_constructor(|| {
-            Histogram::new(RUN_BUCKETS_S.iter().copied())
-        });
-        for j in &self.jobs {
-            let h = durations.get_or_create(&job_label(j));
-            for d in &j.durations_ms {
-                h.observe(*d.max(&0) as f64 / 1000.0);
-            }
-        }
         r.register(
             "exactly_job_run_duration_seconds",
-            "Run durations of the job's runs in the duration window (the last runs the database \
-             holds), so buckets, _sum and _count describe that window",
-            durations,
+            "Durations of the job's ended runs, all time (kept by counters: pruning runs \
+             never lowers a bucket)",
+            RunDurations(
+                self.jobs
+                    .iter()
+                    .map(|j| (job_label(j), run_histogram(j)))
+                    .collect(),
+            ),
         );
         let per_job_counter =
             |r: &mut Registry, name: &str, help: &str, f: &dyn Fn(&JobRow) -> u64| {
@@ -429,8 +437,8 @@ impl Snapshot {
         per_job(
             &mut r,
             "exactly_job_last_success_timestamp_seconds",
-            "When the job's latest ok run ended (Unix seconds)",
-            &|j| j.last_success_at.as_deref().and_then(unix_s),
+            "When the job's latest ok run ended (Unix seconds); 0 when it never succeeded",
+            &|j| Some(j.last_success_at.as_deref().and_then(unix_s).unwrap_or(0.0)),
         );
         per_job(
             &mut r,
@@ -471,8 +479,73 @@ impl Snapshot {
 
 type Labels = Vec<(String, String)>;
 
+/// The label naming a job. Not `job`: Prometheus sets `job` on every target it scrapes (and
+/// would rename ours to `exported_job`).
+pub const JOB_LABEL: &str = "exactly_job";
+
+/// The outcomes the shipped alert rules compare: every job has these run counters, at 0 until
+/// a run ends so.
+pub const ALERTED_OUTCOMES: &[&str] = &["ok", "failed", "timeout"];
+
 fn job_label(j: &JobRow) -> Labels {
-    vec![("job".to_string(), label_value(&j.job_key))]
+    vec![(JOB_LABEL.to_string(), label_value(&j.job_key))]
+}
+
+fn run_labels(j: &JobRow, outcome: &str) -> Labels {
+    vec![
+        (JOB_LABEL.to_string(), label_value(&j.job_key)),
+        ("outcome".to_string(), label_value(outcome)),
+    ]
+}
+
+/// One job's all-time run durations: `(upper bound s, runs in that bucket)`, not cumulative
+/// (the encoder adds them up), the last bound infinity (written `+Inf`).
+struct RunHistogram {
+    sum_s: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+fn run_histogram(j: &JobRow) -> RunHistogram {
+    let bounds = RUN_BUCKETS_MS
+        .iter()
+        .map(|ms| *ms as f64 / 1000.0)
+        .chain([f64::INFINITY]);
+    let buckets: Vec<(f64, u64)> = bounds
+        .enumerate()
+        .map(|(i, b)| (b, j.run_duration_counts.get(i).copied().unwrap_or(0)))
+        .collect();
+    RunHistogram {
+        sum_s: j.run_duration_sum_ms as f64 / 1000.0,
+        count: buckets.iter().map(|(_, n)| n).sum(),
+        buckets,
+    }
+}
+
+/// The run-duration histogram family from the store's counts (prometheus-client's `Histogram`
+/// only observes values; these are counted already).
+#[derive(Debug)]
+struct RunDurations(Vec<(Labels, RunHistogram)>);
+
+impl std::fmt::Debug for RunHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RunHistogram({} runs)", self.count)
+    }
+}
+
+impl EncodeMetric for RunDurations {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, h) in &self.0 {
+            encoder
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(h.sum_s, h.count, &h.buckets, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 /// A job's name as a label value: the name itself, except that a backslash is doubled and a
@@ -493,11 +566,6 @@ pub fn label_value(name: &str) -> String {
     }
     out
 }
-
-/// Run duration buckets, seconds: a second to a day.
-const RUN_BUCKETS_S: &[f64] = &[
-    0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0,
-];
 
 /// Rewrites OpenMetrics text as Prometheus text 0.0.4: a counter family `x` (samples `x_total`)
 /// is described as `x_total`, an info family `x` as gauge `x_info`; `# UNIT` and `# EOF` go.

@@ -65,6 +65,13 @@ pub struct SchedulerRow {
 }
 
 pub use crate::state::{is_failure, FAILING_OUTCOMES};
+
+/// The upper bounds (ms) of the run-duration buckets the store counts, a tenth of a second to a
+/// day (`store/schema.rs` words each one in SQL; a test there keeps the two equal).
+pub const RUN_BUCKETS_MS: &[i64] = &[
+    100, 500, 1_000, 5_000, 15_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000,
+    7_200_000, 21_600_000, 86_400_000,
+];
 pub use crate::time::percentiles;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -108,6 +115,12 @@ pub struct JobRow {
     pub runs_failed: u64,
     /// All-time runs per outcome (kept by counters, so pruning history keeps them).
     pub runs_by_outcome: std::collections::BTreeMap<String, u64>,
+    /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last),
+    /// not cumulative, and their durations' sum: kept by counters, so they never go down.
+    #[serde(skip)]
+    pub run_duration_counts: Vec<u64>,
+    #[serde(skip)]
+    pub run_duration_sum_ms: u64,
     /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
     /// run them (`missed_unrecorded`, counted by the reader).
     pub missed_firings: u64,

@@ -500,7 +500,7 @@ on_both_backends! {
             "{out}"
         );
         assert!(
-            out.contains(r#"exactly_job_fencing_token{job="nightly \"backup\""} 1"#),
+            out.contains(r#"exactly_job_fencing_token{exactly_job="nightly \"backup\""} 1"#),
             "{out}"
         );
     }

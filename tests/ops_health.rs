@@ -217,7 +217,7 @@ fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
     );
     let counted = metric(
         &site,
-        "exactly_job_runs_total{job=\"broken\",outcome=\"failed\"}",
+        "exactly_job_runs_total{exactly_job=\"broken\",outcome=\"failed\"}",
     )
     .expect("runs_total for broken/failed");
     assert!(
@@ -226,16 +226,29 @@ fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
     );
     assert!(metric(
         &site,
-        "exactly_job_next_fire_timestamp_seconds{job=\"daily\"}"
+        "exactly_job_next_fire_timestamp_seconds{exactly_job=\"daily\"}"
     )
     .is_some());
-    assert!(metric(
-        &site,
-        "exactly_job_last_success_timestamp_seconds{job=\"broken\"}"
-    )
-    .is_none());
+    // A job that never succeeded has the series, at 0, so an alert on it can fire.
     assert_eq!(
-        metric(&site, "exactly_job_missed_firings_total{job=\"broken\"}"),
+        metric(
+            &site,
+            "exactly_job_last_success_timestamp_seconds{exactly_job=\"broken\"}"
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(
+            &site,
+            "exactly_job_runs_total{exactly_job=\"broken\",outcome=\"ok\"}"
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(
+            &site,
+            "exactly_job_missed_firings_total{exactly_job=\"broken\"}"
+        ),
         Some(0.0)
     );
     assert_eq!(sched.term(Duration::from_secs(10)), Some(0));

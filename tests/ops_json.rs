@@ -115,16 +115,18 @@ fn trigger_and_backfill_json() {
         "{m}"
     );
     assert!(
-        m.contains("exactly_job_run_duration_seconds_count{job=\"report\"} 2"),
+        m.contains("exactly_job_run_duration_seconds_count{exactly_job=\"report\"} 2"),
         "{m}"
     );
     assert!(
-        m.contains("exactly_job_run_duration_seconds_bucket{le=\"+Inf\",job=\"report\"} 2")
-            || m.contains("exactly_job_run_duration_seconds_bucket{job=\"report\",le=\"+Inf\"} 2"),
+        m.contains("exactly_job_run_duration_seconds_bucket{le=\"+Inf\",exactly_job=\"report\"} 2")
+            || m.contains(
+                "exactly_job_run_duration_seconds_bucket{exactly_job=\"report\",le=\"+Inf\"} 2"
+            ),
         "{m}"
     );
     assert!(
-        m.contains("exactly_job_runs_total{job=\"report\",outcome=\"ok\"} 2"),
+        m.contains("exactly_job_runs_total{exactly_job=\"report\",outcome=\"ok\"} 2"),
         "{m}"
     );
 

@@ -130,7 +130,7 @@ fn metrics_parse_with_a_real_prometheus_parser_and_hostile_job_names_never_colli
         let mut jobs: Vec<String> = samples
             .iter()
             .filter(|s| s.0 == "exactly_job_fencing_token")
-            .map(|s| s.1["job"].as_str().expect("job label").to_string())
+            .map(|s| s.1["exactly_job"].as_str().expect("job label").to_string())
             .collect();
         jobs.sort();
         let mut want: Vec<String> = HOSTILE
@@ -147,7 +147,7 @@ fn metrics_parse_with_a_real_prometheus_parser_and_hostile_job_names_never_colli
         let token = |job: &str| {
             samples
                 .iter()
-                .find(|s| s.0 == "exactly_job_fencing_token" && s.1["job"] == job)
+                .find(|s| s.0 == "exactly_job_fencing_token" && s.1["exactly_job"] == job)
                 .map(|s| s.2)
         };
         assert_eq!(token("a\\u{a}b"), Some(2.0), "{fmt}");
@@ -277,7 +277,7 @@ fn metrics_listen_serves_what_prometheus_scrapes_over_http() {
     let (_, _, body) = http_get(port, "/metrics", None);
     assert!(parse(&body, "text")
         .iter()
-        .any(|s| s.0 == "exactly_job_fencing_token" && s.1["job"] == "fresh-job"));
+        .any(|s| s.0 == "exactly_job_fencing_token" && s.1["exactly_job"] == "fresh-job"));
     let (status, _, _) = http_get(port, "/other", None);
     assert!(status.contains(" 404"), "{status}");
     drop(server);

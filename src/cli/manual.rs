@@ -44,12 +44,13 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
     match path {
         "" | "effect" => TABLE,
         "status" => &[
-            ("0", "printed"),
+            ("0", "printed; with --check: OK"),
             (
                 "1",
-                "the database cannot be read (missing, locked, not exactly's)",
+                "the database cannot be read (missing, locked, not exactly's); with --check: WARNING",
             ),
-            ("2", "bad usage"),
+            ("2", "bad usage; with --check: CRITICAL"),
+            ("3", "with --check: UNKNOWN, the database cannot be read"),
         ],
         "check" => &[
             ("0", "no errors (with --strict, no warnings either)"),

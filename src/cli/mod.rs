@@ -14,6 +14,7 @@ mod man;
 mod man_jobs;
 mod manual;
 mod metrics;
+mod ops;
 mod pipe;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
@@ -90,6 +91,16 @@ pub enum Cmd {
     /// Summary of counters, jobs, unknowns and approvals.
     #[command(after_help = "Example:\n  exactly status\n  exactly status --json | jq .totals")]
     Status(StatusArgs),
+    /// Every job the database knows: schedule, next firing, last run, lease holder, state.
+    #[command(
+        after_help = "Example:\n  exactly jobs\n  exactly jobs --json | jq '.jobs[] | select(.failing)'"
+    )]
+    Jobs(ops::JobsArgs),
+    /// The ledger's effects in one state (claimed, submitted, done, unknown, cancelled).
+    #[command(
+        after_help = "Example:\n  exactly effects --state unknown\n  exactly effects --state done --job invoices --json"
+    )]
+    Effects(ops::EffectsArgs),
     /// Prometheus metrics of the same numbers: printed once, or served over HTTP.
     #[command(
         after_help = "Examples:\n  exactly metrics > /var/lib/node_exporter/textfile/exactly.prom.$$ && mv /var/lib/node_exporter/textfile/exactly.prom.$$ /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen 127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics"
@@ -206,6 +217,10 @@ pub struct StatusArgs {
     /// Print the whole snapshot as one JSON object (see README for its keys).
     #[arg(long)]
     pub json: bool,
+    /// One line for a monitoring plugin (Nagios convention): exit 0 ok, 1 warning, 2 critical
+    /// (README, "Is it healthy?", has the rules).
+    #[arg(long, conflicts_with = "json")]
+    pub check: bool,
 }
 
 /// Runs the CLI; returns the process exit code. Errors are printed as one line.
@@ -275,6 +290,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Approve(a) => decide(&db, a, true),
         Cmd::Deny(a) => decide(&db, a, false),
         Cmd::Resolve(a) => resolve_cmd(&db, a),
+        Cmd::Status(a) if a.check => ops::status_check(&db),
+        Cmd::Jobs(a) => ops::jobs_cmd(&db, a),
+        Cmd::Effects(a) => ops::effects_cmd(&db, a),
         Cmd::Status(a) => {
             let snap = Snapshot::read(&mut open_read_only(&db)?)?;
             if a.json {

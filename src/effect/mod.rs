@@ -238,6 +238,19 @@ pub fn jobs_with_open(store: &mut Store) -> Result<std::collections::HashSet<Str
     store.jobs_with_open_effects()
 }
 
+/// The ledger's rows in one state, of one job if given, oldest change first
+/// (`exactly effects`), with the database's schema version and its clock's now.
+pub fn in_state(
+    store: &mut Store,
+    state: &crate::state::EffectState,
+    job: Option<&str>,
+) -> Result<(i64, crate::time::Ts, Vec<LedgerRow>)> {
+    let caller_now = crate::time::now();
+    let got = store.effects_in_state(state, job, &crate::time::fmt(caller_now))?;
+    let now = crate::time::parse(&got.now).unwrap_or(caller_now);
+    Ok((got.schema_version, now, got.rows))
+}
+
 /// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
 pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
     store.effect(key)

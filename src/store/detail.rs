@@ -145,3 +145,59 @@ impl Store {
         })
     }
 }
+
+/// What `exactly effects` lists: the database's schema version and clock, and the rows.
+pub(crate) struct InState {
+    pub(crate) schema_version: i64,
+    pub(crate) now: String,
+    pub(crate) rows: Vec<super::LedgerRow>,
+}
+
+impl Store {
+    /// Ledger rows in one state (of one job, if given), the oldest change first. The open
+    /// states go through their index; `done` and `cancelled` rows are in none, so listing them
+    /// reads the whole ledger (an operator's question, not a scheduler's).
+    pub(crate) fn effects_in_state(
+        &mut self,
+        state: &crate::state::EffectState,
+        job: Option<&str>,
+        caller_now: &str,
+    ) -> Result<InState> {
+        let open = matches!(
+            state,
+            crate::state::EffectState::Claimed
+                | crate::state::EffectState::Submitted
+                | crate::state::EffectState::Unknown
+        );
+        // The partial index is used only when its own term is repeated (see JOB_OPEN).
+        let term = if open {
+            "state IN ('claimed', 'submitted', 'unknown') AND "
+        } else {
+            ""
+        };
+        let by_job = if job.is_some() {
+            " AND job_key = ?2"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT {} FROM effect_ledger WHERE {term}state = ?1{by_job} ORDER BY updated_at, effect_key",
+            super::ledger_rows::LEDGER_COLS
+        );
+        self.read(|tx| {
+            let rows = match job {
+                Some(job) => tx.rows(
+                    &sql,
+                    args![state.as_str(), job],
+                    super::ledger_rows::ledger_row,
+                )?,
+                None => tx.rows(&sql, args![state.as_str()], super::ledger_rows::ledger_row)?,
+            };
+            Ok(InState {
+                schema_version: super::schema::version(tx)?,
+                now: tx.now(caller_now).to_string(),
+                rows,
+            })
+        })
+    }
+}

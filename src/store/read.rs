@@ -325,6 +325,30 @@ fn counter_by_job(tx: &Tx<'_>, kind: EventKind) -> DbResult<BTreeMap<String, u64
     Ok(out)
 }
 
+/// A job's `run_duration:` counters as counts per bucket of [`RUN_BUCKETS_MS`] (then one for
+/// longer runs) and the sum of durations. A bucket word this build does not know counts as
+/// longer, so the count stays whole.
+fn duration_counts(counters: &[(String, i64)]) -> (Vec<u64>, u64) {
+    use crate::snapshot::RUN_BUCKETS_MS;
+    let mut counts = vec![0u64; RUN_BUCKETS_MS.len() + 1];
+    let mut sum_ms = 0;
+    for (kind, n) in counters {
+        let n = (*n).max(0) as u64;
+        let word = kind.trim_start_matches(super::schema::RUN_DURATION);
+        if word == "sum_ms" {
+            sum_ms = n;
+        } else if let Some(le) = word.strip_prefix("le:") {
+            let i = le
+                .parse::<i64>()
+                .ok()
+                .and_then(|ms| RUN_BUCKETS_MS.iter().position(|b| *b == ms))
+                .unwrap_or(RUN_BUCKETS_MS.len());
+            counts[i] += n;
+        }
+    }
+    (counts, sum_ms)
+}
+
 /// One job's firings as the dashboard shows them.
 #[derive(Debug, Clone, Default)]
 struct FiringFigures {
@@ -409,6 +433,12 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     // Per-job counters, each kind read once for all jobs (not once per job).
     let prefix = super::schema::RUN_ENDED;
     let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
+    let durations = super::schema::RUN_DURATION;
+    let durations = counters_by_job(
+        tx,
+        durations,
+        &format!("{};", durations.trim_end_matches(':')),
+    )?;
     let missed = counter_by_job(tx, EventKind::FiringMissed)?;
     let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
     let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
@@ -464,6 +494,8 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             let outcome = k.trim_start_matches(prefix).to_string();
             j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
         }
+        (j.run_duration_counts, j.run_duration_sum_ms) =
+            duration_counts(durations.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
         j.missed_recorded = sum(&missed, &j.job_key);
         // The latest slot any scheduler fired (or the last run's): where the schedule goes on
         // from. What that means (the next firing, slots passed unfired) is the domain's

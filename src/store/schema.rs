@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -201,6 +201,83 @@ pub(crate) const INDEXES: &[&str] = &[
 /// pruning old runs (`exactly gc`) leaves the totals equal. An outcome is counted once: when it
 /// is first set.
 pub(crate) const RUN_ENDED: &str = "run_ended:";
+
+/// The counters of run durations: `run_duration:le:<ms>` for the smallest bucket of
+/// [`crate::snapshot::RUN_BUCKETS_MS`] that holds the run (`le:inf` past the last), and
+/// `run_duration:sum_ms`. Kept per bucket, not cumulative: a run raises one row.
+pub(crate) const RUN_DURATION: &str = "run_duration:";
+
+/// The bucket word of a duration column, as SQL (the same on both databases).
+macro_rules! duration_bucket {
+    ($col:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $col,
+            " <= 100 THEN '100' WHEN ",
+            $col,
+            " <= 500 THEN '500' WHEN ",
+            $col,
+            " <= 1000 THEN '1000' WHEN ",
+            $col,
+            " <= 5000 THEN '5000' WHEN ",
+            $col,
+            " <= 15000 THEN '15000' WHEN ",
+            $col,
+            " <= 30000 THEN '30000' WHEN ",
+            $col,
+            " <= 60000 THEN '60000' WHEN ",
+            $col,
+            " <= 300000 THEN '300000' WHEN ",
+            $col,
+            " <= 900000 THEN '900000' WHEN ",
+            $col,
+            " <= 1800000 THEN '1800000' WHEN ",
+            $col,
+            " <= 3600000 THEN '3600000' WHEN ",
+            $col,
+            " <= 7200000 THEN '7200000' WHEN ",
+            $col,
+            " <= 21600000 THEN '21600000' WHEN ",
+            $col,
+            " <= 86400000 THEN '86400000' ",
+            "ELSE 'inf' END"
+        )
+    };
+}
+pub(crate) use duration_bucket;
+
+/// What a run's end adds to the duration counters (the body of SQLite's trigger and of
+/// PostgreSQL's trigger function).
+macro_rules! count_duration {
+    () => {
+        concat!(
+            "INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_duration:le:' || ",
+            $crate::store::schema::duration_bucket!("NEW.duration_ms"),
+            ", NEW.job_key, 1)
+             ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + 1;
+             INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_duration:sum_ms', NEW.job_key,
+               CASE WHEN NEW.duration_ms > 0 THEN NEW.duration_ms ELSE 0 END)
+             ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + excluded.n;"
+        )
+    };
+}
+pub(crate) use count_duration;
+
+/// Runs ended before the duration counters existed, counted once when they are created.
+pub(crate) const SEED_DURATIONS: &str = concat!(
+    "INSERT INTO exactly_counters (kind, job_key, n)
+     SELECT kind, job_key, sum(n) FROM (
+       SELECT 'run_duration:le:' || ",
+    duration_bucket!("duration_ms"),
+    " AS kind, job_key, 1 AS n FROM exactly_runs
+         WHERE outcome IS NOT NULL AND duration_ms IS NOT NULL
+       UNION ALL
+       SELECT 'run_duration:sum_ms' AS kind, job_key,
+         CASE WHEN duration_ms > 0 THEN duration_ms ELSE 0 END AS n FROM exactly_runs
+         WHERE outcome IS NOT NULL AND duration_ms IS NOT NULL
+     ) AS d WHERE true GROUP BY kind, job_key
+     ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + excluded.n"
+);
 const TRIGGERS: &[(&str, &str)] = &[
     (
         "exactly_runs_ended_insert",
@@ -226,6 +303,26 @@ const TRIGGERS: &[(&str, &str)] = &[
            INSERT INTO exactly_counters (kind, job_key, n) VALUES ('deleted:exactly_runs', '', 1)
            ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
          END",
+    ),
+    // Run durations as all-time bucket counters (schema version 7), so the metrics'
+    // histogram never goes down when `gc` or `keep_runs` prune runs.
+    (
+        "exactly_runs_duration_insert",
+        concat!(
+            "CREATE TRIGGER exactly_runs_duration_insert AFTER INSERT ON exactly_runs
+             WHEN NEW.outcome IS NOT NULL AND NEW.duration_ms IS NOT NULL BEGIN ",
+            count_duration!(),
+            " END"
+        ),
+    ),
+    (
+        "exactly_runs_duration_update",
+        concat!(
+            "CREATE TRIGGER exactly_runs_duration_update AFTER UPDATE OF outcome ON exactly_runs
+             WHEN OLD.outcome IS NULL AND NEW.outcome IS NOT NULL AND NEW.duration_ms IS NOT NULL BEGIN ",
+            count_duration!(),
+            " END"
+        ),
     ),
     (
         "exactly_firings_deleted",
@@ -511,6 +608,9 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
                 [],
             )?;
         }
+        if !has_trigger(&tx, "exactly_runs_duration_insert")? {
+            tx.execute(SEED_DURATIONS, [])?;
+        }
         for (name, sql) in TRIGGERS {
             if !has_trigger(&tx, name)? {
                 tx.execute(sql, [])?;
@@ -577,4 +677,22 @@ pub(crate) fn version(tx: &super::db::Tx<'_>) -> super::db::DbResult<i64> {
         return super::pg::version(tx);
     }
     tx.one("PRAGMA user_version", &[], |r| r.get::<i64>(0))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The SQL's buckets are the domain's: one `<= ms THEN 'ms'` per bound, in order.
+    #[test]
+    fn the_duration_buckets_in_sql_are_the_snapshots() {
+        let sql = duration_bucket!("d");
+        let words: Vec<i64> = sql
+            .split("THEN '")
+            .skip(1)
+            .filter_map(|w| w.split('\'').next()?.parse().ok())
+            .collect();
+        assert_eq!(words, crate::snapshot::RUN_BUCKETS_MS);
+        for ms in crate::snapshot::RUN_BUCKETS_MS {
+            assert!(sql.contains(&format!("d <= {ms} THEN '{ms}'")), "{ms}");
+        }
+    }
 }

@@ -325,3 +325,50 @@ fn a_dead_scheduler_a_failing_job_and_its_output_in_a_real_terminal() {
     t.wait_for("EXITED:0");
     assert!(!t.alternate_on());
 }
+
+/// `q` in a pane that runs `exactly top` itself (no shell): tmux must learn the exit status.
+/// Debian's tmux, built with libutempter, lost it when the terminal closed just before our
+/// exit (the pane dead with no status, the process a zombie): seen in 4 of 10 runs before
+/// `hold_terminal_past_exit`. Eight runs here, each must report 0.
+#[test]
+fn q_ends_with_an_exit_status_the_terminal_can_report() {
+    assert!(
+        tmux_available(),
+        "tmux is required by this test and is not installed"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, _, _) = fixture(dir.path());
+    for run in 0..8 {
+        let t = Tmux {
+            socket: format!("exactly-test-q{run}-{}", std::process::id()),
+        };
+        let status = Command::new("tmux")
+            .args(["-L", &t.socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-s", "t", "-x", "100", "-y", "30"])
+            .arg(format!("{} --db {db} top", exe()))
+            .status()
+            .expect("start tmux");
+        assert!(status.success());
+        t.cmd(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+        t.wait_for("invoices");
+        t.keys(&["q"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dead = t.cmd(&[
+                "display-message",
+                "-p",
+                "-t",
+                "t",
+                "#{pane_dead} #{pane_dead_status}",
+            ]);
+            if dead.trim() == "1 0" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run}: tmux never learned the exit status: {dead:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

@@ -404,7 +404,34 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     drop(term);
     drop(_restore);
     rt.shutdown_background();
+    hold_terminal_past_exit();
     Ok(code)
+}
+
+/// How long a child holds the terminal after we exit (see [`hold_terminal_past_exit`]).
+const TERMINAL_HOLD: Duration = Duration::from_millis(300);
+
+/// Keeps the terminal open a moment after this process exits, so the terminal's owner hears
+/// of our exit before it sees the terminal close. tmux built with libutempter (Debian's)
+/// removes the pane's utmp record when the terminal closes, through a helper whose own
+/// SIGCHLD handler swallows ours if we exit meanwhile: the pane then shows dead with no exit
+/// status and we stay a zombie until some other child of tmux exits (tmux issue #311; `less`
+/// and `bash` quit by a key do the same there). A child that ignores the SIGHUP our exit
+/// sends the terminal's foreground, sleeps, and exits, moves the close after our SIGCHLD.
+fn hold_terminal_past_exit() {
+    // SAFETY: after fork the child calls only async-signal-safe functions (signal, nanosleep,
+    // _exit), as a child of a multithreaded process must.
+    unsafe {
+        if libc::fork() == 0 {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: TERMINAL_HOLD.as_nanos() as libc::c_long,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
 }
 
 /// Polls every `every`, and serves the screen's requests in between. The store moves into

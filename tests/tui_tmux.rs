@@ -304,7 +304,10 @@ fn a_dead_scheduler_a_failing_job_and_its_output_in_a_real_terminal() {
     let s = t.wait_for("! NO SCHEDULER ALIVE");
     assert!(s.contains("NEXT") && s.contains("LAST"), "{s}");
     let s = t.wait_for("failed 3");
-    assert!(s.contains(">!failing   broken"), "the failing job is marked: {s}");
+    assert!(
+        s.contains(">!failing   broken"),
+        "the failing job is marked: {s}"
+    );
     t.wait_for("late ");
     t.keys(&["Enter"]);
     t.wait_for("Job broken");

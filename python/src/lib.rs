@@ -85,12 +85,6 @@ fn parse_duration_ms(text: &str) -> PyResult<u64> {
     Ok(d.as_millis() as u64)
 }
 
-/// For the kill test's proof only: the ledger without its compare-and-set and in-flight rule.
-#[pyfunction]
-fn _switch_guard_off_for_proof(off: bool) {
-    effect::switch_guard_off_for_proof(off)
-}
-
 /// One open database. Calls from several Python threads take turns on its connection.
 #[pyclass(module = "exactly._native", frozen)]
 struct Db {
@@ -415,7 +409,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(actor, m)?)?;
     m.add_function(wrap_pyfunction!(default_owner, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration_ms, m)?)?;
-    m.add_function(wrap_pyfunction!(_switch_guard_off_for_proof, m)?)?;
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add("UsageError", py.get_type::<UsageError>())?;

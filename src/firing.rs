@@ -275,10 +275,35 @@ impl ResumeRules {
     }
 }
 
+/// How a job's failed firings go again (`retries` in the jobs file): at most `attempts` runs a
+/// firing, each retry `backoff(slot, runs so far)` after the last run ended.
+pub struct RetryRules<'a> {
+    pub attempts: i64,
+    pub backoff: &'a dyn Fn(&str, i64) -> Duration,
+}
+
+/// What became of a failed run's firing and job (see [`after_failure`]).
+pub use crate::store::AfterFailure;
+
+/// After a run of `job` at `slot` failed: its firing is marked to go again when it has had
+/// fewer than `retry_below` runs (its job's first run and retries), and the job is paused
+/// when its last `pause_after` runs all failed (`by`: the scheduler). One transaction.
+pub fn after_failure(
+    store: &mut Store,
+    job: &str,
+    run_id: &str,
+    retry_below: i64,
+    pause_after: Option<i64>,
+    by: &str,
+) -> Result<AfterFailure> {
+    store.after_failed_run(job, run_id, retry_below, pause_after, by, &time::now_text())
+}
+
 /// Fires again, for the same slot, a firing whose run died or whose effect an observer found
 /// never happened; one that had [`MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings
 /// older than `oldest` are given up as `interrupted`. A `running` firing whose scheduler may be
-/// alive is left to it ([`Resumed::held_by`]).
+/// alive is left to it ([`Resumed::held_by`]); a failed one waits for its backoff
+/// ([`Resumed::not_before`]).
 pub fn resume(
     store: &mut Store,
     job: &str,
@@ -286,11 +311,20 @@ pub fn resume(
     now: &str,
     oldest: &str,
     rules: &ResumeRules,
+    retry: &RetryRules<'_>,
 ) -> Result<Resumed> {
     let silent = chrono::Duration::from_std(rules.silent_for).unwrap_or(chrono::Duration::MAX);
-    store.resume_firing(job, &rules.me, lease_until, now, oldest, silent, &|w| {
-        rules.gone(w)
-    })
+    let gone = |w: &RunOwner| rules.gone(w);
+    store.resume_firing(
+        job,
+        &rules.me,
+        lease_until,
+        now,
+        oldest,
+        silent,
+        &gone,
+        retry,
+    )
 }
 
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired

@@ -128,6 +128,11 @@ pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Resul
     })
 }
 
+/// Records that scheduler `owner` reloaded its jobs file; `detail` says what changed.
+pub fn reloaded(store: &mut Store, owner: &str, detail: &str) -> Result<()> {
+    store.record_reload(owner, detail, &time::now_text())
+}
+
 /// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
 /// schedulers beat every 2 s).
 pub fn scheduler_dead_after() -> std::time::Duration {

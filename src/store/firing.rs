@@ -49,6 +49,17 @@ pub struct Resumed {
     /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
     /// may only be slow to record its end): the owner's name.
     pub held_by: Option<String>,
+    /// A failed firing whose retry waits for its backoff: not before this instant.
+    pub not_before: Option<String>,
+}
+
+/// What [`Store::after_failed_run`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterFailure {
+    /// The firing goes again: its runs so far.
+    pub retry: Option<i64>,
+    /// The job was paused: its failed runs in a row.
+    pub paused: Option<i64>,
 }
 
 /// Who ran a firing's last run, as the scheduler registry knows it (see

@@ -1,0 +1,155 @@
+//! Reloading the jobs file with SIGHUP (what `systemctl reload` sends), with a real `exactly
+//! run` on real jobs files: a good file's new job fires, a removed one stops, a changed one's
+//! new command runs from its next firing while a run in progress finishes undisturbed; a bad
+//! file changes nothing (one line says why) and the scheduler goes on; SIGTERM still stops it.
+mod support;
+use std::time::Duration;
+use support::runner::*;
+
+/// A 1-second job whose command appends `line` to `file` in the jobs file's folder.
+fn appending(name: &str, line: &str, file: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+         command = [\"sh\", \"-c\", \"echo {line} >> {file}\"]\n"
+    )
+}
+
+/// A 2-second job whose runs take 1.5 s, marking their start and end in `slow.out`.
+const SLOW: &str =
+    "[[job]]\nname = \"slow\"\nevery = \"2s\"\nlease = \"5s\"\noverlap = \"coalesce\"\n\
+    command = [\"sh\", \"-c\", \"echo start >> slow.out; sleep 1.5; echo end >> slow.out\"]\n";
+
+fn reload_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains("reload")).collect()
+}
+
+on_both_backends! {
+    #[test]
+    fn sighup_reloads_a_good_file_added_removed_and_changed_jobs() {
+        let site = Site::new();
+        site.write_jobs(&format!(
+            "{}{}{SLOW}",
+            appending("a", "a1", "a.out"),
+            appending("b", "b", "b.out")
+        ));
+        let mut s = site.start("s", "5s");
+        // Reload while a run of `slow` is in progress: it must finish as it began.
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                !site.lines("a.out").is_empty()
+                    && !site.lines("b.out").is_empty()
+                    && site.lines("slow.out").last().map(String::as_str) == Some("start")
+            }),
+            "the first file never ran: {}",
+            site.log("s")
+        );
+        site.write_jobs(&format!(
+            "{}{}{SLOW}",
+            appending("a", "a2", "a.out"),
+            appending("c", "c", "c.out")
+        ));
+        s.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("s").contains("reloaded")),
+            "no reload logged: {}",
+            site.log("s")
+        );
+        let log = site.log("s");
+        let line = reload_lines(&log).join("\n");
+        assert!(
+            line.contains("added c; removed b; changed a"),
+            "the change is not logged: {line}"
+        );
+        assert!(s.child.try_wait().expect("try_wait").is_none(), "SIGHUP stopped it: {log}");
+        let b_at_reload = site.lines("b.out").len();
+        // The new job fires, the changed one runs its new command.
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                site.lines("c.out").len() >= 3 && site.lines("a.out").iter().any(|l| l == "a2")
+            }),
+            "c never fired or a never ran its new command: {}",
+            site.log("s")
+        );
+        // The removed job stopped: nothing more since the reload (a run live then may end).
+        assert_eq!(site.lines("b.out").len(), b_at_reload, "b still fires: {}", site.log("s"));
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_jobs WHERE job_key = 'b' AND retired = 1"),
+            1
+        );
+        // The run in progress at the reload finished: every run of slow ended ok, none killed.
+        assert!(
+            wait_until(Duration::from_secs(5), || site.lines("slow.out").iter().any(|l| l == "end")),
+            "slow's run never finished: {}",
+            site.log("s")
+        );
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'slow' AND outcome <> 'ok'"),
+            0,
+            "{}",
+            site.log("s")
+        );
+        // Recorded: an event the dashboard's Events view and `status --json` show.
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_events WHERE kind = 'jobs_reloaded'"),
+            1
+        );
+        let (code, out, err) = site.exactly(&["status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("status --json is JSON");
+        let shown = v["events"].as_array().is_some_and(|e| {
+            e.iter().any(|e| {
+                e["kind"] == "jobs_reloaded"
+                    && e["detail"].as_str().is_some_and(|d| d.contains("added c"))
+            })
+        });
+        assert!(shown, "no reload event in status --json: {out}");
+        let (code, text, err) = site.exactly(&["status"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(text.contains("reloaded"), "status does not show the reload: {text}");
+        // SIGTERM still stops it, gracefully.
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+        assert!(site.log("s").contains("stopped"), "{}", site.log("s"));
+    }
+
+    #[test]
+    fn sighup_with_a_bad_file_keeps_the_running_jobs() {
+        let site = Site::new();
+        site.write_jobs(&appending("a", "a", "a.out"));
+        let mut s = site.start("s", "2s");
+        assert!(
+            wait_until(Duration::from_secs(10), || !site.lines("a.out").is_empty()),
+            "a never ran: {}",
+            site.log("s")
+        );
+        // A typo in a key, and a new job that must not start from a file with an error.
+        site.write_jobs(&format!(
+            "{}retriez = 2\n{}",
+            appending("a", "a", "a.out"),
+            appending("d", "d", "d.out")
+        ));
+        s.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("s").contains("refused")),
+            "no refusal logged: {}",
+            site.log("s")
+        );
+        let log = site.log("s");
+        let lines = reload_lines(&log);
+        assert_eq!(lines.len(), 1, "one line says why: {lines:?}");
+        assert!(lines[0].contains("unknown key \"retriez\""), "{lines:?}");
+        // The scheduler goes on with the jobs it had.
+        let before = site.lines("a.out").len();
+        assert!(
+            wait_until(Duration::from_secs(10), || site.lines("a.out").len() >= before + 2),
+            "a stopped firing after a bad reload: {}",
+            site.log("s")
+        );
+        assert!(s.child.try_wait().expect("try_wait").is_none(), "it stopped: {}", site.log("s"));
+        assert!(!site.exists("d.out"), "a job of the refused file ran");
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_events WHERE kind = 'jobs_reloaded'"),
+            0
+        );
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+    }
+}

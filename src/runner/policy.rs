@@ -262,7 +262,8 @@ pub fn validate(
             "pause_after_failures must be between 1 and 1000000 (failed runs in a row)",
         )),
     }
-    if p.retries == 0 && (raw.retry_backoff.is_some() || raw.retry_backoff_max.is_some()) {
+    let no_retries = raw.retries.is_none_or(|n| n == 0);
+    if no_retries && (raw.retry_backoff.is_some() || raw.retry_backoff_max.is_some()) {
         problems.push(Problem::error(
             name,
             "retry_backoff without retries",
@@ -323,6 +324,40 @@ pub fn describe(p: &Policy, interval: Duration) -> Option<String> {
         parts.push(format!("starting deadline {}", h(d)));
     }
     Some(parts.join(", "))
+}
+
+/// `exactly check`'s line for each job with a failure policy: `FILE: JOB: policy — …`.
+pub fn check_lines(jobs: &[Job], file: &str) -> Vec<String> {
+    jobs.iter()
+        .filter_map(|j| {
+            let d = describe(&j.policy, interval_of(&j.schedule))?;
+            Some(crate::sanitize::inert(&format!(
+                "{file}: {}: policy — {d}",
+                j.name
+            )))
+        })
+        .collect()
+}
+
+/// `exactly check --json`'s `policies`: each job with a failure policy, its settings in ms.
+pub fn check_json(jobs: &[Job]) -> serde_json::Value {
+    let ms = |d: Duration| d.as_millis() as u64;
+    jobs.iter()
+        .filter(|j| j.policy.is_set(interval_of(&j.schedule)))
+        .map(|j| {
+            let p = &j.policy;
+            serde_json::json!({
+                "job": j.name,
+                "retries": p.retries,
+                "retry_backoff_ms": ms(p.retry_backoff),
+                "retry_backoff_max_ms": ms(p.retry_backoff_max),
+                "attempts": p.attempts(),
+                "pause_after_failures": p.pause_after_failures,
+                "jitter_ms": ms(p.jitter),
+                "starting_deadline_ms": p.starting_deadline.map(ms),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The loop behind `exactly run`: turns due slots into firings, starts the runs it wins,
 //! starts queued firings when their lease frees up, resumes interrupted firings (never its own,
-//! at most 3 runs a firing), and on SIGTERM/SIGINT/SIGHUP stops firing, gives running commands
-//! a grace period, and exits.
+//! at most 3 runs a firing, more with `retries`), reloads the jobs file on SIGHUP, and on
+//! SIGTERM/SIGINT stops firing, gives running commands a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use super::health::Health;

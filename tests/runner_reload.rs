@@ -23,6 +23,18 @@ fn reload_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains("reload")).collect()
 }
 
+/// Six 1-second jobs whose runs append `<slot> <version>` to `<job>.out`.
+fn versioned(version: &str) -> String {
+    (0..6)
+        .map(|i| {
+            format!(
+                "[[job]]\nname = \"j{i}\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+                 command = [\"sh\", \"-c\", \"echo $EXACTLY_SCHEDULED_AT {version} >> j{i}.out\"]\n"
+            )
+        })
+        .collect()
+}
+
 on_both_backends! {
     #[test]
     fn sighup_reloads_a_good_file_added_removed_and_changed_jobs() {
@@ -151,5 +163,66 @@ on_both_backends! {
             0
         );
         assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+    }
+    #[test]
+    fn schedulers_sharing_a_file_reloaded_one_after_the_other_fire_each_slot_once() {
+        let site = Site::new();
+        site.write_jobs(&versioned("v1"));
+        let a = site.start("a", "2s");
+        let b = site.start("b", "2s");
+        let with = |version: &str, n: usize| {
+            (0..6).all(|i| {
+                let lines = site.lines(&format!("j{i}.out"));
+                lines.iter().filter(|l| l.ends_with(version)).count() >= n
+            })
+        };
+        assert!(
+            wait_until(Duration::from_secs(15), || with("v1", 2)),
+            "{}\n{}",
+            site.log("a"),
+            site.log("b")
+        );
+        // A reloads the new version; B still holds the old one and stops firing the changed
+        // jobs (the newest registration wins), A fires them, its share on time, B's by the net.
+        site.write_jobs(&versioned("v2"));
+        a.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(10), || with("v2", 3)),
+            "the new version does not fire while B holds the old one: {}\n{}",
+            site.log("a"),
+            site.log("b")
+        );
+        assert!(site.log("b").contains("definition differs"), "{}", site.log("b"));
+        b.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("b").contains("reloaded")),
+            "{}",
+            site.log("b")
+        );
+        let reloaded = "(SELECT max(at) FROM exactly_events WHERE kind = 'jobs_reloaded')";
+        let owners = format!(
+            "SELECT count(DISTINCT owner) FROM exactly_runs WHERE started_at > {reloaded}"
+        );
+        // Both reloaded, they split the jobs again: each fires its share.
+        assert!(
+            wait_until(Duration::from_secs(10), || with("v2", 6) && site.count(&owners) == 2),
+            "the schedulers do not share the jobs again: {}\n{}",
+            site.log("a"),
+            site.log("b")
+        );
+        // No firing ran twice, and none ran the old version after B stopped it.
+        for i in 0..6 {
+            let lines = site.lines(&format!("j{i}.out"));
+            let mut slots: Vec<&str> = lines.iter().filter_map(|l| l.split(' ').next()).collect();
+            let n = slots.len();
+            slots.sort_unstable();
+            slots.dedup();
+            assert_eq!(slots.len(), n, "j{i} ran a firing twice: {lines:?}");
+            let first_v2 = lines.iter().position(|l| l.ends_with("v2")).expect("a v2 run");
+            assert!(
+                lines[first_v2..].iter().all(|l| l.ends_with("v2")),
+                "j{i} ran the old version after the new one: {lines:?}"
+            );
+        }
     }
 }

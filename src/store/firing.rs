@@ -7,7 +7,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
-use crate::firing::{Overlap, WhileLive, MAX_ATTEMPTS};
+use crate::firing::{Overlap, WhileLive};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
 
@@ -204,13 +204,13 @@ pub(super) fn gave_up_event(
     tx: &Tx<'_>,
     job: &str,
     slot: &str,
-    runs: i64,
+    (runs, limit): (i64, i64),
     owner: Option<&str>,
     now: &str,
 ) -> DbResult<()> {
     let now = tx.now(now);
     let detail = format!(
-        "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
+        "firing at {slot} GAVE UP after {runs} runs (at most {limit}): not run again; check its effects by hand"
     );
     let mut e = NewEvent::new(EventKind::FiringGaveUp, now)
         .job(job)

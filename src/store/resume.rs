@@ -168,7 +168,7 @@ impl Store {
                          WHERE job_key = ?1 AND scheduled_at = ?2",
                         args![job, slot, now],
                     )?;
-                    gave_up_event(tx, job, &slot, runs, Some(owner), now)?;
+                    gave_up_event(tx, job, &slot, (runs, retry.attempts), Some(owner), now)?;
                     out.gave_up.push((slot, runs));
                     continue;
                 }

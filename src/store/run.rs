@@ -144,7 +144,7 @@ impl Store {
                 args![end.job, end.slot, end.run_id, now, detail, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(tx, end.job, end.slot, attempts, None, now)?;
+                gave_up_event(tx, end.job, end.slot, (attempts, crate::firing::MAX_ATTEMPTS), None, now)?;
             }
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.

@@ -364,6 +364,64 @@ pub fn check_json(jobs: &[Job]) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    fn job(keys: &str) -> String {
+        format!(
+            "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+             command = [\"true\"]\n{keys}"
+        )
+    }
+
+    #[test]
+    fn the_keys_parse_into_a_policy_and_mistakes_are_errors() {
+        let l = super::super::config::parse(&job(
+            "retries = 2\nretry_backoff = \"1s\"\npause_after_failures = 3\njitter = \"10s\"\nstarting_deadline = \"30s\"\n",
+        ));
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        let p = l.jobs[0].policy;
+        assert_eq!((p.retries, p.attempts()), (2, 3));
+        assert_eq!(
+            p.retry_backoff_max,
+            Duration::from_secs(60),
+            "capped by the interval"
+        );
+        assert_eq!(p.pause_after_failures, Some(3));
+        assert_eq!(p.starting_deadline, Some(Duration::from_secs(30)));
+        let l = super::super::config::parse(&job("retries = 1\n"));
+        assert_eq!(l.jobs[0].policy.retry_backoff, RETRY_BACKOFF_DEFAULT);
+        for (keys, what) in [
+            ("retries = -1\n", "invalid retries -1"),
+            ("retries = \"2\"\n", "wrong type of value"),
+            (
+                "pause_after_failures = 0\n",
+                "invalid pause_after_failures 0",
+            ),
+            ("jitter = \"1m\"\n", "jitter not shorter than the interval"),
+            ("jitter = \"soon\"\n", "invalid jitter"),
+            (
+                "starting_deadline = \"10ms\"\n",
+                "invalid starting_deadline",
+            ),
+            (
+                "catchup = \"1h\"\nstarting_deadline = \"1m\"\n",
+                "both catchup and starting_deadline",
+            ),
+            ("retry_backoff = \"1s\"\n", "retry_backoff without retries"),
+            (
+                "retries = 1\nretry_backoff = \"1m\"\nretry_backoff_max = \"1s\"\n",
+                "retry_backoff_max below retry_backoff",
+            ),
+            ("retrys = 1\n", "unknown key \"retrys\""),
+        ] {
+            let l = super::super::config::parse(&job(keys));
+            assert!(l.has_errors(), "{keys}");
+            assert!(
+                l.problems.iter().any(|p| p.what == what),
+                "{keys}: {:?}",
+                l.problems
+            );
+        }
+    }
+
     #[test]
     fn backoff_doubles_up_to_its_cap_and_jitter_stays_in_bounds() {
         let mut p = Policy::none(Duration::from_secs(60));

@@ -151,6 +151,45 @@ on_both_backends! {
     }
 
     #[test]
+    fn status_does_not_count_a_firing_waiting_out_its_jitter_as_missed() {
+        let site = Site::new();
+        let jitter = Duration::from_millis(4900);
+        site.write_jobs(
+            "[[job]]\nname = \"late\"\nevery = \"5s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+             jitter = \"4900ms\"\ncommand = [\"true\"]\n",
+        );
+        let _s = site.start("s", "2s");
+        // The first slot at least a second ahead whose jitter holds it back 2.5 s or more:
+        // past the 2 s a reader allows any firing, inside the job's jitter.
+        let mut slot_ms = (chrono::Utc::now().timestamp_millis() / 5000 + 1) * 5000;
+        let (slot, wait) = loop {
+            let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
+            let wait = exactly::runner::policy::jitter_for("late", &exactly::time::fmt(slot), jitter);
+            if slot > chrono::Utc::now() + chrono::Duration::seconds(1) && wait >= Duration::from_millis(2500) {
+                break (slot, wait);
+            }
+            slot_ms += 5000;
+        };
+        let look = slot + chrono::Duration::milliseconds(2300);
+        assert!(wait_until(Duration::from_secs(60), || chrono::Utc::now() >= look));
+        let j = status_job(&site, "late");
+        let text = exactly::time::fmt(slot);
+        assert_eq!(
+            site.count(&format!("SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{text}'")),
+            0,
+            "the firing at {text} (jitter {wait:?}) was decided early"
+        );
+        assert_eq!(j["missed_firings"], 0, "{j}");
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                site.count(&format!("SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{text}'")) == 1
+            }),
+            "{}",
+            site.log("s")
+        );
+    }
+
+    #[test]
     fn a_firing_that_cannot_start_by_its_starting_deadline_is_missed() {
         let site = Site::new();
         site.write_jobs(

@@ -238,7 +238,8 @@ fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
             definition_digest: Some(definitions::digest(j, cwd)),
             keep_runs: j.keep_runs.map(i64::from),
             command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
-            catchup_s: Some(j.catchup.as_secs() as i64),
+            // What readers allow past a slot, besides `LATE_OK`, before counting it missed.
+            catchup_s: Some(policy::late_allowed_s(j)),
             timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
             observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
             dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),

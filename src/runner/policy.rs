@@ -166,6 +166,15 @@ impl Job {
     }
 }
 
+/// How late past its slot, besides the scheduler's own `LATE_OK`, a job's firing may still
+/// start: its catch-up window, or its starting deadline, plus its jitter, in whole seconds
+/// rounded up. The registry keeps it as `catchup_s`, so a reader (`status`, `top`) does not
+/// count a firing still waiting out its jitter as missed.
+pub fn late_allowed_s(job: &Job) -> i64 {
+    let late = (job.start_window() + job.policy.jitter).saturating_sub(super::scheduler::LATE_OK);
+    late.as_millis().div_ceil(1000) as i64
+}
+
 /// The delay of the firing of `job` at `slot` within `0..jitter`: the same in every scheduler.
 pub fn jitter_for(job: &str, slot: &str, jitter: Duration) -> Duration {
     if jitter.is_zero() {

@@ -96,6 +96,8 @@ pub struct JobRecord {
     pub command_digest: Option<String>,
     /// The argv as JSON.
     pub command: Option<String>,
+    /// How late a firing may still start, besides the scheduler's 2 s: the catch-up window, or
+    /// the starting deadline, plus the jitter (`runner::policy::late_allowed_s`).
     pub catchup_s: Option<i64>,
     /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,

@@ -282,22 +282,9 @@ pub struct RetryRules<'a> {
     pub backoff: &'a dyn Fn(&str, i64) -> Duration,
 }
 
-/// What became of a failed run's firing and job (see [`after_failure`]).
-pub use crate::store::AfterFailure;
-
-/// After a run of `job` at `slot` failed: its firing is marked to go again when it has had
-/// fewer than `retry_below` runs (its job's first run and retries), and the job is paused
-/// when its last `pause_after` runs all failed (`by`: the scheduler). One transaction.
-pub fn after_failure(
-    store: &mut Store,
-    job: &str,
-    run_id: &str,
-    retry_below: i64,
-    pause_after: Option<i64>,
-    by: &str,
-) -> Result<AfterFailure> {
-    store.after_failed_run(job, run_id, retry_below, pause_after, by, &time::now_text())
-}
+/// What a job does after a failed run, and what that decided (see
+/// [`crate::jobs::finish_run_then`]).
+pub use crate::store::{AfterFailure, FailureRules};
 
 /// Fires again, for the same slot, a firing whose run died or whose effect an observer found
 /// never happened; one that had [`MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings

@@ -207,6 +207,18 @@ pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::R
     finish_run_at(store, end, time::now())
 }
 
+/// [`finish_run`], and for a failed run its job's retry and pause by `failure` (see
+/// [`crate::firing::FailureRules`]) in the same transaction.
+pub fn finish_run_then(
+    store: &mut Store,
+    end: &RunEnd<'_>,
+    failure: Option<&crate::firing::FailureRules>,
+) -> Result<(crate::state::RunOutcome, crate::firing::AfterFailure)> {
+    let done = store.finish_run_then(end, &time::now_text(), failure)?;
+    let _ = store.keep_newest_runs(Some(end.job));
+    Ok(done)
+}
+
 /// [`finish_run`] as at `now` (the caller's clock: the run's end).
 pub fn finish_run_at(
     store: &mut Store,

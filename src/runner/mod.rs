@@ -348,5 +348,7 @@ pub(crate) fn run_here(
         cwd: reg.cwd.clone(),
         kill,
         granted,
+        // A run in the foreground is run once: no retry, no pause.
+        failure: None,
     })
 }

@@ -9,8 +9,7 @@ use super::config::Job;
 use super::execute::log_line;
 use super::problems::Problem;
 use super::schedule::Schedule;
-use crate::firing::{self, Started, MAX_ATTEMPTS};
-use crate::state::{is_failure, RunOutcome};
+use crate::firing::{AfterFailure, FailureRules, Started, MAX_ATTEMPTS};
 use crate::time::{self, Ts};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -75,46 +74,23 @@ impl Policy {
     }
 }
 
-/// After a run of `job` ended: a failed one's firing goes again after its backoff while it has
-/// retries left, and the job is paused after `pause_after_failures` failed runs in a row.
-/// Each says so in the log; a database error is logged (the run's end is already recorded).
-pub(super) fn after_run(
-    db: &str,
-    owner: &str,
-    job: &str,
-    p: &Policy,
-    started: &Started,
-    outcome: &RunOutcome,
-) {
-    if !is_failure(outcome.as_str()) || (p.retries == 0 && p.pause_after_failures.is_none()) {
-        return;
+/// What a failed run of the job decides with its end: a retry while the firing has retries
+/// left, a pause after `pause_after_failures` in a row (`by`: the scheduler). None when the
+/// job has neither.
+pub(super) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
+    if p.retries == 0 && p.pause_after_failures.is_none() {
+        return None;
     }
-    let decided = super::lend::lend(db).and_then(|mut store| {
-        let retry_below = 1 + i64::from(p.retries);
-        let pause_after = p.pause_after_failures.map(i64::from);
-        firing::after_failure(
-            &mut store,
-            job,
-            &started.run_id,
-            retry_below,
-            pause_after,
-            owner,
-        )
-    });
-    let after = match decided {
-        Ok(a) => a,
-        Err(e) => {
-            log_line(
-                "ERROR",
-                job,
-                &format!(
-                    "run {} failed; its retry and pause could not be decided: {e}",
-                    started.run_id
-                ),
-            );
-            return;
-        }
-    };
+    Some(FailureRules {
+        retry_below: 1 + i64::from(p.retries),
+        pause_after: p.pause_after_failures.map(i64::from),
+        by: by.to_string(),
+    })
+}
+
+/// Says in the log what a failed run's end decided: when its firing goes again, or that its
+/// job is now paused.
+pub(super) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
     if let Some(runs) = after.retry {
         let wait = p.backoff(job, &started.slot, runs);
         log_line(

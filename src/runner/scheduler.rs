@@ -669,18 +669,12 @@ fn spawn(
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),
         granted,
+        failure: super::policy::failure_rules(&job.policy, &cfg.owner),
     };
     let name = job.name.clone();
-    let (owner, policy) = (cfg.owner.clone(), job.policy);
+    let policy = job.policy;
     let handle = std::thread::spawn(move || match execute(&spec) {
-        Ok(r) => super::policy::after_run(
-            &spec.db,
-            &owner,
-            &spec.job,
-            &policy,
-            &spec.started,
-            &r.outcome,
-        ),
+        Ok(r) => super::policy::report(&spec.job, &policy, &spec.started, &r.after),
         Err(e) => log_line(
             "ERROR",
             &spec.job,

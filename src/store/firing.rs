@@ -53,7 +53,19 @@ pub struct Resumed {
     pub not_before: Option<String>,
 }
 
-/// What [`Store::after_failed_run`] did.
+/// What a job does after a failed run (its `retries` and `pause_after_failures`), decided in the
+/// transaction that records the run's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureRules {
+    /// The firing goes again while it has had fewer runs than this (1 + retries).
+    pub retry_below: i64,
+    /// The job is paused when its last this many runs all failed.
+    pub pause_after: Option<i64>,
+    /// Who pauses it (the scheduler).
+    pub by: String,
+}
+
+/// What a failed run's end decided (see [`FailureRules`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AfterFailure {
     /// The firing goes again: its runs so far.

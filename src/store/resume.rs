@@ -2,7 +2,9 @@
 //! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{gave_up_event, start_firing, AfterFailure, OwnerScheduler, Resumed, RunOwner};
+use super::firing::{
+    gave_up_event, start_firing, AfterFailure, FailureRules, OwnerScheduler, Resumed, RunOwner,
+};
 use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
 use crate::firing::RetryRules;
@@ -12,6 +14,59 @@ use crate::Result;
 /// The detail of a firing marked to go again because its run failed (`retries`): its backoff
 /// counts from that run's end.
 const FAILED_RETRY: &str = "its run failed";
+
+/// After a failed run, in the transaction that records its end: marks its firing to go again
+/// while it has had fewer runs than `retry_below`, and pauses the job when its last
+/// `pause_after` runs all failed.
+pub(super) fn after_failed_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    run_id: &str,
+    rules: &FailureRules,
+    now: &str,
+) -> DbResult<AfterFailure> {
+    let mut out = AfterFailure::default();
+    let runs: i64 = tx.one(
+        "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at =
+            (SELECT scheduled_at FROM exactly_runs WHERE run_id = ?2)",
+        args![job, run_id],
+        |r| r.get(0),
+    )?;
+    if runs < rules.retry_below {
+        let detail = format!(
+            "{FAILED_RETRY}: run {} of at most {} goes after its backoff",
+            runs + 1,
+            rules.retry_below
+        );
+        let marked = tx.exec(
+            "UPDATE exactly_firings SET state = 'retry', updated_at = ?3, detail = ?4
+             WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
+            args![job, run_id, now, detail],
+        )?;
+        if marked > 0 {
+            out.retry = Some(runs);
+        }
+    }
+    let Some(n) = rules.pause_after else {
+        return Ok(out);
+    };
+    let last = tx.rows(
+        "SELECT outcome FROM exactly_runs WHERE job_key = ?1 AND ended_at IS NOT NULL
+         ORDER BY ended_at DESC LIMIT ?2",
+        args![job, n],
+        |r| text_or_empty(r, 0),
+    )?;
+    let in_a_row = last.iter().take_while(|o| is_failure(o)).count() as i64;
+    if in_a_row >= n {
+        let note = format!(
+            "paused after {in_a_row} failed runs in a row (pause_after_failures = {n}); `exactly resume {job}` fires it again"
+        );
+        if set_paused_tx(tx, job, true, &rules.by, Some(&note), now)? {
+            out.paused = Some(in_a_row);
+        }
+    }
+    Ok(out)
+}
 
 /// A run that never recorded its end (its process died) is closed as `killed`.
 fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> {
@@ -201,60 +256,6 @@ impl Store {
                 out.started = Some(started);
                 return Ok(out);
             }
-        })
-    }
-
-    /// After a failed run (see `firing::after_failure`): marks its firing to go again when it
-    /// had fewer than `retry_below` runs, and pauses the job when its last `pause_after` runs
-    /// all failed.
-    pub(crate) fn after_failed_run(
-        &mut self,
-        job: &str,
-        run_id: &str,
-        retry_below: i64,
-        pause_after: Option<i64>,
-        by: &str,
-        now: &str,
-    ) -> Result<AfterFailure> {
-        self.write(|tx| {
-            let now = tx.now(now);
-            let mut out = AfterFailure::default();
-            let runs: i64 = tx.one(
-                "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at =
-                    (SELECT scheduled_at FROM exactly_runs WHERE run_id = ?2)",
-                args![job, run_id],
-                |r| r.get(0),
-            )?;
-            if runs < retry_below {
-                let detail = format!("{FAILED_RETRY}: run {} of at most {retry_below} goes after its backoff", runs + 1);
-                let marked = tx.exec(
-                    "UPDATE exactly_firings SET state = 'retry', updated_at = ?3, detail = ?4
-                     WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
-                    args![job, run_id, now, detail],
-                )?;
-                if marked > 0 {
-                    out.retry = Some(runs);
-                }
-            }
-            let Some(n) = pause_after else {
-                return Ok(out);
-            };
-            let last = tx.rows(
-                "SELECT outcome FROM exactly_runs WHERE job_key = ?1 AND ended_at IS NOT NULL
-                 ORDER BY ended_at DESC LIMIT ?2",
-                args![job, n],
-                |r| text_or_empty(r, 0),
-            )?;
-            let in_a_row = last.iter().take_while(|o| is_failure(o)).count() as i64;
-            if in_a_row >= n {
-                let note = format!(
-                    "paused after {in_a_row} failed runs in a row (pause_after_failures = {n}); `exactly resume {job}` fires it again"
-                );
-                if set_paused_tx(tx, job, true, by, Some(&note), now)? {
-                    out.paused = Some(in_a_row);
-                }
-            }
-            Ok(out)
         })
     }
 

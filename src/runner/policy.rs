@@ -129,6 +129,10 @@ pub fn interval_of(s: &Schedule) -> Duration {
 impl Job {
     /// When the firing at `slot` is due: its slot, plus its jitter.
     pub fn due_at(&self, slot: Ts) -> Ts {
+        // Most jobs have none: no hash on the scheduler's every tick.
+        if self.policy.jitter.is_zero() {
+            return slot;
+        }
         let j = jitter_for(&self.name, &time::fmt(slot), self.policy.jitter);
         slot + chrono::Duration::from_std(j).unwrap_or(chrono::Duration::zero())
     }

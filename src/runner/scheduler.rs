@@ -47,6 +47,8 @@ pub(super) struct JobState {
     pub(super) cursor: Ts,
     /// The first slot after the cursor (kept, so a tick does not ask a cron schedule again).
     next: Option<Ts>,
+    /// When that slot is due: the slot plus its jitter (kept, so a tick hashes nothing).
+    next_due: Option<Ts>,
     /// Its missed slots could not be recorded this tick: its later ones wait for them.
     behind: bool,
     /// Up to here, the firings its `dst_skipped = "skip"` left out are recorded missed.
@@ -61,6 +63,7 @@ impl JobState {
     fn new(job: Job, cursor: Ts) -> JobState {
         let next = job.schedule.next_after(cursor);
         JobState {
+            next_due: next.map(|n| job.due_at(n)),
             job,
             cursor,
             next,
@@ -73,12 +76,12 @@ impl JobState {
     pub(super) fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
         self.next = self.job.schedule.next_after(upto);
+        self.next_due = self.next.map(|n| self.job.due_at(n));
     }
     /// When its next slot is acted on here: when due, or — another's — once left unrecorded.
     fn wake_at(&self, net: Duration) -> Option<Ts> {
         let net = chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
-        let due = self.next.map(|n| self.job.due_at(n));
-        due.map(|n| if self.mine { n } else { n + net })
+        self.next_due.map(|n| if self.mine { n } else { n + net })
     }
     /// Its slots due by `upto` (each at its slot plus its jitter), oldest first.
     fn due_by(&self, upto: Ts) -> Vec<Ts> {
@@ -92,7 +95,7 @@ impl JobState {
     /// A reloaded definition: its new settings apply from its next firing.
     fn replace(&mut self, job: Job) {
         self.job = job;
-        self.next = self.job.schedule.next_after(self.cursor);
+        self.handled(self.cursor);
         self.retry_after = None;
     }
 }
@@ -415,7 +418,7 @@ fn fire_due(
     for (i, st) in states.iter().enumerate() {
         // A job whose missed slots are not recorded yet fires none (they go first, next tick,
         // in one write), so an outage's slots are not decided one transaction each.
-        if st.mine && !st.behind && st.next.is_some_and(|n| st.job.due_at(n) <= now) {
+        if st.mine && !st.behind && st.next_due.is_some_and(|n| n <= now) {
             due.extend(st.due_by(now).into_iter().map(|s| (s, i)));
         }
     }
@@ -449,7 +452,7 @@ fn unrecorded(
     let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
     let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
-        if !st.mine && !st.behind && st.next.is_some_and(|n| st.job.due_at(n) <= upto) {
+        if !st.mine && !st.behind && st.next_due.is_some_and(|n| n <= upto) {
             watched.push((i, st.due_by(upto)));
         }
     }

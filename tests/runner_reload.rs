@@ -225,4 +225,39 @@ on_both_backends! {
             );
         }
     }
+
+    #[test]
+    fn a_jobs_file_swapped_for_another_by_a_symlink_is_refused_at_reload() {
+        let site = Site::new();
+        std::fs::create_dir_all(site.path("v1")).expect("mkdir");
+        std::fs::create_dir_all(site.path("v2")).expect("mkdir");
+        std::fs::write(site.path("v1/jobs.toml"), appending("a", "v1", "a.out")).expect("write");
+        std::fs::write(site.path("v2/jobs.toml"), appending("a", "v2", "a.out")).expect("write");
+        let link = site.path("current.toml");
+        std::os::unix::fs::symlink(site.path("v1/jobs.toml"), &link).expect("symlink");
+        let mut s = site.start_file(&link, "s", "2s", &[]);
+        assert!(
+            wait_until(Duration::from_secs(10), || site.exists("v1/a.out")),
+            "{}",
+            site.log("s")
+        );
+        // A deploy swaps the link: the jobs' folder (and their identity) would move.
+        std::fs::remove_file(&link).expect("unlink");
+        std::os::unix::fs::symlink(site.path("v2/jobs.toml"), &link).expect("symlink");
+        s.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("s").contains("refused")),
+            "{}",
+            site.log("s")
+        );
+        assert!(site.log("s").contains("restart the scheduler"), "{}", site.log("s"));
+        let n = site.lines("v1/a.out").len();
+        assert!(
+            wait_until(Duration::from_secs(5), || site.lines("v1/a.out").len() > n),
+            "the running file stopped firing: {}",
+            site.log("s")
+        );
+        assert!(!site.exists("v2/a.out"), "the other file's job ran");
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0), "{}", site.log("s"));
+    }
 }

@@ -213,6 +213,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             owner,
             cwd,
             source,
+            jobs_path: a.jobs.clone(),
             grace,
             give_up_after,
         },

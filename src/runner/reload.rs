@@ -46,6 +46,17 @@ impl FileJobs {
                 &format!("reload of {file} refused, the running jobs go on: {why}"),
             );
         };
+        // The file is the one the scheduler started with: a path that now leads elsewhere (a
+        // symlink swapped by a deploy) would move the jobs' folder and their shared identity.
+        let (now_source, found) = super::canonical_source(&cfg.jobs_path);
+        if found.is_some() && now_source != cfg.source {
+            refused(format!(
+                "{} now leads to {}: restart the scheduler to run another file",
+                inert(&cfg.jobs_path),
+                inert(&now_source)
+            ));
+            return None;
+        }
         let (jobs, _retain, problems) = match super::problems(&Some(cfg.db.clone()), &cfg.source) {
             Ok(p) => p,
             Err(e) => {

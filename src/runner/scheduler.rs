@@ -36,6 +36,8 @@ pub struct Config {
     pub cwd: Option<PathBuf>,
     /// The jobs file (canonical path): its schedulers share its jobs (see `share`).
     pub source: String,
+    /// The jobs file as given on the command line (read again at a reload).
+    pub jobs_path: String,
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,

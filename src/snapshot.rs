@@ -106,8 +106,8 @@ pub struct JobRow {
     pub last_success_at: Option<String>,
     /// Runs in the run window that ended `failed` or `timeout`.
     pub runs_failed: u64,
-    /// Its newest runs that failed, in a row (within the run window): what
-    /// `pause_after_failures` counts.
+    /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
+    /// counts the same, since the job was last resumed.
     pub consecutive_failures: u64,
     /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
     /// it is not paused.

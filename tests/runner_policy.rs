@@ -106,6 +106,22 @@ on_both_backends! {
         assert_eq!(code, 0, "{err}");
         assert!(text.contains("failed runs in a row"), "{text}");
         assert!(site.log("s").contains("PAUSED after 2 failed runs"), "{}", site.log("s"));
+        // Resumed, it gets its two runs again before it is paused again.
+        let (code, _, err) = site.exactly(&["resume", "broken"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                site.count("SELECT count(*) FROM exactly_events WHERE kind = 'job_paused'") == 2
+            }),
+            "broken was not paused again: {}",
+            site.log("s")
+        );
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'broken'"),
+            4,
+            "{}",
+            site.log("s")
+        );
     }
 
     #[test]

@@ -50,8 +50,11 @@ pub(super) fn after_failed_tx(
     let Some(n) = rules.pause_after else {
         return Ok(out);
     };
+    // Counted since the job was last resumed: a resumed job gets N runs again.
     let last = tx.rows(
         "SELECT outcome FROM exactly_runs WHERE job_key = ?1 AND ended_at IS NOT NULL
+           AND ended_at > coalesce((SELECT paused_at FROM exactly_jobs
+                                    WHERE job_key = ?1 AND paused = 0), '')
          ORDER BY ended_at DESC LIMIT ?2",
         args![job, n],
         |r| text_or_empty(r, 0),

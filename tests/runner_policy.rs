@@ -253,5 +253,6 @@ on_both_backends! {
             site.log("s")
         );
         assert!(!site.lines("ran").contains(&slot), "the missed firing ran");
+        assert!(site.log("s").contains("starting_deadline"), "{}", site.log("s"));
     }
 }

@@ -71,10 +71,14 @@ pub(super) fn record_behind(
             let part: Vec<String> = part.iter().copied().map(time::fmt).collect();
             let n = firing::record_missed(store, &job.name, &part, total, &cfg.owner, reason)?;
             if n > 0 {
+                let window = match job.policy.starting_deadline {
+                    Some(_) => "their starting_deadline",
+                    None => "the catch-up window",
+                };
                 let why = if reason == super::health::NOT_RUN {
-                    "no scheduler ran them within the catch-up window"
+                    format!("no scheduler ran them within {window}")
                 } else {
-                    "the database was unavailable when they fell due (outside the catch-up window)"
+                    format!("the database was unavailable when they fell due (outside {window})")
                 };
                 let last = part.last().map(String::as_str).unwrap_or("?");
                 log_line(

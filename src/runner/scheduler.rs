@@ -635,7 +635,8 @@ fn fire_batches(
                     let late = time::human_ms(late_ms.max(0) as u64);
                     let reason = health.why_missed(slot);
                     log_line(level, &st.job.name, &format!(
-                        "firing at {slot_text} {what}: {late} late when decided, past its catch-up window ({reason})"
+                        "firing at {slot_text} {what}: {late} late when decided, past its {} ({reason})",
+                        if st.job.policy.starting_deadline.is_some() { "starting_deadline" } else { "catch-up window" }
                     ));
                 }
                 Err(e) => {

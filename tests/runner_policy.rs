@@ -159,9 +159,9 @@ on_both_backends! {
             site.log("s")
         );
         // Each firing starts its own delay after its slot (the same in every scheduler: a
-        // hash of job and slot), never before, and within the jitter plus a tick or two.
+        // hash of job and slot), never before, and within the jitter plus a second (a loaded machine).
         for (slot, want, got) in delays() {
-            assert!(got >= want - 2 && got <= want + 500, "{slot}: wanted {want} ms, started after {got} ms");
+            assert!(got >= want - 2 && got <= want + 1000, "{slot}: wanted {want} ms, started after {got} ms");
             assert!(want < 900);
         }
     }
@@ -175,18 +175,18 @@ on_both_backends! {
              jitter = \"4900ms\"\ncommand = [\"true\"]\n",
         );
         let _s = site.start("s", "2s");
-        // The first slot at least a second ahead whose jitter holds it back 2.5 s or more:
+        // The first slot at least a second ahead whose jitter holds it back 2.9 s or more:
         // past the 2 s a reader allows any firing, inside the job's jitter.
         let mut slot_ms = (chrono::Utc::now().timestamp_millis() / 5000 + 1) * 5000;
         let (slot, wait) = loop {
             let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
             let wait = exactly::runner::policy::jitter_for("late", &exactly::time::fmt(slot), jitter);
-            if slot > chrono::Utc::now() + chrono::Duration::seconds(1) && wait >= Duration::from_millis(2500) {
+            if slot > chrono::Utc::now() + chrono::Duration::seconds(1) && wait >= Duration::from_millis(2900) {
                 break (slot, wait);
             }
             slot_ms += 5000;
         };
-        let look = slot + chrono::Duration::milliseconds(2300);
+        let look = slot + chrono::Duration::milliseconds(2200);
         assert!(wait_until(Duration::from_secs(60), || chrono::Utc::now() >= look));
         let j = status_job(&site, "late");
         let text = exactly::time::fmt(slot);

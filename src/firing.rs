@@ -275,10 +275,22 @@ impl ResumeRules {
     }
 }
 
+/// How a job's failed firings go again (`retries` in the jobs file): at most `attempts` runs a
+/// firing, each retry `backoff(slot, runs so far)` after the last run ended.
+pub struct RetryRules<'a> {
+    pub attempts: i64,
+    pub backoff: &'a dyn Fn(&str, i64) -> Duration,
+}
+
+/// What a job does after a failed run, and what that decided (see
+/// [`crate::jobs::finish_run_then`]).
+pub use crate::store::{AfterFailure, FailureRules};
+
 /// Fires again, for the same slot, a firing whose run died or whose effect an observer found
 /// never happened; one that had [`MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings
 /// older than `oldest` are given up as `interrupted`. A `running` firing whose scheduler may be
-/// alive is left to it ([`Resumed::held_by`]).
+/// alive is left to it ([`Resumed::held_by`]); a failed one waits for its backoff
+/// ([`Resumed::not_before`]).
 pub fn resume(
     store: &mut Store,
     job: &str,
@@ -286,11 +298,20 @@ pub fn resume(
     now: &str,
     oldest: &str,
     rules: &ResumeRules,
+    retry: &RetryRules<'_>,
 ) -> Result<Resumed> {
     let silent = chrono::Duration::from_std(rules.silent_for).unwrap_or(chrono::Duration::MAX);
-    store.resume_firing(job, &rules.me, lease_until, now, oldest, silent, &|w| {
-        rules.gone(w)
-    })
+    let gone = |w: &RunOwner| rules.gone(w);
+    store.resume_firing(
+        job,
+        &rules.me,
+        lease_until,
+        now,
+        oldest,
+        silent,
+        &gone,
+        retry,
+    )
 }
 
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired

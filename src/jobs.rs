@@ -128,6 +128,11 @@ pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Resul
     })
 }
 
+/// Records that scheduler `owner` reloaded its jobs file; `detail` says what changed.
+pub fn reloaded(store: &mut Store, owner: &str, detail: &str) -> Result<()> {
+    store.record_reload(owner, detail, &time::now_text())
+}
+
 /// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
 /// schedulers beat every 2 s).
 pub fn scheduler_dead_after() -> std::time::Duration {
@@ -200,6 +205,18 @@ pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Res
 /// [`crate::firing::MAX_ATTEMPTS`] runs).
 pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
     finish_run_at(store, end, time::now())
+}
+
+/// [`finish_run`], and for a failed run its job's retry and pause by `failure` (see
+/// [`crate::firing::FailureRules`]) in the same transaction.
+pub fn finish_run_then(
+    store: &mut Store,
+    end: &RunEnd<'_>,
+    failure: Option<&crate::firing::FailureRules>,
+) -> Result<(crate::state::RunOutcome, crate::firing::AfterFailure)> {
+    let done = store.finish_run_then(end, &time::now_text(), failure)?;
+    let _ = store.keep_newest_runs(Some(end.job));
+    Ok(done)
 }
 
 /// [`finish_run`] as at `now` (the caller's clock: the run's end).

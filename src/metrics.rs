@@ -101,6 +101,16 @@ impl Snapshot {
                 );
             }
         }
+        // The latest reload of a jobs file (SIGHUP), among the events read.
+        if let Some(e) = self.events.iter().find(|e| e.kind == "jobs_reloaded") {
+            let _ = writeln!(
+                s,
+                "last reload {} by {}: {}",
+                inert(&e.at),
+                inert(e.actor.as_deref().unwrap_or("?")),
+                inert(e.detail.as_deref().unwrap_or(""))
+            );
+        }
         if !self.jobs.is_empty() {
             let _ = writeln!(s);
             let _ = writeln!(

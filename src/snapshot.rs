@@ -113,6 +113,12 @@ pub struct JobRow {
     pub last_success_at: Option<String>,
     /// Runs in the run window that ended `failed` or `timeout`.
     pub runs_failed: u64,
+    /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
+    /// counts the same, since the job was last resumed.
+    pub consecutive_failures: u64,
+    /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
+    /// it is not paused.
+    pub paused_reason: Option<String>,
     /// All-time runs per outcome (kept by counters, so pruning history keeps them).
     pub runs_by_outcome: std::collections::BTreeMap<String, u64>,
     /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last),

@@ -196,6 +196,9 @@ words! {
         JobPaused => "job_paused",
         JobResumed => "job_resumed",
         JobRetired => "job_retired",
+        /// A scheduler reloaded its jobs file (SIGHUP): the detail names the jobs added,
+        /// removed and changed.
+        JobsReloaded => "jobs_reloaded",
         /// A registration replaced another live scheduler's different definition of a job:
         /// the newest wins, the other stops firing it.
         DefinitionConflict => "definition_conflict",

@@ -165,7 +165,7 @@ fn the_demo_leaves_nothing_behind_in_the_temporary_directory() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start the demo");
-    let started = wait_until(Duration::from_secs(20), || {
+    let started = wait_until(Duration::from_secs(60), || {
         left().iter().any(|d| d.join("demo.db").exists())
     });
     // SAFETY: signalling our own child.

@@ -921,6 +921,8 @@ fn the_systemd_unit_restarts_on_failure_and_outwaits_the_grace() {
             .to_string()
     };
     assert_eq!(value("Restart"), "on-failure");
+    // `systemctl reload` sends SIGHUP: the scheduler reloads its jobs file.
+    assert!(value("ExecReload").ends_with("kill -HUP $MAINPID"));
     assert_eq!(value("KillMode"), "mixed");
     assert_eq!(value("NoNewPrivileges"), "yes");
     assert_eq!(value("ProtectSystem"), "strict");

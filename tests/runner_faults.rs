@@ -1,4 +1,4 @@
-//! The scheduler under real faults (issue 10): a hang-up, a slow or hung observer, a command
+//! The scheduler under real faults (issue 10): a hang-up (a reload) and a stop, a slow or hung observer, a command
 //! that kills its own scheduler, a database held locked while a run ends, a retried effect of an
 //! old firing. A firing runs once at a time and at most three times, whatever dies or hangs.
 mod support;
@@ -18,7 +18,7 @@ fn max_runs_per_firing(site: &Site) -> i64 {
 
 on_both_backends! {
     #[test]
-    fn sighup_stops_the_scheduler_gracefully_and_its_command_with_it() {
+    fn sighup_reloads_and_sigterm_stops_the_scheduler_gracefully_and_its_command_with_it() {
         let site = Site::new();
         // The command's own child shares its process group: both must go.
         let cmd = sh("echo $$ > pid; sleep 30 & echo $! > child; wait");
@@ -32,12 +32,20 @@ on_both_backends! {
             site.log("s")
         );
         let (pid, child) = (pid_in(&site, "pid"), pid_in(&site, "child"));
-        // An SSH session closing on a scheduler started by hand.
+        // A hang-up reloads the jobs file (as daemons do): the scheduler and its run go on.
         s.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("s").contains("reloaded")),
+            "{}",
+            site.log("s")
+        );
+        assert!(s.child.try_wait().expect("try_wait").is_none(), "SIGHUP stopped it");
+        assert!(alive(pid) && alive(child), "SIGHUP disturbed the run in progress");
+        s.signal(libc::SIGTERM);
         assert_eq!(
             s.wait(Duration::from_secs(10)),
             Some(0),
-            "SIGHUP is a graceful stop: {}",
+            "SIGTERM is a graceful stop: {}",
             site.log("s")
         );
         assert!(

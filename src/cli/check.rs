@@ -33,6 +33,7 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
             "strict": a.strict,
             "ok": code == 0,
             "dst": runner::schedule::dst_of(&jobs),
+            "policies": runner::policy::check_json(&jobs),
             "problems": problems.iter().map(|p| serde_json::json!({
                 "severity": p.kind(),
                 "job": p.job,
@@ -51,6 +52,9 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     }
     if code != 0 {
         return Ok(code);
+    }
+    for line in runner::policy::check_lines(&jobs, &a.jobs) {
+        println!("{line}");
     }
     if warnings > 0 {
         println!(

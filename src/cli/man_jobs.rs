@@ -121,6 +121,48 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         what: "keep only this many of the job's newest runs; all-time counts stay",
         example: "keep_runs = 100",
     },
+    KeyDoc {
+        key: "retries",
+        kind: "integer, 0 or more",
+        default: "0",
+        what: "a run that ends failed or timeout runs again for the same slot (the same EXACTLY_SCHEDULED_AT, so effect keys from the slot dedupe), under the lease, the overlap policy and a new fencing token; a firing runs at most max(3, 1 + retries) times, never twice at once",
+        example: "retries = 2",
+    },
+    KeyDoc {
+        key: "retry_backoff",
+        kind: "duration string",
+        default: "10s (only with retries)",
+        what: "the wait before the first retry; it doubles for each further one, up to a quarter shorter (a jitter every scheduler computes alike from job, slot and run)",
+        example: "retry_backoff = \"30s\"",
+    },
+    KeyDoc {
+        key: "retry_backoff_max",
+        kind: "duration string, at least retry_backoff",
+        default: "the job's interval",
+        what: "the longest wait between retries",
+        example: "retry_backoff_max = \"5m\"",
+    },
+    KeyDoc {
+        key: "pause_after_failures",
+        kind: "integer, 1 or more",
+        default: "off",
+        what: "after this many failed runs in a row (since the job was last resumed) the job is paused as exactly pause does, the reason kept as the pause note; exactly resume starts it again",
+        example: "pause_after_failures = 6",
+    },
+    KeyDoc {
+        key: "jitter",
+        kind: "duration string, shorter than the interval",
+        default: "off",
+        what: "each firing starts 0..jitter after its slot, the delay a hash of job and slot, so every scheduler waits the same and a fleet does not start at once",
+        example: "jitter = \"1m\"",
+    },
+    KeyDoc {
+        key: "starting_deadline",
+        kind: "duration string, at least 100ms; not with catchup",
+        default: "off",
+        what: "a firing that cannot start within this of its slot (plus its jitter) is recorded missed and never run, as Kubernetes CronJob's startingDeadlineSeconds",
+        example: "starting_deadline = \"2m\"",
+    },
 ];
 
 const EXAMPLE: &str = r#"retain = "90d"

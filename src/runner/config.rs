@@ -27,6 +27,8 @@ pub struct Job {
     pub command: Vec<String>,
     /// Keep only this many of the job's newest runs (`keep_runs`); None: `retain` decides.
     pub keep_runs: Option<u32>,
+    /// Retries, pause after failures, jitter, starting deadline (`policy.rs`).
+    pub policy: super::policy::Policy,
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
@@ -90,6 +92,12 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "dst_repeated",
     "dst_skipped",
     "keep_runs",
+    "retries",
+    "retry_backoff",
+    "retry_backoff_max",
+    "pause_after_failures",
+    "jitter",
+    "starting_deadline",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -110,6 +118,12 @@ struct RawJob {
     dst_repeated: Option<String>,
     dst_skipped: Option<String>,
     keep_runs: Option<i64>,
+    retries: Option<i64>,
+    retry_backoff: Option<String>,
+    retry_backoff_max: Option<String>,
+    pause_after_failures: Option<i64>,
+    jitter: Option<String>,
+    starting_deadline: Option<String>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -585,6 +599,17 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
             None
         }
     };
+    let raw_policy = super::policy::RawPolicy {
+        retries: raw.retries,
+        retry_backoff: raw.retry_backoff.as_deref(),
+        retry_backoff_max: raw.retry_backoff_max.as_deref(),
+        pause_after_failures: raw.pause_after_failures,
+        jitter: raw.jitter.as_deref(),
+        starting_deadline: raw.starting_deadline.as_deref(),
+        catchup: raw.catchup.is_some(),
+    };
+    let interval = schedule.as_ref().map(super::policy::interval_of);
+    let policy = super::policy::validate(name, &raw_policy, interval, problems);
     if problems.len() > before {
         return None;
     }
@@ -598,6 +623,7 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         observe_timeout: observe_timeout?,
         command: command?,
         keep_runs: keep_runs?,
+        policy: policy?,
     })
 }
 

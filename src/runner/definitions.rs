@@ -20,10 +20,10 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Lowercase hex SHA-256 of a canonical serialization (a JSON array in a fixed order) of
 /// everything that changes what a job fires: schedule, time zone, lease, overlap and its cap,
-/// catch-up, timeouts and the command as resolved from the jobs file's folder `dir`.
+/// catch-up, timeouts, the failure policy when set and the command as resolved from the jobs file's folder `dir`.
 pub fn digest(job: &Job, dir: Option<&Path>) -> String {
     let ms = |d: Duration| d.as_millis() as u64;
-    let canonical = serde_json::json!([
+    let mut canonical = serde_json::json!([
         "v1",
         job.schedule.describe(),
         job.schedule.timezone(),
@@ -39,6 +39,20 @@ pub fn digest(job: &Job, dir: Option<&Path>) -> String {
             .dst()
             .map(|d| [d.repeated.name(), d.skipped.name()]),
     ]);
+    // The failure policy only when set: a job without it keeps the digest it always had.
+    let p = &job.policy;
+    if p.is_set(super::policy::interval_of(&job.schedule)) {
+        if let Some(a) = canonical.as_array_mut() {
+            a.push(serde_json::json!([
+                p.retries,
+                ms(p.retry_backoff),
+                ms(p.retry_backoff_max),
+                p.pause_after_failures,
+                ms(p.jitter),
+                p.starting_deadline.map(ms),
+            ]));
+        }
+    }
     format!("{:x}", Sha256::digest(canonical.to_string().as_bytes()))
 }
 

@@ -54,6 +54,8 @@ pub struct RunSpec {
     /// When the write that granted the run its lease was sent: its local deadline counts from
     /// here.
     pub granted: Instant,
+    /// A failed run's retry and its job's pause, recorded with its end (None: neither).
+    pub failure: Option<crate::firing::FailureRules>,
 }
 
 /// Sends `sig` to the command's process group (not the scheduler's, so its terminal signals do

@@ -217,6 +217,8 @@ pub struct RunResult {
     pub outcome: RunOutcome,
     pub exit_code: Option<i32>,
     pub duration_ms: i64,
+    /// What its failure decided: its firing's retry, its job's pause (see `RunSpec::failure`).
+    pub after: crate::firing::AfterFailure,
 }
 
 /// Records the end of the run, retrying every failure (see the module's comment): a run that
@@ -245,7 +247,7 @@ pub fn finish(
     let since = Instant::now();
     let (mut tries, mut pause) = (0u64, END_RETRY_FIRST);
     let mut lent: Option<Lent> = None;
-    let outcome = loop {
+    let (outcome, after) = loop {
         let s = match lent.as_mut() {
             Some(s) => s,
             None => match lend(&spec.db) {
@@ -269,7 +271,7 @@ pub fn finish(
                 "database {}: attempt to write a readonly database (fault point run_end)",
                 s.path()
             ))),
-            None => jobs::finish_run(s, &end),
+            None => jobs::finish_run_then(s, &end, spec.failure.as_ref()),
         };
         s.set_writes_first(false);
         let e = match tried {
@@ -320,5 +322,6 @@ pub fn finish(
         outcome,
         exit_code,
         duration_ms,
+        after,
     })
 }

@@ -15,10 +15,13 @@ mod health;
 mod hold;
 mod lend;
 pub mod liveness;
+mod missed;
 mod output;
+pub mod policy;
 pub mod positions;
 pub mod problems;
 pub mod procs;
+mod reload;
 mod renewer;
 pub mod schedule;
 pub mod scheduler;
@@ -48,7 +51,8 @@ pub struct RunArgs {
     /// This scheduler's name in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
-    /// On SIGTERM/SIGINT/SIGHUP, how long running commands get to finish before they are killed.
+    /// On SIGTERM/SIGINT, how long running commands get to finish before they are killed
+    /// (SIGHUP reloads the jobs file instead).
     #[arg(long, default_value = "30s", value_name = "DUR")]
     pub grace: String,
     /// A database that keeps failing (unreachable, locked, unwritable) this long stops the
@@ -187,29 +191,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let mut store = crate::open(Some(&db_path), Access::Write)?;
     let (source, cwd) = canonical_source(&a.jobs);
     let owner = a.owner.unwrap_or_else(lease::default_owner);
-    let regs: Vec<JobRecord> = jobs
-        .iter()
-        .map(|j| JobRecord {
-            job_key: j.name.clone(),
-            schedule: Some(j.schedule.describe()),
-            timezone: j.schedule.timezone(),
-            interval_s: Some(j.schedule.interval_s()),
-            lease_s: Some(j.lease.as_secs() as i64),
-            lease_ms: Some(j.lease.as_millis() as i64),
-            overlap: Some(j.overlap.name().to_string()),
-            queue_cap: j.overlap.cap().map(i64::from),
-            command_digest: Some(j.command_digest(cwd.as_deref())),
-            definition_digest: Some(definitions::digest(j, cwd.as_deref())),
-            keep_runs: j.keep_runs.map(i64::from),
-            command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
-            catchup_s: Some(j.catchup.as_secs() as i64),
-            timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
-            observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
-            dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),
-            dst_skipped: j.schedule.dst().map(|d| d.skipped.name().to_string()),
-            ..JobRecord::default()
-        })
-        .collect();
+    let regs = registry_records(&jobs, cwd.as_deref());
     let registered = jobs::register(&mut store, &regs, &source, &owner)?;
     for r in &registered.retired {
         execute::log_line(
@@ -218,11 +200,13 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             &format!("retired: no longer in {}", inert(&source)),
         );
     }
-    // A hang-up (an SSH session closing) stops it as gracefully as SIGTERM does.
+    // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the jobs file, as daemons do.
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in STOP_SIGNALS {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())?;
     // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
     let _upkeep = liveness::start(&db_path, &owner, &source, retain)?;
     scheduler::run(
@@ -232,16 +216,44 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             owner,
             cwd,
             source,
+            jobs_path: a.jobs.clone(),
             grace,
             give_up_after,
         },
         jobs,
         &registered.fresh,
-        stop,
+        scheduler::Signals { stop, reload },
     )
 }
 
-/// The signals that stop a scheduler (or a run in the foreground) gracefully.
+/// The registry's records of a file's jobs, commands resolved from its folder `cwd`.
+fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
+    jobs.iter()
+        .map(|j| JobRecord {
+            job_key: j.name.clone(),
+            schedule: Some(j.schedule.describe()),
+            timezone: j.schedule.timezone(),
+            interval_s: Some(j.schedule.interval_s()),
+            lease_s: Some(j.lease.as_secs() as i64),
+            lease_ms: Some(j.lease.as_millis() as i64),
+            overlap: Some(j.overlap.name().to_string()),
+            queue_cap: j.overlap.cap().map(i64::from),
+            command_digest: Some(j.command_digest(cwd)),
+            definition_digest: Some(definitions::digest(j, cwd)),
+            keep_runs: j.keep_runs.map(i64::from),
+            command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
+            // What readers allow past a slot, besides `LATE_OK`, before counting it missed.
+            catchup_s: Some(policy::late_allowed_s(j)),
+            timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
+            observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
+            dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),
+            dst_skipped: j.schedule.dst().map(|d| d.skipped.name().to_string()),
+            ..JobRecord::default()
+        })
+        .collect()
+}
+
+/// The signals that stop a run in the foreground (a hang-up, an SSH session closing, too).
 const STOP_SIGNALS: [i32; 3] = [
     signal_hook::consts::SIGTERM,
     signal_hook::consts::SIGINT,
@@ -340,5 +352,7 @@ pub(crate) fn run_here(
         cwd: reg.cwd.clone(),
         kill,
         granted,
+        // A run in the foreground is run once: no retry, no pause.
+        failure: None,
     })
 }

@@ -1,7 +1,7 @@
 //! The loop behind `exactly run`: turns due slots into firings, starts the runs it wins,
 //! starts queued firings when their lease frees up, resumes interrupted firings (never its own,
-//! at most 3 runs a firing), and on SIGTERM/SIGINT/SIGHUP stops firing, gives running commands
-//! a grace period, and exits.
+//! at most 3 runs a firing, more with `retries`), reloads the jobs file on SIGHUP, and on
+//! SIGTERM/SIGINT stops firing, gives running commands a grace period, and exits.
 use super::config::Job;
 use super::execute::{execute, log_line, RunSpec};
 use super::health::Health;
@@ -23,8 +23,6 @@ const FIRE_BATCH: usize = 512;
 /// A firing this late is still on time (scheduling jitter, a quick restart); later than this
 /// plus the job's catch-up window, it is a miss.
 pub const LATE_OK: Duration = Duration::from_secs(2);
-/// Most missed slots recorded row by row in one go; beyond that they are only counted.
-const MISSED_ROWS: usize = 1000;
 /// Most late slots fired in one tick (a long catch-up window on a fast job).
 const CATCHUP_MAX: usize = 10_000;
 /// How far back a firing whose run died is fired again (a firing marked for retry by an
@@ -38,46 +36,76 @@ pub struct Config {
     pub cwd: Option<PathBuf>,
     /// The jobs file (canonical path): its schedulers share its jobs (see `share`).
     pub source: String,
+    /// The jobs file as given on the command line (read again at a reload).
+    pub jobs_path: String,
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,
 }
 
-struct JobState {
-    job: Job,
+pub(super) struct JobState {
+    pub(super) job: Job,
     /// Every slot up to here has been handled.
-    cursor: Ts,
+    pub(super) cursor: Ts,
     /// The first slot after the cursor (kept, so a tick does not ask a cron schedule again).
     next: Option<Ts>,
+    /// When that slot is due: the slot plus its jitter (kept, so a tick hashes nothing).
+    next_due: Option<Ts>,
     /// Its missed slots could not be recorded this tick: its later ones wait for them.
     behind: bool,
     /// Up to here, the firings its `dst_skipped = "skip"` left out are recorded missed.
-    dst_seen: Ts,
+    pub(super) dst_seen: Ts,
     /// This scheduler's to fire on time; another's, fired here only if left unrecorded.
-    mine: bool,
+    pub(super) mine: bool,
+    /// Its failed firing's retry waits for its backoff until then: not asked again before.
+    retry_after: Option<Ts>,
 }
 
 impl JobState {
     fn new(job: Job, cursor: Ts) -> JobState {
         let next = job.schedule.next_after(cursor);
         JobState {
+            next_due: next.map(|n| job.due_at(n)),
             job,
             cursor,
             next,
             behind: false,
             dst_seen: cursor,
             mine: true,
+            retry_after: None,
         }
     }
-    fn handled(&mut self, upto: Ts) {
+    pub(super) fn handled(&mut self, upto: Ts) {
         self.cursor = upto;
         self.next = self.job.schedule.next_after(upto);
+        self.next_due = self.next.map(|n| self.job.due_at(n));
     }
     /// When its next slot is acted on here: when due, or — another's — once left unrecorded.
     fn wake_at(&self, net: Duration) -> Option<Ts> {
         let net = chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
-        self.next.map(|n| if self.mine { n } else { n + net })
+        self.next_due.map(|n| if self.mine { n } else { n + net })
     }
+    /// Its slots due by `upto` (each at its slot plus its jitter), oldest first.
+    fn due_by(&self, upto: Ts) -> Vec<Ts> {
+        let (slots, _) = self.job.schedule.slots(self.cursor, upto, CATCHUP_MAX);
+        let due = slots
+            .iter()
+            .take_while(|s| self.job.due_at(**s) <= upto)
+            .count();
+        slots[..due].to_vec()
+    }
+    /// A reloaded definition: its new settings apply from its next firing.
+    fn replace(&mut self, job: Job) {
+        self.job = job;
+        self.handled(self.cursor);
+        self.retry_after = None;
+    }
+}
+
+/// The flags the signals raise: stop (SIGTERM, SIGINT), reload the jobs file (SIGHUP).
+pub struct Signals {
+    pub stop: Arc<AtomicBool>,
+    pub reload: Arc<AtomicBool>,
 }
 
 struct Running {
@@ -86,27 +114,33 @@ struct Running {
     handle: JoinHandle<()>,
 }
 
+/// A job's state as this scheduler starts firing it: a job new to the registry has no past to
+/// have missed; otherwise it picks up after the last slot any scheduler fired.
+fn start_state(store: &mut Store, job: Job, fresh: &[String]) -> Result<JobState> {
+    let now = time::now();
+    let last = if fresh.contains(&job.name) {
+        None
+    } else {
+        firing::last_slot(store, &job.name)?.and_then(|s| time::parse(&s))
+    };
+    Ok(JobState::new(job, last.unwrap_or(now).min(now)))
+}
+
 /// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
-/// `give_up_after` stops it the same way, with that error.
+/// `give_up_after` stops it the same way, with that error. SIGHUP reloads the jobs file.
 pub fn run(
     mut store: Store,
     cfg: Config,
     jobs: Vec<Job>,
     fresh: &[String],
-    stop: Arc<AtomicBool>,
+    signals: Signals,
 ) -> Result<i32> {
-    let now = time::now();
+    let Signals { stop, reload } = signals;
     let mut watch = super::definitions::Watch::new(&jobs, cfg.cwd.as_deref());
+    let mut file = super::reload::FileJobs::new(&jobs, cfg.cwd.as_deref());
     let mut states = Vec::new();
     for job in jobs {
-        // A job new to the registry has no past to have missed; otherwise pick up after the
-        // last slot any scheduler fired.
-        let last = if fresh.contains(&job.name) {
-            None
-        } else {
-            firing::last_slot(&mut store, &job.name)?.and_then(|s| time::parse(&s))
-        };
-        states.push(JobState::new(job, last.unwrap_or(now).min(now)));
+        states.push(start_state(&mut store, job, fresh)?);
     }
     // The runs' watchdog is forked now, while this process is small.
     if !super::watchdog::ready() {
@@ -136,6 +170,34 @@ pub fn run(
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
+        if reload.swap(false, Ordering::SeqCst) {
+            if let Some(r) = file.reload(&mut store, &cfg) {
+                // Runs in progress go on (their threads hold their own settings); a removed
+                // job's state goes, a changed one's next firing takes the new settings.
+                watch = super::definitions::Watch::new(&r.jobs, cfg.cwd.as_deref());
+                let mut old: Vec<JobState> = std::mem::take(&mut states);
+                for job in r.jobs {
+                    let st = match old.iter().position(|s| s.job.name == job.name) {
+                        Some(k) => {
+                            let mut st = old.swap_remove(k);
+                            st.replace(job);
+                            st
+                        }
+                        None => match start_state(&mut store, job.clone(), &r.fresh) {
+                            Ok(st) => st,
+                            Err(e) => {
+                                health.failed(&job.name, &e);
+                                JobState::new(job, time::now())
+                            }
+                        },
+                    };
+                    states.push(st);
+                }
+                for st in states.iter_mut() {
+                    st.mine = share.mine(&st.job.name);
+                }
+            }
+        }
         // A job whose registered definition is no longer this scheduler's: newest wins.
         let stopped = watch.stopped(&mut store);
         states.retain(|s| !stopped.contains(&s.job.name));
@@ -154,7 +216,7 @@ pub fn run(
         }
         let net = share.net_after();
         for st in states.iter_mut() {
-            let recorded = record_behind(&mut store, &cfg, st, now, &health, net);
+            let recorded = super::missed::record_behind(&mut store, &cfg, st, now, &health, net);
             st.behind = recorded.is_err();
             if let Err(e) = recorded {
                 health.failed(&st.job.name, &e);
@@ -251,84 +313,6 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
 }
 
-/// Records the slots of a job that fell behind its catch-up window as missed, each with why
-/// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
-/// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
-/// meanwhile, and a write per job and slot here would only find them recorded.
-fn record_behind(
-    store: &mut Store,
-    cfg: &Config,
-    st: &mut JobState,
-    now: Ts,
-    health: &Health,
-    net: Duration,
-) -> Result<()> {
-    let job = &st.job;
-    // A firing its DST policy left out is a miss that says why, not a silence.
-    let left_out: Vec<String> = super::dst::skipped_slots(&job.schedule, st.dst_seen, now)
-        .into_iter()
-        .map(time::fmt)
-        .collect();
-    if !left_out.is_empty() {
-        let n = left_out.len() as u64;
-        let reason = super::dst::SKIPPED_REASON;
-        if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
-            log_line(
-                "INFO",
-                &job.name,
-                &format!("firing at {} not run: {reason}", left_out.join(", ")),
-            );
-        }
-    }
-    st.dst_seen = now;
-    let mut wait = job.catchup + LATE_OK;
-    if !st.mine {
-        wait = wait.max(net + super::share::NET_AFTER);
-    }
-    let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
-    if st.cursor < horizon {
-        let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
-        // The slots are oldest first; those beyond the rows recorded are older still.
-        let split =
-            slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
-        let unrecorded = total.saturating_sub(slots.len() as u64);
-        let parts = [
-            (
-                &slots[..split],
-                unrecorded + split as u64,
-                super::health::NOT_RUN,
-            ),
-            (
-                &slots[split..],
-                (slots.len() - split) as u64,
-                super::health::DB_UNAVAILABLE,
-            ),
-        ];
-        for (part, total, reason) in parts {
-            if total == 0 {
-                continue;
-            }
-            let part: Vec<String> = part.iter().copied().map(time::fmt).collect();
-            let n = firing::record_missed(store, &job.name, &part, total, &cfg.owner, reason)?;
-            if n > 0 {
-                let why = if reason == super::health::NOT_RUN {
-                    "no scheduler ran them within the catch-up window"
-                } else {
-                    "the database was unavailable when they fell due (outside the catch-up window)"
-                };
-                let last = part.last().map(String::as_str).unwrap_or("?");
-                log_line(
-                    "ERROR",
-                    &job.name,
-                    &format!("{n} firing(s) up to {last} missed: {why}"),
-                );
-            }
-        }
-        st.handled(horizon);
-    }
-    Ok(())
-}
-
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
 /// before the job's new firings, so a new one finds the run live and queues behind them.
 #[allow(clippy::too_many_arguments)]
@@ -342,7 +326,12 @@ fn start_waiting(
     now: Ts,
     rules: &firing::ResumeRules,
 ) -> Result<bool> {
-    let job = &st.job;
+    // A failed firing waiting for its backoff is not asked again before it ends.
+    if waiting.resumable && !waiting.queued && st.retry_after.is_some_and(|t| now < t) {
+        return Ok(false);
+    }
+    // Its own copy: the state keeps what the resume says of the next retry.
+    let job = &st.job.clone();
     // A job this scheduler is itself running has nothing waiting for it: its own run may be
     // slow (an observer, a locked database) but it is alive, and resuming it would run it twice.
     if live_here(runs, &job.name) {
@@ -363,7 +352,15 @@ fn start_waiting(
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = time::fmt(now - window);
-        let resumed = firing::resume(store, &job.name, &until, &now_text, &oldest, rules)?;
+        let policy = job.policy;
+        let name = job.name.clone();
+        let backoff = move |slot: &str, runs: i64| policy.backoff(&name, slot, runs);
+        let retry = firing::RetryRules {
+            attempts: policy.attempts(),
+            backoff: &backoff,
+        };
+        let resumed = firing::resume(store, &job.name, &until, &now_text, &oldest, rules, &retry)?;
+        st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
         for (slot, n) in &resumed.gave_up {
             log_line(
                 "ERROR",
@@ -374,7 +371,7 @@ fn start_waiting(
         started = resumed.started.map(|s| {
             (
                 "WARN",
-                "an interrupted firing (or one whose effect never happened)",
+                "a firing run again (interrupted, failed with retries left, or its effect never happened)",
                 s,
                 true,
             )
@@ -423,9 +420,8 @@ fn fire_due(
     for (i, st) in states.iter().enumerate() {
         // A job whose missed slots are not recorded yet fires none (they go first, next tick,
         // in one write), so an outage's slots are not decided one transaction each.
-        if st.mine && !st.behind && st.next.is_some_and(|n| n <= now) {
-            let (slots, _) = st.job.schedule.slots(st.cursor, now, CATCHUP_MAX);
-            due.extend(slots.into_iter().map(|s| (s, i)));
+        if st.mine && !st.behind && st.next_due.is_some_and(|n| n <= now) {
+            due.extend(st.due_by(now).into_iter().map(|s| (s, i)));
         }
     }
     // How late its own burst is decided tells how late the others' are (see `share`); slots
@@ -458,8 +454,8 @@ fn unrecorded(
     let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
     let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
-        if !st.mine && !st.behind && st.next.is_some_and(|n| n <= upto) {
-            watched.push((i, st.job.schedule.slots(st.cursor, upto, CATCHUP_MAX).0));
+        if !st.mine && !st.behind && st.next_due.is_some_and(|n| n <= upto) {
+            watched.push((i, st.due_by(upto)));
         }
     }
     if watched.is_empty() {
@@ -557,7 +553,8 @@ fn fire_batches(
         let parts: Vec<(usize, Ts, String, String, &str)> = batch
             .iter()
             .map(|&(slot, i)| {
-                let late = (now - slot).num_milliseconds() > LATE_OK.as_millis() as i64;
+                let due_at = states[i].job.due_at(slot);
+                let late = (now - due_at).num_milliseconds() > LATE_OK.as_millis() as i64;
                 let kind = if late { "catchup" } else { "scheduled" };
                 let until = time::fmt(time::add(now, states[i].job.lease));
                 (i, slot, time::fmt(slot), until, kind)
@@ -579,7 +576,11 @@ fn fire_batches(
                     backfill: false,
                     live_here: live_here(runs, &states[*i].job.name),
                 },
-                window: states[*i].job.catchup + LATE_OK,
+                // Counted from its slot: its jitter, then its start window.
+                window: states[*i].job.start_window()
+                    + (states[*i].job.due_at(*slot_ts) - *slot_ts)
+                        .to_std()
+                        .unwrap_or(Duration::ZERO),
                 reason: health.why_missed(*slot_ts),
             })
             .collect();
@@ -634,7 +635,8 @@ fn fire_batches(
                     let late = time::human_ms(late_ms.max(0) as u64);
                     let reason = health.why_missed(slot);
                     log_line(level, &st.job.name, &format!(
-                        "firing at {slot_text} {what}: {late} late when decided, past its catch-up window ({reason})"
+                        "firing at {slot_text} {what}: {late} late when decided, past its {} ({reason})",
+                        if st.job.policy.starting_deadline.is_some() { "starting_deadline" } else { "catch-up window" }
                     ));
                 }
                 Err(e) => {
@@ -673,16 +675,17 @@ fn spawn(
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),
         granted,
+        failure: super::policy::failure_rules(&job.policy, &cfg.owner),
     };
     let name = job.name.clone();
-    let handle = std::thread::spawn(move || {
-        if let Err(e) = execute(&spec) {
-            log_line(
-                "ERROR",
-                &spec.job,
-                &format!("run {}: {e}", spec.started.run_id),
-            );
-        }
+    let policy = job.policy;
+    let handle = std::thread::spawn(move || match execute(&spec) {
+        Ok(r) => super::policy::report(&spec.job, &policy, &spec.started, &r.after),
+        Err(e) => log_line(
+            "ERROR",
+            &spec.job,
+            &format!("run {}: {e}", spec.started.run_id),
+        ),
     });
     Running {
         job: name,

@@ -7,7 +7,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
-use crate::firing::{Overlap, WhileLive, MAX_ATTEMPTS};
+use crate::firing::{Overlap, WhileLive};
 use crate::state::{EventKind, FiringState};
 use crate::Result;
 
@@ -49,6 +49,29 @@ pub struct Resumed {
     /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
     /// may only be slow to record its end): the owner's name.
     pub held_by: Option<String>,
+    /// A failed firing whose retry waits for its backoff: not before this instant.
+    pub not_before: Option<String>,
+}
+
+/// What a job does after a failed run (its `retries` and `pause_after_failures`), decided in the
+/// transaction that records the run's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureRules {
+    /// The firing goes again while it has had fewer runs than this (1 + retries).
+    pub retry_below: i64,
+    /// The job is paused when its last this many runs all failed.
+    pub pause_after: Option<i64>,
+    /// Who pauses it (the scheduler).
+    pub by: String,
+}
+
+/// What a failed run's end decided (see [`FailureRules`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterFailure {
+    /// The firing goes again: its runs so far.
+    pub retry: Option<i64>,
+    /// The job was paused: its failed runs in a row.
+    pub paused: Option<i64>,
 }
 
 /// Who ran a firing's last run, as the scheduler registry knows it (see
@@ -193,13 +216,13 @@ pub(super) fn gave_up_event(
     tx: &Tx<'_>,
     job: &str,
     slot: &str,
-    runs: i64,
+    (runs, limit): (i64, i64),
     owner: Option<&str>,
     now: &str,
 ) -> DbResult<()> {
     let now = tx.now(now);
     let detail = format!(
-        "firing at {slot} GAVE UP after {runs} runs (at most {MAX_ATTEMPTS}): not run again; check its effects by hand"
+        "firing at {slot} GAVE UP after {runs} runs (at most {limit}): not run again; check its effects by hand"
     );
     let mut e = NewEvent::new(EventKind::FiringGaveUp, now)
         .job(job)

@@ -18,28 +18,65 @@ impl Store {
     ) -> Result<bool> {
         self.write(|tx| {
             let now = tx.now(now);
-            let was: Option<i64> = tx
-                .one("SELECT paused FROM exactly_jobs WHERE job_key = ?1", args![job], |r| int(r, 0))
-                .optional()?
-                .flatten();
-            if (was.unwrap_or(0) != 0) == paused {
-                return Ok(false);
-            }
-            tx.exec(
-                "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                 ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
-                    pause_note = excluded.pause_note, paused_by = excluded.paused_by,
-                    paused_at = excluded.paused_at, updated_at = excluded.updated_at",
-                args![job, i64::from(paused), if paused { note } else { None }, by, now],
-            )?;
-            let k = if paused { EventKind::JobPaused } else { EventKind::JobResumed };
-            let mut ev = NewEvent::new(k, now).job(job).actor(by);
-            ev.detail = note;
-            record_event(tx, &ev)?;
-            Ok(true)
+            set_paused_tx(tx, job, paused, by, note, now)
         })
     }
+
+    /// Records that a scheduler reloaded its jobs file (`detail`: what changed).
+    pub(crate) fn record_reload(&mut self, owner: &str, detail: &str, now: &str) -> Result<()> {
+        self.write(|tx| {
+            let now = tx.now(now);
+            let ev = NewEvent::new(EventKind::JobsReloaded, now)
+                .actor(owner)
+                .detail(detail);
+            record_event(tx, &ev)
+        })
+    }
+}
+
+/// [`Store::set_paused`] inside a transaction.
+pub(super) fn set_paused_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    paused: bool,
+    by: &str,
+    note: Option<&str>,
+    now: &str,
+) -> DbResult<bool> {
+    let was: Option<i64> = tx
+        .one(
+            "SELECT paused FROM exactly_jobs WHERE job_key = ?1",
+            args![job],
+            |r| int(r, 0),
+        )
+        .optional()?
+        .flatten();
+    if (was.unwrap_or(0) != 0) == paused {
+        return Ok(false);
+    }
+    tx.exec(
+        "INSERT INTO exactly_jobs (job_key, paused, pause_note, paused_by, paused_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+         ON CONFLICT(job_key) DO UPDATE SET paused = excluded.paused,
+            pause_note = excluded.pause_note, paused_by = excluded.paused_by,
+            paused_at = excluded.paused_at, updated_at = excluded.updated_at",
+        args![
+            job,
+            i64::from(paused),
+            if paused { note } else { None },
+            by,
+            now
+        ],
+    )?;
+    let k = if paused {
+        EventKind::JobPaused
+    } else {
+        EventKind::JobResumed
+    };
+    let mut ev = NewEvent::new(k, now).job(job).actor(by);
+    ev.detail = note;
+    record_event(tx, &ev)?;
+    Ok(true)
 }
 
 /// A job as the registry holds it: what a scheduler writes from its jobs file (every setting
@@ -59,6 +96,8 @@ pub struct JobRecord {
     pub command_digest: Option<String>,
     /// The argv as JSON.
     pub command: Option<String>,
+    /// How late a firing may still start, besides the scheduler's 2 s: the catch-up window, or
+    /// the starting deadline, plus the jitter (`runner::policy::late_allowed_s`).
     pub catchup_s: Option<i64>,
     /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,

@@ -477,6 +477,8 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     )?;
     for j in jobs.values_mut() {
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
+        j.consecutive_failures = windows.failing_streak(&j.job_key);
+        j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
         // The kept window answers for jobs that ran this week; the others ask the table.
         j.last_run = match windows.last_run(&j.job_key, tx)? {
             Some(r) => Some(r),

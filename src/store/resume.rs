@@ -2,12 +2,74 @@
 //! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{gave_up_event, start_firing, OwnerScheduler, Resumed, RunOwner};
-use super::job::paused;
+use super::firing::{
+    gave_up_event, start_firing, AfterFailure, FailureRules, OwnerScheduler, Resumed, RunOwner,
+};
+use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
-use crate::firing::{used_up, MAX_ATTEMPTS};
-use crate::state::EventKind;
+use crate::firing::RetryRules;
+use crate::state::{is_failure, EventKind};
 use crate::Result;
+
+/// The detail of a firing marked to go again because its run failed (`retries`): its backoff
+/// counts from that run's end.
+const FAILED_RETRY: &str = "its run failed";
+
+/// After a failed run, in the transaction that records its end: marks its firing to go again
+/// while it has had fewer runs than `retry_below`, and pauses the job when its last
+/// `pause_after` runs all failed.
+pub(super) fn after_failed_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    run_id: &str,
+    rules: &FailureRules,
+    now: &str,
+) -> DbResult<AfterFailure> {
+    let mut out = AfterFailure::default();
+    let runs: i64 = tx.one(
+        "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at =
+            (SELECT scheduled_at FROM exactly_runs WHERE run_id = ?2)",
+        args![job, run_id],
+        |r| r.get(0),
+    )?;
+    if runs < rules.retry_below {
+        let detail = format!(
+            "{FAILED_RETRY}: run {} of at most {} goes after its backoff",
+            runs + 1,
+            rules.retry_below
+        );
+        let marked = tx.exec(
+            "UPDATE exactly_firings SET state = 'retry', updated_at = ?3, detail = ?4
+             WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
+            args![job, run_id, now, detail],
+        )?;
+        if marked > 0 {
+            out.retry = Some(runs);
+        }
+    }
+    let Some(n) = rules.pause_after else {
+        return Ok(out);
+    };
+    // Counted since the job was last resumed: a resumed job gets N runs again.
+    let last = tx.rows(
+        "SELECT outcome FROM exactly_runs WHERE job_key = ?1 AND ended_at IS NOT NULL
+           AND ended_at > coalesce((SELECT paused_at FROM exactly_jobs
+                                    WHERE job_key = ?1 AND paused = 0), '')
+         ORDER BY ended_at DESC LIMIT ?2",
+        args![job, n],
+        |r| text_or_empty(r, 0),
+    )?;
+    let in_a_row = last.iter().take_while(|o| is_failure(o)).count() as i64;
+    if in_a_row >= n {
+        let note = format!(
+            "paused after {in_a_row} failed runs in a row (pause_after_failures = {n}); `exactly resume {job}` fires it again"
+        );
+        if set_paused_tx(tx, job, true, &rules.by, Some(&note), now)? {
+            out.paused = Some(in_a_row);
+        }
+    }
+    Ok(out)
+}
 
 /// A run that never recorded its end (its process died) is closed as `killed`.
 fn close_dead_run(tx: &Tx<'_>, run_id: Option<&str>, now: &str) -> DbResult<()> {
@@ -62,7 +124,9 @@ impl Store {
     /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
     /// an observer found never happened (`retry`, however old). The command's effects are keyed
     /// by facts, so what was done is suppressed and only what never went out is sent. A firing
-    /// that already had [`MAX_ATTEMPTS`] runs ends `gave_up` (a loud event) instead of a fourth.
+    /// that already had its job's attempts (`firing::MAX_ATTEMPTS`, or more with `retries`) ends
+    /// `gave_up` (a loud event) instead of another. A firing whose run failed goes again only
+    /// after its backoff ([`Resumed::not_before`]).
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
     /// silent). The caller must not be running the job itself. One transaction.
     #[allow(clippy::too_many_arguments)]
@@ -75,6 +139,7 @@ impl Store {
         oldest: &str,
         silent_for: chrono::Duration,
         gone: &dyn Fn(&RunOwner) -> bool,
+        retry: &RetryRules<'_>,
     ) -> Result<Resumed> {
         self.write(|tx| {
             let now = tx.now(now);
@@ -110,18 +175,19 @@ impl Store {
                 )?;
             }
             loop {
-                let found: Option<(String, String, Option<String>)> = tx
+                let found: Option<(String, String, Option<String>, Option<String>)> = tx
                     .one(
-                        "SELECT scheduled_at, state, run_id FROM exactly_firings
+                        "SELECT scheduled_at, state, run_id, detail FROM exactly_firings
                          WHERE job_key = ?1 AND state IN ('running', 'retry')
                          ORDER BY scheduled_at DESC LIMIT 1",
                         args![job],
-                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?, text(r, 3)?)),
                     )
                     .optional()?;
-                let Some((slot, state, old_run)) = found else {
+                let Some((slot, state, old_run, detail)) = found else {
                     return Ok(out);
                 };
+                let failed = state == "retry" && detail.is_some_and(|d| d.starts_with(FAILED_RETRY));
                 // A run is resumed only once its scheduler is gone, never because its end is
                 // slow to be recorded (a busy or unreachable database): that scheduler still
                 // owns it and records its end when it can.
@@ -138,7 +204,21 @@ impl Store {
                     args![job, slot],
                     |r| r.get(0),
                 )?;
-                if used_up(runs) {
+                if failed {
+                    let ended: Option<String> = tx.one(
+                        "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                        args![job, slot],
+                        |r| text(r, 0),
+                    )?;
+                    let wait = chrono::Duration::from_std((retry.backoff)(&slot, runs))
+                        .unwrap_or(chrono::Duration::zero());
+                    let at = ended.as_deref().and_then(crate::time::parse).map(|e| e + wait);
+                    if let Some(at) = at.filter(|at| crate::time::parse(now).is_some_and(|n| n < *at)) {
+                        out.not_before = Some(crate::time::fmt(at));
+                        return Ok(out);
+                    }
+                }
+                if runs >= retry.attempts {
                     close_dead_run(tx, old_run.as_deref(), now)?;
                     tx.exec(
                         "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
@@ -146,7 +226,7 @@ impl Store {
                          WHERE job_key = ?1 AND scheduled_at = ?2",
                         args![job, slot, now],
                     )?;
-                    gave_up_event(tx, job, &slot, runs, Some(owner), now)?;
+                    gave_up_event(tx, job, &slot, (runs, retry.attempts), Some(owner), now)?;
                     out.gave_up.push((slot, runs));
                     continue;
                 }
@@ -154,15 +234,18 @@ impl Store {
                     return Ok(out);
                 };
                 close_dead_run(tx, old_run.as_deref(), now)?;
-                let why = if state == "retry" {
+                let why = if failed {
+                    "its run failed (retries)"
+                } else if state == "retry" {
                     "an observer found its effect never happened"
                 } else {
                     "its run died with its scheduler"
                 };
                 let detail = format!(
-                    "firing at {slot} resumed by run {} (run {} of at most {MAX_ATTEMPTS}): {why} (was run {})",
+                    "firing at {slot} resumed by run {} (run {} of at most {}): {why} (was run {})",
                     started.run_id,
                     runs + 1,
+                    retry.attempts,
                     old_run.as_deref().unwrap_or("-")
                 );
                 record_event(

@@ -2,7 +2,7 @@
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
 use super::db::{args, Optional};
-use super::firing::gave_up_event;
+use super::firing::{gave_up_event, AfterFailure, FailureRules};
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::firing::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};
@@ -85,6 +85,17 @@ impl Store {
     /// Records how a run ended and releases its lease (unless it was fenced). Returns the final
     /// outcome: `fenced` when the release was refused.
     pub(crate) fn finish_run(&mut self, end: &RunEnd<'_>, now: &str) -> Result<RunOutcome> {
+        Ok(self.finish_run_then(end, now, None)?.0)
+    }
+
+    /// [`Store::finish_run`], and for a failed run its job's retry and pause (`failure`),
+    /// in the same transaction: a crash never leaves a failed run without its retry.
+    pub(crate) fn finish_run_then(
+        &mut self,
+        end: &RunEnd<'_>,
+        now: &str,
+        failure: Option<&FailureRules>,
+    ) -> Result<(RunOutcome, AfterFailure)> {
         self.write(|tx| {
             let now = tx.now(now);
             let mut outcome = end.outcome.clone();
@@ -144,7 +155,7 @@ impl Store {
                 args![end.job, end.slot, end.run_id, now, detail, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(tx, end.job, end.slot, attempts, None, now)?;
+                gave_up_event(tx, end.job, end.slot, (attempts, crate::firing::MAX_ATTEMPTS), None, now)?;
             }
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.
@@ -175,7 +186,13 @@ impl Store {
                 };
                 record_event(tx, &NewEvent::new(k, now).job(end.job).token(end.token).detail(&detail))?;
             }
-            Ok(outcome)
+            let after = match failure {
+                Some(f) if crate::state::is_failure(outcome.as_str()) => {
+                    super::resume::after_failed_tx(tx, end.job, end.run_id, f, now)?
+                }
+                _ => AfterFailure::default(),
+            };
+            Ok((outcome, after))
         })
     }
 

@@ -260,6 +260,14 @@ impl RunWindows {
             .map(|b| b.ended_at.clone())
     }
 
+    /// How many of a job's newest finished runs failed, in a row (within the window).
+    pub(super) fn failing_streak(&self, job: &str) -> u64 {
+        self.jobs.get(job).map_or(0, |w| {
+            let ended = w.runs.iter().rev().filter(|b| b.duration_ms.is_some());
+            ended.take_while(|b| b.failed).count() as u64
+        })
+    }
+
     /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
     /// finished runs in the window.
     pub(super) fn figures(&mut self, job: &str) -> Figures {

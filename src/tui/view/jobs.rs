@@ -127,10 +127,11 @@ pub(super) fn next_fire(j: &JobRow, t: &Theme, now: Ts) -> (String, Style) {
         return ("-".into(), t.dim());
     };
     let secs = (at - now).num_seconds();
-    // A firing waits up to 2 s for its tick; later than that, nobody fired it.
+    // A firing waits up to 2 s for its tick, and its jitter or catch-up window (`catchup_s`);
+    // later than that, nobody fired it.
     if secs >= 0 {
         (format!("in {}", short_age(secs)), Style::new())
-    } else if secs > -3 {
+    } else if secs > -3 - j.catchup_s.max(0) {
         ("due".into(), Style::new())
     } else {
         (format!("late {}!", short_age(-secs)), t.bad())

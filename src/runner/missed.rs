@@ -1,0 +1,94 @@
+//! Slots no scheduler ran in time: recorded missed, each with why.
+use super::execute::log_line;
+use super::health::Health;
+use super::scheduler::{Config, JobState};
+use crate::firing;
+use crate::time::{self, Ts};
+use crate::{Result, Store};
+use std::time::Duration;
+
+/// Most missed slots recorded row by row in one go; beyond that they are only counted.
+const MISSED_ROWS: usize = 1000;
+
+/// Records the slots of a job that fell behind its catch-up window as missed, each with why
+/// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
+/// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
+/// meanwhile, and a write per job and slot here would only find them recorded.
+pub(super) fn record_behind(
+    store: &mut Store,
+    cfg: &Config,
+    st: &mut JobState,
+    now: Ts,
+    health: &Health,
+    net: Duration,
+) -> Result<()> {
+    let job = &st.job;
+    // A firing its DST policy left out is a miss that says why, not a silence.
+    let left_out: Vec<String> = super::dst::skipped_slots(&job.schedule, st.dst_seen, now)
+        .into_iter()
+        .map(time::fmt)
+        .collect();
+    if !left_out.is_empty() {
+        let n = left_out.len() as u64;
+        let reason = super::dst::SKIPPED_REASON;
+        if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
+            log_line(
+                "INFO",
+                &job.name,
+                &format!("firing at {} not run: {reason}", left_out.join(", ")),
+            );
+        }
+    }
+    st.dst_seen = now;
+    // Past its start window (and the most its jitter delays it), a slot is surely missed.
+    let mut wait = job.start_window() + job.policy.jitter;
+    if !st.mine {
+        wait = wait.max(net + super::share::NET_AFTER);
+    }
+    let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
+    if st.cursor < horizon {
+        let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
+        // The slots are oldest first; those beyond the rows recorded are older still.
+        let split =
+            slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
+        let unrecorded = total.saturating_sub(slots.len() as u64);
+        let parts = [
+            (
+                &slots[..split],
+                unrecorded + split as u64,
+                super::health::NOT_RUN,
+            ),
+            (
+                &slots[split..],
+                (slots.len() - split) as u64,
+                super::health::DB_UNAVAILABLE,
+            ),
+        ];
+        for (part, total, reason) in parts {
+            if total == 0 {
+                continue;
+            }
+            let part: Vec<String> = part.iter().copied().map(time::fmt).collect();
+            let n = firing::record_missed(store, &job.name, &part, total, &cfg.owner, reason)?;
+            if n > 0 {
+                let window = match job.policy.starting_deadline {
+                    Some(_) => "their starting_deadline",
+                    None => "the catch-up window",
+                };
+                let why = if reason == super::health::NOT_RUN {
+                    format!("no scheduler ran them within {window}")
+                } else {
+                    format!("the database was unavailable when they fell due (outside {window})")
+                };
+                let last = part.last().map(String::as_str).unwrap_or("?");
+                log_line(
+                    "ERROR",
+                    &job.name,
+                    &format!("{n} firing(s) up to {last} missed: {why}"),
+                );
+            }
+        }
+        st.handled(horizon);
+    }
+    Ok(())
+}

@@ -121,6 +121,13 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         what: "keep only this many of the job's newest runs; all-time counts stay",
         example: "keep_runs = 100",
     },
+    KeyDoc {
+        key: "ping",
+        kind: "http(s) URL",
+        default: "none",
+        what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, off the run's path",
+        example: "ping = \"https://hc-ping.com/<uuid>\"",
+    },
 ];
 
 const EXAMPLE: &str = r#"retain = "90d"

@@ -27,6 +27,9 @@ pub struct Job {
     pub command: Vec<String>,
     /// Keep only this many of the job's newest runs (`keep_runs`); None: `retain` decides.
     pub keep_runs: Option<u32>,
+    /// A dead man's switch (`ping`, healthchecks.io's convention): pinged as each run starts
+    /// and ends (`ping.rs`).
+    pub ping: Option<String>,
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
@@ -90,6 +93,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "dst_repeated",
     "dst_skipped",
     "keep_runs",
+    "ping",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -110,6 +114,7 @@ struct RawJob {
     dst_repeated: Option<String>,
     dst_skipped: Option<String>,
     keep_runs: Option<i64>,
+    ping: Option<String>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -585,6 +590,14 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
             None
         }
     };
+    let ping = match raw.ping.as_deref().map(super::ping::check_url) {
+        None => Some(None),
+        Some(Ok(url)) => Some(Some(url)),
+        Some(Err(why)) => {
+            problems.push(Problem::error(name, "invalid ping", why));
+            None
+        }
+    };
     if problems.len() > before {
         return None;
     }
@@ -598,6 +611,7 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         observe_timeout: observe_timeout?,
         command: command?,
         keep_runs: keep_runs?,
+        ping: ping?,
     })
 }
 

@@ -16,6 +16,7 @@ mod hold;
 mod lend;
 pub mod liveness;
 mod output;
+pub mod ping;
 pub mod positions;
 pub mod problems;
 pub mod procs;
@@ -340,5 +341,7 @@ pub(crate) fn run_here(
         cwd: reg.cwd.clone(),
         kill,
         granted,
+        // The registry does not keep `ping`: a run started by hand pings nothing.
+        ping: None,
     })
 }

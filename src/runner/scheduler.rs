@@ -673,6 +673,7 @@ fn spawn(
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),
         granted,
+        ping: job.ping.clone(),
     };
     let name = job.name.clone();
     let handle = std::thread::spawn(move || {

@@ -60,6 +60,8 @@ pub struct Loaded {
     /// File-level `retain = "90d"`: `exactly run` prunes history older than this (off when
     /// absent), as `exactly gc --keep` does.
     pub retain: Option<Duration>,
+    /// The `[[notify]]` tables (`notify_config.rs`): who is told of what.
+    pub notify: Vec<super::notify_config::Notify>,
 }
 
 impl Loaded {
@@ -165,15 +167,16 @@ pub fn parse(text: &str) -> Loaded {
     }
     for key in doc
         .keys()
-        .filter(|k| !matches!(k.as_str(), "job" | "retain"))
+        .filter(|k| !matches!(k.as_str(), "job" | "retain" | "notify"))
     {
         out.problems.push(Problem::error(
             "-",
             format!("unknown key {key:?}"),
-            "a jobs file holds only retain and [[job]] tables; a typo must not be ignored"
+            "a jobs file holds only retain, [[job]] and [[notify]] tables; a typo must not be ignored"
                 .to_string(),
         ));
     }
+    out.notify = super::notify_config::parse(doc.get("notify"), &mut out.problems);
     let tables = match doc.get("job") {
         None => {
             out.problems.push(Problem::error(

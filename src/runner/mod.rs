@@ -15,6 +15,9 @@ mod health;
 mod hold;
 mod lend;
 pub mod liveness;
+pub mod notify;
+pub mod notify_config;
+mod notify_send;
 mod output;
 pub mod ping;
 pub mod positions;
@@ -226,6 +229,9 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     }
     // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
     let _upkeep = liveness::start(&db_path, &owner, &source, retain)?;
+    // The `[[notify]]` rules, evaluated on a thread of their own (`notify.rs`).
+    let notifiers = config::parse(&read_jobs_file(&a.jobs)?).notify;
+    notify::start(&db_path, notifiers, &owner, cwd.clone(), stop.clone());
     scheduler::run(
         store,
         scheduler::Config {

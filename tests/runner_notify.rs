@@ -1,0 +1,218 @@
+//! `[[notify]]`: a notification is an effect of the ledger, keyed by (rule, subject, episode),
+//! so it reaches the far side once — across a scheduler killed and started again, across two
+//! schedulers on one database — a failed delivery is tried again until it lands (once), an
+//! episode's end is told when `recovery = true`, and `exactly watch` notices a scheduler gone.
+mod support;
+use std::time::Duration;
+use support::http::Recorder;
+use support::runner::*;
+
+/// A job failing every second (until the file `ok` exists), and a notifier of two failures in
+/// a row by webhook and by a hook appending each notification to `hook.out`.
+fn failing(site: &Site, url: &str, extra: &str) -> String {
+    let hook = format!(
+        "[\"sh\", \"-c\", {}]",
+        toml_str(&format!(
+            "cat >> {}; echo >> {}",
+            site.path("hook.out").display(),
+            site.path("hook.out").display()
+        ))
+    );
+    format!(
+        "[[job]]\nname = \"flaky\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+         command = {}\n\n[[notify]]\nname = \"ops\"\nwebhook = \"{url}/hook\"\nhook = {hook}\n\
+         failing_runs = 2\n{extra}",
+        sh(&format!("test -f {}", site.path("ok").display()))
+    )
+}
+
+fn firing(far: &Recorder) -> Vec<support::http::Request> {
+    far.delivered()
+        .into_iter()
+        .filter(|r| r.body.contains("\"state\":\"firing\"") && r.body.contains("failing_runs"))
+        .collect()
+}
+
+on_both_backends! {
+    #[test]
+    fn a_notification_is_delivered_once_across_a_scheduler_killed_and_restarted() {
+        let site = Site::new();
+        let far = Recorder::start();
+        site.write_jobs(&failing(&site, &far.url, ""));
+        let mut s = site.start("s1", "5s");
+        assert!(
+            wait_until(Duration::from_secs(15), || !firing(&far).is_empty()),
+            "no notification: {:?}\n{}",
+            far.requests(),
+            site.log("s1")
+        );
+        s.kill9();
+        let mut again = site.start("s2", "5s");
+        // Its notifier takes the lease over once the killed one's lapses, and finds it sent.
+        assert!(
+            wait_until(Duration::from_secs(20), || site.log("s2").contains("already notified (duplicate suppressed)")),
+            "{}",
+            site.log("s2")
+        );
+        assert_eq!(again.term(Duration::from_secs(15)), Some(0), "{}", site.log("s2"));
+        let sent = firing(&far);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        let body: serde_json::Value = serde_json::from_str(&sent[0].body).expect("JSON body");
+        assert_eq!(body["rule"], "failing_runs");
+        assert_eq!(body["subject"], "flaky");
+        assert!(body["text"].as_str().is_some_and(|t| t.contains("flaky")), "{body}");
+        assert_eq!(sent[0].idempotency_key.as_deref(), body["effect_key"].as_str());
+        let hooked = site.lines("hook.out").into_iter().filter(|l| l.contains("failing_runs")).count();
+        assert_eq!(hooked, 1, "the hook ran once");
+        assert_eq!(
+            site.count("SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND state = 'done'"),
+            2,
+            "one done row per channel"
+        );
+        assert!(site.counter("notify_sent") >= 2);
+    }
+
+    #[test]
+    fn two_schedulers_on_one_database_notify_once() {
+        let site = Site::new();
+        let far = Recorder::start();
+        site.write_jobs(&failing(&site, &far.url, ""));
+        let mut a = site.start("a", "5s");
+        let mut b = site.start("b", "5s");
+        assert!(
+            wait_until(Duration::from_secs(15), || !firing(&far).is_empty()),
+            "no notification: {}\n{}",
+            site.log("a"),
+            site.log("b")
+        );
+        // The one that sent stops (releasing its notifier's lease): the other takes over and
+        // finds the notification sent.
+        let (sender, other, other_name) = if site.log("a").contains("notified ops") {
+            (&mut a, &mut b, "b")
+        } else {
+            (&mut b, &mut a, "a")
+        };
+        assert_eq!(sender.term(Duration::from_secs(15)), Some(0));
+        assert!(
+            wait_until(Duration::from_secs(20), || site.log(other_name).contains("already notified (duplicate suppressed)")),
+            "{}",
+            site.log(other_name)
+        );
+        assert_eq!(other.term(Duration::from_secs(15)), Some(0));
+        assert_eq!(firing(&far).len(), 1, "{:?}", far.requests());
+    }
+
+    #[test]
+    fn a_failed_webhook_is_tried_again_and_delivered_once() {
+        let site = Site::new();
+        let far = Recorder::start();
+        far.answer(500);
+        site.write_jobs(&failing(&site, &far.url, ""));
+        let mut s = site.start("s", "5s");
+        let tried = || far.requests().iter().filter(|r| r.body.contains("failing_runs")).count();
+        assert!(
+            wait_until(Duration::from_secs(15), || tried() >= 2),
+            "not tried again: {:?}\n{}",
+            far.requests(),
+            site.log("s")
+        );
+        far.answer(200);
+        assert!(
+            wait_until(Duration::from_secs(10), || !firing(&far).is_empty()),
+            "{}",
+            site.log("s")
+        );
+        // Every attempt carried one key; the ledger row is done; the failures were recorded.
+        let keys: std::collections::BTreeSet<_> =
+            far.requests().into_iter().filter_map(|r| r.idempotency_key).collect();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(site.counter("notify_failed") >= 2);
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0), "{}", site.log("s"));
+        assert_eq!(firing(&far).len(), 1);
+    }
+
+    #[test]
+    fn the_end_of_an_episode_is_told_once_with_recovery() {
+        let site = Site::new();
+        let far = Recorder::start();
+        site.write_jobs(&failing(&site, &far.url, "recovery = true\n"));
+        let mut s = site.start("s", "5s");
+        assert!(
+            wait_until(Duration::from_secs(15), || !firing(&far).is_empty()),
+            "{}",
+            site.log("s")
+        );
+        std::fs::write(site.path("ok"), "").expect("touch ok");
+        let recovered = || {
+            far.delivered()
+                .into_iter()
+                .filter(|r| r.body.contains("\"state\":\"recovered\""))
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(10), || recovered() == 1),
+            "{:?}\n{}",
+            far.requests(),
+            site.log("s")
+        );
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0), "{}", site.log("s"));
+        assert_eq!(recovered(), 1);
+        assert_eq!(firing(&far).len(), 1);
+    }
+
+    #[test]
+    fn watch_notices_a_scheduler_gone() {
+        let site = Site::new();
+        let far = Recorder::start();
+        site.write_jobs("[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+        std::fs::write(
+            site.path("watch.toml"),
+            format!("[[notify]]\nname = \"pager\"\nwebhook = \"{}/w\"\nscheduler_gone = true\n", far.url),
+        )
+        .expect("write watch.toml");
+        let env = [("EXACTLY_SCHEDULER_DEAD_AFTER", "3s")];
+        let mut s = site.start_with_env("doomed", "5s", &env);
+        assert!(
+            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_runs") > 0),
+            "{}",
+            site.log("doomed")
+        );
+        let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
+        let mut watch = std::process::Command::new(support::bin())
+            .args(["--db", &site.db(), "watch"])
+            .arg(site.path("watch.toml"))
+            .envs(env)
+            .stderr(log)
+            .spawn()
+            .expect("start exactly watch");
+        s.kill9();
+        let gone = || {
+            far.delivered()
+                .into_iter()
+                .filter(|r| r.body.contains("scheduler_gone") && r.body.contains("doomed"))
+                .count()
+        };
+        let ok = wait_until(Duration::from_secs(20), || gone() == 1);
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+        let status = watch.wait().expect("wait for exactly watch");
+        let watch_log = support::read_or_empty(&site.path("watch.log"));
+        assert!(ok, "{:?}\n{watch_log}", far.requests());
+        assert_eq!(status.code(), Some(0), "{watch_log}");
+        assert_eq!(gone(), 1);
+    }
+}
+
+#[test]
+fn check_reports_a_notifier_s_mistakes() {
+    let site = Site::new();
+    site.write_jobs(
+        "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n\n\
+         [[notify]]\nname = \"ops\"\nwebhok = \"http://x\"\nfailing_runs = 3\n",
+    );
+    let (code, out, err) = site.exactly(&["check", &site.jobs()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(all.contains("unknown key \"webhok\""), "{all}");
+    assert!(all.contains("no hook or webhook"), "{all}");
+}

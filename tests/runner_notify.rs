@@ -70,6 +70,16 @@ on_both_backends! {
             "one done row per channel"
         );
         assert!(site.counter("notify_sent") >= 2);
+        // Shown: the events (top's Events view, status --json) and the metrics.
+        let (_, status, _) = site.exactly(&["status", "--json"]);
+        assert!(status.contains("\"notify_sent\""), "{status}");
+        let (_, metrics, _) = site.exactly(&["metrics"]);
+        assert!(
+            metrics.contains(
+                "exactly_notifications_total{notifier=\"ops\",rule=\"failing_runs\",outcome=\"sent\"} 2"
+            ),
+            "{metrics}"
+        );
     }
 
     #[test]

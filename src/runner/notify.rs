@@ -81,12 +81,9 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
     }
     if let Some(streak) = n.failing_runs {
         for j in snap.jobs.iter().filter(|j| !j.retired) {
-            let last_failed = j
-                .last_run
-                .as_ref()
-                .and_then(|r| r.outcome.as_deref())
-                .is_some_and(crate::state::is_failure);
-            if !last_failed {
+            // Most jobs' last run was ok: no streak, and no read of their runs.
+            let last = j.last_run.as_ref().and_then(|r| r.outcome.as_deref());
+            if matches!(last, None | Some("ok")) {
                 continue;
             }
             if let Some((first, len)) = failing_streak(store, &j.job_key, streak as usize)? {
@@ -144,22 +141,31 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
     Ok(out)
 }
 
-/// The job's newest ended runs, when at least `n` of them failed in a row: the streak's first
-/// run and its length.
+/// The job's newest ended runs, when at least `n` of them failed since its last `ok` run: the
+/// streak's first run and its length. Runs that neither failed nor succeeded (killed by a
+/// deploy, fenced, not started) say nothing of the job: they neither count nor end a streak,
+/// so a scheduler restarted in the middle of one keeps its episode.
 fn failing_streak(store: &mut Store, job: &str, n: usize) -> Result<Option<(String, usize)>> {
     let mut limit = n + 1;
     loop {
         let runs = jobs::recent_runs(store, job, limit)?;
-        let ended: Vec<_> = runs.iter().filter(|r| r.ended_at.is_some()).collect();
-        let streak: Vec<_> = ended
-            .iter()
-            .take_while(|r| r.outcome.as_deref().is_some_and(crate::state::is_failure))
-            .collect();
-        if streak.len() < n {
+        let mut streak = Vec::new();
+        let mut ended_by_ok = false;
+        for r in runs.iter().filter(|r| r.ended_at.is_some()) {
+            match r.outcome.as_deref() {
+                Some("ok") => {
+                    ended_by_ok = true;
+                    break;
+                }
+                Some(o) if crate::state::is_failure(o) => streak.push(r),
+                _ => {}
+            }
+        }
+        if streak.len() < n && (ended_by_ok || runs.len() < limit || limit >= STREAK_MAX) {
             return Ok(None);
         }
         // The streak may go back further than read: read more, up to a bound.
-        if streak.len() < ended.len() || runs.len() < limit || limit >= STREAK_MAX {
+        if ended_by_ok || runs.len() < limit || limit >= STREAK_MAX {
             return Ok(streak.last().map(|r| (r.run_id.clone(), streak.len())));
         }
         limit = (limit * 4).min(STREAK_MAX);

@@ -171,6 +171,46 @@ on_both_backends! {
     }
 
     #[test]
+    fn a_lost_notification_is_unknown_and_sent_again_only_once_resolved() {
+        let site = Site::new();
+        let out = site.path("hook.out").display().to_string();
+        let ok = site.path("hook.ok").display().to_string();
+        // The hook fails (exit 1: it may have paged) until hook.ok exists.
+        let hook = format!("cat >> {out}; echo >> {out}; test -f {ok}");
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"flaky\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+             command = [\"false\"]\n\n[[notify]]\nname = \"ops\"\nhook = [\"sh\", \"-c\", {}]\n\
+             failing_runs = 2\n",
+            toml_str(&hook)
+        ));
+        let mut s = site.start("s", "5s");
+        let row = "SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND state = ";
+        assert!(
+            wait_until(Duration::from_secs(15), || site.count(&format!("{row}'unknown'")) == 1),
+            "{}",
+            site.log("s")
+        );
+        let key = site.strings("SELECT effect_key FROM effect_ledger WHERE job_key = 'exactly-notify:ops'");
+        // Several evaluations later (runs go on every second), still one attempt.
+        let runs = site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'flaky'");
+        assert!(wait_until(Duration::from_secs(10), || site.count(
+            "SELECT count(*) FROM exactly_runs WHERE job_key = 'flaky'"
+        ) >= runs + 4));
+        let sent = || site.lines("hook.out").iter().filter(|l| l.contains("failing_runs")).count();
+        assert_eq!(sent(), 1, "an unknown notification was sent again");
+        std::fs::write(&ok, "").expect("touch hook.ok");
+        let (code, o, e) = site.exactly(&["resolve", &key[0], "--not-happened", "--force"]);
+        assert_eq!(code, 0, "{o}{e}");
+        assert!(
+            wait_until(Duration::from_secs(10), || site.count(&format!("{row}'done'")) == 1),
+            "{}",
+            site.log("s")
+        );
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0), "{}", site.log("s"));
+        assert_eq!(sent(), 2, "one lost attempt, one after the resolution");
+    }
+
+    #[test]
     fn watch_notices_a_scheduler_gone() {
         let site = Site::new();
         let far = Recorder::start();

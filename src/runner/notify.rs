@@ -178,8 +178,11 @@ pub struct Notifier {
     pub owner: String,
     pub cwd: Option<PathBuf>,
     token: Option<i64>,
-    /// Keys whose attempt ended (sent, suppressed, unknown): not tried again by this process.
+    /// Keys whose attempt ended (sent, suppressed, cancelled): not tried again by this process.
     settled: HashSet<String>,
+    /// Keys left open (`unknown`, `submitted`): tried again only once an operator resolved
+    /// them as not happened (their row is then `claimed`), never while open.
+    open: HashSet<String>,
     /// The conditions found at the last evaluation, by (rule, subject, episode): those gone
     /// since get a recovery message.
     active: BTreeMap<(String, String, String), Condition>,
@@ -195,6 +198,7 @@ impl Notifier {
             cwd,
             token: None,
             settled: HashSet::new(),
+            open: HashSet::new(),
             active: BTreeMap::new(),
             resumed: false,
         }
@@ -321,7 +325,7 @@ impl Notifier {
         for channel in ["hook", "webhook"] {
             let spec = self.spec(c, state, channel);
             let key = spec.key();
-            if self.settled.contains(&key) {
+            if self.settled.contains(&key) || self.still_open(store, &key)? {
                 continue;
             }
             let body = body(&self.notify.name, c, state, &key);
@@ -349,6 +353,20 @@ impl Notifier {
             }
         }
         Ok(all)
+    }
+
+    /// Whether `key` is a notification left open (unknown) that nobody resolved yet: a read,
+    /// not an attempt, which would ask its observer and record a verdict every evaluation.
+    fn still_open(&mut self, store: &mut Store, key: &str) -> Result<bool> {
+        if !self.open.contains(key) {
+            return Ok(false);
+        }
+        let open = effect::get(store, key)?
+            .is_some_and(|r| matches!(r.state, EffectState::Unknown | EffectState::Submitted));
+        if !open {
+            self.open.remove(key);
+        }
+        Ok(open)
     }
 
     /// Logs and records what became of one attempt. Whether it is settled.
@@ -406,7 +424,17 @@ impl Notifier {
             Outcome::Unknown { reason, .. } => {
                 log_line("WARN", &job, &format!("notification {key} to {name} lost ({reason}): unknown until resolved (exactly resolve); not sent again: {what}"));
                 record(store, false)?;
-                true
+                self.open.insert(key.to_string());
+                return Ok(true);
+            }
+            Outcome::Unresolved { reason, .. } => {
+                log_line(
+                    "WARN",
+                    &job,
+                    &format!("notification {key} to {name} is open ({reason}): {what}"),
+                );
+                self.open.insert(key.to_string());
+                return Ok(true);
             }
             Outcome::Fenced { .. } | Outcome::LeaseEnding { .. } => {
                 self.token = None;

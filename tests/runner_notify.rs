@@ -251,6 +251,62 @@ on_both_backends! {
         assert_eq!(status.code(), Some(0), "{watch_log}");
         assert_eq!(gone(), 1);
     }
+
+    #[test]
+    fn watch_tells_of_an_old_unknown_effect_and_a_late_firing_once_each() {
+        let site = Site::new();
+        let far = Recorder::start();
+        // A job that ran, then its only scheduler stopped cleanly: its next firing goes late.
+        site.write_jobs("[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+        let mut s = site.start("s", "5s");
+        assert!(
+            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_runs WHERE ended_at IS NOT NULL") > 0),
+            "{}",
+            site.log("s")
+        );
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0), "{}", site.log("s"));
+        // An effect whose sender failed after it may have sent: unknown.
+        let token = site.claim("pay", "1m");
+        let (code, _, err) = site.exactly(&[
+            "effect", "--job", "pay", "--token", &token, "--action", "charge", "--target", "acme",
+            "--", "sh", "-c", "exit 1",
+        ]);
+        assert_ne!(code, 0, "{err}");
+        assert_eq!(site.count("SELECT count(*) FROM effect_ledger WHERE state = 'unknown'"), 1, "{err}");
+        std::fs::write(
+            site.path("watch.toml"),
+            format!(
+                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\nunknown_older_than = \"1s\"\nlate_by = \"1s\"\n",
+                far.url
+            ),
+        )
+        .expect("write watch.toml");
+        let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
+        let mut watch = std::process::Command::new(support::bin())
+            .args(["--db", &site.db(), "watch"])
+            .arg(site.path("watch.toml"))
+            .stderr(log)
+            .spawn()
+            .expect("start exactly watch");
+        let told = |rule: &str| {
+            far.delivered()
+                .into_iter()
+                .filter(|r| r.body.contains(&format!("\"rule\":\"{rule}\"")))
+                .count()
+        };
+        let ok = wait_until(Duration::from_secs(15), || {
+            told("unknown_older_than") == 1 && told("late_by") == 1
+        });
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+        let status = watch.wait().expect("wait for exactly watch");
+        let watch_log = support::read_or_empty(&site.path("watch.log"));
+        assert!(ok, "{:?}\n{watch_log}", far.requests());
+        assert_eq!(status.code(), Some(0), "{watch_log}");
+        assert_eq!((told("unknown_older_than"), told("late_by")), (1, 1), "{:?}", far.requests());
+        let late = far.delivered().into_iter().find(|r| r.body.contains("late_by")).expect("late_by");
+        assert!(late.body.contains("\"subject\":\"tick\""), "{}", late.body);
+    }
 }
 
 #[test]
@@ -265,4 +321,13 @@ fn check_reports_a_notifier_s_mistakes() {
     let all = format!("{out}{err}");
     assert!(all.contains("unknown key \"webhok\""), "{all}");
     assert!(all.contains("no hook or webhook"), "{all}");
+}
+
+#[test]
+fn watch_refuses_a_file_without_notify_tables() {
+    let site = Site::new();
+    site.write_jobs("[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+    let (code, out, err) = site.exactly(&["watch", &site.jobs()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("no [[notify]] tables"), "{err}");
 }

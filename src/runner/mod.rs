@@ -29,6 +29,7 @@ pub mod scheduler;
 mod share;
 pub mod spawn;
 pub mod spawner;
+pub mod watch;
 pub mod watchdog;
 
 pub use config::{Job, Overlap, Problem, Severity};

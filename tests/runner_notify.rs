@@ -307,6 +307,52 @@ on_both_backends! {
         let late = far.delivered().into_iter().find(|r| r.body.contains("late_by")).expect("late_by");
         assert!(late.body.contains("\"subject\":\"tick\""), "{}", late.body);
     }
+
+    #[test]
+    fn a_pending_approval_is_told_and_its_end_with_recovery() {
+        let site = Site::new();
+        let far = Recorder::start();
+        let token = site.claim("pay", "1m");
+        let effect = [
+            "effect", "--job", "pay", "--token", &token, "--action", "charge", "--target", "acme",
+            "--needs-approval", "--", "true",
+        ];
+        let (code, _, err) = site.exactly(&effect);
+        assert_eq!(code, 4, "{err}");
+        std::fs::write(
+            site.path("watch.toml"),
+            format!(
+                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\napproval_pending_longer_than = \"1s\"\nrecovery = true\n",
+                far.url
+            ),
+        )
+        .expect("write watch.toml");
+        let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
+        let mut watch = std::process::Command::new(support::bin())
+            .args(["--db", &site.db(), "watch"])
+            .arg(site.path("watch.toml"))
+            .stderr(log)
+            .spawn()
+            .expect("start exactly watch");
+        let told = |state: &str| {
+            far.delivered()
+                .into_iter()
+                .filter(|r| r.body.contains("approval_pending_longer_than"))
+                .filter(|r| r.body.contains(&format!("\"state\":\"{state}\"")))
+                .count()
+        };
+        let fired = wait_until(Duration::from_secs(15), || told("firing") == 1);
+        let key = site.strings("SELECT effect_key FROM effect_ledger WHERE job_key = 'pay'");
+        let (code, o, e) = site.exactly(&["approve", &key[0]]);
+        let recovered = fired && code == 0 && wait_until(Duration::from_secs(10), || told("recovered") == 1);
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+        let status = watch.wait().expect("wait for exactly watch");
+        let watch_log = support::read_or_empty(&site.path("watch.log"));
+        assert!(fired && recovered, "{o}{e}{:?}\n{watch_log}", far.requests());
+        assert_eq!(status.code(), Some(0), "{watch_log}");
+        assert_eq!((told("firing"), told("recovered")), (1, 1), "{:?}", far.requests());
+    }
 }
 
 #[test]

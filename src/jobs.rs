@@ -8,7 +8,8 @@ use unicode_normalization::UnicodeNormalization;
 
 pub use crate::snapshot::{EventRow, RunRow};
 pub use crate::store::{
-    EffectCounts, JobRecord, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW, RUN_WINDOW_DAYS,
+    EffectCounts, JobRecord, NotifyEnd, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW,
+    RUN_WINDOW_DAYS,
 };
 
 /// A job name as stored and looked up (the jobs file, the CLI): Unicode NFC, surrounding
@@ -241,4 +242,15 @@ pub fn effect_counts(store: &mut Store, job: &str, token: i64) -> Result<EffectC
 /// never deleted.
 pub fn prune(store: &mut Store, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
     store.prune(horizon, effects, dry_run)
+}
+
+/// Records what became of a notification (`[[notify]]`): a `notify_sent` or `notify_failed`
+/// event for the dashboard, and its rule's counter for `exactly_notifications_total`.
+pub fn notification_ended(store: &mut Store, end: &crate::store::NotifyEnd<'_>) -> Result<()> {
+    store.notification_ended(end, &time::now_text())
+}
+
+/// (rule, outcome, notifier job, count) of every notification recorded so far.
+pub fn notification_counts(store: &mut Store) -> Result<Vec<(String, String, String, u64)>> {
+    store.notification_counts()
 }

@@ -348,6 +348,24 @@ impl Snapshot {
             "Runs ended, per job and outcome (all time)",
             runs,
         );
+        let notes = Family::<Labels, Counter>::default();
+        for n in &self.notifications {
+            let labels = vec![
+                (
+                    "notifier".to_string(),
+                    label_value(n.notifier.trim_start_matches("exactly-notify:")),
+                ),
+                ("rule".to_string(), label_value(&n.rule)),
+                ("outcome".to_string(), label_value(&n.outcome)),
+            ];
+            notes.get_or_create(&labels).inc_by(n.count);
+        }
+        r.register(
+            "exactly_notifications",
+            "Notifications ([[notify]]) per notifier, rule and outcome: sent, or failed (not \
+             delivered, tried again; or lost, unknown) (all time)",
+            notes,
+        );
         r.register(
             "exactly_job_run_duration_seconds",
             "Durations of the job's ended runs, all time (kept by counters: pruning runs \

@@ -47,6 +47,19 @@ pub struct Snapshot {
     pub unused_approvals: Vec<ApprovalView>,
     /// Most recent first.
     pub events: Vec<EventRow>,
+    /// Notifications (`[[notify]]`) counted so far, per notifier, rule and outcome.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationCount>,
+}
+
+/// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NotificationCount {
+    /// The notifier's job, `exactly-notify:<name>`.
+    pub notifier: String,
+    pub rule: String,
+    pub outcome: String,
+    pub count: u64,
 }
 
 /// One `exactly run` process as it recorded itself.
@@ -403,6 +416,17 @@ impl Snapshot {
             (j.warning_tags, j.warnings) = job_warnings(j).into_iter().unzip();
         }
         crate::runner::definitions::add_warnings(&mut snap);
+        // A database that cannot say (an old schema read read-only) has counted none.
+        snap.notifications = crate::jobs::notification_counts(store)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(rule, outcome, notifier, count)| NotificationCount {
+                notifier,
+                rule,
+                outcome,
+                count,
+            })
+            .collect();
         Ok(snap)
     }
 }

@@ -224,6 +224,10 @@ words! {
         /// Two machines (boot id or pid namespace) go by one host name: their senders are
         /// judged by deadline, never by pid.
         HostClash => "host_clash",
+        /// A notification (`[[notify]]`) delivered: its hook exited 0 or its webhook said 2xx.
+        NotifySent => "notify_sent",
+        /// A notification not delivered (tried again at the next evaluation) or lost (unknown).
+        NotifyFailed => "notify_failed",
     }
 }
 

@@ -163,6 +163,80 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         what: "a firing that cannot start within this of its slot (plus its jitter) is recorded missed and never run, as Kubernetes CronJob's startingDeadlineSeconds",
         example: "starting_deadline = \"2m\"",
     },
+    KeyDoc {
+        key: "ping",
+        kind: "http(s) URL",
+        default: "none",
+        what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, off the run's path",
+        example: "ping = \"https://hc-ping.com/<uuid>\"",
+    },
+];
+
+/// The keys of a `[[notify]]` table.
+pub const NOTIFY_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "name",
+        kind: "string",
+        default: "required",
+        what: "the notifier's identity: its notifications are effects of job exactly-notify:NAME, sent under that lease (one sender at a time among every scheduler and watcher)",
+        example: "name = \"ops\"",
+    },
+    KeyDoc {
+        key: "hook",
+        kind: "array of strings",
+        default: "none (hook or webhook required)",
+        what: "a command run in the file's folder with the notification as JSON on stdin and EXACTLY_EFFECT_KEY set; exit 0 is delivered, 75 is nothing sent (tried again), anything else or past 10s is unknown",
+        example: "hook = [\"sh\", \"scripts/page.sh\"]",
+    },
+    KeyDoc {
+        key: "webhook",
+        kind: "http(s) URL",
+        default: "none (hook or webhook required)",
+        what: "POSTed the notification as JSON (a text field chat webhooks show, and rule, subject, episode, state, effect_key) with the effect key as Idempotency-Key; 2xx is delivered, a refused connection or a 4xx/5xx answer is tried again, a timeout after sending is unknown",
+        example: "webhook = \"https://hooks.slack.com/services/…\"",
+    },
+    KeyDoc {
+        key: "unknown_older_than",
+        kind: "duration string, at least 1s",
+        default: "off",
+        what: "rule: an effect unknown (or submitted by a dead sender) for longer than this; one episode per effect",
+        example: "unknown_older_than = \"1h\"",
+    },
+    KeyDoc {
+        key: "approval_pending_longer_than",
+        kind: "duration string, at least 1s",
+        default: "off",
+        what: "rule: an approval pending for longer than this; one episode per request",
+        example: "approval_pending_longer_than = \"30m\"",
+    },
+    KeyDoc {
+        key: "failing_runs",
+        kind: "integer, 1 to 1000",
+        default: "off",
+        what: "rule: a job whose runs failed (failed or timeout) this many times since its last ok run; one episode per streak, named by its first failed run",
+        example: "failing_runs = 3",
+    },
+    KeyDoc {
+        key: "late_by",
+        kind: "duration string, at least 1s",
+        default: "off",
+        what: "rule: a job's next firing not fired this long after its time (no scheduler, a stuck one); one episode per job and firing",
+        example: "late_by = \"5m\"",
+    },
+    KeyDoc {
+        key: "scheduler_gone",
+        kind: "boolean",
+        default: "false",
+        what: "rule: a scheduler that stopped beating without a clean stop, noticed by another scheduler or exactly watch; one episode per scheduler start",
+        example: "scheduler_gone = true",
+    },
+    KeyDoc {
+        key: "recovery",
+        kind: "boolean",
+        default: "false",
+        what: "also send a recovered notification (state recovered) when each episode ends",
+        example: "recovery = true",
+    },
 ];
 
 const EXAMPLE: &str = r#"retain = "90d"
@@ -182,7 +256,16 @@ every = "1h"
 lease = "20m"
 overlap = "queue"
 queue_cap = 2
-command = ["sh", "scripts/invoice.sh"]"#;
+command = ["sh", "scripts/invoice.sh"]
+ping = "https://hc-ping.com/<uuid>"
+
+[[notify]]
+name = "ops"
+webhook = "https://hooks.slack.com/services/<token>"
+failing_runs = 3
+unknown_older_than = "1h"
+scheduler_gone = true
+recovery = true"#;
 
 fn keys(w: &mut dyn Write, title: &str, docs: &[KeyDoc]) -> std::io::Result<()> {
     writeln!(w, ".SH \"{title}\"")?;
@@ -214,10 +297,11 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
         ".SH DESCRIPTION\n{}",
-        roff("A TOML file: top-level keys, then one [[job]] table per job. Every key is checked: an unknown key (a typo) is an error, and exactly check reports every problem at its line. Each job's command runs in the file's folder, wherever the scheduler was started. Durations are written like 90s, 15m, 1h, 2d (at most 100 years).")
+        roff("A TOML file: top-level keys, then one [[job]] table per job, and [[notify]] tables saying who is told of what (exactly watch reads only those). Every key is checked: an unknown key (a typo) is an error, and exactly check reports every problem at its line. Each job's command runs in the file's folder, wherever the scheduler was started. Durations are written like 90s, 15m, 1h, 2d (at most 100 years).")
     )?;
     keys(w, "FILE KEYS", FILE_KEYS)?;
     keys(w, "JOB KEYS", JOB_KEYS)?;
+    keys(w, "NOTIFY KEYS", NOTIFY_KEYS)?;
     writeln!(w, ".SH EXAMPLE\n.nf")?;
     for line in EXAMPLE.lines() {
         writeln!(w, "{}", roff(line))?;
@@ -274,5 +358,13 @@ mod tests {
             );
         }
         assert_eq!(super::JOB_KEYS.len(), crate::runner::config::JOB_KEYS.len());
+        let notify = crate::runner::notify_config::NOTIFY_KEYS;
+        for key in notify {
+            assert!(
+                super::NOTIFY_KEYS.iter().any(|d| d.key == *key),
+                "exactly-jobs(5) does not document [[notify]] {key}: add it to cli/man_jobs.rs"
+            );
+        }
+        assert_eq!(super::NOTIFY_KEYS.len(), notify.len());
     }
 }

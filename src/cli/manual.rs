@@ -74,6 +74,14 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
                 "bad usage, or the jobs file has errors (refused; see exactly check)",
             ),
         ],
+        "watch" => &[
+            ("0", "stopped by SIGTERM, SIGINT or SIGHUP"),
+            ("1", "the database cannot be opened, or another error"),
+            (
+                "2",
+                "bad usage, or the jobs file has errors or no [[notify]] tables",
+            ),
+        ],
         "approve" => &[
             ("0", "approved (or approved already)"),
             ("1", "no such pending effect, or it was denied or cancelled"),

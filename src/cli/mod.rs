@@ -121,6 +121,11 @@ pub enum Cmd {
         after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db run /etc/exactly/jobs.toml --grace 60s"
     )]
     Run(crate::runner::RunArgs),
+    /// Evaluate only the [[notify]] rules of a jobs file (a host that runs no jobs).
+    #[command(
+        after_help = "Example:\n  exactly --db postgres://exactly@db/exactly watch /etc/exactly/jobs.toml"
+    )]
+    Watch(crate::runner::watch::WatchArgs),
     /// Lint a jobs file.
     #[command(
         after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly check --strict jobs.toml   # warnings fail too"
@@ -306,6 +311,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Logs(a) => logs_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
+        Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),
         Cmd::Check(a) => check::check_main(&db, a),
         Cmd::Trigger(a) => controls::trigger_main(&db, a),
         Cmd::Pause(a) => controls::pause_main(&db, a),

@@ -29,6 +29,9 @@ pub struct Job {
     pub keep_runs: Option<u32>,
     /// Retries, pause after failures, jitter, starting deadline (`policy.rs`).
     pub policy: super::policy::Policy,
+    /// A dead man's switch (`ping`, healthchecks.io's convention): pinged as each run starts
+    /// and ends (`ping.rs`).
+    pub ping: Option<String>,
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
@@ -59,6 +62,8 @@ pub struct Loaded {
     /// File-level `retain = "90d"`: `exactly run` prunes history older than this (off when
     /// absent), as `exactly gc --keep` does.
     pub retain: Option<Duration>,
+    /// The `[[notify]]` tables (`notify_config.rs`): who is told of what.
+    pub notify: Vec<super::notify_config::Notify>,
 }
 
 impl Loaded {
@@ -98,6 +103,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "pause_after_failures",
     "jitter",
     "starting_deadline",
+    "ping",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -124,6 +130,7 @@ struct RawJob {
     pause_after_failures: Option<i64>,
     jitter: Option<String>,
     starting_deadline: Option<String>,
+    ping: Option<String>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -174,15 +181,16 @@ pub fn parse(text: &str) -> Loaded {
     }
     for key in doc
         .keys()
-        .filter(|k| !matches!(k.as_str(), "job" | "retain"))
+        .filter(|k| !matches!(k.as_str(), "job" | "retain" | "notify"))
     {
         out.problems.push(Problem::error(
             "-",
             format!("unknown key {key:?}"),
-            "a jobs file holds only retain and [[job]] tables; a typo must not be ignored"
+            "a jobs file holds only retain, [[job]] and [[notify]] tables; a typo must not be ignored"
                 .to_string(),
         ));
     }
+    out.notify = super::notify_config::parse(doc.get("notify"), &mut out.problems);
     let tables = match doc.get("job") {
         None => {
             out.problems.push(Problem::error(
@@ -610,6 +618,14 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
     };
     let interval = schedule.as_ref().map(super::policy::interval_of);
     let policy = super::policy::validate(name, &raw_policy, interval, problems);
+    let ping = match raw.ping.as_deref().map(super::ping::check_url) {
+        None => Some(None),
+        Some(Ok(url)) => Some(Some(url)),
+        Some(Err(why)) => {
+            problems.push(Problem::error(name, "invalid ping", why));
+            None
+        }
+    };
     if problems.len() > before {
         return None;
     }
@@ -624,6 +640,7 @@ fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job>
         command: command?,
         keep_runs: keep_runs?,
         policy: policy?,
+        ping: ping?,
     })
 }
 

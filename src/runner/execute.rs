@@ -56,6 +56,8 @@ pub struct RunSpec {
     pub granted: Instant,
     /// A failed run's retry and its job's pause, recorded with its end (None: neither).
     pub failure: Option<crate::firing::FailureRules>,
+    /// The job's dead man's switch (`ping.rs`), pinged as the run starts and ends.
+    pub ping: Option<String>,
 }
 
 /// Sends `sig` to the command's process group (not the scheduler's, so its terminal signals do
@@ -150,7 +152,19 @@ fn db_identity(db: &str) -> String {
 }
 
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
+/// The job's `ping` hears of its start and end from a thread of its own.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
+    let url = spec.ping.as_deref();
+    let pinger = super::ping::Pinger::start(&spec.job, url, &spec.started.run_id);
+    let result = execute_run(spec);
+    match &result {
+        Ok(r) => pinger.ended(url, &r.outcome, r.exit_code),
+        Err(_) => pinger.ended(url, &RunOutcome::Failed, None),
+    }
+    result
+}
+
+fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     let job = spec.job.as_str();
     let token = spec.started.token;
     let run_id = spec.started.run_id.as_str();

@@ -16,7 +16,11 @@ mod hold;
 mod lend;
 pub mod liveness;
 mod missed;
+pub mod notify;
+pub mod notify_config;
+mod notify_send;
 mod output;
+pub mod ping;
 pub mod policy;
 pub mod positions;
 pub mod problems;
@@ -28,6 +32,7 @@ pub mod scheduler;
 mod share;
 pub mod spawn;
 pub mod spawner;
+pub mod watch;
 pub mod watchdog;
 
 pub use config::{Job, Overlap, Problem, Severity};
@@ -209,6 +214,9 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())?;
     // Heartbeat (and `retain` pruning) until this function returns: a clean end is recorded.
     let _upkeep = liveness::start(&db_path, &owner, &source, retain)?;
+    // The `[[notify]]` rules, evaluated on a thread of their own (`notify.rs`).
+    let notifiers = config::parse(&read_jobs_file(&a.jobs)?).notify;
+    notify::start(&db_path, notifiers, &owner, cwd.clone(), stop.clone());
     scheduler::run(
         store,
         scheduler::Config {
@@ -354,5 +362,7 @@ pub(crate) fn run_here(
         granted,
         // A run in the foreground is run once: no retry, no pause.
         failure: None,
+        // The registry does not keep `ping`: a run started by hand pings nothing.
+        ping: None,
     })
 }

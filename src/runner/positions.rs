@@ -73,9 +73,11 @@ impl Positions {
         if p.at.is_some() {
             return;
         }
-        if let Some(key) = key_of(&p.what, self.top.keys().map(String::as_str)) {
+        // An `unknown key` of a table other than a job's (`[[notify]]`) is not a top-level key.
+        let key = key_of(&p.what, self.top.keys().map(String::as_str));
+        if let Some((key, line)) = key.and_then(|k| self.top.get(&k).map(|l| (k, *l))) {
             p.at = Some(super::problems::At {
-                line: self.top[&key],
+                line,
                 key: Some(key),
             });
         }

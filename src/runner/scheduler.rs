@@ -676,6 +676,7 @@ fn spawn(
         kill: kill.clone(),
         granted,
         failure: super::policy::failure_rules(&job.policy, &cfg.owner),
+        ping: job.ping.clone(),
     };
     let name = job.name.clone();
     let policy = job.policy;

@@ -18,6 +18,8 @@ mod firing;
 mod gate;
 mod job;
 mod lease;
+mod notify;
+pub use notify::NotifyEnd;
 mod ledger;
 mod ledger_rows;
 pub(crate) mod pg;

@@ -219,6 +219,7 @@ impl Store {
                 pending_approvals,
                 unused_approvals,
                 events,
+                notifications: Vec::new(),
             })
         });
         // A failed read may have left the cache half-synced: start it afresh next time.

@@ -8,6 +8,7 @@ pub(super) fn event_alert(kind: &str) -> bool {
             | EventKind::LeaseStolen
             | EventKind::EffectUnknown
             | EventKind::ApprovalDenied
+            | EventKind::NotifyFailed
     )
 }
 

@@ -1,0 +1,108 @@
+//! A job's dead man's switch (`ping = "https://hc-ping.com/<uuid>"`, healthchecks.io's
+//! convention): `POST {ping}/start` as a run starts, `POST {ping}` when it ends `ok`, `POST
+//! {ping}/fail` with the outcome and exit code in the body otherwise. Best effort: the pings go
+//! from a thread of their own, in order, each bounded by [`PING_TIMEOUT`]; a failed ping is a
+//! log line, never the run's failure, and never holds up its command.
+use super::execute::log_line;
+use crate::state::RunOutcome;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long one ping may take (connect, send, answer).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Checks a `ping` value: an absolute http(s) URL with a host, no spaces, no query or fragment
+/// (a suffix is appended to its path). Returns it without a trailing slash.
+pub fn check_url(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| format!("ping = {url:?} is not an http:// or https:// URL"))?;
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("ping = {url:?} holds spaces or control characters"));
+    }
+    if url.contains(['?', '#']) {
+        return Err(format!(
+            "ping = {url:?} has a query or fragment; /start and /fail are appended to its path"
+        ));
+    }
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("ping = {url:?} names no host"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// The HTTP agent every ping and webhook uses: bounded in time, no redirects followed blindly
+/// beyond ureq's default.
+pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(timeout)
+        .timeout(timeout)
+        .user_agent(concat!("exactly/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The pings of one run: `/start` is sent at once; [`Pinger::ended`] sends the last one after it.
+pub struct Pinger {
+    tx: Option<mpsc::Sender<(String, String)>>,
+}
+
+impl Pinger {
+    /// Starts pinging for a run of `job` (nothing when it has no `ping`).
+    pub fn start(job: &str, url: Option<&str>, run_id: &str) -> Pinger {
+        let Some(url) = url else {
+            return Pinger { tx: None };
+        };
+        let (tx, rx) = mpsc::channel::<(String, String)>();
+        let _ = tx.send((format!("{url}/start"), format!("run_id={run_id}\n")));
+        let job = job.to_string();
+        // Detached: a ping never holds up the run, nor the scheduler's shutdown.
+        std::thread::spawn(move || {
+            let agent = agent(PING_TIMEOUT);
+            for (to, body) in rx {
+                if let Err(e) = agent.post(&to).send_string(&body) {
+                    log_line("WARN", &job, &format!("ping {to} failed: {e}"));
+                }
+            }
+        });
+        Pinger { tx: Some(tx) }
+    }
+
+    /// The run's end: success on `ok`, `/fail` with the outcome and exit code otherwise.
+    pub fn ended(mut self, url: Option<&str>, outcome: &RunOutcome, exit_code: Option<i32>) {
+        let (Some(tx), Some(url)) = (self.tx.take(), url) else {
+            return;
+        };
+        let code = exit_code.map(|c| c.to_string()).unwrap_or_default();
+        let body = format!("outcome={outcome}\nexit_code={code}\n");
+        let to = match outcome {
+            RunOutcome::Ok => url.to_string(),
+            _ => format!("{url}/fail"),
+        };
+        let _ = tx.send((to, body));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked() {
+        assert_eq!(
+            check_url("https://hc-ping.com/abc/").as_deref(),
+            Ok("https://hc-ping.com/abc")
+        );
+        assert!(check_url("http://127.0.0.1:8080/x").is_ok());
+        for bad in [
+            "hc-ping.com/x",
+            "ftp://a/b",
+            "https:///x",
+            "https://a b",
+            "https://a/x?y=1",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+}

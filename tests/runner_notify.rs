@@ -377,3 +377,66 @@ fn watch_refuses_a_file_without_notify_tables() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("no [[notify]] tables"), "{err}");
 }
+
+/// `late_by` also tells of a firing a scheduler recorded missed (here `overlap = "fail"`: a
+/// firing while the run is live is a loud miss), once per missed firing, and never "recovered":
+/// a miss is an event with no end. Before: only an overdue next firing was told.
+#[test]
+fn a_recorded_missed_firing_is_told_once_each() {
+    let site = Site::new();
+    let far = Recorder::start();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"fail\"\n\
+         command = {}\n\n[[notify]]\nname = \"ops\"\nwebhook = \"{}/m\"\nlate_by = \"1h\"\n\
+         recovery = true\n",
+        sh("sleep 2.5"),
+        far.url
+    ));
+    let missed = |far: &Recorder| {
+        far.delivered()
+            .into_iter()
+            .filter(|r| r.body.contains("firing_missed"))
+            .collect::<Vec<_>>()
+    };
+    let mut s = site.start("s", "5s");
+    assert!(
+        wait_until(Duration::from_secs(20), || missed(&far).len() >= 2),
+        "no missed firing told: {:?}\n{}",
+        far.requests(),
+        site.log("s")
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let told = missed(&far);
+    let bodies: Vec<serde_json::Value> = told
+        .iter()
+        .map(|r| serde_json::from_str(&r.body).expect("JSON body"))
+        .collect();
+    let mut episodes: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["episode"].as_str().expect("episode"))
+        .collect();
+    episodes.sort_unstable();
+    let n = episodes.len();
+    episodes.dedup();
+    assert_eq!(
+        episodes.len(),
+        n,
+        "a missed firing was told twice: {bodies:?}"
+    );
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b["state"] == "firing" && b["subject"] == "slow"),
+        "{bodies:?}"
+    );
+    assert!(
+        n as i64 <= site.counter("firing_missed"),
+        "told {n}, recorded {}",
+        site.counter("firing_missed")
+    );
+}

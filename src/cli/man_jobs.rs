@@ -220,7 +220,7 @@ pub const NOTIFY_KEYS: &[KeyDoc] = &[
         key: "late_by",
         kind: "duration string, at least 1s",
         default: "off",
-        what: "rule: a job's next firing not fired this long after its time (no scheduler, a stuck one); one episode per job and firing",
+        what: "rule: a job's next firing not fired this long after its time (no scheduler, a stuck one), one episode per job and firing; and, at once, each firing a scheduler recorded missed (overlap fail, a starting deadline, past catch-up), told as rule firing_missed, never recovered",
         example: "late_by = \"5m\"",
     },
     KeyDoc {

@@ -121,6 +121,34 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
             }
         }
     }
+    if n.late_by.is_some() {
+        // A firing a scheduler recorded missed (overlap fail, a starting deadline, past its
+        // catch-up window) will never run: told at once, each miss its own episode, and with
+        // nothing to recover from.
+        for e in snap
+            .events
+            .iter()
+            .filter(|e| e.kind == crate::state::EventKind::FiringMissed.as_str())
+        {
+            let Some(job) = e
+                .job_key
+                .as_deref()
+                .filter(|j| !j.starts_with("exactly-notify:"))
+            else {
+                continue;
+            };
+            out.push(Condition {
+                rule: MISSED,
+                subject: job.to_string(),
+                episode: format!("{job}@missed#{}", e.id),
+                text: format!(
+                    "job {job}'s firing was missed at {}: {}",
+                    e.at,
+                    e.detail.as_deref().unwrap_or("recorded missed")
+                ),
+            });
+        }
+    }
     if n.scheduler_gone {
         for s in snap
             .schedulers
@@ -252,7 +280,8 @@ impl Notifier {
         for c in self.active.values().cloned().collect::<Vec<_>>() {
             self.send(store, &c, "firing")?;
         }
-        for c in gone {
+        // A missed firing is an event, not a state: it has no end to tell.
+        for c in gone.into_iter().filter(|c| c.rule != MISSED) {
             if self.notify.recovery && !self.send(store, &c, "recovered")? {
                 // Not delivered: kept, so the next evaluation tries again.
                 let key = (c.rule.to_string(), c.subject.clone(), c.episode.clone());
@@ -456,6 +485,10 @@ impl Notifier {
     }
 }
 
+/// The rule a recorded missed firing is told under (asked for by `late_by`).
+const MISSED: &str = "firing_missed";
+
+/// The rules whose episodes end (and so are read back after a restart, to tell their end).
 const RULES: &[&str] = &[
     "unknown_older_than",
     "approval_pending_longer_than",

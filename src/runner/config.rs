@@ -142,7 +142,7 @@ pub fn parse(text: &str) -> Loaded {
     let doc: toml::Table = match text.parse() {
         Ok(t) => t,
         Err(e) => {
-            let place = e.span().map(|s| line_col(text, s.start));
+            let place = e.span().map(|s| super::positions::line_col(text, s.start));
             let at = place
                 .map(|(line, col)| format!(" at line {line}, column {col}"))
                 .unwrap_or_default();
@@ -237,7 +237,7 @@ pub fn parse(text: &str) -> Loaded {
             .collect();
         let wrong_type = wrong_types(&label, &mut table, &mut out.problems);
         for key in unknown {
-            let hint = closest(&key)
+            let hint = super::positions::closest(&key)
                 .map(|k| format!("did you mean {k:?}? "))
                 .unwrap_or_default();
             out.problems.push(Problem::error(
@@ -344,42 +344,6 @@ fn absent_because_mistyped(p: &Problem, mistyped: &[String]) -> bool {
     let absent =
         p.what.starts_with("missing ") || p.what.starts_with("no ") || p.what.contains(" without ");
     absent && super::positions::key_of(&p.what, mistyped.iter().map(String::as_str)).is_some()
-}
-
-/// The known key a typo was most likely meant to be.
-fn closest(key: &str) -> Option<&'static str> {
-    JOB_KEYS
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, k)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
-    (line, col)
 }
 
 fn validate(name: &str, raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job> {

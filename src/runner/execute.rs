@@ -497,3 +497,8 @@ pub fn log_line(level: &str, job: &str, msg: &str) {
         crate::sanitize::inert(msg)
     );
 }
+
+/// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
+pub fn report(job: &str, kind: &str, slot: &str, fired: &crate::firing::Fired) {
+    log_line(fired.level(), job, &fired.describe(kind, slot));
+}

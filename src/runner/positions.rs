@@ -1,5 +1,6 @@
 //! Where in the jobs file a problem is: the line of the key it is about, else of its job's
-//! `[[job]]` header, for `check`'s `file:LINE:` lines and `--json`'s `line` and `key`.
+//! `[[job]]` header, for `check`'s `file:LINE:` lines and `--json`'s `line` and `key`; a parse
+//! error's line and column; and the known key an unknown one most likely meant.
 //!
 //! The spans come from a second, lenient read of the same text (`toml::Spanned` keys): the
 //! typed read in `config.rs` stays as it is, and a file too broken for this read simply gets
@@ -136,6 +137,44 @@ pub fn line_of(text: &str, offset: usize) -> usize {
         .filter(|b| **b == b'\n')
         .count()
         + 1
+}
+
+/// The known key a typo was most likely meant to be.
+pub(super) fn closest(key: &str) -> Option<&'static str> {
+    super::config::JOB_KEYS
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The 1-based line and column of a byte offset in the file.
+pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! at most 3 runs a firing, more with `retries`), reloads the jobs file on SIGHUP, and on
 //! SIGTERM/SIGINT stops firing, gives running commands a grace period, and exits.
 use super::config::Job;
-use super::execute::{execute, log_line, RunSpec};
+use super::execute::{execute, log_line, report, RunSpec};
 use super::health::Health;
 use super::share::Share;
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
@@ -693,9 +693,4 @@ fn spawn(
         run_id: started.run_id,
         handle,
     }
-}
-
-/// One log line saying what became of a firing (worded by [`Fired::describe`]).
-pub fn report(job: &str, kind: &str, slot: &str, fired: &Fired) {
-    log_line(fired.level(), job, &fired.describe(kind, slot));
 }

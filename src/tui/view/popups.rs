@@ -37,13 +37,18 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
         }
     }
     // As many columns as it takes to show every binding without scrolling.
+    let ncols = lines.len().div_ceil(inner.height.max(1) as usize).max(1);
+    draw_columns(f, inner, &lines, ncols, 1);
+}
+
+/// `lines` down `ncols` columns of `inner`, each `gap` cells short of its share.
+fn draw_columns(f: &mut Frame, inner: Rect, lines: &[Line], ncols: usize, gap: u16) {
     let h = inner.height.max(1) as usize;
-    let ncols = lines.len().div_ceil(h).max(1);
-    let col_w = inner.width / ncols as u16;
-    for (i, chunk) in lines.chunks(h).enumerate() {
+    let col_w = inner.width / ncols.max(1) as u16;
+    for (i, chunk) in lines.chunks(h).take(ncols).enumerate() {
         let r = Rect {
             x: inner.x + i as u16 * col_w,
-            width: col_w.saturating_sub(1),
+            width: col_w.saturating_sub(gap),
             ..inner
         };
         f.render_widget(Paragraph::new(chunk.to_vec()), r);
@@ -150,17 +155,13 @@ pub(super) fn draw_legend(f: &mut Frame, t: &Theme, page: usize) {
         " Legend — ? keys, Esc closes ".to_string()
     };
     f.render_widget(Block::bordered().title(title), area);
-    let shown = lines.iter().skip(page * per_page).take(per_page).cloned();
-    let shown: Vec<Line> = shown.collect();
-    let col_w = inner.width / ncols as u16;
-    for (i, chunk) in shown.chunks(h).enumerate() {
-        let r = Rect {
-            x: inner.x + i as u16 * col_w,
-            width: col_w,
-            ..inner
-        };
-        f.render_widget(Paragraph::new(chunk.to_vec()), r);
-    }
+    let shown: Vec<Line> = lines
+        .iter()
+        .skip(page * per_page)
+        .take(per_page)
+        .cloned()
+        .collect();
+    draw_columns(f, inner, &shown, ncols, 0);
 }
 
 pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Pending) {

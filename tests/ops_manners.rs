@@ -170,6 +170,21 @@ fn every_man_page_a_page_points_at_exists_with_exit_status_environment_and_files
         "dst_repeated",
         "dst_skipped",
         "keep_runs",
+        "retries",
+        "retry_backoff",
+        "retry_backoff_max",
+        "pause_after_failures",
+        "jitter",
+        "starting_deadline",
+        "ping",
+        "hook",
+        "webhook",
+        "unknown_older_than",
+        "approval_pending_longer_than",
+        "failing_runs",
+        "late_by",
+        "scheduler_gone",
+        "recovery",
     ] {
         let at = jobs
             .find(&format!(".TP\n\\fB{key}\\fR ("))

@@ -1,7 +1,6 @@
 //! Approvals belong to the effect key, not the run: requested with the terms shown, decided by a
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::sanitize::inert;
-use crate::state::ApprovalState;
 pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending};
 use crate::{Result, Store};
 
@@ -66,32 +65,6 @@ impl Resolved {
             }
             Resolved::NotFound => format!("no effect {k} in the ledger"),
         }
-    }
-}
-
-/// What an effect's approval says about sending it now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    /// Ask a person first: the approval is requested, nothing is sent.
-    Ask,
-    /// Send; `consume`: the approval this send uses up (in the same transaction).
-    Send { consume: bool },
-    /// Denied: the effect is cancelled, never sent.
-    Cancel,
-    /// Asked and not decided yet: wait for a person.
-    Wait,
-}
-
-/// The approval rule, before any send: once anyone asked for approval of a key it binds every
-/// caller (whatever its own flags), an approval is used up by the one send it allows, a denial
-/// cancels. `approval` is the key's approval state, if one was ever asked for.
-pub fn gate(approval: Option<ApprovalState>, needs_approval: bool) -> Gate {
-    match approval {
-        None if needs_approval => Gate::Ask,
-        None | Some(ApprovalState::Consumed) => Gate::Send { consume: false },
-        Some(ApprovalState::Approved) => Gate::Send { consume: true },
-        Some(ApprovalState::Denied) => Gate::Cancel,
-        Some(_) => Gate::Wait,
     }
 }
 
@@ -192,24 +165,4 @@ pub fn resolve_at(
         (attempt.as_deref(), sender),
         now,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_gate_binds_every_caller_once_asked() {
-        assert_eq!(gate(None, false), Gate::Send { consume: false });
-        assert_eq!(gate(None, true), Gate::Ask);
-        for asked in [false, true] {
-            let pending = Some(ApprovalState::Pending);
-            assert_eq!(gate(pending, asked), Gate::Wait);
-            let approved = Some(ApprovalState::Approved);
-            assert_eq!(gate(approved, asked), Gate::Send { consume: true });
-            assert_eq!(gate(Some(ApprovalState::Denied), asked), Gate::Cancel);
-            let used = Some(ApprovalState::Consumed);
-            assert_eq!(gate(used, asked), Gate::Send { consume: false });
-        }
-    }
 }

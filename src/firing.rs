@@ -1,86 +1,13 @@
 //! Firings: a job's instant (scheduled, catch-up, manual, backfill), fired at most once. The
-//! policy lives here — what a firing does while a run is live ([`Overlap`]), how many runs one
-//! firing gets ([`MAX_ATTEMPTS`]) — and the store records what these rules decide in one
-//! transaction with the lease claim, so a crash never leaves half a decision.
+//! rules (what a firing does while a run is live, how many runs one firing gets) are in
+//! [`crate::policy`]; the store records what they decide in one transaction with the lease
+//! claim, so a crash never leaves half a decision.
+use crate::policy::RetryRules;
 pub use crate::store::{
     DueFate, DueRequest, FireRequest, Fired, Resumed, RunOwner, Started, Waiting,
 };
 use crate::{time, Result, Store};
 use std::time::Duration;
-
-/// How many runs one firing gets, however they end (killed, died with their scheduler, an
-/// effect that never happened): counted from the runs table, so across restarts and schedulers.
-pub const MAX_ATTEMPTS: i64 = 3;
-
-/// Whether a firing that has had `runs` runs is used up: it ends `gave_up`, never a fourth run.
-pub fn used_up(runs: i64) -> bool {
-    runs >= MAX_ATTEMPTS
-}
-
-/// What a job does when a firing comes while a run is live (the seed's three policies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overlap {
-    /// Drop the firing (recorded): only the latest state matters.
-    Coalesce,
-    /// Keep at most `cap` firings waiting, persisted; record saturation.
-    Queue { cap: u32 },
-    /// Record a loud miss: a missed firing is a real miss.
-    Fail,
-}
-
-/// A firing's fate while a run is live: [`Overlap::decide`] on the queue's depth.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhileLive {
-    Coalesce,
-    /// Waits, at this depth (counting itself).
-    Queue {
-        depth: u64,
-        cap: u32,
-    },
-    Saturated {
-        cap: u32,
-    },
-    Missed,
-}
-
-impl Overlap {
-    pub fn name(self) -> &'static str {
-        match self {
-            Overlap::Coalesce => "coalesce",
-            Overlap::Queue { .. } => "queue",
-            Overlap::Fail => "fail",
-        }
-    }
-    pub fn cap(self) -> Option<u32> {
-        match self {
-            Overlap::Queue { cap } => Some(cap),
-            _ => None,
-        }
-    }
-    /// Rebuilds the policy from its registry form.
-    pub fn from_registry(name: &str, cap: Option<i64>) -> Option<Overlap> {
-        match name {
-            "coalesce" => Some(Overlap::Coalesce),
-            "fail" => Some(Overlap::Fail),
-            "queue" => Some(Overlap::Queue {
-                cap: cap.unwrap_or(1).clamp(0, u32::MAX as i64) as u32,
-            }),
-            _ => None,
-        }
-    }
-    /// What a firing does while a run is live, with `queued` firings already waiting.
-    pub fn decide(self, queued: u64) -> WhileLive {
-        match self {
-            Overlap::Coalesce => WhileLive::Coalesce,
-            Overlap::Queue { cap } if queued < u64::from(cap) => WhileLive::Queue {
-                depth: queued + 1,
-                cap,
-            },
-            Overlap::Queue { cap } => WhileLive::Saturated { cap },
-            Overlap::Fail => WhileLive::Missed,
-        }
-    }
-}
 
 impl Fired {
     /// How loud a firing's fate is in the scheduler's log: a miss is an error, a saturated
@@ -275,13 +202,6 @@ impl ResumeRules {
     }
 }
 
-/// How a job's failed firings go again (`retries` in the jobs file): at most `attempts` runs a
-/// firing, each retry `backoff(slot, runs so far)` after the last run ended.
-pub struct RetryRules<'a> {
-    pub attempts: i64,
-    pub backoff: &'a dyn Fn(&str, i64) -> Duration,
-}
-
 /// What a job does after a failed run, and what that decided (see
 /// [`crate::jobs::finish_run_then`]).
 pub use crate::store::{AfterFailure, FailureRules};
@@ -328,24 +248,4 @@ pub fn runs_per_firing(store: &mut Store, job: &str) -> Result<Vec<(i64, i64)>> 
 /// How many firings of a job ended `gave_up`.
 pub fn gave_up_count(store: &mut Store, job: &str) -> Result<i64> {
     store.firings_gave_up(job)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overlap_decides_from_the_queue_depth() {
-        assert_eq!(Overlap::Coalesce.decide(5), WhileLive::Coalesce);
-        assert_eq!(Overlap::Fail.decide(0), WhileLive::Missed);
-        let q = Overlap::Queue { cap: 2 };
-        assert_eq!(q.decide(0), WhileLive::Queue { depth: 1, cap: 2 });
-        assert_eq!(q.decide(1), WhileLive::Queue { depth: 2, cap: 2 });
-        assert_eq!(q.decide(2), WhileLive::Saturated { cap: 2 });
-        assert_eq!(
-            Overlap::Queue { cap: 0 }.decide(0),
-            WhileLive::Saturated { cap: 0 }
-        );
-        assert!(!used_up(2) && used_up(3));
-    }
 }

@@ -203,7 +203,7 @@ pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Res
 }
 
 /// Records how a run ended; its firing is settled (ran, retry, or gave up after
-/// [`crate::firing::MAX_ATTEMPTS`] runs).
+/// [`crate::policy::MAX_ATTEMPTS`] runs).
 pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
     finish_run_at(store, end, time::now())
 }

@@ -51,6 +51,7 @@ pub mod json;
 pub mod key;
 pub mod lease;
 pub mod metrics;
+pub mod policy;
 pub mod runner;
 pub mod sanitize;
 pub mod sender;

@@ -345,7 +345,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             format!(
                 "{} firing(s) gave up after {} runs: check their effects by hand",
                 j.firings_gave_up,
-                crate::firing::MAX_ATTEMPTS
+                crate::policy::MAX_ATTEMPTS
             ),
         ));
     }

@@ -7,6 +7,7 @@
 //! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog even
 //! while we are paused. When the command ends, whatever it left running in its group (and, as
 //! subreaper, outside it) is killed, so nothing sends after we record.
+use crate::policy::{LEASE_POLL, STOP_GRACE};
 use crate::Store;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
@@ -17,10 +18,6 @@ use std::time::{Duration, Instant};
 /// Most bytes of a command's stdout kept as the effect's response (64 KiB); the rest still
 /// reaches our stdout, and the row records how much there was.
 pub const RESPONSE_MAX: usize = 64 * 1024;
-/// How often the lease is re-read while the command runs.
-pub const LEASE_POLL: Duration = Duration::from_millis(200);
-/// How long a stopped command has between `SIGTERM` and `SIGKILL`.
-pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// How long we wait for the stdout pipe to drain once the command's group is gone.
 const PIPE_WAIT: Duration = Duration::from_secs(2);
 

@@ -70,7 +70,7 @@ fn runs_days_ago(site: &Site, job: &str, n: i64, outcome: RunOutcome, ms: i64) {
                 owner: "s0@old-host:1",
                 lease_until: &until,
                 now: &slot,
-                overlap: firing::Overlap::Coalesce,
+                overlap: exactly::policy::Overlap::Coalesce,
                 backfill: false,
                 live_here: false,
             },

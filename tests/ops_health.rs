@@ -386,7 +386,7 @@ fn old_runs(
                 owner: "s0@old-host:1",
                 lease_until: &until,
                 now: &slot,
-                overlap: firing::Overlap::Coalesce,
+                overlap: exactly::policy::Overlap::Coalesce,
                 backfill: false,
                 live_here: false,
             },

@@ -22,8 +22,8 @@ const SETTLE_TRIES: usize = 12;
 /// (`EXACTLY_MAX_SKEW`'s default) less the time a command takes to be stopped once its lease has
 /// expired (a poll, then the grace before `SIGKILL`).
 pub const MAX_SKEW_MS: i64 = crate::time::DEFAULT_MAX_SKEW.as_millis() as i64
-    - crate::wrapped::LEASE_POLL.as_millis() as i64
-    - crate::wrapped::STOP_GRACE.as_millis() as i64;
+    - crate::policy::LEASE_POLL.as_millis() as i64
+    - crate::policy::STOP_GRACE.as_millis() as i64;
 /// The lease each `clock-skew` process claims for itself.
 const SKEW_LEASE: &str = "1s";
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-pub use crate::firing::Overlap;
+pub use crate::policy::Overlap;
 
 /// A valid job from the file.
 #[derive(Debug, Clone)]

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 /// After SIGTERM to a command stopped (shutdown, timeout), how long before SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// After SIGTERM to a command stopped because its lease is lost, how long before SIGKILL (its
-/// watchdog's own stop is as quick, see `wrapped::STOP_GRACE`).
-const FENCE_GRACE: Duration = crate::wrapped::STOP_GRACE;
+/// watchdog's own stop is as quick, see `policy::STOP_GRACE`).
+const FENCE_GRACE: Duration = crate::policy::STOP_GRACE;
 /// How long an earlier run's leftover processes get to be gone after SIGKILL.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for output pipes after the command exits (a background grandchild may

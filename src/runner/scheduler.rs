@@ -355,7 +355,7 @@ fn start_waiting(
         let policy = job.policy;
         let name = job.name.clone();
         let backoff = move |slot: &str, runs: i64| policy.backoff(&name, slot, runs);
-        let retry = firing::RetryRules {
+        let retry = crate::policy::RetryRules {
             attempts: policy.attempts(),
             backoff: &backoff,
         };

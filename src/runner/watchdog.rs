@@ -15,7 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Between SIGTERM and SIGKILL of a group stopped at its deadline.
-pub const GRACE: Duration = crate::wrapped::STOP_GRACE;
+pub const GRACE: Duration = crate::policy::STOP_GRACE;
 /// Most groups held at once; beyond it, a run has only its own thread to stop its command.
 const SLOTS: usize = 4096;
 

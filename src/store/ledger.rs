@@ -6,7 +6,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
 use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
-use crate::approval::Gate;
+use crate::policy::Gate;
 use crate::state::EventKind;
 use crate::state::{ApprovalState, EffectState};
 use crate::time::Ts;
@@ -51,13 +51,6 @@ pub(super) const BUMP: &str = "version = coalesce(version, 0) + 1";
 /// The least of a lease that must be left for `submitted` to be written: the shortest lease
 /// accepted anywhere. The lease is the permission to send.
 pub const SUBMIT_MIN_LEFT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// How long after its lease's end a stopped sender may still be sending: our deadline timer
-/// fires on a poll of the loop that watches the command, which then waits out its grace before
-/// SIGKILL.
-fn stop_margin() -> std::time::Duration {
-    crate::wrapped::LEASE_POLL + crate::wrapped::STOP_GRACE
-}
 
 /// The lease a send under (`job`, `token`) holds now, and whether it is live, judged against
 /// `now` minus the skew margin and the stop margin.
@@ -135,7 +128,7 @@ fn begin_facts(
 /// not ended on every clock (the skew margin), or the command it wrapped has not yet been
 /// stopped (`exactly effect` stops it at its deadline, then waits out its grace before SIGKILL).
 fn sending_until(until: &str, now: &str) -> bool {
-    let margin = crate::time::minus(&crate::time::minus_skew(now), stop_margin());
+    let margin = crate::time::minus(&crate::time::minus_skew(now), crate::policy::stop_margin());
     until >= margin.as_str()
 }
 
@@ -367,10 +360,10 @@ impl Store {
                     |r| word(r, 0),
                 )
                 .optional()?;
-            // The rule is the domain's (`approval::gate`); the store applies it in this
+            // The rule is the domain's (`policy::gate`); the store applies it in this
             // transaction, with the compare-and-set below.
             let consumed_before = approval == Some(ApprovalState::Consumed);
-            let consume = match crate::approval::gate(approval, needs_approval) {
+            let consume = match crate::policy::gate(approval, needs_approval) {
                 Gate::Ask => {
                     tx.exec(
                         "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)

@@ -1,5 +1,5 @@
 //! Firings brought back: a firing whose run died, or whose effect an observer found never
-//! happened, is fired again for the same slot — at most `firing::MAX_ATTEMPTS` runs, then it
+//! happened, is fired again for the same slot — at most `policy::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
 use super::db::{args, DbResult, Optional, Tx};
 use super::firing::{
@@ -7,7 +7,7 @@ use super::firing::{
 };
 use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
-use crate::firing::RetryRules;
+use crate::policy::RetryRules;
 use crate::state::{is_failure, EventKind};
 use crate::Result;
 
@@ -124,7 +124,7 @@ impl Store {
     /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
     /// an observer found never happened (`retry`, however old). The command's effects are keyed
     /// by facts, so what was done is suppressed and only what never went out is sent. A firing
-    /// that already had its job's attempts (`firing::MAX_ATTEMPTS`, or more with `retries`) ends
+    /// that already had its job's attempts (`policy::MAX_ATTEMPTS`, or more with `retries`) ends
     /// `gave_up` (a loud event) instead of another. A firing whose run failed goes again only
     /// after its backoff ([`Resumed::not_before`]).
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never

@@ -4,7 +4,7 @@
 use super::db::{args, Optional};
 use super::firing::{gave_up_event, AfterFailure, FailureRules};
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
-use crate::firing::used_up;
+use crate::policy::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};
 use crate::Result;
 
@@ -155,7 +155,7 @@ impl Store {
                 args![end.job, end.slot, end.run_id, now, detail, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(tx, end.job, end.slot, (attempts, crate::firing::MAX_ATTEMPTS), None, now)?;
+                gave_up_event(tx, end.job, end.slot, (attempts, crate::policy::MAX_ATTEMPTS), None, now)?;
             }
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.

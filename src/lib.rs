@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod policy;
 pub mod runner;
 pub mod sanitize;
+pub mod schedule;
 pub mod sender;
 pub mod snapshot;
 pub mod state;

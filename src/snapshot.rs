@@ -100,7 +100,7 @@ pub struct JobRow {
     pub queue_cap: Option<i64>,
     /// A cron job's daylight-saving policy in its zone; absent for other jobs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dst: Option<crate::runner::schedule::DstShown>,
+    pub dst: Option<crate::schedule::DstShown>,
     /// The registry's `dst_repeated` and `dst_skipped`, as stored (read into `dst`).
     #[serde(skip)]
     pub dst_policy: (Option<String>, Option<String>),
@@ -266,7 +266,7 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
         let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
         j.next_fire_at = next.map(crate::time::fmt);
         if let (Some(last), false) = (last_slot, j.paused) {
-            let grace = j.catchup_s.max(0) + crate::runner::scheduler::LATE_OK.as_secs() as i64;
+            let grace = j.catchup_s.max(0) + crate::schedule::LATE_OK.as_secs() as i64;
             let horizon = now - chrono::Duration::seconds(grace);
             j.missed_unrecorded = passed_slots(&schedule, last, horizon);
         }
@@ -275,7 +275,8 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
 }
 
 /// Registry schedules as parsed, by (schedule, timezone).
-type Parsed = std::collections::HashMap<(String, Option<String>), Option<crate::runner::Schedule>>;
+type Parsed =
+    std::collections::HashMap<(String, Option<String>), Option<crate::schedule::Schedule>>;
 
 thread_local! {
     /// A dashboard polling 1,000 jobs parses each schedule once, not once a poll.
@@ -283,7 +284,7 @@ thread_local! {
 }
 
 /// A registry schedule, parsed (once per thread).
-fn parsed(schedule: &str, tz: Option<&str>) -> Option<crate::runner::Schedule> {
+fn parsed(schedule: &str, tz: Option<&str>) -> Option<crate::schedule::Schedule> {
     SCHEDULES.with(|c| {
         let mut c = c.borrow_mut();
         // Registries change rarely; a bound keeps a dashboard left open for months small.
@@ -291,7 +292,7 @@ fn parsed(schedule: &str, tz: Option<&str>) -> Option<crate::runner::Schedule> {
             c.clear();
         }
         c.entry((schedule.to_string(), tz.map(str::to_string)))
-            .or_insert_with(|| crate::runner::Schedule::from_registry(schedule, tz).ok())
+            .or_insert_with(|| crate::schedule::Schedule::from_registry(schedule, tz).ok())
             .clone()
     })
 }
@@ -301,11 +302,11 @@ const UNRECORDED_MAX: u64 = 1_000;
 
 /// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
 fn passed_slots(
-    schedule: &crate::runner::Schedule,
+    schedule: &crate::schedule::Schedule,
     last: crate::time::Ts,
     upto: crate::time::Ts,
 ) -> u64 {
-    if let crate::runner::Schedule::Every { .. } = schedule {
+    if let crate::schedule::Schedule::Every { .. } = schedule {
         return schedule.slots(last, upto, 0).1;
     }
     let mut n = 0;
@@ -406,7 +407,7 @@ impl Snapshot {
         let mut snap = store.snapshot(now, &crate::hostname(), dead_after)?;
         for j in &mut snap.jobs {
             let (repeated, skipped) = std::mem::take(&mut j.dst_policy);
-            j.dst = crate::runner::schedule::dst_shown(
+            j.dst = crate::schedule::dst_shown(
                 j.schedule.as_deref(),
                 j.timezone.as_deref(),
                 repeated,
@@ -415,7 +416,7 @@ impl Snapshot {
             plan(j, now);
             (j.warning_tags, j.warnings) = job_warnings(j).into_iter().unzip();
         }
-        crate::runner::definitions::add_warnings(&mut snap);
+        add_replaced_warnings(&mut snap);
         // A database that cannot say (an old schema read read-only) has counted none.
         snap.notifications = crate::jobs::notification_counts(store)
             .unwrap_or_default()
@@ -428,6 +429,32 @@ impl Snapshot {
             })
             .collect();
         Ok(snap)
+    }
+}
+
+/// Adds to each job's warnings a definition the newest registration replaced while the
+/// scheduler holding it is alive (it no longer fires the job).
+fn add_replaced_warnings(snap: &mut Snapshot) {
+    let alive: Vec<&str> = snap
+        .schedulers
+        .iter()
+        .filter(|s| s.alive)
+        .map(|s| s.owner.as_str())
+        .collect();
+    for j in &mut snap.jobs {
+        let Some(c) = &j.replaced else { continue };
+        if j.retired || !alive.contains(&c.owner.as_str()) {
+            continue;
+        }
+        j.warning_tags.push("redefined");
+        j.warnings.push(format!(
+            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) holds another and no longer fires it",
+            c.by.as_deref().unwrap_or("?"),
+            c.by_source.as_deref().unwrap_or("?"),
+            c.at.as_deref().unwrap_or("?"),
+            c.owner,
+            c.source.as_deref().unwrap_or("?"),
+        ));
     }
 }
 

@@ -32,7 +32,7 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
             "notes": notes,
             "strict": a.strict,
             "ok": code == 0,
-            "dst": runner::schedule::dst_of(&jobs),
+            "dst": runner::dst::dst_of(&jobs),
             "policies": runner::policy::check_json(&jobs),
             "problems": problems.iter().map(|p| serde_json::json!({
                 "severity": p.kind(),

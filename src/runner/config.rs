@@ -2,7 +2,7 @@
 //! [`Problem`] (`problems.rs`, which also holds the lint behind `exactly check`); errors make a
 //! job unusable and `exactly run` refuses the file.
 pub use super::problems::{lint, History, Problem, Severity};
-use super::schedule::Schedule;
+use crate::schedule::Schedule;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

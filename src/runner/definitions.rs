@@ -8,7 +8,6 @@ use super::config::Job;
 use super::execute::log_line;
 use crate::jobs;
 use crate::sanitize::inert;
-use crate::snapshot::Snapshot;
 use crate::Store;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -145,30 +144,4 @@ pub fn check_problem(
         ),
         why: "the newest registration wins: running this file takes the job over, and a scheduler still running the other definition stops firing it".into(),
     })
-}
-
-/// Adds to each job's warnings a definition the newest registration replaced while the
-/// scheduler holding it is alive (it no longer fires the job).
-pub fn add_warnings(snap: &mut Snapshot) {
-    let alive: Vec<&str> = snap
-        .schedulers
-        .iter()
-        .filter(|s| s.alive)
-        .map(|s| s.owner.as_str())
-        .collect();
-    for j in &mut snap.jobs {
-        let Some(c) = &j.replaced else { continue };
-        if j.retired || !alive.contains(&c.owner.as_str()) {
-            continue;
-        }
-        j.warning_tags.push("redefined");
-        j.warnings.push(format!(
-            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) holds another and no longer fires it",
-            c.by.as_deref().unwrap_or("?"),
-            c.by_source.as_deref().unwrap_or("?"),
-            c.at.as_deref().unwrap_or("?"),
-            c.owner,
-            c.source.as_deref().unwrap_or("?"),
-        ));
-    }
 }

@@ -24,13 +24,13 @@ pub(super) fn record_behind(
 ) -> Result<()> {
     let job = &st.job;
     // A firing its DST policy left out is a miss that says why, not a silence.
-    let left_out: Vec<String> = super::dst::skipped_slots(&job.schedule, st.dst_seen, now)
+    let left_out: Vec<String> = crate::schedule::skipped_slots(&job.schedule, st.dst_seen, now)
         .into_iter()
         .map(time::fmt)
         .collect();
     if !left_out.is_empty() {
         let n = left_out.len() as u64;
-        let reason = super::dst::SKIPPED_REASON;
+        let reason = crate::schedule::SKIPPED_REASON;
         if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
             log_line(
                 "INFO",

@@ -27,7 +27,6 @@ pub mod problems;
 pub mod procs;
 mod reload;
 mod renewer;
-pub mod schedule;
 pub mod scheduler;
 mod share;
 pub mod spawn;
@@ -35,8 +34,8 @@ pub mod spawner;
 pub mod watch;
 pub mod watchdog;
 
+pub use crate::schedule::Schedule;
 pub use config::{Job, Overlap, Problem, Severity};
-pub use schedule::Schedule;
 
 use crate::firing;
 use crate::jobs::{self, JobRecord};

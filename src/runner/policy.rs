@@ -8,9 +8,9 @@
 use super::config::Job;
 use super::execute::log_line;
 use super::problems::Problem;
-use super::schedule::Schedule;
 use crate::firing::{AfterFailure, FailureRules, Started};
 use crate::policy::MAX_ATTEMPTS;
+use crate::schedule::Schedule;
 use crate::time::{self, Ts};
 use sha2::{Digest, Sha256};
 use std::time::Duration;

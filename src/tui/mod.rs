@@ -129,7 +129,7 @@ fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
         upto(j.next_fire_at.as_deref(), 0);
         upto(
             j.next_fire_at.as_deref(),
-            crate::runner::scheduler::LATE_OK.as_secs() as i64,
+            crate::schedule::LATE_OK.as_secs() as i64,
         );
     }
     for sc in s.schedulers.iter().filter(|sc| sc.alive) {

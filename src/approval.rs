@@ -153,7 +153,7 @@ pub fn resolve_at(
     let attempt = row.as_ref().and_then(|r| r.attempt.clone());
     let sender = match &row {
         Some(r) => crate::effect::sender(r),
-        None => crate::effect::Sender::Unknown,
+        None => crate::sender::Sender::Unknown,
     };
     store.resolve_effect(
         key,

@@ -279,6 +279,58 @@ mod boundary {
         );
     }
 
+    /// The store is the ground floor: its code names only the modules below it (the state
+    /// words, times, policy, schedules, the sender's identity, keys, fault points, sanitizing),
+    /// never the library's domain modules or the application above them. Its rows are its own
+    /// (`store/rows.rs`); the snapshot is built from them.
+    #[test]
+    fn the_store_names_no_module_above_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut below: Vec<String> = vec!["store".into(), "Error".into(), "Result".into()];
+        below.extend(
+            [
+                "state", "time", "policy", "schedule", "sender", "key", "fault", "sanitize",
+            ]
+            .map(String::from),
+        );
+        let mut files = Vec::new();
+        sources(&root.join("store"), &mut files);
+        assert!(files.len() >= 10, "found only {} files", files.len());
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("read source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (i, line) in code.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for (at, _) in line.match_indices("crate::") {
+                    let rest = &line[at + 7..];
+                    // `crate::{a, b::C}` names each of a and b.
+                    let named: Vec<&str> = match rest.strip_prefix('{') {
+                        Some(group) => group.split([',', '}']).map(str::trim).collect(),
+                        None => vec![rest],
+                    };
+                    for n in named {
+                        let name: String = n
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        let is_fn = n[name.len()..].starts_with('(');
+                        if !name.is_empty() && !is_fn && !below.contains(&name) {
+                            found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the store names a module above it:\n{}",
+            found.join("\n")
+        );
+    }
+
     /// Policy up, SQL down: the store decides nothing of the runner's, asks nobody who acts and
     /// reads no clock (every write's time comes from its caller, or on PostgreSQL the server).
     #[test]

@@ -9,6 +9,21 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// What can be known about the process set that moved a row to `submitted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// On this host identity it, or something left in its group, lives (other than us): it may
+    /// be sending right now.
+    Alive,
+    /// This host identity, its process is gone and nothing is left of its group (ended before
+    /// this answer): nothing more will leave on its behalf.
+    Gone,
+    /// Another host, ourselves, or no attempt recorded: only the row's deadline can tell.
+    Unknown,
+    /// Another machine calling itself by our host name: only the row's deadline can tell.
+    Clash,
+}
+
 /// How long ending a dead sender's leftover group may take before it counts as still alive.
 const END_WAIT: Duration = Duration::from_secs(3);
 

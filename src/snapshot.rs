@@ -2,21 +2,9 @@
 //! reader renders — `status` (text, JSON), `metrics` (OpenMetrics/Prometheus), the dashboard.
 //! Here the model and what is derived from its rows (percentiles, a job's warnings);
 //! `metrics.rs` renders it.
-use crate::approval::ApprovalRow;
 use crate::time::{human_age, human_ms};
 use crate::Store;
 use serde::Serialize;
-
-/// Counters over one window (all time, or the last 24 h).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Window {
-    pub duplicates_suppressed: u64,
-    pub fenced_writes: u64,
-    pub claimed_never_submitted: u64,
-    pub unknown: u64,
-    pub pending_approvals: u64,
-    pub unused_approvals: u64,
-}
 
 /// Everything the dashboard, `status` and `metrics` show, read in one short transaction.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -52,198 +40,13 @@ pub struct Snapshot {
     pub notifications: Vec<NotificationCount>,
 }
 
-/// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct NotificationCount {
-    /// The notifier's job, `exactly-notify:<name>`.
-    pub notifier: String,
-    pub rule: String,
-    pub outcome: String,
-    pub count: u64,
-}
-
-/// One `exactly run` process as it recorded itself.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SchedulerRow {
-    pub owner: String,
-    pub host: String,
-    pub pid: i64,
-    pub started_at: String,
-    pub heartbeat_at: String,
-    /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
-    pub ended_at: Option<String>,
-    pub alive: bool,
-    /// The machine behind `host` (boot id / pid namespace); None from schedulers before it.
-    pub host_id: Option<String>,
-}
-
 pub use crate::state::{is_failure, FAILING_OUTCOMES};
+pub use crate::store::rows::{
+    ApprovalView, EventRow, JobRow, NotificationCount, OpenEffect, Reading, Replaced, RunRow,
+    SchedulerRow, Window, RUN_BUCKETS_MS,
+};
 
-/// The upper bounds (ms) of the run-duration buckets the store counts, a tenth of a second to a
-/// day (`store/schema.rs` words each one in SQL; a test there keeps the two equal).
-pub const RUN_BUCKETS_MS: &[i64] = &[
-    100, 500, 1_000, 5_000, 15_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000,
-    7_200_000, 21_600_000, 86_400_000,
-];
 pub use crate::time::percentiles;
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct JobRow {
-    pub job_key: String,
-    pub schedule: Option<String>,
-    pub timezone: Option<String>,
-    pub interval_s: Option<i64>,
-    pub lease_s: Option<i64>,
-    /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
-    pub lease_ms: Option<i64>,
-    pub overlap: Option<String>,
-    pub queue_cap: Option<i64>,
-    /// A cron job's daylight-saving policy in its zone; absent for other jobs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dst: Option<crate::schedule::DstShown>,
-    /// The registry's `dst_repeated` and `dst_skipped`, as stored (read into `dst`).
-    #[serde(skip)]
-    pub dst_policy: (Option<String>, Option<String>),
-    pub runs: u64,
-    pub p50_ms: Option<u64>,
-    pub p99_ms: Option<u64>,
-    /// The durations (ms) behind p50/p99: the job's runs in the duration window.
-    #[serde(skip)]
-    pub durations_ms: Vec<i64>,
-    pub fencing_token: Option<i64>,
-    pub lease_owner: Option<String>,
-    pub lease_until: Option<String>,
-    /// Seconds until the lease expires (negative: expired); None when released or never held.
-    pub lease_left_s: Option<i64>,
-    pub paused: bool,
-    pub pause_note: Option<String>,
-    pub retired: bool,
-    pub queue_depth: u64,
-    pub last_run: Option<RunRow>,
-    /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
-    pub next_fire_at: Option<String>,
-    /// When the latest `ok` run ended.
-    pub last_success_at: Option<String>,
-    /// Runs in the run window that ended `failed` or `timeout`.
-    pub runs_failed: u64,
-    /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
-    /// counts the same, since the job was last resumed.
-    pub consecutive_failures: u64,
-    /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
-    /// it is not paused.
-    pub paused_reason: Option<String>,
-    /// All-time runs per outcome (kept by counters, so pruning history keeps them).
-    pub runs_by_outcome: std::collections::BTreeMap<String, u64>,
-    /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last),
-    /// not cumulative, and their durations' sum: kept by counters, so they never go down.
-    #[serde(skip)]
-    pub run_duration_counts: Vec<u64>,
-    #[serde(skip)]
-    pub run_duration_sum_ms: u64,
-    /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
-    /// run them (`missed_unrecorded`, counted by the reader).
-    pub missed_firings: u64,
-    pub missed_unrecorded: u64,
-    pub duplicates_suppressed: u64,
-    pub fenced_writes: u64,
-    /// Firings that used up their runs (three) without finishing.
-    pub firings_gave_up: u64,
-    /// Firings an observer marked for a re-run that has not happened yet.
-    pub firings_need_retry: u64,
-    pub warnings: Vec<String>,
-    /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of
-    /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
-    #[serde(skip)]
-    pub warning_tags: Vec<&'static str>,
-    /// Facts the store reads for [`plan`]: the latest slot fired (or the last run's), the
-    /// catch-up window, the misses a scheduler recorded. Not part of the JSON.
-    #[serde(skip)]
-    pub last_slot: Option<String>,
-    #[serde(skip)]
-    pub catchup_s: i64,
-    #[serde(skip)]
-    pub missed_recorded: u64,
-    /// A live scheduler's different definition the newest registration replaced (a warning
-    /// while that scheduler is alive: `runner::definitions`).
-    #[serde(skip)]
-    pub replaced: Option<Replaced>,
-}
-
-/// Whose definition of a job the newest registration (`by`, from `by_source`, `at`) replaced.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Replaced {
-    pub owner: String,
-    pub source: Option<String>,
-    pub by: Option<String>,
-    pub by_source: Option<String>,
-    pub at: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct RunRow {
-    pub run_id: String,
-    pub job_key: String,
-    pub scheduled_at: String,
-    pub owner: String,
-    pub fencing_token: i64,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    pub outcome: Option<String>,
-    pub duration_ms: Option<i64>,
-    pub exit_code: Option<i64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct OpenEffect {
-    pub effect_key: String,
-    pub job_key: String,
-    pub state: String,
-    pub since: String,
-    pub age_s: i64,
-    pub terms_shown: Option<String>,
-    pub verdict: Option<String>,
-    pub fencing_token: Option<i64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ApprovalView {
-    pub effect_key: String,
-    pub job_key: String,
-    pub terms_shown: Option<String>,
-    pub state: String,
-    pub requested_at: String,
-    pub age_s: i64,
-    pub decided_by: Option<String>,
-}
-
-impl ApprovalView {
-    pub fn from_row(a: ApprovalRow, now: crate::time::Ts) -> Self {
-        let age_s = crate::time::parse(&a.requested_at)
-            .map(|t| crate::time::age_s(t, now))
-            .unwrap_or(0);
-        ApprovalView {
-            effect_key: a.effect_key,
-            job_key: a.job_key,
-            terms_shown: a.terms_shown,
-            state: a.state.to_string(),
-            requested_at: a.requested_at,
-            age_s,
-            decided_by: a.decided_by,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct EventRow {
-    pub id: i64,
-    pub at: String,
-    pub kind: String,
-    pub job_key: Option<String>,
-    pub effect_key: Option<String>,
-    pub fencing_token: Option<i64>,
-    pub actor: Option<String>,
-    pub detail: Option<String>,
-}
 
 /// When a job fires next: after the latest slot any scheduler fired (or the last run's), so a
 /// job nobody fires shows a next firing in the past; and the slots past its catch-up window
@@ -404,7 +207,8 @@ impl Snapshot {
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
         let now = crate::time::now();
         let dead_after = crate::jobs::scheduler_dead_after();
-        let mut snap = store.snapshot(now, &crate::hostname(), dead_after)?;
+        let reading = store.reading(now, dead_after)?;
+        let mut snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);
         for j in &mut snap.jobs {
             let (repeated, skipped) = std::mem::take(&mut j.dst_policy);
             j.dst = crate::schedule::dst_shown(
@@ -430,6 +234,92 @@ impl Snapshot {
             .collect();
         Ok(snap)
     }
+
+    /// The snapshot of what the store read on `host`, with the whole system's warnings: no
+    /// scheduler alive while jobs are registered, one host name on two machines. A scheduler
+    /// silent for `dead_after` is not alive.
+    pub fn from_reading(r: Reading, host: &str, dead_after: std::time::Duration) -> Snapshot {
+        let now = crate::time::parse(&r.taken_at).unwrap_or_else(crate::time::now);
+        let schedulers_alive = r.schedulers.iter().filter(|s| s.alive).count() as u64;
+        let mut warnings = Vec::new();
+        let live_jobs = r
+            .jobs
+            .iter()
+            .filter(|j| j.schedule.is_some() && !j.retired)
+            .count();
+        if live_jobs > 0 && schedulers_alive == 0 {
+            let last = r
+                .schedulers
+                .iter()
+                .map(|s| s.heartbeat_at.as_str())
+                .max()
+                .and_then(crate::time::parse)
+                .map(|t| {
+                    let ago = human_age(crate::time::age_s(t, now));
+                    format!("last heartbeat {ago} ago")
+                })
+                .unwrap_or_else(|| "none has ever run on this database".into());
+            warnings.push(format!(
+                "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; start exactly run"
+            ));
+        }
+        let host_clashes = host_clashes(&r.schedulers, r.host_clashes_24h);
+        warnings.extend(host_clashes.iter().cloned());
+        let missed_firings =
+            r.missed_recorded + r.jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
+        Snapshot {
+            taken_at: r.taken_at,
+            db: r.db,
+            host: host.to_string(),
+            schema_version: r.schema_version,
+            schedulers: r.schedulers,
+            schedulers_alive,
+            scheduler_dead_after_s: dead_after.as_secs() as i64,
+            warnings,
+            host_clashes,
+            totals: r.totals,
+            last_24h: r.last_24h,
+            oldest_unknown_s: r.oldest_unknown_s,
+            missed_firings,
+            jobs: r.jobs,
+            unknown: r.unknown,
+            pending_approvals: r.pending_approvals,
+            unused_approvals: r.unused_approvals,
+            events: r.events,
+            notifications: Vec::new(),
+        }
+    }
+}
+
+/// One host name, two machines: every pid-based judgement between them would be wrong. The
+/// live schedulers that clash now, and the clashes recorded in the last 24 h.
+fn host_clashes(schedulers: &[SchedulerRow], recorded_24h: u64) -> Vec<String> {
+    let mut clashing: Vec<&str> = Vec::new();
+    for a in schedulers.iter().filter(|s| s.alive) {
+        let twin = schedulers.iter().any(|b| {
+            b.alive
+                && b.host == a.host
+                && b.host_id.is_some()
+                && a.host_id.is_some()
+                && b.host_id != a.host_id
+        });
+        if twin && !clashing.contains(&a.host.as_str()) {
+            clashing.push(&a.host);
+        }
+    }
+    let mut out = Vec::new();
+    for h in clashing {
+        out.push(format!(
+            "host name {:?} is used by live schedulers on two machines: give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
+            crate::sanitize::inert(h)
+        ));
+    }
+    if recorded_24h > 0 {
+        out.push(format!(
+            "{recorded_24h} host-name clash(es) in 24h: two machines write under one host name (see the host_clash events); give each its own EXACTLY_HOST"
+        ));
+    }
+    out
 }
 
 /// Adds to each job's warnings a definition the newest registration replaced while the

@@ -10,8 +10,9 @@
 //! one item and strikes one scheduler.
 use super::proc::Running;
 use super::{sh_quote, Eff, Harness, Tally};
-use crate::effect::{self, Sender};
+use crate::effect;
 use crate::runner::procs;
+use crate::sender::Sender;
 use crate::state::EffectState;
 use crate::{Error, Result};
 use indicatif::ProgressBar;

@@ -243,7 +243,10 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
         reg.row.timezone.as_deref(),
     )
     .map_err(Error::Usage)?
-    .with_dst(crate::schedule::Dst::from_registry(&reg.row));
+    .with_dst(crate::schedule::Dst::from_registry(
+        reg.row.dst_repeated.as_deref(),
+        reg.row.dst_skipped.as_deref(),
+    ));
     let before = from - chrono::Duration::milliseconds(1);
     let (slots, total) = schedule.slots(before, to, BACKFILL_MAX as usize);
     if total > BACKFILL_MAX {

@@ -2,10 +2,9 @@
 //! named fault points of the real code path; [`run`] to the end; the observer's settling of
 //! open effects.
 use super::machine::{Attempt, Input, Io};
-use super::{
-    attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation, Outcome, Sender, Spec,
-};
+use super::{attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation, Outcome, Spec};
 use crate::fault;
+use crate::sender::Sender;
 use crate::state::EffectState;
 use crate::store::{Begin, NewEffect, Resolution, SentBy, Submit, Verdict};
 use crate::time;

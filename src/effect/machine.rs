@@ -1,6 +1,7 @@
 //! The effect protocol as a step machine: no I/O, one store or far-side call asked for at a
 //! time ([`Io`]), each answer taken back ([`Input`]).
-use super::{Ctx, Failure, Observation, Outcome, Sender, Spec};
+use super::{Ctx, Failure, Observation, Outcome, Spec};
+use crate::sender::Sender;
 use crate::state::EffectState;
 use crate::store::{Begin, Granted, Seen, Submit, Verdict};
 use crate::Result;

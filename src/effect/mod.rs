@@ -24,6 +24,7 @@ pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
 
 use crate::key;
+use crate::sender::Sender;
 use crate::wrapped::Output;
 use crate::Result;
 use crate::Store;
@@ -265,21 +266,6 @@ pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::snapshot::Event
 /// from one still sending. The host is [`crate::host`] (`EXACTLY_HOST`, else the host name).
 pub fn attempt_id() -> String {
     format!("{}:{}", crate::host(), std::process::id())
-}
-
-/// What can be known about the process set that moved a row to `submitted`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sender {
-    /// On this host identity it, or something left in its group, lives (other than us): it may
-    /// be sending right now.
-    Alive,
-    /// This host identity, its process is gone and nothing is left of its group (ended before
-    /// this answer): nothing more will leave on its behalf.
-    Gone,
-    /// Another host, ourselves, or no attempt recorded: only the row's deadline can tell.
-    Unknown,
-    /// Another machine calling itself by our host name: only the row's deadline can tell.
-    Clash,
 }
 
 /// Looks the sender of a `submitted` row up by its identity (see [`crate::sender`]); if it is

@@ -31,19 +31,12 @@ pub enum Skipped {
 }
 
 impl Dst {
-    /// A registered job's policy (the defaults where the registry has none).
-    pub fn from_registry(row: &crate::jobs::JobRecord) -> Dst {
+    /// A registered job's policy from the registry's `dst_repeated` and `dst_skipped` (the
+    /// defaults where the registry has none).
+    pub fn from_registry(repeated: Option<&str>, skipped: Option<&str>) -> Dst {
         Dst {
-            repeated: row
-                .dst_repeated
-                .as_deref()
-                .and_then(Repeated::parse)
-                .unwrap_or_default(),
-            skipped: row
-                .dst_skipped
-                .as_deref()
-                .and_then(Skipped::parse)
-                .unwrap_or_default(),
+            repeated: repeated.and_then(Repeated::parse).unwrap_or_default(),
+            skipped: skipped.and_then(Skipped::parse).unwrap_or_default(),
         }
     }
 }

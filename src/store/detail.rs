@@ -1,8 +1,8 @@
 //! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
 //! a job's open effects. Each through an index.
 use super::db::{args, DbResult, Optional, Row};
+use super::rows::{EventRow, RunRow};
 use super::{int, text, text_or_empty, Store};
-use crate::snapshot::{EventRow, RunRow};
 use crate::Result;
 
 pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {

@@ -29,6 +29,7 @@ mod pg_schema;
 mod read;
 mod resume;
 mod retention;
+pub(crate) mod rows;
 mod run;
 mod schedulers;
 mod schema;
@@ -36,19 +37,26 @@ mod settle;
 mod share;
 mod windows;
 
-pub use approval::*;
-pub use firing::*;
-pub use job::*;
-pub use lease::*;
-pub use ledger::*;
-pub use ledger_rows::*;
-pub use read::*;
-pub use retention::*;
-pub use run::*;
-pub use schedulers::*;
+pub use approval::{Already, ApprovalRow, Decided};
+pub use firing::{
+    AfterFailure, DueFate, DueRequest, FailureRules, FireRequest, Fired, Resumed, RunOwner,
+    Started, Waiting,
+};
+pub use job::{JobRecord, Registered};
+pub use lease::{LeaseClaim, LeaseRow};
+pub use ledger::{switch_guard_off_for_proof, SUBMIT_MIN_LEFT};
+pub use ledger_rows::{
+    Begin, Granted, LedgerRow, NewEffect, Resolution, Resolved, Seen, Sending, SentBy, Submit,
+    Verdict,
+};
+pub use retention::Pruned;
+pub use run::{EffectCounts, RunEnd};
+pub use schedulers::SchedulerReg;
 pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
+pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};
 
+use crate::state::EventKind;
 use crate::{Error, Result};
 use db::{args, DbError, DbResult, Row, Tx};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -63,7 +71,7 @@ pub struct Store {
     busy_ms: u64,
     /// The recent runs and latest firing per job, kept between polls so a dashboard reads only
     /// what changed.
-    kept: Option<read::Kept>,
+    kept: Option<windows::Kept>,
     /// This connection's writes go before the process's other writers (see [`Store::write`]).
     writes_first: gate::Lane,
     /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
@@ -667,9 +675,6 @@ impl<'a> NewEvent<'a> {
         self
     }
 }
-
-/// Event kinds: [`EventKind`] (kept here under its old path for callers of the library).
-pub use crate::state::EventKind;
 
 /// Reads a state column leniently (see [`text`]): NULL reads as the empty word.
 pub(crate) fn word<T: From<String>>(row: &Row<'_>, idx: usize) -> DbResult<T> {

@@ -2,16 +2,15 @@
 //! rows of a large ledger are never scanned.
 use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
+use super::rows::{ApprovalView, JobRow, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
-use crate::snapshot::{ApprovalView, JobRow, OpenEffect, Snapshot, Window};
 use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
 use std::collections::BTreeMap;
 
-/// How many recent runs per job feed p50/p99 (and at most this old).
-pub use super::windows::{Kept, RUN_WINDOW, RUN_WINDOW_DAYS};
+use super::windows::{Kept, RUN_WINDOW_DAYS};
 const EVENTS_SHOWN: usize = 300;
 const OPEN_SHOWN: usize = 1000;
 
@@ -60,14 +59,8 @@ fn since(tx: &Tx<'_>, kind: EventKind, from: &str) -> DbResult<u64> {
 
 impl Store {
     /// Reads everything the dashboard and `status` show, in one short read transaction, as at
-    /// `now`, read on `host` (the caller's clock and machine).
-    /// A scheduler silent for `dead_after` is not alive.
-    pub(crate) fn snapshot(
-        &mut self,
-        now: Ts,
-        host: &str,
-        dead_after: std::time::Duration,
-    ) -> Result<Snapshot> {
+    /// `now` (the caller's clock). A scheduler silent for `dead_after` is not alive.
+    pub(crate) fn reading(&mut self, now: Ts, dead_after: std::time::Duration) -> Result<Reading> {
         let caller_now = time::fmt(now);
         let db = self.path.clone();
         let mut kept = self.kept.take().unwrap_or_default();
@@ -153,73 +146,29 @@ impl Store {
                 event_row,
             )?;
             let jobs = read_jobs(tx, now, &mut kept)?;
-            let missed_firings = counter(tx, EventKind::FiringMissed)?
-                + jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
+            let missed_recorded = counter(tx, EventKind::FiringMissed)?;
             let schema_version = super::schema::version(tx)?;
             let schedulers = read_schedulers(tx, now, dead_after)?;
-            let schedulers_alive = schedulers.iter().filter(|s| s.alive).count() as u64;
-            let mut warnings = Vec::new();
-            let live_jobs = jobs.iter().filter(|j| j.schedule.is_some() && !j.retired).count();
-            if live_jobs > 0 && schedulers_alive == 0 {
-                let last = schedulers
-                    .iter()
-                    .map(|s| s.heartbeat_at.as_str())
-                    .max()
-                    .and_then(time::parse)
-                    .map(|t| format!("last heartbeat {} ago", time::human_age(time::age_s(t, now))))
-                    .unwrap_or_else(|| "none has ever run on this database".into());
-                warnings.push(format!(
-                    "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; start exactly run"
-                ));
-            }
-            // One host name, two machines: every pid-based judgement between them would be wrong.
-            let mut clashing: Vec<&str> = Vec::new();
-            for a in schedulers.iter().filter(|s| s.alive) {
-                let twin = schedulers.iter().any(|b| {
-                    b.alive && b.host == a.host && b.host_id.is_some() && a.host_id.is_some() && b.host_id != a.host_id
-                });
-                if twin && !clashing.contains(&a.host.as_str()) {
-                    clashing.push(&a.host);
-                }
-            }
-            let mut host_clashes = Vec::new();
-            for h in clashing {
-                host_clashes.push(format!(
-                    "host name {:?} is used by live schedulers on two machines: give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
-                    crate::sanitize::inert(h)
-                ));
-            }
-            let clashes = count(
+            let host_clashes_24h = count(
                 tx,
                 "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
                 args![&day_ago],
             )?;
-            if clashes > 0 {
-                host_clashes.push(format!(
-                    "{clashes} host-name clash(es) in 24h: two machines write under one host name (see the host_clash events); give each its own EXACTLY_HOST"
-                ));
-            }
-            warnings.extend(host_clashes.iter().cloned());
-            Ok(Snapshot {
+            Ok(Reading {
                 taken_at: now_s.clone(),
                 db: db.clone(),
-                host: host.to_string(),
                 schema_version,
                 schedulers,
-                schedulers_alive,
-                scheduler_dead_after_s: dead_after.as_secs() as i64,
-                warnings,
-                host_clashes,
                 totals,
                 last_24h,
                 oldest_unknown_s,
-                missed_firings,
+                missed_recorded,
                 jobs,
                 unknown,
                 pending_approvals,
                 unused_approvals,
                 events,
-                notifications: Vec::new(),
+                host_clashes_24h,
             })
         });
         // A failed read may have left the cache half-synced: start it afresh next time.
@@ -330,7 +279,7 @@ fn counter_by_job(tx: &Tx<'_>, kind: EventKind) -> DbResult<BTreeMap<String, u64
 /// longer runs) and the sum of durations. A bucket word this build does not know counts as
 /// longer, so the count stays whole.
 fn duration_counts(counters: &[(String, i64)]) -> (Vec<u64>, u64) {
-    use crate::snapshot::RUN_BUCKETS_MS;
+    use super::rows::RUN_BUCKETS_MS;
     let mut counts = vec![0u64; RUN_BUCKETS_MS.len() + 1];
     let mut sum_ms = 0;
     for (kind, n) in counters {
@@ -386,7 +335,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 timezone: text(r, 10)?,
                 dst_policy: (text(r, 12)?, text(r, 13)?),
                 replaced: match text(r, 14)? {
-                    Some(owner) => Some(crate::snapshot::Replaced {
+                    Some(owner) => Some(super::rows::Replaced {
                         owner,
                         source: text(r, 15)?,
                         by: text(r, 16)?,
@@ -522,13 +471,10 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
 pub(super) mod tests {
     /// A snapshot as the dashboard takes one, now.
     pub(in crate::store) fn snap(store: &mut super::Store) -> crate::snapshot::Snapshot {
-        store
-            .snapshot(
-                crate::time::now(),
-                "test",
-                crate::jobs::SCHEDULER_DEAD_AFTER,
-            )
-            .unwrap()
+        let reading = store
+            .reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER)
+            .unwrap();
+        crate::snapshot::Snapshot::from_reading(reading, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
     }
 
     /// Duplicates suppressed and fenced writes: all time from the counters, last 24 h from the
@@ -558,7 +504,14 @@ pub(super) mod tests {
             })
             .unwrap();
         let snap = store
-            .snapshot(now, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+            .reading(now, crate::jobs::SCHEDULER_DEAD_AFTER)
+            .map(|r| {
+                crate::snapshot::Snapshot::from_reading(
+                    r,
+                    "test",
+                    crate::jobs::SCHEDULER_DEAD_AFTER,
+                )
+            })
             .unwrap();
         let t = &snap.totals;
         let d = &snap.last_24h;
@@ -600,7 +553,14 @@ pub(super) mod tests {
         let check = |expect: (u64, u64), listed: usize| {
             let snap = super::Store::open_read_only(path)
                 .unwrap()
-                .snapshot(now, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+                .reading(now, crate::jobs::SCHEDULER_DEAD_AFTER)
+                .map(|r| {
+                    crate::snapshot::Snapshot::from_reading(
+                        r,
+                        "test",
+                        crate::jobs::SCHEDULER_DEAD_AFTER,
+                    )
+                })
                 .unwrap();
             assert_eq!((snap.totals.unknown, snap.last_24h.unknown), expect);
             assert_eq!(snap.unknown.len(), listed);

@@ -2,8 +2,8 @@
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
 use super::db::{args, DbResult, Tx};
+use super::rows::SchedulerRow;
 use super::{int, text, text_or_empty, Store};
-use crate::snapshot::SchedulerRow;
 use crate::time::{self, Ts};
 use crate::Result;
 

@@ -203,7 +203,7 @@ pub(crate) const INDEXES: &[&str] = &[
 pub(crate) const RUN_ENDED: &str = "run_ended:";
 
 /// The counters of run durations: `run_duration:le:<ms>` for the smallest bucket of
-/// [`crate::snapshot::RUN_BUCKETS_MS`] that holds the run (`le:inf` past the last), and
+/// [`super::rows::RUN_BUCKETS_MS`] that holds the run (`le:inf` past the last), and
 /// `run_duration:sum_ms`. Kept per bucket, not cumulative: a run raises one row.
 pub(crate) const RUN_DURATION: &str = "run_duration:";
 
@@ -690,8 +690,8 @@ mod tests {
             .skip(1)
             .filter_map(|w| w.split('\'').next()?.parse().ok())
             .collect();
-        assert_eq!(words, crate::snapshot::RUN_BUCKETS_MS);
-        for ms in crate::snapshot::RUN_BUCKETS_MS {
+        assert_eq!(words, super::super::rows::RUN_BUCKETS_MS);
+        for ms in super::super::rows::RUN_BUCKETS_MS {
             assert!(sql.contains(&format!("d <= {ms} THEN '{ms}'")), "{ms}");
         }
     }

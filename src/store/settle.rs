@@ -5,7 +5,7 @@ use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, row_sender, BUMP};
 use super::ledger_rows::*;
 use super::{int, record_event, NewEvent, Store};
-use crate::effect::Sender;
+use crate::sender::Sender;
 use crate::state::{EffectState, EventKind};
 use crate::time::Ts;
 use crate::Result;

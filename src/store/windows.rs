@@ -3,8 +3,8 @@
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{run_row, RUN_COLS};
+use super::rows::RunRow;
 use super::{int, text, text_or_empty};
-use crate::snapshot::RunRow;
 use crate::time;
 use std::collections::BTreeMap;
 

@@ -1,17 +1,19 @@
-//! Every command block README marks runnable (`<!-- runnable -->` on the line before its
-//! opening fence, optionally with `K=V` settings: `<!-- runnable: SEND=true -->`) runs as
-//! written — commands with `sh -eu`, a script (a shebang) as itself — in a fresh folder, with this build's `exactly` first on the PATH, and
-//! must exit 0. What a newcomer copies from README is what this test proves.
+//! Every command block README.md or a file in docs/ marks runnable (`<!-- runnable -->` on the
+//! line before its opening fence, optionally with `K=V` settings: `<!-- runnable: SEND=true -->`)
+//! runs as written — commands with `sh -eu`, a script (a shebang) as itself — in a fresh folder,
+//! with this build's `exactly` first on the PATH, and must exit 0. What a newcomer copies from the
+//! documentation is what this test proves.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 struct Block {
+    file: String,
     line: usize,
     env: Vec<(String, String)>,
     text: String,
 }
 
-fn blocks(readme: &str) -> Vec<Block> {
+fn blocks(file: &str, readme: &str) -> Vec<Block> {
     let lines: Vec<&str> = readme.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -29,7 +31,7 @@ fn blocks(readme: &str) -> Vec<Block> {
                 .collect();
             assert!(
                 lines.get(i + 1).is_some_and(|f| f.starts_with("```sh")),
-                "README line {}: a runnable mark must stand right before a ```sh block",
+                "{file} line {}: a runnable mark must stand right before a ```sh block",
                 i + 1
             );
             let mut text = String::new();
@@ -40,6 +42,7 @@ fn blocks(readme: &str) -> Vec<Block> {
                 j += 1;
             }
             out.push(Block {
+                file: file.to_string(),
                 line: i + 2,
                 env,
                 text,
@@ -49,6 +52,32 @@ fn blocks(readme: &str) -> Vec<Block> {
         i += 1;
     }
     out
+}
+
+/// README.md and every Markdown file in docs/, as (path from the root, text).
+fn documents(root: &Path) -> Vec<(String, String)> {
+    let mut names = vec!["README.md".to_string()];
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| {
+            e.expect("docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    names.extend(docs);
+    names
+        .into_iter()
+        .map(|n| {
+            let text =
+                std::fs::read_to_string(root.join(&n)).unwrap_or_else(|e| panic!("{n}: {e}"));
+            (n, text)
+        })
+        .collect()
 }
 
 fn bin_dir() -> PathBuf {
@@ -61,12 +90,15 @@ fn bin_dir() -> PathBuf {
 #[test]
 fn every_runnable_readme_block_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let found = blocks(&readme);
-    // The five-minute start, init, the two cron wrappers, the alert rules' promtool tests.
+    let found: Vec<Block> = documents(root)
+        .iter()
+        .flat_map(|(name, text)| blocks(name, text))
+        .collect();
+    // The five-minute start (README), init (docs/languages.md), the two cron wrappers
+    // (docs/cron.md), the alert rules' promtool tests (docs/monitoring.md).
     assert!(
         found.len() >= 5,
-        "README marks {} blocks runnable; a mark was lost",
+        "README.md and docs/ mark {} blocks runnable; a mark was lost",
         found.len()
     );
     let path = format!(
@@ -76,7 +108,7 @@ fn every_runnable_readme_block_runs_as_written() {
     );
     for b in &found {
         let dir = tempfile::tempdir().expect("tempdir");
-        // Blocks that name the repository's files (the alert rules) find them where README says.
+        // Blocks that name the repository's files (the alert rules) find them where the docs say.
         std::os::unix::fs::symlink(root.join("assets"), dir.path().join("assets"))
             .expect("link assets");
         // A script (a shebang line) runs with its own settings; commands stop at the first
@@ -99,7 +131,8 @@ fn every_runnable_readme_block_runs_as_written() {
             .expect("run sh");
         assert!(
             out.status.success(),
-            "README block at line {} exited {:?}\n--- block\n{}--- stdout\n{}--- stderr\n{}",
+            "{} block at line {} exited {:?}\n--- block\n{}--- stdout\n{}--- stderr\n{}",
+            b.file,
             b.line,
             out.status,
             b.text,

@@ -402,12 +402,12 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_shows_the_dst_table_the_code_makes() {
+    fn the_docs_show_the_dst_table_the_code_makes() {
         let table = dst_table();
-        let readme = include_str!("../../README.md");
+        let doc = include_str!("../../docs/operations.md");
         assert!(
-            readme.contains(&table),
-            "README.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
+            doc.contains(&table),
+            "docs/operations.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
         );
     }
 

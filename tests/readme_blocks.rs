@@ -2,7 +2,9 @@
 //! line before its opening fence, optionally with `K=V` settings: `<!-- runnable: SEND=true -->`)
 //! runs as written — commands with `sh -eu`, a script (a shebang) as itself — in a fresh folder,
 //! with this build's `exactly` first on the PATH, and must exit 0. What a newcomer copies from the
-//! documentation is what this test proves.
+//! documentation is what this test proves. And every relative link in README.md,
+//! CONTRIBUTING.md, ARCHITECTURE.md and docs/ leads to a file that exists (and, with a `#`, to a
+//! heading in it).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -140,4 +142,83 @@ fn every_runnable_readme_block_runs_as_written() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped (but `-` and `_`),
+/// spaces to hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The lines of a Markdown text outside its fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+#[test]
+fn every_relative_link_leads_to_a_file_and_heading() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = documents(root);
+    for n in ["CONTRIBUTING.md", "ARCHITECTURE.md"] {
+        docs.push((
+            n.to_string(),
+            std::fs::read_to_string(root.join(n)).unwrap_or_else(|e| panic!("{n}: {e}")),
+        ));
+    }
+    let mut links = 0;
+    let mut broken = vec![];
+    for (name, text) in &docs {
+        let dir = Path::new(name).parent().unwrap_or(Path::new(""));
+        for line in prose(text) {
+            let mut rest = line;
+            while let Some(at) = rest.find("](") {
+                let tail = &rest[at + 2..];
+                let Some(end) = tail.find(')') else { break };
+                let target = &tail[..end];
+                rest = &tail[end..];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                links += 1;
+                let (file, frag) = target.split_once('#').unwrap_or((target, ""));
+                let path = if file.is_empty() {
+                    PathBuf::from(name)
+                } else {
+                    dir.join(file)
+                };
+                let Ok(shown) = std::fs::read_to_string(root.join(&path)) else {
+                    if !root.join(&path).exists() {
+                        broken.push(format!("{name}: {target}: no such file"));
+                    }
+                    continue;
+                };
+                if frag.is_empty() {
+                    continue;
+                }
+                let found = prose(&shown)
+                    .iter()
+                    .any(|l| l.starts_with('#') && anchor(l.trim_start_matches('#')) == frag);
+                if !found {
+                    broken.push(format!("{name}: {target}: no heading #{frag}"));
+                }
+            }
+        }
+    }
+    assert!(links > 20, "only {links} relative links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

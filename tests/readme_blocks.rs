@@ -222,3 +222,47 @@ fn every_relative_link_leads_to_a_file_and_heading() {
     assert!(links > 20, "only {links} relative links found");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// docs/jobs-file.md's tables say of every key what `man 5 exactly-jobs` says: its type, default
+/// and example (both come from `src/cli/man_jobs.rs`; a key added there and not here fails).
+#[test]
+fn the_jobs_file_reference_has_every_key_of_the_man_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/jobs-file.md")).expect("docs/jobs-file.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
+        .args(["man", "exactly-jobs.5"])
+        .output()
+        .expect("exactly man");
+    assert!(out.status.success(), "exactly man exactly-jobs.5 failed");
+    let page = String::from_utf8_lossy(&out.stdout).replace("\\-", "-");
+    let lines: Vec<&str> = page.lines().collect();
+    let mut keys = 0;
+    let mut in_keys = false;
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(section) = l.strip_prefix(".SH ") {
+            in_keys = section.ends_with("KEYS\"");
+        }
+        if *l != ".TP" || !in_keys {
+            continue;
+        }
+        let head = lines[i + 1];
+        let (key, kind) = head
+            .strip_prefix("\\fB")
+            .and_then(|h| h.split_once("\\fR ("))
+            .unwrap_or_else(|| panic!("a key's line: {head}"));
+        let kind = kind.strip_suffix(')').unwrap_or(kind);
+        let foot = lines[i + 4];
+        let (default, example) = foot
+            .strip_prefix("Default: ")
+            .and_then(|f| f.split_once(". Example: "))
+            .unwrap_or_else(|| panic!("a key's default and example: {foot}"));
+        let example = example.trim_start_matches("\\fB").trim_end_matches("\\fR");
+        let row = format!(
+            "| `{key}` | {} | {default} | `{example}` |",
+            kind.replace('|', "\\|")
+        );
+        assert!(doc.contains(&row), "docs/jobs-file.md lacks the row {row}");
+        keys += 1;
+    }
+    assert!(keys > 30, "only {keys} keys read from the man page");
+}

@@ -313,7 +313,7 @@ mod tests {
         crate::time::parse(s).expect("test timestamp")
     }
 
-    /// One firing as the README shows it: Berlin wall time and zone, then UTC.
+    /// One firing as docs/operations.md shows it: Berlin wall time and zone, then UTC.
     fn both_clocks(t: Ts) -> String {
         let tz = parse_tz("Europe/Berlin").expect("zone");
         format!(
@@ -362,7 +362,7 @@ mod tests {
         parts.join("; ")
     }
 
-    /// The README's table (section "Daylight saving time"), from the code.
+    /// docs/operations.md's table (section "Daylight saving time"), from the code.
     fn dst_table() -> String {
         let mut out = String::from(
             "| Night (Europe/Berlin) | Expression | Policy | Fires (Berlin time, then UTC) |\n\

@@ -12,7 +12,7 @@ fn main() {
         );
     } else if !set {
         println!(
-            "cargo:warning=PostgreSQL tests did not run: set EXACTLY_TEST_PG=postgres://... (see README) to run them"
+            "cargo:warning=PostgreSQL tests did not run: set EXACTLY_TEST_PG=postgres://... (see CONTRIBUTING.md) to run them"
         );
     }
 }

@@ -238,7 +238,7 @@ pub fn effect_counts(store: &mut Store, job: &str, token: i64) -> Result<EffectC
     store.run_effect_counts(job, token)
 }
 
-/// Deletes history older than `horizon` (`exactly gc`, `retain`): see README's "Retention" for what is
+/// Deletes history older than `horizon` (`exactly gc`, `retain`): see docs/operations.md's "Retention" for what is
 /// never deleted.
 pub fn prune(store: &mut Store, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
     store.prune(horizon, effects, dry_run)

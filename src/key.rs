@@ -26,7 +26,7 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Refuses inputs whose joined string could be read two ways (README, "Contracts"): the
+/// Refuses inputs whose joined string could be read two ways (docs/contract.md, "Effect key"): the
 /// action must be non-empty and `|`-free, the target non-empty, every input key non-empty. Then
 /// `action|target|digest` is unambiguous, the digest having a fixed width.
 pub fn check(action_id: &str, target_id: &str, inputs: &Map<String, Value>) -> crate::Result<()> {

@@ -1,6 +1,6 @@
 //! The states a row can be in, as types: an effect, an approval, a firing, a run's outcome and
 //! an event's kind. Each is written as text in the database (the words are the contract in
-//! README, "Contracts"); a word this build does not know (another writer's, a newer version's) is kept as
+//! docs/contract.md, "States"); a word this build does not know (another writer's, a newer version's) is kept as
 //! `Other`, never a crash. The SQL in `store/` is the only other place these words appear.
 use std::convert::Infallible;
 use std::fmt;
@@ -96,7 +96,7 @@ macro_rules! words {
 }
 
 words! {
-    /// An effect's state in the ledger (README, "Contracts": States).
+    /// An effect's state in the ledger (docs/contract.md, "States").
     EffectState {
         /// Reserved, nothing sent.
         Claimed => "claimed",

@@ -555,8 +555,9 @@ fn postgres_a_stalled_lease_read_does_not_let_the_command_outlive_its_lease() {
     );
 }
 
-/// README's far-side example, run: `exactly effect` wraps `assets/scripts/pay-fenced.sh`, which
-/// passes the effect key and the fencing token to `assets/scripts/fenced-far-side.py`. A second
+/// docs/concepts.md's far-side example, run: `exactly effect` wraps
+/// `assets/scripts/pay-fenced.sh`, which passes the effect key and the fencing token to
+/// `assets/scripts/fenced-far-side.py`. A second
 /// sender with the same key (one that was paused past its lease) gets the stored answer and
 /// nothing is done twice; a stale token is refused and the script says nothing was sent.
 #[test]

@@ -1,6 +1,6 @@
 //! The operator's toolbox, with the real binary on real files: Prometheus parses what `metrics`
 //! prints and scrapes `--listen`, JSON for scripts, a viewer account that can only read, shell
-//! completions, a man page, help on every flag, and README's cron wrapper under cron's rules.
+//! completions, a man page, help on every flag, and docs/cron.md's cron wrapper under cron's rules.
 mod support;
 
 use std::io::{Read, Write};
@@ -152,7 +152,7 @@ fn metrics_parse_with_a_real_prometheus_parser_and_hostile_job_names_never_colli
         };
         assert_eq!(token("a\\u{a}b"), Some(2.0), "{fmt}");
         assert_eq!(token("a\\\\nb"), Some(5.0), "{fmt}");
-        // Counters end in _total, typed counter; README's names are all there.
+        // Counters end in _total, typed counter; docs/monitoring.md's names are all there.
         for name in [
             "exactly_duplicates_suppressed_total",
             "exactly_fenced_writes_total",
@@ -759,7 +759,7 @@ fn the_default_database_follows_xdg_and_an_existing_exactly_db_still_wins() {
     assert!(out.contains("initialised exactly.db"), "{out}");
 }
 
-/// The repository's root (scripts and README live there).
+/// The repository's root (scripts and docs live there).
 fn repo(path: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -895,19 +895,16 @@ fn the_renewing_cron_wrapper_keeps_its_lease_through_a_long_command() {
 }
 
 #[test]
-fn readme_includes_the_cron_wrappers_and_unit_verbatim() {
-    let readme = std::fs::read_to_string(repo("README.md")).expect("README");
-    for f in [
-        "assets/scripts/cron-wrapper.sh",
-        "assets/scripts/cron-wrapper-long.sh",
-        "assets/scripts/pay-fenced.sh",
-        "assets/systemd/exactly-run.service",
+fn docs_include_the_cron_wrappers_and_unit_verbatim() {
+    for (doc, f) in [
+        ("docs/cron.md", "assets/scripts/cron-wrapper.sh"),
+        ("docs/cron.md", "assets/scripts/cron-wrapper-long.sh"),
+        ("docs/concepts.md", "assets/scripts/pay-fenced.sh"),
+        ("docs/operations.md", "assets/systemd/exactly-run.service"),
     ] {
+        let shown = std::fs::read_to_string(repo(doc)).expect(doc);
         let text = std::fs::read_to_string(repo(f)).expect(f);
-        assert!(
-            readme.contains(&text),
-            "README does not include {f} verbatim"
-        );
+        assert!(shown.contains(&text), "{doc} does not include {f} verbatim");
     }
 }
 

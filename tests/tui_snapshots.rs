@@ -327,19 +327,20 @@ fn read(path: &str) -> String {
 fn splice(text: &str, open: &str, close: &str, block: &str) -> String {
     let start = text
         .find(open)
-        .unwrap_or_else(|| panic!("README has a {open} block"));
+        .unwrap_or_else(|| panic!("the file has a {open} block"));
     let end = text[start..]
         .find(close)
-        .unwrap_or_else(|| panic!("README closes the {open} block"))
+        .unwrap_or_else(|| panic!("the file closes the {open} block"))
         + start
         + close.len();
     format!("{}{block}{}", &text[..start], &text[end..])
 }
 
 /// `assets/top.txt`, the capture the README shows, is the busy fixture's Jobs and Unknown views
-/// at 100×30; `assets/top-health.txt` (README's "Is it healthy?") is the health fixture's Jobs
-/// view and the failing run's output; README's key table is the same table `?` shows. One test,
-/// in order (assets, then README), so two tests never race on the same file.
+/// at 100×30; `assets/top-health.txt` (docs/dashboard.md, "A failing job, with no scheduler
+/// alive") is the health fixture's Jobs view and the failing run's output; docs/dashboard.md's
+/// key table is the same table `?` shows. One test, in order (assets, then docs/dashboard.md,
+/// then README), so two tests never race on the same file.
 #[test]
 fn readme_keys_and_captures_are_current() {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -350,8 +351,8 @@ fn readme_keys_and_captures_are_current() {
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         rewrite_or_fail(&path, &have, want, &format!("assets/{name}"));
     }
-    let path = format!("{root}/README.md");
-    let readme = read(&path);
+    let path = format!("{root}/docs/dashboard.md");
+    let dashboard = read(&path);
     let keys = format!(
         "<!-- keys -->\n{}<!-- /keys -->",
         exactly::tui::input::markdown()
@@ -360,20 +361,28 @@ fn readme_keys_and_captures_are_current() {
         "<!-- health-capture -->\n```text\n{}\n```\n<!-- /health-capture -->",
         read(&format!("{root}/assets/top-health.txt")).trim_end()
     );
-    let mut want = splice(&readme, "<!-- keys -->", "<!-- /keys -->", &keys);
+    let mut want = splice(&dashboard, "<!-- keys -->", "<!-- /keys -->", &keys);
     want = splice(
         &want,
         "<!-- health-capture -->",
         "<!-- /health-capture -->",
         &health_block,
     );
-    // The first text block is the dashboard's capture.
+    rewrite_or_fail(
+        &path,
+        &dashboard,
+        &want,
+        "docs/dashboard.md's key table or health capture",
+    );
+    // README's first text block is the dashboard's capture.
+    let path = format!("{root}/README.md");
+    let readme = read(&path);
     let block = format!(
         "```text\n{}\n```",
         read(&format!("{root}/assets/top.txt")).trim_end()
     );
-    let a = want.find("```text\n").expect("README has a text block");
-    let b = want[a..].find("\n```\n").expect("the text block ends") + a;
-    want = format!("{}{block}{}", &want[..a], &want[b + 4..]);
-    rewrite_or_fail(&path, &readme, &want, "README's key table or captures");
+    let a = readme.find("```text\n").expect("README has a text block");
+    let b = readme[a..].find("\n```\n").expect("the text block ends") + a;
+    let want = format!("{}{block}{}", &readme[..a], &readme[b + 4..]);
+    rewrite_or_fail(&path, &readme, &want, "README's capture");
 }

@@ -130,7 +130,7 @@ pub(crate) fn sh_quote(s: &str) -> String {
 }
 
 impl Harness {
-    /// The effect key `exactly effect` computes for this effect (README, "Contracts").
+    /// The effect key `exactly effect` computes for this effect (docs/contract.md, "Effect key").
     pub fn key(&self, e: &Eff) -> String {
         self.spec(e).key()
     }

@@ -1,12 +1,12 @@
 //! What `--help` and the man pages say beyond each flag, written once: the exit codes (a
-//! contract: README, "Contracts"), the environment and the files. `--help` gets the exit codes
+//! contract: docs/contract.md), the environment and the files. `--help` gets the exit codes
 //! appended to each command's text ([`command`]); `man.rs` renders all three as sections.
 use clap::CommandFactory;
 
 /// One exit code and what it means for a command.
 pub type Code = (&'static str, &'static str);
 
-/// The table every command shares (README, "Contracts"): 0 done/duplicate, 3 fenced, 4 awaiting
+/// The table every command shares (docs/contract.md, "Exit codes"): 0 done/duplicate, 3 fenced, 4 awaiting
 /// approval, 5 unresolved earlier attempt, 6 unknown, 7 cancelled, 75 not sent, 2 bad usage or
 /// input, 1 any other error.
 pub const TABLE: &[Code] = &[

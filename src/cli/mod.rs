@@ -1,4 +1,4 @@
-//! The `exactly` command line (README, "Contracts"). Every error is one sentence on stderr.
+//! The `exactly` command line (docs/contract.md). Every error is one sentence on stderr.
 //!
 //! One file per group of subcommands; `run` starts the scheduler in `runner/`, `top` the
 //! dashboard in `tui/`, `chaos` and `far-side` live in `chaos/`.
@@ -219,11 +219,11 @@ pub struct CompletionsArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Print the whole snapshot as one JSON object (see README for its keys).
+    /// Print the whole snapshot as one JSON object (see docs/contract.md for its keys).
     #[arg(long)]
     pub json: bool,
     /// One line for a monitoring plugin (Nagios convention): exit 0 ok, 1 warning, 2 critical
-    /// (README, "Is it healthy?", has the rules).
+    /// (docs/monitoring.md has the rules).
     #[arg(long, conflicts_with = "json")]
     pub check: bool,
 }

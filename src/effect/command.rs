@@ -59,8 +59,8 @@ impl Effect for CommandEffect {
         cmd.args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("EXACTLY_EFFECT_KEY", effect_key);
-        // What a far side needs to dedupe (the key) and to fence (the token): see README's
-        // "What exactly-once covers here".
+        // What a far side needs to dedupe (the key) and to fence (the token): see
+        // docs/concepts.md, "What exactly-once covers here".
         if let Some(w) = &self.lease {
             cmd.env("EXACTLY_JOB", &w.job)
                 .env("EXACTLY_FENCING_TOKEN", w.token.to_string());

@@ -111,7 +111,7 @@ impl Spec {
     pub fn input_digest(&self) -> String {
         key::input_digest(&self.inputs)
     }
-    /// The effect key (README, "Contracts"). See [`Spec::checked_key`].
+    /// The effect key (docs/contract.md, "Effect key"). See [`Spec::checked_key`].
     pub fn key(&self) -> String {
         key::effect_key(&self.action, &self.target, &self.input_digest())
     }
@@ -215,7 +215,7 @@ impl Outcome {
         }
     }
 
-    /// The CLI's exit code (README, "Contracts").
+    /// The CLI's exit code (docs/contract.md, "Exit codes").
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Done { .. } | Outcome::DuplicateSuppressed { .. } => 0,

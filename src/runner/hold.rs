@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// SIGTERM, its grace before SIGKILL, and a margin, so the stop is over before the lease is.
 pub const STOP_MARGIN: Duration = Duration::from_millis(600);
 /// At shutdown (kill set), how long recording the end may still be retried: a scheduler that
-/// is told to stop cannot own a run forever (the next one resumes it, see README's limits).
+/// is told to stop cannot own a run forever (the next one resumes it, see docs/proof.md's limits).
 const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 /// The back-off between tries to record an end: doubling from the first to the cap.
 const END_RETRY_FIRST: Duration = Duration::from_millis(100);

@@ -318,7 +318,7 @@ mod tests {
         crate::time::parse(s).expect("test timestamp")
     }
 
-    /// One firing as the README shows it: Berlin wall time and zone, then UTC.
+    /// One firing as docs/operations.md shows it: Berlin wall time and zone, then UTC.
     fn both_clocks(t: Ts) -> String {
         let tz = parse_tz("Europe/Berlin").expect("zone");
         format!(
@@ -367,7 +367,7 @@ mod tests {
         parts.join("; ")
     }
 
-    /// The README's table (section "Daylight saving time"), from the code.
+    /// docs/operations.md's table (section "Daylight saving time"), from the code.
     fn dst_table() -> String {
         let mut out = String::from(
             "| Night (Europe/Berlin) | Expression | Policy | Fires (Berlin time, then UTC) |\n\
@@ -407,12 +407,12 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_shows_the_dst_table_the_code_makes() {
+    fn the_docs_show_the_dst_table_the_code_makes() {
         let table = dst_table();
-        let readme = include_str!("../../README.md");
+        let doc = include_str!("../../docs/operations.md");
         assert!(
-            readme.contains(&table),
-            "README.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
+            doc.contains(&table),
+            "docs/operations.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
         );
     }
 

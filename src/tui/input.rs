@@ -429,7 +429,7 @@ pub fn of_mode(mode: Mode) -> impl Iterator<Item = &'static Binding> {
     BINDINGS.iter().filter(move |b| b.mode == mode)
 }
 
-/// The key table as Markdown, for the README (the same table `?` shows).
+/// The key table as Markdown, for docs/dashboard.md (the same table `?` shows).
 pub fn markdown() -> String {
     let mut out = String::from("| where | key | does |\n|---|---|---|\n");
     for m in [

@@ -39,9 +39,6 @@
 //! # Ok(()) }
 //! ```
 pub mod approval;
-pub mod chaos;
-pub mod cli;
-pub mod demo;
 pub mod effect;
 pub mod fault;
 pub mod firing;
@@ -52,7 +49,6 @@ pub mod key;
 pub mod lease;
 pub mod metrics;
 pub mod policy;
-pub mod runner;
 pub mod sanitize;
 pub mod schedule;
 pub mod sender;
@@ -60,7 +56,6 @@ pub mod snapshot;
 pub mod state;
 pub(crate) mod store;
 pub mod time;
-pub mod tui;
 pub mod wrapped;
 
 /// The database handle: opaque; every operation on it is a library function in the domain
@@ -257,6 +252,8 @@ mod boundary {
             sources(&root.join(room), &mut files);
         }
         files.push(root.join("demo.rs"));
+        // The dashboard's tests build fixture databases with SQL, as tests/ do.
+        files.retain(|f| !f.components().any(|c| c.as_os_str() == "tests"));
         assert!(files.len() >= 20, "found only {} files", files.len());
         let mut found = Vec::new();
         for f in &files {

@@ -1,3 +1,20 @@
+//! The `exactly` command: the command line, the scheduler (`exactly run`), the dashboard
+//! (`exactly top`), the chaos harness and the demo. It is an application of the `exactly`
+//! library and acts only through the library's operations (`src/lib.rs`).
+mod chaos;
+mod cli;
+mod demo;
+mod runner;
+mod tui;
+
+// The library under the names the application's modules use (`crate::lease`, `crate::open`).
+use exactly::{
+    actor, approval, db_exists, db_identity, db_path, effect, fault, firing, health, host,
+    is_server_db, jobs, json, key, lease, metrics, open, policy, refuse_new_databases, sanitize,
+    schedule, sender, shown_db, snapshot, state, time, wrapped, Access, Error, Result, Store,
+    SCHEMA_VERSION,
+};
+
 fn main() {
-    std::process::exit(exactly::cli::main());
+    std::process::exit(cli::main());
 }

@@ -256,7 +256,7 @@ impl Drop for Watchdog {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (a forked watchdog compares deadlines with it).
-pub(crate) fn mono_ns() -> u64 {
+pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -270,7 +270,7 @@ pub(crate) fn mono_ns() -> u64 {
 
 /// The watchdog's life, in the forked child: async-signal-safe calls only.
 /// A pipe (read end, write end), closed on exec.
-pub(crate) fn pipe() -> std::io::Result<(i32, i32)> {
+pub fn pipe() -> std::io::Result<(i32, i32)> {
     let mut fds = [0i32; 2];
     // SAFETY: fds has room for two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -281,14 +281,18 @@ pub(crate) fn pipe() -> std::io::Result<(i32, i32)> {
 
 /// The signals a watchdog leaves to its parent (the group's SIGTERM is for the command; a
 /// terminal's are for the parent). Async-signal-safe: called in a forked child.
-pub(crate) unsafe fn ignore_parents_signals() {
+///
+/// # Safety
+/// Call it only in a process of its own (a forked child): it changes signal dispositions
+/// for the whole process.
+pub unsafe fn ignore_parents_signals() {
     for sig in PARENTS_SIGNALS {
         libc::signal(sig, libc::SIG_IGN);
     }
 }
 
 /// What [`ignore_parents_signals`] ignores (a process it starts gives them their defaults back).
-pub(crate) const PARENTS_SIGNALS: [i32; 7] = [
+pub const PARENTS_SIGNALS: [i32; 7] = [
     libc::SIGTERM,
     libc::SIGINT,
     libc::SIGHUP,
@@ -589,7 +593,7 @@ fn pass_on(mut from: impl Read, out: &Mutex<Output>) {
 /// The command runs in the watchdog's process group (or one of its own), so it and everything it
 /// starts can be signalled as one, and dies with us: if we are killed mid-effect, it must not go
 /// on to send after a restart has already observed "not happened" and sent again.
-pub(crate) fn in_group(cmd: &mut Command, pgid: Option<i32>) -> &mut Command {
+pub fn in_group(cmd: &mut Command, pgid: Option<i32>) -> &mut Command {
     use std::os::unix::process::CommandExt;
     let pgid = pgid.unwrap_or(0);
     // SAFETY: setpgid and prctl are async-signal-safe and touch no memory of the parent.

@@ -632,7 +632,7 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
     )
     .expect("jobs file");
     let mut sched = Command::new(env!("CARGO_BIN_EXE_exactly"));
-    exactly::chaos::skew_clock(&mut sched, "+1h").expect("libfaketime (Debian package faketime)");
+    support::skew_clock(&mut sched, "+1h");
     let mut sched = sched
         .args(["--db", &db, "run"])
         .arg(&jobs)

@@ -143,7 +143,7 @@ on_both_backends! {
                 .iter()
                 .map(|r| {
                     let (slot, started) = r.split_once(' ').expect("two times");
-                    let want = exactly::runner::policy::jitter_for("spread", slot, jitter);
+                    let want = exactly::schedule::jitter_for("spread", slot, jitter);
                     let got = (ts(started) - ts(slot)).num_milliseconds();
                     (slot.to_string(), want.as_millis() as i64, got)
                 })
@@ -180,7 +180,7 @@ on_both_backends! {
         let mut slot_ms = (chrono::Utc::now().timestamp_millis() / 5000 + 1) * 5000;
         let (slot, wait) = loop {
             let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
-            let wait = exactly::runner::policy::jitter_for("late", &exactly::time::fmt(slot), jitter);
+            let wait = exactly::schedule::jitter_for("late", &exactly::time::fmt(slot), jitter);
             if slot > chrono::Utc::now() + chrono::Duration::seconds(1) && wait >= Duration::from_millis(2900) {
                 break (slot, wait);
             }

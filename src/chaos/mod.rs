@@ -22,7 +22,7 @@ mod senders;
 mod tally;
 
 pub(crate) use harness::sh_quote;
-pub use harness::{skew_clock, Client, Eff, Harness, How, FAKETIME};
+pub use harness::{skew_clock, Client, Eff, Harness, How};
 pub use tally::Tally;
 use tally::{table, Report};
 

@@ -44,7 +44,6 @@ pub struct Running {
 pub struct Ended {
     /// Exit code; None when a signal ended it.
     pub code: Option<i32>,
-    pub killed: bool,
     pub stderr: String,
 }
 
@@ -163,7 +162,6 @@ impl Running {
         }
         Ok(Ended {
             code: status.code(),
-            killed: self.killed,
             stderr: lines.join("\n"),
         })
     }

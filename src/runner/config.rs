@@ -67,6 +67,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    #[cfg(test)]
     pub fn has_errors(&self) -> bool {
         self.problems.iter().any(|p| p.severity == Severity::Error)
     }

@@ -11,8 +11,8 @@ use super::problems::Problem;
 use crate::firing::{AfterFailure, FailureRules, Started};
 use crate::policy::MAX_ATTEMPTS;
 use crate::schedule::Schedule;
+use crate::schedule::{fraction, jitter_for};
 use crate::time::{self, Ts};
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// `retry_backoff` when the jobs file does not say.
@@ -30,7 +30,7 @@ pub struct Policy {
     pub retry_backoff_max: Duration,
     /// After this many failed runs in a row the job is paused, as `exactly pause` does.
     pub pause_after_failures: Option<u32>,
-    /// Each firing waits 0..jitter after its slot (see [`jitter_for`]).
+    /// Each firing waits 0..jitter after its slot (see [`crate::schedule::jitter_for`]).
     pub jitter: Duration,
     /// A firing that cannot start this long after its slot (plus its jitter) is missed.
     pub starting_deadline: Option<Duration>,
@@ -154,28 +154,6 @@ impl Job {
 pub fn late_allowed_s(job: &Job) -> i64 {
     let late = (job.start_window() + job.policy.jitter).saturating_sub(super::scheduler::LATE_OK);
     late.as_millis().div_ceil(1000) as i64
-}
-
-/// The delay of the firing of `job` at `slot` within `0..jitter`: the same in every scheduler.
-pub fn jitter_for(job: &str, slot: &str, jitter: Duration) -> Duration {
-    if jitter.is_zero() {
-        return Duration::ZERO;
-    }
-    jitter.mul_f64(fraction(&[job, slot]))
-}
-
-/// A number in 0..1 from SHA-256 of the parts (stable across processes and machines).
-fn fraction(parts: &[&str]) -> f64 {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    // 53 bits: exactly representable, strictly below 1.
-    (u64::from_be_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The keys as written in one `[[job]]` table.

@@ -19,8 +19,6 @@ pub struct JobLines {
     pub header: usize,
     /// Each key's line.
     pub keys: BTreeMap<String, usize>,
-    /// The `name` as written, if it is a string.
-    pub name: Option<String>,
 }
 
 /// The lines of a jobs file's top-level keys and of each job table, in file order.
@@ -58,10 +56,6 @@ impl Positions {
                             .keys()
                             .map(|k| (k.get_ref().clone(), line(k.span().start)))
                             .collect(),
-                        name: t.get_ref().iter().find_map(|(k, v)| match v {
-                            toml::Value::String(s) if k.get_ref() == "name" => Some(s.clone()),
-                            _ => None,
-                        }),
                     })
                     .collect()
             })
@@ -205,6 +199,5 @@ mod tests {
         assert_eq!(p.jobs.len(), 2);
         assert_eq!((p.jobs[0].header, p.jobs[0].keys["lease"]), (3, 5));
         assert_eq!(p.jobs[1].at("missing lease").line, 7);
-        assert_eq!(p.jobs[1].name.as_deref(), Some("b"));
     }
 }

@@ -4,6 +4,7 @@ use crate::time::Ts;
 use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
+use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -290,6 +291,28 @@ pub fn parse_tz(name: &str) -> Result<Tz, String> {
 /// Wall times a search may step past in the repeated hour after a DST fall-back: an hour of a
 /// per-second cron's, and a margin (a zone whose clocks go back more than an hour is not known).
 const REPEATED_HOUR_STEPS: usize = 2 * 3600 + 8;
+
+/// The delay of the firing of `job` at `slot` within `0..jitter`: the same in every scheduler.
+pub fn jitter_for(job: &str, slot: &str, jitter: Duration) -> Duration {
+    if jitter.is_zero() {
+        return Duration::ZERO;
+    }
+    jitter.mul_f64(fraction(&[job, slot]))
+}
+
+/// A number in 0..1 from SHA-256 of the parts (stable across processes and machines).
+pub fn fraction(parts: &[&str]) -> f64 {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    // 53 bits: exactly representable, strictly below 1.
+    (u64::from_be_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
 
 #[cfg(test)]
 mod tests {

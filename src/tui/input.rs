@@ -430,6 +430,7 @@ pub fn of_mode(mode: Mode) -> impl Iterator<Item = &'static Binding> {
 }
 
 /// The key table as Markdown, for docs/dashboard.md (the same table `?` shows).
+#[cfg(test)]
 pub fn markdown() -> String {
     let mut out = String::from("| where | key | does |\n|---|---|---|\n");
     for m in [

@@ -8,12 +8,8 @@ pub mod input;
 mod state;
 mod view;
 
-pub use input::{lookup, of_mode, Binding, KeyAction, Mode, BINDINGS};
-pub use state::{
-    App, Detail, EffectRef, Focus, Loaded, Options, Pending, Popup, Reply, Report, Request, Typing,
-    View, ViewState,
-};
-pub use view::{clip, draw, APPROVAL_ALERT_S, UNKNOWN_ALERT_S};
+pub use state::{App, Focus, Loaded, Options, Pending, Reply, Report, Request};
+pub use view::draw;
 
 use crate::approval::{Decided, Resolved};
 use crate::metrics::Snapshot;
@@ -498,47 +494,4 @@ async fn poll_task(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{Reply, Watch};
-    use crate::Access;
-    use std::time::Duration;
-
-    fn kind(r: &Reply) -> &'static str {
-        match r {
-            Reply::Snapshot(_) => "snapshot",
-            Reply::Unchanged(_) => "unchanged",
-            Reply::PollFailed(_) => "failed",
-            _ => "other",
-        }
-    }
-
-    /// An idle dashboard reads nothing until another connection commits or a lease it shows
-    /// runs out; then it reads the whole snapshot again.
-    #[test]
-    fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.db");
-        let path = path.to_str().unwrap();
-        let mut writer = crate::open(Some(path), Access::Write).unwrap();
-        crate::lease::claim(&mut writer, "far", "a", Duration::from_secs(3600)).unwrap();
-        let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
-        let mut watch = Watch::default();
-        assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
-        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
-        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
-        // Another connection commits: read again, then quiet again.
-        crate::lease::claim(&mut writer, "soon", "a", Duration::from_millis(1500)).unwrap();
-        assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
-        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
-        // No commit, but the lease shown has ended: what the snapshot says may be wrong now.
-        std::thread::sleep(Duration::from_millis(1600));
-        match watch.poll(&mut reader) {
-            Reply::Snapshot(s) => {
-                let j = s.jobs.iter().find(|j| j.job_key == "soon").unwrap();
-                assert!(j.lease_left_s.unwrap_or(0) <= 0, "{j:?}");
-            }
-            other => panic!("expected a fresh snapshot after the lease ended, got {other:?}"),
-        }
-        assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
-    }
-}
+mod tests;

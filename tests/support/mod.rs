@@ -1,14 +1,13 @@
 //! The one support module of the integration tests: the binary under test, SQL read straight
 //! from a real database, a SQLite file or a PostgreSQL schema (errors propagate: a typo or a
 //! locked database fails the test, it never reads as 0), which of the two a test's sites use
-//! (`backend`, `on_both_backends!`), and the helpers of each family of tests (`cli`, `runner`,
-//! `tui`).
+//! (`backend`, `on_both_backends!`), and the helpers of each family of tests (`cli`,
+//! `runner`; the dashboard's are in `src/tui/tests/`).
 #![allow(dead_code)]
 pub mod backend;
 pub mod cli;
 pub mod http;
 pub mod runner;
-pub mod tui;
 
 use std::path::Path;
 use std::time::Duration;
@@ -255,4 +254,22 @@ pub mod pg {
                 .collect()
         })
     }
+}
+
+/// Runs `cmd` with its clock `offset` off ours (`"+1h"`): libfaketime preloaded into the process
+/// (Debian package faketime; `.ci/run` installs it, and a test that needs it fails without it).
+pub fn skew_clock(cmd: &mut std::process::Command, offset: &str) {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime",
+        "/usr/lib/aarch64-linux-gnu/faketime",
+        "/usr/lib/faketime",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join("libfaketimeMT.so.1"))
+    .find(|p| p.exists())
+    .expect("libfaketimeMT.so.1 (Debian package faketime)");
+    // Without FAKETIME_NO_CACHE, libfaketime caches its offset and may read the spec late.
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME", offset)
+        .env("FAKETIME_NO_CACHE", "1");
 }

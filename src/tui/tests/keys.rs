@@ -1,10 +1,9 @@
 //! The dashboard's keys against a real SQLite database: the same key sequences an operator
 //! types, through the same `serve` the poll task runs, then the rows checked.
-mod support;
-
+use super::fixture::*;
+use crate::tui::state::{Popup, Typing, View};
+use crate::tui::Pending;
 use crossterm::event::KeyCode;
-use exactly::tui::{Pending, Popup, Typing};
-use support::tui::*;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
     let a = exactly::approval::get(&mut f.store(), key)
@@ -187,7 +186,7 @@ fn read_only_refuses_every_action() {
     let f = busy();
     let key = pending_key(&f);
     let mut app = app(true);
-    app.on_reply(exactly::tui::Reply::Snapshot(Box::new(snapshot(&f))));
+    app.on_reply(crate::tui::Reply::Snapshot(Box::new(snapshot(&f))));
     for seq in ["3a", "3d", "2r", "1p"] {
         press(&mut app, &mut f.store(), &keys(seq));
         assert!(
@@ -266,7 +265,7 @@ fn the_cursor_stays_on_its_row_when_rows_arrive() {
     let f = busy();
     let mut app = app_for(&f);
     press(&mut app, &mut f.store(), &keys("2G"));
-    let chosen = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+    let chosen = app.unknown()[app.selected(View::Unknown)]
         .effect_key
         .clone();
     // A new unknown effect, older than all others, arrives with the next poll.
@@ -277,9 +276,9 @@ fn the_cursor_stays_on_its_row_when_rows_arrive() {
             [before(99_999)],
         )
         .expect("insert");
-    pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
+    pump(&mut app, &mut f.store(), crate::tui::Request::Poll);
     assert_eq!(app.unknown()[0].effect_key, "newcomer");
-    let now_selected = app.unknown()[app.selected(exactly::tui::View::Unknown)]
+    let now_selected = app.unknown()[app.selected(View::Unknown)]
         .effect_key
         .clone();
     assert_eq!(now_selected, chosen);
@@ -303,18 +302,14 @@ fn events_follow_the_newest_until_the_cursor_moves() {
             .expect("insert");
     };
     add("first newcomer");
-    pump(&mut app, &mut store, exactly::tui::Request::Poll);
-    let sel = |app: &exactly::tui::App| {
-        app.events()[app.selected(exactly::tui::View::Events)]
-            .detail
-            .clone()
-    };
+    pump(&mut app, &mut store, crate::tui::Request::Poll);
+    let sel = |app: &crate::tui::App| app.events()[app.selected(View::Events)].detail.clone();
     assert_eq!(sel(&app).as_deref(), Some("first newcomer"));
     press(&mut app, &mut store, &keys("j"));
     assert!(!app.follow, "moving the cursor stops following");
     let held = sel(&app);
     add("second newcomer");
-    pump(&mut app, &mut store, exactly::tui::Request::Poll);
+    pump(&mut app, &mut store, crate::tui::Request::Poll);
     assert_eq!(sel(&app), held, "not following: the cursor keeps its row");
     press(&mut app, &mut store, &keys("F"));
     assert!(app.follow);
@@ -327,7 +322,7 @@ fn views_sort_freeze_help_and_quit() {
     let mut app = app_for(&f);
     let mut store = f.store();
     press(&mut app, &mut store, &[code(KeyCode::Tab)]);
-    assert_eq!(app.view, exactly::tui::View::Unknown);
+    assert_eq!(app.view, View::Unknown);
     press(&mut app, &mut store, &keys("1s"));
     assert_eq!(
         app.jobs()[0].job_key,
@@ -337,7 +332,7 @@ fn views_sort_freeze_help_and_quit() {
     press(&mut app, &mut store, &keys("f"));
     assert!(app.frozen);
     exactly::approval::approve(&mut f.store(), &pending_key(&f), "bob", None).expect("approve");
-    pump(&mut app, &mut store, exactly::tui::Request::Poll);
+    pump(&mut app, &mut store, crate::tui::Request::Poll);
     assert_eq!(
         app.snap.as_ref().expect("snap").pending_approvals.len(),
         1,
@@ -380,8 +375,8 @@ fn an_open_effect_detail_follows_new_data() {
         &[key_of('2'), code(KeyCode::Enter)],
     );
     let state_shown =
-        |app: &exactly::tui::App| match app.detail.as_ref().and_then(|d| d.loaded.as_ref()) {
-            Some(exactly::tui::Loaded::Effect { row: Some(r), .. }) => r.state.clone(),
+        |app: &crate::tui::App| match app.detail.as_ref().and_then(|d| d.loaded.as_ref()) {
+            Some(crate::tui::Loaded::Effect { row: Some(r), .. }) => r.state.clone(),
             other => panic!("no effect detail loaded: {other:?}"),
         };
     assert_eq!(state_shown(&app), "unknown");
@@ -396,7 +391,7 @@ fn an_open_effect_detail_follows_new_data() {
         false,
     )
     .expect("resolve");
-    pump(&mut app, &mut f.store(), exactly::tui::Request::Poll);
+    pump(&mut app, &mut f.store(), crate::tui::Request::Poll);
     assert_eq!(state_shown(&app), "done");
 }
 
@@ -431,7 +426,7 @@ fn scrolls_200_jobs_a_page_at_a_time() {
     }
     let mut app = app_for(&f);
     let mut store = f.store();
-    let mut step = |app: &mut exactly::tui::App, k: Vec<crossterm::event::KeyEvent>| {
+    let mut step = |app: &mut crate::tui::App, k: Vec<crossterm::event::KeyEvent>| {
         press(app, &mut store, &k);
         jobs_on_screen(&text(&render(app, 100, 30)))
     };
@@ -525,10 +520,10 @@ fn resolving_an_effect_in_flight_needs_a_second_confirmation() {
 }
 
 /// Opens the effect detail of `key` from the Events view (its newest event is first).
-fn open_effect_detail(app: &mut exactly::tui::App, store: &mut exactly::Store, key: &str) {
+fn open_effect_detail(app: &mut crate::tui::App, store: &mut exactly::Store, key: &str) {
     press(app, store, &[code(KeyCode::Enter)]);
     assert!(
-        matches!(&app.detail, Some(d) if d.focus == exactly::tui::Focus::Effect(key.into())),
+        matches!(&app.detail, Some(d) if d.focus == crate::tui::Focus::Effect(key.into())),
         "{:?}",
         app.detail.as_ref().map(|d| &d.focus)
     );

@@ -1,10 +1,8 @@
 //! Every view of `exactly top` at 80×24 and 120×40, drawn from fixture databases (empty, busy,
 //! hostile) with a fixed clock, compared with the accepted screens in `tests/snapshots/`.
-mod support;
-
+use super::fixture::*;
+use crate::tui::{App, Focus, Request};
 use crossterm::event::KeyCode;
-use exactly::tui::{App, Focus, Request};
-use support::tui::*;
 
 const SIZES: [(u16, u16); 2] = [(80, 24), (120, 40)];
 
@@ -265,13 +263,13 @@ fn hostile_screens_hold_no_control_characters() {
 fn failed_poll_keeps_data_and_says_stale() {
     let f = busy();
     let mut app = app_for(&f);
-    app.on_reply(exactly::tui::Reply::PollFailed(
+    app.on_reply(crate::tui::Reply::PollFailed(
         "database /x is locked".into(),
     ));
     let later = now() + chrono::Duration::seconds(42);
     let mut term =
         ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).expect("term");
-    term.draw(|fr| exactly::tui::draw(fr, &app, later))
+    term.draw(|fr| crate::tui::draw(fr, &app, later))
         .expect("draw");
     let screen = text(&term);
     assert!(screen.contains("STALE 43s"), "{screen}");
@@ -284,7 +282,7 @@ fn failed_poll_keeps_data_and_says_stale() {
 }
 
 /// Screens at 100×30 as text, each after pressing its keys (Enter opens a detail).
-fn capture(f: &support::tui::Fixture, steps: &[&str]) -> String {
+fn capture(f: &super::fixture::Fixture, steps: &[&str]) -> String {
     let mut out = String::new();
     for k in steps {
         let mut app = app_for(f);
@@ -355,7 +353,7 @@ fn readme_keys_and_captures_are_current() {
     let dashboard = read(&path);
     let keys = format!(
         "<!-- keys -->\n{}<!-- /keys -->",
-        exactly::tui::input::markdown()
+        crate::tui::input::markdown()
     );
     let health_block = format!(
         "<!-- health-capture -->\n```text\n{}\n```\n<!-- /health-capture -->",

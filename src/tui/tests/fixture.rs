@@ -1,12 +1,12 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library
 //! with a pinned clock (each operation says when it happened, relative to [`NOW`]), so screens
 //! are the same on every run.
+use crate::tui::{draw, serve, App, Options, Request};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
 use exactly::metrics::Snapshot;
 use exactly::time::Ts;
-use exactly::tui::{draw, serve, App, Options, Request};
 use exactly::Store;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -687,7 +687,7 @@ pub fn app(read_only: bool) -> App {
 /// An app showing the fixture, as the screen loop would after its first poll.
 pub fn app_for(f: &Fixture) -> App {
     let mut a = app(false);
-    a.on_reply(exactly::tui::Reply::Snapshot(Box::new(snapshot(f))));
+    a.on_reply(crate::tui::Reply::Snapshot(Box::new(snapshot(f))));
     a
 }
 
@@ -715,11 +715,11 @@ pub fn pump(app: &mut App, store: &mut Store, req: Request) {
         for reply in serve(store, &r) {
             // Pin what depends on the machine, as `snapshot` does.
             let reply = match reply {
-                exactly::tui::Reply::Snapshot(mut s) => {
+                crate::tui::Reply::Snapshot(mut s) => {
                     s.host = "web-1".into();
                     s.db = "/var/lib/exactly/exactly.db".into();
                     s.taken_at = before(1);
-                    exactly::tui::Reply::Snapshot(s)
+                    crate::tui::Reply::Snapshot(s)
                 }
                 other => other,
             };

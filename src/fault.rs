@@ -4,11 +4,49 @@
 //! Several specs may be joined with `,`. `EXACTLY_FAULT=finish_reply_lost` loses the reply to
 //! the COMMIT that records an effect's outcome, once (see `Store::lose_next_reply`).
 
-/// The points, in the order an effect passes them. `after_claim` is the moment `claimed` is
-/// committed and nothing is sent; an effect that reserves and submits in one transaction has no
-/// such moment, so an attempt told to stop there reserves in a transaction of its own (the path
-/// every effect awaiting approval takes).
-pub const POINTS: &[&str] = &["after_claim", "after_submitted", "after_send", "after_done"];
+/// A named point in the real code path, as `EXACTLY_FAULT` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// `claimed` is committed and nothing is sent. An effect that reserves and submits in one
+    /// transaction has no such moment, so an attempt told to stop here reserves in a
+    /// transaction of its own (the path every effect awaiting approval takes).
+    AfterClaim,
+    /// `submitted` is committed; the far side has not been called.
+    AfterSubmitted,
+    /// The far side answered; the outcome is not recorded yet.
+    AfterSend,
+    /// `done` is committed.
+    AfterDone,
+    /// The reply to the COMMIT that records an effect's outcome is lost, once.
+    FinishReplyLost,
+    /// A scheduler's heartbeat.
+    Heartbeat,
+    /// A run's end is recorded (`run_end:fail=DUR`: it cannot be, for that long).
+    RunEnd,
+}
+
+impl Point {
+    /// The points an effect passes, in order.
+    pub const EFFECT: [Point; 4] = [
+        Point::AfterClaim,
+        Point::AfterSubmitted,
+        Point::AfterSend,
+        Point::AfterDone,
+    ];
+
+    /// The point's name in `EXACTLY_FAULT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Point::AfterClaim => "after_claim",
+            Point::AfterSubmitted => "after_submitted",
+            Point::AfterSend => "after_send",
+            Point::AfterDone => "after_done",
+            Point::FinishReplyLost => "finish_reply_lost",
+            Point::Heartbeat => "heartbeat",
+            Point::RunEnd => "run_end",
+        }
+    }
+}
 
 /// `EXACTLY_FAULT`, read once per process: points sit on every write path, and reading the
 /// environment takes a lock and a scan each time.
@@ -20,7 +58,8 @@ fn spec() -> Option<&'static str> {
 
 /// Whether `EXACTLY_FAULT` names the point (a caller with two ways to do something takes the
 /// one that passes it).
-pub fn armed(name: &str) -> bool {
+pub fn armed(point: Point) -> bool {
+    let name = point.name();
     spec().is_some_and(|spec| {
         spec.split(',')
             .any(|part| part.split_once(':').map_or(part, |(p, _)| p).trim() == name)
@@ -29,14 +68,15 @@ pub fn armed(name: &str) -> bool {
 
 /// Whether `EXACTLY_FAULT` names the point, true the first time it is asked only: a fault
 /// that stands for a one-off event (a reply lost on the network) must let the retry through.
-pub fn once(name: &str) -> bool {
+pub fn once(point: Point) -> bool {
     static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    armed(name) && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
+    armed(point) && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
 }
 
 /// How long the point fails, when `EXACTLY_FAULT` says `NAME:fail=DUR` (e.g. a run's end that
 /// cannot be recorded for 1.5 s after its first try: `run_end:fail=1500ms`).
-pub fn fails_for(name: &str) -> Option<std::time::Duration> {
+pub fn fails_for(point: Point) -> Option<std::time::Duration> {
+    let name = point.name();
     spec()?.split(',').find_map(|part| {
         let (point, action) = part.split_once(':')?;
         let d = action.trim().strip_prefix("fail=")?;
@@ -47,13 +87,14 @@ pub fn fails_for(name: &str) -> Option<std::time::Duration> {
 }
 
 /// Called at each named point; does nothing unless `EXACTLY_FAULT` names it.
-pub fn point(name: &str) {
+pub fn point(point: Point) {
     if let Some(spec) = spec() {
-        act(spec, name);
+        act(spec, point.name());
     }
 }
 
-/// A named point whose spec is read from `var` (the chaos far side's client has its own).
+/// A point of another program's, named by it, whose spec is read from `var` (the chaos far
+/// side's client has its own points and variable).
 pub fn point_of(var: &str, name: &str) {
     if let Ok(spec) = std::env::var(var) {
         act(&spec, name);

@@ -36,7 +36,7 @@ pub fn execute(
             // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
             // (A fault at `after_claim` needs the moment between the two commits to stop at.)
             let asked = std::time::Instant::now();
-            let mut begin = if att.spec.needs_approval || fault::armed("after_claim") {
+            let mut begin = if att.spec.needs_approval || fault::armed(fault::Point::AfterClaim) {
                 store.begin_effect(&new, ctx.now())?
             } else {
                 store.begin_and_submit_effect(&new, sent_by(att), ctx.now())?
@@ -45,7 +45,7 @@ pub fn execute(
                 g.ends = asked.checked_add(g.left);
             }
             if matches!(begin, Begin::Submitted(..)) {
-                fault::point("after_submitted");
+                fault::point(fault::Point::AfterSubmitted);
             }
             let who = match &begin {
                 Begin::Existing(row, _) if row.state == EffectState::Submitted => {
@@ -90,7 +90,7 @@ pub fn execute(
             )?)
         }
         Io::Submit { seen } => {
-            fault::point("after_claim");
+            fault::point(fault::Point::AfterClaim);
             let asked = std::time::Instant::now();
             let mut s = store.submit_effect_on(
                 key,
@@ -105,7 +105,7 @@ pub fn execute(
             )?;
             if let Submit::Won { granted, .. } = &mut s {
                 granted.ends = asked.checked_add(granted.left);
-                fault::point("after_submitted");
+                fault::point(fault::Point::AfterSubmitted);
             }
             Input::Submitted(s)
         }
@@ -119,7 +119,7 @@ pub fn execute(
                 action.granted(&g.until, ends, &att.attempt);
             }
             let sent = action.perform(key);
-            fault::point("after_send");
+            fault::point(fault::Point::AfterSend);
             Input::Sent(sent)
         }
         Io::Finish { sent, seen } => {
@@ -148,7 +148,7 @@ pub fn execute(
                     ctx.now(),
                 ),
             })?;
-            fault::point("after_done");
+            fault::point(fault::Point::AfterDone);
             Input::Finished(ok)
         }
         Io::Duplicate { detail } => {

@@ -266,7 +266,9 @@ pub fn finish(
         beat.hold.retire();
         s.set_writes_first(true);
         // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
-        let tried = match crate::fault::fails_for("run_end").filter(|d| since.elapsed() < *d) {
+        let tried = match crate::fault::fails_for(crate::fault::Point::RunEnd)
+            .filter(|d| since.elapsed() < *d)
+        {
             Some(_) => Err(Error::Store(format!(
                 "database {}: attempt to write a readonly database (fault point run_end)",
                 s.path()

@@ -153,7 +153,7 @@ impl Renewer {
                 }
             }
             // A renewal held up (a stalled thread, a starved process) lets the leases lapse.
-            crate::fault::point("heartbeat");
+            crate::fault::point(crate::fault::Point::Heartbeat);
             let sent = Instant::now();
             let leases: Vec<(&str, i64, Duration)> = due
                 .iter()

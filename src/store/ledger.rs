@@ -489,7 +489,7 @@ impl Store {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
         };
-        if crate::fault::once("finish_reply_lost") {
+        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
             self.lose_next_reply();
         }
         // `response` is the far side's answer, which a duplicate replays: an `unknown` has
@@ -577,7 +577,7 @@ impl Store {
         now: Ts,
     ) -> Result<bool> {
         let now = crate::time::fmt(now);
-        if crate::fault::once("finish_reply_lost") {
+        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
             self.lose_next_reply();
         }
         self.write(|tx| {

@@ -479,7 +479,7 @@ impl Store {
             let out = f(&Tx::lite(tx.0))?;
             tx.commit()?;
             if lose_reply {
-                crate::fault::point("finish_reply_lost");
+                crate::fault::point(crate::fault::Point::FinishReplyLost);
                 return Err(DbError::Other(
                     "the reply to COMMIT was lost (fault point finish_reply_lost)".into(),
                 ));

@@ -484,7 +484,7 @@ impl PgStore {
                 };
                 conn.batch("COMMIT")?;
                 if lose_reply {
-                    crate::fault::point("finish_reply_lost");
+                    crate::fault::point(crate::fault::Point::FinishReplyLost);
                     return Err(cut(&mut conn));
                 }
                 Ok(out)
@@ -524,7 +524,7 @@ impl PgStore {
             let mut conn = self.conn()?;
             let result = f(&mut conn);
             if result.as_ref().is_ok_and(lose_reply) {
-                crate::fault::point("finish_reply_lost");
+                crate::fault::point(crate::fault::Point::FinishReplyLost);
                 conn.broken = true;
                 return Err(cut(&mut conn));
             }

@@ -3,6 +3,7 @@
 //! (`state/keys.rs`); anything that needs the database leaves as a [`Request`] value and comes
 //! back as a [`Reply`].
 mod keys;
+mod sort;
 
 use super::input::Mode;
 use super::view;
@@ -12,6 +13,7 @@ use crate::sanitize::inert;
 use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use ratatui::layout::Rect;
 use ratatui::widgets::TableState;
+pub use sort::{ByAge, EventSort, JobSort, Sorts};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +47,6 @@ impl View {
 
     fn next(self) -> View {
         View::ALL[(self.index() + 1) % 4]
-    }
-
-    /// The orders `s` cycles through.
-    pub fn sorts(self) -> &'static [&'static str] {
-        match self {
-            View::Jobs => &["name", "p99", "last run", "warnings"],
-            View::Unknown | View::Approvals => &["oldest", "job"],
-            View::Events => &["newest", "kind"],
-        }
     }
 }
 
@@ -246,7 +239,7 @@ pub struct App {
     pub poll_error: Option<String>,
     pub view: View,
     views: [ViewState; 4],
-    pub sort: [usize; 4],
+    pub sort: Sorts,
     pub filter: String,
     pub frozen: bool,
     /// Events: the cursor stays on the newest row as events arrive (as `tail -f`); moving it
@@ -278,7 +271,7 @@ impl App {
             poll_error: None,
             view: View::Jobs,
             views: Default::default(),
-            sort: [0; 4],
+            sort: Sorts::default(),
             filter: String::new(),
             frozen: false,
             follow: true,
@@ -388,14 +381,14 @@ impl App {
             .iter()
             .filter(|j| all || self.matches(&j.job_key, None))
             .collect();
-        match self.sort[0] {
-            1 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
-            2 => v.sort_by(|a, b| {
+        match self.sort.jobs {
+            JobSort::P99 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
+            JobSort::LastRun => v.sort_by(|a, b| {
                 let t = |j: &JobRow| j.last_run.as_ref().map(|r| r.started_at.clone());
                 t(b).cmp(&t(a))
             }),
-            3 => v.sort_by_key(|j| std::cmp::Reverse(j.warnings.len())),
-            _ => {}
+            JobSort::Warnings => v.sort_by_key(|j| std::cmp::Reverse(j.warnings.len())),
+            JobSort::Name => {}
         }
         v
     }
@@ -409,7 +402,7 @@ impl App {
             .iter()
             .filter(|u| all || self.matches(&u.job_key, Some(&u.effect_key)))
             .collect();
-        if self.sort[1] == 1 {
+        if self.sort.unknown == ByAge::Job {
             v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
         }
         v
@@ -426,7 +419,7 @@ impl App {
                 .iter()
                 .filter(|a| all || self.matches(&a.job_key, Some(&a.effect_key)))
                 .collect();
-            if self.sort[2] == 1 {
+            if self.sort.approvals == ByAge::Job {
                 v.sort_by(|a, b| a.job_key.cmp(&b.job_key));
             }
             v
@@ -448,7 +441,7 @@ impl App {
                 all || self.matches(e.job_key.as_deref().unwrap_or(""), e.effect_key.as_deref())
             })
             .collect();
-        if self.sort[3] == 1 {
+        if self.sort.events == EventSort::Kind {
             v.sort_by(|a, b| a.kind.cmp(&b.kind).then(b.id.cmp(&a.id)));
         }
         v

@@ -208,8 +208,7 @@ impl App {
                 });
             }
             KeyAction::Sort => {
-                let i = self.view.index();
-                self.sort[i] = (self.sort[i] + 1) % self.view.sorts().len();
+                self.sort.next(self.view);
                 self.reanchor();
             }
             KeyAction::Follow => {

@@ -175,7 +175,7 @@ pub(super) fn draw_tabs(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         spans.push(Span::raw(" "));
     }
     spans.push(Span::styled(
-        format!(" sort:{}", app.view.sorts()[app.sort[app.view.index()]]),
+        format!(" sort:{}", app.sort.label(app.view)),
         t.dim(),
     ));
     if app.view == View::Events {

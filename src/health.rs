@@ -123,8 +123,8 @@ pub fn check(snap: &Snapshot) -> Health {
     let mut failing = Vec::new();
     let mut late = Vec::new();
     for j in snap.jobs.iter().filter(|j| !j.retired) {
-        let outcome = j.last_run.as_ref().and_then(|r| r.outcome.as_deref());
-        if outcome.is_some_and(crate::state::is_failure) {
+        let outcome = j.last_run.as_ref().and_then(|r| r.outcome.as_ref());
+        if outcome.is_some_and(|o| o.is_failure()) {
             failing.push(inert(&j.job_key));
         }
         let behind = match (j.next_fire_at.as_deref().and_then(crate::time::parse), now) {

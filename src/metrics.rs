@@ -139,7 +139,7 @@ impl Snapshot {
                 let last = match (&j.last_run, now) {
                     (Some(r), Some(now)) => format!(
                         "{}{} {} ago",
-                        inert(r.outcome.as_deref().unwrap_or("running")),
+                        inert(r.outcome.as_ref().map_or("running", |o| o.as_str())),
                         r.exit_code
                             .filter(|c| *c != 0)
                             .map(|c| format!(" {c}"))

@@ -50,6 +50,13 @@ pub enum WhileLive {
     Missed,
 }
 
+/// JSON shows the policy by its name, as the jobs file spells it (`status --json`'s `overlap`).
+impl serde::Serialize for Overlap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 impl Overlap {
     /// The policy as the jobs file and the registry spell it.
     pub fn name(self) -> &'static str {

@@ -139,7 +139,7 @@ fn passed_slots(
 pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     let mut w = Vec::new();
     if let Some(r) = &j.last_run {
-        if let Some(o) = r.outcome.as_deref().filter(|o| is_failure(o)) {
+        if let Some(o) = r.outcome.as_ref().filter(|o| o.is_failure()) {
             w.push((
                 "failing",
                 format!(

@@ -270,6 +270,13 @@ words! {
 /// Run outcomes that count as the job failing (not a deploy's kill, not a lost lease).
 pub const FAILING_OUTCOMES: &[&str] = &["failed", "timeout"];
 
+impl RunOutcome {
+    /// Whether this outcome counts as the job failing ([`FAILING_OUTCOMES`]).
+    pub fn is_failure(&self) -> bool {
+        is_failure(self.as_str())
+    }
+}
+
 /// Whether an outcome counts as the job failing.
 pub fn is_failure(outcome: &str) -> bool {
     FAILING_OUTCOMES.contains(&outcome)

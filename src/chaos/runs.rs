@@ -123,7 +123,7 @@ impl Site {
                 .iter()
                 .rev()
                 .skip(1)
-                .any(|r| r.outcome.as_deref() == Some("ok"));
+                .any(|r| r.outcome == Some(crate::state::RunOutcome::Ok));
             if done_then_again {
                 t.double_runs += n - 1;
                 t.fail(format!(

@@ -115,7 +115,7 @@ pub(super) fn print_run(
             let how = match (&row.outcome, row.exit_code, row.duration_ms) {
                 (Some(o), code, d) => format!(
                     "{}{}{}",
-                    inert(o),
+                    inert(o.as_str()),
                     code.map(|c| format!(" (exit {c})")).unwrap_or_default(),
                     d.map(|d| format!(" in {}", time::human_ms(d.max(0) as u64)))
                         .unwrap_or_default()

@@ -34,7 +34,10 @@ const JSON_SCHEMA_VERSION: u32 = 1;
 /// What a job is doing, in one word: `retired`, `paused`, `running` (a run has no outcome
 /// yet), `failing` (its last run failed or timed out), `ok`, or `idle` (never ran).
 fn job_state(j: &JobRow) -> &'static str {
-    let outcome = j.last_run.as_ref().map(|r| r.outcome.as_deref());
+    let outcome = j
+        .last_run
+        .as_ref()
+        .map(|r| r.outcome.as_ref().map(crate::state::RunOutcome::as_str));
     if j.retired {
         "retired"
     } else if j.paused {
@@ -119,7 +122,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
         let last = match (&j.last_run, now) {
             (Some(r), Some(now)) => format!(
                 "{} {} ago",
-                r.outcome.as_deref().unwrap_or("running"),
+                r.outcome_or_running(),
                 time::parse(&r.started_at)
                     .map(|t| human_age(time::age_s(t, now)))
                     .unwrap_or_else(|| "?".into())

@@ -82,8 +82,8 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
     if let Some(streak) = n.failing_runs {
         for j in snap.jobs.iter().filter(|j| !j.retired) {
             // Most jobs' last run was ok: no streak, and no read of their runs.
-            let last = j.last_run.as_ref().and_then(|r| r.outcome.as_deref());
-            if matches!(last, None | Some("ok")) {
+            let last = j.last_run.as_ref().and_then(|r| r.outcome.as_ref());
+            if matches!(last, None | Some(crate::state::RunOutcome::Ok)) {
                 continue;
             }
             if let Some((first, len)) = failing_streak(store, &j.job_key, streak as usize)? {
@@ -180,12 +180,12 @@ fn failing_streak(store: &mut Store, job: &str, n: usize) -> Result<Option<(Stri
         let mut streak = Vec::new();
         let mut ended_by_ok = false;
         for r in runs.iter().filter(|r| r.ended_at.is_some()) {
-            match r.outcome.as_deref() {
-                Some("ok") => {
+            match &r.outcome {
+                Some(crate::state::RunOutcome::Ok) => {
                     ended_by_ok = true;
                     break;
                 }
-                Some(o) if crate::state::is_failure(o) => streak.push(r),
+                Some(o) if o.is_failure() => streak.push(r),
                 _ => {}
             }
         }

@@ -2,14 +2,15 @@
 //! a job's open effects. Each through an index.
 use super::db::{args, DbResult, Optional, Row};
 use super::rows::{EventRow, RunRow};
-use super::{int, text, text_or_empty, Store};
+use super::{int, text, text_or_empty, word, Store};
+use crate::state::RunOutcome;
 use crate::Result;
 
 pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
     Ok(EventRow {
         id: int(r, 0)?.unwrap_or(0),
         at: text_or_empty(r, 1)?,
-        kind: text_or_empty(r, 2)?,
+        kind: word(r, 2)?,
         job_key: text(r, 3)?,
         effect_key: text(r, 4)?,
         fencing_token: int(r, 5)?,
@@ -38,7 +39,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
         fencing_token: int(r, 4)?.unwrap_or(0),
         started_at: text_or_empty(r, 5)?,
         ended_at: text(r, 6)?,
-        outcome: text(r, 7)?,
+        outcome: text(r, 7)?.map(RunOutcome::from),
         duration_ms: int(r, 8)?,
         exit_code: int(r, 9)?,
     })

@@ -5,6 +5,7 @@ use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
 use super::rows::{ApprovalView, JobRow, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
+use crate::policy::Overlap;
 use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -85,7 +86,7 @@ impl Store {
                     Ok(OpenEffect {
                         effect_key: text_or_empty(r, 0)?,
                         job_key: text_or_empty(r, 1)?,
-                        state: text_or_empty(r, 2)?,
+                        state: word(r, 2)?,
                         age_s: time::parse(&since).map(|t| time::age_s(t, now)).unwrap_or(0),
                         since,
                         terms_shown: text(r, 4)?,
@@ -327,7 +328,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 interval_s: int(r, 2)?,
                 lease_s: int(r, 3)?,
                 lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
-                overlap: text(r, 4)?,
+                overlap: text(r, 4)?.and_then(|o| Overlap::from_registry(&o, int(r, 5).ok().flatten())),
                 queue_cap: int(r, 5)?,
                 paused: int(r, 6)?.unwrap_or(0) != 0,
                 pause_note: text(r, 7)?,

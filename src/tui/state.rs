@@ -442,7 +442,7 @@ impl App {
             })
             .collect();
         if self.sort.events == EventSort::Kind {
-            v.sort_by(|a, b| a.kind.cmp(&b.kind).then(b.id.cmp(&a.id)));
+            v.sort_by(|a, b| a.kind.as_str().cmp(b.kind.as_str()).then(b.id.cmp(&a.id)));
         }
         v
     }
@@ -554,7 +554,7 @@ impl App {
                     key: a.effect_key.clone(),
                     job: a.job_key.clone(),
                     terms: a.terms_shown.clone(),
-                    approval: Some(a.state.clone()),
+                    approval: Some(a.state.to_string()),
                 })
             }
             View::Events => {

@@ -83,7 +83,7 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
                     " {} {} {:<20} {} {}",
                     clock(&e.at),
                     if event_alert(&e.kind) { "!" } else { " " },
-                    inert(&e.kind),
+                    inert(e.kind.as_str()),
                     e.actor.as_deref().map(inert).unwrap_or_else(|| "-".into()),
                     e.detail.as_deref().map(inert).unwrap_or_default(),
                 );

@@ -1,9 +1,9 @@
 //! The Events view: the stream of events, newest first.
 use super::*;
 
-pub(super) fn event_alert(kind: &str) -> bool {
+pub(super) fn event_alert(kind: &EventKind) -> bool {
     matches!(
-        EventKind::parse(kind),
+        kind,
         EventKind::FencedWrite
             | EventKind::LeaseStolen
             | EventKind::EffectUnknown
@@ -43,7 +43,10 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             vec![
                 (if alert { "!" } else { " " }.into(), t.bad()),
                 plain(clock(&e.at)),
-                (e.kind.clone(), if alert { t.warn() } else { Style::new() }),
+                (
+                    e.kind.to_string(),
+                    if alert { t.warn() } else { Style::new() },
+                ),
                 plain(e.job_key.clone().unwrap_or_else(|| "-".into())),
                 plain(e.effect_key.clone().unwrap_or_else(|| "-".into())),
                 plain(dash(e.fencing_token)),

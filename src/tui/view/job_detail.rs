@@ -49,7 +49,7 @@ pub(super) fn draw_job_detail(
             inert(j.schedule.as_deref().unwrap_or("-")),
             dash(j.interval_s.map(human_age)),
             dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
-            inert(j.overlap.as_deref().unwrap_or("-")),
+            inert(j.overlap.map_or("-", |o| o.name())),
             j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
             job_state(j, now),
         ),
@@ -203,12 +203,8 @@ pub(super) fn draw_job_detail(
                     if over { t.bad() } else { Style::new() },
                 ),
                 {
-                    let o = r.outcome.clone().unwrap_or_else(|| "running".into());
-                    let st = if crate::snapshot::is_failure(&o) {
-                        t.bad()
-                    } else {
-                        Style::new()
-                    };
+                    let o = r.outcome_or_running().to_string();
+                    let st = if r.failed() { t.bad() } else { Style::new() };
                     (o, st)
                 },
                 plain(dash(r.exit_code)),
@@ -263,13 +259,13 @@ pub(super) fn draw_run_output(
         f.render_widget(Paragraph::new(head), area);
         return;
     };
-    let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
-    let bad = crate::snapshot::is_failure(&outcome);
+    let outcome = r.outcome_or_running();
+    let bad = r.failed();
     head.push(Line::styled(
         clip(
             &format!(
                 " {}{} · started {} ({} ago) · took {} · slot {} · token {} · {}",
-                inert(&outcome),
+                inert(outcome),
                 r.exit_code
                     .map(|c| format!(" (exit {c})"))
                     .unwrap_or_default(),

@@ -55,7 +55,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         .last_run
         .as_ref()
         .map(|r| {
-            let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
+            let outcome = r.outcome_or_running();
             let code = r
                 .exit_code
                 .filter(|c| *c != 0)
@@ -64,18 +64,14 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
             let age = age_s(&r.started_at, now)
                 .map(short_age)
                 .unwrap_or_else(|| "-".into());
-            format!("{}{code} {age}", clip(&outcome, 7))
+            format!("{}{code} {age}", clip(outcome, 7))
         })
         .unwrap_or_else(|| "-".into());
-    let last_style = match j
-        .last_run
-        .as_ref()
-        .and_then(|r| r.outcome.as_deref().map(RunOutcome::parse))
-    {
+    let last_style = match j.last_run.as_ref().and_then(|r| r.outcome.as_ref()) {
         Some(RunOutcome::Ok) | None => Style::new(),
         // Another writer's "done" reads as fine, as an effect's would.
         Some(o) if EffectState::Done == o.as_str() => Style::new(),
-        Some(o) if crate::snapshot::is_failure(o.as_str()) => t.bad(),
+        Some(o) if o.is_failure() => t.bad(),
         Some(_) => t.warn(),
     };
     let (next, next_style) = next_fire(j, t, now);
@@ -103,7 +99,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         (expires, exp_style),
         (state.into(), if j.paused { t.warn() } else { Style::new() }),
         plain(j.queue_depth.to_string()),
-        plain(dash(j.overlap.clone())),
+        plain(dash(j.overlap.map(|o| o.name()))),
         plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
     ]
 }

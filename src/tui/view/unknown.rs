@@ -40,8 +40,8 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
                 (if alert { "!" } else { " " }.into(), t.bad()),
                 (human_age(age), if alert { t.bad() } else { Style::new() }),
                 (
-                    u.state.clone(),
-                    if EffectState::Unknown == u.state.as_str() {
+                    u.state.to_string(),
+                    if u.state == EffectState::Unknown {
                         t.warn()
                     } else {
                         Style::new()

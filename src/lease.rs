@@ -11,11 +11,17 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// We hold the lease; carry this token into every write.
-    Won { token: i64 },
+    Won {
+        /// The fencing token of our lease.
+        token: i64,
+    },
     /// A live lease is held by someone else.
     Held {
+        /// Who holds it.
         owner: String,
+        /// The fencing token of the lease held.
         token: i64,
+        /// When the holder's lease ends.
         until: String,
     },
 }

@@ -10,14 +10,23 @@ use crate::Result;
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ApprovalRow {
+    /// The effect key it approves: one approval per effect.
     pub effect_key: String,
+    /// The job whose effect asked for it.
     pub job_key: String,
+    /// What the effect does, as the approver is shown.
     pub terms_shown: Option<String>,
+    /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
+    /// When it was requested.
     pub requested_at: String,
+    /// Who approved or denied it.
     pub decided_by: Option<String>,
+    /// When it was approved or denied.
     pub decided_at: Option<String>,
+    /// The note left with the decision.
     pub note: Option<String>,
+    /// When the send it allowed used it up.
     pub consumed_at: Option<String>,
 }
 
@@ -41,24 +50,32 @@ pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
 /// The answer to an operator's decision.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decided {
+    /// The decision was recorded.
     Done,
     /// Someone decided first: their decision stands.
     Already {
+        /// What was found: the approval's state, or the effect's.
         state: Already,
+        /// Who decided the approval (None for an effect already past `claimed`).
         by: Option<String>,
+        /// When it was decided (or the effect last changed).
         at: Option<String>,
     },
+    /// No approval was requested for this effect key.
     NotFound,
 }
 
 /// What a decision found already there: the approval decided, or the effect past `claimed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Already {
+    /// The approval was already decided (or consumed).
     Approval(ApprovalState),
+    /// The effect was already past `claimed`: a denial no longer stops it.
     Effect(EffectState),
 }
 
 impl Already {
+    /// The state found, as its database word.
     pub fn as_str(&self) -> &str {
         match self {
             Already::Approval(s) => s.as_str(),

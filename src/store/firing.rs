@@ -14,14 +14,19 @@ use crate::Result;
 /// A firing about to be decided.
 #[derive(Debug, Clone)]
 pub struct FireRequest<'a> {
+    /// The job firing.
     pub job: &'a str,
     /// The scheduled instant (fixed-width UTC): with the job, the firing's identity.
     pub slot: &'a str,
     /// `scheduled`, `catchup`, `manual` or `backfill`.
     pub kind: &'a str,
+    /// Who fires it: the lease owner its run would hold.
     pub owner: &'a str,
+    /// When the lease a run would win ends.
     pub lease_until: &'a str,
+    /// The caller's clock (the server's is used on PostgreSQL).
     pub now: &'a str,
+    /// The job's overlap policy, applied while a run is live.
     pub overlap: Overlap,
     /// Backfill: a busy lease is waited for (nothing recorded) instead of applying the overlap
     /// policy, and a firing that never ran may be taken over.
@@ -34,9 +39,13 @@ pub struct FireRequest<'a> {
 /// A run that just started: we hold the job's lease with this token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
+    /// The fencing token of the lease we won.
     pub token: i64,
+    /// The new run's id.
     pub run_id: String,
+    /// The slot it runs for.
     pub slot: String,
+    /// The previous holder and its token, when we took over a lease that had expired.
     pub stolen_from: Option<(String, i64)>,
 }
 
@@ -44,7 +53,9 @@ pub struct Started {
 /// (slot, runs it had).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Resumed {
+    /// The run started, if one was.
     pub started: Option<Started>,
+    /// Firings that used up their runs: their slot and how many runs they had.
     pub gave_up: Vec<(String, i64)>,
     /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
     /// may only be slow to record its end): the owner's name.
@@ -78,14 +89,18 @@ pub struct AfterFailure {
 /// [`crate::firing::ResumeRules`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOwner {
+    /// The lease owner that ran it.
     pub owner: String,
     /// The owner's scheduler row, if it is a scheduler (a manual run's owner has none).
     pub scheduler: Option<OwnerScheduler>,
 }
 
+/// The scheduler that ran a firing's last run, as it recorded itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OwnerScheduler {
+    /// The machine it runs on (boot id / pid namespace), if it recorded one.
     pub host_id: Option<String>,
+    /// Its process id.
     pub pid: i64,
     /// It recorded a clean end.
     pub ended: bool,
@@ -96,51 +111,70 @@ pub struct OwnerScheduler {
 /// What waits to start for a job (both false while its lease is live).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Waiting {
+    /// A firing is queued.
     pub queued: bool,
+    /// A firing is to be resumed: its run died, or it waits for a retry.
     pub resumable: bool,
 }
 
 /// The fate of a firing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fired {
+    /// A run started: we hold the job's lease.
     Started(Started),
     /// The same firing was fired before (another scheduler, a restart): not run again.
     Duplicate {
+        /// The state the firing is in.
         state: FiringState,
+        /// Who fired it first.
         owner: Option<String>,
     },
     /// The job is paused: recorded as skipped.
     Skipped {
+        /// The pause's note.
         note: Option<String>,
+        /// Who paused the job.
         by: Option<String>,
     },
     /// A run is live (or an earlier firing goes first, see [`Fired::waiting`]) and the policy
     /// is coalesce: dropped, recorded.
     Coalesced {
+        /// The lease owner of the live run.
         holder: String,
+        /// Its fencing token.
         token: i64,
+        /// The earlier firing that goes first, in words.
         waiting: Option<String>,
     },
     /// A run is live (or an earlier firing goes first) and the policy is queue: waiting, at
     /// this depth.
     Queued {
+        /// Its place in the queue, counting itself.
         depth: u64,
+        /// How many firings the queue holds at most.
         cap: u32,
+        /// The earlier firing that goes first, in words.
         waiting: Option<String>,
     },
     /// A run is live and the queue is full: dropped, saturation recorded.
     Saturated {
+        /// How many firings the queue holds at most.
         cap: u32,
     },
     /// A run is live (or an earlier firing goes first) and the policy is fail: a loud miss.
     Missed {
+        /// The lease owner of the live run.
         holder: String,
+        /// Its fencing token.
         token: i64,
+        /// The earlier firing that goes first, in words.
         waiting: Option<String>,
     },
     /// Backfill only: the lease is held; nothing recorded, try again later.
     Busy {
+        /// Who holds the lease.
         holder: String,
+        /// When that lease ends.
         until: String,
     },
 }
@@ -300,6 +334,7 @@ impl Store {
 /// A scheduler's due slot: fired as `fire` says, unless it is later than `window` when decided.
 #[derive(Debug, Clone)]
 pub struct DueRequest<'a> {
+    /// The firing to decide.
     pub fire: FireRequest<'a>,
     /// The job's catch-up window plus the scheduler's slack: a slot later than this is missed.
     pub window: std::time::Duration,
@@ -310,10 +345,13 @@ pub struct DueRequest<'a> {
 /// What became of a due slot.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DueFate {
+    /// Decided in time: its fate.
     Fired(Fired),
     /// Later than its window when decided: recorded `missed` (`skipped` while paused).
     Late {
+        /// How long after its slot it was decided (ms).
         late_ms: i64,
+        /// Recorded `skipped`, the job being paused.
         skipped: bool,
     },
 }

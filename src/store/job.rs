@@ -84,15 +84,23 @@ pub(super) fn set_paused_tx(
 /// version may lack some). The jobs file's entry is `runner::Job`; the dashboard's `JobRow`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobRecord {
+    /// The job's name, the key of its lease.
     pub job_key: String,
+    /// Its cron expression, when it fires on a calendar.
     pub schedule: Option<String>,
+    /// The zone its cron schedule is read in (None: UTC).
     pub timezone: Option<String>,
+    /// Seconds between firings, when it fires on an interval.
     pub interval_s: Option<i64>,
+    /// How long each lease lasts, in whole seconds.
     pub lease_s: Option<i64>,
     /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
     pub lease_ms: Option<i64>,
+    /// Its overlap policy: `coalesce`, `queue` or `fail`.
     pub overlap: Option<String>,
+    /// How many firings may wait under the `queue` overlap policy.
     pub queue_cap: Option<i64>,
+    /// SHA-256 of the command as it runs (its argv as JSON).
     pub command_digest: Option<String>,
     /// The argv as JSON.
     pub command: Option<String>,
@@ -101,14 +109,19 @@ pub struct JobRecord {
     pub catchup_s: Option<i64>,
     /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,
+    /// How long its observe command may take before its answer counts as "can't tell".
     pub observe_timeout_ms: Option<i64>,
     /// A cron job's daylight-saving policy in a zone (`once`|`both`, `next`|`skip`).
     pub dst_repeated: Option<String>,
+    /// What a cron slot in a skipped hour does (`next`|`skip`); None: `next`.
     pub dst_skipped: Option<String>,
+    /// Whether its firings are skipped until it is resumed.
     pub paused: bool,
+    /// The note left with its latest pause.
     pub pause_note: Option<String>,
     /// Read back only: registering writes these from the registry's own rules.
     pub retired: bool,
+    /// The jobs file that registered it.
     pub source: Option<String>,
     /// SHA-256 of everything that decides what fires (`runner::definitions::digest`).
     pub definition_digest: Option<String>,
@@ -116,6 +129,7 @@ pub struct JobRecord {
     pub keep_runs: Option<i64>,
     /// Read back only: the scheduler that registered it last, and when.
     pub owner: Option<String>,
+    /// When it was last registered or changed.
     pub updated_at: Option<String>,
 }
 

@@ -178,9 +178,13 @@ pub enum LeaseClaim {
 /// The current lease row of a job.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LeaseRow {
+    /// The job the lease is for.
     pub job_key: String,
+    /// Who holds (or last held) it.
     pub owner: String,
+    /// The newest fencing token issued for the job.
     pub fencing_token: i64,
+    /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.
     pub lease_until: String,
 }
 

@@ -7,25 +7,45 @@ use crate::state::EffectState;
 /// A whole `effect_ledger` row.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct LedgerRow {
+    /// The effect key: derived from the action, its target and its inputs.
     pub effect_key: String,
+    /// The job whose run claimed it.
     pub job_key: String,
+    /// The run that last claimed or submitted it.
     pub run_id: String,
+    /// The fencing token it was last claimed or submitted under.
     pub fencing_token: Option<i64>,
+    /// Its state: `claimed`, `submitted`, `done`, `unknown` or `cancelled`.
     pub state: EffectState,
+    /// What the effect does, in words a person approving or resolving it is shown.
     pub terms_shown: Option<String>,
+    /// The far side's answer (or the observer's words when it settled the row `done`).
     pub response: Option<String>,
+    /// When its row was created.
     pub created_at: String,
+    /// When it last changed.
     pub updated_at: String,
+    /// What the effect does (the action part of its effect key).
     pub action_id: Option<String>,
+    /// What it acts on (the target part of its effect key).
     pub target_id: Option<String>,
+    /// SHA-256 of its inputs as canonical JSON (the last part of its effect key).
     pub input_digest: Option<String>,
+    /// The command that asks the far side whether the effect happened.
     pub observe_cmd: Option<String>,
+    /// The attempt id (`host:pid`) that last submitted it.
     pub attempt: Option<String>,
+    /// The observer's latest verdict: `happened`, `not happened` or `can't tell`.
     pub verdict: Option<String>,
+    /// When that verdict was recorded.
     pub verdict_at: Option<String>,
+    /// Who settled it by hand.
     pub resolved_by: Option<String>,
+    /// When it was settled by hand.
     pub resolved_at: Option<String>,
+    /// The note left with that resolution.
     pub resolution_note: Option<String>,
+    /// What the resolver checked on the far side.
     pub evidence: Option<String>,
     /// Bumped by every transition; NULL (a row written with the seed's SQL) reads as 0.
     pub version: i64,
@@ -55,8 +75,11 @@ impl LedgerRow {
 /// applies only if the row still is in this state, at this version, updated at this instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Seen {
+    /// The state the writer read.
     pub state: EffectState,
+    /// The version the writer read.
     pub version: i64,
+    /// The row's `updated_at` the writer read.
     pub updated_at: String,
 }
 
@@ -133,7 +156,9 @@ pub enum Begin {
 /// its end on the database's clock, and how long that was from the transaction's now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Granted {
+    /// When the lease ends, on the database's clock.
     pub until: String,
+    /// How long the lease had left when the transaction read it.
     pub left: std::time::Duration,
     /// When it ends on this host's monotonic clock, counted from before the write was sent (set
     /// by the driver, which knows when it asked): a pause after the commit shortens the send,
@@ -144,7 +169,9 @@ pub struct Granted {
 /// Who sends: the attempt id (`host:pid`, shown) and the sender's identity (judged).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SentBy<'a> {
+    /// The attempt id (`host:pid`), shown to people.
     pub attempt: &'a str,
+    /// The sender's identity (`sender::Identity::encode`), judged by observers.
     pub sender: Option<&'a str>,
 }
 
@@ -158,10 +185,12 @@ pub struct SenderLease {
     pub until: Option<String>,
 }
 
+/// The answer to moving a `claimed` row to `submitted`: whether we may send.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Submit {
     /// We moved the row `claimed` → `submitted`: we, and only we, may send.
     Won {
+        /// Whether this send used up the effect's approval.
         approval_consumed: bool,
         /// The row as we left it, for the compare-and-set that records the answer.
         seen: Seen,
@@ -171,10 +200,12 @@ pub enum Submit {
     /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
     /// the permission to send, so nothing is sent. Renew it and try again.
     LeaseEnding {
+        /// When our lease ends; None when it was released.
         until: Option<String>,
     },
     /// Someone else moved it first (or it is no longer `claimed`): never send.
     Lost(Box<LedgerRow>),
+    /// A higher fencing token exists for the job: never send.
     Fenced,
     /// The effect needs an approval that is not granted (pending, or missing).
     NotApproved,
@@ -185,26 +216,39 @@ pub enum Submit {
 /// Facts recorded with a new ledger row.
 #[derive(Debug, Clone, Default)]
 pub struct NewEffect<'a> {
+    /// The effect key.
     pub effect_key: &'a str,
+    /// The job claiming it.
     pub job_key: &'a str,
+    /// The run claiming it.
     pub run_id: &'a str,
+    /// The fencing token of the claiming lease.
     pub token: i64,
+    /// What the effect does, as a person approving it is shown.
     pub terms_shown: Option<&'a str>,
+    /// What the effect does (part of its effect key).
     pub action_id: &'a str,
+    /// What it acts on (part of its effect key).
     pub target_id: &'a str,
+    /// The digest of its inputs (part of its effect key).
     pub input_digest: &'a str,
+    /// The command that asks the far side whether it happened.
     pub observe_cmd: Option<&'a str>,
 }
 
 /// How an operator (or observer) settles an effect that may or may not have happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
+    /// It happened on the far side: the row becomes `done`.
     Happened,
+    /// It did not happen: the row goes back to `claimed`, so a retry may send.
     NotHappened,
+    /// It must never be sent: the row becomes `cancelled`.
     Cancel,
 }
 
 impl Resolution {
+    /// The ledger state this resolution moves an effect to.
     pub fn target_state(self) -> EffectState {
         match self {
             Resolution::Happened => EffectState::Done,
@@ -212,6 +256,7 @@ impl Resolution {
             Resolution::Cancel => EffectState::Cancelled,
         }
     }
+    /// The resolution as the command line spells it.
     pub fn word(self) -> &'static str {
         match self {
             Resolution::Happened => "happened",
@@ -226,26 +271,37 @@ impl Resolution {
 pub enum Verdict {
     /// Recorded (and, when definite, the row settled); `seen` is the row as it left it.
     Applied {
+        /// The state the row was in.
         from: EffectState,
+        /// The row as the verdict left it.
         seen: Seen,
     },
     /// The row moved since the observer looked: the verdict was discarded.
     Stale {
+        /// The row's state now.
         state: EffectState,
     },
     /// The row's sender may still be sending (its lease is live): not settled.
     InFlight {
+        /// The row's state (`submitted`).
         state: EffectState,
+        /// The attempt id (`host:pid`) of its sender.
         attempt: Option<String>,
+        /// When the row was submitted.
         since: String,
+        /// When the sender's lease ends; None when its token holds no lease.
         until: Option<String>,
     },
     /// A higher fencing token exists for the observing job.
     Fenced,
+    /// The effect is not open (already settled): nothing was recorded.
     NotOpen {
+        /// The state it is in.
         state: EffectState,
+        /// Who settled it by hand, if anyone did.
         by: Option<String>,
     },
+    /// No ledger row has this effect key.
     NotFound,
 }
 
@@ -254,14 +310,20 @@ pub enum Verdict {
 /// running on this host (then it may send past its lease's end, until it is stopped).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sending {
+    /// Its attempt id (`host:pid`).
     pub attempt: Option<String>,
+    /// When its lease ends; None when its token holds no lease any more.
     pub until: Option<String>,
+    /// Whether its process was found running on this host.
     pub running: bool,
 }
 
+/// The answer to a person's resolution of an effect.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
+    /// Settled: the row moved to the resolution's state.
     Done {
+        /// The state it was in.
         from: EffectState,
         /// Resolved with `force` while its sender may still be sending: who, and until when.
         forced: Option<Sending>,
@@ -271,10 +333,13 @@ pub enum Resolved {
     InFlight(Sending),
     /// The effect is not open (already settled, by someone else or by an observer).
     NotOpen {
+        /// The state it is in.
         state: EffectState,
+        /// Who settled it by hand, if anyone did.
         by: Option<String>,
     },
     /// A higher fencing token exists for the settling job: nothing was changed.
     Fenced,
+    /// No ledger row has this effect key.
     NotFound,
 }

@@ -65,6 +65,9 @@ use std::time::Duration;
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
 pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
+/// An open database, SQLite or PostgreSQL: leases, the effect ledger, approvals, firings,
+/// runs and events. Opened by [`crate::open`] or [`Store::open`]; used through the library's
+/// domain modules.
 pub struct Store {
     conn: Conn,
     path: String,
@@ -152,7 +155,9 @@ pub fn check_shareable(path: &str) -> Result<()> {
 /// How a database is opened: to write (creating or adopting the schema), or to read only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
+    /// To write: the schema is created, or an existing one adopted.
     Write,
+    /// To read only: nothing is created or changed.
     ReadOnly,
 }
 
@@ -395,6 +400,7 @@ impl Store {
         self.lose_reply = true;
     }
 
+    /// The database's path or URL, as it was opened.
     pub fn path(&self) -> &str {
         &self.path
     }

@@ -8,11 +8,15 @@ use crate::Result;
 /// One notification's end, as recorded.
 #[derive(Debug, Clone)]
 pub struct NotifyEnd<'a> {
+    /// Whether it was delivered.
     pub sent: bool,
     /// The notifier's job (`exactly-notify:<name>`).
     pub job: &'a str,
+    /// The effect key of the notification's send.
     pub effect_key: &'a str,
+    /// The `[[notify]]` rule that fired it.
     pub rule: &'a str,
+    /// What happened, in words.
     pub detail: &'a str,
 }
 

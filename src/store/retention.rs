@@ -61,13 +61,21 @@ fn row_key(pg: bool, table: &str) -> &'static str {
 /// What a prune deleted (or, dry, would delete).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pruned {
+    /// What is older than this instant was deleted.
     pub horizon: String,
+    /// Ended runs deleted (never a job's latest).
     pub runs: u64,
+    /// Decided firings deleted (never a job's latest, nor one still waiting).
     pub firings: u64,
+    /// Events deleted (none about an effect still open or awaiting a person).
     pub events: u64,
+    /// Scheduler rows deleted: those silent since before the horizon.
     pub schedulers: u64,
+    /// `done` effects deleted (only with `--effects`): their effect keys are forgotten.
     pub effects: u64,
+    /// Consumed approvals deleted with their effects.
     pub approvals: u64,
+    /// Nothing was deleted: the counts say what would be.
     pub dry_run: bool,
 }
 

@@ -8,11 +8,17 @@ use serde::Serialize;
 /// Counters over one window (all time, or the last 24 h).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Window {
+    /// Effects not sent again because the ledger already held their effect key.
     pub duplicates_suppressed: u64,
+    /// Writes refused because a higher fencing token holds the job.
     pub fenced_writes: u64,
+    /// `claimed` effects whose lease is gone: reserved, then abandoned, nothing sent.
     pub claimed_never_submitted: u64,
+    /// Open effects: `unknown`, or `submitted` by a holder whose lease is gone.
     pub unknown: u64,
+    /// Approvals waiting for a person's decision.
     pub pending_approvals: u64,
+    /// Approvals granted but not yet consumed by a send.
     pub unused_approvals: u64,
 }
 
@@ -22,20 +28,29 @@ pub struct Window {
 pub struct Reading {
     /// The database's clock when read (the server's, on PostgreSQL).
     pub taken_at: String,
+    /// The database read, as its path or URL.
     pub db: String,
     /// `PRAGMA user_version` (or the schema table's version) of the database read.
     pub schema_version: i64,
+    /// Every `exactly run` process that recorded itself.
     pub schedulers: Vec<SchedulerRow>,
+    /// Counters over all time.
     pub totals: Window,
+    /// Counters over the last 24 hours.
     pub last_24h: Window,
     /// Age in seconds of the oldest open effect.
     pub oldest_unknown_s: Option<i64>,
     /// Firings a scheduler recorded missed, all jobs, all time.
     pub missed_recorded: u64,
+    /// Every job: registered, or known only by its lease.
     pub jobs: Vec<JobRow>,
+    /// Open effects, oldest first (at most a thousand).
     pub unknown: Vec<OpenEffect>,
+    /// Approvals waiting for a decision, oldest first.
     pub pending_approvals: Vec<ApprovalView>,
+    /// Approvals granted and not yet consumed, oldest first.
     pub unused_approvals: Vec<ApprovalView>,
+    /// The newest events, most recent first.
     pub events: Vec<EventRow>,
     /// `host_clash` events in the last 24 h.
     pub host_clashes_24h: u64,
@@ -46,21 +61,30 @@ pub struct Reading {
 pub struct NotificationCount {
     /// The notifier's job, `exactly-notify:<name>`.
     pub notifier: String,
+    /// The `[[notify]]` rule that fired the notification.
     pub rule: String,
+    /// How it ended: `sent` or `failed`.
     pub outcome: String,
+    /// How many notifications ended so.
     pub count: u64,
 }
 
 /// One `exactly run` process as it recorded itself.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SchedulerRow {
+    /// The scheduler's name as lease owner (by default `user@host:pid`).
     pub owner: String,
+    /// The host name it runs on.
     pub host: String,
+    /// Its process id on that host.
     pub pid: i64,
+    /// When it started (RFC 3339, UTC).
     pub started_at: String,
+    /// Its latest heartbeat (every 2 s while it runs).
     pub heartbeat_at: String,
     /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
     pub ended_at: Option<String>,
+    /// Whether it beat recently enough to count as running.
     pub alive: bool,
     /// The machine behind `host` (boot id / pid namespace); None from schedulers before it.
     pub host_id: Option<String>,
@@ -72,16 +96,24 @@ pub const RUN_BUCKETS_MS: &[i64] = &[
     100, 500, 1_000, 5_000, 15_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000,
     7_200_000, 21_600_000, 86_400_000,
 ];
+/// One job as the dashboard shows it: its definition, lease, runs, firings and warnings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobRow {
+    /// The job's name, the key of its lease.
     pub job_key: String,
+    /// Its cron expression, when it fires on a calendar.
     pub schedule: Option<String>,
+    /// The zone its cron schedule is read in (None: UTC).
     pub timezone: Option<String>,
+    /// Seconds between firings, when it fires on an interval.
     pub interval_s: Option<i64>,
+    /// How long each lease lasts, in whole seconds.
     pub lease_s: Option<i64>,
     /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
     pub lease_ms: Option<i64>,
+    /// Its overlap policy: what a firing does while a run is live.
     pub overlap: Option<String>,
+    /// How many firings may wait under the `queue` overlap policy.
     pub queue_cap: Option<i64>,
     /// A cron job's daylight-saving policy in its zone; absent for other jobs.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,21 +121,32 @@ pub struct JobRow {
     /// The registry's `dst_repeated` and `dst_skipped`, as stored (read into `dst`).
     #[serde(skip)]
     pub dst_policy: (Option<String>, Option<String>),
+    /// Runs in the run window.
     pub runs: u64,
+    /// Median run duration in the run window (ms).
     pub p50_ms: Option<u64>,
+    /// 99th-percentile run duration in the run window (ms).
     pub p99_ms: Option<u64>,
     /// The durations (ms) behind p50/p99: the job's runs in the duration window.
     #[serde(skip)]
     pub durations_ms: Vec<i64>,
+    /// The newest fencing token issued for the job.
     pub fencing_token: Option<i64>,
+    /// Who holds the lease; None when released.
     pub lease_owner: Option<String>,
+    /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.
     pub lease_until: Option<String>,
     /// Seconds until the lease expires (negative: expired); None when released or never held.
     pub lease_left_s: Option<i64>,
+    /// Whether its firings are skipped until it is resumed.
     pub paused: bool,
+    /// The note left with its latest pause.
     pub pause_note: Option<String>,
+    /// Whether it was removed from the jobs file: it no longer fires.
     pub retired: bool,
+    /// Firings queued, waiting for the live run to end.
     pub queue_depth: u64,
+    /// Its newest run.
     pub last_run: Option<RunRow>,
     /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
     pub next_fire_at: Option<String>,
@@ -123,18 +166,23 @@ pub struct JobRow {
     /// not cumulative, and their durations' sum: kept by counters, so they never go down.
     #[serde(skip)]
     pub run_duration_counts: Vec<u64>,
+    /// The sum of all its ended runs' durations (ms), all time.
     #[serde(skip)]
     pub run_duration_sum_ms: u64,
     /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
     /// run them (`missed_unrecorded`, counted by the reader).
     pub missed_firings: u64,
+    /// Slots passed with no scheduler to fire them, not yet recorded as missed.
     pub missed_unrecorded: u64,
+    /// Its effects not sent again because the ledger held their effect key.
     pub duplicates_suppressed: u64,
+    /// Its writes refused because a higher fencing token held the job.
     pub fenced_writes: u64,
     /// Firings that used up their runs (three) without finishing.
     pub firings_gave_up: u64,
     /// Firings an observer marked for a re-run that has not happened yet.
     pub firings_need_retry: u64,
+    /// What a person should look at, in sentences.
     pub warnings: Vec<String>,
     /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of
     /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
@@ -144,8 +192,10 @@ pub struct JobRow {
     /// catch-up window, the misses a scheduler recorded. Not part of the JSON.
     #[serde(skip)]
     pub last_slot: Option<String>,
+    /// How long after its slot a firing may still start (s); later, it is missed.
     #[serde(skip)]
     pub catchup_s: i64,
+    /// Firings a scheduler recorded missed.
     #[serde(skip)]
     pub missed_recorded: u64,
     /// A live scheduler's different definition the newest registration replaced (a warning
@@ -157,51 +207,85 @@ pub struct JobRow {
 /// Whose definition of a job the newest registration (`by`, from `by_source`, `at`) replaced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Replaced {
+    /// The live scheduler whose definition was replaced.
     pub owner: String,
+    /// Where that definition came from (its jobs file).
     pub source: Option<String>,
+    /// The scheduler whose registration replaced it.
     pub by: Option<String>,
+    /// Where the replacing definition came from.
     pub by_source: Option<String>,
+    /// When it was replaced.
     pub at: Option<String>,
 }
 
+/// One run of a job's command.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RunRow {
+    /// The run's unique id.
     pub run_id: String,
+    /// The job it ran.
     pub job_key: String,
+    /// The slot its firing was scheduled for.
     pub scheduled_at: String,
+    /// The lease owner (scheduler) that ran it.
     pub owner: String,
+    /// The fencing token of the lease it ran under.
     pub fencing_token: i64,
+    /// When its command started.
     pub started_at: String,
+    /// When it ended; None while it runs (or if its scheduler died).
     pub ended_at: Option<String>,
+    /// How it ended (`ok`, `failed`, `timeout`, …); None while it runs.
     pub outcome: Option<String>,
+    /// How long it ran (ms).
     pub duration_ms: Option<i64>,
+    /// Its command's exit code, when it exited.
     pub exit_code: Option<i64>,
 }
 
+/// An open effect: sent or maybe sent, not settled; never retried until settled.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct OpenEffect {
+    /// The effect's key in the ledger.
     pub effect_key: String,
+    /// The job that claimed it.
     pub job_key: String,
+    /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
     pub state: String,
+    /// When its row last changed.
     pub since: String,
+    /// Seconds since it last changed.
     pub age_s: i64,
+    /// What the effect does, as a person approving or resolving it is shown.
     pub terms_shown: Option<String>,
+    /// The observer's latest verdict (`happened`, `not happened`, `can't tell`).
     pub verdict: Option<String>,
+    /// The fencing token it was claimed or submitted under.
     pub fencing_token: Option<i64>,
 }
 
+/// An approval as shown to a person.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ApprovalView {
+    /// The effect key the approval is for.
     pub effect_key: String,
+    /// The job whose effect needs it.
     pub job_key: String,
+    /// What the effect does, as the approver is shown.
     pub terms_shown: Option<String>,
+    /// `pending`, `approved`, `denied` or `consumed`.
     pub state: String,
+    /// When it was requested.
     pub requested_at: String,
+    /// Seconds since it was requested.
     pub age_s: i64,
+    /// Who approved or denied it.
     pub decided_by: Option<String>,
 }
 
 impl ApprovalView {
+    /// The view of an approval row, its age measured at `now`.
     pub fn from_row(a: ApprovalRow, now: crate::time::Ts) -> Self {
         let age_s = crate::time::parse(&a.requested_at)
             .map(|t| crate::time::age_s(t, now))
@@ -218,14 +302,23 @@ impl ApprovalView {
     }
 }
 
+/// One recorded event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EventRow {
+    /// The event's id, rising as events are recorded.
     pub id: i64,
+    /// When it happened.
     pub at: String,
+    /// What happened (an [`EventKind`](crate::state::EventKind) word).
     pub kind: String,
+    /// The job it concerns.
     pub job_key: Option<String>,
+    /// The effect it concerns.
     pub effect_key: Option<String>,
+    /// The fencing token involved, if any.
     pub fencing_token: Option<i64>,
+    /// Who acted.
     pub actor: Option<String>,
+    /// What happened, in words.
     pub detail: Option<String>,
 }

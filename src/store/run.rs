@@ -11,22 +11,34 @@ use crate::Result;
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct RunEnd<'a> {
+    /// The job it ran.
     pub job: &'a str,
+    /// The run's id.
     pub run_id: &'a str,
+    /// The slot its firing was scheduled for.
     pub slot: &'a str,
+    /// The fencing token it ran under.
     pub token: i64,
+    /// How it ended.
     pub outcome: RunOutcome,
+    /// Its command's exit code, when it exited.
     pub exit_code: Option<i32>,
+    /// How long it ran (ms).
     pub duration_ms: i64,
+    /// Its output, as kept with the run.
     pub log: &'a str,
 }
 
 /// What a run's effects did, from the events carrying its token.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EffectCounts {
+    /// Effects it sent and recorded `done`.
     pub done: u64,
+    /// Effects not sent again: the ledger already held their effect key.
     pub suppressed: u64,
+    /// Writes refused: a higher fencing token held the job.
     pub fenced: u64,
+    /// Effects it left `unknown`.
     pub unknown: u64,
 }
 

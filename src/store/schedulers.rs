@@ -10,9 +10,13 @@ use crate::Result;
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
 pub struct SchedulerReg<'a> {
+    /// Its name as lease owner (by default `user@host:pid`).
     pub owner: &'a str,
+    /// The host name it runs on.
     pub host: &'a str,
+    /// Its process id.
     pub pid: u32,
+    /// The jobs file it runs.
     pub source: &'a str,
     /// The machine behind `host` ([`crate::sender::host_id`]).
     pub host_id: &'a str,

@@ -8,7 +8,9 @@ use super::{int, text, text_or_empty};
 use crate::time;
 use std::collections::BTreeMap;
 
+/// Most runs per job in its run window (the newest).
 pub const RUN_WINDOW: usize = 500;
+/// How far back a job's run window reaches, in days.
 pub const RUN_WINDOW_DAYS: i64 = 7;
 
 /// A job's (runs, failed, p50, p99, durations newest first) over its run window.

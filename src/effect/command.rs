@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 /// nothing was sent, anything else (or a signal) leaves it unknown. See [`crate::wrapped`] for
 /// how it runs: streamed, in its own process group, signals forwarded, held to its lease.
 pub struct CommandEffect {
+    /// The command and its arguments.
     pub argv: Vec<String>,
+    /// A shell command that asks the far side whether the effect happened.
     pub observe_cmd: Option<String>,
     /// Extra environment for both the command and the observer.
     pub env: Vec<(String, String)>,
@@ -23,6 +25,7 @@ pub struct CommandEffect {
     granted: Option<(String, std::time::Instant, String)>,
     /// The fencing token and run the command is told it sends under.
     pub token: Option<i64>,
+    /// The run it is told it sends for (`EXACTLY_RUN_ID`).
     pub run_id: Option<String>,
     /// How long the observer may take before its verdict is "can't tell".
     pub observe_timeout: std::time::Duration,
@@ -33,6 +36,7 @@ pub struct CommandEffect {
 pub const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl CommandEffect {
+    /// The command `argv`, with no observer, no lease and the default observe timeout.
     pub fn new(argv: Vec<String>) -> CommandEffect {
         CommandEffect {
             argv,

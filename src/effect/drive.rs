@@ -240,8 +240,11 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
 /// An observer's verdict on an open effect, and the run that sent it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settled {
+    /// The effect key of the effect observed.
     pub effect_key: String,
+    /// The run that sent it.
     pub run_id: String,
+    /// What the observer said.
     pub verdict: Observation,
 }
 

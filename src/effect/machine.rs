@@ -19,22 +19,33 @@ pub enum Io {
     /// Record the observer's verdict on the row version it looked at
     /// (`Store::observe_verdict_on`).
     Verdict {
+        /// What the far side said.
         observation: Observation,
+        /// The row version it looked at.
         seen: Seen,
+        /// Whether a live lease keeps the row in flight (false: its sender is known gone).
         lease_check: bool,
     },
     /// Move `claimed` → `submitted`, a compare-and-set on `seen` (`Store::submit_effect_on`).
-    Submit { seen: Seen },
+    Submit {
+        /// Our `claimed` row as we read it.
+        seen: Seen,
+    },
     /// Send it ([`Effect::perform`](super::Effect::perform)) within the lease granted.
     Send,
     /// Record the answer (`Store::finish_effect_on`, or `Store::release_effect_on` for nothing
     /// sent) on the row as our `submitted` left it.
     Finish {
+        /// The far side's answer, or why there is none.
         sent: std::result::Result<String, Failure>,
+        /// Our `submitted` row as we left it.
         seen: Seen,
     },
     /// Count a suppressed duplicate (`Store::record_duplicate`), then end.
-    Duplicate { detail: String },
+    Duplicate {
+        /// What the duplicate met, in words (recorded with its event).
+        detail: String,
+    },
     /// The attempt is over.
     End(Outcome),
 }
@@ -42,12 +53,19 @@ pub enum Io {
 /// The answer to an [`Io`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
+    /// The answer to [`Io::Begin`], with what was found of an existing `submitted` row's sender.
     Began(Begin, Sender),
+    /// The answer to [`Io::Look`]: what the far side said.
     Looked(Observation),
+    /// The answer to [`Io::Verdict`].
     Judged(Verdict),
+    /// The answer to [`Io::Submit`]: whether we may send.
     Submitted(Submit),
+    /// The answer to [`Io::Send`]: the far side's answer, or why there is none.
     Sent(std::result::Result<String, Failure>),
+    /// The answer to [`Io::Finish`]: false when a higher fencing token refused the write.
     Finished(bool),
+    /// The answer to [`Io::Duplicate`]: counted.
     Counted,
 }
 
@@ -104,6 +122,7 @@ impl Attempt {
         self
     }
 
+    /// The effect key it is about.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -113,6 +132,7 @@ impl Attempt {
         self.granted.as_ref()
     }
 
+    /// Who is acting.
     pub fn ctx(&self) -> &Ctx {
         &self.ctx
     }

@@ -33,8 +33,11 @@ use serde_json::{Map, Value};
 /// Who is acting: the job, the fencing token of its lease, and the run.
 #[derive(Debug, Clone)]
 pub struct Ctx {
+    /// The job acting.
     pub job: String,
+    /// The fencing token of the job's lease: every write carries it.
     pub token: i64,
+    /// The run acting, recorded with the effect.
     pub run_id: String,
     /// The clock every step of the attempt reads: None is the real one ([`Ctx::at`]).
     pub at: Option<crate::time::Ts>,
@@ -43,6 +46,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// `job` acting under the lease whose fencing token is `token`, as a run of this process.
     pub fn new(job: &str, token: i64) -> Ctx {
         Ctx {
             job: job.to_string(),
@@ -52,6 +56,7 @@ impl Ctx {
             by: None,
         }
     }
+    /// The same context as the run `run_id`.
     pub fn with_run_id(mut self, run_id: &str) -> Ctx {
         self.run_id = run_id.to_string();
         self
@@ -79,16 +84,22 @@ impl Ctx {
 /// What the effect is about: action, target and the inputs that change its consequence.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
+    /// What the effect does (`send-invoice`): part of its effect key.
     pub action: String,
+    /// What it acts on (`customer-42`): part of its effect key.
     pub target: String,
+    /// The inputs that change its consequence: their digest is part of its effect key.
     pub inputs: Map<String, Value>,
+    /// What it does in words, shown to a person approving or resolving it.
     pub terms: Option<String>,
+    /// Whether a person must approve it before it is sent.
     pub needs_approval: bool,
     /// A shell command recorded with the effect so a later run can settle it.
     pub observe_cmd: Option<String>,
 }
 
 impl Spec {
+    /// The effect `action` on `target`, with no inputs yet.
     pub fn new(action: &str, target: &str) -> Spec {
         Spec {
             action: action.to_string(),
@@ -96,18 +107,22 @@ impl Spec {
             ..Default::default()
         }
     }
+    /// Adds the input `k` = `v` (a new value is a new effect key).
     pub fn input(mut self, k: &str, v: impl Into<Value>) -> Spec {
         self.inputs.insert(k.to_string(), v.into());
         self
     }
+    /// Sets the words a person approving or resolving it is shown.
     pub fn terms(mut self, t: &str) -> Spec {
         self.terms = Some(t.to_string());
         self
     }
+    /// Sets whether a person must approve it before it is sent.
     pub fn needs_approval(mut self, yes: bool) -> Spec {
         self.needs_approval = yes;
         self
     }
+    /// SHA-256 of its inputs as canonical JSON (RFC 8785), lowercase hex.
     pub fn input_digest(&self) -> String {
         key::input_digest(&self.inputs)
     }
@@ -135,15 +150,20 @@ pub enum Failure {
 /// The far side's answer to "did this effect happen?".
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {
+    /// It happened; with the far side's answer, if it gives one.
     Happened(Option<String>),
+    /// It did not happen: a retry may send it.
     NotHappened,
+    /// The far side cannot say (why, in words): the effect stays open.
     CantTell(String),
 }
 
 /// The effect itself: `perform` sends it (passing the effect key on as the far side's
 /// idempotency key where it has one), `observe` asks the far side whether it happened.
 pub trait Effect {
+    /// Sends the effect; its answer is recorded with it (a duplicate gets it back).
     fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure>;
+    /// Asks the far side whether the effect with this key happened; sends nothing.
     fn observe(&mut self, effect_key: &str) -> Observation;
     /// The response as the bytes the last `perform` produced and how many there were in all
     /// (a command's stdout), when the action has them; kept with the effect so a duplicate
@@ -165,41 +185,79 @@ pub trait Effect {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// Sent now; the answer is recorded.
-    Done { key: String, response: String },
+    Done {
+        /// The effect key.
+        key: String,
+        /// The far side's answer.
+        response: String,
+    },
     /// Already done (now or, per the observer, earlier): nothing sent.
     DuplicateSuppressed {
+        /// The effect key.
         key: String,
+        /// The answer recorded when it was done, if any.
         response: Option<String>,
     },
     /// A higher fencing token exists: stop quietly, do not retry.
-    Fenced { key: String },
+    Fenced {
+        /// The effect key.
+        key: String,
+    },
     /// Waiting for a person: nothing sent.
-    AwaitingApproval { key: String },
+    AwaitingApproval {
+        /// The effect key.
+        key: String,
+    },
     /// An earlier attempt may have sent it and nobody can tell yet: nothing sent.
     Unresolved {
+        /// The effect key.
         key: String,
+        /// The ledger state it was found in.
         state: String,
+        /// Why nobody can tell yet.
         reason: String,
     },
     /// We sent and lost the answer: the effect is `unknown` until resolved.
-    Unknown { key: String, reason: String },
+    Unknown {
+        /// The effect key.
+        key: String,
+        /// How the answer was lost.
+        reason: String,
+    },
     /// Denied or resolved "never retry".
-    Cancelled { key: String },
+    Cancelled {
+        /// The effect key.
+        key: String,
+    },
     /// The action promised nothing was sent; the reservation was released.
-    NotSent { key: String, reason: String },
+    NotSent {
+        /// The effect key.
+        key: String,
+        /// Why nothing was sent.
+        reason: String,
+    },
     /// The action ran (`ran` says how it ended) but its outcome could not be recorded (a
     /// locked database, a full disk) within the lease: the effect stays `submitted` until an
     /// observer or an operator settles it.
     Unrecorded {
+        /// The effect key.
         key: String,
+        /// How the action ended.
         ran: String,
+        /// Why its outcome could not be recorded.
         reason: String,
     },
     /// Too little of the lease was left to send under it (or it was released): nothing sent.
-    LeaseEnding { key: String, until: Option<String> },
+    LeaseEnding {
+        /// The effect key.
+        key: String,
+        /// When the lease ends; None when it was released.
+        until: Option<String>,
+    },
 }
 
 impl Outcome {
+    /// The effect key of the effect the attempt was about.
     pub fn key(&self) -> &str {
         match self {
             Outcome::Done { key, .. }

@@ -12,14 +12,19 @@ pub const UNKNOWN_CRITICAL_S: i64 = 3600;
 /// waits up to 2 s for its tick, and a busy scheduler a little more.
 pub const LATE_AFTER_S: i64 = 60;
 
+/// How bad things are, in the monitoring plugins' convention (its value is the exit code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// Nothing to do.
     Ok = 0,
+    /// Something waits for a person.
     Warning = 1,
+    /// Work is lost, or may be doubled, unless a person acts.
     Critical = 2,
 }
 
 impl Level {
+    /// The level as the summary line spells it: `OK`, `WARNING`, `CRITICAL`.
     pub fn word(self) -> &'static str {
         match self {
             Level::Ok => "OK",
@@ -32,7 +37,9 @@ impl Level {
 /// The verdict and its reasons, the worst first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Health {
+    /// The worst level among the reasons (`Ok` when there are none).
     pub level: Level,
+    /// Each problem found, with its level, the worst first.
     pub reasons: Vec<(Level, String)>,
     /// `name=value` pairs for the plugin's performance data.
     pub perfdata: Vec<(String, i64)>,

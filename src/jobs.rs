@@ -143,6 +143,7 @@ pub fn scheduler_dead_after() -> std::time::Duration {
         .filter(|d| !d.is_zero())
         .unwrap_or(SCHEDULER_DEAD_AFTER)
 }
+/// How long a scheduler may be silent before it is not alive, unless the environment says.
 pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The schedulers running the jobs file `source` now: alive by their heartbeat (see

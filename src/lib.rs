@@ -126,11 +126,13 @@ pub enum Error {
     /// (exit 1).
     #[error("{0}")]
     Busy(String),
+    /// A file or process could not be used (exit 1).
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
 impl Error {
+    /// The command line's exit code for this error: 2 for bad usage, else 1.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => 2,
@@ -139,6 +141,7 @@ impl Error {
     }
 }
 
+/// The library's result: its error is [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Who is acting, as every recorded decision stores it: the OS login user of our uid (and,

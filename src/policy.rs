@@ -21,7 +21,10 @@ pub enum Overlap {
     /// Drop the firing (recorded): only the latest state matters.
     Coalesce,
     /// Keep at most `cap` firings waiting, persisted; record saturation.
-    Queue { cap: u32 },
+    Queue {
+        /// How many firings may wait at most.
+        cap: u32,
+    },
     /// Record a loud miss: a missed firing is a real miss.
     Fail,
 }
@@ -29,19 +32,26 @@ pub enum Overlap {
 /// A firing's fate while a run is live: [`Overlap::decide`] on the queue's depth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WhileLive {
+    /// Dropped, recorded `coalesced`.
     Coalesce,
     /// Waits, at this depth (counting itself).
     Queue {
+        /// Its place in the queue, counting itself.
         depth: u64,
+        /// How many firings may wait at most.
         cap: u32,
     },
+    /// Dropped: the queue is full.
     Saturated {
+        /// How many firings may wait at most.
         cap: u32,
     },
+    /// A loud miss, recorded `missed`.
     Missed,
 }
 
 impl Overlap {
+    /// The policy as the jobs file and the registry spell it.
     pub fn name(self) -> &'static str {
         match self {
             Overlap::Coalesce => "coalesce",
@@ -49,6 +59,7 @@ impl Overlap {
             Overlap::Fail => "fail",
         }
     }
+    /// The queue's cap, for the `queue` policy.
     pub fn cap(self) -> Option<u32> {
         match self {
             Overlap::Queue { cap } => Some(cap),
@@ -83,7 +94,9 @@ impl Overlap {
 /// How a job's failed firings go again (`retries` in the jobs file): at most `attempts` runs a
 /// firing, each retry `backoff(slot, runs so far)` after the last run ended.
 pub struct RetryRules<'a> {
+    /// Most runs one firing gets.
     pub attempts: i64,
+    /// How long after its last run a firing of this slot, with this many runs so far, goes again.
     pub backoff: &'a dyn Fn(&str, i64) -> Duration,
 }
 
@@ -93,7 +106,10 @@ pub enum Gate {
     /// Ask a person first: the approval is requested, nothing is sent.
     Ask,
     /// Send; `consume`: the approval this send uses up (in the same transaction).
-    Send { consume: bool },
+    Send {
+        /// Whether this send uses up an approval.
+        consume: bool,
+    },
     /// Denied: the effect is cancelled, never sent.
     Cancel,
     /// Asked and not decided yet: wait for a person.

@@ -60,6 +60,8 @@ pub fn json_visible(json: String) -> String {
     out
 }
 
+/// Whether `c` is a bidirectional-text control (embedding, override, isolate or mark), which
+/// could make a terminal show text in another order than it is.
 pub fn is_bidi(c: char) -> bool {
     matches!(c as u32, 0x202a..=0x202e | 0x2066..=0x2069 | 0x200e | 0x200f | 0x061c)
 }

@@ -57,17 +57,22 @@ pub fn host_id() -> &'static str {
 /// is its leader's pid; the kernel never reuses it while any member lives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Group {
+    /// The group id: its leader's pid.
     pub pgid: i32,
+    /// The leader's start time in clock ticks since boot.
     pub leader_start: u64,
 }
 
 /// Who moved a row to `submitted`, as recorded on the row (`effect_ledger.sender`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// The machine it runs on ([`host_id`]).
     pub host_id: String,
+    /// The process's pid.
     pub pid: i32,
     /// The process's start time in clock ticks since boot (0: unknown).
     pub start: u64,
+    /// The process group its command sends from, if it runs in one.
     pub group: Option<Group>,
     /// The process's name (`comm`), which its group's leader shares: a start time has only
     /// clock-tick resolution, and a pid taken again within one tick must still not pass for it.
@@ -108,6 +113,7 @@ impl Identity {
         )
     }
 
+    /// Reads back what [`Identity::encode`] wrote (None: not in that form).
     pub fn parse(s: &str) -> Option<Identity> {
         let mut parts = s.split(';');
         let host_id = parts.next()?.to_string();
@@ -149,10 +155,15 @@ impl Identity {
 /// What `/proc/PID/stat` says of a process.
 #[derive(Debug, Clone)]
 pub struct Stat {
+    /// It has exited and waits to be reaped.
     pub zombie: bool,
+    /// Its parent's pid.
     pub ppid: i32,
+    /// Its process group id.
     pub pgid: i32,
+    /// Its start time in clock ticks since boot.
     pub start: u64,
+    /// Its name (`comm`).
     pub comm: String,
 }
 

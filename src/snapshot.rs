@@ -9,13 +9,17 @@ use serde::Serialize;
 /// Everything the dashboard, `status` and `metrics` show, read in one short transaction.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Snapshot {
+    /// The database's clock when read (the server's, on PostgreSQL).
     pub taken_at: String,
+    /// The database read, as its path or URL.
     pub db: String,
+    /// The host that read it.
     pub host: String,
     /// `PRAGMA user_version` of the database read.
     pub schema_version: i64,
     /// Schedulers (`exactly run`) seen recently, most recent heartbeat first.
     pub schedulers: Vec<SchedulerRow>,
+    /// How many schedulers are alive.
     pub schedulers_alive: u64,
     /// Seconds without a heartbeat after which a scheduler is not alive.
     pub scheduler_dead_after_s: i64,
@@ -23,15 +27,21 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
     /// Of `warnings`, the host-name clashes (the dashboard's header already says "no scheduler").
     pub host_clashes: Vec<String>,
+    /// Counters over all time.
     pub totals: Window,
+    /// Counters over the last 24 hours.
     pub last_24h: Window,
     /// Age in seconds of the oldest open (`unknown`, or `submitted` by a dead holder) effect.
     pub oldest_unknown_s: Option<i64>,
+    /// Firings missed, all jobs, all time: recorded, plus slots passed with no scheduler.
     pub missed_firings: u64,
+    /// Every job: registered, or known only by its lease.
     pub jobs: Vec<JobRow>,
     /// Open effects, oldest first.
     pub unknown: Vec<OpenEffect>,
+    /// Approvals waiting for a decision, oldest first.
     pub pending_approvals: Vec<ApprovalView>,
+    /// Approvals granted and not yet consumed, oldest first.
     pub unused_approvals: Vec<ApprovalView>,
     /// Most recent first.
     pub events: Vec<EventRow>,

@@ -22,6 +22,7 @@ macro_rules! words {
             /// Every word this build knows, in declaration order.
             pub const KNOWN: &'static [&'static str] = &[$($word,)*];
 
+            /// The word as written in the database.
             pub fn as_str(&self) -> &str {
                 match self {
                     $($name::$var => $word,)*
@@ -29,6 +30,7 @@ macro_rules! words {
                 }
             }
 
+            /// The value a database word stands for; a word this build does not know is kept.
             pub fn parse(word: &str) -> $name {
                 match word {
                     $($word => $name::$var,)*
@@ -102,9 +104,11 @@ words! {
         Claimed => "claimed",
         /// Durably recorded before the request left.
         Submitted => "submitted",
+        /// Happened (sent and answered, or so settled): never sent again.
         Done => "done",
         /// Lost mid-effect: never retried until a resolver settles it.
         Unknown => "unknown",
+        /// Denied, or resolved "never retry": never sent.
         Cancelled => "cancelled",
     }
 }
@@ -119,8 +123,11 @@ impl EffectState {
 words! {
     /// An approval's state.
     ApprovalState {
+        /// Requested, waiting for a person's decision.
         Pending => "pending",
+        /// Approved, not yet used: the next send may go.
         Approved => "approved",
+        /// Denied: the effect is cancelled.
         Denied => "denied",
         /// Approved and used by the send it allowed.
         Consumed => "consumed",
@@ -130,16 +137,25 @@ words! {
 words! {
     /// A firing's state (one row per job and scheduled instant).
     FiringState {
+        /// Waiting for the live run to end (overlap policy `queue`).
         Queued => "queued",
+        /// Its run is under way.
         Running => "running",
+        /// Its run ended.
         Ran => "ran",
         /// Its run ended badly and it will run again (at most three runs a firing).
         Retry => "retry",
+        /// It used up its runs without finishing: never run again.
         GaveUp => "gave_up",
+        /// Never run: overlap policy `fail` met a live run, it came too late, or it never started.
         Missed => "missed",
+        /// Dropped because a run was live (overlap policy `coalesce`).
         Coalesced => "coalesced",
+        /// Dropped because the queue was full (overlap policy `queue`).
         Saturated => "saturated",
+        /// Not run: the job was paused.
         Skipped => "skipped",
+        /// Its run died and it was too old to resume: given up.
         Interrupted => "interrupted",
     }
 }
@@ -160,7 +176,9 @@ impl FiringState {
 words! {
     /// How a run ended.
     RunOutcome {
+        /// Its command exited 0: its work is done.
         Ok => "ok",
+        /// Its command exited non-zero, died of a signal, or could not start.
         Failed => "failed",
         /// Killed at shutdown after the grace period.
         Killed => "killed",
@@ -179,22 +197,37 @@ words! {
 words! {
     /// An event's kind (the counters and the dashboard's stream use these names).
     EventKind {
+        /// An effect not sent again: the ledger already held its effect key.
         DuplicateSuppressed => "duplicate_suppressed",
+        /// A write refused: a higher fencing token holds the job.
         FencedWrite => "fenced_write",
+        /// An expired lease taken over from its holder.
         LeaseStolen => "lease_stolen",
+        /// An effect asked a person for approval.
         ApprovalRequested => "approval_requested",
+        /// A person approved an effect.
         ApprovalGranted => "approval_granted",
+        /// A person denied an effect: it is cancelled.
         ApprovalDenied => "approval_denied",
+        /// An approval used up by the send it allowed.
         ApprovalConsumed => "approval_consumed",
+        /// A person settled an open effect.
         Resolved => "resolved",
+        /// An observer's verdict recorded on an open effect.
         ObserverVerdict => "observer_verdict",
         /// An observer's verdict about a row version that has since moved: discarded.
         StaleVerdict => "stale_verdict",
+        /// An effect sent and recorded `done`.
         EffectDone => "effect_done",
+        /// An effect became `unknown`: sent, its answer lost.
         EffectUnknown => "effect_unknown",
+        /// An effect's reservation released: nothing was sent.
         EffectReleased => "effect_released",
+        /// A job paused, by a person or its failure policy.
         JobPaused => "job_paused",
+        /// A paused job resumed.
         JobResumed => "job_resumed",
+        /// A job no longer in its jobs file: it stops firing.
         JobRetired => "job_retired",
         /// A scheduler reloaded its jobs file (SIGHUP): the detail names the jobs added,
         /// removed and changed.
@@ -210,10 +243,13 @@ words! {
         QueueSaturated => "queue_saturated",
         /// A real miss: overlap = fail with a live run, or no scheduler ran it within catch-up.
         FiringMissed => "firing_missed",
+        /// A firing run again: its run died, or it failed and has runs left.
         FiringResumed => "firing_resumed",
+        /// A firing skipped because its job is paused.
         FiringSkippedPaused => "firing_skipped_paused",
         /// A run whose lease renewal (or release) was refused: a newer token holds the job.
         RunFenced => "run_fenced",
+        /// A run ended `failed`.
         RunFailed => "run_failed",
         /// A run killed at shutdown after the grace period.
         RunKilled => "run_killed",

@@ -2,8 +2,10 @@
 use chrono::{DateTime, SubsecRound, TimeZone, Utc};
 use std::time::Duration;
 
+/// An instant, in UTC.
 pub type Ts = DateTime<Utc>;
 
+/// The fixed-width form every stored instant is written in: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub const FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
 
 /// Now, truncated to milliseconds so that a value survives a round trip through text.
@@ -11,12 +13,14 @@ pub fn now() -> Ts {
     Utc::now().trunc_subsecs(3)
 }
 
+/// `ts` in the fixed-width form ([`FORMAT`]).
 pub fn fmt(ts: Ts) -> String {
     // The same text as FORMAT for the 4-digit years every duration is bounded to, without
     // parsing a format string on each of the ledger's writes.
     ts.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// Now, in the fixed-width form ([`FORMAT`]).
 pub fn now_text() -> String {
     fmt(now())
 }

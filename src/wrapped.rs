@@ -24,8 +24,11 @@ const PIPE_WAIT: Duration = Duration::from_secs(2);
 /// The lease a command runs under, re-read while it runs.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
+    /// The database holding the lease.
     pub db: String,
+    /// The job whose lease it is.
     pub job: String,
+    /// The fencing token the command sends under: a newer one stops it.
     pub token: i64,
     /// The effect whose `submitted` row carries this send's deadline (`sender_until`), moved on
     /// as the lease is renewed.
@@ -38,18 +41,23 @@ pub struct LeaseWatch {
 /// The row a send is recorded on, for moving its deadline.
 #[derive(Debug, Clone)]
 pub struct SentRow {
+    /// The effect key.
     pub key: String,
+    /// The attempt id (`host:pid`) the row names.
     pub attempt: String,
 }
 
 /// What the command wrote on stdout: the first [`RESPONSE_MAX`] bytes and the total.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Output {
+    /// The bytes kept: at most [`RESPONSE_MAX`].
     pub kept: Vec<u8>,
+    /// How many bytes it wrote in all.
     pub total: u64,
 }
 
 impl Output {
+    /// Whether it wrote more than was kept.
     pub fn cut(&self) -> bool {
         self.total > self.kept.len() as u64
     }
@@ -65,6 +73,7 @@ pub enum Stopped {
 }
 
 impl Stopped {
+    /// Why the command was stopped, as a sentence for its record.
     pub fn words(&self) -> String {
         match self {
             Stopped::LeaseExpired(at) => {
@@ -80,8 +89,11 @@ impl Stopped {
 /// How the command ended.
 #[derive(Debug)]
 pub struct Ended {
+    /// Its exit status, or why it could not be waited for.
     pub status: std::io::Result<ExitStatus>,
+    /// What it wrote on stdout.
     pub output: Output,
+    /// Why we stopped it, if we did.
     pub stopped: Option<Stopped>,
     /// A signal we forwarded to the command, if any.
     pub forwarded: Option<i32>,
@@ -90,7 +102,9 @@ pub struct Ended {
 /// Why the command never started (nothing was sent).
 #[derive(Debug)]
 pub enum NotStarted {
+    /// The process could not be started.
     Spawn(std::io::Error),
+    /// The lease was gone (expired, or held by a newer token) before it could start.
     LeaseGone(Stopped),
 }
 
@@ -186,6 +200,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
+    /// Forks the watchdog: a process that leads the command's group and stops it at its deadline.
     pub fn start() -> std::io::Result<Watchdog> {
         let (r, w) = pipe()?;
         let grace = STOP_GRACE.as_nanos() as u64;

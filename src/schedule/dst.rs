@@ -6,7 +6,9 @@
 /// in the jobs file). Only a cron `schedule` with a `timezone` has such nights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dst {
+    /// What a slot in the repeated hour does.
     pub repeated: Repeated,
+    /// What a slot in the skipped hour does.
     pub skipped: Skipped,
 }
 
@@ -42,6 +44,7 @@ impl Dst {
 }
 
 impl Repeated {
+    /// The policy the jobs file's word (`once`, `both`) names.
     pub fn parse(text: &str) -> Option<Repeated> {
         match text {
             "once" => Some(Repeated::Once),
@@ -49,6 +52,7 @@ impl Repeated {
             _ => None,
         }
     }
+    /// The policy's word, as the jobs file and the registry spell it.
     pub fn name(self) -> &'static str {
         match self {
             Repeated::Once => "once",
@@ -58,6 +62,7 @@ impl Repeated {
 }
 
 impl Skipped {
+    /// The policy the jobs file's word (`next`, `skip`) names.
     pub fn parse(text: &str) -> Option<Skipped> {
         match text {
             "next" => Some(Skipped::Next),
@@ -65,6 +70,7 @@ impl Skipped {
             _ => None,
         }
     }
+    /// The policy's word, as the jobs file and the registry spell it.
     pub fn name(self) -> &'static str {
         match self {
             Skipped::Next => "next",
@@ -76,11 +82,14 @@ impl Skipped {
 /// A job's daylight-saving policy as `status` shows it (`dst` {`repeated`, `skipped`}).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DstShown {
+    /// `once` or `both`.
     pub repeated: &'static str,
+    /// `next` or `skip`.
     pub skipped: &'static str,
 }
 
 impl DstShown {
+    /// The policy these words name.
     pub fn policy(&self) -> Dst {
         Dst {
             repeated: Repeated::parse(self.repeated).unwrap_or_default(),

@@ -19,12 +19,19 @@ pub const LATE_OK: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub enum Schedule {
     /// Fires at the whole multiples of the period since the Unix epoch.
-    Every { period: Duration },
+    Every {
+        /// The time between slots: whole seconds, at least one.
+        period: Duration,
+    },
     /// A 5- or 6-field cron expression evaluated on the wall clock of `tz`.
     Cron {
+        /// The expression as written.
         expr: String,
+        /// The expression parsed.
         cron: Box<Cron>,
+        /// The zone whose wall clock it is read on.
         tz: Tz,
+        /// What its slots in a repeated or skipped hour do when the zone's clocks change.
         dst: Dst,
     },
 }
@@ -104,6 +111,7 @@ impl Schedule {
         }
     }
 
+    /// The zone of a cron schedule, by its IANA name; None for an interval.
     pub fn timezone(&self) -> Option<String> {
         match self {
             Schedule::Every { .. } => None,
@@ -283,6 +291,7 @@ fn second_pass_before(cron: &Cron, tz: &Tz, t: Ts, first: Ts) -> Option<Ts> {
     None
 }
 
+/// The time zone an IANA name (`Europe/Berlin`) names, or why it names none.
 pub fn parse_tz(name: &str) -> Result<Tz, String> {
     name.parse::<Tz>()
         .map_err(|_| format!("unknown time zone {name:?} (use an IANA name such as Europe/Berlin)"))

@@ -38,6 +38,7 @@
 //! lease::release(&mut store, "invoices", token)?;
 //! # Ok(()) }
 //! ```
+#![warn(missing_docs)]
 pub mod approval;
 pub mod effect;
 pub mod fault;

@@ -104,7 +104,7 @@ words! {
         Claimed => "claimed",
         /// Durably recorded before the request left.
         Submitted => "submitted",
-        /// Sent, and the far side's answer recorded: never sent again.
+        /// Happened (sent and answered, or so settled): never sent again.
         Done => "done",
         /// Lost mid-effect: never retried until a resolver settles it.
         Unknown => "unknown",

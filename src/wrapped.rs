@@ -24,7 +24,7 @@ const PIPE_WAIT: Duration = Duration::from_secs(2);
 /// The lease a command runs under, re-read while it runs.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
-    /// The database holding the lease (as `--db` names it).
+    /// The database holding the lease.
     pub db: String,
     /// The job whose lease it is.
     pub job: String,

@@ -212,7 +212,7 @@ pub enum Outcome {
     Unresolved {
         /// The effect key.
         key: String,
-        /// Its ledger state (`submitted` or `unknown`).
+        /// The ledger state it was found in.
         state: String,
         /// Why nobody can tell yet.
         reason: String,

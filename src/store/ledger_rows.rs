@@ -23,7 +23,7 @@ pub struct LedgerRow {
     pub response: Option<String>,
     /// When its row was created.
     pub created_at: String,
-    /// When it last changed state.
+    /// When it last changed.
     pub updated_at: String,
     /// What the effect does (the action part of its effect key).
     pub action_id: Option<String>,
@@ -33,7 +33,7 @@ pub struct LedgerRow {
     pub input_digest: Option<String>,
     /// The command that asks the far side whether the effect happened.
     pub observe_cmd: Option<String>,
-    /// The attempt id (`host:pid`) of its latest send.
+    /// The attempt id (`host:pid`) that last submitted it.
     pub attempt: Option<String>,
     /// The observer's latest verdict: `happened`, `not happened` or `can't tell`.
     pub verdict: Option<String>,

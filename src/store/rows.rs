@@ -114,7 +114,7 @@ pub struct JobRow {
     /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
     pub lease_ms: Option<i64>,
     /// Its overlap policy: what a firing does while a run is live.
-    pub overlap: Option<String>,
+    pub overlap: Option<Overlap>,
     /// How many firings may wait under the `queue` overlap policy.
     pub queue_cap: Option<i64>,
     /// A cron job's daylight-saving policy in its zone; absent for other jobs.
@@ -239,11 +239,23 @@ pub struct RunRow {
     /// When it ended; None while it runs (or if its scheduler died).
     pub ended_at: Option<String>,
     /// How it ended (`ok`, `failed`, `timeout`, …); None while it runs.
-    pub outcome: Option<String>,
+    pub outcome: Option<RunOutcome>,
     /// How long it ran (ms).
     pub duration_ms: Option<i64>,
     /// Its command's exit code, when it exited.
     pub exit_code: Option<i64>,
+}
+
+impl RunRow {
+    /// The outcome's word, or `running` while the run has none.
+    pub fn outcome_or_running(&self) -> &str {
+        self.outcome.as_ref().map_or("running", RunOutcome::as_str)
+    }
+
+    /// Whether the run ended failing (`failed`, `timeout`).
+    pub fn failed(&self) -> bool {
+        self.outcome.as_ref().is_some_and(RunOutcome::is_failure)
+    }
 }
 
 /// An open effect: sent or maybe sent, not settled; never retried until settled.
@@ -254,7 +266,7 @@ pub struct OpenEffect {
     /// The job that claimed it.
     pub job_key: String,
     /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
-    pub state: String,
+    pub state: EffectState,
     /// When its row last changed.
     pub since: String,
     /// Seconds since it last changed.
@@ -277,7 +289,7 @@ pub struct ApprovalView {
     /// What the effect does, as the approver is shown.
     pub terms_shown: Option<String>,
     /// `pending`, `approved`, `denied` or `consumed`.
-    pub state: String,
+    pub state: ApprovalState,
     /// When it was requested.
     pub requested_at: String,
     /// Seconds since it was requested.
@@ -312,7 +324,7 @@ pub struct EventRow {
     /// When it happened.
     pub at: String,
     /// What happened (an [`EventKind`](crate::state::EventKind) word).
-    pub kind: String,
+    pub kind: EventKind,
     /// The job it concerns.
     pub job_key: Option<String>,
     /// The effect it concerns.

@@ -283,7 +283,7 @@ pub fn finish(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(END_RETRY_CAP);
-        if !matches!(e, Error::Busy(_)) {
+        if !matches!(e, Error::Busy { .. }) {
             // A connection that met a read-only file or a lost server may not recover itself.
             if let Some(s) = lent.as_mut() {
                 let _ = s.reopen();

@@ -587,7 +587,7 @@ fn fire_batches(
         let decided = match firing::fire_due(store, &requests) {
             Ok(fired) => fired.into_iter().map(Ok).collect(),
             // A locked database: the whole batch goes again next tick.
-            Err(e @ Error::Busy(_)) => {
+            Err(e @ Error::Busy { .. }) => {
                 health.failed("-", &e);
                 return;
             }

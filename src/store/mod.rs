@@ -14,6 +14,7 @@
 mod approval;
 pub(crate) mod db;
 mod detail;
+mod errors;
 mod firing;
 mod gate;
 mod job;
@@ -51,7 +52,8 @@ pub use schema::SCHEMA_VERSION;
 
 use crate::{Error, Result};
 use db::{args, DbError, DbResult, Row, Tx};
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use errors::{cannot_create_side_files, lite_error, open_error};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::time::Duration;
 
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
@@ -249,7 +251,7 @@ impl Store {
                     .recursive(true)
                     .mode(0o700)
                     .create(dir)
-                    .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
+                    .map_err(|e| Error::io(format!("cannot create {}: {e}", dir.display()), e))?;
             }
         }
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -258,8 +260,7 @@ impl Store {
         if db::may_create() {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        let conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
         let busy_ms = busy_timeout_ms();
         let mut store = Store {
             conn: Conn::Lite(conn),
@@ -299,7 +300,9 @@ impl Store {
         }
         let header = read_header(path)?;
         if !header.is_empty() && !header.starts_with(b"SQLite format 3\0") {
-            return Err(Error::Store(format!("{path} is not a SQLite database")));
+            return Err(Error::Foreign {
+                message: format!("{path} is not a SQLite database"),
+            });
         }
         let wal_mode = header.get(18) == Some(&2);
         let wal_exists = std::path::Path::new(&format!("{path}-wal")).exists();
@@ -337,8 +340,7 @@ impl Store {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
         };
-        let conn = Connection::open_with_flags(&target, flags)
-            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let conn = Connection::open_with_flags(&target, flags).map_err(|e| open_error(path, e))?;
         let busy_ms = busy_timeout_ms();
         let store = Store {
             conn: Conn::Lite(conn),
@@ -417,30 +419,13 @@ impl Store {
             DbError::Lite(e) => e,
             DbError::NoRows => rusqlite::Error::QueryReturnedNoRows,
             e @ DbError::Pg(_) => return pg::error(path, self.busy_ms, e),
-            DbError::Other(msg) => return Error::Store(format!("database {path}: {msg}")),
-        };
-        if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            match f.code {
-                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                    return Error::Busy(format!(
-                        "database {path} is locked: another process held a write lock longer than the busy timeout ({} ms)",
-                        self.busy_ms
-                    ))
-                }
-                ErrorCode::NotADatabase => {
-                    return Error::Store(format!("{path} is not a SQLite database"))
-                }
-                ErrorCode::DatabaseCorrupt => {
-                    return Error::Store(format!("database {path} is corrupt (malformed disk image)"))
-                }
-                ErrorCode::ReadOnly => {
-                    return Error::Store(format!("database {path} is read-only"))
-                }
-                ErrorCode::DiskFull => return Error::Store(format!("disk full writing {path}")),
-                _ => {}
+            e => {
+                return e
+                    .refusal(path)
+                    .unwrap_or_else(|| Error::Store(e.to_string()))
             }
-        }
-        Error::Store(format!("database {path}: {}", brief(&e)))
+        };
+        lite_error(path, self.busy_ms, e)
     }
 
     /// Runs `f` in a write transaction and commits it: `BEGIN IMMEDIATE` on SQLite, a
@@ -461,10 +446,13 @@ impl Store {
         // seconds. Other processes still meet the busy timeout inside SQLite.
         let Some(_turn) = gate::Turn::take(self.writes_first, Duration::from_millis(self.busy_ms))
         else {
-            return Err(Error::Busy(format!(
-                "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
-                self.path, self.busy_ms
-            )));
+            return Err(Error::Busy {
+                message: format!(
+                    "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
+                    self.path, self.busy_ms
+                ),
+                source: None,
+            });
         };
         let result = (|| {
             let tx = db::LiteWrite::begin(conn)?;
@@ -514,7 +502,7 @@ impl Store {
 /// A SQLite file's identity (see [`Store::identity`]).
 fn file_identity(path: &str) -> Result<String> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).map_err(|e| Error::Store(format!("database {path}: {e}")))?;
+    let m = std::fs::metadata(path).map_err(|e| Error::io(format!("database {path}: {e}"), e))?;
     Ok(format!("sqlite:{}:{}", m.dev(), m.ino()))
 }
 
@@ -534,23 +522,16 @@ fn refuse_unusable(path: &str) -> Result<()> {
     check_shareable(path)
 }
 
-/// Whether opening failed because SQLite could not create or open the `-wal`/`-shm` files
-/// (the messages [`Store::err`] and the open path give those codes).
-fn cannot_create_side_files(e: &Error) -> bool {
-    let t = e.to_string();
-    t.contains("unable to open") || t.contains("is read-only")
-}
-
 /// The first 100 bytes (SQLite's header), or fewer for a shorter file.
 fn read_header(path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
-        .map_err(|e| Error::Store(format!("cannot open database {path}: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot open database {path}: {e}"), e))?;
     let mut buf = Vec::with_capacity(100);
     f.by_ref()
         .take(100)
         .read_to_end(&mut buf)
-        .map_err(|e| Error::Store(format!("cannot read database {path}: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot read database {path}: {e}"), e))?;
     Ok(buf)
 }
 
@@ -566,10 +547,6 @@ fn uri_escape(path: &str) -> String {
         }
     }
     out
-}
-
-fn brief(e: &rusqlite::Error) -> String {
-    e.to_string().replace('\n', " ")
 }
 
 /// Reads a TEXT column without failing on invalid UTF-8 or an unexpected type: what another

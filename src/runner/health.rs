@@ -91,17 +91,23 @@ impl Health {
                 d.last_error = text;
                 if d.reminded.elapsed() >= REMIND_EVERY {
                     d.reminded = Instant::now();
-                    tracing::warn!(job = %job, "database still unavailable after {}, {} failure(s): {}",
-                            human(d.since.elapsed()),
-                            d.failures,
-                            d.last_error);
+                    tracing::warn!(
+                        job = %job,
+                        "database still unavailable after {}, {} failure(s): {}",
+                        human(d.since.elapsed()),
+                        d.failures,
+                        d.last_error,
+                    );
                 }
             }
             None => {
-                tracing::error!(job = %job, "database unavailable: {text}; backing off (up to {} between tries, \
+                tracing::error!(
+                    job = %job,
+                    "database unavailable: {text}; backing off (up to {} between tries, \
                          giving up after {})",
-                        human(BACKOFF_MAX),
-                        human(self.give_up_after));
+                    human(BACKOFF_MAX),
+                    human(self.give_up_after),
+                );
                 self.down = Some(Down {
                     since: self.last_ok.0,
                     since_ts: self.last_ok.1,
@@ -164,7 +170,7 @@ impl Health {
             tracing::info!(
                 "database back after {}, {} failure(s)",
                 human(d.since.elapsed()),
-                d.failures
+                d.failures,
             );
             self.last_outage = Some((d.since_ts, now));
         }

@@ -176,13 +176,21 @@ fn end_not_recorded(
     beat.hold.unretire();
     *tries += 1;
     if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
-        tracing::error!(job = %spec.job, "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
-                spec.started.run_id, end.outcome);
+        tracing::error!(
+            job = %spec.job,
+            "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
+            spec.started.run_id,
+            end.outcome,
+        );
         return true;
     }
     if *tries == 1 {
-        tracing::warn!(job = %spec.job, "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
-                spec.started.run_id, end.outcome);
+        tracing::warn!(
+            job = %spec.job,
+            "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
+            spec.started.run_id,
+            end.outcome,
+        );
     }
     beat.tick(spec);
     false
@@ -268,9 +276,12 @@ pub fn finish(
         }
     };
     if tries > 0 {
-        tracing::info!(job = %spec.job, "run {}'s end recorded after {} ({tries} failed tries)",
-                spec.started.run_id,
-                time::human_ms(since.elapsed().as_millis() as u64));
+        tracing::info!(
+            job = %spec.job,
+            "run {}'s end recorded after {} ({tries} failed tries)",
+            spec.started.run_id,
+            time::human_ms(since.elapsed().as_millis() as u64),
+        );
     }
     let level = if outcome == RunOutcome::Ok {
         Level::INFO

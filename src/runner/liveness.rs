@@ -90,11 +90,13 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                 let done = crate::open(Some(&db), Access::Write)
                     .and_then(|mut s| jobs::prune(&mut s, &horizon, false, false));
                 match done {
-                    Ok(p) if p.runs + p.firings + p.events > 0 => tracing::info!("retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
-                            humantime::format_duration(keep),
-                            p.runs,
-                            p.firings,
-                            p.events),
+                    Ok(p) if p.runs + p.firings + p.events > 0 => tracing::info!(
+                        "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
+                        humantime::format_duration(keep),
+                        p.runs,
+                        p.firings,
+                        p.events,
+                    ),
                     Ok(_) => {}
                     Err(e) => tracing::warn!("retain: {e}"),
                 }

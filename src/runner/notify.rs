@@ -434,8 +434,11 @@ impl Notifier {
                 true
             }
             Outcome::NotSent { reason, .. } => {
-                tracing::warn!(job = %job, "could not notify {name} ({reason}); tried again in {}s: {what}",
-                        EVERY.as_secs());
+                tracing::warn!(
+                    job = %job,
+                    "could not notify {name} ({reason}); tried again in {}s: {what}",
+                    EVERY.as_secs(),
+                );
                 record(store, false)?;
                 false
             }

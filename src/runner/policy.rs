@@ -92,16 +92,22 @@ pub(super) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
 pub(super) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
     if let Some(runs) = after.retry {
         let wait = p.backoff(job, &started.slot, runs);
-        tracing::warn!(job = %job, "firing at {} goes again in {} (run {} of at most {}: retries = {})",
-                started.slot,
-                time::human_ms(wait.as_millis() as u64),
-                runs + 1,
-                1 + p.retries,
-                p.retries);
+        tracing::warn!(
+            job = %job,
+            "firing at {} goes again in {} (run {} of at most {}: retries = {})",
+            started.slot,
+            time::human_ms(wait.as_millis() as u64),
+            runs + 1,
+            1 + p.retries,
+            p.retries,
+        );
     }
     if let Some(n) = after.paused {
-        tracing::error!(job = %job, "PAUSED after {n} failed runs in a row (pause_after_failures = {}): `exactly resume {job}` fires it again",
-                p.pause_after_failures.unwrap_or(0));
+        tracing::error!(
+            job = %job,
+            "PAUSED after {n} failed runs in a row (pause_after_failures = {}): `exactly resume {job}` fires it again",
+            p.pause_after_failures.unwrap_or(0),
+        );
     }
 }
 

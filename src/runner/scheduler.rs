@@ -147,7 +147,7 @@ pub fn run(
     // The runs' watchdog is forked now, while this process is small.
     if !super::watchdog::ready() {
         tracing::warn!(
-            "no watchdog process: each run's thread alone stops its command at its deadline"
+            "no watchdog process: each run's thread alone stops its command at its deadline",
         );
     }
     // Commands start through one small process forked once (see `spawner.rs`).
@@ -162,7 +162,7 @@ pub fn run(
     tracing::info!(
         "scheduler {} started with {} job(s)",
         cfg.owner,
-        states.len()
+        states.len(),
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
@@ -285,7 +285,7 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     tracing::info!(
         "stopping: no new firings; {} running command(s) get up to {} to finish",
         runs.len(),
-        time::human_ms(cfg.grace.as_millis() as u64)
+        time::human_ms(cfg.grace.as_millis() as u64),
     );
     let deadline = Instant::now() + cfg.grace;
     while runs.iter().any(|r| !r.handle.is_finished()) && Instant::now() < deadline {
@@ -475,8 +475,10 @@ fn unrecorded(
         }
     }
     if fired > 0 {
-        tracing::warn!("share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
-                time::human_ms(net.as_millis() as u64));
+        tracing::warn!(
+            "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
+            time::human_ms(net.as_millis() as u64),
+        );
     }
     Ok(())
 }

@@ -122,7 +122,7 @@ impl Share {
         tracing::info!(
             "share: {mine} of {jobs} jobs, {} live schedulers ({})",
             now.2,
-            self.members.join(", ")
+            self.members.join(", "),
         );
     }
 

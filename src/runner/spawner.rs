@@ -92,7 +92,7 @@ fn client() -> Option<&'static Client> {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!(
-                    "no spawner process ({e}): each command is started by forking the scheduler"
+                    "no spawner process ({e}): each command is started by forking the scheduler",
                 );
                 None
             }

@@ -64,7 +64,7 @@ pub fn watch_main(db: &Option<String>, a: WatchArgs) -> Result<i32> {
     tracing::info!(
         "watching: {} notifier(s), every {}s",
         loaded.notify.len(),
-        EVERY.as_secs()
+        EVERY.as_secs(),
     );
     let notifiers = loaded
         .notify

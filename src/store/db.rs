@@ -163,13 +163,12 @@ impl DbError {
     /// The error that is not the database client's, as one sentence naming the database
     /// `shown`; `None` for the client's own errors (each backend says those).
     pub(crate) fn refusal(&self, shown: &str) -> Option<crate::Error> {
+        let message = format!("database {shown}: {}", self.to_string().replace('\n', " "));
         Some(match self {
-            DbError::Other(_) => crate::Error::Store(format!("database {shown}: {self}")),
-            DbError::Foreign(_) => crate::Error::Foreign {
-                message: format!("database {shown}: {self}"),
-            },
+            DbError::Other(_) => crate::Error::Store(message),
+            DbError::Foreign(_) => crate::Error::Foreign { message },
             DbError::TooNew(found) => crate::Error::TooNew {
-                message: format!("database {shown}: {self}"),
+                message,
                 found: *found,
                 understood: super::SCHEMA_VERSION,
             },

@@ -116,7 +116,7 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
         top.arg("--db").arg(&db_path).arg("top");
         let mut child = top
             .spawn()
-            .map_err(|e| Error::Store(format!("cannot start the dashboard: {e}")))?;
+            .map_err(|e| Error::io(format!("cannot start the dashboard: {e}"), e))?;
         let start = Instant::now();
         loop {
             if let Some(status) = child.try_wait()? {
@@ -164,7 +164,7 @@ fn scheduler(exe: &Path, db: &str, dir: &Path, owner: &str) -> Result<Child> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .map_err(|e| Error::Store(format!("cannot start the demo scheduler: {e}")))
+        .map_err(|e| Error::io(format!("cannot start the demo scheduler: {e}"), e))
 }
 
 /// Two hosts run the same old cron job; the first overruns its lease and is fenced.

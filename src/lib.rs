@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 pub mod approval;
 pub mod effect;
+mod error;
 pub mod fault;
 pub mod firing;
 pub mod health;
@@ -62,6 +63,8 @@ pub mod wrapped;
 /// The database handle: opaque; every operation on it is a library function in the domain
 /// modules ([`lease`], [`effect`], [`approval`], [`jobs`], [`firing`], [`metrics`]).
 pub use store::{Access, Store, SCHEMA_VERSION};
+
+pub use error::{DbSource, Error, Result};
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the
 /// XDG state folder (`$XDG_STATE_HOME/exactly/exactly.db`).
@@ -113,37 +116,6 @@ pub fn is_server_db(db: &str) -> bool {
 pub fn open(db: Option<&str>, access: Access) -> Result<Store> {
     Store::open_at(&db_path(db), access)
 }
-
-/// Errors that are not outcomes: bad input, a database that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Bad usage or input (exit 2).
-    #[error("{0}")]
-    Usage(String),
-    /// The database could not be used (exit 1).
-    #[error("{0}")]
-    Store(String),
-    /// Another process held the database's write lock past the busy timeout: worth retrying
-    /// (exit 1).
-    #[error("{0}")]
-    Busy(String),
-    /// A file or process could not be used (exit 1).
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl Error {
-    /// The command line's exit code for this error: 2 for bad usage, else 1.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Usage(_) => 2,
-            _ => 1,
-        }
-    }
-}
-
-/// The library's result: its error is [`Error`] unless said otherwise.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Who is acting, as every recorded decision stores it: the OS login user of our uid (and,
 /// over SSH, the client address); when `EXACTLY_ACTOR` names someone else, that name first,

@@ -39,8 +39,15 @@ fn err(e: exactly::Error) -> PyErr {
     let msg = e.to_string();
     match e {
         exactly::Error::Usage(_) => UsageError::new_err(msg),
-        exactly::Error::Busy(_) => BusyError::new_err(msg),
-        exactly::Error::Store(_) | exactly::Error::Io(_) => StoreError::new_err(msg),
+        exactly::Error::Busy { .. } => BusyError::new_err(msg),
+        exactly::Error::Store(_)
+        | exactly::Error::Sqlite { .. }
+        | exactly::Error::Postgres { .. }
+        | exactly::Error::Corrupt { .. }
+        | exactly::Error::Foreign { .. }
+        | exactly::Error::TooNew { .. }
+        | exactly::Error::Io { .. }
+        | exactly::Error::Environment(_) => StoreError::new_err(msg),
     }
 }
 

@@ -230,7 +230,7 @@ fn claim_skewed(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| Error::Store(format!("cannot run lease claim: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot run lease claim: {e}"), e))?;
     match out.status.code() {
         Some(0) => String::from_utf8_lossy(&out.stdout)
             .trim()

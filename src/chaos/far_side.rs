@@ -258,10 +258,8 @@ fn hold(conn: UnixStream) {
 fn serve(socket: &Path, modes: Modes) -> Result<i32> {
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket).map_err(|e| {
-        Error::Store(format!(
-            "cannot listen on {}: {e}",
-            inert(&socket.display().to_string())
-        ))
+        let at = inert(&socket.display().to_string());
+        Error::io(format!("cannot listen on {at}: {e}"), e)
     })?;
     println!("ready");
     std::io::stdout().flush()?;
@@ -395,7 +393,7 @@ impl FarSide {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .spawn()
-            .map_err(|e| Error::Store(format!("cannot start the far side: {e}")))?;
+            .map_err(|e| Error::io(format!("cannot start the far side: {e}"), e))?;
         let mut line = String::new();
         if let Some(out) = child.stdout.take() {
             BufReader::new(out).read_line(&mut line)?;

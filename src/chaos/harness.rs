@@ -51,7 +51,7 @@ pub fn libfaketime() -> Result<PathBuf> {
         .map(|d| Path::new(d).join("libfaketimeMT.so.1"))
         .find(|p| p.exists())
         .ok_or_else(|| {
-            Error::Usage(
+            Error::Environment(
                 "libfaketimeMT.so.1 not found (Debian package faketime): the schedulers on PostgreSQL run on skewed clocks".into(),
             )
         })

@@ -213,14 +213,19 @@ pub(super) fn backends_of(db: &str, pid: i32) -> Result<Vec<i32>> {
     if ports.is_empty() {
         return Ok(Vec::new());
     }
-    let mut c = postgres::Client::connect(db, postgres::NoTls)
-        .map_err(|e| Error::Store(format!("cannot ask the server for its backends: {e}")))?;
+    let mut c = postgres::Client::connect(db, postgres::NoTls).map_err(|e| Error::Postgres {
+        message: format!("cannot ask the server for its backends: {e}"),
+        source: e,
+    })?;
     let rows = c
         .query(
             "SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1)",
             &[&ports],
         )
-        .map_err(|e| Error::Store(format!("pg_stat_activity: {e}")))?;
+        .map_err(|e| Error::Postgres {
+            message: format!("pg_stat_activity: {e}"),
+            source: e,
+        })?;
     Ok(rows.iter().map(|r| r.get::<_, i32>(0)).collect())
 }
 

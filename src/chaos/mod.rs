@@ -104,17 +104,17 @@ fn work_dir() -> Result<PathBuf> {
         .unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("exactly-chaos-{}-{nanos:x}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::Store(format!(
-            "cannot create the work directory {}: {e}",
-            dir.display()
-        ))
+        Error::io(
+            format!("cannot create the work directory {}: {e}", dir.display()),
+            e,
+        )
     })?;
     Ok(dir)
 }
 
 pub fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
     let exe = std::env::current_exe()
-        .map_err(|e| Error::Store(format!("cannot find the exactly binary: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot find the exactly binary: {e}"), e))?;
     let dir = work_dir()?;
     let result = run_all(&exe, &dir, db, &a);
     if !a.keep && db.is_none() {

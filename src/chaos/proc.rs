@@ -59,7 +59,7 @@ impl Running {
         cmd.stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
-            .map_err(|e| Error::Store(format!("cannot start an attempt: {e}")))?;
+            .map_err(|e| Error::io(format!("cannot start an attempt: {e}"), e))?;
         let (tx, rx) = mpsc::channel();
         let reader = child.stderr.take().map(|err| {
             std::thread::spawn(move || {

@@ -110,7 +110,7 @@ fn take_lease(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
-            .map_err(|e| Error::Store(format!("cannot run lease claim: {e}")))?;
+            .map_err(|e| Error::io(format!("cannot run lease claim: {e}"), e))?;
         if out.status.code() == Some(0) {
             return String::from_utf8_lossy(&out.stdout)
                 .trim()

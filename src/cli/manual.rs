@@ -164,6 +164,8 @@ pub const ENVIRONMENT: &[Code] = &[
     ("EXACTLY_MAX_SKEW", "the clock skew tolerated between processes on one SQLite file (default 2s)"),
     ("EXACTLY_BUSY_TIMEOUT_MS", "how long a SQLite writer waits for a lock (default 5000)"),
     ("EXACTLY_SCHEDULER_DEAD_AFTER", "how long a silent scheduler counts as alive for readers (default 10s)"),
+    ("RUST_LOG", "which log lines the long-running commands (exactly run, watch) write to stderr: default info; warn hides the INFO lines"),
+    ("EXACTLY_LOG_FORMAT", "json: each log line one JSON object (time, level, job, message), as exactly run --log-format json does; default text"),
     ("PGSSLROOTCERT", "a CA file trusted for PostgreSQL over TLS (sslmode=require)"),
     ("NO_COLOR", "top draws without colour"),
     ("EXACTLY_JOB, EXACTLY_FENCING_TOKEN", "given to each run's command; exactly effect takes --job and --token from them"),

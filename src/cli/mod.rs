@@ -253,6 +253,10 @@ pub fn main() -> i32 {
         Err(e) => e.exit(),
     };
     pipe::end_quietly_on_closed_pipe(&cli.cmd);
+    crate::runner::log::init(match &cli.cmd {
+        Cmd::Run(a) => a.log_format,
+        _ => crate::runner::log::LogFormat::from_env(),
+    });
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

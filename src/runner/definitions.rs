@@ -5,7 +5,6 @@
 //! It reads the registry every [`CHECK_EVERY`] (one query), and `status`, `top` and `check`
 //! show a replaced definition while the scheduler that held it is alive.
 use super::config::Job;
-use super::execute::log_line;
 use crate::jobs;
 use crate::sanitize::inert;
 use crate::Store;
@@ -92,7 +91,7 @@ impl Watch {
         let records = match jobs::records(store) {
             Ok(r) => r,
             Err(e) => {
-                log_line("WARN", "-", &format!("cannot read the job registry: {e}"));
+                tracing::warn!("cannot read the job registry: {e}");
                 return Vec::new();
             }
         };
@@ -114,7 +113,7 @@ impl Watch {
             } else {
                 continue;
             };
-            log_line("WARN", &r.job_key, &inert(&why));
+            tracing::warn!(job = %r.job_key, "{}", inert(&why));
             self.mine.remove(&r.job_key);
             out.push(r.job_key);
         }

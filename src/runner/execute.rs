@@ -14,12 +14,12 @@ use crate::firing::{self, Started};
 use crate::state::RunOutcome;
 use crate::{effect, time, Result};
 use crate::{Access, Store};
-use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Level;
 
 /// After SIGTERM to a command stopped (shutdown, timeout), how long before SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -107,12 +107,16 @@ fn observe(
     let settled = match observers.join() {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
-            log_line("WARN", &spec.job, &format!("observers could not run: {e}"));
+            log_line(
+                Level::WARN,
+                &spec.job,
+                &format!("observers could not run: {e}"),
+            );
             Vec::new()
         }
         Err(_) => {
             log_line(
-                "WARN",
+                Level::WARN,
                 &spec.job,
                 "observers could not run: their thread panicked",
             );
@@ -221,7 +225,7 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
         Ok(c) => c,
         Err(e) => {
             let why = format!("cannot start {prog:?}: {e}");
-            log_line("ERROR", job, &format!("run {run_id}: {why}"));
+            log_line(Level::ERROR, job, &format!("run {run_id}: {why}"));
             return finish(spec, &mut beat, RunOutcome::Failed, None, began, &why);
         }
     };
@@ -229,7 +233,7 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     let pgid = cmd.pid();
     if !beat.guard(pgid) {
         log_line(
-            "WARN",
+            Level::WARN,
             job,
             &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
         );
@@ -250,7 +254,11 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
             Ok(Some(s)) => break Some(s),
             Ok(None) => {}
             Err(e) => {
-                log_line("WARN", job, &format!("run {run_id}: lost the command: {e}"));
+                log_line(
+                    Level::WARN,
+                    job,
+                    &format!("run {run_id}: lost the command: {e}"),
+                );
                 break None;
             }
         }
@@ -282,7 +290,7 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
         && (beat.watchdog_fired() || Instant::now() >= beat.deadline());
     if expired {
         log_line(
-            "WARN",
+            Level::WARN,
             job,
             &format!("run {run_id}: its lease was not renewed by its local deadline: its watchdog stopped the command"),
         );
@@ -323,7 +331,11 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     };
     if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
         if let Some(sig) = s.signal() {
-            log_line("WARN", job, &format!("run {run_id} ended by signal {sig}"));
+            log_line(
+                Level::WARN,
+                job,
+                &format!("run {run_id} ended by signal {sig}"),
+            );
         }
     }
     finish(spec, &mut beat, outcome, code, began, &text)
@@ -353,7 +365,7 @@ fn before_command(
     };
     if ended > 0 {
         log_line(
-            "WARN",
+            Level::WARN,
             job,
             &format!("ended {ended} leftover process(es) of an earlier run of the firing at {slot} before run {run_id}"),
         );
@@ -372,7 +384,7 @@ fn before_command(
     for s in &settled {
         if let effect::Observation::CantTell(w) = &s.verdict {
             log_line(
-                "WARN",
+                Level::WARN,
                 job,
                 &format!("observer of effect {} can't tell: {w}", s.effect_key),
             );
@@ -380,7 +392,7 @@ fn before_command(
     }
     if !settled.is_empty() {
         log_line(
-            "INFO",
+            Level::INFO,
             job,
             &format!(
                 "observers settled {} open effect(s) before run {run_id}",
@@ -396,7 +408,7 @@ fn before_command(
     {
         if let Err(e) = firing::retry_of_run(store, job, &s.run_id) {
             log_line(
-                "WARN",
+                Level::WARN,
                 job,
                 &format!("cannot mark run {} for retry: {e}", s.run_id),
             );
@@ -417,7 +429,7 @@ fn before_command(
         }
         if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
             let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
-            log_line("WARN", job, &format!("run {run_id}: {why}"));
+            log_line(Level::WARN, job, &format!("run {run_id}: {why}"));
             return finish(spec, beat, RunOutcome::NotStarted, None, began, why).map(Some);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -457,7 +469,7 @@ fn stop_reason(
     if let Some(t) = spec.timeout.filter(|t| started.elapsed() >= *t) {
         let t = time::human_ms(t.as_millis() as u64);
         log_line(
-            "WARN",
+            Level::WARN,
             job,
             &format!("run {run_id} ran past its timeout {t}: stopping it"),
         );
@@ -468,7 +480,7 @@ fn stop_reason(
     }
     if now >= beat.deadline() {
         log_line(
-            "WARN",
+            Level::WARN,
             job,
             &format!("run {run_id}: its lease was not renewed by its local deadline: stopping its command before another run may take the job"),
         );
@@ -486,19 +498,13 @@ fn left_in_group(pgid: i32) -> bool {
     !crate::sender::members(group, None).is_empty()
 }
 
-/// One log line on stderr: `LEVEL job=NAME message`, with what came from outside made inert.
-pub fn log_line(level: &str, job: &str, msg: &str) {
-    // A closed stderr (`exactly run 2>&1 | head`) loses the log, never the scheduler.
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "{} {level} job={} {}",
-        time::now_text(),
-        crate::sanitize::inert(job),
-        crate::sanitize::inert(msg)
-    );
+/// One log line of `job` at `level` (see [`super::log`]): the job and the message made inert.
+pub fn log_line(level: Level, job: &str, msg: &str) {
+    super::log::line(level, job, msg);
 }
 
 /// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
 pub fn report(job: &str, kind: &str, slot: &str, fired: &crate::firing::Fired) {
-    log_line(fired.level(), job, &fired.describe(kind, slot));
+    let level = super::log::level(fired.level());
+    log_line(level, job, &fired.describe(kind, slot));
 }

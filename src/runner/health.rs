@@ -11,7 +11,6 @@
 //! when the last connection closes) stops the scheduler: it would otherwise write to a ghost, or
 //! its runs to a fresh empty database. The scheduler's process then opens databases without
 //! creating them, so a run can never make a new file where the old one was.
-use super::execute::log_line;
 use crate::time::{self, Ts};
 use crate::{Error, Result};
 use std::os::unix::fs::MetadataExt;
@@ -92,28 +91,22 @@ impl Health {
                 d.last_error = text;
                 if d.reminded.elapsed() >= REMIND_EVERY {
                     d.reminded = Instant::now();
-                    log_line(
-                        "WARN",
-                        job,
-                        &format!(
-                            "database still unavailable after {}, {} failure(s): {}",
-                            human(d.since.elapsed()),
-                            d.failures,
-                            d.last_error
-                        ),
+                    tracing::warn!(
+                        job = %job,
+                        "database still unavailable after {}, {} failure(s): {}",
+                        human(d.since.elapsed()),
+                        d.failures,
+                        d.last_error,
                     );
                 }
             }
             None => {
-                log_line(
-                    "ERROR",
-                    job,
-                    &format!(
-                        "database unavailable: {text}; backing off (up to {} between tries, \
+                tracing::error!(
+                    job = %job,
+                    "database unavailable: {text}; backing off (up to {} between tries, \
                          giving up after {})",
-                        human(BACKOFF_MAX),
-                        human(self.give_up_after)
-                    ),
+                    human(BACKOFF_MAX),
+                    human(self.give_up_after),
                 );
                 self.down = Some(Down {
                     since: self.last_ok.0,
@@ -174,14 +167,10 @@ impl Health {
         }
         let now = time::now();
         if let Some(d) = self.down.take() {
-            log_line(
-                "INFO",
-                "-",
-                &format!(
-                    "database back after {}, {} failure(s)",
-                    human(d.since.elapsed()),
-                    d.failures
-                ),
+            tracing::info!(
+                "database back after {}, {} failure(s)",
+                human(d.since.elapsed()),
+                d.failures,
             );
             self.last_outage = Some((d.since_ts, now));
         }

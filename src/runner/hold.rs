@@ -12,7 +12,7 @@
 //! scheduler lives, the lease renewed meanwhile, and other schedulers do not resume a run whose
 //! scheduler is alive (see [`crate::firing::ResumeRules`]). Its writes go before the process's
 //! queued firings.
-use super::execute::{log_line, RunSpec};
+use super::execute::RunSpec;
 use super::lend::{lend, Lent};
 use super::renewer::{self, Hold};
 use super::watchdog;
@@ -22,6 +22,7 @@ use crate::{lease, time, Error, Result, Store};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Level;
 
 /// How far before the lease's end (on our clock) the command is stopped: the watchdog's
 /// SIGTERM, its grace before SIGKILL, and a margin, so the stop is over before the lease is.
@@ -121,11 +122,7 @@ impl Heartbeat {
                 Ok(mut store) => self.fence(&mut store, spec),
                 Err(e) => {
                     self.fenced = true;
-                    log_line(
-                        "WARN",
-                        &spec.job,
-                        &format!("run {} fenced; cannot record it: {e}", spec.started.run_id),
-                    );
+                    tracing::warn!(job = %spec.job, "run {} fenced; cannot record it: {e}", spec.started.run_id);
                 }
             }
         }
@@ -135,17 +132,9 @@ impl Heartbeat {
         // Stop renewing; the token now refuses the command's later writes.
         self.fenced = true;
         let run_id = &spec.started.run_id;
-        log_line(
-            "WARN",
-            &spec.job,
-            &format!("run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused"),
-        );
+        tracing::warn!(job = %spec.job, "run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused");
         if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
-            log_line(
-                "WARN",
-                &spec.job,
-                &format!("cannot record the fenced run: {e}"),
-            );
+            tracing::warn!(job = %spec.job, "cannot record the fenced run: {e}");
         }
     }
 
@@ -167,7 +156,7 @@ impl Heartbeat {
                 false
             }
             Err(e) => {
-                log_line("WARN", &spec.job, &format!("lease renewal failed: {e}"));
+                tracing::warn!(job = %spec.job, "lease renewal failed: {e}");
                 false
             }
         }
@@ -187,24 +176,20 @@ fn end_not_recorded(
     beat.hold.unretire();
     *tries += 1;
     if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
-        log_line(
-            "ERROR",
-            &spec.job,
-            &format!(
-                "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
-                spec.started.run_id, end.outcome
-            ),
+        tracing::error!(
+            job = %spec.job,
+            "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
+            spec.started.run_id,
+            end.outcome,
         );
         return true;
     }
     if *tries == 1 {
-        log_line(
-            "WARN",
-            &spec.job,
-            &format!(
-                "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
-                spec.started.run_id, end.outcome
-            ),
+        tracing::warn!(
+            job = %spec.job,
+            "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
+            spec.started.run_id,
+            end.outcome,
         );
     }
     beat.tick(spec);
@@ -285,7 +270,7 @@ pub fn finish(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(END_RETRY_CAP);
-        if !matches!(e, Error::Busy(_)) {
+        if !matches!(e, Error::Busy { .. }) {
             // A connection that met a read-only file or a lost server may not recover itself.
             if let Some(s) = lent.as_mut() {
                 let _ = s.reopen();
@@ -293,22 +278,19 @@ pub fn finish(
         }
     };
     if tries > 0 {
-        log_line(
-            "INFO",
-            &spec.job,
-            &format!(
-                "run {}'s end recorded after {} ({tries} failed tries)",
-                spec.started.run_id,
-                time::human_ms(since.elapsed().as_millis() as u64)
-            ),
+        tracing::info!(
+            job = %spec.job,
+            "run {}'s end recorded after {} ({tries} failed tries)",
+            spec.started.run_id,
+            time::human_ms(since.elapsed().as_millis() as u64),
         );
     }
     let level = if outcome == RunOutcome::Ok {
-        "INFO"
+        Level::INFO
     } else {
-        "WARN"
+        Level::WARN
     };
-    log_line(
+    super::log::line(
         level,
         &spec.job,
         &format!(

@@ -2,7 +2,6 @@
 //! [`BEAT`] so `status`, `metrics` and `top` can tell it is alive (a killed scheduler just falls
 //! silent), records its end on a clean shutdown, trims each job with `keep_runs` to its newest
 //! runs every beat (each run's end trims its own job too, `jobs::finish_run`), and — with `retain` in the jobs file — prunes old history now and then. Each thread has its own database connection.
-use super::execute::log_line;
 use crate::jobs::{self, SchedulerReg};
 use crate::Access;
 use crate::{time, Result};
@@ -63,23 +62,19 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                             host_id: crate::sender::host_id(),
                         };
                         if let Err(e) = jobs::scheduler_started(&mut store, &reg) {
-                            log_line("WARN", "-", &format!("heartbeat: {e}"));
+                            tracing::warn!("heartbeat: {e}");
                         }
                     }
                     // A busy database is not death: beat again next time.
-                    Err(e) => log_line("WARN", "-", &format!("heartbeat: {e}")),
+                    Err(e) => tracing::warn!("heartbeat: {e}"),
                 }
                 // Each beat, jobs with `keep_runs` lose their runs beyond the newest N.
                 if let Err(e) = jobs::keep_newest_runs(&mut store) {
-                    log_line("WARN", "-", &format!("keep_runs: {e}"));
+                    tracing::warn!("keep_runs: {e}");
                 }
             }
             if let Err(e) = jobs::scheduler_ended(&mut store, &owner, pid) {
-                log_line(
-                    "WARN",
-                    "-",
-                    &format!("cannot record the scheduler's end: {e}"),
-                );
+                tracing::warn!("cannot record the scheduler's end: {e}");
             }
         }));
     }
@@ -95,19 +90,15 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                 let done = crate::open(Some(&db), Access::Write)
                     .and_then(|mut s| jobs::prune(&mut s, &horizon, false, false));
                 match done {
-                    Ok(p) if p.runs + p.firings + p.events > 0 => log_line(
-                        "INFO",
-                        "-",
-                        &format!(
-                            "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
-                            humantime::format_duration(keep),
-                            p.runs,
-                            p.firings,
-                            p.events
-                        ),
+                    Ok(p) if p.runs + p.firings + p.events > 0 => tracing::info!(
+                        "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
+                        humantime::format_duration(keep),
+                        p.runs,
+                        p.firings,
+                        p.events,
                     ),
                     Ok(_) => {}
-                    Err(e) => log_line("WARN", "-", &format!("retain: {e}")),
+                    Err(e) => tracing::warn!("retain: {e}"),
                 }
             }
         }));

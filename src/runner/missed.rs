@@ -1,5 +1,4 @@
 //! Slots no scheduler ran in time: recorded missed, each with why.
-use super::execute::log_line;
 use super::health::Health;
 use super::scheduler::{Config, JobState};
 use crate::firing;
@@ -32,11 +31,7 @@ pub(super) fn record_behind(
         let n = left_out.len() as u64;
         let reason = crate::schedule::SKIPPED_REASON;
         if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
-            log_line(
-                "INFO",
-                &job.name,
-                &format!("firing at {} not run: {reason}", left_out.join(", ")),
-            );
+            tracing::info!(job = %job.name, "firing at {} not run: {reason}", left_out.join(", "));
         }
     }
     st.dst_seen = now;
@@ -81,11 +76,7 @@ pub(super) fn record_behind(
                     format!("the database was unavailable when they fell due (outside {window})")
                 };
                 let last = part.last().map(String::as_str).unwrap_or("?");
-                log_line(
-                    "ERROR",
-                    &job.name,
-                    &format!("{n} firing(s) up to {last} missed: {why}"),
-                );
+                tracing::error!(job = %job.name, "{n} firing(s) up to {last} missed: {why}");
             }
         }
         st.handled(horizon);

@@ -15,6 +15,7 @@ mod health;
 mod hold;
 mod lend;
 pub mod liveness;
+pub mod log;
 mod missed;
 pub mod notify;
 pub mod notify_config;
@@ -47,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Level;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -63,6 +65,10 @@ pub struct RunArgs {
     /// scheduler: its commands get --grace, then it exits 1 for a service manager to restart it.
     #[arg(long, default_value = health::GIVE_UP_AFTER_DEFAULT, value_name = "DUR")]
     pub give_up_after: String,
+    /// How log lines on stderr are written: text (`TIME LEVEL job=JOB message`) or json (one
+    /// object per line: time, level, job, message). RUST_LOG filters them (default info).
+    #[arg(long, value_enum, env = log::FORMAT_VAR, default_value = "text", ignore_case = true, value_name = "FORMAT")]
+    pub log_format: log::LogFormat,
 }
 fn read_jobs_file(path: &str) -> Result<String> {
     std::fs::read_to_string(path)
@@ -188,8 +194,12 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
         )));
     }
     for p in &problems {
-        let level = if p.rejects() { "WARN" } else { "INFO" };
-        execute::log_line(level, &p.job, &format!("{} — {}", p.what, p.why));
+        let level = if p.rejects() {
+            Level::WARN
+        } else {
+            Level::INFO
+        };
+        log::line(level, &p.job, &format!("{} — {}", p.what, p.why));
     }
     let db_path = absolute_db(db);
     let mut store = crate::open(Some(&db_path), Access::Write)?;
@@ -198,11 +208,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let regs = registry_records(&jobs, cwd.as_deref());
     let registered = jobs::register(&mut store, &regs, &source, &owner)?;
     for r in &registered.retired {
-        execute::log_line(
-            "INFO",
-            r,
-            &format!("retired: no longer in {}", inert(&source)),
-        );
+        tracing::info!(job = %r, "retired: no longer in {}", inert(&source));
     }
     // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the jobs file, as daemons do.
     let stop = Arc::new(AtomicBool::new(false));

@@ -4,7 +4,6 @@
 //! second attempt is "duplicate suppressed"). The notifiers of one name share a lease
 //! (`exactly-notify:<name>`): only its holder sends, under its fencing token. `exactly run`
 //! runs it on a thread of its own with its own connection; `exactly watch` runs only it.
-use super::execute::log_line;
 use super::notify_config::Notify;
 use super::notify_send::{Hook, Webhook};
 use crate::effect::{self, Ctx, Effect, Outcome, Spec};
@@ -426,42 +425,31 @@ impl Notifier {
         };
         let settled = match &o {
             Outcome::Done { .. } => {
-                log_line("INFO", &job, &format!("notified {name}: {what}"));
+                tracing::info!(job = %job, "notified {name}: {what}");
                 record(store, true)?;
                 true
             }
             Outcome::DuplicateSuppressed { .. } => {
-                log_line(
-                    "INFO",
-                    &job,
-                    &format!("{name} was already notified (duplicate suppressed): {what}"),
-                );
+                tracing::info!(job = %job, "{name} was already notified (duplicate suppressed): {what}");
                 true
             }
             Outcome::NotSent { reason, .. } => {
-                log_line(
-                    "WARN",
-                    &job,
-                    &format!(
-                        "could not notify {name} ({reason}); tried again in {}s: {what}",
-                        EVERY.as_secs()
-                    ),
+                tracing::warn!(
+                    job = %job,
+                    "could not notify {name} ({reason}); tried again in {}s: {what}",
+                    EVERY.as_secs(),
                 );
                 record(store, false)?;
                 false
             }
             Outcome::Unknown { reason, .. } => {
-                log_line("WARN", &job, &format!("notification {key} to {name} lost ({reason}): unknown until resolved (exactly resolve); not sent again: {what}"));
+                tracing::warn!(job = %job, "notification {key} to {name} lost ({reason}): unknown until resolved (exactly resolve); not sent again: {what}");
                 record(store, false)?;
                 self.open.insert(key.to_string());
                 return Ok(true);
             }
             Outcome::Unresolved { reason, .. } => {
-                log_line(
-                    "WARN",
-                    &job,
-                    &format!("notification {key} to {name} is open ({reason}): {what}"),
-                );
+                tracing::warn!(job = %job, "notification {key} to {name} is open ({reason}): {what}");
                 self.open.insert(key.to_string());
                 return Ok(true);
             }
@@ -470,11 +458,7 @@ impl Notifier {
                 false
             }
             other => {
-                log_line(
-                    "WARN",
-                    &job,
-                    &format!("notification {key} to {name}: {other:?}"),
-                );
+                tracing::warn!(job = %job, "notification {key} to {name}: {other:?}");
                 true
             }
         };
@@ -566,16 +550,12 @@ pub fn serve(db: &str, mut notifiers: Vec<Notifier>, stop: &AtomicBool) {
         if store.is_none() {
             match crate::open(Some(db), Access::Write) {
                 Ok(s) => store = Some(s),
-                Err(e) => log_line(
-                    "WARN",
-                    "-",
-                    &format!("notifier cannot open the database: {e}"),
-                ),
+                Err(e) => tracing::warn!("notifier cannot open the database: {e}"),
             }
         }
         if let Some(s) = store.as_mut() {
             if let Err(e) = evaluate_all(s, &mut notifiers) {
-                log_line("WARN", "-", &format!("notifier: {e}"));
+                tracing::warn!("notifier: {e}");
                 store = None;
             }
         }

@@ -3,7 +3,6 @@
 //! {ping}/fail` with the outcome and exit code in the body otherwise. Best effort: the pings go
 //! from a thread of their own, in order, each bounded by [`PING_TIMEOUT`]; a failed ping is a
 //! log line, never the run's failure, and never holds up its command.
-use super::execute::log_line;
 use crate::state::RunOutcome;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -62,7 +61,7 @@ impl Pinger {
             let agent = agent(PING_TIMEOUT);
             for (to, body) in rx {
                 if let Err(e) = agent.post(&to).send_string(&body) {
-                    log_line("WARN", &job, &format!("ping {to} failed: {e}"));
+                    tracing::warn!(job = %job, "ping {to} failed: {e}");
                 }
             }
         });

@@ -6,7 +6,6 @@
 //! a random number: two schedulers of one file agree on when a firing goes, and a restart
 //! does not move it.
 use super::config::Job;
-use super::execute::log_line;
 use super::problems::Problem;
 use crate::firing::{AfterFailure, FailureRules, Started};
 use crate::policy::MAX_ATTEMPTS;
@@ -94,27 +93,21 @@ pub(super) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
 pub(super) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
     if let Some(runs) = after.retry {
         let wait = p.backoff(job, &started.slot, runs);
-        log_line(
-            "WARN",
-            job,
-            &format!(
-                "firing at {} goes again in {} (run {} of at most {}: retries = {})",
-                started.slot,
-                time::human_ms(wait.as_millis() as u64),
-                runs + 1,
-                1 + p.retries,
-                p.retries
-            ),
+        tracing::warn!(
+            job = %job,
+            "firing at {} goes again in {} (run {} of at most {}: retries = {})",
+            started.slot,
+            time::human_ms(wait.as_millis() as u64),
+            runs + 1,
+            1 + p.retries,
+            p.retries,
         );
     }
     if let Some(n) = after.paused {
-        log_line(
-            "ERROR",
-            job,
-            &format!(
-                "PAUSED after {n} failed runs in a row (pause_after_failures = {}): `exactly resume {job}` fires it again",
-                p.pause_after_failures.unwrap_or(0)
-            ),
+        tracing::error!(
+            job = %job,
+            "PAUSED after {n} failed runs in a row (pause_after_failures = {}): `exactly resume {job}` fires it again",
+            p.pause_after_failures.unwrap_or(0),
         );
     }
 }

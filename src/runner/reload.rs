@@ -5,12 +5,12 @@
 //! as a `jobs_reloaded` event.
 use super::config::Job;
 use super::definitions;
-use super::execute::log_line;
 use super::scheduler::Config;
 use crate::sanitize::inert;
 use crate::{jobs, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tracing::Level;
 
 /// The jobs of the file as last loaded, by name, with their definition digests.
 pub struct FileJobs {
@@ -40,11 +40,7 @@ impl FileJobs {
     pub fn reload(&mut self, store: &mut Store, cfg: &Config) -> Option<Reloaded> {
         let file = inert(&cfg.source);
         let refused = |why: String| {
-            log_line(
-                "ERROR",
-                "-",
-                &format!("reload of {file} refused, the running jobs go on: {why}"),
-            );
+            tracing::error!("reload of {file} refused, the running jobs go on: {why}");
         };
         // The file is the one the scheduler started with: a path that now leads elsewhere (a
         // symlink swapped by a deploy) would move the jobs' folder and their shared identity.
@@ -79,8 +75,12 @@ impl FileJobs {
         // Its own earlier registration differs from a changed job: that is the change itself.
         let own = format!("registered by {} from", cfg.owner);
         for p in problems.iter().filter(|p| !p.what.contains(&own)) {
-            let level = if p.rejects() { "WARN" } else { "INFO" };
-            log_line(level, &p.job, &format!("{} — {}", p.what, p.why));
+            let level = if p.rejects() {
+                Level::WARN
+            } else {
+                Level::INFO
+            };
+            super::log::line(level, &p.job, &format!("{} — {}", p.what, p.why));
         }
         let cwd = self.cwd.as_deref();
         let regs = super::registry_records(&jobs, cwd);
@@ -111,13 +111,9 @@ impl FileJobs {
             list(&removed),
             list(&changed)
         );
-        log_line("INFO", "-", &detail);
+        tracing::info!("{}", detail);
         if let Err(e) = jobs::reloaded(store, &cfg.owner, &detail) {
-            log_line(
-                "WARN",
-                "-",
-                &format!("the reload could not be recorded: {e}"),
-            );
+            tracing::warn!("the reload could not be recorded: {e}");
         }
         self.digests = digests;
         Some(Reloaded {

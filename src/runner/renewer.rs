@@ -3,7 +3,6 @@
 //! write per run. Hundreds of runs at once would otherwise queue hundreds of renewals behind
 //! each other and behind the firings, and a run whose renewal is late is stopped at its
 //! deadline (see `hold.rs`). A run reads what the renewer heard from its [`Hold`].
-use super::execute::log_line;
 use crate::{Access, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -166,11 +165,11 @@ impl Renewer {
             match &result {
                 Ok(_) if failing => {
                     failing = false;
-                    log_line("INFO", "-", "lease renewals go through again");
+                    tracing::info!("lease renewals go through again");
                 }
                 Err(e) if !failing => {
                     failing = true;
-                    log_line("WARN", "-", &format!("lease renewal failed: {e}"));
+                    tracing::warn!("lease renewal failed: {e}");
                     store = None;
                 }
                 Err(_) => store = None,

@@ -3,8 +3,9 @@
 //! at most 3 runs a firing, more with `retries`), reloads the jobs file on SIGHUP, and on
 //! SIGTERM/SIGINT stops firing, gives running commands a grace period, and exits.
 use super::config::Job;
-use super::execute::{execute, log_line, report, RunSpec};
+use super::execute::{execute, report, RunSpec};
 use super::health::Health;
+use super::log;
 use super::share::Share;
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::time::{self, Ts};
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tracing::Level;
 
 const TICK: Duration = Duration::from_millis(100);
 /// Most firings decided in one transaction: a burst of 500 due at one instant is decided in one
@@ -142,9 +144,7 @@ pub fn run(
     }
     // The runs' watchdog is forked now, while this process is small.
     if !super::watchdog::ready() {
-        log_line(
-            "WARN",
-            "-",
+        tracing::warn!(
             "no watchdog process: each run's thread alone stops its command at its deadline",
         );
     }
@@ -157,14 +157,10 @@ pub fn run(
     let mut clock = super::clock::Clock::new(time::now());
     let mut health = Health::new(&cfg.db, cfg.give_up_after);
     let mut share = Share::new(&cfg.owner, &cfg.source);
-    log_line(
-        "INFO",
-        "-",
-        &format!(
-            "scheduler {} started with {} job(s)",
-            cfg.owner,
-            states.len()
-        ),
+    tracing::info!(
+        "scheduler {} started with {} job(s)",
+        cfg.owner,
+        states.len(),
     );
     while !stop.load(Ordering::SeqCst) {
         let tick = Instant::now();
@@ -207,7 +203,7 @@ pub fn run(
         share.say(states.iter().filter(|s| s.mine).count(), states.len());
         let now = time::now();
         if let (Some(step), last_tick) = clock.observe(now) {
-            log_line("WARN", "-", &step.describe());
+            tracing::warn!("{}", step.describe());
             for st in states.iter_mut() {
                 st.handled(super::clock::cursor_after(step, st.cursor, last_tick));
             }
@@ -272,7 +268,7 @@ pub fn run(
             rest = rest.min(until);
         }
         if let Err(e) = health.end_tick() {
-            log_line("ERROR", "-", &e.to_string());
+            tracing::error!("{}", e);
             shutdown(&cfg, runs, &kill);
             return Err(e);
         }
@@ -284,31 +280,23 @@ pub fn run(
 
 fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     runs.retain(|r| !r.handle.is_finished());
-    log_line(
-        "INFO",
-        "-",
-        &format!(
-            "stopping: no new firings; {} running command(s) get up to {} to finish",
-            runs.len(),
-            time::human_ms(cfg.grace.as_millis() as u64)
-        ),
+    tracing::info!(
+        "stopping: no new firings; {} running command(s) get up to {} to finish",
+        runs.len(),
+        time::human_ms(cfg.grace.as_millis() as u64),
     );
     let deadline = Instant::now() + cfg.grace;
     while runs.iter().any(|r| !r.handle.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     for r in runs.iter().filter(|r| !r.handle.is_finished()) {
-        log_line(
-            "WARN",
-            &r.job,
-            &format!("run {} outlived the grace period: killing it", r.run_id),
-        );
+        tracing::warn!(job = %r.job, "run {} outlived the grace period: killing it", r.run_id);
     }
     kill.store(true, Ordering::SeqCst);
     for r in runs {
         let _ = r.handle.join();
     }
-    log_line("INFO", "-", &format!("scheduler {} stopped", cfg.owner));
+    tracing::info!("scheduler {} stopped", cfg.owner);
 }
 
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
@@ -342,7 +330,7 @@ fn start_waiting(
     let mut started = None;
     if waiting.queued {
         started = firing::start_queued(store, &job.name, &cfg.owner, &until, &now_text)?
-            .map(|s| ("INFO", "a queued firing", s, false));
+            .map(|s| (Level::INFO, "a queued firing", s, false));
     }
     // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
     // happened goes again, for the same slot, up to its attempt limit.
@@ -360,15 +348,11 @@ fn start_waiting(
         let resumed = firing::resume(store, &job.name, &until, &now_text, &oldest, rules, &retry)?;
         st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
         for (slot, n) in &resumed.gave_up {
-            log_line(
-                "ERROR",
-                &job.name,
-                &format!("firing at {slot} GAVE UP after {n} runs: not run again; check its effects by hand"),
-            );
+            tracing::error!(job = %job.name, "firing at {slot} GAVE UP after {n} runs: not run again; check its effects by hand");
         }
         started = resumed.started.map(|s| {
             (
-                "WARN",
+                Level::WARN,
                 "a firing run again (interrupted, failed with retries left, or its effect never happened)",
                 s,
                 true,
@@ -376,7 +360,7 @@ fn start_waiting(
         });
     }
     if let Some((level, what, s, resumed)) = started {
-        log_line(
+        log::line(
             level,
             &job.name,
             &format!(
@@ -489,13 +473,9 @@ fn unrecorded(
         }
     }
     if fired > 0 {
-        log_line(
-            "WARN",
-            "-",
-            &format!(
-                "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
-                time::human_ms(net.as_millis() as u64)
-            ),
+        tracing::warn!(
+            "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
+            time::human_ms(net.as_millis() as u64),
         );
     }
     Ok(())
@@ -585,7 +565,7 @@ fn fire_batches(
         let decided = match firing::fire_due(store, &requests) {
             Ok(fired) => fired.into_iter().map(Ok).collect(),
             // A locked database: the whole batch goes again next tick.
-            Err(e @ Error::Busy(_)) => {
+            Err(e @ Error::Busy { .. }) => {
                 health.failed("-", &e);
                 return;
             }
@@ -627,12 +607,12 @@ fn fire_batches(
                     // Its other late slots go next tick, in one write, with record_behind.
                     failed.insert(i);
                     let (level, what) = match skipped {
-                        true => ("INFO", "skipped (paused)"),
-                        false => ("ERROR", "MISSED"),
+                        true => (Level::INFO, "skipped (paused)"),
+                        false => (Level::ERROR, "MISSED"),
                     };
                     let late = time::human_ms(late_ms.max(0) as u64);
                     let reason = health.why_missed(slot);
-                    log_line(level, &st.job.name, &format!(
+                    log::line(level, &st.job.name, &format!(
                         "firing at {slot_text} {what}: {late} late when decided, past its {} ({reason})",
                         if st.job.policy.starting_deadline.is_some() { "starting_deadline" } else { "catch-up window" }
                     ));
@@ -680,11 +660,7 @@ fn spawn(
     let policy = job.policy;
     let handle = std::thread::spawn(move || match execute(&spec) {
         Ok(r) => super::policy::report(&spec.job, &policy, &spec.started, &r.after),
-        Err(e) => log_line(
-            "ERROR",
-            &spec.job,
-            &format!("run {}: {e}", spec.started.run_id),
-        ),
+        Err(e) => tracing::error!(job = %spec.job, "run {}: {e}", spec.started.run_id),
     });
     Running {
         job: name,

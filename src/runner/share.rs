@@ -10,7 +10,6 @@
 //! bursts run late), or a queued or interrupted firing left waiting that long, it fires itself. Firing twice is impossible
 //! either way: a firing is the row (job, slot), and the loser of a race records a duplicate.
 //! A scheduler alone owns every job and watches nothing, as before scale-out.
-use super::execute::log_line;
 use crate::{jobs, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -87,11 +86,7 @@ impl Share {
         let mut members = match jobs::live_schedulers(store, &self.source) {
             Ok(m) => m,
             Err(e) => {
-                log_line(
-                    "WARN",
-                    "-",
-                    &format!("share: cannot read the schedulers: {e}"),
-                );
+                tracing::warn!("share: cannot read the schedulers: {e}");
                 return false;
             }
         };
@@ -124,14 +119,10 @@ impl Share {
             return;
         }
         self.said = Some(now);
-        log_line(
-            "INFO",
-            "-",
-            &format!(
-                "share: {mine} of {jobs} jobs, {} live schedulers ({})",
-                now.2,
-                self.members.join(", ")
-            ),
+        tracing::info!(
+            "share: {mine} of {jobs} jobs, {} live schedulers ({})",
+            now.2,
+            self.members.join(", "),
         );
     }
 

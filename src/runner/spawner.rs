@@ -89,14 +89,16 @@ struct Client {
 fn client() -> Option<&'static Client> {
     client_cell()
         .get_or_init(|| match start() {
-        Ok(c) => Some(c),
-        Err(e) => {
-            super::execute::log_line("WARN", "-", &format!("no spawner process ({e}): each command is started by forking the scheduler"));
-            None
-        }
-    })
-    .as_ref()
-    .filter(|c| !c.gone.load(Ordering::SeqCst))
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(
+                    "no spawner process ({e}): each command is started by forking the scheduler",
+                );
+                None
+            }
+        })
+        .as_ref()
+        .filter(|c| !c.gone.load(Ordering::SeqCst))
 }
 
 /// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
@@ -198,7 +200,7 @@ fn start() -> io::Result<Client> {
     std::thread::Builder::new()
         .name("spawner-reader".into())
         .spawn(move || read_replies(read_fd, child))?;
-    super::execute::log_line("INFO", "-", &format!("spawner process {pid} started"));
+    tracing::info!("spawner process {pid} started");
     Ok(client)
 }
 
@@ -236,11 +238,7 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
     }
     if let Some(c) = client_now() {
         c.gone.store(true, Ordering::SeqCst);
-        super::execute::log_line(
-            "ERROR",
-            "-",
-            "the spawner process is gone: its running commands died with it; new ones are started by forking the scheduler",
-        );
+        tracing::error!("the spawner process is gone: its running commands died with it; new ones are started by forking the scheduler");
         if let Ok(mut w) = c.waiting.lock() {
             for (_, tx) in w.drain() {
                 let _ = tx.send(Heard::Lost);

@@ -1,6 +1,5 @@
 //! `exactly watch JOBS.toml`: a host that runs no jobs evaluating only the file's `[[notify]]`
 //! rules (`notify.rs`), so a scheduler gone is told even when it was the only one.
-use super::execute::log_line;
 use super::notify::{serve, Notifier, EVERY};
 use crate::{lease, Access, Result};
 use std::sync::atomic::AtomicBool;
@@ -62,14 +61,10 @@ pub fn watch_main(db: &Option<String>, a: WatchArgs) -> Result<i32> {
     ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    log_line(
-        "INFO",
-        "-",
-        &format!(
-            "watching: {} notifier(s), every {}s",
-            loaded.notify.len(),
-            EVERY.as_secs()
-        ),
+    tracing::info!(
+        "watching: {} notifier(s), every {}s",
+        loaded.notify.len(),
+        EVERY.as_secs(),
     );
     let notifiers = loaded
         .notify

@@ -118,6 +118,10 @@ pub(crate) enum DbError {
     NoRows,
     /// A value the store cannot use (a column of a type it does not read, a bad parameter).
     Other(String),
+    /// The database's schema version, newer than this build understands.
+    TooNew(i64),
+    /// A table of another application under one of exactly's names (the sentence says which).
+    Foreign(String),
 }
 
 pub(crate) type DbResult<T> = std::result::Result<T, DbError>;
@@ -145,12 +149,33 @@ impl std::fmt::Display for DbError {
                 None => write!(f, "{e}"),
             },
             DbError::NoRows => write!(f, "query returned no rows"),
-            DbError::Other(s) => write!(f, "{s}"),
+            DbError::Other(s) | DbError::Foreign(s) => write!(f, "{s}"),
+            DbError::TooNew(v) => write!(
+                f,
+                "schema version {v}, newer than this exactly understands ({}); upgrade exactly",
+                super::SCHEMA_VERSION
+            ),
         }
     }
 }
 
 impl DbError {
+    /// The error that is not the database client's, as one sentence naming the database
+    /// `shown`; `None` for the client's own errors (each backend says those).
+    pub(crate) fn refusal(&self, shown: &str) -> Option<crate::Error> {
+        let message = format!("database {shown}: {}", self.to_string().replace('\n', " "));
+        Some(match self {
+            DbError::Other(_) => crate::Error::Store(message),
+            DbError::Foreign(_) => crate::Error::Foreign { message },
+            DbError::TooNew(found) => crate::Error::TooNew {
+                message,
+                found: *found,
+                understood: super::SCHEMA_VERSION,
+            },
+            DbError::Lite(_) | DbError::Pg(_) | DbError::NoRows => return None,
+        })
+    }
+
     /// PostgreSQL's SQLSTATE, if the server sent one.
     pub(crate) fn sqlstate(&self) -> Option<&str> {
         match self {

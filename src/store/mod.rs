@@ -14,6 +14,7 @@
 mod approval;
 pub(crate) mod db;
 mod detail;
+mod errors;
 mod firing;
 mod gate;
 mod job;
@@ -59,7 +60,8 @@ pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};
 use crate::state::EventKind;
 use crate::{Error, Result};
 use db::{args, DbError, DbResult, Row, Tx};
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use errors::{cannot_create_side_files, lite_error, open_error};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::time::Duration;
 
 /// `lease_until` of a released lease: before every real instant, so the next claim takes it.
@@ -262,7 +264,7 @@ impl Store {
                     .recursive(true)
                     .mode(0o700)
                     .create(dir)
-                    .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
+                    .map_err(|e| Error::io(format!("cannot create {}: {e}", dir.display()), e))?;
             }
         }
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -271,8 +273,7 @@ impl Store {
         if db::may_create() {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        let conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
         let busy_ms = busy_timeout_ms();
         let mut store = Store {
             conn: Conn::Lite(conn),
@@ -312,7 +313,9 @@ impl Store {
         }
         let header = read_header(path)?;
         if !header.is_empty() && !header.starts_with(b"SQLite format 3\0") {
-            return Err(Error::Store(format!("{path} is not a SQLite database")));
+            return Err(Error::Foreign {
+                message: format!("{path} is not a SQLite database"),
+            });
         }
         let wal_mode = header.get(18) == Some(&2);
         let wal_exists = std::path::Path::new(&format!("{path}-wal")).exists();
@@ -350,8 +353,7 @@ impl Store {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
         };
-        let conn = Connection::open_with_flags(&target, flags)
-            .map_err(|e| Error::Store(format!("cannot open database {path}: {}", brief(&e))))?;
+        let conn = Connection::open_with_flags(&target, flags).map_err(|e| open_error(path, e))?;
         let busy_ms = busy_timeout_ms();
         let store = Store {
             conn: Conn::Lite(conn),
@@ -431,30 +433,13 @@ impl Store {
             DbError::Lite(e) => e,
             DbError::NoRows => rusqlite::Error::QueryReturnedNoRows,
             e @ DbError::Pg(_) => return pg::error(path, self.busy_ms, e),
-            DbError::Other(msg) => return Error::Store(format!("database {path}: {msg}")),
-        };
-        if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            match f.code {
-                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                    return Error::Busy(format!(
-                        "database {path} is locked: another process held a write lock longer than the busy timeout ({} ms)",
-                        self.busy_ms
-                    ))
-                }
-                ErrorCode::NotADatabase => {
-                    return Error::Store(format!("{path} is not a SQLite database"))
-                }
-                ErrorCode::DatabaseCorrupt => {
-                    return Error::Store(format!("database {path} is corrupt (malformed disk image)"))
-                }
-                ErrorCode::ReadOnly => {
-                    return Error::Store(format!("database {path} is read-only"))
-                }
-                ErrorCode::DiskFull => return Error::Store(format!("disk full writing {path}")),
-                _ => {}
+            e => {
+                return e
+                    .refusal(path)
+                    .unwrap_or_else(|| Error::Store(e.to_string()))
             }
-        }
-        Error::Store(format!("database {path}: {}", brief(&e)))
+        };
+        lite_error(path, self.busy_ms, e)
     }
 
     /// Runs `f` in a write transaction and commits it: `BEGIN IMMEDIATE` on SQLite, a
@@ -475,10 +460,13 @@ impl Store {
         // seconds. Other processes still meet the busy timeout inside SQLite.
         let Some(_turn) = gate::Turn::take(self.writes_first, Duration::from_millis(self.busy_ms))
         else {
-            return Err(Error::Busy(format!(
-                "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
-                self.path, self.busy_ms
-            )));
+            return Err(Error::Busy {
+                message: format!(
+                    "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
+                    self.path, self.busy_ms
+                ),
+                source: None,
+            });
         };
         let result = (|| {
             let tx = db::LiteWrite::begin(conn)?;
@@ -528,7 +516,7 @@ impl Store {
 /// A SQLite file's identity (see [`Store::identity`]).
 fn file_identity(path: &str) -> Result<String> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).map_err(|e| Error::Store(format!("database {path}: {e}")))?;
+    let m = std::fs::metadata(path).map_err(|e| Error::io(format!("database {path}: {e}"), e))?;
     Ok(format!("sqlite:{}:{}", m.dev(), m.ino()))
 }
 
@@ -548,23 +536,16 @@ fn refuse_unusable(path: &str) -> Result<()> {
     check_shareable(path)
 }
 
-/// Whether opening failed because SQLite could not create or open the `-wal`/`-shm` files
-/// (the messages [`Store::err`] and the open path give those codes).
-fn cannot_create_side_files(e: &Error) -> bool {
-    let t = e.to_string();
-    t.contains("unable to open") || t.contains("is read-only")
-}
-
 /// The first 100 bytes (SQLite's header), or fewer for a shorter file.
 fn read_header(path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
-        .map_err(|e| Error::Store(format!("cannot open database {path}: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot open database {path}: {e}"), e))?;
     let mut buf = Vec::with_capacity(100);
     f.by_ref()
         .take(100)
         .read_to_end(&mut buf)
-        .map_err(|e| Error::Store(format!("cannot read database {path}: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot read database {path}: {e}"), e))?;
     Ok(buf)
 }
 
@@ -580,10 +561,6 @@ fn uri_escape(path: &str) -> String {
         }
     }
     out
-}
-
-fn brief(e: &rusqlite::Error) -> String {
-    e.to_string().replace('\n', " ")
 }
 
 /// Reads a TEXT column without failing on invalid UTF-8 or an unexpected type: what another

@@ -601,21 +601,39 @@ fn retryable(e: &DbError) -> bool {
 
 /// A PostgreSQL error as one sentence naming the database.
 pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
-    match e.sqlstate() {
-        Some("55P03") => Error::Busy(format!(
-            "database {shown} is locked: another transaction held a lock longer than the busy timeout ({busy_ms} ms)"
-        )),
-        Some(code @ ("40001" | "40P01")) => Error::Busy(format!(
-            "database {shown} is busy: concurrent writers kept conflicting ({code}), {MAX_TRIES} tries in a row"
-        )),
-        Some("25006") | Some("42501") => Error::Store(format!(
-            "database {shown} is read-only for this role: {}",
-            e.to_string().replace('\n', " ")
-        )),
-        _ => Error::Store(format!(
-            "database {shown}: {}",
-            e.to_string().replace('\n', " ")
-        )),
+    if let Some(refused) = e.refusal(shown) {
+        return refused;
+    }
+    let text = e.to_string().replace('\n', " ");
+    let source = match e {
+        DbError::Pg(source) => source,
+        _ => return Error::Store(format!("database {shown}: {text}")),
+    };
+    let busy = |message: String, source: postgres::Error| Error::Busy {
+        message,
+        source: Some(source.into()),
+    };
+    match source.code().map(|c| c.code().to_string()).as_deref() {
+        Some("55P03") => busy(
+            format!(
+                "database {shown} is locked: another transaction held a lock longer than the busy timeout ({busy_ms} ms)"
+            ),
+            source,
+        ),
+        Some(code @ ("40001" | "40P01")) => {
+            let message = format!(
+                "database {shown} is busy: concurrent writers kept conflicting ({code}), {MAX_TRIES} tries in a row"
+            );
+            busy(message, source)
+        }
+        Some("25006") | Some("42501") => Error::Postgres {
+            message: format!("database {shown} is read-only for this role: {text}"),
+            source,
+        },
+        _ => Error::Postgres {
+            message: format!("database {shown}: {text}"),
+            source,
+        },
     }
 }
 

@@ -165,10 +165,7 @@ const PG_ONLY: &[&str] = &[
 fn known_version(tx: &Tx<'_>) -> DbResult<i64> {
     let version = version(tx)?;
     if version > super::SCHEMA_VERSION {
-        return Err(DbError::Other(format!(
-            "schema version {version}, newer than this exactly understands ({}); upgrade exactly",
-            super::SCHEMA_VERSION
-        )));
+        return Err(DbError::TooNew(version));
     }
     Ok(version)
 }
@@ -202,7 +199,7 @@ fn check_foreign(tx: &Tx<'_>) -> DbResult<()> {
     for t in super::schema::TABLES {
         let cols = columns(tx, t.name)?;
         if let Some(msg) = super::schema::foreign(t, &cols) {
-            return Err(DbError::Other(msg));
+            return Err(DbError::Foreign(msg));
         }
     }
     Ok(())

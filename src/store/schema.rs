@@ -413,10 +413,7 @@ fn prepare_once(store: &mut Store) -> std::result::Result<(), Prep> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| Prep::from(store, e))?;
     if version > SCHEMA_VERSION {
-        return Err(Prep::Fatal(Error::Store(format!(
-            "database {} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly",
-            store.path
-        ))));
+        return Err(Prep::Fatal(super::errors::too_new(&store.path, version)));
     }
     // SQLite's schema cookie changes with every change to the schema: a database this process
     // already checked at this cookie needs no second look (a scheduler opens one per run).
@@ -553,7 +550,9 @@ fn check_foreign(store: &Store) -> Result<()> {
     for t in TABLES {
         let cols = columns(store.lite(), t.name).map_err(|e| store.err(e.into()))?;
         if let Some(msg) = foreign(t, &cols) {
-            return Err(Error::Store(format!("database {} {msg}", store.path)));
+            return Err(Error::Foreign {
+                message: format!("database {} {msg}", store.path),
+            });
         }
     }
     Ok(())
@@ -642,12 +641,12 @@ pub(super) fn check_read_only(store: &Store) -> Result<()> {
     let path = &store.path;
     match (missing, version > SCHEMA_VERSION) {
         // Another application's file often has its own user_version: say both.
-        (Some(t), true) => Err(Error::Store(format!(
-            "database {path} is not exactly's: it has no exactly tables (no {t}), and its schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
-        ))),
-        (None, true) => Err(Error::Store(format!(
-            "database {path} has schema version {version}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly"
-        ))),
+        (Some(t), true) => Err(Error::Foreign {
+            message: format!(
+                "database {path} is not exactly's: it has no exactly tables (no {t}), and its schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
+            ),
+        }),
+        (None, true) => Err(super::errors::too_new(path, version)),
         (Some(t), false) => {
             check_foreign(store)?;
             Err(Error::Store(format!(

@@ -76,34 +76,14 @@ pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
 pub fn approve(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    approve_at(store, key, by, note, crate::time::now())
-}
-
-/// [`approve`] as at `now` (the caller's clock).
-pub fn approve_at(
-    store: &mut Store,
-    key: &str,
-    by: &str,
-    note: Option<&str>,
-    now: crate::time::Ts,
-) -> Result<Decided> {
-    store.decide_approval(key, true, by, note, &crate::time::fmt(now))
+    let now = store.now_text();
+    store.decide_approval(key, true, by, note, &now)
 }
 
 /// Denies a pending effect; it ends `cancelled` and is never sent.
 pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
-    deny_at(store, key, by, note, crate::time::now())
-}
-
-/// [`deny`] as at `now` (the caller's clock).
-pub fn deny_at(
-    store: &mut Store,
-    key: &str,
-    by: &str,
-    note: Option<&str>,
-    now: crate::time::Ts,
-) -> Result<Decided> {
-    store.decide_approval(key, false, by, note, &crate::time::fmt(now))
+    let now = store.now_text();
+    store.decide_approval(key, false, by, note, &now)
 }
 
 /// Settles an effect after checking the far side: happened → `done`, did not happen →
@@ -111,7 +91,6 @@ pub fn deny_at(
 /// still be sending (as an observer's verdict judges it: its process alive on this host, or
 /// its lease live) is left alone, [`Resolved::InFlight`], unless `force`: releasing a live
 /// sender lets a retry send it twice, and cancelling it records what the far side may get.
-#[allow(clippy::too_many_arguments)]
 pub fn resolve(
     store: &mut Store,
     key: &str,
@@ -121,30 +100,7 @@ pub fn resolve(
     evidence: Option<&str>,
     force: bool,
 ) -> Result<Resolved> {
-    resolve_at(
-        store,
-        key,
-        how,
-        by,
-        note,
-        evidence,
-        force,
-        crate::time::now(),
-    )
-}
-
-/// [`resolve`] as at `now` (the caller's clock).
-#[allow(clippy::too_many_arguments)]
-pub fn resolve_at(
-    store: &mut Store,
-    key: &str,
-    how: Resolution,
-    by: &str,
-    note: Option<&str>,
-    evidence: Option<&str>,
-    force: bool,
-    now: crate::time::Ts,
-) -> Result<Resolved> {
+    let now = store.now();
     // The process is looked at here, outside the store (as an attempt does before its
     // verdict); the store judges it with the lease in the resolution's own transaction.
     let row = store

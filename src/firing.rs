@@ -139,7 +139,7 @@ pub fn record_missed(
     owner: &str,
     reason: &str,
 ) -> Result<u64> {
-    store.record_missed(job, slots, total, owner, &time::now_text(), reason)
+    store.record_missed(job, slots, total, owner, &store.now_text(), reason)
 }
 
 /// Which of `slots` (job, slot) are already recorded as firings, in any state: a scheduler
@@ -237,7 +237,7 @@ pub fn resume(
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired
 /// again by the next [`resume`]. Returns whether a firing was marked.
 pub fn retry_of_run(store: &mut Store, job: &str, run_id: &str) -> Result<bool> {
-    store.retry_firing_of_run(job, run_id, &time::now_text())
+    store.retry_firing_of_run(job, run_id, &store.now_text())
 }
 
 /// How many firings of a job had how many runs: (runs, firings), fewest runs first.

@@ -50,7 +50,7 @@ pub fn register(
     source: &str,
     owner: &str,
 ) -> Result<Registered> {
-    let now = time::now();
+    let now = store.now();
     let alive_since = time::fmt(
         now - chrono::Duration::from_std(scheduler_dead_after()).unwrap_or(chrono::Duration::MAX),
     );
@@ -97,18 +97,8 @@ impl Toggled {
 
 /// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
 pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
-    pause_at(store, job, by, note, time::now())
-}
-
-/// [`pause`] as at `now` (the caller's clock).
-pub fn pause_at(
-    store: &mut Store,
-    job: &str,
-    by: &str,
-    note: Option<&str>,
-    now: time::Ts,
-) -> Result<Toggled> {
-    let changed = store.set_paused(job, true, by, note, &time::fmt(now))?;
+    let now = store.now_text();
+    let changed = store.set_paused(job, true, by, note, &now)?;
     Ok(Toggled {
         pause: true,
         changed,
@@ -117,12 +107,8 @@ pub fn pause_at(
 
 /// Resumes a paused job as `by`.
 pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
-    resume_at(store, job, by, time::now())
-}
-
-/// [`resume`] as at `now` (the caller's clock).
-pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Result<Toggled> {
-    let changed = store.set_paused(job, false, by, None, &time::fmt(now))?;
+    let now = store.now_text();
+    let changed = store.set_paused(job, false, by, None, &now)?;
     Ok(Toggled {
         pause: false,
         changed,
@@ -131,7 +117,7 @@ pub fn resume_at(store: &mut Store, job: &str, by: &str, now: time::Ts) -> Resul
 
 /// Records that scheduler `owner` reloaded its jobs file; `detail` says what changed.
 pub fn reloaded(store: &mut Store, owner: &str, detail: &str) -> Result<()> {
-    store.record_reload(owner, detail, &time::now_text())
+    store.record_reload(owner, detail, &store.now_text())
 }
 
 /// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
@@ -149,27 +135,24 @@ pub const SCHEDULER_DEAD_AFTER: std::time::Duration = std::time::Duration::from_
 /// The schedulers running the jobs file `source` now: alive by their heartbeat (see
 /// [`scheduler_dead_after`]) and not ended, by owner.
 pub fn live_schedulers(store: &mut Store, source: &str) -> Result<Vec<String>> {
-    store.live_schedulers(source, scheduler_dead_after(), &time::now_text())
+    store.live_schedulers(source, scheduler_dead_after(), &store.now_text())
 }
 
-/// Records a scheduler's start (a restart under the same owner starts its row afresh).
+/// Records a scheduler's start (a restart under the same owner starts its row afresh; its
+/// first heartbeat too).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
-    scheduler_started_at(store, s, time::now())
-}
-
-/// [`scheduler_started`] as at `now` (the caller's clock; its first heartbeat too).
-pub fn scheduler_started_at(store: &mut Store, s: &SchedulerReg<'_>, now: time::Ts) -> Result<()> {
-    store.scheduler_started(s, &time::fmt(now))
+    let now = store.now_text();
+    store.scheduler_started(s, &now)
 }
 
 /// One scheduler heartbeat; false when its row is gone or taken over (pruned, another pid).
 pub fn scheduler_beat(store: &mut Store, owner: &str, pid: u32) -> Result<bool> {
-    store.scheduler_beat(owner, pid, &time::now_text())
+    store.scheduler_beat(owner, pid, &store.now_text())
 }
 
 /// Records a scheduler's clean shutdown.
 pub fn scheduler_ended(store: &mut Store, owner: &str, pid: u32) -> Result<()> {
-    store.scheduler_ended(owner, pid, &time::now_text())
+    store.scheduler_ended(owner, pid, &store.now_text())
 }
 
 /// A job's most recent runs, newest first (the job detail).
@@ -189,7 +172,7 @@ pub fn run_after(store: &mut Store, job: &str, after: Option<&str>) -> Result<Op
 
 /// Durations of the job's recent runs that ended by themselves, for the lint's p99.
 pub fn run_durations(store: &mut Store, job: &str) -> Result<Vec<i64>> {
-    let oldest = time::fmt(time::now() - chrono::Duration::days(RUN_WINDOW_DAYS));
+    let oldest = time::fmt(store.now() - chrono::Duration::days(RUN_WINDOW_DAYS));
     store.run_durations(job, &oldest)
 }
 
@@ -200,13 +183,18 @@ pub fn run_output_so_far(store: &mut Store, run_id: &str, log: &str) -> Result<(
 
 /// Records that a run's lease renewal was refused: a newer token holds the job.
 pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Result<()> {
-    store.run_fenced(job, run_id, token, &time::now_text())
+    store.run_fenced(job, run_id, token, &store.now_text())
 }
 
-/// Records how a run ended; its firing is settled (ran, retry, or gave up after
-/// [`crate::policy::MAX_ATTEMPTS`] runs).
+/// Records how a run ended (as at the handle's clock: the run's end); its firing is settled
+/// (ran, retry, or gave up after [`crate::policy::MAX_ATTEMPTS`] runs).
 pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
-    finish_run_at(store, end, time::now())
+    let now = store.now_text();
+    let outcome = store.finish_run(end, &now)?;
+    // A job with `keep_runs` is trimmed as each run ends, so it never holds more than N ended
+    // runs for long; the end is recorded either way, so a failed trim is left to the upkeep's.
+    let _ = store.keep_newest_runs(Some(end.job));
+    Ok(outcome)
 }
 
 /// [`finish_run`], and for a failed run its job's retry and pause by `failure` (see
@@ -216,22 +204,9 @@ pub fn finish_run_then(
     end: &RunEnd<'_>,
     failure: Option<&crate::firing::FailureRules>,
 ) -> Result<(crate::state::RunOutcome, crate::firing::AfterFailure)> {
-    let done = store.finish_run_then(end, &time::now_text(), failure)?;
+    let done = store.finish_run_then(end, &store.now_text(), failure)?;
     let _ = store.keep_newest_runs(Some(end.job));
     Ok(done)
-}
-
-/// [`finish_run`] as at `now` (the caller's clock: the run's end).
-pub fn finish_run_at(
-    store: &mut Store,
-    end: &RunEnd<'_>,
-    now: time::Ts,
-) -> Result<crate::state::RunOutcome> {
-    let outcome = store.finish_run(end, &time::fmt(now))?;
-    // A job with `keep_runs` is trimmed as each run ends, so it never holds more than N ended
-    // runs for long; the end is recorded either way, so a failed trim is left to the upkeep's.
-    let _ = store.keep_newest_runs(Some(end.job));
-    Ok(outcome)
 }
 
 /// What a run's effects did, from the events carrying its token.
@@ -248,7 +223,7 @@ pub fn prune(store: &mut Store, horizon: &str, effects: bool, dry_run: bool) -> 
 /// Records what became of a notification (`[[notify]]`): a `notify_sent` or `notify_failed`
 /// event for the dashboard, and its rule's counter for `exactly_notifications_total`.
 pub fn notification_ended(store: &mut Store, end: &crate::store::NotifyEnd<'_>) -> Result<()> {
-    store.notification_ended(end, &time::now_text())
+    store.notification_ended(end, &store.now_text())
 }
 
 /// (rule, outcome, notifier job, count) of every notification recorded so far.

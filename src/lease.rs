@@ -90,7 +90,7 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
         return Err(crate::Error::Usage(why));
     }
     check_duration(dur)?;
-    let now = time::now();
+    let now = store.now();
     claim_until(store, job, owner, time::add(now, dur), now)
 }
 
@@ -125,24 +125,14 @@ pub fn claim_until(
 /// Extends the lease; `Ok(false)` means a higher token exists: we were fenced and must stop.
 pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<bool> {
     check_duration(dur)?;
-    renew_until(store, job, token, time::add(time::now(), dur))
+    renew_until(store, job, token, time::add(store.now(), dur))
 }
 
 /// Extends (or shortens: a past `until` lets the lease lapse) the lease to `until`;
 /// `Ok(false)` means a higher token exists.
 pub fn renew_until(store: &mut Store, job: &str, token: i64, until: time::Ts) -> Result<bool> {
-    renew_until_at(store, job, token, until, time::now())
-}
-
-/// [`renew_until`] as at `now` (the caller's clock: when a refusal is recorded).
-pub fn renew_until_at(
-    store: &mut Store,
-    job: &str,
-    token: i64,
-    until: time::Ts,
-    now: time::Ts,
-) -> Result<bool> {
-    store.renew_lease(job, token, &time::fmt(until), &time::fmt(now))
+    let now = store.now_text();
+    store.renew_lease(job, token, &time::fmt(until), &now)
 }
 
 /// Renews many leases in one write, each by its own duration: Some(true) renewed, Some(false)
@@ -151,7 +141,7 @@ pub fn renew_many(
     store: &mut Store,
     leases: &[(&str, i64, Duration)],
 ) -> Result<Vec<Option<bool>>> {
-    let now = time::now();
+    let now = store.now();
     let rows: Vec<(&str, i64, String)> = leases
         .iter()
         .map(|(job, token, dur)| (*job, *token, time::fmt(time::add(now, *dur))))
@@ -162,12 +152,8 @@ pub fn renew_many(
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
-    release_at(store, job, token, time::now())
-}
-
-/// [`release`] as at `now` (the caller's clock: when a refusal is recorded).
-pub fn release_at(store: &mut Store, job: &str, token: i64, now: time::Ts) -> Result<bool> {
-    store.release_lease(job, token, &time::fmt(now))
+    let now = store.now_text();
+    store.release_lease(job, token, &now)
 }
 
 /// The job's lease row, if it was ever claimed.
@@ -179,7 +165,7 @@ pub fn get(store: &mut Store, job: &str) -> Result<Option<LeaseRow>> {
 /// PostgreSQL the server's, whatever this host's says; negative once it ended). A caller that
 /// must stop when the lease ends counts this down on its own monotonic clock.
 pub fn get_with_left(store: &mut Store, job: &str) -> Result<Option<(LeaseRow, chrono::Duration)>> {
-    store.lease_left(job, &time::now_text())
+    store.lease_left(job, &store.now_text())
 }
 
 /// The instant (on this host's monotonic clock) at which a lease with `left` to run ends.

@@ -40,6 +40,7 @@
 //! ```
 #![warn(missing_docs)]
 pub mod approval;
+mod clock;
 pub mod effect;
 mod error;
 pub mod fault;

@@ -215,7 +215,7 @@ impl Snapshot {
     /// Reads the snapshot (one short read transaction, indexes only); then, from the facts
     /// read, each job's next firing, the firings it missed and its warnings.
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
-        let now = crate::time::now();
+        let now = store.now();
         let dead_after = crate::jobs::scheduler_dead_after();
         let reading = store.reading(now, dead_after)?;
         let mut snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);

@@ -406,7 +406,9 @@ fn old_runs(
             duration_ms: 1000,
             log: "",
         };
-        jobs::finish_run_at(&mut s, &end, at + chrono::Duration::seconds(1)).expect("finish");
+        s.pin_clock(Some(at + chrono::Duration::seconds(1)));
+        jobs::finish_run(&mut s, &end).expect("finish");
+        s.pin_clock(None);
     }
 }
 
@@ -423,7 +425,8 @@ fn old_history(site: &Site) {
         source: "jobs.toml",
         host_id: "old-boot/1",
     };
-    jobs::scheduler_started_at(&mut s, &reg, long_ago(0)).expect("scheduler");
+    s.pin_clock(Some(long_ago(0)));
+    jobs::scheduler_started(&mut s, &reg).expect("scheduler");
     drop(s);
     old_runs(site, "pay", 5, |s, token, run_id, at| {
         let spec = Spec::new("pay", "acme").input("slot", exactly::time::fmt(at));

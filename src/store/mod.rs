@@ -81,6 +81,8 @@ pub struct Store {
     writes_first: gate::Lane,
     /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
     lose_reply: bool,
+    /// The instant a caller pinned this handle's clock to (`src/clock.rs`); None: the system's.
+    pub(crate) pinned_now: Option<crate::time::Ts>,
 }
 
 /// The database behind a store: a SQLite file, or a PostgreSQL server.
@@ -203,6 +205,7 @@ impl Store {
             kept: None,
             writes_first: gate::Lane::Others,
             lose_reply: false,
+            pinned_now: None,
         })
     }
 
@@ -282,6 +285,7 @@ impl Store {
             kept: None,
             writes_first: gate::Lane::Others,
             lose_reply: false,
+            pinned_now: None,
         };
         store
             .lite()
@@ -362,6 +366,7 @@ impl Store {
             kept: None,
             writes_first: gate::Lane::Others,
             lose_reply: false,
+            pinned_now: None,
         };
         store
             .lite()

@@ -198,7 +198,8 @@ pub fn in_flight() -> (Fixture, String) {
         Err(Failure::Lost("connection reset after 30s".into())),
         300,
     );
-    let r = exactly::approval::resolve_at(
+    s.pin_clock(Some(ago(200)));
+    let r = exactly::approval::resolve(
         &mut s,
         &key,
         exactly::approval::Resolution::NotHappened,
@@ -206,9 +207,9 @@ pub fn in_flight() -> (Fixture, String) {
         Some("not in the bank's list"),
         None,
         false,
-        ago(200),
     )
     .expect("resolve");
+    s.pin_clock(None);
     assert!(
         matches!(r, exactly::approval::Resolved::Done { .. }),
         "{r:?}"
@@ -266,7 +267,7 @@ pub fn busy() -> Fixture {
         matches!(io, Io::Submit { .. })
     });
     assert!(matches!(at, Io::Submit { .. }), "{at:?}");
-    lease::release_at(&mut s, "sync-crm", t1, ago(8190)).expect("release");
+    release_as_at(&mut s, "sync-crm", t1, ago(8190));
     let _t2 = claim(&mut s, "sync-crm", owner, 8189, ago(-35));
 
     // daily-digest: the lease was superseded mid-send, so the old attempt is open and fenced.
@@ -284,7 +285,7 @@ pub fn busy() -> Fixture {
     let at = drive(&mut s, &mut att, &mut sends, |io| matches!(io, Io::Send));
     assert_eq!(at, Io::Send);
     assert_eq!(key, att.key());
-    lease::release_at(&mut s, "daily-digest", old, ago(5850)).expect("release");
+    release_as_at(&mut s, "daily-digest", old, ago(5850));
     let new = claim(&mut s, "daily-digest", "worker-2@web-2", 5850, ago(-431));
     // The old holder comes back, sends and tries to record it: fenced.
     let end = drive(&mut s, &mut att, &mut sends, |_| false);
@@ -294,15 +295,16 @@ pub fn busy() -> Fixture {
 
     // reminders: paused by an operator.
     let t = claim(&mut s, "reminders", owner, 5400, ago(-600));
-    lease::release_at(&mut s, "reminders", t, ago(5400)).expect("release");
-    exactly::jobs::pause_at(
+    release_as_at(&mut s, "reminders", t, ago(5400));
+    s.pin_clock(Some(ago(5400)));
+    exactly::jobs::pause(
         &mut s,
         "reminders",
         "bob@10.0.0.9",
         Some("holiday freeze until 2 Jan"),
-        ago(5400),
     )
     .expect("pause");
+    s.pin_clock(None);
 
     // invoices: a pending approval, an approved one not yet used, one sent and one lost.
     let t = claim(&mut s, "invoices", owner, 4700, ago(-252));
@@ -356,14 +358,15 @@ pub fn busy() -> Fixture {
         false
     });
     assert!(matches!(end, Io::End(_)), "{end:?}");
-    exactly::approval::approve_at(
+    s.pin_clock(Some(ago(200)));
+    let approved = exactly::approval::approve(
         &mut s,
         &refund_key,
         "alice@10.0.0.7",
         Some("checked the order"),
-        ago(200),
-    )
-    .expect("approve");
+    );
+    s.pin_clock(None);
+    approved.expect("approve");
     drop(s);
 
     let c = f.sql();
@@ -756,4 +759,12 @@ pub fn text(term: &Terminal<TestBackend>) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Releases a lease as at `at` (the handle's clock pinned for the one call).
+fn release_as_at(s: &mut Store, job: &str, token: i64, at: Ts) {
+    s.pin_clock(Some(at));
+    let released = lease::release(s, job, token);
+    s.pin_clock(None);
+    released.expect("release");
 }

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::fault;
 use crate::state::EffectState;
-use crate::store::{Begin, NewEffect, Resolution, SentBy, Submit, Verdict};
+use crate::store::{Begin, NewEffect, Resolution, SendEnd, SentBy, Submission, Submit, Verdict};
 use crate::time;
 use crate::{Result, Store};
 
@@ -93,17 +93,16 @@ pub fn execute(
         Io::Submit { seen } => {
             fault::point("after_claim");
             let asked = std::time::Instant::now();
-            let mut s = store.submit_effect_on(
+            let submission = Submission {
                 key,
-                &ctx.job,
-                &ctx.run_id,
-                ctx.token,
-                sent_by(att),
-                att.spec.needs_approval,
-                att.spec.terms.as_deref(),
-                seen,
-                ctx.now(),
-            )?;
+                job: &ctx.job,
+                run_id: &ctx.run_id,
+                token: ctx.token,
+                by: sent_by(att),
+                needs_approval: att.spec.needs_approval,
+                terms: att.spec.terms.as_deref(),
+            };
+            let mut s = store.submit_effect_on(&submission, seen, ctx.now())?;
             if let Submit::Won { granted, .. } = &mut s {
                 granted.ends = asked.checked_add(granted.left);
                 fault::point("after_submitted");
@@ -125,29 +124,26 @@ pub fn execute(
         }
         Io::Finish { sent, seen } => {
             let output = action.output().map(|o| (o.kept.as_slice(), o.total));
+            let end = |state, response, output| SendEnd {
+                key,
+                job: &ctx.job,
+                token: ctx.token,
+                state,
+                response,
+                output,
+            };
             let ok = within_lease(store, &ctx.job, |store| match sent {
-                Ok(response) => store.finish_effect_output_on(
-                    key,
-                    &ctx.job,
-                    ctx.token,
-                    EffectState::Done,
-                    response,
-                    seen,
-                    output,
-                    ctx.now(),
-                ),
+                Ok(response) => {
+                    let done = end(EffectState::Done, response, output);
+                    store.finish_effect_on(&done, seen, ctx.now())
+                }
                 Err(Failure::NotSent(_)) => {
                     store.release_effect_on(key, &ctx.job, ctx.token, seen, ctx.now())
                 }
-                Err(Failure::Lost(reason)) => store.finish_effect_on(
-                    key,
-                    &ctx.job,
-                    ctx.token,
-                    EffectState::Unknown,
-                    reason,
-                    seen,
-                    ctx.now(),
-                ),
+                Err(Failure::Lost(reason)) => {
+                    let unknown = end(EffectState::Unknown, reason, None);
+                    store.finish_effect_on(&unknown, seen, ctx.now())
+                }
             })?;
             fault::point("after_done");
             Input::Finished(ok)

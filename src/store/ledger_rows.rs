@@ -148,6 +148,48 @@ pub struct SentBy<'a> {
     pub sender: Option<&'a str>,
 }
 
+/// A `submitted` asked for: the effect, the run that sends it under its token, who sends, and
+/// whether it needs a person's approval (with the `terms` shown).
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    pub key: &'a str,
+    pub job: &'a str,
+    pub run_id: &'a str,
+    pub token: i64,
+    pub by: SentBy<'a>,
+    pub needs_approval: bool,
+    pub terms: Option<&'a str>,
+}
+
+/// What became of a send, to record under the job's token: `done` with the far side's
+/// response, or `unknown` with why (`response`); the command's stdout as bytes when kept
+/// (`output`: the bytes, already cut to the cap, and how many it wrote in all).
+#[derive(Debug, Clone)]
+pub struct SendEnd<'a> {
+    pub key: &'a str,
+    pub job: &'a str,
+    pub token: i64,
+    pub state: EffectState,
+    pub response: &'a str,
+    pub output: Option<(&'a [u8], u64)>,
+}
+
+impl SendEnd<'_> {
+    /// The far side's answer, which a duplicate replays: an `unknown` has none, and our words
+    /// for why (`response` then) go in its event only.
+    pub(crate) fn answer(&self) -> Option<&str> {
+        (self.state == EffectState::Done).then_some(self.response)
+    }
+
+    /// The kept stdout and how many bytes it had in all, as stored.
+    pub(crate) fn stored_output(&self) -> (Option<&[u8]>, Option<i64>) {
+        match self.output {
+            Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
+            None => (None, None),
+        }
+    }
+}
+
 /// The lease a `submitted` row was sent under, as the store found it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SenderLease {

@@ -2,7 +2,7 @@
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::sanitize::inert;
 use crate::state::ApprovalState;
-pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending};
+pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending, Settlement};
 use crate::{Result, Store};
 
 // Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
@@ -138,7 +138,6 @@ pub fn deny_at(
 /// still be sending (as an observer's verdict judges it: its process alive on this host, or
 /// its lease live) is left alone, [`Resolved::InFlight`], unless `force`: releasing a live
 /// sender lets a retry send it twice, and cancelling it records what the far side may get.
-#[allow(clippy::too_many_arguments)]
 pub fn resolve(
     store: &mut Store,
     key: &str,
@@ -148,28 +147,21 @@ pub fn resolve(
     evidence: Option<&str>,
     force: bool,
 ) -> Result<Resolved> {
-    resolve_at(
-        store,
-        key,
+    let settlement = Settlement {
         how,
         by,
         note,
         evidence,
         force,
-        crate::time::now(),
-    )
+    };
+    resolve_at(store, key, &settlement, crate::time::now())
 }
 
 /// [`resolve`] as at `now` (the caller's clock).
-#[allow(clippy::too_many_arguments)]
 pub fn resolve_at(
     store: &mut Store,
     key: &str,
-    how: Resolution,
-    by: &str,
-    note: Option<&str>,
-    evidence: Option<&str>,
-    force: bool,
+    settlement: &Settlement<'_>,
     now: crate::time::Ts,
 ) -> Result<Resolved> {
     // The process is looked at here, outside the store (as an attempt does before its
@@ -182,16 +174,7 @@ pub fn resolve_at(
         Some(r) => crate::effect::sender(r),
         None => crate::effect::Sender::Unknown,
     };
-    store.resolve_effect(
-        key,
-        how,
-        by,
-        note,
-        evidence,
-        force,
-        (attempt.as_deref(), sender),
-        now,
-    )
+    store.resolve_effect(key, settlement, (attempt.as_deref(), sender), now)
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use super::{
 };
 use crate::fault;
 use crate::state::EffectState;
-use crate::store::{Begin, NewEffect, Resolution, SendEnd, SentBy, Submission, Submit, Verdict};
+use crate::store::{
+    Begin, NewEffect, Observed, Resolution, SendEnd, SentBy, Submission, Submit, Verdict,
+};
 use crate::time;
 use crate::{Result, Store};
 
@@ -79,16 +81,15 @@ pub fn execute(
                 Observation::CantTell(w) => (None, w.clone()),
             };
             let fence = Some((ctx.job.as_str(), ctx.token));
-            Input::Judged(store.observe_verdict_on(
-                key,
-                res,
-                &words,
+            let actor = ctx.actor();
+            let observed = Observed {
+                verdict: res,
+                words: &words,
                 fence,
-                seen,
-                *lease_check,
-                &ctx.actor(),
-                ctx.now(),
-            )?)
+                lease_check: *lease_check,
+                actor: &actor,
+            };
+            Input::Judged(store.observe_verdict_on(key, &observed, seen, ctx.now())?)
         }
         Io::Submit { seen } => {
             fault::point("after_claim");
@@ -285,16 +286,16 @@ pub fn settle_open_with(
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
             Observation::CantTell(w) => (None, w.clone()),
         };
-        let applied = store.observe_verdict_on(
-            &row.effect_key,
-            res,
-            &words,
-            None,
-            &row.seen(),
-            who != Sender::Gone,
-            &crate::actor(),
-            time::now(),
-        )?;
+        let actor = crate::actor();
+        let observed = Observed {
+            verdict: res,
+            words: &words,
+            fence: None,
+            lease_check: who != Sender::Gone,
+            actor: &actor,
+        };
+        let applied =
+            store.observe_verdict_on(&row.effect_key, &observed, &row.seen(), time::now())?;
         if matches!(applied, Verdict::Applied { .. }) {
             out.push(Settled {
                 effect_key: row.effect_key,

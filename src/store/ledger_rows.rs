@@ -238,6 +238,29 @@ pub struct NewEffect<'a> {
     pub observe_cmd: Option<&'a str>,
 }
 
+/// A person's settling of an open effect: how, by whom, their note and evidence, and whether
+/// it is forced past a sender that may still be sending.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    pub how: Resolution,
+    pub by: &'a str,
+    pub note: Option<&'a str>,
+    pub evidence: Option<&'a str>,
+    pub force: bool,
+}
+
+/// An observer's verdict on the attempt it looked at: what it found (None: can't tell) and its
+/// words, who observed, the job and token it acts for (`fence`: refused when stale), and
+/// whether the sender's lease is judged (`lease_check`; false: the sender is known gone).
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub verdict: Option<Resolution>,
+    pub words: &'a str,
+    pub fence: Option<(&'a str, i64)>,
+    pub lease_check: bool,
+    pub actor: &'a str,
+}
+
 /// How an operator (or observer) settles an effect that may or may not have happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {

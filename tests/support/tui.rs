@@ -198,17 +198,14 @@ pub fn in_flight() -> (Fixture, String) {
         Err(Failure::Lost("connection reset after 30s".into())),
         300,
     );
-    let r = exactly::approval::resolve_at(
-        &mut s,
-        &key,
-        exactly::approval::Resolution::NotHappened,
-        "alice@10.0.0.7",
-        Some("not in the bank's list"),
-        None,
-        false,
-        ago(200),
-    )
-    .expect("resolve");
+    let settlement = exactly::approval::Settlement {
+        how: exactly::approval::Resolution::NotHappened,
+        by: "alice@10.0.0.7",
+        note: Some("not in the bank's list"),
+        evidence: None,
+        force: false,
+    };
+    let r = exactly::approval::resolve_at(&mut s, &key, &settlement, ago(200)).expect("resolve");
     assert!(
         matches!(r, exactly::approval::Resolved::Done { .. }),
         "{r:?}"

@@ -28,6 +28,7 @@ mod pg_functions;
 mod pg_schema;
 mod read;
 mod resume;
+pub(crate) use resume::{ResumeTimes, Resumer};
 mod retention;
 mod run;
 mod schedulers;

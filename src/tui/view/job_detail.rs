@@ -310,9 +310,32 @@ pub(super) fn draw_run_output(
         f.render_widget(Paragraph::new(head), area);
         return;
     };
+    head.push(run_line(r, t, now, w));
+    let (lines, body_h) = output_lines(output, area);
+    let max_scroll = lines.len().saturating_sub(body_h);
+    let scroll = d.scroll.min(max_scroll);
+    let shown = if lines.is_empty() {
+        " (no output)".to_string()
+    } else {
+        format!(
+            " lines {}-{} of {}",
+            scroll + 1,
+            (scroll + body_h).min(lines.len()),
+            lines.len()
+        )
+    };
+    head.push(Line::styled(clip(&shown, w), t.head()));
+    for l in lines.iter().skip(scroll).take(body_h) {
+        head.push(Line::raw(format!(" {l}")));
+    }
+    f.render_widget(Paragraph::new(head), area);
+}
+
+/// What a run's output screen says of the run: its outcome, times, slot, token and owner.
+fn run_line(r: &RunRow, t: &Theme, now: Ts, w: usize) -> Line<'static> {
     let outcome = r.outcome.clone().unwrap_or_else(|| "running".into());
     let bad = crate::snapshot::is_failure(&outcome);
-    head.push(Line::styled(
+    Line::styled(
         clip(
             &format!(
                 " {}{} · started {} ({} ago) · took {} · slot {} · token {} · {}",
@@ -330,30 +353,7 @@ pub(super) fn draw_run_output(
             w,
         ),
         if bad { t.bad() } else { t.dim() },
-    ));
-    let (lines, body_h) = output_lines(output, area);
-    let max_scroll = lines.len().saturating_sub(body_h);
-    let scroll = d.scroll.min(max_scroll);
-    head.push(Line::styled(
-        clip(
-            &if lines.is_empty() {
-                " (no output)".to_string()
-            } else {
-                format!(
-                    " lines {}-{} of {}",
-                    scroll + 1,
-                    (scroll + body_h).min(lines.len()),
-                    lines.len()
-                )
-            },
-            w,
-        ),
-        t.head(),
-    ));
-    for l in lines.iter().skip(scroll).take(body_h) {
-        head.push(Line::raw(format!(" {l}")));
-    }
-    f.render_widget(Paragraph::new(head), area);
+    )
 }
 
 /// A run's output as its screen in `area` shows it: the lines (each made inert; long ones wrap,

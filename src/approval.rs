@@ -1,7 +1,7 @@
 //! Approvals belong to the effect key, not the run: requested with the terms shown, decided by a
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::sanitize::inert;
-pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending};
+pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending, Settlement};
 use crate::{Result, Store};
 
 // Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
@@ -101,6 +101,13 @@ pub fn resolve(
     force: bool,
 ) -> Result<Resolved> {
     let now = store.now();
+    let settlement = Settlement {
+        how,
+        by,
+        note,
+        evidence,
+        force,
+    };
     // The process is looked at here, outside the store (as an attempt does before its
     // verdict); the store judges it with the lease in the resolution's own transaction.
     let row = store
@@ -111,14 +118,5 @@ pub fn resolve(
         Some(r) => crate::effect::sender(r),
         None => crate::sender::Sender::Unknown,
     };
-    store.resolve_effect(
-        key,
-        how,
-        by,
-        note,
-        evidence,
-        force,
-        (attempt.as_deref(), sender),
-        now,
-    )
+    store.resolve_effect(key, &settlement, (attempt.as_deref(), sender), now)
 }

@@ -222,16 +222,17 @@ pub fn resume(
 ) -> Result<Resumed> {
     let silent = chrono::Duration::from_std(rules.silent_for).unwrap_or(chrono::Duration::MAX);
     let gone = |w: &RunOwner| rules.gone(w);
-    store.resume_firing(
-        job,
-        &rules.me,
+    let by = crate::store::Resumer {
+        owner: &rules.me,
+        silent_for: silent,
+        gone: &gone,
+    };
+    let at = crate::store::ResumeTimes {
         lease_until,
         now,
         oldest,
-        silent,
-        &gone,
-        retry,
-    )
+    };
+    store.resume_firing(job, &by, &at, retry)
 }
 
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired

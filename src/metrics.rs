@@ -35,8 +35,27 @@ impl Snapshot {
 
     /// A readable summary for `exactly status`.
     pub fn to_text(&self) -> String {
-        let t = &self.totals;
         let mut s = String::new();
+        self.text_totals(&mut s);
+        self.text_schedulers(&mut s);
+        // The latest reload of a jobs file (SIGHUP), among the events read.
+        if let Some(e) = self.events.iter().find(|e| e.kind == "jobs_reloaded") {
+            let _ = writeln!(
+                s,
+                "last reload {} by {}: {}",
+                inert(&e.at),
+                inert(e.actor.as_deref().unwrap_or("?")),
+                inert(e.detail.as_deref().unwrap_or(""))
+            );
+        }
+        self.text_jobs(&mut s);
+        self.text_open(&mut s);
+        s
+    }
+
+    /// `status`'s head: the database, its totals, and its warnings.
+    fn text_totals(&self, s: &mut String) {
+        let t = &self.totals;
         let _ = writeln!(
             s,
             "exactly status — {} at {}",
@@ -71,138 +90,63 @@ impl Snapshot {
         for w in &self.warnings {
             let _ = writeln!(s, "! {}", inert(w));
         }
-        if !self.schedulers.is_empty() {
-            let _ = writeln!(s);
+    }
+
+    /// `status`'s schedulers table, when there are any.
+    fn text_schedulers(&self, s: &mut String) {
+        if self.schedulers.is_empty() {
+            return;
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<32} {:<16} {:>8} {:<9} last heartbeat",
+            "SCHEDULER", "HOST", "PID", "STATE"
+        );
+        let now = crate::time::parse(&self.taken_at);
+        for sc in &self.schedulers {
+            let ago = match (now, crate::time::parse(&sc.heartbeat_at)) {
+                (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
+                _ => inert(&sc.heartbeat_at),
+            };
+            let state = if sc.alive {
+                "alive"
+            } else if sc.ended_at.is_some() {
+                "stopped"
+            } else {
+                "DEAD"
+            };
             let _ = writeln!(
                 s,
-                "{:<32} {:<16} {:>8} {:<9} last heartbeat",
-                "SCHEDULER", "HOST", "PID", "STATE"
-            );
-            let now = crate::time::parse(&self.taken_at);
-            for sc in &self.schedulers {
-                let ago = match (now, crate::time::parse(&sc.heartbeat_at)) {
-                    (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
-                    _ => inert(&sc.heartbeat_at),
-                };
-                let state = if sc.alive {
-                    "alive"
-                } else if sc.ended_at.is_some() {
-                    "stopped"
-                } else {
-                    "DEAD"
-                };
-                let _ = writeln!(
-                    s,
-                    "{:<32} {:<16} {:>8} {:<9} {ago}",
-                    crate::sanitize::inert_trunc(&sc.owner, 32),
-                    crate::sanitize::inert_trunc(&sc.host, 16),
-                    sc.pid,
-                    state
-                );
-            }
-        }
-        // The latest reload of a jobs file (SIGHUP), among the events read.
-        if let Some(e) = self.events.iter().find(|e| e.kind == "jobs_reloaded") {
-            let _ = writeln!(
-                s,
-                "last reload {} by {}: {}",
-                inert(&e.at),
-                inert(e.actor.as_deref().unwrap_or("?")),
-                inert(e.detail.as_deref().unwrap_or(""))
+                "{:<32} {:<16} {:>8} {:<9} {ago}",
+                crate::sanitize::inert_trunc(&sc.owner, 32),
+                crate::sanitize::inert_trunc(&sc.host, 16),
+                sc.pid,
+                state
             );
         }
-        if !self.jobs.is_empty() {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} lease",
-                "JOB", "RUNS", "FAILED", "P50", "P99", "INTERVAL", "LEASE", "TOKEN", "NEXT", "LAST"
-            );
-            let now = crate::time::parse(&self.taken_at);
-            for j in &self.jobs {
-                let lease = match (&j.lease_owner, j.lease_left_s) {
-                    (Some(o), Some(left)) if left > 0 => {
-                        format!("held by {} for {}", inert(o), human_age(left))
-                    }
-                    (Some(_), Some(_)) => "expired".to_string(),
-                    _ => "free".to_string(),
-                };
-                let next = match (&j.next_fire_at, now) {
-                    _ if j.paused => "paused".to_string(),
-                    (Some(n), Some(now)) => match crate::time::parse(n) {
-                        Some(t) if t >= now => format!("in {}", human_age((t - now).num_seconds())),
-                        Some(t) => format!("overdue {}", human_age((now - t).num_seconds())),
-                        None => "-".into(),
-                    },
-                    _ => "-".into(),
-                };
-                let last = match (&j.last_run, now) {
-                    (Some(r), Some(now)) => format!(
-                        "{}{} {} ago",
-                        inert(r.outcome.as_ref().map_or("running", |o| o.as_str())),
-                        r.exit_code
-                            .filter(|c| *c != 0)
-                            .map(|c| format!(" {c}"))
-                            .unwrap_or_default(),
-                        crate::time::parse(&r.started_at)
-                            .map(|t| human_age(crate::time::age_s(t, now)))
-                            .unwrap_or_else(|| "?".into())
-                    ),
-                    _ => "-".into(),
-                };
-                let _ = writeln!(
-                    s,
-                    "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} {lease}",
-                    crate::sanitize::inert_trunc(&j.job_key, 24),
-                    j.runs,
-                    j.runs_failed,
-                    j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),
-                    j.p99_ms.map(human_ms).unwrap_or_else(|| "-".into()),
-                    j.interval_s.map(human_age).unwrap_or_else(|| "-".into()),
-                    j.lease_ms
-                        .map(|ms| human_ms(ms.max(0) as u64))
-                        .unwrap_or_else(|| "-".into()),
-                    j.fencing_token
-                        .map(|t| t.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    next,
-                    last,
-                );
-                if j.paused {
-                    let _ = writeln!(
-                        s,
-                        "  paused{}",
-                        j.pause_note
-                            .as_deref()
-                            .map(|n| format!(": {}", inert(n)))
-                            .unwrap_or_default()
-                    );
-                }
-                if let (Some(d), Some(tz)) = (&j.dst, &j.timezone) {
-                    let _ = writeln!(
-                        s,
-                        "  daylight saving in {}: repeated hour {}, skipped hour {}",
-                        inert(tz),
-                        d.repeated,
-                        d.skipped
-                    );
-                }
-                if j.missed_firings > 0 {
-                    let pending = if j.missed_unrecorded > 0 {
-                        format!(
-                            " ({} passed since the last firing with no scheduler to run them)",
-                            j.missed_unrecorded
-                        )
-                    } else {
-                        String::new()
-                    };
-                    let _ = writeln!(s, "  ! {} firing(s) missed{pending}", j.missed_firings);
-                }
-                for w in &j.warnings {
-                    let _ = writeln!(s, "  ! {}", inert(w));
-                }
-            }
+    }
+
+    /// `status`'s jobs table, when there are any: a row per job and its notes under it.
+    fn text_jobs(&self, s: &mut String) {
+        if self.jobs.is_empty() {
+            return;
         }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} lease",
+            "JOB", "RUNS", "FAILED", "P50", "P99", "INTERVAL", "LEASE", "TOKEN", "NEXT", "LAST"
+        );
+        let now = crate::time::parse(&self.taken_at);
+        for j in &self.jobs {
+            job_row(s, j, now);
+            job_notes(s, j);
+        }
+    }
+
+    /// `status`'s open effects and pending approvals, when there are any.
+    fn text_open(&self, s: &mut String) {
         if !self.unknown.is_empty() {
             let _ = writeln!(s, "\nunknown (resolve before any retry):");
             for u in &self.unknown {
@@ -229,263 +173,44 @@ impl Snapshot {
                 );
             }
         }
-        s
     }
 
     /// The snapshot as a Prometheus registry (`prometheus-client`): it names, types and
-    /// escapes every series, so label values are the jobs' exact names.
+    /// escapes every series ([`METRICS`]), so label values are the jobs' exact names.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::default();
-        let t = &self.totals;
-        let counter = |r: &mut Registry, name: &str, help: &str, v: u64| {
-            let c: Counter = Counter::default();
-            c.inc_by(v);
-            r.register(name, help, c);
-        };
-        let gauge = |r: &mut Registry, name: &str, help: &str, v: i64| {
-            let g: Gauge = Gauge::default();
-            g.set(v);
-            r.register(name, help, g);
-        };
-        r.register(
-            "exactly_build",
-            "The exactly version that rendered these metrics",
-            Info::new(vec![(
-                "version".to_string(),
-                env!("CARGO_PKG_VERSION").to_string(),
-            )]),
-        );
-        // Counters are registered without `_total`: the encoder adds it to each sample.
-        counter(
-            &mut r,
-            "exactly_duplicates_suppressed",
-            "Attempts that found their effect already done",
-            t.duplicates_suppressed,
-        );
-        counter(
-            &mut r,
-            "exactly_fenced_writes",
-            "Writes refused because a higher fencing token exists",
-            t.fenced_writes,
-        );
-        counter(
-            &mut r,
-            "exactly_missed_firings",
-            "Firings missed under overlap policy fail or outside catch-up",
-            self.missed_firings,
-        );
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        gauge(
-            &mut r,
-            "exactly_claimed_never_submitted",
-            "Effects reserved by a lease that expired or was superseded, never sent",
-            n(t.claimed_never_submitted),
-        );
-        gauge(
-            &mut r,
-            "exactly_unknown_effects",
-            "Effects that may or may not have happened",
-            n(t.unknown),
-        );
-        gauge(
-            &mut r,
-            "exactly_oldest_unknown_age_seconds",
-            "Age of the oldest unresolved effect",
-            self.oldest_unknown_s.unwrap_or(0),
-        );
-        gauge(
-            &mut r,
-            "exactly_pending_approvals",
-            "Effects waiting for a person's approval",
-            n(t.pending_approvals),
-        );
-        gauge(
-            &mut r,
-            "exactly_unused_approvals",
-            "Approvals granted but not yet consumed",
-            n(t.unused_approvals),
-        );
-        gauge(
-            &mut r,
-            "exactly_schedulers_alive",
-            "Schedulers (exactly run) whose heartbeat is recent",
-            n(self.schedulers_alive),
-        );
-        gauge(
-            &mut r,
-            "exactly_jobs_registered",
-            "Jobs registered by a jobs file and not retired",
-            self.jobs
-                .iter()
-                .filter(|j| j.schedule.is_some() && !j.retired)
-                .count() as i64,
-        );
-
-        gauge(
-            &mut r,
-            "exactly_oldest_pending_approval_age_seconds",
-            "Age of the oldest approval still waiting for a person (0 when none waits)",
-            self.pending_approvals
-                .iter()
-                .map(|a| a.age_s)
-                .max()
-                .unwrap_or(0),
-        );
-
-        let runs = Family::<Labels, Counter>::default();
-        for j in &self.jobs {
-            // The outcomes alerts compare exist from the start (at 0), so a job that never
-            // succeeded has an `ok` series that `increase()` can see stay flat.
-            for outcome in ALERTED_OUTCOMES {
-                runs.get_or_create(&run_labels(j, outcome)).inc_by(0);
-            }
-            for (outcome, count) in &j.runs_by_outcome {
-                runs.get_or_create(&run_labels(j, outcome)).inc_by(*count);
-            }
-        }
-        r.register(
-            "exactly_job_runs",
-            "Runs ended, per job and outcome (all time)",
-            runs,
-        );
-        let notes = Family::<Labels, Counter>::default();
-        for n in &self.notifications {
-            let labels = vec![
-                (
-                    "notifier".to_string(),
-                    label_value(n.notifier.trim_start_matches("exactly-notify:")),
-                ),
-                ("rule".to_string(), label_value(&n.rule)),
-                ("outcome".to_string(), label_value(&n.outcome)),
-            ];
-            notes.get_or_create(&labels).inc_by(n.count);
-        }
-        r.register(
-            "exactly_notifications",
-            "Notifications ([[notify]]) per notifier, rule and outcome: sent, or failed (not \
-             delivered, tried again; or lost, unknown) (all time)",
-            notes,
-        );
-        r.register(
-            "exactly_job_run_duration_seconds",
-            "Durations of the job's ended runs, all time (kept by counters: pruning runs \
-             never lowers a bucket)",
-            RunDurations(
-                self.jobs
-                    .iter()
-                    .map(|j| (job_label(j), run_histogram(j)))
-                    .collect(),
-            ),
-        );
-        let per_job_counter =
-            |r: &mut Registry, name: &str, help: &str, f: &dyn Fn(&JobRow) -> u64| {
-                let fam = Family::<Labels, Counter>::default();
-                for j in &self.jobs {
-                    fam.get_or_create(&job_label(j)).inc_by(f(j));
+        for m in METRICS {
+            let (name, help) = (m.name, m.help);
+            match m.read {
+                Read::Counter(f) => {
+                    let c: Counter = Counter::default();
+                    c.inc_by(f(self));
+                    r.register(name, help, c);
                 }
-                r.register(name, help, fam);
-            };
-        per_job_counter(
-            &mut r,
-            "exactly_job_duplicates_suppressed",
-            "Duplicates suppressed per job",
-            &|j| j.duplicates_suppressed,
-        );
-        per_job_counter(
-            &mut r,
-            "exactly_job_fenced_writes",
-            "Fenced writes per job",
-            &|j| j.fenced_writes,
-        );
-        per_job_counter(
-            &mut r,
-            "exactly_job_missed_firings",
-            "Firings missed per job (recorded, and passed with no scheduler)",
-            &|j| j.missed_firings,
-        );
-        let per_job =
-            |r: &mut Registry, name: &str, help: &str, f: &dyn Fn(&JobRow) -> Option<f64>| {
-                let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-                for j in &self.jobs {
-                    if let Some(v) = f(j) {
-                        fam.get_or_create(&job_label(j)).set(v);
+                Read::Gauge(f) => {
+                    let g: Gauge = Gauge::default();
+                    g.set(f(self));
+                    r.register(name, help, g);
+                }
+                Read::JobCounter(f) => {
+                    let fam = Family::<Labels, Counter>::default();
+                    for j in &self.jobs {
+                        fam.get_or_create(&job_label(j)).inc_by(f(j));
                     }
+                    r.register(name, help, fam);
                 }
-                r.register(name, help, fam);
-            };
-        let secs = |ms: u64| ms as f64 / 1000.0;
-        per_job(
-            &mut r,
-            "exactly_job_window_runs",
-            "Runs in the duration window per job",
-            &|j| Some(j.runs as f64),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_run_p50_seconds",
-            "Median run duration in the duration window",
-            &|j| j.p50_ms.map(secs),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_run_p99_seconds",
-            "99th percentile run duration in the duration window",
-            &|j| j.p99_ms.map(secs),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_interval_seconds",
-            "Schedule interval",
-            &|j| j.interval_s.map(|v| v as f64),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_lease_seconds",
-            "Lease duration",
-            &|j| j.lease_ms.map(|v| secs(v.max(0) as u64)),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_fencing_token",
-            "Current fencing token",
-            &|j| j.fencing_token.map(|v| v as f64),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_queue_depth",
-            "Firings waiting under overlap policy queue",
-            &|j| Some(j.queue_depth as f64),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_runs_failed",
-            "Runs in the duration window that ended failed or timeout",
-            &|j| Some(j.runs_failed as f64),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_last_success_timestamp_seconds",
-            "When the job's latest ok run ended (Unix seconds); 0 when it never succeeded",
-            &|j| Some(j.last_success_at.as_deref().and_then(unix_s).unwrap_or(0.0)),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_last_run_timestamp_seconds",
-            "When the job's latest run started (Unix seconds)",
-            &|j| j.last_run.as_ref().and_then(|r| unix_s(&r.started_at)),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_next_fire_timestamp_seconds",
-            "The job's next firing (Unix seconds); in the past when nobody fired it",
-            &|j| j.next_fire_at.as_deref().and_then(unix_s),
-        );
-        per_job(
-            &mut r,
-            "exactly_job_paused",
-            "1 when the job is paused",
-            &|j| Some(if j.paused { 1.0 } else { 0.0 }),
-        );
+                Read::JobGauge(f) => {
+                    let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+                    for j in &self.jobs {
+                        if let Some(v) = f(j) {
+                            fam.get_or_create(&job_label(j)).set(v);
+                        }
+                    }
+                    r.register(name, help, fam);
+                }
+                Read::Own(register) => register(self, &mut r, name, help),
+            }
+        }
         r
     }
 
@@ -505,6 +230,95 @@ impl Snapshot {
     }
 }
 
+/// A job's row in `status`'s jobs table.
+fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
+    let lease = match (&j.lease_owner, j.lease_left_s) {
+        (Some(o), Some(left)) if left > 0 => {
+            format!("held by {} for {}", inert(o), human_age(left))
+        }
+        (Some(_), Some(_)) => "expired".to_string(),
+        _ => "free".to_string(),
+    };
+    let next = match (&j.next_fire_at, now) {
+        _ if j.paused => "paused".to_string(),
+        (Some(n), Some(now)) => match crate::time::parse(n) {
+            Some(t) if t >= now => format!("in {}", human_age((t - now).num_seconds())),
+            Some(t) => format!("overdue {}", human_age((now - t).num_seconds())),
+            None => "-".into(),
+        },
+        _ => "-".into(),
+    };
+    let last = match (&j.last_run, now) {
+        (Some(r), Some(now)) => format!(
+            "{}{} {} ago",
+            inert(r.outcome_or_running()),
+            r.exit_code
+                .filter(|c| *c != 0)
+                .map(|c| format!(" {c}"))
+                .unwrap_or_default(),
+            crate::time::parse(&r.started_at)
+                .map(|t| human_age(crate::time::age_s(t, now)))
+                .unwrap_or_else(|| "?".into())
+        ),
+        _ => "-".into(),
+    };
+    let _ = writeln!(
+        s,
+        "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} {lease}",
+        crate::sanitize::inert_trunc(&j.job_key, 24),
+        j.runs,
+        j.runs_failed,
+        j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),
+        j.p99_ms.map(human_ms).unwrap_or_else(|| "-".into()),
+        j.interval_s.map(human_age).unwrap_or_else(|| "-".into()),
+        j.lease_ms
+            .map(|ms| human_ms(ms.max(0) as u64))
+            .unwrap_or_else(|| "-".into()),
+        j.fencing_token
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "-".into()),
+        next,
+        last,
+    );
+}
+
+/// The notes under a job's row: its pause, daylight saving, missed firings and warnings.
+fn job_notes(s: &mut String, j: &JobRow) {
+    if j.paused {
+        let _ = writeln!(
+            s,
+            "  paused{}",
+            j.pause_note
+                .as_deref()
+                .map(|n| format!(": {}", inert(n)))
+                .unwrap_or_default()
+        );
+    }
+    if let (Some(d), Some(tz)) = (&j.dst, &j.timezone) {
+        let _ = writeln!(
+            s,
+            "  daylight saving in {}: repeated hour {}, skipped hour {}",
+            inert(tz),
+            d.repeated,
+            d.skipped
+        );
+    }
+    if j.missed_firings > 0 {
+        let pending = if j.missed_unrecorded > 0 {
+            format!(
+                " ({} passed since the last firing with no scheduler to run them)",
+                j.missed_unrecorded
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "  ! {} firing(s) missed{pending}", j.missed_firings);
+    }
+    for w in &j.warnings {
+        let _ = writeln!(s, "  ! {}", inert(w));
+    }
+}
+
 type Labels = Vec<(String, String)>;
 
 /// The label naming a job. Not `job`: Prometheus sets `job` on every target it scrapes (and
@@ -514,6 +328,253 @@ pub const JOB_LABEL: &str = "exactly_job";
 /// The outcomes the shipped alert rules compare: every job has these run counters, at 0 until
 /// a run ends so.
 pub const ALERTED_OUTCOMES: &[&str] = &["ok", "failed", "timeout"];
+
+/// One metric: its name, its help, and how its value is read from the snapshot.
+struct Metric {
+    name: &'static str,
+    help: &'static str,
+    read: Read,
+}
+
+/// How a metric's value is read from the snapshot, and so its kind.
+enum Read {
+    /// A counter of the whole database. Counters are registered without `_total`: the encoder
+    /// adds it to each sample.
+    Counter(fn(&Snapshot) -> u64),
+    /// A gauge of the whole database.
+    Gauge(fn(&Snapshot) -> i64),
+    /// A counter per job.
+    JobCounter(fn(&JobRow) -> u64),
+    /// A gauge per job; a job without a value has no series.
+    JobGauge(fn(&JobRow) -> Option<f64>),
+    /// A family of its own, registered under the name and help by the function.
+    Own(fn(&Snapshot, &mut Registry, &str, &str)),
+}
+
+/// A count as a gauge's value.
+fn n(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds as seconds.
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// Every metric, in the order the exposition lists them.
+const METRICS: &[Metric] = &[
+    Metric {
+        name: "exactly_build",
+        help: "The exactly version that rendered these metrics",
+        read: Read::Own(build_info),
+    },
+    Metric {
+        name: "exactly_duplicates_suppressed",
+        help: "Attempts that found their effect already done",
+        read: Read::Counter(|s| s.totals.duplicates_suppressed),
+    },
+    Metric {
+        name: "exactly_fenced_writes",
+        help: "Writes refused because a higher fencing token exists",
+        read: Read::Counter(|s| s.totals.fenced_writes),
+    },
+    Metric {
+        name: "exactly_missed_firings",
+        help: "Firings missed under overlap policy fail or outside catch-up",
+        read: Read::Counter(|s| s.missed_firings),
+    },
+    Metric {
+        name: "exactly_claimed_never_submitted",
+        help: "Effects reserved by a lease that expired or was superseded, never sent",
+        read: Read::Gauge(|s| n(s.totals.claimed_never_submitted)),
+    },
+    Metric {
+        name: "exactly_unknown_effects",
+        help: "Effects that may or may not have happened",
+        read: Read::Gauge(|s| n(s.totals.unknown)),
+    },
+    Metric {
+        name: "exactly_oldest_unknown_age_seconds",
+        help: "Age of the oldest unresolved effect",
+        read: Read::Gauge(|s| s.oldest_unknown_s.unwrap_or(0)),
+    },
+    Metric {
+        name: "exactly_pending_approvals",
+        help: "Effects waiting for a person's approval",
+        read: Read::Gauge(|s| n(s.totals.pending_approvals)),
+    },
+    Metric {
+        name: "exactly_unused_approvals",
+        help: "Approvals granted but not yet consumed",
+        read: Read::Gauge(|s| n(s.totals.unused_approvals)),
+    },
+    Metric {
+        name: "exactly_schedulers_alive",
+        help: "Schedulers (exactly run) whose heartbeat is recent",
+        read: Read::Gauge(|s| n(s.schedulers_alive)),
+    },
+    Metric {
+        name: "exactly_jobs_registered",
+        help: "Jobs registered by a jobs file and not retired",
+        read: Read::Gauge(|s| {
+            s.jobs
+                .iter()
+                .filter(|j| j.schedule.is_some() && !j.retired)
+                .count() as i64
+        }),
+    },
+    Metric {
+        name: "exactly_oldest_pending_approval_age_seconds",
+        help: "Age of the oldest approval still waiting for a person (0 when none waits)",
+        read: Read::Gauge(|s| {
+            s.pending_approvals
+                .iter()
+                .map(|a| a.age_s)
+                .max()
+                .unwrap_or(0)
+        }),
+    },
+    Metric {
+        name: "exactly_job_runs",
+        help: "Runs ended, per job and outcome (all time)",
+        read: Read::Own(job_runs),
+    },
+    Metric {
+        name: "exactly_notifications",
+        help: "Notifications ([[notify]]) per notifier, rule and outcome: sent, or failed (not \
+               delivered, tried again; or lost, unknown) (all time)",
+        read: Read::Own(notifications),
+    },
+    Metric {
+        name: "exactly_job_run_duration_seconds",
+        help: "Durations of the job's ended runs, all time (kept by counters: pruning runs \
+               never lowers a bucket)",
+        read: Read::Own(run_durations),
+    },
+    Metric {
+        name: "exactly_job_duplicates_suppressed",
+        help: "Duplicates suppressed per job",
+        read: Read::JobCounter(|j| j.duplicates_suppressed),
+    },
+    Metric {
+        name: "exactly_job_fenced_writes",
+        help: "Fenced writes per job",
+        read: Read::JobCounter(|j| j.fenced_writes),
+    },
+    Metric {
+        name: "exactly_job_missed_firings",
+        help: "Firings missed per job (recorded, and passed with no scheduler)",
+        read: Read::JobCounter(|j| j.missed_firings),
+    },
+    Metric {
+        name: "exactly_job_window_runs",
+        help: "Runs in the duration window per job",
+        read: Read::JobGauge(|j| Some(j.runs as f64)),
+    },
+    Metric {
+        name: "exactly_job_run_p50_seconds",
+        help: "Median run duration in the duration window",
+        read: Read::JobGauge(|j| j.p50_ms.map(secs)),
+    },
+    Metric {
+        name: "exactly_job_run_p99_seconds",
+        help: "99th percentile run duration in the duration window",
+        read: Read::JobGauge(|j| j.p99_ms.map(secs)),
+    },
+    Metric {
+        name: "exactly_job_interval_seconds",
+        help: "Schedule interval",
+        read: Read::JobGauge(|j| j.interval_s.map(|v| v as f64)),
+    },
+    Metric {
+        name: "exactly_job_lease_seconds",
+        help: "Lease duration",
+        read: Read::JobGauge(|j| j.lease_ms.map(|v| secs(v.max(0) as u64))),
+    },
+    Metric {
+        name: "exactly_job_fencing_token",
+        help: "Current fencing token",
+        read: Read::JobGauge(|j| j.fencing_token.map(|v| v as f64)),
+    },
+    Metric {
+        name: "exactly_job_queue_depth",
+        help: "Firings waiting under overlap policy queue",
+        read: Read::JobGauge(|j| Some(j.queue_depth as f64)),
+    },
+    Metric {
+        name: "exactly_job_runs_failed",
+        help: "Runs in the duration window that ended failed or timeout",
+        read: Read::JobGauge(|j| Some(j.runs_failed as f64)),
+    },
+    Metric {
+        name: "exactly_job_last_success_timestamp_seconds",
+        help: "When the job's latest ok run ended (Unix seconds); 0 when it never succeeded",
+        read: Read::JobGauge(|j| {
+            Some(j.last_success_at.as_deref().and_then(unix_s).unwrap_or(0.0))
+        }),
+    },
+    Metric {
+        name: "exactly_job_last_run_timestamp_seconds",
+        help: "When the job's latest run started (Unix seconds)",
+        read: Read::JobGauge(|j| j.last_run.as_ref().and_then(|r| unix_s(&r.started_at))),
+    },
+    Metric {
+        name: "exactly_job_next_fire_timestamp_seconds",
+        help: "The job's next firing (Unix seconds); in the past when nobody fired it",
+        read: Read::JobGauge(|j| j.next_fire_at.as_deref().and_then(unix_s)),
+    },
+    Metric {
+        name: "exactly_job_paused",
+        help: "1 when the job is paused",
+        read: Read::JobGauge(|j| Some(if j.paused { 1.0 } else { 0.0 })),
+    },
+];
+
+/// `exactly_build`: the version, as an info family.
+fn build_info(_: &Snapshot, r: &mut Registry, name: &str, help: &str) {
+    let version = ("version".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    r.register(name, help, Info::new(vec![version]));
+}
+
+/// Runs ended per job and outcome.
+fn job_runs(s: &Snapshot, r: &mut Registry, name: &str, help: &str) {
+    let runs = Family::<Labels, Counter>::default();
+    for j in &s.jobs {
+        // The outcomes alerts compare exist from the start (at 0), so a job that never
+        // succeeded has an `ok` series that `increase()` can see stay flat.
+        for outcome in ALERTED_OUTCOMES {
+            runs.get_or_create(&run_labels(j, outcome)).inc_by(0);
+        }
+        for (outcome, count) in &j.runs_by_outcome {
+            runs.get_or_create(&run_labels(j, outcome)).inc_by(*count);
+        }
+    }
+    r.register(name, help, runs);
+}
+
+/// Notifications per notifier, rule and outcome.
+fn notifications(s: &Snapshot, r: &mut Registry, name: &str, help: &str) {
+    let notes = Family::<Labels, Counter>::default();
+    for n in &s.notifications {
+        let labels = vec![
+            (
+                "notifier".to_string(),
+                label_value(n.notifier.trim_start_matches("exactly-notify:")),
+            ),
+            ("rule".to_string(), label_value(&n.rule)),
+            ("outcome".to_string(), label_value(&n.outcome)),
+        ];
+        notes.get_or_create(&labels).inc_by(n.count);
+    }
+    r.register(name, help, notes);
+}
+
+/// Each job's run-duration histogram.
+fn run_durations(s: &Snapshot, r: &mut Registry, name: &str, help: &str) {
+    let jobs = s.jobs.iter();
+    let durations = jobs.map(|j| (job_label(j), run_histogram(j))).collect();
+    r.register(name, help, RunDurations(durations));
+}
 
 fn job_label(j: &JobRow) -> Labels {
     vec![(JOB_LABEL.to_string(), label_value(&j.job_key))]

@@ -6,7 +6,9 @@ use super::{attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation,
 use crate::fault;
 use crate::sender::Sender;
 use crate::state::EffectState;
-use crate::store::{Begin, NewEffect, Resolution, SentBy, Submit, Verdict};
+use crate::store::{
+    Begin, NewEffect, Observed, Resolution, SendEnd, SentBy, Submission, Submit, Verdict,
+};
 use crate::time;
 use crate::{Result, Store};
 
@@ -78,31 +80,29 @@ pub fn execute(
                 Observation::CantTell(w) => (None, w.clone()),
             };
             let fence = Some((ctx.job.as_str(), ctx.token));
-            Input::Judged(store.observe_verdict_on(
-                key,
-                res,
-                &words,
+            let actor = ctx.actor();
+            let observed = Observed {
+                verdict: res,
+                words: &words,
                 fence,
-                seen,
-                *lease_check,
-                &ctx.actor(),
-                ctx.now(),
-            )?)
+                lease_check: *lease_check,
+                actor: &actor,
+            };
+            Input::Judged(store.observe_verdict_on(key, &observed, seen, ctx.now())?)
         }
         Io::Submit { seen } => {
             fault::point(fault::Point::AfterClaim);
             let asked = std::time::Instant::now();
-            let mut s = store.submit_effect_on(
+            let submission = Submission {
                 key,
-                &ctx.job,
-                &ctx.run_id,
-                ctx.token,
-                sent_by(att),
-                att.spec.needs_approval,
-                att.spec.terms.as_deref(),
-                seen,
-                ctx.now(),
-            )?;
+                job: &ctx.job,
+                run_id: &ctx.run_id,
+                token: ctx.token,
+                by: sent_by(att),
+                needs_approval: att.spec.needs_approval,
+                terms: att.spec.terms.as_deref(),
+            };
+            let mut s = store.submit_effect_on(&submission, seen, ctx.now())?;
             if let Submit::Won { granted, .. } = &mut s {
                 granted.ends = asked.checked_add(granted.left);
                 fault::point(fault::Point::AfterSubmitted);
@@ -124,29 +124,26 @@ pub fn execute(
         }
         Io::Finish { sent, seen } => {
             let output = action.output().map(|o| (o.kept.as_slice(), o.total));
+            let end = |state, response, output| SendEnd {
+                key,
+                job: &ctx.job,
+                token: ctx.token,
+                state,
+                response,
+                output,
+            };
             let ok = within_lease(store, &ctx.job, |store| match sent {
-                Ok(response) => store.finish_effect_output_on(
-                    key,
-                    &ctx.job,
-                    ctx.token,
-                    EffectState::Done,
-                    response,
-                    seen,
-                    output,
-                    ctx.now(),
-                ),
+                Ok(response) => {
+                    let done = end(EffectState::Done, response, output);
+                    store.finish_effect_on(&done, seen, ctx.now())
+                }
                 Err(Failure::NotSent(_)) => {
                     store.release_effect_on(key, &ctx.job, ctx.token, seen, ctx.now())
                 }
-                Err(Failure::Lost(reason)) => store.finish_effect_on(
-                    key,
-                    &ctx.job,
-                    ctx.token,
-                    EffectState::Unknown,
-                    reason,
-                    seen,
-                    ctx.now(),
-                ),
+                Err(Failure::Lost(reason)) => {
+                    let unknown = end(EffectState::Unknown, reason, None);
+                    store.finish_effect_on(&unknown, seen, ctx.now())
+                }
             })?;
             fault::point(fault::Point::AfterDone);
             Input::Finished(ok)
@@ -291,16 +288,16 @@ pub fn settle_open_with(
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
             Observation::CantTell(w) => (None, w.clone()),
         };
-        let applied = store.observe_verdict_on(
-            &row.effect_key,
-            res,
-            &words,
-            None,
-            &row.seen(),
-            who != Sender::Gone,
-            &crate::actor(),
-            time::now(),
-        )?;
+        let actor = crate::actor();
+        let observed = Observed {
+            verdict: res,
+            words: &words,
+            fence: None,
+            lease_check: who != Sender::Gone,
+            actor: &actor,
+        };
+        let applied =
+            store.observe_verdict_on(&row.effect_key, &observed, &row.seen(), time::now())?;
         if matches!(applied, Verdict::Applied { .. }) {
             out.push(Settled {
                 effect_key: row.effect_key,

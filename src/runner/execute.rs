@@ -8,7 +8,7 @@ pub use super::hold::RunResult;
 use super::hold::{finish, Heartbeat};
 use super::lend::lend;
 use super::output::{flush_output, LogBuf, Output, OUTPUT_FLUSH};
-use super::spawn::start_command;
+use super::spawn::{start_command, Running};
 use super::spawner::Launch;
 use crate::firing::{self, Started};
 use crate::state::RunOutcome;
@@ -16,6 +16,7 @@ use crate::{effect, time, Result};
 use crate::{Access, Store};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -169,270 +170,365 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
 }
 
 fn execute_run(spec: &RunSpec) -> Result<RunResult> {
-    let job = spec.job.as_str();
-    let token = spec.started.token;
-    let run_id = spec.started.run_id.as_str();
-    let slot = spec.started.slot.as_str();
-    let began = Instant::now();
-    let mut beat = Heartbeat::new(spec);
-    // Leftovers are found by the database's identity, whatever path or URL spelled it.
-    let db_id = db_identity(&spec.db);
+    let mut run = Run::new(spec);
     // Most runs have nothing to do before their command: a first run of its firing (nothing
     // left of an earlier one), no open effect of the job (asked once for the scheduler's whole
     // batch), a lease just granted. Those start it at once, without the database.
-    if spec.resumed || spec.settle || beat.left() < spec.lease / 2 {
+    if spec.resumed || spec.settle || run.beat.left() < spec.lease / 2 {
         let mut store = lend(&spec.db)?;
-        if let Some(ended) = before_command(spec, &mut store, &mut beat, began, &db_id)? {
+        if let Some(ended) = run.before_command(&mut store)? {
             return Ok(ended);
         }
     }
-    let log = Mutex::new(LogBuf::default());
-    let Some((prog, args)) = spec.command.split_first() else {
-        return finish(
-            spec,
-            &mut beat,
-            RunOutcome::Failed,
-            None,
-            began,
-            "no command",
-        );
-    };
-    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let exe = EXE.get_or_init(|| {
-        std::env::current_exe()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "exactly".into())
-    });
-    let launch = Launch {
-        prog: prog.clone(),
-        args: args.to_vec(),
-        env: [
-            ("EXACTLY_DB", spec.db.as_str()),
-            ("EXACTLY_DB_ID", &db_id),
-            ("EXACTLY_JOB", job),
-            ("EXACTLY_FENCING_TOKEN", &token.to_string()),
-            ("EXACTLY_RUN_ID", run_id),
-            ("EXACTLY_SCHEDULED_AT", slot),
-            ("EXACTLY_BIN", exe),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        cwd: spec.cwd.clone(),
-        deadline_ns: super::watchdog::mono_deadline(beat.deadline()),
-    };
-    let mut cmd = match start_command(&launch) {
+    let mut child = match run.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            let why = format!("cannot start {prog:?}: {e}");
-            log_line(Level::ERROR, job, &format!("run {run_id}: {why}"));
-            return finish(spec, &mut beat, RunOutcome::Failed, None, began, &why);
-        }
+        Err(why) => return run.end(RunOutcome::Failed, &why),
     };
-    let started_cmd = Instant::now();
-    let pgid = cmd.pid();
-    if !beat.guard(pgid) {
-        log_line(
-            Level::WARN,
-            job,
-            &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
-        );
-    }
-    let mut output = Output::new(cmd.take_output());
-    let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
-    // Why and since when the command is being stopped, and its grace before SIGKILL.
-    let mut stopping: Option<(RunOutcome, Instant, Duration)> = None;
-    let status = loop {
-        // Output as it comes; the command's end closes it (unless something it started keeps
-        // it open), and its end is then heard at once.
-        let wait = if output.ended() || !output.read(&log, STEP) {
-            STEP
-        } else {
-            Duration::ZERO
-        };
-        match cmd.wait_for(wait) {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) => {}
-            Err(e) => {
-                log_line(
-                    Level::WARN,
-                    job,
-                    &format!("run {run_id}: lost the command: {e}"),
-                );
-                break None;
-            }
-        }
-        if stopping.is_none() {
-            stopping = stop_reason(spec, &beat, started_cmd);
-            if stopping.is_some() {
-                signal_group(pgid, libc::SIGTERM);
-            }
-        }
-        if Instant::now() >= next_flush {
-            next_flush = Instant::now() + OUTPUT_FLUSH;
-            if has_new_output(&log, flushed) {
-                if let Ok(mut store) = lend(&spec.db) {
-                    flush_output(&mut store, run_id, &log, &mut flushed);
-                }
-            }
-        }
-        if let Some((_, since, grace)) = &stopping {
-            if since.elapsed() > *grace {
-                signal_group(pgid, libc::SIGKILL);
-            }
-        }
-        beat.tick(spec);
-    };
-    // The watchdog may have stopped it at the deadline while this thread was held up.
-    let code = status.and_then(|s| s.code());
-    let expired = stopping.is_none()
-        && code != Some(0)
-        && (beat.watchdog_fired() || Instant::now() >= beat.deadline());
-    if expired {
-        log_line(
-            Level::WARN,
-            job,
-            &format!("run {run_id}: its lease was not renewed by its local deadline: its watchdog stopped the command"),
-        );
-    }
-    // A stopped command's whole group goes: what ignored SIGTERM gets SIGKILL after the grace.
-    if let Some((_, since, grace)) = &stopping {
-        while left_in_group(pgid) && since.elapsed() <= *grace {
-            beat.tick(spec);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    // Nothing the command started goes on once it has ended.
-    signal_group(pgid, libc::SIGKILL);
-    beat.end_group();
-    let deadline = Instant::now() + PIPE_WAIT;
-    while !output.ended() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !output.read(&log, left) {
-            break;
-        }
-    }
-    let text = log.lock().map(|l| l.render()).unwrap_or_default();
-    // A command that exited 0 did its work, even when it was being stopped (its deadline or a
-    // shutdown came as it finished): a run recorded killed would go again. Degraded (a command
-    // that answers SIGTERM with exit 0 counts as done), never doubled.
-    let outcome = if beat.fenced {
-        RunOutcome::Fenced
-    } else if let Some((why, _, _)) =
-        stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
-    {
-        why
-    } else if code == Some(0) {
-        RunOutcome::Ok
-    } else if expired {
-        RunOutcome::Killed
-    } else {
-        RunOutcome::Failed
-    };
+    let (status, stopping) = run.wait(&mut child);
+    run.code = status.and_then(|s| s.code());
+    let expired = run.expired(&stopping);
+    run.clear_group(child.pgid, &stopping);
+    let text = child.drain();
+    let outcome = run.outcome(stopping, expired);
     if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
         if let Some(sig) = s.signal() {
+            let run_id = &spec.started.run_id;
             log_line(
                 Level::WARN,
-                job,
+                &spec.job,
                 &format!("run {run_id} ended by signal {sig}"),
             );
         }
     }
-    finish(spec, &mut beat, outcome, code, began, &text)
+    run.end(outcome, &text)
 }
 
-/// What a run does before its command when it may have something to do: end what an earlier
-/// run of its firing left, settle the job's open effects, and confirm the lease. Some(result)
-/// when the run ended there.
-fn before_command(
-    spec: &RunSpec,
-    store: &mut Store,
-    beat: &mut Heartbeat,
+/// Why and since when the command is being stopped, and its grace before SIGKILL.
+type Stopping = Option<(RunOutcome, Instant, Duration)>;
+
+/// One run as it goes: its spec, its hold on the lease, and what it has learned so far.
+struct Run<'a> {
+    spec: &'a RunSpec,
+    beat: Heartbeat,
     began: Instant,
-    db_id: &str,
-) -> Result<Option<RunResult>> {
-    let (job, run_id, slot) = (
-        spec.job.as_str(),
-        spec.started.run_id.as_str(),
-        spec.started.slot.as_str(),
-    );
-    // A resumed firing never overlaps what an earlier run of it left alive on this machine (a
-    // first run has no earlier one, and is spared the scan of every process).
-    let ended = if spec.resumed {
-        super::procs::end_leftovers(db_id, job, slot, run_id, LEFTOVER_WAIT)
-    } else {
-        0
-    };
-    if ended > 0 {
-        log_line(
-            Level::WARN,
-            job,
-            &format!("ended {ended} leftover process(es) of an earlier run of the firing at {slot} before run {run_id}"),
-        );
+    /// The database's identity: leftovers are found by it, whatever path or URL spelled it.
+    db_id: String,
+    /// The command's exit code, once it has ended with one.
+    code: Option<i32>,
+}
+
+/// A started command: its process (leader of its group), when it started, its output.
+struct Child {
+    running: Running,
+    pgid: i32,
+    started: Instant,
+    output: Output,
+    log: Mutex<LogBuf>,
+}
+
+impl Child {
+    /// The output still coming once the command has ended (a background grandchild may keep
+    /// the pipe open forever: [`PIPE_WAIT`] at most), then the whole log as stored.
+    fn drain(mut self) -> String {
+        let deadline = Instant::now() + PIPE_WAIT;
+        while !self.output.ended() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.output.read(&self.log, left) {
+                break;
+            }
+        }
+        self.log.lock().map(|l| l.render()).unwrap_or_default()
     }
-    // Unknown before retry: the job's open effects get their observers' verdicts first, under
-    // the lease's heartbeat so a slow observer never lets the lease lapse.
-    let Some(settled) = observe(spec, store, beat) else {
-        let outcome = if beat.fenced {
-            RunOutcome::Fenced
-        } else {
-            RunOutcome::Killed
+}
+
+impl<'a> Run<'a> {
+    fn new(spec: &'a RunSpec) -> Run<'a> {
+        let began = Instant::now();
+        let beat = Heartbeat::new(spec);
+        Run {
+            spec,
+            beat,
+            began,
+            db_id: db_identity(&spec.db),
+            code: None,
+        }
+    }
+
+    /// Records the run's end (see [`finish`]) with its exit code, if it has one.
+    fn end(&mut self, outcome: RunOutcome, why: &str) -> Result<RunResult> {
+        finish(
+            self.spec,
+            &mut self.beat,
+            outcome,
+            self.code,
+            self.began,
+            why,
+        )
+    }
+
+    /// What a run does before its command when it may have something to do: end what an
+    /// earlier run of its firing left, settle the job's open effects, and confirm the lease.
+    /// Some(result) when the run ended there.
+    fn before_command(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
+        self.end_leftovers();
+        // Unknown before retry: the job's open effects get their observers' verdicts first,
+        // under the lease's heartbeat so a slow observer never lets the lease lapse.
+        let Some(settled) = observe(self.spec, store, &mut self.beat) else {
+            let outcome = if self.beat.fenced {
+                RunOutcome::Fenced
+            } else {
+                RunOutcome::Killed
+            };
+            let why = "stopped while its observers ran, before its command started";
+            return self.end(outcome, why).map(Some);
         };
-        let why = "stopped while its observers ran, before its command started";
-        return finish(spec, beat, outcome, None, began, why).map(Some);
-    };
-    for s in &settled {
-        if let effect::Observation::CantTell(w) = &s.verdict {
+        self.settled(store, &settled);
+        self.confirm_lease(store)
+    }
+
+    /// A resumed firing never overlaps what an earlier run of it left alive on this machine (a
+    /// first run has no earlier one, and is spared the scan of every process).
+    fn end_leftovers(&self) {
+        let spec = self.spec;
+        if !spec.resumed {
+            return;
+        }
+        let (job, run_id, slot) = (&spec.job, &spec.started.run_id, &spec.started.slot);
+        let ended = super::procs::end_leftovers(&self.db_id, job, slot, run_id, LEFTOVER_WAIT);
+        if ended > 0 {
             log_line(
                 Level::WARN,
                 job,
-                &format!("observer of effect {} can't tell: {w}", s.effect_key),
+                &format!("ended {ended} leftover process(es) of an earlier run of the firing at {slot} before run {run_id}"),
             );
         }
     }
-    if !settled.is_empty() {
-        log_line(
-            Level::INFO,
-            job,
-            &format!(
-                "observers settled {} open effect(s) before run {run_id}",
-                settled.len()
-            ),
-        );
+
+    /// Says what the observers found, and marks for retry the runs whose effect never happened.
+    fn settled(&self, store: &mut Store, settled: &[effect::Settled]) {
+        let (job, run_id) = (&self.spec.job, &self.spec.started.run_id);
+        for s in settled {
+            if let effect::Observation::CantTell(w) = &s.verdict {
+                log_line(
+                    Level::WARN,
+                    job,
+                    &format!("observer of effect {} can't tell: {w}", s.effect_key),
+                );
+            }
+        }
+        if !settled.is_empty() {
+            log_line(
+                Level::INFO,
+                job,
+                &format!(
+                    "observers settled {} open effect(s) before run {run_id}",
+                    settled.len()
+                ),
+            );
+        }
+        // An effect that never happened goes out with a re-run of the firing that meant it (its
+        // key is of the facts, so that firing's done effects are suppressed).
+        for s in settled
+            .iter()
+            .filter(|s| s.verdict == effect::Observation::NotHappened)
+        {
+            if let Err(e) = firing::retry_of_run(store, job, &s.run_id) {
+                log_line(
+                    Level::WARN,
+                    job,
+                    &format!("cannot mark run {} for retry: {e}", s.run_id),
+                );
+            }
+        }
     }
-    // An effect that never happened goes out with a re-run of the firing that meant it (its key
-    // is of the facts, so that firing's done effects are suppressed).
-    for s in settled
-        .iter()
-        .filter(|s| s.verdict == effect::Observation::NotHappened)
-    {
-        if let Err(e) = firing::retry_of_run(store, job, &s.run_id) {
+
+    /// The token must still hold the lease before the command starts, with half of it left on
+    /// our clock: observers may have taken long, and a newer token means another run owns the
+    /// job now. Some(result) when the run ended here.
+    fn confirm_lease(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
+        let spec = self.spec;
+        let confirm_by = Instant::now() + spec.lease / 2;
+        loop {
+            let fresh = self.beat.left() >= spec.lease / 2 && lease_fresh(store, spec);
+            if fresh || self.beat.renew(store, spec) {
+                return Ok(None);
+            }
+            if self.beat.fenced {
+                let why = "its token lost the lease before its command started";
+                return self.end(RunOutcome::Fenced, why).map(Some);
+            }
+            if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
+                let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
+                let run_id = &spec.started.run_id;
+                log_line(Level::WARN, &spec.job, &format!("run {run_id}: {why}"));
+                return self.end(RunOutcome::NotStarted, why).map(Some);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the command, its process group handed to its watchdog. Err(why) when it could
+    /// not start.
+    fn spawn(&mut self) -> std::result::Result<Child, String> {
+        let (job, run_id) = (&self.spec.job, &self.spec.started.run_id);
+        let Some((prog, args)) = self.spec.command.split_first() else {
+            return Err("no command".into());
+        };
+        let mut running = match start_command(&self.launch(prog, args)) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("cannot start {prog:?}: {e}");
+                log_line(Level::ERROR, job, &format!("run {run_id}: {why}"));
+                return Err(why);
+            }
+        };
+        let started = Instant::now();
+        let pgid = running.pid();
+        if !self.beat.guard(pgid) {
             log_line(
                 Level::WARN,
                 job,
-                &format!("cannot mark run {} for retry: {e}", s.run_id),
+                &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
             );
         }
+        let output = Output::new(running.take_output());
+        Ok(Child {
+            running,
+            pgid,
+            started,
+            output,
+            log: Mutex::new(LogBuf::default()),
+        })
     }
-    // The token must still hold the lease before the command starts, with half of it left on
-    // our clock: observers may have taken long, and a newer token means another run owns the
-    // job now.
-    let confirm_by = Instant::now() + spec.lease / 2;
-    loop {
-        let fresh = beat.left() >= spec.lease / 2 && lease_fresh(store, spec);
-        if fresh || beat.renew(store, spec) {
-            return Ok(None);
+
+    /// What starts the command: it, with the firing in its environment and its deadline.
+    fn launch(&self, prog: &str, args: &[String]) -> Launch {
+        static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let exe = EXE.get_or_init(|| {
+            std::env::current_exe()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "exactly".into())
+        });
+        let (spec, started) = (self.spec, &self.spec.started);
+        Launch {
+            prog: prog.to_string(),
+            args: args.to_vec(),
+            env: [
+                ("EXACTLY_DB", spec.db.as_str()),
+                ("EXACTLY_DB_ID", &self.db_id),
+                ("EXACTLY_JOB", &spec.job),
+                ("EXACTLY_FENCING_TOKEN", &started.token.to_string()),
+                ("EXACTLY_RUN_ID", &started.run_id),
+                ("EXACTLY_SCHEDULED_AT", &started.slot),
+                ("EXACTLY_BIN", exe),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            cwd: spec.cwd.clone(),
+            deadline_ns: super::watchdog::mono_deadline(self.beat.deadline()),
         }
-        if beat.fenced {
-            let why = "its token lost the lease before its command started";
-            return finish(spec, beat, RunOutcome::Fenced, None, began, why).map(Some);
+    }
+
+    /// Holds the run while its command runs: its output as it comes, stored every
+    /// [`OUTPUT_FLUSH`], the lease's renewals heard, the command stopped when it must be.
+    /// Its status (None when it was lost), and why it was being stopped.
+    fn wait(&mut self, child: &mut Child) -> (Option<ExitStatus>, Stopping) {
+        let spec = self.spec;
+        let (mut next_flush, mut flushed) = (Instant::now() + OUTPUT_FLUSH, 0u64);
+        let mut stopping: Stopping = None;
+        let status = loop {
+            // Output as it comes; the command's end closes it (unless something it started
+            // keeps it open), and its end is then heard at once.
+            let wait = if child.output.ended() || !child.output.read(&child.log, STEP) {
+                STEP
+            } else {
+                Duration::ZERO
+            };
+            match child.running.wait_for(wait) {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) => {}
+                Err(e) => {
+                    let run_id = &spec.started.run_id;
+                    log_line(
+                        Level::WARN,
+                        &spec.job,
+                        &format!("run {run_id}: lost the command: {e}"),
+                    );
+                    break None;
+                }
+            }
+            if stopping.is_none() {
+                stopping = stop_reason(spec, &self.beat, child.started);
+                if stopping.is_some() {
+                    signal_group(child.pgid, libc::SIGTERM);
+                }
+            }
+            if Instant::now() >= next_flush {
+                next_flush = Instant::now() + OUTPUT_FLUSH;
+                if has_new_output(&child.log, flushed) {
+                    if let Ok(mut store) = lend(&spec.db) {
+                        flush_output(&mut store, &spec.started.run_id, &child.log, &mut flushed);
+                    }
+                }
+            }
+            if let Some((_, since, grace)) = &stopping {
+                if since.elapsed() > *grace {
+                    signal_group(child.pgid, libc::SIGKILL);
+                }
+            }
+            self.beat.tick(spec);
+        };
+        (status, stopping)
+    }
+
+    /// Whether the watchdog stopped the command at the deadline while this thread was held up.
+    fn expired(&mut self, stopping: &Stopping) -> bool {
+        let expired = stopping.is_none()
+            && self.code != Some(0)
+            && (self.beat.watchdog_fired() || Instant::now() >= self.beat.deadline());
+        if expired {
+            log_line(
+                Level::WARN,
+                &self.spec.job,
+                &format!("run {}: its lease was not renewed by its local deadline: its watchdog stopped the command", self.spec.started.run_id),
+            );
         }
-        if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
-            let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
-            log_line(Level::WARN, job, &format!("run {run_id}: {why}"));
-            return finish(spec, beat, RunOutcome::NotStarted, None, began, why).map(Some);
+        expired
+    }
+
+    /// Nothing the command started goes on once it has ended. A stopped command's whole group
+    /// goes: what ignored SIGTERM gets SIGKILL after the grace.
+    fn clear_group(&mut self, pgid: i32, stopping: &Stopping) {
+        if let Some((_, since, grace)) = stopping {
+            while left_in_group(pgid) && since.elapsed() <= *grace {
+                self.beat.tick(self.spec);
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        signal_group(pgid, libc::SIGKILL);
+        self.beat.end_group();
+    }
+
+    /// The outcome of a command that ran. One that exited 0 did its work, even when it was
+    /// being stopped (its deadline or a shutdown came as it finished): a run recorded killed
+    /// would go again. Degraded (a command that answers SIGTERM with exit 0 counts as done),
+    /// never doubled.
+    fn outcome(&self, stopping: Stopping, expired: bool) -> RunOutcome {
+        let code = self.code;
+        if self.beat.fenced {
+            RunOutcome::Fenced
+        } else if let Some((why, _, _)) =
+            stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
+        {
+            why
+        } else if code == Some(0) {
+            RunOutcome::Ok
+        } else if expired {
+            RunOutcome::Killed
+        } else {
+            RunOutcome::Failed
+        }
     }
 }
 

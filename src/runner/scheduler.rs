@@ -108,6 +108,17 @@ pub struct Signals {
     pub reload: Arc<AtomicBool>,
 }
 
+/// What firing and starting runs work with on a tick: the database, the scheduler's settings,
+/// the shutdown flag runs watch, the runs started, its health, and the rules of resuming.
+struct Tick<'a> {
+    store: &'a mut Store,
+    cfg: &'a Config,
+    kill: &'a Arc<AtomicBool>,
+    runs: &'a mut Vec<Running>,
+    health: &'a mut Health,
+    rules: &'a firing::ResumeRules,
+}
+
 struct Running {
     job: String,
     run_id: String,
@@ -226,7 +237,15 @@ pub fn run(
         // Those that could not start yet (a dead run's lease not yet past the skew margin) are
         // tried again just before the same job's new firing, which must not pass them.
         let mut pending = Vec::new();
-        match firing::waiting_jobs(&mut store, &time::fmt(now)) {
+        let mut t = Tick {
+            store: &mut store,
+            cfg: &cfg,
+            kill: &kill,
+            runs: &mut runs,
+            health: &mut health,
+            rules: &rules,
+        };
+        match firing::waiting_jobs(t.store, &time::fmt(now)) {
             Ok(waiting) => {
                 share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
                 for (name, w) in waiting {
@@ -239,26 +258,16 @@ pub fn run(
                     }
                     let now = time::now();
                     let st = &mut states[i];
-                    match start_waiting(&mut store, &cfg, st, w, &kill, &mut runs, now, &rules) {
+                    match start_waiting(&mut t, st, w, now) {
                         Ok(true) => {}
                         Ok(false) => pending.push((i, w)),
-                        Err(e) => health.failed(&states[i].job.name, &e),
+                        Err(e) => t.health.failed(&states[i].job.name, &e),
                     }
                 }
             }
-            Err(e) => health.failed("-", &e),
+            Err(e) => t.health.failed("-", &e),
         }
-        fire_due(
-            &mut store,
-            &cfg,
-            &mut states,
-            &kill,
-            &mut runs,
-            &mut health,
-            pending,
-            &rules,
-            &mut share,
-        );
+        fire_due(&mut t, &mut states, pending, &mut share);
         runs.retain(|r| !r.handle.is_finished());
         // Wake for the next tick, or earlier for the next due slot: never sleep past one.
         let mut rest = TICK.saturating_sub(tick.elapsed());
@@ -301,17 +310,9 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
 
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
 /// before the job's new firings, so a new one finds the run live and queues behind them.
-#[allow(clippy::too_many_arguments)]
-fn start_waiting(
-    store: &mut Store,
-    cfg: &Config,
-    st: &mut JobState,
-    waiting: Waiting,
-    kill: &Arc<AtomicBool>,
-    runs: &mut Vec<Running>,
-    now: Ts,
-    rules: &firing::ResumeRules,
-) -> Result<bool> {
+fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts) -> Result<bool> {
+    let (store, cfg, kill, rules) = (&mut *t.store, t.cfg, t.kill, t.rules);
+    let runs = &mut *t.runs;
     // A failed firing waiting for its backoff is not asked again before it ends.
     if waiting.resumable && !waiting.queued && st.retry_after.is_some_and(|t| now < t) {
         return Ok(false);
@@ -385,16 +386,10 @@ fn live_here(runs: &[Running], job: &str) -> bool {
 /// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
 /// job once per batch, so a job's second slot sees the run its first one started), and starts
 /// each batch's runs as soon as it commits.
-#[allow(clippy::too_many_arguments)]
 fn fire_due(
-    store: &mut Store,
-    cfg: &Config,
+    t: &mut Tick<'_>,
     states: &mut [JobState],
-    kill: &Arc<AtomicBool>,
-    runs: &mut Vec<Running>,
-    health: &mut Health,
     pending: Vec<(usize, Waiting)>,
-    rules: &firing::ResumeRules,
     share: &mut Share,
 ) {
     let now = time::now();
@@ -410,15 +405,15 @@ fn fire_due(
     // already late (a catch-up) say nothing about it.
     let on_time = now - chrono::Duration::from_std(LATE_OK).unwrap_or(chrono::Duration::zero());
     let oldest = due.iter().map(|d| d.0).filter(|s| *s >= on_time).min();
-    if let Err(e) = unrecorded(store, states, now, share.net_after(), &mut due) {
-        health.failed("-", &e);
+    if let Err(e) = unrecorded(t.store, states, now, share.net_after(), &mut due) {
+        t.health.failed("-", &e);
     }
     // Stable: a job's slots keep their order.
     due.sort_by_key(|&(slot, _)| slot);
     if due.is_empty() {
         return;
     }
-    fire_batches(store, cfg, states, kill, runs, health, &due, pending, rules);
+    fire_batches(t, states, &due, pending);
     if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
         share.own_lag(lag);
     }
@@ -481,17 +476,12 @@ fn unrecorded(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Fires `due` in batches (see [`fire_due`]), each batch's waiting firings first.
 fn fire_batches(
-    store: &mut Store,
-    cfg: &Config,
+    t: &mut Tick<'_>,
     states: &mut [JobState],
-    kill: &Arc<AtomicBool>,
-    runs: &mut Vec<Running>,
-    health: &mut Health,
     due: &[(Ts, usize)],
     mut pending: Vec<(usize, Waiting)>,
-    rules: &firing::ResumeRules,
 ) {
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = std::collections::HashSet::new();
@@ -522,8 +512,8 @@ fn fire_batches(
             if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
                 let (_, w) = pending.swap_remove(k);
                 let st = &mut states[i];
-                if let Err(e) = start_waiting(store, cfg, st, w, kill, runs, now, rules) {
-                    health.failed(&states[i].job.name, &e);
+                if let Err(e) = start_waiting(t, st, w, now) {
+                    t.health.failed(&states[i].job.name, &e);
                 }
             }
         }
@@ -547,32 +537,34 @@ fn fire_batches(
                     job: &states[*i].job.name,
                     slot,
                     kind,
-                    owner: &cfg.owner,
+                    owner: &t.cfg.owner,
                     lease_until: until,
                     now: &now_text,
                     overlap: states[*i].job.overlap,
                     backfill: false,
-                    live_here: live_here(runs, &states[*i].job.name),
+                    live_here: live_here(t.runs, &states[*i].job.name),
                 },
                 // Counted from its slot: its jitter, then its start window.
                 window: states[*i].job.start_window()
                     + (states[*i].job.due_at(*slot_ts) - *slot_ts)
                         .to_std()
                         .unwrap_or(Duration::ZERO),
-                reason: health.why_missed(*slot_ts),
+                reason: t.health.why_missed(*slot_ts),
             })
             .collect();
-        let decided = match firing::fire_due(store, &requests) {
+        let decided = match firing::fire_due(t.store, &requests) {
             Ok(fired) => fired.into_iter().map(Ok).collect(),
             // A locked database: the whole batch goes again next tick.
             Err(e @ Error::Busy { .. }) => {
-                health.failed("-", &e);
+                t.health.failed("-", &e);
                 return;
             }
             // Anything else may be one job's row: decide each alone, so it holds up no other.
             Err(_) => requests
                 .iter()
-                .map(|r| firing::fire_due(store, std::slice::from_ref(r)).map(|mut d| d.remove(0)))
+                .map(|r| {
+                    firing::fire_due(t.store, std::slice::from_ref(r)).map(|mut d| d.remove(0))
+                })
                 .collect::<Vec<_>>(),
         };
         drop(requests);
@@ -583,7 +575,7 @@ fn fire_batches(
             .iter()
             .any(|d| matches!(d, Ok(DueFate::Fired(Fired::Started(_)))));
         let open = if started {
-            crate::effect::jobs_with_open(store).ok()
+            crate::effect::jobs_with_open(t.store).ok()
         } else {
             None
         };
@@ -599,7 +591,8 @@ fn fire_batches(
                             resumed: false,
                             settle,
                         };
-                        runs.push(spawn(cfg, &st.job, started, how, kill, asked));
+                        t.runs
+                            .push(spawn(t.cfg, &st.job, started, how, t.kill, asked));
                     }
                 }
                 Ok(DueFate::Late { late_ms, skipped }) => {
@@ -611,7 +604,7 @@ fn fire_batches(
                         false => (Level::ERROR, "MISSED"),
                     };
                     let late = time::human_ms(late_ms.max(0) as u64);
-                    let reason = health.why_missed(slot);
+                    let reason = t.health.why_missed(slot);
                     log::line(level, &st.job.name, &format!(
                         "firing at {slot_text} {what}: {late} late when decided, past its {} ({reason})",
                         if st.job.policy.starting_deadline.is_some() { "starting_deadline" } else { "catch-up window" }
@@ -619,7 +612,7 @@ fn fire_batches(
                 }
                 Err(e) => {
                     failed.insert(i);
-                    health.failed(&st.job.name, &e);
+                    t.health.failed(&st.job.name, &e);
                 }
             }
         }

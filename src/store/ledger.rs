@@ -289,20 +289,13 @@ impl Store {
     /// request leaves. The approval requirement belongs to the key: once anyone asked for
     /// approval of it (or `needs_approval`, which asks now), it is sent only once approved; the
     /// approval is consumed in the same transaction.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn submit_effect_on(
         &mut self,
-        key: &str,
-        job: &str,
-        run_id: &str,
-        token: i64,
-        by: SentBy<'_>,
-        needs_approval: bool,
-        terms: Option<&str>,
+        s: &Submission<'_>,
         seen: &Seen,
-        now: Ts,
+        now_ts: Ts,
     ) -> Result<Submit> {
-        self.submit_tx(
+        let Submission {
             key,
             job,
             run_id,
@@ -310,26 +303,9 @@ impl Store {
             by,
             needs_approval,
             terms,
-            Some(seen),
-            now,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn submit_tx(
-        &mut self,
-        key: &str,
-        job: &str,
-        run_id: &str,
-        token: i64,
-        by: SentBy<'_>,
-        needs_approval: bool,
-        terms: Option<&str>,
-        seen: Option<&Seen>,
-        now_ts: Ts,
-    ) -> Result<Submit> {
-        if let (Some(seen), false) = (seen, needs_approval) {
-            if let Some(s) = self.fast_submit(key, job, run_id, token, by, seen, now_ts)? {
+        } = *s;
+        if !needs_approval {
+            if let Some(s) = self.fast_submit(s, seen, now_ts)? {
                 return Ok(s);
             }
         }
@@ -346,10 +322,6 @@ impl Store {
             if lease.until.as_deref().is_none_or(|u| u < min_until.as_str()) {
                 return Ok(Submit::LeaseEnding { until: lease.until });
             }
-            let seen = match seen {
-                Some(s) => s.clone(),
-                None => read_row(tx, key)?.map(|r| r.seen()).unwrap_or_default(),
-            };
             if seen.state != EffectState::Claimed {
                 return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
             }
@@ -408,7 +380,7 @@ impl Store {
             let Some(version) = won else {
                 let row = read_row(tx, key)?.unwrap_or_default();
                 // Our own `submitted`, committed on an earlier try whose reply was lost: won.
-                if wrote(&row, &EffectState::Submitted, token, &seen)
+                if wrote(&row, &EffectState::Submitted, token, seen)
                     && row.attempt.as_deref() == Some(by.attempt)
                 {
                     let seen = row.seen();
@@ -440,78 +412,28 @@ impl Store {
     /// Records the outcome of our send: `done` with the response, or `unknown` (`response` is
     /// then why, recorded in its event: the row's `response` stays the far side's). Refused (and
     /// counted as a fenced write) unless we still hold the current token and the row is still
-    /// as our `submitted` left it (`seen`).
-    #[allow(clippy::too_many_arguments)]
+    /// as our `submitted` left it (`seen`). The command's stdout, when kept, is stored as bytes
+    /// too (`end.output`).
     pub(crate) fn finish_effect_on(
         &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: EffectState,
-        response: &str,
+        end: &SendEnd<'_>,
         seen: &Seen,
         now: Ts,
     ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), None, now)
-    }
-
-    /// [`Store::finish_effect_on`], also keeping the command's stdout as bytes (`raw`, already
-    /// cut to the cap) and how many bytes it wrote in all (`total`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn finish_effect_output_on(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: EffectState,
-        response: &str,
-        seen: &Seen,
-        output: Option<(&[u8], u64)>,
-        now: Ts,
-    ) -> Result<bool> {
-        self.finish_tx(key, job, token, state, response, Some(seen), output, now)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn finish_tx(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: EffectState,
-        response: &str,
-        seen: Option<&Seen>,
-        output: Option<(&[u8], u64)>,
-        now: Ts,
-    ) -> Result<bool> {
+        let (key, job, token, state) = (end.key, end.job, end.token, &end.state);
         let now = crate::time::fmt(now);
-        let (raw, total) = match output {
-            Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
-            None => (None, None),
-        };
+        let (raw, total) = end.stored_output();
         if crate::fault::once(crate::fault::Point::FinishReplyLost) {
             self.lose_next_reply();
         }
         // `response` is the far side's answer, which a duplicate replays: an `unknown` has
         // none, and our words for why (`response` here) go in its event only.
-        let answer = (state == EffectState::Done).then_some(response);
-        if let Some(seen) = seen {
-            let detail = crate::sanitize::inert_trunc(response, 200);
-            let fast =
-                self.fast_finish(key, job, token, &state, answer, &detail, seen, raw, total)?;
-            if let Some(ok) = fast {
-                return Ok(ok);
-            }
+        let answer = end.answer();
+        if let Some(ok) = self.fast_finish(end, seen)? {
+            return Ok(ok);
         }
         self.write(|tx| {
             let now = tx.now(&now);
-            let seen = match seen {
-                Some(s) => s.clone(),
-                None => read_row(tx, key)?
-                    .map(|r| r.seen())
-                    .filter(|s| s.state == EffectState::Submitted)
-                    .unwrap_or_default(),
-            };
             let ok = tx.exec(
                 &format!(
                     "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
@@ -537,7 +459,7 @@ impl Store {
             // Our own write, committed on an earlier try whose reply was lost: done already.
             if !ok
                 && read_row(tx, key)?.is_some_and(|row| {
-                    wrote(&row, &state, token, &seen)
+                    wrote(&row, state, token, seen)
                         && same_text(row.response.as_deref(), answer)
                         && raw.is_none_or(|raw| row.response_raw.as_deref() == Some(raw))
                 })
@@ -545,12 +467,12 @@ impl Store {
                 return Ok(true);
             }
             if ok {
-                let k = if state == EffectState::Done {
+                let k = if *state == EffectState::Done {
                     EventKind::EffectDone
                 } else {
                     EventKind::EffectUnknown
                 };
-                let detail = crate::sanitize::inert_trunc(response, 200);
+                let detail = crate::sanitize::inert_trunc(end.response, 200);
                 record_event(
                     tx,
                     &NewEvent::new(k, now)

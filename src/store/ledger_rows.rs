@@ -175,6 +175,48 @@ pub struct SentBy<'a> {
     pub sender: Option<&'a str>,
 }
 
+/// A `submitted` asked for: the effect, the run that sends it under its token, who sends, and
+/// whether it needs a person's approval (with the `terms` shown).
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    pub key: &'a str,
+    pub job: &'a str,
+    pub run_id: &'a str,
+    pub token: i64,
+    pub by: SentBy<'a>,
+    pub needs_approval: bool,
+    pub terms: Option<&'a str>,
+}
+
+/// What became of a send, to record under the job's token: `done` with the far side's
+/// response, or `unknown` with why (`response`); the command's stdout as bytes when kept
+/// (`output`: the bytes, already cut to the cap, and how many it wrote in all).
+#[derive(Debug, Clone)]
+pub struct SendEnd<'a> {
+    pub key: &'a str,
+    pub job: &'a str,
+    pub token: i64,
+    pub state: EffectState,
+    pub response: &'a str,
+    pub output: Option<(&'a [u8], u64)>,
+}
+
+impl SendEnd<'_> {
+    /// The far side's answer, which a duplicate replays: an `unknown` has none, and our words
+    /// for why (`response` then) go in its event only.
+    pub(crate) fn answer(&self) -> Option<&str> {
+        (self.state == EffectState::Done).then_some(self.response)
+    }
+
+    /// The kept stdout and how many bytes it had in all, as stored.
+    pub(crate) fn stored_output(&self) -> (Option<&[u8]>, Option<i64>) {
+        match self.output {
+            Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
+            None => (None, None),
+        }
+    }
+}
+
 /// The lease a `submitted` row was sent under, as the store found it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SenderLease {
@@ -234,6 +276,34 @@ pub struct NewEffect<'a> {
     pub input_digest: &'a str,
     /// The command that asks the far side whether it happened.
     pub observe_cmd: Option<&'a str>,
+}
+
+/// A person's settling of an open effect: how, by whom, their note and evidence, and whether
+/// it is forced past a sender that may still be sending.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    /// What the person found: happened, did not happen, or cancel.
+    pub how: Resolution,
+    /// Who settles it, as recorded.
+    pub by: &'a str,
+    /// Their note, if any.
+    pub note: Option<&'a str>,
+    /// What they saw at the far side (a receipt, a reference), if any.
+    pub evidence: Option<&'a str>,
+    /// Settle it even if its sender may still be sending.
+    pub force: bool,
+}
+
+/// An observer's verdict on the attempt it looked at: what it found (None: can't tell) and its
+/// words, who observed, the job and token it acts for (`fence`: refused when stale), and
+/// whether the sender's lease is judged (`lease_check`; false: the sender is known gone).
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub verdict: Option<Resolution>,
+    pub words: &'a str,
+    pub fence: Option<(&'a str, i64)>,
+    pub lease_check: bool,
+    pub actor: &'a str,
 }
 
 /// How an operator (or observer) settles an effect that may or may not have happened.

@@ -29,6 +29,7 @@ mod pg_functions;
 mod pg_schema;
 mod read;
 mod resume;
+pub(crate) use resume::{ResumeTimes, Resumer};
 mod retention;
 pub(crate) mod rows;
 mod run;
@@ -47,8 +48,8 @@ pub use job::{JobRecord, Registered};
 pub use lease::{LeaseClaim, LeaseRow};
 pub use ledger::{switch_guard_off_for_proof, SUBMIT_MIN_LEFT};
 pub use ledger_rows::{
-    Begin, Granted, LedgerRow, NewEffect, Resolution, Resolved, Seen, Sending, SentBy, Submit,
-    Verdict,
+    Begin, Granted, LedgerRow, NewEffect, Observed, Resolution, Resolved, Seen, SendEnd, Sending,
+    SentBy, Settlement, Submission, Submit, Verdict,
 };
 pub use retention::Pruned;
 pub use run::{EffectCounts, RunEnd};

@@ -6,7 +6,9 @@
 //! off for a proof all take the transactions.
 use super::db::{args, DbError, DbResult, Row};
 use super::ledger::{granted, guard_off, SUBMIT_MIN_LEFT};
-use super::ledger_rows::{Begin, NewEffect, Seen, SenderLease, SentBy, Submit};
+use super::ledger_rows::{
+    Begin, NewEffect, Seen, SendEnd, SenderLease, SentBy, Submission, Submit,
+};
 use super::pg::{PgConn, PgStore};
 use super::{int, text, text_or_empty, Conn, LeaseClaim, Store};
 use crate::state::{EffectState, EventKind};
@@ -103,19 +105,15 @@ impl Store {
         })
     }
 
-    /// `submit_tx` on a row seen `claimed`, no approval asked for, in one round trip; None:
-    /// the transaction decides (an approval row, a row changed since it was seen).
-    #[allow(clippy::too_many_arguments)]
+    /// `submit_effect_on` on a row seen `claimed`, no approval asked for, in one round trip;
+    /// None: the transaction decides (an approval row, a row changed since it was seen).
     pub(super) fn fast_submit(
         &mut self,
-        key: &str,
-        job: &str,
-        run_id: &str,
-        token: i64,
-        by: SentBy<'_>,
+        s: &Submission<'_>,
         seen: &Seen,
         now: Ts,
     ) -> Result<Option<Submit>> {
+        let (key, job, run_id, token, by) = (s.key, s.job, s.run_id, s.token, s.by);
         let Some(db) = self.fast_pg() else {
             return Ok(None);
         };
@@ -169,21 +167,12 @@ impl Store {
         })
     }
 
-    /// `finish_tx`'s compare-and-set and its event in one round trip; None: it did not apply
-    /// (a retry meeting its own write, a fenced write), and the transaction says which.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fast_finish(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        state: &EffectState,
-        answer: Option<&str>,
-        detail: &str,
-        seen: &Seen,
-        raw: Option<&[u8]>,
-        total: Option<i64>,
-    ) -> Result<Option<bool>> {
+    /// `finish_effect_on`'s compare-and-set and its event in one round trip; None: it did not
+    /// apply (a retry meeting its own write, a fenced write), and the transaction says which.
+    pub(super) fn fast_finish(&mut self, end: &SendEnd<'_>, seen: &Seen) -> Result<Option<bool>> {
+        let (key, job, token, state) = (end.key, end.job, end.token, &end.state);
+        let (answer, (raw, total)) = (end.answer(), end.stored_output());
+        let detail = crate::sanitize::inert_trunc(end.response, 200);
         // The fault point `finish_reply_lost` loses the reply of the write that applies.
         let lose = self.lose_reply;
         let Some(db) = self.fast_pg() else {

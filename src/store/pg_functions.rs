@@ -84,7 +84,7 @@ const FUNCTIONS: &[&str] = &[
        END IF;
        RETURN QUERY SELECT v_state, v_now, v_until;
      END $$",
-    // `Store::submit_tx` on a row seen `claimed` with no approval row for its key: fenced,
+    // `Store::submit_effect_on` on a row seen `claimed` with no approval row for its key: fenced,
     // lease ending, or the compare-and-set to `submitted`; anything else is `fallback`.
     "CREATE OR REPLACE FUNCTION exactly_submit_effect(p_key text, p_job text, p_run text,
        p_token bigint, p_attempt text, p_sender text, p_min_until text, p_state text,
@@ -128,7 +128,7 @@ const FUNCTIONS: &[&str] = &[
        END IF;
        RETURN QUERY SELECT 'won', v_now, v_until, v_version;
      END $$",
-    // `Store::finish_tx` on a row seen `submitted`: the compare-and-set and its event, or
+    // `Store::finish_effect_on` on a row seen `submitted`: the compare-and-set and its event, or
     // `fallback` (a retry meeting its own write, or a fenced write: the transaction decides).
     "CREATE OR REPLACE FUNCTION exactly_finish_effect(p_key text, p_job text, p_token bigint,
        p_state text, p_answer text, p_raw bytea, p_total bigint, p_seen_state text,

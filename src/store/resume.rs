@@ -119,6 +119,22 @@ fn run_owner(
     .optional()
 }
 
+/// Who resumes a job's firings, and how it judges an earlier run's scheduler: silent for
+/// `silent_for`, or `gone` (see [`crate::firing::ResumeRules`]).
+pub(crate) struct Resumer<'a> {
+    pub owner: &'a str,
+    pub silent_for: chrono::Duration,
+    pub gone: &'a dyn Fn(&RunOwner) -> bool,
+}
+
+/// The instants a resume works with: the lease it takes ends at `lease_until`, and `running`
+/// firings before `oldest` are too old to resume.
+pub(crate) struct ResumeTimes<'a> {
+    pub lease_until: &'a str,
+    pub now: &'a str,
+    pub oldest: &'a str,
+}
+
 impl Store {
     /// Fires again, for the same slot, a firing whose run died with its scheduler (still
     /// `running`, its run never ended and its token no longer holds a live lease) or whose effect
@@ -129,18 +145,23 @@ impl Store {
     /// after its backoff ([`Resumed::not_before`]).
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
     /// silent). The caller must not be running the job itself. One transaction.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resume_firing(
         &mut self,
         job: &str,
-        owner: &str,
-        lease_until: &str,
-        now: &str,
-        oldest: &str,
-        silent_for: chrono::Duration,
-        gone: &dyn Fn(&RunOwner) -> bool,
+        by: &Resumer<'_>,
+        at: &ResumeTimes<'_>,
         retry: &RetryRules<'_>,
     ) -> Result<Resumed> {
+        let Resumer {
+            owner,
+            silent_for,
+            gone,
+        } = *by;
+        let ResumeTimes {
+            lease_until,
+            now,
+            oldest,
+        } = *at;
         self.write(|tx| {
             let now = tx.now(now);
             let mut out = Resumed::default();

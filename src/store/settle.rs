@@ -18,20 +18,21 @@ impl Store {
     /// live (with the clock-skew margin) is in flight and is not settled, unless `lease_check`
     /// is false (the caller knows the sender is gone). With `fence`, refused when stale.
     /// `actor` is who observed (recorded with the verdict).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn observe_verdict_on(
         &mut self,
         key: &str,
-        verdict: Option<Resolution>,
-        words: &str,
-        fence: Option<(&str, i64)>,
+        o: &Observed<'_>,
         seen: &Seen,
-        lease_check: bool,
-        actor: &str,
         now: Ts,
     ) -> Result<Verdict> {
+        let Observed {
+            verdict,
+            words,
+            fence,
+            lease_check,
+            actor,
+        } = *o;
         let now = crate::time::fmt(now);
-        let seen = Some(seen);
         self.write(|tx| {
             let now = tx.now(&now);
             let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
@@ -40,7 +41,7 @@ impl Store {
                 Some(Resolution::NotHappened) => "not happened",
                 _ => "can't tell",
             };
-            if let Some(seen) = seen.filter(|s| **s != row.seen() && !guard_off()) {
+            if *seen != row.seen() && !guard_off() {
                 let detail = crate::sanitize::inert_trunc(
                     &format!(
                         "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
@@ -119,18 +120,20 @@ impl Store {
     /// [`Resolved::InFlight`] unless `force`. `sender` is what the caller found of the process of
     /// the attempt it read (`attempt`); decided here, in the write's transaction, so a sender
     /// that submitted since the caller looked is judged by its lease.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resolve_effect(
         &mut self,
         key: &str,
-        how: Resolution,
-        by: &str,
-        note: Option<&str>,
-        evidence: Option<&str>,
-        force: bool,
+        s: &Settlement<'_>,
         (attempt, sender): (Option<&str>, Sender),
         now: Ts,
     ) -> Result<Resolved> {
+        let Settlement {
+            how,
+            by,
+            note,
+            evidence,
+            force,
+        } = *s;
         let now = crate::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);

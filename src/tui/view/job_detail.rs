@@ -10,7 +10,6 @@ pub(super) fn draw_job_detail(
     job: &str,
     d: &Detail,
 ) {
-    let w = area.width as usize;
     let Some(j) = app
         .snap
         .as_ref()
@@ -19,6 +18,36 @@ pub(super) fn draw_job_detail(
         empty_note(f, t, area, " this job is no longer in the snapshot");
         return;
     };
+    let info = head_lines(j, t, now, area.width as usize);
+    let runs: &[RunRow] = match &d.loaded {
+        Some(Loaded::Job { runs, .. }) => runs,
+        _ => &[],
+    };
+    let info_h = info.len() as u16;
+    let [info_area, legend, spark, runs_area] = Layout::vertical([
+        Constraint::Length(info_h),
+        Constraint::Length(1),
+        Constraint::Length(3),
+        Constraint::Min(2),
+    ])
+    .areas(area);
+    f.render_widget(Paragraph::new(info), info_area);
+    let times = RunTimes::of(j, runs);
+    let legend_line = times.legend(t, d.loaded.is_none(), legend.width as usize);
+    f.render_widget(Paragraph::new(legend_line), legend);
+    times.draw_sparkline(f, t, spark);
+    let rows = runs.iter().map(|r| run_row(r, times.lease_ms, t, now));
+    // The cursor picks a run (Enter shows its output); the table scrolls to keep it in view.
+    let selected = (!runs.is_empty()).then(|| d.scroll.min(runs.len() - 1));
+    let mut state = TableState::default().with_selected(selected);
+    let runs_table = table(&RUN_COLS, rows.collect(), runs_area, t);
+    f.render_stateful_widget(runs_table, runs_area, &mut state);
+}
+
+/// The job's head: its title and keys, its settings and lease, its numbers, its pause and
+/// warnings.
+fn head_lines(j: &JobRow, t: &Theme, now: Ts, w: usize) -> Vec<Line<'static>> {
+    let job = &j.job_key;
     let mut info = vec![Line::styled(
         clip(
             &format!(" Job {job} — Esc back, j/k pick a run, Enter its output, p pause/resume"),
@@ -26,46 +55,7 @@ pub(super) fn draw_job_detail(
         ),
         t.title(),
     )];
-    let lease = match (lease_left(j, now), &j.lease_owner) {
-        (Some(l), Some(o)) if l > 0 => format!(
-            "held by {} with fencing token {}, expires in {}",
-            inert(o),
-            dash(j.fencing_token),
-            human_age(l)
-        ),
-        (Some(l), Some(o)) => format!(
-            "expired {} ago (last holder {}, token {})",
-            human_age(-l),
-            inert(o),
-            dash(j.fencing_token)
-        ),
-        _ => format!("free (last token {})", dash(j.fencing_token)),
-    };
-    let (int_share, _) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
-    let (lse_share, _) = share(j.p99_ms, j.lease_ms);
-    for line in [
-        format!(
-            " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
-            inert(j.schedule.as_deref().unwrap_or("-")),
-            dash(j.interval_s.map(human_age)),
-            dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
-            inert(j.overlap.map_or("-", |o| o.name())),
-            j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
-            job_state(j, now),
-        ),
-        format!(" lease {lease}"),
-        format!(
-            " runs {}  p50 {}  p99 {} ({} of interval, {} of lease)  queue {}  suppressed {}  fenced {}",
-            j.runs,
-            dash(j.p50_ms.map(human_ms)),
-            dash(j.p99_ms.map(human_ms)),
-            int_share,
-            lse_share,
-            j.queue_depth,
-            j.duplicates_suppressed,
-            j.fenced_writes
-        ),
-    ] {
+    for line in settings_lines(j, now) {
         info.push(Line::raw(clip(&line, w)));
     }
     if j.paused {
@@ -86,138 +76,195 @@ pub(super) fn draw_job_detail(
     for x in &j.warnings {
         info.push(Line::styled(clip(&format!(" ! {x}"), w), t.bad()));
     }
-    let runs: &[RunRow] = match &d.loaded {
-        Some(Loaded::Job { runs, .. }) => runs,
-        _ => &[],
-    };
-    let info_h = info.len() as u16;
-    let [info_area, legend, spark, runs_area] = Layout::vertical([
-        Constraint::Length(info_h),
-        Constraint::Length(1),
-        Constraint::Length(3),
-        Constraint::Min(2),
-    ])
-    .areas(area);
-    f.render_widget(Paragraph::new(info), info_area);
-    // Durations oldest → newest, scaled so the top is the larger of interval, lease and the
-    // longest run: a bar near the top is a run that nearly overlapped the next or lost its lease.
-    let durations: Vec<Option<u64>> = runs
-        .iter()
-        .rev()
-        .map(|r| r.duration_ms.map(|d| d.max(0) as u64))
-        .collect();
-    let longest = durations.iter().flatten().copied().max().unwrap_or(0);
-    let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
-    let lease_ms = j.lease_ms.map(|ms| ms.max(0) as u64);
-    let top = longest
-        .max(interval_ms.unwrap_or(0))
-        .max(lease_ms.unwrap_or(0))
-        .max(1);
-    let over_lease = lease_ms
-        .map(|l| durations.iter().flatten().filter(|&&d| d > l).count())
-        .unwrap_or(0);
-    let over_interval = interval_ms
-        .map(|l| durations.iter().flatten().filter(|&&d| d > l).count())
-        .unwrap_or(0);
-    let pct = |x: Option<u64>| {
-        x.map(|v| format!("{}%", v * 100 / top))
-            .unwrap_or_else(|| "-".into())
-    };
-    let legend_text = if d.loaded.is_none() {
-        " run times: loading…".to_string()
-    } else if runs.is_empty() {
-        " run times: no runs recorded".to_string()
-    } else {
+    info
+}
+
+/// The job's settings, its lease, and its numbers: one line each.
+fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
+    let (int_share, _) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
+    let (lse_share, _) = share(j.p99_ms, j.lease_ms);
+    [
         format!(
-            " last {} run times, oldest→newest; top = {}; interval at {}, lease at {}; over lease {}{}, over interval {}{}",
-            runs.len(),
-            human_ms(top),
-            pct(interval_ms),
-            pct(lease_ms),
-            over_lease,
-            if over_lease > 0 { "!" } else { "" },
-            over_interval,
-            if over_interval > 0 { "!" } else { "" },
-        )
+            " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
+            inert(j.schedule.as_deref().unwrap_or("-")),
+            dash(j.interval_s.map(human_age)),
+            dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
+            inert(j.overlap.map_or("-", |o| o.name())),
+            j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
+            job_state(j, now),
+        ),
+        format!(" lease {}", lease_text(j, now)),
+        format!(
+            " runs {}  p50 {}  p99 {} ({} of interval, {} of lease)  queue {}  suppressed {}  fenced {}",
+            j.runs,
+            dash(j.p50_ms.map(human_ms)),
+            dash(j.p99_ms.map(human_ms)),
+            int_share,
+            lse_share,
+            j.queue_depth,
+            j.duplicates_suppressed,
+            j.fenced_writes
+        ),
+    ]
+}
+
+/// Who holds the job's lease and for how long, or since when it is free.
+fn lease_text(j: &JobRow, now: Ts) -> String {
+    match (lease_left(j, now), &j.lease_owner) {
+        (Some(l), Some(o)) if l > 0 => format!(
+            "held by {} with fencing token {}, expires in {}",
+            inert(o),
+            dash(j.fencing_token),
+            human_age(l)
+        ),
+        (Some(l), Some(o)) => format!(
+            "expired {} ago (last holder {}, token {})",
+            human_age(-l),
+            inert(o),
+            dash(j.fencing_token)
+        ),
+        _ => format!("free (last token {})", dash(j.fencing_token)),
+    }
+}
+
+/// The runs' durations oldest → newest, and the scale they are drawn to: the top is the larger
+/// of interval, lease and the longest run, so a bar near the top is a run that nearly
+/// overlapped the next or lost its lease.
+struct RunTimes {
+    durations: Vec<Option<u64>>,
+    top: u64,
+    interval_ms: Option<u64>,
+    lease_ms: Option<u64>,
+}
+
+impl RunTimes {
+    fn of(j: &JobRow, runs: &[RunRow]) -> RunTimes {
+        let durations: Vec<Option<u64>> = runs
+            .iter()
+            .rev()
+            .map(|r| r.duration_ms.map(|d| d.max(0) as u64))
+            .collect();
+        let longest = durations.iter().flatten().copied().max().unwrap_or(0);
+        let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
+        let lease_ms = j.lease_ms.map(|ms| ms.max(0) as u64);
+        let top = longest
+            .max(interval_ms.unwrap_or(0))
+            .max(lease_ms.unwrap_or(0))
+            .max(1);
+        RunTimes {
+            durations,
+            top,
+            interval_ms,
+            lease_ms,
+        }
+    }
+
+    /// How many runs took longer than `limit`.
+    fn over(&self, limit: Option<u64>) -> usize {
+        limit
+            .map(|l| self.durations.iter().flatten().filter(|&&d| d > l).count())
+            .unwrap_or(0)
+    }
+
+    /// The line over the sparkline: its scale and the runs over lease or interval.
+    fn legend(&self, t: &Theme, loading: bool, w: usize) -> Line<'static> {
+        let (over_lease, over_interval) = (self.over(self.lease_ms), self.over(self.interval_ms));
+        let pct = |x: Option<u64>| {
+            x.map(|v| format!("{}%", v * 100 / self.top))
+                .unwrap_or_else(|| "-".into())
+        };
+        let text = if loading {
+            " run times: loading…".to_string()
+        } else if self.durations.is_empty() {
+            " run times: no runs recorded".to_string()
+        } else {
+            format!(
+                " last {} run times, oldest→newest; top = {}; interval at {}, lease at {}; over lease {}{}, over interval {}{}",
+                self.durations.len(),
+                human_ms(self.top),
+                pct(self.interval_ms),
+                pct(self.lease_ms),
+                over_lease,
+                if over_lease > 0 { "!" } else { "" },
+                over_interval,
+                if over_interval > 0 { "!" } else { "" },
+            )
+        };
+        let style = if over_lease + over_interval > 0 {
+            t.bad()
+        } else {
+            t.dim()
+        };
+        Line::styled(clip(&text, w), style)
+    }
+
+    /// The newest runs that fit, one column each, past a one-column margin.
+    fn draw_sparkline(&self, f: &mut Frame, t: &Theme, spark: Rect) {
+        let spark_w = (spark.width as usize).saturating_sub(1);
+        let shown: Vec<Option<u64>> = self
+            .durations
+            .iter()
+            .skip(self.durations.len().saturating_sub(spark_w))
+            .copied()
+            .collect();
+        f.render_widget(
+            Sparkline::default()
+                .data(&shown)
+                .max(self.top)
+                .style(t.fg(Color::Cyan))
+                .absent_value_symbol("·"),
+            Rect {
+                x: spark.x + 1,
+                width: spark.width.saturating_sub(1),
+                ..spark
+            },
+        );
+    }
+}
+
+/// The runs table's columns.
+const RUN_COLS: [Col; 9] = [
+    col("STARTED", 8, 0),
+    col("AGO", 7, 0),
+    col("DURATION", 8, 0),
+    col("%LEASE", 7, 1),
+    col("OUTCOME", 10, 0),
+    col("EXIT", 4, 1),
+    col("TOKEN", 5, 1),
+    col("SLOT", 24, 3),
+    flex("OWNER", 12, 2),
+];
+
+/// One run's row of the table: a run longer than the lease is marked.
+fn run_row(r: &RunRow, lease_ms: Option<u64>, t: &Theme, now: Ts) -> Vec<C> {
+    let over = matches!((r.duration_ms, lease_ms), (Some(d), Some(l)) if d as u64 > l);
+    let over_style = if over { t.bad() } else { Style::new() };
+    let of_lease = match (r.duration_ms, lease_ms) {
+        (Some(d), Some(l)) if l > 0 => {
+            format!(
+                "{}%{}",
+                d.max(0) as u64 * 100 / l,
+                if over { "!" } else { "" }
+            )
+        }
+        _ => "-".into(),
     };
-    let legend_style = if over_lease + over_interval > 0 {
-        t.bad()
-    } else {
-        t.dim()
-    };
-    f.render_widget(
-        Paragraph::new(Line::styled(clip(&legend_text, w), legend_style)),
-        legend,
-    );
-    let spark_w = (spark.width as usize).saturating_sub(1);
-    let shown: Vec<Option<u64>> = durations
-        .iter()
-        .skip(durations.len().saturating_sub(spark_w))
-        .copied()
-        .collect();
-    f.render_widget(
-        Sparkline::default()
-            .data(&shown)
-            .max(top)
-            .style(t.fg(Color::Cyan))
-            .absent_value_symbol("·"),
-        Rect {
-            x: spark.x + 1,
-            width: spark.width.saturating_sub(1),
-            ..spark
-        },
-    );
-    let cols = [
-        col("STARTED", 8, 0),
-        col("AGO", 7, 0),
-        col("DURATION", 8, 0),
-        col("%LEASE", 7, 1),
-        col("OUTCOME", 10, 0),
-        col("EXIT", 4, 1),
-        col("TOKEN", 5, 1),
-        col("SLOT", 24, 3),
-        flex("OWNER", 12, 2),
-    ];
-    let rows = runs
-        .iter()
-        .map(|r| {
-            let over = matches!((r.duration_ms, lease_ms), (Some(d), Some(l)) if d as u64 > l);
-            vec![
-                plain(clock(&r.started_at)),
-                plain(ago(&r.started_at, now)),
-                (
-                    dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
-                    if over { t.bad() } else { Style::new() },
-                ),
-                (
-                    match (r.duration_ms, lease_ms) {
-                        (Some(d), Some(l)) if l > 0 => {
-                            format!(
-                                "{}%{}",
-                                d.max(0) as u64 * 100 / l,
-                                if over { "!" } else { "" }
-                            )
-                        }
-                        _ => "-".into(),
-                    },
-                    if over { t.bad() } else { Style::new() },
-                ),
-                {
-                    let o = r.outcome_or_running().to_string();
-                    let st = if r.failed() { t.bad() } else { Style::new() };
-                    (o, st)
-                },
-                plain(dash(r.exit_code)),
-                plain(r.fencing_token.to_string()),
-                plain(r.scheduled_at.clone()),
-                plain(r.owner.clone()),
-            ]
-        })
-        .collect();
-    // The cursor picks a run (Enter shows its output); the table scrolls to keep it in view.
-    let selected = (!runs.is_empty()).then(|| d.scroll.min(runs.len() - 1));
-    let mut state = TableState::default().with_selected(selected);
-    f.render_stateful_widget(table(&cols, rows, runs_area, t), runs_area, &mut state);
+    let outcome = r.outcome_or_running().to_string();
+    let outcome_style = if r.failed() { t.bad() } else { Style::new() };
+    vec![
+        plain(clock(&r.started_at)),
+        plain(ago(&r.started_at, now)),
+        (
+            dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
+            over_style,
+        ),
+        (of_lease, over_style),
+        (outcome, outcome_style),
+        plain(dash(r.exit_code)),
+        plain(r.fencing_token.to_string()),
+        plain(r.scheduled_at.clone()),
+        plain(r.owner.clone()),
+    ]
 }
 
 /// One run's stored output: stdout and stderr as they arrived, each line made inert, scrolled
@@ -259,9 +306,32 @@ pub(super) fn draw_run_output(
         f.render_widget(Paragraph::new(head), area);
         return;
     };
+    head.push(run_line(r, t, now, w));
+    let (lines, body_h) = output_lines(output, area);
+    let max_scroll = lines.len().saturating_sub(body_h);
+    let scroll = d.scroll.min(max_scroll);
+    let shown = if lines.is_empty() {
+        " (no output)".to_string()
+    } else {
+        format!(
+            " lines {}-{} of {}",
+            scroll + 1,
+            (scroll + body_h).min(lines.len()),
+            lines.len()
+        )
+    };
+    head.push(Line::styled(clip(&shown, w), t.head()));
+    for l in lines.iter().skip(scroll).take(body_h) {
+        head.push(Line::raw(format!(" {l}")));
+    }
+    f.render_widget(Paragraph::new(head), area);
+}
+
+/// What a run's output screen says of the run: its outcome, times, slot, token and owner.
+fn run_line(r: &RunRow, t: &Theme, now: Ts, w: usize) -> Line<'static> {
     let outcome = r.outcome_or_running();
     let bad = r.failed();
-    head.push(Line::styled(
+    Line::styled(
         clip(
             &format!(
                 " {}{} · started {} ({} ago) · took {} · slot {} · token {} · {}",
@@ -279,30 +349,7 @@ pub(super) fn draw_run_output(
             w,
         ),
         if bad { t.bad() } else { t.dim() },
-    ));
-    let (lines, body_h) = output_lines(output, area);
-    let max_scroll = lines.len().saturating_sub(body_h);
-    let scroll = d.scroll.min(max_scroll);
-    head.push(Line::styled(
-        clip(
-            &if lines.is_empty() {
-                " (no output)".to_string()
-            } else {
-                format!(
-                    " lines {}-{} of {}",
-                    scroll + 1,
-                    (scroll + body_h).min(lines.len()),
-                    lines.len()
-                )
-            },
-            w,
-        ),
-        t.head(),
-    ));
-    for l in lines.iter().skip(scroll).take(body_h) {
-        head.push(Line::raw(format!(" {l}")));
-    }
-    f.render_widget(Paragraph::new(head), area);
+    )
 }
 
 /// A run's output as its screen in `area` shows it: the lines (each made inert; long ones wrap,

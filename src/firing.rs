@@ -3,6 +3,7 @@
 //! [`crate::policy`]; the store records what they decide in one transaction with the lease
 //! claim, so a crash never leaves half a decision.
 use crate::policy::RetryRules;
+use crate::state::FiringKind;
 pub use crate::store::{
     DueFate, DueRequest, FireRequest, Fired, Resumed, RunOwner, Started, Waiting,
 };
@@ -36,7 +37,7 @@ impl Fired {
 
     /// What became of the `kind` firing at `slot`, in words: the scheduler's log line and the
     /// event a paused skip records.
-    pub fn describe(&self, kind: &str, slot: &str) -> String {
+    pub fn describe(&self, kind: FiringKind, slot: &str) -> String {
         match self {
             Fired::Started(s) => format!(
                 "{kind} firing at {slot} started run {} (token {}){}",

@@ -134,6 +134,38 @@ words! {
     }
 }
 
+/// Why a firing was fired: its schedule (on time, or caught up late), a person (`trigger`),
+/// or a backfill of past slots. Written to the firing's row; only this build writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiringKind {
+    /// The schedule's slot, on time.
+    Scheduled,
+    /// The schedule's slot, fired late within the catch-up window.
+    Catchup,
+    /// `exactly trigger` ("run now").
+    Manual,
+    /// `exactly backfill`: a past slot fired on purpose.
+    Backfill,
+}
+
+impl FiringKind {
+    /// The kind's word, as the firing's row and the log say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FiringKind::Scheduled => "scheduled",
+            FiringKind::Catchup => "catchup",
+            FiringKind::Manual => "manual",
+            FiringKind::Backfill => "backfill",
+        }
+    }
+}
+
+impl fmt::Display for FiringKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 words! {
     /// A firing's state (one row per job and scheduled instant).
     FiringState {

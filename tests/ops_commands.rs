@@ -66,12 +66,11 @@ fn runs_days_ago(site: &Site, job: &str, n: i64, outcome: RunOutcome, ms: i64) {
             &firing::FireRequest {
                 job,
                 slot: &slot,
-                kind: "scheduled",
+                kind: exactly::state::FiringKind::Scheduled,
                 owner: "s0@old-host:1",
                 lease_until: &until,
                 now: &slot,
                 overlap: exactly::policy::Overlap::Coalesce,
-                backfill: false,
                 live_here: false,
             },
         )

@@ -382,12 +382,11 @@ fn old_runs(
             &firing::FireRequest {
                 job,
                 slot: &slot,
-                kind: "scheduled",
+                kind: exactly::state::FiringKind::Scheduled,
                 owner: "s0@old-host:1",
                 lease_until: &until,
                 now: &slot,
                 overlap: exactly::policy::Overlap::Coalesce,
-                backfill: false,
                 live_here: false,
             },
         )

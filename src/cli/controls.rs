@@ -4,6 +4,7 @@
 use crate::firing::{self, FireRequest, Fired};
 use crate::runner::{execute, registered, run_here, Schedule};
 use crate::sanitize::inert;
+use crate::state::FiringKind;
 use crate::state::RunOutcome;
 use crate::{jobs, lease, time, Access, Error, Result, Store};
 use clap::Args;
@@ -99,17 +100,16 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
         &FireRequest {
             job: &a.job,
             slot: &slot,
-            kind: "manual",
+            kind: FiringKind::Manual,
             owner: &owner,
             lease_until: &until,
             now: &slot,
             overlap: reg.overlap,
-            backfill: false,
             live_here: false,
         },
     )?;
     // The outcome in the words the scheduler's log uses for the same firing.
-    let words = inert(&fired.describe("manual", &slot));
+    let words = inert(&fired.describe(FiringKind::Manual, &slot));
     use serde_json::json;
     let (code, text, v) = match fired {
         Fired::Started(st) => {
@@ -301,16 +301,15 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 &FireRequest {
                     job: &a.job,
                     slot: &slot_text,
-                    kind: "backfill",
+                    kind: FiringKind::Backfill,
                     owner: &owner,
                     lease_until: &time::fmt(time::add(now, reg.lease)),
                     now: &time::fmt(now),
                     overlap: reg.overlap,
-                    backfill: true,
                     live_here: false,
                 },
             )?;
-            let words = inert(&fired.describe("backfill", &slot_text));
+            let words = inert(&fired.describe(FiringKind::Backfill, &slot_text));
             match fired {
                 Fired::Started(s) => {
                     let token = s.token;

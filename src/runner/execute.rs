@@ -11,7 +11,7 @@ use super::output::{flush_output, LogBuf, Output, OUTPUT_FLUSH};
 use super::spawn::{start_command, Running};
 use super::spawner::Launch;
 use crate::firing::{self, Started};
-use crate::state::RunOutcome;
+use crate::state::{FiringKind, RunOutcome};
 use crate::{effect, time, Result};
 use crate::{Access, Store};
 use std::os::unix::process::ExitStatusExt;
@@ -600,7 +600,7 @@ pub fn log_line(level: Level, job: &str, msg: &str) {
 }
 
 /// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
-pub fn report(job: &str, kind: &str, slot: &str, fired: &crate::firing::Fired) {
+pub fn report(job: &str, kind: FiringKind, slot: &str, fired: &crate::firing::Fired) {
     let level = super::log::level(fired.level());
     log_line(level, job, &fired.describe(kind, slot));
 }

@@ -8,6 +8,7 @@ use super::health::Health;
 use super::log;
 use super::share::Share;
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
+use crate::state::FiringKind;
 use crate::time::{self, Ts};
 use crate::{Error, Result, Store};
 use std::path::PathBuf;
@@ -518,12 +519,16 @@ fn fire_batches(
             }
         }
         let now_text = time::fmt(now);
-        let parts: Vec<(usize, Ts, String, String, &str)> = batch
+        let parts: Vec<(usize, Ts, String, String, FiringKind)> = batch
             .iter()
             .map(|&(slot, i)| {
                 let due_at = states[i].job.due_at(slot);
                 let late = (now - due_at).num_milliseconds() > LATE_OK.as_millis() as i64;
-                let kind = if late { "catchup" } else { "scheduled" };
+                let kind = if late {
+                    FiringKind::Catchup
+                } else {
+                    FiringKind::Scheduled
+                };
                 let until = time::fmt(time::add(now, states[i].job.lease));
                 (i, slot, time::fmt(slot), until, kind)
             })
@@ -536,12 +541,11 @@ fn fire_batches(
                 fire: FireRequest {
                     job: &states[*i].job.name,
                     slot,
-                    kind,
+                    kind: *kind,
                     owner: &t.cfg.owner,
                     lease_until: until,
                     now: &now_text,
                     overlap: states[*i].job.overlap,
-                    backfill: false,
                     live_here: live_here(t.runs, &states[*i].job.name),
                 },
                 // Counted from its slot: its jitter, then its start window.

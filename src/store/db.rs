@@ -85,6 +85,7 @@ word_arg!(
     crate::state::EffectState,
     crate::state::ApprovalState,
     crate::state::FiringState,
+    crate::state::FiringKind,
     crate::state::RunOutcome,
     crate::state::EventKind
 );

@@ -8,7 +8,7 @@ use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::policy::{Overlap, WhileLive};
-use crate::state::{EventKind, FiringState};
+use crate::state::{EventKind, FiringKind, FiringState};
 use crate::Result;
 
 /// A firing about to be decided.
@@ -18,8 +18,9 @@ pub struct FireRequest<'a> {
     pub job: &'a str,
     /// The scheduled instant (fixed-width UTC): with the job, the firing's identity.
     pub slot: &'a str,
-    /// `scheduled`, `catchup`, `manual` or `backfill`.
-    pub kind: &'a str,
+    /// Why it is fired. A backfill waits for a busy lease (nothing recorded) instead of
+    /// applying the overlap policy, and may take over a firing that never ran.
+    pub kind: FiringKind,
     /// Who fires it: the lease owner its run would hold.
     pub owner: &'a str,
     /// When the lease a run would win ends.
@@ -28,9 +29,6 @@ pub struct FireRequest<'a> {
     pub now: &'a str,
     /// The job's overlap policy, applied while a run is live.
     pub overlap: Overlap,
-    /// Backfill: a busy lease is waited for (nothing recorded) instead of applying the overlap
-    /// policy, and a firing that never ran may be taken over.
-    pub backfill: bool,
     /// The caller is itself running this job right now: its run is live whatever the lease row
     /// says (a heartbeat may be late), so the overlap policy applies without a claim.
     pub live_here: bool,
@@ -479,7 +477,7 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         )
         .optional()?;
     if let Some((state, owner)) = existing {
-        if !(f.backfill && state.never_ran()) {
+        if !(f.kind == FiringKind::Backfill && state.never_ran()) {
             let fired = Fired::Duplicate { state, owner };
             fate_event(tx, f, EventKind::FiringDuplicate, None, &fired)?;
             return Ok(fired);
@@ -494,7 +492,7 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     // An earlier firing that waits for the lease (its run died, its effect never happened, or
     // it is queued) goes first: a new slot that took the free lease would pass it, and under
     // coalesce the waiting one would then sit behind every later slot.
-    let waiting = if f.live_here || f.backfill {
+    let waiting = if f.live_here || f.kind == FiringKind::Backfill {
         None
     } else {
         waiting_before(tx, f)?
@@ -535,7 +533,7 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             token,
             until,
         } => {
-            if f.backfill {
+            if f.kind == FiringKind::Backfill {
                 return Ok(Fired::Busy { holder, until });
             }
             let waiting = waiting.map(|(_, _, w)| w);

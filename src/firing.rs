@@ -120,8 +120,8 @@ pub fn writes_first(store: &mut Store) {
 
 /// Every job whose lease is free at `now` and that has a queued firing or one to resume: one
 /// read per scheduler tick for all jobs.
-pub fn waiting_jobs(store: &mut Store, now: &str) -> Result<Vec<(String, Waiting)>> {
-    store.waiting_jobs(now)
+pub fn waiting_jobs(store: &mut Store, now: time::Ts) -> Result<Vec<(String, Waiting)>> {
+    store.waiting_jobs(&time::fmt(now))
 }
 
 /// The latest slot the schedule itself fired (manual and backfill firings do not count).
@@ -153,8 +153,8 @@ pub fn recorded(
 }
 
 /// What waits to start for a job whose lease is free at `now`.
-pub fn waiting(store: &mut Store, job: &str, now: &str) -> Result<Waiting> {
-    store.waiting(job, now)
+pub fn waiting(store: &mut Store, job: &str, now: time::Ts) -> Result<Waiting> {
+    store.waiting(job, &time::fmt(now))
 }
 
 /// Starts the oldest queued firing of a job if its lease can be won (and it is not paused).
@@ -162,10 +162,11 @@ pub fn start_queued(
     store: &mut Store,
     job: &str,
     owner: &str,
-    lease_until: &str,
-    now: &str,
+    lease_until: time::Ts,
+    now: time::Ts,
 ) -> Result<Option<Started>> {
-    store.start_queued(job, owner, lease_until, now)
+    let (until, now) = (time::fmt(lease_until), time::fmt(now));
+    store.start_queued(job, owner, &until, &now)
 }
 
 /// How a scheduler judges whether another's run is dead before it resumes that run's firing.
@@ -215,9 +216,9 @@ pub use crate::store::{AfterFailure, FailureRules};
 pub fn resume(
     store: &mut Store,
     job: &str,
-    lease_until: &str,
-    now: &str,
-    oldest: &str,
+    lease_until: time::Ts,
+    now: time::Ts,
+    oldest: time::Ts,
     rules: &ResumeRules,
     retry: &RetryRules<'_>,
 ) -> Result<Resumed> {
@@ -228,10 +229,11 @@ pub fn resume(
         silent_for: silent,
         gone: &gone,
     };
+    let (lease_until, now, oldest) = (time::fmt(lease_until), time::fmt(now), time::fmt(oldest));
     let at = crate::store::ResumeTimes {
-        lease_until,
-        now,
-        oldest,
+        lease_until: &lease_until,
+        now: &now,
+        oldest: &oldest,
     };
     store.resume_firing(job, &by, &at, retry)
 }

@@ -246,7 +246,7 @@ pub fn run(
             health: &mut health,
             rules: &rules,
         };
-        match firing::waiting_jobs(t.store, &time::fmt(now)) {
+        match firing::waiting_jobs(t.store, now) {
             Ok(waiting) => {
                 share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
                 for (name, w) in waiting {
@@ -325,13 +325,12 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
     if live_here(runs, &job.name) {
         return Ok(true);
     }
-    let now_text = time::fmt(now);
-    let until = time::fmt(time::add(now, job.lease));
+    let until = time::add(now, job.lease);
     // The run's local deadline counts from before the write that grants its lease.
     let asked = Instant::now();
     let mut started = None;
     if waiting.queued {
-        started = firing::start_queued(store, &job.name, &cfg.owner, &until, &now_text)?
+        started = firing::start_queued(store, &job.name, &cfg.owner, until, now)?
             .map(|s| (Level::INFO, "a queued firing", s, false));
     }
     // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
@@ -339,7 +338,7 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
     if started.is_none() && waiting.resumable {
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
-        let oldest = time::fmt(now - window);
+        let oldest = now - window;
         let policy = job.policy;
         let name = job.name.clone();
         let backoff = move |slot: &str, runs: i64| policy.backoff(&name, slot, runs);
@@ -347,7 +346,7 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
             attempts: policy.attempts(),
             backoff: &backoff,
         };
-        let resumed = firing::resume(store, &job.name, &until, &now_text, &oldest, rules, &retry)?;
+        let resumed = firing::resume(store, &job.name, until, now, oldest, rules, &retry)?;
         st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
         for (slot, n) in &resumed.gave_up {
             tracing::error!(job = %job.name, "firing at {slot} GAVE UP after {n} runs: not run again; check its effects by hand");

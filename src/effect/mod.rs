@@ -15,10 +15,10 @@ mod command;
 mod drive;
 mod machine;
 
+#[cfg(feature = "proof")]
+pub use crate::store::switch_guard_off_for_proof;
 pub use crate::store::SUBMIT_MIN_LEFT;
-pub use crate::store::{
-    switch_guard_off_for_proof, Begin, Granted, LedgerRow, Seen, Submit, Verdict,
-};
+pub use crate::store::{Begin, Granted, LedgerRow, Seen, Submit, Verdict};
 pub use command::{observe_with, observe_within, CommandEffect, OBSERVE_TIMEOUT};
 pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};

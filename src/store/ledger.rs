@@ -12,18 +12,28 @@ use crate::state::{ApprovalState, EffectState};
 use crate::time::Ts;
 use crate::Result;
 
+/// The proof switch (`proof` feature, built only for the tests).
+#[cfg(feature = "proof")]
 static GUARD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Switches off the compare-and-set on the version a writer read and the in-flight check,
 /// leaving the guard this crate had before them (state checks and fencing only), so a test can
-/// show that its interleavings find the duplicate they prevent. For that proof only.
-#[doc(hidden)]
+/// show that its interleavings find the duplicate they prevent. For that proof only: it exists
+/// only in a build with the `proof` feature, which the test suite turns on.
+#[cfg(feature = "proof")]
 pub fn switch_guard_off_for_proof(off: bool) {
     GUARD_OFF.store(off, std::sync::atomic::Ordering::SeqCst);
 }
 
+#[cfg(feature = "proof")]
 pub(super) fn guard_off() -> bool {
     GUARD_OFF.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Without the `proof` feature the guard is always on.
+#[cfg(not(feature = "proof"))]
+pub(super) const fn guard_off() -> bool {
+    false
 }
 
 /// The SQL condition "the row is still as seen" over parameters ?S (state), ?V (version) and ?U

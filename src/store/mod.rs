@@ -46,7 +46,9 @@ pub use firing::{
 };
 pub use job::{JobRecord, Registered};
 pub use lease::{LeaseClaim, LeaseRow};
-pub use ledger::{switch_guard_off_for_proof, SUBMIT_MIN_LEFT};
+#[cfg(feature = "proof")]
+pub use ledger::switch_guard_off_for_proof;
+pub use ledger::SUBMIT_MIN_LEFT;
 pub use ledger_rows::{
     Begin, Granted, LedgerRow, NewEffect, Observed, Resolution, Resolved, Seen, SendEnd, Sending,
     SentBy, Settlement, Submission, Submit, Verdict,

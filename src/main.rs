@@ -10,9 +10,8 @@ mod tui;
 // The library under the names the application's modules use (`crate::lease`, `crate::open`).
 use exactly::{
     actor, approval, db_exists, db_identity, db_path, effect, fault, firing, health, host,
-    is_server_db, jobs, json, key, lease, metrics, open, policy, refuse_new_databases, sanitize,
-    schedule, sender, shown_db, snapshot, state, time, wrapped, Access, Error, Result, Store,
-    SCHEMA_VERSION,
+    is_server_db, jobs, json, key, lease, open, policy, refuse_new_databases, sanitize, schedule,
+    sender, shown_db, snapshot, state, time, wrapped, Access, Error, Result, Store, SCHEMA_VERSION,
 };
 
 fn main() {

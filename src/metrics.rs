@@ -1,7 +1,6 @@
 //! What renders only a [`Snapshot`]: `status` (text and JSON) and `metrics` (OpenMetrics and
-//! Prometheus text, through prometheus-client). The model itself lives in `snapshot.rs`; its
-//! types are re-exported here so `metrics::Snapshot` keeps naming it.
-pub use crate::snapshot::*;
+//! Prometheus text, through prometheus-client). The model itself lives in `snapshot.rs`.
+use crate::snapshot::{JobRow, Snapshot, RUN_BUCKETS_MS};
 
 use crate::sanitize::inert;
 use crate::time::{human_age, human_ms};

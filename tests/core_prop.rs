@@ -2,7 +2,7 @@
 //! workers and a moving clock, against a real SQLite file.
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
 use exactly::lease::{self, Claim};
-use exactly::metrics::Snapshot;
+use exactly::snapshot::Snapshot;
 use exactly::Store;
 use proptest::prelude::*;
 use std::collections::HashMap;

@@ -14,7 +14,7 @@
 mod support;
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease::{self, Claim};
-use exactly::metrics::Snapshot;
+use exactly::snapshot::Snapshot;
 use exactly::state::EffectState;
 use exactly::Store;
 use proptest::prelude::*;

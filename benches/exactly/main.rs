@@ -18,7 +18,7 @@
 //! `exactly run` as 1 and as 3 schedulers on 1,500 jobs every 5 s: command-start lag, each
 //! slot run exactly once, transactions per firing, jobs per scheduler.
 use exactly::effect::{self, Effect, Failure, Observation, Spec};
-use exactly::metrics::Snapshot;
+use exactly::snapshot::Snapshot;
 use exactly::{lease, Store};
 use rusqlite::{params, Connection};
 use serde_json::{json, Map, Value};

@@ -5,7 +5,7 @@
 //! Which arguments want a job or an effect key comes from the command tree: an argument named
 //! `job` (`--job`, `exactly trigger JOB`) wants a job, one named `key` (`exactly approve KEY`)
 //! an effect key, so a new command's arguments complete without touching this file.
-use crate::metrics::Snapshot;
+use crate::snapshot::Snapshot;
 use crate::Result;
 use clap::{Args, ValueEnum};
 use clap_complete::Shell;

@@ -68,7 +68,7 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
 pub(super) fn print_run(
     store: &mut Store,
     out: &mut impl std::io::Write,
-    run: &crate::metrics::RunRow,
+    run: &crate::snapshot::RunRow,
     follow: bool,
 ) -> Result<bool> {
     eprintln!(

@@ -19,7 +19,7 @@ mod pipe;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
-use crate::metrics::Snapshot;
+use crate::snapshot::Snapshot;
 use crate::state::ApprovalState;
 use crate::wrapped::LeaseWatch;
 use crate::{approval, jobs, key, lease, sanitize::inert, time, Error, Result};

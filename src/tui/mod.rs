@@ -12,8 +12,8 @@ pub use state::{App, Focus, Loaded, Options, Pending, Reply, Report, Request};
 pub use view::draw;
 
 use crate::approval::{Decided, Resolved};
-use crate::metrics::Snapshot;
 use crate::sanitize::inert;
+use crate::snapshot::Snapshot;
 use crate::{approval, effect, jobs, snapshot, Access, Error, Result, Store};
 use clap::Args;
 use crossterm::event::{Event, KeyEventKind};

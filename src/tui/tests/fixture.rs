@@ -5,7 +5,7 @@ use crate::tui::{draw, serve, App, Options, Request};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
-use exactly::metrics::Snapshot;
+use exactly::snapshot::Snapshot;
 use exactly::time::Ts;
 use exactly::Store;
 use ratatui::backend::TestBackend;

@@ -59,6 +59,12 @@ impl Drop for Children {
 }
 
 pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
+    // Ctrl-C, a closed terminal or a kill ends the demo the same way as its time running out,
+    // so its folder is still removed: heard from the start, before anything is made.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register(sig, interrupted.clone())?;
+    }
     let exe = std::env::current_exe()?;
     let exe_s = exe.to_string_lossy().into_owned();
     let dir = std::env::temp_dir().join(format!("exactly-demo-{}", std::process::id()));
@@ -87,12 +93,6 @@ pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
         children.0.push(scheduler(&exe, &db_path, &dir, owner)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    // Ctrl-C, a closed terminal or a kill ends the demo the same way as its time running out,
-    // so its folder is still removed.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        signal_hook::flag::register(sig, interrupted.clone())?;
-    }
     let legacy = {
         let stop = stop.clone();
         let (db_path, dir) = (db_path.clone(), dir.clone());

@@ -175,7 +175,7 @@ impl Snapshot {
     }
 
     /// The snapshot as a Prometheus registry (`prometheus-client`): it names, types and
-    /// escapes every series ([`METRICS`]), so label values are the jobs' exact names.
+    /// escapes every series (`METRICS`), so label values are the jobs' exact names.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::default();
         for m in METRICS {

@@ -47,8 +47,8 @@ pub struct Started {
     pub stolen_from: Option<(String, i64)>,
 }
 
-/// What [`Store::resume_firing`] did: the run it started, and the firings it gave up on
-/// (slot, runs it had).
+/// What resuming a job's firings (`firing::resume`) did: the run it started, and the firings
+/// it gave up on (slot, runs it had).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Resumed {
     /// The run started, if one was.
@@ -134,7 +134,7 @@ pub enum Fired {
         /// Who paused the job.
         by: Option<String>,
     },
-    /// A run is live (or an earlier firing goes first, see [`Fired::waiting`]) and the policy
+    /// A run is live (or an earlier firing goes first, see `Fired::waiting`) and the policy
     /// is coalesce: dropped, recorded.
     Coalesced {
         /// The lease owner of the live run.

@@ -142,7 +142,7 @@ pub enum Begin {
     /// Our row was inserted in state `claimed`, as seen here.
     Claimed(Seen),
     /// Our row was inserted in state `submitted` for our attempt, as seen here
-    /// ([`Store::begin_and_submit_effect`]): send it, within the lease granted.
+    /// (`Store::begin_and_submit_effect`): send it, within the lease granted.
     Submitted(Seen, Granted),
     /// A row already exists for the key: branch on its state. With it, whether the lease under
     /// which it was submitted may still be live (its token's lease ends after now minus the
@@ -239,7 +239,7 @@ pub enum Submit {
         /// The lease the send may go on under.
         granted: Granted,
     },
-    /// Less than [`SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
+    /// Less than [`super::SUBMIT_MIN_LEFT`] of our lease is left (or it was released): the lease is
     /// the permission to send, so nothing is sent. Renew it and try again.
     LeaseEnding {
         /// When our lease ends; None when it was released.

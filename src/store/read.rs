@@ -217,7 +217,7 @@ fn indexed_queries() -> Vec<String> {
 }
 
 impl Store {
-    /// Each of [`indexed_queries`] with its plan, as the database explains it (SQLite's
+    /// Each of `indexed_queries` with its plan, as the database explains it (SQLite's
     /// `EXPLAIN QUERY PLAN` details; PostgreSQL's `EXPLAIN` lines).
     pub fn plans(&mut self) -> Result<Vec<(String, Vec<String>)>> {
         let pg = self.is_pg();

@@ -37,15 +37,16 @@ pub fn alias_each(v: &mut Value, key: &str) {
     }
 }
 
+/// The version of the `--json` outputs' shape: it goes up only when a key is removed or changes
+/// meaning (keys are otherwise only added). `schema_version` is the database's.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
 /// Adds `schema_version` and `json_schema_version` to an output that has none.
 pub fn versioned(v: &mut Value) {
     if let Some(o) = v.as_object_mut() {
         let mut head = Map::new();
         head.insert("schema_version".into(), crate::SCHEMA_VERSION.into());
-        head.insert(
-            "json_schema_version".into(),
-            crate::metrics::JSON_SCHEMA_VERSION.into(),
-        );
+        head.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
         for (k, x) in head {
             o.entry(k).or_insert(x);
         }

@@ -11,10 +11,6 @@ use prometheus_client::registry::Registry;
 use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
 
-/// The version of `status --json`'s shape: it goes up only when a key is removed or changes
-/// meaning (keys are otherwise only added). `schema_version` is the database's.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
-
 impl Snapshot {
     /// `status --json`: the snapshot the dashboard draws, serialised whole (serde), with
     /// `json_schema_version` and `totals.schedulers_alive` added.
@@ -24,7 +20,10 @@ impl Snapshot {
         crate::json::alias_each(&mut v, "jobs");
         crate::json::alias_each(&mut v, "unknown");
         if let Some(o) = v.as_object_mut() {
-            o.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
+            o.insert(
+                "json_schema_version".into(),
+                crate::json::JSON_SCHEMA_VERSION.into(),
+            );
             if let Some(t) = o.get_mut("totals").and_then(|t| t.as_object_mut()) {
                 t.insert("schedulers_alive".into(), self.schedulers_alive.into());
             }

@@ -152,9 +152,8 @@ fn read_lease(
                     let mut until = l.lease_until.clone();
                     if let Some(e) = &spec.effect {
                         if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
-                            match crate::effect::extend_sender(
-                                s, &e.key, &e.attempt, &spec.job, spec.token, &until,
-                            ) {
+                            match s.extend_sender(&e.key, &e.attempt, &spec.job, spec.token, &until)
+                            {
                                 Ok(true) => recorded = Some(until.clone()),
                                 // Not recorded: the deadline stays the recorded one.
                                 _ => until = recorded.clone().unwrap_or(until),

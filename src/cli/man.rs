@@ -2,7 +2,7 @@
 //! `exactly-lease-claim(1)`, …: every name a page points at exists) and the jobs file's
 //! `exactly-jobs(5)`, each with EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO. clap_mangen
 //! renders what clap knows (synopsis, options, examples); `manual.rs` says the rest.
-use super::manual::{self, Code};
+use super::manual::{self, roff, section};
 use crate::{Error, Result};
 use clap::{Args, CommandFactory};
 use std::io::Write;
@@ -153,15 +153,6 @@ fn render_sections(page: &Page, pages: &[Page], w: &mut dyn Write) -> std::io::R
     see_also(page, pages, w)
 }
 
-/// A section of tagged paragraphs.
-pub(super) fn section(w: &mut dyn Write, title: &str, items: &[Code]) -> std::io::Result<()> {
-    writeln!(w, ".SH \"{title}\"")?;
-    for (tag, text) in items {
-        writeln!(w, ".TP\n\\fB{}\\fR\n{}", roff(tag), roff(text))?;
-    }
-    Ok(())
-}
-
 /// exactly(1) points at every page; a subcommand's page at exactly(1), its own subcommands'
 /// pages and the jobs file's; the jobs file's at the pages that read it.
 fn see_also(page: &Page, pages: &[Page], w: &mut dyn Write) -> std::io::Result<()> {
@@ -195,14 +186,4 @@ fn see_also(page: &Page, pages: &[Page], w: &mut dyn Write) -> std::io::Result<(
         .map(|p| format!("\\fB{}\\fR({})", roff(&p.name), p.section))
         .collect();
     writeln!(w, "{}", names.join(", "))
-}
-
-/// Text made safe for roff: backslashes and hyphens escaped, no line read as a request.
-pub(super) fn roff(text: &str) -> String {
-    let s = text.replace('\\', "\\e").replace('-', "\\-");
-    if s.starts_with('.') || s.starts_with('\'') {
-        format!("\\&{s}")
-    } else {
-        s
-    }
 }

@@ -1,6 +1,6 @@
 //! `exactly-jobs(5)`: the jobs file `exactly run` and `exactly check` read — every key with
 //! its type, default and an example. A unit test keeps it in step with `runner::config`'s keys.
-use super::man::{roff, section};
+use super::manual::{roff, section};
 use std::io::Write;
 
 /// One key of the jobs file.

@@ -2,6 +2,7 @@
 //! contract: docs/contract.md), the environment and the files. `--help` gets the exit codes
 //! appended to each command's text ([`command`]); `man.rs` renders all three as sections.
 use clap::CommandFactory;
+use std::io::Write;
 
 /// One exit code and what it means for a command.
 pub type Code = (&'static str, &'static str);
@@ -207,4 +208,23 @@ fn with_exit_codes(mut cmd: clap::Command, path: &str) -> clap::Command {
         None => exit_help(path),
     };
     cmd.after_help(text)
+}
+
+/// A section of tagged paragraphs.
+pub(super) fn section(w: &mut dyn Write, title: &str, items: &[Code]) -> std::io::Result<()> {
+    writeln!(w, ".SH \"{title}\"")?;
+    for (tag, text) in items {
+        writeln!(w, ".TP\n\\fB{}\\fR\n{}", roff(tag), roff(text))?;
+    }
+    Ok(())
+}
+
+/// Text made safe for roff: backslashes and hyphens escaped, no line read as a request.
+pub(super) fn roff(text: &str) -> String {
+    let s = text.replace('\\', "\\e").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        format!("\\&{s}")
+    } else {
+        s
+    }
 }

@@ -1,6 +1,8 @@
 //! The operator's listings: `exactly jobs`, `exactly effects --state S`, and `status --check`.
 //! Each reads through the library (`Snapshot::read`, `effect::in_state`) and only renders.
 use super::*;
+// `jobs --json` and `effects --json` share `status --json`'s shape version.
+use crate::json::JSON_SCHEMA_VERSION;
 use crate::sanitize::inert_trunc;
 use crate::snapshot::JobRow;
 use crate::state::EffectState;
@@ -26,10 +28,6 @@ pub struct EffectsArgs {
     #[arg(long)]
     pub json: bool,
 }
-
-/// The version of the shapes of `jobs --json` and `effects --json`, as `status --json`'s
-/// `json_schema_version` (`schema_version` is the database's, as there).
-const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// What a job is doing, in one word: `retired`, `paused`, `running` (a run has no outcome
 /// yet), `failing` (its last run failed or timed out), `ok`, or `idle` (never ran).

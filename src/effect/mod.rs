@@ -337,16 +337,3 @@ pub fn sender(row: &LedgerRow) -> Sender {
         crate::sender::Judged::Clash => Sender::Clash,
     }
 }
-
-/// Moves the deadline a `submitted` row carries on to `until` (its sender's lease, renewed):
-/// the sender may send past its old deadline only once the row says so.
-pub fn extend_sender(
-    store: &mut Store,
-    key: &str,
-    attempt: &str,
-    job: &str,
-    token: i64,
-    until: &str,
-) -> Result<bool> {
-    store.extend_sender(key, attempt, job, token, until)
-}

@@ -136,7 +136,7 @@ impl Job {
     pub fn start_window(&self) -> Duration {
         self.policy
             .starting_deadline
-            .unwrap_or(self.catchup + super::scheduler::LATE_OK)
+            .unwrap_or(self.catchup + crate::schedule::LATE_OK)
     }
 }
 
@@ -145,7 +145,7 @@ impl Job {
 /// rounded up. The registry keeps it as `catchup_s`, so a reader (`status`, `top`) does not
 /// count a firing still waiting out its jitter as missed.
 pub fn late_allowed_s(job: &Job) -> i64 {
-    let late = (job.start_window() + job.policy.jitter).saturating_sub(super::scheduler::LATE_OK);
+    let late = (job.start_window() + job.policy.jitter).saturating_sub(crate::schedule::LATE_OK);
     late.as_millis().div_ceil(1000) as i64
 }
 

@@ -23,7 +23,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// commit of about 10 ms (it was 32 to a transaction, so that runs' writes got the lock between
 /// batches; the write lanes, see `store/gate.rs`, now put firings before runs' ends).
 const FIRE_BATCH: usize = 512;
-pub use crate::schedule::LATE_OK;
+use crate::schedule::LATE_OK;
 /// Most late slots fired in one tick (a long catch-up window on a fast job).
 const CATCHUP_MAX: usize = 10_000;
 /// How far back a firing whose run died is fired again (a firing marked for retry by an

@@ -81,7 +81,7 @@ pub fn check(snap: &Snapshot) -> Health {
     let registered = snap
         .jobs
         .iter()
-        .filter(|j| j.schedule.is_some() && !j.retired && !j.paused)
+        .filter(|j| j.settings.schedule.is_some() && !j.retired && !j.paused)
         .count();
     if registered > 0 && snap.schedulers_alive == 0 {
         reasons.push((

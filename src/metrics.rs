@@ -268,8 +268,12 @@ fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
         j.runs_failed,
         j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),
         j.p99_ms.map(human_ms).unwrap_or_else(|| "-".into()),
-        j.interval_s.map(human_age).unwrap_or_else(|| "-".into()),
-        j.lease_ms
+        j.settings
+            .interval_s
+            .map(human_age)
+            .unwrap_or_else(|| "-".into()),
+        j.settings
+            .lease_ms
             .map(|ms| human_ms(ms.max(0) as u64))
             .unwrap_or_else(|| "-".into()),
         j.fencing_token
@@ -292,7 +296,7 @@ fn job_notes(s: &mut String, j: &JobRow) {
                 .unwrap_or_default()
         );
     }
-    if let (Some(d), Some(tz)) = (&j.dst, &j.timezone) {
+    if let (Some(d), Some(tz)) = (&j.dst, &j.settings.timezone) {
         let _ = writeln!(
             s,
             "  daylight saving in {}: repeated hour {}, skipped hour {}",
@@ -417,7 +421,7 @@ const METRICS: &[Metric] = &[
         read: Read::Gauge(|s| {
             s.jobs
                 .iter()
-                .filter(|j| j.schedule.is_some() && !j.retired)
+                .filter(|j| j.settings.schedule.is_some() && !j.retired)
                 .count() as i64
         }),
     },
@@ -482,12 +486,12 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "exactly_job_interval_seconds",
         help: "Schedule interval",
-        read: Read::JobGauge(|j| j.interval_s.map(|v| v as f64)),
+        read: Read::JobGauge(|j| j.settings.interval_s.map(|v| v as f64)),
     },
     Metric {
         name: "exactly_job_lease_seconds",
         help: "Lease duration",
-        read: Read::JobGauge(|j| j.lease_ms.map(|v| secs(v.max(0) as u64))),
+        read: Read::JobGauge(|j| j.settings.lease_ms.map(|v| secs(v.max(0) as u64))),
     },
     Metric {
         name: "exactly_job_fencing_token",

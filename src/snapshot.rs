@@ -52,8 +52,8 @@ pub struct Snapshot {
 
 pub use crate::state::{is_failure, FAILING_OUTCOMES};
 pub use crate::store::rows::{
-    ApprovalView, EventRow, JobRow, NotificationCount, OpenEffect, Reading, Replaced, RunRow,
-    SchedulerRow, Window, RUN_BUCKETS_MS,
+    ApprovalView, EventRow, JobRow, JobSettings, NotificationCount, OpenEffect, Reading, Replaced,
+    RunRow, SchedulerRow, Window, RUN_BUCKETS_MS,
 };
 
 pub use crate::time::percentiles;
@@ -64,10 +64,11 @@ pub use crate::time::percentiles;
 /// job's are skipped, not missed). Read from the registry's schedule.
 pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
     let schedule = j
+        .settings
         .schedule
         .as_deref()
         .filter(|_| !j.retired)
-        .and_then(|s| parsed(s, j.timezone.as_deref()))
+        .and_then(|s| parsed(s, j.settings.timezone.as_deref()))
         .map(|s| match &j.dst {
             Some(d) => s.with_dst(d.policy()),
             None => s,
@@ -172,7 +173,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             ),
         ));
     }
-    if let (Some(p99), Some(interval)) = (j.p99_ms, j.interval_s) {
+    if let (Some(p99), Some(interval)) = (j.p99_ms, j.settings.interval_s) {
         if interval > 0 && p99 > (interval as u64) * 1000 {
             w.push((
                 "p99>iv",
@@ -184,7 +185,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             ));
         }
     }
-    if let (Some(p99), Some(lease)) = (j.p99_ms, j.lease_ms) {
+    if let (Some(p99), Some(lease)) = (j.p99_ms, j.settings.lease_ms) {
         if lease > 0 && p99 > lease as u64 {
             w.push((
                 "p99>lease",
@@ -196,7 +197,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             ));
         }
     }
-    if let (Some(lease), Some(interval)) = (j.lease_ms, j.interval_s) {
+    if let (Some(lease), Some(interval)) = (j.settings.lease_ms, j.settings.interval_s) {
         if interval > 0 && lease >= interval * 1000 {
             w.push((
                 "lease>=iv",
@@ -222,8 +223,8 @@ impl Snapshot {
         for j in &mut snap.jobs {
             let (repeated, skipped) = std::mem::take(&mut j.dst_policy);
             j.dst = crate::schedule::dst_shown(
-                j.schedule.as_deref(),
-                j.timezone.as_deref(),
+                j.settings.schedule.as_deref(),
+                j.settings.timezone.as_deref(),
                 repeated,
                 skipped,
             );
@@ -255,7 +256,7 @@ impl Snapshot {
         let live_jobs = r
             .jobs
             .iter()
-            .filter(|j| j.schedule.is_some() && !j.retired)
+            .filter(|j| j.settings.schedule.is_some() && !j.retired)
             .count();
         if live_jobs > 0 && schedulers_alive == 0 {
             let last = r

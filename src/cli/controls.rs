@@ -239,8 +239,8 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     let reg = registered(&mut store, &a.job)?;
     let schedule = Schedule::from_registry(
-        reg.row.schedule.as_deref().unwrap_or(""),
-        reg.row.timezone.as_deref(),
+        reg.row.settings.schedule.as_deref().unwrap_or(""),
+        reg.row.settings.timezone.as_deref(),
     )
     .map_err(Error::Usage)?
     .with_dst(crate::schedule::Dst::from_registry(

@@ -59,11 +59,11 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
             .map(|j| {
                 json!({
                     "job_key": j.job_key,
-                    "schedule": j.schedule,
-                    "timezone": j.timezone,
-                    "interval_s": j.interval_s,
-                    "lease_ms": j.lease_ms,
-                    "overlap": j.overlap,
+                    "schedule": j.settings.schedule,
+                    "timezone": j.settings.timezone,
+                    "interval_s": j.settings.interval_s,
+                    "lease_ms": j.settings.lease_ms,
+                    "overlap": j.settings.overlap,
                     "next_fire_at": if j.paused { None } else { j.next_fire_at.clone() },
                     "last_run": j.last_run,
                     "last_success_at": j.last_success_at,
@@ -104,7 +104,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
         "JOB", "SCHEDULE", "NEXT", "LAST", "STATE"
     );
     for j in &snap.jobs {
-        let schedule = match (&j.schedule, &j.timezone) {
+        let schedule = match (&j.settings.schedule, &j.settings.timezone) {
             (Some(s), Some(tz)) => format!("{s} {tz}"),
             (Some(s), None) => s.clone(),
             _ => "-".into(),

@@ -239,18 +239,27 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     )
 }
 
+impl Job {
+    /// Its settings as the registry keeps them (and `status` shows them).
+    pub fn settings(&self) -> crate::snapshot::JobSettings {
+        crate::snapshot::JobSettings {
+            schedule: Some(self.schedule.describe()),
+            timezone: self.schedule.timezone(),
+            interval_s: Some(self.schedule.interval_s()),
+            lease_s: Some(self.lease.as_secs() as i64),
+            lease_ms: Some(self.lease.as_millis() as i64),
+            overlap: Some(self.overlap),
+            queue_cap: self.overlap.cap().map(i64::from),
+        }
+    }
+}
+
 /// The registry's records of a file's jobs, commands resolved from its folder `cwd`.
 fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
     jobs.iter()
         .map(|j| JobRecord {
             job_key: j.name.clone(),
-            schedule: Some(j.schedule.describe()),
-            timezone: j.schedule.timezone(),
-            interval_s: Some(j.schedule.interval_s()),
-            lease_s: Some(j.lease.as_secs() as i64),
-            lease_ms: Some(j.lease.as_millis() as i64),
-            overlap: Some(j.overlap.name().to_string()),
-            queue_cap: j.overlap.cap().map(i64::from),
+            settings: j.settings(),
             command_digest: Some(j.command_digest(cwd)),
             definition_digest: Some(definitions::digest(j, cwd)),
             keep_runs: j.keep_runs.map(i64::from),
@@ -297,10 +306,7 @@ pub(crate) fn registered(store: &mut Store, job: &str) -> Result<LiveJob> {
             inert(job)
         )));
     }
-    let overlap = row
-        .overlap
-        .as_deref()
-        .and_then(|o| Overlap::from_registry(o, row.queue_cap));
+    let overlap = row.settings.overlap;
     let command: Option<Vec<String>> = row
         .command
         .as_deref()
@@ -312,9 +318,13 @@ pub(crate) fn registered(store: &mut Store, job: &str) -> Result<LiveJob> {
         )));
     };
     let lease = row
+        .settings
         .lease_ms
         .map(|ms| Duration::from_millis(ms.max(100) as u64))
-        .or(row.lease_s.map(|s| Duration::from_secs(s.max(1) as u64)))
+        .or(row
+            .settings
+            .lease_s
+            .map(|s| Duration::from_secs(s.max(1) as u64)))
         .unwrap_or(Duration::from_secs(60))
         // A registry written by an older version may hold any length; leases are at most 100y.
         .min(time::MAX_DURATION);

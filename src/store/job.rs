@@ -1,7 +1,9 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
 use super::db::{args, DbResult, Optional, Row, Tx};
+use super::rows::JobSettings;
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
+use crate::policy::Overlap;
 use crate::state::EventKind;
 use crate::Result;
 
@@ -86,20 +88,8 @@ pub(super) fn set_paused_tx(
 pub struct JobRecord {
     /// The job's name, the key of its lease.
     pub job_key: String,
-    /// Its cron expression, when it fires on a calendar.
-    pub schedule: Option<String>,
-    /// The zone its cron schedule is read in (None: UTC).
-    pub timezone: Option<String>,
-    /// Seconds between firings, when it fires on an interval.
-    pub interval_s: Option<i64>,
-    /// How long each lease lasts, in whole seconds.
-    pub lease_s: Option<i64>,
-    /// The lease in milliseconds (sub-second leases exist in tests and fast jobs).
-    pub lease_ms: Option<i64>,
-    /// Its overlap policy: `coalesce`, `queue` or `fail`.
-    pub overlap: Option<String>,
-    /// How many firings may wait under the `queue` overlap policy.
-    pub queue_cap: Option<i64>,
+    /// How it fires and holds its lease.
+    pub settings: JobSettings,
     /// SHA-256 of the command as it runs (its argv as JSON).
     pub command_digest: Option<String>,
     /// The argv as JSON.
@@ -140,13 +130,15 @@ const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
         job_key: text_or_empty(r, 0)?,
-        schedule: text(r, 1)?,
-        timezone: text(r, 2)?,
-        interval_s: int(r, 3)?,
-        lease_s: int(r, 4)?,
-        lease_ms: int(r, 5)?,
-        overlap: text(r, 6)?,
-        queue_cap: int(r, 7)?,
+        settings: JobSettings {
+            schedule: text(r, 1)?,
+            timezone: text(r, 2)?,
+            interval_s: int(r, 3)?,
+            lease_s: int(r, 4)?,
+            lease_ms: int(r, 5)?,
+            overlap: text(r, 6)?.and_then(|o| Overlap::from_registry(&o, int(r, 7).ok().flatten())),
+            queue_cap: int(r, 7)?,
+        },
         command_digest: text(r, 8)?,
         command: text(r, 9)?,
         catchup_s: int(r, 10)?,
@@ -297,8 +289,9 @@ impl Store {
                         dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
                         definition_digest = excluded.definition_digest, keep_runs = excluded.keep_runs",
                     args![
-                        j.job_key, j.schedule, j.timezone, j.interval_s, j.lease_s, j.lease_ms, j.overlap,
-                        j.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
+                        j.job_key, j.settings.schedule, j.settings.timezone, j.settings.interval_s,
+                        j.settings.lease_s, j.settings.lease_ms, j.settings.overlap.map(Overlap::name),
+                        j.settings.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
                         j.timeout_ms, j.observe_timeout_ms, j.dst_repeated, j.dst_skipped, j.definition_digest, j.keep_runs
                     ],
                 )?;

@@ -2,7 +2,7 @@
 //! rows of a large ledger are never scanned.
 use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
-use super::rows::{ApprovalView, JobRow, OpenEffect, Reading, Window};
+use super::rows::{ApprovalView, JobRow, JobSettings, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
 use crate::policy::Overlap;
@@ -324,16 +324,18 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
         Ok((
             JobRow {
                 job_key: text_or_empty(r, 0)?,
-                schedule: text(r, 1)?,
-                interval_s: int(r, 2)?,
-                lease_s: int(r, 3)?,
-                lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
-                overlap: text(r, 4)?.and_then(|o| Overlap::from_registry(&o, int(r, 5).ok().flatten())),
-                queue_cap: int(r, 5)?,
+                settings: JobSettings {
+                    schedule: text(r, 1)?,
+                    timezone: text(r, 10)?,
+                    interval_s: int(r, 2)?,
+                    lease_s: int(r, 3)?,
+                    lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
+                    overlap: text(r, 4)?.and_then(|o| Overlap::from_registry(&o, int(r, 5).ok().flatten())),
+                    queue_cap: int(r, 5)?,
+                },
                 paused: int(r, 6)?.unwrap_or(0) != 0,
                 pause_note: text(r, 7)?,
                 retired: int(r, 8)?.unwrap_or(0) != 0,
-                timezone: text(r, 10)?,
                 dst_policy: (text(r, 12)?, text(r, 13)?),
                 replaced: match text(r, 14)? {
                     Some(owner) => Some(super::rows::Replaced {
@@ -453,7 +455,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
         // The latest slot any scheduler fired (or the last run's): where the schedule goes on
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
-        if j.schedule.is_some() && !j.retired {
+        if j.settings.schedule.is_some() && !j.retired {
             j.last_slot = slots
                 .latest(&j.job_key, tx)?
                 .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));

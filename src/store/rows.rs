@@ -98,11 +98,12 @@ pub const RUN_BUCKETS_MS: &[i64] = &[
     100, 500, 1_000, 5_000, 15_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000,
     7_200_000, 21_600_000, 86_400_000,
 ];
-/// One job as the dashboard shows it: its definition, lease, runs, firings and warnings.
+/// How a job fires and holds its lease, as the registry keeps it: what its jobs file set, and
+/// what `check`, `trigger`, `status` and the dashboard read back (a registry written by an
+/// older version may lack some). The jobs file's typed form is the runner's `Job`, which says
+/// its settings in this shape when it registers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct JobRow {
-    /// The job's name, the key of its lease.
-    pub job_key: String,
+pub struct JobSettings {
     /// Its cron expression, when it fires on a calendar.
     pub schedule: Option<String>,
     /// The zone its cron schedule is read in (None: UTC).
@@ -113,10 +114,21 @@ pub struct JobRow {
     pub lease_s: Option<i64>,
     /// The lease exactly (sub-second leases exist); `lease_s` is whole seconds.
     pub lease_ms: Option<i64>,
-    /// Its overlap policy: what a firing does while a run is live.
+    /// Its overlap policy: what a firing does while a run is live (None: a word this build
+    /// does not know).
     pub overlap: Option<Overlap>,
     /// How many firings may wait under the `queue` overlap policy.
     pub queue_cap: Option<i64>,
+}
+
+/// One job as the dashboard shows it: its definition, lease, runs, firings and warnings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JobRow {
+    /// The job's name, the key of its lease.
+    pub job_key: String,
+    /// How it fires and holds its lease.
+    #[serde(flatten)]
+    pub settings: JobSettings,
     /// A cron job's daylight-saving policy in its zone; absent for other jobs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dst: Option<DstShown>,

@@ -16,7 +16,10 @@ pub(super) fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts)
     if let Some(s) = &app.snap {
         // Jobs registered and nobody to fire them: the one thing a healthy-looking screen
         // must not hide.
-        let registered = s.jobs.iter().any(|j| j.schedule.is_some() && !j.retired);
+        let registered = s
+            .jobs
+            .iter()
+            .any(|j| j.settings.schedule.is_some() && !j.retired);
         if registered && s.schedulers_alive == 0 {
             spans.push(Span::styled("! NO SCHEDULER ALIVE ", t.bad()));
         } else if s.schedulers_alive > 0 {

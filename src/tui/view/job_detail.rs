@@ -81,16 +81,16 @@ fn head_lines(j: &JobRow, t: &Theme, now: Ts, w: usize) -> Vec<Line<'static>> {
 
 /// The job's settings, its lease, and its numbers: one line each.
 fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
-    let (int_share, _) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
-    let (lse_share, _) = share(j.p99_ms, j.lease_ms);
+    let (int_share, _) = share(j.p99_ms, j.settings.interval_s.map(|s| s * 1000));
+    let (lse_share, _) = share(j.p99_ms, j.settings.lease_ms);
     [
         format!(
             " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
-            inert(j.schedule.as_deref().unwrap_or("-")),
-            dash(j.interval_s.map(human_age)),
-            dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
-            inert(j.overlap.map_or("-", |o| o.name())),
-            j.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
+            inert(j.settings.schedule.as_deref().unwrap_or("-")),
+            dash(j.settings.interval_s.map(human_age)),
+            dash(j.settings.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
+            inert(j.settings.overlap.map_or("-", |o| o.name())),
+            j.settings.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
             job_state(j, now),
         ),
         format!(" lease {}", lease_text(j, now)),
@@ -145,8 +145,8 @@ impl RunTimes {
             .map(|r| r.duration_ms.map(|d| d.max(0) as u64))
             .collect();
         let longest = durations.iter().flatten().copied().max().unwrap_or(0);
-        let interval_ms = j.interval_s.map(|s| s.max(0) as u64 * 1000);
-        let lease_ms = j.lease_ms.map(|ms| ms.max(0) as u64);
+        let interval_ms = j.settings.interval_s.map(|s| s.max(0) as u64 * 1000);
+        let lease_ms = j.settings.lease_ms.map(|ms| ms.max(0) as u64);
         let top = longest
             .max(interval_ms.unwrap_or(0))
             .max(lease_ms.unwrap_or(0))

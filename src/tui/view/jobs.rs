@@ -44,13 +44,13 @@ pub(super) fn job_state(j: &JobRow, now: Ts) -> &'static str {
 }
 
 pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
-    let every = match (&j.schedule, j.interval_s) {
+    let every = match (&j.settings.schedule, j.settings.interval_s) {
         (Some(s), _) => s.clone(),
         (None, Some(i)) => human_age(i),
         _ => "-".into(),
     };
-    let (int_share, int_over) = share(j.p99_ms, j.interval_s.map(|s| s * 1000));
-    let (lse_share, lse_over) = share(j.p99_ms, j.lease_ms);
+    let (int_share, int_over) = share(j.p99_ms, j.settings.interval_s.map(|s| s * 1000));
+    let (lse_share, lse_over) = share(j.p99_ms, j.settings.lease_ms);
     let last = j
         .last_run
         .as_ref()
@@ -87,7 +87,9 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         plain(j.job_key.clone()),
         (next, next_style),
         plain(every),
-        plain(dash(j.lease_ms.map(|ms| human_ms(ms.max(0) as u64)))),
+        plain(dash(
+            j.settings.lease_ms.map(|ms| human_ms(ms.max(0) as u64)),
+        )),
         plain(j.runs.to_string()),
         plain(dash(j.p50_ms.map(human_ms))),
         plain(dash(j.p99_ms.map(human_ms))),
@@ -99,7 +101,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         (expires, exp_style),
         (state.into(), if j.paused { t.warn() } else { Style::new() }),
         plain(j.queue_depth.to_string()),
-        plain(dash(j.overlap.map(|o| o.name()))),
+        plain(dash(j.settings.overlap.map(|o| o.name()))),
         plain(format!("{}/{}", j.duplicates_suppressed, j.fenced_writes)),
     ]
 }

@@ -146,6 +146,7 @@ on_both_backends! {
         // About fencing, not the clock-skew margin (tests/core/concurrency_cli.rs covers that).
         let env = Env::new().with_skew("0ms");
         let old = env.claim("job", "200ms");
+        // Past the lease on purpose.
         std::thread::sleep(Duration::from_millis(300));
         let new = env.claim("job", "30s");
         assert_eq!(new, old + 1);

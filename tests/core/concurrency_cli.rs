@@ -422,6 +422,7 @@ on_both_backends! {
     fn an_expired_lease_is_taken_over_only_after_the_skew_margin() {
         let env = Env::new().with_skew("1s");
         let t = env.claim("j", "200ms");
+        // Time passes on purpose: past the lease, within the margin; then past the margin.
         std::thread::sleep(Duration::from_millis(400));
         let (code, _, err) = env.run(&["lease", "claim", "--job", "j", "--for", "1m"]);
         assert_eq!(code, 3, "taken over within the skew margin: {err}");

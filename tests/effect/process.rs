@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::cli::Env;
 use support::effect_args;
+use support::runner::wait_until;
 
 /// `exactly effect` for job `job`, token `token`, one input, wrapping `sh -c script`.
 fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Command {
@@ -48,16 +49,17 @@ fn alive(pid: i32) -> bool {
 }
 
 fn read_pid(env: &Env, name: &str) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(env.path(name)) {
-            if let Ok(p) = s.trim().parse() {
-                return p;
-            }
-        }
-        assert!(Instant::now() < deadline, "the command never wrote {name}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for_some(
+        &format!("the command to write its pid to {name}"),
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(env.path(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        },
+    )
 }
 
 /// Waits for the child at most `d`; kills it and fails the test if it is still running.
@@ -259,9 +261,8 @@ on_both_backends! {
                 Some("unknown"),
                 "signal {sig}"
             );
-            std::thread::sleep(Duration::from_millis(200));
             assert!(
-                !alive(grandchild),
+                wait_until(Duration::from_millis(200), || !alive(grandchild)),
                 "signal {sig}: the grandchild outlived us"
             );
         }
@@ -305,8 +306,10 @@ on_both_backends! {
             took >= Duration::from_millis(1500),
             "stopped after {took:?}"
         );
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!alive(grandchild), "the command's group outlived the lease");
+        assert!(
+            wait_until(Duration::from_millis(200), || !alive(grandchild)),
+            "the command's group outlived the lease"
+        );
         assert_eq!(env.state_of(&key(&env, "x")).as_deref(), Some("unknown"));
     }
 
@@ -391,14 +394,14 @@ on_both_backends! {
         let err = stderr_of(&mut child);
         // Its `unknown` is refused: the newer token holds the job.
         assert_eq!(status.code(), Some(3), "{err}");
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!alive(grandchild));
+        assert!(wait_until(Duration::from_millis(200), || !alive(grandchild)));
     }
 
     #[test]
     fn a_command_never_starts_under_an_expired_lease() {
         let env = Env::new();
         let token = env.claim("late", "1s");
+        // Past the lease on purpose: the subject is an expired lease.
         std::thread::sleep(Duration::from_millis(1300));
         let out = effect(&env, "late", token, "x", "echo sent > sent.txt")
             .output()

@@ -74,16 +74,17 @@ fn spawn(mut c: Command) -> Child {
 }
 
 fn read_pid(env: &Env, name: &str) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(env.path(name)) {
-            if let Ok(p) = s.trim().parse() {
-                return p;
-            }
-        }
-        assert!(Instant::now() < deadline, "the command never wrote {name}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for_some(
+        &format!("the command to write its pid to {name}"),
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(env.path(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        },
+    )
 }
 
 fn sigkill(pid: i32) {
@@ -104,18 +105,14 @@ fn pgid_of(pid: i32) -> i32 {
 
 /// Claims `job`'s lease for another holder as soon as it is free; the new token.
 fn take_over(env: &Env, job: &str) -> i64 {
-    let started = Instant::now();
-    loop {
-        let (code, out, _) = env.run(&["lease", "claim", "--job", job, "--for", "1h"]);
-        if code == 0 {
-            return out.trim().parse().expect("token");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "the lease was never free"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for_some(
+        &format!("the lease of {job} to be free"),
+        Duration::from_secs(15),
+        || {
+            let (code, out, _) = env.run(&["lease", "claim", "--job", job, "--for", "1h"]);
+            (code == 0).then(|| out.trim().parse().expect("token"))
+        },
+    )
 }
 
 fn deliveries(env: &Env) -> usize {
@@ -461,11 +458,9 @@ fn share_with_everyone(env: &Env) {
 }
 
 fn wait_submitted(env: &Env) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while env.sql_count("SELECT count(*) FROM effect_ledger WHERE state = 'submitted'") == 0 {
-        assert!(Instant::now() < until, "the sender never submitted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for("the sender to submit", Duration::from_secs(10), || {
+        env.sql_count("SELECT count(*) FROM effect_ledger WHERE state = 'submitted'") > 0
+    });
 }
 
 /// The PostgreSQL backends serving process `pid`'s connections: its sockets' local ports, as

@@ -614,6 +614,7 @@ fn retain_in_the_jobs_file_makes_run_prune_on_its_own() {
     assert_eq!(old, 3);
     // Off by default: a scheduler without `retain` keeps everything.
     let mut sched = site.start("s2", "5s");
+    // A window in which a scheduler with `retain` would have pruned them, on purpose.
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(sched.term(Duration::from_secs(10)), Some(0));
     assert_eq!(

@@ -226,11 +226,11 @@ fn metrics_listen_serves_what_prometheus_scrapes_over_http() {
             .spawn()
             .expect("spawn metrics --listen"),
     );
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(20), "never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_for(
+        "metrics --listen to listen",
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
     let (status, headers, body) = http_get(port, "/metrics", None);
     assert!(status.contains(" 200"), "{status}");
     assert!(

@@ -345,14 +345,9 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
         .expect("start exactly effect");
     // Once the request left, the database goes away for this role: its sessions are ended and
     // new ones refused.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !sent.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for("the command to run", Duration::from_secs(10), || {
+        sent.exists()
+    });
     s.cut_off(&role, true);
     let out = child.wait_with_output().expect("wait for exactly effect");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -215,6 +215,7 @@ on_both_backends! {
         assert!(runs <= 4, "{runs} runs kept");
         assert!(firings <= 5, "{firings} firings kept");
         assert!(total >= 6, "all-time count {total}");
+        // Time passes on purpose: the job keeps firing meanwhile.
         std::thread::sleep(Duration::from_secs(2));
         assert!(ok(&site) > total, "the all-time count stopped growing");
         assert!(site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'tick'") <= 4);

@@ -132,6 +132,7 @@ on_both_backends! {
                     0
                 );
             } else {
+                // Past the lease on purpose: the next claim steals it.
                 std::thread::sleep(Duration::from_millis(200));
             }
         }

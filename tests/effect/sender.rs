@@ -177,14 +177,7 @@ on_both_backends! {
         unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) };
         // Another host takes the job over once the lease (and its margins) has passed.
         let started = Instant::now();
-        let b_token = loop {
-            let (code, out, _) = env.run(&["lease", "claim", "--job", "paused", "--for", "1h"]);
-            if code == 0 {
-                break out.trim().parse::<i64>().expect("token");
-            }
-            assert!(started.elapsed() < Duration::from_secs(15), "the lease was never free");
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let b_token = take_over(&env, "paused");
         let mut b = retry(&env, "paused", b_token, "1");
         b.env("EXACTLY_HOST", "other-host");
         let until = Instant::now() + Duration::from_secs(10);
@@ -219,15 +212,14 @@ on_both_backends! {
         );
         let mut a = spawn(effect(&env, "grace", token, "1", &script));
         read_pid(&env, "sh.pid");
-        let started = Instant::now();
-        let b_token = loop {
-            let (code, out, _) = env.run(&["lease", "claim", "--job", "grace", "--for", "1h"]);
-            if code == 0 {
-                break out.trim().parse::<i64>().expect("token");
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "the lease was never free");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let b_token = support::wait_for_some(
+            "the lease of grace to be free",
+            Duration::from_secs(10),
+            || {
+                let (code, out, _) = env.run(&["lease", "claim", "--job", "grace", "--for", "1h"]);
+                (code == 0).then(|| out.trim().parse().expect("token"))
+            },
+        );
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             let mut b = retry(&env, "grace", b_token, "1");

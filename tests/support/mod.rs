@@ -88,16 +88,24 @@ pub fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// [`wait_for`] a value: the first `Some` that `get` gives.
-pub fn wait_for_some<T>(what: &str, within: Duration, mut get: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for_some<T>(what: &str, within: Duration, get: impl FnMut() -> Option<T>) -> T {
+    poll(POLL, within, get)
+        .unwrap_or_else(|| panic!("timed out after {within:?} waiting for {what}"))
+}
+
+/// The first `Some` that `get` gives, asked every `every`; None if `within` passes first (`get`
+/// is asked once more past the deadline). The one loop the waits of the tests share.
+pub fn poll<T>(every: Duration, within: Duration, mut get: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + within;
     loop {
+        let past = Instant::now() >= deadline;
         if let Some(v) = get() {
-            return v;
+            return Some(v);
         }
-        if Instant::now() >= deadline {
-            panic!("timed out after {within:?} waiting for {what}");
+        if past {
+            return None;
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(every);
     }
 }
 

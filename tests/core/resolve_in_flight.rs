@@ -5,7 +5,7 @@ use crate::on_both_backends;
 use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::cli::{far_count, split, Env};
 use support::{effect_args, strs};
 
@@ -56,12 +56,11 @@ impl Held {
             go,
         };
         let k = key(env)?;
-        let until = Instant::now() + Duration::from_secs(20);
-        while env.state_of(&k).as_deref() != Some("submitted") {
-            if Instant::now() > until {
-                return Err(format!("{k} never became submitted"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let submitted = support::poll(Duration::from_millis(20), Duration::from_secs(20), || {
+            (env.state_of(&k).as_deref() == Some("submitted")).then_some(())
+        });
+        if submitted.is_none() {
+            return Err(format!("{k} never became submitted"));
         }
         Ok(held)
     }

@@ -64,18 +64,14 @@ fn read_pid(env: &Env, name: &str) -> i32 {
 
 /// Waits for the child at most `d`; kills it and fails the test if it is still running.
 fn wait_within(child: &mut Child, d: Duration, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + d;
-    loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            return s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after {d:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = support::poll(Duration::from_millis(20), d, || {
+        child.try_wait().expect("try_wait")
+    });
+    status.unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what}: still running after {d:?}");
+    })
 }
 
 fn stderr_of(child: &mut Child) -> String {

@@ -39,14 +39,10 @@ fn run_briefly(site: &Site, file: &str) -> (Option<i32>, String) {
 }
 
 fn wait_exit(child: &mut std::process::Child, within: std::time::Duration) -> Option<i32> {
-    let deadline = std::time::Instant::now() + within;
-    while std::time::Instant::now() < deadline {
-        if let Ok(Some(s)) = child.try_wait() {
-            return s.code();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    None
+    support::poll(std::time::Duration::from_millis(20), within, || {
+        child.try_wait().ok().flatten()
+    })
+    .and_then(|s| s.code())
 }
 
 on_both_backends! {

@@ -63,18 +63,17 @@ fn run_within(env: &Env, args: &[String], limit: Duration) -> (i32, String, Stri
     };
     let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if started.elapsed() > limit {
-            // SAFETY: a negative pid names the group we made it lead.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!("exactly {args:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = support::poll(
+        Duration::from_millis(50),
+        limit.saturating_sub(started.elapsed()),
+        || child.try_wait().expect("try_wait"),
+    );
+    let status = status.unwrap_or_else(|| {
+        // SAFETY: a negative pid names the group we made it lead.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        let _ = child.wait();
+        panic!("exactly {args:?} still running after {limit:?}");
+    });
     let took = started.elapsed();
     let out = out.join().expect("stdout reader");
     let err = err.join().expect("stderr reader");

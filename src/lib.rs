@@ -160,6 +160,7 @@ pub fn user() -> String {
 
 /// The login name of our uid, for when the environment does not say (cron, tmux, sudo -i).
 fn login_name() -> Option<String> {
+    // SAFETY: passwd is plain data (integers and pointers); all zeroes is a valid value.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 4096];
     let mut out: *mut libc::passwd = std::ptr::null_mut();

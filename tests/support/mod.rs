@@ -10,7 +10,7 @@ pub mod http;
 pub mod runner;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The binary under test: this build's, or `EXACTLY_TEST_BIN` (to run a test against another
 /// build, e.g. the code before a fix, and see it fail).
@@ -73,6 +73,39 @@ pub fn strings(db: &Path, sql: &str) -> Vec<String> {
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     rows
+}
+
+/// How often [`wait_for`] looks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits until `cond` holds, looking every 20 ms; fails the test naming `what` (what was
+/// awaited: "the command to write sh.pid") once `within` has passed without it. For something
+/// that will happen (a file written, a row's state, a process gone): a fixed sleep is only for
+/// letting time pass on purpose (a lease's ttl, a window in which nothing may happen).
+pub fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    wait_for_some(what, within, || cond().then_some(()));
+}
+
+/// [`wait_for`] a value: the first `Some` that `get` gives.
+pub fn wait_for_some<T>(what: &str, within: Duration, get: impl FnMut() -> Option<T>) -> T {
+    poll(POLL, within, get)
+        .unwrap_or_else(|| panic!("timed out after {within:?} waiting for {what}"))
+}
+
+/// The first `Some` that `get` gives, asked every `every`; None if `within` passes first (`get`
+/// is asked once more past the deadline). The one loop the waits of the tests share.
+pub fn poll<T>(every: Duration, within: Duration, mut get: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        let past = Instant::now() >= deadline;
+        if let Some(v) = get() {
+            return Some(v);
+        }
+        if past {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// A file's text; a file not written yet reads as empty, any other read error fails the test.

@@ -4,7 +4,7 @@ use super::backend::{self, Backend, PgSchema};
 pub use super::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A temp dir holding a jobs file and a database (`exactly.db` in it, or a PostgreSQL schema).
 pub struct Site {
@@ -208,24 +208,12 @@ impl Sched {
     }
     /// How it ended (a signal included), or None if still running after `within`.
     pub fn wait_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        super::poll(Duration::from_millis(20), within, || {
+            self.child.try_wait().ok().flatten()
+        })
     }
     pub fn wait(&mut self, within: Duration) -> Option<i32> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        self.wait_status(within).and_then(|s| s.code())
     }
 }
 
@@ -240,14 +228,7 @@ impl Drop for Sched {
 
 /// Polls `cond` every 50 ms until it holds or `within` passes.
 pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
+    super::poll(Duration::from_millis(50), within, || cond().then_some(())).is_some()
 }
 
 /// A job command (argv as TOML) that runs `script` in sh with `$X` for the exactly binary.

@@ -1,0 +1,11 @@
+//! `exactly effect` and the ledger under it: answers to lost replies, the interleaving proof, the
+//! one-transaction path, the process and its signals, the sender's faults.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod answers;
+mod interleave;
+mod one_transaction;
+mod process;
+mod sender;

@@ -1,0 +1,8 @@
+//! PostgreSQL only: several hosts on one database (clocks, roles, TLS) and the round trips each
+//! transition costs.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod hosts;
+mod round_trips;

@@ -1,0 +1,125 @@
+//! Operator controls: trigger (its own firing, under lease and overlap policy, answer says what
+//! happened), pause/resume (firings skipped with the note), backfill (past slots; done effects
+//! suppressed by their keys; a slot that ran is not run again).
+use crate::on_both_backends;
+use crate::support;
+use std::process::Command;
+use std::time::Duration;
+use support::runner::*;
+
+on_both_backends! {
+    #[test]
+    fn trigger_pause_resume_backfill() {
+        let site = Site::new();
+        // The effect's key has no slot in it: one report per month, whichever firing sends it.
+        let cmd = sh("if [ -f slow ]; then sleep 2; fi; \
+             $X effect --action report --target ops --input month=2026-01 \
+             -- sh -c 'echo $EXACTLY_SCHEDULED_AT >> far.txt'");
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"report\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        ));
+        // A scheduler registers the job, then stops.
+        let mut s = site.start("s", "1s");
+        assert!(wait_until(Duration::from_secs(5), || site.count(
+            "SELECT count(*) FROM exactly_jobs WHERE job_key = 'report'"
+        ) == 1));
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+
+        let (code, out, err) = site.exactly(&["trigger", "report"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains("manual firing at ")
+                && out.contains(" started run ")
+                && out.contains("ok: in"),
+            "{out}"
+        );
+        assert!(out.contains("effects: 1 done"), "{out}");
+        assert_eq!(site.lines("far.txt").len(), 1);
+
+        // While a run is live, a trigger is coalesced, and says so.
+        std::fs::write(site.path("slow"), "").unwrap();
+        let bg = Command::new(bin())
+            .args(["--db", &site.db(), "trigger", "report"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_until(Duration::from_secs(5), || site.count(
+            "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL"
+        ) == 1));
+        let (code, out, _) = site.exactly(&["trigger", "report"]);
+        assert_eq!(code, 3, "{out}");
+        assert!(
+            out.contains("manual firing at ") && out.contains(" coalesced: a run is live"),
+            "{out}"
+        );
+        let bg_out = bg.wait_with_output().unwrap();
+        let bg_text = String::from_utf8_lossy(&bg_out.stdout);
+        assert_eq!(bg_out.status.code(), Some(0), "{bg_text}");
+        assert!(bg_text.contains("1 already done (suppressed)"), "{bg_text}");
+        std::fs::remove_file(site.path("slow")).unwrap();
+
+        let (code, out, _) = site.exactly(&["pause", "report", "--note", "vendor outage"]);
+        assert_eq!(code, 0, "{out}");
+        let (code, out, _) = site.exactly(&["trigger", "report"]);
+        assert_eq!(code, 3, "{out}");
+        assert!(
+            out.contains("skipped") && out.contains("vendor outage"),
+            "{out}"
+        );
+        assert_eq!(site.counter("firing_skipped_paused"), 1);
+        let (code, _, _) = site.exactly(&["resume", "report"]);
+        assert_eq!(code, 0);
+        let (code, out, _) = site.exactly(&["trigger", "report"]);
+        assert_eq!(code, 0, "{out}");
+
+        // Backfill two past midnights: both run, their effect is already done, so suppressed.
+        let now = chrono::Utc::now();
+        let ts = |d: chrono::Duration| (now - d).format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let (from, to) = (
+            ts(chrono::Duration::hours(72) - chrono::Duration::minutes(1)),
+            ts(chrono::Duration::hours(24) + chrono::Duration::minutes(1)),
+        );
+        let (code, out, err) = site.exactly(&["backfill", "report", "--from", &from, "--to", &to]);
+        assert_eq!(code, 0, "{out}{err}");
+        let ran: Vec<&str> = out.lines().filter(|l| l.contains(": ran, ok")).collect();
+        assert_eq!(ran.len(), 2, "{out}");
+        assert!(
+            ran.iter()
+                .all(|l| l.contains("0 done, 1 already done (suppressed)")),
+            "{out}"
+        );
+        assert_eq!(
+            site.lines("far.txt").len(),
+            1,
+            "a backfill never repeats an effect"
+        );
+        // The same backfill again: those firings already ran.
+        let (code, out, _) = site.exactly(&["backfill", "report", "--from", &from, "--to", &to]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.contains("is a duplicate (already "))
+                .count(),
+            2,
+            "{out}"
+        );
+
+        // A job no longer in the file is retired, not deleted, and cannot be triggered.
+        site.write_jobs(
+            "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+        );
+        let mut s = site.start("s2", "1s");
+        assert!(wait_until(Duration::from_secs(5), || site.count(
+            "SELECT count(*) FROM exactly_jobs WHERE job_key = 'report' AND retired = 1"
+        ) == 1));
+        assert_eq!(s.term(Duration::from_secs(5)), Some(0));
+        let (code, _, err) = site.exactly(&["trigger", "report"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("retired"), "{err}");
+
+        let (code, _, err) = site.exactly(&["trigger", "nope"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no job named nope"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! The scheduler, `exactly run`, with real processes on real jobs files and databases.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod capacity;
+mod check;
+mod clock;
+mod controls;
+mod definitions;
+mod faults;
+mod lease;
+mod log;
+mod notify;
+mod outage;
+mod overlap;
+mod ping;
+mod policy;
+mod reload;
+mod resume;
+mod share;
+mod spawner;
+mod timeout;
+mod two_schedulers;

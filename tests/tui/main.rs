@@ -1,0 +1,3 @@
+//! The dashboard, `exactly top`, driven in a real terminal (tmux).
+
+mod tmux;

@@ -57,6 +57,7 @@ pub mod schedule;
 pub mod sender;
 pub mod snapshot;
 pub mod state;
+pub mod status;
 pub(crate) mod store;
 pub mod time;
 pub mod wrapped;

@@ -37,12 +37,12 @@ mod schedulers;
 mod schema;
 mod settle;
 mod share;
+mod waiting;
 mod windows;
 
 pub use approval::{Already, ApprovalRow, Decided};
 pub use firing::{
-    AfterFailure, DueFate, DueRequest, FailureRules, FireRequest, Fired, Resumed, RunOwner,
-    Started, Waiting,
+    AfterFailure, DueFate, DueRequest, FailureRules, FireRequest, Fired, Resumed, RunOwner, Started,
 };
 pub use job::{JobRecord, Registered};
 pub use lease::{LeaseClaim, LeaseRow};
@@ -58,6 +58,7 @@ pub use run::{EffectCounts, RunEnd};
 pub use schedulers::SchedulerReg;
 pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
+pub use waiting::Waiting;
 pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};
 
 use crate::state::EventKind;

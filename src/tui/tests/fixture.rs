@@ -1,17 +1,11 @@
 //! Fixture databases for the dashboard's tests: real SQLite files written through the library
 //! with a pinned clock (each operation says when it happened, relative to [`NOW`]), so screens
 //! are the same on every run.
-use crate::tui::{draw, serve, App, Options, Request};
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Io, Observation, Spec};
 use exactly::lease;
-use exactly::snapshot::Snapshot;
 use exactly::time::Ts;
 use exactly::Store;
-use ratatui::backend::TestBackend;
-use ratatui::Terminal;
 use rusqlite::{params, Connection};
-use std::time::Duration;
 
 /// The instant the screens are drawn at. In the future, so that leases pinned relative to it are
 /// live for the store's own clock too.
@@ -664,101 +658,6 @@ pub fn hostile() -> Fixture {
     )
     .expect("run");
     f
-}
-
-/// The snapshot, with what depends on the machine (host, path, clock) pinned.
-pub fn snapshot(f: &Fixture) -> Snapshot {
-    let mut s = Snapshot::read(&mut f.store()).expect("snapshot");
-    // The next firings as seen at the fixture's clock (the store read them at the real one).
-    for j in &mut s.jobs {
-        exactly::snapshot::plan(j, now());
-    }
-    s.host = "web-1".into();
-    s.db = "/var/lib/exactly/exactly.db".into();
-    s.taken_at = before(1);
-    s
-}
-
-pub fn app(read_only: bool) -> App {
-    App::new(Options {
-        read_only,
-        color: true,
-        refresh: Duration::from_secs(1),
-    })
-}
-
-/// An app showing the fixture, as the screen loop would after its first poll.
-pub fn app_for(f: &Fixture) -> App {
-    let mut a = app(false);
-    a.on_reply(crate::tui::Reply::Snapshot(Box::new(snapshot(f))));
-    a
-}
-
-pub fn key(c: char) -> KeyEvent {
-    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
-}
-
-pub fn code(c: KeyCode) -> KeyEvent {
-    KeyEvent::new(c, KeyModifiers::NONE)
-}
-
-/// Presses keys the way the screen loop does: requests go to `serve` against the real database
-/// and the replies come back into the app, until nothing more is asked.
-pub fn press(app: &mut App, store: &mut Store, keys: &[KeyEvent]) {
-    for k in keys {
-        if let Some(req) = app.on_key(*k) {
-            pump(app, store, req);
-        }
-    }
-}
-
-pub fn pump(app: &mut App, store: &mut Store, req: Request) {
-    let mut queue = vec![req];
-    while let Some(r) = queue.pop() {
-        for reply in serve(store, &r) {
-            // Pin what depends on the machine, as `snapshot` does.
-            let reply = match reply {
-                crate::tui::Reply::Snapshot(mut s) => {
-                    s.host = "web-1".into();
-                    s.db = "/var/lib/exactly/exactly.db".into();
-                    s.taken_at = before(1);
-                    crate::tui::Reply::Snapshot(s)
-                }
-                other => other,
-            };
-            if let Some(next) = app.on_reply(reply) {
-                queue.push(next);
-            }
-        }
-    }
-}
-
-pub fn keys(s: &str) -> Vec<KeyEvent> {
-    s.chars().map(key).collect()
-}
-
-/// Draws one frame as the screen loop does: the app takes the frame's area, then is drawn.
-pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
-    let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
-    term.draw(|f| {
-        app.on_frame(f.area());
-        draw(f, app, now())
-    })
-    .expect("draw");
-    term
-}
-
-/// The screen as plain text lines.
-pub fn text(term: &Terminal<TestBackend>) -> String {
-    let buf = term.backend().buffer();
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        for x in 0..buf.area.width {
-            out.push_str(buf[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
 }
 
 /// Releases a lease as at `at` (the handle's clock pinned for the one call).

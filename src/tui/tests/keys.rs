@@ -1,5 +1,6 @@
 //! The dashboard's keys against a real SQLite database: the same key sequences an operator
 //! types, through the same `serve` the poll task runs, then the rows checked.
+use super::drive::*;
 use super::fixture::*;
 use crate::tui::state::{Popup, Typing, View};
 use crate::tui::Pending;

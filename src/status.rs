@@ -1,6 +1,7 @@
 //! `exactly status`: the [`Snapshot`] as text for a person and as JSON for a script.
 use crate::sanitize::inert;
 use crate::snapshot::{JobRow, Snapshot};
+use crate::state::EventKind;
 use crate::time::{human_age, human_ms};
 use std::fmt::Write as _;
 
@@ -30,7 +31,11 @@ impl Snapshot {
         self.text_totals(&mut s);
         self.text_schedulers(&mut s);
         // The latest reload of a jobs file (SIGHUP), among the events read.
-        if let Some(e) = self.events.iter().find(|e| e.kind == "jobs_reloaded") {
+        if let Some(e) = self
+            .events
+            .iter()
+            .find(|e| e.kind == EventKind::JobsReloaded)
+        {
             let _ = writeln!(
                 s,
                 "last reload {} by {}: {}",

@@ -484,7 +484,7 @@ fn host_clash(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
             let key = h.key(&e);
             t.host_clash_events += crate::effect::events(&mut h.store, &key)?
                 .iter()
-                .filter(|ev| ev.kind == "host_clash")
+                .filter(|ev| ev.kind == crate::state::EventKind::HostClash)
                 .count() as u64;
         }
         done(t, h, &e, label, bar);

@@ -213,7 +213,7 @@ pub struct EffectRef {
     pub job: String,
     pub terms: Option<String>,
     /// The approval's state when one was requested.
-    pub approval: Option<String>,
+    pub approval: Option<exactly::state::ApprovalState>,
 }
 
 /// Where the operator is in one view's list, owned by the app: ratatui's own table state (the
@@ -536,7 +536,7 @@ impl App {
                 key: key.clone(),
                 job: row.map(|r| r.job_key.clone()).unwrap_or_default(),
                 terms: row.and_then(|r| r.terms_shown.clone()),
-                approval: approval.map(|a| a.state.to_string()),
+                approval: approval.map(|a| a.state.clone()),
             });
         }
         let i = self.selected(self.view);
@@ -554,7 +554,7 @@ impl App {
                     key: a.effect_key.clone(),
                     job: a.job_key.clone(),
                     terms: a.terms_shown.clone(),
-                    approval: Some(a.state.to_string()),
+                    approval: Some(a.state.clone()),
                 })
             }
             View::Events => {

@@ -70,7 +70,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
     let last_style = match j.last_run.as_ref().and_then(|r| r.outcome.as_ref()) {
         Some(RunOutcome::Ok) | None => Style::new(),
         // Another writer's "done" reads as fine, as an effect's would.
-        Some(o) if EffectState::Done == o.as_str() => Style::new(),
+        Some(RunOutcome::Other(w)) if w == EffectState::Done.as_str() => Style::new(),
         Some(o) if o.is_failure() => t.bad(),
         Some(_) => t.warn(),
     };

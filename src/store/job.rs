@@ -1,7 +1,7 @@
 //! The job aggregate: the registry a scheduler writes from its jobs file (what `top` and
 //! `status` show of each job) and the operator's pause and resume.
 use super::db::{args, DbResult, Optional, Row, Tx};
-use super::rows::JobSettings;
+use super::rows::{overlap_of, JobSettings};
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
 use crate::policy::Overlap;
 use crate::state::EventKind;
@@ -136,7 +136,7 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
             interval_s: int(r, 3)?,
             lease_s: int(r, 4)?,
             lease_ms: int(r, 5)?,
-            overlap: text(r, 6)?.and_then(|o| Overlap::from_registry(&o, int(r, 7).ok().flatten())),
+            overlap: overlap_of(text(r, 6)?, int(r, 7)?),
             queue_cap: int(r, 7)?,
         },
         command_digest: text(r, 8)?,

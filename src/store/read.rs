@@ -2,10 +2,9 @@
 //! rows of a large ledger are never scanned.
 use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
-use super::rows::{ApprovalView, JobRow, JobSettings, OpenEffect, Reading, Window};
+use super::rows::{overlap_of, ApprovalView, JobRow, JobSettings, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
-use crate::policy::Overlap;
 use crate::state::{ApprovalState, EventKind, FiringState};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -330,7 +329,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                     interval_s: int(r, 2)?,
                     lease_s: int(r, 3)?,
                     lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
-                    overlap: text(r, 4)?.and_then(|o| Overlap::from_registry(&o, int(r, 5).ok().flatten())),
+                    overlap: overlap_of(text(r, 4)?, int(r, 5)?),
                     queue_cap: int(r, 5)?,
                 },
                 paused: int(r, 6)?.unwrap_or(0) != 0,

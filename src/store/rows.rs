@@ -121,6 +121,12 @@ pub struct JobSettings {
     pub queue_cap: Option<i64>,
 }
 
+/// The registry's overlap word and queue cap as the policy (None: no word, or one this build
+/// does not know).
+pub(crate) fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overlap> {
+    word.and_then(|w| Overlap::from_registry(&w, cap))
+}
+
 /// One job as the dashboard shows it: its definition, lease, runs, firings and warnings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobRow {

@@ -17,6 +17,15 @@ impl Store {
         self.pinned_now = at;
     }
 
+    /// Runs `f` with this handle's clock pinned to `at`, then gives the clock back as it was:
+    /// one operation written as at an instant (a fixture's history, a replay).
+    pub fn as_at<T>(&mut self, at: Ts, f: impl FnOnce(&mut Store) -> T) -> T {
+        let before = self.pinned_now.replace(at);
+        let out = f(self);
+        self.pinned_now = before;
+        out
+    }
+
     /// [`Store::now`] as the database stores times (fixed-width UTC).
     pub(crate) fn now_text(&self) -> String {
         time::fmt(self.now())
@@ -37,6 +46,9 @@ mod tests {
         let row = crate::jobs::record(&mut store, "j").unwrap().unwrap();
         assert_eq!(row.updated_at.as_deref(), Some("2026-06-01T12:00:00.000Z"));
         store.pin_clock(None);
+        assert!(store.now() > noon);
+        // One operation as at an instant, and the clock given back.
+        assert_eq!(store.as_at(noon, |s| s.now()), noon);
         assert!(store.now() > noon);
     }
 }

@@ -89,9 +89,10 @@ fn runs_days_ago(site: &Site, job: &str, n: i64, outcome: RunOutcome, ms: i64) {
             duration_ms: ms,
             log: "",
         };
-        s.pin_clock(Some(at + chrono::Duration::milliseconds(ms)));
-        jobs::finish_run(&mut s, &end).expect("finish");
-        s.pin_clock(None);
+        s.as_at(at + chrono::Duration::milliseconds(ms), |s| {
+            jobs::finish_run(s, &end)
+        })
+        .expect("finish");
         // PostgreSQL stamps rows with its own clock, whatever instant the caller passes: the
         // run is moved back to its instant by hand (on SQLite it is there already).
         let fmt = exactly::time::fmt;

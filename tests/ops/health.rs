@@ -405,9 +405,10 @@ fn old_runs(
             duration_ms: 1000,
             log: "",
         };
-        s.pin_clock(Some(at + chrono::Duration::seconds(1)));
-        jobs::finish_run(&mut s, &end).expect("finish");
-        s.pin_clock(None);
+        s.as_at(at + chrono::Duration::seconds(1), |s| {
+            jobs::finish_run(s, &end)
+        })
+        .expect("finish");
     }
 }
 

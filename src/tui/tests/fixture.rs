@@ -192,18 +192,19 @@ pub fn in_flight() -> (Fixture, String) {
         Err(Failure::Lost("connection reset after 30s".into())),
         300,
     );
-    s.pin_clock(Some(ago(200)));
-    let r = exactly::approval::resolve(
-        &mut s,
-        &key,
-        exactly::approval::Resolution::NotHappened,
-        "alice@10.0.0.7",
-        Some("not in the bank's list"),
-        None,
-        false,
-    )
-    .expect("resolve");
-    s.pin_clock(None);
+    let r = s
+        .as_at(ago(200), |s| {
+            exactly::approval::resolve(
+                s,
+                &key,
+                exactly::approval::Resolution::NotHappened,
+                "alice@10.0.0.7",
+                Some("not in the bank's list"),
+                None,
+                false,
+            )
+        })
+        .expect("resolve");
     assert!(
         matches!(r, exactly::approval::Resolved::Done { .. }),
         "{r:?}"
@@ -290,15 +291,11 @@ pub fn busy() -> Fixture {
     // reminders: paused by an operator.
     let t = claim(&mut s, "reminders", owner, 5400, ago(-600));
     release_as_at(&mut s, "reminders", t, ago(5400));
-    s.pin_clock(Some(ago(5400)));
-    exactly::jobs::pause(
-        &mut s,
-        "reminders",
-        "bob@10.0.0.9",
-        Some("holiday freeze until 2 Jan"),
-    )
+    s.as_at(ago(5400), |s| {
+        let note = Some("holiday freeze until 2 Jan");
+        exactly::jobs::pause(s, "reminders", "bob@10.0.0.9", note)
+    })
     .expect("pause");
-    s.pin_clock(None);
 
     // invoices: a pending approval, an approved one not yet used, one sent and one lost.
     let t = claim(&mut s, "invoices", owner, 4700, ago(-252));
@@ -352,15 +349,11 @@ pub fn busy() -> Fixture {
         false
     });
     assert!(matches!(end, Io::End(_)), "{end:?}");
-    s.pin_clock(Some(ago(200)));
-    let approved = exactly::approval::approve(
-        &mut s,
-        &refund_key,
-        "alice@10.0.0.7",
-        Some("checked the order"),
-    );
-    s.pin_clock(None);
-    approved.expect("approve");
+    s.as_at(ago(200), |s| {
+        let note = Some("checked the order");
+        exactly::approval::approve(s, &refund_key, "alice@10.0.0.7", note)
+    })
+    .expect("approve");
     drop(s);
 
     let c = f.sql();
@@ -662,8 +655,6 @@ pub fn hostile() -> Fixture {
 
 /// Releases a lease as at `at` (the handle's clock pinned for the one call).
 fn release_as_at(s: &mut Store, job: &str, token: i64, at: Ts) {
-    s.pin_clock(Some(at));
-    let released = lease::release(s, job, token);
-    s.pin_clock(None);
-    released.expect("release");
+    s.as_at(at, |s| lease::release(s, job, token))
+        .expect("release");
 }

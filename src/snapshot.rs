@@ -1,7 +1,7 @@
-//! The [`Snapshot`]: one plain value the store builds in one short read transaction and every
-//! reader renders — `status` (text, JSON), `metrics` (OpenMetrics/Prometheus), the dashboard.
+//! The [`Snapshot`]: one plain value, built from what the store reads in one short read
+//! transaction (a [`Reading`]), that every reader renders — `status` (text, JSON), `metrics` (OpenMetrics/Prometheus), the dashboard.
 //! Here the model and what is derived from its rows (percentiles, a job's warnings);
-//! `metrics.rs` renders it.
+//! `status.rs` and `metrics.rs` render it.
 use crate::time::{human_age, human_ms};
 use crate::Store;
 use serde::Serialize;

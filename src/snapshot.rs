@@ -1,5 +1,6 @@
 //! The [`Snapshot`]: one plain value, built from what the store reads in one short read
-//! transaction (a [`Reading`]), that every reader renders — `status` (text, JSON), `metrics` (OpenMetrics/Prometheus), the dashboard.
+//! transaction (a [`Reading`]), that every reader renders — `status` (text, JSON), `metrics`
+//! (OpenMetrics/Prometheus), the dashboard.
 //! Here the model and what is derived from its rows (percentiles, a job's warnings);
 //! `status.rs` and `metrics.rs` render it.
 use crate::time::{human_age, human_ms};

@@ -6,8 +6,7 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};
-use super::waiting::waiting_before;
-use super::{record_event, text, word, NewEvent, Store};
+use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use crate::policy::{Overlap, WhileLive};
 use crate::state::{EventKind, FiringKind, FiringState};
 use crate::Result;
@@ -580,6 +579,37 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             }
         }
     }
+}
+
+/// The job's oldest firing that waits for its lease (queued, to be run again, or `running` with
+/// its run dead), when the lease is free to take: (lease holder, token, the firing in words).
+/// A `running` firing under a lease still live is a live run, decided as such by the claim.
+fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, i64, String)>> {
+    let first: Option<(String, String, Option<String>)> = tx
+        .one(
+            "SELECT scheduled_at, state, owner FROM exactly_firings
+             WHERE state IN ('queued', 'retry', 'running') AND job_key = ?1 AND scheduled_at <> ?2
+             ORDER BY scheduled_at LIMIT 1",
+            args![f.job, f.slot],
+            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+        )
+        .optional()?;
+    // Most firings find none, and pay one index probe. A lease the claim could not take is a
+    // live run's: decided as such by the claim.
+    let Some((slot, state, owner)) = first else {
+        return Ok(None);
+    };
+    if !super::lease::takeable(tx, f.job, f.now)? {
+        return Ok(None);
+    }
+    let owner = owner.unwrap_or_else(|| "-".to_string());
+    let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
+    let what = match state.as_str() {
+        "queued" => format!("the firing at {slot}, queued earlier,"),
+        "retry" => format!("the firing at {slot}, whose effect never happened,"),
+        _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
+    };
+    Ok(Some((owner, token, what)))
 }
 
 impl Store {

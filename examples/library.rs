@@ -4,7 +4,7 @@
 //! to a far side (a file) under the ledger's guard. Run it twice: the second run suppresses
 //! the duplicate instead of paying again.
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
-use exactly::{lease, Store};
+use exactly::{lease, JobName, Store};
 use std::io::Write;
 use std::time::Duration;
 
@@ -39,12 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "exactly.db".into());
     let mut store = Store::open(&db)?;
-    let token = match lease::claim(
-        &mut store,
-        "monthly-rent",
-        "example",
-        Duration::from_secs(60),
-    )? {
+    let job = JobName::from("monthly-rent");
+    let token = match lease::claim(&mut store, &job, "example", Duration::from_secs(60))? {
         lease::Claim::Won { token } => token,
         lease::Claim::Held { owner, .. } => {
             println!("another worker ({owner}) holds the lease; nothing to do");
@@ -59,17 +55,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut pay = Pay {
         ledger_file: format!("{db}.far-side.txt"),
     };
-    let outcome = effect::run(
-        &mut store,
-        &Ctx::new("monthly-rent", token),
-        &spec,
-        &mut pay,
-    )?;
+    let outcome = effect::run(&mut store, &Ctx::new(&job, token), &spec, &mut pay)?;
     match &outcome {
         Outcome::Done { response, .. } => println!("done: {response}"),
         Outcome::DuplicateSuppressed { .. } => println!("duplicate suppressed: already paid"),
         other => println!("{other:?}"),
     }
-    lease::release(&mut store, "monthly-rent", token)?;
+    lease::release(&mut store, &job, token)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::sanitize::inert;
 pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending, Settlement};
-use crate::{Result, Store};
+use crate::{EffectKey, Result, Store};
 
 // Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
 
@@ -69,19 +69,24 @@ impl Resolved {
 }
 
 /// The approval of an effect, if one was requested (the effect detail shows it).
-pub fn get(store: &mut Store, key: &str) -> Result<Option<ApprovalRow>> {
+pub fn get(store: &mut Store, key: &EffectKey) -> Result<Option<ApprovalRow>> {
     store.approval(key)
 }
 
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
-pub fn approve(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
+pub fn approve(
+    store: &mut Store,
+    key: &EffectKey,
+    by: &str,
+    note: Option<&str>,
+) -> Result<Decided> {
     let now = store.now_text();
     store.decide_approval(key, true, by, note, &now)
 }
 
 /// Denies a pending effect; it ends `cancelled` and is never sent.
-pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Result<Decided> {
+pub fn deny(store: &mut Store, key: &EffectKey, by: &str, note: Option<&str>) -> Result<Decided> {
     let now = store.now_text();
     store.decide_approval(key, false, by, note, &now)
 }
@@ -93,7 +98,7 @@ pub fn deny(store: &mut Store, key: &str, by: &str, note: Option<&str>) -> Resul
 /// sender lets a retry send it twice, and cancelling it records what the far side may get.
 pub fn resolve(
     store: &mut Store,
-    key: &str,
+    key: &EffectKey,
     how: Resolution,
     by: &str,
     note: Option<&str>,

@@ -42,8 +42,10 @@ mod tests {
         let noon = crate::time::parse("2026-06-01T12:00:00.000Z").unwrap();
         store.pin_clock(Some(noon));
         assert_eq!(store.now(), noon);
-        crate::jobs::pause(&mut store, "j", "ops", None).unwrap();
-        let row = crate::jobs::record(&mut store, "j").unwrap().unwrap();
+        crate::jobs::pause(&mut store, &crate::JobName::from("j"), "ops", None).unwrap();
+        let row = crate::jobs::record(&mut store, &crate::JobName::from("j"))
+            .unwrap()
+            .unwrap();
         assert_eq!(row.updated_at.as_deref(), Some("2026-06-01T12:00:00.000Z"));
         store.pin_clock(None);
         assert!(store.now() > noon);

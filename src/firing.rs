@@ -7,7 +7,7 @@ use crate::state::FiringKind;
 pub use crate::store::{
     DueFate, DueRequest, FireRequest, Fired, Resumed, RunOwner, Started, Waiting,
 };
-use crate::{time, Result, Store};
+use crate::{time, JobName, Result, Store};
 use std::time::Duration;
 
 impl Fired {
@@ -125,7 +125,7 @@ pub fn waiting_jobs(store: &mut Store, now: time::Ts) -> Result<Vec<(String, Wai
 }
 
 /// The latest slot the schedule itself fired (manual and backfill firings do not count).
-pub fn last_slot(store: &mut Store, job: &str) -> Result<Option<String>> {
+pub fn last_slot(store: &mut Store, job: &JobName) -> Result<Option<String>> {
     store.last_slot(job)
 }
 
@@ -153,7 +153,7 @@ pub fn recorded(
 }
 
 /// What waits to start for a job whose lease is free at `now`.
-pub fn waiting(store: &mut Store, job: &str, now: time::Ts) -> Result<Waiting> {
+pub fn waiting(store: &mut Store, job: &JobName, now: time::Ts) -> Result<Waiting> {
     store.waiting(job, &time::fmt(now))
 }
 
@@ -240,16 +240,16 @@ pub fn resume(
 
 /// An observer found that an effect sent by `run_id` never happened: that run's firing is fired
 /// again by the next [`resume`]. Returns whether a firing was marked.
-pub fn retry_of_run(store: &mut Store, job: &str, run_id: &str) -> Result<bool> {
+pub fn retry_of_run(store: &mut Store, job: &JobName, run_id: &str) -> Result<bool> {
     store.retry_firing_of_run(job, run_id, &store.now_text())
 }
 
 /// How many firings of a job had how many runs: (runs, firings), fewest runs first.
-pub fn runs_per_firing(store: &mut Store, job: &str) -> Result<Vec<(i64, i64)>> {
+pub fn runs_per_firing(store: &mut Store, job: &JobName) -> Result<Vec<(i64, i64)>> {
     store.runs_per_firing(job)
 }
 
 /// How many firings of a job ended `gave_up`.
-pub fn gave_up_count(store: &mut Store, job: &str) -> Result<i64> {
+pub fn gave_up_count(store: &mut Store, job: &JobName) -> Result<i64> {
     store.firings_gave_up(job)
 }

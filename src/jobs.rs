@@ -3,7 +3,7 @@
 //! detail, `logs`, `trigger` and `backfill` read). The store records; the time and the actor
 //! come from here.
 use crate::time;
-use crate::{Result, Store};
+use crate::{JobName, Result, Store, Token};
 use unicode_normalization::UnicodeNormalization;
 
 pub use crate::snapshot::{EventRow, RunRow};
@@ -64,7 +64,7 @@ pub fn keep_newest_runs(store: &mut Store) -> Result<(u64, u64)> {
 }
 
 /// One job's registry record, if it was ever registered.
-pub fn record(store: &mut Store, job: &str) -> Result<Option<JobRecord>> {
+pub fn record(store: &mut Store, job: &JobName) -> Result<Option<JobRecord>> {
     store.registered_job(job)
 }
 
@@ -96,7 +96,7 @@ impl Toggled {
 }
 
 /// Pauses a job as `by` (firings while paused are recorded as skipped), with an optional note.
-pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Result<Toggled> {
+pub fn pause(store: &mut Store, job: &JobName, by: &str, note: Option<&str>) -> Result<Toggled> {
     let now = store.now_text();
     let changed = store.set_paused(job, true, by, note, &now)?;
     Ok(Toggled {
@@ -106,7 +106,7 @@ pub fn pause(store: &mut Store, job: &str, by: &str, note: Option<&str>) -> Resu
 }
 
 /// Resumes a paused job as `by`.
-pub fn resume(store: &mut Store, job: &str, by: &str) -> Result<Toggled> {
+pub fn resume(store: &mut Store, job: &JobName, by: &str) -> Result<Toggled> {
     let now = store.now_text();
     let changed = store.set_paused(job, false, by, None, &now)?;
     Ok(Toggled {
@@ -156,7 +156,7 @@ pub fn scheduler_ended(store: &mut Store, owner: &str, pid: u32) -> Result<()> {
 }
 
 /// A job's most recent runs, newest first (the job detail).
-pub fn recent_runs(store: &mut Store, job: &str, limit: usize) -> Result<Vec<RunRow>> {
+pub fn recent_runs(store: &mut Store, job: &JobName, limit: usize) -> Result<Vec<RunRow>> {
     store.recent_runs(job, limit)
 }
 
@@ -166,12 +166,12 @@ pub fn run_output(store: &mut Store, run_id: &str) -> Result<Option<(RunRow, Str
 }
 
 /// The job's next run started after `after` (its latest when None): `exactly logs -f`.
-pub fn run_after(store: &mut Store, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+pub fn run_after(store: &mut Store, job: &JobName, after: Option<&str>) -> Result<Option<RunRow>> {
     store.run_after(job, after)
 }
 
 /// Durations of the job's recent runs that ended by themselves, for the lint's p99.
-pub fn run_durations(store: &mut Store, job: &str) -> Result<Vec<i64>> {
+pub fn run_durations(store: &mut Store, job: &JobName) -> Result<Vec<i64>> {
     let oldest = time::fmt(store.now() - chrono::Duration::days(RUN_WINDOW_DAYS));
     store.run_durations(job, &oldest)
 }
@@ -182,8 +182,8 @@ pub fn run_output_so_far(store: &mut Store, run_id: &str, log: &str) -> Result<(
 }
 
 /// Records that a run's lease renewal was refused: a newer token holds the job.
-pub fn run_fenced(store: &mut Store, job: &str, run_id: &str, token: i64) -> Result<()> {
-    store.run_fenced(job, run_id, token, &store.now_text())
+pub fn run_fenced(store: &mut Store, job: &JobName, run_id: &str, token: Token) -> Result<()> {
+    store.run_fenced(job, run_id, token.get(), &store.now_text())
 }
 
 /// Records how a run ended (as at the handle's clock: the run's end); its firing is settled
@@ -210,8 +210,8 @@ pub fn finish_run_then(
 }
 
 /// What a run's effects did, from the events carrying its token.
-pub fn effect_counts(store: &mut Store, job: &str, token: i64) -> Result<EffectCounts> {
-    store.run_effect_counts(job, token)
+pub fn effect_counts(store: &mut Store, job: &JobName, token: Token) -> Result<EffectCounts> {
+    store.run_effect_counts(job, token.get())
 }
 
 /// Deletes history older than `horizon` (`exactly gc`, `retain`): see docs/operations.md's "Retention" for what is

@@ -10,9 +10,11 @@ pub fn input_digest(inputs: &Map<String, Value>) -> String {
 }
 
 /// First 32 hex chars of SHA-256 of `action_id|target_id|input_digest`.
-pub fn effect_key(action_id: &str, target_id: &str, input_digest: &str) -> String {
+pub fn effect_key(action_id: &str, target_id: &str, input_digest: &str) -> crate::EffectKey {
     let raw = format!("{action_id}|{target_id}|{input_digest}");
-    hex(&Sha256::digest(raw.as_bytes()))[..32].to_string()
+    let mut key = hex(&Sha256::digest(raw.as_bytes()));
+    key.truncate(32);
+    key.into()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -4,7 +4,7 @@
 //! shorter than the interval (so a crashed run does not block the next firing).
 use crate::store::LeaseClaim;
 pub use crate::store::{LeaseRow, RELEASED};
-use crate::{time, Result, Store};
+use crate::{time, JobName, Result, Store, Token};
 use std::time::Duration;
 
 /// The answer to a claim.
@@ -13,14 +13,14 @@ pub enum Claim {
     /// We hold the lease; carry this token into every write.
     Won {
         /// The fencing token of our lease.
-        token: i64,
+        token: Token,
     },
     /// A live lease is held by someone else.
     Held {
         /// Who holds it.
         owner: String,
         /// The fencing token of the lease held.
-        token: i64,
+        token: Token,
         /// When the holder's lease ends.
         until: String,
     },
@@ -56,11 +56,11 @@ pub fn job_name_problem(name: &str) -> Option<String> {
 
 /// `name` as a job name, or the one clear reason it is not one (a clap value parser too).
 /// The name is normalised as a jobs file's is (`jobs::normalize_name`): `"a "` finds job `a`.
-pub fn job_name(name: &str) -> std::result::Result<String, String> {
+pub fn job_name(name: &str) -> std::result::Result<JobName, String> {
     let name = crate::jobs::normalize_name(name);
     match crate::jobs::name_problem(&name).or_else(|| job_name_problem(&name)) {
         Some(why) => Err(why),
-        None => Ok(name),
+        None => Ok(name.into()),
     }
 }
 
@@ -85,7 +85,7 @@ pub fn check_duration(dur: Duration) -> Result<()> {
 
 /// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired (and the clock-skew
 /// margin, [`time::max_skew`], has passed too).
-pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result<Claim> {
+pub fn claim(store: &mut Store, job: &JobName, owner: &str, dur: Duration) -> Result<Claim> {
     if let Some(why) = job_name_problem(job) {
         return Err(crate::Error::Usage(why));
     }
@@ -98,7 +98,7 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, dur: Duration) -> Result
 /// real one; a test or a simulation passes its own).
 pub fn claim_until(
     store: &mut Store,
-    job: &str,
+    job: &JobName,
     owner: &str,
     until: time::Ts,
     now: time::Ts,
@@ -108,14 +108,16 @@ pub fn claim_until(
     }
     Ok(
         match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
-            LeaseClaim::Won { token, .. } => Claim::Won { token },
+            LeaseClaim::Won { token, .. } => Claim::Won {
+                token: token.into(),
+            },
             LeaseClaim::Held {
                 owner,
                 token,
                 until,
             } => Claim::Held {
                 owner,
-                token,
+                token: token.into(),
                 until,
             },
         },
@@ -123,48 +125,56 @@ pub fn claim_until(
 }
 
 /// Extends the lease; `Ok(false)` means a higher token exists: we were fenced and must stop.
-pub fn renew(store: &mut Store, job: &str, token: i64, dur: Duration) -> Result<bool> {
+pub fn renew(store: &mut Store, job: &JobName, token: Token, dur: Duration) -> Result<bool> {
     check_duration(dur)?;
     renew_until(store, job, token, time::add(store.now(), dur))
 }
 
 /// Extends (or shortens: a past `until` lets the lease lapse) the lease to `until`;
 /// `Ok(false)` means a higher token exists.
-pub fn renew_until(store: &mut Store, job: &str, token: i64, until: time::Ts) -> Result<bool> {
+pub fn renew_until(
+    store: &mut Store,
+    job: &JobName,
+    token: Token,
+    until: time::Ts,
+) -> Result<bool> {
     let now = store.now_text();
-    store.renew_lease(job, token, &time::fmt(until), &now)
+    store.renew_lease(job, token.get(), &time::fmt(until), &now)
 }
 
 /// Renews many leases in one write, each by its own duration: Some(true) renewed, Some(false)
 /// fenced (a newer token), None released meanwhile.
 pub fn renew_many(
     store: &mut Store,
-    leases: &[(&str, i64, Duration)],
+    leases: &[(&JobName, Token, Duration)],
 ) -> Result<Vec<Option<bool>>> {
     let now = store.now();
     let rows: Vec<(&str, i64, String)> = leases
         .iter()
-        .map(|(job, token, dur)| (*job, *token, time::fmt(time::add(now, *dur))))
+        .map(|(job, token, dur)| (job.as_str(), token.get(), time::fmt(time::add(now, *dur))))
         .collect();
     store.renew_leases(&rows, &time::fmt(now))
 }
 
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
-pub fn release(store: &mut Store, job: &str, token: i64) -> Result<bool> {
+pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
     let now = store.now_text();
-    store.release_lease(job, token, &now)
+    store.release_lease(job, token.get(), &now)
 }
 
 /// The job's lease row, if it was ever claimed.
-pub fn get(store: &mut Store, job: &str) -> Result<Option<LeaseRow>> {
+pub fn get(store: &mut Store, job: &JobName) -> Result<Option<LeaseRow>> {
     store.lease(job)
 }
 
 /// The job's lease row and how long it has left, measured on the database's clock (on
 /// PostgreSQL the server's, whatever this host's says; negative once it ended). A caller that
 /// must stop when the lease ends counts this down on its own monotonic clock.
-pub fn get_with_left(store: &mut Store, job: &str) -> Result<Option<(LeaseRow, chrono::Duration)>> {
+pub fn get_with_left(
+    store: &mut Store,
+    job: &JobName,
+) -> Result<Option<(LeaseRow, chrono::Duration)>> {
     store.lease_left(job, &store.now_text())
 }
 

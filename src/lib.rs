@@ -8,7 +8,7 @@
 //! - counters and a [`snapshot::Snapshot`] the dashboard, `status` and `metrics` render.
 //!
 //! ```no_run
-//! use exactly::{effect, lease, Store};
+//! use exactly::{effect, lease, JobName, Store};
 //! use exactly::effect::{Effect, Failure, Observation, Spec};
 //!
 //! struct SendInvoice;
@@ -25,17 +25,18 @@
 //!
 //! # fn main() -> Result<(), exactly::Error> {
 //! let mut store = Store::open("exactly.db")?;
-//! let token = match lease::claim(&mut store, "invoices", "worker-1", std::time::Duration::from_secs(60))? {
+//! let job = JobName::from("invoices");
+//! let token = match lease::claim(&mut store, &job, "worker-1", std::time::Duration::from_secs(60))? {
 //!     lease::Claim::Won { token } => token,
 //!     lease::Claim::Held { .. } => return Ok(()), // someone else runs it
 //! };
-//! let ctx = effect::Ctx::new("invoices", token);
+//! let ctx = effect::Ctx::new(&job, token);
 //! let spec = Spec::new("send-invoice", "customer-42")
 //!     .input("amount", "120.00")
 //!     .input("month", "2026-11");
 //! let outcome = effect::run(&mut store, &ctx, &spec, &mut SendInvoice)?;
 //! println!("{outcome:?}");
-//! lease::release(&mut store, "invoices", token)?;
+//! lease::release(&mut store, &job, token)?;
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
@@ -46,6 +47,7 @@ mod error;
 pub mod fault;
 pub mod firing;
 pub mod health;
+mod ids;
 pub mod jobs;
 pub mod json;
 pub mod key;
@@ -67,6 +69,7 @@ pub mod wrapped;
 pub use store::{Access, Store, SCHEMA_VERSION};
 
 pub use error::{DbSource, Error, Result};
+pub use ids::{EffectKey, JobName, Token};
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the
 /// XDG state folder (`$XDG_STATE_HOME/exactly/exactly.db`).
@@ -256,13 +259,19 @@ mod boundary {
     }
 
     /// The store is the ground floor: its code names only the modules below it (the state
-    /// words, times, policy, schedules, the sender's identity, keys, fault points, sanitizing),
+    /// words, times, policy, schedules, the sender's identity, keys, the fencing token, fault
+    /// points, sanitizing),
     /// never the library's domain modules or the application above them. Its rows are its own
     /// (`store/rows.rs`); the snapshot is built from them.
     #[test]
     fn the_store_names_no_module_above_it() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut below: Vec<String> = vec!["store".into(), "Error".into(), "Result".into()];
+        let mut below: Vec<String> = vec![
+            "store".into(),
+            "Error".into(),
+            "Result".into(),
+            "Token".into(),
+        ];
         below.extend(
             [
                 "state", "time", "policy", "schedule", "sender", "key", "fault", "sanitize",

@@ -27,9 +27,9 @@ pub struct LeaseWatch {
     /// The database holding the lease.
     pub db: String,
     /// The job whose lease it is.
-    pub job: String,
+    pub job: crate::JobName,
     /// The fencing token the command sends under: a newer one stops it.
-    pub token: i64,
+    pub token: crate::Token,
     /// The effect whose `submitted` row carries this send's deadline (`sender_until`), moved on
     /// as the lease is renewed.
     pub effect: Option<SentRow>,
@@ -152,8 +152,13 @@ fn read_lease(
                     let mut until = l.lease_until.clone();
                     if let Some(e) = &spec.effect {
                         if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
-                            match s.extend_sender(&e.key, &e.attempt, &spec.job, spec.token, &until)
-                            {
+                            match s.extend_sender(
+                                &e.key,
+                                &e.attempt,
+                                &spec.job,
+                                spec.token.get(),
+                                &until,
+                            ) {
                                 Ok(true) => recorded = Some(until.clone()),
                                 // Not recorded: the deadline stays the recorded one.
                                 _ => until = recorded.clone().unwrap_or(until),

@@ -171,7 +171,7 @@ pub(crate) fn pg_library_claims(plan: &Plan, url: &str, out: &mut Map<String, Va
         let start = Instant::now();
         let first = n;
         while start.elapsed().as_secs_f64() < secs {
-            match lease::claim(&mut store, &format!("job-{n}"), "bench", lease_for)? {
+            match lease::claim(&mut store, &format!("job-{n}").into(), "bench", lease_for)? {
                 lease::Claim::Won { .. } => n += 1,
                 other => return Err(format!("claim {n} of a new job: {other:?}").into()),
             }

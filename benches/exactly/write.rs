@@ -33,11 +33,19 @@ pub(crate) fn fresh_ledger(path: &Path) -> Res<(Store, effect::Ctx)> {
 /// The ledger `db` (a SQLite path or a PostgreSQL URL) opened, with the bench job's lease held.
 pub(crate) fn ledger_with_lease(db: &str) -> Res<(Store, effect::Ctx)> {
     let mut store = Store::open(db)?;
-    let token = match lease::claim(&mut store, "bench", "bench", Duration::from_secs(3600))? {
+    let token = match lease::claim(
+        &mut store,
+        &exactly::JobName::from("bench"),
+        "bench",
+        Duration::from_secs(3600),
+    )? {
         lease::Claim::Won { token } => token,
         lease::Claim::Held { .. } => return Err("the bench lease is held".into()),
     };
-    Ok((store, effect::Ctx::new("bench", token)))
+    Ok((
+        store,
+        effect::Ctx::new(&exactly::JobName::from("bench"), token),
+    ))
 }
 
 pub(crate) fn remove_db(path: &Path) {

@@ -66,11 +66,7 @@ fn json_map(inputs: &str) -> PyResult<serde_json::Map<String, serde_json::Value>
 fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
     let inputs = json_map(inputs_json)?;
     exactly::key::check(action, target, &inputs).map_err(err)?;
-    Ok(exactly::key::effect_key(
-        action,
-        target,
-        &exactly::key::input_digest(&inputs),
-    ))
+    Ok(exactly::key::effect_key(action, target, &exactly::key::input_digest(&inputs)).into())
 }
 
 /// Who acts, as the CLI records it (`EXACTLY_ACTOR` marked as claimed by the login user).
@@ -167,7 +163,7 @@ impl Effect for PyEffect {
 /// An outcome as a dict `exactly.Outcome` is built from: its kind and its parts.
 fn outcome_dict<'py>(py: Python<'py>, out: &Outcome) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("key", out.key())?;
+    d.set_item("key", out.key().as_str())?;
     d.set_item("exit_code", out.exit_code())?;
     let kind = match out {
         Outcome::Done { response, .. } => {
@@ -269,7 +265,7 @@ impl Db {
         lease::check_duration(dur).map_err(err)?;
         let claim = self.with(py, |s| lease::claim(s, &job, owner, dur))?;
         Ok(match claim {
-            lease::Claim::Won { token } => (Some(token), None, None),
+            lease::Claim::Won { token } => (Some(token.get()), None, None),
             lease::Claim::Held { owner, until, .. } => (None, Some(owner), Some(until)),
         })
     }
@@ -278,12 +274,21 @@ impl Db {
     fn renew(&self, py: Python<'_>, job: &str, token: i64, ttl_ms: u64) -> PyResult<bool> {
         let dur = Duration::from_millis(ttl_ms);
         lease::check_duration(dur).map_err(err)?;
-        self.with(py, |s| lease::renew(s, job, token, dur))
+        self.with(py, |s| {
+            lease::renew(
+                s,
+                &exactly::JobName::from(job),
+                exactly::Token::from(token),
+                dur,
+            )
+        })
     }
 
     /// Releases a lease we hold; False when fenced.
     fn release(&self, py: Python<'_>, job: &str, token: i64) -> PyResult<bool> {
-        self.with(py, |s| lease::release(s, job, token))
+        self.with(py, |s| {
+            lease::release(s, &exactly::JobName::from(job), exactly::Token::from(token))
+        })
     }
 
     /// Runs one effect under the ledger's guard (`exactly effect` without the command):
@@ -306,7 +311,7 @@ impl Db {
         by: Option<String>,
     ) -> PyResult<Py<PyDict>> {
         let job = lease::job_name(job).map_err(UsageError::new_err)?;
-        let mut ctx = Ctx::new(&job, token);
+        let mut ctx = Ctx::new(&job, exactly::Token::from(token));
         if let Some(r) = &run_id {
             ctx = ctx.with_run_id(r);
         }
@@ -329,7 +334,7 @@ impl Db {
 
     /// The ledger row of an effect key as a dict, or None when it was never begun.
     fn effect_row(&self, py: Python<'_>, key: &str) -> PyResult<Option<PyObject>> {
-        let row = self.with(py, |s| effect::get(s, key))?;
+        let row = self.with(py, |s| effect::get(s, &exactly::EffectKey::from(key)))?;
         row.map(|r| to_json(py, &r)).transpose()
     }
 
@@ -347,9 +352,9 @@ impl Db {
         let by = by.unwrap_or_else(exactly::actor);
         let r = self.with(py, |s| {
             if approve {
-                approval::approve(s, key, &by, note.as_deref())
+                approval::approve(s, &exactly::EffectKey::from(key), &by, note.as_deref())
             } else {
-                approval::deny(s, key, &by, note.as_deref())
+                approval::deny(s, &exactly::EffectKey::from(key), &by, note.as_deref())
             }
         })?;
         let words = r.describe(key, approve);
@@ -384,7 +389,7 @@ impl Db {
         let r = self.with(py, |s| {
             approval::resolve(
                 s,
-                key,
+                &exactly::EffectKey::from(key),
                 how,
                 &by,
                 note.as_deref(),

@@ -167,7 +167,8 @@ fn count(h: &mut Harness, t: &mut Tally, runs_file: &Path) -> Result<()> {
             time::fmt(*slot)
         ));
     }
-    for (runs, firings) in crate::firing::runs_per_firing(&mut h.store, JOB)? {
+    for (runs, firings) in crate::firing::runs_per_firing(&mut h.store, &crate::JobName::from(JOB))?
+    {
         let runs = runs.max(0) as u64;
         *t.runs_per_firing.entry(runs).or_default() += firings.max(0) as u64;
         t.max_runs_per_firing = t.max_runs_per_firing.max(runs);

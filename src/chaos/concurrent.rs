@@ -8,7 +8,7 @@ use super::proc::Running;
 use super::{Client, Eff, Harness, How, Tally};
 use crate::approval::Decided;
 use crate::state::EffectState;
-use crate::{approval, lease, Error, Result};
+use crate::{approval, Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
 use std::process::{Command, Stdio};
@@ -207,7 +207,7 @@ fn concurrent_retry(
         bar.inc(1);
     }
     for (job, token) in jobs.iter().zip(tokens) {
-        lease::release(&mut h.store, job, token)?;
+        h.release(job, token)?;
     }
     Ok(())
 }
@@ -219,7 +219,7 @@ fn claim_skewed(
     owner: &str,
     skew_ms: i64,
     dur: &str,
-) -> Result<Option<i64>> {
+) -> Result<Option<crate::Token>> {
     let out = h
         .skewed(skew_ms)
         .arg("--db")
@@ -234,8 +234,8 @@ fn claim_skewed(
     match out.status.code() {
         Some(0) => String::from_utf8_lossy(&out.stdout)
             .trim()
-            .parse()
-            .map(Some)
+            .parse::<i64>()
+            .map(|t| Some(t.into()))
             .map_err(|e| Error::Store(format!("lease claim printed no token: {e}"))),
         Some(3) => Ok(None),
         c => Err(Error::Store(format!(
@@ -253,7 +253,7 @@ fn claim_until(
     skew_ms: i64,
     dur: &str,
     within: Duration,
-) -> Result<Option<i64>> {
+) -> Result<Option<crate::Token>> {
     let deadline = Instant::now() + within;
     loop {
         if let Some(tok) = claim_skewed(h, job, owner, skew_ms, dur)? {
@@ -341,7 +341,7 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                 }
                 std::thread::sleep(h.ms(100, 400));
             }
-            lease::release(&mut h.store, job, tb)?;
+            h.release(job, tb)?;
         } else {
             t.anomaly(format!("{label}: the second process never got the lease"));
         }
@@ -357,7 +357,7 @@ fn clock_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                     ..a.clone()
                 };
                 h.settle_tallied(t, &next, &label, SETTLE_TRIES)?;
-                lease::release(&mut h.store, job, tn)?;
+                h.release(job, tn)?;
             }
             None => t.anomaly(format!("{label}: the next run never got the lease")),
         }
@@ -486,7 +486,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         bar.inc(1);
     }
     for (job, token) in jobs.iter().zip(tokens) {
-        lease::release(&mut h.store, job, token)?;
+        h.release(job, token)?;
     }
     Ok(())
 }

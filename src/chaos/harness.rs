@@ -7,7 +7,7 @@ use crate::effect::Spec;
 use crate::sanitize::inert;
 use crate::state::EffectState;
 use crate::Store;
-use crate::{lease, Error, Result};
+use crate::{lease, Error, Result, Token};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ pub struct How {
 #[derive(Debug, Clone)]
 pub struct Eff {
     pub job: String,
-    pub token: i64,
+    pub token: Token,
     pub action: String,
     pub target: String,
     pub i: u64,
@@ -92,7 +92,13 @@ pub struct Eff {
 
 impl Eff {
     /// The same effect (action, target, iteration) as each of `jobs` sends it under its token.
-    pub fn per_job(jobs: &[&str], tokens: &[i64], action: &str, target: &str, i: u64) -> Vec<Eff> {
+    pub fn per_job(
+        jobs: &[&str],
+        tokens: &[Token],
+        action: &str,
+        target: &str,
+        i: u64,
+    ) -> Vec<Eff> {
         jobs.iter()
             .zip(tokens)
             .map(|(job, &token)| Eff {
@@ -131,7 +137,7 @@ pub(crate) fn sh_quote(s: &str) -> String {
 
 impl Harness {
     /// The effect key `exactly effect` computes for this effect (docs/contract.md, "Effect key").
-    pub fn key(&self, e: &Eff) -> String {
+    pub fn key(&self, e: &Eff) -> exactly::EffectKey {
         self.spec(e).key()
     }
 
@@ -142,14 +148,19 @@ impl Harness {
     }
 
     /// Claims each job's lease for the whole scenario ([`FOREVER`]); their tokens, in order.
-    pub fn claim_all(&mut self, jobs: &[&str]) -> Result<Vec<i64>> {
+    pub fn claim_all(&mut self, jobs: &[&str]) -> Result<Vec<Token>> {
         jobs.iter()
             .map(|j| self.claim(j, "chaos", FOREVER))
             .collect()
     }
 
-    pub fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<i64> {
-        match lease::claim(&mut self.store, job, owner, dur)? {
+    /// Releases `job`'s lease taken under `token` (false: a newer token holds it).
+    pub fn release(&mut self, job: &str, token: Token) -> Result<bool> {
+        lease::release(&mut self.store, &job.into(), token)
+    }
+
+    pub fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<Token> {
+        match lease::claim(&mut self.store, &job.into(), owner, dur)? {
             lease::Claim::Won { token } => Ok(token),
             lease::Claim::Held { owner, until, .. } => Err(Error::Store(format!(
                 "job {} is leased by {} until {}; wait for it or use a fresh database",
@@ -380,7 +391,7 @@ impl Harness {
                 t.pause_duplicates_without_dedupe += counts.requests.saturating_sub(1);
             }
             let row = if self.guarded {
-                crate::effect::get(&mut self.store, key)?
+                crate::effect::get(&mut self.store, &key.into())?
             } else {
                 None
             };

@@ -8,7 +8,7 @@
 use super::harness::FOREVER;
 use super::proc::{self, Running};
 use super::{Eff, Harness, Tally};
-use crate::{lease, Result};
+use crate::Result;
 use indicatif::ProgressBar;
 use rand::Rng;
 use std::process::Command;
@@ -183,7 +183,7 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
         t.iterations += 1;
         bar.inc(1);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 

@@ -114,10 +114,11 @@ impl Site {
         // as it finished (it booked its end, then SIGTERM made it exit 143) was not done for the
         // scheduler: its firing goes again, and only an effect key keeps its effect once.
         for ((job, slot), n) in ends.iter().filter(|(_, n)| **n > 1) {
-            let mut runs: Vec<_> = crate::jobs::recent_runs(&mut h.store, job, 1000)?
-                .into_iter()
-                .filter(|r| &r.scheduled_at == slot)
-                .collect();
+            let mut runs: Vec<_> =
+                crate::jobs::recent_runs(&mut h.store, &crate::JobName::from(job), 1000)?
+                    .into_iter()
+                    .filter(|r| &r.scheduled_at == slot)
+                    .collect();
             runs.sort_by_key(|r| r.fencing_token);
             let done_then_again = runs
                 .iter()

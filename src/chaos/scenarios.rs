@@ -4,7 +4,7 @@ use super::far_side::{SENT_MARKER, START_MARKER};
 use super::harness::FOREVER;
 use super::{Client, Eff, Harness, Tally};
 use crate::state::EffectState;
-use crate::{lease, Result};
+use crate::Result;
 use indicatif::ProgressBar;
 use rand::Rng;
 use std::time::{Duration, Instant};
@@ -136,7 +136,7 @@ fn kill_mid_effect(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) ->
         t.iterations += 1;
         bar.inc(1);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 
@@ -207,7 +207,7 @@ fn overrun(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
             }
         }
         h.settle_tallied(t, &b, &label, SETTLE_TRIES)?;
-        lease::release(&mut h.store, job, tb)?;
+        h.release(job, tb)?;
         t.intend(&h.key(&a), label);
         t.iterations += 1;
         bar.inc(1);
@@ -271,7 +271,7 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         t.iterations += 1;
         bar.inc(1);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 
@@ -320,7 +320,7 @@ fn duplicate_registration(h: &mut Harness, t: &mut Tally, n: u32, bar: &Progress
         bar.inc(1);
     }
     for (job, token) in jobs.iter().zip(tokens) {
-        lease::release(&mut h.store, job, token)?;
+        h.release(job, token)?;
     }
     Ok(())
 }

@@ -260,7 +260,7 @@ impl Fleet {
             return Ok(None);
         }
         for (i, key) in std::mem::take(&mut self.pending) {
-            match crate::effect::get(&mut h.store, &key)? {
+            match crate::effect::get(&mut h.store, &crate::EffectKey::from(&key))? {
                 Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
                     if row.state == EffectState::Submitted && effect::sender(&row) == Sender::Alive
@@ -279,7 +279,7 @@ impl Fleet {
         if in_flight.is_empty() {
             return Ok(None);
         }
-        let runs = crate::jobs::recent_runs(&mut h.store, &self.job, 10)?;
+        let runs = crate::jobs::recent_runs(&mut h.store, &crate::JobName::from(&self.job), 10)?;
         Ok(runs
             .into_iter()
             .filter(|r| in_flight.contains(&r.run_id))
@@ -327,14 +327,14 @@ impl Fleet {
         for i in 0..u64::from(n) {
             let e = Eff {
                 job: self.job.clone(),
-                token: 0,
+                token: crate::Token::from(0),
                 action: "deliver".into(),
                 target: "warehouse".into(),
                 i,
             };
             let key = h.key(&e);
             t.intend(&key, format!("{} item #{i}", self.name));
-            self.pending.push((i, key));
+            self.pending.push((i, key.to_string()));
             self.write_items()?;
             // Strike mid-effect (a run is sending an item) or at a random moment.
             // slow-observer strikes at random moments more often: its point is the observers
@@ -419,12 +419,16 @@ impl Fleet {
 
     /// Counts the runs of every firing of the job: at most 3 each, however often schedulers died.
     fn count_runs(&self, h: &mut Harness, t: &mut Tally) -> Result<()> {
-        for (runs, firings) in crate::firing::runs_per_firing(&mut h.store, &self.job)? {
+        for (runs, firings) in
+            crate::firing::runs_per_firing(&mut h.store, &crate::JobName::from(&self.job))?
+        {
             let runs = runs.max(0) as u64;
             *t.runs_per_firing.entry(runs).or_default() += firings.max(0) as u64;
             t.max_runs_per_firing = t.max_runs_per_firing.max(runs);
         }
-        t.firings_gave_up += crate::firing::gave_up_count(&mut h.store, &self.job)?.max(0) as u64;
+        t.firings_gave_up +=
+            crate::firing::gave_up_count(&mut h.store, &crate::JobName::from(&self.job))?.max(0)
+                as u64;
         if t.max_runs_per_firing > 3 {
             t.anomaly(format!(
                 "{}: a firing ran {} times (at most 3)",

@@ -16,7 +16,7 @@ use super::machine::{
 };
 use super::proc::{self, Running};
 use super::{Client, Eff, Harness, Tally};
-use crate::{lease, Error, Result};
+use crate::{Error, Result};
 use indicatif::ProgressBar;
 use rand::Rng;
 use std::process::{Command, Stdio};
@@ -98,7 +98,7 @@ fn take_lease(
     dur: &str,
     skew_ms: i64,
     max_skew: &str,
-) -> Result<Option<i64>> {
+) -> Result<Option<crate::Token>> {
     let until = Instant::now() + CLAIM_WITHIN;
     loop {
         let out = h
@@ -114,8 +114,8 @@ fn take_lease(
         if out.status.code() == Some(0) {
             return String::from_utf8_lossy(&out.stdout)
                 .trim()
-                .parse()
-                .map(Some)
+                .parse::<i64>()
+                .map(|t| Some(t.into()))
                 .map_err(|e| Error::Store(format!("lease claim printed no token: {e}")));
         }
         // 3: held; anything else (a statement timed out behind a stalled server) is tried again.
@@ -126,7 +126,7 @@ fn take_lease(
     }
 }
 
-fn eff(job: &str, token: i64, action: &str, i: u64) -> Eff {
+fn eff(job: &str, token: crate::Token, action: &str, i: u64) -> Eff {
     Eff {
         job: job.into(),
         token,
@@ -194,7 +194,7 @@ fn grandchild(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
         a.finish()?;
         done(t, h, &e, label, bar);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 
@@ -252,7 +252,7 @@ fn other_user(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
         a.finish()?;
         done(t, h, &e, label, bar);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 
@@ -327,7 +327,7 @@ fn watcher_stall(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                 for p in &stopped {
                     signal(*p, libc::SIGCONT);
                 }
-                lease::release(&mut h.store, job, tb)?;
+                h.release(job, tb)?;
             }
             None => {
                 for p in &stopped {
@@ -396,7 +396,7 @@ fn takeover_skew(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                     retry_cmd(h, &b, "chaos-skew-b", skew_b, &max_skew, &Client::quick())
                 })?;
                 a.finish()?;
-                lease::release(&mut h.store, job, tb)?;
+                h.release(job, tb)?;
             }
             None => {
                 a.finish()?;
@@ -473,7 +473,7 @@ fn host_clash(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resu
                     retry_cmd(h, &b, host, 0, SKEW, &Client::quick())
                 })?;
                 a.finish()?;
-                lease::release(&mut h.store, job, tb)?;
+                h.release(job, tb)?;
             }
             None => {
                 a.finish()?;
@@ -534,7 +534,7 @@ fn pid_reuse(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Resul
         a.finish()?;
         done(t, h, &e, label, bar);
     }
-    lease::release(&mut h.store, job, token)?;
+    h.release(job, token)?;
     Ok(())
 }
 
@@ -609,7 +609,7 @@ fn pause(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()
                     signal(*p, libc::SIGCONT);
                 }
                 a.finish()?;
-                lease::release(&mut h.store, job, tb)?;
+                h.release(job, tb)?;
             }
             None => {
                 for p in &stopped {

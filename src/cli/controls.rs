@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub struct TriggerArgs {
     /// The registered job to fire now.
     #[arg(value_parser = lease::job_name)]
-    pub job: String,
+    pub job: crate::JobName,
     /// Who fires it, in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
@@ -26,7 +26,7 @@ pub struct TriggerArgs {
 pub struct PauseArgs {
     /// The registered job to pause.
     #[arg(value_parser = lease::job_name)]
-    pub job: String,
+    pub job: crate::JobName,
     /// Why, shown with the job until it is resumed.
     #[arg(long)]
     pub note: Option<String>,
@@ -35,13 +35,13 @@ pub struct PauseArgs {
 pub struct ResumeArgs {
     /// The paused job to resume.
     #[arg(value_parser = lease::job_name)]
-    pub job: String,
+    pub job: crate::JobName,
 }
 #[derive(Args, Debug)]
 pub struct BackfillArgs {
     /// The registered job whose past slots to fire.
     #[arg(value_parser = lease::job_name)]
-    pub job: String,
+    pub job: crate::JobName,
     /// First slot (RFC 3339 instant), inclusive.
     #[arg(long)]
     pub from: String,
@@ -59,7 +59,7 @@ pub struct BackfillArgs {
 /// Most slots one backfill may fire.
 const BACKFILL_MAX: u64 = 1000;
 
-fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
+fn effects_line(store: &mut Store, job: &crate::JobName, token: crate::Token) -> Result<String> {
     let c = jobs::effect_counts(store, job, token)?;
     Ok(format!(
         "effects: {} done, {} already done (suppressed), {} unknown, {} fenced writes",
@@ -70,8 +70,8 @@ fn effects_line(store: &mut Store, job: &str, token: i64) -> Result<String> {
 /// A run's result and its effects as JSON, for `trigger --json` and `backfill --json`.
 fn run_json(
     store: &mut Store,
-    job: &str,
-    token: i64,
+    job: &crate::JobName,
+    token: crate::Token,
     run_id: &str,
     r: &execute::RunResult,
 ) -> Result<serde_json::Value> {

@@ -4,7 +4,7 @@ use super::*;
 #[derive(Args, Debug)]
 pub struct DecideArgs {
     /// The effect key (as `exactly status` and `exactly top` show it).
-    pub key: String,
+    pub key: crate::EffectKey,
     /// Why, recorded with the decision.
     #[arg(long)]
     pub note: Option<String>,
@@ -14,7 +14,7 @@ pub struct DecideArgs {
 #[command(group(clap::ArgGroup::new("how").required(true).args(["happened", "not_happened", "cancel"])))]
 pub struct ResolveArgs {
     /// The effect key (as `exactly status` and `exactly top` show it).
-    pub key: String,
+    pub key: crate::EffectKey,
     /// The far side shows the effect: it becomes done.
     #[arg(long)]
     pub happened: bool,

@@ -5,7 +5,7 @@ use super::*;
 pub struct EffectArgs {
     /// The job the effect belongs to (under `exactly run`: $EXACTLY_JOB).
     #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
-    pub job: String,
+    pub job: crate::JobName,
     /// The fencing token from `lease claim` (under `exactly run`: $EXACTLY_FENCING_TOKEN).
     #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
     pub token: i64,
@@ -49,7 +49,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         )));
     }
     let mut store = open(db)?;
-    let mut ctx = Ctx::new(&a.job, a.token);
+    let mut ctx = Ctx::new(&a.job, crate::Token::from(a.token));
     if let Some(r) = &a.run_id {
         ctx = ctx.with_run_id(r);
     }
@@ -105,7 +105,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
 /// they were kept, else the response text (written by an observer or another program).
 pub(super) fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Result<()> {
     use std::io::Write;
-    let row = effect::get(store, key)?;
+    let row = effect::get(store, &crate::EffectKey::from(key))?;
     let mut stdout = std::io::stdout().lock();
     // A closed stdout is the reader's choice; the outcome stands.
     match row.as_ref().and_then(|r| r.response_raw.as_ref()) {

@@ -10,7 +10,7 @@ pub enum LeaseCmd {
     Claim {
         /// The job whose lease to claim (its name: no control characters, at most 200).
         #[arg(long, value_parser = lease::job_name)]
-        job: String,
+        job: crate::JobName,
         /// How long the lease lasts unless renewed, e.g. 15m (longer than the worst run).
         #[arg(long = "for", value_name = "DUR")]
         dur: String,
@@ -25,7 +25,7 @@ pub enum LeaseCmd {
     Renew {
         /// The job whose lease to extend.
         #[arg(long)]
-        job: String,
+        job: crate::JobName,
         /// The fencing token `lease claim` printed.
         #[arg(long)]
         token: i64,
@@ -40,7 +40,7 @@ pub enum LeaseCmd {
     Release {
         /// The job whose lease to release.
         #[arg(long)]
-        job: String,
+        job: crate::JobName,
         /// The fencing token `lease claim` printed.
         #[arg(long)]
         token: i64,
@@ -74,7 +74,7 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
         }
         LeaseCmd::Renew { job, token, dur } => {
             let dur = time::parse_duration(&dur)?;
-            if lease::renew(&mut open(db)?, &job, token, dur)? {
+            if lease::renew(&mut open(db)?, &job, crate::Token::from(token), dur)? {
                 Ok(0)
             } else {
                 eprintln!(
@@ -85,7 +85,7 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
         LeaseCmd::Release { job, token } => {
-            if lease::release(&mut open(db)?, &job, token)? {
+            if lease::release(&mut open(db)?, &job, crate::Token::from(token))? {
                 Ok(0)
             } else {
                 eprintln!(

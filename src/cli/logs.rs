@@ -4,7 +4,7 @@ use super::*;
 #[derive(Args, Debug)]
 pub struct LogsArgs {
     /// The job whose runs to print.
-    pub job: String,
+    pub job: crate::JobName,
     /// A run id (as `exactly status --json` and `exactly top` show them).
     #[arg(long = "run", value_name = "RUN_ID")]
     pub run: Option<String>,
@@ -19,10 +19,10 @@ pub(super) const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_mi
 
 pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
     let mut store = open_read_only(db)?;
-    let job = a.job.as_str();
+    let job = &a.job;
     let mut run = match &a.run {
         Some(id) => match jobs::run_output(&mut store, id)? {
-            Some((r, _)) if r.job_key == job => r,
+            Some((r, _)) if r.job_key == *job => r,
             Some((r, _)) => {
                 return Err(Error::Store(format!(
                     "run {} is of job {}, not {}",

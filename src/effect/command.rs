@@ -24,7 +24,7 @@ pub struct CommandEffect {
     /// and the attempt id the row names.
     granted: Option<(String, std::time::Instant, String)>,
     /// The fencing token and run the command is told it sends under.
-    pub token: Option<i64>,
+    pub token: Option<crate::Token>,
     /// The run it is told it sends for (`EXACTLY_RUN_ID`).
     pub run_id: Option<String>,
     /// How long the observer may take before its verdict is "can't tell".
@@ -187,7 +187,11 @@ fn die_with_parent(cmd: &mut Command) -> &mut Command {
 
 /// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell;
 /// [`observe_within`] bounded by [`OBSERVE_TIMEOUT`].
-pub fn observe_with(cmd: &str, effect_key: &str, env: &[(String, String)]) -> Observation {
+pub fn observe_with(
+    cmd: &str,
+    effect_key: &crate::EffectKey,
+    env: &[(String, String)],
+) -> Observation {
     let never = std::sync::atomic::AtomicBool::new(false);
     observe_within(cmd, effect_key, env, None, OBSERVE_TIMEOUT, &never)
 }

@@ -27,7 +27,7 @@ pub fn execute(
                 effect_key: key,
                 job_key: &ctx.job,
                 run_id: &ctx.run_id,
-                token: ctx.token,
+                token: ctx.token.get(),
                 terms_shown: att.spec.terms.as_deref(),
                 action_id: &att.spec.action,
                 target_id: &att.spec.target,
@@ -79,7 +79,7 @@ pub fn execute(
                 Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
                 Observation::CantTell(w) => (None, w.clone()),
             };
-            let fence = Some((ctx.job.as_str(), ctx.token));
+            let fence = Some((ctx.job.as_str(), ctx.token.get()));
             let actor = ctx.actor();
             let observed = Observed {
                 verdict: res,
@@ -97,7 +97,7 @@ pub fn execute(
                 key,
                 job: &ctx.job,
                 run_id: &ctx.run_id,
-                token: ctx.token,
+                token: ctx.token.get(),
                 by: sent_by(att),
                 needs_approval: att.spec.needs_approval,
                 terms: att.spec.terms.as_deref(),
@@ -127,7 +127,7 @@ pub fn execute(
             let end = |state, response, output| SendEnd {
                 key,
                 job: &ctx.job,
-                token: ctx.token,
+                token: ctx.token.get(),
                 state,
                 response,
                 output,
@@ -138,7 +138,7 @@ pub fn execute(
                     store.finish_effect_on(&done, seen, ctx.now())
                 }
                 Err(Failure::NotSent(_)) => {
-                    store.release_effect_on(key, &ctx.job, ctx.token, seen, ctx.now())
+                    store.release_effect_on(key, &ctx.job, ctx.token.get(), seen, ctx.now())
                 }
                 Err(Failure::Lost(reason)) => {
                     let unknown = end(EffectState::Unknown, reason, None);
@@ -149,7 +149,7 @@ pub fn execute(
             Input::Finished(ok)
         }
         Io::Duplicate { detail } => {
-            store.record_duplicate(key, &ctx.job, Some(ctx.token), detail, ctx.now())?;
+            store.record_duplicate(key, &ctx.job, Some(ctx.token.get()), detail, ctx.now())?;
             Input::Counted
         }
         Io::End(_) => return Ok(None),
@@ -166,7 +166,7 @@ const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis
 /// is an answer, not a failure.
 fn within_lease(
     store: &mut Store,
-    job: &str,
+    job: &crate::JobName,
     mut write: impl FnMut(&mut Store) -> Result<bool>,
 ) -> Result<bool> {
     // When the lease ends, on our monotonic clock (its time left read on the database's).
@@ -238,7 +238,7 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settled {
     /// The effect key of the effect observed.
-    pub effect_key: String,
+    pub effect_key: crate::EffectKey,
     /// The run that sent it.
     pub run_id: String,
     /// What the observer said.
@@ -248,7 +248,7 @@ pub struct Settled {
 /// Runs a recorded observer on every open effect of a job (the runner does this before the
 /// job's next run); each verdict applies only to the row version it observed, and a send still
 /// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
-pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
+pub fn settle_open(store: &mut Store, job: &crate::JobName) -> Result<Vec<Settled>> {
     settle_open_with(store, job, observe_with)
 }
 
@@ -258,8 +258,8 @@ pub fn settle_open(store: &mut Store, job: &str) -> Result<Vec<Settled>> {
 /// of its run — so an observer that names its firing asks about that firing, not about none.
 pub fn settle_open_with(
     store: &mut Store,
-    job: &str,
-    mut observe: impl FnMut(&str, &str, &[(String, String)]) -> Observation,
+    job: &crate::JobName,
+    mut observe: impl FnMut(&str, &crate::EffectKey, &[(String, String)]) -> Observation,
 ) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
@@ -282,7 +282,8 @@ pub fn settle_open_with(
         if let Some(slot) = store.run_slot(&row.run_id)? {
             env.push(("EXACTLY_SCHEDULED_AT".to_string(), slot));
         }
-        let verdict = observe(&cmd, &row.effect_key, &env);
+        let key = crate::EffectKey::from(row.effect_key.as_str());
+        let verdict = observe(&cmd, &key, &env);
         let (res, words) = match &verdict {
             Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
@@ -300,7 +301,7 @@ pub fn settle_open_with(
             store.observe_verdict_on(&row.effect_key, &observed, &row.seen(), time::now())?;
         if matches!(applied, Verdict::Applied { .. }) {
             out.push(Settled {
-                effect_key: row.effect_key,
+                effect_key: key,
                 run_id: row.run_id,
                 verdict,
             });

@@ -76,7 +76,7 @@ const REREADS: u8 = 3;
 /// [`Attempt::step`] takes each answer and gives the next, until [`Io::End`].
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    pub(super) key: String,
+    pub(super) key: crate::EffectKey,
     pub(super) digest: String,
     pub(super) ctx: Ctx,
     pub(super) spec: Spec,
@@ -123,7 +123,7 @@ impl Attempt {
     }
 
     /// The effect key it is about.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &crate::EffectKey {
         &self.key
     }
 

@@ -28,15 +28,16 @@ use crate::sender::Sender;
 use crate::wrapped::Output;
 use crate::Result;
 use crate::Store;
+use crate::{EffectKey, JobName, Token};
 use serde_json::{Map, Value};
 
 /// Who is acting: the job, the fencing token of its lease, and the run.
 #[derive(Debug, Clone)]
 pub struct Ctx {
     /// The job acting.
-    pub job: String,
+    pub job: JobName,
     /// The fencing token of the job's lease: every write carries it.
-    pub token: i64,
+    pub token: Token,
     /// The run acting, recorded with the effect.
     pub run_id: String,
     /// The clock every step of the attempt reads: None is the real one ([`Ctx::at`]).
@@ -47,9 +48,9 @@ pub struct Ctx {
 
 impl Ctx {
     /// `job` acting under the lease whose fencing token is `token`, as a run of this process.
-    pub fn new(job: &str, token: i64) -> Ctx {
+    pub fn new(job: &JobName, token: Token) -> Ctx {
         Ctx {
-            job: job.to_string(),
+            job: job.clone(),
             token,
             run_id: format!("{job}-{token}-{}", std::process::id()),
             at: None,
@@ -127,12 +128,12 @@ impl Spec {
         key::input_digest(&self.inputs)
     }
     /// The effect key (docs/contract.md, "Effect key"). See [`Spec::checked_key`].
-    pub fn key(&self) -> String {
+    pub fn key(&self) -> EffectKey {
         key::effect_key(&self.action, &self.target, &self.input_digest())
     }
     /// The effect key, refusing (exit 2) a spec whose joined string could be read two ways:
     /// an empty or `|`-holding action, an empty target, an empty input key.
-    pub fn checked_key(&self) -> Result<String> {
+    pub fn checked_key(&self) -> Result<EffectKey> {
         key::check(&self.action, &self.target, &self.inputs)?;
         Ok(self.key())
     }
@@ -187,31 +188,31 @@ pub enum Outcome {
     /// Sent now; the answer is recorded.
     Done {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// The far side's answer.
         response: String,
     },
     /// Already done (now or, per the observer, earlier): nothing sent.
     DuplicateSuppressed {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// The answer recorded when it was done, if any.
         response: Option<String>,
     },
     /// A higher fencing token exists: stop quietly, do not retry.
     Fenced {
         /// The effect key.
-        key: String,
+        key: EffectKey,
     },
     /// Waiting for a person: nothing sent.
     AwaitingApproval {
         /// The effect key.
-        key: String,
+        key: EffectKey,
     },
     /// An earlier attempt may have sent it and nobody can tell yet: nothing sent.
     Unresolved {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// The ledger state it was found in.
         state: String,
         /// Why nobody can tell yet.
@@ -220,19 +221,19 @@ pub enum Outcome {
     /// We sent and lost the answer: the effect is `unknown` until resolved.
     Unknown {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// How the answer was lost.
         reason: String,
     },
     /// Denied or resolved "never retry".
     Cancelled {
         /// The effect key.
-        key: String,
+        key: EffectKey,
     },
     /// The action promised nothing was sent; the reservation was released.
     NotSent {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// Why nothing was sent.
         reason: String,
     },
@@ -241,7 +242,7 @@ pub enum Outcome {
     /// observer or an operator settles it.
     Unrecorded {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// How the action ended.
         ran: String,
         /// Why its outcome could not be recorded.
@@ -250,7 +251,7 @@ pub enum Outcome {
     /// Too little of the lease was left to send under it (or it was released): nothing sent.
     LeaseEnding {
         /// The effect key.
-        key: String,
+        key: EffectKey,
         /// When the lease ends; None when it was released.
         until: Option<String>,
     },
@@ -258,7 +259,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The effect key of the effect the attempt was about.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &EffectKey {
         match self {
             Outcome::Done { key, .. }
             | Outcome::DuplicateSuppressed { key, .. }
@@ -288,7 +289,7 @@ impl Outcome {
 }
 
 /// A job's open effects (`submitted` or `unknown`): what its observers must settle.
-pub fn open_of(store: &mut Store, job: &str) -> Result<Vec<LedgerRow>> {
+pub fn open_of(store: &mut Store, job: &JobName) -> Result<Vec<LedgerRow>> {
     store.open_effects_of(job)
 }
 
@@ -311,12 +312,12 @@ pub fn in_state(
 }
 
 /// The ledger row of an effect, if it was ever begun (`exactly effect status`, the effect detail).
-pub fn get(store: &mut Store, key: &str) -> Result<Option<LedgerRow>> {
+pub fn get(store: &mut Store, key: &EffectKey) -> Result<Option<LedgerRow>> {
     store.effect(key)
 }
 
 /// The recorded history of an effect, oldest first (the effect detail).
-pub fn events(store: &mut Store, key: &str) -> Result<Vec<crate::snapshot::EventRow>> {
+pub fn events(store: &mut Store, key: &EffectKey) -> Result<Vec<crate::snapshot::EventRow>> {
     store.effect_events(key)
 }
 

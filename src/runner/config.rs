@@ -14,7 +14,7 @@ pub use crate::policy::Overlap;
 /// A valid job from the file.
 #[derive(Debug, Clone)]
 pub struct Job {
-    pub name: String,
+    pub name: crate::JobName,
     pub schedule: Schedule,
     pub lease: Duration,
     pub overlap: Overlap,
@@ -289,7 +289,7 @@ pub fn parse(text: &str) -> Loaded {
             n <= first_check || !absent_because_mistyped(p, &wrong_type)
         });
         if let (Some(job), true) = (job, duplicate.is_none()) {
-            out.tables.insert(job.name.clone(), i);
+            out.tables.insert(job.name.to_string(), i);
             out.jobs.push(job);
         }
     }
@@ -390,7 +390,7 @@ fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>) -> Option<
         return None;
     }
     Some(Job {
-        name: name.to_string(),
+        name: crate::JobName::from(name.to_string()),
         schedule: schedule?.with_dst(dst?),
         lease: lease?,
         overlap: overlap?,

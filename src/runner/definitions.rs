@@ -75,7 +75,7 @@ impl Watch {
         Watch {
             mine: jobs
                 .iter()
-                .map(|j| (j.name.clone(), digest(j, dir)))
+                .map(|j| (j.name.to_string(), digest(j, dir)))
                 .collect(),
             next: Instant::now() + CHECK_EVERY,
         }
@@ -136,7 +136,7 @@ pub fn check_problem(
     Some(super::Problem {
         severity: super::Severity::Warning,
         at: None,
-        job: job.name.clone(),
+        job: job.name.to_string(),
         what: format!(
             "definition differs from the one registered by {}",
             registered_by(r)

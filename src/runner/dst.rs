@@ -54,7 +54,7 @@ pub fn dst_of(jobs: &[super::Job]) -> serde_json::Map<String, serde_json::Value>
                 "repeated": d.repeated.name(),
                 "skipped": d.skipped.name(),
             });
-            Some((j.name.clone(), v))
+            Some((j.name.to_string(), v))
         })
         .collect()
 }

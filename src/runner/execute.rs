@@ -37,7 +37,7 @@ const PIPE_WAIT: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     pub db: String,
-    pub job: String,
+    pub job: crate::JobName,
     pub started: Started,
     /// The firing ran before (a resumed firing): an earlier run may have left processes.
     pub resumed: bool,

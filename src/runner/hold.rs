@@ -223,7 +223,7 @@ pub fn finish(
         job: &spec.job,
         run_id: &spec.started.run_id,
         slot: &spec.started.slot,
-        token: spec.started.token,
+        token: spec.started.token.get(),
         outcome,
         exit_code,
         duration_ms,

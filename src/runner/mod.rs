@@ -97,7 +97,7 @@ fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::H
         }
         let (_, p99) = crate::time::percentiles(&d);
         out.insert(
-            j.name.clone(),
+            j.name.to_string(),
             config::History {
                 runs: d.len() as u64,
                 p99_ms: p99,
@@ -129,7 +129,7 @@ fn registry_duplicates(
             out.push(Problem {
                 severity: Severity::Warning,
                 at: None,
-                job: j.name.clone(),
+                job: j.name.to_string(),
                 what: format!(
                     "same command as job {:?} of {}",
                     r.job_key,
@@ -258,7 +258,7 @@ impl Job {
 fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
     jobs.iter()
         .map(|j| JobRecord {
-            job_key: j.name.clone(),
+            job_key: j.name.to_string(),
             settings: j.settings(),
             command_digest: Some(j.command_digest(cwd)),
             definition_digest: Some(definitions::digest(j, cwd)),
@@ -294,7 +294,7 @@ pub(crate) struct LiveJob {
 }
 
 pub(crate) fn registered(store: &mut Store, job: &str) -> Result<LiveJob> {
-    let Some(row) = jobs::record(store, job)? else {
+    let Some(row) = jobs::record(store, &crate::JobName::from(job))? else {
         return Err(Error::Usage(format!(
             "no job named {} is registered; `exactly run JOBS.toml` registers the jobs of a file",
             inert(job)
@@ -363,7 +363,7 @@ pub(crate) fn run_here(
     }
     execute::execute(&execute::RunSpec {
         db: absolute_db(db),
-        job: reg.row.job_key.clone(),
+        job: crate::JobName::from(reg.row.job_key.clone()),
         started,
         // A manual firing is of a new slot: nothing ran it before.
         resumed: false,

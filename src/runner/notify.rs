@@ -175,7 +175,7 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
 fn failing_streak(store: &mut Store, job: &str, n: usize) -> Result<Option<(String, usize)>> {
     let mut limit = n + 1;
     loop {
-        let runs = jobs::recent_runs(store, job, limit)?;
+        let runs = jobs::recent_runs(store, &crate::JobName::from(job), limit)?;
         let mut streak = Vec::new();
         let mut ended_by_ok = false;
         for r in runs.iter().filter(|r| r.ended_at.is_some()) {
@@ -204,7 +204,7 @@ pub struct Notifier {
     pub notify: Notify,
     pub owner: String,
     pub cwd: Option<PathBuf>,
-    token: Option<i64>,
+    token: Option<crate::Token>,
     /// Keys whose attempt ended (sent, suppressed, cancelled): not tried again by this process.
     settled: HashSet<String>,
     /// Keys left open (`unknown`, `submitted`): tried again only once an operator resolved
@@ -353,7 +353,7 @@ impl Notifier {
         for channel in ["hook", "webhook"] {
             let spec = self.spec(c, state, channel);
             let key = spec.key();
-            if self.settled.contains(&key) || self.still_open(store, &key)? {
+            if self.settled.contains(key.as_str()) || self.still_open(store, &key)? {
                 continue;
             }
             let body = body(&self.notify.name, c, state, &key);
@@ -389,7 +389,7 @@ impl Notifier {
         if !self.open.contains(key) {
             return Ok(false);
         }
-        let open = effect::get(store, key)?
+        let open = effect::get(store, &crate::EffectKey::from(key))?
             .is_some_and(|r| matches!(r.state, EffectState::Unknown | EffectState::Submitted));
         if !open {
             self.open.remove(key);

@@ -34,8 +34,8 @@ pub struct Notify {
 
 impl Notify {
     /// The lease its notifiers share, and the job its notifications are recorded under.
-    pub fn lease_job(&self) -> String {
-        format!("exactly-notify:{}", self.name)
+    pub fn lease_job(&self) -> crate::JobName {
+        format!("exactly-notify:{}", self.name).into()
     }
 }
 

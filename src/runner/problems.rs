@@ -204,7 +204,7 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
                 ));
             }
         }
-        let p99 = history.get(&job.name).and_then(|h| h.p99_ms);
+        let p99 = history.get(job.name.as_str()).and_then(|h| h.p99_ms);
         if job.timeout.is_none() && p99.is_none() {
             out.push(Problem::note(
                 &job.name,
@@ -212,7 +212,7 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
                 "with no run history to size it by, a hung run holds the job until someone kills it; set timeout = \"…\"",
             ));
         }
-        let Some(h) = history.get(&job.name) else {
+        let Some(h) = history.get(job.name.as_str()) else {
             continue;
         };
         let Some(p99) = h.p99_ms else { continue };

@@ -29,7 +29,7 @@ impl FileJobs {
         FileJobs {
             digests: jobs
                 .iter()
-                .map(|j| (j.name.clone(), definitions::digest(j, cwd)))
+                .map(|j| (j.name.to_string(), definitions::digest(j, cwd)))
                 .collect(),
             cwd: cwd.map(Path::to_path_buf),
         }
@@ -93,7 +93,7 @@ impl FileJobs {
         };
         let digests: BTreeMap<String, String> = jobs
             .iter()
-            .map(|j| (j.name.clone(), definitions::digest(j, cwd)))
+            .map(|j| (j.name.to_string(), definitions::digest(j, cwd)))
             .collect();
         let added: Vec<&str> = names(&digests, |n, _| !self.digests.contains_key(n));
         let removed: Vec<&str> = names(&self.digests, |n, _| !digests.contains_key(n));

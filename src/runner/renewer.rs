@@ -26,8 +26,8 @@ pub struct Heard {
 
 /// A run's lease as the renewer keeps it.
 pub struct Hold {
-    job: String,
-    token: i64,
+    job: crate::JobName,
+    token: crate::Token,
     lease: Duration,
     state: Mutex<HoldState>,
 }
@@ -93,9 +93,15 @@ struct Renewer {
 
 /// Enlists a run's lease, granted by a write sent at `granted`, with the process's renewer for
 /// the database `db` (started on first use).
-pub fn enlist(db: &str, job: &str, token: i64, lease: Duration, granted: Instant) -> Arc<Hold> {
+pub fn enlist(
+    db: &str,
+    job: &crate::JobName,
+    token: crate::Token,
+    lease: Duration,
+    granted: Instant,
+) -> Arc<Hold> {
     let hold = Arc::new(Hold {
-        job: job.to_string(),
+        job: job.clone(),
         token,
         lease,
         state: Mutex::new(HoldState {
@@ -154,10 +160,8 @@ impl Renewer {
             // A renewal held up (a stalled thread, a starved process) lets the leases lapse.
             crate::fault::point(crate::fault::Point::Heartbeat);
             let sent = Instant::now();
-            let leases: Vec<(&str, i64, Duration)> = due
-                .iter()
-                .map(|h| (h.job.as_str(), h.token, h.lease))
-                .collect();
+            let leases: Vec<(&crate::JobName, crate::Token, Duration)> =
+                due.iter().map(|h| (&h.job, h.token, h.lease)).collect();
             let result = match store.as_mut() {
                 Some(s) => crate::lease::renew_many(s, &leases),
                 None => Err(crate::Error::Store(format!("cannot open database {db}"))),

@@ -130,7 +130,7 @@ struct Running {
 /// have missed; otherwise it picks up after the last slot any scheduler fired.
 fn start_state(store: &mut Store, job: Job, fresh: &[String]) -> Result<JobState> {
     let now = time::now();
-    let last = if fresh.contains(&job.name) {
+    let last = if fresh.iter().any(|f| *f == job.name) {
         None
     } else {
         firing::last_slot(store, &job.name)?.and_then(|s| time::parse(&s))
@@ -206,7 +206,7 @@ pub fn run(
         }
         // A job whose registered definition is no longer this scheduler's: newest wins.
         let stopped = watch.stopped(&mut store);
-        states.retain(|s| !stopped.contains(&s.job.name));
+        states.retain(|s| !stopped.iter().any(|n| *n == s.job.name));
         if share.refresh(&mut store) {
             for st in states.iter_mut() {
                 st.mine = share.mine(&st.job.name);
@@ -456,7 +456,7 @@ fn unrecorded(
         let st = &mut states[i];
         let mut left = false;
         for (slot, text) in slots.into_iter().zip(texts) {
-            if !recorded.contains(&(st.job.name.clone(), text.clone())) {
+            if !recorded.contains(&(st.job.name.to_string(), text.clone())) {
                 due.push((slot, i));
                 left = true;
                 fired += 1;
@@ -589,7 +589,9 @@ fn fire_batches(
                     st.handled(slot);
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
-                        let settle = open.as_ref().is_none_or(|o| o.contains(&st.job.name));
+                        let settle = open
+                            .as_ref()
+                            .is_none_or(|o| o.contains(st.job.name.as_str()));
                         let how = How {
                             resumed: false,
                             settle,
@@ -659,7 +661,7 @@ fn spawn(
         Err(e) => tracing::error!(job = %spec.job, "run {}: {e}", spec.started.run_id),
     });
     Running {
-        job: name,
+        job: name.to_string(),
         run_id: started.run_id,
         handle,
     }

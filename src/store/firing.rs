@@ -38,7 +38,7 @@ pub struct FireRequest<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
     /// The fencing token of the lease we won.
-    pub token: i64,
+    pub token: crate::Token,
     /// The new run's id.
     pub run_id: String,
     /// The slot it runs for.
@@ -227,7 +227,7 @@ pub(super) fn start_firing(
         args![job, slot, owner, run_id, now],
     )?;
     Ok(Some(Started {
-        token,
+        token: token.into(),
         run_id,
         slot: slot.to_string(),
         stolen_from,
@@ -513,7 +513,7 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
             upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
             Ok(Fired::Started(Started {
-                token,
+                token: token.into(),
                 run_id,
                 slot: f.slot.to_string(),
                 stolen_from,

@@ -274,7 +274,7 @@ impl Store {
                     &NewEvent::new(EventKind::FiringResumed, now)
                         .job(job)
                         .actor(owner)
-                        .token(started.token)
+                        .token(started.token.get())
                         .detail(&detail),
                 )?;
                 out.started = Some(started);

@@ -142,31 +142,33 @@ fn poll(store: &mut Store) -> Reply {
 }
 
 fn load(store: &mut Store, focus: &Focus) -> Reply {
-    let r = match focus {
-        Focus::Job(job) => jobs::recent_runs(store, job, RUNS_SHOWN).map(|runs| Loaded::Job {
-            job: job.clone(),
-            runs,
-        }),
-        Focus::Run { run_id, .. } => jobs::run_output(store, run_id).map(|r| {
-            let (row, output) = match r {
-                Some((row, out)) => (Some(Box::new(row)), out),
-                None => (None, String::new()),
-            };
-            Loaded::Run {
-                run_id: run_id.clone(),
-                row,
-                output,
-            }
-        }),
-        Focus::Effect(key) => (|| {
-            Ok(Loaded::Effect {
-                key: key.clone(),
-                row: effect::get(store, key)?.map(Box::new),
-                approval: approval::get(store, key)?.map(Box::new),
-                events: effect::events(store, key)?,
-            })
-        })(),
-    };
+    let r =
+        match focus {
+            Focus::Job(job) => jobs::recent_runs(store, &crate::JobName::from(job), RUNS_SHOWN)
+                .map(|runs| Loaded::Job {
+                    job: job.clone(),
+                    runs,
+                }),
+            Focus::Run { run_id, .. } => jobs::run_output(store, run_id).map(|r| {
+                let (row, output) = match r {
+                    Some((row, out)) => (Some(Box::new(row)), out),
+                    None => (None, String::new()),
+                };
+                Loaded::Run {
+                    run_id: run_id.clone(),
+                    row,
+                    output,
+                }
+            }),
+            Focus::Effect(key) => (|| {
+                Ok(Loaded::Effect {
+                    key: key.clone(),
+                    row: effect::get(store, &crate::EffectKey::from(key))?.map(Box::new),
+                    approval: approval::get(store, &crate::EffectKey::from(key))?.map(Box::new),
+                    events: effect::events(store, &crate::EffectKey::from(key))?,
+                })
+            })(),
+        };
     match r {
         Ok(l) => Reply::Loaded(l),
         Err(e) => Reply::LoadFailed(e.to_string()),
@@ -192,9 +194,9 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
             Pending::Approve { key, .. } | Pending::Deny { key, .. } => {
                 let approve = matches!(act, Pending::Approve { .. });
                 let d = if approve {
-                    approval::approve(store, key, by, None)?
+                    approval::approve(store, &crate::EffectKey::from(key), by, None)?
                 } else {
-                    approval::deny(store, key, by, None)?
+                    approval::deny(store, &crate::EffectKey::from(key), by, None)?
                 };
                 let words = d.describe(key, approve);
                 match d {
@@ -206,7 +208,15 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
             Pending::Resolve {
                 key, how, force, ..
             } => {
-                let r = approval::resolve(store, key, *how, by, None, None, force.is_some())?;
+                let r = approval::resolve(
+                    store,
+                    &crate::EffectKey::from(key),
+                    *how,
+                    by,
+                    None,
+                    None,
+                    force.is_some(),
+                )?;
                 let words = r.describe(key, *how);
                 match r {
                     Resolved::Done { forced: None, .. } => {
@@ -230,10 +240,12 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
                 }
             }
             Pending::Pause { job, note } => {
-                let t = jobs::pause(store, job, by, note.as_deref())?;
+                let t = jobs::pause(store, &crate::JobName::from(job), by, note.as_deref())?;
                 toggled(t, job)
             }
-            Pending::Resume { job } => toggled(jobs::resume(store, job, by)?, job),
+            Pending::Resume { job } => {
+                toggled(jobs::resume(store, &crate::JobName::from(job), by)?, job)
+            }
         }))
     })();
     r.unwrap_or_else(|e| {

@@ -297,14 +297,14 @@ on_both_backends! {
         }
         let env = Env::new();
         let mut s = env.store();
-        let t = match exactly::lease::claim(&mut s, "pay-a", "w", Duration::from_secs(600))
+        let t = match exactly::lease::claim(&mut s, &exactly::JobName::from("pay-a"), "w", Duration::from_secs(600))
             .expect("claim")
         {
             exactly::lease::Claim::Won { token } => token,
             other => panic!("{other:?}"),
         };
         let spec = Spec::new("pay", "acct-1").needs_approval(true);
-        let ctx = Ctx::new("pay-a", t);
+        let ctx = Ctx::new(&exactly::JobName::from("pay-a"), t);
         let out = effect::run(&mut s, &ctx, &spec, &mut Pay).expect("run");
         assert_eq!(out.exit_code(), 4);
         let k = spec.key();

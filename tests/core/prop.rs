@@ -79,31 +79,31 @@ proptest! {
             match op {
                 Op::Advance { ms } => clock += ms,
                 Op::Claim { w, dur_ms } => {
-                    match lease::claim_until(&mut store, "job", &format!("w{w}"), at(clock + dur_ms), at(clock)).unwrap() {
+                    match lease::claim_until(&mut store, &exactly::JobName::from("job"), &format!("w{w}"), at(clock + dur_ms), at(clock)).unwrap() {
                         Claim::Won { token } => {
-                            prop_assert!(token > highest, "token {} after {}", token, highest);
-                            highest = token;
-                            tokens[w] = Some(token);
+                            prop_assert!(token > exactly::Token::from(highest), "token {} after {}", token, highest);
+                            highest = token.get();
+                            tokens[w] = Some(token.get());
                         }
                         Claim::Held { token, .. } => prop_assert_eq!(token, highest),
                     }
                 }
                 Op::Renew { w, dur_ms } => {
                     if let Some(t) = tokens[w] {
-                        let ok = lease::renew_until(&mut store, "job", t, at(clock + dur_ms)).unwrap();
+                        let ok = lease::renew_until(&mut store, &exactly::JobName::from("job"), exactly::Token::from(t), at(clock + dur_ms)).unwrap();
                         if t != highest { prop_assert!(!ok, "a stale renew was accepted"); }
                     }
                 }
                 Op::Release { w } => {
                     if let Some(t) = tokens[w].take() {
-                        let ok = lease::release(&mut store, "job", t).unwrap();
+                        let ok = lease::release(&mut store, &exactly::JobName::from("job"), exactly::Token::from(t)).unwrap();
                         if t != highest { prop_assert!(!ok, "a stale release was accepted"); }
                     }
                 }
                 Op::Effect { w, key, mode } => {
                     let Some(t) = tokens[w] else { continue };
                     let spec = Spec::new("send", "dave").input("n", key.to_string());
-                    let ctx = Ctx::new("job", t);
+                    let ctx = Ctx::new(&exactly::JobName::from("job"), exactly::Token::from(t));
                     let out = effect::run(&mut store, &ctx, &spec, &mut Far { got: &mut far, mode }).unwrap();
                     if t != highest {
                         fenced_expected += 1;

@@ -67,7 +67,13 @@ const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 /// sender's lease as granted) is moved back with it.
 fn expire(store: &mut Store, job: &str, token: i64) {
     let ago = exactly::time::parse(LONG_AGO).expect("instant");
-    lease::renew_until(store, job, token, ago).expect("expire");
+    lease::renew_until(
+        store,
+        &exactly::JobName::from(job),
+        exactly::Token::from(token),
+        ago,
+    )
+    .expect("expire");
     if let Some(url) = PG_URL.with(|u| u.borrow().clone()) {
         support::backend::with_client(&url, |c| {
             c.execute(
@@ -87,14 +93,21 @@ fn expire(store: &mut Store, job: &str, token: i64) {
 }
 
 fn claim(store: &mut Store, job: &str, owner: &str) -> Option<i64> {
-    match lease::claim(store, job, owner, std::time::Duration::from_secs(600)).expect("claim") {
-        Claim::Won { token } => Some(token),
+    match lease::claim(
+        store,
+        &exactly::JobName::from(job),
+        owner,
+        std::time::Duration::from_secs(600),
+    )
+    .expect("claim")
+    {
+        Claim::Won { token } => Some(token.get()),
         Claim::Held { .. } => None,
     }
 }
 
 fn current(store: &mut Store, job: &str) -> i64 {
-    lease::get(store, job)
+    lease::get(store, &exactly::JobName::from(job))
         .expect("lease")
         .map(|l| l.fencing_token)
         .expect("a lease")
@@ -211,7 +224,9 @@ fn far_of(far: &Far, key: &str) -> usize {
 fn consistent(store: &mut Store, far: &Far, key: &str) -> Result<(), TestCaseError> {
     let n = far_of(far, key);
     prop_assert!(n <= 1, "the far side received effect {} {} times", key, n);
-    let state = effect::get(store, key).expect("read").map(|r| r.state);
+    let state = effect::get(store, &exactly::EffectKey::from(key))
+        .expect("read")
+        .map(|r| r.state);
     if state == Some(EffectState::Done) {
         prop_assert_eq!(n, 1, "done but never received");
     }
@@ -304,7 +319,8 @@ fn interleave_with(
     // How the key starts, made by the same step machine.
     if begin != 0 {
         let t = claim(store, &earlier, "w-earlier").expect("fresh job");
-        let ctx = Ctx::new(&earlier, t).with_run_id("earlier-run");
+        let ctx = Ctx::new(&exactly::JobName::from(&earlier), exactly::Token::from(t))
+            .with_run_id("earlier-run");
         let mode = match begin {
             1 => 1,
             2 => 3,
@@ -351,7 +367,8 @@ fn interleave_with(
                 1 => (jobs[1].as_str(), other),
                 _ => (jobs[0].as_str(), stale),
             };
-            let ctx = Ctx::new(job, token).with_run_id(&format!("run-{i}"));
+            let ctx = Ctx::new(&exactly::JobName::from(job), exactly::Token::from(token))
+                .with_run_id(&format!("run-{i}"));
             let (mut att, proc) = match place {
                 1 => {
                     let (proc, id) = sender_group();
@@ -415,8 +432,8 @@ fn interleave_with(
                     // Killed mid-send: the send script's child goes on and may deliver.
                     if matches!(l.io, Io::Send) {
                         leftovers.push(Leftover {
-                            job: l.att.ctx().job.clone(),
-                            token: l.att.ctx().token,
+                            job: l.att.ctx().job.clone().to_string(),
+                            token: l.att.ctx().token.get(),
                             group: l.proc.as_ref().map(|p| exactly::sender::Group {
                                 pgid: p.id() as i32,
                                 leader_start: exactly::sender::stat(p.id() as i32)
@@ -448,7 +465,7 @@ fn interleave_with(
                         kill_group(g.pgid);
                     }
                     if alive {
-                        *far.borrow_mut().entry(key.clone()).or_default() += 1;
+                        *far.borrow_mut().entry(key.clone().to_string()).or_default() += 1;
                     }
                 }
             }
@@ -456,11 +473,18 @@ fn interleave_with(
                 let job = jobs[j].as_str();
                 let token = current(store, job);
                 let ago = exactly::time::parse(LONG_AGO).expect("instant");
-                lease::renew_until(store, job, token, ago).expect("lease ends");
+                lease::renew_until(
+                    store,
+                    &exactly::JobName::from(job),
+                    exactly::Token::from(token),
+                    ago,
+                )
+                .expect("lease ends");
                 // The taker tries the effect at once, on its own host.
                 if let Some(t) = claim(store, job, "w-early") {
                     let n = live.len();
-                    let ctx = Ctx::new(job, t).with_run_id(&format!("run-{n}"));
+                    let ctx = Ctx::new(&exactly::JobName::from(job), exactly::Token::from(t))
+                        .with_run_id(&format!("run-{n}"));
                     let mut att =
                         Attempt::new(&ctx, &spec, &format!("host-{n}:{}", 1000 + n)).expect("spec");
                     let io = att.start();
@@ -482,7 +506,7 @@ fn interleave_with(
                 for slot in live.iter_mut() {
                     let stop = slot.as_ref().is_some_and(|l| {
                         l.att.ctx().job == job
-                            && l.att.ctx().token <= token
+                            && l.att.ctx().token <= exactly::Token::from(token)
                             && matches!(l.io, Io::Send | Io::Finish { .. })
                     });
                     if stop {
@@ -529,13 +553,13 @@ fn interleave_with(
     );
     // And once every lease has run out, a fresh attempt settles it: received exactly once.
     for job in jobs.iter().chain(std::iter::once(&earlier)) {
-        if let Some(l) = lease::get(store, job).expect("lease") {
+        if let Some(l) = lease::get(store, &exactly::JobName::from(job)).expect("lease") {
             expire(store, job, l.fencing_token);
         }
     }
     let recovery = format!("recovery-{case}");
     let t = claim(store, &recovery, "w-recovery").expect("fresh");
-    let ctx = Ctx::new(&recovery, t);
+    let ctx = Ctx::new(&exactly::JobName::from(&recovery), exactly::Token::from(t));
     let mut l = Live {
         att: Attempt::new(&ctx, &spec, "host-recovery:9").expect("spec"),
         act: FarSide {
@@ -660,7 +684,7 @@ fn the_issues_interleaving_discards_the_stale_verdict() {
     let spec = Spec::new("pay", "acct-1").input("amount", "12.00");
     let key = spec.key();
     let t = claim(&mut store, "pay-run", "w").expect("fresh");
-    let ctx = Ctx::new("pay-run", t);
+    let ctx = Ctx::new(&exactly::JobName::from("pay-run"), exactly::Token::from(t));
     let mk = |host: &str, mode: u8| Live {
         att: Attempt::new(&ctx, &spec, host).expect("spec"),
         act: FarSide {

@@ -83,7 +83,7 @@ fn runs_days_ago(site: &Site, job: &str, n: i64, outcome: RunOutcome, ms: i64) {
             job,
             run_id: &run.run_id,
             slot: &slot,
-            token: run.token,
+            token: run.token.get(),
             outcome: outcome.clone(),
             exit_code: Some(3),
             duration_ms: ms,
@@ -279,14 +279,14 @@ on_both_backends! {
         let mut s = exactly::Store::open(&site.db()).expect("open");
         let at = exactly::time::now() - chrono::Duration::hours(2);
         let token = match lease::claim_until(
-            &mut s, "payroll", "me@host:2", at + chrono::Duration::minutes(10), at,
+            &mut s, &exactly::JobName::from("payroll"), "me@host:2", at + chrono::Duration::minutes(10), at,
         )
         .expect("claim")
         {
             lease::Claim::Won { token } => token,
             held => panic!("{held:?}"),
         };
-        let ctx = Ctx::new("payroll", token).at(at);
+        let ctx = Ctx::new(&exactly::JobName::from("payroll"), token).at(at);
         let mut lost = Answer(Err(Failure::Lost("exit 9".into())));
         let out = effect::run(&mut s, &ctx, &Spec::new("pay", "bob").terms("pay bob 10"), &mut lost)
             .expect("effect");

@@ -394,12 +394,12 @@ fn old_runs(
         let firing::Fired::Started(run) = fired else {
             panic!("{job} at {slot} did not start: {fired:?}")
         };
-        each(&mut s, run.token, &run.run_id, at);
+        each(&mut s, run.token.get(), &run.run_id, at);
         let end = jobs::RunEnd {
             job,
             run_id: &run.run_id,
             slot: &slot,
-            token: run.token,
+            token: run.token.get(),
             outcome: RunOutcome::Ok,
             exit_code: Some(0),
             duration_ms: 1000,
@@ -430,7 +430,9 @@ fn old_history(site: &Site) {
     drop(s);
     old_runs(site, "pay", 5, |s, token, run_id, at| {
         let spec = Spec::new("pay", "acme").input("slot", exactly::time::fmt(at));
-        let ctx = Ctx::new("pay", token).with_run_id(run_id).at(at);
+        let ctx = Ctx::new(&exactly::JobName::from("pay"), exactly::Token::from(token))
+            .with_run_id(run_id)
+            .at(at);
         let first = effect::run(s, &ctx, &spec, &mut Answer(Ok("paid".into()))).expect("effect");
         assert!(matches!(first, Outcome::Done { .. }), "{first:?}");
         let again = effect::run(s, &ctx, &spec, &mut Answer(Ok("paid".into()))).expect("effect");
@@ -441,13 +443,19 @@ fn old_history(site: &Site) {
     });
     let mut s = exactly::Store::open(&site.db()).expect("open");
     let at = long_ago(60);
-    let token = match lease::claim_until(&mut s, "manual", "me@old-host:2", long_ago(120), at)
-        .expect("claim")
+    let token = match lease::claim_until(
+        &mut s,
+        &exactly::JobName::from("manual"),
+        "me@old-host:2",
+        long_ago(120),
+        at,
+    )
+    .expect("claim")
     {
         lease::Claim::Won { token } => token,
         held => panic!("{held:?}"),
     };
-    let ctx = Ctx::new("manual", token).at(at);
+    let ctx = Ctx::new(&exactly::JobName::from("manual"), token).at(at);
     let lost = Failure::Lost("exit 9".into());
     let out = effect::run(
         &mut s,
@@ -460,7 +468,7 @@ fn old_history(site: &Site) {
     let ask = Spec::new("a", "ask").needs_approval(true);
     let out = effect::run(&mut s, &ctx, &ask, &mut Answer(Ok("sent".into()))).expect("effect");
     assert!(matches!(out, Outcome::AwaitingApproval { .. }), "{out:?}");
-    let stale = Ctx::new("manual", 0).at(at);
+    let stale = Ctx::new(&exactly::JobName::from("manual"), exactly::Token::from(0)).at(at);
     let out = effect::run(
         &mut s,
         &stale,

@@ -308,7 +308,12 @@ fn job_names_with_control_characters_or_too_long_are_refused_where_they_enter() 
     env.claim(&"j".repeat(200), "1m");
     // The library refuses them too.
     let mut store = env.store();
-    let r = exactly::lease::claim(&mut store, "x\ny", "me", Duration::from_secs(60));
+    let r = exactly::lease::claim(
+        &mut store,
+        &exactly::JobName::from("x\ny"),
+        "me",
+        Duration::from_secs(60),
+    );
     assert!(matches!(r, Err(exactly::Error::Usage(_))), "{r:?}");
     // A jobs file: one problem line, exit 1.
     let jobs = env.path("jobs.toml");

@@ -590,7 +590,7 @@ fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
                     gate.wait();
                     exactly::lease::claim(
                         &mut store,
-                        &job,
+                        &exactly::JobName::from(&job),
                         &format!("w{i}"),
                         Duration::from_secs(60),
                     )

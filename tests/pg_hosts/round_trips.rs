@@ -126,7 +126,7 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
         other => Err(format!("claim not won: {other:?}")),
     };
     let lifecycle = |store: &mut exactly::Store, token, n: u32| -> Res<()> {
-        let ctx = effect::Ctx::new("j", token);
+        let ctx = effect::Ctx::new(&exactly::JobName::from("j"), token);
         let spec = Spec::new("send", "far").input("n", n.to_string());
         match effect::run(store, &ctx, &spec, &mut Answer)? {
             effect::Outcome::Done { .. } => Ok(()),
@@ -134,12 +134,22 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
         }
     };
     // Once each first: a statement is prepared on a connection's first use of it.
-    let token = won(lease::claim(&mut store, "j", "me", hour)?)?;
+    let token = won(lease::claim(
+        &mut store,
+        &exactly::JobName::from("j"),
+        "me",
+        hour,
+    )?)?;
     lifecycle(&mut store, token, 0)?;
-    lease::renew(&mut store, "j", token, hour)?;
-    lease::renew_many(&mut store, &[("j", token, hour)])?;
-    let other = won(lease::claim(&mut store, "k", "me", hour)?)?;
-    lease::release(&mut store, "k", other)?;
+    lease::renew(&mut store, &exactly::JobName::from("j"), token, hour)?;
+    lease::renew_many(&mut store, &[(&exactly::JobName::from("j"), token, hour)])?;
+    let other = won(lease::claim(
+        &mut store,
+        &exactly::JobName::from("k"),
+        "me",
+        hour,
+    )?)?;
+    lease::release(&mut store, &exactly::JobName::from("k"), other)?;
 
     let mut seen = Vec::new();
     let mut count = |what: &str, n: u64, f: &mut dyn FnMut() -> Res<()>| -> Res<()> {
@@ -151,35 +161,54 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
         lifecycle(&mut store, token, 1)
     })?;
     count("a claim", 1, &mut || {
-        won(lease::claim(&mut store, "l", "me", hour)?)?;
+        won(lease::claim(
+            &mut store,
+            &exactly::JobName::from("l"),
+            "me",
+            hour,
+        )?)?;
         Ok(())
     })?;
-    count(
-        "a claim of a held lease",
-        1,
-        &mut || match lease::claim(&mut store, "j", "other", hour)? {
-            lease::Claim::Held { .. } => Ok(()),
-            c => Err(format!("held lease won: {c:?}").into()),
-        },
-    )?;
+    count("a claim of a held lease", 1, &mut || match lease::claim(
+        &mut store,
+        &exactly::JobName::from("j"),
+        "other",
+        hour,
+    )? {
+        lease::Claim::Held { .. } => Ok(()),
+        c => Err(format!("held lease won: {c:?}").into()),
+    })?;
     count("a renewal", 1, &mut || {
-        assert!(lease::renew(&mut store, "j", token, hour)?);
+        assert!(lease::renew(
+            &mut store,
+            &exactly::JobName::from("j"),
+            token,
+            hour
+        )?);
         Ok(())
     })?;
     count("a renewal of three leases", 1, &mut || {
         let out = lease::renew_many(
             &mut store,
             &[
-                ("j", token, hour),
-                ("k", other, hour),
-                ("j", token - 1, hour),
+                (&exactly::JobName::from("j"), token, hour),
+                (&exactly::JobName::from("k"), other, hour),
+                (
+                    &exactly::JobName::from("j"),
+                    exactly::Token::from(token.get() - 1),
+                    hour,
+                ),
             ],
         )?;
         assert_eq!(out, vec![Some(true), None, Some(false)]);
         Ok(())
     })?;
     count("a release", 1, &mut || {
-        assert!(lease::release(&mut store, "j", token)?);
+        assert!(lease::release(
+            &mut store,
+            &exactly::JobName::from("j"),
+            token
+        )?);
         Ok(())
     })?;
     let wanted = |s: &String| {
@@ -220,10 +249,18 @@ fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
                     while std::time::Instant::now() < until {
                         n += 1;
                         let hour = Duration::from_secs(3600);
-                        let claim =
-                            lease::claim(&mut store, "race", &format!("w{w}"), hour).map_err(e)?;
+                        let claim = lease::claim(
+                            &mut store,
+                            &exactly::JobName::from("race"),
+                            &format!("w{w}"),
+                            hour,
+                        )
+                        .map_err(e)?;
                         if let Some(old) = stale.take() {
-                            let ctx = effect::Ctx::new("race", old);
+                            let ctx = effect::Ctx::new(
+                                &exactly::JobName::from("race"),
+                                exactly::Token::from(old),
+                            );
                             let spec = Spec::new("send", "far").input("stale", format!("{w}-{n}"));
                             let out =
                                 effect::run(&mut store, &ctx, &spec, &mut Answer).map_err(e)?;
@@ -234,17 +271,19 @@ fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
                         let lease::Claim::Won { token } = claim else {
                             continue;
                         };
-                        won.push(token);
-                        let ctx = effect::Ctx::new("race", token);
+                        won.push(token.get());
+                        let ctx = effect::Ctx::new(&exactly::JobName::from("race"), token);
                         let spec = Spec::new("send", "far").input("t", token.to_string());
                         let out = effect::run(&mut store, &ctx, &spec, &mut Answer).map_err(e)?;
                         if !matches!(out, effect::Outcome::Done { .. }) {
                             return Err(format!("token {token}: {out:?}"));
                         }
-                        if !lease::release(&mut store, "race", token).map_err(e)? {
+                        if !lease::release(&mut store, &exactly::JobName::from("race"), token)
+                            .map_err(e)?
+                        {
                             return Err(format!("token {token}: release refused"));
                         }
-                        stale = Some(token);
+                        stale = Some(token.get());
                     }
                     Ok(won)
                 })
@@ -338,18 +377,25 @@ fn an_older_database_gets_the_functions_and_a_worker_role_keeps_working() -> Res
     );
     let lifecycle = |db: &str, job: &str| -> Res<()> {
         let mut store = exactly::open(Some(db), Access::Write)?;
-        let lease::Claim::Won { token } =
-            lease::claim(&mut store, job, "me", Duration::from_secs(60))?
+        let lease::Claim::Won { token } = lease::claim(
+            &mut store,
+            &exactly::JobName::from(job),
+            "me",
+            Duration::from_secs(60),
+        )?
         else {
             return Err(format!("{job}: claim not won").into());
         };
-        let ctx = effect::Ctx::new(job, token);
+        let ctx = effect::Ctx::new(&exactly::JobName::from(job), token);
         let spec = Spec::new("send", "far").input("job", job);
         match effect::run(&mut store, &ctx, &spec, &mut Answer)? {
             effect::Outcome::Done { .. } => {}
             other => return Err(format!("{job}: {other:?}").into()),
         }
-        let stale = effect::Ctx::new(job, token - 1);
+        let stale = effect::Ctx::new(
+            &exactly::JobName::from(job),
+            exactly::Token::from(token.get() - 1),
+        );
         let spec = Spec::new("send", "far").input("stale", job);
         match effect::run(&mut store, &stale, &spec, &mut Answer)? {
             effect::Outcome::Fenced { .. } => Ok(()),

@@ -101,13 +101,18 @@ fn start(name: &str, w: u16, h: u16) -> Tmux {
 fn fixture(dir: &std::path::Path) -> (String, String, String) {
     let path = dir.join("top.db").to_string_lossy().into_owned();
     let mut s = Store::open(&path).expect("open");
-    let token = match lease::claim(&mut s, "invoices", "worker-1", Duration::from_secs(3600))
-        .expect("claim")
+    let token = match lease::claim(
+        &mut s,
+        &exactly::JobName::from("invoices"),
+        "worker-1",
+        Duration::from_secs(3600),
+    )
+    .expect("claim")
     {
         lease::Claim::Won { token } => token,
         _ => panic!("held"),
     };
-    let ctx = Ctx::new("invoices", token);
+    let ctx = Ctx::new(&exactly::JobName::from("invoices"), token);
     let pay = Spec::new("pay", "acme")
         .input("amount", "120")
         .terms("Pay 120 EUR to ACME")
@@ -121,7 +126,7 @@ fn fixture(dir: &std::path::Path) -> (String, String, String) {
         &mut Far(Err(Failure::Lost("reset".into()))),
     )
     .expect("run");
-    (path, pay.key(), mail.key())
+    (path, pay.key().to_string(), mail.key().to_string())
 }
 
 fn exe() -> &'static str {
@@ -162,9 +167,12 @@ fn top_in_a_real_terminal() {
     t.wait_for(&format!("approved {pay} as tmux-op"));
     // EXACTLY_ACTOR is a claim; the OS user who made it is stored with it.
     let claimed = format!("tmux-op (set by {})", exactly::os_user());
-    let a = exactly::approval::get(&mut Store::open(&db).expect("open"), &pay)
-        .expect("read")
-        .expect("row");
+    let a = exactly::approval::get(
+        &mut Store::open(&db).expect("open"),
+        &exactly::EffectKey::from(&pay),
+    )
+    .expect("read")
+    .expect("row");
     assert_eq!(
         (a.state.as_str(), a.decided_by.as_deref()),
         ("approved", Some(claimed.as_str()))
@@ -179,9 +187,12 @@ fn top_in_a_real_terminal() {
     t.wait_for("Confirm: resolve: it happened");
     t.keys(&["y"]);
     t.wait_for(&format!("resolved {mail}: unknown → done"));
-    let r = exactly::effect::get(&mut Store::open(&db).expect("open"), &mail)
-        .expect("read")
-        .expect("row");
+    let r = exactly::effect::get(
+        &mut Store::open(&db).expect("open"),
+        &exactly::EffectKey::from(&mail),
+    )
+    .expect("read")
+    .expect("row");
     assert_eq!(
         (r.state.as_str(), r.resolved_by.as_deref()),
         ("done", Some(claimed.as_str()))

@@ -83,8 +83,10 @@ pub fn drive(
 
 /// Claims `job`'s lease at `ago(at)`, held until `until`.
 pub fn claim(store: &mut Store, job: &str, owner: &str, at: i64, until: Ts) -> i64 {
-    match lease::claim_until(store, job, owner, until, ago(at)).expect("claim") {
-        lease::Claim::Won { token } => token,
+    match lease::claim_until(store, &crate::JobName::from(job), owner, until, ago(at))
+        .expect("claim")
+    {
+        lease::Claim::Won { token } => token.get(),
         lease::Claim::Held { .. } => panic!("lease of {job} held"),
     }
 }
@@ -101,14 +103,14 @@ pub fn run(
     far: Result<&str, Failure>,
     at: i64,
 ) -> String {
-    let ctx = Ctx::new(job, token)
+    let ctx = Ctx::new(&crate::JobName::from(job), crate::Token::from(token))
         .with_run_id(&format!("{job}-run-{token}"))
         .at(ago(at));
     let mut att = Attempt::new(&ctx, spec, ATTEMPT).expect("spec");
     let mut far = Far(far.map(str::to_string));
     let end = drive(store, &mut att, &mut far, |_| false);
     assert!(matches!(end, Io::End(_)), "{end:?}");
-    spec.key()
+    spec.key().to_string()
 }
 
 /// `NOW` minus `secs`.
@@ -196,7 +198,7 @@ pub fn in_flight() -> (Fixture, String) {
         .as_at(ago(200), |s| {
             exactly::approval::resolve(
                 s,
-                &key,
+                &crate::EffectKey::from(&key),
                 exactly::approval::Resolution::NotHappened,
                 "alice@10.0.0.7",
                 Some("not in the bank's list"),
@@ -209,7 +211,7 @@ pub fn in_flight() -> (Fixture, String) {
         matches!(r, exactly::approval::Resolved::Done { .. }),
         "{r:?}"
     );
-    let ctx = Ctx::new("payouts", t)
+    let ctx = Ctx::new(&crate::JobName::from("payouts"), crate::Token::from(t))
         .with_run_id("payouts-run-2")
         .at(ago(100));
     let mut att = Attempt::new(&ctx, &pay, ATTEMPT).expect("spec");
@@ -254,7 +256,7 @@ pub fn busy() -> Fixture {
         ago(8190) + chrono::Duration::milliseconds(50),
     );
     let crm = Spec::new("upsert", "crm").input("batch", "77");
-    let ctx = Ctx::new("sync-crm", t1)
+    let ctx = Ctx::new(&crate::JobName::from("sync-crm"), crate::Token::from(t1))
         .with_run_id("sync-crm-run-1")
         .at(ago(8190));
     let mut att = Attempt::new(&ctx, &crm, "web-1:4244").expect("spec");
@@ -270,16 +272,19 @@ pub fn busy() -> Fixture {
     let digest = Spec::new("send-digest", "all-users")
         .input("day", "2098-12-31")
         .terms("Send the daily digest to 1,204 subscribers");
-    let ctx_old = Ctx::new("daily-digest", old)
-        .with_run_id("daily-digest-run-old")
-        .at(ago(5850));
+    let ctx_old = Ctx::new(
+        &crate::JobName::from("daily-digest"),
+        crate::Token::from(old),
+    )
+    .with_run_id("daily-digest-run-old")
+    .at(ago(5850));
     let key = digest.key();
     // The old holder reserves and submits it, then stalls before sending.
     let mut att = Attempt::new(&ctx_old, &digest, ATTEMPT).expect("spec");
     let mut sends = Far(Ok("sent".into()));
     let at = drive(&mut s, &mut att, &mut sends, |io| matches!(io, Io::Send));
     assert_eq!(at, Io::Send);
-    assert_eq!(key, att.key());
+    assert_eq!(&key, att.key());
     release_as_at(&mut s, "daily-digest", old, ago(5850));
     let new = claim(&mut s, "daily-digest", "worker-2@web-2", 5850, ago(-431));
     // The old holder comes back, sends and tries to record it: fenced.
@@ -293,7 +298,7 @@ pub fn busy() -> Fixture {
     release_as_at(&mut s, "reminders", t, ago(5400));
     s.as_at(ago(5400), |s| {
         let note = Some("holiday freeze until 2 Jan");
-        exactly::jobs::pause(s, "reminders", "bob@10.0.0.9", note)
+        exactly::jobs::pause(s, &crate::JobName::from("reminders"), "bob@10.0.0.9", note)
     })
     .expect("pause");
 
@@ -340,7 +345,7 @@ pub fn busy() -> Fixture {
         .needs_approval(true);
     run(&mut s, "invoices", t, &pay, Ok("unused"), 2333);
     // A second attempt asks the far side, which cannot tell: the verdict is recorded.
-    let ctx = Ctx::new("invoices", t)
+    let ctx = Ctx::new(&crate::JobName::from("invoices"), crate::Token::from(t))
         .with_run_id(&format!("invoices-run-{t}"))
         .at(ago(240))
         .by("observer@web-1");
@@ -351,7 +356,12 @@ pub fn busy() -> Fixture {
     assert!(matches!(end, Io::End(_)), "{end:?}");
     s.as_at(ago(200), |s| {
         let note = Some("checked the order");
-        exactly::approval::approve(s, &refund_key, "alice@10.0.0.7", note)
+        exactly::approval::approve(
+            s,
+            &crate::EffectKey::from(&refund_key),
+            "alice@10.0.0.7",
+            note,
+        )
     })
     .expect("approve");
     drop(s);
@@ -655,6 +665,8 @@ pub fn hostile() -> Fixture {
 
 /// Releases a lease as at `at` (the handle's clock pinned for the one call).
 fn release_as_at(s: &mut Store, job: &str, token: i64, at: Ts) {
-    s.as_at(at, |s| lease::release(s, job, token))
-        .expect("release");
+    s.as_at(at, |s| {
+        lease::release(s, &crate::JobName::from(job), crate::Token::from(token))
+    })
+    .expect("release");
 }

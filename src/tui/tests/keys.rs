@@ -7,14 +7,14 @@ use crate::tui::Pending;
 use crossterm::event::KeyCode;
 
 fn approval_state(f: &Fixture, key: &str) -> (String, Option<String>) {
-    let a = exactly::approval::get(&mut f.store(), key)
+    let a = exactly::approval::get(&mut f.store(), &crate::EffectKey::from(key))
         .expect("read")
         .expect("approval row");
     (a.state.to_string(), a.decided_by)
 }
 
 fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
-    let r = exactly::effect::get(&mut f.store(), key)
+    let r = exactly::effect::get(&mut f.store(), &crate::EffectKey::from(key))
         .expect("read")
         .expect("ledger row");
     (r.state.to_string(), r.resolved_by)
@@ -135,7 +135,13 @@ fn another_operator_already_approved() {
     let mut app = app_for(&f);
     press(&mut app, &mut f.store(), &keys("3a"));
     // While the confirmation is open, someone else decides.
-    exactly::approval::deny(&mut f.store(), &key, "bob@10.0.0.9", None).expect("deny");
+    exactly::approval::deny(
+        &mut f.store(),
+        &crate::EffectKey::from(&key),
+        "bob@10.0.0.9",
+        None,
+    )
+    .expect("deny");
     press(&mut app, &mut f.store(), &keys("y"));
     let status = app.status.clone().expect("status");
     assert!(!status.ok);
@@ -162,7 +168,7 @@ fn resolve_already_settled_by_someone_else() {
     press(&mut app, &mut f.store(), &keys("2rh"));
     exactly::approval::resolve(
         &mut f.store(),
-        &key,
+        &crate::EffectKey::from(&key),
         exactly::approval::Resolution::Cancel,
         "carol",
         None,
@@ -332,7 +338,13 @@ fn views_sort_freeze_help_and_quit() {
     );
     press(&mut app, &mut store, &keys("f"));
     assert!(app.frozen);
-    exactly::approval::approve(&mut f.store(), &pending_key(&f), "bob", None).expect("approve");
+    exactly::approval::approve(
+        &mut f.store(),
+        &crate::EffectKey::from(&pending_key(&f)),
+        "bob",
+        None,
+    )
+    .expect("approve");
     pump(&mut app, &mut store, crate::tui::Request::Poll);
     assert_eq!(
         app.snap.as_ref().expect("snap").pending_approvals.len(),
@@ -384,7 +396,7 @@ fn an_open_effect_detail_follows_new_data() {
     // Another operator settles it; the next poll brings the detail up to date.
     exactly::approval::resolve(
         &mut f.store(),
-        &key,
+        &crate::EffectKey::from(&key),
         exactly::approval::Resolution::Happened,
         "bob",
         None,
@@ -505,7 +517,8 @@ fn resolving_an_effect_in_flight_needs_a_second_confirmation() {
                 .contains("forced while in flight: attempt web-1:4242"),
         "{status:?}"
     );
-    let events = exactly::effect::events(&mut f.store(), &key).expect("events");
+    let events =
+        exactly::effect::events(&mut f.store(), &crate::EffectKey::from(&key)).expect("events");
     let last = events
         .iter()
         .rev()

@@ -20,14 +20,26 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
     let path = dir.path().join("w.db");
     let path = path.to_str().unwrap();
     let mut writer = crate::open(Some(path), Access::Write).unwrap();
-    crate::lease::claim(&mut writer, "far", "a", Duration::from_secs(3600)).unwrap();
+    crate::lease::claim(
+        &mut writer,
+        &crate::JobName::from("far"),
+        "a",
+        Duration::from_secs(3600),
+    )
+    .unwrap();
     let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
     let mut watch = Watch::default();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     // Another connection commits: read again, then quiet again.
-    crate::lease::claim(&mut writer, "soon", "a", Duration::from_millis(1500)).unwrap();
+    crate::lease::claim(
+        &mut writer,
+        &crate::JobName::from("soon"),
+        "a",
+        Duration::from_millis(1500),
+    )
+    .unwrap();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     // No commit, but the lease shown has ended: what the snapshot says may be wrong now.

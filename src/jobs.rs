@@ -216,8 +216,8 @@ pub fn effect_counts(store: &mut Store, job: &JobName, token: Token) -> Result<E
 
 /// Deletes history older than `horizon` (`exactly gc`, `retain`): see docs/operations.md's "Retention" for what is
 /// never deleted.
-pub fn prune(store: &mut Store, horizon: &str, effects: bool, dry_run: bool) -> Result<Pruned> {
-    store.prune(horizon, effects, dry_run)
+pub fn prune(store: &mut Store, horizon: time::Ts, effects: bool, dry_run: bool) -> Result<Pruned> {
+    store.prune(&time::fmt(horizon), effects, dry_run)
 }
 
 /// Records what became of a notification (`[[notify]]`): a `notify_sent` or `notify_failed`

@@ -30,8 +30,7 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
             inert(&a.keep)
         )));
     }
-    let horizon =
-        time::fmt(time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX));
+    let horizon = time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX);
     // Pruning a file that is not there is a typo, not a request for a new database.
     let path = crate::db_path(db.as_deref());
     if !crate::db_exists(&path)? {
@@ -41,7 +40,7 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
         )));
     }
     let mut store = crate::open(Some(&path), Access::Write)?;
-    let p = jobs::prune(&mut store, &horizon, a.effects, a.dry_run)?;
+    let p = jobs::prune(&mut store, horizon, a.effects, a.dry_run)?;
     if a.json {
         let mut v = serde_json::to_value(&p).unwrap_or_default();
         crate::json::alias(&mut v);

@@ -84,11 +84,10 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
             let mut next = Instant::now() + PRUNE_FIRST;
             while wait_until(&stop, next) {
                 next = Instant::now() + PRUNE_EVERY;
-                let horizon = time::fmt(
-                    time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX),
-                );
+                let horizon =
+                    time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX);
                 let done = crate::open(Some(&db), Access::Write)
-                    .and_then(|mut s| jobs::prune(&mut s, &horizon, false, false));
+                    .and_then(|mut s| jobs::prune(&mut s, horizon, false, false));
                 match done {
                     Ok(p) if p.runs + p.firings + p.events > 0 => tracing::info!(
                         "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",

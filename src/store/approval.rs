@@ -31,7 +31,8 @@ pub struct ApprovalRow {
 }
 
 pub(crate) const APPROVAL_COLS: &str =
-    "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, note, consumed_at";
+    "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, \
+     note, consumed_at";
 
 pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
@@ -124,12 +125,17 @@ impl Store {
                     )
                     .optional()?;
                 if let Some((state, at)) = effect.filter(|(s, _)| *s != EffectState::Claimed) {
-                    return Ok(Decided::Already { state: Already::Effect(state), by: None, at: Some(at) });
+                    return Ok(Decided::Already {
+                        state: Already::Effect(state),
+                        by: None,
+                        at: Some(at),
+                    });
                 }
             }
             let job: Option<String> = tx
                 .one(
-                    "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, decided_at = ?4, note = ?5
+                    "UPDATE exactly_approvals SET state = ?2, decided_by = ?3, \
+                         decided_at = ?4, note = ?5
                      WHERE effect_key = ?1 AND state = 'pending' RETURNING job_key",
                     args![key, state, by, now, note],
                     |r| text_or_empty(r, 0),
@@ -138,27 +144,39 @@ impl Store {
             let Some(job) = job else {
                 let row = tx
                     .one(
-                        &format!("SELECT {APPROVAL_COLS} FROM exactly_approvals WHERE effect_key = ?1"),
+                        &format!(
+                            "SELECT {APPROVAL_COLS} FROM exactly_approvals \
+                                  WHERE effect_key = ?1"
+                        ),
                         args![key],
                         approval_row,
                     )
                     .optional()?;
                 return Ok(match row {
-                    Some(a) => Decided::Already { state: Already::Approval(a.state), by: a.decided_by, at: a.decided_at },
+                    Some(a) => Decided::Already {
+                        state: Already::Approval(a.state),
+                        by: a.decided_by,
+                        at: a.decided_at,
+                    },
                     None => Decided::NotFound,
                 });
             };
             if !approve {
                 tx.exec(
                     &format!(
-                        "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, resolved_by = ?3,
+                        "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, \
+                             resolved_by = ?3,
                             resolved_at = ?2, resolution_note = ?4, {BUMP}
                          WHERE effect_key = ?1 AND state = 'claimed'"
                     ),
                     args![key, now, by, note],
                 )?;
             }
-            let k = if approve { EventKind::ApprovalGranted } else { EventKind::ApprovalDenied };
+            let k = if approve {
+                EventKind::ApprovalGranted
+            } else {
+                EventKind::ApprovalDenied
+            };
             let mut ev = NewEvent::new(k, now).job(&job).effect(key).actor(by);
             ev.detail = note;
             record_event(tx, &ev)?;

@@ -27,7 +27,8 @@ pub(super) const JOB_OPEN: &str =
 pub(super) const EVENT_COLS: &str =
     "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
 pub(super) const RUN_COLS: &str =
-    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms,
+    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, \
+         outcome, duration_ms,
      exit_code";
 
 pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
@@ -50,7 +51,10 @@ impl Store {
     pub(crate) fn effect_events(&mut self, key: &str) -> Result<Vec<EventRow>> {
         self.read(|tx| {
             tx.rows(
-                &format!("SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 ORDER BY id LIMIT 1000"),
+                &format!(
+                    "SELECT {EVENT_COLS} FROM exactly_events WHERE effect_key = ?1 \
+                          ORDER BY id LIMIT 1000"
+                ),
                 args![key],
                 event_row,
             )
@@ -112,9 +116,14 @@ impl Store {
     /// The most recent runs of a job, newest first.
     pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
         self.read(|tx| {
-            let rows = tx.rows(&format!(
-                "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT ?2"
-            ), args![job, limit as i64], run_row);
+            let rows = tx.rows(
+                &format!(
+                    "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 \
+                     ORDER BY started_at DESC LIMIT ?2"
+                ),
+                args![job, limit as i64],
+                run_row,
+            );
             rows
         })
     }
@@ -124,7 +133,8 @@ impl Store {
         self.read(|tx| {
             tx.rows(
                 &format!(
-                    "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND {JOB_OPEN} ORDER BY updated_at",
+                    "SELECT {} FROM effect_ledger WHERE job_key = ?1 AND {JOB_OPEN} \
+                     ORDER BY updated_at",
                     super::ledger_rows::LEDGER_COLS
                 ),
                 args![job],
@@ -182,7 +192,8 @@ impl Store {
             ""
         };
         let sql = format!(
-            "SELECT {} FROM effect_ledger WHERE {term}state = ?1{by_job} ORDER BY updated_at, effect_key",
+            "SELECT {} FROM effect_ledger WHERE {term}state = ?1{by_job} \
+             ORDER BY updated_at, effect_key",
             super::ledger_rows::LEDGER_COLS
         );
         self.read(|tx| {

@@ -15,7 +15,8 @@ pub(super) fn lite_error(path: &str, busy_ms: u64, e: rusqlite::Error) -> Error 
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
             return Error::Busy {
                 message: format!(
-                    "database {path} is locked: another process held a write lock longer than the busy timeout ({busy_ms} ms)"
+                    "database {path} is locked: \
+                     another process held a write lock longer than the busy timeout ({busy_ms} ms)"
                 ),
                 source: Some(e.into()),
             }
@@ -56,7 +57,8 @@ pub(super) fn cannot_create_side_files(e: &Error) -> bool {
 pub(super) fn too_new(path: &str, found: i64) -> Error {
     Error::TooNew {
         message: format!(
-            "database {path} has schema version {found}, newer than this exactly understands ({SCHEMA_VERSION}); upgrade exactly"
+            "database {path} has schema version {found}, newer than this exactly understands \
+             ({SCHEMA_VERSION}); upgrade exactly"
         ),
         found,
         understood: SCHEMA_VERSION,

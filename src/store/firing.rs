@@ -176,12 +176,23 @@ fn upsert_firing(
     detail: Option<&str>,
 ) -> DbResult<()> {
     tx.exec(
-        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, created_at, updated_at, detail)
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, \
+             created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
-         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, state = excluded.state,
+         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, \
+             state = excluded.state,
             owner = excluded.owner, run_id = excluded.run_id, updated_at = excluded.updated_at,
             detail = excluded.detail",
-        args![f.job, f.slot, f.kind, state, f.owner, run_id, tx.now(f.now), detail],
+        args![
+            f.job,
+            f.slot,
+            f.kind,
+            state,
+            f.owner,
+            run_id,
+            tx.now(f.now),
+            detail
+        ],
     )?;
     Ok(())
 }
@@ -245,7 +256,8 @@ pub(super) fn gave_up_event(
 ) -> DbResult<()> {
     let now = tx.now(now);
     let detail = format!(
-        "firing at {slot} GAVE UP after {runs} runs (at most {limit}): not run again; check its effects by hand"
+        "firing at {slot} GAVE UP after {runs} runs (at most {limit}): not run again; \
+         check its effects by hand"
     );
     let mut e = NewEvent::new(EventKind::FiringGaveUp, now)
         .job(job)
@@ -398,7 +410,8 @@ fn missed_tx(
     let mut inserted = 0u64;
     for s in slots {
         inserted += tx.exec(
-            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, updated_at, detail)
+            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, \
+                 updated_at, detail)
              VALUES (?1, ?2, 'scheduled', ?3, ?4, ?5, ?5, ?6)
              ON CONFLICT(job_key, scheduled_at) DO NOTHING",
             args![job, s, &state, owner, now, reason],
@@ -419,7 +432,10 @@ fn missed_tx(
     let detail = if paused.is_some() {
         format!("{n} firing(s) up to {last} passed while paused ({reason})")
     } else if unrecorded > 0 {
-        format!("{n} firing(s) up to {last} missed: {reason} (outside the catch-up window; the latest {inserted} recorded from {first})")
+        format!(
+            "{n} firing(s) up to {last} missed: {reason} (outside the catch-up window; \
+                 the latest {inserted} recorded from {first})"
+        )
     } else {
         format!(
             "{n} firing(s) from {first} to {last} missed: {reason} (outside the catch-up window)"

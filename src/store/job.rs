@@ -125,7 +125,8 @@ pub struct JobRecord {
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
-    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs, owner, updated_at";
+    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs, \
+        owner, updated_at";
 
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
@@ -231,7 +232,8 @@ fn note_replaced(
     let unchanged = before.is_some_and(|b| b.2.is_some() && b.2 == j.definition_digest);
     if !unchanged {
         tx.exec(
-            "UPDATE exactly_jobs SET conflict_owner = NULL, conflict_source = NULL WHERE job_key = ?1",
+            "UPDATE exactly_jobs SET conflict_owner = NULL, conflict_source = NULL \
+             WHERE job_key = ?1",
             args![j.job_key],
         )?;
     }
@@ -275,24 +277,48 @@ impl Store {
                 }
                 let replaced = replaced_live(tx, before.as_ref(), j, owner, &alive_since)?;
                 tx.exec(
-                    "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms,
-                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, owner, updated_at,
-                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
+                    "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, \
+                         lease_s, lease_ms,
+                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, \
+                            owner, updated_at,
+                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, \
+                            definition_digest, keep_runs)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, \
+                         ?16, ?17, ?18, ?19, ?20)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
-                        lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, overlap = excluded.overlap,
+                        lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, \
+                            overlap = excluded.overlap,
                         queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
                         command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
-                        source = excluded.source, owner = excluded.owner, updated_at = excluded.updated_at,
-                        timeout_ms = excluded.timeout_ms, observe_timeout_ms = excluded.observe_timeout_ms,
+                        source = excluded.source, owner = excluded.owner, \
+                            updated_at = excluded.updated_at,
+                        timeout_ms = excluded.timeout_ms, \
+                            observe_timeout_ms = excluded.observe_timeout_ms,
                         dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
-                        definition_digest = excluded.definition_digest, keep_runs = excluded.keep_runs",
+                        definition_digest = excluded.definition_digest, \
+                            keep_runs = excluded.keep_runs",
                     args![
-                        j.job_key, j.settings.schedule, j.settings.timezone, j.settings.interval_s,
-                        j.settings.lease_s, j.settings.lease_ms, j.settings.overlap.map(Overlap::name),
-                        j.settings.queue_cap, j.command_digest, j.command, j.catchup_s, source, owner, now,
-                        j.timeout_ms, j.observe_timeout_ms, j.dst_repeated, j.dst_skipped, j.definition_digest, j.keep_runs
+                        j.job_key,
+                        j.settings.schedule,
+                        j.settings.timezone,
+                        j.settings.interval_s,
+                        j.settings.lease_s,
+                        j.settings.lease_ms,
+                        j.settings.overlap.map(Overlap::name),
+                        j.settings.queue_cap,
+                        j.command_digest,
+                        j.command,
+                        j.catchup_s,
+                        source,
+                        owner,
+                        now,
+                        j.timeout_ms,
+                        j.observe_timeout_ms,
+                        j.dst_repeated,
+                        j.dst_skipped,
+                        j.definition_digest,
+                        j.keep_runs
                     ],
                 )?;
                 note_replaced(tx, before.as_ref(), j, replaced, owner, now)?;
@@ -313,7 +339,10 @@ impl Store {
                 let detail = format!("no longer in {source}");
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::JobRetired, now).job(&job).actor(owner).detail(&detail),
+                    &NewEvent::new(EventKind::JobRetired, now)
+                        .job(&job)
+                        .actor(owner)
+                        .detail(&detail),
                 )?;
                 out.retired.push(job);
             }

@@ -62,7 +62,8 @@ pub(crate) fn claim_lease_tx(
     let won: Option<i64> = tx
         .one(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
-             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4)
+             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease \
+                 WHERE job_key = ?1), ?3, ?4)
              ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
                 fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
              WHERE job_lease.lease_until < ?5
@@ -240,9 +241,7 @@ impl Store {
             let mut renewed = std::collections::HashSet::new();
             for chunk in leases.chunks(RENEW_CHUNK) {
                 let untils: Vec<String> = chunk.iter().map(|(_, _, u)| tx.later(u)).collect();
-                let mut sql = String::from(
-                    "UPDATE job_lease SET lease_until = v.until FROM (",
-                );
+                let mut sql = String::from("UPDATE job_lease SET lease_until = v.until FROM (");
                 let mut args: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3 + 1);
                 for (i, ((job, token, _), until)) in chunk.iter().zip(&untils).enumerate() {
                     if i > 0 {
@@ -250,7 +249,8 @@ impl Store {
                     }
                     let n = i * 3;
                     sql.push_str(&format!(
-                        "SELECT CAST(?{} AS TEXT) AS job, CAST(?{} AS BIGINT) AS token, CAST(?{} AS TEXT) AS until",
+                        "SELECT CAST(?{} AS TEXT) AS job, CAST(?{} AS BIGINT) AS token, \
+                         CAST(?{} AS TEXT) AS until",
                         n + 1,
                         n + 2,
                         n + 3
@@ -261,11 +261,14 @@ impl Store {
                 }
                 sql.push_str(&format!(
                     ") AS v WHERE job_lease.job_key = v.job AND job_lease.fencing_token = v.token
-                       AND job_lease.lease_until <> ?{} RETURNING job_lease.job_key, job_lease.fencing_token",
+                       AND job_lease.lease_until <> ?{} RETURNING job_lease.job_key, \
+                           job_lease.fencing_token",
                     chunk.len() * 3 + 1
                 ));
                 args.push(RELEASED.to_arg());
-                for (job, token) in tx.rows(&sql, &args, |r| Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0))))? {
+                for (job, token) in tx.rows(&sql, &args, |r| {
+                    Ok((text_or_empty(r, 0)?, int(r, 1)?.unwrap_or(0)))
+                })? {
                     renewed.insert((job, token));
                 }
             }
@@ -276,7 +279,8 @@ impl Store {
                     continue;
                 }
                 let newer: bool = tx.one(
-                    "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND fencing_token > ?2)",
+                    "SELECT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 \
+                     AND fencing_token > ?2)",
                     args![job, token],
                     |r| r.get(0),
                 )?;

@@ -76,7 +76,8 @@ pub(super) fn sender_lease(
     };
     let until: Option<String> = tx
         .one(
-            "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 AND lease_until <> ?3",
+            "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 \
+             AND lease_until <> ?3",
             args![job, token, RELEASED],
             |r| text_or_empty(r, 0),
         )
@@ -235,12 +236,22 @@ impl Store {
                 None => (current_token(tx, e.job_key)?, SenderLease::default(), true),
             };
             if current != Some(e.token) {
-                fenced(tx, e.job_key, Some(e.effect_key), e.token, "effect claim refused", now)?;
+                fenced(
+                    tx,
+                    e.job_key,
+                    Some(e.effect_key),
+                    e.token,
+                    "effect claim refused",
+                    now,
+                )?;
                 return Ok(Begin::Fenced);
             }
             // Submit at once only with no approval row for the key (an approval asked for by
             // anyone binds every caller) and enough lease left to send under.
-            let enough = lease.until.as_deref().is_some_and(|u| u >= min_until.as_str());
+            let enough = lease
+                .until
+                .as_deref()
+                .is_some_and(|u| u >= min_until.as_str());
             let attempt = submit_as.filter(|_| !asked && enough);
             let state = if attempt.is_some() {
                 EffectState::Submitted
@@ -249,15 +260,26 @@ impl Store {
             };
             let inserted = tx.exec(
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-                    terms_shown, created_at, updated_at, action_id, target_id, input_digest, observe_cmd,
+                    terms_shown, created_at, updated_at, action_id, target_id, \
+                        input_digest, observe_cmd,
                     attempt, version, sender, sender_until)
                  SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
                  ON CONFLICT (effect_key) DO NOTHING",
                 args![
-                    e.effect_key, e.job_key, e.run_id, e.token, e.terms_shown, now, e.action_id,
-                    e.target_id, e.input_digest, e.observe_cmd, state,
-                    attempt.map(|a| a.attempt), attempt.and_then(|a| a.sender),
+                    e.effect_key,
+                    e.job_key,
+                    e.run_id,
+                    e.token,
+                    e.terms_shown,
+                    now,
+                    e.action_id,
+                    e.target_id,
+                    e.input_digest,
+                    e.observe_cmd,
+                    state,
+                    attempt.map(|a| a.attempt),
+                    attempt.and_then(|a| a.sender),
                     attempt.and(lease.until.as_deref())
                 ],
             );
@@ -329,11 +351,17 @@ impl Store {
                 return Ok(Submit::Fenced);
             }
             let lease = sender_lease(tx, job, Some(token), now)?;
-            if lease.until.as_deref().is_none_or(|u| u < min_until.as_str()) {
+            if lease
+                .until
+                .as_deref()
+                .is_none_or(|u| u < min_until.as_str())
+            {
                 return Ok(Submit::LeaseEnding { until: lease.until });
             }
             if seen.state != EffectState::Claimed {
-                return Ok(Submit::Lost(Box::new(read_row(tx, key)?.unwrap_or_default())));
+                return Ok(Submit::Lost(Box::new(
+                    read_row(tx, key)?.unwrap_or_default(),
+                )));
             }
             let approval: Option<ApprovalState> = tx
                 .one(
@@ -348,11 +376,17 @@ impl Store {
             let consume = match crate::policy::gate(approval, needs_approval) {
                 Gate::Ask => {
                     tx.exec(
-                        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at)
+                        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, \
+                             state, requested_at)
                          VALUES (?1, ?2, ?3, 'pending', ?4)",
                         args![key, job, terms, now],
                     )?;
-                    record_event(tx, &NewEvent::new(EventKind::ApprovalRequested, now).job(job).effect(key))?;
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::ApprovalRequested, now)
+                            .job(job)
+                            .effect(key),
+                    )?;
                     return Ok(Submit::NotApproved);
                 }
                 Gate::Send { consume } => consume,
@@ -381,8 +415,17 @@ impl Store {
                         still_as_seen(7)
                     ),
                     args![
-                        key, job, run_id, token, by.attempt, now, seen.state, seen.version,
-                        seen.updated_at, by.sender, lease.until
+                        key,
+                        job,
+                        run_id,
+                        token,
+                        by.attempt,
+                        now,
+                        seen.state,
+                        seen.version,
+                        seen.updated_at,
+                        by.sender,
+                        lease.until
                     ],
                     |r| int(r, 0),
                 )
@@ -395,7 +438,11 @@ impl Store {
                 {
                     let seen = row.seen();
                     let granted = granted(&lease, now);
-                    return Ok(Submit::Won { approval_consumed: consumed_before, seen, granted });
+                    return Ok(Submit::Won {
+                        approval_consumed: consumed_before,
+                        seen,
+                        granted,
+                    });
                 }
                 return Ok(Submit::Lost(Box::new(row)));
             };
@@ -406,16 +453,24 @@ impl Store {
             };
             if consume {
                 tx.exec(
-                    "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, consumed_token = ?3
+                    "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, \
+                         consumed_token = ?3
                      WHERE effect_key = ?1 AND state = 'approved'",
                     args![key, now, token],
                 )?;
                 record_event(
                     tx,
-                    &NewEvent::new(EventKind::ApprovalConsumed, now).job(job).effect(key).token(token),
+                    &NewEvent::new(EventKind::ApprovalConsumed, now)
+                        .job(job)
+                        .effect(key)
+                        .token(token),
                 )?;
             }
-            Ok(Submit::Won { approval_consumed: consume, seen: after, granted: granted(&lease, now) })
+            Ok(Submit::Won {
+                approval_consumed: consume,
+                seen: after,
+                granted: granted(&lease, now),
+            })
         })
     }
 
@@ -529,11 +584,18 @@ impl Store {
             }
             if ok {
                 tx.exec(
-                    "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, consumed_token = NULL
+                    "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, \
+                         consumed_token = NULL
                      WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
                     args![key, token],
                 )?;
-                record_event(tx, &NewEvent::new(EventKind::EffectReleased, now).job(job).effect(key).token(token))?;
+                record_event(
+                    tx,
+                    &NewEvent::new(EventKind::EffectReleased, now)
+                        .job(job)
+                        .effect(key)
+                        .token(token),
+                )?;
             } else {
                 fenced(tx, job, Some(key), token, "release refused", now)?;
             }
@@ -602,7 +664,8 @@ impl Store {
             .unwrap_or("?");
         let detail = crate::sanitize::inert_trunc(
             &format!(
-                "host name {host:?} is used by two machines: the sender of this effect ran on {theirs}, this attempt on {host_id}; judged by its deadline, not its pid"
+                "host name {host:?} is used by two machines: the sender of this effect ran on \
+                 {theirs}, this attempt on {host_id}; judged by its deadline, not its pid"
             ),
             300,
         );

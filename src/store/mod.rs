@@ -153,7 +153,8 @@ pub fn check_shareable(path: &str) -> Result<()> {
     }
     if lower == ":memory:" || lower.starts_with("file::memory:") || lower.contains("mode=memory") {
         return Err(Error::Usage(format!(
-            "database {} is in memory: a lease or ledger there is seen by no other process; give a file path",
+            "database {} is in memory: a lease or ledger there is seen by no other process; \
+             give a file path",
             crate::sanitize::inert(path)
         )));
     }
@@ -471,7 +472,8 @@ impl Store {
         else {
             return Err(Error::Busy {
                 message: format!(
-                    "database {} is locked: another writer of this process held it longer than the busy timeout ({} ms)",
+                    "database {} is locked: \
+                     another writer of this process held it longer than the busy timeout ({} ms)",
                     self.path, self.busy_ms
                 ),
                 source: None,

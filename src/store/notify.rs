@@ -49,9 +49,16 @@ impl Store {
     pub(crate) fn notification_counts(&mut self) -> Result<Vec<(String, String, String, u64)>> {
         self.read(|tx| {
             let rows = tx.rows(
-                "SELECT kind, job_key, n FROM exactly_counters WHERE kind LIKE 'notify:%' ORDER BY kind, job_key",
+                "SELECT kind, job_key, n FROM exactly_counters WHERE kind LIKE 'notify:%' \
+                 ORDER BY kind, job_key",
                 args![],
-                |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, int(r, 2)?.unwrap_or(0).max(0) as u64)),
+                |r| {
+                    Ok((
+                        text_or_empty(r, 0)?,
+                        text_or_empty(r, 1)?,
+                        int(r, 2)?.unwrap_or(0).max(0) as u64,
+                    ))
+                },
             )?;
             Ok(rows
                 .into_iter()

@@ -325,7 +325,8 @@ impl r2d2::ManageConnection for Manager {
         let now = server_now(
             &mut client,
             &format!(
-                "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000; SET statement_timeout = {STATEMENT_TIMEOUT_MS}; ",
+                "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = 60000; \
+                 SET statement_timeout = {STATEMENT_TIMEOUT_MS}; ",
                 self.lock_ms
             ),
         )
@@ -403,7 +404,8 @@ impl PgStore {
         #[cfg(not(feature = "tls"))]
         if require_tls {
             return Err(Error::Usage(format!(
-                "database URL {shown} asks for sslmode=require, and this build has no TLS (build with --features tls)"
+                "database URL {shown} asks for sslmode=require, and this build has no TLS \
+                 (build with --features tls)"
             )));
         }
         let pool = r2d2::Pool::builder()
@@ -616,13 +618,15 @@ pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
     match source.code().map(|c| c.code().to_string()).as_deref() {
         Some("55P03") => busy(
             format!(
-                "database {shown} is locked: another transaction held a lock longer than the busy timeout ({busy_ms} ms)"
+                "database {shown} is locked: \
+                 another transaction held a lock longer than the busy timeout ({busy_ms} ms)"
             ),
             source,
         ),
         Some(code @ ("40001" | "40P01")) => {
             let message = format!(
-                "database {shown} is busy: concurrent writers kept conflicting ({code}), {MAX_TRIES} tries in a row"
+                "database {shown} is busy: concurrent writers kept conflicting ({code}), \
+                 {MAX_TRIES} tries in a row"
             );
             busy(message, source)
         }

@@ -58,7 +58,8 @@ const FUNCTIONS: &[&str] = &[
        SELECT fencing_token, lease_until INTO v_token, v_until
        FROM job_lease WHERE job_key = p_job FOR SHARE;
        IF v_token IS DISTINCT FROM p_token THEN
-         PERFORM exactly_event(v_now, '%FENCED%', p_job, p_key, p_token, NULL, 'effect claim refused');
+         PERFORM exactly_event(v_now, '%FENCED%', p_job, p_key, p_token, NULL, \
+             'effect claim refused');
          RETURN QUERY SELECT 'fenced', v_now, NULL::text;
          RETURN;
        END IF;
@@ -230,7 +231,8 @@ const FUNCTIONS: &[&str] = &[
        v_renewed bigint[];
      BEGIN
        WITH v AS (
-         SELECT * FROM unnest(p_jobs, p_tokens, p_untils) WITH ORDINALITY AS v (job, token, until, i)
+         SELECT * FROM unnest(p_jobs, p_tokens, p_untils) WITH ORDINALITY AS v (job, \
+             token, until, i)
        ), u AS (
          UPDATE job_lease SET lease_until = v.until FROM v
          WHERE job_lease.job_key = v.job AND job_lease.fencing_token = v.token

@@ -76,7 +76,8 @@ impl Store {
             let day_ago = time::fmt(now - chrono::Duration::hours(24));
             let unknown = tx.rows(
                 &format!(
-                    "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, e.verdict, e.fencing_token
+                    "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
+                         e.verdict, e.fencing_token
                      {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
                 ),
                 args![&now_s],
@@ -86,7 +87,9 @@ impl Store {
                         effect_key: text_or_empty(r, 0)?,
                         job_key: text_or_empty(r, 1)?,
                         state: word(r, 2)?,
-                        age_s: time::parse(&since).map(|t| time::age_s(t, now)).unwrap_or(0),
+                        age_s: time::parse(&since)
+                            .map(|t| time::age_s(t, now))
+                            .unwrap_or(0),
                         since,
                         terms_shown: text(r, 4)?,
                         verdict: text(r, 5)?,
@@ -98,9 +101,17 @@ impl Store {
             let whole = unknown.len() < OPEN_SHOWN;
             // Both leaked counts from one walk of the claimed rows.
             let (leaked, leaked_24h) = tx.one(
-                &format!("SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 ELSE 0 END), 0) AS BIGINT) {LEAKED}"),
+                &format!(
+                    "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
+                          ELSE 0 END), 0) AS BIGINT) {LEAKED}"
+                ),
                 args![&now_s, &day_ago],
-                |r| Ok((r.get::<i64>(0)?.max(0) as u64, r.get::<i64>(1)?.max(0) as u64)),
+                |r| {
+                    Ok((
+                        r.get::<i64>(0)?.max(0) as u64,
+                        r.get::<i64>(1)?.max(0) as u64,
+                    ))
+                },
             )?;
             let totals = Window {
                 duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
@@ -111,8 +122,18 @@ impl Store {
                 } else {
                     count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
                 },
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending'", &[])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved'", &[])?,
+                pending_approvals: count(
+                    tx,
+                    "SELECT count(*) FROM exactly_approvals \
+                                              WHERE state = 'pending'",
+                    &[],
+                )?,
+                unused_approvals: count(
+                    tx,
+                    "SELECT count(*) FROM exactly_approvals \
+                                             WHERE state = 'approved'",
+                    &[],
+                )?,
             };
             let last_24h = Window {
                 duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
@@ -121,27 +142,48 @@ impl Store {
                 unknown: if whole {
                     unknown.iter().filter(|u| u.since >= day_ago).count() as u64
                 } else {
-                    count(tx, &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"), args![&now_s, &day_ago])?
+                    count(
+                        tx,
+                        &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
+                        args![&now_s, &day_ago],
+                    )?
                 },
-                pending_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'pending' AND requested_at >= ?1", args![&day_ago])?,
-                unused_approvals: count(tx, "SELECT count(*) FROM exactly_approvals WHERE state = 'approved' AND requested_at >= ?1", args![&day_ago])?,
+                pending_approvals: count(
+                    tx,
+                    "SELECT count(*) FROM exactly_approvals WHERE state = \
+                                              'pending' AND requested_at >= ?1",
+                    args![&day_ago],
+                )?,
+                unused_approvals: count(
+                    tx,
+                    "SELECT count(*) FROM exactly_approvals WHERE state = \
+                                             'approved' AND requested_at >= ?1",
+                    args![&day_ago],
+                )?,
             };
             let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
             let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
                 let rows = tx.rows(
                     &format!(
-                        "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at LIMIT {OPEN_SHOWN}",
+                        "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
+                         LIMIT {OPEN_SHOWN}",
                         super::approval::APPROVAL_COLS
                     ),
                     args![state],
                     super::approval::approval_row,
                 )?;
-                Ok(rows.into_iter().map(|a| ApprovalView::from_row(a, now)).collect())
+                Ok(rows
+                    .into_iter()
+                    .map(|a| ApprovalView::from_row(a, now))
+                    .collect())
             };
             let pending_approvals = approvals(ApprovalState::Pending)?;
             let unused_approvals = approvals(ApprovalState::Approved)?;
             let events = tx.rows(
-                &format!("SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC LIMIT {EVENTS_SHOWN}"),
+                &format!(
+                    "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
+                          LIMIT {EVENTS_SHOWN}"
+                ),
                 &[],
                 event_row,
             )?;
@@ -315,42 +357,45 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     } = kept;
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(
-        "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, pause_note, retired,
-            lease_ms, timezone, catchup_s, dst_repeated, dst_skipped, conflict_owner, conflict_source, owner, source, updated_at
+        "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, \
+             pause_note, retired,
+            lease_ms, timezone, catchup_s, dst_repeated, dst_skipped, conflict_owner, \
+                conflict_source, owner, source, updated_at
          FROM exactly_jobs",
         &[],
         |r| {
-        Ok((
-            JobRow {
-                job_key: text_or_empty(r, 0)?,
-                settings: JobSettings {
-                    schedule: text(r, 1)?,
-                    timezone: text(r, 10)?,
-                    interval_s: int(r, 2)?,
-                    lease_s: int(r, 3)?,
-                    lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
-                    overlap: overlap_of(text(r, 4)?, int(r, 5)?),
-                    queue_cap: int(r, 5)?,
+            Ok((
+                JobRow {
+                    job_key: text_or_empty(r, 0)?,
+                    settings: JobSettings {
+                        schedule: text(r, 1)?,
+                        timezone: text(r, 10)?,
+                        interval_s: int(r, 2)?,
+                        lease_s: int(r, 3)?,
+                        lease_ms: int(r, 9)?.or(int(r, 3)?.map(|s| s.saturating_mul(1000))),
+                        overlap: overlap_of(text(r, 4)?, int(r, 5)?),
+                        queue_cap: int(r, 5)?,
+                    },
+                    paused: int(r, 6)?.unwrap_or(0) != 0,
+                    pause_note: text(r, 7)?,
+                    retired: int(r, 8)?.unwrap_or(0) != 0,
+                    dst_policy: (text(r, 12)?, text(r, 13)?),
+                    replaced: match text(r, 14)? {
+                        Some(owner) => Some(super::rows::Replaced {
+                            owner,
+                            source: text(r, 15)?,
+                            by: text(r, 16)?,
+                            by_source: text(r, 17)?,
+                            at: text(r, 18)?,
+                        }),
+                        None => None,
+                    },
+                    ..Default::default()
                 },
-                paused: int(r, 6)?.unwrap_or(0) != 0,
-                pause_note: text(r, 7)?,
-                retired: int(r, 8)?.unwrap_or(0) != 0,
-                dst_policy: (text(r, 12)?, text(r, 13)?),
-                replaced: match text(r, 14)? {
-                    Some(owner) => Some(super::rows::Replaced {
-                        owner,
-                        source: text(r, 15)?,
-                        by: text(r, 16)?,
-                        by_source: text(r, 17)?,
-                        at: text(r, 18)?,
-                    }),
-                    None => None,
-                },
-                ..Default::default()
-            },
-            int(r, 11)?.unwrap_or(0),
-        ))
-    })?;
+                int(r, 11)?.unwrap_or(0),
+            ))
+        },
+    )?;
     for (mut j, c) in rows {
         j.catchup_s = c;
         jobs.insert(j.job_key.clone(), j);
@@ -398,7 +443,8 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     // Asked only when the kept window (every run started since `oldest`) holds no success: so
     // only the runs before it can, and a job that never succeeded costs one index seek, not a
     // walk over all its recent runs.
-    let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND outcome = 'ok'
+    let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
+                           AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1";
     let last_sql = format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"

@@ -62,7 +62,8 @@ pub(super) fn after_failed_tx(
     let in_a_row = last.iter().take_while(|o| is_failure(o)).count() as i64;
     if in_a_row >= n {
         let note = format!(
-            "paused after {in_a_row} failed runs in a row (pause_after_failures = {n}); `exactly resume {job}` fires it again"
+            "paused after {in_a_row} failed runs in a row (pause_after_failures = {n}); \
+             `exactly resume {job}` fires it again"
         );
         if set_paused_tx(tx, job, true, &rules.by, Some(&note), now)? {
             out.paused = Some(in_a_row);
@@ -202,13 +203,21 @@ impl Store {
                          WHERE job_key = ?1 AND state IN ('running', 'retry')
                          ORDER BY scheduled_at DESC LIMIT 1",
                         args![job],
-                        |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?, text(r, 3)?)),
+                        |r| {
+                            Ok((
+                                text_or_empty(r, 0)?,
+                                text_or_empty(r, 1)?,
+                                text(r, 2)?,
+                                text(r, 3)?,
+                            ))
+                        },
                     )
                     .optional()?;
                 let Some((slot, state, old_run, detail)) = found else {
                     return Ok(out);
                 };
-                let failed = state == "retry" && detail.is_some_and(|d| d.starts_with(FAILED_RETRY));
+                let failed =
+                    state == "retry" && detail.is_some_and(|d| d.starts_with(FAILED_RETRY));
                 // A run is resumed only once its scheduler is gone, never because its end is
                 // slow to be recorded (a busy or unreachable database): that scheduler still
                 // owns it and records its end when it can.
@@ -227,14 +236,20 @@ impl Store {
                 )?;
                 if failed {
                     let ended: Option<String> = tx.one(
-                        "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+                        "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 \
+                         AND scheduled_at = ?2",
                         args![job, slot],
                         |r| text(r, 0),
                     )?;
                     let wait = chrono::Duration::from_std((retry.backoff)(&slot, runs))
                         .unwrap_or(chrono::Duration::zero());
-                    let at = ended.as_deref().and_then(crate::time::parse).map(|e| e + wait);
-                    if let Some(at) = at.filter(|at| crate::time::parse(now).is_some_and(|n| n < *at)) {
+                    let at = ended
+                        .as_deref()
+                        .and_then(crate::time::parse)
+                        .map(|e| e + wait);
+                    if let Some(at) =
+                        at.filter(|at| crate::time::parse(now).is_some_and(|n| n < *at))
+                    {
                         out.not_before = Some(crate::time::fmt(at));
                         return Ok(out);
                     }

@@ -23,11 +23,13 @@ const EVENT_IDS: i64 = 5_000;
 
 /// Old finished runs, but never a job's latest.
 const RUNS: &str = "FROM exactly_runs r WHERE r.started_at < ?1 AND r.ended_at IS NOT NULL
-    AND r.started_at < (SELECT max(r2.started_at) FROM exactly_runs r2 WHERE r2.job_key = r.job_key)";
+    AND r.started_at < (SELECT max(r2.started_at) FROM exactly_runs r2 \
+        WHERE r2.job_key = r.job_key)";
 /// Old decided firings, but never a job's latest nor one still waiting.
 const FIRINGS: &str = "FROM exactly_firings f WHERE f.created_at < ?1
     AND f.state NOT IN ('queued', 'running', 'retry')
-    AND f.scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 WHERE f2.job_key = f.job_key)";
+    AND f.scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 \
+        WHERE f2.job_key = f.job_key)";
 /// Old events, except those about an effect still open or awaiting a person.
 const EVENTS: &str = "FROM exactly_events ev WHERE ev.at < ?1 AND (ev.effect_key IS NULL OR (
       NOT EXISTS (SELECT 1 FROM effect_ledger e WHERE e.effect_key = ev.effect_key
@@ -121,7 +123,8 @@ impl Store {
                 let deleted = self.write(|tx| {
                     tx.exec(
                         &format!(
-                            "DELETE FROM {table} WHERE {id} IN (SELECT {alias}.{id} {pred} LIMIT {BATCH})"
+                            "DELETE FROM {table} WHERE {id} IN \
+                             (SELECT {alias}.{id} {pred} LIMIT {BATCH})"
                         ),
                         args![horizon],
                     )
@@ -146,7 +149,8 @@ impl Store {
     /// `job`: that job alone (a run of it just ended), else every job.
     pub(crate) fn keep_newest_runs(&mut self, job: Option<&str>) -> Result<(u64, u64)> {
         let keep: Vec<(String, i64)> = self.read(|tx| {
-            let sql = "SELECT job_key, keep_runs FROM exactly_jobs WHERE keep_runs IS NOT NULL AND retired = 0";
+            let sql = "SELECT job_key, keep_runs FROM exactly_jobs WHERE keep_runs IS NOT NULL \
+                       AND retired = 0";
             let row = |r: &super::db::Row<'_>| Ok((r.get::<String>(0)?, r.get::<i64>(1)?));
             match job {
                 Some(j) => tx.rows(&format!("{sql} AND job_key = ?1"), args![j], row),
@@ -169,13 +173,15 @@ impl Store {
                     return Ok((0, 0));
                 };
                 let r = tx.exec(
-                    "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 AND ended_at IS NOT NULL",
+                    "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
+                     AND ended_at IS NOT NULL",
                     args![job, started],
                 )?;
                 let f = tx.exec(
                     "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
                        AND state NOT IN ('queued', 'running', 'retry')
-                       AND scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 WHERE f2.job_key = ?1)
+                       AND scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 \
+                           WHERE f2.job_key = ?1)
                        AND NOT EXISTS (SELECT 1 FROM exactly_runs r WHERE r.job_key = ?1
                                        AND r.scheduled_at = exactly_firings.scheduled_at)",
                     args![job, slot],

@@ -114,7 +114,8 @@ impl Store {
             if outcome != RunOutcome::Fenced {
                 let released = tx
                     .one(
-                        "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 AND fencing_token = ?3
+                        "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 \
+                             AND fencing_token = ?3
                            AND lease_until <> ?2 RETURNING fencing_token",
                         args![end.job, RELEASED, end.token],
                         |_| Ok(()),
@@ -125,16 +126,33 @@ impl Store {
                     let detail = format!("run {} fenced: lease release refused", end.run_id);
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::FencedWrite, now).job(end.job).token(end.token).detail("lease release refused"),
+                        &NewEvent::new(EventKind::FencedWrite, now)
+                            .job(end.job)
+                            .token(end.token)
+                            .detail("lease release refused"),
                     )?;
-                    record_event(tx, &NewEvent::new(EventKind::RunFenced, now).job(end.job).token(end.token).detail(&detail))?;
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::RunFenced, now)
+                            .job(end.job)
+                            .token(end.token)
+                            .detail(&detail),
+                    )?;
                     outcome = RunOutcome::Fenced;
                 }
             }
             tx.exec(
-                "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, exit_code = ?5, log = ?6
+                "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, \
+                     exit_code = ?5, log = ?6
                  WHERE run_id = ?1",
-                args![end.run_id, now, outcome, end.duration_ms, end.exit_code, end.log],
+                args![
+                    end.run_id,
+                    now,
+                    outcome,
+                    end.duration_ms,
+                    end.exit_code,
+                    end.log
+                ],
             )?;
             // A run we had to kill (grace expired at a deploy, a signal) did not finish its
             // work: its firing goes again (see `resume_firing`), a bounded number of times so a
@@ -158,7 +176,9 @@ impl Store {
             };
             // A firing whose command never started is a miss, and says why.
             let detail = match outcome {
-                RunOutcome::NotStarted => format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200)),
+                RunOutcome::NotStarted => {
+                    format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200))
+                }
                 _ => outcome.to_string(),
             };
             let moved = tx.exec(
@@ -167,7 +187,14 @@ impl Store {
                 args![end.job, end.slot, end.run_id, now, detail, state],
             )?;
             if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(tx, end.job, end.slot, (attempts, crate::policy::MAX_ATTEMPTS), None, now)?;
+                gave_up_event(
+                    tx,
+                    end.job,
+                    end.slot,
+                    (attempts, crate::policy::MAX_ATTEMPTS),
+                    None,
+                    now,
+                )?;
             }
             // A run we stopped (timeout, shutdown) was killed with its whole process group: an
             // effect it had `submitted` lost its sender, so it is `unknown` until observed.
@@ -175,12 +202,22 @@ impl Store {
                 let keys = tx.rows(
                     "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
                      WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
-                     RETURNING effect_key", args![end.job, end.token, now], |r| text_or_empty(r, 0))?;
+                     RETURNING effect_key",
+                    args![end.job, end.token, now],
+                    |r| text_or_empty(r, 0),
+                )?;
                 for key in keys {
-                    let detail = format!("its run {} was stopped ({outcome}) while it was sending", end.run_id);
+                    let detail = format!(
+                        "its run {} was stopped ({outcome}) while it was sending",
+                        end.run_id
+                    );
                     record_event(
                         tx,
-                        &NewEvent::new(EventKind::EffectUnknown, now).job(end.job).effect(&key).token(end.token).detail(&detail),
+                        &NewEvent::new(EventKind::EffectUnknown, now)
+                            .job(end.job)
+                            .effect(&key)
+                            .token(end.token)
+                            .detail(&detail),
                     )?;
                 }
             }
@@ -196,7 +233,13 @@ impl Store {
                     Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
                     None => format!("run {} {outcome}", end.run_id),
                 };
-                record_event(tx, &NewEvent::new(k, now).job(end.job).token(end.token).detail(&detail))?;
+                record_event(
+                    tx,
+                    &NewEvent::new(k, now)
+                        .job(end.job)
+                        .token(end.token)
+                        .detail(&detail),
+                )?;
             }
             let after = match failure {
                 Some(f) if crate::state::is_failure(outcome.as_str()) => {

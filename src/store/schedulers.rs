@@ -32,7 +32,8 @@ impl Store {
         self.write(|tx| {
             let now = tx.now(now);
             tx.exec(
-                "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at, source, host_id)
+                "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, \
+                     ended_at, source, host_id)
                  VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5, ?6)
                  ON CONFLICT(owner) DO UPDATE SET host = excluded.host, pid = excluded.pid,
                    started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
@@ -52,14 +53,18 @@ impl Store {
             if !others.is_empty() {
                 let detail = crate::sanitize::inert_trunc(
                     &format!(
-                        "host name {:?} is used by two machines: scheduler {} started on {}, while {} runs on another; their pids mean nothing to each other, so their effects are judged by deadline (give each machine its own EXACTLY_HOST)",
+                        "host name {:?} is used by two machines: scheduler {} started on {}, while \
+                         {} runs on another; their pids mean nothing to each other, so their \
+                         effects are judged by deadline (give each machine its own EXACTLY_HOST)",
                         s.host, s.owner, s.host_id, others.join(", ")
                     ),
                     300,
                 );
                 super::record_event(
                     tx,
-                    &super::NewEvent::new(crate::state::EventKind::HostClash, now).actor(s.owner).detail(&detail),
+                    &super::NewEvent::new(crate::state::EventKind::HostClash, now)
+                        .actor(s.owner)
+                        .detail(&detail),
                 )?;
             }
             Ok(())
@@ -109,7 +114,8 @@ pub(super) fn read_schedulers(
     let alive_after =
         time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
     let rows = tx.rows(
-        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at, host_id FROM exactly_schedulers
+        "SELECT owner, host, pid, started_at, heartbeat_at, ended_at, host_id \
+             FROM exactly_schedulers
          WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
         args![&oldest],
         |r| {

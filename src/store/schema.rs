@@ -190,7 +190,8 @@ pub(crate) const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS exactly_runs_job ON exactly_runs (job_key, started_at)",
     // State first: a job's firings in one state are still one range, and the few firings
     // waiting or stuck across all jobs are one short range too (the dashboard's poll).
-    "CREATE INDEX IF NOT EXISTS exactly_firings_by_state ON exactly_firings (state, job_key, scheduled_at)",
+    "CREATE INDEX IF NOT EXISTS exactly_firings_by_state ON exactly_firings (state, \
+     job_key, scheduled_at)",
     // Retention deletes by age.
     "CREATE INDEX IF NOT EXISTS exactly_runs_started ON exactly_runs (started_at)",
     "CREATE INDEX IF NOT EXISTS exactly_firings_created ON exactly_firings (created_at)",
@@ -255,7 +256,8 @@ macro_rules! count_duration {
             $crate::store::schema::duration_bucket!("NEW.duration_ms"),
             ", NEW.job_key, 1)
              ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + 1;
-             INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_duration:sum_ms', NEW.job_key,
+             INSERT INTO exactly_counters (kind, job_key, n) VALUES \
+                 ('run_duration:sum_ms', NEW.job_key,
                CASE WHEN NEW.duration_ms > 0 THEN NEW.duration_ms ELSE 0 END)
              ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + excluded.n;"
         )
@@ -283,7 +285,8 @@ const TRIGGERS: &[(&str, &str)] = &[
         "exactly_runs_ended_insert",
         "CREATE TRIGGER exactly_runs_ended_insert AFTER INSERT ON exactly_runs
          WHEN NEW.outcome IS NOT NULL BEGIN
-           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, NEW.job_key, 1)
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, \
+               NEW.job_key, 1)
            ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
          END",
     ),
@@ -291,7 +294,8 @@ const TRIGGERS: &[(&str, &str)] = &[
         "exactly_runs_ended_update",
         "CREATE TRIGGER exactly_runs_ended_update AFTER UPDATE OF outcome ON exactly_runs
          WHEN OLD.outcome IS NULL AND NEW.outcome IS NOT NULL BEGIN
-           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, NEW.job_key, 1)
+           INSERT INTO exactly_counters (kind, job_key, n) VALUES ('run_ended:' || NEW.outcome, \
+               NEW.job_key, 1)
            ON CONFLICT(kind, job_key) DO UPDATE SET n = n + 1;
          END",
     ),
@@ -319,7 +323,8 @@ const TRIGGERS: &[(&str, &str)] = &[
         "exactly_runs_duration_update",
         concat!(
             "CREATE TRIGGER exactly_runs_duration_update AFTER UPDATE OF outcome ON exactly_runs
-             WHEN OLD.outcome IS NULL AND NEW.outcome IS NOT NULL AND NEW.duration_ms IS NOT NULL BEGIN ",
+             WHEN OLD.outcome IS NULL AND NEW.outcome IS NOT NULL \
+                 AND NEW.duration_ms IS NOT NULL BEGIN ",
             count_duration!(),
             " END"
         ),
@@ -521,12 +526,15 @@ fn key_is_unique(store: &Store) -> Result<bool> {
         Some(false) => {
             let dup: Option<String> = conn
                 .query_row(
-                    "SELECT effect_key FROM effect_ledger GROUP BY effect_key HAVING count(*) > 1 LIMIT 1",
+                    "SELECT effect_key FROM effect_ledger \
+                     GROUP BY effect_key HAVING count(*) > 1 LIMIT 1",
                     [],
                     |r| {
                         use rusqlite::types::ValueRef;
                         Ok(match r.get_ref(0)? {
-                            ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                            ValueRef::Text(b) | ValueRef::Blob(b) => {
+                                Some(String::from_utf8_lossy(b).into_owned())
+                            }
                             _ => None,
                         })
                     },
@@ -536,7 +544,9 @@ fn key_is_unique(store: &Store) -> Result<bool> {
                 .flatten();
             match dup {
                 Some(k) => Err(Error::Store(format!(
-                    "database {} has an effect_ledger without a unique effect_key, and effect key {} appears more than once; refusing to adopt it (remove the duplicate rows first)",
+                    "database {} has an effect_ledger without a unique effect_key, and effect key \
+                     {} appears more than once; refusing to adopt it \
+                     (remove the duplicate rows first)",
                     store.path,
                     crate::sanitize::inert(&k)
                 ))),
@@ -643,14 +653,16 @@ pub(super) fn check_read_only(store: &Store) -> Result<()> {
         // Another application's file often has its own user_version: say both.
         (Some(t), true) => Err(Error::Foreign {
             message: format!(
-                "database {path} is not exactly's: it has no exactly tables (no {t}), and its schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
+                "database {path} is not exactly's: it has no exactly tables (no {t}), and its \
+                 schema version {version} is newer than this exactly understands ({SCHEMA_VERSION})"
             ),
         }),
         (None, true) => Err(super::errors::too_new(path, version)),
         (Some(t), false) => {
             check_foreign(store)?;
             Err(Error::Store(format!(
-                "database {path} has no exactly tables (no {t}); read commands never create them (exactly init does)"
+                "database {path} has no exactly tables (no {t}); read commands never create them \
+                 (exactly init does)"
             )))
         }
         (None, false) => check_foreign(store),

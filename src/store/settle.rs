@@ -35,7 +35,9 @@ impl Store {
         let now = crate::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
-            let Some(row) = read_row(tx, key)? else { return Ok(Verdict::NotFound) };
+            let Some(row) = read_row(tx, key)? else {
+                return Ok(Verdict::NotFound);
+            };
             let label = match verdict {
                 Some(Resolution::Happened) => "happened",
                 Some(Resolution::NotHappened) => "not happened",
@@ -49,13 +51,20 @@ impl Store {
                     ),
                     300,
                 );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict, now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+                let mut ev = NewEvent::new(EventKind::StaleVerdict, now)
+                    .job(&row.job_key)
+                    .effect(key)
+                    .actor(actor)
+                    .detail(&detail);
                 ev.token = fence.map(|f| f.1);
                 record_event(tx, &ev)?;
                 return Ok(Verdict::Stale { state: row.state });
             }
             if !row.state.is_open() {
-                return Ok(Verdict::NotOpen { state: row.state, by: row.resolved_by });
+                return Ok(Verdict::NotOpen {
+                    state: row.state,
+                    by: row.resolved_by,
+                });
             }
             if let Some((job, token)) = fence {
                 if current_token(tx, job)? != Some(token) {
@@ -64,7 +73,11 @@ impl Store {
                 }
             }
             // Alive never reaches here: the attempt is in flight before it looks.
-            let who = if lease_check { Sender::Unknown } else { Sender::Gone };
+            let who = if lease_check {
+                Sender::Unknown
+            } else {
+                Sender::Gone
+            };
             if let Some(lease) = sending(tx, &row, who, now)? {
                 return Ok(Verdict::InFlight {
                     state: row.state,
@@ -97,20 +110,32 @@ impl Store {
                 None => {
                     // "Can't tell" moves nothing, so it does not bump the version.
                     tx.exec(
-                        "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 WHERE effect_key = ?1",
+                        "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 \
+                         WHERE effect_key = ?1",
                         args![key, label, now],
                     )?;
                     row.version
                 }
             };
-            let mut ev = NewEvent::new(EventKind::ObserverVerdict, now).job(&row.job_key).effect(key).actor(actor).detail(&detail);
+            let mut ev = NewEvent::new(EventKind::ObserverVerdict, now)
+                .job(&row.job_key)
+                .effect(key)
+                .actor(actor)
+                .detail(&detail);
             ev.token = fence.map(|f| f.1);
             record_event(tx, &ev)?;
             let after = match target {
-                Some(state) => Seen { state, version, updated_at: now.to_string() },
+                Some(state) => Seen {
+                    state,
+                    version,
+                    updated_at: now.to_string(),
+                },
                 None => row.seen(),
             };
-            Ok(Verdict::Applied { from: row.state, seen: after })
+            Ok(Verdict::Applied {
+                from: row.state,
+                seen: after,
+            })
         })
     }
 
@@ -137,14 +162,23 @@ impl Store {
         let now = crate::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
-            let Some(row) = read_row(tx, key)? else { return Ok(Resolved::NotFound) };
+            let Some(row) = read_row(tx, key)? else {
+                return Ok(Resolved::NotFound);
+            };
             let open = row.state.is_open()
                 || (how == Resolution::Cancel && row.state == EffectState::Claimed);
             if !open {
-                return Ok(Resolved::NotOpen { state: row.state, by: row.resolved_by });
+                return Ok(Resolved::NotOpen {
+                    state: row.state,
+                    by: row.resolved_by,
+                });
             }
             // What the caller saw of a process is about the attempt it read, not a newer one.
-            let who = if row.attempt.as_deref() == attempt { sender } else { Sender::Unknown };
+            let who = if row.attempt.as_deref() == attempt {
+                sender
+            } else {
+                Sender::Unknown
+            };
             let in_flight = sending(tx, &row, who, now)?.map(|lease| Sending {
                 attempt: row.attempt.clone(),
                 until: lease.until,
@@ -155,7 +189,8 @@ impl Store {
             }
             tx.exec(
                 &format!(
-                    "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, resolved_at = ?3,
+                    "UPDATE effect_ledger SET state = ?2, updated_at = ?3, resolved_by = ?4, \
+                         resolved_at = ?3,
                         resolution_note = ?5, evidence = coalesce(?6, evidence), {BUMP}
                      WHERE effect_key = ?1"
                 ),
@@ -163,7 +198,8 @@ impl Store {
             )?;
             if how == Resolution::Cancel {
                 tx.exec(
-                    "UPDATE exactly_approvals SET state = 'denied', decided_by = coalesce(decided_by, ?2),
+                    "UPDATE exactly_approvals SET state = 'denied', \
+                         decided_by = coalesce(decided_by, ?2),
                         decided_at = coalesce(decided_at, ?3)
                      WHERE effect_key = ?1 AND state IN ('pending', 'approved')",
                     args![key, by, now],
@@ -181,9 +217,16 @@ impl Store {
             }
             record_event(
                 tx,
-                &NewEvent::new(EventKind::Resolved, now).job(&row.job_key).effect(key).actor(by).detail(&detail),
+                &NewEvent::new(EventKind::Resolved, now)
+                    .job(&row.job_key)
+                    .effect(key)
+                    .actor(by)
+                    .detail(&detail),
             )?;
-            Ok(Resolved::Done { from: row.state, forced: in_flight })
+            Ok(Resolved::Done {
+                from: row.state,
+                forced: in_flight,
+            })
         })
     }
 }

@@ -23,9 +23,11 @@ impl Store {
         self.read(|tx| {
             let now = tx.now(now);
             tx.one(
-                "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until > ?2),
+                "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 \
+                     AND lease_until > ?2),
                     EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'),
-                    EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN ('running', 'retry'))",
+                    EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND state IN \
+                        ('running', 'retry'))",
                 args![job, now],
                 |r| {
                     let free: bool = r.get(0)?;
@@ -47,10 +49,13 @@ impl Store {
             let rows = tx.rows(
                 "SELECT job_key, queued, resumable FROM (
                    SELECT j.job_key,
-                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state = 'queued') AS queued,
-                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key AND f.state IN ('running', 'retry')) AS resumable
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key \
+                         AND f.state = 'queued') AS queued,
+                     EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = j.job_key \
+                         AND f.state IN ('running', 'retry')) AS resumable
                    FROM exactly_jobs j
-                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key AND l.lease_until > ?1)) AS w
+                   WHERE NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = j.job_key \
+                       AND l.lease_until > ?1)) AS w
                  WHERE queued OR resumable",
                 args![now],
                 |r| {
@@ -82,7 +87,8 @@ impl Store {
             }
             let slot: Option<String> = tx
                 .one(
-                    "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'
+                    "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 \
+                         AND state = 'queued'
                      ORDER BY scheduled_at LIMIT 1",
                     args![job],
                     |r| text_or_empty(r, 0),

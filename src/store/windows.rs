@@ -175,7 +175,10 @@ impl RunWindows {
         }
         if !self.synced {
             let rows = tx.rows(
-                &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 ORDER BY started_at"),
+                &format!(
+                    "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 \
+                          ORDER BY started_at"
+                ),
                 args![oldest],
                 run_bit,
             )?;
@@ -424,7 +427,8 @@ mod tests {
         let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {
             raw.execute(
                 "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
-                   started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, ?3, ?3, ?4, ?5)",
+                   started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 'o', 1, \
+                       ?3, ?3, ?4, ?5)",
                 rusqlite::params![id, job, at(ago), dur.map(|_| outcome), dur],
             )
             .unwrap();
@@ -496,7 +500,8 @@ mod tests {
             let path = path.as_str();
             let register = |job: &str| {
                 raw.execute(
-                    "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
+                    "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, \
+                         overlap, updated_at)
                      VALUES (?1, 'every 1m', 60, 60, 'skip', '2026-01-01T00:00:00.000Z')",
                     rusqlite::params![job],
                 )
@@ -507,7 +512,8 @@ mod tests {
             }
             let fire = |job: &str, slot: &str| {
                 raw.execute(
-                    "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+                    "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, \
+                         created_at, updated_at)
                      VALUES (?1, ?2, 'schedule', 'done', ?2, ?2)",
                     rusqlite::params![job, slot],
                 )
@@ -538,7 +544,8 @@ mod tests {
             assert_eq!(now[2].1, None);
             // a's latest firing deleted (not what gc does, but another program may).
             raw.execute(
-                "DELETE FROM exactly_firings WHERE job_key = 'a' AND scheduled_at = '2026-01-01T00:03:00.000Z'",
+                "DELETE FROM exactly_firings WHERE job_key = 'a' \
+                 AND scheduled_at = '2026-01-01T00:03:00.000Z'",
                 rusqlite::params![],
             )
             .unwrap();

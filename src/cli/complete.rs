@@ -289,7 +289,8 @@ end
     );
     for p in found {
         s.push_str(&format!(
-            "complete -c exactly -n \"__fish_exactly_using_subcommand {}\" -f -a \"(__fish_exactly_complete {})\"\n",
+            "complete -c exactly -n \"__fish_exactly_using_subcommand {}\" -f -a \
+             \"(__fish_exactly_complete {})\"\n",
             p.sub,
             p.listed.word()
         ));

@@ -328,7 +328,11 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                 }
                 Fired::Duplicate { state, .. } => {
                     say(words);
-                    report.push(serde_json::json!({"slot": slot_text, "result": "duplicate", "state": state}));
+                    report.push(serde_json::json!({
+                        "slot": slot_text,
+                        "result": "duplicate",
+                        "state": state
+                    }));
                 }
                 Fired::Skipped { .. } => {
                     say(words);
@@ -340,7 +344,12 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
                         continue;
                     }
                     say(format!("{words}; stopping"));
-                    report.push(serde_json::json!({"slot": slot_text, "result": "busy", "holder": holder, "until": until}));
+                    report.push(serde_json::json!({
+                        "slot": slot_text,
+                        "result": "busy",
+                        "holder": holder,
+                        "until": until
+                    }));
                     return finish(report, 3);
                 }
                 // A backfill waits for the lease instead of applying the overlap policy.

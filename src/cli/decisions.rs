@@ -11,7 +11,11 @@ pub struct DecideArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("how").required(true).args(["happened", "not_happened", "cancel"])))]
+#[command(group(
+    clap::ArgGroup::new("how")
+        .required(true)
+        .args(["happened", "not_happened", "cancel"])
+))]
 pub struct ResolveArgs {
     /// The effect key (as `exactly status` and `exactly top` show it).
     pub key: crate::EffectKey,

@@ -139,12 +139,16 @@ pub(super) fn report(out: &Outcome) {
             eprintln!("exactly: duplicate suppressed: effect {k} is already done");
         }
         Outcome::Unrecorded { ran, reason, .. } => eprintln!(
-            "exactly: the command ran ({}), but its result could not be recorded ({}); effect {k} stays submitted: check the far side, then exactly resolve {k}",
+            "exactly: the command ran ({}), but its result could not be recorded ({}); \
+             effect {k} stays submitted: check the far side, then exactly resolve {k}",
             inert(ran),
             inert(reason)
         ),
         Outcome::Fenced { .. } => {
-            eprintln!("exactly: fenced: the token is not the job's current fencing token (its lease was taken over, or never claimed); effect {k} not written")
+            eprintln!(
+                "exactly: fenced: the token is not the job's current fencing token \
+                       (its lease was taken over, or never claimed); effect {k} not written"
+            )
         }
         Outcome::AwaitingApproval { .. } => {
             eprintln!("exactly: effect {k} awaits approval (exactly approve {k})")
@@ -160,9 +164,14 @@ pub(super) fn report(out: &Outcome) {
         ),
         Outcome::Cancelled { .. } => eprintln!("exactly: effect {k} is cancelled; not sent"),
         Outcome::LeaseEnding { until, .. } => eprintln!(
-            "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); renew the lease and try again",
+            "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); \
+             renew the lease and try again",
             crate::time::human_ms(effect::SUBMIT_MIN_LEFT.as_millis() as u64),
-            inert(until.as_deref().unwrap_or("now: it was released or taken over"))
+            inert(
+                until
+                    .as_deref()
+                    .unwrap_or("now: it was released or taken over")
+            )
         ),
         Outcome::NotSent { reason, .. } => {
             eprintln!(

@@ -57,7 +57,8 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
         String::new()
     };
     println!(
-        "{verb} {} run(s), {} firing(s), {} event(s), {} silent scheduler(s){effects} older than {horizon}",
+        "{verb} {} run(s), {} firing(s), {} event(s), \
+         {} silent scheduler(s){effects} older than {horizon}",
         p.runs, p.firings, p.events, p.schedulers
     );
     Ok(0)

@@ -20,7 +20,8 @@ pub enum LeaseCmd {
     },
     /// Extend a lease you hold. Exit 3 when fenced.
     #[command(
-        after_help = "Example:\n  exactly lease renew --job daily-digest --token \"$TOKEN\" --for 15m"
+        after_help = "Example:\n  exactly lease renew --job daily-digest --token \
+                      \"$TOKEN\" --for 15m"
     )]
     Renew {
         /// The job whose lease to extend.

@@ -17,7 +17,9 @@ pub const FILE_KEYS: &[KeyDoc] = &[KeyDoc {
     key: "retain",
     kind: "duration string, at least 1d",
     default: "off",
-    what: "exactly run prunes runs, events and firings older than this, as exactly gc --keep does; open effects, approvals, leases and all-time counters are kept",
+    what:
+        "exactly run prunes runs, events and firings older than this, as exactly gc --keep does; \
+         open effects, approvals, leases and all-time counters are kept",
     example: "retain = \"90d\"",
 }];
 
@@ -27,21 +29,24 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "name",
         kind: "string, at most 200 characters, no control or invisible characters",
         default: "required",
-        what: "the job's identity in the ledger, the lease table and the registry; compared without case and surrounding spaces, so two jobs may not differ only by those",
+        what: "the job's identity in the ledger, the lease table and the registry; compared \
+               without case and surrounding spaces, so two jobs may not differ only by those",
         example: "name = \"daily-digest\"",
     },
     KeyDoc {
         key: "schedule",
         kind: "cron expression string, 5 fields (or 6, seconds first)",
         default: "give schedule or every, not both",
-        what: "when the job fires, on the wall clock of timezone; an expression that never fires is refused",
+        what: "when the job fires, on the wall clock of timezone; \
+               an expression that never fires is refused",
         example: "schedule = \"0 7 * * *\"",
     },
     KeyDoc {
         key: "every",
         kind: "duration string, whole seconds, at least 1s",
         default: "give schedule or every, not both",
-        what: "a fixed interval: the job fires at whole multiples of it since the Unix epoch, so every scheduler agrees which firing is which",
+        what: "a fixed interval: the job fires at whole multiples of it since the Unix epoch, \
+               so every scheduler agrees which firing is which",
         example: "every = \"20m\"",
     },
     KeyDoc {
@@ -55,14 +60,16 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "lease",
         kind: "duration string, at least 100ms",
         default: "required",
-        what: "how long a run holds the job's lease, renewed while it runs: longer than the worst-case run's pauses, shorter than the interval",
+        what: "how long a run holds the job's lease, renewed while it runs: \
+               longer than the worst-case run's pauses, shorter than the interval",
         example: "lease = \"15m\"",
     },
     KeyDoc {
         key: "overlap",
         kind: "coalesce | queue | fail",
         default: "required",
-        what: "a firing while a run is live: coalesce drops it (counted), queue keeps at most queue_cap waiting, fail records a loud miss",
+        what: "a firing while a run is live: coalesce drops it (counted), \
+               queue keeps at most queue_cap waiting, fail records a loud miss",
         example: "overlap = \"coalesce\"",
     },
     KeyDoc {
@@ -76,7 +83,8 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "catchup",
         kind: "duration string",
         default: "0 (missed firings are recorded as missed)",
-        what: "firings missed while no scheduler ran are still fired when they are at most this old",
+        what: "firings missed while no scheduler ran are still fired when they are \
+               at most this old",
         example: "catchup = \"2h\"",
     },
     KeyDoc {
@@ -97,21 +105,25 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "command",
         kind: "array of strings (program, then arguments; no shell)",
         default: "required",
-        what: "what a run executes, in the jobs file's folder (a relative path is relative to the file), with EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN, EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID and EXACTLY_BIN set",
+        what: "what a run executes, in the jobs file's folder (a relative path is relative to the \
+               file), with EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN, EXACTLY_RUN_ID, \
+               EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID and EXACTLY_BIN set",
         example: "command = [\"sh\", \"scripts/digest.sh\"]",
     },
     KeyDoc {
         key: "dst_repeated",
         kind: "once | both",
         default: "once",
-        what: "a cron job in a zone with daylight saving time: a wall time the clocks repeat fires once, or at both instants",
+        what: "a cron job in a zone with daylight saving time: \
+               a wall time the clocks repeat fires once, or at both instants",
         example: "dst_repeated = \"once\"",
     },
     KeyDoc {
         key: "dst_skipped",
         kind: "next | skip",
         default: "next",
-        what: "a cron job in a zone with daylight saving time: a wall time the clocks skip fires at the next valid instant, or not at all",
+        what: "a cron job in a zone with daylight saving time: \
+               a wall time the clocks skip fires at the next valid instant, or not at all",
         example: "dst_skipped = \"next\"",
     },
     KeyDoc {
@@ -125,14 +137,18 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "retries",
         kind: "integer, 0 or more",
         default: "0",
-        what: "a run that ends failed or timeout runs again for the same slot (the same EXACTLY_SCHEDULED_AT, so effect keys from the slot dedupe), under the lease, the overlap policy and a new fencing token; a firing runs at most max(3, 1 + retries) times, never twice at once",
+        what: "a run that ends failed or timeout runs again for the same slot (the same \
+               EXACTLY_SCHEDULED_AT, so effect keys from the slot dedupe), under the lease, the \
+               overlap policy and a new fencing token; a firing runs at most max(3, 1 + retries) \
+               times, never twice at once",
         example: "retries = 2",
     },
     KeyDoc {
         key: "retry_backoff",
         kind: "duration string",
         default: "10s (only with retries)",
-        what: "the wait before the first retry; it doubles for each further one, up to a quarter shorter (a jitter every scheduler computes alike from job, slot and run)",
+        what: "the wait before the first retry; it doubles for each further one, up to a quarter \
+               shorter (a jitter every scheduler computes alike from job, slot and run)",
         example: "retry_backoff = \"30s\"",
     },
     KeyDoc {
@@ -146,28 +162,34 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "pause_after_failures",
         kind: "integer, 1 or more",
         default: "off",
-        what: "after this many failed runs in a row (since the job was last resumed) the job is paused as exactly pause does, the reason kept as the pause note; exactly resume starts it again",
+        what: "after this many failed runs in a row (since the job was last resumed) the job is \
+               paused as exactly pause does, the reason kept as the pause note; \
+               exactly resume starts it again",
         example: "pause_after_failures = 6",
     },
     KeyDoc {
         key: "jitter",
         kind: "duration string, shorter than the interval",
         default: "off",
-        what: "each firing starts 0..jitter after its slot, the delay a hash of job and slot, so every scheduler waits the same and a fleet does not start at once",
+        what: "each firing starts 0..jitter after its slot, the delay a hash of job and slot, \
+               so every scheduler waits the same and a fleet does not start at once",
         example: "jitter = \"1m\"",
     },
     KeyDoc {
         key: "starting_deadline",
         kind: "duration string, at least 100ms; not with catchup",
         default: "off",
-        what: "a firing that cannot start within this of its slot (plus its jitter) is recorded missed and never run, as Kubernetes CronJob's startingDeadlineSeconds",
+        what: "a firing that cannot start within this of its slot (plus its jitter) \
+               is recorded missed and never run, as Kubernetes CronJob's startingDeadlineSeconds",
         example: "starting_deadline = \"2m\"",
     },
     KeyDoc {
         key: "ping",
         kind: "http(s) URL",
         default: "none",
-        what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, off the run's path",
+        what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it \
+               ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, \
+               off the run's path",
         example: "ping = \"https://hc-ping.com/<uuid>\"",
     },
 ];
@@ -178,28 +200,35 @@ pub const NOTIFY_KEYS: &[KeyDoc] = &[
         key: "name",
         kind: "string",
         default: "required",
-        what: "the notifier's identity: its notifications are effects of job exactly-notify:NAME, sent under that lease (one sender at a time among every scheduler and watcher)",
+        what: "the notifier's identity: its notifications are effects of job exactly-notify:NAME, \
+               sent under that lease (one sender at a time among every scheduler and watcher)",
         example: "name = \"ops\"",
     },
     KeyDoc {
         key: "hook",
         kind: "array of strings",
         default: "none (hook or webhook required)",
-        what: "a command run in the file's folder with the notification as JSON on stdin and EXACTLY_EFFECT_KEY set; exit 0 is delivered, 75 is nothing sent (tried again), anything else or past 10s is unknown",
+        what: "a command run in the file's folder with the notification as JSON on stdin and \
+               EXACTLY_EFFECT_KEY set; exit 0 is delivered, 75 is nothing sent (tried again), \
+               anything else or past 10s is unknown",
         example: "hook = [\"sh\", \"scripts/page.sh\"]",
     },
     KeyDoc {
         key: "webhook",
         kind: "http(s) URL",
         default: "none (hook or webhook required)",
-        what: "POSTed the notification as JSON (a text field chat webhooks show, and rule, subject, episode, state, effect_key) with the effect key as Idempotency-Key; 2xx is delivered, a refused connection or a 4xx/5xx answer is tried again, a timeout after sending is unknown",
+        what: "POSTed the notification as JSON (a text field chat webhooks show, and rule, \
+               subject, episode, state, effect_key) with the effect key as Idempotency-Key; 2xx is \
+               delivered, a refused connection or a 4xx/5xx answer is tried again, \
+               a timeout after sending is unknown",
         example: "webhook = \"https://hooks.slack.com/services/…\"",
     },
     KeyDoc {
         key: "unknown_older_than",
         kind: "duration string, at least 1s",
         default: "off",
-        what: "rule: an effect unknown (or submitted by a dead sender) for longer than this; one episode per effect",
+        what: "rule: an effect unknown (or submitted by a dead sender) for longer than this; \
+               one episode per effect",
         example: "unknown_older_than = \"1h\"",
     },
     KeyDoc {
@@ -213,21 +242,28 @@ pub const NOTIFY_KEYS: &[KeyDoc] = &[
         key: "failing_runs",
         kind: "integer, 1 to 1000",
         default: "off",
-        what: "rule: a job whose runs failed (failed or timeout) this many times since its last ok run; one episode per streak, named by its first failed run",
+        what:
+            "rule: a job whose runs failed (failed or timeout) this many times since its last ok \
+             run; one episode per streak, named by its first failed run",
         example: "failing_runs = 3",
     },
     KeyDoc {
         key: "late_by",
         kind: "duration string, at least 1s",
         default: "off",
-        what: "rule: a job's next firing not fired this long after its time (no scheduler, a stuck one), one episode per job and firing; and, at once, each firing a scheduler recorded missed (overlap fail, a starting deadline, past catch-up), told as rule firing_missed, never recovered",
+        what:
+            "rule: a job's next firing not fired this long after its time (no scheduler, a stuck \
+               one), one episode per job and firing; and, at once, each firing a scheduler \
+               recorded missed (overlap fail, a starting deadline, past catch-up), \
+             told as rule firing_missed, never recovered",
         example: "late_by = \"5m\"",
     },
     KeyDoc {
         key: "scheduler_gone",
         kind: "boolean",
         default: "false",
-        what: "rule: a scheduler that stopped beating without a clean stop, noticed by another scheduler or exactly watch; one episode per scheduler start",
+        what: "rule: a scheduler that stopped beating without a clean stop, \
+               noticed by another scheduler or exactly watch; one episode per scheduler start",
         example: "scheduler_gone = true",
     },
     KeyDoc {
@@ -297,7 +333,13 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
         ".SH DESCRIPTION\n{}",
-        roff("A TOML file: top-level keys, then one [[job]] table per job, and [[notify]] tables saying who is told of what (exactly watch reads only those). Every key is checked: an unknown key (a typo) is an error, and exactly check reports every problem at its line. Each job's command runs in the file's folder, wherever the scheduler was started. Durations are written like 90s, 15m, 1h, 2d (at most 100 years).")
+        roff(
+            "A TOML file: top-level keys, then one [[job]] table per job, and [[notify]] tables \
+              saying who is told of what (exactly watch reads only those). Every key is checked: \
+              an unknown key (a typo) is an error, and exactly check reports every problem at its \
+              line. Each job's command runs in the file's folder, wherever the scheduler was \
+              started. Durations are written like 90s, 15m, 1h, 2d (at most 100 years)."
+        )
     )?;
     keys(w, "FILE KEYS", FILE_KEYS)?;
     keys(w, "JOB KEYS", JOB_KEYS)?;
@@ -326,9 +368,23 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
         w,
         "ENVIRONMENT",
         &[
-            ("EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN", "given to each run's command: the database, the job, the run's fencing token"),
-            ("EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT", "given to each run's command: its run and its firing's slot (fixed-width UTC), a fact to key effects by"),
-            ("EXACTLY_DB_ID, EXACTLY_BIN", "given to each run's command: the database's identity, the exactly binary that runs it"),
+            (
+                "EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN",
+                "given to each run's command: the \
+                                                                database, the job, \
+                                                                the run's fencing token",
+            ),
+            (
+                "EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT",
+                "given to each run's command: its run and its \
+                                                      firing's slot (fixed-width UTC), \
+                                                      a fact to key effects by",
+            ),
+            (
+                "EXACTLY_DB_ID, EXACTLY_BIN",
+                "given to each run's command: the database's identity, \
+                                            the exactly binary that runs it",
+            ),
         ],
     )?;
     section(

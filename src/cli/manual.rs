@@ -48,7 +48,8 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             ("0", "printed; with --check: OK"),
             (
                 "1",
-                "the database cannot be read (missing, locked, not exactly's); with --check: WARNING",
+                "the database cannot be read (missing, locked, not exactly's); \
+                 with --check: WARNING",
             ),
             ("2", "bad usage; with --check: CRITICAL"),
             ("3", "with --check: UNKNOWN, the database cannot be read"),
@@ -158,29 +159,102 @@ fn exit_help(path: &str) -> String {
 /// The environment every command reads, and what `exactly run` and `exactly effect` give the
 /// commands they start.
 pub const ENVIRONMENT: &[Code] = &[
-    ("EXACTLY_DB", "the database when --db is not given: a SQLite file, or postgres://user:pass@host:port/db"),
-    ("XDG_STATE_HOME", "without --db and EXACTLY_DB, and no ./exactly.db: $XDG_STATE_HOME/exactly/exactly.db (default ~/.local/state)"),
-    ("EXACTLY_ACTOR", "a name stored beside the login user with each decision, as a claim: \"ceo (set by root)\""),
-    ("EXACTLY_HOST", "the host in attempt ids (default the host name), for containers that share a database"),
-    ("EXACTLY_MAX_SKEW", "the clock skew tolerated between processes on one SQLite file (default 2s)"),
-    ("EXACTLY_BUSY_TIMEOUT_MS", "how long a SQLite writer waits for a lock (default 5000)"),
-    ("EXACTLY_SCHEDULER_DEAD_AFTER", "how long a silent scheduler counts as alive for readers (default 10s)"),
-    ("RUST_LOG", "which log lines the long-running commands (exactly run, watch) write to stderr: default info; warn hides the INFO lines"),
-    ("EXACTLY_LOG_FORMAT", "json: each log line one JSON object (time, level, job, message), as exactly run --log-format json does; default text"),
-    ("PGSSLROOTCERT", "a CA file trusted for PostgreSQL over TLS (sslmode=require)"),
+    (
+        "EXACTLY_DB",
+        "the database when --db is not given: a SQLite file, \
+                    or postgres://user:pass@host:port/db",
+    ),
+    (
+        "XDG_STATE_HOME",
+        "without --db and EXACTLY_DB, and no ./exactly.db: \
+                        $XDG_STATE_HOME/exactly/exactly.db (default ~/.local/state)",
+    ),
+    (
+        "EXACTLY_ACTOR",
+        "a name stored beside the login user with each decision, as a claim: \"ceo \
+                       (set by root)\"",
+    ),
+    (
+        "EXACTLY_HOST",
+        "the host in attempt ids (default the host name), \
+                      for containers that share a database",
+    ),
+    (
+        "EXACTLY_MAX_SKEW",
+        "the clock skew tolerated between processes on one SQLite \
+                          file (default 2s)",
+    ),
+    (
+        "EXACTLY_BUSY_TIMEOUT_MS",
+        "how long a SQLite writer waits for a lock (default 5000)",
+    ),
+    (
+        "EXACTLY_SCHEDULER_DEAD_AFTER",
+        "how long a silent scheduler counts as alive for \
+                                      readers (default 10s)",
+    ),
+    (
+        "RUST_LOG",
+        "which log lines the long-running commands (exactly run, watch) write to stderr: \
+                  default info; warn hides the INFO lines",
+    ),
+    (
+        "EXACTLY_LOG_FORMAT",
+        "json: each log line one JSON object (time, level, job, message), \
+                            as exactly run --log-format json does; default text",
+    ),
+    (
+        "PGSSLROOTCERT",
+        "a CA file trusted for PostgreSQL over TLS (sslmode=require)",
+    ),
     ("NO_COLOR", "top draws without colour"),
-    ("EXACTLY_JOB, EXACTLY_FENCING_TOKEN", "given to each run's command; exactly effect takes --job and --token from them"),
-    ("EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID, EXACTLY_BIN", "given to each run's command: its run, its firing's slot (fixed-width UTC), the database's identity, the exactly binary"),
-    ("EXACTLY_EFFECT_KEY", "given to the command exactly effect wraps, and to its observer: the far side's idempotency key"),
+    (
+        "EXACTLY_JOB, EXACTLY_FENCING_TOKEN",
+        "given to each run's command; \
+                                            exactly effect takes --job and --token from them",
+    ),
+    (
+        "EXACTLY_RUN_ID, EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID, EXACTLY_BIN",
+        "given to each run's \
+                                                                          command: its run, its \
+                                                                          firing's slot \
+                                                                          (fixed-width UTC), the \
+                                                                          database's identity, \
+                                                                          the exactly binary",
+    ),
+    (
+        "EXACTLY_EFFECT_KEY",
+        "given to the command exactly effect wraps, and to its observer: \
+                            the far side's idempotency key",
+    ),
 ];
 
 /// The files exactly reads and writes.
 pub const FILES: &[Code] = &[
-    ("./exactly.db", "the database, when it exists in the working folder and neither --db nor EXACTLY_DB is given"),
-    ("~/.local/state/exactly/exactly.db", "the default database ($XDG_STATE_HOME/exactly/exactly.db), its folder created 0700"),
-    ("DB-wal, DB-shm", "SQLite's side files beside a database file; a viewer needs to read them too"),
-    ("/etc/exactly/jobs.toml", "a jobs file, as the systemd unit names it (see exactly-jobs(5))"),
-    ("/var/lib/exactly/exactly.db", "the database of the systemd unit and the cron wrapper"),
+    (
+        "./exactly.db",
+        "the database, when it exists in the working folder and neither --db nor \
+                      EXACTLY_DB is given",
+    ),
+    (
+        "~/.local/state/exactly/exactly.db",
+        "the default database \
+                                           ($XDG_STATE_HOME/exactly/exactly.db), \
+                                           its folder created 0700",
+    ),
+    (
+        "DB-wal, DB-shm",
+        "SQLite's side files beside a database file; \
+                        a viewer needs to read them too",
+    ),
+    (
+        "/etc/exactly/jobs.toml",
+        "a jobs file, as the systemd unit names it (see exactly-jobs(5))",
+    ),
+    (
+        "/var/lib/exactly/exactly.db",
+        "the database of the systemd unit and the cron wrapper",
+    ),
 ];
 
 /// The command line as parsed and as `--help` shows it: every command's help ends with its

@@ -62,7 +62,8 @@ pub enum Cmd {
     Init,
     /// Print the effect key for an action, target and inputs.
     #[command(
-        after_help = "Example:\n  exactly key --action send-invoice --target customer-42 --input month=2026-11"
+        after_help = "Example:\n  exactly key --action send-invoice --target customer-42 \
+                      --input month=2026-11"
     )]
     Key(KeyArgs),
     /// Claim, renew or release a job's lease.
@@ -70,22 +71,27 @@ pub enum Cmd {
     Lease(LeaseCmd),
     /// Run a command as an effect under the ledger's guard.
     #[command(
-        after_help = "Example:\n  exactly effect --job invoices --token \"$TOKEN\" --action send-invoice --target customer-42 --input month=2026-11 -- ./send-invoice.sh 42"
+        after_help = "Example:\n  exactly effect --job invoices --token \"$TOKEN\" --action \
+                      send-invoice --target customer-42 --input month=2026-11 -- \
+                      ./send-invoice.sh 42"
     )]
     Effect(EffectArgs),
     /// Approve a pending effect.
     #[command(
-        after_help = "Example:\n  exactly approve 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"checked with finance\""
+        after_help = "Example:\n  exactly approve 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \
+                      \"checked with finance\""
     )]
     Approve(DecideArgs),
     /// Deny a pending effect (it ends cancelled).
     #[command(
-        after_help = "Example:\n  exactly deny 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \"wrong amount\""
+        after_help = "Example:\n  exactly deny 536e1ca8140f4a0e9c4b6f0e1f6a7b2c --note \
+                      \"wrong amount\""
     )]
     Deny(DecideArgs),
     /// Settle an unknown effect after checking the far side.
     #[command(
-        after_help = "Example:\n  exactly resolve 93660c44eb1d4f26eb877b9e8990a2d6 --happened --evidence \"order 8812\""
+        after_help = "Example:\n  exactly resolve 93660c44eb1d4f26eb877b9e8990a2d6 --happened \
+                      --evidence \"order 8812\""
     )]
     Resolve(ResolveArgs),
     /// Summary of counters, jobs, unknowns and approvals.
@@ -93,23 +99,28 @@ pub enum Cmd {
     Status(StatusArgs),
     /// Every job the database knows: schedule, next firing, last run, lease holder, state.
     #[command(
-        after_help = "Example:\n  exactly jobs\n  exactly jobs --json | jq '.jobs[] | select(.failing)'"
+        after_help = "Example:\n  exactly jobs\n  exactly jobs --json | jq '.jobs[] | \
+                      select(.failing)'"
     )]
     Jobs(ops::JobsArgs),
     /// The ledger's effects in one state (claimed, submitted, done, unknown, cancelled).
     #[command(
-        after_help = "Example:\n  exactly effects --state unknown\n  exactly effects --state done --job invoices --json"
+        after_help = "Example:\n  exactly effects --state unknown\n  exactly effects --state done \
+                      --job invoices --json"
     )]
     Effects(ops::EffectsArgs),
     /// Prometheus metrics of the same numbers: printed once, or served over HTTP.
-    #[command(
-        after_help = "Examples:\n  exactly metrics > /var/lib/node_exporter/textfile/exactly.prom.$$ && mv /var/lib/node_exporter/textfile/exactly.prom.$$ /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen 127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics"
-    )]
+    #[command(after_help = "Examples:\n  exactly metrics > \
+                      /var/lib/node_exporter/textfile/exactly.prom.$$ && mv \
+                      /var/lib/node_exporter/textfile/exactly.prom.$$ \
+                      /var/lib/node_exporter/textfile/exactly.prom\n  exactly metrics --listen \
+                      127.0.0.1:9464   # Prometheus scrapes http://127.0.0.1:9464/metrics")]
     Metrics(MetricsArgs),
     /// Print a run's stored output (stdout and stderr as they arrived); the job's last run by
     /// default.
     #[command(
-        after_help = "Example:\n  exactly logs nightly-report\n  exactly logs nightly-report --follow"
+        after_help = "Example:\n  exactly logs nightly-report\n  exactly logs \
+                      nightly-report --follow"
     )]
     Logs(LogsArgs),
     /// Prune history older than a horizon; open effects, approvals, leases and all-time
@@ -118,17 +129,20 @@ pub enum Cmd {
     Gc(GcArgs),
     /// Run the jobs in a TOML file: leases, overlap policies, safe restarts.
     #[command(
-        after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db run /etc/exactly/jobs.toml --grace 60s"
+        after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db run \
+                      /etc/exactly/jobs.toml --grace 60s"
     )]
     Run(crate::runner::RunArgs),
     /// Evaluate only the [[notify]] rules of a jobs file (a host that runs no jobs).
     #[command(
-        after_help = "Example:\n  exactly --db postgres://exactly@db/exactly watch /etc/exactly/jobs.toml"
+        after_help = "Example:\n  exactly --db postgres://exactly@db/exactly watch \
+                      /etc/exactly/jobs.toml"
     )]
     Watch(crate::runner::watch::WatchArgs),
     /// Lint a jobs file.
     #[command(
-        after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly check --strict jobs.toml   # warnings fail too"
+        after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly \
+                      check --strict jobs.toml   # warnings fail too"
     )]
     Check(check::CheckArgs),
     /// Fire a job now (its own firing, still under its lease and overlap policy).
@@ -142,12 +156,14 @@ pub enum Cmd {
     Resume(controls::ResumeArgs),
     /// Fire a job for past slots; effects already done are suppressed by their keys.
     #[command(
-        after_help = "Example:\n  exactly backfill daily-digest --from 2026-11-01T00:00:00Z --to 2026-11-07T00:00:00Z"
+        after_help = "Example:\n  exactly backfill daily-digest --from 2026-11-01T00:00:00Z --to \
+                      2026-11-07T00:00:00Z"
     )]
     Backfill(controls::BackfillArgs),
     /// The live dashboard.
     #[command(
-        after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
+        after_help = "Example:\n  exactly top\n  ssh -t viewer@scheduler-1 'exactly --db \
+                      /var/lib/exactly/exactly.db top --read-only --refresh 5s'"
     )]
     Top(crate::tui::TopArgs),
     /// A test tool: kill runs mid-effect many times and count duplicates (must be 0).
@@ -162,12 +178,16 @@ pub enum Cmd {
     Demo(crate::demo::DemoArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
-        after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions fish > ~/.config/fish/completions/exactly.fish"
+        after_help = "Examples:\n  exactly completions bash > /etc/bash_completion.d/exactly\n  \
+                      exactly completions zsh > \"${fpath[1]}/_exactly\"\n  exactly completions \
+                      fish > ~/.config/fish/completions/exactly.fish"
     )]
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout: exactly(1), a subcommand's, or the jobs file's.
     #[command(
-        after_help = "Examples:\n  exactly man --dir /usr/local/share/man && mandb   # every page: man exactly-effect, man 5 exactly-jobs\n  exactly man | man -l -\n  exactly man effect | man -l -\n  exactly man exactly-jobs.5 | man -l -"
+        after_help = "Examples:\n  exactly man --dir /usr/local/share/man && mandb   # every page: \
+                      man exactly-effect, man 5 exactly-jobs\n  exactly man | man -l -\n  exactly \
+                      man effect | man -l -\n  exactly man exactly-jobs.5 | man -l -"
     )]
     Man(man::ManArgs),
     /// The chaos harness's far side (a test double; not for users).

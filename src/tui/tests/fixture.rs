@@ -137,11 +137,21 @@ pub fn add_job(
     cap: Option<i64>,
 ) {
     c.execute(
-        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, queue_cap, updated_at)
+        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, \
+             queue_cap, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule, interval_s = excluded.interval_s,
+         ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule, \
+             interval_s = excluded.interval_s,
            lease_s = excluded.lease_s, overlap = excluded.overlap, queue_cap = excluded.queue_cap",
-        params![job, schedule, interval_s, lease_s, overlap, cap, before(7200)],
+        params![
+            job,
+            schedule,
+            interval_s,
+            lease_s,
+            overlap,
+            cap,
+            before(7200)
+        ],
     )
     .expect("job");
 }
@@ -163,7 +173,8 @@ pub fn add_runs(
             exactly::time::parse(&start).expect("ts") + chrono::Duration::milliseconds(d),
         );
         c.execute(
-            "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
+            "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+                 started_at, ended_at, outcome, duration_ms)
              VALUES (?1, ?2, ?3, 'worker-1@web-1', ?4, ?3, ?5, ?6, ?7)",
             params![format!("{job}-{i}"), job, start, token, end, outcome(i), d],
         )
@@ -424,7 +435,8 @@ pub fn busy() -> Fixture {
     .expect("firing");
     for (slot, state) in [(120, "queued"), (60, "queued")] {
         c.execute(
-            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, updated_at)
+            "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, \
+                 created_at, updated_at)
              VALUES ('sync-crm', ?1, 'schedule', ?2, ?1, ?1)",
             params![before(slot), state],
         )
@@ -461,7 +473,8 @@ pub fn add_run(
         exactly::time::parse(slot).expect("ts") + chrono::Duration::milliseconds(dur_ms + 40),
     );
     c.execute(
-        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, exit_code, log)
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+             started_at, ended_at, outcome, duration_ms, exit_code, log)
          VALUES (?1, ?2, ?3, 'sched@web-1:311', 1, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![run_id, job, slot, end, outcome, dur_ms, exit_code, log],
     )
@@ -476,8 +489,10 @@ pub fn health() -> Fixture {
     // The scheduler was SIGKILLed an hour ago: its last heartbeat, and no end.
     add_scheduler(&c, "sched@web-1:311", "2020-01-01T00:00:00.000Z", None);
     c.execute(
-        "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap, catchup_s, updated_at)
-         VALUES ('nightly-report', '0 2 * * *', 'Europe/Berlin', 86400, 1800, 1800000, 'coalesce', 0, ?1),
+        "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, lease_s, lease_ms, \
+             overlap, catchup_s, updated_at)
+         VALUES ('nightly-report', '0 2 * * *', 'Europe/Berlin', 86400, 1800, 1800000, \
+             'coalesce', 0, ?1),
                 ('sync-orders', 'every 5m', NULL, 300, 120, 120000, 'queue', 0, ?1),
                 ('send-reminders', 'every 7m', NULL, 420, 300, 300000, 'coalesce', 0, ?1)",
         params![NOW],
@@ -508,8 +523,10 @@ pub fn health() -> Fixture {
                 3,
                 format!(
                     "report: connecting to warehouse db-2:5432\nreport: query 1 of 4 ok (1.2s)\n\
-                     psql: error: connection to server at \"db-2\" (10.0.0.12), port 5432 failed: FATAL:  password authentication failed for user \"report\"\n\
-                     \x1b[31mreport: giving up after 3 attempts\x1b[0m\nreport: exit 3 (night {i})\n"
+                     psql: error: connection to server at \"db-2\" (10.0.0.12), port 5432 failed: \
+                     FATAL:  password authentication failed for user \"report\"\n\
+                     \x1b[31mreport: giving up after 3 attempts\x1b[0m\nreport: \
+                     exit 3 (night {i})\n"
                 ),
             )
         };
@@ -567,8 +584,14 @@ pub fn hostile() -> Fixture {
     let esc_key = "k3y\u{1b}[31mRED\u{1b}[0m\u{9b}2J";
     let long = "A".repeat(50) + &"long terms that go on and on ".repeat(20);
     c.execute(
-        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES (?1, ?2, 7, ?3, ?4)",
-        params![evil_job, "own\u{9b}31mer\u{7}\u{8}\u{8}\u{8}", after(120), NOW],
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES \
+         (?1, ?2, 7, ?3, ?4)",
+        params![
+            evil_job,
+            "own\u{9b}31mer\u{7}\u{8}\u{8}\u{8}",
+            after(120),
+            NOW
+        ],
     )
     .expect("lease");
     c.execute(
@@ -578,16 +601,33 @@ pub fn hostile() -> Fixture {
     )
     .expect("lease invalid utf8");
     c.execute(
-        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, paused, pause_note, updated_at)
+        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, paused, \
+             pause_note, updated_at)
          VALUES (?1, ?2, 60, 'x', ?3, 1, ?4, ?5)",
-        params![evil_job, "*/1 * * * *\u{1b}[8m", "queue\u{1b}[5m", "note\u{1b}]8;;http://evil\u{1b}\\click\u{1b}]8;;\u{1b}\\", NOW],
+        params![
+            evil_job,
+            "*/1 * * * *\u{1b}[8m",
+            "queue\u{1b}[5m",
+            "note\u{1b}]8;;http://evil\u{1b}\\click\u{1b}]8;;\u{1b}\\",
+            NOW
+        ],
     )
     .expect("job");
     let ledger = |key: &str, job: &str, state: &str, terms: &str, response: &str| {
         c.execute(
-            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, terms_shown, response,
-               created_at, updated_at, verdict) VALUES (?1, ?2, 'r\u{1b}[1m', 7, ?3, ?4, ?5, ?6, ?6, ?7)",
-            params![key, job, state, terms, response, before(4000), "can\u{1b}[9m't tell\r"],
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+                 terms_shown, response,
+               created_at, updated_at, verdict) VALUES (?1, ?2, 'r\u{1b}[1m', 7, ?3, ?4, \
+                   ?5, ?6, ?6, ?7)",
+            params![
+                key,
+                job,
+                state,
+                terms,
+                response,
+                before(4000),
+                "can\u{1b}[9m't tell\r"
+            ],
         )
         .expect("ledger");
     };
@@ -602,13 +642,16 @@ pub fn hostile() -> Fixture {
         "widechars",
         "請求書-job",
         "unknown",
-        "請求書を送る 💸 e\u{301}\u{200b} 全角テキストがとても長い場合にレイアウトを壊さないこと",
+        "請求書を送る 💸 e\u{301}\u{200b} \
+         全角テキストがとても長い場合にレイアウトを壊さないこと",
         "",
     );
     ledger("longterms", "long-job", "submitted", &long, "");
     c.execute(
-        "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, terms_shown, created_at, updated_at)
-         VALUES ('badutf8', CAST(x'6a6f62ff' AS TEXT), 'r', 'unknown', CAST(x'5061792080ff20c3' AS TEXT), ?1, ?1)",
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, terms_shown, \
+             created_at, updated_at)
+         VALUES ('badutf8', CAST(x'6a6f62ff' AS TEXT), 'r', 'unknown', \
+             CAST(x'5061792080ff20c3' AS TEXT), ?1, ?1)",
         params![before(9000)],
     )
     .expect("invalid utf8");
@@ -626,24 +669,34 @@ pub fn hostile() -> Fixture {
         ("longapproval", "long-job", long.as_str()),
     ] {
         c.execute(
-            "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at) VALUES (?1, ?2, ?3, 'pending', ?4)",
+            "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at) \
+             VALUES (?1, ?2, ?3, 'pending', ?4)",
             params![key, job, terms, before(7300)],
         )
         .expect("approval");
     }
     c.execute(
-        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, requested_at, decided_by)
+        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, state, \
+             requested_at, decided_by)
          VALUES ('approvedbad', CAST(x'ff' AS TEXT), 'x', 'approved', ?1, ?2)",
         params![before(100), "mallory\u{1b}[8m@\u{9d}0;t\u{9c}host"],
     )
     .expect("approval");
     for i in 0..6 {
         c.execute(
-            "INSERT INTO exactly_events (at, kind, job_key, effect_key, fencing_token, actor, detail)
+            "INSERT INTO exactly_events (at, kind, job_key, effect_key, \
+                 fencing_token, actor, detail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 before(60 * (6 - i)),
-                ["fenced_write", "kind\u{1b}[31m", "resolved", "lease_stolen", "approval_denied", "x\u{7f}y"][i as usize],
+                [
+                    "fenced_write",
+                    "kind\u{1b}[31m",
+                    "resolved",
+                    "lease_stolen",
+                    "approval_denied",
+                    "x\u{7f}y"
+                ][i as usize],
                 evil_job,
                 esc_key,
                 i,
@@ -654,10 +707,17 @@ pub fn hostile() -> Fixture {
         .expect("event");
     }
     c.execute(
-        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, log)
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+             started_at, ended_at, outcome, duration_ms, log)
          VALUES ('r1', ?1, ?2, ?3, 7, ?2, ?2, ?4, 'NaN', ?5)",
-        params![evil_job, before(300), "own\u{1b}[5mer", "ok\u{1b}[41m",
-            "line 1\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nover\u{202e}written\u{9b}31m\n\u{1b}[?1049lgone\u{8}\u{8}\t\u{85}end"],
+        params![
+            evil_job,
+            before(300),
+            "own\u{1b}[5mer",
+            "ok\u{1b}[41m",
+            "line 1\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nover\u{202e}written\u{9b}31m\n\
+             \u{1b}[?1049lgone\u{8}\u{8}\t\u{85}end"
+        ],
     )
     .expect("run");
     f

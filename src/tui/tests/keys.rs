@@ -220,14 +220,17 @@ fn pause_with_a_note_then_resume() {
     let mut store = f.store();
     // invoices is the second job by name.
     press(&mut app, &mut store, &keys("1gjp"));
-    assert!(
-        matches!(&app.popup, Some(Popup::Typing { what: Typing::PauseNote { job }, .. }) if job == "invoices")
-    );
+    assert!(matches!(
+        &app.popup,
+        Some(Popup::Typing { what: Typing::PauseNote { job }, .. }) if job == "invoices"
+    ));
     press(&mut app, &mut store, &keys("bank maintenance"));
     press(&mut app, &mut store, &[code(KeyCode::Enter)]);
-    assert!(
-        matches!(&app.popup, Some(Popup::Confirm(Pending::Pause { job, note: Some(n) })) if job == "invoices" && n == "bank maintenance")
-    );
+    assert!(matches!(
+        &app.popup,
+        Some(Popup::Confirm(Pending::Pause { job, note: Some(n) }))
+            if job == "invoices" && n == "bank maintenance"
+    ));
     press(&mut app, &mut store, &keys("y"));
     let job = snapshot(&f)
         .jobs
@@ -303,7 +306,8 @@ fn events_follow_the_newest_until_the_cursor_moves() {
     let add = |detail: &str| {
         f.sql()
             .execute(
-                "INSERT INTO exactly_events (at, kind, job_key, detail) VALUES (?1, 'run_started', 'x', ?2)",
+                "INSERT INTO exactly_events (at, kind, job_key, detail) VALUES (?1, \
+                 'run_started', 'x', ?2)",
                 [before(0), detail.to_string()],
             )
             .expect("insert");

@@ -213,7 +213,8 @@ fn hostile_screens_hold_no_control_characters() {
                         let sym = buf[(x, y)].symbol();
                         assert!(
                             !sym.chars().any(is_control),
-                            "control character {sym:?} at {x},{y} after {keys_pressed:?} (open {open}, {w}x{h}):\n{}",
+                            "control character {sym:?} at {x},{y} after {keys_pressed:?} \
+                             (open {open}, {w}x{h}):\n{}",
                             text(&term)
                         );
                     }
@@ -226,7 +227,8 @@ fn hostile_screens_hold_no_control_characters() {
                         || ["evil", "k3y", "請求書", "AAAA", "mallory", "own"]
                             .iter()
                             .any(|m| screen.contains(m)),
-                    "no hostile text on screen after {keys_pressed:?} (open {open}, {w}x{h}):\n{screen}"
+                    "no hostile text on screen after {keys_pressed:?} (open {open}, \
+                     {w}x{h}):\n{screen}"
                 );
             }
         }

@@ -90,12 +90,16 @@ fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
             dash(j.settings.interval_s.map(human_age)),
             dash(j.settings.lease_ms.map(|ms| human_ms(ms.max(0) as u64))),
             inert(j.settings.overlap.map_or("-", |o| o.name())),
-            j.settings.queue_cap.map(|c| format!(" (cap {c})")).unwrap_or_default(),
+            j.settings
+                .queue_cap
+                .map(|c| format!(" (cap {c})"))
+                .unwrap_or_default(),
             job_state(j, now),
         ),
         format!(" lease {}", lease_text(j, now)),
         format!(
-            " runs {}  p50 {}  p99 {} ({} of interval, {} of lease)  queue {}  suppressed {}  fenced {}",
+            " runs {}  p50 {}  p99 {} ({} of interval, \
+             {} of lease)  queue {}  suppressed {}  fenced {}",
             j.runs,
             dash(j.p50_ms.map(human_ms)),
             dash(j.p99_ms.map(human_ms)),
@@ -179,7 +183,8 @@ impl RunTimes {
             " run times: no runs recorded".to_string()
         } else {
             format!(
-                " last {} run times, oldest→newest; top = {}; interval at {}, lease at {}; over lease {}{}, over interval {}{}",
+                " last {} run times, oldest→newest; top = {}; interval at {}, lease at {}; \
+                 over lease {}{}, over interval {}{}",
                 self.durations.len(),
                 human_ms(self.top),
                 pct(self.interval_ms),

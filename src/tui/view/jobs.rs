@@ -143,7 +143,8 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
             f,
             t,
             area,
-            " no jobs yet: a lease claimed (exactly lease claim) or a jobs file run (exactly run) shows here",
+            " no jobs yet: a lease claimed (exactly lease claim) or a jobs file run \
+             (exactly run) shows here",
         );
         return;
     }

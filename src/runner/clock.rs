@@ -33,7 +33,8 @@ impl Step {
             Step::Forward(d) => ("forward", d),
         };
         format!(
-            "wall clock stepped {way} by {}: every job's next firing is worked out again from the new time",
+            "wall clock stepped {way} by {}: \
+             every job's next firing is worked out again from the new time",
             // The tick's own few milliseconds are noise: whole seconds.
             time::human_ms((by.as_millis() as u64 + 500) / 1000 * 1000)
         )

@@ -187,7 +187,8 @@ pub fn parse(text: &str) -> Loaded {
         out.problems.push(Problem::error(
             "-",
             format!("unknown key {key:?}"),
-            "a jobs file holds only retain, [[job]] and [[notify]] tables; a typo must not be ignored"
+            "a jobs file holds only retain, [[job]] and [[notify]] tables; \
+             a typo must not be ignored"
                 .to_string(),
         ));
     }
@@ -275,7 +276,8 @@ pub fn parse(text: &str) -> Loaded {
                 &label,
                 what,
                 format!(
-                    "jobs #{} and #{} share it (compared without case and surrounding spaces); a job's name is its identity in the ledger",
+                    "jobs #{} and #{} share it (compared without case and surrounding spaces); \
+                     a job's name is its identity in the ledger",
                     first + 1,
                     i + 1
                 ),
@@ -461,7 +463,8 @@ impl Checks<'_> {
                 if raw.timezone.is_some() {
                     self.error(
                         "timezone with every",
-                        "an interval fires at multiples of it since the Unix epoch; a time zone applies only to cron schedules",
+                        "an interval fires at multiples of it since the Unix epoch; \
+                         a time zone applies only to cron schedules",
                     );
                 }
                 match Schedule::every(every) {
@@ -628,7 +631,8 @@ mod tests {
     #[test]
     fn typo_gets_a_hint() {
         let l = parse(
-            "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlapp = \"coalesce\"\ncommand = [\"true\"]\n",
+            "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlapp = \
+             \"coalesce\"\ncommand = [\"true\"]\n",
         );
         let lines: Vec<String> = l.problems.iter().map(|p| p.line("f")).collect();
         assert!(
@@ -645,7 +649,9 @@ mod tests {
     #[test]
     fn clean_job_parses() {
         let l = parse(
-            "[[job]]\nname = \"digest\"\nschedule = \"0 7 * * *\"\ntimezone = \"Europe/Berlin\"\nlease = \"15m\"\noverlap = \"queue\"\nqueue_cap = 3\ntimeout = \"10m\"\ncommand = [\"./digest.sh\"]\n",
+            "[[job]]\nname = \"digest\"\nschedule = \"0 7 * * *\"\ntimezone = \
+             \"Europe/Berlin\"\nlease = \"15m\"\noverlap = \"queue\"\nqueue_cap = 3\ntimeout = \
+             \"10m\"\ncommand = [\"./digest.sh\"]\n",
         );
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         assert_eq!(l.jobs[0].overlap, Overlap::Queue { cap: 3 });
@@ -654,7 +660,8 @@ mod tests {
 
     fn job(name: &str) -> String {
         format!(
-            "[[job]]\nname = \"{name}\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"./{}.sh\"]\n",
+            "[[job]]\nname = \"{name}\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \
+             \"coalesce\"\ncommand = [\"./{}.sh\"]\n",
             name.len()
         )
     }

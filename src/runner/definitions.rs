@@ -102,12 +102,14 @@ impl Watch {
             };
             let why = if r.retired {
                 format!(
-                    "retired by the newest registration of its file ({}): this scheduler stops firing it",
+                    "retired by the newest registration of its file ({}): \
+                     this scheduler stops firing it",
                     registered_by(&r)
                 )
             } else if r.definition_digest.as_deref().is_some_and(|d| d != mine) {
                 format!(
-                    "definition differs from the one registered by {}: the newest registration wins, so this scheduler stops firing it",
+                    "definition differs from the one registered by {}: \
+                     the newest registration wins, so this scheduler stops firing it",
                     registered_by(&r)
                 )
             } else {
@@ -141,6 +143,8 @@ pub fn check_problem(
             "definition differs from the one registered by {}",
             registered_by(r)
         ),
-        why: "the newest registration wins: running this file takes the job over, and a scheduler still running the other definition stops firing it".into(),
+        why: "the newest registration wins: running this file takes the job over, \
+              and a scheduler still running the other definition stops firing it"
+            .into(),
     })
 }

@@ -20,7 +20,8 @@ pub(super) fn dst_policy(
             None => problems.push(super::Problem::error(
                 job,
                 format!("invalid dst_repeated {r:?}"),
-                "choose once (a wall time in the repeated hour fires at its first occurrence) or both (at each)",
+                "choose once (a wall time in the repeated hour fires at its first occurrence) \
+                 or both (at each)",
             )),
         }
     }
@@ -30,7 +31,8 @@ pub(super) fn dst_policy(
             None => problems.push(super::Problem::error(
                 job,
                 format!("invalid dst_skipped {k:?}"),
-                "choose next (a wall time in the skipped hour fires when the hour ends) or skip (not at all)",
+                "choose next (a wall time in the skipped hour fires when the hour ends) \
+                 or skip (not at all)",
             )),
         }
     }
@@ -38,7 +40,8 @@ pub(super) fn dst_policy(
         problems.push(super::Problem::error(
             job,
             "dst_repeated/dst_skipped without a cron schedule in a time zone",
-            "only a cron schedule with a timezone (other than UTC) has daylight-saving nights; an interval counts real seconds",
+            "only a cron schedule with a timezone (other than UTC) has daylight-saving nights; \
+             an interval counts real seconds",
         ));
     }
     (problems.len() == before).then_some(dst)
@@ -67,7 +70,8 @@ mod tests {
     fn dst_keys_in_the_jobs_file() {
         let job = |extra: &str, when: &str| {
             super::super::config::parse(&format!(
-                "[[job]]\nname = \"n\"\n{when}\nlease = \"1m\"\noverlap = \"coalesce\"\n{extra}\ncommand = [\"true\"]\n"
+                "[[job]]\nname = \"n\"\n{when}\nlease = \"1m\"\noverlap = \
+                 \"coalesce\"\n{extra}\ncommand = [\"true\"]\n"
             ))
         };
         let berlin = "schedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"";

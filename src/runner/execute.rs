@@ -299,7 +299,10 @@ impl<'a> Run<'a> {
             log_line(
                 Level::WARN,
                 job,
-                &format!("ended {ended} leftover process(es) of an earlier run of the firing at {slot} before run {run_id}"),
+                &format!(
+                    "ended {ended} leftover process(es) \
+                          of an earlier run of the firing at {slot} before run {run_id}"
+                ),
             );
         }
     }
@@ -358,7 +361,8 @@ impl<'a> Run<'a> {
                 return self.end(RunOutcome::Fenced, why).map(Some);
             }
             if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
-                let why = "could not confirm its lease in time (an overloaded or unreachable database); its command never started";
+                let why = "could not confirm its lease in time \
+                           (an overloaded or unreachable database); its command never started";
                 let run_id = &spec.started.run_id;
                 log_line(Level::WARN, &spec.job, &format!("run {run_id}: {why}"));
                 return self.end(RunOutcome::NotStarted, why).map(Some);
@@ -491,7 +495,11 @@ impl<'a> Run<'a> {
             log_line(
                 Level::WARN,
                 &self.spec.job,
-                &format!("run {}: its lease was not renewed by its local deadline: its watchdog stopped the command", self.spec.started.run_id),
+                &format!(
+                    "run {}: its lease was not renewed by its local deadline: \
+                          its watchdog stopped the command",
+                    self.spec.started.run_id
+                ),
             );
         }
         expired
@@ -578,7 +586,10 @@ fn stop_reason(
         log_line(
             Level::WARN,
             job,
-            &format!("run {run_id}: its lease was not renewed by its local deadline: stopping its command before another run may take the job"),
+            &format!(
+                "run {run_id}: its lease was not renewed by its local deadline: \
+                      stopping its command before another run may take the job"
+            ),
         );
         return Some((RunOutcome::Killed, now, FENCE_GRACE));
     }

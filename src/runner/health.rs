@@ -249,7 +249,8 @@ impl Watch {
             },
         };
         Err(Error::Store(format!(
-            "{what} while the scheduler ran: stopping; restore the database and start the scheduler again"
+            "{what} while the scheduler ran: stopping; \
+             restore the database and start the scheduler again"
         )))
     }
 }

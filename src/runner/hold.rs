@@ -122,7 +122,11 @@ impl Heartbeat {
                 Ok(mut store) => self.fence(&mut store, spec),
                 Err(e) => {
                     self.fenced = true;
-                    tracing::warn!(job = %spec.job, "run {} fenced; cannot record it: {e}", spec.started.run_id);
+                    tracing::warn!(
+                        job = %spec.job,
+                        "run {} fenced; cannot record it: {e}",
+                        spec.started.run_id
+                    );
                 }
             }
         }
@@ -132,7 +136,11 @@ impl Heartbeat {
         // Stop renewing; the token now refuses the command's later writes.
         self.fenced = true;
         let run_id = &spec.started.run_id;
-        tracing::warn!(job = %spec.job, "run {run_id} fenced: a newer token holds the lease; its command is stopped and its writes refused");
+        tracing::warn!(
+            job = %spec.job,
+            "run {run_id} fenced: a newer token holds the lease; its command is stopped and its \
+             writes refused"
+        );
         if let Err(e) = jobs::run_fenced(store, &spec.job, run_id, spec.started.token) {
             tracing::warn!(job = %spec.job, "cannot record the fenced run: {e}");
         }
@@ -178,7 +186,8 @@ fn end_not_recorded(
     if spec.kill.load(Ordering::SeqCst) && since.elapsed() > FINISH_RETRY_AT_SHUTDOWN {
         tracing::error!(
             job = %spec.job,
-            "run {} ended {} but its end could not be recorded before shutdown ({e}); the next scheduler resumes its firing",
+            "run {} ended {} but its end could not be recorded before shutdown ({e}); \
+             the next scheduler resumes its firing",
             spec.started.run_id,
             end.outcome,
         );
@@ -187,7 +196,8 @@ fn end_not_recorded(
     if *tries == 1 {
         tracing::warn!(
             job = %spec.job,
-            "run {} ended {} but its end cannot be recorded yet ({e}); retrying, the run stays owned",
+            "run {} ended {} but its end cannot be recorded yet ({e}); retrying, \
+             the run stays owned",
             spec.started.run_id,
             end.outcome,
         );

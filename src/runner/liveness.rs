@@ -90,7 +90,8 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                     .and_then(|mut s| jobs::prune(&mut s, horizon, false, false));
                 match done {
                     Ok(p) if p.runs + p.firings + p.events > 0 => tracing::info!(
-                        "retain {}: pruned {} run(s), {} firing(s), {} event(s) older than {horizon}",
+                        "retain {}: pruned {} run(s), {} firing(s), {} event(s) \
+                         older than {horizon}",
                         humantime::format_duration(keep),
                         p.runs,
                         p.firings,

@@ -67,7 +67,14 @@ pub struct RunArgs {
     pub give_up_after: String,
     /// How log lines on stderr are written: text (`TIME LEVEL job=JOB message`) or json (one
     /// object per line: time, level, job, message). RUST_LOG filters them (default info).
-    #[arg(long, value_enum, env = log::FORMAT_VAR, default_value = "text", ignore_case = true, value_name = "FORMAT")]
+    #[arg(
+        long,
+        value_enum,
+        env = log::FORMAT_VAR,
+        default_value = "text",
+        ignore_case = true,
+        value_name = "FORMAT"
+    )]
     pub log_format: log::LogFormat,
 }
 fn read_jobs_file(path: &str) -> Result<String> {
@@ -135,7 +142,9 @@ fn registry_duplicates(
                     r.job_key,
                     r.source.as_deref().unwrap_or("another file")
                 ),
-                why: "one action registered under two names fires twice; the commonest duplicate and the hardest to see".into(),
+                why: "one action registered under two names fires twice; \
+                      the commonest duplicate and the hardest to see"
+                    .into(),
             });
         }
     }

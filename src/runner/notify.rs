@@ -430,7 +430,10 @@ impl Notifier {
                 true
             }
             Outcome::DuplicateSuppressed { .. } => {
-                tracing::info!(job = %job, "{name} was already notified (duplicate suppressed): {what}");
+                tracing::info!(
+                    job = %job,
+                    "{name} was already notified (duplicate suppressed): {what}"
+                );
                 true
             }
             Outcome::NotSent { reason, .. } => {
@@ -443,13 +446,20 @@ impl Notifier {
                 false
             }
             Outcome::Unknown { reason, .. } => {
-                tracing::warn!(job = %job, "notification {key} to {name} lost ({reason}): unknown until resolved (exactly resolve); not sent again: {what}");
+                tracing::warn!(
+                    job = %job,
+                    "notification {key} to {name} lost ({reason}): unknown until resolved \
+                     (exactly resolve); not sent again: {what}"
+                );
                 record(store, false)?;
                 self.open.insert(key.to_string());
                 return Ok(true);
             }
             Outcome::Unresolved { reason, .. } => {
-                tracing::warn!(job = %job, "notification {key} to {name} is open ({reason}): {what}");
+                tracing::warn!(
+                    job = %job,
+                    "notification {key} to {name} is open ({reason}): {what}"
+                );
                 self.open.insert(key.to_string());
                 return Ok(true);
             }

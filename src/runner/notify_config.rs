@@ -215,7 +215,8 @@ fn one(label: &str, t: &toml::Table, problems: &mut Vec<Problem>) -> Option<Noti
     if !rules.contains(&true) && !rule_keys.iter().any(|k| t.contains_key(*k)) {
         bad(
             "no rule".into(),
-            "give at least one of unknown_older_than, approval_pending_longer_than, failing_runs, late_by, scheduler_gone = true",
+            "give at least one of unknown_older_than, approval_pending_longer_than, failing_runs, \
+             late_by, scheduler_gone = true",
         );
     }
     if problems.len() > before {
@@ -266,7 +267,8 @@ mod tests {
     #[test]
     fn a_notifier_parses_and_mistakes_are_problems() {
         let (n, p) = parsed(
-            "[[notify]]\nname = \"ops\"\nwebhook = \"http://127.0.0.1:1/x\"\nfailing_runs = 3\nrecovery = true\n",
+            "[[notify]]\nname = \"ops\"\nwebhook = \"http://127.0.0.1:1/x\"\nfailing_runs = \
+             3\nrecovery = true\n",
         );
         assert!(p.is_empty(), "{p:?}");
         assert_eq!(n[0].failing_runs, Some(3));

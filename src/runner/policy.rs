@@ -106,7 +106,8 @@ pub(super) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFail
     if let Some(n) = after.paused {
         tracing::error!(
             job = %job,
-            "PAUSED after {n} failed runs in a row (pause_after_failures = {}): `exactly resume {job}` fires it again",
+            "PAUSED after {n} failed runs in a row (pause_after_failures = {}): \
+             `exactly resume {job}` fires it again",
             p.pause_after_failures.unwrap_or(0),
         );
     }
@@ -336,7 +337,8 @@ mod tests {
     #[test]
     fn the_keys_parse_into_a_policy_and_mistakes_are_errors() {
         let l = super::super::config::parse(&job(
-            "retries = 2\nretry_backoff = \"1s\"\npause_after_failures = 3\njitter = \"10s\"\nstarting_deadline = \"30s\"\n",
+            "retries = 2\nretry_backoff = \"1s\"\npause_after_failures = 3\njitter = \
+             \"10s\"\nstarting_deadline = \"30s\"\n",
         ));
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         let p = l.jobs[0].policy;

@@ -193,7 +193,8 @@ mod tests {
     #[test]
     fn lines_of_keys_and_headers() {
         let p = Positions::read(
-            "retain = \"90d\"\n\n[[job]]\nname = \"a\"\nlease = \"1m\"\n\n[[job]]\n# b\nname = \"b\"\n",
+            "retain = \"90d\"\n\n[[job]]\nname = \"a\"\nlease = \"1m\"\n\n[[job]]\n# \
+             b\nname = \"b\"\n",
         );
         assert_eq!(p.top.get("retain"), Some(&1));
         assert_eq!(p.jobs.len(), 2);

@@ -180,7 +180,8 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
             out.push(Problem::warning(
                 &job.name,
                 format!("same command as job {first:?}"),
-                "one action registered under two names fires twice; the commonest duplicate and the hardest to see",
+                "one action registered under two names fires twice; \
+                 the commonest duplicate and the hardest to see",
             ));
         } else {
             by_command.insert(key, &job.name);
@@ -200,7 +201,8 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
                 out.push(Problem::warning(
                     &job.name,
                     format!("timeout {} >= interval {}", human(t), human(interval)),
-                    "under coalesce a run that hangs until its timeout drops every firing in between",
+                    "under coalesce a run that hangs until its timeout drops every \
+                     firing in between",
                 ));
             }
         }
@@ -209,7 +211,8 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
             out.push(Problem::note(
                 &job.name,
                 "no timeout",
-                "with no run history to size it by, a hung run holds the job until someone kills it; set timeout = \"…\"",
+                "with no run history to size it by, \
+                 a hung run holds the job until someone kills it; set timeout = \"…\"",
             ));
         }
         let Some(h) = history.get(job.name.as_str()) else {
@@ -230,9 +233,14 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
         if interval_s > 0 && p99d > interval {
             out.push(Problem::observed(
                 &job.name,
-                format!("observed p99 {} > interval {}", human(p99d), human(interval)),
                 format!(
-                    "over {} recorded runs: a queue with an uncontrolled arrival rate, not a schedule",
+                    "observed p99 {} > interval {}",
+                    human(p99d),
+                    human(interval)
+                ),
+                format!(
+                    "over {} recorded runs: \
+                     a queue with an uncontrolled arrival rate, not a schedule",
                     h.runs
                 ),
             ));

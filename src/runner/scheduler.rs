@@ -349,12 +349,17 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
         let resumed = firing::resume(store, &job.name, until, now, oldest, rules, &retry)?;
         st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
         for (slot, n) in &resumed.gave_up {
-            tracing::error!(job = %job.name, "firing at {slot} GAVE UP after {n} runs: not run again; check its effects by hand");
+            tracing::error!(
+                job = %job.name,
+                "firing at {slot} GAVE UP after {n} runs: not run again; \
+                 check its effects by hand"
+            );
         }
         started = resumed.started.map(|s| {
             (
                 Level::WARN,
-                "a firing run again (interrupted, failed with retries left, or its effect never happened)",
+                "a firing run again (interrupted, failed with retries left, \
+                 or its effect never happened)",
                 s,
                 true,
             )
@@ -469,7 +474,8 @@ fn unrecorded(
     }
     if fired > 0 {
         tracing::warn!(
-            "share: {fired} firing(s) of other schedulers' jobs unrecorded {} after they fell due: fired here",
+            "share: {fired} firing(s) \
+             of other schedulers' jobs unrecorded {} after they fell due: fired here",
             time::human_ms(net.as_millis() as u64),
         );
     }
@@ -610,10 +616,19 @@ fn fire_batches(
                     };
                     let late = time::human_ms(late_ms.max(0) as u64);
                     let reason = t.health.why_missed(slot);
-                    log::line(level, &st.job.name, &format!(
-                        "firing at {slot_text} {what}: {late} late when decided, past its {} ({reason})",
-                        if st.job.policy.starting_deadline.is_some() { "starting_deadline" } else { "catch-up window" }
-                    ));
+                    log::line(
+                        level,
+                        &st.job.name,
+                        &format!(
+                            "firing at {slot_text} {what}: {late} late when decided, \
+                             past its {} ({reason})",
+                            if st.job.policy.starting_deadline.is_some() {
+                                "starting_deadline"
+                            } else {
+                                "catch-up window"
+                            }
+                        ),
+                    );
                 }
                 Err(e) => {
                     failed.insert(i);

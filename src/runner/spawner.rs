@@ -238,7 +238,10 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
     }
     if let Some(c) = client_now() {
         c.gone.store(true, Ordering::SeqCst);
-        tracing::error!("the spawner process is gone: its running commands died with it; new ones are started by forking the scheduler");
+        tracing::error!(
+            "the spawner process is gone: its running commands died with it; \
+                         new ones are started by forking the scheduler"
+        );
         if let Ok(mut w) = c.waiting.lock() {
             for (_, tx) in w.drain() {
                 let _ = tx.send(Heard::Lost);

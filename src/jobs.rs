@@ -34,7 +34,8 @@ pub fn name_problem(name: &str) -> Option<String> {
             || crate::sanitize::is_bidi(*c)
     })?;
     Some(format!(
-        "a job name must not contain invisible, bidi or control characters (found U+{:04X}): two names that look alike would be two jobs",
+        "a job name must not contain invisible, bidi or control characters (found U+{:04X}): \
+         two names that look alike would be two jobs",
         c as u32
     ))
 }

@@ -272,7 +272,8 @@ impl Snapshot {
                 })
                 .unwrap_or_else(|| "none has ever run on this database".into());
             warnings.push(format!(
-                "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; start exactly run"
+                "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; \
+                 start exactly run"
             ));
         }
         let host_clashes = host_clashes(&r.schedulers, r.host_clashes_24h);
@@ -322,13 +323,15 @@ fn host_clashes(schedulers: &[SchedulerRow], recorded_24h: u64) -> Vec<String> {
     let mut out = Vec::new();
     for h in clashing {
         out.push(format!(
-            "host name {:?} is used by live schedulers on two machines: give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
+            "host name {:?} is used by live schedulers on two machines: \
+             give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
             crate::sanitize::inert(h)
         ));
     }
     if recorded_24h > 0 {
         out.push(format!(
-            "{recorded_24h} host-name clash(es) in 24h: two machines write under one host name (see the host_clash events); give each its own EXACTLY_HOST"
+            "{recorded_24h} host-name clash(es) in 24h: two machines write under one host name \
+             (see the host_clash events); give each its own EXACTLY_HOST"
         ));
     }
     out
@@ -350,7 +353,8 @@ fn add_replaced_warnings(snap: &mut Snapshot) {
         }
         j.warning_tags.push("redefined");
         j.warnings.push(format!(
-            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) holds another and no longer fires it",
+            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) \
+             holds another and no longer fires it",
             c.by.as_deref().unwrap_or("?"),
             c.by_source.as_deref().unwrap_or("?"),
             c.at.as_deref().unwrap_or("?"),

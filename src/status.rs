@@ -60,7 +60,8 @@ impl Snapshot {
         );
         let _ = writeln!(
             s,
-            "duplicates suppressed {} (24h {})   fenced writes {} (24h {})   claimed, never submitted {}",
+            "duplicates suppressed {} (24h {})   fenced writes {} (24h {})   claimed, \
+             never submitted {}",
             t.duplicates_suppressed,
             self.last_24h.duplicates_suppressed,
             t.fenced_writes,

@@ -52,7 +52,9 @@ pub fn libfaketime() -> Result<PathBuf> {
         .find(|p| p.exists())
         .ok_or_else(|| {
             Error::Environment(
-                "libfaketimeMT.so.1 not found (Debian package faketime): the schedulers on PostgreSQL run on skewed clocks".into(),
+                "libfaketimeMT.so.1 not found (Debian package faketime): \
+                 the schedulers on PostgreSQL run on skewed clocks"
+                    .into(),
             )
         })
 }

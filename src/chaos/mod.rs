@@ -82,7 +82,12 @@ pub struct ChaosArgs {
     /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
     /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
     /// where the module is not installed).
-    #[arg(long = "scenario", value_name = "NAME", num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
+    #[arg(
+        long = "scenario",
+        value_name = "NAME",
+        num_args = 1..,
+        value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS)
+    )]
     pub scenarios: Vec<String>,
     /// Seed for kill moments and variants, to replay a run.
     #[arg(long)]

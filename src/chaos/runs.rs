@@ -62,7 +62,8 @@ impl Site {
         let book = sh_quote(&self.book.to_string_lossy());
         let me = "$EXACTLY_JOB $EXACTLY_SCHEDULED_AT $EXACTLY_FENCING_TOKEN";
         let cmd = format!(
-            "trap 'echo stop {me} >> {book}; exit 143' TERM; echo start {me} >> {book}; {body}; echo end {me} >> {book}"
+            "trap 'echo stop {me} >> {book}; exit 143' TERM; echo start {me} >> {book}; {body}; \
+             echo end {me} >> {book}"
         );
         toml_string(&cmd)
     }
@@ -71,7 +72,8 @@ impl Site {
         let mut text = String::new();
         for (name, every, lease) in jobs {
             text.push_str(&format!(
-                "[[job]]\nname = {}\nevery = \"{every}\"\nlease = \"{lease}\"\noverlap = \"coalesce\"\ncommand = [\"sh\", \"-c\", {}]\n\n",
+                "[[job]]\nname = {}\nevery = \"{every}\"\nlease = \"{lease}\"\noverlap = \
+                 \"coalesce\"\ncommand = [\"sh\", \"-c\", {}]\n\n",
                 toml_string(name),
                 self.command(body)
             ));

@@ -260,7 +260,8 @@ fn lost_response(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
                     t.observer_cant_tell += 1;
                 } else {
                     t.anomaly(format!(
-                        "{label}: with the observer unavailable the retry ended {:?} (verdict {verdict:?}), not unresolved",
+                        "{label}: with the observer unavailable the retry ended {:?} \
+                         (verdict {verdict:?}), not unresolved",
                         second.code
                     ));
                 }

@@ -280,8 +280,13 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     {
         let _ = writeln!(
             s,
-            "runs: {} started, {} double runs (run again after an ok run), {} stopped at their deadline as they finished (run again), {} never started (recorded not_started, firing missed)",
-            r.total.job_runs, r.total.double_runs, r.total.ends_after_a_stop, r.total.runs_not_started
+            "runs: {} started, {} double runs (run again after an ok run), {} stopped at their \
+             deadline as they finished (run again), {} never started \
+             (recorded not_started, firing missed)",
+            r.total.job_runs,
+            r.total.double_runs,
+            r.total.ends_after_a_stop,
+            r.total.runs_not_started
         );
     }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
@@ -324,10 +329,9 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     if r.scenarios.contains_key("pause") {
         let _ = writeln!(
             s,
-            "pause: {} duplicates with the far side's dedupe/fencing ({} requests refused); without it: {} (the documented limit)",
-            r.scenarios
-                .get("pause")
-                .map_or(0, |p| p.duplicate_effects),
+            "pause: {} duplicates with the far side's dedupe/fencing ({} requests refused); \
+             without it: {} (the documented limit)",
+            r.scenarios.get("pause").map_or(0, |p| p.duplicate_effects),
             r.total.far_side_refused,
             r.total.pause_duplicates_without_dedupe
         );
@@ -350,12 +354,15 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         )
     } else if !r.guarded {
         format!(
-            "UNGUARDED: {} duplicate effects observed without the ledger (the harness can see them)",
+            "UNGUARDED: {} duplicate effects observed without the ledger \
+             (the harness can see them)",
             t.duplicate_effects
         )
     } else {
         format!(
-            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, {} overlapping copies, {} double runs",
+            "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes \
+             accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, \
+             {} overlapping copies, {} double runs",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,

@@ -266,7 +266,8 @@ impl Attempt {
                         Observation::CantTell(why) => self.unresolved(
                             seen.state.as_str(),
                             format!(
-                                "the observer could not tell ({why}); resolve it with `exactly resolve`"
+                                "the observer could not tell ({why}); \
+                                 resolve it with `exactly resolve`"
                             ),
                         ),
                     },

@@ -416,7 +416,8 @@ mod tests {
                     ..Dst::default()
                 };
                 out += &format!(
-                    "| spring, 2026-03-29 01:30–03:30 | `{expr}` | `dst_skipped = \"{}\"` | {} |\n",
+                    "| spring, 2026-03-29 01:30–03:30 | `{expr}` | \
+                     `dst_skipped = \"{}\"` | {} |\n",
                     skipped.name(),
                     night(expr, dst, spring.0, spring.1)
                 );
@@ -429,7 +430,8 @@ mod tests {
                     ..Dst::default()
                 };
                 out += &format!(
-                    "| fall, 2026-10-25 01:30–03:30 | `{expr}` | `dst_repeated = \"{}\"` | {} |\n",
+                    "| fall, 2026-10-25 01:30–03:30 | `{expr}` | \
+                     `dst_repeated = \"{}\"` | {} |\n",
                     repeated.name(),
                     night(expr, dst, fall.0, fall.1)
                 );
@@ -444,7 +446,8 @@ mod tests {
         let doc = include_str!("../../docs/operations.md");
         assert!(
             doc.contains(&table),
-            "docs/operations.md's table in \"Daylight saving time\" differs from the code's; it is:\n{table}"
+            "docs/operations.md's table in \"Daylight saving time\" differs from the code's; \
+             it is:\n{table}"
         );
     }
 

@@ -93,7 +93,8 @@ impl Fired {
 }
 
 /// Decides a firing: a duplicate of one already fired, skipped while paused, started under a
-/// lease won now, or — a run being live — what its [`crate::policy::Overlap`] says. One transaction.
+/// lease won now, or — a run being live — what its [`crate::policy::Overlap`] says. One
+/// transaction.
 pub fn fire(store: &mut Store, req: &FireRequest<'_>) -> Result<Fired> {
     store.fire(req)
 }
@@ -209,9 +210,9 @@ impl ResumeRules {
 pub use crate::store::{AfterFailure, FailureRules};
 
 /// Fires again, for the same slot, a firing whose run died or whose effect an observer found
-/// never happened; one that had [`crate::policy::MAX_ATTEMPTS`] runs ends `gave_up` instead. `running` firings
-/// older than `oldest` are given up as `interrupted`. A `running` firing whose scheduler may be
-/// alive is left to it ([`Resumed::held_by`]); a failed one waits for its backoff
+/// never happened; one that had [`crate::policy::MAX_ATTEMPTS`] runs ends `gave_up` instead.
+/// `running` firings older than `oldest` are given up as `interrupted`. A `running` firing whose
+/// scheduler may be alive is left to it ([`Resumed::held_by`]); a failed one waits for its backoff
 /// ([`Resumed::not_before`]).
 pub fn resume(
     store: &mut Store,

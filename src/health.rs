@@ -1,7 +1,7 @@
 //! `exactly status --check`: one verdict from a [`Snapshot`], in the monitoring plugins'
 //! convention (Nagios): 0 ok, 1 warning, 2 critical, and one summary line. The rules are
-//! docs/monitoring.md's (`status --check`): critical is what loses or may double work without a person
-//! acting, warning is what waits for one.
+//! docs/monitoring.md's (`status --check`): critical is what loses or may double work without a
+//! person acting, warning is what waits for one.
 use crate::sanitize::inert;
 use crate::snapshot::Snapshot;
 use crate::time::human_age;

@@ -194,12 +194,18 @@ text_id!(
     ///
     /// An approval names the effect and who decides; swapped, they no longer compile:
     /// ```compile_fail
-    /// # fn f(store: &mut exactly::Store, key: &str) -> exactly::Result<exactly::approval::Decided> {
+    /// # fn f(
+    /// #     store: &mut exactly::Store,
+    /// #     key: &str,
+    /// # ) -> exactly::Result<exactly::approval::Decided> {
     /// exactly::approval::approve(store, "alice", key, None) // expected `&EffectKey`
     /// # }
     /// ```
     /// ```
-    /// # fn f(store: &mut exactly::Store, key: &str) -> exactly::Result<exactly::approval::Decided> {
+    /// # fn f(
+    /// #     store: &mut exactly::Store,
+    /// #     key: &str,
+    /// # ) -> exactly::Result<exactly::approval::Decided> {
     /// exactly::approval::approve(store, &exactly::EffectKey::from(key), "alice", None)
     /// # }
     /// ```

@@ -215,8 +215,8 @@ pub fn effect_counts(store: &mut Store, job: &JobName, token: Token) -> Result<E
     store.run_effect_counts(job, token.get())
 }
 
-/// Deletes history older than `horizon` (`exactly gc`, `retain`): see docs/operations.md's "Retention" for what is
-/// never deleted.
+/// Deletes history older than `horizon` (`exactly gc`, `retain`): see docs/operations.md's
+/// "Retention" for what is never deleted.
 pub fn prune(store: &mut Store, horizon: time::Ts, effects: bool, dry_run: bool) -> Result<Pruned> {
     store.prune(&time::fmt(horizon), effects, dry_run)
 }

@@ -26,7 +26,12 @@
 //! # fn main() -> Result<(), exactly::Error> {
 //! let mut store = Store::open("exactly.db")?;
 //! let job = JobName::from("invoices");
-//! let token = match lease::claim(&mut store, &job, "worker-1", std::time::Duration::from_secs(60))? {
+//! let token = match lease::claim(
+//!     &mut store,
+//!     &job,
+//!     "worker-1",
+//!     std::time::Duration::from_secs(60),
+//! )? {
 //!     lease::Claim::Won { token } => token,
 //!     lease::Claim::Held { .. } => return Ok(()), // someone else runs it
 //! };

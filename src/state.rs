@@ -1,7 +1,8 @@
 //! The states a row can be in, as types: an effect, an approval, a firing, a run's outcome and
 //! an event's kind. Each is written as text in the database (the words are the contract in
-//! docs/contract.md, "States"); a word this build does not know (another writer's, a newer version's) is kept as
-//! `Other`, never a crash. The SQL in `store/` is the only other place these words appear.
+//! docs/contract.md, "States"); a word this build does not know (another writer's, a newer
+//! version's) is kept as `Other`, never a crash. The SQL in `store/` is the only other place these
+//! words appear.
 use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;

@@ -45,7 +45,8 @@ pub fn add(ts: Ts, d: Duration) -> Ts {
 /// The longest duration accepted anywhere (lease, interval, timeout, catch-up, retention):
 /// longer than any schedule needs, short enough that now + it keeps a 4-digit year, so every
 /// timestamp stays fixed-width and text order stays time order.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // 100 years of 365.25 days, as humantime counts them
+// 100 years of 365.25 days, as humantime counts them.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
 
 /// Parses a human duration: `90s`, `15m`, `1h`, `1h30m`, `500ms`; at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> crate::Result<Duration> {

@@ -4,8 +4,8 @@
 //! and `SIGINT` sent to us are forwarded to its group. The lease is the permission to send, and
 //! it is enforced by a deadline, not by a read: the lease is re-read every [`LEASE_POLL`] on a
 //! thread of its own, and at the deadline last heard (or a newer token holding the job) the group
-//! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog even
-//! while we are paused. When the command ends, whatever it left running in its group (and, as
+//! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog
+//! even while we are paused. When the command ends, whatever it left running in its group (and, as
 //! subreaper, outside it) is killed, so nothing sends after we record.
 use crate::policy::{LEASE_POLL, STOP_GRACE};
 use crate::Store;
@@ -195,8 +195,8 @@ fn read_lease(
 
 /// A small process forked before the row is submitted: it leads the process group the command
 /// will run in (so the row can name the group before anything is sent), and stops that group at
-/// the deadline it was last given — even while we are paused (SIGSTOP) or hung — and at once when
-/// we die, so a child the command left behind cannot send after a retry has judged us gone.
+/// the deadline it was last given — even while we are paused (SIGSTOP) or hung — and at once
+/// when we die, so a child the command left behind cannot send after a retry has judged us gone.
 pub struct Watchdog {
     pid: i32,
     start: u64,

@@ -11,7 +11,8 @@
 //!   `FENCED <highest>`, or no answer under a rule;
 //! - `SEEN <key>` → `YES <n>` | `NO` | `ERR <why>`;
 //! - `RULE <key> drop-answer|lose-request|flaky-seen [n]` → `OK` (each rule is used up once);
-//! - `DUMP` → `<key> <arrivals> <requests> <refused>` lines, then `END`; `QUIT` → `OK`, and the server exits.
+//! - `DUMP` → `<key> <arrivals> <requests> <refused>` lines, then `END`; `QUIT` → `OK`, and the
+//!   server exits.
 use crate::sanitize::inert;
 use crate::{Error, Result};
 use clap::{Args, Subcommand};

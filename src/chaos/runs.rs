@@ -27,7 +27,8 @@ const OVERLOAD_JOBS: usize = 300;
 /// The clock-skew margin the scenarios' schedulers assume (`EXACTLY_MAX_SKEW`): their clocks
 /// are one machine's, so takeovers need not wait the default 2 s.
 const SKEW: &str = "300ms";
-/// When `frozen-scheduler`'s schedulers take a silent one for dead (`EXACTLY_SCHEDULER_DEAD_AFTER`).
+/// When `frozen-scheduler`'s schedulers take a silent one for dead
+/// (`EXACTLY_SCHEDULER_DEAD_AFTER`).
 const DEAD_AFTER: &str = "4s";
 
 pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {

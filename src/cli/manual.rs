@@ -7,9 +7,9 @@ use std::io::Write;
 /// One exit code and what it means for a command.
 pub type Code = (&'static str, &'static str);
 
-/// The table every command shares (docs/contract.md, "Exit codes"): 0 done/duplicate, 3 fenced, 4 awaiting
-/// approval, 5 unresolved earlier attempt, 6 unknown, 7 cancelled, 75 not sent, 2 bad usage or
-/// input, 1 any other error.
+/// The table every command shares (docs/contract.md, "Exit codes"): 0 done/duplicate, 3 fenced, 4
+/// awaiting approval, 5 unresolved earlier attempt, 6 unknown, 7 cancelled, 75 not sent, 2 bad
+/// usage or input, 1 any other error.
 pub const TABLE: &[Code] = &[
     ("0", "done, or already done (a duplicate suppressed)"),
     ("1", "any other error (the database cannot be used, …)"),

@@ -7,8 +7,8 @@ use crate::store::{Begin, Granted, Seen, Submit, Verdict};
 use crate::Result;
 
 /// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
-/// The attempt itself does no I/O (the sans-IO style of `quinn-proto`): [`run`](super::run) drives it for
-/// the CLI, the scheduler and the library, and tests drive many attempts in any order.
+/// The attempt itself does no I/O (the sans-IO style of `quinn-proto`): [`run`](super::run) drives
+/// it for the CLI, the scheduler and the library, and tests drive many attempts in any order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Io {
     /// Reserve the key (and, needing no approval, submit it in the same transaction), or read
@@ -96,8 +96,8 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// A new attempt; `attempt` is its id (`host:pid`, see [`attempt_id`](super::attempt_id)). Refuses a spec whose
-    /// key could be read two ways.
+    /// A new attempt; `attempt` is its id (`host:pid`, see [`attempt_id`](super::attempt_id)).
+    /// Refuses a spec whose key could be read two ways.
     pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
         let key = spec.checked_key()?;
         Ok(Attempt {

@@ -18,7 +18,8 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Lowercase hex SHA-256 of a canonical serialization (a JSON array in a fixed order) of
 /// everything that changes what a job fires: schedule, time zone, lease, overlap and its cap,
-/// catch-up, timeouts, the failure policy when set and the command as resolved from the jobs file's folder `dir`.
+/// catch-up, timeouts, the failure policy when set and the command as resolved from the jobs file's
+/// folder `dir`.
 pub fn digest(job: &Job, dir: Option<&Path>) -> String {
     let ms = |d: Duration| d.as_millis() as u64;
     let mut canonical = serde_json::json!([

@@ -1,7 +1,9 @@
 //! A scheduler's own upkeep, beside its loop: it records itself and beats every
 //! [`BEAT`] so `status`, `metrics` and `top` can tell it is alive (a killed scheduler just falls
 //! silent), records its end on a clean shutdown, trims each job with `keep_runs` to its newest
-//! runs every beat (each run's end trims its own job too, `jobs::finish_run`), and — with `retain` in the jobs file — prunes old history now and then. Each thread has its own database connection.
+//! runs every beat (each run's end trims its own job too, `jobs::finish_run`), and — with
+//! `retain` in the jobs file — prunes old history now and then. Each thread has its own database
+//! connection.
 use crate::jobs::{self, SchedulerReg};
 use crate::Access;
 use crate::{time, Result};

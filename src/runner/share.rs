@@ -7,9 +7,9 @@
 //! While views of membership disagree (a scheduler joins, or died and is not yet called dead),
 //! a job could belong to nobody in anybody's view. So every scheduler also watches the jobs it
 //! does not own: a slot still unrecorded [`NET_AFTER`] after it fell due (longer while its own
-//! bursts run late), or a queued or interrupted firing left waiting that long, it fires itself. Firing twice is impossible
-//! either way: a firing is the row (job, slot), and the loser of a race records a duplicate.
-//! A scheduler alone owns every job and watches nothing, as before scale-out.
+//! bursts run late), or a queued or interrupted firing left waiting that long, it fires itself.
+//! Firing twice is impossible either way: a firing is the row (job, slot), and the loser of a race
+//! records a duplicate. A scheduler alone owns every job and watches nothing, as before scale-out.
 use crate::{jobs, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

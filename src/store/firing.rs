@@ -2,7 +2,8 @@
 //! A firing's fate — started, duplicate, skipped, coalesced, queued, saturated, missed — is
 //! decided in one transaction together with the lease claim, so a crash never leaves half a
 //! decision; a firing whose run died is resumed, at most `policy::MAX_ATTEMPTS` runs in all (the
-//! policies are the domain's, `crate::firing`: the store supplies the facts inside the transaction).
+//! policies are the domain's, `crate::firing`: the store supplies the facts inside the
+//! transaction).
 use super::db::{args, DbResult, Optional, Tx};
 use super::job::paused;
 use super::lease::{claim_lease_tx, LeaseClaim};

@@ -567,8 +567,9 @@ pub(super) mod tests {
         assert_eq!((d.duplicates_suppressed, d.fenced_writes), (2, 1));
     }
 
-    /// The leaked counts agree with the ledger; the unknown counts (all time and last 24h) agree with the ledger whether the open list
-    /// holds every open effect (the counts come from it) or only the first [`super::OPEN_SHOWN`].
+    /// The leaked counts agree with the ledger; the unknown counts (all time and last 24h) agree
+    /// with the ledger whether the open list holds every open effect (the counts come from it) or
+    /// only the first [`super::OPEN_SHOWN`].
     #[test]
     fn unknown_counts_agree_with_the_ledger() {
         let dir = tempfile::tempdir().unwrap();

@@ -208,8 +208,8 @@ pub struct JobRow {
     /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
     #[serde(skip)]
     pub warning_tags: Vec<&'static str>,
-    /// Facts the store reads for [`crate::snapshot::plan`]: the latest slot fired (or the last run's), the
-    /// catch-up window, the misses a scheduler recorded. Not part of the JSON.
+    /// Facts the store reads for [`crate::snapshot::plan`]: the latest slot fired (or the last
+    /// run's), the catch-up window, the misses a scheduler recorded. Not part of the JSON.
     #[serde(skip)]
     pub last_slot: Option<String>,
     /// How long after its slot a firing may still start (s); later, it is missed.

@@ -1,5 +1,6 @@
 //! Every view of `exactly top` at 80×24 and 120×40, drawn from fixture databases (empty, busy,
-//! hostile) with a fixed clock, compared with the accepted screens in `snapshots/` beside this file.
+//! hostile) with a fixed clock, compared with the accepted screens in `snapshots/` beside this
+//! file.
 use super::drive::*;
 use super::fixture::*;
 use crate::tui::{App, Focus, Request};

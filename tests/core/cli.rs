@@ -290,7 +290,10 @@ on_both_backends! {
         assert_eq!(code, 1);
         assert!(err.contains("done"), "{err}");
         assert_eq!(
-            env.sql_count("SELECT count(*) FROM effect_ledger WHERE evidence = 'order 77' AND resolved_by IS NOT NULL"),
+            env.sql_count(
+                "SELECT count(*) FROM effect_ledger WHERE evidence = 'order 77' AND resolved_by \
+                 IS NOT NULL"
+            ),
             1
         );
     }
@@ -300,8 +303,8 @@ on_both_backends! {
         let env = Env::new();
         let t = env.claim("j", "1m").to_string();
         let (code, _, _) = env.run(&[
-            "effect", "--job", "j", "--token", &t, "--action", "a", "--target", "b", "--", "sh", "-c",
-            "exit 75",
+            "effect", "--job", "j", "--token", &t, "--action", "a", "--target", "b", "--", "sh",
+            "-c", "exit 75",
         ]);
         assert_eq!(code, 75);
         assert_eq!(env.sql_count("SELECT count(*) FROM effect_ledger"), 0);
@@ -432,7 +435,8 @@ on_both_backends! {
     fn hostile_strings_never_reach_the_terminal_raw() {
         let env = Env::new();
         // The CLI refuses such a job name (exit 2); another program may still write one.
-        let (code, _, err) = env.run(&["lease", "claim", "--job", "evil\u{1b}[2Jjob", "--for", "1m"]);
+        let (code, _, err) =
+            env.run(&["lease", "claim", "--job", "evil\u{1b}[2Jjob", "--for", "1m"]);
         assert_eq!(code, 2, "{err}");
         let t = env.claim("evil", "1m").to_string();
         // A foreign writer's row.
@@ -540,12 +544,19 @@ fn adopts_a_database_written_with_the_seeds_sql() {
     {
         let c = rusqlite::Connection::open(&env.db).unwrap();
         c.execute_batch(
-            "CREATE TABLE job_lease ( job_key TEXT PRIMARY KEY, owner TEXT NOT NULL, fencing_token INTEGER NOT NULL, lease_until TEXT NOT NULL, created_at TEXT NOT NULL );
-             CREATE TABLE effect_ledger ( effect_key TEXT PRIMARY KEY, job_key TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL, terms_shown TEXT, response TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL );",
+            "CREATE TABLE job_lease ( job_key TEXT PRIMARY KEY, owner TEXT NOT NULL, fencing_token \
+             INTEGER NOT NULL, lease_until TEXT NOT NULL, created_at TEXT NOT NULL );
+             CREATE TABLE effect_ledger ( effect_key TEXT PRIMARY KEY, job_key TEXT NOT NULL, \
+             run_id TEXT NOT NULL, state TEXT NOT NULL, terms_shown TEXT, response TEXT, \
+             created_at TEXT NOT NULL, updated_at TEXT NOT NULL );",
         )
         .unwrap();
         c.execute(
-            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = ?1), ?3, ?4) ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner, fencing_token = excluded.fencing_token, lease_until = excluded.lease_until WHERE job_lease.lease_until < excluded.created_at",
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES \
+             (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease WHERE job_key = \
+             ?1), ?3, ?4) ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner, \
+             fencing_token = excluded.fencing_token, lease_until = excluded.lease_until WHERE \
+             job_lease.lease_until < excluded.created_at",
             ["py-job", "python", "2020-01-01T00:00:00.000Z", "2019-12-31T23:59:00.000Z"],
         )
         .unwrap();
@@ -555,7 +566,9 @@ fn adopts_a_database_written_with_the_seeds_sql() {
             ("k-claimed", "claimed"),
         ] {
             c.execute(
-                "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, updated_at) VALUES (?1, 'py-job', 'r1', ?2, '2020-01-01T00:00:00.000Z', '2020-01-01T00:00:00.000Z')",
+                "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, \
+                 updated_at) VALUES (?1, 'py-job', 'r1', ?2, '2020-01-01T00:00:00.000Z', \
+                 '2020-01-01T00:00:00.000Z')",
                 [k, s],
             )
             .unwrap();
@@ -630,7 +643,10 @@ fn refuses_newer_foreign_and_corrupt_databases_without_writing() {
     let foreign = env.path("foreign.db");
     rusqlite::Connection::open(&foreign)
         .unwrap()
-        .execute_batch("CREATE TABLE effect_ledger (id INTEGER, body TEXT); INSERT INTO effect_ledger VALUES (1, 'x');")
+        .execute_batch(
+            "CREATE TABLE effect_ledger (id INTEGER, body TEXT); INSERT INTO effect_ledger VALUES \
+             (1, 'x');",
+        )
         .unwrap();
     assert_refused(&foreign, "init", Some("not exactly's"));
     // Corrupt: a real database with its pages overwritten.

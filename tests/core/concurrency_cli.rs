@@ -136,7 +136,8 @@ fn seed_db(env: &Env, rows: &[(&str, &str)]) {
     for (k, st) in rows {
         c.execute(
             "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, updated_at)
-             VALUES (?1, 'py-job', 'r1', ?2, '2020-01-01T00:00:00.000Z', '2020-01-01T00:00:00.000Z')",
+             VALUES (?1, 'py-job', 'r1', ?2, '2020-01-01T00:00:00.000Z', \
+             '2020-01-01T00:00:00.000Z')",
             [k, st],
         )
         .expect("seed row");
@@ -297,8 +298,13 @@ on_both_backends! {
         }
         let env = Env::new();
         let mut s = env.store();
-        let t = match exactly::lease::claim(&mut s, &exactly::JobName::from("pay-a"), "w", Duration::from_secs(600))
-            .expect("claim")
+        let t = match exactly::lease::claim(
+            &mut s,
+            &exactly::JobName::from("pay-a"),
+            "w",
+            Duration::from_secs(600),
+        )
+        .expect("claim")
         {
             exactly::lease::Claim::Won { token } => token,
             other => panic!("{other:?}"),
@@ -383,7 +389,8 @@ on_both_backends! {
         }
         let t = env.claim("j", "1m").to_string();
         for d in ["8000y", "0s"] {
-            let (code, _, err) = env.run(&["lease", "renew", "--job", "j", "--token", &t, "--for", d]);
+            let (code, _, err) =
+                env.run(&["lease", "renew", "--job", "j", "--token", &t, "--for", d]);
             assert_eq!(code, 2, "renew --for {d}: {err}");
         }
         assert_eq!(
@@ -456,7 +463,8 @@ on_both_backends! {
         assert!(k.chars().all(|c| c.is_ascii_hexdigit()), "{k}");
         env.sql_execute(&format!(
             "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, updated_at)
-             VALUES ('{k}', 'py-job', 'r1', 'unknown', '2020-01-01T00:00:00.000Z', '2020-01-01T00:00:00.000Z')"
+             VALUES ('{k}', 'py-job', 'r1', 'unknown', '2020-01-01T00:00:00.000Z', \
+             '2020-01-01T00:00:00.000Z')"
         ));
         let far = env.path("far.txt");
         std::fs::write(&far, "").expect("far side");

@@ -66,7 +66,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     #[test]
-    fn interleavings_never_duplicate_and_tokens_never_decrease(ops in proptest::collection::vec(op(), 1..60)) {
+    fn interleavings_never_duplicate_and_tokens_never_decrease(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path().join("p.db").to_str().unwrap()).unwrap();
         let mut clock: i64 = 1_800_000_000_000;
@@ -79,9 +81,18 @@ proptest! {
             match op {
                 Op::Advance { ms } => clock += ms,
                 Op::Claim { w, dur_ms } => {
-                    match lease::claim_until(&mut store, &exactly::JobName::from("job"), &format!("w{w}"), at(clock + dur_ms), at(clock)).unwrap() {
+                    let job = exactly::JobName::from("job");
+                    let until = at(clock + dur_ms);
+                    match lease::claim_until(&mut store, &job, &format!("w{w}"), until, at(clock))
+                        .unwrap()
+                    {
                         Claim::Won { token } => {
-                            prop_assert!(token > exactly::Token::from(highest), "token {} after {}", token, highest);
+                            prop_assert!(
+                                token > exactly::Token::from(highest),
+                                "token {} after {}",
+                                token,
+                                highest
+                            );
                             highest = token.get();
                             tokens[w] = Some(token.get());
                         }
@@ -90,13 +101,24 @@ proptest! {
                 }
                 Op::Renew { w, dur_ms } => {
                     if let Some(t) = tokens[w] {
-                        let ok = lease::renew_until(&mut store, &exactly::JobName::from("job"), exactly::Token::from(t), at(clock + dur_ms)).unwrap();
+                        let ok = lease::renew_until(
+                            &mut store,
+                            &exactly::JobName::from("job"),
+                            exactly::Token::from(t),
+                            at(clock + dur_ms),
+                        )
+                        .unwrap();
                         if t != highest { prop_assert!(!ok, "a stale renew was accepted"); }
                     }
                 }
                 Op::Release { w } => {
                     if let Some(t) = tokens[w].take() {
-                        let ok = lease::release(&mut store, &exactly::JobName::from("job"), exactly::Token::from(t)).unwrap();
+                        let ok = lease::release(
+                            &mut store,
+                            &exactly::JobName::from("job"),
+                            exactly::Token::from(t),
+                        )
+                        .unwrap();
                         if t != highest { prop_assert!(!ok, "a stale release was accepted"); }
                     }
                 }
@@ -104,10 +126,16 @@ proptest! {
                     let Some(t) = tokens[w] else { continue };
                     let spec = Spec::new("send", "dave").input("n", key.to_string());
                     let ctx = Ctx::new(&exactly::JobName::from("job"), exactly::Token::from(t));
-                    let out = effect::run(&mut store, &ctx, &spec, &mut Far { got: &mut far, mode }).unwrap();
+                    let mut far_side = Far { got: &mut far, mode };
+                    let out = effect::run(&mut store, &ctx, &spec, &mut far_side).unwrap();
                     if t != highest {
                         fenced_expected += 1;
-                        prop_assert!(matches!(out, Outcome::Fenced { .. }), "stale token {} got {:?}", t, out);
+                        prop_assert!(
+                            matches!(out, Outcome::Fenced { .. }),
+                            "stale token {} got {:?}",
+                            t,
+                            out
+                        );
                     }
                     if matches!(out, Outcome::Fenced { .. }) { fenced_seen += 1; }
                 }

@@ -95,7 +95,8 @@ fn retry(env: &Env, token: i64, far: &Path) -> (i32, String, String) {
 /// The detail of the last `resolved` event of `key`.
 fn resolved_detail(env: &Env, key: &str) -> Option<String> {
     let sql = format!(
-        "SELECT detail FROM exactly_events WHERE kind = 'resolved' AND effect_key = '{key}' ORDER BY id DESC"
+        "SELECT detail FROM exactly_events WHERE kind = 'resolved' AND effect_key = '{key}' \
+         ORDER BY id DESC"
     );
     support::strings(&env.db, &sql).into_iter().next()
 }
@@ -146,7 +147,8 @@ on_both_backends! {
         assert_eq!(
             (far_count(&far, &k), state.as_deref()),
             (1, Some("done")),
-            "the ledger must say what the far side got: resolve exit {cr} ({er}); sender exit {ca} ({ea})"
+            "the ledger must say what the far side got: resolve exit {cr} ({er}); sender exit {ca} \
+             ({ea})"
         );
         assert_eq!(cr, 5, "{er}");
         assert!(er.contains("in flight"), "{er}");
@@ -179,7 +181,8 @@ on_both_backends! {
         let t = env.claim("pay", "10m");
         let k = key(&env).expect("key");
         let held = Held::start(&env, t, &far, None).expect("sender held mid-send");
-        let (cr, out, er) = env.run(&["resolve", &k, "--cancel", "--force", "--note", "far side refused it"]);
+        let (cr, out, er) =
+            env.run(&["resolve", &k, "--cancel", "--force", "--note", "far side refused it"]);
         assert_eq!(cr, 0, "{er}");
         assert!(out.contains("submitted → cancelled"), "{out}");
         assert!(er.contains("forced") && er.contains("in flight"), "warns: {er}");

@@ -288,7 +288,8 @@ fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
     };
     s.client()
         .batch_execute(
-            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, created_at, updated_at)
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+             created_at, updated_at)
              SELECT 'k' || g, 'job' || (g % 100), 'r', 1,
                     CASE WHEN g % 1000 = 0 THEN 'unknown' ELSE 'done' END,
                     '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z'
@@ -457,7 +458,10 @@ fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
          VALUES ($1, 'j', {ts}, 'o', 1, {ts})"
     );
-    let end = format!("UPDATE exactly_runs SET ended_at = {ts}, outcome = 'ok', duration_ms = 10 WHERE run_id = $1");
+    let end = format!(
+        "UPDATE exactly_runs SET ended_at = {ts}, outcome = 'ok', duration_ms = 10 WHERE run_id = \
+         $1"
+    );
     let mut c = s.client();
     c.batch_execute("SET lock_timeout = '10s'")
         .expect("lock timeout");
@@ -623,7 +627,8 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
     let jobs = dir.path().join("jobs.toml");
     std::fs::write(
         &jobs,
-        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ntimeout = \"900ms\"\ncommand = [\"true\"]\n",
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+         timeout = \"900ms\"\ncommand = [\"true\"]\n",
     )
     .expect("jobs file");
     let mut sched = Command::new(env!("CARGO_BIN_EXE_exactly"));

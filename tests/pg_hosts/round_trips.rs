@@ -222,11 +222,11 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
     Ok(())
 }
 
-/// Eight threads, each with a store of its own, race for one job's lease over and over: the
-/// winner runs an effect to `done` under its token and releases the lease; after its next
-/// claim (so a newer token exists) it tries another effect under the old one. Every transition goes by
-/// the server's functions: no token is won twice, every held token's effect is done once, and
-/// every stale one is fenced (recorded) with nothing inserted.
+/// Eight threads, each with a store of its own, race for one job's lease over and over: the winner
+/// runs an effect to `done` under its token and releases the lease; after its next claim (so a
+/// newer token exists) it tries another effect under the old one. Every transition goes by the
+/// server's functions: no token is won twice, every held token's effect is done once, and every
+/// stale one is fenced (recorded) with nothing inserted.
 #[test]
 fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
     if pg_url().is_none() {

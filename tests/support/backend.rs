@@ -72,7 +72,8 @@ pub fn enter_postgres() -> Option<Using> {
     if pg_url().is_none() {
         if on_ci() {
             panic!(
-                "EXACTLY_TEST_PG is not set, and on CI the PostgreSQL tests must run: set EXACTLY_TEST_PG=postgres://user:pass@host:port/db (see .ci/run)"
+                "EXACTLY_TEST_PG is not set, and on CI the PostgreSQL tests must run: set \
+                 EXACTLY_TEST_PG=postgres://user:pass@host:port/db (see .ci/run)"
             );
         }
         return None;

@@ -110,7 +110,11 @@ on_both_backends! {
         assert_eq!((loud.0, loud.1.trim()), (0, "the answer"), "a duplicate replays the answer");
         assert!(loud.2.contains("duplicate suppressed"), "{}", loud.2);
         let quiet = env.run(&support::strs(&args(true)));
-        assert_eq!(quiet, (0, String::new(), String::new()), "--quiet: nothing on stdout or stderr");
+        assert_eq!(
+            quiet,
+            (0, String::new(), String::new()),
+            "--quiet: nothing on stdout or stderr"
+        );
         assert_eq!(far_count(&env.path("far.txt"), &key(&env, "1")), 1);
     }
 

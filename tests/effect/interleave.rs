@@ -77,7 +77,8 @@ fn expire(store: &mut Store, job: &str, token: i64) {
     if let Some(url) = PG_URL.with(|u| u.borrow().clone()) {
         support::backend::with_client(&url, |c| {
             c.execute(
-                "UPDATE effect_ledger SET sender_until = $3 WHERE job_key = $1 AND fencing_token <= $2",
+                "UPDATE effect_ledger SET sender_until = $3 WHERE job_key = $1 AND \
+                 fencing_token <= $2",
                 &[&job, &token, &LONG_AGO],
             )
         })
@@ -600,7 +601,11 @@ fn cases() -> u32 {
 static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 2000,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn every_interleaving_of_live_attempts_sends_at_most_once(

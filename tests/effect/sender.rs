@@ -170,7 +170,10 @@ on_both_backends! {
     fn a_paused_sender_is_stopped_at_its_deadline_and_another_host_sends_once() {
         let env = Env::new().with_skew("100ms");
         let token = env.claim("paused", "3s");
-        let script = format!("echo $$ > sh.pid; sleep 7; echo sent >> {}", env.path("far").display());
+        let script = format!(
+            "echo $$ > sh.pid; sleep 7; echo sent >> {}",
+            env.path("far").display()
+        );
         let mut a = spawn(effect(&env, "paused", token, "1", &script));
         read_pid(&env, "sh.pid");
         // SAFETY: pausing the process this test started.
@@ -241,7 +244,8 @@ on_both_backends! {
     fn the_command_is_told_its_key_token_job_run_and_lease_deadline() {
         let env = Env::new();
         let token = env.claim("told", "1h");
-        let script = "echo \"$EXACTLY_EFFECT_KEY|$EXACTLY_FENCING_TOKEN|$EXACTLY_JOB|$EXACTLY_RUN_ID|$EXACTLY_LEASE_UNTIL\" > told";
+        let script = "echo \"$EXACTLY_EFFECT_KEY|$EXACTLY_FENCING_TOKEN|$EXACTLY_JOB|\
+                      $EXACTLY_RUN_ID|$EXACTLY_LEASE_UNTIL\" > told";
         let mut c2 = env.cmd();
         c2.args(
             effect_args("told", token, "send", "t")
@@ -288,7 +292,10 @@ on_both_backends! {
     fn a_sender_on_another_machine_with_our_host_name_is_judged_by_its_deadline() {
         let env = Env::new().with_skew("100ms");
         let token = env.claim("clash", "2s");
-        let script = format!("echo $$ > sh.pid; sleep 30; echo sent >> {}", env.path("far").display());
+        let script = format!(
+            "echo $$ > sh.pid; sleep 30; echo sent >> {}",
+            env.path("far").display()
+        );
         // Another machine: its own pid namespace (its pids are small and mean nothing here).
         let inner = effect(&env, "clash", token, "1", &script);
         let mut c = Command::new("unshare");
@@ -326,7 +333,10 @@ on_both_backends! {
     fn a_dead_senders_pid_taken_by_another_process_does_not_keep_it_in_flight() {
         let env = Env::new().with_skew("100ms");
         let token = env.claim("reuse", "1s");
-        let script = format!("echo $$ > sh.pid; sleep 30; echo sent >> {}", env.path("far").display());
+        let script = format!(
+            "echo $$ > sh.pid; sleep 30; echo sent >> {}",
+            env.path("far").display()
+        );
         let mut a = spawn(effect(&env, "reuse", token, "1", &script));
         read_pid(&env, "sh.pid");
         let pid = a.id() as i32;
@@ -359,7 +369,10 @@ on_both_backends! {
     fn two_schedulers_on_two_machines_with_one_host_name_are_shown() {
         let env = Env::new();
         let mut store = env.store();
-        for (owner, host_id) in [("a@web-1:10", "boot-a/4026531836"), ("b@web-1:10", "boot-b/4026531836")] {
+        for (owner, host_id) in [
+            ("a@web-1:10", "boot-a/4026531836"),
+            ("b@web-1:10", "boot-b/4026531836"),
+        ] {
             let reg = exactly::jobs::SchedulerReg {
                 owner,
                 host: "web-1",
@@ -381,8 +394,18 @@ on_both_backends! {
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&json).expect("json");
         let warnings = v["warnings"].as_array().expect("warnings");
-        assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.contains("host-name clash"))), "{json}");
-        assert!(v["schedulers"].as_array().expect("schedulers").iter().all(|s| s["host_id"].is_string()), "{json}");
+        assert!(
+            warnings.iter().any(|w| w.as_str().is_some_and(|w| w.contains("host-name clash"))),
+            "{json}"
+        );
+        assert!(
+            v["schedulers"]
+                .as_array()
+                .expect("schedulers")
+                .iter()
+                .all(|s| s["host_id"].is_string()),
+            "{json}"
+        );
     }
 
     #[test]
@@ -410,7 +433,11 @@ on_both_backends! {
         let (code, out, err) = run(effect(&env, "escape", token, "1", &script));
         assert_eq!((code, out.trim()), (0, "started"), "{err}");
         std::thread::sleep(Duration::from_secs(3));
-        assert_eq!(deliveries(&env), 0, "a child outside the group sent after the effect was recorded");
+        assert_eq!(
+            deliveries(&env),
+            0,
+            "a child outside the group sent after the effect was recorded"
+        );
     }
 }
 

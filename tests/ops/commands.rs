@@ -118,7 +118,10 @@ fn promtool_clean(site: &Site) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("promtool could not be started ({e}): install Debian's prometheus package (.ci/run does)")
+            panic!(
+                "promtool could not be started ({e}): install Debian's prometheus package (.ci/run \
+                 does)"
+            )
         });
     std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), out.as_bytes())
         .expect("write to promtool");
@@ -208,7 +211,8 @@ on_both_backends! {
             site.execute("UPDATE exactly_meta SET value = 6 WHERE name = 'schema_version'");
         } else {
             site.execute(
-                "DROP TRIGGER exactly_runs_duration_insert; DROP TRIGGER exactly_runs_duration_update;
+                "DROP TRIGGER exactly_runs_duration_insert; DROP TRIGGER \
+                 exactly_runs_duration_update;
                  PRAGMA user_version = 6;",
             );
         }
@@ -233,7 +237,8 @@ on_both_backends! {
     fn status_check_exits_0_when_healthy_1_for_a_pending_approval_2_with_no_scheduler() {
         let site = Site::new();
         site.write_jobs(&format!(
-            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
             sh("true")
         ));
         let mut sched = site.start("s", "5s");
@@ -279,7 +284,11 @@ on_both_backends! {
         let mut s = exactly::Store::open(&site.db()).expect("open");
         let at = exactly::time::now() - chrono::Duration::hours(2);
         let token = match lease::claim_until(
-            &mut s, &exactly::JobName::from("payroll"), "me@host:2", at + chrono::Duration::minutes(10), at,
+            &mut s,
+            &exactly::JobName::from("payroll"),
+            "me@host:2",
+            at + chrono::Duration::minutes(10),
+            at,
         )
         .expect("claim")
         {
@@ -291,14 +300,16 @@ on_both_backends! {
         let out = effect::run(&mut s, &ctx, &Spec::new("pay", "bob").terms("pay bob 10"), &mut lost)
             .expect("effect");
         assert!(matches!(out, Outcome::Unknown { .. }), "{out:?}");
-        let done = effect::run(&mut s, &ctx, &Spec::new("pay", "alice"), &mut Answer(Ok("ok".into())))
-            .expect("effect");
+        let done =
+            effect::run(&mut s, &ctx, &Spec::new("pay", "alice"), &mut Answer(Ok("ok".into())))
+                .expect("effect");
         assert!(matches!(done, Outcome::Done { .. }), "{done:?}");
         let key = out.key().to_string();
         drop(s);
         // PostgreSQL stamps rows with its own clock: the effect is moved back by hand.
         site.execute(&format!(
-            "UPDATE effect_ledger SET created_at = '{0}', updated_at = '{0}' WHERE effect_key = '{key}'",
+            "UPDATE effect_ledger SET created_at = '{0}', updated_at = '{0}' WHERE effect_key = \
+             '{key}'",
             exactly::time::fmt(at)
         ));
 
@@ -344,8 +355,10 @@ on_both_backends! {
     fn jobs_lists_each_job_with_its_schedule_last_run_lease_and_state() {
         let site = Site::new();
         site.write_jobs(&format!(
-            "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n\n\
-             [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\n\
+             overlap = \"coalesce\"\ncommand = {}\n\n\
+             [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
             sh("exit 3"),
             sh("true")
         ));
@@ -361,8 +374,13 @@ on_both_backends! {
             wait_until(Duration::from_secs(20), || {
                 // Until the scheduler made the schema, `jobs` refuses the database.
                 let (code, out, _) = site.exactly(&["jobs", "--json"]);
-                v = if code == 0 { serde_json::from_str(&out).unwrap_or(Value::Null) } else { Value::Null };
-                state(&v, "broken") == Some("failing".into()) && state(&v, "fine") == Some("ok".into())
+                v = if code == 0 {
+                    serde_json::from_str(&out).unwrap_or(Value::Null)
+                } else {
+                    Value::Null
+                };
+                state(&v, "broken") == Some("failing".into())
+                    && state(&v, "fine") == Some("ok".into())
             }),
             "{v}\n{}",
             site.log("s")

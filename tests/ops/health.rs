@@ -82,7 +82,8 @@ fn hex(b: &[u8]) -> String {
 fn a_killed_scheduler_is_shown_dead_within_the_window_and_a_stopped_one_at_once() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
         sh("true")
     ));
     let mut sched = site.start("alpha", "5s");
@@ -170,8 +171,10 @@ fn a_killed_scheduler_is_shown_dead_within_the_window_and_a_stopped_one_at_once(
 fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n\
-         [[job]]\nname = \"daily\"\nschedule = \"0 7 * * *\"\ntimezone = \"Asia/Kolkata\"\nlease = \"5m\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = {}\n\
+         [[job]]\nname = \"daily\"\nschedule = \"0 7 * * *\"\ntimezone = \"Asia/Kolkata\"\n\
+         lease = \"5m\"\noverlap = \"coalesce\"\ncommand = {}\n",
         sh("echo trying; exit 3"),
         sh("true")
     ));
@@ -258,7 +261,8 @@ fn a_failing_job_is_counted_flagged_and_its_next_firing_known() {
 fn logs_prints_both_streams_sanitised_and_follows_a_running_run() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"talker\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"talker\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
         sh("echo to-stdout; echo to-stderr >&2; printf 'evil \\033]0;pwned\\007 end\\n'; exit 0")
     ));
     // No run yet: a clear refusal.
@@ -294,7 +298,8 @@ fn logs_prints_both_streams_sanitised_and_follows_a_running_run() {
 
     // --follow prints a running run's output as it comes, before the run ends.
     site.write_jobs(&format!(
-        "[[job]]\nname = \"slow\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"slow\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
         sh("for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.5; done")
     ));
     // Registered by a scheduler, then fired by hand (the run happens in `trigger` itself).
@@ -602,7 +607,8 @@ fn retain_in_the_jobs_file_makes_run_prune_on_its_own() {
     let site = Site::new();
     let jobs = |retain: &str| {
         format!(
-            "{retain}[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "{retain}[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\n\
+             overlap = \"coalesce\"\ncommand = {}\n",
             sh("true")
         )
     };
@@ -786,11 +792,16 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
              CREATE INDEX exactly_firings_state ON exactly_firings (job_key, state, scheduled_at);
              INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
                VALUES ('old', 'every 1h', 3600, 60, 'coalesce', '2026-01-01T00:00:00.000Z');
-             INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms, exit_code)
-               VALUES ('r1', 'old', '2026-01-01T00:00:00.000Z', 'o', 1, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', 'ok', 1000, 0),
-                      ('r2', 'old', '2026-01-01T01:00:00.000Z', 'o', 2, '2026-01-01T01:00:00.000Z', '2026-01-01T01:00:01.000Z', 'ok', 1000, 0),
-                      ('r3', 'old', '2026-01-01T02:00:00.000Z', 'o', 3, '2026-01-01T02:00:00.000Z', '2026-01-01T02:00:01.000Z', 'failed', 1000, 3),
-                      ('r4', 'old', '2026-01-01T03:00:00.000Z', 'o', 4, '2026-01-01T03:00:00.000Z', NULL, NULL, NULL, NULL);",
+             INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+             started_at, ended_at, outcome, duration_ms, exit_code)
+               VALUES ('r1', 'old', '2026-01-01T00:00:00.000Z', 'o', 1, \
+               '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', 'ok', 1000, 0),
+                      ('r2', 'old', '2026-01-01T01:00:00.000Z', 'o', 2, \
+                      '2026-01-01T01:00:00.000Z', '2026-01-01T01:00:01.000Z', 'ok', 1000, 0),
+                      ('r3', 'old', '2026-01-01T02:00:00.000Z', 'o', 3, \
+                      '2026-01-01T02:00:00.000Z', '2026-01-01T02:00:01.000Z', 'failed', 1000, 3),
+                      ('r4', 'old', '2026-01-01T03:00:00.000Z', 'o', 4, \
+                      '2026-01-01T03:00:00.000Z', NULL, NULL, NULL, NULL);",
         )
         .expect("make it a version-1 database");
         assert!(c
@@ -818,7 +829,8 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
     assert_eq!(
         sql_i64(
             &site,
-            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'exactly_firings_state'"
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = \
+             'exactly_firings_state'"
         ),
         0,
         "the replaced index is dropped"
@@ -826,7 +838,8 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
     assert_eq!(
         sql_i64(
             &site,
-            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'exactly_firings_by_state'"
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = \
+             'exactly_firings_by_state'"
         ),
         1
     );
@@ -838,8 +851,12 @@ fn an_older_database_is_read_as_it_is_and_upgraded_by_a_writer() {
     );
     // r4 ends now: counted once, and a later rewrite of its outcome is not a second run.
     let c = site.conn();
-    c.execute("UPDATE exactly_runs SET outcome = 'timeout', ended_at = '2026-01-01T03:10:00.000Z' WHERE run_id = 'r4'", [])
-        .expect("end r4");
+    c.execute(
+        "UPDATE exactly_runs SET outcome = 'timeout', ended_at = '2026-01-01T03:10:00.000Z' WHERE \
+         run_id = 'r4'",
+        [],
+    )
+    .expect("end r4");
     c.execute(
         "UPDATE exactly_runs SET outcome = 'killed' WHERE run_id = 'r4'",
         [],

@@ -85,7 +85,8 @@ fn trigger_and_backfill_json() {
          -- sh -c 'echo $EXACTLY_SCHEDULED_AT >> far.txt'",
     );
     site.write_jobs(&format!(
-        "[[job]]\nname = \"report\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        "[[job]]\nname = \"report\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\n\
+         overlap = \"coalesce\"\ncommand = {cmd}\n"
     ));
     let mut s = site.start("s", "1s");
     assert!(wait_until(Duration::from_secs(5), || site.count(

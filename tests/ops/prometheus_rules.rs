@@ -22,7 +22,10 @@ fn promtool(args: &[&str], dir: &Path) -> (bool, String) {
         .current_dir(dir)
         .output()
         .unwrap_or_else(|e| {
-            panic!("promtool could not be started ({e}): install Debian's prometheus package (.ci/run does)")
+            panic!(
+                "promtool could not be started ({e}): install Debian's prometheus package (.ci/run \
+                 does)"
+            )
         });
     (
         out.status.success(),
@@ -110,8 +113,10 @@ const EXPECTED: &str = r#"  alert_rule_test:
 fn the_failing_and_no_scheduler_alerts_fire_on_a_real_databases_series() {
     let site = Site::new();
     site.write_jobs(&format!(
-        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n\n\
-         [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"broken\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = {}\n\n\
+         [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
         sh("exit 3"),
         sh("true")
     ));
@@ -160,7 +165,8 @@ fn the_failing_and_no_scheduler_alerts_fire_on_a_real_databases_series() {
         ));
     }
     let test = format!(
-        "rule_files: ['{}']\nevaluation_interval: 1m\ntests:\n- interval: 1m\n  input_series:\n{series}{EXPECTED}",
+        "rule_files: ['{}']\nevaluation_interval: 1m\ntests:\n- interval: 1m\n  input_series:\n\
+         {series}{EXPECTED}",
         assets().join("alerts.yml").display()
     );
     let file = site.path("real_test.yml");

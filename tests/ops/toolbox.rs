@@ -319,7 +319,8 @@ fn job_names_with_control_characters_or_too_long_are_refused_where_they_enter() 
     let jobs = env.path("jobs.toml");
     std::fs::write(
         &jobs,
-        "[[job]]\nname = \"a\\tb\"\nevery = \"1h\"\nlease = \"5m\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+        "[[job]]\nname = \"a\\tb\"\nevery = \"1h\"\nlease = \"5m\"\noverlap = \"fail\"\n\
+         command = [\"true\"]\n",
     )
     .expect("write");
     let (code, out, err) = env.run(&["check", jobs.to_str().expect("utf8")]);

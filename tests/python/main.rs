@@ -165,7 +165,8 @@ on_both_backends! {
     #[test]
     fn chaos_python_senders_send_each_message_once() {
         let (_dir, _schema, db) = chaos_db();
-        let (v, code) = chaos(&db, &["--iterations", "36", "--seed", "11"]).unwrap_or_else(|e| panic!("{e}"));
+        let (v, code) =
+            chaos(&db, &["--iterations", "36", "--seed", "11"]).unwrap_or_else(|e| panic!("{e}"));
         let s = &v["scenarios"]["python"];
         assert!(v["not_run"]["python"].is_null(), "the scenario must run here: {v:#}");
         assert_eq!(code, Some(0), "{v:#}");
@@ -173,7 +174,13 @@ on_both_backends! {
         assert_eq!(s["duplicate_effects"].as_u64(), Some(0), "{s:#}");
         assert_eq!(s["lost_effects"].as_u64(), Some(0), "{s:#}");
         assert_eq!(s["unknown_unresolved"].as_u64(), Some(0), "{s:#}");
-        for point in ["after_claim", "after_submitted", "in_perform_after_send", "after_send", "after_done"] {
+        for point in [
+            "after_claim",
+            "after_submitted",
+            "in_perform_after_send",
+            "after_send",
+            "after_done",
+        ] {
             assert_eq!(s["kills"][point].as_u64(), Some(6), "{point}: {s:#}");
         }
         assert!(s["unknown_resolved"].as_u64().is_some_and(|n| n >= 12), "{s:#}");
@@ -184,7 +191,8 @@ on_both_backends! {
     #[test]
     fn chaos_python_senders_without_the_guard_send_twice() {
         let (_dir, _schema, db) = chaos_db();
-        let (v, code) = chaos(&db, &["--unguarded", "--iterations", "12", "--seed", "11"]).unwrap_or_else(|e| panic!("{e}"));
+        let (v, code) = chaos(&db, &["--unguarded", "--iterations", "12", "--seed", "11"])
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(code, Some(1), "{v:#}");
         let d = v["scenarios"]["python"]["duplicate_effects"].as_u64();
         assert!(d.is_some_and(|d| d >= 8), "{v:#}");

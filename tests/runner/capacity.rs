@@ -34,7 +34,8 @@ on_both_backends! {
             // few 1.5 s and 3 s leases of 400 runs at once were not renewed in time (stopped,
             // then run again: degraded, not missed).
             toml.push_str(&format!(
-                "[[job]]\nname = \"tick-{j:03}\"\nevery = \"{EVERY_S}s\"\nlease = \"4s\"\ntimeout = \"1s\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
+                "[[job]]\nname = \"tick-{j:03}\"\nevery = \"{EVERY_S}s\"\nlease = \"4s\"\n\
+                 timeout = \"1s\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
             ));
         }
         site.write_jobs(&toml);
@@ -43,7 +44,9 @@ on_both_backends! {
         let mut sched = site.start("cap", "10s");
         // Stop a second after the last slot: a slot fired later than that is a scheduler that
         // does not keep up.
-        std::thread::sleep(until_boundary(EVERY_S, 0) + Duration::from_secs(EVERY_S * (SLOTS - 1) + 1));
+        std::thread::sleep(
+            until_boundary(EVERY_S, 0) + Duration::from_secs(EVERY_S * (SLOTS - 1) + 1),
+        );
         assert_eq!(
             sched.term(Duration::from_secs(30)),
             Some(0),
@@ -56,13 +59,20 @@ on_both_backends! {
             0,
             "firings recorded as missed: {:?}\n{}",
             site.strings(
-                "SELECT job_key || ' ' || scheduled_at FROM exactly_firings WHERE state = 'missed' LIMIT 5"
+                "SELECT job_key || ' ' || scheduled_at FROM exactly_firings WHERE state = 'missed' \
+                 LIMIT 5"
             ),
-            site.log("cap").lines().filter(|l| l.contains("missed") || l.contains("late")).take(5).collect::<Vec<_>>().join("\n")
+            site.log("cap")
+                .lines()
+                .filter(|l| l.contains("missed") || l.contains("late"))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         // Per slot: how many jobs fired it, and how many of those ran it to its end.
         let per_slot = site.strings(
-            "SELECT scheduled_at || ' ' || count(*) || ' ' || sum(CASE WHEN state = 'ran' THEN 1 ELSE 0 END) FROM exactly_firings
+            "SELECT scheduled_at || ' ' || count(*) || ' ' || sum(CASE WHEN state = 'ran' THEN 1 \
+             ELSE 0 END) FROM exactly_firings
              GROUP BY scheduled_at ORDER BY scheduled_at",
         );
         assert_eq!(
@@ -76,9 +86,16 @@ on_both_backends! {
                 line.ends_with(&format!(" {JOBS} {JOBS}")),
                 "every job fires and runs every slot: {per_slot:?}\nnot ran: {:?}\n{}",
                 site.strings(
-                    "SELECT job_key || ' ' || scheduled_at || ' ' || state || ' ' || coalesce(detail, '') FROM exactly_firings WHERE state <> 'ran' AND state <> 'coalesced' LIMIT 10"
+                    "SELECT job_key || ' ' || scheduled_at || ' ' || state || ' ' || \
+                     coalesce(detail, '') FROM exactly_firings WHERE state <> 'ran' AND state <> \
+                     'coalesced' LIMIT 10"
                 ),
-                site.log("cap").lines().filter(|l| !l.contains("started run") && !l.contains(" ok in ")).take(20).collect::<Vec<_>>().join("\n")
+                site.log("cap")
+                    .lines()
+                    .filter(|l| !l.contains("started run") && !l.contains(" ok in "))
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
         }
         assert_eq!(

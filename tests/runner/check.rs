@@ -122,8 +122,10 @@ on_both_backends! {
                 .format("%Y-%m-%dT%H:%M:%S%.3fZ")
                 .to_string();
             inserts.push_str(&format!(
-                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, outcome, duration_ms)
-                 VALUES ('slow-t{i}', 'slow', '{started}', 'o', {i}, '{started}', '{started}', 'ok', 3000);\n"
+                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+                 started_at, ended_at, outcome, duration_ms)
+                 VALUES ('slow-t{i}', 'slow', '{started}', 'o', {i}, '{started}', '{started}', \
+                 'ok', 3000);\n"
             ));
         }
         site.execute(&inserts);
@@ -235,7 +237,8 @@ on_both_backends! {
         assert!(!err.contains("panicked"), "{err}");
         // A registry an older version wrote with an absurd lease (300000y): trigger stays sane.
         site.execute(
-            "UPDATE exactly_jobs SET lease_ms = 9467280000000000, lease_s = 9467280000000 WHERE job_key = 'long'",
+            "UPDATE exactly_jobs SET lease_ms = 9467280000000000, lease_s = 9467280000000 WHERE \
+             job_key = 'long'",
         );
         let (code, out, err) = site.exactly(&["trigger", "long"]);
         assert_eq!(code, 0, "{out}{err}");

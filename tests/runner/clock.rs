@@ -154,7 +154,8 @@ fn a_firing_the_skip_policy_leaves_out_is_recorded_missed() {
     let mut jobs = String::new();
     for (name, policy) in [("skip", "dst_skipped = \"skip\"\n"), ("next", "")] {
         jobs.push_str(&format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\n{policy}\
+            "[[job]]\nname = \"{name}\"\nschedule = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\n\
+             {policy}\
              lease = \"1m\"\ntimeout = \"10s\"\noverlap = \"coalesce\"\ncommand = {}\n\n",
             sh(&format!("echo {name} $EXACTLY_SCHEDULED_AT >> ran"))
         ));
@@ -167,7 +168,8 @@ fn a_firing_the_skip_policy_leaves_out_is_recorded_missed() {
     let mut s = site.start_with_env("s", "5s", &env);
     let firing = |job: &str| {
         site.strings(&format!(
-            "SELECT scheduled_at || ' ' || state || ' ' || coalesce(detail, '') FROM exactly_firings WHERE job_key = '{job}'"
+            "SELECT scheduled_at || ' ' || state || ' ' || coalesce(detail, '') FROM \
+             exactly_firings WHERE job_key = '{job}'"
         ))
     };
     assert!(

@@ -16,7 +16,8 @@ on_both_backends! {
              $X effect --action report --target ops --input month=2026-01 \
              -- sh -c 'echo $EXACTLY_SCHEDULED_AT >> far.txt'");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"report\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"report\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\n\
+             overlap = \"coalesce\"\ncommand = {cmd}\n"
         ));
         // A scheduler registers the job, then stops.
         let mut s = site.start("s", "1s");
@@ -107,7 +108,8 @@ on_both_backends! {
 
         // A job no longer in the file is retired, not deleted, and cannot be triggered.
         site.write_jobs(
-            "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\noverlap = \"fail\"\ncommand = [\"true\"]\n",
+            "[[job]]\nname = \"other\"\nschedule = \"0 0 * * *\"\nlease = \"5s\"\n\
+             overlap = \"fail\"\ncommand = [\"true\"]\n",
         );
         let mut s = site.start("s2", "1s");
         assert!(wait_until(Duration::from_secs(5), || site.count(

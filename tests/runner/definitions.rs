@@ -110,7 +110,11 @@ on_both_backends! {
         let file = write(
             &site,
             "jobs.toml",
-            &format!("{}\n{}", counting_job("keep", "keep.count"), counting_job("gone", "gone.count")),
+            &format!(
+                "{}\n{}",
+                counting_job("keep", "keep.count"),
+                counting_job("gone", "gone.count")
+            ),
         );
         let mut old = site.start_file(&file, "old", "2s", &[]);
         assert!(
@@ -144,7 +148,8 @@ on_both_backends! {
         }
         let job = |name: &str, cmd: &str| {
             format!(
-                "[[job]]\nname = \"{name}\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\n\
+                "[[job]]\nname = \"{name}\"\nevery = \"1h\"\nlease = \"1m\"\n\
+                 overlap = \"coalesce\"\n\
                  timeout = \"5m\"\ncommand = [\"{cmd}\"]\n"
             )
         };
@@ -154,7 +159,9 @@ on_both_backends! {
         // `one` is registered (a scheduler ran it).
         let mut s1 = site.start_file(&one, "s1", "2s", &[]);
         assert!(
-            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_jobs") == 1),
+            wait_until(Duration::from_secs(10), || {
+                site.count("SELECT count(*) FROM exactly_jobs") == 1
+            }),
             "{}",
             site.log("s1")
         );
@@ -165,7 +172,9 @@ on_both_backends! {
         assert!(!out.contains("same command"), "{out}");
         let mut s2 = site.start_file(Path::new(&two), "s2", "2s", &[]);
         assert!(
-            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_jobs") == 2),
+            wait_until(Duration::from_secs(10), || {
+                site.count("SELECT count(*) FROM exactly_jobs") == 2
+            }),
             "run of the second folder's file did not start: {}",
             site.log("s2")
         );

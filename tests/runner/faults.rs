@@ -1,6 +1,7 @@
-//! The scheduler under real faults (issue 10): a hang-up (a reload) and a stop, a slow or hung observer, a command
-//! that kills its own scheduler, a database held locked while a run ends, a retried effect of an
-//! old firing. A firing runs once at a time and at most three times, whatever dies or hangs.
+//! The scheduler under real faults (issue 10): a hang-up (a reload) and a stop, a slow or hung
+//! observer, a command that kills its own scheduler, a database held locked while a run ends, a
+//! retried effect of an old firing. A firing runs once at a time and at most three times, whatever
+//! dies or hangs.
 use crate::on_both_backends;
 use crate::support;
 use std::time::{Duration, Instant};
@@ -24,7 +25,8 @@ on_both_backends! {
         // The command's own child shares its process group: both must go.
         let cmd = sh("echo $$ > pid; sleep 30 & echo $! > child; wait");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"hup\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"hup\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut s = site.start("s", "300ms");
         assert!(
@@ -73,7 +75,8 @@ on_both_backends! {
              echo $EXACTLY_RUN_ID > run; sleep 30 & echo $! >> pids.$EXACTLY_SCHEDULED_AT; wait",
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"long\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"long\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut a = site.start("a", "5s");
         assert!(
@@ -145,7 +148,8 @@ on_both_backends! {
              kill -9 $p; sleep 1",
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"killer\"\nevery = \"50y\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"killer\"\nevery = \"50y\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         // Register the job, then fire it by hand: the command kills `exactly trigger`.
         let mut s = site.start("reg", "1s");
@@ -242,7 +246,8 @@ on_both_backends! {
         let key = site.strings("SELECT effect_key FROM effect_ledger")[0].clone();
         // No observe_timeout (the default is long): SIGTERM with a short grace still stops at once.
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
             sh("touch ran")
         ));
         let mut s = site.start("s", "1s");
@@ -375,7 +380,8 @@ on_both_backends! {
         let cmd = sh("trap 'echo stop $EXACTLY_FENCING_TOKEN >> ran.txt; exit 143' TERM; \
              echo start $EXACTLY_FENCING_TOKEN >> ran.txt; sleep 5 & wait; echo end >> ran.txt");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"500ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"500ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         assert_eq!(site.exactly(&["init"]).0, 0);
         // The heartbeat stalls for 3 s: the lease lapses under the live command.
@@ -428,7 +434,8 @@ fn a_run_whose_end_meets_a_locked_database_is_recorded_ok_and_not_rerun() {
         "echo $EXACTLY_SCHEDULED_AT >> ran.txt; touch finishing.$EXACTLY_FENCING_TOKEN; sleep 0.3",
     );
     site.write_jobs(&format!(
-        "[[job]]\nname = \"end\"\nevery = \"5s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        "[[job]]\nname = \"end\"\nevery = \"5s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+         command = {cmd}\n"
     ));
     assert_eq!(site.exactly(&["init"]).0, 0);
     let mut s = site.start_with_env("s", "5s", &[("EXACTLY_BUSY_TIMEOUT_MS", "200")]);

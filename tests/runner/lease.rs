@@ -1,5 +1,5 @@
-//! Leases under stress: a run that overruns its lease is stolen, its copy ended and fenced; SIGTERM gives a
-//! running command its grace period and a restart does not re-run its firing.
+//! Leases under stress: a run that overruns its lease is stolen, its copy ended and fenced; SIGTERM
+//! gives a running command its grace period and a restart does not re-run its firing.
 use crate::on_both_backends;
 use crate::support;
 use std::time::Duration;
@@ -13,10 +13,12 @@ on_both_backends! {
         // (no slot in its key), so the far side must see it exactly once.
         let cmd = sh(
             "if [ \"$EXACTLY_FENCING_TOKEN\" = 1 ]; then touch started; sleep 3; fi; \
-             $X effect --action send --target far -- sh -c 'echo $EXACTLY_FENCING_TOKEN >> far.txt'",
+             $X effect --action send --target far -- sh -c 'echo $EXACTLY_FENCING_TOKEN >> \
+             far.txt'",
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"send\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"send\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut a = site.start("a", "10s");
         assert!(wait_until(Duration::from_secs(5), || site.exists("started")));
@@ -77,7 +79,8 @@ on_both_backends! {
              $X effect --action append --target far --input slot=$EXACTLY_SCHEDULED_AT \
              -- sh -c 'echo $EXACTLY_SCHEDULED_AT >> far.txt'");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"slow\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"slow\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut s = site.start("s1", "10s");
         assert!(wait_until(Duration::from_secs(5), || site.exists("started.1")));
@@ -131,7 +134,8 @@ on_both_backends! {
     fn grace_expired_kills_the_command_and_still_exits_0() {
         let site = Site::new();
         site.write_jobs(&format!(
-            "[[job]]\nname = \"stuck\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            "[[job]]\nname = \"stuck\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
             sh("touch started; sleep 30")
         ));
         let mut s = site.start("s", "300ms");

@@ -6,7 +6,8 @@ use std::time::Duration;
 use support::runner::*;
 
 /// A job that fails every second: a WARN line per run, among the scheduler's INFO lines.
-const FAILING: &str = "[[job]]\nname = \"fails\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"800ms\"\noverlap = \"fail\"\ncommand = [\"false\"]\n";
+const FAILING: &str = "[[job]]\nname = \"fails\"\nevery = \"1s\"\nlease = \"900ms\"\n\
+                       timeout = \"800ms\"\noverlap = \"fail\"\ncommand = [\"false\"]\n";
 
 /// Runs `exactly run` with `args` and `env` until its log holds a failed run; its stderr.
 fn run_until_a_failure(site: &Site, args: &[&str], env: &[(&str, &str)]) -> String {

@@ -51,7 +51,9 @@ on_both_backends! {
         let mut again = site.start("s2", "5s");
         // Its notifier takes the lease over once the killed one's lapses, and finds it sent.
         assert!(
-            wait_until(Duration::from_secs(20), || site.log("s2").contains("already notified (duplicate suppressed)")),
+            wait_until(Duration::from_secs(20), || {
+                site.log("s2").contains("already notified (duplicate suppressed)")
+            }),
             "{}",
             site.log("s2")
         );
@@ -63,10 +65,14 @@ on_both_backends! {
         assert_eq!(body["subject"], "flaky");
         assert!(body["text"].as_str().is_some_and(|t| t.contains("flaky")), "{body}");
         assert_eq!(sent[0].idempotency_key.as_deref(), body["effect_key"].as_str());
-        let hooked = site.lines("hook.out").into_iter().filter(|l| l.contains("failing_runs")).count();
+        let hooked =
+            site.lines("hook.out").into_iter().filter(|l| l.contains("failing_runs")).count();
         assert_eq!(hooked, 1, "the hook ran once");
         assert_eq!(
-            site.count("SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND state = 'done'"),
+            site.count(
+                "SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND \
+                 state = 'done'"
+            ),
             2,
             "one done row per channel"
         );
@@ -77,7 +83,8 @@ on_both_backends! {
         let (_, metrics, _) = site.exactly(&["metrics"]);
         assert!(
             metrics.contains(
-                "exactly_notifications_total{notifier=\"ops\",rule=\"failing_runs\",outcome=\"sent\"} 2"
+                "exactly_notifications_total{notifier=\"ops\",\
+                 rule=\"failing_runs\",outcome=\"sent\"} 2"
             ),
             "{metrics}"
         );
@@ -105,7 +112,9 @@ on_both_backends! {
         };
         assert_eq!(sender.term(Duration::from_secs(15)), Some(0));
         assert!(
-            wait_until(Duration::from_secs(20), || site.log(other_name).contains("already notified (duplicate suppressed)")),
+            wait_until(Duration::from_secs(20), || {
+                site.log(other_name).contains("already notified (duplicate suppressed)")
+            }),
             "{}",
             site.log(other_name)
         );
@@ -185,13 +194,16 @@ on_both_backends! {
             toml_str(&hook)
         ));
         let mut s = site.start("s", "5s");
-        let row = "SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND state = ";
+        let row = "SELECT count(*) FROM effect_ledger WHERE job_key = 'exactly-notify:ops' AND \
+                   state = ";
         assert!(
             wait_until(Duration::from_secs(15), || site.count(&format!("{row}'unknown'")) == 1),
             "{}",
             site.log("s")
         );
-        let key = site.strings("SELECT effect_key FROM effect_ledger WHERE job_key = 'exactly-notify:ops'");
+        let key = site.strings(
+            "SELECT effect_key FROM effect_ledger WHERE job_key = 'exactly-notify:ops'",
+        );
         // Several evaluations later (runs go on every second), still one attempt.
         let runs = site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'flaky'");
         assert!(wait_until(Duration::from_secs(10), || site.count(
@@ -215,16 +227,24 @@ on_both_backends! {
     fn watch_notices_a_scheduler_gone() {
         let site = Site::new();
         let far = Recorder::start();
-        site.write_jobs("[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+        site.write_jobs(
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+             command = [\"true\"]\n",
+        );
         std::fs::write(
             site.path("watch.toml"),
-            format!("[[notify]]\nname = \"pager\"\nwebhook = \"{}/w\"\nscheduler_gone = true\n", far.url),
+            format!(
+                "[[notify]]\nname = \"pager\"\nwebhook = \"{}/w\"\nscheduler_gone = true\n",
+                far.url
+            ),
         )
         .expect("write watch.toml");
         let env = [("EXACTLY_SCHEDULER_DEAD_AFTER", "3s")];
         let mut s = site.start_with_env("doomed", "5s", &env);
         assert!(
-            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_runs") > 0),
+            wait_until(Duration::from_secs(10), || {
+                site.count("SELECT count(*) FROM exactly_runs") > 0
+            }),
             "{}",
             site.log("doomed")
         );
@@ -258,10 +278,15 @@ on_both_backends! {
         let site = Site::new();
         let far = Recorder::start();
         // A job that ran, then its only scheduler stopped cleanly: its next firing goes late.
-        site.write_jobs("[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+        site.write_jobs(
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+             command = [\"true\"]\n",
+        );
         let mut s = site.start("s", "5s");
         assert!(
-            wait_until(Duration::from_secs(10), || site.count("SELECT count(*) FROM exactly_runs WHERE ended_at IS NOT NULL") > 0),
+            wait_until(Duration::from_secs(10), || {
+                site.count("SELECT count(*) FROM exactly_runs WHERE ended_at IS NOT NULL") > 0
+            }),
             "{}",
             site.log("s")
         );
@@ -273,11 +298,16 @@ on_both_backends! {
             "--", "sh", "-c", "exit 1",
         ]);
         assert_ne!(code, 0, "{err}");
-        assert_eq!(site.count("SELECT count(*) FROM effect_ledger WHERE state = 'unknown'"), 1, "{err}");
+        assert_eq!(
+            site.count("SELECT count(*) FROM effect_ledger WHERE state = 'unknown'"),
+            1,
+            "{err}"
+        );
         std::fs::write(
             site.path("watch.toml"),
             format!(
-                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\nunknown_older_than = \"1s\"\nlate_by = \"1s\"\n",
+                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\nunknown_older_than = \"1s\"\n\
+                 late_by = \"1s\"\n",
                 far.url
             ),
         )
@@ -305,7 +335,8 @@ on_both_backends! {
         assert!(ok, "{:?}\n{watch_log}", far.requests());
         assert_eq!(status.code(), Some(0), "{watch_log}");
         assert_eq!((told("unknown_older_than"), told("late_by")), (1, 1), "{:?}", far.requests());
-        let late = far.delivered().into_iter().find(|r| r.body.contains("late_by")).expect("late_by");
+        let late =
+            far.delivered().into_iter().find(|r| r.body.contains("late_by")).expect("late_by");
         assert!(late.body.contains("\"subject\":\"tick\""), "{}", late.body);
     }
 
@@ -323,7 +354,8 @@ on_both_backends! {
         std::fs::write(
             site.path("watch.toml"),
             format!(
-                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\napproval_pending_longer_than = \"1s\"\nrecovery = true\n",
+                "[[notify]]\nname = \"w\"\nwebhook = \"{}/w\"\n\
+                 approval_pending_longer_than = \"1s\"\nrecovery = true\n",
                 far.url
             ),
         )
@@ -345,7 +377,9 @@ on_both_backends! {
         let fired = wait_until(Duration::from_secs(15), || told("firing") == 1);
         let key = site.strings("SELECT effect_key FROM effect_ledger WHERE job_key = 'pay'");
         let (code, o, e) = site.exactly(&["approve", &key[0]]);
-        let recovered = fired && code == 0 && wait_until(Duration::from_secs(10), || told("recovered") == 1);
+        let recovered = fired
+            && code == 0
+            && wait_until(Duration::from_secs(10), || told("recovered") == 1);
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
         let status = watch.wait().expect("wait for exactly watch");
@@ -360,7 +394,8 @@ on_both_backends! {
 fn check_reports_a_notifier_s_mistakes() {
     let site = Site::new();
     site.write_jobs(
-        "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n\n\
+        "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+         command = [\"true\"]\n\n\
          [[notify]]\nname = \"ops\"\nwebhok = \"http://x\"\nfailing_runs = 3\n",
     );
     let (code, out, err) = site.exactly(&["check", &site.jobs()]);
@@ -373,7 +408,10 @@ fn check_reports_a_notifier_s_mistakes() {
 #[test]
 fn watch_refuses_a_file_without_notify_tables() {
     let site = Site::new();
-    site.write_jobs("[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n");
+    site.write_jobs(
+        "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+         command = [\"true\"]\n",
+    );
     let (code, out, err) = site.exactly(&["watch", &site.jobs()]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("no [[notify]] tables"), "{err}");

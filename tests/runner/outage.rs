@@ -12,7 +12,8 @@ use support::runner::*;
 /// A 1 s job with no catch-up window, whose command does nothing.
 fn every_second(site: &Site) {
     site.write_jobs(&format!(
-        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"500ms\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"500ms\"\n\
+         overlap = \"coalesce\"\ncommand = {}\n",
         sh("true")
     ));
 }

@@ -6,7 +6,8 @@ use support::runner::*;
 
 fn slow_job(policy: &str) -> String {
     format!(
-        "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"900ms\"\n{policy}\ncommand = [\"sleep\", \"2.5\"]\n"
+        "[[job]]\nname = \"slow\"\nevery = \"1s\"\nlease = \"900ms\"\n{policy}\n\
+         command = [\"sleep\", \"2.5\"]\n"
     )
 }
 
@@ -87,7 +88,8 @@ on_both_backends! {
             max_depth = max_depth.max(depth());
             waiting.iter().all(|slot| {
                 site.count(&format!(
-                    "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}' AND state = 'ran'"
+                    "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}' AND \
+                     state = 'ran'"
                 )) == 1
             })
         });
@@ -101,7 +103,8 @@ on_both_backends! {
         }
         assert!(max_depth <= 2, "queue depth reached {max_depth}");
         let runs_twice = site.count(
-            "SELECT count(*) FROM (SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at HAVING count(*) > 1) AS twice",
+            "SELECT count(*) FROM (SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at \
+             HAVING count(*) > 1) AS twice",
         );
         assert_eq!(runs_twice, 0);
         assert_no_overlap(&site);
@@ -144,7 +147,8 @@ on_both_backends! {
         let site = Site::new();
         let job = |catchup: &str| {
             format!(
-                "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n{catchup}command = [\"true\"]\n"
+                "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\n\
+                 overlap = \"coalesce\"\n{catchup}command = [\"true\"]\n"
             )
         };
         site.write_jobs(&job(""));
@@ -184,7 +188,8 @@ on_both_backends! {
             "catch-up: {missed} missed without a window; with one, {} caught up ({} coalesced)",
             site.count("SELECT count(*) FROM exactly_firings WHERE kind = 'catchup'"),
             site.count(
-                "SELECT count(*) FROM exactly_firings WHERE kind = 'catchup' AND state = 'coalesced'"
+                "SELECT count(*) FROM exactly_firings WHERE kind = 'catchup' AND state = \
+                 'coalesced'"
             )
         );
     }

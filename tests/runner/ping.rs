@@ -53,7 +53,11 @@ on_both_backends! {
     fn a_ping_nobody_answers_never_fails_the_run() {
         let site = Site::new();
         // Nothing listens on port 9 (discard) of 127.0.0.1 in a test machine: refused at once.
-        site.write_jobs(&job("good", "http://127.0.0.1:9/x", &sh("touch ran.$EXACTLY_FENCING_TOKEN")));
+        site.write_jobs(&job(
+            "good",
+            "http://127.0.0.1:9/x",
+            &sh("touch ran.$EXACTLY_FENCING_TOKEN"),
+        ));
         let mut s = site.start("s", "5s");
         assert!(
             wait_until(Duration::from_secs(10), || site.exists("ran.2")),
@@ -67,7 +71,11 @@ on_both_backends! {
             "{}",
             site.log("s")
         );
-        assert!(site.log("s").contains("ping http://127.0.0.1:9/x/start failed"), "{}", site.log("s"));
+        assert!(
+            site.log("s").contains("ping http://127.0.0.1:9/x/start failed"),
+            "{}",
+            site.log("s")
+        );
     }
 }
 

@@ -37,7 +37,9 @@ on_both_backends! {
         let _s = site.start("s", "2s");
         assert!(
             wait_until(Duration::from_secs(15), || {
-                site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'flaky' AND outcome = 'ok'") >= 1
+                site.count(
+                    "SELECT count(*) FROM exactly_runs WHERE job_key = 'flaky' AND outcome = 'ok'",
+                ) >= 1
             }),
             "flaky never succeeded: {}",
             site.log("s")
@@ -61,7 +63,9 @@ on_both_backends! {
         assert!((590..1500).contains(&g2), "second backoff {g2} ms");
         assert!(g2 > g1, "the backoff grows: {g1} ms then {g2} ms");
         assert_eq!(
-            site.count("SELECT count(*) FROM exactly_firings WHERE job_key = 'flaky' AND state = 'ran'"),
+            site.count(
+                "SELECT count(*) FROM exactly_firings WHERE job_key = 'flaky' AND state = 'ran'"
+            ),
             1
         );
     }
@@ -76,7 +80,9 @@ on_both_backends! {
         let _s = site.start("s", "2s");
         assert!(
             wait_until(Duration::from_secs(15), || {
-                site.count("SELECT count(*) FROM exactly_jobs WHERE job_key = 'broken' AND paused = 1") == 1
+                site.count(
+                    "SELECT count(*) FROM exactly_jobs WHERE job_key = 'broken' AND paused = 1",
+                ) == 1
             }),
             "broken was never paused: {}",
             site.log("s")
@@ -84,7 +90,10 @@ on_both_backends! {
         // No more firings run: later ones are recorded skipped while it is paused.
         assert!(
             wait_until(Duration::from_secs(10), || {
-                site.count("SELECT count(*) FROM exactly_firings WHERE job_key = 'broken' AND state = 'skipped'") >= 2
+                site.count(
+                    "SELECT count(*) FROM exactly_firings WHERE job_key = 'broken' AND state = \
+                     'skipped'",
+                ) >= 2
             }),
             "no firing skipped while paused: {}",
             site.log("s")
@@ -140,15 +149,18 @@ on_both_backends! {
             if site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'spread'") == 0 {
                 return Vec::new();
             }
-            site.strings("SELECT scheduled_at || ' ' || started_at FROM exactly_runs WHERE job_key = 'spread'")
-                .iter()
-                .map(|r| {
-                    let (slot, started) = r.split_once(' ').expect("two times");
-                    let want = exactly::schedule::jitter_for("spread", slot, jitter);
-                    let got = (ts(started) - ts(slot)).num_milliseconds();
-                    (slot.to_string(), want.as_millis() as i64, got)
-                })
-                .collect()
+            site.strings(
+                "SELECT scheduled_at || ' ' || started_at FROM exactly_runs WHERE job_key = \
+                 'spread'",
+            )
+            .iter()
+            .map(|r| {
+                let (slot, started) = r.split_once(' ').expect("two times");
+                let want = exactly::schedule::jitter_for("spread", slot, jitter);
+                let got = (ts(started) - ts(slot)).num_milliseconds();
+                (slot.to_string(), want.as_millis() as i64, got)
+            })
+            .collect()
         };
         assert!(
             wait_until(Duration::from_secs(20), || {
@@ -160,9 +172,13 @@ on_both_backends! {
             site.log("s")
         );
         // Each firing starts its own delay after its slot (the same in every scheduler: a
-        // hash of job and slot), never before, and within the jitter plus a second (a loaded machine).
+        // hash of job and slot), never before, and within the jitter plus a second (a loaded
+        // machine).
         for (slot, want, got) in delays() {
-            assert!(got >= want - 2 && got <= want + 1000, "{slot}: wanted {want} ms, started after {got} ms");
+            assert!(
+                got >= want - 2 && got <= want + 1000,
+                "{slot}: wanted {want} ms, started after {got} ms"
+            );
             assert!(want < 900);
         }
     }
@@ -182,7 +198,9 @@ on_both_backends! {
         let (slot, wait) = loop {
             let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
             let wait = exactly::schedule::jitter_for("late", &exactly::time::fmt(slot), jitter);
-            if slot > chrono::Utc::now() + chrono::Duration::seconds(1) && wait >= Duration::from_millis(2900) {
+            if slot > chrono::Utc::now() + chrono::Duration::seconds(1)
+                && wait >= Duration::from_millis(2900)
+            {
                 break (slot, wait);
             }
             slot_ms += 5000;
@@ -192,14 +210,18 @@ on_both_backends! {
         let j = status_job(&site, "late");
         let text = exactly::time::fmt(slot);
         assert_eq!(
-            site.count(&format!("SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{text}'")),
+            site.count(&format!(
+                "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{text}'"
+            )),
             0,
             "the firing at {text} (jitter {wait:?}) was decided early"
         );
         assert_eq!(j["missed_firings"], 0, "{j}");
         assert!(
             wait_until(Duration::from_secs(5), || {
-                site.count(&format!("SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{text}'")) == 1
+                site.count(&format!(
+                    "SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{text}'"
+                )) == 1
             }),
             "{}",
             site.log("s")
@@ -211,7 +233,8 @@ on_both_backends! {
         let site = Site::new();
         site.write_jobs(
             "[[job]]\nname = \"prompt\"\nevery = \"2s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
-             starting_deadline = \"300ms\"\ncommand = [\"sh\", \"-c\", \"echo $EXACTLY_SCHEDULED_AT >> ran\"]\n",
+             starting_deadline = \"300ms\"\ncommand = [\"sh\", \"-c\", \"echo \
+             $EXACTLY_SCHEDULED_AT >> ran\"]\n",
         );
         let s = site.start("s", "2s");
         assert!(
@@ -232,7 +255,8 @@ on_both_backends! {
         assert!(frozen);
         let slot = exactly::time::fmt(slot);
         let state = format!(
-            "SELECT count(*) FROM exactly_firings WHERE job_key = 'prompt' AND scheduled_at = '{slot}' AND state = 'missed'"
+            "SELECT count(*) FROM exactly_firings WHERE job_key = 'prompt' AND scheduled_at = \
+             '{slot}' AND state = 'missed'"
         );
         assert!(
             wait_until(Duration::from_secs(5), || site.count(&state) == 1),
@@ -242,7 +266,8 @@ on_both_backends! {
         );
         assert_eq!(
             site.count(&format!(
-                "SELECT count(*) FROM exactly_runs WHERE job_key = 'prompt' AND scheduled_at = '{slot}'"
+                "SELECT count(*) FROM exactly_runs WHERE job_key = 'prompt' AND scheduled_at = \
+                 '{slot}'"
             )),
             0
         );

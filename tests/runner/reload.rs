@@ -29,7 +29,8 @@ fn versioned(version: &str) -> String {
     (0..6)
         .map(|i| {
             format!(
-                "[[job]]\nname = \"j{i}\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+                "[[job]]\nname = \"j{i}\"\nevery = \"1s\"\nlease = \"800ms\"\n\
+                 overlap = \"coalesce\"\n\
                  command = [\"sh\", \"-c\", \"echo $EXACTLY_SCHEDULED_AT {version} >> j{i}.out\"]\n"
             )
         })
@@ -91,12 +92,16 @@ on_both_backends! {
         );
         // The run in progress at the reload finished: every run of slow ended ok, none killed.
         assert!(
-            wait_until(Duration::from_secs(5), || site.lines("slow.out").iter().any(|l| l == "end")),
+            wait_until(Duration::from_secs(5), || {
+                site.lines("slow.out").iter().any(|l| l == "end")
+            }),
             "slow's run never finished: {}",
             site.log("s")
         );
         assert_eq!(
-            site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'slow' AND outcome <> 'ok'"),
+            site.count(
+                "SELECT count(*) FROM exactly_runs WHERE job_key = 'slow' AND outcome <> 'ok'"
+            ),
             0,
             "{}",
             site.log("s")

@@ -17,7 +17,8 @@ on_both_backends! {
         let send = format!("echo \"$EXACTLY_EFFECT_KEY $EXACTLY_SCHEDULED_AT\" >> {far}");
         let cmd = sh(&format!("echo $$ > pid; sleep 1; {}", effect(&far, &send)));
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"pay\"\nevery = \"3s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         assert_eq!(site.exactly(&["init"]).0, 0);
         let mut a = site.start("a", "5s");
@@ -83,7 +84,8 @@ on_both_backends! {
         // until the next run's observer finds it never arrived.
         let cmd = losing_first(&receipt_observer(&far), "exit 9", &send);
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut a = site.start("a", "5s");
         assert!(
@@ -130,7 +132,8 @@ on_both_backends! {
             effect(&far, &send)
         ));
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"pay\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut old = site.start("old", "200ms");
         assert!(
@@ -177,7 +180,8 @@ on_both_backends! {
             send,
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut s = site.start("s", "5s");
         assert!(
@@ -211,7 +215,8 @@ on_both_backends! {
         let site = Site::new();
         let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> slots; echo $$ > pid; sleep 30");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\nlease = \"1s\"\n\
+             overlap = \"coalesce\"\ncommand = {cmd}\n"
         ));
         let mut reg = site.start("reg", "1s");
         assert!(wait_until(Duration::from_secs(5), || site
@@ -273,7 +278,8 @@ on_both_backends! {
             send,
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"pay\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         let mut s = site.start("s", "5s");
         assert!(
@@ -293,7 +299,8 @@ on_both_backends! {
         };
         assert!(
             wait_until(Duration::from_secs(10), || sent_for_lost() > 0),
-            "the effect that never went out was never sent (its observer said it happened): {}\n{:?}",
+            "the effect that never went out was never sent (its observer said it happened): {}\n\
+             {:?}",
             site.log("s"),
             site.strings("SELECT state || ' ' || coalesce(response, '') FROM effect_ledger")
         );

@@ -69,7 +69,8 @@ on_both_backends! {
         let mut toml = String::new();
         for j in 0..JOBS {
             toml.push_str(&format!(
-                "[[job]]\nname = \"share-{j:02}\"\nevery = \"{}ms\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n",
+                "[[job]]\nname = \"share-{j:02}\"\nevery = \"{}ms\"\nlease = \"800ms\"\n\
+                 overlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n",
                 every_ms(j)
             ));
         }
@@ -97,18 +98,22 @@ on_both_backends! {
         let window = format!("scheduled_at >= '{s1}' AND scheduled_at < '{s2}'");
         let runs = site.count(&format!("SELECT count(*) FROM exactly_runs WHERE {window}"));
         let slots_run = site.count(&format!(
-            "SELECT count(*) FROM (SELECT DISTINCT job_key, scheduled_at FROM exactly_runs WHERE {window}) AS s"
+            "SELECT count(*) FROM (SELECT DISTINCT job_key, scheduled_at FROM exactly_runs WHERE \
+             {window}) AS s"
         ));
         let firings = site.count(&format!("SELECT count(*) FROM exactly_firings WHERE {window}"));
         let owners = site.strings(&format!(
-            "SELECT owner || ' ' || count(*) FROM exactly_runs WHERE {window} GROUP BY owner ORDER BY owner"
+            "SELECT owner || ' ' || count(*) FROM exactly_runs WHERE {window} GROUP BY owner \
+             ORDER BY owner"
         ));
         let dups = site.count(&format!(
-            "SELECT count(*) FROM exactly_events WHERE kind = 'firing_duplicate' AND at >= '{s1}' AND at < '{}'",
+            "SELECT count(*) FROM exactly_events WHERE kind = 'firing_duplicate' AND at >= '{s1}' \
+             AND at < '{}'",
             slot(t2 + 1500)
         ));
         eprintln!(
-            "split: {want} slots, {firings} firings, {runs} runs of {slots_run} slots, {dups} duplicates, by owner {owners:?}"
+            "split: {want} slots, {firings} firings, {runs} runs of {slots_run} slots, {dups} \
+             duplicates, by owner {owners:?}"
         );
         assert_eq!(firings, want, "every slot is fired, once");
         assert_eq!(slots_run, want, "every slot runs");
@@ -136,7 +141,8 @@ on_both_backends! {
 
         // `c` dies: its jobs go to `a` and `b`, and none of its slots is lost meanwhile.
         let theirs = site.strings(&format!(
-            "SELECT DISTINCT job_key FROM exactly_runs WHERE {window} AND owner = 'c' ORDER BY job_key"
+            "SELECT DISTINCT job_key FROM exactly_runs WHERE {window} AND owner = 'c' ORDER BY \
+             job_key"
         ));
         // What each survivor logged before the kill (it may have seen two schedulers at start).
         let before: Vec<usize> = ["a", "b"].iter().map(|o| site.log(o).len()).collect();
@@ -166,7 +172,8 @@ on_both_backends! {
         ));
         let twice = site.count(&format!(
             "SELECT count(*) FROM (SELECT job_key, scheduled_at FROM exactly_runs WHERE {window}
-               AND outcome IS DISTINCT FROM 'killed' GROUP BY job_key, scheduled_at HAVING count(*) > 1) AS t"
+               AND outcome IS DISTINCT FROM 'killed' GROUP BY job_key, scheduled_at HAVING \
+               count(*) > 1) AS t"
         ));
         let by_c = site.count(&format!(
             "SELECT count(*) FROM exactly_runs WHERE {window} AND owner = 'c'"
@@ -186,7 +193,8 @@ on_both_backends! {
             "SELECT count(*) FROM exactly_runs WHERE {their_window} AND owner IN ('a', 'b')"
         ));
         eprintln!(
-            "takeover: called dead after {after} ms; {firings} of {want} slots fired, {} not run, {by_c} by c; c's {} jobs ran {their_runs} of {} later slots",
+            "takeover: called dead after {after} ms; {firings} of {want} slots fired, {} not run, \
+             {by_c} by c; c's {} jobs ran {their_runs} of {} later slots",
             missed.len(),
             theirs.len(),
             expected(late, t4, &their_idx)
@@ -235,7 +243,8 @@ on_both_backends! {
         // Runs outlast the interval, so firings queue behind the live run.
         let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> q.txt; sleep 1.5");
         site.write_jobs(&format!(
-            "[[job]]\nname = \"q\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"queue\"\nqueue_cap = 2\ncommand = {cmd}\n"
+            "[[job]]\nname = \"q\"\nevery = \"1s\"\nlease = \"2s\"\noverlap = \"queue\"\n\
+             queue_cap = 2\ncommand = {cmd}\n"
         ));
         assert_eq!(site.exactly(&["init"]).0, 0);
         let dead_after = format!("{DEAD_AFTER_S}s");
@@ -256,8 +265,10 @@ on_both_backends! {
         assert!(busy, "no firing queued behind a live run");
         let owner = site.strings("SELECT owner FROM exactly_runs ORDER BY started_at DESC LIMIT 1");
         let owner = owner.first().cloned().unwrap_or_default();
-        let queued = site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'queued'");
-        let running = site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'running'");
+        let queued =
+            site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'queued'");
+        let running =
+            site.strings("SELECT scheduled_at FROM exactly_firings WHERE state = 'running'");
         let i = scheds.iter().position(|(o, _)| *o == owner).expect("the owner is one of ours");
         scheds[i].1.kill9();
         // Called dead or not, the others start what it left waiting once its lease is free.
@@ -270,7 +281,8 @@ on_both_backends! {
             .iter()
             .filter(|slot| {
                 site.count(&format!(
-                    "SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{slot}' AND owner <> '{owner}'"
+                    "SELECT count(*) FROM exactly_runs WHERE scheduled_at = '{slot}' AND owner <> \
+                     '{owner}'"
                 )) == 0
             })
             .cloned()
@@ -290,7 +302,8 @@ on_both_backends! {
             .collect();
         assert_eq!(interrupted, running, "the interrupted firing is kept, to be resumed");
         eprintln!(
-            "queue: {owner} killed with {queued:?} queued and {running:?} running; not taken over: {left:?}; run twice: {twice:?}"
+            "queue: {owner} killed with {queued:?} queued and {running:?} running; not taken over: \
+             {left:?}; run twice: {twice:?}"
         );
         assert!(left.is_empty(), "left waiting after {owner} died: {left:?}");
         // Only the run it was killed in is run again (resumed); nothing else twice.

@@ -20,7 +20,8 @@ fn parent_of(pid: i32) -> Option<(i32, String)> {
 fn long_job(site: &Site) {
     let cmd = sh("echo $$ > pid.$EXACTLY_FENCING_TOKEN; sleep 30");
     site.write_jobs(&format!(
-        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"1s\"\noverlap = \"coalesce\"\n\
+         command = {cmd}\n"
     ));
 }
 
@@ -97,14 +98,19 @@ fn a_sigkilled_scheduler_takes_its_spawner_and_commands_with_it() {
 fn a_command_that_cannot_start_fails_with_why_and_the_next_ones_run() {
     let site = Site::new();
     site.write_jobs(
-        "[[job]]\nname = \"missing\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = [\"/nonexistent/prog\", \"x\"]\n\n\
-         [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\ncommand = [\"sh\", \"-c\", \"echo ran >> fine.txt\"]\n",
+        "[[job]]\nname = \"missing\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = [\"/nonexistent/prog\", \"x\"]\n\n\
+         [[job]]\nname = \"fine\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = [\"sh\", \"-c\", \"echo ran >> fine.txt\"]\n",
     );
     let mut s = site.start("s", "1s");
     assert!(
         wait_until(Duration::from_secs(8), || {
             site.lines("fine.txt").len() >= 2
-            && site.count("SELECT count(*) FROM exactly_runs WHERE job_key = 'missing' AND ended_at IS NOT NULL") >= 2
+                && site.count(
+                    "SELECT count(*) FROM exactly_runs WHERE job_key = 'missing' AND ended_at \
+                     IS NOT NULL",
+                ) >= 2
         }),
         "{}",
         site.log("s")

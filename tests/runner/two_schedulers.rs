@@ -16,7 +16,8 @@ on_both_backends! {
              -- sh -c 'echo $EXACTLY_SCHEDULED_AT >> far.txt'",
         );
         site.write_jobs(&format!(
-            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\ncommand = {cmd}\n"
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"800ms\"\noverlap = \"coalesce\"\n\
+             command = {cmd}\n"
         ));
         // The database exists before the deploy, as it does after any first start.
         assert_eq!(site.exactly(&["init"]).0, 0);
@@ -25,7 +26,8 @@ on_both_backends! {
         std::thread::sleep(Duration::from_millis(3500));
         // Kill `a` while it holds a live run, if it gets one soon; otherwise at once.
         let killed_mid_run = wait_until(Duration::from_secs(3), || {
-            site.count("SELECT count(*) FROM exactly_runs WHERE owner = 'a' AND ended_at IS NULL") > 0
+            site.count("SELECT count(*) FROM exactly_runs WHERE owner = 'a' AND ended_at IS NULL")
+                > 0
         });
         a.kill9();
         // Past the dead scheduler's lease (800 ms) and the clock-skew margin (2 s): `b` alone takes
@@ -65,11 +67,13 @@ on_both_backends! {
         // its effect still lands once (checked above).
         let runs_twice = site.count(
             "SELECT count(*) FROM (SELECT scheduled_at FROM exactly_runs
-               WHERE outcome IS DISTINCT FROM 'killed' GROUP BY scheduled_at HAVING count(*) > 1) AS twice",
+               WHERE outcome IS DISTINCT FROM 'killed' GROUP BY scheduled_at HAVING count(*) > 1) \
+               AS twice",
         );
         assert_eq!(runs_twice, 0, "a firing ran twice");
         let resumed = site.count(
-            "SELECT count(*) FROM (SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at HAVING count(*) > 1) AS twice",
+            "SELECT count(*) FROM (SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at \
+             HAVING count(*) > 1) AS twice",
         );
         assert!(
             resumed <= site.counter("firing_resumed"),
@@ -90,7 +94,8 @@ on_both_backends! {
         let owners = site.strings("SELECT DISTINCT owner FROM exactly_runs ORDER BY owner");
         assert!(owners.contains(&"b".to_string()), "{owners:?}");
         eprintln!(
-            "two schedulers: {} effects, {} runs, {} duplicate firings, {} leases stolen, owners {owners:?}",
+            "two schedulers: {} effects, {} runs, {} duplicate firings, {} leases stolen, owners \
+             {owners:?}",
             far.len(),
             site.count("SELECT count(*) FROM exactly_runs"),
             site.counter("firing_duplicate"),

@@ -8,11 +8,13 @@ fn main() {
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && !v.eq_ignore_ascii_case("false"));
     if !set && ci {
         println!(
-            "cargo:warning=PostgreSQL tests will fail: CI is set and EXACTLY_TEST_PG is not (see .ci/run)"
+            "cargo:warning=PostgreSQL tests will fail: CI is set and EXACTLY_TEST_PG is not (see \
+             .ci/run)"
         );
     } else if !set {
         println!(
-            "cargo:warning=PostgreSQL tests did not run: set EXACTLY_TEST_PG=postgres://... (see CONTRIBUTING.md) to run them"
+            "cargo:warning=PostgreSQL tests did not run: set EXACTLY_TEST_PG=postgres://... (see \
+             CONTRIBUTING.md) to run them"
         );
     }
 }

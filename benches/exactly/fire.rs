@@ -39,7 +39,8 @@ pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
     for j in 0..jobs {
         // Distinct commands, so the duplicate-registration lint stays quiet.
         toml.push_str(&format!(
-            "[[job]]\nname = \"tick-{j:04}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = [{}, \"{j}\"]\n\n",
+            "[[job]]\nname = \"tick-{j:04}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\n\
+             overlap = \"coalesce\"\ncommand = [{}, \"{j}\"]\n\n",
             quoted.join(", ")
         ));
     }

@@ -1,6 +1,7 @@
 //! `cargo bench`: what exactly-once costs, against SQLite's own limit, and what the dashboard
 //! costs when nothing changes (one module per part: write, claims, poll, top, fire, chaos,
-//! pg, scaleout; `stamp` makes commands that record their own start). Prints a table and writes `target/bench/summary.json`.
+//! pg, scaleout; `stamp` makes commands that record their own start). Prints a table and
+//! writes `target/bench/summary.json`.
 //!
 //! Everything runs against real SQLite files under `target/bench/` (one file system for the
 //! bare and the product writes) and, for `top`, claims, fire lag and chaos, the real release

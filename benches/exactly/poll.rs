@@ -64,7 +64,8 @@ pub(crate) fn fill(plan: &Plan, path: &Path, n: u64) -> Res<()> {
         let mut job = tx.prepare(
             "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, lease_ms, overlap,
                command, command_digest, catchup_s, source, owner, updated_at)
-             VALUES (?1, 'every 5m', 300, 60, 60000, 'coalesce', ?2, ?2, 60, 'bench.toml', 'bench', ?3)",
+             VALUES (?1, 'every 5m', 300, 60, 60000, 'coalesce', ?2, ?2, 60, 'bench.toml', \
+             'bench', ?3)",
         )?;
         let mut lease = tx.prepare(
             "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
@@ -83,7 +84,8 @@ pub(crate) fn fill(plan: &Plan, path: &Path, n: u64) -> Res<()> {
         }
         let mut eff = tx.prepare(
             "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-               response, created_at, updated_at, action_id, target_id, input_digest, attempt, version)
+               response, created_at, updated_at, action_id, target_id, input_digest, attempt, \
+               version)
              VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?6, 'send', ?7, ?8, 'bench:1', 3)",
         )?;
         let mut ev = tx.prepare(

@@ -96,7 +96,8 @@ fn xacts(c: &mut postgres::Client) -> Res<i64> {
     // Stats are read from a snapshot taken at the first read of a transaction: clear it.
     c.batch_execute("SELECT pg_stat_clear_snapshot()")?;
     let row = c.query_one(
-        "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()",
+        "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = \
+         current_database()",
         &[],
     )?;
     Ok(row.get(0))
@@ -115,7 +116,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
     let mut toml = String::new();
     for j in 0..plan.scale_jobs {
         toml.push_str(&format!(
-            "[[job]]\nname = \"s-{j:04}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = {}\n\n",
+            "[[job]]\nname = \"s-{j:04}\"\nevery = \"5s\"\nlease = \"4s\"\ntimeout = \"3s\"\n\
+             overlap = \"coalesce\"\ncommand = {}\n\n",
             stamp_command(&stamps, j)?
         ));
     }
@@ -201,10 +203,22 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         &mut db,
         "SELECT count(*) FROM exactly_firings WHERE scheduled_at >= $1 AND scheduled_at <= $2",
     )?;
-    let ran = one(&mut db, "SELECT count(*) FROM exactly_firings WHERE scheduled_at >= $1 AND scheduled_at <= $2 AND state = 'ran'")?;
-    let missed = one(&mut db, "SELECT count(*) FROM exactly_firings WHERE scheduled_at >= $1 AND scheduled_at <= $2 AND state = 'missed'")?;
-    let runs_twice = one(&mut db, "SELECT count(*) FROM (SELECT 1 FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2
-         GROUP BY job_key, scheduled_at HAVING count(*) > 1) AS t")?;
+    let ran = one(
+        &mut db,
+        "SELECT count(*) FROM exactly_firings WHERE scheduled_at >= $1 AND scheduled_at <= $2 AND \
+         state = 'ran'",
+    )?;
+    let missed = one(
+        &mut db,
+        "SELECT count(*) FROM exactly_firings WHERE scheduled_at >= $1 AND scheduled_at <= $2 AND \
+         state = 'missed'",
+    )?;
+    let runs_twice = one(
+        &mut db,
+        "SELECT count(*) FROM (SELECT 1 FROM exactly_runs WHERE scheduled_at >= $1 AND \
+         scheduled_at <= $2
+         GROUP BY job_key, scheduled_at HAVING count(*) > 1) AS t",
+    )?;
     let runs = one(
         &mut db,
         "SELECT count(*) FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
@@ -213,7 +227,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
     let decided: Vec<f64> = db
         .query(
             "SELECT coalesce(percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY
-               extract(epoch FROM started_at::timestamptz - scheduled_at::timestamptz) * 1000), ARRAY[]::float8[])
+               extract(epoch FROM started_at::timestamptz - scheduled_at::timestamptz) * 1000), \
+               ARRAY[]::float8[])
              FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
             &[&lo, &hi],
         )?
@@ -225,7 +240,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         .get(0);
     let duplicates: i64 = db
         .query_one(
-            "SELECT coalesce(sum(n), 0)::bigint FROM exactly_counters WHERE kind = 'firing_duplicate'",
+            "SELECT coalesce(sum(n), 0)::bigint FROM exactly_counters WHERE kind = \
+             'firing_duplicate'",
             &[],
         )?
         .get(0);
@@ -278,7 +294,10 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         "firings_all": all_firings,
         "xact_per_firing": round(xact as f64 / all_firings.max(1) as f64, 2),
         "duplicates": duplicates,
-        "jobs_carried": carried.iter().map(|(o, k)| json!({"owner": o, "jobs": k})).collect::<Vec<_>>(),
+        "jobs_carried": carried
+            .iter()
+            .map(|(o, k)| json!({"owner": o, "jobs": k}))
+            .collect::<Vec<_>>(),
         "jobs_min": carried.iter().map(|(_, k)| *k).min().unwrap_or(0),
         "jobs_max": carried.iter().map(|(_, k)| *k).max().unwrap_or(0),
     }))

@@ -293,7 +293,10 @@ impl Db {
 
     /// Runs one effect under the ledger's guard (`exactly effect` without the command):
     /// returns the outcome as a dict.
-    #[pyo3(signature = (job, token, run_id, action, target, inputs_json, terms, needs_approval, perform, observe, by=None))]
+    #[pyo3(signature = (
+        job, token, run_id, action, target, inputs_json, terms, needs_approval, perform, observe,
+        by=None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn run_effect(
         &self,

@@ -184,7 +184,7 @@ fn legacy_cron(db: &str, dir: &Path, stop: &AtomicBool) {
     };
     // The second host takes an expired lease over only once the clock-skew margin has passed
     // too, so the first one's overrun spans the margin.
-    let skew = crate::time::max_skew();
+    let skew = time::max_skew();
     let overrun = format!("{:.1}", 1.6 + skew.as_secs_f64());
     while !stop.load(Ordering::SeqCst) {
         let a = spawn("cron@host-a", &overrun);

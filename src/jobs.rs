@@ -223,7 +223,7 @@ pub fn prune(store: &mut Store, horizon: time::Ts, effects: bool, dry_run: bool)
 
 /// Records what became of a notification (`[[notify]]`): a `notify_sent` or `notify_failed`
 /// event for the dashboard, and its rule's counter for `exactly_notifications_total`.
-pub fn notification_ended(store: &mut Store, end: &crate::store::NotifyEnd<'_>) -> Result<()> {
+pub fn notification_ended(store: &mut Store, end: &NotifyEnd<'_>) -> Result<()> {
     store.notification_ended(end, &store.now_text())
 }
 

@@ -184,7 +184,7 @@ pub fn ends_at(left: chrono::Duration) -> std::time::Instant {
     match left.to_std() {
         Ok(d) => now
             .checked_add(d)
-            .unwrap_or(now + std::time::Duration::from_secs(86_400 * 365)),
+            .unwrap_or(now + Duration::from_secs(86_400 * 365)),
         // Already ended.
         Err(_) => now,
     }

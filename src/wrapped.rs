@@ -305,8 +305,12 @@ pub fn pipe() -> std::io::Result<(i32, i32)> {
 /// Call it only in a process of its own (a forked child): it changes signal dispositions
 /// for the whole process.
 pub unsafe fn ignore_parents_signals() {
-    for sig in PARENTS_SIGNALS {
-        libc::signal(sig, libc::SIG_IGN);
+    // SAFETY: the caller is a process of its own (this function's # Safety); setting
+    // a disposition to SIG_IGN is async-signal-safe.
+    unsafe {
+        for sig in PARENTS_SIGNALS {
+            libc::signal(sig, libc::SIG_IGN);
+        }
     }
 }
 
@@ -322,63 +326,67 @@ pub const PARENTS_SIGNALS: [i32; 7] = [
 ];
 
 unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
-    libc::close(w);
-    libc::setpgid(0, 0);
-    let me = libc::getpid();
-    ignore_parents_signals();
-    // Hold nothing of the parent's open: no pipe a reader waits on, no database.
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-    if null >= 0 {
-        libc::dup2(null, 0);
-        libc::dup2(null, 1);
-        libc::dup2(null, 2);
-    }
-    if r > 3 {
-        libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
-    }
-    libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
-    let mut deadline = u64::MAX;
-    loop {
-        let now = mono_ns();
-        if now >= deadline {
-            libc::kill(-me, libc::SIGTERM);
-            let ts = libc::timespec {
-                tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
-            };
-            libc::nanosleep(&ts, std::ptr::null_mut());
-            libc::kill(-me, libc::SIGKILL);
-            libc::_exit(0);
+    // SAFETY: called only in the forked watchdog child (see `Watchdog::new`): it owns
+    // its process, the pipe ends it is given are open, and every call here is async-signal-safe.
+    unsafe {
+        libc::close(w);
+        libc::setpgid(0, 0);
+        let me = libc::getpid();
+        ignore_parents_signals();
+        // Hold nothing of the parent's open: no pipe a reader waits on, no database.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
         }
-        let wait_ms = if deadline == u64::MAX {
-            -1
-        } else {
-            (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
-        };
-        let mut pfd = libc::pollfd {
-            fd: r,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let n = libc::poll(&mut pfd, 1, wait_ms);
-        if n < 0 {
-            if *libc::__errno_location() == libc::EINTR {
+        if r > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
+        let mut deadline = u64::MAX;
+        loop {
+            let now = mono_ns();
+            if now >= deadline {
+                libc::kill(-me, libc::SIGTERM);
+                let ts = libc::timespec {
+                    tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
+                };
+                libc::nanosleep(&ts, std::ptr::null_mut());
+                libc::kill(-me, libc::SIGKILL);
+                libc::_exit(0);
+            }
+            let wait_ms = if deadline == u64::MAX {
+                -1
+            } else {
+                (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
+            };
+            let mut pfd = libc::pollfd {
+                fd: r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let n = libc::poll(&mut pfd, 1, wait_ms);
+            if n < 0 {
+                if *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                libc::kill(-me, libc::SIGKILL);
+                libc::_exit(1);
+            }
+            if n == 0 {
                 continue;
             }
-            libc::kill(-me, libc::SIGKILL);
-            libc::_exit(1);
-        }
-        if n == 0 {
-            continue;
-        }
-        let mut buf = [0u8; 8];
-        let got = libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8);
-        if got == 8 {
-            deadline = u64::from_le_bytes(buf);
-        } else if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
-            // Our parent is gone (or done): nothing of its command may outlive it.
-            libc::kill(-me, libc::SIGKILL);
-            libc::_exit(0);
+            let mut buf = [0u8; 8];
+            let got = libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8);
+            if got == 8 {
+                deadline = u64::from_le_bytes(buf);
+            } else if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
+                // Our parent is gone (or done): nothing of its command may outlive it.
+                libc::kill(-me, libc::SIGKILL);
+                libc::_exit(0);
+            }
         }
     }
 }

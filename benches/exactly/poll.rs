@@ -78,7 +78,7 @@ pub(crate) fn fill(plan: &Plan, path: &Path, n: u64) -> Res<()> {
             let until = if j % 10 == 0 {
                 fmt(now + chrono::Duration::minutes(1))
             } else {
-                exactly::lease::RELEASED.to_string()
+                lease::RELEASED.to_string()
             };
             lease.execute(params![key, 100 + j as i64, until, ago(month_ms)])?;
         }

@@ -86,7 +86,7 @@ impl Watcher {
                     id = crate::db_identity(&db).ok();
                 }
                 let Some(db) = id.as_deref() else {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(20));
                     continue;
                 };
                 let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -260,7 +260,7 @@ impl Fleet {
             return Ok(None);
         }
         for (i, key) in std::mem::take(&mut self.pending) {
-            match crate::effect::get(&mut h.store, &crate::EffectKey::from(&key))? {
+            match effect::get(&mut h.store, &crate::EffectKey::from(&key))? {
                 Some(row) if row.state == EffectState::Done => {}
                 Some(row) => {
                     if row.state == EffectState::Submitted && effect::sender(&row) == Sender::Alive

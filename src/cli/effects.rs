@@ -166,7 +166,7 @@ pub(super) fn report(out: &Outcome) {
         Outcome::LeaseEnding { until, .. } => eprintln!(
             "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); \
              renew the lease and try again",
-            crate::time::human_ms(effect::SUBMIT_MIN_LEFT.as_millis() as u64),
+            time::human_ms(effect::SUBMIT_MIN_LEFT.as_millis() as u64),
             inert(
                 until
                     .as_deref()

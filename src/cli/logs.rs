@@ -103,11 +103,7 @@ pub(super) fn print_run(
             fresh.rfind('\n').map(|i| i + 1).unwrap_or(0)
         };
         for line in fresh[..upto].split_inclusive('\n') {
-            writeln!(
-                out,
-                "{}",
-                crate::sanitize::inert(line.trim_end_matches('\n'))
-            )?;
+            writeln!(out, "{}", inert(line.trim_end_matches('\n')))?;
         }
         out.flush()?;
         shown.push_str(&fresh[..upto]);

@@ -54,7 +54,7 @@ impl CommandEffect {
 }
 
 impl Effect for CommandEffect {
-    fn perform(&mut self, effect_key: &str) -> std::result::Result<String, Failure> {
+    fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
         self.output = None;
         let Some((prog, args)) = self.argv.split_first() else {
             return Err(Failure::NotSent("no command given".into()));

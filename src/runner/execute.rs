@@ -56,7 +56,7 @@ pub struct RunSpec {
     /// here.
     pub granted: Instant,
     /// A failed run's retry and its job's pause, recorded with its end (None: neither).
-    pub failure: Option<crate::firing::FailureRules>,
+    pub failure: Option<firing::FailureRules>,
     /// The job's dead man's switch (`ping.rs`), pinged as the run starts and ends.
     pub ping: Option<String>,
 }
@@ -611,7 +611,7 @@ pub fn log_line(level: Level, job: &str, msg: &str) {
 }
 
 /// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
-pub fn report(job: &str, kind: FiringKind, slot: &str, fired: &crate::firing::Fired) {
+pub fn report(job: &str, kind: FiringKind, slot: &str, fired: &firing::Fired) {
     let level = super::log::level(fired.level());
     log_line(level, job, &fired.describe(kind, slot));
 }

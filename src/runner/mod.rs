@@ -102,7 +102,7 @@ fn history(store: &mut Store, jobs: &[Job]) -> Result<BTreeMap<String, config::H
         if d.is_empty() {
             continue;
         }
-        let (_, p99) = crate::time::percentiles(&d);
+        let (_, p99) = time::percentiles(&d);
         out.insert(
             j.name.to_string(),
             config::History {

@@ -174,10 +174,10 @@ pub fn validate(
     let mut p = Policy::none(interval.unwrap_or(Duration::from_secs(1)));
     let mut duration = |key: &str, value: Option<&str>, min: Duration| -> Option<Duration> {
         let value = value?;
-        match crate::time::parse_duration(value) {
+        match time::parse_duration(value) {
             Ok(d) if d >= min => Some(d),
             Ok(_) => {
-                let min = crate::time::human_ms(min.as_millis() as u64);
+                let min = time::human_ms(min.as_millis() as u64);
                 problems.push(Problem::error(
                     name,
                     format!("invalid {key}"),
@@ -252,8 +252,8 @@ pub fn validate(
             "jitter not shorter than the interval",
             format!(
                 "jitter = {} would push a firing past the next one ({})",
-                crate::time::human_ms(p.jitter.as_millis() as u64),
-                crate::time::human_ms(i.as_millis() as u64)
+                time::human_ms(p.jitter.as_millis() as u64),
+                time::human_ms(i.as_millis() as u64)
             ),
         ));
     }
@@ -265,7 +265,7 @@ pub fn describe(p: &Policy, interval: Duration) -> Option<String> {
     if !p.is_set(interval) {
         return None;
     }
-    let h = |d: Duration| crate::time::human_ms(d.as_millis() as u64);
+    let h = |d: Duration| time::human_ms(d.as_millis() as u64);
     let mut parts = Vec::new();
     if p.retries > 0 {
         parts.push(format!(

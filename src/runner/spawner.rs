@@ -302,11 +302,11 @@ fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
         // SAFETY: CMSG_SPACE/CMSG_LEN are pure; control is large enough for one int.
         unsafe {
             hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+            hdr.msg_controllen = libc::CMSG_SPACE(size_of::<RawFd>() as u32) as _;
             let cmsg = libc::CMSG_FIRSTHDR(&hdr);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
         }
     }
@@ -335,7 +335,7 @@ fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedF
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
     hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = std::mem::size_of_val(&control) as _;
+    hdr.msg_controllen = size_of_val(&control) as _;
     let n = loop {
         // SAFETY: hdr points at live buffers.
         let n = unsafe { libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC) };
@@ -624,8 +624,11 @@ impl Prepared {
 const CHILD_STACK: usize = 64 * 1024;
 
 /// Writes `s` to the child's stderr (async-signal-safe).
-unsafe fn say(s: &[u8]) {
-    libc::write(2, s.as_ptr().cast(), s.len());
+fn say(s: &[u8]) {
+    // SAFETY: `s` is a live slice of `s.len()` bytes; write(2) reads only those.
+    unsafe {
+        libc::write(2, s.as_ptr().cast(), s.len());
+    }
 }
 
 /// The clone child: its own process group, dies with the spawner, the default signals back, the

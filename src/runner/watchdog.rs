@@ -161,120 +161,125 @@ struct Slot {
 
 /// The watchdog's life, in the forked child: async-signal-safe calls only, state on the stack.
 unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
-    libc::setpgid(0, 0);
-    // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
-    crate::wrapped::ignore_parents_signals();
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-    if null >= 0 {
-        libc::dup2(null, 0);
-        libc::dup2(null, 1);
-        libc::dup2(null, 2);
-    }
-    // Keep only our two pipe ends: no database, no other run's pipes.
-    for fd in 3..1024 {
-        if fd != r && fd != w {
-            libc::close(fd);
+    // SAFETY: called only in the forked watchdog child: it owns its process, `r` and
+    // `w` are its pipe ends, and every call here is async-signal-safe on stack data.
+    unsafe {
+        libc::setpgid(0, 0);
+        // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
+        crate::wrapped::ignore_parents_signals();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
         }
-    }
-    libc::syscall(libc::SYS_close_range, 1024u32, u32::MAX, 0u32);
-    let mut slots = [Slot {
-        group: 0,
-        deadline: 0,
-        termed: 0,
-    }; SLOTS];
-    // Slots in use are below `hi`: the scan stays as short as the runs.
-    let mut hi = 0usize;
-    let mut buf = [0u8; 12 * 64];
-    let mut have = 0usize;
-    loop {
-        let now = mono_ns();
-        let mut wait = u64::MAX;
-        for s in slots[..hi].iter_mut().filter(|s| s.group > 0) {
-            if s.termed == 0 && now >= s.deadline {
-                libc::kill(-s.group, libc::SIGTERM);
-                s.termed = now;
-                let g = s.group.to_le_bytes();
-                libc::write(w, g.as_ptr() as *const libc::c_void, 4);
+        // Keep only our two pipe ends: no database, no other run's pipes.
+        for fd in 3..1024 {
+            if fd != r && fd != w {
+                libc::close(fd);
             }
-            if s.termed == u64::MAX {
-                continue;
-            }
-            if s.termed > 0 {
-                if now >= s.termed.saturating_add(grace) {
-                    libc::kill(-s.group, libc::SIGKILL);
-                    // Held until disarmed: its run reaps the command and says so.
-                    s.termed = u64::MAX;
-                } else {
-                    wait = wait.min(s.termed + grace - now);
+        }
+        libc::syscall(libc::SYS_close_range, 1024u32, u32::MAX, 0u32);
+        let mut slots = [Slot {
+            group: 0,
+            deadline: 0,
+            termed: 0,
+        }; SLOTS];
+        // Slots in use are below `hi`: the scan stays as short as the runs.
+        let mut hi = 0usize;
+        let mut buf = [0u8; 12 * 64];
+        let mut have = 0usize;
+        loop {
+            let now = mono_ns();
+            let mut wait = u64::MAX;
+            for s in slots[..hi].iter_mut().filter(|s| s.group > 0) {
+                if s.termed == 0 && now >= s.deadline {
+                    libc::kill(-s.group, libc::SIGTERM);
+                    s.termed = now;
+                    let g = s.group.to_le_bytes();
+                    libc::write(w, g.as_ptr() as *const libc::c_void, 4);
                 }
-            } else {
-                wait = wait.min(s.deadline - now);
-            }
-        }
-        let ms = if wait == u64::MAX {
-            -1
-        } else {
-            ((wait / 1_000_000) + 1).min(i32::MAX as u64) as i32
-        };
-        let mut pfd = libc::pollfd {
-            fd: r,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        if libc::poll(&mut pfd, 1, ms) <= 0 {
-            continue;
-        }
-        let got = libc::read(
-            r,
-            buf.as_mut_ptr().add(have) as *mut libc::c_void,
-            buf.len() - have,
-        );
-        if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
-            // Our scheduler is gone: nothing of its runs may outlive it.
-            for s in slots[..hi].iter().filter(|s| s.group > 0) {
-                libc::kill(-s.group, libc::SIGKILL);
-            }
-            libc::_exit(0);
-        }
-        if got < 0 {
-            continue;
-        }
-        have += got as usize;
-        let whole = have / 12 * 12;
-        let mut at = 0;
-        while at < whole {
-            let m = &buf[at..at + 12];
-            at += 12;
-            let group = i32::from_le_bytes([m[0], m[1], m[2], m[3]]);
-            let deadline = u64::from_le_bytes([m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11]]);
-            if group <= 1 {
-                continue;
-            }
-            let found = slots[..hi].iter().position(|s| s.group == group);
-            if deadline == 0 {
-                if let Some(i) = found {
-                    slots[i].group = 0;
-                    while hi > 0 && slots[hi - 1].group == 0 {
-                        hi -= 1;
+                if s.termed == u64::MAX {
+                    continue;
+                }
+                if s.termed > 0 {
+                    if now >= s.termed.saturating_add(grace) {
+                        libc::kill(-s.group, libc::SIGKILL);
+                        // Held until disarmed: its run reaps the command and says so.
+                        s.termed = u64::MAX;
+                    } else {
+                        wait = wait.min(s.termed + grace - now);
                     }
+                } else {
+                    wait = wait.min(s.deadline - now);
                 }
+            }
+            let ms = if wait == u64::MAX {
+                -1
+            } else {
+                ((wait / 1_000_000) + 1).min(i32::MAX as u64) as i32
+            };
+            let mut pfd = libc::pollfd {
+                fd: r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, ms) <= 0 {
                 continue;
             }
-            let free = found.or_else(|| slots[..hi].iter().position(|s| s.group == 0));
-            let free = free.or_else(|| (hi < SLOTS).then_some(hi));
-            if let Some(i) = free {
-                // A group already being stopped stays stopped.
-                if slots[i].group != group || slots[i].termed == 0 {
-                    slots[i] = Slot {
-                        group,
-                        deadline,
-                        termed: 0,
-                    };
+            let got = libc::read(
+                r,
+                buf.as_mut_ptr().add(have) as *mut libc::c_void,
+                buf.len() - have,
+            );
+            if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
+                // Our scheduler is gone: nothing of its runs may outlive it.
+                for s in slots[..hi].iter().filter(|s| s.group > 0) {
+                    libc::kill(-s.group, libc::SIGKILL);
                 }
-                hi = hi.max(i + 1);
+                libc::_exit(0);
             }
+            if got < 0 {
+                continue;
+            }
+            have += got as usize;
+            let whole = have / 12 * 12;
+            let mut at = 0;
+            while at < whole {
+                let m = &buf[at..at + 12];
+                at += 12;
+                let group = i32::from_le_bytes([m[0], m[1], m[2], m[3]]);
+                let deadline =
+                    u64::from_le_bytes([m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11]]);
+                if group <= 1 {
+                    continue;
+                }
+                let found = slots[..hi].iter().position(|s| s.group == group);
+                if deadline == 0 {
+                    if let Some(i) = found {
+                        slots[i].group = 0;
+                        while hi > 0 && slots[hi - 1].group == 0 {
+                            hi -= 1;
+                        }
+                    }
+                    continue;
+                }
+                let free = found.or_else(|| slots[..hi].iter().position(|s| s.group == 0));
+                let free = free.or_else(|| (hi < SLOTS).then_some(hi));
+                if let Some(i) = free {
+                    // A group already being stopped stays stopped.
+                    if slots[i].group != group || slots[i].termed == 0 {
+                        slots[i] = Slot {
+                            group,
+                            deadline,
+                            termed: 0,
+                        };
+                    }
+                    hi = hi.max(i + 1);
+                }
+            }
+            buf.copy_within(whole..have, 0);
+            have -= whole;
         }
-        buf.copy_within(whole..have, 0);
-        have -= whole;
     }
 }

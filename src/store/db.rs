@@ -125,7 +125,7 @@ pub(crate) enum DbError {
     Foreign(String),
 }
 
-pub(crate) type DbResult<T> = std::result::Result<T, DbError>;
+pub(crate) type DbResult<T> = Result<T, DbError>;
 
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> Self {

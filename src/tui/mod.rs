@@ -452,7 +452,7 @@ async fn poll_task(
 ) {
     let mut store = Some(store);
     let mut watch = Some(Watch::default());
-    let mut told = std::time::Instant::now();
+    let mut told = Instant::now();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -494,7 +494,7 @@ async fn poll_task(
             if matches!(r, Reply::Unchanged(_)) && told.elapsed() < UNCHANGED_TOLD_EVERY {
                 continue;
             }
-            told = std::time::Instant::now();
+            told = Instant::now();
             if out.send(Msg::Reply(r)).is_err() {
                 return;
             }

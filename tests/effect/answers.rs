@@ -52,7 +52,7 @@ fn run_within(env: &Env, args: &[String], limit: Duration) -> (i32, String, Stri
         .spawn()
         .expect("spawn exactly");
     // Both pipes drained as it writes: a full pipe would stall it.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {

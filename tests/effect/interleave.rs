@@ -656,7 +656,7 @@ fn every_interleaving_of_live_attempts_sends_at_most_once_on_postgres() {
 #[ignore = "shows the proof failing with the guard switched off; run with --ignored"]
 fn without_the_compare_and_set_an_interleaving_sends_twice() {
     let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
-    exactly::effect::switch_guard_off_for_proof(true);
+    effect::switch_guard_off_for_proof(true);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: cases(),
         ..ProptestConfig::default()
@@ -665,7 +665,7 @@ fn without_the_compare_and_set_an_interleaving_sends_twice() {
         &(kinds(), start(), proptest::collection::vec(op(), 1..40)),
         |(k, b, o)| interleave(k, b, o),
     );
-    exactly::effect::switch_guard_off_for_proof(false);
+    effect::switch_guard_off_for_proof(false);
     let err = found.expect_err("with the guard off, some interleaving must send twice");
     println!(
         "{}",

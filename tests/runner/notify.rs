@@ -249,7 +249,7 @@ on_both_backends! {
             site.log("doomed")
         );
         let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
-        let mut watch = std::process::Command::new(support::bin())
+        let mut watch = std::process::Command::new(bin())
             .args(["--db", &site.db(), "watch"])
             .arg(site.path("watch.toml"))
             .envs(env)
@@ -313,7 +313,7 @@ on_both_backends! {
         )
         .expect("write watch.toml");
         let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
-        let mut watch = std::process::Command::new(support::bin())
+        let mut watch = std::process::Command::new(bin())
             .args(["--db", &site.db(), "watch"])
             .arg(site.path("watch.toml"))
             .stderr(log)
@@ -361,7 +361,7 @@ on_both_backends! {
         )
         .expect("write watch.toml");
         let log = std::fs::File::create(site.path("watch.log")).expect("watch log");
-        let mut watch = std::process::Command::new(support::bin())
+        let mut watch = std::process::Command::new(bin())
             .args(["--db", &site.db(), "watch"])
             .arg(site.path("watch.toml"))
             .stderr(log)

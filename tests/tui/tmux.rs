@@ -187,7 +187,7 @@ fn top_in_a_real_terminal() {
     t.wait_for("Confirm: resolve: it happened");
     t.keys(&["y"]);
     t.wait_for(&format!("resolved {mail}: unknown → done"));
-    let r = exactly::effect::get(
+    let r = effect::get(
         &mut Store::open(&db).expect("open"),
         &exactly::EffectKey::from(&mail),
     )

@@ -286,7 +286,7 @@ fn failed_poll_keeps_data_and_says_stale() {
 }
 
 /// Screens at 100×30 as text, each after pressing its keys (Enter opens a detail).
-fn capture(f: &super::fixture::Fixture, steps: &[&str]) -> String {
+fn capture(f: &Fixture, steps: &[&str]) -> String {
     let mut out = String::new();
     for k in steps {
         let mut app = app_for(f);

@@ -1,10 +1,11 @@
 //! The three identities a call could swap for a neighbour of the same type: a job's name
 //! ([`JobName`]), an effect key ([`EffectKey`]) and a lease's fencing token ([`Token`]).
 //!
-//! The library's operations take these where a mix-up compiles today: `(job, owner)`,
+//! The library's operations take these where a mix-up would otherwise compile: `(job, owner)`,
 //! `(job, by)`, `(key, by)`, `(job, run_id, token)`. A caller converts once, on purpose
-//! (`JobName::from("invoices")`, `Token::from(7)`); a swapped pair no longer compiles. The store
-//! below keeps plain `&str` and `i64`: it binds them to SQL and never passes one for the other.
+//! (`JobName::from("invoices")`, `Token::from(7)`); a swapped pair does not compile. The store
+//! below binds plain `&str` and `i64` to SQL and never passes one for the other; of what it
+//! hands back, only a value meant to be passed on is typed (a fired run's `Started::token`).
 //! Rows read back (`LeaseRow`, `LedgerRow`, the snapshot's rows) keep plain values: they are
 //! records to show, not arguments.
 use serde::Serialize;

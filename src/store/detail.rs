@@ -206,7 +206,7 @@ impl Store {
                 None => tx.rows(&sql, args![state.as_str()], super::ledger_rows::ledger_row)?,
             };
             Ok(InState {
-                schema_version: super::schema::version(tx)?,
+                schema_version: super::prepare::version(tx)?,
                 now: tx.now(caller_now).to_string(),
                 rows,
             })

@@ -30,6 +30,7 @@ mod pg_schema;
 mod read;
 mod resume;
 pub(crate) use resume::{ResumeTimes, Resumer};
+mod prepare;
 mod retention;
 pub(crate) mod rows;
 mod run;
@@ -53,10 +54,10 @@ pub use ledger_rows::{
     Begin, Granted, LedgerRow, NewEffect, Observed, Resolution, Resolved, Seen, SendEnd, Sending,
     SentBy, Settlement, Submission, Submit, Verdict,
 };
+pub(crate) use prepare::has_table;
 pub use retention::Pruned;
 pub use run::{EffectCounts, RunEnd};
 pub use schedulers::SchedulerReg;
-pub(crate) use schema::has_table;
 pub use schema::SCHEMA_VERSION;
 pub use waiting::Waiting;
 pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};
@@ -297,7 +298,7 @@ impl Store {
             .busy_timeout(Duration::from_millis(busy_ms))
             .map_err(|e| store.err(e.into()))?;
         store.lite().set_prepared_statement_cache_capacity(64);
-        schema::prepare(&mut store)?;
+        prepare::prepare(&mut store)?;
         Ok(store)
     }
 
@@ -330,17 +331,17 @@ impl Store {
         let wal_exists = std::path::Path::new(&format!("{path}-wal")).exists();
         if wal_mode && !wal_exists {
             let probe = Store::connect_read_only(path, true)?;
-            schema::check_read_only(&probe)?;
+            prepare::check_read_only(&probe)?;
         }
         match Store::connect_read_only(path, false)
-            .and_then(|s| schema::check_read_only(&s).map(|()| s))
+            .and_then(|s| prepare::check_read_only(&s).map(|()| s))
         {
             Ok(store) => Ok(store),
             // A reader of a WAL database needs `-shm`; in a folder we may not write, SQLite cannot
             // create it. With no `-wal` file the main file holds everything: read it as immutable.
             Err(e) if wal_mode && !wal_exists && cannot_create_side_files(&e) => {
                 let store = Store::connect_read_only(path, true)?;
-                schema::check_read_only(&store)?;
+                prepare::check_read_only(&store)?;
                 Ok(store)
             }
             Err(e) => Err(e),

@@ -201,7 +201,7 @@ pub(crate) fn columns(tx: &Tx<'_>, table: &str) -> DbResult<Vec<String>> {
 fn check_foreign(tx: &Tx<'_>) -> DbResult<()> {
     for t in super::schema::TABLES {
         let cols = columns(tx, t.name)?;
-        if let Some(msg) = super::schema::foreign(t, &cols) {
+        if let Some(msg) = super::prepare::foreign(t, &cols) {
             return Err(DbError::Foreign(msg));
         }
     }

@@ -189,7 +189,7 @@ impl Store {
             )?;
             let jobs = read_jobs(tx, now, &mut kept)?;
             let missed_recorded = counter(tx, EventKind::FiringMissed)?;
-            let schema_version = super::schema::version(tx)?;
+            let schema_version = super::prepare::version(tx)?;
             let schedulers = read_schedulers(tx, now, dead_after)?;
             let host_clashes_24h = count(
                 tx,

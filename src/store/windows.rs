@@ -74,7 +74,7 @@ enum Removals {
 
 impl Removals {
     fn read(tx: &Tx<'_>, table: &str) -> DbResult<Removals> {
-        if !super::schema::has_trigger_tx(tx, &format!("{table}_deleted"))? {
+        if !super::prepare::has_trigger_tx(tx, &format!("{table}_deleted"))? {
             let n = tx.one(&format!("SELECT count(*) FROM {table}"), &[], |r| int(r, 0))?;
             return Ok(Removals::Rows(n.unwrap_or(0)));
         }

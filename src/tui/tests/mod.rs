@@ -4,6 +4,7 @@
 //! rows they change (`keys.rs`).
 mod drive;
 mod fixture;
+mod hostile;
 mod keys;
 mod screens;
 mod watch;

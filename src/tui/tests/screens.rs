@@ -3,6 +3,7 @@
 //! file.
 use super::drive::*;
 use super::fixture::*;
+use super::hostile::hostile;
 use crate::tui::{App, Focus, Request};
 use crossterm::event::KeyCode;
 

@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 pub mod approval;
 mod clock;
+pub mod contain;
 pub mod effect;
 mod error;
 pub mod fault;

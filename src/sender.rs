@@ -74,6 +74,9 @@ pub struct Identity {
     pub start: u64,
     /// The process group its command sends from, if it runs in one.
     pub group: Option<Group>,
+    /// The cage (cgroup, or cookie) its command sends from, if it has one: "gone" on this host
+    /// means the cage is empty.
+    pub cage: Option<crate::contain::Cage>,
     /// The process's name (`comm`), which its group's leader shares: a start time has only
     /// clock-tick resolution, and a pid taken again within one tick must still not pass for it.
     pub comm: Option<String>,
@@ -83,18 +86,26 @@ impl Identity {
     /// This process, sending through `group` when its command runs in one.
     pub fn this_process(group: Option<Group>) -> Identity {
         let pid = std::process::id() as i32;
-        let me = stat(pid);
+        // /proc/self is this process in any pid namespace; /proc/PID may be another's.
+        let me = read_proc("/proc/self/stat").and_then(|s| parse_stat(&s));
         Identity {
             host_id: host_id().to_string(),
             pid,
             start: me.as_ref().map(|s| s.start).unwrap_or(0),
             group,
             comm: me.map(|s| s.comm),
+            cage: None,
         }
     }
 
-    /// `HOST_ID;PID@START;PGID@START;COMM` (the group part empty without a group; the name in
-    /// hex, so no byte of it can be read as a separator).
+    /// The same, sending from `cage`.
+    pub fn in_cage(self, cage: Option<crate::contain::Cage>) -> Identity {
+        Identity { cage, ..self }
+    }
+
+    /// `HOST_ID;PID@START;PGID@START;COMM;CAGE` (the group part empty without a group; the name
+    /// in hex, so no byte of it can be read as a separator; the cage as [`crate::contain::Cage`]
+    /// writes it, empty without one).
     pub fn encode(&self) -> String {
         let group = self
             .group
@@ -107,8 +118,9 @@ impl Identity {
             .bytes()
             .map(|b| format!("{b:02x}"))
             .collect();
+        let cage = self.cage.as_ref().map(|c| c.encode()).unwrap_or_default();
         format!(
-            "{};{}@{};{group};{comm}",
+            "{};{}@{};{group};{comm};{cage}",
             self.host_id, self.pid, self.start
         )
     }
@@ -142,19 +154,36 @@ impl Identity {
                 Some(String::from_utf8_lossy(&bytes?).into_owned())
             }
         };
+        // A cage that does not read back (a hostile or older row) is no cage: judged as before.
+        let cage = parts.next().and_then(crate::contain::Cage::parse);
         Some(Identity {
             host_id,
             pid,
             start,
             group,
             comm,
+            cage,
         })
     }
+}
+
+/// How the sender recorded as `identity` ([`Identity::encode`]) held its command: `cgroup-v2`,
+/// `cgroup-v1`, `cookie` (no writable cgroup: the watchdog and an environment cookie),
+/// `process-group` (a row written before cages), `process` (no group). None: not an identity.
+pub fn containment_of(identity: &str) -> Option<&'static str> {
+    let id = Identity::parse(identity)?;
+    Some(match (&id.cage, id.group) {
+        (Some(c), _) => c.containment().word(),
+        (None, Some(_)) => "process-group",
+        (None, None) => "process",
+    })
 }
 
 /// What `/proc/PID/stat` says of a process.
 #[derive(Debug, Clone)]
 pub struct Stat {
+    /// Its state letter (`R`, `S`, `T` stopped, `Z` zombie, …).
+    pub state: char,
     /// It has exited and waits to be reaped.
     pub zombie: bool,
     /// Its parent's pid.
@@ -167,14 +196,71 @@ pub struct Stat {
     pub comm: String,
 }
 
-/// Reads `/proc/PID/stat` (None: no such process, or no `/proc`).
+/// How much of the process table `/proc` shows us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcView {
+    /// Every process of our pid namespace.
+    Full,
+    /// Mounted `hidepid`: other users' processes have no entry.
+    Hidden,
+    /// Another pid namespace's `/proc` (a `unshare --pid` without its own mount): its pids are
+    /// not ours, so none of its entries may be read as one of ours.
+    Foreign,
+    /// No `/proc` at all.
+    Missing,
+}
+
+/// How `/proc` looks from this process (read once).
+pub fn proc_view() -> ProcView {
+    static VIEW: OnceLock<ProcView> = OnceLock::new();
+    *VIEW.get_or_init(|| {
+        let Ok(link) = std::fs::read_link("/proc/self") else {
+            return ProcView::Missing;
+        };
+        if link.to_str().and_then(|l| l.parse::<u32>().ok()) != Some(std::process::id()) {
+            return ProcView::Foreign;
+        }
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let hidden = info.lines().any(|l| {
+            let mut halves = l.splitn(2, " - ");
+            let left = halves.next().unwrap_or_default();
+            let right = halves.next().unwrap_or_default();
+            left.split(' ').nth(4) == Some("/proc")
+                && right.starts_with("proc ")
+                && right.split([' ', ',']).any(|o| {
+                    matches!(
+                        o,
+                        "hidepid=1" | "hidepid=2" | "hidepid=invisible" | "hidepid=noaccess"
+                    )
+                })
+        });
+        if hidden {
+            ProcView::Hidden
+        } else {
+            ProcView::Full
+        }
+    })
+}
+
+/// Reads `/proc/PID/stat` (None: no such process, no `/proc`, or a `/proc` of another pid
+/// namespace, where PID would name somebody else).
 pub fn stat(pid: i32) -> Option<Stat> {
-    let s = read_proc(&format!("/proc/{pid}/stat"))?;
+    if pid == std::process::id() as i32 {
+        return parse_stat(&read_proc("/proc/self/stat")?);
+    }
+    if proc_view() == ProcView::Foreign {
+        return None;
+    }
+    parse_stat(&read_proc(&format!("/proc/{pid}/stat"))?)
+}
+
+fn parse_stat(s: &str) -> Option<Stat> {
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
     let close = s.rfind(')')?;
     let comm = s.get(s.find('(')? + 1..close)?.to_string();
     let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
     Some(Stat {
+        state: f.first().and_then(|s| s.chars().next()).unwrap_or('?'),
         zombie: matches!(f.first(), Some(&"Z") | Some(&"X")),
         ppid: f.get(1)?.parse().ok()?,
         pgid: f.get(2)?.parse().ok()?,
@@ -216,13 +302,20 @@ pub fn process_alive(pid: i32, start: u64, comm: Option<&str>) -> bool {
     }
     match stat(pid) {
         Some(s) => !s.zombie && same_process(&s, start, comm),
-        None if std::path::Path::new("/proc/self/stat").exists() => false,
-        // No /proc to read: only the kernel's answer is left.
-        // SAFETY: signal 0 only checks that the process exists.
-        None => unsafe {
-            libc::kill(pid, 0) == 0
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-        },
+        None if proc_view() == ProcView::Full => false,
+        // No entry we can trust (hidepid hides another user's, a foreign /proc names others):
+        // only the kernel's answer is left, and EPERM is a live process.
+        None => signal0(pid),
+    }
+}
+
+/// Whether `kill(pid, 0)` finds a process (EPERM: one we may not signal, alive). A negative
+/// pid asks for a process group.
+fn signal0(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe {
+        libc::kill(pid, 0) == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
     }
 }
 
@@ -237,19 +330,26 @@ pub fn members(group: Group, comm: Option<&str>) -> Vec<i32> {
         }
     }
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        // SAFETY: signal 0 to a group only checks that it has a member.
-        let any = unsafe {
-            libc::kill(-group.pgid, 0) == 0
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-        };
-        return if any { vec![group.pgid] } else { Vec::new() };
+    let seen = match std::fs::read_dir("/proc") {
+        Ok(dir) if proc_view() != ProcView::Foreign => dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie && s.ppid != me)
+            })
+            .collect(),
+        _ => Vec::new(),
     };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|pid| *pid != me)
-        .filter(|pid| stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie && s.ppid != me))
-        .collect()
+    if !seen.is_empty() || proc_view() == ProcView::Full {
+        return seen;
+    }
+    // A /proc that does not show everything: the kernel tells whether the group has a member.
+    if signal0(-group.pgid) {
+        vec![group.pgid]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Ends what is left of a dead sender's group (SIGKILL) and waits until it is empty. False when
@@ -315,8 +415,15 @@ pub fn judge(attempt: Option<&str>, identity: Option<&str>) -> Judged {
             if process_alive(id.pid, id.start, comm) {
                 return Judged::Alive;
             }
-            match id.group {
-                Some(g) if !end_group(g, comm) => Judged::Alive,
+            if let Some(g) = id.group {
+                if !end_group(g, comm) {
+                    return Judged::Alive;
+                }
+            }
+            // Whatever left the group (`timeout`, `setsid`) is still in the cage: gone means
+            // the cage is empty, and what is left is ended first.
+            match &id.cage {
+                Some(c) if !c.close() => Judged::Alive,
                 _ => Judged::Gone,
             }
         }
@@ -351,11 +458,13 @@ mod tests {
                 leader_start: 8,
             }),
             comm: Some("exa;ctly@".into()),
+            cage: crate::contain::Cage::parse("c::0123abcd"),
         };
         assert_eq!(Identity::parse(&id.encode()), Some(id.clone()));
         let lone = Identity {
             group: None,
             comm: None,
+            cage: None,
             ..id
         };
         assert_eq!(Identity::parse(&lone.encode()), Some(lone));

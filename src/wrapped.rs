@@ -7,6 +7,8 @@
 //! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog
 //! even while we are paused. When the command ends, whatever it left running in its group (and, as
 //! subreaper, outside it) is killed, so nothing sends after we record.
+use crate::contain::{Cage, Killer};
+
 use crate::policy::{LEASE_POLL, STOP_GRACE};
 use crate::Store;
 use std::io::{Read, Write};
@@ -194,59 +196,69 @@ fn read_lease(
 }
 
 /// A small process forked before the row is submitted: it leads the process group the command
-/// will run in (so the row can name the group before anything is sent), and stops that group at
-/// the deadline it was last given — even while we are paused (SIGSTOP) or hung — and at once
-/// when we die, so a child the command left behind cannot send after a retry has judged us gone.
+/// will run in (so the row can name the group before anything is sent), holds the command's
+/// [`Cage`] (a cgroup of its own, or a cookie), and stops both at the deadline it was last given
+/// — even while we are paused (SIGSTOP) or hung — and at once when we die, so nothing the
+/// command started (`timeout` and `setsid` leave the group, not the cage) can send after a retry
+/// has judged us gone. We watch it in turn: a dead one is restarted, a stopped one said.
 pub struct Watchdog {
-    pid: i32,
+    /// The command's process group: the first watchdog's pid.
+    pgid: i32,
+    /// The first watchdog's start time (how the row names the group).
     start: u64,
+    /// The watchdog process now (a restarted one joins the same group).
+    pid: i32,
     tx: Option<std::fs::File>,
+    cage: Cage,
+    killer: Killer,
+    /// The deadline last armed (monotonic ns), given again to a restarted watchdog.
+    armed: u64,
+    /// Whether it was last seen stopped (said once per stop).
+    stopped: bool,
+}
+
+/// What [`Watchdog::check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchdogHealth {
+    /// Running.
+    Running,
+    /// Stopped (SIGSTOP): the deadline is enforced by the sender alone until it runs again.
+    Stopped,
+    /// It had died and was restarted (or could not be: the `String` says why).
+    Restarted(Option<String>),
 }
 
 impl Watchdog {
-    /// Forks the watchdog: a process that leads the command's group and stops it at its deadline.
+    /// Forks the watchdog: a process that leads the command's group, holds its cage and stops
+    /// both at the deadline.
     pub fn start() -> std::io::Result<Watchdog> {
-        let (r, w) = pipe()?;
-        let grace = STOP_GRACE.as_nanos() as u64;
-        // SAFETY: the child runs only async-signal-safe libc calls (no allocation, no locks)
-        // and never returns: `watchdog_main` ends in `_exit`.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: both descriptors are ours.
-            unsafe {
-                libc::close(r);
-                libc::close(w);
-            }
-            return Err(e);
-        }
-        if pid == 0 {
-            // SAFETY: in the forked child; see above.
-            unsafe { watchdog_main(r, w, grace) }
-        }
-        // SAFETY: r is ours; the child has its copy. setpgid here too closes the race with the
-        // child's own call: the group exists before we record it or start the command in it.
-        unsafe {
-            libc::close(r);
-            libc::setpgid(pid, pid);
-        }
-        use std::os::fd::FromRawFd;
-        // SAFETY: w is an open descriptor we own from here on.
-        let tx = unsafe { std::fs::File::from_raw_fd(w) };
+        let cage = Cage::new("sender");
+        let killer = Killer::new(&cage);
+        let (pid, tx) = fork_watchdog(0, &killer)?;
         let start = crate::sender::stat(pid).map(|s| s.start).unwrap_or(0);
         Ok(Watchdog {
-            pid,
+            pgid: pid,
             start,
+            pid,
             tx: Some(tx),
+            cage,
+            killer,
+            armed: u64::MAX,
+            stopped: false,
         })
     }
 
     /// The group the command runs in.
     pub fn group(&self) -> crate::sender::Group {
         crate::sender::Group {
-            pgid: self.pid,
+            pgid: self.pgid,
             leader_start: self.start,
         }
+    }
+
+    /// The cage the command runs in.
+    pub fn cage(&self) -> &Cage {
+        &self.cage
     }
 
     /// Stop the group at `deadline` (None: no deadline).
@@ -256,21 +268,107 @@ impl Watchdog {
                 .saturating_add(d.saturating_duration_since(Instant::now()).as_nanos() as u64),
             None => u64::MAX,
         };
+        self.armed = ns;
         if let Some(tx) = self.tx.as_mut() {
-            // A watchdog that is gone cannot be armed; our own loop still stops at the deadline.
+            // A watchdog that is gone cannot be armed; our own loop still stops at the deadline,
+            // and `check` restarts it.
             let _ = tx.write_all(&ns.to_le_bytes());
         }
     }
+
+    /// Looks at the watchdog: a dead one is restarted in the same group and re-armed; a stopped
+    /// one is reported once (the sender's own loop enforces the deadline meanwhile).
+    pub fn check(&mut self) -> WatchdogHealth {
+        match crate::sender::stat(self.pid) {
+            Some(s) if s.state == 'T' || s.state == 't' => {
+                self.stopped = true;
+                WatchdogHealth::Stopped
+            }
+            Some(s) if !s.zombie => {
+                self.stopped = false;
+                WatchdogHealth::Running
+            }
+            // Dead (a zombie of ours, or gone): the group lives on in the zombie until reaped,
+            // so the new one can join it.
+            _ => {
+                let restarted = match fork_watchdog(self.pgid, &self.killer) {
+                    Ok((pid, tx)) => {
+                        let old = std::mem::replace(&mut self.pid, pid);
+                        self.tx = Some(tx);
+                        // SAFETY: the old watchdog is our child; reaping it leaves no zombie.
+                        unsafe { libc::waitpid(old, std::ptr::null_mut(), libc::WNOHANG) };
+                        let ns = self.armed;
+                        if let Some(tx) = self.tx.as_mut() {
+                            let _ = tx.write_all(&ns.to_le_bytes());
+                        }
+                        None
+                    }
+                    Err(e) => {
+                        self.tx = None;
+                        Some(e.to_string())
+                    }
+                };
+                WatchdogHealth::Restarted(restarted)
+            }
+        }
+    }
+
+    /// Ends what is left in the command's group and cage: true when nothing is.
+    pub(crate) fn end_all(&self) -> bool {
+        signal_group(self.pgid, libc::SIGKILL);
+        self.cage.end()
+    }
+
+    /// SIGKILLs the group and every process in the cage once (a stop's last step).
+    fn kill_now(&self) {
+        signal_group(self.pgid, libc::SIGKILL);
+        self.killer.kill_all();
+    }
+}
+
+/// Forks a watchdog that joins group `pgid` (0: leads a group of its own) and ends `killer`'s
+/// cage with it: its pid and the pipe that arms it.
+fn fork_watchdog(pgid: i32, killer: &Killer) -> std::io::Result<(i32, std::fs::File)> {
+    let (r, w) = pipe()?;
+    let grace = STOP_GRACE.as_nanos() as u64;
+    let (fds, v1, needle) = killer.raw_parts();
+    // SAFETY: the child runs only async-signal-safe libc calls (no allocation, no locks) on
+    // memory prepared before the fork, and never returns: `watchdog_main` ends in `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: both descriptors are ours.
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+        return Err(e);
+    }
+    if pid == 0 {
+        // SAFETY: in the forked child; see above.
+        unsafe { watchdog_main(r, w, grace, pgid, fds, v1, needle) }
+    }
+    // SAFETY: r is ours; the child has its copy. setpgid here too closes the race with the
+    // child's own call: the group exists before we record it or start the command in it.
+    unsafe {
+        libc::close(r);
+        libc::setpgid(pid, if pgid == 0 { pid } else { pgid });
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: w is an open descriptor we own from here on.
+    let tx = unsafe { std::fs::File::from_raw_fd(w) };
+    Ok((pid, tx))
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
         // Closing the pipe tells it we are done: it ends the group (itself included).
         self.tx = None;
-        signal_group(self.pid, libc::SIGKILL);
+        self.kill_now();
         let mut status = 0;
         // SAFETY: the watchdog is our child; reaping it leaves no zombie.
         unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        self.cage.close();
     }
 }
 
@@ -325,36 +423,62 @@ pub const PARENTS_SIGNALS: [i32; 7] = [
     libc::SIGTTIN,
 ];
 
-unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
-    // SAFETY: called only in the forked watchdog child (see `Watchdog::new`): it owns
-    // its process, the pipe ends it is given are open, and every call here is async-signal-safe.
+unsafe fn watchdog_main(
+    r: i32,
+    w: i32,
+    grace_ns: u64,
+    pgid: i32,
+    cage_fds: [i32; 3],
+    v1: bool,
+    needle: &[u8],
+) -> ! {
+    // SAFETY: called only in the forked watchdog child (see `fork_watchdog`): it owns its
+    // process, the descriptors it is given are open, and every call here is async-signal-safe
+    // on memory prepared before the fork.
     unsafe {
         libc::close(w);
-        libc::setpgid(0, 0);
-        let me = libc::getpid();
+        libc::setpgid(0, pgid);
+        let group = if pgid == 0 { libc::getpid() } else { pgid };
         ignore_parents_signals();
-        // Hold nothing of the parent's open: no pipe a reader waits on, no database.
+        // Hold nothing of the parent's open (no pipe a reader waits on, no database) but the
+        // pipe and the cage's files, renumbered 3 (the pipe) and 4..=6 (the cage).
+        let keep = [r, cage_fds[0], cage_fds[1], cage_fds[2]];
+        let mut high = [-1i32; 4];
+        for (i, fd) in keep.iter().enumerate() {
+            if *fd >= 0 {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 64);
+            }
+        }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             libc::dup2(null, 0);
             libc::dup2(null, 1);
             libc::dup2(null, 2);
         }
-        if r > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
+        let mut cage = [-1i32; 3];
+        for (i, fd) in high.iter().enumerate() {
+            if *fd >= 0 && libc::dup2(*fd, 3 + i as i32) >= 0 && i > 0 {
+                cage[i - 1] = 3 + i as i32;
+            }
         }
-        libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_close_range, 7u32, u32::MAX, 0u32);
+        let r = 3;
+        // The cage first: we are in the group, and its SIGKILL ends us too.
+        let end_all = || {
+            crate::contain::kill_raw(cage, v1, needle);
+            libc::kill(-group, libc::SIGKILL);
+        };
         let mut deadline = u64::MAX;
         loop {
             let now = mono_ns();
             if now >= deadline {
-                libc::kill(-me, libc::SIGTERM);
+                libc::kill(-group, libc::SIGTERM);
                 let ts = libc::timespec {
                     tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
                     tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
                 };
                 libc::nanosleep(&ts, std::ptr::null_mut());
-                libc::kill(-me, libc::SIGKILL);
+                end_all();
                 libc::_exit(0);
             }
             let wait_ms = if deadline == u64::MAX {
@@ -372,7 +496,7 @@ unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
                 if *libc::__errno_location() == libc::EINTR {
                     continue;
                 }
-                libc::kill(-me, libc::SIGKILL);
+                end_all();
                 libc::_exit(1);
             }
             if n == 0 {
@@ -384,7 +508,7 @@ unsafe fn watchdog_main(r: i32, w: i32, grace_ns: u64) -> ! {
                 deadline = u64::from_le_bytes(buf);
             } else if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
                 // Our parent is gone (or done): nothing of its command may outlive it.
-                libc::kill(-me, libc::SIGKILL);
+                end_all();
                 libc::_exit(0);
             }
         }
@@ -452,15 +576,19 @@ pub fn run(
         // A registration that fails leaves that signal's default (we die, the command with us).
         let _ = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize);
     }
-    in_group(cmd, watchdog.as_ref().map(|w| w.pid))
+    in_group(cmd, watchdog.as_ref().map(|w| w.pgid))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    if let Some(wd) = watchdog.as_ref() {
+        wd.cage().hold(cmd);
+    }
     let mut child = cmd.spawn().map_err(NotStarted::Spawn)?;
     let pgid = watchdog
         .as_ref()
-        .map(|w| w.pid)
+        .map(|w| w.pgid)
         .unwrap_or(child.id() as i32);
+    let mut looked_at_watchdog = Instant::now();
     let out = Arc::new(Mutex::new(Output::default()));
     let (done_tx, done_rx) = mpsc::channel::<()>();
     if let Some(stdout) = child.stdout.take() {
@@ -519,7 +647,16 @@ pub fn run(
             }
         }
         if term_at.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
-            signal_group(pgid, libc::SIGKILL);
+            match watchdog.as_ref() {
+                Some(wd) => wd.kill_now(),
+                None => signal_group(pgid, libc::SIGKILL),
+            }
+        }
+        if looked_at_watchdog.elapsed() >= WATCHDOG_LOOK {
+            looked_at_watchdog = Instant::now();
+            if let Some(wd) = watchdog.as_mut() {
+                look_at(wd);
+            }
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -532,8 +669,18 @@ pub fn run(
             }
         }
     }
-    // Nothing the command started may go on sending after we record its outcome.
+    // Nothing the command started may go on sending after we record its outcome: its group,
+    // its cage (what left the group), and what was re-parented to us.
     signal_group(pgid, libc::SIGKILL);
+    if let Some(wd) = watchdog.as_ref() {
+        if !wd.end_all() {
+            eprintln!(
+                "exactly: something the command started could not be ended within {}s \
+                 (another user's process?): a retry will judge this send by its deadline",
+                crate::contain::END_WAIT.as_secs()
+            );
+        }
+    }
     end_orphans();
     let _ = done_rx.recv_timeout(PIPE_WAIT);
     let output = out.lock().map(|o| o.clone()).unwrap_or_default();
@@ -543,6 +690,32 @@ pub fn run(
         stopped,
         forwarded,
     })
+}
+
+/// How often the sender looks at its watchdog: well inside the stop margin, so a dead one is
+/// replaced before a deadline it should have kept.
+const WATCHDOG_LOOK: Duration = Duration::from_millis(100);
+
+/// Looks at the watchdog and says what changed: a stopped one (we enforce the deadline alone
+/// meanwhile), a dead one restarted.
+fn look_at(wd: &mut Watchdog) {
+    let was_stopped = wd.stopped;
+    match wd.check() {
+        WatchdogHealth::Stopped if !was_stopped => eprintln!(
+            "exactly: the watchdog (pid {}) is stopped: the deadline is enforced by this \
+             process alone until it runs again",
+            wd.pid
+        ),
+        WatchdogHealth::Restarted(None) => eprintln!(
+            "exactly: the watchdog died: restarted it (pid {}) with the same deadline",
+            wd.pid
+        ),
+        WatchdogHealth::Restarted(Some(why)) => eprintln!(
+            "exactly: the watchdog died and cannot be restarted ({why}): the deadline is \
+             enforced by this process alone"
+        ),
+        _ => {}
+    }
 }
 
 /// Makes this process the child subreaper of what its commands start (`exactly effect` does):

@@ -144,12 +144,19 @@ pub(super) fn report(out: &Outcome) {
             inert(ran),
             inert(reason)
         ),
-        Outcome::Fenced { .. } => {
+        Outcome::Fenced { ran: None, .. } => {
             eprintln!(
                 "exactly: fenced: the token is not the job's current fencing token \
                        (its lease was taken over, or never claimed); effect {k} not written"
             )
         }
+        Outcome::Fenced { ran: Some(ran), .. } => eprintln!(
+            "exactly: fenced after the command ran ({}): a newer token took the job's lease, so \
+             its result was not written; effect {k} stays submitted. Only a far side that \
+             refuses a stale EXACTLY_FENCING_TOKEN kept a late send out: check it, then \
+             exactly resolve {k}",
+            inert(ran)
+        ),
         Outcome::AwaitingApproval { .. } => {
             eprintln!("exactly: effect {k} awaits approval (exactly approve {k})")
         }

@@ -166,6 +166,10 @@ impl Effect for CommandEffect {
         self.watchdog.as_ref().map(|w| w.group())
     }
 
+    fn sender_cage(&self) -> Option<crate::contain::Cage> {
+        self.watchdog.as_ref().map(|w| w.cage().clone())
+    }
+
     fn granted(&mut self, until: &str, ends: std::time::Instant, attempt: &str) {
         self.granted = Some((until.to_string(), ends, attempt.to_string()));
     }
@@ -184,6 +188,9 @@ fn die_with_parent(cmd: &mut Command) -> &mut Command {
     }
     cmd
 }
+
+/// How long an observer's answer may take to arrive once it and its cage are ended.
+const OBSERVER_PIPE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs an observer shell command: exit 0 happened, 1 did not happen, anything else can't tell;
 /// [`observe_within`] bounded by [`OBSERVE_TIMEOUT`].
@@ -216,6 +223,10 @@ pub fn observe_within(
     if let Some(dir) = cwd {
         observer.current_dir(dir);
     }
+    // Contained like a sender: what it leaves behind (a `setsid` child holding its stdout) is
+    // in its cage, and ended with it.
+    let cage = crate::contain::Cage::new("observer");
+    cage.hold(&mut observer);
     let child = die_with_parent(&mut observer)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("EXACTLY_EFFECT_KEY", effect_key)
@@ -229,7 +240,8 @@ pub fn observe_within(
         Err(e) => return Observation::CantTell(format!("cannot start observer: {e}")),
     };
     let pgid = child.id() as i32;
-    let reader = child.stdout.take().map(|mut out| {
+    let (answer_tx, answer) = std::sync::mpsc::channel::<Vec<u8>>();
+    if let Some(mut out) = child.stdout.take() {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = std::io::Read::read_to_end(
@@ -237,9 +249,9 @@ pub fn observe_within(
                 &mut buf,
             );
             let _ = std::io::copy(&mut out, &mut std::io::sink());
-            buf
-        })
-    });
+            let _ = answer_tx.send(buf);
+        });
+    }
     // A limit too far to represent is no limit.
     let deadline = Instant::now().checked_add(limit);
     let status = loop {
@@ -252,6 +264,7 @@ pub fn observe_within(
         if stopped || deadline.is_some_and(|d| Instant::now() >= d) {
             // SAFETY: a negative pid names the observer's own process group.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            cage.end();
             let _ = child.wait();
             break Err(if stopped {
                 "observer stopped: its run is ending".to_string()
@@ -264,10 +277,14 @@ pub fn observe_within(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    // Whatever it left behind holding our pipe goes with it.
+    // Whatever it left behind holding our pipe goes with it: its group, and its cage (what
+    // left the group).
     // SAFETY: as above; the group may already be empty.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    let out = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    cage.close();
+    // A leftover that escaped even the cage (a cleared environment, no cgroup) may hold the
+    // pipe open: its answer is what arrived within a moment, never a wait without end.
+    let out = answer.recv_timeout(OBSERVER_PIPE_WAIT).unwrap_or_default();
     match status {
         Ok(s) => match s.code() {
             Some(0) => {

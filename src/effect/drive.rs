@@ -202,7 +202,8 @@ fn sent_by(att: &Attempt) -> SentBy<'_> {
 /// for the ways it ends.
 pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
     // The sender's process group exists before the row can name it.
-    let identity = crate::sender::Identity::this_process(action.sender_group());
+    let group = action.sender_group();
+    let identity = crate::sender::Identity::this_process(group).in_cage(action.sender_cage());
     let mut att = Attempt::new(ctx, spec, &attempt_id())?.with_sender(&identity.encode());
     let mut io = att.start();
     loop {

@@ -177,6 +177,11 @@ pub trait Effect {
     fn sender_group(&mut self) -> Option<crate::sender::Group> {
         None
     }
+    /// The cage its sends run in (made with the group, see [`Effect::sender_group`]): the row
+    /// names it, and a retry ends what is left in it before judging the sender gone.
+    fn sender_cage(&self) -> Option<crate::contain::Cage> {
+        None
+    }
     /// Told, just before [`Effect::perform`], the lease the send was granted under (its end on
     /// the database's clock and on ours), and the row it is recorded on: a send must stop there.
     fn granted(&mut self, _until: &str, _ends: std::time::Instant, _attempt: &str) {}
@@ -203,6 +208,10 @@ pub enum Outcome {
     Fenced {
         /// The effect key.
         key: EffectKey,
+        /// Set when the action had already run (how it ended) and only its result was fenced:
+        /// the row stays `submitted`, and only a far side that refuses stale tokens
+        /// (`EXACTLY_FENCING_TOKEN`) kept a late send out.
+        ran: Option<String>,
     },
     /// Waiting for a person: nothing sent.
     AwaitingApproval {
@@ -263,7 +272,7 @@ impl Outcome {
         match self {
             Outcome::Done { key, .. }
             | Outcome::DuplicateSuppressed { key, .. }
-            | Outcome::Fenced { key }
+            | Outcome::Fenced { key, .. }
             | Outcome::AwaitingApproval { key }
             | Outcome::Unresolved { key, .. }
             | Outcome::Unknown { key, .. }

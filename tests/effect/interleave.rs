@@ -149,6 +149,7 @@ fn sender_group() -> (std::process::Child, exactly::sender::Identity) {
             leader_start: stat.start,
         }),
         comm: Some(stat.comm),
+        cage: None,
     };
     (child, id)
 }
@@ -385,6 +386,7 @@ fn interleave_with(
                         start: 1,
                         group: None,
                         comm: None,
+                        cage: None,
                     };
                     let att = Attempt::new(&ctx, &spec, &format!("{}:{}", exactly::host(), id.pid))
                         .expect("spec")

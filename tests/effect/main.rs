@@ -5,6 +5,7 @@
 mod support;
 
 mod answers;
+mod escape;
 mod interleave;
 mod one_transaction;
 mod process;

@@ -13,7 +13,7 @@ use support::effect_args;
 
 /// `exactly effect` for `job` under `token`, input `n=INPUT`, wrapping `sh -c script`, run in the
 /// test's folder.
-fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Command {
+pub(super) fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Command {
     let mut c = env.cmd();
     c.args(
         effect_args(job, token, "send", "t")
@@ -25,7 +25,7 @@ fn effect(env: &Env, job: &str, token: i64, input: &str, script: &str) -> Comman
 }
 
 /// The same, with an observer that finds the delivery on the far side.
-fn retry(env: &Env, job: &str, token: i64, input: &str) -> Command {
+pub(super) fn retry(env: &Env, job: &str, token: i64, input: &str) -> Command {
     let far = env.path("far");
     // An empty far side: nothing delivered yet (the observer's grep then answers 1, not 2).
     std::fs::OpenOptions::new()
@@ -44,12 +44,12 @@ fn retry(env: &Env, job: &str, token: i64, input: &str) -> Command {
     c
 }
 
-fn run(mut c: Command) -> (i32, String, String) {
+pub(super) fn run(mut c: Command) -> (i32, String, String) {
     support::cli::split(c.output().expect("run exactly"))
 }
 
 /// Retries (as a scheduler would) while the answer is "in flight" (exit 5), for at most `within`.
-fn retry_until_settled(
+pub(super) fn retry_until_settled(
     env: &Env,
     job: &str,
     token: i64,
@@ -66,14 +66,14 @@ fn retry_until_settled(
     }
 }
 
-fn spawn(mut c: Command) -> Child {
+pub(super) fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn exactly effect")
 }
 
-fn read_pid(env: &Env, name: &str) -> i32 {
+pub(super) fn read_pid(env: &Env, name: &str) -> i32 {
     support::wait_for_some(
         &format!("the command to write its pid to {name}"),
         Duration::from_secs(10),
@@ -87,13 +87,13 @@ fn read_pid(env: &Env, name: &str) -> i32 {
     )
 }
 
-fn sigkill(pid: i32) {
+pub(super) fn sigkill(pid: i32) {
     // SAFETY: signalling a process this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
 /// The process group of `pid`, from /proc.
-fn pgid_of(pid: i32) -> i32 {
+pub(super) fn pgid_of(pid: i32) -> i32 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
     let rest = &s[s.rfind(')').expect("stat format") + 1..];
     rest.split_whitespace()
@@ -104,7 +104,7 @@ fn pgid_of(pid: i32) -> i32 {
 }
 
 /// Claims `job`'s lease for another holder as soon as it is free; the new token.
-fn take_over(env: &Env, job: &str) -> i64 {
+pub(super) fn take_over(env: &Env, job: &str) -> i64 {
     support::wait_for_some(
         &format!("the lease of {job} to be free"),
         Duration::from_secs(15),
@@ -115,7 +115,7 @@ fn take_over(env: &Env, job: &str) -> i64 {
     )
 }
 
-fn deliveries(env: &Env) -> usize {
+pub(super) fn deliveries(env: &Env) -> usize {
     far_count(&env.path("far"), "sent")
 }
 
@@ -443,7 +443,13 @@ on_both_backends! {
 
 /// `exactly effect` (the retry's arguments, or `script` as the command) run as `user` through
 /// runuser, with a umask that lets the other user write what it creates.
-fn as_user(env: &Env, user: &str, job: &str, token: i64, script: Option<&str>) -> Command {
+pub(super) fn as_user(
+    env: &Env,
+    user: &str,
+    job: &str,
+    token: i64,
+    script: Option<&str>,
+) -> Command {
     let inner = match script {
         Some(s) => effect(env, job, token, "1", s),
         None => retry(env, job, token, "1"),
@@ -463,7 +469,7 @@ fn as_user(env: &Env, user: &str, job: &str, token: i64, script: Option<&str>) -
 }
 
 /// Lets every user read and write the test's folder and database files.
-fn share_with_everyone(env: &Env) {
+pub(super) fn share_with_everyone(env: &Env) {
     use std::os::unix::fs::PermissionsExt;
     let all = |p: &std::path::Path, mode: u32| {
         if p.exists() {
@@ -476,7 +482,7 @@ fn share_with_everyone(env: &Env) {
     }
 }
 
-fn wait_submitted(env: &Env) {
+pub(super) fn wait_submitted(env: &Env) {
     support::wait_for("the sender to submit", Duration::from_secs(10), || {
         env.sql_count("SELECT count(*) FROM effect_ledger WHERE state = 'submitted'") > 0
     });

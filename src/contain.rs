@@ -265,6 +265,8 @@ impl Cage {
     pub fn new(what: &str) -> Cage {
         let cookie = fresh_id();
         if let Some(s) = subtree() {
+            static SWEPT: std::sync::Once = std::sync::Once::new();
+            SWEPT.call_once(|| sweep_stale(&s.dir));
             let dir = s.dir.join(format!("{what}-{cookie}"));
             if std::fs::create_dir(&dir).is_ok() {
                 return Cage {
@@ -301,9 +303,14 @@ impl Cage {
         format!("{COOKIE_PREFIX}{}=", self.cookie).into_bytes()
     }
 
-    /// `cgroup.procs` opened for writing (a process that writes `0` to it joins the cgroup).
+    /// `cgroup.procs` opened for writing (a process that writes `0` to it joins the cgroup). A
+    /// directory swept away as stale meanwhile (see [`sweep_stale`]) is made again.
     pub fn join_fd(&self) -> Option<OwnedFd> {
-        open_w(&self.dir.as_ref()?.join("cgroup.procs"))
+        let dir = self.dir.as_ref()?;
+        if !dir.exists() {
+            let _ = std::fs::create_dir(dir);
+        }
+        open_w(&dir.join("cgroup.procs"))
     }
 
     /// Makes `cmd` start inside the cage: the cookie in its environment and, before it execs,
@@ -459,6 +466,38 @@ impl Cage {
             dir,
             cookie: cookie.to_string(),
         })
+    }
+}
+
+/// How old an empty cage must be before another process removes it: one whose owner died
+/// (SIGKILL leaves no one to remove it) is empty for good, one just made is about to be joined.
+const STALE_AFTER: Duration = Duration::from_secs(600);
+
+/// Removes the empty cages under `dir` older than [`STALE_AFTER`] (made by processes that died
+/// before removing them), once per process: a killed sender must not leave cgroups piling up.
+fn sweep_stale(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let is_cage = e.file_name().to_str().is_some_and(|n| {
+            n.rsplit_once('-')
+                .is_some_and(|(_, id)| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        });
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_AFTER);
+        if is_cage && old {
+            let mut pids = Vec::new();
+            cgroup_procs(&path, &mut pids);
+            if pids.is_empty() {
+                remove_tree(&path);
+            }
+        }
     }
 }
 

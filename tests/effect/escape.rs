@@ -45,8 +45,7 @@ fn signal(pid: i32, sig: i32) {
 /// escaped request must not deliver after the same-host retry sent.
 /// With `and_watchdog`, the watchdog is SIGKILLed too: nothing on the host supervises the
 /// escaped request any more, and the retry must end it through the cage.
-fn killed_sender_with_escaped_request(wrapper: &str, and_watchdog: bool) {
-    let env = Env::new();
+fn killed_sender_with_escaped_request(env: Env, wrapper: &str, and_watchdog: bool) {
     let token = env.claim("escape", "1h");
     let mut a = spawn(effect(
         &env,
@@ -101,20 +100,63 @@ fn paused_sender_with_escaped_request(env: &Env, job: &str, before: impl FnOnce(
     );
 }
 
+/// The observer answers at once but leaves a `setsid` child holding its stdout: the retry must
+/// end within the observe timeout and a moment, not when the child lets go.
+fn observer_with_a_leftover(env: Env) {
+    let token = env.claim("observer", "1h");
+    // A first attempt whose command fails: the effect is unknown.
+    let (code, _, err) = run(effect(&env, "observer", token, "1", "exit 9"));
+    assert_eq!(code, 6, "{err}");
+    let mut c = env.cmd();
+    c.args(
+        crate::support::effect_args("observer", token, "send", "t")
+            .input("n=1")
+            .observe("setsid sleep 20 & echo found; exit 0")
+            .arg("--observe-timeout")
+            .arg("2s")
+            .sh("echo sent"),
+    );
+    c.current_dir(env.dir.path());
+    let t0 = Instant::now();
+    let (code, _, err) = run(c);
+    let took = t0.elapsed();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        took < Duration::from_secs(6),
+        "the observer's leftover held us {took:?}"
+    );
+}
+
 on_both_backends! {
     #[test]
     fn a_request_under_timeout_never_delivers_after_the_retry() {
-        killed_sender_with_escaped_request("timeout 30", false);
+        killed_sender_with_escaped_request(Env::new(), "timeout 30", false);
     }
 
     #[test]
     fn a_request_under_setsid_never_delivers_after_the_retry() {
-        killed_sender_with_escaped_request("setsid", false);
+        killed_sender_with_escaped_request(Env::new(), "setsid", false);
     }
 
     #[test]
     fn an_escaped_request_whose_sender_and_watchdog_were_killed_is_ended_by_the_retry() {
-        killed_sender_with_escaped_request("timeout 30", true);
+        killed_sender_with_escaped_request(Env::new(), "timeout 30", true);
+    }
+
+    #[test]
+    fn without_cgroups_the_cookie_ends_a_request_that_left_the_group() {
+        killed_sender_with_escaped_request(Env::new().without_cgroups(), "setsid", false);
+    }
+
+    #[test]
+    fn without_cgroups_the_retry_ends_an_escaped_request_of_a_dead_sender_and_watchdog() {
+        killed_sender_with_escaped_request(Env::new().without_cgroups(), "timeout 30", true);
+    }
+
+    #[test]
+    fn without_cgroups_a_paused_sender_s_escaped_request_is_stopped_at_the_deadline() {
+        let env = Env::new().with_skew("100ms").without_cgroups();
+        paused_sender_with_escaped_request(&env, "paused-escape", |_, _| {});
     }
 
     #[test]
@@ -154,26 +196,12 @@ on_both_backends! {
 
     #[test]
     fn an_observer_that_leaves_a_child_holding_its_output_is_bounded() {
-        let env = Env::new();
-        let token = env.claim("observer", "1h");
-        // A first attempt whose command fails: the effect is unknown.
-        let (code, _, err) = run(effect(&env, "observer", token, "1", "exit 9"));
-        assert_eq!(code, 6, "{err}");
-        let mut c = env.cmd();
-        c.args(
-            crate::support::effect_args("observer", token, "send", "t")
-                .input("n=1")
-                .observe("setsid sleep 20 & echo found; exit 0")
-                .arg("--observe-timeout")
-                .arg("2s")
-                .sh("echo sent"),
-        );
-        c.current_dir(env.dir.path());
-        let t0 = Instant::now();
-        let (code, _, err) = run(c);
-        let took = t0.elapsed();
-        assert_eq!(code, 0, "{err}");
-        assert!(took < Duration::from_secs(6), "the observer's leftover held us {took:?}");
+        observer_with_a_leftover(Env::new());
+    }
+
+    #[test]
+    fn without_cgroups_an_observer_that_leaves_a_child_is_bounded() {
+        observer_with_a_leftover(Env::new().without_cgroups());
     }
 }
 

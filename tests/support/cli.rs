@@ -13,6 +13,8 @@ pub struct Env {
     /// `EXACTLY_MAX_SKEW` for every command, when a test is about something else than the
     /// clock-skew margin (the default margin delays every takeover of an expired lease).
     pub skew: Option<String>,
+    /// `EXACTLY_CGROUP` for every command (`none`: no cgroups, the fallback alone).
+    pub cgroup: Option<String>,
     /// The PostgreSQL schema behind `db`, dropped with the Env.
     pub pg: Option<PgSchema>,
 }
@@ -32,6 +34,7 @@ impl Env {
             dir,
             db,
             skew: None,
+            cgroup: None,
             pg,
         }
     }
@@ -43,6 +46,13 @@ impl Env {
 
     pub fn with_skew(mut self, skew: &str) -> Env {
         self.skew = Some(skew.to_string());
+        self
+    }
+
+    /// Every command as on a machine where no cgroup can be made: the sender's containment is
+    /// the watchdog and the environment cookie alone.
+    pub fn without_cgroups(mut self) -> Env {
+        self.cgroup = Some("none".into());
         self
     }
 
@@ -62,6 +72,10 @@ impl Env {
         if let Some(s) = &self.skew {
             c.env("EXACTLY_MAX_SKEW", s);
         }
+        match &self.cgroup {
+            Some(g) => c.env("EXACTLY_CGROUP", g),
+            None => c.env_remove("EXACTLY_CGROUP"),
+        };
         c
     }
 

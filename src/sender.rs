@@ -249,9 +249,50 @@ pub fn stat(pid: i32) -> Option<Stat> {
         return parse_stat(&read_proc("/proc/self/stat")?);
     }
     if proc_view() == ProcView::Foreign {
-        return None;
+        return foreign_entries()
+            .into_iter()
+            .find(|e| e.0 == pid)
+            .map(|e| e.1);
     }
     parse_stat(&read_proc(&format!("/proc/{pid}/stat"))?)
+}
+
+/// In a `/proc` of another pid namespace, every process our namespace can see, by the pid it
+/// has here (`NSpid` at our depth), with its stat in our numbers (`NSpgid`; the parent unknown,
+/// 0). Read whole: a pid alone names somebody else there.
+fn foreign_entries() -> Vec<(i32, Stat)> {
+    let ns_field = |status: &str, name: &str| -> Vec<i32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let Some(mine) = read_proc("/proc/self/status") else {
+        return Vec::new();
+    };
+    let Some(depth) = ns_field(&mine, "NSpid:").len().checked_sub(1) else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter_map(|entry| {
+            let status = read_proc(&format!("/proc/{entry}/status"))?;
+            let pid = *ns_field(&status, "NSpid:").get(depth)?;
+            let pgid = *ns_field(&status, "NSpgid:").get(depth)?;
+            let mut st = parse_stat(&read_proc(&format!("/proc/{entry}/stat"))?)?;
+            st.pgid = pgid;
+            st.ppid = 0;
+            Some((pid, st))
+        })
+        .collect()
 }
 
 fn parse_stat(s: &str) -> Option<Stat> {
@@ -330,8 +371,15 @@ pub fn members(group: Group, comm: Option<&str>) -> Vec<i32> {
         }
     }
     let me = std::process::id() as i32;
+    if proc_view() == ProcView::Foreign {
+        return foreign_entries()
+            .into_iter()
+            .filter(|(pid, s)| *pid != me && s.pgid == group.pgid && !s.zombie)
+            .map(|(pid, _)| pid)
+            .collect();
+    }
     let seen = match std::fs::read_dir("/proc") {
-        Ok(dir) if proc_view() != ProcView::Foreign => dir
+        Ok(dir) => dir
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
             .filter(|pid| *pid != me)
@@ -339,7 +387,7 @@ pub fn members(group: Group, comm: Option<&str>) -> Vec<i32> {
                 stat(*pid).is_some_and(|s| s.pgid == group.pgid && !s.zombie && s.ppid != me)
             })
             .collect(),
-        _ => Vec::new(),
+        Err(_) => Vec::new(),
     };
     if !seen.is_empty() || proc_view() == ProcView::Full {
         return seen;

@@ -249,3 +249,76 @@ fn sqlite_a_sender_hidden_by_hidepid_is_in_flight_not_gone() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(deliveries(&env), 1, "sent twice");
 }
+
+/// A sender in a pid namespace of its own that has no `/proc` of its own (`unshare --pid
+/// --fork`, no `--mount-proc`): `/proc/PID` there names a host process. Its identity must be its
+/// own, and a retry in the same namespace must find it gone once it is killed, not take a host
+/// process (a kernel thread) for it and answer "in flight" for ever.
+#[test]
+fn sqlite_a_sender_in_a_pid_namespace_without_its_own_proc_is_judged_by_the_kernel() {
+    let env = Env::new();
+    let token = env.claim("ns", "1h");
+    std::fs::write(env.path("far"), "").expect("far side");
+    // The namespace's first process keeps it alive; the sender and its retry join it.
+    let mut holder = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "sleep", "300"])
+        .spawn()
+        .expect("unshare");
+    let init = crate::support::wait_for_some(
+        "the namespace's first process",
+        Duration::from_secs(10),
+        || first_child(holder.id() as i32),
+    );
+    let in_ns = |c: Command| {
+        let mut n = Command::new("nsenter");
+        n.args(["--target", &init.to_string(), "--pid", "--"])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .current_dir(env.dir.path());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => n.env(k, v),
+                None => n.env_remove(k),
+            };
+        }
+        n
+    };
+    let script = format!(
+        "echo $$ > sh.pid; sleep 30; echo sent >> {}",
+        env.path("far").display()
+    );
+    let mut a = spawn(in_ns(effect(&env, "ns", token, "1", &script)));
+    read_pid(&env, "sh.pid");
+    let sender =
+        crate::support::wait_for_some("the sender under nsenter", Duration::from_secs(10), || {
+            first_child(a.id() as i32)
+        });
+    sigkill(sender);
+    a.wait().expect("reap");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, err) = run(in_ns(retry(&env, "ns", token, "1")));
+        if code != 5 {
+            assert_eq!(code, 0, "{err}");
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "a killed sender in a pid namespace is still in flight: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sigkill(holder.id() as i32);
+    let _ = holder.wait();
+    assert_eq!(deliveries(&env), 1, "sent twice");
+}
+
+/// The first child of `pid`, from /proc (None while it has none).
+fn first_child(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}

@@ -162,6 +162,8 @@ pub fn run(
     }
     // Commands start through one small process forked once (see `spawner.rs`).
     super::spawner::ready();
+    // Both helpers can die or be frozen while we go on: watched, and stood in for.
+    let _supervisor = super::supervise::start(&cfg.db, &cfg.owner);
     // Firings go before the runs' own writes (ends, renewals) in this process.
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));

@@ -1,0 +1,350 @@
+//! The scheduler's two helper processes under real faults: its spawner (which forks the
+//! commands) and its watchdog (which stops them at their lease deadline) SIGSTOPped or
+//! SIGKILLed while runs go on. A helper's fault never turns a finished command into a failure,
+//! never runs a slot twice, never holds a shutdown past its grace, and never leaves a command
+//! running past its lease.
+use crate::support;
+use std::time::{Duration, Instant};
+use support::runner::*;
+
+/// The children of `pid`: (pid, name).
+fn children(pid: i32) -> Vec<(i32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(|p| {
+            let st = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let rest: Vec<&str> = st[st.rfind(')')? + 1..].split_whitespace().collect();
+            let ppid: i32 = rest.get(1)?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+            (ppid == pid && rest[0] != "Z").then(|| (p, comm.trim().to_string()))
+        })
+        .collect()
+}
+
+/// The scheduler's spawner: its child named `exactly-spawner`.
+fn spawner_of(s: &Sched) -> i32 {
+    let sched = s.child.id() as i32;
+    support::wait_for_some("the scheduler's spawner", Duration::from_secs(5), || {
+        children(sched)
+            .into_iter()
+            .find(|(_, n)| n == "exactly-spawner")
+            .map(|(p, _)| p)
+    })
+}
+
+/// The scheduler's watchdog: its forked child that is not the spawner (named
+/// `exactly-wdog` by this build, `exactly` by older ones), other than `not`.
+fn watchdog_of(s: &Sched, not: i32) -> Option<i32> {
+    children(s.child.id() as i32)
+        .into_iter()
+        .find(|(p, n)| *p != not && (n == "exactly-wdog" || n == "exactly"))
+        .map(|(p, _)| p)
+}
+
+/// A process's state letter (`T`: stopped).
+fn state(pid: i32) -> Option<char> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    st[st.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// SIGSTOPs a process until dropped (then SIGCONT), so a failing test leaves nothing frozen.
+struct Frozen(i32);
+
+impl Frozen {
+    fn new(pid: i32) -> Frozen {
+        // SAFETY: signalling a process this test's scheduler started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        support::wait_for("the process to stop", Duration::from_secs(3), || {
+            state(pid) == Some('T')
+        });
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// (outcome, exit code, duration ms) of the run with fencing token `token`, "" for NULL.
+fn run_of(site: &Site, token: i64) -> (String, String, i64) {
+    let row = site.strings(&format!(
+        "SELECT coalesce(outcome, '') || '|' || coalesce(exit_code, '') || '|' || \
+         coalesce(duration_ms, -1) FROM exactly_runs WHERE fencing_token = {token}"
+    ));
+    let row = row.first().cloned().unwrap_or_default();
+    let mut f = row.split('|');
+    let (o, c, d) = (f.next(), f.next(), f.next());
+    (
+        o.unwrap_or("").to_string(),
+        c.unwrap_or("").to_string(),
+        d.and_then(|d| d.parse().ok()).unwrap_or(-1),
+    )
+}
+
+fn ended(site: &Site, token: i64) -> bool {
+    site.count(&format!(
+        "SELECT count(*) FROM exactly_runs WHERE fencing_token = {token} AND ended_at IS NOT NULL"
+    )) == 1
+}
+
+/// `exactly status --json`'s entry for `job`.
+fn status_job(site: &Site, job: &str) -> serde_json::Value {
+    let (code, out, err) = site.exactly(&["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("status --json is JSON");
+    v["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job_key"] == job)
+        .cloned()
+        .unwrap_or_else(|| panic!("job {job} in {v}"))
+}
+
+/// Item 7: the command exits 0 while the spawner is frozen (it cannot reap it nor say so).
+#[test]
+fn a_frozen_spawner_never_turns_an_exit_0_into_a_timeout_nor_a_second_run() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"quick\"\nevery = \"4s\"\nlease = \"20s\"\ntimeout = \"3s\"\n\
+         retries = 1\nretry_backoff = \"1s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+        sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 1")
+    ));
+    let mut s = site.start("s", "5s");
+    support::wait_for("the first command to start", Duration::from_secs(8), || {
+        !site.lines("ran").is_empty()
+    });
+    let frozen = Frozen::new(spawner_of(&s));
+    // The command exits 0 a second in; its 3 s timeout passes while the spawner is frozen.
+    let ended_frozen = wait_until(Duration::from_secs(8), || ended(&site, 1));
+    drop(frozen);
+    support::wait_for("run 1 to end", Duration::from_secs(10), || ended(&site, 1));
+    let slot = site.lines("ran")[0].clone();
+    // Its firing settled (a retry would have run by then), and one more command ran after it.
+    support::wait_for(
+        "the firing to settle and a next run",
+        Duration::from_secs(12),
+        || {
+            site.lines("ran").len() >= 2
+                && site.count(&format!(
+                    "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}' \
+                 AND state IN ('ran', 'gave_up', 'missed')"
+                )) == 1
+        },
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let (outcome, code, ms) = run_of(&site, 1);
+    assert_eq!(
+        (outcome.as_str(), code.as_str()),
+        ("ok", "0"),
+        "run 1 ({ms} ms, ended while the spawner was frozen: {ended_frozen}): {}",
+        site.log("s")
+    );
+    assert!(ms < 3000, "run 1 took {ms} ms for a 1 s command");
+    let ran = site.lines("ran");
+    assert_eq!(
+        ran.iter().filter(|l| **l == slot).count(),
+        1,
+        "the slot's command ran again: {ran:?}"
+    );
+}
+
+/// Item 9: SIGTERM while the spawner is frozen: `--grace` holds.
+#[test]
+fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"20s\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("echo $$ > pid; sleep 30")
+    ));
+    let mut s = site.start("s", "1s");
+    support::wait_for("the command to start", Duration::from_secs(8), || {
+        site.exists("pid")
+    });
+    let pid = pid_in(&site, "pid");
+    let _frozen = Frozen::new(spawner_of(&s));
+    let asked = Instant::now();
+    let code = s.term(Duration::from_secs(8));
+    let took = asked.elapsed();
+    assert_eq!(
+        code,
+        Some(0),
+        "no exit within 8 s of SIGTERM (grace 1s): {}",
+        site.log("s")
+    );
+    assert!(
+        took < Duration::from_millis(2300),
+        "SIGTERM took {took:?} with a grace of 1s: {}",
+        site.log("s")
+    );
+    assert!(!alive(pid), "the command outlived its scheduler");
+    let (outcome, _, ms) = run_of(&site, 1);
+    assert_eq!(outcome, "killed", "{}", site.log("s"));
+    assert!(
+        ms < 3000,
+        "the run is recorded {ms} ms: the freeze is not its duration"
+    );
+}
+
+/// Item 8: a SIGKILLed watchdog is replaced, so a frozen scheduler's command still stops at
+/// its lease deadline.
+#[test]
+fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"3s\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("echo $$ > pid.$EXACTLY_FENCING_TOKEN; sleep 30")
+    ));
+    let mut s = site.start("s", "1s");
+    support::wait_for("the command to start", Duration::from_secs(8), || {
+        site.exists("pid.1")
+    });
+    let pid = pid_in(&site, "pid.1");
+    let spawner = spawner_of(&s);
+    let old = support::wait_for_some("the watchdog", Duration::from_secs(3), || {
+        watchdog_of(&s, spawner)
+    });
+    // SAFETY: killing the watchdog this test's scheduler forked.
+    unsafe { libc::kill(old, libc::SIGKILL) };
+    // A new one within the stop margin (none comes on a build that does not restart it).
+    let new = wait_until(Duration::from_secs(2), || {
+        watchdog_of(&s, spawner).is_some_and(|w| w != old)
+    });
+    let frozen = Frozen::new(s.child.id() as i32);
+    let at = Instant::now();
+    // Renewed at most a third of the lease ago: stopped within the lease and a margin.
+    let stopped = wait_until(Duration::from_secs(12), || !alive(pid));
+    let took = at.elapsed();
+    drop(frozen);
+    assert!(
+        stopped && took < Duration::from_secs(4),
+        "the command ran {took:?} past its frozen scheduler (lease 3s; a new watchdog seen: \
+         {new}): {}",
+        site.log("s")
+    );
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let log = site.log("s");
+    assert!(
+        log.contains(&format!("the watchdog process {old} is gone")),
+        "its death was not said: {log}"
+    );
+    assert_eq!(
+        site.count("SELECT count(*) FROM exactly_events WHERE kind = 'watchdog_restarted'"),
+        1,
+        "{log}"
+    );
+}
+
+/// Item 10: a command a frozen spawner never started is `not_started`, out of p50/p99.
+#[test]
+fn a_run_a_frozen_spawner_never_started_is_not_started_and_out_of_the_p99() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"quick\"\nevery = \"1s\"\nlease = \"4s\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("echo $EXACTLY_RUN_ID >> ran")
+    ));
+    let mut s = site.start("s", "1s");
+    support::wait_for("two runs ok", Duration::from_secs(8), || {
+        site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'") >= 2
+    });
+    let frozen = Frozen::new(spawner_of(&s));
+    let waiting = "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL";
+    support::wait_for(
+        "a run to wait for the frozen spawner",
+        Duration::from_secs(5),
+        || site.count(waiting) == 1,
+    );
+    let stuck = site.strings("SELECT run_id FROM exactly_runs WHERE ended_at IS NULL")[0].clone();
+    let done = |site: &Site| {
+        site.count(&format!(
+            "SELECT count(*) FROM exactly_runs WHERE run_id = '{stuck}' AND ended_at IS NOT NULL"
+        )) == 1
+    };
+    let ended_frozen = wait_until(Duration::from_secs(10), || done(&site));
+    drop(frozen);
+    support::wait_for("the stuck run to end", Duration::from_secs(10), || {
+        done(&site)
+    });
+    let job = status_job(&site, "quick");
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let row = site.strings(&format!(
+        "SELECT outcome || ' ' || coalesce(exit_code, '-') || ' ' || duration_ms \
+         FROM exactly_runs WHERE run_id = '{stuck}'"
+    ));
+    assert!(
+        row[0].starts_with("not_started -"),
+        "the run whose command never started is {row:?} (ended while frozen: {ended_frozen}): {}",
+        site.log("s")
+    );
+    assert!(
+        !site.lines("ran").contains(&stuck),
+        "its command ran after all"
+    );
+    let p99 = job["p99_ms"].as_u64().expect("a p99");
+    assert!(
+        p99 < 1000,
+        "p99 {p99} ms counts the wait for a frozen spawner: {job}"
+    );
+}
+
+/// Item 10: a command lost with its SIGKILLed spawner goes again, as a dead scheduler's does.
+#[test]
+fn a_run_lost_with_its_spawner_is_resumed_for_its_slot() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 30")
+    ));
+    let mut s = site.start("s", "1s");
+    support::wait_for("the command to start", Duration::from_secs(8), || {
+        !site.lines("ran").is_empty()
+    });
+    let slot = site.lines("ran")[0].clone();
+    // SAFETY: killing the spawner this test's scheduler started.
+    unsafe { libc::kill(spawner_of(&s), libc::SIGKILL) };
+    let again = wait_until(Duration::from_secs(10), || {
+        site.lines("ran").iter().filter(|l| **l == slot).count() >= 2
+    });
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let (outcome, _, _) = run_of(&site, 1);
+    assert!(
+        again && outcome == "killed",
+        "the lost run is {outcome}, its slot ran again: {again}: {}",
+        site.log("s")
+    );
+    assert!(site.counter("firing_resumed") >= 1, "{}", site.log("s"));
+}

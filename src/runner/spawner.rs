@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -64,10 +64,21 @@ struct Request<'a> {
     launch: &'a Launch,
 }
 
+/// The watchdog's new pipe, attached (after a restart, see `supervise.rs`).
+#[derive(Serialize)]
+struct PipeRequest {
+    id: u64,
+    watchdog: bool,
+}
+
 #[derive(Deserialize)]
 struct Received {
     id: u64,
-    launch: Launch,
+    #[serde(default)]
+    launch: Option<Launch>,
+    /// The descriptor attached is the watchdog's new pipe: it replaces ours.
+    #[serde(default)]
+    watchdog: bool,
 }
 
 /// What the spawner says of a request.
@@ -232,6 +243,28 @@ pub fn pid() -> Option<i32> {
         .and_then(Option::as_ref)
         .filter(|c| !c.gone.load(Ordering::SeqCst))
         .map(|c| c.pid)
+}
+
+/// Hands the spawner the pipe of a restarted watchdog, so the commands it starts are held from
+/// their first instant again (until then each run arms its group itself once started). Never
+/// blocks: a frozen spawner with a full socket is not waited for. False when not handed.
+pub fn hand_watchdog(pipe: RawFd) -> bool {
+    let Some(c) = client_cell()
+        .get()
+        .and_then(Option::as_ref)
+        .filter(|c| !c.gone.load(Ordering::SeqCst))
+    else {
+        return false;
+    };
+    let Ok(msg) = serde_json::to_vec(&PipeRequest {
+        id: 0,
+        watchdog: true,
+    }) else {
+        return false;
+    };
+    c.sock
+        .lock()
+        .is_ok_and(|s| send_with_flags(s.as_raw_fd(), &msg, Some(pipe), libc::MSG_DONTWAIT).is_ok())
 }
 
 /// Starts `launch` through the spawner with `output` as its stdout and stderr. None when
@@ -447,6 +480,11 @@ fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends one message, with `fd` attached when given.
 fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    send_with_flags(sock, msg, fd, 0)
+}
+
+/// [`send_with_fd`] with `sendmsg` flags added (`MSG_DONTWAIT`).
+fn send_with_flags(sock: RawFd, msg: &[u8], fd: Option<RawFd>, flags: i32) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: msg.as_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
@@ -471,7 +509,7 @@ fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
     }
     loop {
         // SAFETY: hdr points at live buffers (see above).
-        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | flags) };
         if n >= 0 {
             return Ok(());
         }
@@ -537,7 +575,7 @@ extern "C" fn on_sigchld(_: libc::c_int) {
 /// `exactly __exactly-spawner [3]`, its socket on stdin (and the watchdog's pipe on 3 when
 /// named): serves until the scheduler is gone.
 pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
-    let watchdog = args
+    let mut watchdog = args
         .first()
         .and_then(|a| a.to_str())
         .and_then(|a| a.parse::<RawFd>().ok());
@@ -611,8 +649,19 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
         let Ok(req) = serde_json::from_slice::<Received>(&buf[..len]) else {
             continue;
         };
-        let start_by = req.launch.start_by_ns;
-        let said = match (fd, fork_exec(&req.launch, me)) {
+        if req.watchdog {
+            // A restarted watchdog's pipe (received close-on-exec): the dead one's goes.
+            if let Some(pipe) = fd {
+                if let Some(old) = watchdog.replace(pipe.into_raw_fd()) {
+                    // SAFETY: closing our own copy of the old pipe, used nowhere else.
+                    unsafe { libc::close(old) };
+                }
+            }
+            continue;
+        }
+        let Some(launch) = req.launch else { continue };
+        let start_by = launch.start_by_ns;
+        let said = match (fd, fork_exec(&launch, me)) {
             // Read after the scheduler stopped waiting (we were frozen): never started.
             _ if start_by > 0 && crate::wrapped::mono_ns() >= start_by => Said::Refused {
                 id: req.id,
@@ -624,7 +673,7 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
             },
             (Some(out), Ok(prepared)) => match prepared.start(&out) {
                 Ok(pid) => {
-                    if let (Some(wd), ns) = (watchdog, req.launch.deadline_ns) {
+                    if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
                         if ns > 0 {
                             let msg = super::watchdog::message(pid, ns);
                             // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
@@ -636,12 +685,12 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
                 }
                 Err(e) => Said::Refused {
                     id: req.id,
-                    why: format!("cannot start {:?}: {e}", req.launch.prog),
+                    why: format!("cannot start {:?}: {e}", launch.prog),
                 },
             },
             (Some(_), Err(e)) => Said::Refused {
                 id: req.id,
-                why: format!("cannot start {:?}: {e}", req.launch.prog),
+                why: format!("cannot start {:?}: {e}", launch.prog),
             },
         };
         if reply(sock, &said).is_err() {

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 const EVERY: Duration = Duration::from_millis(100);
 /// A watchdog stopped this long is replaced.
 const STOPPED_FOR: Duration = crate::policy::STOP_GRACE;
+/// After a failed restart, how long before the next try (deadlines are kept meanwhile).
+const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The running watch; dropping it stops it.
 pub struct Supervisor {
@@ -54,6 +56,8 @@ pub fn start(db: &str, owner: &str) -> Supervisor {
 fn watch(stop: &AtomicBool, db: &str, owner: &str) {
     let mut wd_stopped: Option<Instant> = None;
     let mut spawner_stopped: Option<Instant> = None;
+    // After a failed restart (no fork), when to try again.
+    let mut retry_at: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         let wd = watchdog::state();
         match wd {
@@ -70,15 +74,19 @@ fn watch(stop: &AtomicBool, db: &str, owner: &str) {
                     );
                     Instant::now()
                 });
-                if since.elapsed() >= STOPPED_FOR {
-                    replace(db, owner, &format!("watchdog {pid} was stopped"));
+                if since.elapsed() >= STOPPED_FOR && retry_at.is_none_or(|t| Instant::now() >= t) {
+                    retry_at = (!replace(db, owner, &format!("watchdog {pid} was stopped")))
+                        .then(|| Instant::now() + RETRY_AFTER);
                     wd_stopped = None;
                 }
             }
             State::Dead(pid) => {
                 // Its reader said so as it died; the runs' deadlines first, then a new one.
                 enforce();
-                replace(db, owner, &format!("watchdog {pid} died"));
+                if retry_at.is_none_or(|t| Instant::now() >= t) {
+                    retry_at = (!replace(db, owner, &format!("watchdog {pid} died")))
+                        .then(|| Instant::now() + RETRY_AFTER);
+                }
                 wd_stopped = None;
             }
         }
@@ -121,20 +129,33 @@ fn enforce() {
 }
 
 /// Starts a new watchdog in place of the old, re-armed with every live run, and records it.
-fn replace(db: &str, owner: &str, why: &str) {
+/// False when none could be started.
+fn replace(db: &str, owner: &str, why: &str) -> bool {
     match watchdog::restart() {
         Ok((pid, runs)) => {
-            let detail = format!("{why}: watchdog {pid} started, {runs} run(s) re-armed");
+            // Commands the spawner starts from now on are held from their first instant.
+            let handed = watchdog::pipe_fd().is_some_and(spawner::hand_watchdog);
+            let spawner = if handed {
+                "its pipe handed to the spawner"
+            } else {
+                "runs arm it themselves"
+            };
+            let detail =
+                format!("{why}: watchdog {pid} started, {runs} run(s) re-armed, {spawner}");
             tracing::warn!("{detail}");
             let recorded =
                 lend(db).and_then(|mut s| crate::jobs::watchdog_restarted(&mut s, owner, &detail));
             if let Err(e) = recorded {
                 tracing::warn!("cannot record the watchdog's restart: {e}");
             }
+            true
         }
-        Err(e) => tracing::error!(
-            "{why}, and no new watchdog could be started ({e}): the scheduler keeps run \
-             deadlines itself"
-        ),
+        Err(e) => {
+            tracing::error!(
+                "{why}, and no new watchdog could be started ({e}): the scheduler keeps run \
+                 deadlines itself"
+            );
+            false
+        }
     }
 }

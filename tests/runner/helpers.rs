@@ -36,11 +36,11 @@ fn spawner_of(s: &Sched) -> i32 {
 }
 
 /// The scheduler's watchdog: its forked child that is not the spawner (named
-/// `exactly-wdog` by this build, `exactly` by older ones), other than `not`.
-fn watchdog_of(s: &Sched, not: i32) -> Option<i32> {
+/// `exactly-wdog` by this build, `exactly` by older ones), other than those in `not`.
+fn watchdog_of(s: &Sched, not: &[i32]) -> Option<i32> {
     children(s.child.id() as i32)
         .into_iter()
-        .find(|(p, n)| *p != not && (n == "exactly-wdog" || n == "exactly"))
+        .find(|(p, n)| !not.contains(p) && (n == "exactly-wdog" || n == "exactly"))
         .map(|(p, _)| p)
 }
 
@@ -149,6 +149,10 @@ fn a_frozen_spawner_never_turns_an_exit_0_into_a_timeout_nor_a_second_run() {
         site.log("s")
     );
     let (outcome, code, ms) = run_of(&site, 1);
+    eprintln!(
+        "run 1: {outcome} exit {code} in {ms} ms (ended while frozen: {ended_frozen}); ran: {:?}",
+        site.lines("ran")
+    );
     assert_eq!(
         (outcome.as_str(), code.as_str()),
         ("ok", "0"),
@@ -182,6 +186,7 @@ fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
     let asked = Instant::now();
     let code = s.term(Duration::from_secs(8));
     let took = asked.elapsed();
+    eprintln!("SIGTERM to exit: {took:?} (grace 1s), exit {code:?}");
     assert_eq!(
         code,
         Some(0),
@@ -195,6 +200,7 @@ fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
     );
     assert!(!alive(pid), "the command outlived its scheduler");
     let (outcome, _, ms) = run_of(&site, 1);
+    eprintln!("run 1: {outcome} in {ms} ms");
     assert_eq!(outcome, "killed", "{}", site.log("s"));
     assert!(
         ms < 3000,
@@ -202,10 +208,21 @@ fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
     );
 }
 
-/// Item 8: a SIGKILLed watchdog is replaced, so a frozen scheduler's command still stops at
-/// its lease deadline.
-#[test]
-fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() {
+/// The pipes a process holds open (their inode numbers).
+fn pipes(pid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|l| l.to_string_lossy().into_owned())
+        .filter(|l| l.starts_with("pipe:"))
+        .collect()
+}
+
+/// Item 8: the watchdog is SIGKILLed or SIGSTOPped, then the scheduler is frozen: a new
+/// watchdog (within the stop margin) still stops the command at its lease deadline.
+fn a_faulty_watchdog_is_replaced(sig: i32) {
     let site = Site::new();
     site.write_jobs(&format!(
         "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"3s\"\noverlap = \"coalesce\"\n\
@@ -219,13 +236,29 @@ fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() 
     let pid = pid_in(&site, "pid.1");
     let spawner = spawner_of(&s);
     let old = support::wait_for_some("the watchdog", Duration::from_secs(3), || {
-        watchdog_of(&s, spawner)
+        watchdog_of(&s, &[spawner])
     });
-    // SAFETY: killing the watchdog this test's scheduler forked.
-    unsafe { libc::kill(old, libc::SIGKILL) };
-    // A new one within the stop margin (none comes on a build that does not restart it).
-    let new = wait_until(Duration::from_secs(2), || {
-        watchdog_of(&s, spawner).is_some_and(|w| w != old)
+    let at = Instant::now();
+    // A stopped one is let go on (SIGCONT) at the end, whatever becomes of the test.
+    let _stopped = if sig == libc::SIGSTOP {
+        Some(Frozen::new(old))
+    } else {
+        // SAFETY: signalling the watchdog this test's scheduler forked.
+        unsafe { libc::kill(old, sig) };
+        None
+    };
+    // A new one within the stop margin (and the grace a stopped one gets); none comes on a
+    // build that does not replace it.
+    let new = support::poll(Duration::from_millis(20), Duration::from_secs(3), || {
+        watchdog_of(&s, &[spawner, old])
+    });
+    let replaced_in = at.elapsed();
+    // The spawner holds the new watchdog's pipe: what it starts is held from the first instant.
+    let handed = new.is_some_and(|w| {
+        wait_until(Duration::from_secs(2), || {
+            let theirs = pipes(w);
+            pipes(spawner).iter().any(|p| theirs.contains(p))
+        })
     });
     let frozen = Frozen::new(s.child.id() as i32);
     let at = Instant::now();
@@ -233,12 +266,21 @@ fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() 
     let stopped = wait_until(Duration::from_secs(12), || !alive(pid));
     let took = at.elapsed();
     drop(frozen);
+    eprintln!(
+        "signal {sig}: new watchdog {new:?} after {replaced_in:?}, pipe handed: {handed}; \
+         command stopped {took:?} after the scheduler froze"
+    );
     assert!(
         stopped && took < Duration::from_secs(4),
-        "the command ran {took:?} past its frozen scheduler (lease 3s; a new watchdog seen: \
-         {new}): {}",
+        "the command ran {took:?} past its frozen scheduler (lease 3s; a new watchdog: \
+         {new:?}): {}",
         site.log("s")
     );
+    assert!(
+        replaced_in < Duration::from_millis(1500),
+        "replaced after {replaced_in:?}"
+    );
+    assert!(handed, "the spawner was not handed the new watchdog's pipe");
     assert_eq!(
         s.term(Duration::from_secs(10)),
         Some(0),
@@ -246,15 +288,26 @@ fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() 
         site.log("s")
     );
     let log = site.log("s");
-    assert!(
-        log.contains(&format!("the watchdog process {old} is gone")),
-        "its death was not said: {log}"
-    );
+    let said = match sig {
+        libc::SIGKILL => format!("the watchdog process {old} is gone"),
+        _ => format!("the watchdog process {old} is stopped"),
+    };
+    assert!(log.contains(&said), "not said: {said}: {log}");
     assert_eq!(
         site.count("SELECT count(*) FROM exactly_events WHERE kind = 'watchdog_restarted'"),
         1,
         "{log}"
     );
+}
+
+#[test]
+fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() {
+    a_faulty_watchdog_is_replaced(libc::SIGKILL);
+}
+
+#[test]
+fn a_stopped_watchdog_is_replaced_and_stops_the_command_of_a_frozen_scheduler() {
+    a_faulty_watchdog_is_replaced(libc::SIGSTOP);
 }
 
 /// Item 10: a command a frozen spawner never started is `not_started`, out of p50/p99.
@@ -299,6 +352,10 @@ fn a_run_a_frozen_spawner_never_started_is_not_started_and_out_of_the_p99() {
         "SELECT outcome || ' ' || coalesce(exit_code, '-') || ' ' || duration_ms \
          FROM exactly_runs WHERE run_id = '{stuck}'"
     ));
+    eprintln!(
+        "stuck run: {row:?} (ended while frozen: {ended_frozen}); p50 {} p99 {}",
+        job["p50_ms"], job["p99_ms"]
+    );
     assert!(
         row[0].starts_with("not_started -"),
         "the run whose command never started is {row:?} (ended while frozen: {ended_frozen}): {}",
@@ -341,6 +398,10 @@ fn a_run_lost_with_its_spawner_is_resumed_for_its_slot() {
         site.log("s")
     );
     let (outcome, _, _) = run_of(&site, 1);
+    eprintln!(
+        "run 1: {outcome}; its slot ran again: {again}; ran: {:?}",
+        site.lines("ran")
+    );
     assert!(
         again && outcome == "killed",
         "the lost run is {outcome}, its slot ran again: {again}: {}",

@@ -905,3 +905,37 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         libc::_exit(127)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `Spawned::wait_for` reads when the spawner is frozen: the kernel's word that the
+    /// process exited (its pidfd readable) and the status its unreaped zombie keeps.
+    #[test]
+    fn an_unreaped_zombie_tells_its_status_and_its_pidfd_its_end() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.2; exit 3"])
+            .spawn()
+            .expect("start sh");
+        let pid = child.id() as i32;
+        let (_tx, rx) = mpsc::channel();
+        let s = Spawned::new(pid, rx);
+        assert!(s.pidfd.is_some(), "no pidfd on this kernel");
+        assert!(!s.exited(), "exited at once");
+        assert_eq!(s.wait_for(Duration::from_millis(10)).expect("wait"), None);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !s.exited() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Not reaped yet (we are its parent and have not waited): a zombie with its status.
+        let st = proc_stat(pid).expect("its stat");
+        assert_eq!(st.state, 'Z');
+        let status = s
+            .wait_for(Duration::from_millis(10))
+            .expect("wait")
+            .expect("its end, heard from the kernel");
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(child.wait().expect("reap").code(), Some(3));
+    }
+}

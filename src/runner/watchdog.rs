@@ -168,6 +168,12 @@ pub fn state() -> State {
 pub fn restart() -> std::io::Result<(i32, usize)> {
     let old = shared();
     if let Some(old) = &old {
+        let died = !matches!(super::spawner::proc_stat(old.pid), Some(st) if st.state != 'Z');
+        // Said once, by whoever sees it first (its reader, or here); the end of a stopped one
+        // we kill is ours, not news.
+        if !old.dead.swap(true, Ordering::SeqCst) && died {
+            said_gone(old.pid);
+        }
         // A stopped one must not wake up later beside the new one.
         // SAFETY: kill on the pid of our own watchdog child.
         unsafe { libc::kill(old.pid, libc::SIGKILL) };
@@ -230,6 +236,13 @@ pub fn kill_all() -> usize {
     groups.len()
 }
 
+fn said_gone(pid: i32) {
+    tracing::error!(
+        "the watchdog process {pid} is gone: run deadlines are kept by the scheduler until it \
+         is restarted"
+    );
+}
+
 fn start() -> std::io::Result<Shared> {
     let (to_r, to_w) = pipe()?;
     let (back_r, back_w) = pipe()?;
@@ -269,11 +282,9 @@ fn start() -> std::io::Result<Shared> {
                     f.insert(i32::from_le_bytes(buf));
                 }
             }
-            gone.store(true, Ordering::SeqCst);
-            tracing::error!(
-                "the watchdog process {pid} is gone: run deadlines are kept by the scheduler \
-                 until it is restarted"
-            );
+            if !gone.swap(true, Ordering::SeqCst) {
+                said_gone(pid);
+            }
         })?;
     Ok(Shared {
         pid,

@@ -3,6 +3,7 @@
 //! SIGKILLed while runs go on. A helper's fault never turns a finished command into a failure,
 //! never runs a slot twice, never holds a shutdown past its grace, and never leaves a command
 //! running past its lease.
+use crate::on_both_backends;
 use crate::support;
 use std::time::{Duration, Instant};
 use support::runner::*;
@@ -78,8 +79,9 @@ impl Drop for Frozen {
 /// (outcome, exit code, duration ms) of the run with fencing token `token`, "" for NULL.
 fn run_of(site: &Site, token: i64) -> (String, String, i64) {
     let row = site.strings(&format!(
-        "SELECT coalesce(outcome, '') || '|' || coalesce(exit_code, '') || '|' || \
-         coalesce(duration_ms, -1) FROM exactly_runs WHERE fencing_token = {token}"
+        "SELECT coalesce(outcome, '') || '|' || coalesce(CAST(exit_code AS TEXT), '') \
+         || '|' || CAST(coalesce(duration_ms, -1) AS TEXT) \
+         FROM exactly_runs WHERE fencing_token = {token}"
     ));
     let row = row.first().cloned().unwrap_or_default();
     let mut f = row.split('|');
@@ -109,103 +111,6 @@ fn status_job(site: &Site, job: &str) -> serde_json::Value {
         .find(|j| j["job_key"] == job)
         .cloned()
         .unwrap_or_else(|| panic!("job {job} in {v}"))
-}
-
-/// Item 7: the command exits 0 while the spawner is frozen (it cannot reap it nor say so).
-#[test]
-fn a_frozen_spawner_never_turns_an_exit_0_into_a_timeout_nor_a_second_run() {
-    let site = Site::new();
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"quick\"\nevery = \"4s\"\nlease = \"20s\"\ntimeout = \"3s\"\n\
-         retries = 1\nretry_backoff = \"1s\"\noverlap = \"coalesce\"\ncommand = {}\n",
-        sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 1")
-    ));
-    let mut s = site.start("s", "5s");
-    support::wait_for("the first command to start", Duration::from_secs(8), || {
-        !site.lines("ran").is_empty()
-    });
-    let frozen = Frozen::new(spawner_of(&s));
-    // The command exits 0 a second in; its 3 s timeout passes while the spawner is frozen.
-    let ended_frozen = wait_until(Duration::from_secs(8), || ended(&site, 1));
-    drop(frozen);
-    support::wait_for("run 1 to end", Duration::from_secs(10), || ended(&site, 1));
-    let slot = site.lines("ran")[0].clone();
-    // Its firing settled (a retry would have run by then), and one more command ran after it.
-    support::wait_for(
-        "the firing to settle and a next run",
-        Duration::from_secs(12),
-        || {
-            site.lines("ran").len() >= 2
-                && site.count(&format!(
-                    "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}' \
-                 AND state IN ('ran', 'gave_up', 'missed')"
-                )) == 1
-        },
-    );
-    assert_eq!(
-        s.term(Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        site.log("s")
-    );
-    let (outcome, code, ms) = run_of(&site, 1);
-    eprintln!(
-        "run 1: {outcome} exit {code} in {ms} ms (ended while frozen: {ended_frozen}); ran: {:?}",
-        site.lines("ran")
-    );
-    assert_eq!(
-        (outcome.as_str(), code.as_str()),
-        ("ok", "0"),
-        "run 1 ({ms} ms, ended while the spawner was frozen: {ended_frozen}): {}",
-        site.log("s")
-    );
-    assert!(ms < 3000, "run 1 took {ms} ms for a 1 s command");
-    let ran = site.lines("ran");
-    assert_eq!(
-        ran.iter().filter(|l| **l == slot).count(),
-        1,
-        "the slot's command ran again: {ran:?}"
-    );
-}
-
-/// Item 9: SIGTERM while the spawner is frozen: `--grace` holds.
-#[test]
-fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
-    let site = Site::new();
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"20s\"\noverlap = \"coalesce\"\n\
-         command = {}\n",
-        sh("echo $$ > pid; sleep 30")
-    ));
-    let mut s = site.start("s", "1s");
-    support::wait_for("the command to start", Duration::from_secs(8), || {
-        site.exists("pid")
-    });
-    let pid = pid_in(&site, "pid");
-    let _frozen = Frozen::new(spawner_of(&s));
-    let asked = Instant::now();
-    let code = s.term(Duration::from_secs(8));
-    let took = asked.elapsed();
-    eprintln!("SIGTERM to exit: {took:?} (grace 1s), exit {code:?}");
-    assert_eq!(
-        code,
-        Some(0),
-        "no exit within 8 s of SIGTERM (grace 1s): {}",
-        site.log("s")
-    );
-    assert!(
-        took < Duration::from_millis(2300),
-        "SIGTERM took {took:?} with a grace of 1s: {}",
-        site.log("s")
-    );
-    assert!(!alive(pid), "the command outlived its scheduler");
-    let (outcome, _, ms) = run_of(&site, 1);
-    eprintln!("run 1: {outcome} in {ms} ms");
-    assert_eq!(outcome, "killed", "{}", site.log("s"));
-    assert!(
-        ms < 3000,
-        "the run is recorded {ms} ms: the freeze is not its duration"
-    );
 }
 
 /// The pipes a process holds open (their inode numbers).
@@ -300,112 +205,212 @@ fn a_faulty_watchdog_is_replaced(sig: i32) {
     );
 }
 
-#[test]
-fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() {
-    a_faulty_watchdog_is_replaced(libc::SIGKILL);
-}
+on_both_backends! {
+    /// Item 7: the command exits 0 while the spawner is frozen (it cannot reap it nor say so).
+    #[test]
+    fn a_frozen_spawner_never_turns_an_exit_0_into_a_timeout_nor_a_second_run() {
+        let site = Site::new();
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"quick\"\nevery = \"4s\"\nlease = \"20s\"\ntimeout = \"3s\"\n\
+             retries = 1\nretry_backoff = \"1s\"\noverlap = \"coalesce\"\ncommand = {}\n",
+            sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 1")
+        ));
+        let mut s = site.start("s", "5s");
+        support::wait_for("the first command to start", Duration::from_secs(8), || {
+            !site.lines("ran").is_empty()
+        });
+        let frozen = Frozen::new(spawner_of(&s));
+        // The command exits 0 a second in; its 3 s timeout passes while the spawner is frozen.
+        let ended_frozen = wait_until(Duration::from_secs(8), || ended(&site, 1));
+        drop(frozen);
+        support::wait_for("run 1 to end", Duration::from_secs(10), || ended(&site, 1));
+        let slot = site.lines("ran")[0].clone();
+        // Its firing settled (a retry would have run by then), and one more command ran after it.
+        support::wait_for(
+            "the firing to settle and a next run",
+            Duration::from_secs(12),
+            || {
+                site.lines("ran").len() >= 2
+                    && site.count(&format!(
+                        "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}' \
+                     AND state IN ('ran', 'gave_up', 'missed')"
+                    )) == 1
+            },
+        );
+        assert_eq!(
+            s.term(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            site.log("s")
+        );
+        let (outcome, code, ms) = run_of(&site, 1);
+        eprintln!(
+            "run 1: {outcome} exit {code} in {ms} ms (ended while frozen: {ended_frozen}); ran: {:?}",
+            site.lines("ran")
+        );
+        assert_eq!(
+            (outcome.as_str(), code.as_str()),
+            ("ok", "0"),
+            "run 1 ({ms} ms, ended while the spawner was frozen: {ended_frozen}): {}",
+            site.log("s")
+        );
+        assert!(ms < 3000, "run 1 took {ms} ms for a 1 s command");
+        let ran = site.lines("ran");
+        assert_eq!(
+            ran.iter().filter(|l| **l == slot).count(),
+            1,
+            "the slot's command ran again: {ran:?}"
+        );
+    }
 
-#[test]
-fn a_stopped_watchdog_is_replaced_and_stops_the_command_of_a_frozen_scheduler() {
-    a_faulty_watchdog_is_replaced(libc::SIGSTOP);
-}
+    /// Item 9: SIGTERM while the spawner is frozen: `--grace` holds.
+    #[test]
+    fn sigterm_stops_the_scheduler_within_its_grace_while_its_spawner_is_frozen() {
+        let site = Site::new();
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"20s\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
+            sh("echo $$ > pid; sleep 30")
+        ));
+        let mut s = site.start("s", "1s");
+        support::wait_for("the command to start", Duration::from_secs(8), || {
+            site.exists("pid")
+        });
+        let pid = pid_in(&site, "pid");
+        let _frozen = Frozen::new(spawner_of(&s));
+        let asked = Instant::now();
+        let code = s.term(Duration::from_secs(8));
+        let took = asked.elapsed();
+        eprintln!("SIGTERM to exit: {took:?} (grace 1s), exit {code:?}");
+        assert_eq!(
+            code,
+            Some(0),
+            "no exit within 8 s of SIGTERM (grace 1s): {}",
+            site.log("s")
+        );
+        assert!(
+            took < Duration::from_millis(2300),
+            "SIGTERM took {took:?} with a grace of 1s: {}",
+            site.log("s")
+        );
+        assert!(!alive(pid), "the command outlived its scheduler");
+        let (outcome, _, ms) = run_of(&site, 1);
+        eprintln!("run 1: {outcome} in {ms} ms");
+        assert_eq!(outcome, "killed", "{}", site.log("s"));
+        assert!(
+            ms < 3000,
+            "the run is recorded {ms} ms: the freeze is not its duration"
+        );
+    }
 
-/// Item 10: a command a frozen spawner never started is `not_started`, out of p50/p99.
-#[test]
-fn a_run_a_frozen_spawner_never_started_is_not_started_and_out_of_the_p99() {
-    let site = Site::new();
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"quick\"\nevery = \"1s\"\nlease = \"4s\"\noverlap = \"coalesce\"\n\
-         command = {}\n",
-        sh("echo $EXACTLY_RUN_ID >> ran")
-    ));
-    let mut s = site.start("s", "1s");
-    support::wait_for("two runs ok", Duration::from_secs(8), || {
-        site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'") >= 2
-    });
-    let frozen = Frozen::new(spawner_of(&s));
-    let waiting = "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL";
-    support::wait_for(
-        "a run to wait for the frozen spawner",
-        Duration::from_secs(5),
-        || site.count(waiting) == 1,
-    );
-    let stuck = site.strings("SELECT run_id FROM exactly_runs WHERE ended_at IS NULL")[0].clone();
-    let done = |site: &Site| {
-        site.count(&format!(
-            "SELECT count(*) FROM exactly_runs WHERE run_id = '{stuck}' AND ended_at IS NOT NULL"
-        )) == 1
-    };
-    let ended_frozen = wait_until(Duration::from_secs(10), || done(&site));
-    drop(frozen);
-    support::wait_for("the stuck run to end", Duration::from_secs(10), || {
-        done(&site)
-    });
-    let job = status_job(&site, "quick");
-    assert_eq!(
-        s.term(Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        site.log("s")
-    );
-    let row = site.strings(&format!(
-        "SELECT outcome || ' ' || coalesce(exit_code, '-') || ' ' || duration_ms \
-         FROM exactly_runs WHERE run_id = '{stuck}'"
-    ));
-    eprintln!(
-        "stuck run: {row:?} (ended while frozen: {ended_frozen}); p50 {} p99 {}",
-        job["p50_ms"], job["p99_ms"]
-    );
-    assert!(
-        row[0].starts_with("not_started -"),
-        "the run whose command never started is {row:?} (ended while frozen: {ended_frozen}): {}",
-        site.log("s")
-    );
-    assert!(
-        !site.lines("ran").contains(&stuck),
-        "its command ran after all"
-    );
-    let p99 = job["p99_ms"].as_u64().expect("a p99");
-    assert!(
-        p99 < 1000,
-        "p99 {p99} ms counts the wait for a frozen spawner: {job}"
-    );
-}
+    #[test]
+    fn a_killed_watchdog_is_restarted_and_stops_the_command_of_a_frozen_scheduler() {
+        a_faulty_watchdog_is_replaced(libc::SIGKILL);
+    }
 
-/// Item 10: a command lost with its SIGKILLed spawner goes again, as a dead scheduler's does.
-#[test]
-fn a_run_lost_with_its_spawner_is_resumed_for_its_slot() {
-    let site = Site::new();
-    site.write_jobs(&format!(
-        "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
-         command = {}\n",
-        sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 30")
-    ));
-    let mut s = site.start("s", "1s");
-    support::wait_for("the command to start", Duration::from_secs(8), || {
-        !site.lines("ran").is_empty()
-    });
-    let slot = site.lines("ran")[0].clone();
-    // SAFETY: killing the spawner this test's scheduler started.
-    unsafe { libc::kill(spawner_of(&s), libc::SIGKILL) };
-    let again = wait_until(Duration::from_secs(10), || {
-        site.lines("ran").iter().filter(|l| **l == slot).count() >= 2
-    });
-    assert_eq!(
-        s.term(Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        site.log("s")
-    );
-    let (outcome, _, _) = run_of(&site, 1);
-    eprintln!(
-        "run 1: {outcome}; its slot ran again: {again}; ran: {:?}",
-        site.lines("ran")
-    );
-    assert!(
-        again && outcome == "killed",
-        "the lost run is {outcome}, its slot ran again: {again}: {}",
-        site.log("s")
-    );
-    assert!(site.counter("firing_resumed") >= 1, "{}", site.log("s"));
+    #[test]
+    fn a_stopped_watchdog_is_replaced_and_stops_the_command_of_a_frozen_scheduler() {
+        a_faulty_watchdog_is_replaced(libc::SIGSTOP);
+    }
+
+    /// Item 10: a command a frozen spawner never started is `not_started`, out of p50/p99.
+    #[test]
+    fn a_run_a_frozen_spawner_never_started_is_not_started_and_out_of_the_p99() {
+        let site = Site::new();
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"quick\"\nevery = \"1s\"\nlease = \"4s\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
+            sh("echo $EXACTLY_RUN_ID >> ran")
+        ));
+        let mut s = site.start("s", "1s");
+        support::wait_for("two runs ok", Duration::from_secs(8), || {
+            site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'") >= 2
+        });
+        let frozen = Frozen::new(spawner_of(&s));
+        let waiting = "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL";
+        support::wait_for(
+            "a run to wait for the frozen spawner",
+            Duration::from_secs(5),
+            || site.count(waiting) == 1,
+        );
+        let stuck = site.strings("SELECT run_id FROM exactly_runs WHERE ended_at IS NULL")[0].clone();
+        let done = |site: &Site| {
+            site.count(&format!(
+                "SELECT count(*) FROM exactly_runs WHERE run_id = '{stuck}' AND ended_at IS NOT NULL"
+            )) == 1
+        };
+        let ended_frozen = wait_until(Duration::from_secs(10), || done(&site));
+        drop(frozen);
+        support::wait_for("the stuck run to end", Duration::from_secs(10), || {
+            done(&site)
+        });
+        let job = status_job(&site, "quick");
+        assert_eq!(
+            s.term(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            site.log("s")
+        );
+        let row = site.strings(&format!(
+            "SELECT outcome || ' ' || coalesce(CAST(exit_code AS TEXT), '-') || ' ' \
+             || CAST(duration_ms AS TEXT) \
+             FROM exactly_runs WHERE run_id = '{stuck}'"
+        ));
+        eprintln!(
+            "stuck run: {row:?} (ended while frozen: {ended_frozen}); p50 {} p99 {}",
+            job["p50_ms"], job["p99_ms"]
+        );
+        assert!(
+            row[0].starts_with("not_started -"),
+            "the run whose command never started is {row:?} (ended while frozen: {ended_frozen}): {}",
+            site.log("s")
+        );
+        assert!(
+            !site.lines("ran").contains(&stuck),
+            "its command ran after all"
+        );
+        let p99 = job["p99_ms"].as_u64().expect("a p99");
+        assert!(
+            p99 < 1000,
+            "p99 {p99} ms counts the wait for a frozen spawner: {job}"
+        );
+    }
+
+    /// Item 10: a command lost with its SIGKILLed spawner goes again, as a dead scheduler's does.
+    #[test]
+    fn a_run_lost_with_its_spawner_is_resumed_for_its_slot() {
+        let site = Site::new();
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"long\"\nevery = \"2s\"\nlease = \"2s\"\noverlap = \"coalesce\"\n\
+             command = {}\n",
+            sh("echo $EXACTLY_SCHEDULED_AT >> ran; sleep 30")
+        ));
+        let mut s = site.start("s", "1s");
+        support::wait_for("the command to start", Duration::from_secs(8), || {
+            !site.lines("ran").is_empty()
+        });
+        let slot = site.lines("ran")[0].clone();
+        // SAFETY: killing the spawner this test's scheduler started.
+        unsafe { libc::kill(spawner_of(&s), libc::SIGKILL) };
+        let again = wait_until(Duration::from_secs(10), || {
+            site.lines("ran").iter().filter(|l| **l == slot).count() >= 2
+        });
+        assert_eq!(
+            s.term(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            site.log("s")
+        );
+        let (outcome, _, _) = run_of(&site, 1);
+        eprintln!(
+            "run 1: {outcome}; its slot ran again: {again}; ran: {:?}",
+            site.lines("ran")
+        );
+        assert!(
+            again && outcome == "killed",
+            "the lost run is {outcome}, its slot ran again: {again}: {}",
+            site.log("s")
+        );
+        assert!(site.counter("firing_resumed") >= 1, "{}", site.log("s"));
+    }
 }

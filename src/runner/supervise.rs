@@ -102,10 +102,13 @@ fn watch(stop: &AtomicBool, db: &str, owner: &str) {
                 spawner_stopped = Some(Instant::now());
             }
             (None, Some(since)) => {
-                tracing::info!(
-                    "the spawner process runs again (stopped for {})",
-                    crate::time::human_ms(since.elapsed().as_millis() as u64)
-                );
+                // Gone instead (its reader said so), or running again.
+                if spawner::pid().is_some() {
+                    tracing::info!(
+                        "the spawner process runs again (stopped for {})",
+                        crate::time::human_ms(since.elapsed().as_millis() as u64)
+                    );
+                }
                 spawner_stopped = None;
             }
             _ => {}

@@ -107,6 +107,9 @@ pub fn disarm(group: i32) {
     if let Ok(mut a) = armed().lock() {
         a.remove(&group);
     }
+    if let Ok(mut e) = enforced().lock() {
+        e.remove(&group);
+    }
     send(group, 0);
 }
 
@@ -198,19 +201,30 @@ pub fn restart() -> std::io::Result<(i32, usize)> {
     Ok((pid, groups.len()))
 }
 
+/// Groups [`enforce_deadlines`] already SIGKILLed (until disarmed): each is killed and said
+/// once, not every look.
+fn enforced() -> &'static Mutex<HashSet<i32>> {
+    static ENFORCED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    ENFORCED.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
 /// Stops every armed group past its deadline with SIGKILL, from this process: what the
 /// scheduler does while its watchdog cannot. Returns how many it stopped.
 pub fn enforce_deadlines() -> usize {
     let now = mono_ns();
+    let Ok(mut done) = enforced().lock() else {
+        return 0;
+    };
     let due: Vec<i32> = armed()
         .lock()
         .map(|a| {
             a.iter()
-                .filter(|(_, d)| now >= **d)
+                .filter(|(g, d)| now >= **d && !done.contains(*g))
                 .map(|(g, _)| *g)
                 .collect()
         })
         .unwrap_or_default();
+    done.extend(due.iter().copied());
     for g in &due {
         if *g > 1 {
             // SAFETY: kill has no memory-safety preconditions; the group is a run's command's.

@@ -229,7 +229,11 @@ on_both_backends! {
         support::wait_for("the first command to start", Duration::from_secs(8), || {
             !site.lines("ran").is_empty()
         });
-        let frozen = Frozen::new(spawner_of(&s));
+        let spawner = spawner_of(&s);
+        let frozen = Frozen::new(spawner);
+        // Noticed within the stop margin (`policy::stop_margin`, 700 ms).
+        let said = format!("the spawner process {spawner} is stopped");
+        let noticed = wait_until(Duration::from_millis(700), || site.log("s").contains(&said));
         // The command exits 0 a second in; its 3 s timeout passes while the spawner is frozen.
         let ended_frozen = wait_until(Duration::from_secs(8), || ended(&site, 1));
         drop(frozen);
@@ -265,6 +269,7 @@ on_both_backends! {
             site.log("s")
         );
         assert!(ms < 3000, "run 1 took {ms} ms for a 1 s command");
+        assert!(noticed, "not said within 700 ms: {said}: {}", site.log("s"));
         let ran = site.lines("ran");
         assert_eq!(
             ran.iter().filter(|l| **l == slot).count(),

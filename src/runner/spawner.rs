@@ -14,9 +14,17 @@
 //! What a command dies with is unchanged: the scheduler's death closes the socket and the
 //! spawner SIGKILLs every group it started, then exits (and the watchdog, see `watchdog.rs`,
 //! stops the groups too); the spawner's death SIGKILLs each command (`PR_SET_PDEATHSIG`), and
-//! the scheduler hears of it as a lost command. The spawner ignores the signals a terminal or
-//! a service manager sends the scheduler (those are the scheduler's to act on, with its grace
-//! period), and gives its commands the default dispositions back.
+//! the scheduler hears of it as a lost command (its run `killed`, its firing going again).
+//!
+//! The spawner is a process a signal can freeze (SIGSTOP): the scheduler does not depend on
+//! its word alone. A command's end also comes from the kernel (a pidfd opened at `Started`,
+//! and the status an unreaped zombie keeps in `/proc/PID/stat`), and a command the spawner
+//! does not start by its request's `start_by_ns` never starts (`not_started`). The scheduler's
+//! supervisor (`supervise.rs`) watches the spawner's state.
+//!
+//! The spawner ignores the signals a terminal or a service manager sends the scheduler (those
+//! are the scheduler's to act on, with its grace period), and gives its commands the default
+//! dispositions back.
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io;

@@ -7,6 +7,11 @@
 //!
 //! Runs tell it `arm(group, deadline)` (again as renewals move the deadline) and `disarm(group)`
 //! once the command has ended and been reaped; it tells back which groups it stopped.
+//!
+//! It is a process a signal can kill or freeze: the groups armed are also kept here, so the
+//! scheduler's supervisor (`supervise.rs`) can replace a dead or stopped watchdog with a new
+//! one holding them all ([`restart`]), and keep their deadlines itself meanwhile
+//! ([`enforce_deadlines`]).
 use crate::wrapped::{mono_ns, pipe};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};

@@ -313,6 +313,10 @@ on_both_backends! {
             ms < 3000,
             "the run is recorded {ms} ms: the freeze is not its duration"
         );
+        // As `status --json` tells it.
+        let last = &status_job(&site, "long")["last_run"];
+        assert_eq!(last["outcome"], "killed", "{last}");
+        assert!(last["duration_ms"].as_i64().is_some_and(|d| d < 3000), "{last}");
     }
 
     #[test]

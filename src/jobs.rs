@@ -121,6 +121,12 @@ pub fn reloaded(store: &mut Store, owner: &str, detail: &str) -> Result<()> {
     store.record_reload(owner, detail, &store.now_text())
 }
 
+/// Records that scheduler `owner` replaced its watchdog process; `detail` says why and what
+/// it re-armed.
+pub fn watchdog_restarted(store: &mut Store, owner: &str, detail: &str) -> Result<()> {
+    store.record_watchdog_restart(owner, detail, &store.now_text())
+}
+
 /// A scheduler silent this long is not alive (`EXACTLY_SCHEDULER_DEAD_AFTER`, default 10s;
 /// schedulers beat every 2 s).
 pub fn scheduler_dead_after() -> std::time::Duration {

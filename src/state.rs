@@ -297,6 +297,9 @@ words! {
         NotifySent => "notify_sent",
         /// A notification not delivered (tried again at the next evaluation) or lost (unknown).
         NotifyFailed => "notify_failed",
+        /// A scheduler's watchdog process (which stops runs at their lease deadline) died or
+        /// stopped and was replaced; the detail names the old and new pids and the runs re-armed.
+        WatchdogRestarted => "watchdog_restarted",
     }
 }
 

@@ -29,6 +29,9 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 const FENCE_GRACE: Duration = crate::policy::STOP_GRACE;
 /// How long an earlier run's leftover processes get to be gone after SIGKILL.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
+/// How long a run waits for the spawner to start its command: a healthy one answers in
+/// milliseconds; a frozen one (SIGSTOP) must not hold the run, nor start it much later.
+const START_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for output pipes after the command exits (a background grandchild may
 /// keep them open forever).
 const PIPE_WAIT: Duration = Duration::from_millis(500);
@@ -182,14 +185,14 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     }
     let mut child = match run.spawn() {
         Ok(c) => c,
-        Err(why) => return run.end(RunOutcome::Failed, &why),
+        Err((outcome, why)) => return run.end(outcome, &why),
     };
     let (status, stopping) = run.wait(&mut child);
     run.code = status.and_then(|s| s.code());
     let expired = run.expired(&stopping);
     run.clear_group(child.pgid, &stopping);
     let text = child.drain();
-    let outcome = run.outcome(stopping, expired);
+    let outcome = run.outcome(stopping, expired, status.is_none());
     if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
         if let Some(sig) = s.signal() {
             let run_id = &spec.started.run_id;
@@ -371,19 +374,27 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Starts the command, its process group handed to its watchdog. Err(why) when it could
-    /// not start.
-    fn spawn(&mut self) -> std::result::Result<Child, String> {
+    /// Starts the command, its process group handed to its watchdog. Err((outcome, why)) when
+    /// it did not start: `failed` when it could not, `not_started` when the spawner did not
+    /// start it in time (frozen, or shutdown came first).
+    fn spawn(&mut self) -> std::result::Result<Child, (RunOutcome, String)> {
         let (job, run_id) = (&self.spec.job, &self.spec.started.run_id);
         let Some((prog, args)) = self.spec.command.split_first() else {
-            return Err("no command".into());
+            return Err((RunOutcome::Failed, "no command".into()));
         };
-        let mut running = match start_command(&self.launch(prog, args)) {
+        let kill = &self.spec.kill;
+        let give_up = || kill.load(Ordering::SeqCst);
+        let mut running = match start_command(&self.launch(prog, args), &give_up) {
             Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                let why = format!("its command never started: {e}");
+                log_line(Level::WARN, job, &format!("run {run_id}: {why}"));
+                return Err((RunOutcome::NotStarted, why));
+            }
             Err(e) => {
                 let why = format!("cannot start {prog:?}: {e}");
                 log_line(Level::ERROR, job, &format!("run {run_id}: {why}"));
-                return Err(why);
+                return Err((RunOutcome::Failed, why));
             }
         };
         let started = Instant::now();
@@ -414,6 +425,7 @@ impl<'a> Run<'a> {
                 .unwrap_or_else(|_| "exactly".into())
         });
         let (spec, started) = (self.spec, &self.spec.started);
+        let deadline_ns = super::watchdog::mono_deadline(self.beat.deadline());
         Launch {
             prog: prog.to_string(),
             args: args.to_vec(),
@@ -430,7 +442,10 @@ impl<'a> Run<'a> {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             cwd: spec.cwd.clone(),
-            deadline_ns: super::watchdog::mono_deadline(self.beat.deadline()),
+            deadline_ns,
+            // A command started later would have little or none of its lease left.
+            start_by_ns: deadline_ns
+                .min(crate::wrapped::mono_ns().saturating_add(START_WAIT.as_nanos() as u64)),
         }
     }
 
@@ -457,7 +472,7 @@ impl<'a> Run<'a> {
                     log_line(
                         Level::WARN,
                         &spec.job,
-                        &format!("run {run_id}: lost the command: {e}"),
+                        &format!("run {run_id}: lost the command: {e}; its firing goes again"),
                     );
                     break None;
                 }
@@ -522,7 +537,10 @@ impl<'a> Run<'a> {
     /// being stopped (its deadline or a shutdown came as it finished): a run recorded killed
     /// would go again. Degraded (a command that answers SIGTERM with exit 0 counts as done),
     /// never doubled.
-    fn outcome(&self, stopping: Stopping, expired: bool) -> RunOutcome {
+    ///
+    /// A command `lost` with its spawner (SIGKILLed: the command died with it) is `killed`:
+    /// its firing goes again, as a dead scheduler's run does.
+    fn outcome(&self, stopping: Stopping, expired: bool, lost: bool) -> RunOutcome {
         let code = self.code;
         if self.beat.fenced {
             RunOutcome::Fenced
@@ -530,6 +548,8 @@ impl<'a> Run<'a> {
             stopping.filter(|s| s.0 != RunOutcome::Killed || code != Some(0))
         {
             why
+        } else if lost {
+            RunOutcome::Killed
         } else if code == Some(0) {
             RunOutcome::Ok
         } else if expired {

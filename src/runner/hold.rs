@@ -78,13 +78,12 @@ impl Heartbeat {
     /// Hands the command's process group to the watchdog, with the deadline (and every later
     /// one as it moves). False when there is no watchdog: this thread alone keeps the deadline.
     pub fn guard(&mut self, group: i32) -> bool {
+        // Kept even when no watchdog took it: it is armed again each tick (a restarted
+        // watchdog, see `supervise.rs`), and let go of when the command ends.
         self.group = Some(group);
         self.armed = None;
         self.arm();
-        if self.armed.is_none() {
-            self.group = None;
-        }
-        self.group.is_some()
+        self.armed.is_some()
     }
 
     fn arm(&mut self) {

@@ -32,6 +32,7 @@ pub mod scheduler;
 mod share;
 pub mod spawn;
 pub mod spawner;
+mod supervise;
 pub mod watch;
 pub mod watchdog;
 

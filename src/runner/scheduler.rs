@@ -162,6 +162,8 @@ pub fn run(
     }
     // Commands start through one small process forked once (see `spawner.rs`).
     super::spawner::ready();
+    // Both helpers can die or be frozen while we go on: watched, and stood in for.
+    let _supervisor = super::supervise::start(&cfg.db, &cfg.owner);
     // Firings go before the runs' own writes (ends, renewals) in this process.
     firing::writes_first(&mut store);
     let kill = Arc::new(AtomicBool::new(false));
@@ -302,12 +304,42 @@ fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
     for r in runs.iter().filter(|r| !r.handle.is_finished()) {
         tracing::warn!(job = %r.job, "run {} outlived the grace period: killing it", r.run_id);
     }
+    // Runs SIGTERM their commands' groups (and stop waiting for a spawner to start one)...
     kill.store(true, Ordering::SeqCst);
+    let killed_at = Instant::now();
+    let mut sigkilled = false;
+    while runs.iter().any(|r| !r.handle.is_finished()) {
+        let waited = killed_at.elapsed();
+        // ...and after a short grace the scheduler SIGKILLs them itself, whatever its spawner
+        // or watchdog do (frozen, dead): each run hears its command's end from the kernel.
+        if !sigkilled && waited >= SHUTDOWN_TERM {
+            super::watchdog::kill_all();
+            sigkilled = true;
+        }
+        if waited >= SHUTDOWN_AFTER_GRACE {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for r in runs {
-        let _ = r.handle.join();
+        if r.handle.is_finished() {
+            let _ = r.handle.join();
+        } else {
+            // The next scheduler resumes what it could not record (as a dead scheduler's).
+            tracing::error!(
+                job = %r.job,
+                "run {} did not end within a second of the grace period: exiting without it",
+                r.run_id
+            );
+        }
     }
     tracing::info!("scheduler {} stopped", cfg.owner);
 }
+
+/// At shutdown, after the grace period: how long commands have between SIGTERM and SIGKILL...
+const SHUTDOWN_TERM: Duration = crate::policy::STOP_GRACE;
+/// ...and how long the scheduler waits for its runs to record their ends before it exits.
+const SHUTDOWN_AFTER_GRACE: Duration = Duration::from_millis(900);
 
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
 /// before the job's new firings, so a new one finds the run live and queues behind them.

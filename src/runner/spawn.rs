@@ -86,8 +86,12 @@ pub(crate) enum Running {
 
 /// Starts `l` with one pipe for its stdout and stderr (their lines interleave as written), in a
 /// process group of its own that dies with us: through the spawner when there is one (see
-/// `spawner.rs`), else by starting it from this process.
-pub(crate) fn start_command(l: &super::spawner::Launch) -> std::io::Result<Running> {
+/// `spawner.rs`), else by starting it from this process. `give_up` ends a wait for a frozen
+/// spawner (an error of kind `TimedOut`: the command never started).
+pub(crate) fn start_command(
+    l: &super::spawner::Launch,
+    give_up: &dyn Fn() -> bool,
+) -> std::io::Result<Running> {
     let (r, w) = crate::wrapped::pipe()?;
     // SAFETY: both descriptors were just created and are ours alone.
     let (r, w) = unsafe {
@@ -98,7 +102,7 @@ pub(crate) fn start_command(l: &super::spawner::Launch) -> std::io::Result<Runni
         )
     };
     let out = Some(std::fs::File::from(r));
-    if let Some(spawned) = super::spawner::launch(l, &w) {
+    if let Some(spawned) = super::spawner::launch(l, &w, give_up) {
         return Ok(Running::Spawned(spawned?, out));
     }
     let mut cmd = command_for(&l.prog, &l.args);

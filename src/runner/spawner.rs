@@ -14,13 +14,21 @@
 //! What a command dies with is unchanged: the scheduler's death closes the socket and the
 //! spawner SIGKILLs every group it started, then exits (and the watchdog, see `watchdog.rs`,
 //! stops the groups too); the spawner's death SIGKILLs each command (`PR_SET_PDEATHSIG`), and
-//! the scheduler hears of it as a lost command. The spawner ignores the signals a terminal or
-//! a service manager sends the scheduler (those are the scheduler's to act on, with its grace
-//! period), and gives its commands the default dispositions back.
+//! the scheduler hears of it as a lost command (its run `killed`, its firing going again).
+//!
+//! The spawner is a process a signal can freeze (SIGSTOP): the scheduler does not depend on
+//! its word alone. A command's end also comes from the kernel (a pidfd opened at `Started`,
+//! and the status an unreaped zombie keeps in `/proc/PID/stat`), and a command the spawner
+//! does not start by its request's `start_by_ns` never starts (`not_started`). The scheduler's
+//! supervisor (`supervise.rs`) watches the spawner's state.
+//!
+//! The spawner ignores the signals a terminal or a service manager sends the scheduler (those
+//! are the scheduler's to act on, with its grace period), and gives its commands the default
+//! dispositions back.
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -48,7 +56,15 @@ pub struct Launch {
     /// group to the watchdog with it before it answers, so a command started just as the
     /// scheduler is frozen (SIGSTOP) is stopped at its deadline all the same.
     pub deadline_ns: u64,
+    /// On the monotonic clock (0: none): a request read after this is refused, not started.
+    /// The scheduler stops waiting for the spawner's answer then (a frozen spawner), records
+    /// the run `not_started`, and must not find its command running later.
+    #[serde(default)]
+    pub start_by_ns: u64,
 }
+
+/// How a refusal for a request read past its `start_by_ns` begins (the run is `not_started`).
+pub const TOO_LATE: &str = "too late to start";
 
 #[derive(Serialize)]
 struct Request<'a> {
@@ -56,10 +72,21 @@ struct Request<'a> {
     launch: &'a Launch,
 }
 
+/// The watchdog's new pipe, attached (after a restart, see `supervise.rs`).
+#[derive(Serialize)]
+struct PipeRequest {
+    id: u64,
+    watchdog: bool,
+}
+
 #[derive(Deserialize)]
 struct Received {
     id: u64,
-    launch: Launch,
+    #[serde(default)]
+    launch: Option<Launch>,
+    /// The descriptor attached is the watchdog's new pipe: it replaces ours.
+    #[serde(default)]
+    watchdog: bool,
 }
 
 /// What the spawner says of a request.
@@ -80,6 +107,8 @@ enum Heard {
 }
 
 struct Client {
+    /// The spawner process's pid.
+    pid: i32,
     sock: Mutex<OwnedFd>,
     waiting: Mutex<HashMap<u64, Sender<Heard>>>,
     next: AtomicU64,
@@ -111,25 +140,150 @@ pub fn ready() -> bool {
 pub struct Spawned {
     pub pid: i32,
     rx: Receiver<Heard>,
+    /// The kernel's word of the command's end (readable once it exited), so a frozen spawner
+    /// that has not reaped it yet cannot hold the run's end back.
+    pidfd: Option<OwnedFd>,
+    /// Its start time (`/proc/PID/stat` field 22), telling our zombie from a later process
+    /// given the same pid.
+    start_time: Option<u64>,
 }
 
 impl Spawned {
+    fn new(pid: i32, rx: Receiver<Heard>) -> Spawned {
+        Spawned {
+            pid,
+            rx,
+            pidfd: pidfd_open(pid),
+            start_time: proc_stat(pid).map(|s| s.start_time),
+        }
+    }
+
     /// Waits up to `d` for the command to end: its status, None while it runs. An error when
     /// the spawner is gone (the command died with it).
     pub fn wait_for(&self, d: Duration) -> io::Result<Option<ExitStatus>> {
         match self.rx.recv_timeout(d) {
             Ok(Heard::Exited(s)) => Ok(Some(ExitStatus::from_raw(s))),
-            Ok(_) | Err(RecvTimeoutError::Disconnected) => Err(io::Error::other(
-                "the spawner process is gone, and the command with it",
-            )),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
+            // A command that exited before its spawner died keeps its status; one SIGKILLed
+            // by the spawner's death (PR_SET_PDEATHSIG) is lost with it.
+            Ok(_) | Err(RecvTimeoutError::Disconnected) => {
+                match self.zombie_status().filter(|s| s.code().is_some()) {
+                    Some(s) => Ok(Some(s)),
+                    None => Err(io::Error::other(
+                        "the spawner process is gone, and the command with it",
+                    )),
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if !self.exited() {
+                    return Ok(None);
+                }
+                // Ended, and the spawner has not said so: frozen (SIGSTOP), or its word is on
+                // the way. An unreaped command's status is in its zombie's stat.
+                if let Some(s) = self.zombie_status() {
+                    return Ok(Some(s));
+                }
+                // Reaped already: the spawner's word follows at once.
+                match self.rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Heard::Exited(s)) => Ok(Some(ExitStatus::from_raw(s))),
+                    Ok(_) | Err(RecvTimeoutError::Disconnected) => Err(io::Error::other(
+                        "the spawner process is gone, and the command with it",
+                    )),
+                    Err(RecvTimeoutError::Timeout) => Ok(None),
+                }
+            }
         }
     }
+
+    /// Whether the kernel says the command has exited (its pidfd is readable).
+    fn exited(&self) -> bool {
+        let Some(fd) = &self.pidfd else { return false };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
+    }
+
+    /// The wait status of the command while it is a zombie not yet reaped (and still ours).
+    fn zombie_status(&self) -> Option<ExitStatus> {
+        let st = proc_stat(self.pid)?;
+        (st.state == 'Z' && Some(st.start_time) == self.start_time)
+            .then(|| ExitStatus::from_raw(st.exit_code))
+    }
+}
+
+/// A pidfd of `pid` (Linux 5.3+); None where the kernel has none.
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a descriptor just created and ours alone.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// What a process's `/proc/PID/stat` says of it.
+pub struct ProcStat {
+    /// Its state letter: `R`, `S`, `T` (stopped), `Z` (zombie), ...
+    pub state: char,
+    /// Field 22, in clock ticks since boot.
+    pub start_time: u64,
+    /// Field 52: a zombie's wait status, as `waitpid` reports it.
+    pub exit_code: i32,
+}
+
+/// Reads `/proc/PID/stat`; None once the process is gone.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and ')'), from field 3 on.
+    let rest: Vec<&str> = st[st.rfind(')')? + 1..].split_whitespace().collect();
+    Some(ProcStat {
+        state: rest.first()?.chars().next()?,
+        start_time: rest.get(22 - 3)?.parse().ok()?,
+        exit_code: rest.get(52 - 3).and_then(|c| c.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// The spawner process, while it serves: its pid (None before it started, or once gone).
+pub fn pid() -> Option<i32> {
+    client_cell()
+        .get()
+        .and_then(Option::as_ref)
+        .filter(|c| !c.gone.load(Ordering::SeqCst))
+        .map(|c| c.pid)
+}
+
+/// Hands the spawner the pipe of a restarted watchdog, so the commands it starts are held from
+/// their first instant again (until then each run arms its group itself once started). Never
+/// blocks: a frozen spawner with a full socket is not waited for. False when not handed.
+pub fn hand_watchdog(pipe: RawFd) -> bool {
+    let Some(c) = client_cell()
+        .get()
+        .and_then(Option::as_ref)
+        .filter(|c| !c.gone.load(Ordering::SeqCst))
+    else {
+        return false;
+    };
+    let Ok(msg) = serde_json::to_vec(&PipeRequest {
+        id: 0,
+        watchdog: true,
+    }) else {
+        return false;
+    };
+    c.sock
+        .lock()
+        .is_ok_and(|s| send_with_flags(s.as_raw_fd(), &msg, Some(pipe), libc::MSG_DONTWAIT).is_ok())
 }
 
 /// Starts `launch` through the spawner with `output` as its stdout and stderr. None when
 /// there is no spawner (the caller starts the command itself).
-pub fn launch(launch: &Launch, output: &OwnedFd) -> Option<io::Result<Spawned>> {
+/// A command the spawner did not start in time fails with `ErrorKind::TimedOut`: it never
+/// started.
+pub fn launch(
+    launch: &Launch,
+    output: &OwnedFd,
+    give_up: &dyn Fn() -> bool,
+) -> Option<io::Result<Spawned>> {
     // Only a scheduler that started one (see [`ready`]): a single run in the foreground
     // (`exactly trigger`) starts its one command itself.
     let c = client_cell()
@@ -156,14 +310,48 @@ pub fn launch(launch: &Launch, output: &OwnedFd) -> Option<io::Result<Spawned>> 
         }
         return Some(Err(e));
     }
-    Some(match rx.recv() {
-        Ok(Heard::Started(pid)) => Ok(Spawned { pid, rx }),
+    // A frozen spawner answers late or never: wait until the request's `start_by_ns` (which
+    // the spawner honours) or until `give_up` says so (shutdown), then the run never started.
+    let heard = loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(h) => break Ok(h),
+            Err(RecvTimeoutError::Disconnected) => break Err(()),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let late = launch.start_by_ns > 0
+            && crate::wrapped::mono_ns() >= launch.start_by_ns.saturating_add(START_SLACK_NS);
+        if late || give_up() {
+            if let Ok(mut w) = c.waiting.lock() {
+                w.remove(&id);
+            }
+            // Its answer may have come just now: a started command is run as any other.
+            match rx.try_recv() {
+                Ok(h) => break Ok(h),
+                Err(_) => {
+                    return Some(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the spawner did not start the command in time (stopped or hung); \
+                         it never started",
+                    )))
+                }
+            }
+        }
+    };
+    Some(match heard {
+        Ok(Heard::Started(pid)) => Ok(Spawned::new(pid, rx)),
+        Ok(Heard::Refused(why)) if why.starts_with(TOO_LATE) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, why))
+        }
         Ok(Heard::Refused(why)) => Err(io::Error::other(why)),
         Ok(Heard::Exited(_)) | Ok(Heard::Lost) | Err(_) => {
             Err(io::Error::other("the spawner process is gone"))
         }
     })
 }
+
+/// How long past a request's `start_by_ns` the scheduler still waits for the answer of a
+/// spawner that read it in time.
+const START_SLACK_NS: u64 = 200_000_000;
 
 fn start() -> io::Result<Client> {
     let (ours, theirs) = socketpair()?;
@@ -192,6 +380,7 @@ fn start() -> io::Result<Client> {
     let pid = child.id();
     let read_fd = ours.try_clone()?;
     let client = Client {
+        pid: pid as i32,
         sock: Mutex::new(ours),
         waiting: Mutex::new(HashMap::new()),
         next: AtomicU64::new(1),
@@ -229,8 +418,19 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
             Said::Refused { id, why } => (id, Heard::Refused(why), true),
             Said::Exited { id, status } => (id, Heard::Exited(status), true),
         };
-        if let Some(tx) = w.get(&id) {
-            let _ = tx.send(heard);
+        match w.get(&id) {
+            Some(tx) => {
+                let _ = tx.send(heard);
+            }
+            // Its run gave up waiting (see `launch`) and was recorded `not_started`: the
+            // command must not run after all.
+            None => {
+                if let Heard::Started(pid) = heard {
+                    tracing::warn!("command {pid} started after its run gave up on it: killed");
+                    // SAFETY: the command leads its own group.
+                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+                }
+            }
         }
         if done {
             w.remove(&id);
@@ -288,6 +488,11 @@ fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends one message, with `fd` attached when given.
 fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    send_with_flags(sock, msg, fd, 0)
+}
+
+/// [`send_with_fd`] with `sendmsg` flags added (`MSG_DONTWAIT`).
+fn send_with_flags(sock: RawFd, msg: &[u8], fd: Option<RawFd>, flags: i32) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: msg.as_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
@@ -312,7 +517,7 @@ fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
     }
     loop {
         // SAFETY: hdr points at live buffers (see above).
-        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | flags) };
         if n >= 0 {
             return Ok(());
         }
@@ -378,7 +583,7 @@ extern "C" fn on_sigchld(_: libc::c_int) {
 /// `exactly __exactly-spawner [3]`, its socket on stdin (and the watchdog's pipe on 3 when
 /// named): serves until the scheduler is gone.
 pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
-    let watchdog = args
+    let mut watchdog = args
         .first()
         .and_then(|a| a.to_str())
         .and_then(|a| a.parse::<RawFd>().ok());
@@ -452,14 +657,31 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
         let Ok(req) = serde_json::from_slice::<Received>(&buf[..len]) else {
             continue;
         };
-        let said = match (fd, fork_exec(&req.launch, me)) {
+        if req.watchdog {
+            // A restarted watchdog's pipe (received close-on-exec): the dead one's goes.
+            if let Some(pipe) = fd {
+                if let Some(old) = watchdog.replace(pipe.into_raw_fd()) {
+                    // SAFETY: closing our own copy of the old pipe, used nowhere else.
+                    unsafe { libc::close(old) };
+                }
+            }
+            continue;
+        }
+        let Some(launch) = req.launch else { continue };
+        let start_by = launch.start_by_ns;
+        let said = match (fd, fork_exec(&launch, me)) {
+            // Read after the scheduler stopped waiting (we were frozen): never started.
+            _ if start_by > 0 && crate::wrapped::mono_ns() >= start_by => Said::Refused {
+                id: req.id,
+                why: format!("{TOO_LATE}: the spawner read the request past its start-by time"),
+            },
             (None, _) => Said::Refused {
                 id: req.id,
                 why: "no output pipe came with the command".into(),
             },
             (Some(out), Ok(prepared)) => match prepared.start(&out) {
                 Ok(pid) => {
-                    if let (Some(wd), ns) = (watchdog, req.launch.deadline_ns) {
+                    if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
                         if ns > 0 {
                             let msg = super::watchdog::message(pid, ns);
                             // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
@@ -471,12 +693,12 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
                 }
                 Err(e) => Said::Refused {
                     id: req.id,
-                    why: format!("cannot start {:?}: {e}", req.launch.prog),
+                    why: format!("cannot start {:?}: {e}", launch.prog),
                 },
             },
             (Some(_), Err(e)) => Said::Refused {
                 id: req.id,
-                why: format!("cannot start {:?}: {e}", req.launch.prog),
+                why: format!("cannot start {:?}: {e}", launch.prog),
             },
         };
         if reply(sock, &said).is_err() {
@@ -689,5 +911,39 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         say(&num[i..]);
         say(b")\n");
         libc::_exit(127)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `Spawned::wait_for` reads when the spawner is frozen: the kernel's word that the
+    /// process exited (its pidfd readable) and the status its unreaped zombie keeps.
+    #[test]
+    fn an_unreaped_zombie_tells_its_status_and_its_pidfd_its_end() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.2; exit 3"])
+            .spawn()
+            .expect("start sh");
+        let pid = child.id() as i32;
+        let (_tx, rx) = mpsc::channel();
+        let s = Spawned::new(pid, rx);
+        assert!(s.pidfd.is_some(), "no pidfd on this kernel");
+        assert!(!s.exited(), "exited at once");
+        assert_eq!(s.wait_for(Duration::from_millis(10)).expect("wait"), None);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !s.exited() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Not reaped yet (we are its parent and have not waited): a zombie with its status.
+        let st = proc_stat(pid).expect("its stat");
+        assert_eq!(st.state, 'Z');
+        let status = s
+            .wait_for(Duration::from_millis(10))
+            .expect("wait")
+            .expect("its end, heard from the kernel");
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(child.wait().expect("reap").code(), Some(3));
     }
 }

@@ -7,11 +7,17 @@
 //!
 //! Runs tell it `arm(group, deadline)` (again as renewals move the deadline) and `disarm(group)`
 //! once the command has ended and been reaped; it tells back which groups it stopped.
+//!
+//! It is a process a signal can kill or freeze: the groups armed are also kept here, so the
+//! scheduler's supervisor (`supervise.rs`) can replace a dead or stopped watchdog with a new
+//! one holding them all ([`restart`]), and keep their deadlines itself meanwhile
+//! ([`enforce_deadlines`]).
 use crate::wrapped::{mono_ns, pipe};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Between SIGTERM and SIGKILL of a group stopped at its deadline.
@@ -19,14 +25,44 @@ pub const GRACE: Duration = crate::policy::STOP_GRACE;
 /// Most groups held at once; beyond it, a run has only its own thread to stop its command.
 const SLOTS: usize = 4096;
 
+/// One watchdog process, as the scheduler talks to it. Replaced when it dies (see
+/// [`restart`]): the scheduler's supervisor (`supervise.rs`) restarts it.
 struct Shared {
+    pid: i32,
     tx: Mutex<std::fs::File>,
-    fired: Mutex<HashSet<i32>>,
+    /// Set by the reader thread when the back pipe closes: the process is gone.
+    dead: Arc<AtomicBool>,
 }
 
-fn shared() -> Option<&'static Shared> {
-    static ONE: OnceLock<Option<Shared>> = OnceLock::new();
-    ONE.get_or_init(|| start().ok()).as_ref()
+/// The watchdog now, once started (None: none could be started).
+fn current() -> &'static RwLock<Option<Arc<Shared>>> {
+    static CURRENT: RwLock<Option<Arc<Shared>>> = RwLock::new(None);
+    static FIRST: OnceLock<()> = OnceLock::new();
+    FIRST.get_or_init(|| {
+        let started = start().ok().map(Arc::new);
+        if let Ok(mut c) = CURRENT.write() {
+            *c = started;
+        }
+    });
+    &CURRENT
+}
+
+fn shared() -> Option<Arc<Shared>> {
+    current().read().ok()?.clone()
+}
+
+/// Groups armed, with their deadline on the monotonic clock: what a restarted watchdog is
+/// given again, what the scheduler enforces itself while its watchdog is gone or stopped, and
+/// what shutdown kills at the end of its grace.
+fn armed() -> &'static Mutex<HashMap<i32, u64>> {
+    static ARMED: OnceLock<Mutex<HashMap<i32, u64>>> = OnceLock::new();
+    ARMED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Groups the watchdog (or the scheduler in its stead) stopped at their deadline.
+fn fired_set() -> &'static Mutex<HashSet<i32>> {
+    static FIRED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    FIRED.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
 /// Starts the watchdog if it is not running yet (a scheduler calls this early, while small).
@@ -36,15 +72,22 @@ pub fn ready() -> bool {
 
 /// Stop `group` at `deadline` (its whole process group).
 pub fn arm(group: i32, deadline: Instant) -> bool {
-    send(group, mono_deadline(deadline))
+    let ns = mono_deadline(deadline);
+    if let Ok(mut a) = armed().lock() {
+        a.insert(group, ns);
+    }
+    send(group, ns)
 }
 
 /// The descriptor runs write `arm` and `disarm` messages to (the spawner is given a copy, so a
 /// command is held from the instant it starts, see `spawner.rs`). None without a watchdog.
+/// A restarted watchdog's pipe is handed to the spawner (`spawner::hand_watchdog`); each run
+/// also arms its group itself once the spawner said it started (`Heartbeat::guard`).
 pub fn pipe_fd() -> Option<i32> {
     use std::os::fd::AsRawFd;
     let s = shared()?;
-    s.tx.lock().ok().map(|f| f.as_raw_fd())
+    let fd = s.tx.lock().ok().map(|f| f.as_raw_fd());
+    fd
 }
 
 /// The message that arms `group` until `ns` on the monotonic clock (0: disarm).
@@ -66,16 +109,24 @@ pub fn mono_deadline(deadline: Instant) -> u64 {
 
 /// The group's command ended (and was reaped): forget it.
 pub fn disarm(group: i32) {
+    if let Ok(mut a) = armed().lock() {
+        a.remove(&group);
+    }
+    if let Ok(mut e) = enforced().lock() {
+        e.remove(&group);
+    }
     send(group, 0);
 }
 
 /// Whether the watchdog stopped `group` at its deadline (asked once the command has ended).
 pub fn fired(group: i32) -> bool {
-    let Some(s) = shared() else { return false };
+    if shared().is_none() {
+        return false;
+    }
     // Its word travels on a pipe: give it a moment to arrive.
     let until = Instant::now() + Duration::from_millis(50);
     loop {
-        if let Ok(mut f) = s.fired.lock() {
+        if let Ok(mut f) = fired_set().lock() {
             if f.remove(&group) {
                 return true;
             }
@@ -90,7 +141,125 @@ pub fn fired(group: i32) -> bool {
 fn send(group: i32, ns: u64) -> bool {
     let Some(s) = shared() else { return false };
     let msg = message(group, ns);
-    s.tx.lock().is_ok_and(|mut tx| tx.write_all(&msg).is_ok())
+    let sent = s.tx.lock().is_ok_and(|mut tx| tx.write_all(&msg).is_ok());
+    sent
+}
+
+/// How the watchdog is, as the scheduler's supervisor sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Serving (or never started: nothing to watch).
+    Fine,
+    /// Its process is gone.
+    Dead(i32),
+    /// Its process is stopped (SIGSTOP, a debugger): it keeps no deadline.
+    Stopped(i32),
+}
+
+/// How the watchdog is now.
+pub fn state() -> State {
+    let Some(s) = shared() else {
+        return State::Fine;
+    };
+    if s.dead.load(Ordering::SeqCst) {
+        return State::Dead(s.pid);
+    }
+    match super::spawner::proc_stat(s.pid).map(|st| st.state) {
+        None | Some('Z') | Some('X') => State::Dead(s.pid),
+        Some('T') | Some('t') => State::Stopped(s.pid),
+        Some(_) => State::Fine,
+    }
+}
+
+/// Replaces the watchdog (dead, or stopped and so no longer to be trusted: it is SIGKILLed)
+/// with a new one, given every group still armed: (its pid, how many groups it holds).
+pub fn restart() -> std::io::Result<(i32, usize)> {
+    let old = shared();
+    if let Some(old) = &old {
+        let died = !matches!(super::spawner::proc_stat(old.pid), Some(st) if st.state != 'Z');
+        // Said once, by whoever sees it first (its reader, or here); the end of a stopped one
+        // we kill is ours, not news.
+        if !old.dead.swap(true, Ordering::SeqCst) && died {
+            said_gone(old.pid);
+        }
+        // A stopped one must not wake up later beside the new one.
+        // SAFETY: kill on the pid of our own watchdog child.
+        unsafe { libc::kill(old.pid, libc::SIGKILL) };
+    }
+    let new = Arc::new(start()?);
+    let pid = new.pid;
+    if let Ok(mut c) = current().write() {
+        *c = Some(new);
+    }
+    if let Some(old) = old {
+        // Reap it (our child, SIGKILLed: it ends at once); ECHILD if already reaped.
+        // SAFETY: waitpid on our own child's pid; a null status pointer is allowed.
+        unsafe { libc::waitpid(old.pid, std::ptr::null_mut(), 0) };
+    }
+    let groups: Vec<(i32, u64)> = armed()
+        .lock()
+        .map(|a| a.iter().map(|(g, d)| (*g, *d)).collect())
+        .unwrap_or_default();
+    for (g, ns) in &groups {
+        send(*g, *ns);
+    }
+    Ok((pid, groups.len()))
+}
+
+/// Groups [`enforce_deadlines`] already SIGKILLed (until disarmed): each is killed and said
+/// once, not every look.
+fn enforced() -> &'static Mutex<HashSet<i32>> {
+    static ENFORCED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    ENFORCED.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// Stops every armed group past its deadline with SIGKILL, from this process: what the
+/// scheduler does while its watchdog cannot. Returns how many it stopped.
+pub fn enforce_deadlines() -> usize {
+    let now = mono_ns();
+    let Ok(mut done) = enforced().lock() else {
+        return 0;
+    };
+    let due: Vec<i32> = armed()
+        .lock()
+        .map(|a| {
+            a.iter()
+                .filter(|(g, d)| now >= **d && !done.contains(*g))
+                .map(|(g, _)| *g)
+                .collect()
+        })
+        .unwrap_or_default();
+    done.extend(due.iter().copied());
+    for g in &due {
+        if *g > 1 {
+            // SAFETY: kill has no memory-safety preconditions; the group is a run's command's.
+            unsafe { libc::kill(-*g, libc::SIGKILL) };
+        }
+        if let Ok(mut f) = fired_set().lock() {
+            f.insert(*g);
+        }
+    }
+    due.len()
+}
+
+/// SIGKILLs every armed group (at the end of shutdown's grace): how many.
+pub fn kill_all() -> usize {
+    let groups: Vec<i32> = armed()
+        .lock()
+        .map(|a| a.keys().copied().collect())
+        .unwrap_or_default();
+    for g in groups.iter().filter(|g| **g > 1) {
+        // SAFETY: as in enforce_deadlines.
+        unsafe { libc::kill(-*g, libc::SIGKILL) };
+    }
+    groups.len()
+}
+
+fn said_gone(pid: i32) {
+    tracing::error!(
+        "the watchdog process {pid} is gone: run deadlines are kept by the scheduler until it \
+         is restarted"
+    );
 }
 
 fn start() -> std::io::Result<Shared> {
@@ -119,36 +288,28 @@ fn start() -> std::io::Result<Shared> {
             std::fs::File::from_raw_fd(back_r),
         )
     };
-    let shared = Shared {
-        tx: Mutex::new(tx),
-        fired: Mutex::new(HashSet::new()),
-    };
-    // The groups it stopped, as it says them (read on a thread of our own).
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4];
-        while rx.read_exact(&mut buf).is_ok() {
-            if let Some(s) = shared_fired() {
-                if let Ok(mut f) = s.lock() {
+    let dead = Arc::new(AtomicBool::new(false));
+    let gone = dead.clone();
+    // The groups it stopped, as it says them (read on a thread of our own); its end closes
+    // the pipe, and is said at once.
+    std::thread::Builder::new()
+        .name("watchdog-reader".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4];
+            while rx.read_exact(&mut buf).is_ok() {
+                if let Ok(mut f) = fired_set().lock() {
                     f.insert(i32::from_le_bytes(buf));
                 }
             }
-        }
-    });
-    Ok(shared)
-}
-
-/// The fired set, once the watchdog is set up (the reader thread starts before `shared` is).
-fn shared_fired() -> Option<&'static Mutex<HashSet<i32>>> {
-    let until = Instant::now() + Duration::from_secs(1);
-    loop {
-        if let Some(s) = shared() {
-            return Some(&s.fired);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+            if !gone.swap(true, Ordering::SeqCst) {
+                said_gone(pid);
+            }
+        })?;
+    Ok(Shared {
+        pid,
+        tx: Mutex::new(tx),
+        dead,
+    })
 }
 
 /// One held group: its id, its deadline, and when it was sent SIGTERM (0: not yet).
@@ -165,6 +326,8 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
     // `w` are its pipe ends, and every call here is async-signal-safe on stack data.
     unsafe {
         libc::setpgid(0, 0);
+        // Found by its name (an operator's ps, the tests), as the spawner is.
+        libc::prctl(libc::PR_SET_NAME, c"exactly-wdog".as_ptr());
         // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
         crate::wrapped::ignore_parents_signals();
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);

@@ -24,6 +24,22 @@ impl Store {
         })
     }
 
+    /// Records that a scheduler replaced its watchdog process (`detail`: pids, runs re-armed).
+    pub(crate) fn record_watchdog_restart(
+        &mut self,
+        owner: &str,
+        detail: &str,
+        now: &str,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let now = tx.now(now);
+            let ev = NewEvent::new(EventKind::WatchdogRestarted, now)
+                .actor(owner)
+                .detail(detail);
+            record_event(tx, &ev)
+        })
+    }
+
     /// Records that a scheduler reloaded its jobs file (`detail`: what changed).
     pub(crate) fn record_reload(&mut self, owner: &str, detail: &str, now: &str) -> Result<()> {
         self.write(|tx| {

@@ -5,6 +5,7 @@ use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{run_row, RUN_COLS};
 use super::rows::RunRow;
 use super::{int, text, text_or_empty};
+use crate::state::RunOutcome;
 use crate::time;
 use std::collections::BTreeMap;
 
@@ -25,6 +26,9 @@ struct RunBit {
     duration_ms: Option<i64>,
     failed: bool,
     ok: bool,
+    /// Its command ran, so its duration says how long the job takes (a `not_started` run's
+    /// says how long it waited for a start that never came: kept out of p50/p99).
+    ran: bool,
 }
 
 /// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
@@ -129,6 +133,7 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
             duration_ms: int(r, 3)?,
             failed: outcome.as_deref().is_some_and(crate::state::is_failure),
             ok: outcome.as_deref() == Some("ok"),
+            ran: outcome.as_deref() != Some(RunOutcome::NotStarted.as_str()),
         },
     ))
 }
@@ -289,9 +294,13 @@ impl RunWindows {
                     .take(RUN_WINDOW)
                     .collect();
                 let failed = last.iter().filter(|b| b.failed).count() as u64;
-                let durations: Vec<i64> = last.iter().filter_map(|b| b.duration_ms).collect();
+                let durations: Vec<i64> = last
+                    .iter()
+                    .filter(|b| b.ran)
+                    .filter_map(|b| b.duration_ms)
+                    .collect();
                 let (p50, p99) = time::percentiles(&durations);
-                (durations.len() as u64, failed, p50, p99, durations)
+                (last.len() as u64, failed, p50, p99, durations)
             })
             .clone()
     }

@@ -9,6 +9,7 @@ mod clock;
 mod controls;
 mod definitions;
 mod faults;
+mod helpers;
 mod lease;
 mod log;
 mod notify;

@@ -9,6 +9,7 @@ pub(super) fn event_alert(kind: &EventKind) -> bool {
             | EventKind::EffectUnknown
             | EventKind::ApprovalDenied
             | EventKind::NotifyFailed
+            | EventKind::WatchdogRestarted
     )
 }
 

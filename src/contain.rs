@@ -391,6 +391,18 @@ impl Cage {
         }
     }
 
+    /// SIGKILLs everything in it once, without waiting (a stop's last step); true when some
+    /// process refused.
+    pub fn kill_once(&self) -> bool {
+        Killer::new(self).kill_all()
+    }
+
+    /// Its id as a number (the cookie's 16 hex digits): how a forked watchdog, told it in a
+    /// fixed-size message, finds the cage's cgroup (`<subtree>/<what>-<id>`) and cookie.
+    pub fn id(&self) -> Option<u64> {
+        u64::from_str_radix(&self.cookie, 16).ok()
+    }
+
     /// Ends it ([`Cage::end`]) and removes its cgroup: true when nothing is left.
     pub fn close(&self) -> bool {
         let empty = self.end();
@@ -640,6 +652,65 @@ pub fn kill_raw(fds: [RawFd; 3], v1: bool, needle: &[u8]) -> bool {
             refused = true;
         }
     });
+    refused
+}
+
+/// Ends the cage named `<subtree_dir>/<what>-<id as 16 hex digits>` and its cookie, opening its
+/// files by path: what a watchdog forked long before the cage was made calls, told only the id.
+/// System calls only, on the stack. True when some process refused (EPERM).
+pub fn kill_cage_raw(subtree_dir: &[u8], v1: bool, what: &[u8], id: u64) -> bool {
+    let mut hex = [0u8; 16];
+    for (i, h) in hex.iter_mut().enumerate() {
+        let nib = ((id >> (60 - 4 * i)) & 0xf) as u8;
+        *h = if nib < 10 {
+            b'0' + nib
+        } else {
+            b'a' + nib - 10
+        };
+    }
+    let mut needle = [0u8; 64];
+    let prefix = COOKIE_PREFIX.as_bytes();
+    let n = prefix.len() + hex.len() + 1;
+    if n > needle.len() {
+        return false;
+    }
+    needle[..prefix.len()].copy_from_slice(prefix);
+    needle[prefix.len()..prefix.len() + 16].copy_from_slice(&hex);
+    needle[n - 1] = b'=';
+    // `<dir>/<what>-<hex>/` then a file name, NUL-terminated.
+    let mut path = [0u8; 1024];
+    let base = subtree_dir.len() + 1 + what.len() + 1 + hex.len() + 1;
+    let mut fds = [-1i32; 3];
+    if !subtree_dir.is_empty() && base + 16 < path.len() {
+        let mut at = 0;
+        for part in [subtree_dir, b"/", what, b"-", &hex, b"/"] {
+            path[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let names: [&[u8]; 3] = if v1 {
+            [b"", b"freezer.state\0", b"cgroup.procs\0"]
+        } else {
+            [b"cgroup.kill\0", b"cgroup.freeze\0", b"cgroup.procs\0"]
+        };
+        for (i, name) in names.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            path[base..base + name.len()].copy_from_slice(name);
+            let flags = if i == 2 {
+                libc::O_RDONLY
+            } else {
+                libc::O_WRONLY
+            };
+            // SAFETY: path is NUL-terminated within its bounds.
+            fds[i] = unsafe { libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC) };
+        }
+    }
+    let refused = kill_raw(fds, v1, &needle[..n]);
+    for fd in fds.into_iter().filter(|fd| *fd >= 0) {
+        // SAFETY: each was opened above.
+        unsafe { libc::close(fd) };
+    }
     refused
 }
 

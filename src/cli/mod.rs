@@ -329,7 +329,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             } else {
                 print!("{}", snap.to_text());
                 // What holds the commands this machine starts (docs/containment.md).
-                println!("containment here: {}", exactly::contain::describe());
+                println!("containment here: {}", crate::contain::describe());
             }
             Ok(0)
         }
@@ -380,6 +380,25 @@ pub fn read_inputs(pairs: &[String], json: Option<&str>) -> Result<Map<String, V
     Ok(map)
 }
 
+/// `status --json` with `containment`: how this machine holds what its senders and runs start
+/// (`cgroup-v2`, `cgroup-v1` or `cookie`) and where its cgroups are made.
+fn with_containment(json: String) -> String {
+    let Ok(mut v) = serde_json::from_str::<Value>(&json) else {
+        return json;
+    };
+    if let Some(o) = v.as_object_mut() {
+        let sub = crate::contain::subtree();
+        o.insert(
+            "containment".into(),
+            serde_json::json!({
+                "here": sub.map_or("cookie", |s| s.kind.word()),
+                "cgroup": sub.map(|s| s.dir.display().to_string()),
+            }),
+        );
+    }
+    crate::json::render(v)
+}
+
 #[cfg(test)]
 mod tests {
     /// Every flag and argument of every subcommand says what it is for, and every subcommand's
@@ -423,23 +442,4 @@ mod tests {
         walk(&cmd, "exactly", &mut missing);
         assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
-}
-
-/// `status --json` with `containment`: how this machine holds what its senders and runs start
-/// (`cgroup-v2`, `cgroup-v1` or `cookie`) and where its cgroups are made.
-fn with_containment(json: String) -> String {
-    let Ok(mut v) = serde_json::from_str::<Value>(&json) else {
-        return json;
-    };
-    if let Some(o) = v.as_object_mut() {
-        let sub = exactly::contain::subtree();
-        o.insert(
-            "containment".into(),
-            serde_json::json!({
-                "here": sub.map_or("cookie", |s| s.kind.word()),
-                "cgroup": sub.map(|s| s.dir.display().to_string()),
-            }),
-        );
-    }
-    crate::json::render(v)
 }

@@ -167,7 +167,7 @@ pub(super) fn effects_cmd(db: &Option<String>, a: EffectsArgs) -> Result<i32> {
                     "resolved_by": r.resolved_by,
                     "resolved_at": r.resolved_at,
                     "attempt": r.attempt,
-                    "containment": r.sender.as_deref().and_then(exactly::sender::containment_of),
+                    "containment": r.sender.as_deref().and_then(crate::sender::containment_of),
                 })
             })
             .collect();

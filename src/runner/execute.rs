@@ -191,6 +191,19 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     run.code = status.and_then(|s| s.code());
     let expired = run.expired(&stopping);
     run.clear_group(child.pgid, &stopping);
+    // What left the group (`setsid`, `timeout`) is still in the cage: it goes too, and no run
+    // of this firing can find it later.
+    if !child.cage.close() {
+        log_line(
+            Level::WARN,
+            &spec.job,
+            &format!(
+                "run {}: something its command started could not be ended",
+                spec.started.run_id
+            ),
+        );
+    }
+    super::watchdog::uncage(child.pgid);
     let text = child.drain();
     let outcome = run.outcome(stopping, expired, status.is_none());
     if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
@@ -224,6 +237,8 @@ struct Run<'a> {
 struct Child {
     running: Running,
     pgid: i32,
+    /// What holds everything the command starts (see `crate::contain`).
+    cage: crate::contain::Cage,
     started: Instant,
     output: Output,
     log: Mutex<LogBuf>,
@@ -384,14 +399,18 @@ impl<'a> Run<'a> {
         };
         let kill = &self.spec.kill;
         let give_up = || kill.load(Ordering::SeqCst);
-        let mut running = match start_command(&self.launch(prog, args), &give_up) {
+        // The run's cage: nothing the command starts can leave it, and it ends with the run.
+        let cage = crate::contain::Cage::new("run");
+        let mut running = match start_command(&self.launch(prog, args, &cage), &cage, &give_up) {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                cage.close();
                 let why = format!("its command never started: {e}");
                 log_line(Level::WARN, job, &format!("run {run_id}: {why}"));
                 return Err((RunOutcome::NotStarted, why));
             }
             Err(e) => {
+                cage.close();
                 let why = format!("cannot start {prog:?}: {e}");
                 log_line(Level::ERROR, job, &format!("run {run_id}: {why}"));
                 return Err((RunOutcome::Failed, why));
@@ -399,6 +418,7 @@ impl<'a> Run<'a> {
         };
         let started = Instant::now();
         let pgid = running.pid();
+        super::watchdog::cage(pgid, &cage);
         if !self.beat.guard(pgid) {
             log_line(
                 Level::WARN,
@@ -410,6 +430,7 @@ impl<'a> Run<'a> {
         Ok(Child {
             running,
             pgid,
+            cage,
             started,
             output,
             log: Mutex::new(LogBuf::default()),
@@ -417,7 +438,7 @@ impl<'a> Run<'a> {
     }
 
     /// What starts the command: it, with the firing in its environment and its deadline.
-    fn launch(&self, prog: &str, args: &[String]) -> Launch {
+    fn launch(&self, prog: &str, args: &[String], cage: &crate::contain::Cage) -> Launch {
         static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let exe = EXE.get_or_init(|| {
             std::env::current_exe()
@@ -440,7 +461,9 @@ impl<'a> Run<'a> {
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain(std::iter::once(cage.cookie_var()))
             .collect(),
+            cgroup: cage.dir().map(|d| d.to_path_buf()),
             cwd: spec.cwd.clone(),
             deadline_ns,
             // A command started later would have little or none of its lease left.
@@ -494,6 +517,7 @@ impl<'a> Run<'a> {
             if let Some((_, since, grace)) = &stopping {
                 if since.elapsed() > *grace {
                     signal_group(child.pgid, libc::SIGKILL);
+                    child.cage.kill_once();
                 }
             }
             self.beat.tick(spec);

@@ -90,6 +90,7 @@ pub(crate) enum Running {
 /// spawner (an error of kind `TimedOut`: the command never started).
 pub(crate) fn start_command(
     l: &super::spawner::Launch,
+    cage: &crate::contain::Cage,
     give_up: &dyn Fn() -> bool,
 ) -> std::io::Result<Running> {
     let (r, w) = crate::wrapped::pipe()?;
@@ -107,6 +108,7 @@ pub(crate) fn start_command(
     }
     let mut cmd = command_for(&l.prog, &l.args);
     crate::wrapped::in_group(&mut cmd, None);
+    cage.hold(&mut cmd);
     cmd.envs(l.env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::from(w.try_clone()?))

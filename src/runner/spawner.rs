@@ -61,6 +61,10 @@ pub struct Launch {
     /// the run `not_started`, and must not find its command running later.
     #[serde(default)]
     pub start_by_ns: u64,
+    /// The run's cgroup (its cage, see `crate::contain`): the child joins it before it execs,
+    /// so nothing the command starts can leave it.
+    #[serde(default)]
+    pub cgroup: Option<PathBuf>,
 }
 
 /// How a refusal for a request read past its `start_by_ns` begins (the run is `not_started`).
@@ -740,6 +744,8 @@ struct Prepared {
     envp: Vec<std::ffi::CString>,
     cwd: Option<std::ffi::CString>,
     parent: i32,
+    /// The run's cgroup's `cgroup.procs`, opened for writing (the child writes `0` to join).
+    join: Option<OwnedFd>,
 }
 
 fn cstring(s: &str) -> io::Result<std::ffi::CString> {
@@ -785,6 +791,13 @@ fn fork_exec(l: &Launch, parent: i32) -> io::Result<Prepared> {
             None => None,
         },
         parent,
+        join: l.cgroup.as_ref().and_then(|d| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("cgroup.procs"))
+                .ok()
+                .map(OwnedFd::from)
+        }),
     })
 }
 
@@ -797,6 +810,8 @@ struct ChildArgs {
     cwd: *const libc::c_char,
     out: RawFd,
     parent: i32,
+    /// The run's `cgroup.procs` (-1: none).
+    join: RawFd,
     /// `cannot start "PROG": ` for a failed exec.
     failed: *const u8,
     failed_len: usize,
@@ -819,6 +834,7 @@ impl Prepared {
             cwd: self.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
             out: out.as_raw_fd(),
             parent: self.parent,
+            join: self.join.as_ref().map_or(-1, |f| f.as_raw_fd()),
             failed: failed.as_ptr(),
             failed_len: failed.len(),
         };
@@ -861,6 +877,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let a = &*(arg as *const ChildArgs);
         libc::setpgid(0, 0);
+        // Into the run's cage before anything of the command runs: what it starts stays there.
+        if a.join >= 0 {
+            libc::write(a.join, b"0".as_ptr().cast(), 1);
+        }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // The spawner died before prctl took effect: nobody would stop us.
         if libc::getppid() != a.parent {

@@ -59,6 +59,45 @@ fn armed() -> &'static Mutex<HashMap<i32, u64>> {
     ARMED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The cage of each armed group (see `crate::contain`): what left the group is ended with it.
+fn caged() -> &'static Mutex<HashMap<i32, crate::contain::Cage>> {
+    static CAGED: OnceLock<Mutex<HashMap<i32, crate::contain::Cage>>> = OnceLock::new();
+    CAGED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// `group`'s command runs in `cage`: the watchdog ends the cage with the group (told the cage's
+/// id in a message of the arm's size, its group negated).
+pub fn cage(group: i32, cage: &crate::contain::Cage) {
+    if group <= 1 {
+        return;
+    }
+    if let Ok(mut c) = caged().lock() {
+        c.insert(group, cage.clone());
+    }
+    if let Some(id) = cage.id() {
+        send(-group, id);
+    }
+}
+
+/// The run has ended its cage itself: forget it.
+pub fn uncage(group: i32) {
+    if let Ok(mut c) = caged().lock() {
+        c.remove(&group);
+    }
+}
+
+/// SIGKILLs `group` and what is in its cage, from this process.
+fn kill_group_and_cage(group: i32) {
+    if group > 1 {
+        // SAFETY: kill has no memory-safety preconditions; the group is a run's command's.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    let cage = caged().lock().ok().and_then(|c| c.get(&group).cloned());
+    if let Some(c) = cage {
+        c.kill_once();
+    }
+}
+
 /// Groups the watchdog (or the scheduler in its stead) stopped at their deadline.
 fn fired_set() -> &'static Mutex<HashSet<i32>> {
     static FIRED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
@@ -203,6 +242,13 @@ pub fn restart() -> std::io::Result<(i32, usize)> {
     for (g, ns) in &groups {
         send(*g, *ns);
     }
+    let held: Vec<(i32, u64)> = caged()
+        .lock()
+        .map(|c| c.iter().filter_map(|(g, c)| Some((*g, c.id()?))).collect())
+        .unwrap_or_default();
+    for (g, id) in held {
+        send(-g, id);
+    }
     Ok((pid, groups.len()))
 }
 
@@ -231,10 +277,7 @@ pub fn enforce_deadlines() -> usize {
         .unwrap_or_default();
     done.extend(due.iter().copied());
     for g in &due {
-        if *g > 1 {
-            // SAFETY: kill has no memory-safety preconditions; the group is a run's command's.
-            unsafe { libc::kill(-*g, libc::SIGKILL) };
-        }
+        kill_group_and_cage(*g);
         if let Ok(mut f) = fired_set().lock() {
             f.insert(*g);
         }
@@ -249,8 +292,7 @@ pub fn kill_all() -> usize {
         .map(|a| a.keys().copied().collect())
         .unwrap_or_default();
     for g in groups.iter().filter(|g| **g > 1) {
-        // SAFETY: as in enforce_deadlines.
-        unsafe { libc::kill(-*g, libc::SIGKILL) };
+        kill_group_and_cage(*g);
     }
     groups.len()
 }
@@ -266,6 +308,13 @@ fn start() -> std::io::Result<Shared> {
     let (to_r, to_w) = pipe()?;
     let (back_r, back_w) = pipe()?;
     let grace = GRACE.as_nanos() as u64;
+    // Where run cages are made, so the forked watchdog can find a cage by its id alone.
+    let (sub, v1): (Vec<u8>, bool) = crate::contain::subtree().map_or((Vec::new(), false), |s| {
+        (
+            s.dir.as_os_str().as_encoded_bytes().to_vec(),
+            s.kind == crate::contain::Containment::CgroupV1,
+        )
+    });
     // SAFETY: the child runs only async-signal-safe libc calls on its stack (no allocation, no
     // locks) and never returns: `main` ends in `_exit`.
     let pid = unsafe { libc::fork() };
@@ -274,7 +323,7 @@ fn start() -> std::io::Result<Shared> {
     }
     if pid == 0 {
         // SAFETY: in the forked child; see above.
-        unsafe { main(to_r, back_w, grace) }
+        unsafe { main(to_r, back_w, grace, &sub, v1) }
     }
     // SAFETY: the child has its copies; these ends are its.
     unsafe {
@@ -312,16 +361,18 @@ fn start() -> std::io::Result<Shared> {
     })
 }
 
-/// One held group: its id, its deadline, and when it was sent SIGTERM (0: not yet).
+/// One held group: its id, its deadline, when it was sent SIGTERM (0: not yet), and its cage's
+/// id (0: none).
 #[derive(Clone, Copy)]
 struct Slot {
     group: i32,
     deadline: u64,
     termed: u64,
+    cage: u64,
 }
 
 /// The watchdog's life, in the forked child: async-signal-safe calls only, state on the stack.
-unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
+unsafe fn main(r: i32, w: i32, grace: u64, sub: &[u8], v1: bool) -> ! {
     // SAFETY: called only in the forked watchdog child: it owns its process, `r` and
     // `w` are its pipe ends, and every call here is async-signal-safe on stack data.
     unsafe {
@@ -347,7 +398,15 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
             group: 0,
             deadline: 0,
             termed: 0,
+            cage: 0,
         }; SLOTS];
+        // A group's whole end: what left it (`setsid`, `timeout`) is in its cage.
+        let end = |s: &Slot| {
+            if s.cage != 0 {
+                crate::contain::kill_cage_raw(sub, v1, b"run", s.cage);
+            }
+            libc::kill(-s.group, libc::SIGKILL);
+        };
         // Slots in use are below `hi`: the scan stays as short as the runs.
         let mut hi = 0usize;
         let mut buf = [0u8; 12 * 64];
@@ -367,7 +426,7 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
                 }
                 if s.termed > 0 {
                     if now >= s.termed.saturating_add(grace) {
-                        libc::kill(-s.group, libc::SIGKILL);
+                        end(s);
                         // Held until disarmed: its run reaps the command and says so.
                         s.termed = u64::MAX;
                     } else {
@@ -398,7 +457,7 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
             if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
                 // Our scheduler is gone: nothing of its runs may outlive it.
                 for s in slots[..hi].iter().filter(|s| s.group > 0) {
-                    libc::kill(-s.group, libc::SIGKILL);
+                    end(s);
                 }
                 libc::_exit(0);
             }
@@ -414,6 +473,13 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
                 let group = i32::from_le_bytes([m[0], m[1], m[2], m[3]]);
                 let deadline =
                     u64::from_le_bytes([m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11]]);
+                if group < -1 {
+                    // The cage of group -group (its id where the deadline would be).
+                    if let Some(i) = slots[..hi].iter().position(|s| s.group == -group) {
+                        slots[i].cage = deadline;
+                    }
+                    continue;
+                }
                 if group <= 1 {
                     continue;
                 }
@@ -432,10 +498,16 @@ unsafe fn main(r: i32, w: i32, grace: u64) -> ! {
                 if let Some(i) = free {
                     // A group already being stopped stays stopped.
                     if slots[i].group != group || slots[i].termed == 0 {
+                        let cage = if slots[i].group == group {
+                            slots[i].cage
+                        } else {
+                            0
+                        };
                         slots[i] = Slot {
                             group,
                             deadline,
                             termed: 0,
+                            cage,
                         };
                     }
                     hi = hi.max(i + 1);

@@ -11,6 +11,9 @@ use crate::support::cli::Env;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The cgroup v1 freezer hierarchy (the project's machines mount v1 controllers beside v2).
+const V1_FREEZER: &str = "/sys/fs/cgroup/freezer";
+
 /// A send script whose request runs under `wrapper` (`timeout 30`, `setsid`): a process group
 /// of its own, out of the watchdog's. It delivers after `after` seconds.
 fn escaping(env: &Env, wrapper: &str, after: &str) -> String {
@@ -141,6 +144,18 @@ on_both_backends! {
     #[test]
     fn an_escaped_request_whose_sender_and_watchdog_were_killed_is_ended_by_the_retry() {
         killed_sender_with_escaped_request(Env::new(), "timeout 30", true);
+    }
+
+    #[test]
+    fn in_a_v1_freezer_cgroup_a_request_under_timeout_never_delivers_after_the_retry() {
+        let env = Env::new().with_cgroup(V1_FREEZER);
+        killed_sender_with_escaped_request(env, "timeout 30", true);
+    }
+
+    #[test]
+    fn in_a_v1_freezer_cgroup_a_paused_sender_s_request_is_stopped_at_the_deadline() {
+        let env = Env::new().with_skew("100ms").with_cgroup(V1_FREEZER);
+        paused_sender_with_escaped_request(&env, "paused-v1", |_, _| {});
     }
 
     #[test]

@@ -56,6 +56,17 @@ impl Env {
         self
     }
 
+    /// Every command makes its cages under `dir` (`EXACTLY_CGROUP`): a cgroup v1 freezer
+    /// hierarchy, say, on a machine where v2 would be found first.
+    pub fn with_cgroup(mut self, dir: &str) -> Env {
+        assert!(
+            Path::new(dir).join("cgroup.procs").exists(),
+            "{dir} is not a cgroup directory: this test needs the v1 freezer hierarchy mounted"
+        );
+        self.cgroup = Some(dir.into());
+        self
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

@@ -24,6 +24,9 @@ pub enum Sender {
     Clash,
 }
 
+/// How long a dead sender's watchdog is given to end its command and exit by itself.
+const LEADER_WAIT: Duration = Duration::from_secs(1);
+
 /// How long ending a dead sender's leftover group may take before it counts as still alive.
 const END_WAIT: Duration = Duration::from_secs(3);
 
@@ -405,6 +408,17 @@ pub fn members(group: Group, comm: Option<&str>) -> Vec<i32> {
 /// seconds; then it may still be sending.
 pub fn end_group(group: Group, comm: Option<&str>) -> bool {
     let until = Instant::now() + END_WAIT;
+    // The group's leader is the dead sender's watchdog, which ends everything of the command
+    // (as its parent and subreaper: even what left the group and the cage) and then exits by
+    // itself: let it finish first, for it alone may know some of what is left. A stopped one
+    // never will: after a moment it is ended with the rest.
+    let lets_go = Instant::now() + LEADER_WAIT;
+    while Instant::now() < lets_go
+        && stat(group.pgid)
+            .is_some_and(|l| !l.zombie && l.state != 'T' && l.start == group.leader_start)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     loop {
         let left = members(group, comm);
         if left.is_empty() {

@@ -164,6 +164,12 @@ on_both_backends! {
     }
 
     #[test]
+    fn without_cgroups_a_request_that_cleared_its_environment_is_ended_by_the_watchdog() {
+        // No cgroup and no cookie: only the watchdog, its parent and subreaper, still has it.
+        killed_sender_with_escaped_request(Env::new().without_cgroups(), "env -i setsid", false);
+    }
+
+    #[test]
     fn without_cgroups_the_retry_ends_an_escaped_request_of_a_dead_sender_and_watchdog() {
         killed_sender_with_escaped_request(Env::new().without_cgroups(), "timeout 30", true);
     }

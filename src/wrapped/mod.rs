@@ -7,6 +7,8 @@
 //! is stopped — `SIGTERM`, then `SIGKILL` after [`STOP_GRACE`] — by us, and by the watchdog
 //! even while we are paused. When the command ends, whatever it left running in its group (and, as
 //! subreaper, outside it) is killed, so nothing sends after we record.
+mod parent;
+
 use crate::contain::{Cage, Killer};
 
 use crate::policy::{LEASE_POLL, STOP_GRACE};
@@ -215,6 +217,17 @@ pub struct Watchdog {
     armed: u64,
     /// Whether it was last seen stopped (said once per stop).
     stopped: bool,
+    /// Where no cgroup could be made, the watchdog starts the command itself (see
+    /// [`parent`]): the command's stdout and the watchdog's answers.
+    held: Option<Held>,
+}
+
+/// The watchdog as the command's parent: what `exactly effect` keeps of it.
+struct Held {
+    /// The command's stdout (read end), taken when it starts.
+    out: Option<std::fs::File>,
+    /// The watchdog's answers (`P`, `E`, `X`, `K`), read without blocking.
+    back: std::fs::File,
 }
 
 /// What [`Watchdog::check`] found.
@@ -232,9 +245,38 @@ impl Watchdog {
     /// Forks the watchdog: a process that leads the command's group, holds its cage and stops
     /// both at the deadline.
     pub fn start() -> std::io::Result<Watchdog> {
+        use std::os::fd::FromRawFd;
         let cage = Cage::new("sender");
         let killer = Killer::new(&cage);
-        let (pid, tx) = fork_watchdog(0, &killer)?;
+        // No cgroup: the watchdog becomes the command's parent and subreaper.
+        let (pid, tx, held) = if cage.containment() == crate::contain::Containment::Cookie {
+            let (out_r, out_w) = pipe()?;
+            let (back_r, back_w) = pipe()?;
+            let mut server = parent::Server::new(out_w, back_w);
+            let forked = fork_watchdog(0, &killer, Some(&mut server));
+            // SAFETY: the watchdog has its copies of the write ends; these are ours.
+            unsafe {
+                libc::close(out_w);
+                libc::close(back_w);
+                libc::fcntl(back_r, libc::F_SETFL, libc::O_NONBLOCK);
+            }
+            // SAFETY: both read ends are open descriptors we own from here on.
+            let (out, back) = unsafe {
+                (
+                    std::fs::File::from_raw_fd(out_r),
+                    std::fs::File::from_raw_fd(back_r),
+                )
+            };
+            let (pid, tx) = forked?;
+            let held = Held {
+                out: Some(out),
+                back,
+            };
+            (pid, tx, Some(held))
+        } else {
+            let (pid, tx) = fork_watchdog(0, &killer, None)?;
+            (pid, tx, None)
+        };
         let start = crate::sender::stat(pid).map(|s| s.start).unwrap_or(0);
         Ok(Watchdog {
             pgid: pid,
@@ -245,7 +287,90 @@ impl Watchdog {
             killer,
             armed: u64::MAX,
             stopped: false,
+            held,
         })
+    }
+
+    /// Where no cgroup could be made: has the watchdog start `cmd` as its child (see
+    /// [`parent`]); its pid, or why it could not start.
+    fn start_command(&mut self, cmd: &Command) -> std::io::Result<i32> {
+        let msg = parent::encode(cmd);
+        if msg.len() > parent::MAX_PAYLOAD {
+            return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+        }
+        let mut framed = Vec::with_capacity(msg.len() + 5);
+        framed.push(b'S');
+        framed.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+        framed.extend_from_slice(&msg);
+        let tx = self
+            .tx
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the watchdog is gone"))?;
+        tx.write_all(&framed)?;
+        let until = Instant::now() + START_WAIT;
+        loop {
+            match self.heard()? {
+                Some((b'P', pid)) => return Ok(pid),
+                Some((b'E', e)) => return Err(std::io::Error::from_raw_os_error(e)),
+                Some(_) => {}
+                None if Instant::now() >= until => {
+                    return Err(std::io::Error::other(
+                        "the watchdog did not start the command in time",
+                    ))
+                }
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// One answer of the watchdog as its parent, if one has come: (tag, value). An error when
+    /// it is gone.
+    fn heard(&mut self) -> std::io::Result<Option<(u8, i32)>> {
+        let Some(h) = self.held.as_mut() else {
+            return Ok(None);
+        };
+        let mut m = [0u8; 5];
+        match h.back.read(&mut m) {
+            Ok(5) => Ok(Some((m[0], i32::from_le_bytes([m[1], m[2], m[3], m[4]])))),
+            Ok(0) => Err(std::io::Error::other(
+                "the watchdog died, and the command with it",
+            )),
+            Ok(_) => Err(std::io::Error::other("a short answer from the watchdog")),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The command's wait status once the watchdog (its parent) has reaped it.
+    fn try_status(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        loop {
+            match self.heard()? {
+                Some((b'X', status)) => return Ok(Some(ExitStatus::from_raw(status))),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Has the watchdog end every descendant of the command (re-parented to it) now, and waits
+    /// up to [`crate::contain::END_WAIT`] for it to say so.
+    fn end_descendants(&mut self) {
+        if self.held.is_none() {
+            return;
+        }
+        if let Some(tx) = self.tx.as_mut() {
+            if tx.write_all(b"K").is_err() {
+                return;
+            }
+        }
+        let until = Instant::now() + crate::contain::END_WAIT;
+        while Instant::now() < until {
+            match self.heard() {
+                Ok(Some((b'K', _))) | Err(_) => return,
+                _ => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
     }
 
     /// The group the command runs in.
@@ -272,7 +397,7 @@ impl Watchdog {
         if let Some(tx) = self.tx.as_mut() {
             // A watchdog that is gone cannot be armed; our own loop still stops at the deadline,
             // and `check` restarts it.
-            let _ = tx.write_all(&ns.to_le_bytes());
+            let _ = tx.write_all(&deadline_message(ns));
         }
     }
 
@@ -291,7 +416,7 @@ impl Watchdog {
             // Dead (a zombie of ours, or gone): the group lives on in the zombie until reaped,
             // so the new one can join it.
             _ => {
-                let restarted = match fork_watchdog(self.pgid, &self.killer) {
+                let restarted = match fork_watchdog(self.pgid, &self.killer, None) {
                     Ok((pid, tx)) => {
                         let old = std::mem::replace(&mut self.pid, pid);
                         self.tx = Some(tx);
@@ -299,7 +424,7 @@ impl Watchdog {
                         unsafe { libc::waitpid(old, std::ptr::null_mut(), libc::WNOHANG) };
                         let ns = self.armed;
                         if let Some(tx) = self.tx.as_mut() {
-                            let _ = tx.write_all(&ns.to_le_bytes());
+                            let _ = tx.write_all(&deadline_message(ns));
                         }
                         None
                     }
@@ -326,9 +451,24 @@ impl Watchdog {
     }
 }
 
+/// How long the watchdog may take to start a command it was asked to.
+const START_WAIT: Duration = Duration::from_secs(10);
+
+/// The message that arms the watchdog until `ns` on the monotonic clock.
+fn deadline_message(ns: u64) -> [u8; 9] {
+    let mut m = [0u8; 9];
+    m[0] = b'D';
+    m[1..].copy_from_slice(&ns.to_le_bytes());
+    m
+}
+
 /// Forks a watchdog that joins group `pgid` (0: leads a group of its own) and ends `killer`'s
-/// cage with it: its pid and the pipe that arms it.
-fn fork_watchdog(pgid: i32, killer: &Killer) -> std::io::Result<(i32, std::fs::File)> {
+/// cage with it: its pid and the pipe that arms it. With `server` it is the command's parent.
+fn fork_watchdog(
+    pgid: i32,
+    killer: &Killer,
+    server: Option<&mut parent::Server>,
+) -> std::io::Result<(i32, std::fs::File)> {
     let (r, w) = pipe()?;
     let grace = STOP_GRACE.as_nanos() as u64;
     let (fds, v1, needle) = killer.raw_parts();
@@ -346,7 +486,18 @@ fn fork_watchdog(pgid: i32, killer: &Killer) -> std::io::Result<(i32, std::fs::F
     }
     if pid == 0 {
         // SAFETY: in the forked child; see above.
-        unsafe { watchdog_main(r, w, grace, pgid, fds, v1, needle) }
+        unsafe {
+            let given = Given {
+                r,
+                w,
+                grace_ns: grace,
+                pgid,
+                cage_fds: fds,
+                v1,
+                needle,
+            };
+            watchdog_main(given, server)
+        }
     }
     // SAFETY: r is ours; the child has its copy. setpgid here too closes the race with the
     // child's own call: the group exists before we record it or start the command in it.
@@ -423,15 +574,28 @@ pub const PARENTS_SIGNALS: [i32; 7] = [
     libc::SIGTTIN,
 ];
 
-unsafe fn watchdog_main(
+/// What a forked watchdog is given: its pipe's ends, the stop grace, the group to join (0: its
+/// own), and the cage's files (`cgroup.kill`, the freezer, `cgroup.procs`), kind and cookie.
+struct Given<'a> {
     r: i32,
     w: i32,
     grace_ns: u64,
     pgid: i32,
     cage_fds: [i32; 3],
     v1: bool,
-    needle: &[u8],
-) -> ! {
+    needle: &'a [u8],
+}
+
+unsafe fn watchdog_main(given: Given<'_>, server: Option<&mut parent::Server>) -> ! {
+    let Given {
+        r,
+        w,
+        grace_ns,
+        pgid,
+        cage_fds,
+        v1,
+        needle,
+    } = given;
     // SAFETY: called only in the forked watchdog child (see `fork_watchdog`): it owns its
     // process, the descriptors it is given are open, and every call here is async-signal-safe
     // on memory prepared before the fork.
@@ -441,31 +605,49 @@ unsafe fn watchdog_main(
         let group = if pgid == 0 { libc::getpid() } else { pgid };
         ignore_parents_signals();
         // Hold nothing of the parent's open (no pipe a reader waits on, no database) but the
-        // pipe and the cage's files, renumbered 3 (the pipe) and 4..=6 (the cage).
-        let keep = [r, cage_fds[0], cage_fds[1], cage_fds[2]];
-        let mut high = [-1i32; 4];
+        // pipe (3), the cage's files (4..=6) and, as the command's parent, its stdout (7) and
+        // the answers (8); none of them reaches the command (close-on-exec).
+        let (out_w, back_w) = server.as_ref().map_or((-1, -1), |s| (s.out_w, s.back_w));
+        let keep = [r, cage_fds[0], cage_fds[1], cage_fds[2], out_w, back_w];
+        let mut high = [-1i32; 6];
         for (i, fd) in keep.iter().enumerate() {
             if *fd >= 0 {
-                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 64);
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 64);
             }
         }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             libc::dup2(null, 0);
             libc::dup2(null, 1);
-            libc::dup2(null, 2);
-        }
-        let mut cage = [-1i32; 3];
-        for (i, fd) in high.iter().enumerate() {
-            if *fd >= 0 && libc::dup2(*fd, 3 + i as i32) >= 0 && i > 0 {
-                cage[i - 1] = 3 + i as i32;
+            // As the command's parent, its stderr is ours, passed on.
+            if server.is_none() {
+                libc::dup2(null, 2);
             }
         }
-        libc::syscall(libc::SYS_close_range, 7u32, u32::MAX, 0u32);
+        let mut at = [-1i32; 6];
+        for (i, fd) in high.iter().enumerate() {
+            let to = 3 + i as i32;
+            if *fd >= 0 && libc::dup3(*fd, to, libc::O_CLOEXEC) >= 0 {
+                at[i] = to;
+            }
+        }
+        libc::syscall(libc::SYS_close_range, 9u32, u32::MAX, 0u32);
         let r = 3;
+        let cage = [at[1], at[2], at[3]];
+        let mut server = server;
+        if let Some(srv) = server.as_mut() {
+            srv.out_w = at[4];
+            srv.back_w = at[5];
+            // Orphans of the command come to us, not to init: we end them.
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+        let parented = server.is_some();
         // The cage first: we are in the group, and its SIGKILL ends us too.
         let end_all = || {
             crate::contain::kill_raw(cage, v1, needle);
+            if parented {
+                parent::end_children();
+            }
             libc::kill(-group, libc::SIGKILL);
         };
         let mut deadline = u64::MAX;
@@ -481,17 +663,24 @@ unsafe fn watchdog_main(
                 end_all();
                 libc::_exit(0);
             }
-            let wait_ms = if deadline == u64::MAX {
+            let mut wait_ms = if deadline == u64::MAX {
                 -1
             } else {
                 (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
             };
+            // Its command's end is heard by looking: no signal handler in a forked child.
+            if server.as_ref().is_some_and(|s| s.cmd > 0) {
+                wait_ms = if wait_ms < 0 { 10 } else { wait_ms.min(10) };
+            }
             let mut pfd = libc::pollfd {
                 fd: r,
                 events: libc::POLLIN,
                 revents: 0,
             };
             let n = libc::poll(&mut pfd, 1, wait_ms);
+            if let Some(srv) = server.as_mut() {
+                srv.reap();
+            }
             if n < 0 {
                 if *libc::__errno_location() == libc::EINTR {
                     continue;
@@ -502,14 +691,53 @@ unsafe fn watchdog_main(
             if n == 0 {
                 continue;
             }
-            let mut buf = [0u8; 8];
-            let got = libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8);
-            if got == 8 {
-                deadline = u64::from_le_bytes(buf);
-            } else if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
+            let mut tag = [0u8; 1];
+            if !parent::read_exact(r, tag.as_mut_ptr(), 1) {
                 // Our parent is gone (or done): nothing of its command may outlive it.
                 end_all();
                 libc::_exit(0);
+            }
+            match tag[0] {
+                b'D' => {
+                    let mut buf = [0u8; 8];
+                    if !parent::read_exact(r, buf.as_mut_ptr(), 8) {
+                        end_all();
+                        libc::_exit(0);
+                    }
+                    deadline = u64::from_le_bytes(buf);
+                }
+                b'S' => {
+                    let mut len = [0u8; 4];
+                    if !parent::read_exact(r, len.as_mut_ptr(), 4) {
+                        end_all();
+                        libc::_exit(0);
+                    }
+                    let len = u32::from_le_bytes(len) as usize;
+                    match server.as_mut() {
+                        Some(srv) => srv.start(r, len, group),
+                        None => {
+                            // Not its parent: nothing to start; the message is skipped.
+                            let mut sink = [0u8; 512];
+                            let mut left = len;
+                            while left > 0 {
+                                let k = left.min(sink.len());
+                                if !parent::read_exact(r, sink.as_mut_ptr(), k) {
+                                    break;
+                                }
+                                left -= k;
+                            }
+                        }
+                    }
+                }
+                b'K' => {
+                    crate::contain::kill_raw(cage, v1, needle);
+                    if let Some(srv) = server.as_mut() {
+                        parent::end_children();
+                        srv.reap();
+                        srv.answer(b'K', 0);
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -583,15 +811,27 @@ pub fn run(
     if let Some(wd) = watchdog.as_ref() {
         wd.cage().hold(cmd);
     }
-    let mut child = cmd.spawn().map_err(NotStarted::Spawn)?;
-    let pgid = watchdog
-        .as_ref()
-        .map(|w| w.pgid)
-        .unwrap_or(child.id() as i32);
+    // Where no cgroup could be made the watchdog starts the command, as its parent and
+    // subreaper; otherwise we do, in the watchdog's group and the cage.
+    let mut child: Option<std::process::Child> = None;
+    let (pgid, stdout): (i32, Option<Box<dyn Read + Send>>) = match watchdog.as_mut() {
+        Some(wd) if wd.held.is_some() => {
+            wd.start_command(cmd).map_err(NotStarted::Spawn)?;
+            let out = wd.held.as_mut().and_then(|h| h.out.take());
+            (wd.pgid, out.map(|o| Box::new(o) as Box<dyn Read + Send>))
+        }
+        _ => {
+            let mut c = cmd.spawn().map_err(NotStarted::Spawn)?;
+            let pgid = watchdog.as_ref().map(|w| w.pgid).unwrap_or(c.id() as i32);
+            let out = c.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>);
+            child = Some(c);
+            (pgid, out)
+        }
+    };
     let mut looked_at_watchdog = Instant::now();
     let out = Arc::new(Mutex::new(Output::default()));
     let (done_tx, done_rx) = mpsc::channel::<()>();
-    if let Some(stdout) = child.stdout.take() {
+    if let Some(stdout) = stdout {
         let out = out.clone();
         std::thread::spawn(move || {
             pass_on(stdout, &out);
@@ -604,7 +844,12 @@ pub fn run(
     let mut term_at: Option<Instant> = None;
     let mut forwarded = None;
     let status = loop {
-        match child.try_wait() {
+        let ended = match (child.as_mut(), watchdog.as_mut()) {
+            (Some(c), _) => c.try_wait(),
+            (None, Some(wd)) => wd.try_status(),
+            (None, None) => Err(std::io::Error::other("no command was started")),
+        };
+        match ended {
             Ok(Some(s)) => break Ok(s),
             Ok(None) => {}
             Err(e) => break Err(e),
@@ -672,6 +917,9 @@ pub fn run(
     // Nothing the command started may go on sending after we record its outcome: its group,
     // its cage (what left the group), and what was re-parented to us.
     signal_group(pgid, libc::SIGKILL);
+    if let Some(wd) = watchdog.as_mut() {
+        wd.end_descendants();
+    }
     if let Some(wd) = watchdog.as_ref() {
         if !wd.end_all() {
             eprintln!(

@@ -197,6 +197,9 @@ pub struct Stat {
     pub start: u64,
     /// Its name (`comm`).
     pub comm: String,
+    /// A zombie's wait status as `waitpid` reports it (field 52; 0 while it runs): the kernel's
+    /// word on how it ended, readable until its parent reaps it.
+    pub exit_code: i32,
 }
 
 /// How much of the process table `/proc` shows us.
@@ -310,6 +313,7 @@ fn parse_stat(s: &str) -> Option<Stat> {
         pgid: f.get(2)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
         comm,
+        exit_code: f.get(49).and_then(|c| c.parse().ok()).unwrap_or(0),
     })
 }
 

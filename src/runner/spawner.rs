@@ -158,7 +158,7 @@ impl Spawned {
             pid,
             rx,
             pidfd: pidfd_open(pid),
-            start_time: proc_stat(pid).map(|s| s.start_time),
+            start_time: proc_stat(pid).map(|s| s.start),
         }
     }
 
@@ -213,7 +213,7 @@ impl Spawned {
     /// The wait status of the command while it is a zombie not yet reaped (and still ours).
     fn zombie_status(&self) -> Option<ExitStatus> {
         let st = proc_stat(self.pid)?;
-        (st.state == 'Z' && Some(st.start_time) == self.start_time)
+        (st.state == 'Z' && Some(st.start) == self.start_time)
             .then(|| ExitStatus::from_raw(st.exit_code))
     }
 }
@@ -226,26 +226,9 @@ pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// What a process's `/proc/PID/stat` says of it.
-pub struct ProcStat {
-    /// Its state letter: `R`, `S`, `T` (stopped), `Z` (zombie), ...
-    pub state: char,
-    /// Field 22, in clock ticks since boot.
-    pub start_time: u64,
-    /// Field 52: a zombie's wait status, as `waitpid` reports it.
-    pub exit_code: i32,
-}
-
-/// Reads `/proc/PID/stat`; None once the process is gone.
-pub fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces and ')'), from field 3 on.
-    let rest: Vec<&str> = st[st.rfind(')')? + 1..].split_whitespace().collect();
-    Some(ProcStat {
-        state: rest.first()?.chars().next()?,
-        start_time: rest.get(22 - 3)?.parse().ok()?,
-        exit_code: rest.get(52 - 3).and_then(|c| c.parse().ok()).unwrap_or(0),
-    })
+/// What `/proc/PID/stat` says of a process (the library's reading, see `crate::sender::stat`).
+pub fn proc_stat(pid: i32) -> Option<crate::sender::Stat> {
+    crate::sender::stat(pid)
 }
 
 /// The spawner process, while it serves: its pid (None before it started, or once gone).

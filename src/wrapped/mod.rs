@@ -228,6 +228,8 @@ struct Held {
     out: Option<std::fs::File>,
     /// The watchdog's answers (`P`, `E`, `X`, `K`), read without blocking.
     back: std::fs::File,
+    /// The command it started: pid and start time.
+    cmd: Option<(i32, u64)>,
 }
 
 /// What [`Watchdog::check`] found.
@@ -271,6 +273,7 @@ impl Watchdog {
             let held = Held {
                 out: Some(out),
                 back,
+                cmd: None,
             };
             (pid, tx, Some(held))
         } else {
@@ -310,7 +313,13 @@ impl Watchdog {
         let until = Instant::now() + START_WAIT;
         loop {
             match self.heard()? {
-                Some((b'P', pid)) => return Ok(pid),
+                Some((b'P', pid)) => {
+                    let start = crate::sender::stat(pid).map_or(0, |s| s.start);
+                    if let Some(h) = self.held.as_mut() {
+                        h.cmd = Some((pid, start));
+                    }
+                    return Ok(pid);
+                }
                 Some((b'E', e)) => return Err(std::io::Error::from_raw_os_error(e)),
                 Some(_) => {}
                 None if Instant::now() >= until => {
@@ -348,9 +357,16 @@ impl Watchdog {
             match self.heard()? {
                 Some((b'X', status)) => return Ok(Some(ExitStatus::from_raw(status))),
                 Some(_) => {}
-                None => return Ok(None),
+                None => break,
             }
         }
+        // A stopped watchdog cannot reap it: the kernel keeps a zombie's status in its stat.
+        let cmd = self.held.as_ref().and_then(|h| h.cmd);
+        Ok(cmd.and_then(|(pid, start)| {
+            crate::sender::stat(pid)
+                .filter(|s| s.zombie && (start == 0 || s.start == start))
+                .map(|s| ExitStatus::from_raw(s.exit_code))
+        }))
     }
 
     /// Has the watchdog end every descendant of the command (re-parented to it) now, and waits

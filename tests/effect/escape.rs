@@ -130,6 +130,30 @@ fn observer_with_a_leftover(env: Env) {
     );
 }
 
+/// The watchdog SIGSTOPped while the command runs under `timeout`: the sender enforces the
+/// deadline alone (and says so), and another host sends once.
+fn stopped_watchdog(env: Env) {
+    let token = env.claim("watchdog-stop", "3s");
+    let a = spawn(effect(
+        &env,
+        "watchdog-stop",
+        token,
+        "1",
+        &escaping(&env, "timeout 30", "7"),
+    ));
+    let sh = read_pid(&env, "sh.pid");
+    let watchdog = pgid_of(sh);
+    signal(watchdog, libc::SIGSTOP);
+    let b_token = take_over(&env, "watchdog-stop");
+    retry_elsewhere(&env, "watchdog-stop", b_token);
+    let out = a.wait_with_output().expect("reap");
+    std::thread::sleep(Duration::from_secs(6));
+    signal(watchdog, libc::SIGCONT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("watchdog") && err.contains("stopped"), "{err}");
+    assert_eq!(deliveries(&env), 1, "the command outlived its lease: {err}");
+}
+
 on_both_backends! {
     #[test]
     fn a_request_under_timeout_never_delivers_after_the_retry() {
@@ -198,22 +222,23 @@ on_both_backends! {
 
     #[test]
     fn a_stopped_watchdog_leaves_the_deadline_to_the_sender() {
-        let env = Env::new().with_skew("100ms");
-        let token = env.claim("watchdog-stop", "3s");
-        let a = spawn(effect(&env, "watchdog-stop", token, "1",
-            &escaping(&env, "timeout 30", "7")));
-        let sh = read_pid(&env, "sh.pid");
-        let watchdog = pgid_of(sh);
-        signal(watchdog, libc::SIGSTOP);
-        let b_token = take_over(&env, "watchdog-stop");
-        retry_elsewhere(&env, "watchdog-stop", b_token);
-        let out = a.wait_with_output().expect("reap");
-        std::thread::sleep(Duration::from_secs(6));
-        signal(watchdog, libc::SIGCONT);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("watchdog") && err.contains("stopped"), "{err}");
-        assert_eq!(deliveries(&env), 1, "the command outlived its lease: {err}");
+        stopped_watchdog(Env::new().with_skew("100ms"));
     }
+
+    #[test]
+    fn without_cgroups_a_stopped_watchdog_leaves_the_deadline_to_the_sender() {
+        stopped_watchdog(Env::new().with_skew("100ms").without_cgroups());
+    }
+
+    #[test]
+    fn without_cgroups_a_dead_watchdog_is_restarted_and_the_deadline_still_holds() {
+        let env = Env::new().with_skew("100ms").without_cgroups();
+        paused_sender_with_escaped_request(&env, "watchdog-kill", |_, watchdog| {
+            sigkill(watchdog);
+            std::thread::sleep(Duration::from_millis(500));
+        });
+    }
+
 
     #[test]
     fn an_observer_that_leaves_a_child_holding_its_output_is_bounded() {

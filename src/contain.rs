@@ -757,6 +757,16 @@ pub fn each_with_cookie(needle: &[u8], me: i32, f: &mut dyn FnMut(i32)) {
     if needle.is_empty() || needle.len() > 256 {
         return;
     }
+    each_process(&mut |dir, pid, digits| {
+        if pid != me && environ_holds(dir, digits, needle) {
+            f(pid);
+        }
+    });
+}
+
+/// Calls `f` with `/proc` (an open directory), and the pid and name (its digits) of each
+/// process in it. System calls only, on the stack: a forked watchdog walks `/proc` with it.
+pub fn each_process(f: &mut dyn FnMut(RawFd, i32, &[u8])) {
     // SAFETY: a static C string; the descriptor is closed below.
     let dir = unsafe {
         libc::open(
@@ -802,11 +812,8 @@ pub fn each_with_cookie(needle: &[u8], me: i32, f: &mut dyn FnMut(i32)) {
                 pid = pid * 10 + i64::from(b - b'0');
                 digits += 1;
             }
-            if digits > 0 && pid > 0 && pid <= i64::from(i32::MAX) && pid as i32 != me {
-                let pid = pid as i32;
-                if environ_holds(dir, &name[..digits], needle) {
-                    f(pid);
-                }
+            if digits > 0 && pid > 0 && pid <= i64::from(i32::MAX) {
+                f(dir, pid as i32, &name[..digits]);
             }
             at += reclen;
         }

@@ -290,54 +290,17 @@ pub fn end_children() {
 /// Calls `f` with each live (not zombie) child of `parent`, from `/proc/*/stat`. System calls
 /// only, on the stack.
 fn each_child(parent: i32, f: &mut dyn FnMut(i32)) {
-    // SAFETY: a static C string; closed below.
-    let dir = unsafe {
-        libc::open(
-            c"/proc".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if dir < 0 {
-        return;
-    }
-    let mut ents = [0u8; 8192];
-    loop {
-        // SAFETY: ents is valid for its length.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                dir,
-                ents.as_mut_ptr(),
-                ents.len() as libc::c_uint,
-            )
-        };
-        if n <= 0 {
-            break;
-        }
-        let mut at = 0usize;
-        while at + 19 < n as usize {
-            let reclen = u16::from_ne_bytes([ents[at + 16], ents[at + 17]]) as usize;
-            if reclen == 0 {
-                break;
+    crate::contain::each_process(&mut |dir, pid, digits| {
+        if let Some((state, ppid)) = stat_of(dir, digits) {
+            if ppid == parent && state != b'Z' && state != b'X' {
+                f(pid);
             }
-            let name = &ents[at + 19..(at + reclen).min(n as usize)];
-            let digits = name.iter().take_while(|b| b.is_ascii_digit()).count();
-            if digits > 0 && name.get(digits) == Some(&0) {
-                if let Some((state, ppid, pid)) = stat_of(dir, &name[..digits]) {
-                    if ppid == parent && state != b'Z' && state != b'X' {
-                        f(pid);
-                    }
-                }
-            }
-            at += reclen;
         }
-    }
-    // SAFETY: ours.
-    unsafe { libc::close(dir) };
+    });
 }
 
-/// (state, ppid, pid) from `/proc/<digits>/stat`. System calls only.
-fn stat_of(dir: i32, digits: &[u8]) -> Option<(u8, i32, i32)> {
+/// (state, ppid) from `/proc/<digits>/stat`. System calls only.
+fn stat_of(dir: i32, digits: &[u8]) -> Option<(u8, i32)> {
     let mut path = [0u8; 32];
     let tail = b"/stat\0";
     if digits.len() + tail.len() > path.len() {
@@ -375,5 +338,5 @@ fn stat_of(dir: i32, digits: &[u8]) -> Option<(u8, i32, i32)> {
         }
         Some(v)
     };
-    Some((state, num(ppid)?, num(digits)?))
+    Some((state, num(ppid)?))
 }

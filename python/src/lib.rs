@@ -174,6 +174,19 @@ fn outcome_dict<'py>(py: Python<'py>, out: &Outcome) -> PyResult<Bound<'py, PyDi
             d.set_item("response", response)?;
             "duplicate"
         }
+        // It ran, and only its row was fenced: unrecorded, its answer kept.
+        Outcome::Fenced {
+            ran: Some(ran),
+            response,
+            ..
+        } => {
+            d.set_item(
+                "reason",
+                format!("{ran}; fenced: a newer token holds the job"),
+            )?;
+            d.set_item("response", response)?;
+            "unrecorded"
+        }
         Outcome::Fenced { .. } => "fenced",
         Outcome::AwaitingApproval { .. } => "awaiting_approval",
         Outcome::Unresolved { state, reason, .. } => {

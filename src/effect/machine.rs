@@ -203,7 +203,11 @@ impl Attempt {
     fn next(&mut self, input: Input) -> Io {
         let key = self.key.clone();
         match input {
-            Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced { key, ran: None }),
+            Input::Began(Begin::Fenced, _) => self.end(Outcome::Fenced {
+                key,
+                ran: None,
+                response: None,
+            }),
             Input::Began(Begin::Claimed(seen), _) => Io::Submit { seen },
             // Reserved and submitted in one transaction: ours to send.
             Input::Began(Begin::Submitted(seen, granted), _) => {
@@ -284,7 +288,11 @@ impl Attempt {
                         until,
                         ..
                     } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
-                    Verdict::Fenced => self.end(Outcome::Fenced { key, ran: None }),
+                    Verdict::Fenced => self.end(Outcome::Fenced {
+                        key,
+                        ran: None,
+                        response: None,
+                    }),
                 }
             }
             Input::Submitted(s) => match s {
@@ -293,7 +301,11 @@ impl Attempt {
                     self.granted = Some(granted);
                     Io::Send
                 }
-                Submit::Fenced => self.end(Outcome::Fenced { key, ran: None }),
+                Submit::Fenced => self.end(Outcome::Fenced {
+                    key,
+                    ran: None,
+                    response: None,
+                }),
                 Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
                 Submit::Denied => self.end(Outcome::Cancelled { key }),
                 Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
@@ -318,13 +330,14 @@ impl Attempt {
                     _ => Err(Failure::Lost(String::new())),
                 };
                 if !ok {
-                    let ran = match &sent {
-                        Ok(_) => "it exited 0".to_string(),
-                        Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r.clone(),
+                    let (ran, response) = match sent {
+                        Ok(r) => ("it exited 0".to_string(), Some(r)),
+                        Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => (r, None),
                     };
                     return self.end(Outcome::Fenced {
                         key,
                         ran: Some(ran),
+                        response,
                     });
                 }
                 self.end(match sent {

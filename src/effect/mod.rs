@@ -212,6 +212,8 @@ pub enum Outcome {
         /// the row stays `submitted`, and only a far side that refuses stale tokens
         /// (`EXACTLY_FENCING_TOKEN`) kept a late send out.
         ran: Option<String>,
+        /// The action's answer, when it ran and answered (kept: only its row was fenced).
+        response: Option<String>,
     },
     /// Waiting for a person: nothing sent.
     AwaitingApproval {

@@ -659,3 +659,37 @@ fn the_far_side_example_dedupes_by_key_and_refuses_a_stale_token() {
     let _ = far.kill();
     let _ = far.wait();
 }
+
+/// A sender whose command ran but whose result was fenced (the job's lease taken over meanwhile)
+/// says the command ran: its row stays `submitted`, and only the far side's fencing kept a late
+/// send out.
+#[test]
+fn a_fenced_sender_whose_command_ran_says_so() {
+    let env = Env::new();
+    let token = env.claim("ran", "1h");
+    let script = format!(
+        "echo $$ > sh.pid; sleep 1; echo sent >> {}",
+        env.path("far").display()
+    );
+    let a = spawn(effect(&env, "ran", token, "1", &script));
+    read_pid(&env, "sh.pid");
+    let (code, _, err) = env.run(&[
+        "lease",
+        "release",
+        "--job",
+        "ran",
+        "--token",
+        &token.to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    take_over(&env, "ran");
+    let out = a.wait_with_output().expect("reap");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("fenced after the command ran"), "{err}");
+    assert_eq!(
+        env.sql_count("SELECT count(*) FROM effect_ledger WHERE state = 'submitted'"),
+        1,
+        "{err}"
+    );
+}

@@ -61,6 +61,9 @@ pub const SCENARIOS: &[&str] = &[
     "setsid-escape",
     "watchdog-stop",
     "watchdog-kill",
+    "spawner-freeze",
+    "hidepid",
+    "observer-escape",
     "run-end-lost",
     "frozen-scheduler",
     "overload",
@@ -86,7 +89,9 @@ pub struct ChaosArgs {
     /// leaves the command's group through `timeout` or `setsid`; `exactly effect` SIGKILLed),
     /// `watchdog-stop` (watchdog and `exactly effect` SIGSTOPped, another host takes over: a
     /// double fault, see `--fence`), `watchdog-kill` (both SIGKILLed; a retry on the host, or
-    /// another host: a double fault).
+    /// another host: a double fault), `spawner-freeze` (the scheduler's spawner SIGSTOPped while
+    /// a command with a `timeout` and `retries` ends), `hidepid` (a retry that cannot see the
+    /// sender's /proc; root), `observer-escape` (an observer's child holding its stdout).
     /// The scheduler's faults: `run-end-lost` (a run's
     /// end unrecordable: its database folder read-only, or its server cut off; root for
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),

@@ -71,6 +71,10 @@ pub struct Tally {
     /// scenario, with and without the far side's fence.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub double_faults: BTreeMap<String, DoubleFault>,
+    /// `observer-escape`: the longest a retry took, in milliseconds (bounded by its observe
+    /// timeout plus a few seconds).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub longest_retry_ms: u64,
     /// `clock-step`: the wall clock's steps under a running scheduler, per direction.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub clock_steps: BTreeMap<String, u64>,
@@ -119,6 +123,10 @@ impl DoubleFault {
         };
         self.alive_past_deadline += o.alive_past_deadline;
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 const FAILURES_KEPT: usize = 20;
@@ -181,6 +189,7 @@ impl Tally {
         for (k, d) in &o.double_faults {
             self.double_faults.entry(k.clone()).or_default().add(d);
         }
+        self.longest_retry_ms = self.longest_retry_ms.max(o.longest_retry_ms);
         self.host_clash_events += o.host_clash_events;
         self.pids_reused += o.pids_reused;
         self.live_senders_in_flight += o.live_senders_in_flight;

@@ -155,11 +155,11 @@ fn every_scenario_on_postgresql() {
     let schema = support::backend::PgSchema::create();
     let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
-    // 27 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
+    // 30 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
     // and runs the scenario there) and is reported not run otherwise.
     assert_eq!(
         v["scenarios"].as_object().map(|m| m.len()),
-        Some(27),
+        Some(30),
         "{v:#}"
     );
     for k in NEVER.iter().chain(&["overlapping_copies", "double_runs"]) {

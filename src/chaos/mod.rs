@@ -117,6 +117,11 @@ pub struct ChaosArgs {
     /// counted apart (`double_faults`), never as the run's duplicates.
     #[arg(long)]
     pub fence: bool,
+    /// Every sender, retry and scheduler starts in a mount namespace of its own where the
+    /// cgroup filesystems are read-only: the fallback where no cgroup can be made (root; every
+    /// scenario is not run without it).
+    #[arg(long)]
+    pub no_cgroup: bool,
     /// Keep the work directory (database, far-side socket) for inspection.
     #[arg(long)]
     pub keep: bool,
@@ -169,6 +174,15 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         None => dir.join("chaos.db").display().to_string(),
     };
     let seed = a.seed.unwrap_or_else(|| rand::thread_rng().gen());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let no_cgroup_missing = (a.no_cgroup && !root)
+        .then(|| "--no-cgroup needs root (a mount namespace of its own)".to_string());
+    if a.no_cgroup && root {
+        let mounts = proc::cgroup_mounts()?;
+        proc::no_cgroup(&mounts)?;
+        proc::check_no_cgroup(&mounts)?;
+    }
     let store = crate::open(Some(&db_path), crate::Access::Write)?;
     let far = far_side::FarSide::start(exe, &dir.join("far.sock"))?;
     let observe = format!(
@@ -213,9 +227,14 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         let t0 = Instant::now();
         let mut t = Tally {
             fenced: a.fence,
+            not_run: no_cgroup_missing.clone(),
             ..Tally::default()
         };
-        if let Err(e) = scenarios::run(name, &mut h, &mut t, a.iterations, &bar) {
+        let run = match t.not_run {
+            Some(_) => Ok(()),
+            None => scenarios::run(name, &mut h, &mut t, a.iterations, &bar),
+        };
+        if let Err(e) = run {
             t.anomaly(format!("{name}: {e}"));
         }
         if let Err(e) = h.audit(&mut t) {

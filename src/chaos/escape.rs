@@ -94,6 +94,20 @@ impl Stamps {
         )
     }
 
+    /// Waits until the command has stamped once, so a kill lands while it runs (a kill before
+    /// would leave nothing to judge); false, an anomaly, when it never does.
+    fn started(&self, t: &mut Tally, label: &str) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if self.read().1.is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        t.anomaly(format!("{label}: its command never stamped"));
+        false
+    }
+
     /// The lease's deadline and the last stamp, in seconds since the epoch.
     fn read(&self) -> (Option<f64>, Option<f64>) {
         let text = std::fs::read_to_string(&self.path).unwrap_or_default();
@@ -275,8 +289,8 @@ fn escape(
         };
         let mut a = Running::spawn(sender_cmd(h, &e, &s))?;
         let started = Instant::now();
-        if announced(&mut a, t, &label)?.is_some() {
-            std::thread::sleep(h.ms(150, 400));
+        if announced(&mut a, t, &label)?.is_some() && stamps.started(t, &label) {
+            std::thread::sleep(h.ms(50, 300));
             if a.kill() {
                 t.kill("effect_sigkill");
             }
@@ -331,8 +345,9 @@ fn watchdog_stop(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         let mut a = Running::spawn(sender_cmd(h, &e, &s))?;
         let started = Instant::now();
         let mut stopped = Vec::new();
-        if let Some((sh, effect)) = announced(&mut a, t, &label)? {
-            std::thread::sleep(h.ms(100, 300));
+        let pids = announced(&mut a, t, &label)?.filter(|_| stamps.started(t, &label));
+        if let Some((sh, effect)) = pids {
+            std::thread::sleep(h.ms(50, 300));
             // The watchdog first: stopped, it cannot end the group when `exactly effect` stops.
             if let Some(g) = group_of(sh) {
                 if signal(g, libc::SIGSTOP) {
@@ -422,8 +437,9 @@ fn watchdog_kill(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
         };
         let mut a = Running::spawn(sender_cmd(h, &e, &s))?;
         let started = Instant::now();
-        if let Some((sh, _)) = announced(&mut a, t, &label)? {
-            std::thread::sleep(h.ms(150, 400));
+        let pids = announced(&mut a, t, &label)?.filter(|_| stamps.started(t, &label));
+        if let Some((sh, _)) = pids {
+            std::thread::sleep(h.ms(50, 300));
             // The watchdog first, so it cannot end the group when `exactly effect` dies.
             if let Some(g) = group_of(sh) {
                 if signal(g, libc::SIGKILL) {
@@ -556,6 +572,7 @@ fn hidepid(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
         let pids = announced(&mut a, t, &label)?;
         share(h)?;
         if let (true, Some((_, effect))) = (killed, pids) {
+            stamps.started(t, &label);
             std::thread::sleep(h.ms(50, 200));
             if h.guarded && signal(effect, libc::SIGKILL) {
                 t.kill("effect_sigkill");
@@ -602,8 +619,8 @@ fn observer_escape(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) ->
             client: Client::quick(),
         };
         let mut a = Running::spawn(sender_cmd(h, &e, &s))?;
-        if announced(&mut a, t, &label)?.is_some() {
-            std::thread::sleep(h.ms(50, 300));
+        if announced(&mut a, t, &label)?.is_some() && stamps.started(t, &label) {
+            std::thread::sleep(h.ms(50, 250));
             if a.kill() {
                 t.kill("effect_sigkill");
             }

@@ -426,6 +426,14 @@ impl Harness {
                 }
                 continue;
             };
+            // How the sender that settled it was held: under --no-cgroup, never a cgroup.
+            if let Some(c) = row
+                .sender
+                .as_deref()
+                .and_then(crate::sender::containment_of)
+            {
+                *t.containment.entry(c.to_string()).or_default() += 1;
+            }
             let verdict = row.verdict.as_deref().unwrap_or("");
             match &row.state {
                 EffectState::Done | EffectState::Cancelled => {

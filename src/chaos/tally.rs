@@ -71,6 +71,10 @@ pub struct Tally {
     /// scenario, with and without the far side's fence.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub double_faults: BTreeMap<String, DoubleFault>,
+    /// How the senders that settled the effects were held (`cgroup-v2`, `cgroup-v1`, `cookie`,
+    /// …: the ledger row's record): `--no-cgroup` shows its fallback here.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub containment: BTreeMap<String, u64>,
     /// `observer-escape`: the longest a retry took, in milliseconds (bounded by its observe
     /// timeout plus a few seconds).
     #[serde(skip_serializing_if = "is_zero")]
@@ -190,6 +194,9 @@ impl Tally {
             self.double_faults.entry(k.clone()).or_default().add(d);
         }
         self.longest_retry_ms = self.longest_retry_ms.max(o.longest_retry_ms);
+        for (k, n) in &o.containment {
+            *self.containment.entry(k.clone()).or_default() += n;
+        }
         self.host_clash_events += o.host_clash_events;
         self.pids_reused += o.pids_reused;
         self.live_senders_in_flight += o.live_senders_in_flight;

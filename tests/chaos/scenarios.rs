@@ -515,5 +515,9 @@ on_both_backends! {
         );
         assert_eq!(fenced(&v, "watchdog-stop"), 2, "{v:#}");
         assert_eq!(fenced(&v, "watchdog-kill"), 1, "{v:#}");
+        // The senders fell back: none of them was held in a cgroup.
+        let held = v["containment"].as_object().expect("containment counted");
+        assert!(!held.contains_key("cgroup-v2") && !held.contains_key("cgroup-v1"), "{v:#}");
+        assert!(n(&v["containment"], "cookie") >= 6, "{v:#}");
     }
 }

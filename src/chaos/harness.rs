@@ -398,7 +398,21 @@ impl Harness {
                 None
             };
             let state = row.as_ref().map(|r| &r.state);
-            if n > 1 {
+            // A double fault's late request is the far side's to refuse: counted apart, and
+            // a real duplicate only when it got past a fencing far side.
+            let double = t.double_keys.get(key.as_str()).cloned();
+            if let Some(scenario) = double {
+                let fenced = t.fenced;
+                let d = t.double_faults.entry(scenario).or_default();
+                if fenced {
+                    d.unfenced_duplicates += counts.requests.saturating_sub(1);
+                    *d.fenced_duplicates.get_or_insert(0) += n.saturating_sub(1);
+                } else {
+                    d.unfenced_duplicates += n.saturating_sub(1);
+                }
+            }
+            let double_unfenced = t.double_keys.contains_key(key.as_str()) && !t.fenced;
+            if n > 1 && !double_unfenced {
                 t.duplicate_effects += n - 1;
                 t.fail(format!("{label}: effect {key} arrived {n} times"));
             }
@@ -412,6 +426,14 @@ impl Harness {
                 }
                 continue;
             };
+            // How the sender that settled it was held: under --no-cgroup, never a cgroup.
+            if let Some(c) = row
+                .sender
+                .as_deref()
+                .and_then(crate::sender::containment_of)
+            {
+                *t.containment.entry(c.to_string()).or_default() += 1;
+            }
             let verdict = row.verdict.as_deref().unwrap_or("");
             match &row.state {
                 EffectState::Done | EffectState::Cancelled => {

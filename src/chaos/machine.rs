@@ -80,18 +80,35 @@ pub(super) fn retry_cmd(
     cmd
 }
 
-/// Waits for the script's announcement: (shell pid, its parent's pid).
+/// Waits for the script's announcement: (shell pid, `exactly effect`'s pid).
 pub(super) fn announced(r: &mut Running, t: &mut Tally, label: &str) -> Result<Option<(i32, i32)>> {
     let line = r.wait_line(MARK)?;
     let pids = line.as_deref().and_then(|l| {
         let rest = l.split(MARK).nth(1)?;
         let mut w = rest.split_whitespace().map(|p| p.parse::<i32>().ok());
-        Some((w.next()??, w.next()??))
+        let (sh, parent) = (w.next()??, w.next()??);
+        Some((sh, effect_of(sh, parent)))
     });
     if pids.is_none() {
         t.anomaly(format!("{label}: the sender never started its command"));
     }
     Ok(pids)
+}
+
+/// `exactly effect`'s pid from the script's: its parent, unless that parent leads the script's
+/// group: where no cgroup can be made the watchdog starts the command itself, and `exactly
+/// effect` is the watchdog's parent.
+fn effect_of(sh: i32, parent: i32) -> i32 {
+    // Unguarded, the script is our own child: there is no `exactly effect` to find.
+    if parent == std::process::id() as i32 {
+        return parent;
+    }
+    match crate::sender::stat(sh) {
+        Some(s) if s.pgid == parent && s.ppid == parent => {
+            crate::sender::stat(parent).map_or(parent, |w| w.ppid)
+        }
+        _ => parent,
+    }
 }
 
 pub(super) fn root_missing() -> Option<String> {

@@ -5,10 +5,11 @@
 //!
 //! Rooms: the command line and the run (`mod.rs`), the shared machinery (`harness.rs`), what
 //! was observed and the report (`tally.rs`), the scenarios (`scenarios.rs`, `concurrent.rs`,
-//! `sched.rs`, and `senders.rs` for a sender's process and host faults), the far side, and the
-//! children (`proc.rs`).
+//! `sched.rs`, `senders.rs` for a sender's process and host faults, and `escape.rs` for commands
+//! that outlive what supervises them), the far side, and the children (`proc.rs`).
 mod clock_step;
 mod concurrent;
+mod escape;
 pub mod far_side;
 mod harness;
 mod machine;
@@ -56,6 +57,13 @@ pub const SCENARIOS: &[&str] = &[
     "host-clash",
     "pid-reuse",
     "pause",
+    "timeout-escape",
+    "setsid-escape",
+    "watchdog-stop",
+    "watchdog-kill",
+    "spawner-freeze",
+    "hidepid",
+    "observer-escape",
     "run-end-lost",
     "frozen-scheduler",
     "overload",
@@ -76,7 +84,15 @@ pub struct ChaosArgs {
     /// `watcher-stall` (the lease watch paused or its server stalled), `takeover-skew` (skewed
     /// clocks, a send in the TERM grace), `host-clash` (two machines, one EXACTLY_HOST; root),
     /// `pid-reuse` (a dead sender's pid taken; root), `pause` (the whole sender paused; stopped
-    /// only by the far side's dedupe or fencing). The scheduler's faults: `run-end-lost` (a run's
+    /// only by the far side's dedupe or fencing). The escapes, each checked by the commands' own
+    /// stamps against their lease's deadline: `timeout-escape` and `setsid-escape` (the send
+    /// leaves the command's group through `timeout` or `setsid`; `exactly effect` SIGKILLed),
+    /// `watchdog-stop` (watchdog and `exactly effect` SIGSTOPped, another host takes over: a
+    /// double fault, see `--fence`), `watchdog-kill` (both SIGKILLed; a retry on the host, or
+    /// another host: a double fault), `spawner-freeze` (the scheduler's spawner SIGSTOPped while
+    /// a command with a `timeout` and `retries` ends), `hidepid` (a retry that cannot see the
+    /// sender's /proc; root), `observer-escape` (an observer's child holding its stdout).
+    /// The scheduler's faults: `run-end-lost` (a run's
     /// end unrecordable: its database folder read-only, or its server cut off; root for
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
     /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
@@ -96,6 +112,16 @@ pub struct ChaosArgs {
     /// Must report duplicates, or the harness cannot see them.
     #[arg(long)]
     pub unguarded: bool,
+    /// In the double faults (`watchdog-stop`, `watchdog-kill` taken over by another host) the far
+    /// side refuses stale fencing tokens: their duplicates must then be 0. Without it they are
+    /// counted apart (`double_faults`), never as the run's duplicates.
+    #[arg(long)]
+    pub fence: bool,
+    /// Every sender, retry and scheduler starts in a mount namespace of its own where the
+    /// cgroup filesystems are read-only: the fallback where no cgroup can be made (root; every
+    /// scenario is not run without it).
+    #[arg(long)]
+    pub no_cgroup: bool,
     /// Keep the work directory (database, far-side socket) for inspection.
     #[arg(long)]
     pub keep: bool,
@@ -148,6 +174,15 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         None => dir.join("chaos.db").display().to_string(),
     };
     let seed = a.seed.unwrap_or_else(|| rand::thread_rng().gen());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let no_cgroup_missing = (a.no_cgroup && !root)
+        .then(|| "--no-cgroup needs root (a mount namespace of its own)".to_string());
+    if a.no_cgroup && root {
+        let mounts = proc::cgroup_mounts()?;
+        proc::no_cgroup(&mounts)?;
+        proc::check_no_cgroup(&mounts)?;
+    }
     let store = crate::open(Some(&db_path), crate::Access::Write)?;
     let far = far_side::FarSide::start(exe, &dir.join("far.sock"))?;
     let observe = format!(
@@ -190,8 +225,16 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         bar.set_message(name.to_string());
         let before = Snapshot::read(&mut h.store)?.totals;
         let t0 = Instant::now();
-        let mut t = Tally::default();
-        if let Err(e) = scenarios::run(name, &mut h, &mut t, a.iterations, &bar) {
+        let mut t = Tally {
+            fenced: a.fence,
+            not_run: no_cgroup_missing.clone(),
+            ..Tally::default()
+        };
+        let run = match t.not_run {
+            Some(_) => Ok(()),
+            None => scenarios::run(name, &mut h, &mut t, a.iterations, &bar),
+        };
+        if let Err(e) = run {
             t.anomaly(format!("{name}: {e}"));
         }
         if let Err(e) = h.audit(&mut t) {

@@ -1,9 +1,11 @@
 //! Child processes the harness starts and kills: `exactly effect` attempts (or, unguarded, the
 //! bare client) with their stderr read on a thread so a kill can wait for a marker line.
 use crate::{Error, Result};
+use std::ffi::CString;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,99 @@ const SCRUB: &[&str] = &[
     "EXACTLY_EFFECT_KEY",
     super::far_side::CLIENT_FAULT_ENV,
 ];
+
+/// `--no-cgroup`: the mount points every child is started under read-only (set once).
+static NO_CGROUP: OnceLock<Vec<CString>> = OnceLock::new();
+
+/// The cgroup filesystems mounted here (and the tmpfs holding v1's), from /proc/mounts.
+pub fn cgroup_mounts() -> Result<Vec<String>> {
+    let text = std::fs::read_to_string("/proc/mounts")
+        .map_err(|e| Error::io(format!("cannot read /proc/mounts: {e}"), e))?;
+    let mut v: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (at, kind) = (*f.get(1)?, *f.get(2)?);
+            (kind.contains("cgroup") || at.starts_with("/sys/fs/cgroup")).then(|| at.to_string())
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}
+
+/// From now on every child starts in a mount namespace of its own where `mounts` are
+/// read-only: a sender that cannot make a cgroup must fall back, and the run shows how it does.
+pub fn no_cgroup(mounts: &[String]) -> Result<()> {
+    let m: Vec<CString> = mounts
+        .iter()
+        .map(|p| CString::new(p.as_bytes()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::Usage(format!("a mount point holds a NUL byte: {e}")))?;
+    let _ = NO_CGROUP.set(m);
+    Ok(())
+}
+
+/// Sets up `--no-cgroup`'s namespace in the child before it execs (its pid stays the one we
+/// signal, its stdio and environment as set).
+fn contain(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let Some(mounts) = NO_CGROUP.get() else {
+        return;
+    };
+    let mounts = mounts.clone();
+    // SAFETY: unshare and mount are async-signal-safe system calls; the closure allocates
+    // nothing (the paths were made before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Private, so the read-only remounts stay in this namespace.
+            let root = c"/";
+            let none = std::ptr::null();
+            let flags = libc::MS_REC | libc::MS_PRIVATE;
+            if libc::mount(none, root.as_ptr(), none, flags, std::ptr::null()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for m in &mounts {
+                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+                if libc::mount(none, m.as_ptr(), none, flags, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Under `--no-cgroup`: fails unless a child cannot write to any cgroup mount (checked with
+/// `touch` and `mkdir`, as a sender making its cgroup would write).
+pub fn check_no_cgroup(mounts: &[String]) -> Result<()> {
+    let mut c = Command::new("sh");
+    c.args([
+        "-c",
+        "for d; do [ -d \"$d\" ] || continue; \
+         if touch \"$d/cgroup.procs\" 2>/dev/null || mkdir \"$d/exactly-chaos-probe\" 2>/dev/null; \
+         then rmdir \"$d/exactly-chaos-probe\" 2>/dev/null; echo \"$d\"; exit 1; fi; done",
+        "sh",
+    ])
+    .args(mounts)
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .stdout(Stdio::piped());
+    contain(&mut c);
+    let out = c
+        .output()
+        .map_err(|e| Error::io(format!("--no-cgroup: cannot start the check: {e}"), e))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(Error::Environment(format!(
+        "--no-cgroup: {} is still writable inside the namespace",
+        crate::sanitize::inert(String::from_utf8_lossy(&out.stdout).trim())
+    )))
+}
 
 pub fn command(exe: &std::path::Path) -> Command {
     let mut c = Command::new(exe);
@@ -57,6 +152,7 @@ impl Ended {
 impl Running {
     pub fn spawn(mut cmd: Command) -> Result<Running> {
         cmd.stderr(Stdio::piped());
+        contain(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::io(format!("cannot start an attempt: {e}"), e))?;

@@ -25,6 +25,10 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
         }
         "grandchild" | "other-user" | "watcher-stall" | "takeover-skew" | "host-clash"
         | "pid-reuse" | "pause" => super::senders::run(name, h, t, n, bar),
+        "timeout-escape" | "setsid-escape" | "watchdog-stop" | "watchdog-kill"
+        | "spawner-freeze" | "hidepid" | "observer-escape" => {
+            super::escape::run(name, h, t, n, bar)
+        }
         "run-end-lost" | "frozen-scheduler" | "overload" => super::runs::run(name, h, t, n, bar),
         "clock-step" => super::clock_step::run(h, t, n, bar),
         "python" => super::python::run(h, t, n, bar),

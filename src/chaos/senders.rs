@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 /// `EXACTLY_MAX_SKEW` these scenarios run under, so a takeover waits a lease and not seconds:
 /// `takeover-skew` uses [`TAKEOVER_SKEW`] and puts the clocks that far apart.
-const SKEW: &str = "300ms";
-const SKEW_MS: u64 = 300;
+pub(super) const SKEW: &str = "300ms";
+pub(super) const SKEW_MS: u64 = 300;
 /// The configured `EXACTLY_MAX_SKEW` of `takeover-skew`, and how far apart its clocks go.
 const TAKEOVER_SKEW_MS: i64 = 1000;
 /// The short lease a sender runs under when another host is to take over after it.
@@ -58,14 +58,14 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
     }
 }
 
-fn not_run(t: &mut Tally, why: String) -> Result<()> {
+pub(super) fn not_run(t: &mut Tally, why: String) -> Result<()> {
     t.not_run = Some(why);
     Ok(())
 }
 
 /// Runs `make()` until it ends 0 (done, or done already) while it answers "in flight" (5) or
 /// fenced (3), for at most [`SETTLE_WITHIN`]; an effect never settled is an anomaly.
-fn settle(t: &mut Tally, label: &str, mut make: impl FnMut() -> Command) -> Result<()> {
+pub(super) fn settle(t: &mut Tally, label: &str, mut make: impl FnMut() -> Command) -> Result<()> {
     let until = Instant::now() + SETTLE_WITHIN;
     let mut codes = Vec::new();
     loop {
@@ -92,7 +92,7 @@ fn settle(t: &mut Tally, label: &str, mut make: impl FnMut() -> Command) -> Resu
 
 /// `exactly lease claim` on `skew_ms`'s clock under `max_skew`, until it wins (None after
 /// [`CLAIM_WITHIN`]): a takeover as soon as the lease is free.
-fn take_lease(
+pub(super) fn take_lease(
     h: &Harness,
     job: &str,
     dur: &str,
@@ -126,7 +126,7 @@ fn take_lease(
     }
 }
 
-fn eff(job: &str, token: crate::Token, action: &str, i: u64) -> Eff {
+pub(super) fn eff(job: &str, token: crate::Token, action: &str, i: u64) -> Eff {
     Eff {
         job: job.into(),
         token,
@@ -136,7 +136,7 @@ fn eff(job: &str, token: crate::Token, action: &str, i: u64) -> Eff {
     }
 }
 
-fn done(t: &mut Tally, h: &Harness, e: &Eff, label: String, bar: &ProgressBar) {
+pub(super) fn done(t: &mut Tally, h: &Harness, e: &Eff, label: String, bar: &ProgressBar) {
     t.intend(&h.key(e), label);
     t.iterations += 1;
     bar.inc(1);

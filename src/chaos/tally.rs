@@ -63,6 +63,22 @@ pub struct Tally {
     /// `pause`: the duplicates a far side without dedupe or fencing would have acted on (the
     /// requests beyond the first for each effect). The documented limit, never hidden.
     pub pause_duplicates_without_dedupe: u64,
+    /// Commands whose own stamps show them alive past their lease's deadline plus the stop
+    /// margin (the escape scenarios; must be 0). A double fault's are counted in its entry.
+    pub alive_past_deadline: u64,
+    /// Double faults (every supervisor on the sender's host stopped or killed, another host
+    /// taking over): only the far side can refuse the late request. Counted apart, per
+    /// scenario, with and without the far side's fence.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub double_faults: BTreeMap<String, DoubleFault>,
+    /// How the senders that settled the effects were held (`cgroup-v2`, `cgroup-v1`, `cookie`,
+    /// …: the ledger row's record): `--no-cgroup` shows its fallback here.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub containment: BTreeMap<String, u64>,
+    /// `observer-escape`: the longest a retry took, in milliseconds (bounded by its observe
+    /// timeout plus a few seconds).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub longest_retry_ms: u64,
     /// `clock-step`: the wall clock's steps under a running scheduler, per direction.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub clock_steps: BTreeMap<String, u64>,
@@ -80,6 +96,41 @@ pub struct Tally {
     /// The scenario's far side dedupes or fences: its raw requests are counted apart.
     #[serde(skip)]
     pub(super) far_side_guarded: bool,
+    /// Effect keys of double-fault iterations, with their scenario: audited apart.
+    #[serde(skip)]
+    pub(super) double_keys: BTreeMap<String, String>,
+    /// `--fence`: the double faults' far side refuses stale fencing tokens.
+    #[serde(skip)]
+    pub(super) fenced: bool,
+}
+
+/// One scenario's double faults.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DoubleFault {
+    pub iterations: u64,
+    /// Duplicates a far side without fencing acts on (with `--fence`: the stale requests it
+    /// refused).
+    pub unfenced_duplicates: u64,
+    /// Duplicates that got past the far side's fence (null: run without `--fence`).
+    pub fenced_duplicates: Option<u64>,
+    /// Commands alive past their deadline: nothing on their host was left to stop them.
+    pub alive_past_deadline: u64,
+}
+
+impl DoubleFault {
+    fn add(&mut self, o: &DoubleFault) {
+        self.iterations += o.iterations;
+        self.unfenced_duplicates += o.unfenced_duplicates;
+        self.fenced_duplicates = match (self.fenced_duplicates, o.fenced_duplicates) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.alive_past_deadline += o.alive_past_deadline;
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 const FAILURES_KEPT: usize = 20;
@@ -121,6 +172,7 @@ impl Tally {
             && self.max_runs_per_firing <= 3
             && self.overlapping_copies == 0
             && self.double_runs == 0
+            && self.alive_past_deadline == 0
     }
     pub(super) fn add(&mut self, o: &Tally) {
         self.iterations += o.iterations;
@@ -137,6 +189,14 @@ impl Tally {
             *self.clock_steps.entry(k.clone()).or_default() += n;
         }
         self.job_runs += o.job_runs;
+        self.alive_past_deadline += o.alive_past_deadline;
+        for (k, d) in &o.double_faults {
+            self.double_faults.entry(k.clone()).or_default().add(d);
+        }
+        self.longest_retry_ms = self.longest_retry_ms.max(o.longest_retry_ms);
+        for (k, n) in &o.containment {
+            *self.containment.entry(k.clone()).or_default() += n;
+        }
         self.host_clash_events += o.host_clash_events;
         self.pids_reused += o.pids_reused;
         self.live_senders_in_flight += o.live_senders_in_flight;
@@ -336,6 +396,29 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             r.total.pause_duplicates_without_dedupe
         );
     }
+    if r.total.alive_past_deadline > 0
+        || r.scenarios
+            .keys()
+            .any(|k| super::escape::NAMES.contains(&k.as_str()))
+    {
+        let _ = writeln!(
+            s,
+            "commands alive past their lease's deadline (their own stamps): {}",
+            r.total.alive_past_deadline
+        );
+    }
+    for (name, d) in &r.total.double_faults {
+        let _ = writeln!(
+            s,
+            "double fault {name}: {} iterations, {} duplicates without the far side's fence, {} \
+             with it, {} commands alive past their deadline",
+            d.iterations,
+            d.unfenced_duplicates,
+            d.fenced_duplicates
+                .map_or("not measured (no --fence)".to_string(), |n| n.to_string()),
+            d.alive_past_deadline
+        );
+    }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
             s,
@@ -362,7 +445,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         format!(
             "FAIL: {} duplicate, {} lost, {} leaked, {} unexplained unknown, {} late writes \
              accepted, {} unapproved sends, {} anomalies, {} most runs of a firing, \
-             {} overlapping copies, {} double runs",
+             {} overlapping copies, {} double runs, {} alive past their deadline",
             t.duplicate_effects,
             t.lost_effects,
             t.claimed_leaked,
@@ -372,7 +455,8 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             t.anomalies,
             t.max_runs_per_firing,
             t.overlapping_copies,
-            t.double_runs
+            t.double_runs,
+            t.alive_past_deadline
         )
     };
     let _ = writeln!(s, "{verdict}");

@@ -4,7 +4,9 @@
 use serde_json::Value;
 use std::process::Command;
 
+use crate::on_both_backends;
 use crate::support;
+use crate::support::backend::Backend;
 
 fn chaos(args: &[&str]) -> (i32, Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_exactly"))
@@ -155,17 +157,29 @@ fn every_scenario_on_postgresql() {
     let schema = support::backend::PgSchema::create();
     let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
-    // 23 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
+    // 30 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
     // and runs the scenario there) and is reported not run otherwise.
     assert_eq!(
         v["scenarios"].as_object().map(|m| m.len()),
-        Some(23),
+        Some(30),
         "{v:#}"
     );
-    for k in NEVER.iter().chain(&["overlapping_copies", "double_runs"]) {
+    for k in NEVER
+        .iter()
+        .chain(&["overlapping_copies", "double_runs", "alive_past_deadline"])
+    {
         assert_eq!(n(&v, k), 0, "{k}: {v:#}");
     }
-    assert_eq!(n(&v, "far_side_requests"), n(&v, "intended_effects"));
+    // Without --fence a double fault's late request is acted on: reported apart, never hidden.
+    let double: u64 = v["double_faults"]
+        .as_object()
+        .map(|m| m.values().map(|d| n(d, "unfenced_duplicates")).sum())
+        .unwrap_or(0);
+    assert_eq!(
+        n(&v, "far_side_requests"),
+        n(&v, "intended_effects") + double,
+        "{v:#}"
+    );
     assert!(n(&v, "intended_effects") >= 11, "{v:#}");
     assert!(
         !v.to_string().contains(":exactly@"),
@@ -292,6 +306,41 @@ fn a_scenario_that_needs_root_is_not_run_and_not_passed_without_it() {
     assert_eq!(n(&v, "iterations"), 0, "{v:#}");
 }
 
+/// Outside `on_both_backends!`: nothing runs, so there is no database to vary.
+#[test]
+fn without_root_no_cgroup_and_hidepid_are_not_run_and_not_passed() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "the suite runs as root");
+    for (flags, scenario, why) in [
+        (
+            &["--no-cgroup"][..],
+            "timeout-escape",
+            "--no-cgroup needs root (a mount namespace of its own)",
+        ),
+        (&[][..], "hidepid", "needs root"),
+    ] {
+        let out = Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(env!("CARGO_BIN_EXE_exactly"))
+            .arg("chaos")
+            .args(flags)
+            .args(["--scenario", scenario, "--iterations", "1", "--json"])
+            .env("TMPDIR", "/tmp")
+            .env_remove("EXACTLY_DB")
+            .output()
+            .expect("run exactly chaos as nobody");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(v["not_run"][scenario].as_str(), Some(why), "{v:#}");
+        assert_eq!(n(&v, "iterations"), 0, "{v:#}");
+    }
+}
+
 #[test]
 fn sender_faults_on_postgresql() {
     let Some(_pg) = support::backend::enter_postgres() else {
@@ -363,4 +412,124 @@ fn scheduler_faults_on_postgresql() {
     let s = scheduler_fault("run-end-lost", 3, Some(&schema.url));
     assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");
     scheduler_fault("frozen-scheduler", 3, Some(&schema.url));
+}
+
+/// The escapes (commands that outlive what supervises them): runs `scenarios` on this test's
+/// backend with `flags` and asserts, for each, 0 duplicates, 0 lost, 0 commands alive past their
+/// lease's deadline (their own stamps), every effect once. Never skipped: a scenario that could
+/// not run here fails the test (the suite runs as root, see CONTRIBUTING.md).
+fn escapes(scenarios: &[&str], iterations: u32, flags: &[&str]) -> Value {
+    let schema =
+        (support::backend::current() == Backend::Postgres).then(support::backend::PgSchema::create);
+    let it = iterations.to_string();
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(s) = &schema {
+        args.extend(["--db", s.url.as_str()]);
+    }
+    args.extend(flags);
+    args.push("--scenario");
+    args.extend(scenarios);
+    args.extend(["--iterations", &it]);
+    let (code, v, err) = chaos(&args);
+    for scenario in scenarios {
+        let s = &v["scenarios"][scenario];
+        assert!(
+            v["not_run"][scenario].is_null(),
+            "{scenario} not run: {v:#}"
+        );
+        assert_eq!(n(s, "iterations"), u64::from(iterations), "{v:#}");
+        for k in NEVER
+            .iter()
+            .chain(&["alive_past_deadline", "double_runs", "overlapping_copies"])
+        {
+            assert_eq!(n(s, k), 0, "{scenario}: {k}: {s:#}");
+        }
+        if *scenario == "spawner-freeze" {
+            assert!(n(s, "job_runs") >= u64::from(iterations), "{s:#}");
+        } else {
+            assert_eq!(n(s, "far_side_requests"), u64::from(iterations), "{s:#}");
+            assert_eq!(n(s, "intended_effects"), u64::from(iterations), "{s:#}");
+        }
+    }
+    assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
+    v
+}
+
+/// A double fault's entry: how many of its iterations were one, and no duplicate got past the
+/// far side's fence (`--fence`).
+fn fenced(v: &Value, scenario: &str) -> u64 {
+    let d = &v["scenarios"][scenario]["double_faults"][scenario];
+    assert_eq!(d["fenced_duplicates"].as_u64(), Some(0), "{v:#}");
+    n(d, "iterations")
+}
+
+on_both_backends! {
+    #[test]
+    fn a_send_escaped_through_timeout_never_delivers_after_the_retry() {
+        let v = escapes(&["timeout-escape"], 2, &[]);
+        assert_eq!(n(&v["kills"], "effect_sigkill"), 2, "{v:#}");
+    }
+
+    #[test]
+    fn a_send_escaped_through_setsid_never_delivers_after_the_retry() {
+        let v = escapes(&["setsid-escape"], 2, &[]);
+        assert_eq!(n(&v["kills"], "effect_sigkill"), 2, "{v:#}");
+    }
+
+    #[test]
+    fn a_stopped_watchdog_and_sender_are_stopped_by_the_far_sides_fence() {
+        let v = escapes(&["watchdog-stop"], 2, &["--fence"]);
+        assert_eq!(fenced(&v, "watchdog-stop"), 2, "{v:#}");
+        assert_eq!(n(&v["stops"], "watchdog_sigstop"), 2, "{v:#}");
+    }
+
+    #[test]
+    fn a_killed_watchdog_and_sender_leave_nothing_that_sends_late() {
+        // The two on this host (one child in a session of its own, one in the group) and one
+        // taken over by another host, which only the fence stops.
+        let v = escapes(&["watchdog-kill"], 3, &["--fence"]);
+        assert_eq!(fenced(&v, "watchdog-kill"), 1, "{v:#}");
+        assert_eq!(n(&v["kills"], "watchdog_sigkill"), 3, "{v:#}");
+    }
+
+    #[test]
+    fn a_frozen_spawner_neither_reruns_nor_times_out_a_command_that_ended() {
+        let v = escapes(&["spawner-freeze"], 2, &[]);
+        assert_eq!(n(&v["stops"], "spawner_sigstop"), 2, "{v:#}");
+    }
+
+    #[test]
+    fn a_retry_that_cannot_see_the_sender_does_not_take_it_for_gone() {
+        escapes(&["hidepid"], 2, &[]);
+    }
+
+    #[test]
+    fn an_observers_escaped_child_does_not_hold_the_retry() {
+        let v = escapes(&["observer-escape"], 2, &[]);
+        let s = &v["scenarios"]["observer-escape"];
+        assert!(n(s, "longest_retry_ms") <= 5000, "{s:#}");
+    }
+
+    #[test]
+    fn without_cgroups_the_escapes_fall_back_and_still_send_once() {
+        let v = escapes(
+            &[
+                "timeout-escape",
+                "setsid-escape",
+                "watchdog-stop",
+                "watchdog-kill",
+                "spawner-freeze",
+                "hidepid",
+                "observer-escape",
+            ],
+            2,
+            &["--no-cgroup", "--fence"],
+        );
+        assert_eq!(fenced(&v, "watchdog-stop"), 2, "{v:#}");
+        assert_eq!(fenced(&v, "watchdog-kill"), 1, "{v:#}");
+        // The senders fell back: none of them was held in a cgroup.
+        let held = v["containment"].as_object().expect("containment counted");
+        assert!(!held.contains_key("cgroup-v2") && !held.contains_key("cgroup-v1"), "{v:#}");
+        assert!(n(&v["containment"], "cookie") >= 6, "{v:#}");
+    }
 }

@@ -86,7 +86,7 @@ pub(crate) enum Running {
 
 /// Starts `l` with one pipe for its stdout and stderr (their lines interleave as written), in a
 /// process group of its own that dies with us: through the spawner when there is one (see
-/// `spawner.rs`), else by starting it from this process. `give_up` ends a wait for a frozen
+/// `spawner/`), else by starting it from this process. `give_up` ends a wait for a frozen
 /// spawner (an error of kind `TimedOut`: the command never started).
 pub(crate) fn start_command(
     l: &super::spawner::Launch,

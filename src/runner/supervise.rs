@@ -1,4 +1,4 @@
-//! The scheduler's watch over its two helper processes, the spawner (`spawner.rs`) and the
+//! The scheduler's watch over its two helper processes, the spawner (`spawner/`) and the
 //! watchdog (`watchdog.rs`): each is a process of its own that a signal can kill or freeze
 //! while the scheduler goes on. Looked at every [`EVERY`], well within the stop margin
 //! (`policy::stop_margin`):
@@ -10,7 +10,7 @@
 //! - a stopped spawner (its state `T`) neither starts nor reaps commands: runs read their
 //!   commands' ends from the kernel (`Spawned::wait_for`), new ones wait a bounded time and are
 //!   recorded `not_started` (`execute.rs`), and deadlines are enforced here too. Its death is
-//!   said by its reader (`spawner.rs`), at once.
+//!   said by its reader (`spawner/`), at once.
 use super::lend::lend;
 use super::spawner;
 use super::watchdog::{self, State};

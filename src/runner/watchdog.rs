@@ -119,7 +119,7 @@ pub fn arm(group: i32, deadline: Instant) -> bool {
 }
 
 /// The descriptor runs write `arm` and `disarm` messages to (the spawner is given a copy, so a
-/// command is held from the instant it starts, see `spawner.rs`). None without a watchdog.
+/// command is held from the instant it starts, see `spawner/`). None without a watchdog.
 /// A restarted watchdog's pipe is handed to the spawner (`spawner::hand_watchdog`); each run
 /// also arms its group itself once the spawner said it started (`Heartbeat::guard`).
 pub fn pipe_fd() -> Option<i32> {

@@ -72,6 +72,34 @@ fn killed_sender_with_escaped_request(env: Env, wrapper: &str, and_watchdog: boo
         1,
         "the request that left the group ({wrapper}) delivered too"
     );
+    // The cage this test meant: a machine without writable cgroups must fail it, not pass it on
+    // the fallback.
+    assert_eq!(
+        held_by(&env),
+        expected_cage(&env),
+        "the sender's containment"
+    );
+}
+
+/// How the sender that settled the effect was held, as `exactly effects --json` says.
+fn held_by(env: &Env) -> String {
+    let (code, out, err) = env.run(&["effects", "--state", "done", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("effects JSON");
+    v["effects"][0]["containment"]
+        .as_str()
+        .expect("a containment")
+        .to_string()
+}
+
+/// The containment `env` asks for: a cgroup v2 by default (the project's machines have one),
+/// the cookie with `EXACTLY_CGROUP=none`, the v1 freezer when named.
+fn expected_cage(env: &Env) -> &'static str {
+    match env.cgroup.as_deref() {
+        None => "cgroup-v2",
+        Some("none") => "cookie",
+        Some(_) => "cgroup-v1",
+    }
 }
 
 /// `exactly effect` paused past its lease while `wrapper` runs the request: the watchdog stops

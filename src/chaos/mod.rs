@@ -11,6 +11,7 @@ mod clock_step;
 mod concurrent;
 mod escape;
 pub mod far_side;
+mod freeze;
 mod harness;
 mod machine;
 mod proc;

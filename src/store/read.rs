@@ -482,6 +482,8 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             Some(r) => Some(r),
             None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
+        // A job with no verdict this week is judged by its newest run (read below).
+        let failed_since_ok = windows.failed_since_ok(&j.job_key);
         j.last_success_at = match windows.last_success(&j.job_key) {
             Some(at) => at,
             None => tx
@@ -489,6 +491,10 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                 .optional()?
                 .flatten(),
         };
+        j.failed_since_ok = failed_since_ok.unwrap_or_else(|| {
+            let last = j.last_run.as_ref().and_then(|r| r.outcome.as_ref());
+            u64::from(last.is_some_and(|o| o.is_failure()))
+        });
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
         for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
             let outcome = k.trim_start_matches(prefix).to_string();

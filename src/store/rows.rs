@@ -177,6 +177,11 @@ pub struct JobRow {
     /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
     /// counts the same, since the job was last resumed.
     pub consecutive_failures: u64,
+    /// Its finished runs that failed since its newest `ok` run (runs that say nothing of the
+    /// job, and a run under way, neither count nor end it): a failing episode is open while
+    /// this is above 0 (see [`JobRow::state`](crate::snapshot::JobState)).
+    #[serde(skip)]
+    pub failed_since_ok: u64,
     /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
     /// it is not paused.
     pub paused_reason: Option<String>,

@@ -277,10 +277,23 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
         ));
     }
     if j.firings_need_retry > 0 {
+        let why = j
+            .retry_detail
+            .as_deref()
+            .map(crate::sanitize::inert)
+            .unwrap_or_else(|| "marked to run again".into());
+        let then = if j.paused {
+            format!(
+                "the job is paused: they wait for `exactly resume {}`",
+                crate::sanitize::inert(&j.job_key)
+            )
+        } else {
+            "a scheduler re-runs them".into()
+        };
         w.push((
             "retry",
             format!(
-                "{} firing(s) need retry: an effect never happened; a scheduler re-runs them",
+                "{} firing(s) to run again ({why}); {then}",
                 j.firings_need_retry
             ),
         ));

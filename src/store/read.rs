@@ -347,6 +347,8 @@ struct FiringFigures {
     queued: u64,
     gave_up: u64,
     retry: u64,
+    /// A waiting retry's own reason (its firing's detail).
+    retry_detail: Option<String>,
 }
 
 fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
@@ -455,7 +457,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     slots.sync(tx)?;
     let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
     tx.each(
-        "SELECT job_key, state, count(*) FROM exactly_firings
+        "SELECT job_key, state, count(*), max(detail) FROM exactly_firings
          WHERE state IN ('queued', 'gave_up', 'retry') GROUP BY state, job_key",
         &[],
         |r| {
@@ -468,7 +470,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             match state {
                 FiringState::Queued => f.queued = n,
                 FiringState::GaveUp => f.gave_up = n,
-                _ => f.retry = n,
+                _ => (f.retry, f.retry_detail) = (n, text(r, 3)?),
             }
             Ok(())
         },
@@ -517,6 +519,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
         let f = firings.get(&j.job_key).cloned().unwrap_or_default();
         j.queue_depth = f.queued;
         (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
+        j.retry_detail = f.retry_detail;
     }
     Ok(jobs.into_values().collect())
 }

@@ -205,8 +205,12 @@ pub struct JobRow {
     pub fenced_writes: u64,
     /// Firings that used up their runs (three) without finishing.
     pub firings_gave_up: u64,
-    /// Firings an observer marked for a re-run that has not happened yet.
+    /// Firings marked to run again (their run failed with retries left, or an observer found
+    /// an effect never happened, or its approval came) that have not run yet.
     pub firings_need_retry: u64,
+    /// One such firing's own reason (its firing row's detail).
+    #[serde(skip)]
+    pub retry_detail: Option<String>,
     /// What a person should look at, in sentences.
     pub warnings: Vec<String>,
     /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of

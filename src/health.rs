@@ -123,8 +123,9 @@ pub fn check(snap: &Snapshot) -> Health {
     let mut failing = Vec::new();
     let mut late = Vec::new();
     for j in snap.jobs.iter().filter(|j| !j.retired) {
-        let outcome = j.last_run.as_ref().and_then(|r| r.outcome.as_ref());
-        if outcome.is_some_and(|o| o.is_failure()) {
+        // An open failing episode (a run under way does not end it; a run waiting for
+        // approval is not a failure): the one judgement every reader makes.
+        if j.failing_episode().is_some() {
             failing.push(inert(&j.job_key));
         }
         let behind = match (j.next_fire_at.as_deref().and_then(crate::time::parse), now) {
@@ -140,10 +141,7 @@ pub fn check(snap: &Snapshot) -> Health {
         }
     }
     if !failing.is_empty() {
-        reasons.push((
-            Level::Warning,
-            format!("last run failed: {}", failing.join(", ")),
-        ));
+        reasons.push((Level::Warning, format!("failing: {}", failing.join(", "))));
     }
     if !late.is_empty() {
         reasons.push((Level::Warning, format!("firing late: {}", late.join(", "))));

@@ -270,6 +270,26 @@ const METRICS: &[Metric] = &[
         read: Read::JobGauge(|j| j.next_fire_at.as_deref().and_then(unix_s)),
     },
     Metric {
+        name: "exactly_job_failing",
+        help: "1 while the job's failing episode is open (its newest run that failed or \
+               succeeded failed; a run under way does not end it)",
+        read: Read::JobGauge(|j| {
+            Some(if j.failing_episode().is_some() {
+                1.0
+            } else {
+                0.0
+            })
+        }),
+    },
+    Metric {
+        name: "exactly_job_awaiting_approval",
+        help: "1 while the job's newest run waits for a person's approval",
+        read: Read::JobGauge(|j| {
+            let waits = j.state() == crate::snapshot::JobState::AwaitingApproval;
+            Some(if waits { 1.0 } else { 0.0 })
+        }),
+    },
+    Metric {
         name: "exactly_job_paused",
         help: "1 when the job is paused",
         read: Read::JobGauge(|j| Some(if j.paused { 1.0 } else { 0.0 })),

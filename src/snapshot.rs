@@ -51,13 +51,116 @@ pub struct Snapshot {
     pub notifications: Vec<NotificationCount>,
 }
 
-pub use crate::state::{is_failure, FAILING_OUTCOMES};
+pub use crate::state::{is_failure, RunOutcome, FAILING_OUTCOMES};
 pub use crate::store::rows::{
     ApprovalView, EventRow, JobRow, JobSettings, NotificationCount, OpenEffect, Reading, Replaced,
     RunRow, SchedulerRow, Window, RUN_BUCKETS_MS,
 };
 
 pub use crate::time::percentiles;
+
+/// What a job is doing, in one word: the one judgement `jobs`, `top`, `status`, `status
+/// --check`, the metrics and the notifier all show ([`JobRow::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Removed from its jobs file: it no longer fires.
+    Retired,
+    /// Paused: its firings are skipped until it is resumed.
+    Paused,
+    /// A run is under way (it has no outcome yet), or a live lease is held on the job (a
+    /// scheduler's run, a cron wrapper's `exactly lease claim`, a library claim).
+    Running,
+    /// Its newest run stopped at an effect that waits for a person's approval (outcome
+    /// `awaiting_approval`): `exactly approve` sends it, `exactly deny` ends the firing.
+    AwaitingApproval,
+    /// Its newest finished run that failed or succeeded failed (`failed`, `timeout`): a
+    /// failing episode is open.
+    Failing,
+    /// Its newest run ended and no failure is open.
+    Ok,
+    /// It never ran.
+    Idle,
+}
+
+impl JobState {
+    /// The word in JSON (`state`) and metrics: `retired`, `paused`, `running`,
+    /// `awaiting_approval`, `failing`, `ok`, `idle`.
+    pub fn word(self) -> &'static str {
+        match self {
+            JobState::Retired => "retired",
+            JobState::Paused => "paused",
+            JobState::Running => "running",
+            JobState::AwaitingApproval => "awaiting_approval",
+            JobState::Failing => "failing",
+            JobState::Ok => "ok",
+            JobState::Idle => "idle",
+        }
+    }
+
+    /// The words a person reads (`jobs`, `top`, `status`): the JSON word, but `waiting for
+    /// approval`.
+    pub fn label(self) -> &'static str {
+        match self {
+            JobState::AwaitingApproval => "waiting for approval",
+            s => s.word(),
+        }
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.word())
+    }
+}
+
+impl JobRow {
+    /// What the job is doing, in one word: retired, then paused, then running (its newest run
+    /// has no outcome yet, or anyone holds a live lease on it), then waiting for approval (its
+    /// newest run's outcome), then failing (an episode is open: [`JobRow::failing_episode`]),
+    /// then ok; idle when it never ran.
+    pub fn state(&self) -> JobState {
+        let outcome = self.last_run.as_ref().map(|r| r.outcome.as_ref());
+        let leased = self.lease_owner.is_some() && self.lease_left_s.is_some_and(|l| l > 0);
+        if self.retired {
+            JobState::Retired
+        } else if self.paused {
+            JobState::Paused
+        } else if leased || matches!(outcome, Some(None)) {
+            JobState::Running
+        } else if matches!(outcome, Some(Some(RunOutcome::AwaitingApproval))) {
+            JobState::AwaitingApproval
+        } else if self.failing_episode().is_some() {
+            JobState::Failing
+        } else if outcome.is_some() {
+            JobState::Ok
+        } else {
+            JobState::Idle
+        }
+    }
+
+    /// The job's open failing episode: its newest finished run that failed or succeeded
+    /// failed. A run under way, and runs that say nothing of the job (killed by a deploy,
+    /// fenced, not started, waiting for approval), never end it; only a finished `ok` run
+    /// does. Its key is the job and its last success before the failures (`never` when it
+    /// never succeeded): read from the runs, so every reader and every scheduler, restarted
+    /// or not, names one episode alike. `(key, failed runs since that success)`.
+    pub fn failing_episode(&self) -> Option<(String, u64)> {
+        if self.failed_since_ok == 0 || self.retired {
+            return None;
+        }
+        let since = self.last_success_at.as_deref().unwrap_or("never");
+        Some((
+            format!("{}@after-ok:{since}", self.job_key),
+            self.failed_since_ok,
+        ))
+    }
+}
 
 /// When a job fires next: after the latest slot any scheduler fired (or the last run's), so a
 /// job nobody fires shows a next firing in the past; and the slots past its catch-up window
@@ -140,20 +243,28 @@ fn passed_slots(
 /// reason in a word (see [`JobRow::warning_tags`]).
 pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     let mut w = Vec::new();
-    if let Some(r) = &j.last_run {
-        if let Some(o) = r.outcome.as_ref().filter(|o| o.is_failure()) {
-            w.push((
-                "failing",
-                format!(
-                    "last run {o}{}; {} of {} runs failed in the window",
-                    r.exit_code
-                        .map(|c| format!(" (exit {c})"))
-                        .unwrap_or_default(),
-                    j.runs_failed,
-                    j.runs
-                ),
-            ));
-        }
+    if let Some((_, failed)) = j.failing_episode() {
+        let last = match &j.last_run {
+            Some(r) if r.outcome.as_ref().is_some_and(|o| o.is_failure()) => format!(
+                "last run {}{}",
+                r.outcome_or_running(),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default()
+            ),
+            Some(r) => format!(
+                "{failed} run(s) failed since its last success; its newest run is {}",
+                r.outcome_or_running()
+            ),
+            None => format!("{failed} run(s) failed since its last success"),
+        };
+        w.push((
+            "failing",
+            format!(
+                "{last}; {} of {} runs failed in the window",
+                j.runs_failed, j.runs
+            ),
+        ));
     }
     if j.firings_gave_up > 0 {
         w.push((
@@ -166,10 +277,23 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
         ));
     }
     if j.firings_need_retry > 0 {
+        let why = j
+            .retry_detail
+            .as_deref()
+            .map(crate::sanitize::inert)
+            .unwrap_or_else(|| "marked to run again".into());
+        let then = if j.paused {
+            format!(
+                "the job is paused: they wait for `exactly resume {}`",
+                crate::sanitize::inert(&j.job_key)
+            )
+        } else {
+            "a scheduler re-runs them".into()
+        };
         w.push((
             "retry",
             format!(
-                "{} firing(s) need retry: an effect never happened; a scheduler re-runs them",
+                "{} firing(s) to run again ({why}); {then}",
                 j.firings_need_retry
             ),
         ));

@@ -190,6 +190,11 @@ words! {
         Skipped => "skipped",
         /// Its run died and it was too old to resume: given up.
         Interrupted => "interrupted",
+        /// Its run stopped at an effect waiting for approval: `exactly approve` fires it again
+        /// at once (state `retry`, no backoff), `exactly deny` ends it `denied`.
+        AwaitingApproval => "awaiting_approval",
+        /// The approval its run waited for was denied: never run again.
+        Denied => "denied",
     }
 }
 
@@ -224,6 +229,10 @@ words! {
         /// Its command never started: its lease could not be confirmed in time (an overloaded
         /// or unreachable database). Its firing is recorded missed, with the reason.
         NotStarted => "not_started",
+        /// Its command stopped at an effect that waits for a person's approval (`exactly
+        /// effect --needs-approval` exited 4 while the job's approval is pending): not a
+        /// failure. Its firing waits (`awaiting_approval`) until the approval is decided.
+        AwaitingApproval => "awaiting_approval",
     }
 }
 

@@ -11,6 +11,14 @@ impl Snapshot {
     pub fn to_json(&self) -> String {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         // The naming scheme's names beside the older ones (`crate::json`).
+        // Each job's state word, the one `jobs --json` says (`JobRow::state`).
+        if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
+            for (row, j) in jobs.iter_mut().zip(&self.jobs) {
+                if let Some(o) = row.as_object_mut() {
+                    o.insert("state".into(), j.state().word().into());
+                }
+            }
+        }
         crate::json::alias_each(&mut v, "jobs");
         crate::json::alias_each(&mut v, "unknown");
         if let Some(o) = v.as_object_mut() {
@@ -229,8 +237,17 @@ fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
     );
 }
 
-/// The notes under a job's row: its pause, daylight saving, missed firings and warnings.
+/// The notes under a job's row: its pause, a run waiting for approval, daylight saving,
+/// missed firings and warnings.
 fn job_notes(s: &mut String, j: &JobRow) {
+    if j.state() == crate::snapshot::JobState::AwaitingApproval {
+        let _ = writeln!(
+            s,
+            "  {}: its run stopped at an effect a person must decide (exactly approve KEY \
+             sends it within seconds; exactly deny KEY ends the firing)",
+            j.state()
+        );
+    }
     if j.paused {
         let _ = writeln!(
             s,

@@ -128,6 +128,14 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
                     .unwrap_or_default(),
                 effects_line(&mut store, &a.job, token)?
             );
+            let text = if r.outcome == RunOutcome::AwaitingApproval {
+                format!(
+                    "{text}; its effect waits for approval: `exactly approve KEY` runs the \
+                     firing again at once under a running scheduler (exactly status lists KEY)"
+                )
+            } else {
+                text
+            };
             let mut v = json!({"result": "started"});
             v["run"] = run_json(&mut store, &a.job, token, &run_id, &r)?;
             (if r.outcome == RunOutcome::Ok { 0 } else { 1 }, text, v)

@@ -107,7 +107,11 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         default: "required",
         what: "what a run executes, in the jobs file's folder (a relative path is relative to the \
                file), with EXACTLY_DB, EXACTLY_JOB, EXACTLY_FENCING_TOKEN, EXACTLY_RUN_ID, \
-               EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID and EXACTLY_BIN set",
+               EXACTLY_SCHEDULED_AT, EXACTLY_DB_ID and EXACTLY_BIN set; a command that exits 4 \
+               while one of the job's effects waits for approval (exactly effect \
+               --needs-approval) ends awaiting_approval, not failed: no failure is counted, its \
+               firing waits, exactly approve runs it again within a scheduler tick (the \
+               approved effect goes out in seconds) and exactly deny ends it denied",
         example: "command = [\"sh\", \"scripts/digest.sh\"]",
     },
     KeyDoc {
@@ -164,7 +168,7 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         default: "off",
         what: "after this many failed runs in a row (since the job was last resumed) the job is \
                paused as exactly pause does, the reason kept as the pause note; \
-               exactly resume starts it again",
+               exactly resume starts it again; a run waiting for approval is not a failure",
         example: "pause_after_failures = 6",
     },
     KeyDoc {
@@ -188,7 +192,8 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         kind: "http(s) URL",
         default: "none",
         what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it \
-               ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, \
+               ends ok, URL/log when it waits for approval (not a failure), URL/fail (body: \
+               outcome, exit_code) otherwise; best effort, \
                off the run's path",
         example: "ping = \"https://hc-ping.com/<uuid>\"",
     },

@@ -4,7 +4,6 @@ use super::*;
 // `jobs --json` and `effects --json` share `status --json`'s shape version.
 use crate::json::JSON_SCHEMA_VERSION;
 use crate::sanitize::inert_trunc;
-use crate::snapshot::JobRow;
 use crate::state::EffectState;
 use crate::time::human_age;
 use serde_json::json;
@@ -27,27 +26,6 @@ pub struct EffectsArgs {
     /// Print the effects as one JSON object (`schema_version`, `effects`).
     #[arg(long)]
     pub json: bool,
-}
-
-/// What a job is doing, in one word: `retired`, `paused`, `running` (a run has no outcome
-/// yet), `failing` (its last run failed or timed out), `ok`, or `idle` (never ran).
-fn job_state(j: &JobRow) -> &'static str {
-    let outcome = j
-        .last_run
-        .as_ref()
-        .map(|r| r.outcome.as_ref().map(crate::state::RunOutcome::as_str));
-    if j.retired {
-        "retired"
-    } else if j.paused {
-        "paused"
-    } else {
-        match outcome {
-            None => "idle",
-            Some(None) => "running",
-            Some(Some(o)) if crate::state::is_failure(o) => "failing",
-            Some(Some(_)) => "ok",
-        }
-    }
 }
 
 pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
@@ -73,8 +51,8 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
                     "paused": j.paused,
                     "pause_note": j.pause_note,
                     "retired": j.retired,
-                    "failing": job_state(j) == "failing",
-                    "state": job_state(j),
+                    "failing": j.failing_episode().is_some(),
+                    "state": j.state(),
                     "runs_failed": j.runs_failed,
                     "missed_firings": j.missed_firings,
                     "queue_depth": j.queue_depth,
@@ -100,7 +78,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
     }
     let now = time::parse(&snap.taken_at);
     println!(
-        "{:<24} {:<20} {:<14} {:<18} {:<9} LEASE",
+        "{:<24} {:<20} {:<14} {:<18} {:<20} LEASE",
         "JOB", "SCHEDULE", "NEXT", "LAST", "STATE"
     );
     for j in &snap.jobs {
@@ -132,12 +110,12 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
             _ => "free".into(),
         };
         println!(
-            "{:<24} {:<20} {:<14} {:<18} {:<9} {}",
+            "{:<24} {:<20} {:<14} {:<18} {:<20} {}",
             inert_trunc(&j.job_key, 24),
             inert_trunc(&schedule, 20),
             next,
             inert_trunc(&last, 18),
-            job_state(j),
+            j.state().label(),
             inert_trunc(&lease, 28),
         );
     }

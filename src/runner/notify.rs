@@ -22,8 +22,6 @@ pub const EVERY: Duration = Duration::from_secs(2);
 /// The notifier's lease: renewed every evaluation, so another takes over this long after one
 /// dies.
 const LEASE: Duration = Duration::from_secs(6);
-/// How far back a failing streak is followed to its first run.
-const STREAK_MAX: usize = 1000;
 
 /// One occurrence of a condition a rule names.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,8 +34,8 @@ pub struct Condition {
     pub text: String,
 }
 
-/// The conditions `n`'s rules find in `snap` (and, for failing streaks, the job's runs).
-pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<Condition>> {
+/// The conditions `n`'s rules find in `snap`.
+pub fn conditions(n: &Notify, snap: &Snapshot) -> Vec<Condition> {
     let mut out = Vec::new();
     if let Some(limit) = n.unknown_older_than {
         // A notification itself lost is left to the operator: paging about it would go the
@@ -79,23 +77,26 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
         }
     }
     if let Some(streak) = n.failing_runs {
+        // The episode is the snapshot's judgement (`JobRow::failing_episode`): a run under
+        // way never ends it, and its key comes from the runs, so a restarted scheduler names
+        // the same one.
         for j in snap.jobs.iter().filter(|j| !j.retired) {
-            // Most jobs' last run was ok: no streak, and no read of their runs.
-            let last = j.last_run.as_ref().and_then(|r| r.outcome.as_ref());
-            if matches!(last, None | Some(crate::state::RunOutcome::Ok)) {
+            let Some((episode, len)) = j.failing_episode() else {
+                continue;
+            };
+            if len < u64::from(streak) {
                 continue;
             }
-            if let Some((first, len)) = failing_streak(store, &j.job_key, streak as usize)? {
-                out.push(Condition {
-                    rule: "failing_runs",
-                    subject: j.job_key.clone(),
-                    episode: first.clone(),
-                    text: format!(
-                        "job {} failed {len} runs in a row (since run {first})",
-                        j.job_key
-                    ),
-                });
-            }
+            let since = j.last_success_at.as_deref().unwrap_or("it first ran");
+            out.push(Condition {
+                rule: "failing_runs",
+                subject: j.job_key.clone(),
+                episode,
+                text: format!(
+                    "job {} failed {len} runs in a row (since its last success, at {since})",
+                    j.job_key
+                ),
+            });
         }
     }
     if let Some(late) = n.late_by {
@@ -165,38 +166,7 @@ pub fn conditions(n: &Notify, snap: &Snapshot, store: &mut Store) -> Result<Vec<
             });
         }
     }
-    Ok(out)
-}
-
-/// The job's newest ended runs, when at least `n` of them failed since its last `ok` run: the
-/// streak's first run and its length. Runs that neither failed nor succeeded (killed by a
-/// deploy, fenced, not started) say nothing of the job: they neither count nor end a streak,
-/// so a scheduler restarted in the middle of one keeps its episode.
-fn failing_streak(store: &mut Store, job: &str, n: usize) -> Result<Option<(String, usize)>> {
-    let mut limit = n + 1;
-    loop {
-        let runs = jobs::recent_runs(store, &crate::JobName::from(job), limit)?;
-        let mut streak = Vec::new();
-        let mut ended_by_ok = false;
-        for r in runs.iter().filter(|r| r.ended_at.is_some()) {
-            match &r.outcome {
-                Some(crate::state::RunOutcome::Ok) => {
-                    ended_by_ok = true;
-                    break;
-                }
-                Some(o) if o.is_failure() => streak.push(r),
-                _ => {}
-            }
-        }
-        if streak.len() < n && (ended_by_ok || runs.len() < limit || limit >= STREAK_MAX) {
-            return Ok(None);
-        }
-        // The streak may go back further than read: read more, up to a bound.
-        if ended_by_ok || runs.len() < limit || limit >= STREAK_MAX {
-            return Ok(streak.last().map(|r| (r.run_id.clone(), streak.len())));
-        }
-        limit = (limit * 4).min(STREAK_MAX);
-    }
+    out
 }
 
 /// One notifier's state between evaluations.
@@ -251,7 +221,7 @@ impl Notifier {
 
     /// One evaluation: find the conditions, send what is due.
     pub fn evaluate(&mut self, store: &mut Store, snap: &Snapshot) -> Result<()> {
-        let found = conditions(&self.notify, snap, store)?;
+        let found = conditions(&self.notify, snap);
         let mine = self.hold(store)?;
         if mine && !self.resumed {
             self.resume(store)?;

@@ -68,7 +68,8 @@ impl Pinger {
         Pinger { tx: Some(tx) }
     }
 
-    /// The run's end: success on `ok`, `/fail` with the outcome and exit code otherwise.
+    /// The run's end: success on `ok`, `/log` (told, not judged) for a run waiting for
+    /// approval, `/fail` with the outcome and exit code otherwise.
     pub fn ended(mut self, url: Option<&str>, outcome: &RunOutcome, exit_code: Option<i32>) {
         let (Some(tx), Some(url)) = (self.tx.take(), url) else {
             return;
@@ -77,6 +78,7 @@ impl Pinger {
         let body = format!("outcome={outcome}\nexit_code={code}\n");
         let to = match outcome {
             RunOutcome::Ok => url.to_string(),
+            RunOutcome::AwaitingApproval => format!("{url}/log"),
             _ => format!("{url}/fail"),
         };
         let _ = tx.send((to, body));

@@ -85,6 +85,77 @@ impl Already {
     }
 }
 
+/// The approval a run's command stopped at (`exactly effect --needs-approval` exits 4): the
+/// job's pending approval (or one approved and not yet used), the one whose effect this run
+/// claimed first. `(effect_key, approved)`; None when the job has none (the exit 4 was the
+/// command's own).
+pub(super) fn awaited_tx(
+    tx: &super::db::Tx<'_>,
+    job: &str,
+    run_id: &str,
+) -> DbResult<Option<(String, bool)>> {
+    tx.one(
+        "SELECT a.effect_key, a.state FROM exactly_approvals a
+           LEFT JOIN effect_ledger l ON l.effect_key = a.effect_key
+         WHERE a.job_key = ?1 AND (a.state = 'pending'
+               OR (a.state = 'approved' AND a.consumed_at IS NULL AND l.state = 'claimed'))
+         ORDER BY CASE WHEN l.run_id = ?2 THEN 0 ELSE 1 END, a.requested_at DESC LIMIT 1",
+        args![job, run_id],
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                word::<ApprovalState>(r, 1)? == ApprovalState::Approved,
+            ))
+        },
+    )
+    .optional()
+}
+
+/// What a firing whose run waits for `key`'s approval says (its row's detail): the key, so a
+/// decision finds the firing it wakes or ends.
+pub(super) fn awaiting_detail(key: &str) -> String {
+    format!(
+        "its effect {key} waits for approval: `exactly approve {key}` runs it again at once, \
+         `exactly deny {key}` ends it"
+    )
+}
+
+/// What an approval's decision does to the firings whose run waits for it: approved, each goes
+/// again at once (`retry`, no backoff: the next scheduler tick runs it, under a new lease and
+/// token); denied, each ends `denied`.
+fn wake_firings_tx(
+    tx: &super::db::Tx<'_>,
+    job: &str,
+    key: &str,
+    approve: bool,
+    by: &str,
+    now: &str,
+) -> DbResult<usize> {
+    let (state, detail) = if approve {
+        ("retry", approved_detail(key, by))
+    } else {
+        (
+            "denied",
+            format!("{APPROVAL_DENIED} by {by}: effect {key} is never sent"),
+        )
+    };
+    tx.exec(
+        "UPDATE exactly_firings SET state = ?3, updated_at = ?4, detail = ?5
+         WHERE job_key = ?1 AND state = 'awaiting_approval' AND detail LIKE ?2",
+        args![job, format!("%{key}%"), state, now, detail],
+    )
+}
+
+/// The detail of a firing woken by its approval (`resume_firing` tells it by its start).
+pub(super) const APPROVAL_CAME: &str = "its approval came";
+/// The detail of a firing ended by a denial.
+const APPROVAL_DENIED: &str = "its approval was denied";
+
+/// The detail of a firing woken because `key` was approved by `by`.
+pub(super) fn approved_detail(key: &str, by: &str) -> String {
+    format!("{APPROVAL_CAME} (effect {key}, approved by {by}): it runs again now")
+}
+
 impl Store {
     pub(crate) fn approval(&mut self, key: &str) -> Result<Option<ApprovalRow>> {
         self.read(|tx| {
@@ -180,6 +251,7 @@ impl Store {
             let mut ev = NewEvent::new(k, now).job(&job).effect(key).actor(by);
             ev.detail = note;
             record_event(tx, &ev)?;
+            wake_firings_tx(tx, &job, key, approve, by, now)?;
             Ok(Decided::Done)
         })
     }

@@ -347,6 +347,8 @@ struct FiringFigures {
     queued: u64,
     gave_up: u64,
     retry: u64,
+    /// A waiting retry's own reason (its firing's detail).
+    retry_detail: Option<String>,
 }
 
 fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
@@ -446,6 +448,10 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
                            AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1";
+    // A job's failed runs since its newest `ok` run, from the table.
+    let failed_sql = "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 \
+                          AND outcome IN ('failed', 'timeout') AND started_at > coalesce(
+           (SELECT max(started_at) FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'), '')";
     let last_sql = format!(
         "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     );
@@ -455,7 +461,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     slots.sync(tx)?;
     let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
     tx.each(
-        "SELECT job_key, state, count(*) FROM exactly_firings
+        "SELECT job_key, state, count(*), max(detail) FROM exactly_firings
          WHERE state IN ('queued', 'gave_up', 'retry') GROUP BY state, job_key",
         &[],
         |r| {
@@ -468,7 +474,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             match state {
                 FiringState::Queued => f.queued = n,
                 FiringState::GaveUp => f.gave_up = n,
-                _ => f.retry = n,
+                _ => (f.retry, f.retry_detail) = (n, text(r, 3)?),
             }
             Ok(())
         },
@@ -482,12 +488,22 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             Some(r) => Some(r),
             None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
+        let failed_since_ok = windows.failed_since_ok(&j.job_key);
         j.last_success_at = match windows.last_success(&j.job_key) {
             Some(at) => at,
             None => tx
                 .one(success_sql, args![&j.job_key, &oldest], |r| text(r, 0))
                 .optional()?
                 .flatten(),
+        };
+        j.failed_since_ok = match failed_since_ok {
+            Some(n) => n,
+            // Asked only of a job with no run this week that failed or succeeded (a weekly job
+            // whose run is under way): its runs before the window.
+            None => tx
+                .one(failed_sql, args![&j.job_key], |r| int(r, 0))?
+                .unwrap_or(0)
+                .max(0) as u64,
         };
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
         for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
@@ -511,6 +527,7 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
         let f = firings.get(&j.job_key).cloned().unwrap_or_default();
         j.queue_depth = f.queued;
         (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
+        j.retry_detail = f.retry_detail;
     }
     Ok(jobs.into_values().collect())
 }
@@ -523,6 +540,82 @@ pub(super) mod tests {
             .reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER)
             .unwrap();
         crate::snapshot::Snapshot::from_reading(reading, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
+    }
+
+    /// A job's failing episode, as every reader sees it: a run under way, a killed run or one
+    /// waiting for approval never ends it, only an `ok` run does; a weekly job whose only run
+    /// this week is under way keeps the episode its older runs opened; the key names the last
+    /// success before the failures.
+    #[test]
+    fn a_failing_episode_ends_only_with_a_success() {
+        use crate::snapshot::JobState;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let raw = rusqlite::Connection::open(path).unwrap();
+        let now = crate::time::now();
+        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        raw.execute(
+            "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, \
+             updated_at) VALUES ('d', 'every 1h', 3600, 60, 'coalesce', ?1), \
+             ('w', 'every 7d', 604800, 60, 'coalesce', ?1)",
+            [at(0)],
+        )
+        .unwrap();
+        let run = |job: &str, id: &str, h: i64, outcome: Option<&str>| {
+            let ended = outcome.map(|_| at(h));
+            let ms = outcome.map(|_| 1000);
+            raw.execute(
+                "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+                 started_at, ended_at, outcome, duration_ms) VALUES (?1, ?2, ?3, 's', 1, ?3, ?4, \
+                 ?5, ?6)",
+                rusqlite::params![id, job, at(h), ended, outcome, ms],
+            )
+            .unwrap();
+        };
+        let job = |store: &mut super::Store, key: &str| {
+            snap(store)
+                .jobs
+                .into_iter()
+                .find(|j| j.job_key == key)
+                .unwrap()
+        };
+        run("d", "d1", 10, Some("ok"));
+        run("d", "d2", 9, Some("failed"));
+        run("d", "d3", 8, Some("killed"));
+        run("d", "d4", 7, Some("awaiting_approval"));
+        run("d", "d5", 6, Some("timeout"));
+        run("d", "d6", 5, None);
+        // A weekly job: it failed 8 and 15 days ago; this week's only run is under way.
+        run("w", "w1", 24 * 22, Some("ok"));
+        run("w", "w2", 24 * 15, Some("failed"));
+        run("w", "w3", 24 * 8, Some("failed"));
+        run("w", "w4", 1, None);
+        let mut store = super::Store::open(path).unwrap();
+        let d = job(&mut store, "d");
+        assert_eq!(d.state(), JobState::Running);
+        let ok_at = d.last_success_at.clone().unwrap();
+        assert_eq!(
+            d.failing_episode(),
+            Some((format!("d@after-ok:{ok_at}"), 2))
+        );
+        let w = job(&mut store, "w");
+        assert_eq!(w.state(), JobState::Running);
+        assert_eq!(w.failing_episode().map(|e| e.1), Some(2));
+        raw.execute(
+            "UPDATE exactly_runs SET ended_at = ?1, outcome = 'awaiting_approval', \
+             duration_ms = 5 WHERE run_id = 'd6'",
+            [at(0)],
+        )
+        .unwrap();
+        let d = job(&mut store, "d");
+        assert_eq!(d.state(), JobState::AwaitingApproval);
+        assert_eq!(d.state().label(), "waiting for approval");
+        assert!(d.failing_episode().is_some());
+        run("d", "d7", 0, Some("ok"));
+        let d = job(&mut store, "d");
+        assert_eq!((d.state(), d.failing_episode()), (JobState::Ok, None));
     }
 
     /// Duplicates suppressed and fenced writes: all time from the counters, last 24 h from the

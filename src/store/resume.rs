@@ -216,6 +216,7 @@ impl Store {
                 let Some((slot, state, old_run, detail)) = found else {
                     return Ok(out);
                 };
+                let detail_text = detail.clone();
                 let failed =
                     state == "retry" && detail.is_some_and(|d| d.starts_with(FAILED_RETRY));
                 // A run is resumed only once its scheduler is gone, never because its end is
@@ -270,8 +271,13 @@ impl Store {
                     return Ok(out);
                 };
                 close_dead_run(tx, old_run.as_deref(), now)?;
+                let approved = detail_text
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with(super::approval::APPROVAL_CAME));
                 let why = if failed {
                     "its run failed (retries)"
+                } else if approved {
+                    "its approval came"
                 } else if state == "retry" {
                     "an observer found its effect never happened"
                 } else {

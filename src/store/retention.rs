@@ -27,7 +27,7 @@ const RUNS: &str = "FROM exactly_runs r WHERE r.started_at < ?1 AND r.ended_at I
         WHERE r2.job_key = r.job_key)";
 /// Old decided firings, but never a job's latest nor one still waiting.
 const FIRINGS: &str = "FROM exactly_firings f WHERE f.created_at < ?1
-    AND f.state NOT IN ('queued', 'running', 'retry')
+    AND f.state NOT IN ('queued', 'running', 'retry', 'awaiting_approval')
     AND f.scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 \
         WHERE f2.job_key = f.job_key)";
 /// Old events, except those about an effect still open or awaiting a person.
@@ -179,7 +179,7 @@ impl Store {
                 )?;
                 let f = tx.exec(
                     "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
-                       AND state NOT IN ('queued', 'running', 'retry')
+                       AND state NOT IN ('queued', 'running', 'retry', 'awaiting_approval')
                        AND scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 \
                            WHERE f2.job_key = ?1)
                        AND NOT EXISTS (SELECT 1 FROM exactly_runs r WHERE r.job_key = ?1

@@ -177,6 +177,11 @@ pub struct JobRow {
     /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
     /// counts the same, since the job was last resumed.
     pub consecutive_failures: u64,
+    /// Its finished runs that failed since its newest `ok` run (runs that say nothing of the
+    /// job, and a run under way, neither count nor end it): a failing episode is open while
+    /// this is above 0 (see [`JobRow::state`](crate::snapshot::JobState)).
+    #[serde(skip)]
+    pub failed_since_ok: u64,
     /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
     /// it is not paused.
     pub paused_reason: Option<String>,
@@ -200,8 +205,12 @@ pub struct JobRow {
     pub fenced_writes: u64,
     /// Firings that used up their runs (three) without finishing.
     pub firings_gave_up: u64,
-    /// Firings an observer marked for a re-run that has not happened yet.
+    /// Firings marked to run again (their run failed with retries left, or an observer found
+    /// an effect never happened, or its approval came) that have not run yet.
     pub firings_need_retry: u64,
+    /// One such firing's own reason (its firing row's detail).
+    #[serde(skip)]
+    pub retry_detail: Option<String>,
     /// What a person should look at, in sentences.
     pub warnings: Vec<String>,
     /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of

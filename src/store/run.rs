@@ -141,6 +141,16 @@ impl Store {
                     outcome = RunOutcome::Fenced;
                 }
             }
+            // A command that stopped at an effect waiting for a person's approval (`exactly
+            // effect --needs-approval` exits 4 while the job's approval is pending) did not
+            // fail: its firing waits for the decision.
+            let mut awaited = None;
+            if outcome == RunOutcome::Failed && end.exit_code == Some(4) {
+                awaited = super::approval::awaited_tx(tx, end.job, end.run_id)?;
+                if awaited.is_some() {
+                    outcome = RunOutcome::AwaitingApproval;
+                }
+            }
             tx.exec(
                 "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, \
                      exit_code = ?5, log = ?6
@@ -172,6 +182,11 @@ impl Store {
                 (RunOutcome::Killed, true) => FiringState::Retry,
                 (RunOutcome::Killed, false) => FiringState::GaveUp,
                 (RunOutcome::NotStarted, _) => FiringState::Missed,
+                // Approved while its run was ending: it goes again at once.
+                (RunOutcome::AwaitingApproval, _) if awaited.as_ref().is_some_and(|a| a.1) => {
+                    FiringState::Retry
+                }
+                (RunOutcome::AwaitingApproval, _) => FiringState::AwaitingApproval,
                 _ => FiringState::Ran,
             };
             // A firing whose command never started is a miss, and says why.
@@ -179,6 +194,11 @@ impl Store {
                 RunOutcome::NotStarted => {
                     format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200))
                 }
+                RunOutcome::AwaitingApproval => match &awaited {
+                    Some((key, true)) => super::approval::approved_detail(key, "a person"),
+                    Some((key, false)) => super::approval::awaiting_detail(key),
+                    None => outcome.to_string(),
+                },
                 _ => outcome.to_string(),
             };
             let moved = tx.exec(

@@ -278,6 +278,22 @@ impl RunWindows {
         })
     }
 
+    /// How many of a job's finished runs failed since its newest `ok` run (within the
+    /// window): runs that say nothing of the job (killed by a deploy, fenced, not started,
+    /// waiting for approval) and a run still under way neither count nor end the count. None
+    /// when the window holds no finished run that failed or succeeded.
+    pub(super) fn failed_since_ok(&self, job: &str) -> Option<u64> {
+        let w = self.jobs.get(job)?;
+        let mut verdicts = w
+            .runs
+            .iter()
+            .rev()
+            .filter(|b| b.duration_ms.is_some() && (b.ok || b.failed))
+            .peekable();
+        verdicts.peek()?;
+        Some(verdicts.take_while(|b| b.failed).count() as u64)
+    }
+
     /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
     /// finished runs in the window.
     pub(super) fn figures(&mut self, job: &str) -> Figures {

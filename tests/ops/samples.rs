@@ -60,11 +60,23 @@ fn the_sample_jobs_file_runs_as_shipped() {
     assert_ne!(code, 0);
     let keys = site.strings("SELECT effect_key FROM exactly_approvals WHERE state = 'pending'");
     assert_eq!(keys.len(), 1, "{out}{err}");
+    assert_eq!(
+        site.strings("SELECT outcome FROM exactly_runs WHERE job_key = 'invoice-batch'"),
+        ["awaiting_approval"]
+    );
     let (code, _, err) = operator(&site, &["approve", &keys[0]]);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = operator(&site, &["trigger", "invoice-batch"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(outbox("invoice-outbox.log"), 1, "{out}{err}");
+    // The approval wakes the waiting firing: a scheduler runs it within a tick.
+    let tmp = site.dir.path().to_string_lossy().into_owned();
+    let mut sched = site.start_file(&sample, "sample2", "2s", &[("TMPDIR", tmp.as_str())]);
+    assert!(
+        wait_until(Duration::from_secs(10), || outbox("invoice-outbox.log")
+            == 1),
+        "{}",
+        site.log("sample2")
+    );
+    assert_eq!(sched.term(Duration::from_secs(20)), Some(0));
+    assert_eq!(outbox("invoice-outbox.log"), 1);
 }
 
 /// A far side for the wrappers: SEND appends the effect key to `far.log`, OBSERVE finds it.

@@ -125,3 +125,44 @@ on_both_backends! {
         assert!(err.contains("no job named nope"), "{err}");
     }
 }
+
+/// A paused job's firing waiting for a retry is told with its own reason (its firing's
+/// detail) and as waiting for `resume`: a paused job re-runs nothing.
+#[test]
+fn a_paused_job_s_retry_warning_gives_its_own_reason() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"flaky\"\nevery = \"2s\"\nlease = \"5s\"\noverlap = \"coalesce\"\n\
+         retries = 1\nretry_backoff = \"1h\"\ncommand = {}\n",
+        sh("exit 1")
+    ));
+    let mut s = site.start("s", "1s");
+    let retry = || site.count("SELECT count(*) FROM exactly_firings WHERE state = 'retry'");
+    assert!(
+        wait_until(Duration::from_secs(10), || retry() >= 1),
+        "{}",
+        site.log("s")
+    );
+    let (code, out, err) = site.exactly(&["pause", "flaky", "--note", "maintenance"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(s.term(Duration::from_secs(5)), Some(0), "{}", site.log("s"));
+    let (_, json, _) = site.exactly(&["jobs", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("jobs --json");
+    let warnings: Vec<String> = v["jobs"][0]["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let retry = warnings
+        .iter()
+        .find(|w| w.contains("run again") || w.contains("need retry"))
+        .unwrap_or_else(|| panic!("no retry warning: {warnings:?}"));
+    assert!(
+        retry.contains("its run failed") && retry.contains("exactly resume flaky"),
+        "the firing's own reason, waiting for resume: {retry}"
+    );
+    assert!(!retry.contains("an effect never happened"), "{retry}");
+}

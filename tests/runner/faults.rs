@@ -345,7 +345,7 @@ on_both_backends! {
             ["retry"]
         );
         let (_, status, _) = site.exactly(&["status", "--json"]);
-        assert!(status.contains("need retry"), "status shows it: {status}");
+        assert!(status.contains("to run again"), "status shows it: {status}");
         let mut s = site.start("s", "5s");
         assert!(
             wait_until(Duration::from_secs(10), || site

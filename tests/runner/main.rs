@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod approval;
 mod cages;
 mod capacity;
 mod check;

@@ -479,3 +479,98 @@ fn a_recorded_missed_firing_is_told_once_each() {
         site.counter("firing_missed")
     );
 }
+
+/// The webhook deliveries of `failing_runs`, as (episode, state) pairs in order.
+fn told_per_episode(far: &Recorder) -> Vec<(String, String)> {
+    far.delivered()
+        .into_iter()
+        .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
+        .filter(|b| b["rule"] == "failing_runs")
+        .map(|b| {
+            let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+            (s("episode"), s("state"))
+        })
+        .collect()
+}
+
+/// A job failing after 2.5 s every 3 s: most rule passes land while its next run is in
+/// progress. A run in progress never ends the episode: for 60 s the channel hears "firing"
+/// once and never "recovered".
+#[test]
+fn a_run_in_progress_never_ends_a_failing_episode() {
+    let site = Site::new();
+    let far = Recorder::start();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"slowfail\"\nevery = \"3s\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+         command = {}\n\n[[notify]]\nname = \"ops\"\nwebhook = \"{}/hook\"\n\
+         failing_runs = 1\nrecovery = true\n",
+        sh("sleep 2.5; exit 1"),
+        far.url
+    ));
+    let mut s = site.start("s", "5s");
+    std::thread::sleep(Duration::from_secs(60));
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let told = told_per_episode(&far);
+    let mut per_episode: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for (episode, state) in &told {
+        let e = per_episode.entry(episode.as_str()).or_default();
+        match state.as_str() {
+            "firing" => e.0 += 1,
+            _ => e.1 += 1,
+        }
+    }
+    println!("failing 3 s job for 60 s: (firing, recovered) per episode: {per_episode:?}");
+    let failed = site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'failed'");
+    assert!(failed >= 10, "only {failed} failed runs\n{}", site.log("s"));
+    assert_eq!(
+        per_episode.values().copied().collect::<Vec<_>>(),
+        vec![(1, 0)],
+        "one episode, told firing once and never recovered: {told:?}"
+    );
+}
+
+/// A real success after failures ends the episode: exactly one "recovered", after it.
+#[test]
+fn a_success_after_failures_sends_exactly_one_recovered() {
+    let site = Site::new();
+    let far = Recorder::start();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"mend\"\nevery = \"3s\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+         command = {}\n\n[[notify]]\nname = \"ops\"\nwebhook = \"{}/hook\"\n\
+         failing_runs = 2\nrecovery = true\n",
+        sh(&format!("sleep 2; test -f {}", site.path("ok").display())),
+        far.url
+    ));
+    let mut s = site.start("s", "5s");
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            told_per_episode(&far).iter().any(|(_, st)| st == "firing")
+        }),
+        "no firing: {:?}\n{}",
+        far.requests(),
+        site.log("s")
+    );
+    std::fs::write(site.path("ok"), "").expect("touch ok");
+    let ok = || site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'");
+    assert!(
+        wait_until(Duration::from_secs(20), || ok() >= 3),
+        "{}",
+        site.log("s")
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        s.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let told = told_per_episode(&far);
+    let states: Vec<&str> = told.iter().map(|(_, st)| st.as_str()).collect();
+    assert_eq!(states, vec!["firing", "recovered"], "{told:?}");
+    assert_eq!(told[0].0, told[1].0, "one episode: {told:?}");
+}

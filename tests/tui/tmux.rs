@@ -386,3 +386,56 @@ fn q_ends_with_an_exit_status_the_terminal_can_report() {
         }
     }
 }
+
+/// A job whose lease a cron wrapper holds (`exactly lease claim`, no scheduler run): `jobs`,
+/// `jobs --json` and `top` read the same database and say the same word, `running`.
+#[test]
+fn jobs_and_top_agree_on_a_job_a_cron_wrapper_holds() {
+    assert!(
+        tmux_available(),
+        "tmux is required by this test and is not installed"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, _, _) = fixture(dir.path());
+    let out = Command::new(exe())
+        .args(["--db", &db, "jobs", "--json"])
+        .output()
+        .expect("jobs --json");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let json_state = v["jobs"][0]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let out = Command::new(exe())
+        .args(["--db", &db, "jobs"])
+        .output()
+        .expect("jobs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text_row = text
+        .lines()
+        .find(|l| l.starts_with("invoices"))
+        .unwrap_or_default()
+        .to_string();
+    let t = start("agree", 160, 30);
+    t.wait_for("$");
+    t.keys(&[&format!("{} --db {db} top; echo EXITED:$?", exe()), "Enter"]);
+    let s = t.wait_for("invoices");
+    let top_row = s
+        .lines()
+        .find(|l| l.contains("invoices"))
+        .unwrap_or_default()
+        .to_string();
+    t.keys(&["q"]);
+    t.wait_for("EXITED:0");
+    let words = |row: &str| -> Vec<&'static str> {
+        ["running", "idle", "ok", "failing"]
+            .into_iter()
+            .filter(|w| row.split_whitespace().any(|x| x == *w))
+            .collect()
+    };
+    assert_eq!(
+        (json_state.as_str(), words(&text_row), words(&top_row)),
+        ("running", vec!["running"], vec!["running"]),
+        "jobs --json, jobs and top on one database:\n{text_row}\n{top_row}"
+    );
+}

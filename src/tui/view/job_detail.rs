@@ -94,7 +94,7 @@ fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
                 .queue_cap
                 .map(|c| format!(" (cap {c})"))
                 .unwrap_or_default(),
-            job_state(j, now),
+            job_state(j),
         ),
         format!(" lease {}", lease_text(j, now)),
         format!(

@@ -31,15 +31,12 @@ pub(super) fn lease_left(j: &JobRow, now: Ts) -> Option<i64> {
         .map(|u| (u - now).num_seconds())
 }
 
-pub(super) fn job_state(j: &JobRow, now: Ts) -> &'static str {
-    if j.paused {
-        "PAUSED"
-    } else if j.retired {
-        "retired"
-    } else if lease_left(j, now).is_some_and(|l| l > 0) {
-        "running"
-    } else {
-        "idle"
+/// The job's state word ([`JobRow::state`], as `jobs` and `status` say it); a paused job's in
+/// capitals, to stand out.
+pub(super) fn job_state(j: &JobRow) -> &'static str {
+    match j.state() {
+        crate::snapshot::JobState::Paused => "PAUSED",
+        s => s.label(),
     }
 }
 
@@ -80,7 +77,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         (Some(_), Some(_)) => ("expired".into(), t.dim()),
         _ => ("free".into(), t.dim()),
     };
-    let state = job_state(j, now);
+    let state = job_state(j);
     let over = |b: bool| if b { t.bad() } else { Style::new() };
     vec![
         (warn_cell(j), t.bad()),

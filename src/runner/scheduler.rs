@@ -58,8 +58,10 @@ pub(super) struct JobState {
     pub(super) dst_seen: Ts,
     /// This scheduler's to fire on time; another's, fired here only if left unrecorded.
     pub(super) mine: bool,
-    /// Its failed firing's retry waits for its backoff until then: not asked again before.
-    retry_after: Option<Ts>,
+    /// Its failed firing (this slot) waits for its backoff until then, on the monotonic clock
+    /// (a wall clock stepped back or forward neither silences nor hurries it): not asked again
+    /// before, and the job's queued later slots wait behind it.
+    retry_after: Option<(String, Instant)>,
 }
 
 impl JobState {
@@ -346,8 +348,10 @@ const SHUTDOWN_AFTER_GRACE: Duration = Duration::from_millis(900);
 fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts) -> Result<bool> {
     let (store, cfg, kill, rules) = (&mut *t.store, t.cfg, t.kill, t.rules);
     let runs = &mut *t.runs;
-    // A failed firing waiting for its backoff is not asked again before it ends.
-    if waiting.resumable && !waiting.queued && st.retry_after.is_some_and(|t| now < t) {
+    // A failed firing waiting for its backoff is not asked again before it ends, and goes
+    // before the job's later slots: those queued wait behind it.
+    let held = st.retry_after.as_ref().map(|(_, at)| Instant::now() >= *at);
+    if waiting.resumable && held == Some(false) {
         return Ok(false);
     }
     // Its own copy: the state keeps what the resume says of the next retry.
@@ -361,25 +365,28 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
     // The run's local deadline counts from before the write that grants its lease.
     let asked = Instant::now();
     let mut started = None;
-    if waiting.queued {
-        started = firing::start_queued(store, &job.name, &cfg.owner, until, now)?
-            .map(|s| (Level::INFO, "a queued firing", s, false));
-    }
-    // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
-    // happened goes again, for the same slot, up to its attempt limit.
-    if started.is_none() && waiting.resumable {
+    // A firing whose run died (with its scheduler, or killed at a deploy), whose run failed with
+    // retries left, or whose effect never happened goes again, for the same slot, up to its
+    // attempt limit: before the job's queued later slots.
+    let mut backing_off = false;
+    if waiting.resumable {
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = now - window;
         let policy = job.policy;
         let name = job.name.clone();
         let backoff = move |slot: &str, runs: i64| policy.backoff(&name, slot, runs);
+        let served = st.retry_after.take().filter(|_| held == Some(true));
         let retry = crate::policy::RetryRules {
             attempts: policy.attempts(),
             backoff: &backoff,
+            held: served.as_ref().map(|(slot, _)| slot.as_str()),
         };
         let resumed = firing::resume(store, &job.name, until, now, oldest, rules, &retry)?;
-        st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
+        st.retry_after = resumed
+            .backoff_left
+            .map(|(slot, left)| (slot, Instant::now() + left));
+        backing_off = st.retry_after.is_some();
         for (slot, n) in &resumed.gave_up {
             tracing::error!(
                 job = %job.name,
@@ -396,6 +403,10 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
                 true,
             )
         });
+    }
+    if started.is_none() && waiting.queued && !backing_off {
+        started = firing::start_queued(store, &job.name, &cfg.owner, until, now)?
+            .map(|s| (Level::INFO, "a queued firing", s, false));
     }
     if let Some((level, what, s, resumed)) = started {
         log::line(

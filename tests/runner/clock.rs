@@ -141,6 +141,57 @@ on_both_backends! {
             assert_eq!(s[k], 0, "{k}: {v:#}");
         }
     }
+
+    /// A failed firing waits out its 3 s backoff when the clock steps back an hour meanwhile:
+    /// its retry runs about 3 s after the failure (not an hour later), and the job keeps firing.
+    #[test]
+    fn a_retry_waiting_its_backoff_keeps_its_time_when_the_clock_steps_back() {
+        let site = Site::new();
+        let ts = site.path("clock");
+        std::fs::write(&ts, "+0").expect("clock file");
+        // Its first run fails; every run notes its slot.
+        let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> count; [ -f failed ] || { touch failed; exit 1; }");
+        site.write_jobs(&format!(
+            "[[job]]\nname = \"tick\"\nevery = \"2s\"\nlease = \"1500ms\"\noverlap = \"coalesce\"\n\
+             retries = 1\nretry_backoff = \"3s\"\ncommand = {cmd}\n"
+        ));
+        let env = on_clock(&ts);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut s = site.start_with_env("s", "5s", &env);
+        assert!(
+            wait_until(Duration::from_secs(15), || site.count(
+                "SELECT count(*) FROM exactly_firings WHERE state = 'retry'"
+            ) == 1),
+            "the job never failed: {}",
+            site.log("s")
+        );
+        // NTP steps the clock back an hour while the retry waits.
+        std::fs::write(&ts, "-3600").expect("clock file");
+        let stepped = std::time::Instant::now();
+        let retried = wait_until(Duration::from_secs(8), || {
+            let c = site.lines("count");
+            c.len() >= 2 && c[1] == c[0]
+        });
+        let retry_after = stepped.elapsed();
+        let kept_on = wait_until(Duration::from_secs(8), || runs(&site) >= 5);
+        let slots = site.lines("count");
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+        eprintln!("retry {retry_after:?} after the step; runs {slots:?}");
+        assert!(
+            retried,
+            "the retry did not run within 8 s of the step back: runs {slots:?}\n{}",
+            site.log("s")
+        );
+        assert!(
+            retry_after >= Duration::from_millis(1500),
+            "the retry hurried: {retry_after:?} after the step"
+        );
+        assert!(
+            kept_on,
+            "the job fell silent after the retry: runs {slots:?}\n{}",
+            site.log("s")
+        );
+    }
 }
 
 /// Berlin's spring night, on a real scheduler whose clock libfaketime starts just before it:

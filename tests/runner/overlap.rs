@@ -193,4 +193,59 @@ on_both_backends! {
             )
         );
     }
+
+    /// A failed firing's retries go before the job's later slots under every overlap policy,
+    /// with `keep_runs = 1` pruning the runs of the slots around them: its three runs (one
+    /// and two retries) are the first three, and no fourth.
+    #[test]
+    fn a_retry_goes_before_later_slots_under_every_policy() {
+        for policy in ["overlap = \"queue\"\nqueue_cap = 5", "overlap = \"coalesce\"",
+                       "overlap = \"fail\""] {
+            let site = Site::new();
+            site.write_jobs(&first_slot_fails(policy, "1.5"));
+            let mut s = site.start("s", "5s");
+            let first = |site: &Site| site.lines("bad").first().cloned().unwrap_or_default();
+            let retried = wait_until(Duration::from_secs(12), || {
+                let f = first(&site);
+                !f.is_empty() && site.lines("slots").iter().filter(|l| **l == f).count() >= 3
+            });
+            // A little longer: a fourth run of the slot would show.
+            std::thread::sleep(Duration::from_millis(1500));
+            assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+            let (f, slots) = (first(&site), site.lines("slots"));
+            assert!(
+                retried,
+                "{policy}: the failed slot {f} was not run three times: {slots:?}\n{}",
+                site.log("s")
+            );
+            assert_eq!(
+                slots[..3],
+                [f.clone(), f.clone(), f.clone()],
+                "{policy}: later slots ran before the failed slot's retries: {slots:?}"
+            );
+            assert_eq!(
+                slots.iter().filter(|l| **l == f).count(),
+                3,
+                "{policy}: retries = 2 is three runs: {slots:?}"
+            );
+            assert_eq!(
+                site.count("SELECT count(*) FROM exactly_firings WHERE state = 'retry'"),
+                0,
+                "{policy}"
+            );
+            eprintln!("{policy}: {} runs, the first three the failed slot's", slots.len());
+        }
+    }
+}
+
+/// A job whose first slot always fails: every run notes its slot in `slots`, runs `secs`.
+fn first_slot_fails(policy: &str, secs: &str) -> String {
+    let cmd = sh(&format!(
+        "echo $EXACTLY_SCHEDULED_AT >> slots; [ -f bad ] || echo $EXACTLY_SCHEDULED_AT > bad; \
+         sleep {secs}; [ \"$(cat bad)\" != \"$EXACTLY_SCHEDULED_AT\" ]"
+    ));
+    format!(
+        "[[job]]\nname = \"q\"\nevery = \"1s\"\nlease = \"5s\"\n{policy}\nretries = 2\n\
+         retry_backoff = \"300ms\"\nkeep_runs = 1\ncommand = {cmd}\n"
+    )
 }

@@ -22,6 +22,8 @@ const PRUNE_FIRST: Duration = Duration::from_secs(2);
 pub struct Upkeep {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// The outage this start ended (no scheduler of the file alive before it), if any.
+    pub outage: Option<jobs::Outage>,
 }
 
 /// Records the scheduler (an error here is the database's, and stops `exactly run`) and starts
@@ -38,7 +40,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         source,
         host_id: crate::sender::host_id(),
     };
-    jobs::scheduler_started(&mut store, &reg)?;
+    let outage = jobs::scheduler_started_after(&mut store, &reg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     {
@@ -105,7 +107,11 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
             }
         }));
     }
-    Ok(Upkeep { stop, threads })
+    Ok(Upkeep {
+        stop,
+        threads,
+        outage,
+    })
 }
 
 /// Sleeps until `at` in small steps; false once `stop` is set.

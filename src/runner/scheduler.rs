@@ -42,6 +42,9 @@ pub struct Config {
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,
+    /// The outage this scheduler's start ended: the slots that fell due in it are the outage's
+    /// (caught up within each job's catch-up window), never missed.
+    pub outage: Option<crate::jobs::Outage>,
 }
 
 pub(super) struct JobState {
@@ -129,13 +132,22 @@ struct Running {
 }
 
 /// A job's state as this scheduler starts firing it: a job new to the registry has no past to
-/// have missed; otherwise it picks up after the last slot any scheduler fired.
-fn start_state(store: &mut Store, job: Job, fresh: &[String]) -> Result<JobState> {
+/// have missed; otherwise it picks up after the last slot any scheduler fired, or the end of
+/// the file's last outage before this start (`handled`), whichever is later: the scheduler that
+/// ended that outage handled its slots (fired, or left as the outage's, never missed).
+fn start_state(
+    store: &mut Store,
+    job: Job,
+    fresh: &[String],
+    handled: Option<Ts>,
+) -> Result<JobState> {
     let now = time::now();
     let last = if fresh.iter().any(|f| *f == job.name) {
         None
     } else {
-        firing::last_slot(store, &job.name)?.and_then(|s| time::parse(&s))
+        firing::last_slot(store, &job.name)?
+            .and_then(|s| time::parse(&s))
+            .max(handled)
     };
     Ok(JobState::new(job, last.unwrap_or(now).min(now)))
 }
@@ -153,8 +165,10 @@ pub fn run(
     let mut watch = super::definitions::Watch::new(&jobs, cfg.cwd.as_deref());
     let mut file = super::reload::FileJobs::new(&jobs, cfg.cwd.as_deref());
     let mut states = Vec::new();
+    let handled =
+        crate::jobs::last_outage_end(&mut store, &cfg.source, cfg.outage.as_ref().map(|o| o.to))?;
     for job in jobs {
-        states.push(start_state(&mut store, job, fresh)?);
+        states.push(start_state(&mut store, job, fresh, handled)?);
     }
     // The runs' watchdog is forked now, while this process is small.
     if !super::watchdog::ready() {
@@ -193,7 +207,7 @@ pub fn run(
                             st.replace(job);
                             st
                         }
-                        None => match start_state(&mut store, job.clone(), &r.fresh) {
+                        None => match start_state(&mut store, job.clone(), &r.fresh, handled) {
                             Ok(st) => st,
                             Err(e) => {
                                 health.failed(&job.name, &e);
@@ -225,13 +239,16 @@ pub fn run(
             }
         }
         let net = share.net_after();
+        let mut passed = super::missed::Passed::default();
         for st in states.iter_mut() {
             let recorded = super::missed::record_behind(&mut store, &cfg, st, now, &health, net);
             st.behind = recorded.is_err();
-            if let Err(e) = recorded {
-                health.failed(&st.job.name, &e);
+            match recorded {
+                Ok(n) => passed.add(n),
+                Err(e) => health.failed(&st.job.name, &e),
             }
         }
+        passed.say(cfg.outage.as_ref());
         let silent_for = crate::jobs::scheduler_dead_after();
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),

@@ -60,13 +60,12 @@ pub(super) fn record_behind(
     let mut outage_slots = 0;
     let job = &st.job;
     // A firing its DST policy left out is a miss that says why, not a silence.
-    let left_out: Vec<String> = crate::schedule::skipped_slots(&job.schedule, st.dst_seen, now)
-        .into_iter()
-        .map(time::fmt)
-        .collect();
-    if !left_out.is_empty() {
+    let left_out_at = crate::schedule::skipped_slots(&job.schedule, st.dst_seen, now);
+    let left_out: Vec<String> = left_out_at.iter().copied().map(time::fmt).collect();
+    if let Some(first) = left_out_at.first() {
         let n = left_out.len() as u64;
-        let reason = crate::schedule::SKIPPED_REASON;
+        // The gap's real length in its zone (30 minutes on Lord Howe Island).
+        let reason = &crate::schedule::skipped_reason(&job.schedule, *first);
         if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
             tracing::info!(job = %job.name, "firing at {} not run: {reason}", left_out.join(", "));
         }

@@ -533,3 +533,31 @@ fn a_second_crash_does_not_turn_the_first_outage_into_misses() {
         site.log("s")
     );
 }
+
+/// A warning that repeats (the heartbeat failing every 2 s on a locked or full database) is
+/// said once, then at most once a minute with a count, and its end once: not every beat.
+#[test]
+fn a_failing_heartbeat_is_said_once_not_every_beat() {
+    let site = Site::new();
+    every_second(&site);
+    let mut s = site.start_with_env("s", "1s", &[("EXACTLY_BUSY_TIMEOUT_MS", "200")]);
+    assert!(
+        wait_until(Duration::from_secs(10), || runs(&site) >= 2),
+        "{}",
+        site.log("s")
+    );
+    // Another process holds the write lock for 9 s: four or five beats fail.
+    let c = site.conn();
+    c.execute_batch("BEGIN IMMEDIATE").expect("lock");
+    std::thread::sleep(Duration::from_secs(9));
+    c.execute_batch("COMMIT").expect("unlock");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    let log = site.log("s");
+    let said = log.lines().filter(|l| l.contains(" heartbeat: ")).count();
+    assert!(said >= 1, "the failing heartbeat was never said: {log}");
+    assert!(
+        said <= 2,
+        "the failing heartbeat was said {said} times in 9 s (once, then its end): {log}"
+    );
+}

@@ -65,6 +65,9 @@ pub(super) struct JobState {
     /// (a wall clock stepped back or forward neither silences nor hurries it): not asked again
     /// before, and the job's queued later slots wait behind it.
     retry_after: Option<(String, Instant)>,
+    /// Its firings skipped while paused since the last one logged (the first one is logged,
+    /// the others counted), and the latest: said in one line once it fires again.
+    skipped: (u64, String),
 }
 
 impl JobState {
@@ -79,6 +82,7 @@ impl JobState {
             dst_seen: cursor,
             mine: true,
             retry_after: None,
+            skipped: (0, String::new()),
         }
     }
     pub(super) fn handled(&mut self, upto: Ts) {
@@ -653,6 +657,22 @@ fn fire_batches(
             match fired {
                 Ok(DueFate::Fired(fired)) => {
                     st.handled(slot);
+                    // A paused job's skipped firings: the first logged, the rest counted.
+                    if matches!(fired, Fired::Skipped { .. }) {
+                        if st.skipped.0 == 0 {
+                            report(&st.job.name, kind, &slot_text, &fired);
+                        }
+                        st.skipped = (st.skipped.0 + 1, slot_text);
+                        continue;
+                    }
+                    if st.skipped.0 > 0 {
+                        let (n, last) = std::mem::take(&mut st.skipped);
+                        log::line(
+                            Level::INFO,
+                            &st.job.name,
+                            &format!("{n} firing(s) skipped while paused, the last at {last}"),
+                        );
+                    }
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
                         let settle = open

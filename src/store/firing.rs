@@ -496,9 +496,26 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         }
     }
     if let Some((note, by)) = paused(tx, f.job)? {
+        // One event for a pause, at its first skipped firing; the counter counts each.
+        let earlier: bool = tx.one(
+            "SELECT EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = ?1 \
+                 AND f.state = 'skipped' AND f.scheduled_at <> ?2 \
+                 AND f.updated_at >= (SELECT coalesce(paused_at, '') FROM exactly_jobs \
+                                      WHERE job_key = ?1))",
+            args![f.job, f.slot],
+            |r| r.get(0),
+        )?;
         upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
         let fired = Fired::Skipped { note, by };
-        fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
+        if earlier {
+            tx.exec(
+                "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
+                 ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",
+                args![EventKind::FiringSkippedPaused, f.job],
+            )?;
+        } else {
+            fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
+        }
         return Ok(fired);
     }
     // An earlier firing that waits for the lease (its run died, its effect never happened, or

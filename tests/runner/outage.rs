@@ -3,6 +3,7 @@
 //! that reason) instead of running them late, and stops with a clear error when the database
 //! is gone or keeps failing. All SQLite: each fault is a SQLite file's (its write lock, its
 //! inode, its bytes); a PostgreSQL outage is the same code path (a failed transaction).
+use crate::on_both_backends;
 use crate::support;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -397,98 +398,6 @@ fn slots_during_a_postgres_outage_are_missed_for_that_reason_and_none_runs_late(
     assert_eq!(missed, slots, "each slot of the outage is missed: {log}");
 }
 
-/// A scheduler SIGKILLed and started again 10 s later: the slots that fell due meanwhile are an
-/// outage, not misses. One `scheduler_outage` event says how long no scheduler was alive; the
-/// job with a catch-up window fires them late; the one without does not run them, and neither
-/// counts a missed firing (FiringMissed stays quiet: NoSchedulerAlive is the outage's alert).
-#[test]
-fn a_short_crash_is_one_outage_caught_up_and_never_missed() {
-    let site = Site::new();
-    let job = |name: &str, catchup: &str| {
-        format!(
-            "[[job]]\nname = \"{name}\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"500ms\"\n\
-             overlap = \"coalesce\"\n{catchup}command = {}\n\n",
-            sh("true")
-        )
-    };
-    site.write_jobs(&(job("caught", "catchup = \"1m\"\n") + &job("plain", "")));
-    let mut s = site.start("s", "2s");
-    assert!(
-        wait_until(Duration::from_secs(10), || runs(&site) >= 4),
-        "{}",
-        site.log("s")
-    );
-    s.kill9();
-    let killed = exactly::time::now();
-    std::thread::sleep(Duration::from_secs(10));
-    let restarted = exactly::time::now();
-    let mut s = site.start("s", "2s");
-    let caught_up = |site: &Site| {
-        site.count(
-            "SELECT count(*) FROM exactly_firings WHERE job_key = 'caught' AND kind = 'catchup'",
-        )
-    };
-    let ok = wait_until(Duration::from_secs(8), || caught_up(&site) >= 8);
-    // A few more ticks: a late miss would show.
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
-    let log = site.log("s");
-    assert_eq!(
-        site.counter("firing_missed"),
-        0,
-        "a short crash counted missed firings: {:?}\n{log}",
-        site.strings(
-            "SELECT job_key || ' ' || scheduled_at || ' ' || coalesce(detail, '') \
-                      FROM exactly_firings WHERE state = 'missed'"
-        )
-    );
-    assert_eq!(
-        site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'"),
-        0
-    );
-    assert!(
-        ok,
-        "caught fired {} catch-up firings\n{log}",
-        caught_up(&site)
-    );
-    // Every slot of the job with a catch-up window was fired: no hole where the outage was.
-    let slots: Vec<_> = site
-        .strings("SELECT scheduled_at FROM exactly_firings WHERE job_key = 'caught' ORDER BY 1")
-        .iter()
-        .filter_map(|t| exactly::time::parse(t))
-        .collect();
-    for w in slots.windows(2) {
-        assert_eq!((w[1] - w[0]).num_milliseconds(), 1000, "a hole: {slots:?}");
-    }
-    let outages = site
-        .strings("SELECT detail FROM exactly_events WHERE kind = 'scheduler_outage' ORDER BY id");
-    assert_eq!(outages.len(), 1, "one outage: {outages:?}\n{log}");
-    // Its length: from the last heartbeat before the kill to the restart (a beat is 2 s).
-    let d = &outages[0];
-    let times: Vec<_> = d
-        .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',')
-        .filter_map(exactly::time::parse)
-        .collect();
-    assert_eq!(times.len(), 2, "from and to in {d}");
-    let (from, to) = (times[0], times[1]);
-    assert!(
-        from <= killed && killed - from < chrono::Duration::seconds(3),
-        "outage from {from}, killed at {killed}: {d}"
-    );
-    assert!(
-        to >= restarted && to - restarted < chrono::Duration::seconds(2),
-        "outage to {to}, restarted at {restarted}: {d}"
-    );
-    let len = (to - from).num_milliseconds();
-    assert!((10_000..13_500).contains(&len), "outage of {len} ms: {d}");
-    assert!(
-        d.contains(&exactly::time::human_ms(len as u64)),
-        "the length in words: {d}"
-    );
-    assert!(!log.contains("missed: no scheduler ran them"), "{log}");
-    eprintln!("outage: {d}; caught up {}", caught_up(&site));
-}
-
 /// Two crashes in a row: a scheduler that ended an outage (its slot left as the outage's, no
 /// catch-up window) dies before the job's next slot, and the one after it does not call that
 /// slot missed: it picks up where the first outage ended.
@@ -560,4 +469,98 @@ fn a_failing_heartbeat_is_said_once_not_every_beat() {
         said <= 2,
         "the failing heartbeat was said {said} times in 9 s (once, then its end): {log}"
     );
+}
+
+on_both_backends! {
+    /// A scheduler SIGKILLed and started again 10 s later: the slots that fell due meanwhile are an
+    /// outage, not misses. One `scheduler_outage` event says how long no scheduler was alive; the
+    /// job with a catch-up window fires them late; the one without does not run them, and neither
+    /// counts a missed firing (FiringMissed stays quiet: NoSchedulerAlive is the outage's alert).
+    #[test]
+    fn a_short_crash_is_one_outage_caught_up_and_never_missed() {
+        let site = Site::new();
+        let job = |name: &str, catchup: &str| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"500ms\"\n\
+                 overlap = \"coalesce\"\n{catchup}command = {}\n\n",
+                sh("true")
+            )
+        };
+        site.write_jobs(&(job("caught", "catchup = \"1m\"\n") + &job("plain", "")));
+        let mut s = site.start("s", "2s");
+        assert!(
+            wait_until(Duration::from_secs(10), || runs(&site) >= 4),
+            "{}",
+            site.log("s")
+        );
+        s.kill9();
+        let killed = exactly::time::now();
+        std::thread::sleep(Duration::from_secs(10));
+        let restarted = exactly::time::now();
+        let mut s = site.start("s", "2s");
+        let caught_up = |site: &Site| {
+            site.count(
+                "SELECT count(*) FROM exactly_firings WHERE job_key = 'caught' AND kind = 'catchup'",
+            )
+        };
+        let ok = wait_until(Duration::from_secs(8), || caught_up(&site) >= 8);
+        // A few more ticks: a late miss would show.
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+        let log = site.log("s");
+        assert_eq!(
+            site.counter("firing_missed"),
+            0,
+            "a short crash counted missed firings: {:?}\n{log}",
+            site.strings(
+                "SELECT job_key || ' ' || scheduled_at || ' ' || coalesce(detail, '') \
+                          FROM exactly_firings WHERE state = 'missed'"
+            )
+        );
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'"),
+            0
+        );
+        assert!(
+            ok,
+            "caught fired {} catch-up firings\n{log}",
+            caught_up(&site)
+        );
+        // Every slot of the job with a catch-up window was fired: no hole where the outage was.
+        let slots: Vec<_> = site
+            .strings("SELECT scheduled_at FROM exactly_firings WHERE job_key = 'caught' ORDER BY 1")
+            .iter()
+            .filter_map(|t| exactly::time::parse(t))
+            .collect();
+        for w in slots.windows(2) {
+            assert_eq!((w[1] - w[0]).num_milliseconds(), 1000, "a hole: {slots:?}");
+        }
+        let outages = site
+            .strings("SELECT detail FROM exactly_events WHERE kind = 'scheduler_outage' ORDER BY id");
+        assert_eq!(outages.len(), 1, "one outage: {outages:?}\n{log}");
+        // Its length: from the last heartbeat before the kill to the restart (a beat is 2 s).
+        let d = &outages[0];
+        let times: Vec<_> = d
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',')
+            .filter_map(exactly::time::parse)
+            .collect();
+        assert_eq!(times.len(), 2, "from and to in {d}");
+        let (from, to) = (times[0], times[1]);
+        assert!(
+            from <= killed && killed - from < chrono::Duration::seconds(3),
+            "outage from {from}, killed at {killed}: {d}"
+        );
+        assert!(
+            to >= restarted && to - restarted < chrono::Duration::seconds(2),
+            "outage to {to}, restarted at {restarted}: {d}"
+        );
+        let len = (to - from).num_milliseconds();
+        assert!((10_000..13_500).contains(&len), "outage of {len} ms: {d}");
+        assert!(
+            d.contains(&exactly::time::human_ms(len as u64)),
+            "the length in words: {d}"
+        );
+        assert!(!log.contains("missed: no scheduler ran them"), "{log}");
+        eprintln!("outage: {d}; caught up {}", caught_up(&site));
+    }
 }

@@ -8,8 +8,8 @@ use unicode_normalization::UnicodeNormalization;
 
 pub use crate::snapshot::{EventRow, RunRow};
 pub use crate::store::{
-    EffectCounts, JobRecord, NotifyEnd, Pruned, Registered, RunEnd, SchedulerReg, RUN_WINDOW,
-    RUN_WINDOW_DAYS,
+    EffectCounts, JobRecord, NotifyEnd, Outage, Pruned, Registered, RunEnd, SchedulerReg,
+    RUN_WINDOW, RUN_WINDOW_DAYS,
 };
 
 /// A job name as stored and looked up (the jobs file, the CLI): Unicode NFC, surrounding
@@ -149,7 +149,26 @@ pub fn live_schedulers(store: &mut Store, source: &str) -> Result<Vec<String>> {
 /// first heartbeat too).
 pub fn scheduler_started(store: &mut Store, s: &SchedulerReg<'_>) -> Result<()> {
     let now = store.now_text();
-    store.scheduler_started(s, &now)
+    store.scheduler_started(s, &now, None).map(|_| ())
+}
+
+/// When the latest outage of the jobs file `source` that ended before `before` ended (see
+/// [`scheduler_started_after`]): every slot up to then was handled.
+pub fn last_outage_end(
+    store: &mut Store,
+    source: &str,
+    before: Option<time::Ts>,
+) -> Result<Option<time::Ts>> {
+    let before = before.map(time::fmt).unwrap_or_else(|| "9999".to_string());
+    store.last_outage_end(source, &before)
+}
+
+/// [`scheduler_started`] for a scheduler's first start: the time since the last scheduler of its
+/// jobs file was heard from, when none is alive, is an outage (one `scheduler_outage` event,
+/// returned).
+pub fn scheduler_started_after(store: &mut Store, s: &SchedulerReg<'_>) -> Result<Option<Outage>> {
+    let now = store.now_text();
+    store.scheduler_started(s, &now, Some(scheduler_dead_after()))
 }
 
 /// One scheduler heartbeat; false when its row is gone or taken over (pruned, another pid).

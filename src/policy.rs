@@ -105,6 +105,9 @@ pub struct RetryRules<'a> {
     pub attempts: i64,
     /// How long after its last run a firing of this slot, with this many runs so far, goes again.
     pub backoff: &'a dyn Fn(&str, i64) -> Duration,
+    /// The slot whose backoff the caller has already waited out on its monotonic clock: it goes
+    /// now, whatever the wall clock (stepped back or forward since) says of its last run's end.
+    pub held: Option<&'a str>,
 }
 
 /// What an effect's approval says about sending it now.

@@ -309,6 +309,11 @@ words! {
         /// A scheduler's watchdog process (which stops runs at their lease deadline) died or
         /// stopped and was replaced; the detail names the old and new pids and the runs re-armed.
         WatchdogRestarted => "watchdog_restarted",
+        /// No scheduler of a jobs file was alive for a while (found by the next one to start):
+        /// one per outage, its detail says from when to when and how long. The slots that fell
+        /// due meanwhile are caught up within each job's catch-up window; the others are the
+        /// outage's, never counted as `firing_missed`.
+        SchedulerOutage => "scheduler_outage",
     }
 }
 

@@ -82,9 +82,10 @@ pub const JOB_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "catchup",
         kind: "duration string",
-        default: "0 (missed firings are recorded as missed)",
-        what: "firings missed while no scheduler ran are still fired when they are \
-               at most this old",
+        default: "0 (an outage's firings are not run)",
+        what: "firings that fell due while no scheduler was alive (an outage) are still \
+               fired when they are at most this old; older ones are not run, counted in the \
+               outage's event, never as missed",
         example: "catchup = \"2h\"",
     },
     KeyDoc {

@@ -22,6 +22,8 @@ const PRUNE_FIRST: Duration = Duration::from_secs(2);
 pub struct Upkeep {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// The outage this start ended (no scheduler of the file alive before it), if any.
+    pub outage: Option<jobs::Outage>,
 }
 
 /// Records the scheduler (an error here is the database's, and stops `exactly run`) and starts
@@ -38,7 +40,7 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         source,
         host_id: crate::sender::host_id(),
     };
-    jobs::scheduler_started(&mut store, &reg)?;
+    let outage = jobs::scheduler_started_after(&mut store, &reg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     {
@@ -50,10 +52,13 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         );
         threads.push(std::thread::spawn(move || {
             let mut next = Instant::now() + BEAT;
+            // A beat failing every 2 s (a full disk) is said once, then once a minute.
+            let mut beat = super::log::Repeating::new("heartbeat");
+            let mut keep = super::log::Repeating::new("keep_runs");
             while wait_until(&stop, next) {
                 next = Instant::now() + BEAT;
                 match jobs::scheduler_beat(&mut store, &owner, pid) {
-                    Ok(true) => {}
+                    Ok(true) => beat.ok(),
                     // The row was pruned or taken by a namesake: record ourselves again.
                     Ok(false) => {
                         let reg = SchedulerReg {
@@ -63,16 +68,18 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
                             source: &source,
                             host_id: crate::sender::host_id(),
                         };
-                        if let Err(e) = jobs::scheduler_started(&mut store, &reg) {
-                            tracing::warn!("heartbeat: {e}");
+                        match jobs::scheduler_started(&mut store, &reg) {
+                            Ok(()) => beat.ok(),
+                            Err(e) => beat.failed(&e),
                         }
                     }
                     // A busy database is not death: beat again next time.
-                    Err(e) => tracing::warn!("heartbeat: {e}"),
+                    Err(e) => beat.failed(&e),
                 }
                 // Each beat, jobs with `keep_runs` lose their runs beyond the newest N.
-                if let Err(e) = jobs::keep_newest_runs(&mut store) {
-                    tracing::warn!("keep_runs: {e}");
+                match jobs::keep_newest_runs(&mut store) {
+                    Ok(_) => keep.ok(),
+                    Err(e) => keep.failed(&e),
                 }
             }
             if let Err(e) = jobs::scheduler_ended(&mut store, &owner, pid) {
@@ -105,7 +112,11 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
             }
         }));
     }
-    Ok(Upkeep { stop, threads })
+    Ok(Upkeep {
+        stop,
+        threads,
+        outage,
+    })
 }
 
 /// Sleeps until `at` in small steps; false once `stop` is set.

@@ -151,6 +151,63 @@ fn render(format: LogFormat, time: &str, level: &Level, f: &Fields) -> String {
     }
 }
 
+/// How often a repeating warning is said again, with its count.
+pub const REPEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A warning that may repeat every few seconds (a heartbeat on a full disk): said once, then at
+/// most once every [`REPEAT_EVERY`] with how many times it happened since, and its end once.
+pub struct Repeating {
+    what: &'static str,
+    said_at: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl Repeating {
+    /// `what`: the line's prefix (`heartbeat`).
+    pub fn new(what: &'static str) -> Repeating {
+        Repeating {
+            what,
+            said_at: None,
+            since: 0,
+        }
+    }
+
+    /// It failed again with `e`: said now if it is new or a minute has passed.
+    pub fn failed(&mut self, e: &dyn std::fmt::Display) {
+        let now = std::time::Instant::now();
+        match self.said_at {
+            None => {
+                tracing::warn!("{}: {e} (said again at most once a minute)", self.what);
+                self.said_at = Some(now);
+                self.since = 0;
+            }
+            Some(t) if now.duration_since(t) >= REPEAT_EVERY => {
+                tracing::warn!(
+                    "{}: {e} ({} times in the last {})",
+                    self.what,
+                    self.since + 1,
+                    crate::time::human_ms(now.duration_since(t).as_millis() as u64)
+                );
+                self.said_at = Some(now);
+                self.since = 0;
+            }
+            Some(_) => self.since += 1,
+        }
+    }
+
+    /// It worked: its end is said once, with the failures not said.
+    pub fn ok(&mut self) {
+        if self.said_at.take().is_some() {
+            tracing::info!(
+                "{}: working again ({} more failure(s) since last said)",
+                self.what,
+                self.since
+            );
+            self.since = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

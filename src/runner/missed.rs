@@ -2,6 +2,7 @@
 use super::health::Health;
 use super::scheduler::{Config, JobState};
 use crate::firing;
+use crate::jobs::Outage;
 use crate::time::{self, Ts};
 use crate::{Result, Store};
 use std::time::Duration;
@@ -9,10 +10,45 @@ use std::time::Duration;
 /// Most missed slots recorded row by row in one go; beyond that they are only counted.
 const MISSED_ROWS: usize = 1000;
 
+/// The slots of an outage (no scheduler alive when they fell due) left behind their catch-up
+/// window on a tick, over every job: said in one line, not one per job.
+#[derive(Default)]
+pub(super) struct Passed {
+    slots: u64,
+    jobs: u64,
+}
+
+impl Passed {
+    pub(super) fn add(&mut self, n: u64) {
+        if n > 0 {
+            self.slots += n;
+            self.jobs += 1;
+        }
+    }
+    pub(super) fn say(&self, outage: Option<&Outage>) {
+        let Some(o) = outage.filter(|_| self.slots > 0) else {
+            return;
+        };
+        let len = (o.to - o.from).num_milliseconds().max(0) as u64;
+        tracing::warn!(
+            "outage: no scheduler was alive for {} (from {} to {}): {} firing(s) of {} job(s) \
+             fell due then, past their catch-up window: not run (recorded as the outage, \
+             not as missed)",
+            time::human_ms(len),
+            time::fmt(o.from),
+            time::fmt(o.to),
+            self.slots,
+            self.jobs
+        );
+    }
+}
+
 /// Records the slots of a job that fell behind its catch-up window as missed, each with why
 /// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
 /// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
-/// meanwhile, and a write per job and slot here would only find them recorded.
+/// meanwhile, and a write per job and slot here would only find them recorded. Those that fell
+/// due while no scheduler was alive (the outage this scheduler's start ended) are the outage's:
+/// not recorded one by one, never missed; returns how many.
 pub(super) fn record_behind(
     store: &mut Store,
     cfg: &Config,
@@ -20,16 +56,16 @@ pub(super) fn record_behind(
     now: Ts,
     health: &Health,
     net: Duration,
-) -> Result<()> {
+) -> Result<u64> {
+    let mut outage_slots = 0;
     let job = &st.job;
     // A firing its DST policy left out is a miss that says why, not a silence.
-    let left_out: Vec<String> = crate::schedule::skipped_slots(&job.schedule, st.dst_seen, now)
-        .into_iter()
-        .map(time::fmt)
-        .collect();
-    if !left_out.is_empty() {
+    let left_out_at = crate::schedule::skipped_slots(&job.schedule, st.dst_seen, now);
+    let left_out: Vec<String> = left_out_at.iter().copied().map(time::fmt).collect();
+    if let Some(first) = left_out_at.first() {
         let n = left_out.len() as u64;
-        let reason = crate::schedule::SKIPPED_REASON;
+        // The gap's real length in its zone (30 minutes on Lord Howe Island).
+        let reason = &crate::schedule::skipped_reason(&job.schedule, *first);
         if firing::record_missed(store, &job.name, &left_out, n, &cfg.owner, reason)? > 0 {
             tracing::info!(job = %job.name, "firing at {} not run: {reason}", left_out.join(", "));
         }
@@ -42,7 +78,21 @@ pub(super) fn record_behind(
     }
     let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
     if st.cursor < horizon {
-        let (slots, total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
+        let (mut slots, mut total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
+        // The outage's slots (the latest ones: it ended at this scheduler's start).
+        if let Some(o) = &cfg.outage {
+            let before = slots.partition_point(|s| *s <= o.from);
+            let after = slots.partition_point(|s| *s <= o.to);
+            let unlisted = total.saturating_sub(slots.len() as u64);
+            // Those older than the rows listed are older still: in it when it began before them.
+            let older = match slots.first() {
+                Some(first) if o.from < *first && before == 0 => unlisted,
+                _ => 0,
+            };
+            outage_slots = (after - before) as u64 + older;
+            slots.drain(before..after);
+            total = total.saturating_sub(outage_slots);
+        }
         // The slots are oldest first; those beyond the rows recorded are older still.
         let split =
             slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
@@ -81,5 +131,5 @@ pub(super) fn record_behind(
         }
         st.handled(horizon);
     }
-    Ok(())
+    Ok(outage_slots)
 }

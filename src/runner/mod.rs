@@ -242,6 +242,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             jobs_path: a.jobs.clone(),
             grace,
             give_up_after,
+            outage: _upkeep.outage.clone(),
         },
         jobs,
         &registered.fresh,

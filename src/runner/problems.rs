@@ -169,22 +169,56 @@ pub struct History {
     pub p99_ms: Option<u64>,
 }
 
+/// Up to this many jobs sharing one command get a warning each; more get one line for them all
+/// (1,000 jobs of one command are one warning, not 1,000).
+const SAME_COMMAND_EACH: usize = 3;
+
 /// The risks in a set of valid jobs of a file in folder `dir`: one command under two names,
 /// lease ≥ interval, and, with history, lease < p99 and p99 > interval.
 pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path>) -> Vec<Problem> {
     let mut out = Vec::new();
-    let mut by_command: BTreeMap<Vec<String>, &str> = BTreeMap::new();
+    // Each command's jobs, in file order: one warning per duplicate, or one line for many.
+    let mut by_command: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
     for job in jobs {
-        let key = resolved_command(&job.command, dir);
-        if let Some(first) = by_command.get(&key) {
+        by_command
+            .entry(resolved_command(&job.command, dir))
+            .or_default()
+            .push(&job.name);
+    }
+    let why = "one action registered under two names fires twice; \
+               the commonest duplicate and the hardest to see";
+    let mut said: Vec<&str> = Vec::new();
+    for names in by_command.values().filter(|n| n.len() > 1) {
+        let (first, dups) = (names[0], &names[1..]);
+        if dups.len() <= SAME_COMMAND_EACH {
+            said.extend(dups.iter().copied());
+            continue;
+        }
+        let shown: Vec<String> = dups.iter().take(5).map(|n| format!("{n:?}")).collect();
+        out.push(Problem::warning(
+            dups[0],
+            format!(
+                "same command as job {first:?} in {} other jobs: {}{}",
+                dups.len(),
+                shown.join(", "),
+                if dups.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            ),
+            why,
+        ));
+    }
+    for job in jobs {
+        if said.contains(&job.name.as_str()) {
+            let key = resolved_command(&job.command, dir);
+            let first = by_command.get(&key).and_then(|n| n.first()).copied();
             out.push(Problem::warning(
                 &job.name,
-                format!("same command as job {first:?}"),
-                "one action registered under two names fires twice; \
-                 the commonest duplicate and the hardest to see",
+                format!("same command as job {:?}", first.unwrap_or("?")),
+                why,
             ));
-        } else {
-            by_command.insert(key, &job.name);
         }
         let interval_s = job.schedule.interval_s();
         let interval = Duration::from_secs(interval_s.max(0) as u64);
@@ -280,5 +314,41 @@ mod tests {
         // A bare name is found on PATH: it stays as written.
         let bare = resolved_command(&argv(&["python3", "-c", "print(1)"]), Some(a.path()));
         assert_eq!(bare, argv(&["python3", "-c", "print(1)"]));
+    }
+
+    /// 1,000 jobs of one command are one warning naming a few of them, not 1,000 lines; two
+    /// jobs of one command still get one each.
+    #[test]
+    fn many_jobs_of_one_command_are_one_warning() {
+        let mut file = String::new();
+        for i in 0..1000 {
+            file.push_str(&format!(
+                "[[job]]\nname = \"j{i}\"\nevery = \"1m\"\nlease = \"10s\"\n\
+                 overlap = \"coalesce\"\ncommand = [\"true\"]\n\n"
+            ));
+        }
+        file.push_str(
+            "[[job]]\nname = \"a\"\nevery = \"1m\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+             command = [\"false\"]\n\n[[job]]\nname = \"b\"\nevery = \"1m\"\nlease = \"10s\"\n\
+             overlap = \"coalesce\"\ncommand = [\"false\"]\n",
+        );
+        let l = super::super::config::parse(&file);
+        let p = super::lint(&l.jobs, &Default::default(), None);
+        let same: Vec<&String> = p
+            .iter()
+            .filter(|p| p.what.starts_with("same command"))
+            .map(|p| &p.what)
+            .collect();
+        assert_eq!(same.len(), 2, "{same:?}");
+        assert!(
+            same.iter().any(|w| w.starts_with(
+                "same command as job \"j0\" in 999 other jobs: \"j1\", \"j2\", \"j3\", \"j4\", \"j5\", …"
+            )),
+            "{same:?}"
+        );
+        assert!(
+            same.contains(&&"same command as job \"a\"".to_string()),
+            "{same:?}"
+        );
     }
 }

@@ -42,6 +42,9 @@ pub struct Config {
     pub grace: Duration,
     /// A database failing this long stops the scheduler (see `health`).
     pub give_up_after: Duration,
+    /// The outage this scheduler's start ended: the slots that fell due in it are the outage's
+    /// (caught up within each job's catch-up window), never missed.
+    pub outage: Option<crate::jobs::Outage>,
 }
 
 pub(super) struct JobState {
@@ -58,8 +61,13 @@ pub(super) struct JobState {
     pub(super) dst_seen: Ts,
     /// This scheduler's to fire on time; another's, fired here only if left unrecorded.
     pub(super) mine: bool,
-    /// Its failed firing's retry waits for its backoff until then: not asked again before.
-    retry_after: Option<Ts>,
+    /// Its failed firing (this slot) waits for its backoff until then, on the monotonic clock
+    /// (a wall clock stepped back or forward neither silences nor hurries it): not asked again
+    /// before, and the job's queued later slots wait behind it.
+    retry_after: Option<(String, Instant)>,
+    /// Its firings skipped while paused since the last one logged (the first one is logged,
+    /// the others counted), and the latest: said in one line once it fires again.
+    skipped: (u64, String),
 }
 
 impl JobState {
@@ -74,6 +82,7 @@ impl JobState {
             dst_seen: cursor,
             mine: true,
             retry_after: None,
+            skipped: (0, String::new()),
         }
     }
     pub(super) fn handled(&mut self, upto: Ts) {
@@ -127,13 +136,22 @@ struct Running {
 }
 
 /// A job's state as this scheduler starts firing it: a job new to the registry has no past to
-/// have missed; otherwise it picks up after the last slot any scheduler fired.
-fn start_state(store: &mut Store, job: Job, fresh: &[String]) -> Result<JobState> {
+/// have missed; otherwise it picks up after the last slot any scheduler fired, or the end of
+/// the file's last outage before this start (`handled`), whichever is later: the scheduler that
+/// ended that outage handled its slots (fired, or left as the outage's, never missed).
+fn start_state(
+    store: &mut Store,
+    job: Job,
+    fresh: &[String],
+    handled: Option<Ts>,
+) -> Result<JobState> {
     let now = time::now();
     let last = if fresh.iter().any(|f| *f == job.name) {
         None
     } else {
-        firing::last_slot(store, &job.name)?.and_then(|s| time::parse(&s))
+        firing::last_slot(store, &job.name)?
+            .and_then(|s| time::parse(&s))
+            .max(handled)
     };
     Ok(JobState::new(job, last.unwrap_or(now).min(now)))
 }
@@ -151,8 +169,10 @@ pub fn run(
     let mut watch = super::definitions::Watch::new(&jobs, cfg.cwd.as_deref());
     let mut file = super::reload::FileJobs::new(&jobs, cfg.cwd.as_deref());
     let mut states = Vec::new();
+    let handled =
+        crate::jobs::last_outage_end(&mut store, &cfg.source, cfg.outage.as_ref().map(|o| o.to))?;
     for job in jobs {
-        states.push(start_state(&mut store, job, fresh)?);
+        states.push(start_state(&mut store, job, fresh, handled)?);
     }
     // The runs' watchdog is forked now, while this process is small.
     if !super::watchdog::ready() {
@@ -191,7 +211,7 @@ pub fn run(
                             st.replace(job);
                             st
                         }
-                        None => match start_state(&mut store, job.clone(), &r.fresh) {
+                        None => match start_state(&mut store, job.clone(), &r.fresh, handled) {
                             Ok(st) => st,
                             Err(e) => {
                                 health.failed(&job.name, &e);
@@ -223,13 +243,16 @@ pub fn run(
             }
         }
         let net = share.net_after();
+        let mut passed = super::missed::Passed::default();
         for st in states.iter_mut() {
             let recorded = super::missed::record_behind(&mut store, &cfg, st, now, &health, net);
             st.behind = recorded.is_err();
-            if let Err(e) = recorded {
-                health.failed(&st.job.name, &e);
+            match recorded {
+                Ok(n) => passed.add(n),
+                Err(e) => health.failed(&st.job.name, &e),
             }
         }
+        passed.say(cfg.outage.as_ref());
         let silent_for = crate::jobs::scheduler_dead_after();
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),
@@ -346,8 +369,10 @@ const SHUTDOWN_AFTER_GRACE: Duration = Duration::from_millis(900);
 fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts) -> Result<bool> {
     let (store, cfg, kill, rules) = (&mut *t.store, t.cfg, t.kill, t.rules);
     let runs = &mut *t.runs;
-    // A failed firing waiting for its backoff is not asked again before it ends.
-    if waiting.resumable && !waiting.queued && st.retry_after.is_some_and(|t| now < t) {
+    // A failed firing waiting for its backoff is not asked again before it ends, and goes
+    // before the job's later slots: those queued wait behind it.
+    let held = st.retry_after.as_ref().map(|(_, at)| Instant::now() >= *at);
+    if waiting.resumable && held == Some(false) {
         return Ok(false);
     }
     // Its own copy: the state keeps what the resume says of the next retry.
@@ -361,25 +386,28 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
     // The run's local deadline counts from before the write that grants its lease.
     let asked = Instant::now();
     let mut started = None;
-    if waiting.queued {
-        started = firing::start_queued(store, &job.name, &cfg.owner, until, now)?
-            .map(|s| (Level::INFO, "a queued firing", s, false));
-    }
-    // A firing whose run died (with its scheduler, or killed at a deploy) or whose effect never
-    // happened goes again, for the same slot, up to its attempt limit.
-    if started.is_none() && waiting.resumable {
+    // A firing whose run died (with its scheduler, or killed at a deploy), whose run failed with
+    // retries left, or whose effect never happened goes again, for the same slot, up to its
+    // attempt limit: before the job's queued later slots.
+    let mut backing_off = false;
+    if waiting.resumable {
         let window = chrono::Duration::from_std(job.catchup.max(RESUME_WINDOW))
             .unwrap_or(chrono::Duration::days(1));
         let oldest = now - window;
         let policy = job.policy;
         let name = job.name.clone();
         let backoff = move |slot: &str, runs: i64| policy.backoff(&name, slot, runs);
+        let served = st.retry_after.take().filter(|_| held == Some(true));
         let retry = crate::policy::RetryRules {
             attempts: policy.attempts(),
             backoff: &backoff,
+            held: served.as_ref().map(|(slot, _)| slot.as_str()),
         };
         let resumed = firing::resume(store, &job.name, until, now, oldest, rules, &retry)?;
-        st.retry_after = resumed.not_before.as_deref().and_then(time::parse);
+        st.retry_after = resumed
+            .backoff_left
+            .map(|(slot, left)| (slot, Instant::now() + left));
+        backing_off = st.retry_after.is_some();
         for (slot, n) in &resumed.gave_up {
             tracing::error!(
                 job = %job.name,
@@ -396,6 +424,10 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
                 true,
             )
         });
+    }
+    if started.is_none() && waiting.queued && !backing_off {
+        started = firing::start_queued(store, &job.name, &cfg.owner, until, now)?
+            .map(|s| (Level::INFO, "a queued firing", s, false));
     }
     if let Some((level, what, s, resumed)) = started {
         log::line(
@@ -625,6 +657,22 @@ fn fire_batches(
             match fired {
                 Ok(DueFate::Fired(fired)) => {
                     st.handled(slot);
+                    // A paused job's skipped firings: the first logged, the rest counted.
+                    if matches!(fired, Fired::Skipped { .. }) {
+                        if st.skipped.0 == 0 {
+                            report(&st.job.name, kind, &slot_text, &fired);
+                        }
+                        st.skipped = (st.skipped.0 + 1, slot_text);
+                        continue;
+                    }
+                    if st.skipped.0 > 0 {
+                        let (n, last) = std::mem::take(&mut st.skipped);
+                        log::line(
+                            Level::INFO,
+                            &st.job.name,
+                            &format!("{n} firing(s) skipped while paused, the last at {last}"),
+                        );
+                    }
                     report(&st.job.name, kind, &slot_text, &fired);
                     if let Fired::Started(started) = fired {
                         let settle = open

@@ -128,6 +128,33 @@ pub fn dst_shown(
 pub const SKIPPED_REASON: &str =
     "its wall time fell in the hour the clocks skipped (dst_skipped = \"skip\")";
 
+/// Why the firing at `slot` (an instant [`skipped_slots`] named) was left out, with the gap's
+/// real length in its zone: "the hour the clocks skipped" in Berlin, "the 30 minutes the clocks
+/// skipped" on Lord Howe Island.
+pub fn skipped_reason(schedule: &super::Schedule, slot: crate::time::Ts) -> String {
+    use chrono::{Offset, TimeZone};
+    let gap = schedule
+        .timezone()
+        .and_then(|z| super::parse_tz(&z).ok())
+        .map(|tz| {
+            let off = |t: crate::time::Ts| {
+                tz.offset_from_utc_datetime(&t.naive_utc())
+                    .fix()
+                    .local_minus_utc() as i64
+            };
+            off(slot) - off(slot - chrono::Duration::seconds(1))
+        })
+        .filter(|g| *g > 0)
+        .unwrap_or(3600);
+    let span = match (gap / 3600, gap % 3600 / 60) {
+        (1, 0) => "hour".to_string(),
+        (h, 0) => format!("{h} hours"),
+        (0, m) => format!("{m} minutes"),
+        (h, m) => format!("{h} h {m} min"),
+    };
+    format!("its wall time fell in the {span} the clocks skipped (dst_skipped = \"skip\")")
+}
+
 /// The instants in (`after`, `upto`] at which a cron job with `dst_skipped = "skip"` did not
 /// fire but the default policy would have (the end of a skipped hour): the scheduler records
 /// them missed, with [`SKIPPED_REASON`]. Empty for every other job.
@@ -155,6 +182,40 @@ mod skipped_tests {
 
     fn utc(s: &str) -> crate::time::Ts {
         crate::time::parse(s).expect("instant")
+    }
+
+    /// Lord Howe Island moves its clocks 30 minutes: the reason says so, not "the hour".
+    #[test]
+    fn the_reason_gives_the_gap_its_real_length() {
+        let skip = Dst {
+            skipped: Skipped::Skip,
+            ..Dst::default()
+        };
+        // 4 October 2026, 02:00 local (+10:30) becomes 02:30 (+11).
+        let s = Schedule::cron("15 2 * * *", Some("Australia/Lord_Howe"))
+            .expect("cron")
+            .with_dst(skip);
+        let left_out = skipped_slots(
+            &s,
+            utc("2026-10-03T14:00:00.000Z"),
+            utc("2026-10-03T17:00:00.000Z"),
+        );
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        let why = skipped_reason(&s, left_out[0]);
+        assert!(
+            why.contains("the 30 minutes the clocks skipped"),
+            "Lord Howe: {why}"
+        );
+        let b = Schedule::cron("30 2 * * *", Some("Europe/Berlin"))
+            .expect("cron")
+            .with_dst(skip);
+        let left_out = skipped_slots(
+            &b,
+            utc("2026-03-28T23:00:00.000Z"),
+            utc("2026-03-29T03:00:00.000Z"),
+        );
+        let why = skipped_reason(&b, left_out[0]);
+        assert!(why.contains("the hour the clocks skipped"), "Berlin: {why}");
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 mod dst;
-pub use dst::{dst_shown, skipped_slots, Dst, DstShown, Repeated, Skipped, SKIPPED_REASON};
+pub use dst::{
+    dst_shown, skipped_reason, skipped_slots, Dst, DstShown, Repeated, Skipped, SKIPPED_REASON,
+};
 
 /// A firing this late is still on time (scheduling jitter, a quick restart); later than this
 /// plus the job's catch-up window, it is a miss.

@@ -61,6 +61,10 @@ pub struct Resumed {
     pub held_by: Option<String>,
     /// A failed firing whose retry waits for its backoff: not before this instant.
     pub not_before: Option<String>,
+    /// That firing's slot, and how much of its backoff is left (never more than the backoff
+    /// itself, whatever the wall clock did since its run ended): a scheduler holds it on its
+    /// monotonic clock, so a clock step neither silences nor hurries the retry.
+    pub backoff_left: Option<(String, std::time::Duration)>,
 }
 
 /// What a job does after a failed run (its `retries` and `pause_after_failures`), decided in the
@@ -492,9 +496,26 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         }
     }
     if let Some((note, by)) = paused(tx, f.job)? {
+        // One event for a pause, at its first skipped firing; the counter counts each.
+        let earlier: bool = tx.one(
+            "SELECT EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = ?1 \
+                 AND f.state = 'skipped' AND f.scheduled_at <> ?2 \
+                 AND f.updated_at >= (SELECT coalesce(paused_at, '') FROM exactly_jobs \
+                                      WHERE job_key = ?1))",
+            args![f.job, f.slot],
+            |r| r.get(0),
+        )?;
         upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
         let fired = Fired::Skipped { note, by };
-        fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
+        if earlier {
+            tx.exec(
+                "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
+                 ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",
+                args![EventKind::FiringSkippedPaused, f.job],
+            )?;
+        } else {
+            fate_event(tx, f, EventKind::FiringSkippedPaused, None, &fired)?;
+        }
         return Ok(fired);
     }
     // An earlier firing that waits for the lease (its run died, its effect never happened, or
@@ -602,18 +623,25 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
 /// its run dead), when the lease is free to take: (lease holder, token, the firing in words).
 /// A `running` firing under a lease still live is a live run, decided as such by the claim.
 fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, i64, String)>> {
-    let first: Option<(String, String, Option<String>)> = tx
+    let first: Option<(String, String, Option<String>, Option<String>)> = tx
         .one(
-            "SELECT scheduled_at, state, owner FROM exactly_firings
+            "SELECT scheduled_at, state, owner, detail FROM exactly_firings
              WHERE state IN ('queued', 'retry', 'running') AND job_key = ?1 AND scheduled_at <> ?2
              ORDER BY scheduled_at LIMIT 1",
             args![f.job, f.slot],
-            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+            |r| {
+                Ok((
+                    text_or_empty(r, 0)?,
+                    text_or_empty(r, 1)?,
+                    text(r, 2)?,
+                    text(r, 3)?,
+                ))
+            },
         )
         .optional()?;
     // Most firings find none, and pay one index probe. A lease the claim could not take is a
     // live run's: decided as such by the claim.
-    let Some((slot, state, owner)) = first else {
+    let Some((slot, state, owner, detail)) = first else {
         return Ok(None);
     };
     if !super::lease::takeable(tx, f.job, f.now)? {
@@ -623,6 +651,9 @@ fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, 
     let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
     let what = match state.as_str() {
         "queued" => format!("the firing at {slot}, queued earlier,"),
+        "retry" if detail.is_some_and(|d| d.starts_with(super::resume::FAILED_RETRY)) => {
+            format!("the firing at {slot}, whose run failed and waits for its retry,")
+        }
         "retry" => format!("the firing at {slot}, whose effect never happened,"),
         _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
     };

@@ -57,7 +57,7 @@ pub use ledger_rows::{
 pub(crate) use prepare::has_table;
 pub use retention::Pruned;
 pub use run::{EffectCounts, RunEnd};
-pub use schedulers::SchedulerReg;
+pub use schedulers::{Outage, SchedulerReg};
 pub use schema::SCHEMA_VERSION;
 pub use waiting::Waiting;
 pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};

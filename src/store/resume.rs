@@ -13,7 +13,7 @@ use crate::Result;
 
 /// The detail of a firing marked to go again because its run failed (`retries`): its backoff
 /// counts from that run's end.
-const FAILED_RETRY: &str = "its run failed";
+pub(super) const FAILED_RETRY: &str = "its run failed";
 
 /// After a failed run, in the transaction that records its end: marks its firing to go again
 /// while it has had fewer runs than `retry_below`, and pauses the job when its last
@@ -242,16 +242,24 @@ impl Store {
                         args![job, slot],
                         |r| text(r, 0),
                     )?;
-                    let wait = chrono::Duration::from_std((retry.backoff)(&slot, runs))
-                        .unwrap_or(chrono::Duration::zero());
+                    let backoff = (retry.backoff)(&slot, runs);
+                    let wait =
+                        chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
                     let at = ended
                         .as_deref()
                         .and_then(crate::time::parse)
                         .map(|e| e + wait);
-                    if let Some(at) =
-                        at.filter(|at| crate::time::parse(now).is_some_and(|n| n < *at))
-                    {
+                    let now_ts = crate::time::parse(now);
+                    let held = retry.held == Some(slot.as_str());
+                    if let Some(at) = at.filter(|at| !held && now_ts.is_some_and(|n| n < *at)) {
+                        // A wall clock stepped back since the run's end would make the wait
+                        // longer than the backoff: never more than the backoff.
+                        let left = now_ts
+                            .and_then(|n| (at - n).to_std().ok())
+                            .unwrap_or(backoff)
+                            .min(backoff);
                         out.not_before = Some(crate::time::fmt(at));
+                        out.backoff_left = Some((slot, left));
                         return Ok(out);
                     }
                 }

@@ -21,10 +21,13 @@ const BATCH: i64 = 500;
 /// an old one among new ones; walking every range finds it too.
 const EVENT_IDS: i64 = 5_000;
 
-/// Old finished runs, but never a job's latest.
+/// Old finished runs, but never a job's latest, nor one of a firing still to be retried (its
+/// runs count toward its attempts).
 const RUNS: &str = "FROM exactly_runs r WHERE r.started_at < ?1 AND r.ended_at IS NOT NULL
     AND r.started_at < (SELECT max(r2.started_at) FROM exactly_runs r2 \
-        WHERE r2.job_key = r.job_key)";
+        WHERE r2.job_key = r.job_key)
+    AND NOT EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = r.job_key \
+        AND f.scheduled_at = r.scheduled_at AND f.state IN ('retry', 'running'))";
 /// Old decided firings, but never a job's latest nor one still waiting.
 const FIRINGS: &str = "FROM exactly_firings f WHERE f.created_at < ?1
     AND f.state NOT IN ('queued', 'running', 'retry', 'awaiting_approval')
@@ -143,7 +146,7 @@ impl Store {
     }
 
     /// Each registered job's runs beyond its `keep_runs` newest (only ended ones: a running
-    /// one stays), then its firings older than the oldest run kept that have no run left and
+    /// one stays, and so do the runs of a firing waiting for a retry), then its firings older than the oldest run kept that have no run left and
     /// are settled (never one queued, running or waiting for a retry, never its latest, so a
     /// restarted scheduler still picks up where it was). The counters keep the all-time totals.
     /// `job`: that job alone (a run of it just ended), else every job.
@@ -172,9 +175,13 @@ impl Store {
                 let Some((started, slot)) = cut else {
                     return Ok((0, 0));
                 };
+                // A firing still to be retried keeps its runs: they count toward its attempts.
                 let r = tx.exec(
                     "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
-                     AND ended_at IS NOT NULL",
+                     AND ended_at IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = ?1
+                         AND f.scheduled_at = exactly_runs.scheduled_at
+                         AND f.state IN ('retry', 'running'))",
                     args![job, started],
                 )?;
                 let f = tx.exec(

@@ -26,11 +26,35 @@ pub struct SchedulerReg<'a> {
 /// as a clash (a long-dead row of a renamed machine is not one).
 const CLASH_WITHIN: chrono::Duration = chrono::Duration::minutes(5);
 
+/// A time no scheduler of a jobs file was alive, found by the next one to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outage {
+    /// The last moment one was heard from (its last heartbeat, or its recorded end).
+    pub from: Ts,
+    /// When the next one started.
+    pub to: Ts,
+}
+
+/// A gap shorter than this between one scheduler and the next (a restart) is not an outage.
+const OUTAGE_MIN: chrono::Duration = chrono::Duration::seconds(1);
+
 impl Store {
     /// Records a scheduler's start (a restart under the same owner starts its row afresh).
-    pub(crate) fn scheduler_started(&mut self, s: &SchedulerReg<'_>, now: &str) -> Result<()> {
+    /// With `dead_after` (a first start, not a re-registration): when no scheduler of its jobs
+    /// file is alive by that staleness and one was before, the time since the last one was
+    /// heard from is an outage, recorded as one `scheduler_outage` event and returned.
+    pub(crate) fn scheduler_started(
+        &mut self,
+        s: &SchedulerReg<'_>,
+        now: &str,
+        dead_after: Option<std::time::Duration>,
+    ) -> Result<Option<Outage>> {
         self.write(|tx| {
             let now = tx.now(now);
+            let outage = match dead_after {
+                Some(d) => outage_tx(tx, s, now, d)?,
+                None => None,
+            };
             tx.exec(
                 "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, \
                      ended_at, source, host_id)
@@ -67,7 +91,7 @@ impl Store {
                         .detail(&detail),
                 )?;
             }
-            Ok(())
+            Ok(outage)
         })
     }
 
@@ -134,4 +158,69 @@ pub(super) fn read_schedulers(
         },
     )?;
     Ok(rows)
+}
+
+impl Store {
+    /// When the latest outage of the jobs file `source` before `before` ended (its
+    /// `scheduler_outage` event's time): the scheduler that ended it handled every slot up to
+    /// then (fired, or left as the outage's), so a later one never calls them missed.
+    pub(crate) fn last_outage_end(&mut self, source: &str, before: &str) -> Result<Option<Ts>> {
+        let prefix = format!("no scheduler of {source} was alive for ");
+        self.read(|tx| {
+            let at: Option<String> = tx.one(
+                "SELECT max(at) FROM exactly_events WHERE kind = 'scheduler_outage' \
+                 AND at < ?1 AND substr(detail, 1, length(?2)) = ?2",
+                args![before, prefix],
+                |r| text(r, 0),
+            )?;
+            Ok(at.as_deref().and_then(time::parse))
+        })
+    }
+}
+
+/// The outage a scheduler starting at `now` ends, if any (see [`Store::scheduler_started`]),
+/// recorded as its event: none while another scheduler of the file is alive, none for a file
+/// no scheduler ran before, none for a gap under [`OUTAGE_MIN`] (a restart).
+fn outage_tx(
+    tx: &Tx<'_>,
+    s: &SchedulerReg<'_>,
+    now: &str,
+    dead_after: std::time::Duration,
+) -> DbResult<Option<Outage>> {
+    let Some(at) = time::parse(now) else {
+        return Ok(None);
+    };
+    let dead = chrono::Duration::from_std(dead_after).unwrap_or(chrono::Duration::seconds(10));
+    let alive_since = time::fmt(at - dead);
+    let (last, alive): (Option<String>, i64) = tx.one(
+        "SELECT max(coalesce(ended_at, heartbeat_at)),
+                coalesce(sum(CASE WHEN ended_at IS NULL AND heartbeat_at >= ?2 \
+                    AND owner <> ?3 THEN 1 ELSE 0 END), 0)
+         FROM exactly_schedulers WHERE source = ?1",
+        args![s.source, alive_since, s.owner],
+        |r| Ok((text(r, 0)?, r.get::<i64>(1)?)),
+    )?;
+    let Some(from) = last.as_deref().and_then(time::parse) else {
+        return Ok(None);
+    };
+    if alive > 0 || at - from < OUTAGE_MIN {
+        return Ok(None);
+    }
+    let len = (at - from).num_milliseconds().max(0) as u64;
+    let detail = format!(
+        "no scheduler of {} was alive for {} (from {} to {}): the firings that fell due \
+         meanwhile are caught up within each job's catch-up window, the others not run \
+         (an outage, not missed firings)",
+        s.source,
+        time::human_ms(len),
+        time::fmt(from),
+        now
+    );
+    super::record_event(
+        tx,
+        &super::NewEvent::new(crate::state::EventKind::SchedulerOutage, now)
+            .actor(s.owner)
+            .detail(&detail),
+    )?;
+    Ok(Some(Outage { from, to: at }))
 }

@@ -141,6 +141,73 @@ on_both_backends! {
             assert_eq!(s[k], 0, "{k}: {v:#}");
         }
     }
+
+    /// A failed firing waits out its 3 s backoff when the clock steps back an hour meanwhile:
+    /// its retry runs about 3 s after the failure (not an hour later), and the job keeps firing.
+    #[test]
+    fn a_retry_waiting_its_backoff_keeps_its_time_when_the_clock_steps_back() {
+        retry_across_a_step("-3600");
+    }
+
+    /// ... and when it steps forward an hour: the retry still waits its backoff (a wall clock
+    /// an hour ahead does not make it due at once).
+    #[test]
+    fn a_retry_waiting_its_backoff_keeps_its_time_when_the_clock_steps_forward() {
+        retry_across_a_step("+3600");
+    }
+}
+
+/// A 2 s job whose first run fails, with `retries = 1` and a 3 s backoff; the wall clock is
+/// stepped by `step` seconds (libfaketime's `+3600`, `-3600`) while the retry waits. The retry
+/// runs 1–8 s after the step (of the 3 s left, 400 ms were already waited), then the job
+/// keeps firing.
+fn retry_across_a_step(step: &str) {
+    let site = Site::new();
+    let ts = site.path("clock");
+    std::fs::write(&ts, "+0").expect("clock file");
+    // Its first run fails; every run notes its slot.
+    let cmd = sh("echo $EXACTLY_SCHEDULED_AT >> count; [ -f failed ] || { touch failed; exit 1; }");
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"tick\"\nevery = \"2s\"\nlease = \"1500ms\"\noverlap = \"coalesce\"\n\
+         retries = 1\nretry_backoff = \"3s\"\ncommand = {cmd}\n"
+    ));
+    let env = on_clock(&ts);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut s = site.start_with_env("s", "5s", &env);
+    assert!(
+        wait_until(Duration::from_secs(15), || site.count(
+            "SELECT count(*) FROM exactly_firings WHERE state = 'retry'"
+        ) == 1),
+        "the job never failed: {}",
+        site.log("s")
+    );
+    // Let the scheduler see the retry wait begin, then NTP steps the clock while it waits.
+    std::thread::sleep(Duration::from_millis(400));
+    std::fs::write(&ts, step).expect("clock file");
+    let stepped = std::time::Instant::now();
+    let retried = wait_until(Duration::from_secs(8), || {
+        let c = site.lines("count");
+        c.len() >= 2 && c[1] == c[0]
+    });
+    let retry_after = stepped.elapsed();
+    let kept_on = wait_until(Duration::from_secs(8), || runs(&site) >= 5);
+    let slots = site.lines("count");
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    eprintln!("step {step}: retry {retry_after:?} after it; runs {slots:?}");
+    assert!(
+        retried,
+        "the retry did not run within 8 s of the step ({step}): runs {slots:?}\n{}",
+        site.log("s")
+    );
+    assert!(
+        retry_after >= Duration::from_millis(1000),
+        "the retry hurried: {retry_after:?} after the step ({step})"
+    );
+    assert!(
+        kept_on,
+        "the job fell silent after the retry: runs {slots:?}\n{}",
+        site.log("s")
+    );
 }
 
 /// Berlin's spring night, on a real scheduler whose clock libfaketime starts just before it:

@@ -166,3 +166,47 @@ fn a_paused_job_s_retry_warning_gives_its_own_reason() {
     );
     assert!(!retry.contains("an effect never happened"), "{retry}");
 }
+
+/// A paused 1 s job's skipped firings are summarised: one `firing_skipped_paused` event for
+/// the pause (its counter still counts every firing), one log line for it and one when it is
+/// resumed with the count; not an event and a line per slot.
+#[test]
+fn a_paused_jobs_skipped_firings_are_summarised() {
+    let site = Site::new();
+    site.write_jobs(
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"900ms\"\noverlap = \"coalesce\"\n\
+         command = [\"true\"]\n",
+    );
+    let mut s = site.start("s", "2s");
+    assert!(wait_until(Duration::from_secs(10), || site
+        .count("SELECT count(*) FROM exactly_runs")
+        >= 1));
+    let (code, _, err) = site.exactly(&["pause", "tick", "--note", "vendor outage"]);
+    assert_eq!(code, 0, "{err}");
+    let skipped =
+        |site: &Site| site.count("SELECT count(*) FROM exactly_firings WHERE state = 'skipped'");
+    assert!(wait_until(Duration::from_secs(10), || skipped(&site) >= 5));
+    let (code, _, err) = site.exactly(&["resume", "tick"]);
+    assert_eq!(code, 0, "{err}");
+    let runs = site.count("SELECT count(*) FROM exactly_runs");
+    assert!(wait_until(Duration::from_secs(5), || site
+        .count("SELECT count(*) FROM exactly_runs")
+        > runs));
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    let log = site.log("s");
+    let n = skipped(&site);
+    assert_eq!(
+        site.counter("firing_skipped_paused"),
+        n,
+        "each firing counted"
+    );
+    let events =
+        site.count("SELECT count(*) FROM exactly_events WHERE kind = 'firing_skipped_paused'");
+    assert_eq!(events, 1, "{n} firings skipped, {events} events: {log}");
+    let lines = log.lines().filter(|l| l.contains("skipped")).count();
+    assert!(lines <= 2, "{n} firings skipped, {lines} log lines: {log}");
+    assert!(
+        log.contains(&format!("{n} firing(s) skipped while paused")),
+        "the count when resumed: {log}"
+    );
+}

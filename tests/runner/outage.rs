@@ -3,6 +3,7 @@
 //! that reason) instead of running them late, and stops with a clear error when the database
 //! is gone or keeps failing. All SQLite: each fault is a SQLite file's (its write lock, its
 //! inode, its bytes); a PostgreSQL outage is the same code path (a failed transaction).
+use crate::on_both_backends;
 use crate::support;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -395,4 +396,171 @@ fn slots_during_a_postgres_outage_are_missed_for_that_reason_and_none_runs_late(
     ));
     assert!(slots >= 4, "{slots} slots recorded in the outage: {log}");
     assert_eq!(missed, slots, "each slot of the outage is missed: {log}");
+}
+
+/// Two crashes in a row: a scheduler that ended an outage (its slot left as the outage's, no
+/// catch-up window) dies before the job's next slot, and the one after it does not call that
+/// slot missed: it picks up where the first outage ended.
+#[test]
+fn a_second_crash_does_not_turn_the_first_outage_into_misses() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"slow\"\nevery = \"10s\"\nlease = \"2s\"\ntimeout = \"1s\"\n\
+         overlap = \"coalesce\"\ncommand = {}\n",
+        sh("true")
+    ));
+    let mut s = site.start("s", "2s");
+    assert!(
+        wait_until(Duration::from_secs(12), || runs(&site) >= 1),
+        "{}",
+        site.log("s")
+    );
+    s.kill9();
+    // Down for 14 s: one slot falls due with no scheduler alive, past its start window when the
+    // next scheduler starts (4 s later), and the slot after it 6 s away.
+    std::thread::sleep(Duration::from_secs(14));
+    let mut s = site.start("s", "2s");
+    let outages = |site: &Site| {
+        site.count("SELECT count(*) FROM exactly_events WHERE kind = 'scheduler_outage'")
+    };
+    assert!(wait_until(Duration::from_secs(3), || outages(&site) == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    s.kill9();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut s = site.start("s", "2s");
+    assert!(wait_until(Duration::from_secs(3), || outages(&site) == 2));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    assert_eq!(
+        site.counter("firing_missed"),
+        0,
+        "the first outage's slot was called missed: {:?}\n{}",
+        site.strings(
+            "SELECT scheduled_at || ' ' || coalesce(detail, '') FROM exactly_firings \
+                      WHERE state = 'missed'"
+        ),
+        site.log("s")
+    );
+}
+
+/// A warning that repeats (the heartbeat failing every 2 s on a locked or full database) is
+/// said once, then at most once a minute with a count, and its end once: not every beat.
+#[test]
+fn a_failing_heartbeat_is_said_once_not_every_beat() {
+    let site = Site::new();
+    every_second(&site);
+    let mut s = site.start_with_env("s", "1s", &[("EXACTLY_BUSY_TIMEOUT_MS", "200")]);
+    assert!(
+        wait_until(Duration::from_secs(10), || runs(&site) >= 2),
+        "{}",
+        site.log("s")
+    );
+    // Another process holds the write lock for 9 s: four or five beats fail.
+    let c = site.conn();
+    c.execute_batch("BEGIN IMMEDIATE").expect("lock");
+    std::thread::sleep(Duration::from_secs(9));
+    c.execute_batch("COMMIT").expect("unlock");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    let log = site.log("s");
+    let said = log.lines().filter(|l| l.contains(" heartbeat: ")).count();
+    assert!(said >= 1, "the failing heartbeat was never said: {log}");
+    assert!(
+        said <= 2,
+        "the failing heartbeat was said {said} times in 9 s (once, then its end): {log}"
+    );
+}
+
+on_both_backends! {
+    /// A scheduler SIGKILLed and started again 10 s later: the slots that fell due meanwhile are an
+    /// outage, not misses. One `scheduler_outage` event says how long no scheduler was alive; the
+    /// job with a catch-up window fires them late; the one without does not run them, and neither
+    /// counts a missed firing (FiringMissed stays quiet: NoSchedulerAlive is the outage's alert).
+    #[test]
+    fn a_short_crash_is_one_outage_caught_up_and_never_missed() {
+        let site = Site::new();
+        let job = |name: &str, catchup: &str| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nevery = \"1s\"\nlease = \"900ms\"\ntimeout = \"500ms\"\n\
+                 overlap = \"coalesce\"\n{catchup}command = {}\n\n",
+                sh("true")
+            )
+        };
+        site.write_jobs(&(job("caught", "catchup = \"1m\"\n") + &job("plain", "")));
+        let mut s = site.start("s", "2s");
+        assert!(
+            wait_until(Duration::from_secs(10), || runs(&site) >= 4),
+            "{}",
+            site.log("s")
+        );
+        s.kill9();
+        let killed = exactly::time::now();
+        std::thread::sleep(Duration::from_secs(10));
+        let restarted = exactly::time::now();
+        let mut s = site.start("s", "2s");
+        let caught_up = |site: &Site| {
+            site.count(
+                "SELECT count(*) FROM exactly_firings WHERE job_key = 'caught' AND kind = 'catchup'",
+            )
+        };
+        let ok = wait_until(Duration::from_secs(8), || caught_up(&site) >= 8);
+        // A few more ticks: a late miss would show.
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+        let log = site.log("s");
+        assert_eq!(
+            site.counter("firing_missed"),
+            0,
+            "a short crash counted missed firings: {:?}\n{log}",
+            site.strings(
+                "SELECT job_key || ' ' || scheduled_at || ' ' || coalesce(detail, '') \
+                          FROM exactly_firings WHERE state = 'missed'"
+            )
+        );
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'"),
+            0
+        );
+        assert!(
+            ok,
+            "caught fired {} catch-up firings\n{log}",
+            caught_up(&site)
+        );
+        // Every slot of the job with a catch-up window was fired: no hole where the outage was.
+        let slots: Vec<_> = site
+            .strings("SELECT scheduled_at FROM exactly_firings WHERE job_key = 'caught' ORDER BY 1")
+            .iter()
+            .filter_map(|t| exactly::time::parse(t))
+            .collect();
+        for w in slots.windows(2) {
+            assert_eq!((w[1] - w[0]).num_milliseconds(), 1000, "a hole: {slots:?}");
+        }
+        let outages = site
+            .strings("SELECT detail FROM exactly_events WHERE kind = 'scheduler_outage' ORDER BY id");
+        assert_eq!(outages.len(), 1, "one outage: {outages:?}\n{log}");
+        // Its length: from the last heartbeat before the kill to the restart (a beat is 2 s).
+        let d = &outages[0];
+        let times: Vec<_> = d
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',')
+            .filter_map(exactly::time::parse)
+            .collect();
+        assert_eq!(times.len(), 2, "from and to in {d}");
+        let (from, to) = (times[0], times[1]);
+        assert!(
+            from <= killed && killed - from < chrono::Duration::seconds(3),
+            "outage from {from}, killed at {killed}: {d}"
+        );
+        assert!(
+            to >= restarted && to - restarted < chrono::Duration::seconds(2),
+            "outage to {to}, restarted at {restarted}: {d}"
+        );
+        let len = (to - from).num_milliseconds();
+        assert!((10_000..13_500).contains(&len), "outage of {len} ms: {d}");
+        assert!(
+            d.contains(&exactly::time::human_ms(len as u64)),
+            "the length in words: {d}"
+        );
+        assert!(!log.contains("missed: no scheduler ran them"), "{log}");
+        eprintln!("outage: {d}; caught up {}", caught_up(&site));
+    }
 }

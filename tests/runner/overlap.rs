@@ -157,19 +157,23 @@ on_both_backends! {
             .count("SELECT count(*) FROM exactly_runs")
             >= 1));
         assert_eq!(s.term(Duration::from_secs(5)), Some(0));
-        // Down for a few seconds, no catch-up window: the slots in the gap are real misses.
+        // Down for a few seconds, no catch-up window: the slots in the gap are not run, and
+        // they are the outage's (one event with its length), not missed firings.
         std::thread::sleep(Duration::from_millis(4500));
         let mut s = site.start("s2", "5s");
-        assert!(wait_until(Duration::from_secs(5), || site
-            .counter("firing_missed")
-            >= 2));
+        let outages = |site: &Site| {
+            site.count("SELECT count(*) FROM exactly_events WHERE kind = 'scheduler_outage'")
+        };
+        assert!(wait_until(Duration::from_secs(5), || outages(&site) == 1));
+        std::thread::sleep(Duration::from_millis(1500));
         assert_eq!(s.term(Duration::from_secs(5)), Some(0));
         assert!(
-            site.log("s2").contains("missed: no scheduler ran them"),
+            site.log("s2").contains("outage: no scheduler was alive for 4."),
             "{}",
             site.log("s2")
         );
         let missed = site.counter("firing_missed");
+        assert_eq!(missed, 0, "{}", site.log("s2"));
         assert_eq!(
             missed,
             site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'")
@@ -185,7 +189,7 @@ on_both_backends! {
         assert_eq!(s.term(Duration::from_secs(5)), Some(0));
         assert_eq!(site.counter("firing_missed"), missed, "no new misses");
         eprintln!(
-            "catch-up: {missed} missed without a window; with one, {} caught up ({} coalesced)",
+            "catch-up: an outage without a window; with one, {} caught up ({} coalesced)",
             site.count("SELECT count(*) FROM exactly_firings WHERE kind = 'catchup'"),
             site.count(
                 "SELECT count(*) FROM exactly_firings WHERE kind = 'catchup' AND state = \
@@ -193,4 +197,59 @@ on_both_backends! {
             )
         );
     }
+
+    /// A failed firing's retries go before the job's later slots under every overlap policy,
+    /// with `keep_runs = 1` pruning the runs of the slots around them: its three runs (one
+    /// and two retries) are the first three, and no fourth.
+    #[test]
+    fn a_retry_goes_before_later_slots_under_every_policy() {
+        for policy in ["overlap = \"queue\"\nqueue_cap = 5", "overlap = \"coalesce\"",
+                       "overlap = \"fail\""] {
+            let site = Site::new();
+            site.write_jobs(&first_slot_fails(policy, "1.5"));
+            let mut s = site.start("s", "5s");
+            let first = |site: &Site| site.lines("bad").first().cloned().unwrap_or_default();
+            let retried = wait_until(Duration::from_secs(12), || {
+                let f = first(&site);
+                !f.is_empty() && site.lines("slots").iter().filter(|l| **l == f).count() >= 3
+            });
+            // A little longer: a fourth run of the slot would show.
+            std::thread::sleep(Duration::from_millis(1500));
+            assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+            let (f, slots) = (first(&site), site.lines("slots"));
+            assert!(
+                retried,
+                "{policy}: the failed slot {f} was not run three times: {slots:?}\n{}",
+                site.log("s")
+            );
+            assert_eq!(
+                slots[..3],
+                [f.clone(), f.clone(), f.clone()],
+                "{policy}: later slots ran before the failed slot's retries: {slots:?}"
+            );
+            assert_eq!(
+                slots.iter().filter(|l| **l == f).count(),
+                3,
+                "{policy}: retries = 2 is three runs: {slots:?}"
+            );
+            assert_eq!(
+                site.count("SELECT count(*) FROM exactly_firings WHERE state = 'retry'"),
+                0,
+                "{policy}"
+            );
+            eprintln!("{policy}: {} runs, the first three the failed slot's", slots.len());
+        }
+    }
+}
+
+/// A job whose first slot always fails: every run notes its slot in `slots`, runs `secs`.
+fn first_slot_fails(policy: &str, secs: &str) -> String {
+    let cmd = sh(&format!(
+        "echo $EXACTLY_SCHEDULED_AT >> slots; [ -f bad ] || echo $EXACTLY_SCHEDULED_AT > bad; \
+         sleep {secs}; [ \"$(cat bad)\" != \"$EXACTLY_SCHEDULED_AT\" ]"
+    ));
+    format!(
+        "[[job]]\nname = \"q\"\nevery = \"1s\"\nlease = \"5s\"\n{policy}\nretries = 2\n\
+         retry_backoff = \"300ms\"\nkeep_runs = 1\ncommand = {cmd}\n"
+    )
 }

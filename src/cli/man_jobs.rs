@@ -353,7 +353,11 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
         w,
         "EXIT STATUS",
         &[
-            ("0", "exactly check: the file has no errors"),
+            (
+                "0",
+                "exactly check: the file has no errors; its last line says whether it is for \
+                 exactly run (it has jobs) or exactly watch ([[notify]] tables alone)",
+            ),
             (
                 "1",
                 "exactly check: problems, one line each (FILE:LINE: job: what — why)",

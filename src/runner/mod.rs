@@ -170,10 +170,7 @@ pub(crate) type Checked = (Vec<Job>, Option<Duration>, usize, Vec<Problem>);
 /// with the history and registry of the database if one exists (`check` never creates one).
 /// `run` refuses the file on exactly these lines, so the two never disagree. Also the number of
 /// its `[[notify]]` tables (a file of those alone is `watch`'s, and `check` passes it).
-pub(crate) fn problems(
-    db: &Option<String>,
-    path: &str,
-) -> Result<Checked> {
+pub(crate) fn problems(db: &Option<String>, path: &str) -> Result<Checked> {
     let text = read_jobs_file(path)?;
     let mut loaded = config::parse(&text);
     let mut problems = std::mem::take(&mut loaded.problems);

@@ -150,10 +150,12 @@ fn an_effect_someone_asked_approval_for_waits_for_a_person() {
 /// scheduler processes and `exactly effect` attempts naming other hosts and running on skewed
 /// clocks sharing one server: the same invariants as on SQLite.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn every_scenario_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
@@ -342,10 +344,12 @@ fn without_root_no_cgroup_and_hidepid_are_not_run_and_not_passed() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn sender_faults_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     for scenario in [
         "grandchild",
@@ -404,10 +408,12 @@ fn overloaded_schedulers_never_run_a_firing_twice() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn scheduler_faults_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     let s = scheduler_fault("run-end-lost", 3, Some(&schema.url));
     assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");

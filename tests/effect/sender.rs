@@ -530,10 +530,12 @@ fn backends_of(url: &str, pid: u32) -> Vec<i32> {
 /// let the command outlive its lease: the deadline last heard stops it, and another host's send
 /// after the lease is the one delivery.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn postgres_a_stalled_lease_read_does_not_let_the_command_outlive_its_lease() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let env = Env::new().with_skew("100ms");
     let token = env.claim("stall", "3s");
     let script = format!(

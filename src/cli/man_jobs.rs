@@ -188,8 +188,8 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         kind: "http(s) URL",
         default: "none",
         what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it \
-               ends ok, URL/fail (body: outcome, exit_code) otherwise; best effort, \
-               off the run's path",
+               ends ok, URL/fail (body: outcome, exit_code) otherwise, each with ?rid= (the run's \
+               id as a UUID); best effort, off the run's path",
         example: "ping = \"https://hc-ping.com/<uuid>\"",
     },
 ];

@@ -477,3 +477,55 @@ fn every_output_counts_registered_jobs_alike_and_says_the_paused() {
         "{status}"
     );
 }
+
+/// `status` lists the live schedulers and folds the ended ones into one line (how many, stopped
+/// or dead, and the last); `--json` keeps every one. (Before, one row per scheduler that ever
+/// ran: 23 rows after 22 restarts.)
+#[test]
+fn status_folds_ended_schedulers_into_one_line_and_json_keeps_them_all() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"a\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("true")
+    ));
+    let alive = || {
+        site.db_exists() && json(&site, &["status", "--json"])["totals"]["schedulers_alive"] == 1
+    };
+    for i in 0..3 {
+        let mut s = site.start(&format!("old{i}"), "5s");
+        assert!(
+            wait_until(Duration::from_secs(20), alive),
+            "{}",
+            site.log(&format!("old{i}"))
+        );
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0));
+    }
+    let mut live = site.start("live", "5s");
+    assert!(
+        wait_until(Duration::from_secs(20), alive),
+        "{}",
+        site.log("live")
+    );
+    let (code, text, err) = site.exactly(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("SCHEDULER"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        2,
+        "the live one, then one line for the ended:\n{text}"
+    );
+    assert!(rows[0].contains("alive"), "{text}");
+    assert!(
+        rows[1].starts_with("3 ended (3 stopped), the last ") && rows[1].contains("old2"),
+        "{text}"
+    );
+    let v = json(&site, &["status", "--json"]);
+    assert_eq!(v["schedulers"].as_array().map(Vec::len), Some(4), "{v:#}");
+    assert_eq!(live.term(Duration::from_secs(15)), Some(0));
+}

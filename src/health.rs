@@ -78,15 +78,13 @@ impl Health {
 /// warning (a host-name clash).
 pub fn check(snap: &Snapshot) -> Health {
     let mut reasons: Vec<(Level, String)> = Vec::new();
-    let registered = snap
-        .jobs
-        .iter()
-        .filter(|j| j.settings.schedule.is_some() && !j.retired && !j.paused)
-        .count();
-    if registered > 0 && snap.schedulers_alive == 0 {
+    // The count every output gives (paused jobs included, and said): a paused job still needs
+    // a scheduler alive to be resumed.
+    let registered = crate::snapshot::Registered::of(&snap.jobs);
+    if registered.jobs > 0 && snap.schedulers_alive == 0 {
         reasons.push((
             Level::Critical,
-            format!("no scheduler alive ({registered} job(s) registered)"),
+            format!("no scheduler alive ({})", registered.listed()),
         ));
     }
     let old = snap
@@ -157,7 +155,7 @@ pub fn check(snap: &Snapshot) -> Health {
         reasons,
         perfdata: vec![
             ("schedulers_alive".into(), n(snap.schedulers_alive)),
-            ("jobs_registered".into(), registered as i64),
+            ("jobs_registered".into(), registered.jobs as i64),
             ("unknown".into(), n(snap.totals.unknown)),
             (
                 "oldest_unknown_s".into(),

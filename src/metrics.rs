@@ -161,13 +161,8 @@ const METRICS: &[Metric] = &[
     },
     Metric {
         name: "exactly_jobs_registered",
-        help: "Jobs registered by a jobs file and not retired",
-        read: Read::Gauge(|s| {
-            s.jobs
-                .iter()
-                .filter(|j| j.settings.schedule.is_some() && !j.retired)
-                .count() as i64
-        }),
+        help: "Jobs registered by a jobs file and not retired (paused ones included)",
+        read: Read::Gauge(|s| crate::snapshot::Registered::of(&s.jobs).jobs as i64),
     },
     Metric {
         name: "exactly_oldest_pending_approval_age_seconds",

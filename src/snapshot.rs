@@ -162,6 +162,48 @@ impl JobRow {
     }
 }
 
+/// The one count of registered jobs every output gives (`status`, `status --check` and its
+/// perfdata, `exactly_jobs_registered`): jobs a jobs file registered (they have a schedule) and
+/// not retired, paused ones included, which are said apart: "2 jobs registered (1 paused)".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    /// Jobs with a schedule, not retired.
+    pub jobs: usize,
+    /// Of those, the paused.
+    pub paused: usize,
+}
+
+impl Registered {
+    /// The count of a snapshot's jobs.
+    pub fn of(jobs: &[JobRow]) -> Registered {
+        let live = jobs
+            .iter()
+            .filter(|j| j.settings.schedule.is_some() && !j.retired);
+        let (mut n, mut paused) = (0, 0);
+        for j in live {
+            n += 1;
+            paused += usize::from(j.paused);
+        }
+        Registered { jobs: n, paused }
+    }
+
+    /// "2 jobs registered, 1 paused", for a place already in parentheses.
+    pub fn listed(&self) -> String {
+        self.to_string().replace(" (", ", ").replace(')', "")
+    }
+}
+
+impl std::fmt::Display for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = if self.jobs == 1 { "job" } else { "jobs" };
+        write!(f, "{} {s} registered", self.jobs)?;
+        if self.paused > 0 {
+            write!(f, " ({} paused)", self.paused)?;
+        }
+        Ok(())
+    }
+}
+
 /// When a job fires next: after the latest slot any scheduler fired (or the last run's), so a
 /// job nobody fires shows a next firing in the past; and the slots past its catch-up window
 /// that no scheduler fired, misses a scheduler will record when it starts again (a paused
@@ -378,12 +420,8 @@ impl Snapshot {
         let now = crate::time::parse(&r.taken_at).unwrap_or_else(crate::time::now);
         let schedulers_alive = r.schedulers.iter().filter(|s| s.alive).count() as u64;
         let mut warnings = Vec::new();
-        let live_jobs = r
-            .jobs
-            .iter()
-            .filter(|j| j.settings.schedule.is_some() && !j.retired)
-            .count();
-        if live_jobs > 0 && schedulers_alive == 0 {
+        let registered = Registered::of(&r.jobs);
+        if registered.jobs > 0 && schedulers_alive == 0 {
             let last = r
                 .schedulers
                 .iter()
@@ -396,8 +434,7 @@ impl Snapshot {
                 })
                 .unwrap_or_else(|| "none has ever run on this database".into());
             warnings.push(format!(
-                "no scheduler alive ({last}): {live_jobs} registered job(s) are not firing; \
-                 start exactly run"
+                "no scheduler alive ({last}): {registered} are not firing; start exactly run"
             ));
         }
         let host_clashes = host_clashes(&r.schedulers, r.host_clashes_24h);

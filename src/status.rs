@@ -109,27 +109,46 @@ impl Snapshot {
             "SCHEDULER", "HOST", "PID", "STATE"
         );
         let now = crate::time::parse(&self.taken_at);
-        for sc in &self.schedulers {
-            let ago = match (now, crate::time::parse(&sc.heartbeat_at)) {
-                (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
-                _ => inert(&sc.heartbeat_at),
-            };
-            let state = if sc.alive {
-                "alive"
-            } else if sc.ended_at.is_some() {
-                "stopped"
-            } else {
-                "DEAD"
-            };
+        let ago = |at: &str| match (now, crate::time::parse(at)) {
+            (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
+            _ => inert(at),
+        };
+        // The live ones listed; the ended ones (stopped or dead: one per restart, so many on a
+        // long-lived database) folded into one line. `--json` keeps every one.
+        let (live, ended): (Vec<_>, Vec<_>) = self.schedulers.iter().partition(|sc| sc.alive);
+        for sc in live {
+            let ago = ago(&sc.heartbeat_at);
             let _ = writeln!(
                 s,
                 "{:<32} {:<16} {:>8} {:<9} {ago}",
                 crate::sanitize::inert_trunc(&sc.owner, 32),
                 crate::sanitize::inert_trunc(&sc.host, 16),
                 sc.pid,
-                state
+                "alive"
             );
         }
+        let Some(last) = ended
+            .iter()
+            .max_by(|a, b| a.heartbeat_at.cmp(&b.heartbeat_at))
+        else {
+            return;
+        };
+        let stopped = ended.iter().filter(|sc| sc.ended_at.is_some()).count();
+        let dead = ended.len() - stopped;
+        let how = match (stopped, dead) {
+            (_, 0) => format!("{stopped} stopped"),
+            (0, _) => format!("{dead} DEAD: killed or lost, no clean stop"),
+            _ => format!("{stopped} stopped, {dead} DEAD: killed or lost, no clean stop"),
+        };
+        let _ = writeln!(
+            s,
+            "{} ended ({how}), the last {} on {} (pid {}), last heartbeat {}",
+            ended.len(),
+            crate::sanitize::inert_trunc(&last.owner, 32),
+            crate::sanitize::inert_trunc(&last.host, 16),
+            last.pid,
+            ago(&last.heartbeat_at)
+        );
     }
 
     /// `status`'s jobs table, when there are any: a row per job and its notes under it.

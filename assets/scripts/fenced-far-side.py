@@ -3,7 +3,8 @@
 Idempotency-Key (a repeated key gets the stored answer, nothing is done twice) and fences by the
 Fencing-Token "JOB/N" (a token lower than the highest seen for the job is refused with 409).
 Usage: fenced-far-side.py LOG [PORT]; prints the port it listens on; appends each transfer it
-performs to LOG. A sketch of the rule, not a payment service."""
+performs to LOG. Like a payment API, it takes only a JSON body (415 otherwise: nothing done). A
+sketch of the rule, not a payment service."""
 import http.server
 import sys
 import threading
@@ -18,6 +19,9 @@ highest = {}   # job -> highest fencing token seen
 class FarSide(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        kind = self.headers.get("Content-Type", "")
+        if kind.split(";")[0].strip() != "application/json":
+            return self.answer(415, "not JSON: Content-Type %s\n" % (kind or "missing"))
         key = self.headers.get("Idempotency-Key", "")
         job, _, token = self.headers.get("Fencing-Token", "/0").rpartition("/")
         with lock:

@@ -6,6 +6,7 @@ TRANSFER=${TRANSFER:-transfer.json}
 code=$(curl -sS -o /dev/stderr -w '%{http_code}' -X POST "$PAY_URL" \
   -H "Idempotency-Key: $EXACTLY_EFFECT_KEY" \
   -H "Fencing-Token: $EXACTLY_JOB/$EXACTLY_FENCING_TOKEN" \
+  -H "Content-Type: application/json" \
   --data-binary @"$TRANSFER")
 case "$code" in
   2??) exit 0 ;;      # done (for a repeated key: the far side's stored answer)

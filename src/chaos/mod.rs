@@ -222,8 +222,16 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
     let mut per = BTreeMap::new();
     let mut total = Tally::default();
     let started = Instant::now();
-    for name in names {
+    // The bar draws only on a terminal: elsewhere (a log, CI) one line per scenario's start and
+    // end on stderr says a long run is alive; stdout stays the report.
+    let lines = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let count = names.len();
+    for (i, name) in names.into_iter().enumerate() {
         bar.set_message(name.to_string());
+        let place = format!("{name} ({}/{count})", i + 1);
+        if lines {
+            eprintln!("chaos: {place} started");
+        }
         let before = Snapshot::read(&mut h.store)?.totals;
         let t0 = Instant::now();
         let mut t = Tally {
@@ -250,6 +258,15 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
             .duplicates_suppressed
             .saturating_sub(before.duplicates_suppressed);
         t.wall_ms = t0.elapsed().as_millis() as u64;
+        if lines {
+            let how = match &t.not_run {
+                Some(why) => format!("not run ({why})"),
+                None if t.ok() => "ok".to_string(),
+                None => format!("{} anomalies", t.anomalies),
+            };
+            let took = t0.elapsed().as_secs_f64();
+            eprintln!("chaos: {place} ended in {took:.1}s: {how}");
+        }
         total.add(&t);
         per.insert(name.to_string(), t);
     }

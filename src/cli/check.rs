@@ -17,7 +17,13 @@ pub struct CheckArgs {
 }
 
 pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
-    let (jobs, _, problems) = runner::problems(db, &a.jobs)?;
+    let (jobs, _, notify, mut problems) = runner::problems(db, &a.jobs)?;
+    // A file of [[notify]] tables alone is `exactly watch`'s, which runs it: not a problem here.
+    let for_watch = jobs.is_empty() && notify > 0 && problems.iter().any(|p| p.what == "no jobs");
+    if for_watch {
+        problems.retain(|p| p.what != "no jobs");
+    }
+    let command = if for_watch { "watch" } else { "run" };
     let count = |s: &str| problems.iter().filter(|p| p.kind() == s).count();
     let (errors, warnings, notes) = (count("error"), count("warning"), count("note"));
     // Errors fail the check (and `run` refuses them); warnings (risks `run` logs and runs
@@ -27,6 +33,8 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
         let v = serde_json::json!({
             "file": a.jobs,
             "jobs": jobs.len(),
+            "notify": notify,
+            "for": command,
             "errors": errors,
             "warnings": warnings,
             "notes": notes,
@@ -56,14 +64,17 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     for line in runner::policy::check_lines(&jobs, &a.jobs) {
         println!("{line}");
     }
+    let what = format!(
+        "{} jobs, {notify} notify; for exactly {command}",
+        jobs.len()
+    );
     if warnings > 0 {
         println!(
-            "{}: ok with {warnings} warning(s) ({} jobs; --strict fails on warnings)",
-            inert(&a.jobs),
-            jobs.len()
+            "{}: ok with {warnings} warning(s) ({what}; --strict fails on warnings)",
+            inert(&a.jobs)
         );
     } else {
-        println!("{}: ok ({} jobs)", inert(&a.jobs), jobs.len());
+        println!("{}: ok ({what})", inert(&a.jobs));
     }
     Ok(0)
 }

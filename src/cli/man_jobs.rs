@@ -194,8 +194,8 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         default: "none",
         what: "a dead man's switch (healthchecks.io): POST URL/start as a run starts, URL when it \
                ends ok, URL/log when it waits for approval (not a failure), URL/fail (body: \
-               outcome, exit_code) otherwise; best effort, \
-               off the run's path",
+               outcome, exit_code) otherwise, each with ?rid= (the run's id as a UUID); best \
+               effort, off the run's path",
         example: "ping = \"https://hc-ping.com/<uuid>\"",
     },
 ];
@@ -359,7 +359,11 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
         w,
         "EXIT STATUS",
         &[
-            ("0", "exactly check: the file has no errors"),
+            (
+                "0",
+                "exactly check: the file has no errors; its last line says whether it is for \
+                 exactly run (it has jobs) or exactly watch ([[notify]] tables alone)",
+            ),
             (
                 "1",
                 "exactly check: problems, one line each (FILE:LINE: job: what — why)",

@@ -162,13 +162,15 @@ fn canonical_source(path: &str) -> (String, Option<PathBuf>) {
     }
 }
 
+/// A jobs file as `check` sees it: its valid jobs, `retain`, the number of its `[[notify]]`
+/// tables, and its problems.
+pub(crate) type Checked = (Vec<Job>, Option<Duration>, usize, Vec<Problem>);
+
 /// Everything `check` says about a file: its parse problems, then the lint of its valid jobs
 /// with the history and registry of the database if one exists (`check` never creates one).
-/// `run` refuses the file on exactly these lines, so the two never disagree.
-pub(crate) fn problems(
-    db: &Option<String>,
-    path: &str,
-) -> Result<(Vec<Job>, Option<Duration>, Vec<Problem>)> {
+/// `run` refuses the file on exactly these lines, so the two never disagree. Also the number of
+/// its `[[notify]]` tables (a file of those alone is `watch`'s, and `check` passes it).
+pub(crate) fn problems(db: &Option<String>, path: &str) -> Result<Checked> {
     let text = read_jobs_file(path)?;
     let mut loaded = config::parse(&text);
     let mut problems = std::mem::take(&mut loaded.problems);
@@ -186,13 +188,13 @@ pub(crate) fn problems(
     }
     problems.extend(config::lint(&loaded.jobs, &hist, dir.as_deref()));
     loaded.place(&mut problems);
-    Ok((loaded.jobs, loaded.retain, problems))
+    Ok((loaded.jobs, loaded.retain, loaded.notify.len(), problems))
 }
 
 pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let grace = time::parse_duration(&a.grace)?;
     let give_up_after = time::parse_duration(&a.give_up_after)?;
-    let (jobs, retain, problems) = problems(db, &a.jobs)?;
+    let (jobs, retain, _, problems) = problems(db, &a.jobs)?;
     let n = problems.iter().filter(|p| p.refuses_run()).count();
     if n > 0 {
         for p in &problems {

@@ -1,6 +1,8 @@
 //! A job's dead man's switch (`ping = "https://hc-ping.com/<uuid>"`, healthchecks.io's
 //! convention): `POST {ping}/start` as a run starts, `POST {ping}` when it ends `ok`, `POST
-//! {ping}/fail` with the outcome and exit code in the body otherwise. Best effort: the pings go
+//! {ping}/fail` with the outcome and exit code in the body otherwise, each with `?rid=` (the run's
+//! id as a UUID, healthchecks' run id) so the start and end of runs that overlap pair up. Best
+//! effort: the pings go
 //! from a thread of their own, in order, each bounded by [`PING_TIMEOUT`]; a failed ping is a
 //! log line, never the run's failure, and never holds up its command.
 use crate::state::RunOutcome;
@@ -42,19 +44,47 @@ pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
         .build()
 }
 
+/// A run's id as healthchecks' `rid`, which must be a UUID: the first 16 bytes of the id's
+/// SHA-256, marked as a version 8 (custom) UUID. The same run id gives the same rid.
+pub fn rid(run_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut b: [u8; 16] = Sha256::digest(run_id.as_bytes())[..16]
+        .try_into()
+        .unwrap_or([0; 16]);
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 /// The pings of one run: `/start` is sent at once; [`Pinger::ended`] sends the last one after it.
 pub struct Pinger {
     tx: Option<mpsc::Sender<(String, String)>>,
+    run_id: String,
 }
 
 impl Pinger {
     /// Starts pinging for a run of `job` (nothing when it has no `ping`).
     pub fn start(job: &str, url: Option<&str>, run_id: &str) -> Pinger {
         let Some(url) = url else {
-            return Pinger { tx: None };
+            return Pinger {
+                tx: None,
+                run_id: run_id.to_string(),
+            };
         };
         let (tx, rx) = mpsc::channel::<(String, String)>();
-        let _ = tx.send((format!("{url}/start"), format!("run_id={run_id}\n")));
+        let rid = rid(run_id);
+        let _ = tx.send((
+            format!("{url}/start?rid={rid}"),
+            format!("run_id={run_id}\n"),
+        ));
         let job = job.to_string();
         // Detached: a ping never holds up the run, nor the scheduler's shutdown.
         std::thread::spawn(move || {
@@ -65,7 +95,10 @@ impl Pinger {
                 }
             }
         });
-        Pinger { tx: Some(tx) }
+        Pinger {
+            tx: Some(tx),
+            run_id: run_id.to_string(),
+        }
     }
 
     /// The run's end: success on `ok`, `/log` (told, not judged) for a run waiting for
@@ -75,11 +108,13 @@ impl Pinger {
             return;
         };
         let code = exit_code.map(|c| c.to_string()).unwrap_or_default();
-        let body = format!("outcome={outcome}\nexit_code={code}\n");
+        let run_id = &self.run_id;
+        let body = format!("run_id={run_id}\noutcome={outcome}\nexit_code={code}\n");
+        let rid = rid(run_id);
         let to = match outcome {
-            RunOutcome::Ok => url.to_string(),
-            RunOutcome::AwaitingApproval => format!("{url}/log"),
-            _ => format!("{url}/fail"),
+            RunOutcome::Ok => format!("{url}?rid={rid}"),
+            RunOutcome::AwaitingApproval => format!("{url}/log?rid={rid}"),
+            _ => format!("{url}/fail?rid={rid}"),
         };
         let _ = tx.send((to, body));
     }
@@ -88,6 +123,16 @@ impl Pinger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rid_is_a_uuid_of_its_run() {
+        let a = rid("nightly-t7");
+        assert_eq!(a, rid("nightly-t7"));
+        assert_ne!(a, rid("nightly-t8"));
+        let shape: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(shape, [8, 4, 4, 4, 12], "{a}");
+        assert_eq!(&a[14..15], "8", "version 8: {a}");
+    }
 
     #[test]
     fn urls_are_checked() {

@@ -53,7 +53,8 @@ impl FileJobs {
             ));
             return None;
         }
-        let (jobs, _retain, problems) = match super::problems(&Some(cfg.db.clone()), &cfg.source) {
+        let (jobs, _retain, _, problems) = match super::problems(&Some(cfg.db.clone()), &cfg.source)
+        {
             Ok(p) => p,
             Err(e) => {
                 refused(e.to_string());

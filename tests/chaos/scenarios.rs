@@ -150,10 +150,12 @@ fn an_effect_someone_asked_approval_for_waits_for_a_person() {
 /// scheduler processes and `exactly effect` attempts naming other hosts and running on skewed
 /// clocks sharing one server: the same invariants as on SQLite.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn every_scenario_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
@@ -278,9 +280,11 @@ fn a_paused_sender_is_stopped_by_the_far_sides_dedupe_and_fencing() {
 #[test]
 fn a_scenario_that_needs_root_is_not_run_and_not_passed_without_it() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test runs exactly chaos as nobody: the suite runs as root (CONTRIBUTING.md)"
+    );
     let out = Command::new("runuser")
         .args(["-u", "nobody", "--"])
         .arg(env!("CARGO_BIN_EXE_exactly"))
@@ -342,10 +346,12 @@ fn without_root_no_cgroup_and_hidepid_are_not_run_and_not_passed() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn sender_faults_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     for scenario in [
         "grandchild",
@@ -404,10 +410,12 @@ fn overloaded_schedulers_never_run_a_firing_twice() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn scheduler_faults_on_postgresql() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let schema = support::backend::PgSchema::create();
     let s = scheduler_fault("run-end-lost", 3, Some(&schema.url));
     assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");
@@ -532,4 +540,47 @@ on_both_backends! {
         assert!(!held.contains_key("cgroup-v2") && !held.contains_key("cgroup-v1"), "{v:#}");
         assert!(n(&v["containment"], "cookie") >= 6, "{v:#}");
     }
+}
+
+/// Outside a terminal (stdout and stderr pipes) `exactly chaos` says on stderr, one line each,
+/// when each scenario starts and ends, so a long run is not minutes of silence; stdout is still
+/// the one JSON report. (Before, nothing was printed until the end.)
+#[test]
+fn outside_a_terminal_each_scenario_says_when_it_starts_and_ends_on_stderr() {
+    let (code, v, err) = chaos(&[
+        "--scenario",
+        "lost-response",
+        "--scenario",
+        "duplicate-registration",
+        "--iterations",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{v:#}\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("chaos: ")).collect();
+    assert_eq!(
+        lines.len(),
+        4,
+        "a start and an end line per scenario:\n{err}"
+    );
+    assert!(
+        lines[0].starts_with("chaos: lost-response (1/2) started"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("chaos: lost-response (1/2) ended in ") && lines[1].contains("ok"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("chaos: duplicate-registration (2/2) started"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[3].starts_with("chaos: duplicate-registration (2/2) ended in "),
+        "{lines:?}"
+    );
+    assert_eq!(
+        v["scenarios"].as_object().map(|m| m.len()),
+        Some(2),
+        "{v:#}"
+    );
 }

@@ -35,10 +35,12 @@ fn sites_follow_the_threads_backend_and_a_guard_restores_it() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn a_sites_schema_is_its_search_path_and_is_dropped_with_it() {
-    let Some(_pg) = backend::enter_postgres() else {
-        return;
-    };
+    let _pg = backend::enter_postgres();
     let base = backend::pg_url().expect("url");
     let site = support::runner::Site::new();
     let schema = site.pg.as_ref().expect("a schema").name.clone();
@@ -79,10 +81,12 @@ fn a_sites_schema_is_its_search_path_and_is_dropped_with_it() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn reads_convert_each_column_type_and_fail_loudly() {
-    let Some(_pg) = backend::enter_postgres() else {
-        return;
-    };
+    let _pg = backend::enter_postgres();
     let schema = PgSchema::create();
     let db = Path::new(&schema.url);
     support::execute(

@@ -620,14 +620,16 @@ proptest! {
     }
 }
 
-/// The proof on PostgreSQL (a schema in `EXACTLY_TEST_PG`; without it the test returns at
-/// once): the same steps through the server's one-round-trip transitions and the transactions
+/// The proof on PostgreSQL (a schema in `EXACTLY_TEST_PG` or a throwaway cluster; without
+/// a server it is ignored): the same steps through the server's one-round-trip transitions and the transactions
 /// they leave the uncommon cases to.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn every_interleaving_of_live_attempts_sends_at_most_once_on_postgres() {
-    if support::backend::pg_url().is_none() {
-        return;
-    }
+    let _pg = support::backend::enter_postgres();
     let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     let schema = support::backend::PgSchema::create();
     let store = RefCell::new(Store::open(&schema.url).expect("open"));

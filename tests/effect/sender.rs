@@ -530,10 +530,12 @@ fn backends_of(url: &str, pid: u32) -> Vec<i32> {
 /// let the command outlive its lease: the deadline last heard stops it, and another host's send
 /// after the lease is the one delivery.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn postgres_a_stalled_lease_read_does_not_let_the_command_outlive_its_lease() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let env = Env::new().with_skew("100ms");
     let token = env.claim("stall", "3s");
     let script = format!(
@@ -588,14 +590,22 @@ fn the_far_side_example_dedupes_by_key_and_refuses_a_stale_token() {
     let env = Env::new();
     let repo = |f: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
     let log = env.path("transfers.log");
-    let mut far = Command::new("python3")
+    /// The far side, killed however the test ends (a failed assertion must not leave it).
+    struct Far(Child);
+    impl Drop for Far {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut far = Far(Command::new("python3")
         .arg(repo("assets/scripts/fenced-far-side.py"))
         .arg(&log)
         .stdout(Stdio::piped())
         .spawn()
-        .expect("python3 runs the far side");
+        .expect("python3 runs the far side"));
     let mut port = String::new();
-    std::io::BufReader::new(far.stdout.take().expect("stdout"))
+    std::io::BufReader::new(far.0.stdout.take().expect("stdout"))
         .read_line(&mut port)
         .expect("the far side's port");
     let url = format!("http://127.0.0.1:{}/transfers", port.trim());
@@ -656,8 +666,6 @@ fn the_far_side_example_dedupes_by_key_and_refuses_a_stale_token() {
         "a stale token: nothing was sent"
     );
     assert_eq!(transfers(), 1);
-    let _ = far.kill();
-    let _ = far.wait();
 }
 
 /// A sender whose command ran but whose result was fenced (the job's lease taken over meanwhile)

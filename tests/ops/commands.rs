@@ -272,7 +272,7 @@ on_both_backends! {
         let (code, out, _) = check();
         assert_eq!(code, 2, "{out}");
         assert!(
-            out.starts_with("EXACTLY CRITICAL - no scheduler alive (1 job(s) registered)"),
+            out.starts_with("EXACTLY CRITICAL - no scheduler alive (1 job registered)"),
             "{out}"
         );
         assert!(out.contains("approval"), "the warning is still said: {out}");
@@ -432,4 +432,100 @@ on_both_backends! {
         assert!(line("fine").contains("paused"), "{text}");
         assert!(!line("manual").contains("free"), "the lease holder is shown: {text}");
     }
+}
+
+/// One count of registered jobs: a job in the jobs file, not retired, paused or not. `status
+/// --check`, its perfdata, `status`'s warning and `exactly_jobs_registered` all say 2 with one of
+/// the two paused, and say the paused one. (Before, `status --check` said 1 where the warning and
+/// the metric said 2.)
+#[test]
+fn every_output_counts_registered_jobs_alike_and_says_the_paused() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"a\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\n\
+         command = {c}\n\n[[job]]\nname = \"b\"\nevery = \"1h\"\nlease = \"1m\"\n\
+         overlap = \"coalesce\"\ncommand = {c}\n",
+        c = sh("true")
+    ));
+    let mut sched = site.start("s", "5s");
+    assert!(
+        wait_until(Duration::from_secs(20), || site
+            .count("SELECT count(*) FROM exactly_jobs")
+            == 2),
+        "{}",
+        site.log("s")
+    );
+    let (code, _, err) = site.exactly(&["pause", "b"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        sched.term(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let (code, out, _) = site.exactly(&["status", "--check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.starts_with("EXACTLY CRITICAL - no scheduler alive (2 jobs registered, 1 paused)"),
+        "{out}"
+    );
+    assert!(out.contains("jobs_registered=2 "), "{out}");
+    assert_eq!(scrape(&site).get("exactly_jobs_registered"), Some(&2.0));
+    let (_, status, _) = site.exactly(&["status"]);
+    assert!(
+        status.contains("2 jobs registered (1 paused) are not firing"),
+        "{status}"
+    );
+}
+
+/// `status` lists the live schedulers and folds the ended ones into one line (how many, stopped
+/// or dead, and the last); `--json` keeps every one. (Before, one row per scheduler that ever
+/// ran: 23 rows after 22 restarts.)
+#[test]
+fn status_folds_ended_schedulers_into_one_line_and_json_keeps_them_all() {
+    let site = Site::new();
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"a\"\nevery = \"1h\"\nlease = \"1m\"\noverlap = \"coalesce\"\n\
+         command = {}\n",
+        sh("true")
+    ));
+    let alive = || {
+        site.db_exists() && json(&site, &["status", "--json"])["totals"]["schedulers_alive"] == 1
+    };
+    for i in 0..3 {
+        let mut s = site.start(&format!("old{i}"), "5s");
+        assert!(
+            wait_until(Duration::from_secs(20), alive),
+            "{}",
+            site.log(&format!("old{i}"))
+        );
+        assert_eq!(s.term(Duration::from_secs(15)), Some(0));
+    }
+    let mut live = site.start("live", "5s");
+    assert!(
+        wait_until(Duration::from_secs(20), alive),
+        "{}",
+        site.log("live")
+    );
+    let (code, text, err) = site.exactly(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("SCHEDULER"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        2,
+        "the live one, then one line for the ended:\n{text}"
+    );
+    assert!(rows[0].contains("alive"), "{text}");
+    assert!(
+        rows[1].starts_with("3 ended (3 stopped), the last ") && rows[1].contains("old2"),
+        "{text}"
+    );
+    let v = json(&site, &["status", "--json"]);
+    assert_eq!(v["schedulers"].as_array().map(Vec::len), Some(4), "{v:#}");
+    assert_eq!(live.term(Duration::from_secs(15)), Some(0));
 }

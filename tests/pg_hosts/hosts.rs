@@ -1,7 +1,8 @@
 //! Several hosts on one PostgreSQL database (`EXACTLY_TEST_PG`): the server's clock decides who
 //! holds a lease, whatever the clients' clocks say, and each role may do only what it is granted.
-//! Real processes, a real server, clocks moved by `faketime`. Without `EXACTLY_TEST_PG` these
-//! tests have nothing to run against (CI sets it, and there a missing URL fails them).
+//! Real processes, a real server, clocks moved by `faketime`. Without `EXACTLY_TEST_PG` they run
+//! on a throwaway cluster (tests/support/cluster.rs); without a server they are ignored (and on
+//! CI fail).
 use std::process::Command;
 use std::time::Duration;
 use support::backend::{connect, enter_postgres, pg_url, with_search_path, PgSchema};
@@ -109,22 +110,23 @@ impl Drop for Schema {
     }
 }
 
-/// The PostgreSQL server of the tests, when `EXACTLY_TEST_PG` names one (on CI it must).
-fn url() -> Option<String> {
-    // Only its rule is wanted (None without a URL, a failure on CI); these tests name their
-    // database themselves, so the backend it sets for the support module may end here.
-    let _checked = enter_postgres()?;
-    pg_url()
+/// The PostgreSQL server of the tests (`EXACTLY_TEST_PG`, or the throwaway cluster); the
+/// test fails without one (where there is none it is ignored at build time).
+fn url() -> String {
+    // Only its rule is wanted (a failure without a server); these tests name their database
+    // themselves, so the backend it sets for the support module may end here.
+    let _checked = enter_postgres();
+    pg_url().expect("enter_postgres fails without a server")
 }
 
-/// A test's own schema, initialised by `exactly init`, and its URL; None without a server.
-fn site() -> Option<(Schema, String)> {
-    url()?;
+/// A test's own schema, initialised by `exactly init`, and its URL.
+fn site() -> (Schema, String) {
+    url();
     let s = Schema::new();
     let db = s.url();
     let (code, _, err) = exactly(&db, "", &["init"]);
     assert_eq!(code, 0, "init: {err}");
-    Some((s, db))
+    (s, db)
 }
 
 /// `exactly --db URL ARGS…`, its clock `skew` off the host's (through `faketime`) unless empty:
@@ -165,10 +167,12 @@ fn lease_left_s(s: &Schema, job: &str) -> f64 {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn two_clients_an_hour_apart_see_one_lease_holder() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
 
     // A claims with the host's clock; B's clock is an hour ahead, C's an hour behind.
     let (code, token, err) = exactly(
@@ -236,10 +240,12 @@ fn two_clients_an_hour_apart_see_one_lease_holder() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
-    let Some((s, _)) = site() else {
-        return;
-    };
+    let (s, _) = site();
     let (_, vdb) = s.role("viewer", Grant::Read);
     let (_, wdb) = s.role("worker", Grant::ReadWrite);
 
@@ -282,10 +288,12 @@ fn a_viewer_role_reads_and_a_worker_role_acts_without_owning_the_schema() {
 /// of them open) no query of theirs scans `effect_ledger`; the open rows come from its partial
 /// index.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
     s.client()
         .batch_execute(
             "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
@@ -321,10 +329,12 @@ fn the_dashboards_reads_do_not_scan_a_million_row_ledger() {
 /// `submitted` — never failed, never released — and reads as unknown once the lease is gone.
 /// A retry with an observer settles it; the far side saw one request.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
-    let Some((s, _)) = site() else {
-        return;
-    };
+    let (s, _) = site();
     let (role, wdb) = s.role("w", Grant::ReadWrite);
     let dir = tempfile::tempdir().expect("tempdir");
     let (far, sent) = (dir.path().join("far"), dir.path().join("sent"));
@@ -385,21 +395,20 @@ fn a_database_lost_after_submitted_leaves_the_effect_open_never_failed() {
 /// certificate in CI). Without that CA the same URL is refused in one line; nothing connects in
 /// the clear instead.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+#[cfg_attr(
+    exactly_no_pg_ca,
+    ignore = "EXACTLY_TEST_PG is set without EXACTLY_TEST_PG_CA, its server's CA certificate"
+)]
 fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
-    if url().is_none() {
-        return;
-    }
-    let ca = match std::env::var("EXACTLY_TEST_PG_CA") {
-        Ok(c) if !c.is_empty() => c,
-        _ => {
-            let ci = std::env::var("CI").unwrap_or_default();
-            assert!(
-                ci.is_empty() || ci == "false",
-                "CI is set but EXACTLY_TEST_PG_CA (the test server's certificate) is not"
-            );
-            return;
-        }
-    };
+    url();
+    let ca = support::backend::pg_ca().expect(
+        "EXACTLY_TEST_PG_CA (the test server's certificate): without it, off CI, this test is \
+         ignored at build time",
+    );
     let s = Schema::new();
     let db = format!("{}&sslmode=require", s.url());
     let run = |ca: Option<&str>, args: &[&str]| {
@@ -435,10 +444,12 @@ fn sslmode_require_connects_over_tls_and_checks_the_certificate() {
 /// row's number is taken at insert, not at commit: a run inserted first but committed last must
 /// still be counted by a dashboard that polled in between (it reads the last rowids again).
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
     // A job the dashboard shows: known by its lease.
     assert_eq!(
         exactly(&db, "", &["lease", "claim", "--job", "j", "--for", "1h"]).0,
@@ -493,10 +504,12 @@ fn a_run_committed_after_a_later_one_is_still_counted_by_a_polling_dashboard() {
 /// why; once the server takes it back, the next poll reconnects and both go away. Driven in a
 /// real terminal (tmux), as a person watches it.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
     assert_eq!(
         exactly(
             &db,
@@ -578,10 +591,12 @@ fn the_dashboard_keeps_its_last_data_while_the_server_is_away_and_reconnects() {
 /// again, so every caller gets an answer — here 12 processes' worth of claims on one job at
 /// once: exactly one wins, the others are told who holds it, none gets an error.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
-    let Some((_schema, db)) = site() else {
-        return;
-    };
+    let (_schema, db) = site();
     for round in 0..5 {
         let job = format!("j{round}");
         let gate = std::sync::Arc::new(std::sync::Barrier::new(12));
@@ -619,10 +634,12 @@ fn racing_claims_are_retried_on_serialization_failures_and_one_wins() {
 /// every row it writes — the lease, the run's start, the firing, the events — carries the
 /// server's time.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = dir.path().join("jobs.toml");
     std::fs::write(
@@ -674,10 +691,12 @@ fn a_scheduler_on_a_skewed_clock_stamps_its_rows_with_the_servers_time() {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn gc_from_a_client_an_hour_ahead_keeps_what_the_servers_clock_says_is_recent() {
-    let Some((s, db)) = site() else {
-        return;
-    };
+    let (s, db) = site();
     // Two events by the server's clock: one 23h30m old (inside `--keep 1d`), one 25h old.
     let at = |ago: &str| -> String {
         s.one(&format!(

@@ -1,7 +1,7 @@
 //! On PostgreSQL each ledger transition and each lease claim, renewal and release is one round
 //! trip. Counted on the wire: the library talks to the server through a TCP relay here that
 //! counts how often the client starts speaking after the server last spoke (the client waits for
-//! each answer, so that is its round trips). Without `EXACTLY_TEST_PG` the test returns at once.
+//! each answer, so that is its round trips). Without a PostgreSQL server (`EXACTLY_TEST_PG`, or one to start) the tests are ignored.
 use crate::support;
 use exactly::effect::{self, Effect, Failure, Observation, Spec};
 use exactly::{lease, Access};
@@ -102,6 +102,13 @@ impl Effect for Answer {
     }
 }
 
+/// The test server's URL; the test fails without one (where there is none it is ignored at
+/// build time).
+fn pg_base() -> String {
+    let _checked = support::backend::enter_postgres();
+    pg_url().expect("enter_postgres fails without a server")
+}
+
 /// The round trips `f` made through `relay`.
 fn trips(relay: &Relay, f: impl FnOnce() -> Res<()>) -> Res<u64> {
     let before = relay.turns();
@@ -110,10 +117,12 @@ fn trips(relay: &Relay, f: impl FnOnce() -> Res<()>) -> Res<u64> {
 }
 
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
-    let Some(base) = pg_url() else {
-        return Ok(());
-    };
+    let base = pg_base();
     let schema = PgSchema::create();
     let (server, relayed) = via(&base, 0)?;
     let relay = Relay::start(server)?;
@@ -228,10 +237,12 @@ fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
 /// server's functions: no token is won twice, every held token's effect is done once, and every
 /// stale one is fenced (recorded) with nothing inserted.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn racing_claims_and_transitions_keep_the_fence_on_postgres() -> Res<()> {
-    if pg_url().is_none() {
-        return Ok(());
-    }
+    pg_base();
     let schema = PgSchema::create();
     drop(exactly::open(Some(&schema.url), Access::Write)?);
     let until = std::time::Instant::now() + Duration::from_secs(3);
@@ -340,10 +351,12 @@ impl Drop for Worker {
 /// that may create them; until then a worker role granted only the tables keeps to the
 /// transactions, with the same answers.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn an_older_database_gets_the_functions_and_a_worker_role_keeps_working() -> Res<()> {
-    let Some(base) = pg_url() else {
-        return Ok(());
-    };
+    let base = pg_base();
     let schema = PgSchema::create();
     let worker = Worker {
         role: format!("{}_w", schema.name),

@@ -333,3 +333,51 @@ fn every_problem_is_reported_at_its_line_naming_its_key() {
         Some((Some(20), Some("overlap".into())))
     );
 }
+
+/// A file `exactly watch` runs (only `[[notify]]` tables) passes `check`, which says it is for
+/// `watch`; a file with jobs says it is for `run`; a file with neither still fails. (Before, a
+/// notify-only file failed "no jobs", so a watcher host's `ExecStartPre=exactly check` failed.)
+#[test]
+fn check_accepts_a_watch_file_and_says_which_command_it_is_for() {
+    let site = Site::new();
+    let watch = site.path("watch.toml").to_string_lossy().into_owned();
+    std::fs::write(
+        &watch,
+        "[[notify]]\nname = \"pager\"\nwebhook = \"http://127.0.0.1:9/w\"\nscheduler_gone = true\n\n\
+         [[notify]]\nname = \"ops\"\nhook = [\"true\"]\nfailing_runs = 3\n",
+    )
+    .expect("write");
+    let (code, out, err) = site.exactly(&["check", &watch]);
+    assert_eq!(code, 0, "a file exactly watch runs: {out}{err}");
+    assert!(
+        out.trim_end()
+            .ends_with("ok (0 jobs, 2 notify; for exactly watch)"),
+        "{out}"
+    );
+    let (code, json, err) = site.exactly(&["check", "--json", &watch]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("check --json");
+    assert_eq!(
+        (v["notify"].as_u64(), v["for"].as_str()),
+        (Some(2), Some("watch"))
+    );
+    let both = site.path("both.toml").to_string_lossy().into_owned();
+    let clean = std::fs::read_to_string(fixture("clean.toml")).expect("read");
+    std::fs::write(
+        &both,
+        format!("{clean}\n[[notify]]\nname = \"ops\"\nhook = [\"true\"]\nfailing_runs = 3\n"),
+    )
+    .expect("write");
+    let (code, out, err) = site.exactly(&["check", &both]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.trim_end()
+            .ends_with("ok (3 jobs, 1 notify; for exactly run)"),
+        "{out}"
+    );
+    let empty = site.path("empty.toml").to_string_lossy().into_owned();
+    std::fs::write(&empty, "retain = \"90d\"\n").expect("write");
+    let (code, out, _) = site.exactly(&["check", &empty]);
+    assert_eq!(code, 1, "neither run nor watch takes it: {out}");
+    assert!(out.contains("no jobs"), "{out}");
+}

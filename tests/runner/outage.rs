@@ -341,10 +341,12 @@ impl Proxy {
 
 // PostgreSQL only: the outage is a server's (a proxy cut), the SQLite tests above hold a lock.
 #[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
 fn slots_during_a_postgres_outage_are_missed_for_that_reason_and_none_runs_late() {
-    let Some(_pg) = support::backend::enter_postgres() else {
-        return;
-    };
+    let _pg = support::backend::enter_postgres();
     let site = Site::new();
     every_second(&site);
     let url = site.db();

@@ -1,13 +1,16 @@
 //! Which database a test's sites use: SQLite (a file in the test's temp dir, the default) or
-//! PostgreSQL (a fresh schema in the `EXACTLY_TEST_PG` database, dropped with the site).
+//! PostgreSQL (a fresh schema in the `EXACTLY_TEST_PG` database, or in a throwaway cluster this
+//! test binary starts (`cluster.rs`), dropped with the site).
 //!
 //! A test file puts its tests in [`on_both_backends!`](crate::on_both_backends): each test then
 //! runs twice, as `sqlite::NAME` and `postgres::NAME`. The backend is a thread-local set by
 //! those generated functions; `cli::Env::new` and `runner::Site::new` read it. A site made on
 //! another thread than the test's own (a thread the test spawns) is SQLite.
 //!
-//! Without `EXACTLY_TEST_PG` the `postgres::` tests return at once (they pass), and `build.rs`
-//! says so in one line; with `CI` set (and not "false") they fail instead: CI must run them.
+//! Without `EXACTLY_TEST_PG` the tests start a throwaway cluster where `build.rs` found the
+//! server's binaries; where it found none (and `CI` is not set) `build.rs` sets
+//! `cfg(exactly_no_pg)` and every `postgres::` test is ignored, saying why. A PostgreSQL test
+//! never passes without running: on CI, or run with `--include-ignored`, it fails instead.
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,11 +57,37 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The PostgreSQL database the tests make their schemas in, when set (and not empty).
-pub fn pg_url() -> Option<String> {
+/// `EXACTLY_TEST_PG`, when set (and not empty).
+fn pg_env() -> Option<String> {
     std::env::var("EXACTLY_TEST_PG")
         .ok()
         .filter(|u| !u.trim().is_empty())
+}
+
+/// The PostgreSQL database the tests make their schemas in: `EXACTLY_TEST_PG`, else the
+/// throwaway cluster of this test binary (started on the first call); None, saying why on
+/// stderr, when there is neither.
+pub fn pg_url() -> Option<String> {
+    pg_env().or_else(|| match super::cluster::get() {
+        Ok(c) => Some(c.url.clone()),
+        Err(why) => {
+            eprintln!("no PostgreSQL for the tests: {why}");
+            None
+        }
+    })
+}
+
+/// The CA of the test server's TLS certificate: `EXACTLY_TEST_PG_CA` with `EXACTLY_TEST_PG`,
+/// else the throwaway cluster's.
+pub fn pg_ca() -> Option<String> {
+    if pg_env().is_some() {
+        return std::env::var("EXACTLY_TEST_PG_CA")
+            .ok()
+            .filter(|c| !c.is_empty());
+    }
+    super::cluster::get()
+        .ok()
+        .map(|c| c.ca.display().to_string())
 }
 
 /// True on CI: `CI` set, not empty and not "false".
@@ -66,19 +95,18 @@ pub fn on_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && !v.eq_ignore_ascii_case("false"))
 }
 
-/// The start of a `postgres::` test: Some(guard) to run it, None to return at once (no
-/// `EXACTLY_TEST_PG`). On CI a missing URL fails the test.
-pub fn enter_postgres() -> Option<Using> {
+/// The start of a `postgres::` test: the guard that makes its sites PostgreSQL. Without a
+/// server the test fails (where there is none it is ignored at build time, `cfg(exactly_no_pg)`,
+/// so this runs only on CI or with `--include-ignored`): it never passes without running.
+pub fn enter_postgres() -> Using {
     if pg_url().is_none() {
-        if on_ci() {
-            panic!(
-                "EXACTLY_TEST_PG is not set, and on CI the PostgreSQL tests must run: set \
-                 EXACTLY_TEST_PG=postgres://user:pass@host:port/db (see .ci/run)"
-            );
-        }
-        return None;
+        panic!(
+            "no PostgreSQL for this test (CI: {}): set EXACTLY_TEST_PG=postgres://user:pass@host:port/db \
+             or install the PostgreSQL server (see CONTRIBUTING.md, .ci/run)",
+            on_ci()
+        );
     }
-    Some(using(Backend::Postgres))
+    using(Backend::Postgres)
 }
 
 /// Whether a `--db` string names a PostgreSQL database.
@@ -229,10 +257,12 @@ macro_rules! on_both_backends {
             use super::*;
             $(
                 $(#[$meta])*
+                #[cfg_attr(
+                    exactly_no_pg,
+                    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+                )]
                 fn $name() {
-                    let Some(_backend) = $crate::support::backend::enter_postgres() else {
-                        return;
-                    };
+                    let _backend = $crate::support::backend::enter_postgres();
                     $body
                 }
             )*

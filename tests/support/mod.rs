@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 pub mod backend;
 pub mod cli;
+pub mod cluster;
 pub mod http;
 pub mod runner;
 

@@ -1,6 +1,6 @@
 //! Drives the real `exactly top` in a real terminal (tmux): it starts, shows the jobs, approves
 //! with 3 a y, resolves with 2 r h y, survives a resize, quits with q and leaves the terminal as
-//! it found it; SIGTERM restores the terminal too. Skipped only when tmux is not installed.
+//! it found it; SIGTERM restores the terminal too. Without tmux these tests fail.
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
 use exactly::{lease, Store};
 use std::process::Command;

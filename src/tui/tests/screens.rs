@@ -364,7 +364,12 @@ fn readme_keys_and_captures_are_current() {
         "<!-- health-capture -->\n```text\n{}\n```\n<!-- /health-capture -->",
         read(&format!("{root}/assets/top-health.txt")).trim_end()
     );
+    let counters = format!(
+        "<!-- counters -->\n{}<!-- /counters -->",
+        crate::tui::view::header::markdown_counters()
+    );
     let mut want = splice(&dashboard, "<!-- keys -->", "<!-- /keys -->", &keys);
+    want = splice(&want, "<!-- counters -->", "<!-- /counters -->", &counters);
     want = splice(
         &want,
         "<!-- health-capture -->",
@@ -375,7 +380,7 @@ fn readme_keys_and_captures_are_current() {
         &path,
         &dashboard,
         &want,
-        "docs/dashboard.md's key table or health capture",
+        "docs/dashboard.md's key table, counter table or health capture",
     );
     // README's first text block is the dashboard's capture.
     let path = format!("{root}/README.md");
@@ -388,4 +393,132 @@ fn readme_keys_and_captures_are_current() {
     let b = readme[a..].find("\n```\n").expect("the text block ends") + a;
     let want = format!("{}{block}{}", &readme[..a], &readme[b + 4..]);
     rewrite_or_fail(&path, &readme, &want, "README's capture");
+}
+
+/// The counters' words of the header as drawn at `w` columns (the line above `last 24h`).
+fn header_words(f: &Fixture, w: u16) -> Vec<String> {
+    let mut app = app_for(f);
+    let screen = text(&render(&mut app, w, 30));
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(" last 24h "))
+        .expect("the counters");
+    lines[at - 1]
+        .split("  ")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// One vocabulary for the counters: the header says the same words at 80, 100 and 120 columns
+/// as the legend (`?` twice) and docs/dashboard.md's counter table. (Before, at 120 columns the
+/// header said "dup suppressed … claimed unsent … approved unused", words neither the legend
+/// nor the docs used.)
+#[test]
+fn the_header_legend_and_docs_use_one_vocabulary_for_the_counters() {
+    let f = busy();
+    let docs = read(&format!("{}/docs/dashboard.md", env!("CARGO_MANIFEST_DIR")));
+    let table: Vec<String> = docs
+        .lines()
+        .skip_while(|l| !l.starts_with("| counter | means |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+        .collect();
+    assert_eq!(
+        table.len(),
+        7,
+        "docs/dashboard.md's counter table: {table:?}"
+    );
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("??"));
+    let legend = text(&render(&mut app, 124, 40));
+    for w in [80, 100, 120] {
+        assert_eq!(header_words(&f, w), table, "the header at {w} columns");
+    }
+    for word in &table {
+        assert!(
+            legend.contains(&format!(" {word} ")),
+            "the legend lacks {word}:\n{legend}"
+        );
+    }
+}
+
+/// The EVERY column shows an interval's value whole (`10s`, not `every 1…`) at 80, 100 and 120
+/// columns: the word is what the column's title already says.
+#[test]
+fn the_every_column_shortens_the_word_not_the_value() {
+    let f = busy();
+    add_job(
+        &f.sql(),
+        "poll-feed",
+        Some("every 10s"),
+        10,
+        5,
+        "coalesce",
+        None,
+    );
+    add_job(
+        &f.sql(),
+        "slow-sync",
+        Some("every 1h 30m"),
+        5400,
+        600,
+        "coalesce",
+        None,
+    );
+    for w in [80, 100, 120] {
+        let mut app = app_for(&f);
+        let screen = text(&render(&mut app, w, 30));
+        let row = |job: &str| {
+            screen
+                .lines()
+                .find(|l| l.contains(job))
+                .unwrap_or_else(|| panic!("no row for {job} at {w} columns:\n{screen}"))
+                .to_string()
+        };
+        let (poll, slow) = (row("poll-feed"), row("slow-sync"));
+        assert!(
+            poll.contains(" 10s ") && !poll.contains('…'),
+            "at {w} columns: {poll}"
+        );
+        assert!(
+            slow.contains(" 1h30m ") && !slow.contains('…'),
+            "at {w} columns: {slow}"
+        );
+    }
+}
+
+/// The Jobs view with interval jobs registered by a jobs file (`every 10s`), at 80, 100 and 120
+/// columns: the header's words and the EVERY column as accepted.
+#[test]
+fn jobs_with_intervals_at_80_100_and_120_columns() {
+    let f = busy();
+    add_job(
+        &f.sql(),
+        "poll-feed",
+        Some("every 10s"),
+        10,
+        5,
+        "coalesce",
+        None,
+    );
+    add_job(
+        &f.sql(),
+        "slow-sync",
+        Some("every 1h 30m"),
+        5400,
+        600,
+        "coalesce",
+        None,
+    );
+    for w in [80, 100, 120] {
+        let mut app = app_for(&f);
+        insta::assert_snapshot!(
+            format!("intervals_jobs_{w}x24"),
+            render(&mut app, w, 24).backend()
+        );
+    }
 }

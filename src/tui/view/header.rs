@@ -62,29 +62,69 @@ pub(super) fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts)
     f.render_widget(Paragraph::new(line_clipped(spans, area.width)), area);
 }
 
+/// One counter of the header: its word (the same at every width, in the legend and in
+/// docs/dashboard.md), the legend's gloss and the docs' meaning.
+pub(crate) struct Counter {
+    pub word: &'static str,
+    pub gloss: &'static str,
+    /// Read by the test that writes docs/dashboard.md's table.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub means: &'static str,
+}
+
+/// The header's counters, in order: the one table the header, the legend and the docs'
+/// counter table (`markdown_counters`, generated as the key table is) are drawn from.
+pub(crate) const COUNTERS: [Counter; 7] = [
+    Counter {
+        word: "suppressed",
+        gloss: "duplicates not sent again",
+        means: "attempts that found their effect already done and sent nothing",
+    },
+    Counter {
+        word: "fenced",
+        gloss: "stale-token writes refused",
+        means: "writes refused because a newer fencing token held the job",
+    },
+    Counter {
+        word: "never-sent",
+        gloss: "claims never sent (leaked)",
+        means: "effects claimed under a lease that ended, never sent: a leak in the claim path",
+    },
+    Counter {
+        word: "unknown",
+        gloss: "sent, outcome unknown",
+        means: "effects sent whose outcome is not known (and `submitted` by a sender that is gone)",
+    },
+    Counter {
+        word: "oldest",
+        gloss: "age of the oldest unknown",
+        means: "the age of the oldest `unknown`",
+    },
+    Counter {
+        word: "pending",
+        gloss: "awaiting a person",
+        means: "approvals waiting for a person",
+    },
+    Counter {
+        word: "unused",
+        gloss: "approved, never sent",
+        means: "approvals given and not yet used by a send",
+    },
+];
+
+/// docs/dashboard.md's counter table, from [`COUNTERS`].
+#[cfg(test)]
+pub(crate) fn markdown_counters() -> String {
+    let mut s = String::from("| counter | means |\n|---|---|\n");
+    for c in &COUNTERS {
+        s.push_str(&format!("| `{}` | {} |\n", c.word, c.means));
+    }
+    s
+}
+
 pub(super) fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts) {
-    let wide = area.width >= 118;
-    let labels: [&str; 7] = if wide {
-        [
-            "dup suppressed",
-            "fenced writes",
-            "claimed unsent",
-            "unknown",
-            "oldest unknown",
-            "pending approval",
-            "approved unused",
-        ]
-    } else {
-        [
-            "suppressed",
-            "fenced",
-            "never-sent",
-            "unknown",
-            "oldest",
-            "pending",
-            "unused",
-        ]
-    };
+    // The same words at every width (the legend's and the docs'): a wider screen pads them.
+    let labels: [&str; 7] = COUNTERS.map(|c| c.word);
     let widths: Vec<usize> = labels.iter().map(|l| l.len().max(6) + 2).collect();
     let pad = |s: String, w: usize| format!("{s:<w$}");
     let mut head = vec![Span::raw(pad(String::new(), 10))];

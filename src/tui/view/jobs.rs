@@ -41,8 +41,13 @@ pub(super) fn job_state(j: &JobRow) -> &'static str {
 }
 
 pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
+    // The column's title says "every": an interval shows its value alone and compact (`10s`,
+    // `1h30m`), so a narrow column never cuts it (`every 1…`).
     let every = match (&j.settings.schedule, j.settings.interval_s) {
-        (Some(s), _) => s.clone(),
+        (Some(s), _) => match s.strip_prefix("every ") {
+            Some(d) => d.split_whitespace().collect(),
+            None => s.clone(),
+        },
         (None, Some(i)) => human_age(i),
         _ => "-".into(),
     };

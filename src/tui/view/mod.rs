@@ -8,7 +8,7 @@ mod approvals;
 mod effect_detail;
 mod events;
 mod footer;
-mod header;
+pub(super) mod header;
 mod job_detail;
 mod jobs;
 mod popups;

@@ -64,13 +64,7 @@ const LEGEND: &[(&str, &[(&str, &str)])] = &[
             ("polled", "last read of the database"),
             ("last 24h", "counters of the last day"),
             ("all time", "since the database began"),
-            ("suppressed", "duplicates not sent again"),
-            ("fenced", "stale-token writes refused"),
-            ("never-sent", "claims never sent (leaked)"),
-            ("unknown", "sent, outcome unknown"),
-            ("oldest", "age of the oldest unknown"),
-            ("pending", "awaiting a person"),
-            ("unused", "approved, never sent"),
+            // Then the counters, from header::COUNTERS (the header's own words).
             ("!", "needs attention"),
         ],
     ),
@@ -134,6 +128,14 @@ pub(super) fn draw_legend(f: &mut Frame, t: &Theme, page: usize) {
     for (section, entries) in LEGEND {
         lines.push(Line::styled(*section, t.head()));
         for (label, text) in *entries {
+            if *section == "Header" && *label == "!" {
+                for c in &COUNTERS {
+                    lines.push(Line::from(vec![
+                        Span::styled(format!(" {:<11} ", c.word), t.title()),
+                        Span::raw(c.gloss),
+                    ]));
+                }
+            }
             lines.push(Line::from(vec![
                 Span::styled(format!(" {label:<11} "), t.title()),
                 Span::raw(*text),

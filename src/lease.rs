@@ -1,11 +1,37 @@
 //! The lease: one row per job, claimed atomically, with a fencing token that only goes up.
 //!
-//! Choose the duration longer than the worst-case run (so a live run is not stolen from) and
-//! shorter than the interval (so a crashed run does not block the next firing).
+//! A lease nobody renews (a cron wrapper's `lease claim`, a library claim): choose it longer
+//! than the worst-case run (so a live run is not stolen from) and shorter than the interval (so
+//! a crashed run does not block the next firing). A lease `exactly run` holds for a run is
+//! renewed by heartbeat (every [`RENEWALS_PER_LEASE`]th of it): a run may outlast it; choose it
+//! shorter than the interval and at least [`RENEWED_LEASE_MIN_BEATS`] scheduler heartbeats.
 use crate::store::LeaseClaim;
 pub use crate::store::{LeaseRow, RELEASED};
 use crate::{time, JobName, Result, Store, Token};
 use std::time::Duration;
+
+/// A scheduler renews each run's lease when a third of it has passed since the last renewal.
+pub const RENEWALS_PER_LEASE: u32 = 3;
+/// How far before its lease's end (on its scheduler's clock) a run's command is stopped: the
+/// watchdog's SIGTERM, its grace before SIGKILL, and a margin.
+pub const STOP_MARGIN: Duration = Duration::from_millis(600);
+/// How often a scheduler beats (its row in `exactly_schedulers`).
+pub const SCHEDULER_BEAT: Duration = Duration::from_secs(2);
+/// A lease a scheduler renews shorter than this many of its heartbeats (6 s) leaves a run less
+/// than two heartbeats of stalled renewal (a lease of `L` is renewed every `L/3`, and its
+/// command is stopped once `L` less the stop margin passes without one: 3.4 s of delay at 6 s)
+/// before it is stopped: an ordinary stall (a busy database, a starved process) stops it.
+pub const RENEWED_LEASE_MIN_BEATS: u32 = 3;
+
+/// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.
+pub fn stop_margin(lease: Duration) -> Duration {
+    STOP_MARGIN.min(lease / 4)
+}
+
+/// How long a renewed lease may go without a renewal before its run's command is stopped.
+pub fn unrenewed_for_at_most(lease: Duration) -> Duration {
+    lease.saturating_sub(stop_margin(lease))
+}
 
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,11 +132,20 @@ pub fn claim_until(
     if let Some(why) = job_name_problem(job) {
         return Err(crate::Error::Usage(why));
     }
+    let now_text = time::fmt(now);
     Ok(
-        match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
-            LeaseClaim::Won { token, .. } => Claim::Won {
-                token: token.into(),
-            },
+        match store.claim_lease(job, owner, &time::fmt(until), &now_text)? {
+            LeaseClaim::Won { token, .. } => {
+                // How long this holder keeps a lease nobody renews is measured from here: a
+                // figure, so a failure to record it never fails the claim it won.
+                let ms = (until - now).num_milliseconds();
+                if let Err(e) = store.hold_claimed(job, token, ms, &now_text) {
+                    tracing::debug!("lease hold of {job} not recorded: {e}");
+                }
+                Claim::Won {
+                    token: token.into(),
+                }
+            }
             LeaseClaim::Held {
                 owner,
                 token,
@@ -139,7 +174,13 @@ pub fn renew_until(
     until: time::Ts,
 ) -> Result<bool> {
     let now = store.now_text();
-    store.renew_lease(job, token.get(), &time::fmt(until), &now)
+    let renewed = store.renew_lease(job, token.get(), &time::fmt(until), &now)?;
+    if renewed {
+        if let Err(e) = store.hold_renewed(job, token.get()) {
+            tracing::debug!("lease renewal of {job} not recorded: {e}");
+        }
+    }
+    Ok(renewed)
 }
 
 /// Renews many leases in one write, each by its own duration: Some(true) renewed, Some(false)
@@ -160,7 +201,13 @@ pub fn renew_many(
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
     let now = store.now_text();
-    store.release_lease(job, token.get(), &now)
+    let released = store.release_lease(job, token.get(), &now)?;
+    if released {
+        if let Err(e) = store.hold_released(job, token.get(), &now) {
+            tracing::debug!("lease release of {job} not recorded: {e}");
+        }
+    }
+    Ok(released)
 }
 
 /// The job's lease row, if it was ever claimed.

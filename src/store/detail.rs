@@ -29,7 +29,7 @@ pub(super) const EVENT_COLS: &str =
 pub(super) const RUN_COLS: &str =
     "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, \
          outcome, duration_ms,
-     exit_code";
+     exit_code, start_lag_ms";
 
 pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
     Ok(RunRow {
@@ -43,6 +43,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
         outcome: text(r, 7)?.map(RunOutcome::from),
         duration_ms: int(r, 8)?,
         exit_code: int(r, 9)?,
+        start_lag_ms: int(r, 10)?,
     })
 }
 
@@ -68,7 +69,7 @@ impl Store {
             tx.one(
                 &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
                 args![run_id],
-                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
+                |r| Ok((run_row(r)?, text(r, 11)?.unwrap_or_default())),
             )
             .optional()
         })

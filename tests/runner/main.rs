@@ -12,6 +12,7 @@ mod definitions;
 mod faults;
 mod helpers;
 mod lease;
+mod lease_warnings;
 mod log;
 mod notify;
 mod outage;

@@ -132,20 +132,11 @@ pub fn claim_until(
     if let Some(why) = job_name_problem(job) {
         return Err(crate::Error::Usage(why));
     }
-    let now_text = time::fmt(now);
     Ok(
-        match store.claim_lease(job, owner, &time::fmt(until), &now_text)? {
-            LeaseClaim::Won { token, .. } => {
-                // How long this holder keeps a lease nobody renews is measured from here: a
-                // figure, so a failure to record it never fails the claim it won.
-                let ms = (until - now).num_milliseconds();
-                if let Err(e) = store.hold_claimed(job, token, ms, &now_text) {
-                    tracing::debug!("lease hold of {job} not recorded: {e}");
-                }
-                Claim::Won {
-                    token: token.into(),
-                }
-            }
+        match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
+            LeaseClaim::Won { token, .. } => Claim::Won {
+                token: token.into(),
+            },
             LeaseClaim::Held {
                 owner,
                 token,
@@ -174,13 +165,7 @@ pub fn renew_until(
     until: time::Ts,
 ) -> Result<bool> {
     let now = store.now_text();
-    let renewed = store.renew_lease(job, token.get(), &time::fmt(until), &now)?;
-    if renewed {
-        if let Err(e) = store.hold_renewed(job, token.get()) {
-            tracing::debug!("lease renewal of {job} not recorded: {e}");
-        }
-    }
-    Ok(renewed)
+    store.renew_lease(job, token.get(), &time::fmt(until), &now)
 }
 
 /// Renews many leases in one write, each by its own duration: Some(true) renewed, Some(false)
@@ -201,13 +186,35 @@ pub fn renew_many(
 /// `Ok(false)` means we were fenced.
 pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
     let now = store.now_text();
-    let released = store.release_lease(job, token.get(), &now)?;
-    if released {
-        if let Err(e) = store.hold_released(job, token.get(), &now) {
-            tracing::debug!("lease release of {job} not recorded: {e}");
-        }
+    store.release_lease(job, token.get(), &now)
+}
+
+/// A hold of a lease nobody renews for it, as `status` measures it: who claims a lease outside
+/// a scheduler (`exactly lease claim`, a cron wrapper) records the claim, each renewal and the
+/// release, so `status` can compare how long holders keep the lease with its length (a
+/// `p99>lease` warning). Each is a write of its own after the lease's, so a claim, renewal or
+/// release stays one statement; a program that does not record its holds is not measured.
+pub mod hold {
+    use crate::{time, JobName, Result, Store, Token};
+    use std::time::Duration;
+
+    /// `token` won `job`'s lease for `dur`, now.
+    pub fn claimed(store: &mut Store, job: &JobName, token: Token, dur: Duration) -> Result<()> {
+        let ms = i64::try_from(dur.as_millis()).unwrap_or(i64::MAX);
+        let now = time::fmt(store.now());
+        store.hold_claimed(job, token.get(), ms, &now)
     }
-    Ok(released)
+
+    /// `token`'s holder renewed `job`'s lease.
+    pub fn renewed(store: &mut Store, job: &JobName, token: Token) -> Result<()> {
+        store.hold_renewed(job, token.get())
+    }
+
+    /// `token`'s holder released `job`'s lease, now.
+    pub fn released(store: &mut Store, job: &JobName, token: Token) -> Result<()> {
+        let now = store.now_text();
+        store.hold_released(job, token.get(), &now)
+    }
 }
 
 /// The job's lease row, if it was ever claimed.

@@ -1,7 +1,7 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
 use super::db::{args, DbResult, Optional, Tx};
-use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
+use super::detail::{event_row, run_cols, run_row, EVENT_COLS};
 use super::rows::{overlap_of, ApprovalView, JobRow, JobSettings, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
@@ -450,8 +450,9 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
                            AND outcome = 'ok'
          ORDER BY started_at DESC LIMIT 1";
+    let run_cols = run_cols(tx)?;
     let last_sql = format!(
-        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     );
     // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
     // seen before), and the few firings waiting or stuck across all jobs (one range of the

@@ -2,7 +2,7 @@
 //! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::db::{args, DbResult, Optional, Row, Tx};
-use super::detail::{run_row, RUN_COLS};
+use super::detail::{has_run_lags, run_cols, run_row};
 use super::rows::RunRow;
 use super::{int, text, text_or_empty};
 use crate::state::RunOutcome;
@@ -137,6 +137,9 @@ pub struct RunWindows {
 
 const BIT_COLS: &str =
     "rowid, job_key, started_at, duration_ms, outcome, ended_at, start_lag_ms, renewal_gap_ms";
+/// [`BIT_COLS`] on a database from before schema version 8, read as it is.
+const BIT_COLS_V7: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at, \
+     CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)";
 
 fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
     let outcome = text(r, 4)?;
@@ -159,6 +162,12 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
 impl RunWindows {
     /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
     pub(super) fn sync(&mut self, tx: &Tx<'_>, oldest: &str) -> DbResult<()> {
+        // Asked each poll: a writer may upgrade the database under a dashboard left open.
+        let cols = if has_run_lags(tx)? {
+            BIT_COLS
+        } else {
+            BIT_COLS_V7
+        };
         // Two statements: each alone is an index lookup and an index count; together they
         // would scan the table.
         let max_rowid = tx
@@ -167,7 +176,7 @@ impl RunWindows {
         let removals = Removals::read(tx, "exactly_runs")?;
         if self.synced {
             let new = tx.rows(
-                &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"),
+                &format!("SELECT {cols} FROM exactly_runs WHERE rowid > ?1"),
                 args![added_from(tx, self.max_rowid)],
                 run_bit,
             )?;
@@ -175,7 +184,7 @@ impl RunWindows {
             if removals.since(self.removals, new.len()) {
                 *self = RunWindows::default();
             } else {
-                let reread = format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1");
+                let reread = format!("SELECT {cols} FROM exactly_runs WHERE rowid = ?1");
                 let mut fresh = Vec::new();
                 for (rowid, _) in std::mem::take(&mut self.open) {
                     match tx.one(&reread, args![rowid], run_bit).optional()? {
@@ -199,7 +208,7 @@ impl RunWindows {
         if !self.synced {
             let rows = tx.rows(
                 &format!(
-                    "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 \
+                    "SELECT {cols} FROM exactly_runs WHERE started_at >= ?1 \
                           ORDER BY started_at"
                 ),
                 args![oldest],
@@ -268,9 +277,10 @@ impl RunWindows {
             .as_ref()
             .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
         if !fresh {
+            let cols = run_cols(tx)?;
             let row = tx
                 .one(
-                    &format!("SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"),
+                    &format!("SELECT {cols} FROM exactly_runs WHERE rowid = ?1"),
                     args![newest.rowid],
                     run_row,
                 )

@@ -208,3 +208,37 @@ on_both_backends! {
         eprintln!("wrapper: {w:?}");
     }
 }
+
+/// A database from before the start lag was measured (schema version 7), read by `status`
+/// (read-only, so not upgraded), is read as it is: its durations, no lag.
+#[test]
+fn a_database_from_before_the_lag_is_read_as_it_is() {
+    let site = Site::new();
+    assert_eq!(site.exactly(&["init"]).0, 0);
+    site.execute(
+        "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, updated_at)
+           VALUES ('old', 'every 1h', 3600, 60, 'coalesce', '2026-01-01T00:00:00.000Z');
+         ALTER TABLE exactly_runs DROP COLUMN start_lag_ms;
+         ALTER TABLE exactly_runs DROP COLUMN renewal_gap_ms;
+         DROP TABLE exactly_holds;
+         PRAGMA user_version = 7;",
+    );
+    let now = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let at = now.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    site.execute(&format!(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+         started_at, ended_at, outcome, duration_ms, exit_code)
+           VALUES ('r1', 'old', '{at}', 'o', 1, '{at}', '{at}', 'ok', 1500, 0);"
+    ));
+    let j = job_json(&site, "old");
+    assert_eq!(j["p99_ms"], 1500, "{j}");
+    assert!(j["start_lag_p99_ms"].is_null(), "{j}");
+    assert!(j["last_run"]["start_lag_ms"].is_null(), "{j}");
+    let (code, out, err) = site.exactly(&["logs", "old"]);
+    assert_eq!(code, 0, "logs on an older database: {err}{out}");
+    assert_eq!(
+        site.count("PRAGMA user_version"),
+        7,
+        "a read command left it as it was"
+    );
+}

@@ -177,6 +177,15 @@ on_both_backends! {
         assert!(j["p99_ms"].as_u64().unwrap_or(u64::MAX) < 1000, "{j}");
         let (_, text, _) = site.exactly(&["status"]);
         assert!(text.contains("lag p99"), "status shows the lag: {text}");
+        let (code, metrics, err) = site.exactly(&["metrics"]);
+        assert_eq!(code, 0, "metrics: {err}");
+        let lag_s: f64 = metrics
+            .lines()
+            .find(|l| l.starts_with("exactly_job_start_lag_p99_seconds{exactly_job=\"quick\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no start lag metric: {metrics}"));
+        assert!((1.2..3.0).contains(&lag_s), "{lag_s}");
         eprintln!("lag: duration {d} ms, start lag p99 {lag} ms");
     }
 

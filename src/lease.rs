@@ -20,7 +20,9 @@ pub const SCHEDULER_BEAT: Duration = Duration::from_secs(2);
 /// A lease a scheduler renews shorter than this many of its heartbeats (6 s) leaves a run less
 /// than two heartbeats of stalled renewal (a lease of `L` is renewed every `L/3`, and its
 /// command is stopped once `L` less the stop margin passes without one: 3.4 s of delay at 6 s)
-/// before it is stopped: an ordinary stall (a busy database, a starved process) stops it.
+/// before it is stopped: an ordinary stall (a busy database, a starved process) stops it. (A job
+/// firing every 6 s or less cannot have such a lease shorter than its interval: `status` says
+/// its late renewals instead.)
 pub const RENEWED_LEASE_MIN_BEATS: u32 = 3;
 
 /// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.

@@ -206,7 +206,8 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
 /// file registered: `exactly run` renews each run's lease every third of it) is outlasted by
 /// long runs as a matter of course: what is at risk is the renewal, so a late renewal (the
 /// longest gap between renewals past half the lease: a renewal came a sixth of the lease or
-/// more after it was due) and a lease too short to ride out a stall are said. A lease nobody
+/// more after it was due) and a lease too short to ride out a stall (where the interval leaves
+/// room for a longer one) are said. A lease nobody
 /// renews (a wrapper's or a program's `lease claim`) is taken from a holder that outlasts it:
 /// its hold durations' p99 past the lease is said. (The lease against the interval is
 /// [`job_warnings`]'s.)
@@ -238,7 +239,14 @@ pub fn lease_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     let stopped_at = unrenewed_for_at_most(lease);
     let ms = |d: Duration| human_ms(d.as_millis() as u64);
     let min = crate::lease::SCHEDULER_BEAT * RENEWED_LEASE_MIN_BEATS;
-    if lease < min {
+    // Said only where a lease of `min` would still be shorter than the interval: with firings
+    // seconds apart no lease has both, and a warning nobody can act on hides the others (a
+    // renewal that does come late is still said, below).
+    let room = j
+        .settings
+        .interval_s
+        .is_none_or(|iv| Duration::from_secs(iv.max(0) as u64) > min);
+    if lease < min && room {
         w.push((
             "lease<6s",
             format!(

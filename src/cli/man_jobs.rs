@@ -62,7 +62,8 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         default: "required",
         what: "how long a run holds the job's lease, renewed every third of it while it runs \
                (a run may outlast it): longer than the worst-case run's pauses, at least 6s \
-               (three scheduler heartbeats; shorter is warned about), shorter than the interval",
+               (three scheduler heartbeats; shorter is warned about where the interval allows), \
+               shorter than the interval",
         example: "lease = \"15m\"",
     },
     KeyDoc {

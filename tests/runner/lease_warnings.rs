@@ -76,13 +76,14 @@ on_both_backends! {
         let site = Site::new();
         site.write_jobs(
             "[[job]]\nname = \"short\"\nevery = \"1m\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n\
-             [[job]]\nname = \"fine\"\nevery = \"1m\"\nlease = \"30s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n",
+             [[job]]\nname = \"fine\"\nevery = \"1m\"\nlease = \"30s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n\
+             [[job]]\nname = \"tight\"\nevery = \"3s\"\nlease = \"2s\"\noverlap = \"coalesce\"\ncommand = [\"true\"]\n",
         );
         let mut s = site.start("s", "10s");
         assert!(
             wait_until(Duration::from_secs(10), || site
                 .count("SELECT count(*) FROM exactly_jobs")
-                == 2),
+                == 3),
             "{}",
             site.log("s")
         );
@@ -96,6 +97,12 @@ on_both_backends! {
         assert!(
             !fine.iter().any(|w| w.contains("renewal")),
             "a 30 s lease is not: {fine:?}"
+        );
+        // Firing every 3 s, no lease is both 6 s and shorter than the interval: not said.
+        let tight = warnings(&job_json(&site, "tight"));
+        assert!(
+            !tight.iter().any(|w| w.contains("renewal margin")),
+            "no lease both long enough and shorter than a 3 s interval: {tight:?}"
         );
         assert_eq!(s.term(Duration::from_secs(10)), Some(0));
     }

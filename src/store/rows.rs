@@ -143,7 +143,8 @@ pub struct JobRow {
     pub dst_policy: (Option<String>, Option<String>),
     /// Runs in the run window.
     pub runs: u64,
-    /// Median run duration in the run window (ms).
+    /// Median run duration in the run window (ms): each run's command's own, from its start to
+    /// the run's end (runs recorded before schema version 8: from the run's recorded start).
     pub p50_ms: Option<u64>,
     /// 99th-percentile run duration in the run window (ms).
     pub p99_ms: Option<u64>,

@@ -23,6 +23,9 @@ pub enum Point {
     Heartbeat,
     /// A run's end is recorded (`run_end:fail=DUR`: it cannot be, for that long).
     RunEnd,
+    /// A run's command is about to be handed to the spawner (`before_spawn:pause=DUR`: the
+    /// scheduler is slow to start it, which its run's start lag shows).
+    BeforeSpawn,
 }
 
 impl Point {
@@ -44,6 +47,7 @@ impl Point {
             Point::FinishReplyLost => "finish_reply_lost",
             Point::Heartbeat => "heartbeat",
             Point::RunEnd => "run_end",
+            Point::BeforeSpawn => "before_spawn",
         }
     }
 }

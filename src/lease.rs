@@ -1,11 +1,39 @@
 //! The lease: one row per job, claimed atomically, with a fencing token that only goes up.
 //!
-//! Choose the duration longer than the worst-case run (so a live run is not stolen from) and
-//! shorter than the interval (so a crashed run does not block the next firing).
+//! A lease nobody renews (a cron wrapper's `lease claim`, a library claim): choose it longer
+//! than the worst-case run (so a live run is not stolen from) and shorter than the interval (so
+//! a crashed run does not block the next firing). A lease `exactly run` holds for a run is
+//! renewed by heartbeat (every [`RENEWALS_PER_LEASE`]th of it): a run may outlast it; choose it
+//! shorter than the interval and at least [`RENEWED_LEASE_MIN_BEATS`] scheduler heartbeats.
 use crate::store::LeaseClaim;
 pub use crate::store::{LeaseRow, RELEASED};
 use crate::{time, JobName, Result, Store, Token};
 use std::time::Duration;
+
+/// A scheduler renews each run's lease when a third of it has passed since the last renewal.
+pub const RENEWALS_PER_LEASE: u32 = 3;
+/// How far before its lease's end (on its scheduler's clock) a run's command is stopped: the
+/// watchdog's SIGTERM, its grace before SIGKILL, and a margin.
+pub const STOP_MARGIN: Duration = Duration::from_millis(600);
+/// How often a scheduler beats (its row in `exactly_schedulers`).
+pub const SCHEDULER_BEAT: Duration = Duration::from_secs(2);
+/// A lease a scheduler renews shorter than this many of its heartbeats (6 s) leaves a run less
+/// than two heartbeats of stalled renewal (a lease of `L` is renewed every `L/3`, and its
+/// command is stopped once `L` less the stop margin passes without one: 3.4 s of delay at 6 s)
+/// before it is stopped: an ordinary stall (a busy database, a starved process) stops it. (A job
+/// firing every 6 s or less cannot have such a lease shorter than its interval: `status` says
+/// its late renewals instead.)
+pub const RENEWED_LEASE_MIN_BEATS: u32 = 3;
+
+/// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.
+pub fn stop_margin(lease: Duration) -> Duration {
+    STOP_MARGIN.min(lease / 4)
+}
+
+/// How long a renewed lease may go without a renewal before its run's command is stopped.
+pub fn unrenewed_for_at_most(lease: Duration) -> Duration {
+    lease.saturating_sub(stop_margin(lease))
+}
 
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +189,34 @@ pub fn renew_many(
 pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
     let now = store.now_text();
     store.release_lease(job, token.get(), &now)
+}
+
+/// A hold of a lease nobody renews for it, as `status` measures it: who claims a lease outside
+/// a scheduler (`exactly lease claim`, a cron wrapper) records the claim, each renewal and the
+/// release, so `status` can compare how long holders keep the lease with its length (a
+/// `p99>lease` warning). Each is a write of its own after the lease's, so a claim, renewal or
+/// release stays one statement; a program that does not record its holds is not measured.
+pub mod hold {
+    use crate::{time, JobName, Result, Store, Token};
+    use std::time::Duration;
+
+    /// `token` won `job`'s lease for `dur`, now.
+    pub fn claimed(store: &mut Store, job: &JobName, token: Token, dur: Duration) -> Result<()> {
+        let ms = i64::try_from(dur.as_millis()).unwrap_or(i64::MAX);
+        let now = time::fmt(store.now());
+        store.hold_claimed(job, token.get(), ms, &now)
+    }
+
+    /// `token`'s holder renewed `job`'s lease.
+    pub fn renewed(store: &mut Store, job: &JobName, token: Token) -> Result<()> {
+        store.hold_renewed(job, token.get())
+    }
+
+    /// `token`'s holder released `job`'s lease, now.
+    pub fn released(store: &mut Store, job: &JobName, token: Token) -> Result<()> {
+        let now = store.now_text();
+        store.hold_released(job, token.get(), &now)
+    }
 }
 
 /// The job's lease row, if it was ever claimed.

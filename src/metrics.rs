@@ -223,6 +223,12 @@ const METRICS: &[Metric] = &[
         read: Read::JobGauge(|j| j.p99_ms.map(secs)),
     },
     Metric {
+        name: "exactly_job_start_lag_p99_seconds",
+        help: "99th percentile start lag (a run's recorded start to its command's start) in the \
+               duration window",
+        read: Read::JobGauge(|j| j.start_lag_p99_ms.map(secs)),
+    },
+    Metric {
         name: "exactly_job_interval_seconds",
         help: "Schedule interval",
         read: Read::JobGauge(|j| j.settings.interval_s.map(|v| v as f64)),

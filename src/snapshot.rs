@@ -352,18 +352,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             ));
         }
     }
-    if let (Some(p99), Some(lease)) = (j.p99_ms, j.settings.lease_ms) {
-        if lease > 0 && p99 > lease as u64 {
-            w.push((
-                "p99>lease",
-                format!(
-                    "p99 {} > lease {}: live runs will be stolen",
-                    human_ms(p99),
-                    human_ms(lease as u64)
-                ),
-            ));
-        }
-    }
+    w.extend(lease_warnings(j));
     if let (Some(lease), Some(interval)) = (j.settings.lease_ms, j.settings.interval_s) {
         if interval > 0 && lease >= interval * 1000 {
             w.push((
@@ -372,6 +361,82 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
                     "lease {} >= interval {}: a crashed run blocks the next firing",
                     human_ms(lease as u64),
                     human_age(interval)
+                ),
+            ));
+        }
+    }
+    w
+}
+
+/// What can happen to a job's lease, as warnings. A lease the scheduler renews (a job a jobs
+/// file registered: `exactly run` renews each run's lease every third of it) is outlasted by
+/// long runs as a matter of course: what is at risk is the renewal, so a late renewal (the
+/// longest gap between renewals past half the lease: a renewal came a sixth of the lease or
+/// more after it was due) and a lease too short to ride out a stall (where the interval leaves
+/// room for a longer one) are said. A lease nobody
+/// renews (a wrapper's or a program's `lease claim`) is taken from a holder that outlasts it:
+/// its hold durations' p99 past the lease is said. (The lease against the interval is
+/// [`job_warnings`]'s.)
+pub fn lease_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
+    use crate::lease::{unrenewed_for_at_most, RENEWALS_PER_LEASE, RENEWED_LEASE_MIN_BEATS};
+    use std::time::Duration;
+    let mut w = Vec::new();
+    if !j.lease_renewed {
+        if let (Some(p99), Some(lease)) = (j.hold_p99_ms, j.hold_lease_ms) {
+            if lease > 0 && p99 > lease {
+                w.push((
+                    "p99>lease",
+                    format!(
+                        "p99 hold {} > lease {}, which nothing renews: a live holder's job will \
+                         be taken over",
+                        human_ms(p99),
+                        human_ms(lease)
+                    ),
+                ));
+            }
+        }
+        return w;
+    }
+    let Some(lease) = j.settings.lease_ms.filter(|l| *l > 0) else {
+        return w;
+    };
+    let lease = Duration::from_millis(lease as u64);
+    let every = lease / RENEWALS_PER_LEASE;
+    let stopped_at = unrenewed_for_at_most(lease);
+    let ms = |d: Duration| human_ms(d.as_millis() as u64);
+    let min = crate::lease::SCHEDULER_BEAT * RENEWED_LEASE_MIN_BEATS;
+    // Said only where a lease of `min` would still be shorter than the interval: with firings
+    // seconds apart no lease has both, and a warning nobody can act on hides the others (a
+    // renewal that does come late is still said, below).
+    let room = j
+        .settings
+        .interval_s
+        .is_none_or(|iv| Duration::from_secs(iv.max(0) as u64) > min);
+    if lease < min && room {
+        w.push((
+            "lease<6s",
+            format!(
+                "lease {} under {RENEWED_LEASE_MIN_BEATS} scheduler heartbeats ({}): renewed \
+                 every {}, a run is stopped after {} without a renewal, so a stall of {} \
+                 stops it: too little renewal margin",
+                ms(lease),
+                ms(min),
+                ms(every),
+                ms(stopped_at),
+                ms(stopped_at.saturating_sub(every))
+            ),
+        ));
+    }
+    if let Some(gap) = j.renewal_gap_max_ms.map(Duration::from_millis) {
+        if gap > lease / 2 {
+            w.push((
+                "renew gap",
+                format!(
+                    "a lease renewal came late: {} without one (due every {}; a run is \
+                     stopped at {})",
+                    ms(gap),
+                    ms(every),
+                    ms(stopped_at)
                 ),
             ));
         }

@@ -297,6 +297,14 @@ fn job_notes(s: &mut String, j: &JobRow) {
         };
         let _ = writeln!(s, "  ! {} firing(s) missed{pending}", j.missed_firings);
     }
+    if let (Some(p50), Some(p99)) = (j.start_lag_p50_ms, j.start_lag_p99_ms) {
+        let _ = writeln!(
+            s,
+            "  lag p50 {}, lag p99 {}: the scheduler's, before each command started (not in P50/P99)",
+            human_ms(p50),
+            human_ms(p99)
+        );
+    }
     for w in &j.warnings {
         let _ = writeln!(s, "  ! {}", inert(w));
     }

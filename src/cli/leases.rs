@@ -53,8 +53,13 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
         LeaseCmd::Claim { job, dur, owner } => {
             let dur = time::parse_duration(&dur)?;
             let owner = owner.unwrap_or_else(lease::default_owner);
-            match lease::claim(&mut open(db)?, &job, &owner, dur)? {
+            let mut store = open(db)?;
+            match lease::claim(&mut store, &job, &owner, dur)? {
                 lease::Claim::Won { token } => {
+                    // A figure for `status`: failing to record it never fails the claim won.
+                    if let Err(e) = lease::hold::claimed(&mut store, &job, token, dur) {
+                        tracing::debug!("the hold of {job} was not recorded: {e}");
+                    }
                     println!("{token}");
                     Ok(0)
                 }
@@ -75,7 +80,11 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
         }
         LeaseCmd::Renew { job, token, dur } => {
             let dur = time::parse_duration(&dur)?;
-            if lease::renew(&mut open(db)?, &job, crate::Token::from(token), dur)? {
+            let (mut store, token) = (open(db)?, crate::Token::from(token));
+            if lease::renew(&mut store, &job, token, dur)? {
+                if let Err(e) = lease::hold::renewed(&mut store, &job, token) {
+                    tracing::debug!("the renewal of {job} was not recorded: {e}");
+                }
                 Ok(0)
             } else {
                 eprintln!(
@@ -86,7 +95,11 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
         LeaseCmd::Release { job, token } => {
-            if lease::release(&mut open(db)?, &job, crate::Token::from(token))? {
+            let (mut store, token) = (open(db)?, crate::Token::from(token));
+            if lease::release(&mut store, &job, token)? {
+                if let Err(e) = lease::hold::released(&mut store, &job, token) {
+                    tracing::debug!("the release of {job} was not recorded: {e}");
+                }
                 Ok(0)
             } else {
                 eprintln!(

@@ -60,8 +60,10 @@ pub const JOB_KEYS: &[KeyDoc] = &[
         key: "lease",
         kind: "duration string, at least 100ms",
         default: "required",
-        what: "how long a run holds the job's lease, renewed while it runs: \
-               longer than the worst-case run's pauses, shorter than the interval",
+        what: "how long a run holds the job's lease, renewed every third of it while it runs \
+               (a run may outlast it): longer than the worst-case run's pauses, at least 6s \
+               (three scheduler heartbeats; shorter is warned about where the interval allows), \
+               shorter than the interval",
         example: "lease = \"15m\"",
     },
     KeyDoc {

@@ -227,6 +227,8 @@ struct Run<'a> {
     spec: &'a RunSpec,
     beat: Heartbeat,
     began: Instant,
+    /// When its command started (None until it has).
+    command_started: Option<Instant>,
     /// The database's identity: leftovers are found by it, whatever path or URL spelled it.
     db_id: String,
     /// The command's exit code, once it has ended with one.
@@ -267,6 +269,7 @@ impl<'a> Run<'a> {
             spec,
             beat,
             began,
+            command_started: None,
             db_id: db_identity(&spec.db),
             code: None,
         }
@@ -280,6 +283,7 @@ impl<'a> Run<'a> {
             outcome,
             self.code,
             self.began,
+            self.command_started,
             why,
         )
     }
@@ -401,6 +405,7 @@ impl<'a> Run<'a> {
         let give_up = || kill.load(Ordering::SeqCst);
         // The run's cage: nothing the command starts can leave it, and it ends with the run.
         let cage = crate::contain::Cage::new("run");
+        crate::fault::point(crate::fault::Point::BeforeSpawn);
         let mut running = match start_command(&self.launch(prog, args, &cage), &cage, &give_up) {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -417,6 +422,7 @@ impl<'a> Run<'a> {
             }
         };
         let started = Instant::now();
+        self.command_started = Some(started);
         let pgid = running.pid();
         super::watchdog::cage(pgid, &cage);
         if !self.beat.guard(pgid) {

@@ -2,7 +2,7 @@
 //! and the durable record of its end.
 //!
 //! The deadline is counted on the monotonic clock from before the write that granted or last
-//! renewed the lease, less [`STOP_MARGIN`], and handed to the run's watchdog (a process of its
+//! renewed the lease, less [`lease::STOP_MARGIN`], and handed to the run's watchdog (a process of its
 //! own, see [`crate::wrapped::Watchdog`]): the command is stopped there even while the
 //! scheduler is frozen, hung on a read, or starved of CPU, so by the time another scheduler may
 //! take the lease (its end plus the clock-skew margin) nothing of this run is left sending.
@@ -24,9 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Level;
 
-/// How far before the lease's end (on our clock) the command is stopped: the watchdog's
-/// SIGTERM, its grace before SIGKILL, and a margin, so the stop is over before the lease is.
-pub const STOP_MARGIN: Duration = Duration::from_millis(600);
 /// At shutdown (kill set), how long recording the end may still be retried: a scheduler that
 /// is told to stop cannot own a run forever (the next one resumes it, see docs/proof.md's limits).
 const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
@@ -34,9 +31,11 @@ const FINISH_RETRY_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 const END_RETRY_FIRST: Duration = Duration::from_millis(100);
 const END_RETRY_CAP: Duration = Duration::from_secs(1);
 
-/// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.
+/// The stop margin for a lease: [`lease::STOP_MARGIN`] (the watchdog's SIGTERM, its grace
+/// before SIGKILL, and a margin, so the stop is over before the lease is), but never more than
+/// a quarter of a short one.
 fn stop_margin(lease: Duration) -> Duration {
-    STOP_MARGIN.min(lease / 4)
+    lease::stop_margin(lease)
 }
 
 /// A run's side of the lease's heartbeat: the process's renewer (`renewer.rs`) renews it every
@@ -106,6 +105,11 @@ impl Heartbeat {
         if let Some(g) = self.group.take() {
             watchdog::disarm(g);
         }
+    }
+
+    /// The longest the run's lease has gone without a renewal (see [`Hold::renewal_gap`]).
+    pub fn renewal_gap(&self) -> Duration {
+        self.hold.renewal_gap()
     }
 
     /// Time left before the deadline.
@@ -210,6 +214,7 @@ fn end_not_recorded(
 pub struct RunResult {
     pub outcome: RunOutcome,
     pub exit_code: Option<i32>,
+    /// The command's own: from its start (or, when it never started, the run's) to the end.
     pub duration_ms: i64,
     /// What its failure decided: its firing's retry, its job's pause (see `RunSpec::failure`).
     pub after: crate::firing::AfterFailure,
@@ -224,10 +229,16 @@ pub fn finish(
     outcome: RunOutcome,
     exit_code: Option<i32>,
     began: Instant,
+    command_started: Option<Instant>,
     log: &str,
 ) -> Result<RunResult> {
     beat.end_group();
-    let duration_ms = began.elapsed().as_millis() as i64;
+    // The command's own duration; the time before it started is the scheduler's start lag,
+    // counted from the write that recorded the run's start.
+    let duration_ms = command_started.unwrap_or(began).elapsed().as_millis() as i64;
+    let start_lag_ms =
+        command_started.map(|c| c.saturating_duration_since(spec.granted).as_millis() as i64);
+    let renewal_gap_ms = Some(beat.renewal_gap().as_millis() as i64);
     let end = RunEnd {
         job: &spec.job,
         run_id: &spec.started.run_id,
@@ -236,6 +247,8 @@ pub fn finish(
         outcome,
         exit_code,
         duration_ms,
+        start_lag_ms,
+        renewal_gap_ms,
         log,
     };
     let since = Instant::now();

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often a scheduler beats; a reader calls it dead after 10 s of silence by default.
-pub const BEAT: Duration = Duration::from_secs(2);
+pub const BEAT: Duration = crate::lease::SCHEDULER_BEAT;
 /// How often `retain` prunes (and once, shortly after start).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const PRUNE_FIRST: Duration = Duration::from_secs(2);

@@ -34,6 +34,8 @@ pub struct Hold {
 
 struct HoldState {
     heard: Heard,
+    /// The longest the lease went between two renewals (or its grant and the first).
+    gap: Duration,
     next: Instant,
     /// The run has ended (its lease is being released): never renewed again.
     retired: bool,
@@ -49,12 +51,22 @@ impl Hold {
         })
     }
 
+    /// The longest the lease has gone without a renewal so far: between two renewals' writes,
+    /// or since the last one (the run's command is stopped when this reaches its deadline).
+    pub fn renewal_gap(&self) -> Duration {
+        self.state
+            .lock()
+            .map(|s| s.gap.max(s.heard.renewed_at.elapsed()))
+            .unwrap_or_default()
+    }
+
     /// A renewal the run wrote itself (before its command starts, or while its end waits).
     pub fn renewed(&self, at: Instant) {
         if let Ok(mut s) = self.state.lock() {
             if at > s.heard.renewed_at {
+                s.gap = s.gap.max(at - s.heard.renewed_at);
                 s.heard.renewed_at = at;
-                s.next = at + self.lease / 3;
+                s.next = at + self.lease / crate::lease::RENEWALS_PER_LEASE;
             }
         }
     }
@@ -109,7 +121,8 @@ pub fn enlist(
                 renewed_at: granted,
                 fenced: false,
             },
-            next: granted + lease / 3,
+            gap: Duration::ZERO,
+            next: granted + lease / crate::lease::RENEWALS_PER_LEASE,
             retired: false,
             in_flight: false,
         }),
@@ -184,8 +197,11 @@ impl Renewer {
                 s.in_flight = false;
                 match result.as_ref().map(|r| r.get(i).copied().flatten()) {
                     Ok(Some(true)) => {
+                        s.gap = s
+                            .gap
+                            .max(sent.saturating_duration_since(s.heard.renewed_at));
                         s.heard.renewed_at = s.heard.renewed_at.max(sent);
-                        s.next = sent + h.lease / 3;
+                        s.next = sent + h.lease / crate::lease::RENEWALS_PER_LEASE;
                     }
                     Ok(Some(false)) => s.heard.fenced = true,
                     // Released: its run is ending.

@@ -1,6 +1,6 @@
 //! Reads for the detail views and `logs`: one effect's events, a job's runs, one run's output,
 //! a job's open effects. Each through an index.
-use super::db::{args, DbResult, Optional, Row};
+use super::db::{args, DbResult, Optional, Row, Tx};
 use super::rows::{EventRow, RunRow};
 use super::{int, text, text_or_empty, word, Store};
 use crate::state::RunOutcome;
@@ -29,7 +29,28 @@ pub(super) const EVENT_COLS: &str =
 pub(super) const RUN_COLS: &str =
     "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, \
          outcome, duration_ms,
-     exit_code";
+     exit_code, start_lag_ms";
+/// [`RUN_COLS`] on a database from before schema version 8 (read read-only, not upgraded): no
+/// start lag was measured.
+const RUN_COLS_V7: &str =
+    "run_id, job_key, scheduled_at, owner, fencing_token, started_at, ended_at, \
+         outcome, duration_ms,
+     exit_code, CAST(NULL AS BIGINT)";
+
+/// Whether the database has schema version 8's run columns (`start_lag_ms`, `renewal_gap_ms`):
+/// a writer upgrades every database it opens; a read command reads an older one as it is.
+pub(super) fn has_run_lags(tx: &Tx<'_>) -> DbResult<bool> {
+    Ok(super::prepare::version(tx)? >= 8)
+}
+
+/// The run columns [`run_row`] reads, as this database has them.
+pub(super) fn run_cols(tx: &Tx<'_>) -> DbResult<&'static str> {
+    Ok(if has_run_lags(tx)? {
+        RUN_COLS
+    } else {
+        RUN_COLS_V7
+    })
+}
 
 pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
     Ok(RunRow {
@@ -43,6 +64,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
         outcome: text(r, 7)?.map(RunOutcome::from),
         duration_ms: int(r, 8)?,
         exit_code: int(r, 9)?,
+        start_lag_ms: int(r, 10)?,
     })
 }
 
@@ -65,10 +87,11 @@ impl Store {
     /// run lasts, what it printed so far).
     pub(crate) fn run_output(&mut self, run_id: &str) -> Result<Option<(RunRow, String)>> {
         self.read(|tx| {
+            let cols = run_cols(tx)?;
             tx.one(
-                &format!("SELECT {RUN_COLS}, log FROM exactly_runs WHERE run_id = ?1"),
+                &format!("SELECT {cols}, log FROM exactly_runs WHERE run_id = ?1"),
                 args![run_id],
-                |r| Ok((run_row(r)?, text(r, 10)?.unwrap_or_default())),
+                |r| Ok((run_row(r)?, text(r, 11)?.unwrap_or_default())),
             )
             .optional()
         })
@@ -89,36 +112,40 @@ impl Store {
 
     /// The first run of a job that started after `after` (None: its latest run).
     pub(crate) fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
-        self.read(|tx| match after {
-            None => tx
-                .one(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1
+        self.read(|tx| {
+            let cols = run_cols(tx)?;
+            match after {
+                None => tx
+                    .one(
+                        &format!(
+                            "SELECT {cols} FROM exactly_runs WHERE job_key = ?1
                          ORDER BY started_at DESC LIMIT 1"
-                    ),
-                    args![job],
-                    run_row,
-                )
-                .optional(),
-            Some(t) => tx
-                .one(
-                    &format!(
-                        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
+                        ),
+                        args![job],
+                        run_row,
+                    )
+                    .optional(),
+                Some(t) => tx
+                    .one(
+                        &format!(
+                            "SELECT {cols} FROM exactly_runs WHERE job_key = ?1 AND started_at > ?2
                          ORDER BY started_at LIMIT 1"
-                    ),
-                    args![job, t],
-                    run_row,
-                )
-                .optional(),
+                        ),
+                        args![job, t],
+                        run_row,
+                    )
+                    .optional(),
+            }
         })
     }
 
     /// The most recent runs of a job, newest first.
     pub(crate) fn recent_runs(&mut self, job: &str, limit: usize) -> Result<Vec<RunRow>> {
         self.read(|tx| {
+            let cols = run_cols(tx)?;
             let rows = tx.rows(
                 &format!(
-                    "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 \
+                    "SELECT {cols} FROM exactly_runs WHERE job_key = ?1 \
                      ORDER BY started_at DESC LIMIT ?2"
                 ),
                 args![job, limit as i64],

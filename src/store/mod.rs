@@ -17,6 +17,7 @@ mod detail;
 mod errors;
 mod firing;
 mod gate;
+mod holds;
 mod job;
 mod lease;
 mod notify;

@@ -1,7 +1,7 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
 use super::db::{args, DbResult, Optional, Tx};
-use super::detail::{event_row, run_row, EVENT_COLS, RUN_COLS};
+use super::detail::{event_row, run_cols, run_row, EVENT_COLS};
 use super::rows::{overlap_of, ApprovalView, JobRow, JobSettings, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store, RELEASED};
@@ -378,6 +378,10 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
                         overlap: overlap_of(text(r, 4)?, int(r, 5)?),
                         queue_cap: int(r, 5)?,
                     },
+                    // A job a scheduler registered (from a jobs file: it has a schedule or
+                    // an interval) runs under the scheduler's heartbeat; a row made by a
+                    // pause alone is no registration.
+                    lease_renewed: text(r, 1)?.is_some() || int(r, 2)?.is_some(),
                     paused: int(r, 6)?.unwrap_or(0) != 0,
                     pause_note: text(r, 7)?,
                     retired: int(r, 8)?.unwrap_or(0) != 0,
@@ -452,8 +456,9 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let failed_sql = "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 \
                           AND outcome IN ('failed', 'timeout') AND started_at > coalesce(
            (SELECT max(started_at) FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'), '')";
+    let run_cols = run_cols(tx)?;
     let last_sql = format!(
-        "SELECT {RUN_COLS} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
     );
     // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
     // seen before), and the few firings waiting or stuck across all jobs (one range of the
@@ -479,8 +484,19 @@ fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
             Ok(())
         },
     )?;
+    let holds = super::holds::unrenewed_holds(tx, &oldest)?;
     for j in jobs.values_mut() {
+        if let Some((held, lease)) = holds.get(&j.job_key).filter(|_| !j.lease_renewed) {
+            j.hold_p99_ms = time::percentiles(held).1;
+            j.hold_lease_ms = Some((*lease).max(0) as u64);
+        }
         (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
+        let lags = windows.lags(&j.job_key);
+        (j.start_lag_p50_ms, j.start_lag_p99_ms, j.renewal_gap_max_ms) = (
+            lags.start_lag_p50_ms,
+            lags.start_lag_p99_ms,
+            lags.renewal_gap_max_ms,
+        );
         j.consecutive_failures = windows.failing_streak(&j.job_key);
         j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
         // The kept window answers for jobs that ran this week; the others ask the table.

@@ -143,10 +143,27 @@ pub struct JobRow {
     pub dst_policy: (Option<String>, Option<String>),
     /// Runs in the run window.
     pub runs: u64,
-    /// Median run duration in the run window (ms).
+    /// Median run duration in the run window (ms): each run's command's own, from its start to
+    /// the run's end (runs recorded before schema version 8: from the run's recorded start).
     pub p50_ms: Option<u64>,
     /// 99th-percentile run duration in the run window (ms).
     pub p99_ms: Option<u64>,
+    /// Median start lag in the run window (ms): from a run's recorded start to its command's
+    /// start, the scheduler's part, not in the durations (runs from schema 8 on).
+    pub start_lag_p50_ms: Option<u64>,
+    /// 99th-percentile start lag in the run window (ms).
+    pub start_lag_p99_ms: Option<u64>,
+    /// The longest any run's lease in the run window went without a renewal (ms).
+    pub renewal_gap_max_ms: Option<u64>,
+    /// Whether a scheduler registered the job (a jobs file): its runs' leases are renewed by
+    /// heartbeat, so a run may outlast the lease. Otherwise its lease is held by a wrapper or
+    /// a program (`lease claim`, the library) and renewed only if that holder does.
+    pub lease_renewed: bool,
+    /// For a lease nobody renews: the 99th-percentile time a holder held it (claim to
+    /// release, holds without a renewal, in the run window, ms).
+    pub hold_p99_ms: Option<u64>,
+    /// For a lease nobody renews: the lease its newest such hold claimed (ms).
+    pub hold_lease_ms: Option<u64>,
     /// The durations (ms) behind p50/p99: the job's runs in the duration window.
     #[serde(skip)]
     pub durations_ms: Vec<i64>,
@@ -267,8 +284,11 @@ pub struct RunRow {
     pub ended_at: Option<String>,
     /// How it ended (`ok`, `failed`, `timeout`, …); None while it runs.
     pub outcome: Option<RunOutcome>,
-    /// How long it ran (ms).
+    /// How long its command ran (ms): from the command's start to the run's end (runs
+    /// before schema 8: from the recorded start).
     pub duration_ms: Option<i64>,
+    /// From its recorded start to its command's start (ms): the scheduler's start lag.
+    pub start_lag_ms: Option<i64>,
     /// Its command's exit code, when it exited.
     pub exit_code: Option<i64>,
 }

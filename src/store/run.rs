@@ -23,8 +23,13 @@ pub struct RunEnd<'a> {
     pub outcome: RunOutcome,
     /// Its command's exit code, when it exited.
     pub exit_code: Option<i32>,
-    /// How long it ran (ms).
+    /// How long its command ran (ms): from the command's start (the run's, when it never
+    /// started) to the end.
     pub duration_ms: i64,
+    /// From the run's recorded start to its command's start (ms); None when it never started.
+    pub start_lag_ms: Option<i64>,
+    /// The longest its lease went without a renewal (ms).
+    pub renewal_gap_ms: Option<i64>,
     /// Its output, as kept with the run.
     pub log: &'a str,
 }
@@ -153,7 +158,7 @@ impl Store {
             }
             tx.exec(
                 "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, \
-                     exit_code = ?5, log = ?6
+                     exit_code = ?5, log = ?6, start_lag_ms = ?7, renewal_gap_ms = ?8
                  WHERE run_id = ?1",
                 args![
                     end.run_id,
@@ -161,7 +166,9 @@ impl Store {
                     outcome,
                     end.duration_ms,
                     end.exit_code,
-                    end.log
+                    end.log,
+                    end.start_lag_ms,
+                    end.renewal_gap_ms
                 ],
             )?;
             // A run we had to kill (grace expired at a deploy, a signal) did not finish its

@@ -2,7 +2,7 @@
 //! database against it is `prepare.rs`.
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -114,7 +114,11 @@ pub(crate) const TABLES: &[Table] = &[
             started_at TEXT NOT NULL, ended_at TEXT, outcome TEXT, duration_ms INTEGER,
             exit_code INTEGER, log TEXT)",
         required: &["run_id", "job_key", "started_at", "duration_ms"],
-        added: &[],
+        // Schema 8: `duration_ms` is the command's own (its start to the run's end); the
+        // scheduler's start lag (recorded start to the command's start) and the longest the
+        // run's lease went without a renewal are their own figures. NULL: not measured (a run
+        // whose command never started, or one recorded before version 8).
+        added: &[("start_lag_ms", "INTEGER"), ("renewal_gap_ms", "INTEGER")],
     },
     Table {
         name: "exactly_firings",
@@ -136,6 +140,17 @@ pub(crate) const TABLES: &[Table] = &[
         // The machine behind `host` (boot id and pid namespace): two schedulers that share a
         // host name on two machines are told apart, and shown (schema version 5).
         added: &[("host_id", "TEXT")],
+    },
+    // Each hold of a job's lease claimed outside a scheduler (`exactly lease claim`, the
+    // library): the lease it asked for, whether its holder renewed it, and when it let go, so
+    // `status` can tell a holder that outlasts a lease nobody renews (schema version 8).
+    Table {
+        name: "exactly_holds",
+        create: "CREATE TABLE exactly_holds (job_key TEXT NOT NULL, fencing_token INTEGER NOT NULL,
+            lease_ms INTEGER, claimed_at TEXT NOT NULL, renewals INTEGER NOT NULL DEFAULT 0,
+            released_at TEXT, PRIMARY KEY (job_key, fencing_token))",
+        required: &["job_key", "fencing_token", "claimed_at"],
+        added: &[],
     },
 ];
 

@@ -2,7 +2,7 @@
 //! changed: each job's recent runs (at most `RUN_WINDOW`, within `RUN_WINDOW_DAYS`) with the
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::db::{args, DbResult, Optional, Row, Tx};
-use super::detail::{run_row, RUN_COLS};
+use super::detail::{has_run_lags, run_cols, run_row};
 use super::rows::RunRow;
 use super::{int, text, text_or_empty};
 use crate::state::RunOutcome;
@@ -29,6 +29,19 @@ struct RunBit {
     /// Its command ran, so its duration says how long the job takes (a `not_started` run's
     /// says how long it waited for a start that never came: kept out of p50/p99).
     ran: bool,
+    /// From its recorded start to its command's start (ms), once it ended (schema 8).
+    start_lag_ms: Option<i64>,
+    /// The longest its lease went without a renewal (ms), once it ended (schema 8).
+    renewal_gap_ms: Option<i64>,
+}
+
+/// A job's start lag (p50, p99) and the longest any of its runs' leases went without a
+/// renewal, over the same runs as its [`Figures`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lags {
+    pub start_lag_p50_ms: Option<u64>,
+    pub start_lag_p99_ms: Option<u64>,
+    pub renewal_gap_max_ms: Option<u64>,
 }
 
 /// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
@@ -38,6 +51,8 @@ struct JobWindow {
     runs: Vec<RunBit>,
     /// What [`RunWindows::figures`] answers, or None when `runs` changed since.
     figures: Option<Figures>,
+    /// What [`RunWindows::lags`] answers, or None when `runs` changed since.
+    lags: Option<Lags>,
     /// The newest run's whole row, as read when its rowid was the newest.
     last: Option<(i64, RunRow)>,
 }
@@ -120,7 +135,11 @@ pub struct RunWindows {
     earliest: Option<String>,
 }
 
-const BIT_COLS: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at";
+const BIT_COLS: &str =
+    "rowid, job_key, started_at, duration_ms, outcome, ended_at, start_lag_ms, renewal_gap_ms";
+/// [`BIT_COLS`] on a database from before schema version 8, read as it is.
+const BIT_COLS_V7: &str = "rowid, job_key, started_at, duration_ms, outcome, ended_at, \
+     CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)";
 
 fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
     let outcome = text(r, 4)?;
@@ -134,6 +153,8 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
             failed: outcome.as_deref().is_some_and(crate::state::is_failure),
             ok: outcome.as_deref() == Some("ok"),
             ran: outcome.as_deref() != Some(RunOutcome::NotStarted.as_str()),
+            start_lag_ms: int(r, 6)?,
+            renewal_gap_ms: int(r, 7)?,
         },
     ))
 }
@@ -141,6 +162,12 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
 impl RunWindows {
     /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
     pub(super) fn sync(&mut self, tx: &Tx<'_>, oldest: &str) -> DbResult<()> {
+        // Asked each poll: a writer may upgrade the database under a dashboard left open.
+        let cols = if has_run_lags(tx)? {
+            BIT_COLS
+        } else {
+            BIT_COLS_V7
+        };
         // Two statements: each alone is an index lookup and an index count; together they
         // would scan the table.
         let max_rowid = tx
@@ -149,7 +176,7 @@ impl RunWindows {
         let removals = Removals::read(tx, "exactly_runs")?;
         if self.synced {
             let new = tx.rows(
-                &format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid > ?1"),
+                &format!("SELECT {cols} FROM exactly_runs WHERE rowid > ?1"),
                 args![added_from(tx, self.max_rowid)],
                 run_bit,
             )?;
@@ -157,7 +184,7 @@ impl RunWindows {
             if removals.since(self.removals, new.len()) {
                 *self = RunWindows::default();
             } else {
-                let reread = format!("SELECT {BIT_COLS} FROM exactly_runs WHERE rowid = ?1");
+                let reread = format!("SELECT {cols} FROM exactly_runs WHERE rowid = ?1");
                 let mut fresh = Vec::new();
                 for (rowid, _) in std::mem::take(&mut self.open) {
                     match tx.one(&reread, args![rowid], run_bit).optional()? {
@@ -181,7 +208,7 @@ impl RunWindows {
         if !self.synced {
             let rows = tx.rows(
                 &format!(
-                    "SELECT {BIT_COLS} FROM exactly_runs WHERE started_at >= ?1 \
+                    "SELECT {cols} FROM exactly_runs WHERE started_at >= ?1 \
                           ORDER BY started_at"
                 ),
                 args![oldest],
@@ -201,6 +228,7 @@ impl RunWindows {
                 if gone > 0 {
                     w.runs.drain(..gone);
                     w.figures = None;
+                    w.lags = None;
                 }
             }
             self.jobs.retain(|_, w| !w.runs.is_empty());
@@ -228,6 +256,7 @@ impl RunWindows {
         }
         let w = self.jobs.entry(job).or_default();
         w.figures = None;
+        w.lags = None;
         if let Some(i) = w.runs.iter().rposition(|b| b.rowid == bit.rowid) {
             w.runs.remove(i);
         }
@@ -248,9 +277,10 @@ impl RunWindows {
             .as_ref()
             .is_some_and(|(rowid, row)| *rowid == newest.rowid && row.duration_ms.is_some());
         if !fresh {
+            let cols = run_cols(tx)?;
             let row = tx
                 .one(
-                    &format!("SELECT {RUN_COLS} FROM exactly_runs WHERE rowid = ?1"),
+                    &format!("SELECT {cols} FROM exactly_runs WHERE rowid = ?1"),
                     args![newest.rowid],
                     run_row,
                 )
@@ -319,6 +349,35 @@ impl RunWindows {
                 (last.len() as u64, failed, p50, p99, durations)
             })
             .clone()
+    }
+}
+
+impl RunWindows {
+    /// A job's start lag (p50, p99) and longest renewal gap over the same runs as
+    /// [`RunWindows::figures`] (the runs that measured them: from schema 8 on).
+    pub(super) fn lags(&mut self, job: &str) -> Lags {
+        let Some(w) = self.jobs.get_mut(job) else {
+            return Lags::default();
+        };
+        *w.lags.get_or_insert_with(|| {
+            let last = || {
+                w.runs
+                    .iter()
+                    .rev()
+                    .filter(|b| b.duration_ms.is_some())
+                    .take(RUN_WINDOW)
+            };
+            let lags: Vec<i64> = last().filter_map(|b| b.start_lag_ms).collect();
+            let (p50, p99) = time::percentiles(&lags);
+            Lags {
+                start_lag_p50_ms: p50,
+                start_lag_p99_ms: p99,
+                renewal_gap_max_ms: last()
+                    .filter_map(|b| b.renewal_gap_ms)
+                    .max()
+                    .map(|g| g.max(0) as u64),
+            }
+        })
     }
 }
 

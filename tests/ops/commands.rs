@@ -87,6 +87,8 @@ fn runs_days_ago(site: &Site, job: &str, n: i64, outcome: RunOutcome, ms: i64) {
             outcome: outcome.clone(),
             exit_code: Some(3),
             duration_ms: ms,
+            start_lag_ms: None,
+            renewal_gap_ms: None,
             log: "",
         };
         s.as_at(at + chrono::Duration::milliseconds(ms), |s| {

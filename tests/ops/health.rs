@@ -408,6 +408,8 @@ fn old_runs(
             outcome: RunOutcome::Ok,
             exit_code: Some(0),
             duration_ms: 1000,
+            start_lag_ms: None,
+            renewal_gap_ms: None,
             log: "",
         };
         s.as_at(at + chrono::Duration::seconds(1), |s| {

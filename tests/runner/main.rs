@@ -13,6 +13,7 @@ mod definitions;
 mod faults;
 mod helpers;
 mod lease;
+mod lease_warnings;
 mod log;
 mod notify;
 mod outage;

@@ -408,6 +408,15 @@ pub fn busy() -> Fixture {
         |i| 180_000 + (i * 104_729) % 500_000,
         |_| "ok",
     );
+    // Its scheduler started each command 0.4 s after the run's recorded start, and once went
+    // 6 minutes of its 10-minute lease without a renewal (a stalled host).
+    c.execute(
+        "UPDATE exactly_runs SET start_lag_ms = 400 + (rowid % 7) * 50, renewal_gap_ms = \
+             CASE WHEN run_id = 'daily-digest-3' THEN 360000 ELSE 200500 END
+         WHERE job_key = 'daily-digest'",
+        [],
+    )
+    .expect("lags");
     add_runs(
         &c,
         "sync-crm",

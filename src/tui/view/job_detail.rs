@@ -79,11 +79,12 @@ fn head_lines(j: &JobRow, t: &Theme, now: Ts, w: usize) -> Vec<Line<'static>> {
     info
 }
 
-/// The job's settings, its lease, and its numbers: one line each.
-fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
+/// The job's settings, its lease, and its numbers: one line each; and its runs' start lag
+/// when measured (the scheduler's part, kept out of p50/p99).
+fn settings_lines(j: &JobRow, now: Ts) -> Vec<String> {
     let (int_share, _) = share(j.p99_ms, j.settings.interval_s.map(|s| s * 1000));
-    let (lse_share, _) = share(j.p99_ms, j.settings.lease_ms);
-    [
+    let (lse_share, _) = lease_share(j);
+    let mut lines = vec![
         format!(
             " schedule {}  interval {}  lease {}  overlap {}{}  state {}",
             inert(j.settings.schedule.as_deref().unwrap_or("-")),
@@ -109,7 +110,15 @@ fn settings_lines(j: &JobRow, now: Ts) -> [String; 3] {
             j.duplicates_suppressed,
             j.fenced_writes
         ),
-    ]
+    ];
+    if let (Some(p50), Some(p99)) = (j.start_lag_p50_ms, j.start_lag_p99_ms) {
+        lines.push(format!(
+            " start lag p50 {}  p99 {}: the scheduler's, before each command started",
+            human_ms(p50),
+            human_ms(p99)
+        ));
+    }
+    lines
 }
 
 /// Who holds the job's lease and for how long, or since when it is free.

@@ -52,7 +52,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
         _ => "-".into(),
     };
     let (int_share, int_over) = share(j.p99_ms, j.settings.interval_s.map(|s| s * 1000));
-    let (lse_share, lse_over) = share(j.p99_ms, j.settings.lease_ms);
+    let (lse_share, lse_over) = lease_share(j);
     let last = j
         .last_run
         .as_ref()

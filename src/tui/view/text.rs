@@ -70,6 +70,17 @@ pub(super) fn dash<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
 
+/// A job's p99 as a share of its lease: marked `!` past 100 % only for a lease nobody renews
+/// (a run of a job the scheduler runs outlasts its renewed lease as a matter of course).
+pub(super) fn lease_share(j: &JobRow) -> (String, bool) {
+    let (text, over) = share(j.p99_ms, j.settings.lease_ms);
+    if j.lease_renewed {
+        (text.trim_end_matches('!').to_string(), false)
+    } else {
+        (text, over)
+    }
+}
+
 /// `p99` as a share of a limit, marked `!` past 100 %.
 /// p99 as a share of a limit in milliseconds (interval or lease).
 pub(super) fn share(p99_ms: Option<u64>, limit_ms: Option<i64>) -> (String, bool) {

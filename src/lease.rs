@@ -25,6 +25,15 @@ pub const SCHEDULER_BEAT: Duration = Duration::from_secs(2);
 /// its late renewals instead.)
 pub const RENEWED_LEASE_MIN_BEATS: u32 = 3;
 
+/// Whether a lease a scheduler renews is too thin to ride out a stall: under
+/// [`RENEWED_LEASE_MIN_BEATS`] heartbeats, where the interval (if any) leaves room for one that
+/// long. With firings that close together no lease has both, and a warning nobody can act on
+/// hides the others. `status` (the `lease<6s` warning) and `check` judge by this alone.
+pub fn renewal_margin_thin(lease: Duration, interval: Option<Duration>) -> bool {
+    let min = SCHEDULER_BEAT * RENEWED_LEASE_MIN_BEATS;
+    lease < min && interval.is_none_or(|iv| iv > min)
+}
+
 /// The stop margin for a lease: [`STOP_MARGIN`], but never more than a quarter of a short one.
 pub fn stop_margin(lease: Duration) -> Duration {
     STOP_MARGIN.min(lease / 4)

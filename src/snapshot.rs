@@ -405,14 +405,11 @@ pub fn lease_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     let stopped_at = unrenewed_for_at_most(lease);
     let ms = |d: Duration| human_ms(d.as_millis() as u64);
     let min = crate::lease::SCHEDULER_BEAT * RENEWED_LEASE_MIN_BEATS;
-    // Said only where a lease of `min` would still be shorter than the interval: with firings
-    // seconds apart no lease has both, and a warning nobody can act on hides the others (a
-    // renewal that does come late is still said, below).
-    let room = j
+    let interval = j
         .settings
         .interval_s
-        .is_none_or(|iv| Duration::from_secs(iv.max(0) as u64) > min);
-    if lease < min && room {
+        .map(|iv| Duration::from_secs(iv.max(0) as u64));
+    if crate::lease::renewal_margin_thin(lease, interval) {
         w.push((
             "lease<6s",
             format!(

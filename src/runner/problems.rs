@@ -1,7 +1,7 @@
 //! The problem list behind `exactly check`: every problem is a line `file: job: what — why`.
 //! Errors (found while parsing, `config.rs`) make a job unusable and `exactly run` refuses the
-//! file; warnings are risks the scheduler cannot remove (lease against interval, p99 against
-//! both, one command under two names), found by [`lint`] over the valid jobs: `check` fails on
+//! file; warnings are risks the scheduler cannot remove (lease against interval, a lease too
+//! thin to ride out a stalled renewal, p99 against interval, one command under two names), found by [`lint`] over the valid jobs: `check` fails on
 //! them only with `--strict`, and `run` logs them and runs.
 use super::config::{Job, Overlap};
 use std::collections::BTreeMap;
@@ -12,8 +12,7 @@ use std::time::Duration;
 pub enum Severity {
     /// Advice: `check` prints it and still passes, `run` logs it.
     Note,
-    /// A risk seen in the database's history of runs (lease or interval below the observed
-    /// p99): as a warning; refusing it would also refuse the deploy of the fix for a job that
+    /// A risk seen in the database's history of runs (the interval below the observed p99): as a warning; refusing it would also refuse the deploy of the fix for a job that
     /// got slow.
     Observed,
     /// A risk in the file as written: `check` fails on it only with `--strict`, `run` warns
@@ -174,7 +173,8 @@ pub struct History {
 const SAME_COMMAND_EACH: usize = 3;
 
 /// The risks in a set of valid jobs of a file in folder `dir`: one command under two names,
-/// lease ≥ interval, and, with history, lease < p99 and p99 > interval.
+/// lease ≥ interval, a lease too thin to ride out a stalled renewal, and, with history,
+/// p99 > interval.
 pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path>) -> Vec<Problem> {
     let mut out = Vec::new();
     // Each command's jobs, in file order: one warning per duplicate, or one line for many.
@@ -240,6 +240,24 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
                 ));
             }
         }
+        // `exactly run` renews each run's lease by heartbeat, so a run longer than the lease
+        // is normal: what can go wrong is a lease too short to ride out a stalled renewal
+        // (the `lease<6s` of `status`, judged alike).
+        let beats = crate::lease::SCHEDULER_BEAT * crate::lease::RENEWED_LEASE_MIN_BEATS;
+        if crate::lease::renewal_margin_thin(job.lease, (interval_s > 0).then_some(interval)) {
+            out.push(Problem::warning(
+                &job.name,
+                format!(
+                    "lease {} < {} scheduler heartbeats ({})",
+                    human(job.lease),
+                    crate::lease::RENEWED_LEASE_MIN_BEATS,
+                    human(beats)
+                ),
+                "a run's lease is renewed every third of it and the run is stopped when a \
+                 renewal is that late: a stall of under two heartbeats (a busy database, a \
+                 starved process) stops it; lengthen it, keeping it shorter than the interval",
+            ));
+        }
         let p99 = history.get(job.name.as_str()).and_then(|h| h.p99_ms);
         if job.timeout.is_none() && p99.is_none() {
             out.push(Problem::note(
@@ -254,16 +272,6 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
         };
         let Some(p99) = h.p99_ms else { continue };
         let p99d = Duration::from_millis(p99);
-        if job.lease < p99d {
-            out.push(Problem::observed(
-                &job.name,
-                format!("lease {} < observed p99 {}", human(job.lease), human(p99d)),
-                format!(
-                    "over {} recorded runs, a run that misses one heartbeat is stolen while alive",
-                    h.runs
-                ),
-            ));
-        }
         if interval_s > 0 && p99d > interval {
             out.push(Problem::observed(
                 &job.name,

@@ -68,6 +68,11 @@ on_both_backends! {
                 "poll",
                 "lease 10m00s >= interval 5m00s",
             ),
+            (
+                "thin_lease.toml",
+                "sync",
+                "lease 2.0s < 3 scheduler heartbeats (6.0s)",
+            ),
             ("missing_overlap.toml", "report", "missing overlap policy"),
             ("bad_cron.toml", "typo-cron", "invalid cron schedule"),
             ("bad_timezone.toml", "berlin", "invalid timezone"),
@@ -111,7 +116,7 @@ on_both_backends! {
     }
 
     #[test]
-    fn history_finds_lease_and_interval_below_p99() {
+    fn history_finds_interval_below_p99_not_a_renewed_lease() {
         let site = Site::new();
         let (code, _, _) = site.exactly(&["init"]);
         assert_eq!(code, 0);
@@ -131,8 +136,10 @@ on_both_backends! {
         site.execute(&inserts);
         let (code, lines) = check(&site, "history.toml");
         assert_eq!(code, 1);
+        // Its runs outlast the lease, which `exactly run` renews by heartbeat: normal, not a
+        // risk (no "stolen while alive").
         assert!(
-            has(&lines, "slow", "lease 1.0s < observed p99 3.0s"),
+            !lines.iter().any(|l| l.contains("lease 1.0s <")),
             "{lines:?}"
         );
         assert!(
@@ -144,7 +151,7 @@ on_both_backends! {
         let (code, err) = run_briefly(&site, &fixture("history.toml"));
         assert_eq!(code, None, "run refused a file over its history: {err}");
         assert!(
-            err.contains("WARN job=slow lease 1.0s < observed p99 3.0s"),
+            err.contains("WARN job=slow observed p99 3.0s > interval 2.0s"),
             "{err}"
         );
     }

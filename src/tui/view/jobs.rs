@@ -18,7 +18,7 @@ pub(super) const JOB_COLS: [Col; 18] = [
     col("TOKEN", 5, 2),
     col("HOLDER", 14, 5),
     col("EXPIRES", 8, 1),
-    col("STATE", 7, 1),
+    col("STATE", 8, 1),
     col("Q", 3, 4),
     col("OVERLAP", 8, 5),
     col("SUP/FEN", 7, 4),
@@ -32,10 +32,12 @@ pub(super) fn lease_left(j: &JobRow, now: Ts) -> Option<i64> {
 }
 
 /// The job's state word ([`JobRow::state`], as `jobs` and `status` say it); a paused job's in
-/// capitals, to stand out.
+/// capitals, to stand out; waiting for approval as `approval`, whole in the column (the legend
+/// says it).
 pub(super) fn job_state(j: &JobRow) -> &'static str {
     match j.state() {
         crate::snapshot::JobState::Paused => "PAUSED",
+        crate::snapshot::JobState::AwaitingApproval => "approval",
         s => s.label(),
     }
 }

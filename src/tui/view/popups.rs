@@ -72,7 +72,7 @@ const LEGEND: &[(&str, &[(&str, &str)])] = &[
         "Jobs",
         &[
             ("WARN", "first warning (+: more)"),
-            (" failing", "last run failed/timed out"),
+            (" failing", "failed; none ok since"),
             (" gave up", "a firing used its 3 runs"),
             (" retry", "a firing waits to re-run"),
             (" p99>iv", "p99 > interval: a queue"),
@@ -92,7 +92,8 @@ const LEGEND: &[(&str, &[(&str, &str)])] = &[
             ("TOKEN", "fencing token of the lease"),
             ("HOLDER", "who holds the lease"),
             ("EXPIRES", "lease left, free, expired"),
-            ("STATE", "running idle PAUSED …"),
+            ("STATE", "running ok failing idle …"),
+            (" approval", "its run waits for approval"),
             ("Q", "firings queued"),
             ("OVERLAP", "coalesce, queue or fail"),
             ("SUP/FEN", "suppressed/fenced (job)"),

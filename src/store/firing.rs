@@ -651,10 +651,22 @@ fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, 
     let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
     let what = match state.as_str() {
         "queued" => format!("the firing at {slot}, queued earlier,"),
-        "retry" if detail.is_some_and(|d| d.starts_with(super::resume::FAILED_RETRY)) => {
-            format!("the firing at {slot}, whose run failed and waits for its retry,")
+        // A firing goes again for one of four reasons, each said as it is.
+        "retry" => {
+            let d = detail.unwrap_or_default();
+            let why = if d.starts_with(super::resume::FAILED_RETRY) {
+                "whose run failed and waits for its retry"
+            } else if d.starts_with(super::approval::APPROVAL_CAME) {
+                "whose effect was approved and waits for a scheduler to send it"
+            } else if d.starts_with(super::resume::EFFECT_NEVER_HAPPENED) {
+                "whose effect never happened"
+            } else if d == crate::state::RunOutcome::Killed.to_string() {
+                "whose run was killed before it finished"
+            } else {
+                "which goes again"
+            };
+            format!("the firing at {slot}, {why},")
         }
-        "retry" => format!("the firing at {slot}, whose effect never happened,"),
         _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
     };
     Ok(Some((owner, token, what)))

@@ -180,11 +180,16 @@ fn upsert_firing(
     run_id: Option<&str>,
     detail: Option<&str>,
 ) -> DbResult<()> {
+    // A backfill that runs a pause's rolling row keeps its kind: the slot a scheduler picks up
+    // after (`last_slot`) stays where the pause left it.
     tx.exec(
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, \
              created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
-         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, \
+         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET \
+             kind = CASE WHEN exactly_firings.state = 'skipped' \
+                 AND exactly_firings.detail LIKE '% firing(s) skipped while paused since %' \
+                 THEN exactly_firings.kind ELSE excluded.kind END, \
              state = excluded.state,
             owner = excluded.owner, run_id = excluded.run_id, updated_at = excluded.updated_at,
             detail = excluded.detail",
@@ -414,6 +419,10 @@ fn missed_tx(
     };
     let mut inserted = 0u64;
     for s in slots {
+        // A slot a pause's rolling row stands for was decided with its pause.
+        if covered_tx(tx, job, s)?.is_some() {
+            continue;
+        }
         inserted += tx.exec(
             "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, \
                  updated_at, detail)
@@ -488,11 +497,26 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
         )
         .optional()?;
+    let scheduled = matches!(f.kind, FiringKind::Scheduled | FiringKind::Catchup);
+    let existing = match existing {
+        // A slot a pause's rolling row stands for was decided (skipped) with its pause.
+        None if scheduled => {
+            covered_tx(tx, f.job, f.slot)?.map(|owner| (FiringState::Skipped, owner))
+        }
+        e => e,
+    };
     if let Some((state, owner)) = existing {
         if !(f.kind == FiringKind::Backfill && state.never_ran()) {
             let fired = Fired::Duplicate { state, owner };
             fate_event(tx, f, EventKind::FiringDuplicate, None, &fired)?;
             return Ok(fired);
+        }
+        if state == FiringState::Skipped {
+            if let Some((note, by)) = paused(tx, f.job)? {
+                // Still paused: a backfill leaves the skipped row (a pause's rolling row
+                // among them) as it is.
+                return Ok(Fired::Skipped { note, by });
+            }
         }
     }
     if let Some((note, by)) = paused(tx, f.job)? {
@@ -505,9 +529,14 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             args![f.job, f.slot],
             |r| r.get(0),
         )?;
-        upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        // The schedule's slots skipped in one pause are two rows, not one each: its first, and
+        // one rolling row at the latest that counts them (see `ROLLING`).
+        let rolled = scheduled && roll_skipped_tx(tx, f, note.as_deref())?;
+        if !rolled {
+            upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        }
         let fired = Fired::Skipped { note, by };
-        if earlier {
+        if earlier || rolled {
             tx.exec(
                 "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
                  ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",
@@ -518,6 +547,125 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         }
         return Ok(fired);
     }
+    fire_unpaused_tx(tx, f)
+}
+
+/// The words of a pause's rolling row: `N firing(s) skipped while paused since FIRST, the
+/// latest at this slot[: note]`. Its slot moves to each slot the pause skips; with the pause's
+/// first row it stands for every slot between them (see [`covered_tx`]).
+const ROLLING: &str = "firing(s) skipped while paused since ";
+const ROLLING_LATEST: &str = ", the latest at this slot";
+
+/// A rolling row's count and first slot, read back from its detail.
+fn rolling(detail: &str) -> Option<(u64, String)> {
+    let (n, rest) = detail.split_once(' ')?;
+    let rest = rest.strip_prefix(ROLLING)?;
+    let (first, _) = rest.split_once(ROLLING_LATEST)?;
+    Some((n.parse().ok()?, first.to_string()))
+}
+
+fn rolling_detail(n: u64, first: &str, note: Option<&str>) -> String {
+    let note = note.map(|n| format!(": {n}")).unwrap_or_default();
+    format!("{n} {ROLLING}{first}{ROLLING_LATEST}{note}")
+}
+
+/// The schedule's slot before `slot` the store holds a row of: (slot, state, detail, whether
+/// it was decided since the job was last paused).
+fn slot_before(
+    tx: &Tx<'_>,
+    job: &str,
+    slot: &str,
+) -> DbResult<Option<(String, String, String, bool)>> {
+    tx.one(
+        "SELECT scheduled_at, state, coalesce(detail, ''),
+                CASE WHEN updated_at >= (SELECT coalesce(paused_at, '') FROM exactly_jobs
+                                         WHERE job_key = ?1) THEN 1 ELSE 0 END
+         FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
+           AND kind IN ('scheduled', 'catchup')
+         ORDER BY scheduled_at DESC LIMIT 1",
+        args![job, slot],
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                text_or_empty(r, 1)?,
+                text_or_empty(r, 2)?,
+                r.get::<i64>(3)? != 0,
+            ))
+        },
+    )
+    .optional()
+}
+
+/// A paused job's scheduled slot skipped as part of its pause's rows: the second slot the
+/// pause skips gets a rolling row, each later one moves it to itself. False when the slot is
+/// the pause's first (recorded on its own row by the caller).
+fn roll_skipped_tx(tx: &Tx<'_>, f: &FireRequest<'_>, note: Option<&str>) -> DbResult<bool> {
+    let Some((prev, state, detail, this_pause)) = slot_before(tx, f.job, f.slot)? else {
+        return Ok(false);
+    };
+    if state != FiringState::Skipped.to_string() || !this_pause {
+        return Ok(false);
+    }
+    let now = tx.now(f.now);
+    match rolling(&detail) {
+        Some((n, first)) => {
+            // Moved as a new row and the old one deleted (not its key updated in place): a
+            // reader's kept copy of the latest slots learns of both (see `windows.rs`).
+            tx.exec(
+                "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, \
+                     created_at, updated_at, detail)
+                 SELECT job_key, ?3, kind, state, ?4, run_id, created_at, ?5, ?6
+                 FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+                args![
+                    f.job,
+                    prev,
+                    f.slot,
+                    f.owner,
+                    now,
+                    rolling_detail(n + 1, &first, note)
+                ],
+            )?;
+            tx.exec(
+                "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+                args![f.job, prev],
+            )?;
+        }
+        None => {
+            let detail = rolling_detail(2, &prev, note);
+            upsert_firing(tx, f, FiringState::Skipped, None, Some(&detail))?;
+        }
+    }
+    Ok(true)
+}
+
+/// Whether `slot` (with no row of its own) is one a pause's rolling row stands for: the
+/// schedule's row before it is `skipped` and the one after it is that pause's rolling row.
+/// Returns the rolling row's owner (who decided it).
+pub(super) fn covered_tx(tx: &Tx<'_>, job: &str, slot: &str) -> DbResult<Option<Option<String>>> {
+    let Some((_, state, _, _)) = slot_before(tx, job, slot)? else {
+        return Ok(None);
+    };
+    if state != FiringState::Skipped.to_string() {
+        return Ok(None);
+    }
+    let after: Option<(String, String, Option<String>)> = tx
+        .one(
+            "SELECT state, coalesce(detail, ''), owner FROM exactly_firings
+             WHERE job_key = ?1 AND scheduled_at > ?2 AND kind IN ('scheduled', 'catchup')
+             ORDER BY scheduled_at LIMIT 1",
+            args![job, slot],
+            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+        )
+        .optional()?;
+    Ok(after
+        .filter(|(state, detail, _)| {
+            *state == FiringState::Skipped.to_string() && rolling(detail).is_some()
+        })
+        .map(|(_, _, owner)| owner))
+}
+
+/// [`fire_tx`] past the duplicate and pause checks: the lease and the overlap policy decide.
+fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     // An earlier firing that waits for the lease (its run died, its effect never happened, or
     // it is queued) goes first: a new slot that took the free lease would pass it, and under
     // coalesce the waiting one would then sit behind every later slot.

@@ -845,3 +845,144 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(s: u32) -> String {
+        format!("2026-01-01T00:00:{s:02}.000Z")
+    }
+
+    fn fire(store: &mut Store, s: u32, kind: FiringKind, owner: &str, now: u32) -> Fired {
+        let (slot, now, until) = (slot(s), slot(now), slot(now + 1));
+        store
+            .fire(&FireRequest {
+                job: "j",
+                slot: &slot,
+                kind,
+                owner,
+                lease_until: &until,
+                now: &now,
+                overlap: Overlap::Coalesce,
+                live_here: false,
+            })
+            .unwrap()
+    }
+
+    fn counted(store: &mut Store) -> i64 {
+        store
+            .read(|tx| {
+                tx.one(
+                    "SELECT n FROM exactly_counters WHERE kind = 'firing_skipped_paused' \
+                     AND job_key = 'j'",
+                    &[],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap()
+    }
+
+    /// A pause's five skipped slots are two rows (its first, and the rolling one at the
+    /// latest), the counter counts five; a slot with no row of its own is decided all the
+    /// same: a second scheduler's late firing of it is a duplicate, its share probe finds it
+    /// recorded, a missed record leaves it; once resumed, a backfill runs it and the rolling
+    /// row, which keeps its kind so a scheduler still picks up after the pause.
+    #[test]
+    fn a_pause_s_slots_are_two_rows_and_each_is_decided_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("f.db").to_str().unwrap()).unwrap();
+        assert!(store
+            .set_paused("j", true, "op", Some("vendor outage"), &slot(0))
+            .unwrap());
+        for s in 1..=5 {
+            let fired = fire(&mut store, s, FiringKind::Scheduled, "a", s);
+            assert!(matches!(fired, Fired::Skipped { .. }), "{fired:?}");
+        }
+        let rows: Vec<(String, String)> = store
+            .read(|tx| {
+                tx.rows(
+                    "SELECT scheduled_at, coalesce(detail, '') FROM exactly_firings \
+                     ORDER BY scheduled_at",
+                    &[],
+                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (slot(1), "vendor outage".to_string()),
+                (
+                    slot(5),
+                    format!(
+                        "5 firing(s) skipped while paused since {}, the latest at this slot: \
+                         vendor outage",
+                        slot(1)
+                    )
+                )
+            ]
+        );
+        assert_eq!(counted(&mut store), 5);
+        assert_eq!(store.last_slot("j").unwrap(), Some(slot(5)));
+
+        // Slot 3 has no row: a second scheduler firing it late finds it decided.
+        let fired = fire(&mut store, 3, FiringKind::Scheduled, "b", 6);
+        assert!(
+            matches!(
+                fired,
+                Fired::Duplicate {
+                    state: FiringState::Skipped,
+                    ..
+                }
+            ),
+            "{fired:?}"
+        );
+        assert_eq!(counted(&mut store), 5);
+        let s3 = slot(3);
+        let probed = store.recorded_firings(&[("j", s3.as_str())]).unwrap();
+        assert!(
+            probed.contains(&("j".to_string(), s3.clone())),
+            "{probed:?}"
+        );
+        let missed = store
+            .record_missed("j", &[slot(2), slot(3), slot(4)], 3, "b", &slot(6), "no")
+            .unwrap();
+        assert_eq!(missed, 0);
+        assert_eq!(counted(&mut store), 5);
+        // Slot 6, the pause's next, rolls on; slot 0 (before the pause) is no pause's.
+        assert!(matches!(
+            fire(&mut store, 6, FiringKind::Catchup, "a", 6),
+            Fired::Skipped { .. }
+        ));
+        assert_eq!(counted(&mut store), 6);
+        let covered = store.read(|tx| covered_tx(tx, "j", &slot(0))).unwrap();
+        assert_eq!(covered, None);
+
+        // Resumed: a backfill runs the rolling row's slot and one with no row of its own.
+        assert!(store.set_paused("j", false, "op", None, &slot(7)).unwrap());
+        for (s, now) in [(6, 10), (3, 20)] {
+            let fired = fire(&mut store, s, FiringKind::Backfill, "op", now);
+            assert!(matches!(fired, Fired::Started(_)), "slot {s}: {fired:?}");
+        }
+        let kinds: Vec<String> = store
+            .read(|tx| {
+                tx.rows(
+                    "SELECT scheduled_at || ' ' || kind || ' ' || state FROM exactly_firings \
+                     ORDER BY scheduled_at",
+                    &[],
+                    |r| text_or_empty(r, 0),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            kinds,
+            [
+                format!("{} scheduled skipped", slot(1)),
+                format!("{} backfill running", slot(3)),
+                format!("{} scheduled running", slot(6)),
+            ]
+        );
+        assert_eq!(store.last_slot("j").unwrap(), Some(slot(6)));
+    }
+}

@@ -125,6 +125,127 @@ on_both_backends! {
         assert!(err.contains("no job named nope"), "{err}");
     }
 
+    /// Two schedulers share four paused 1 s jobs: each pause's skipped slots are decided once
+    /// (two rows, the counter equal to the slots, nothing missed); afterwards a backfill runs
+    /// every one of them, those with no row of their own too, and the rolling row keeps its
+    /// kind so a scheduler picks up where the pause left it.
+    #[test]
+    fn a_pause_s_slots_are_decided_once_by_two_schedulers_and_backfilled() {
+        let site = Site::new();
+        let mut toml = String::new();
+        for j in 0..4 {
+            toml.push_str(&format!(
+                "[[job]]\nname = \"p{j}\"\nevery = \"1s\"\nlease = \"900ms\"\n\
+                 overlap = \"coalesce\"\ncommand = [\"true\", \"{j}\"]\n\n"
+            ));
+        }
+        site.write_jobs(&toml);
+        assert_eq!(site.exactly(&["init"]).0, 0);
+        let mut a = site.start("a", "2s");
+        let mut b = site.start("b", "2s");
+        let ran = |site: &Site, j: usize| {
+            site.count(&format!(
+                "SELECT count(*) FROM exactly_runs WHERE job_key = 'p{j}'"
+            ))
+        };
+        assert!(
+            wait_until(Duration::from_secs(15), || (0..4).all(|j| ran(&site, j) >= 2)),
+            "{}{}",
+            site.log("a"),
+            site.log("b")
+        );
+        for j in 0..4 {
+            let (code, _, err) = site.exactly(&["pause", &format!("p{j}")]);
+            assert_eq!(code, 0, "{err}");
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        let before: Vec<i64> = (0..4).map(|j| ran(&site, j)).collect();
+        for j in 0..4 {
+            let (code, _, err) = site.exactly(&["resume", &format!("p{j}")]);
+            assert_eq!(code, 0, "{err}");
+        }
+        assert!(
+            wait_until(Duration::from_secs(5), || (0..4).all(|j| ran(&site, j) > before[j])),
+            "{}{}",
+            site.log("a"),
+            site.log("b")
+        );
+        assert_eq!(a.term(Duration::from_secs(10)), Some(0), "{}", site.log("a"));
+        assert_eq!(b.term(Duration::from_secs(10)), Some(0), "{}", site.log("b"));
+        let at = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap_or_else(|e| panic!("{t}: {e}"))
+                .with_timezone(&chrono::Utc)
+        };
+        for j in 0..4 {
+            let job = format!("p{j}");
+            let rows = site.strings(&format!(
+                "SELECT state || ' ' || kind || ' ' || scheduled_at || ' ' || coalesce(detail, '') \
+                 FROM exactly_firings WHERE job_key = '{job}' ORDER BY scheduled_at"
+            ));
+            let skipped: Vec<&String> =
+                rows.iter().filter(|r| r.starts_with("skipped ")).collect();
+            assert!((1..=2).contains(&skipped.len()), "{job}: {rows:#?}");
+            let slot_of = |r: &str| at(r.split(' ').nth(2).unwrap_or_default());
+            let first = slot_of(skipped[0]);
+            let last = slot_of(skipped[skipped.len() - 1]);
+            let ran_slots: Vec<_> = rows
+                .iter()
+                .filter(|r| r.starts_with("ran "))
+                .map(|r| slot_of(r))
+                .collect();
+            let (Some(before), Some(after)) = (
+                ran_slots.iter().filter(|t| **t < first).max(),
+                ran_slots.iter().filter(|t| **t > last).min(),
+            ) else {
+                panic!("{job}: no run before and after the pause: {rows:#?}");
+            };
+            let slots = (*after - *before).num_seconds() - 1;
+            let counted = site.count(&format!(
+                "SELECT coalesce(sum(n), 0) FROM exactly_counters \
+                 WHERE kind = 'firing_skipped_paused' AND job_key = '{job}'"
+            ));
+            assert_eq!(counted, slots, "{job}: each slot counted once: {rows:#?}");
+            assert!(
+                rows.iter().all(|r| r.starts_with("ran ") || r.starts_with("skipped ")),
+                "{job}: {rows:#?}"
+            );
+        }
+        assert_eq!(site.counter("firing_missed"), 0);
+
+        // A backfill of p0's pause runs each of its slots, those with no row of their own too.
+        let rows = site.strings(
+            "SELECT scheduled_at FROM exactly_firings WHERE job_key = 'p0' \
+             AND state = 'skipped' ORDER BY scheduled_at",
+        );
+        let (first, last) = (rows[0].clone(), rows[rows.len() - 1].clone());
+        let slots = (at(&last) - at(&first)).num_seconds() + 1;
+        let (code, out, err) = site.exactly(&["backfill", "p0", "--from", &first, "--to", &last]);
+        assert_eq!(code, 0, "{out}{err}");
+        let ran: Vec<&str> = out.lines().filter(|l| l.contains(": ran, ok")).collect();
+        assert_eq!(ran.len() as i64, slots, "{out}");
+        assert_eq!(
+            site.strings(&format!(
+                "SELECT kind FROM exactly_firings WHERE job_key = 'p0' AND scheduled_at = '{last}'"
+            )),
+            [if rows.len() == 2 { "scheduled" } else { "backfill" }],
+            "the rolling row keeps its kind"
+        );
+        // A scheduler started now picks up after the pause: nothing missed, nothing caught up
+        // from before it.
+        let mut c = site.start("c", "2s");
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(c.term(Duration::from_secs(10)), Some(0), "{}", site.log("c"));
+        assert_eq!(site.counter("firing_missed"), 0, "{}", site.log("c"));
+        assert_eq!(
+            site.count(&format!(
+                "SELECT count(*) FROM exactly_firings WHERE scheduled_at <= '{last}' \
+                 AND kind IN ('catchup') AND state <> 'skipped'"
+            )),
+            0
+        );
+    }
+
     /// A paused 1 s job's skipped slots are two firing rows for the pause (its first, and one
     /// rolling row at the latest that counts them), not one each; the counter counts every
     /// slot; a scheduler restarted mid-pause picks up after them; and after `resume` the next

@@ -180,11 +180,16 @@ fn upsert_firing(
     run_id: Option<&str>,
     detail: Option<&str>,
 ) -> DbResult<()> {
+    // A backfill that runs a pause's rolling row keeps its kind: the slot a scheduler picks up
+    // after (`last_slot`) stays where the pause left it.
     tx.exec(
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, \
              created_at, updated_at, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
-         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET kind = excluded.kind, \
+         ON CONFLICT(job_key, scheduled_at) DO UPDATE SET \
+             kind = CASE WHEN exactly_firings.state = 'skipped' \
+                 AND exactly_firings.detail LIKE '% firing(s) skipped while paused since %' \
+                 THEN exactly_firings.kind ELSE excluded.kind END, \
              state = excluded.state,
             owner = excluded.owner, run_id = excluded.run_id, updated_at = excluded.updated_at,
             detail = excluded.detail",
@@ -414,6 +419,10 @@ fn missed_tx(
     };
     let mut inserted = 0u64;
     for s in slots {
+        // A slot a pause's rolling row stands for was decided with its pause.
+        if covered_tx(tx, job, s)?.is_some() {
+            continue;
+        }
         inserted += tx.exec(
             "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, created_at, \
                  updated_at, detail)
@@ -488,11 +497,26 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             |r| Ok((word::<FiringState>(r, 0)?, text(r, 1)?)),
         )
         .optional()?;
+    let scheduled = matches!(f.kind, FiringKind::Scheduled | FiringKind::Catchup);
+    let existing = match existing {
+        // A slot a pause's rolling row stands for was decided (skipped) with its pause.
+        None if scheduled => {
+            covered_tx(tx, f.job, f.slot)?.map(|owner| (FiringState::Skipped, owner))
+        }
+        e => e,
+    };
     if let Some((state, owner)) = existing {
         if !(f.kind == FiringKind::Backfill && state.never_ran()) {
             let fired = Fired::Duplicate { state, owner };
             fate_event(tx, f, EventKind::FiringDuplicate, None, &fired)?;
             return Ok(fired);
+        }
+        if state == FiringState::Skipped {
+            if let Some((note, by)) = paused(tx, f.job)? {
+                // Still paused: a backfill leaves the skipped row (a pause's rolling row
+                // among them) as it is.
+                return Ok(Fired::Skipped { note, by });
+            }
         }
     }
     if let Some((note, by)) = paused(tx, f.job)? {
@@ -505,9 +529,14 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             args![f.job, f.slot],
             |r| r.get(0),
         )?;
-        upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        // The schedule's slots skipped in one pause are two rows, not one each: its first, and
+        // one rolling row at the latest that counts them (see `ROLLING`).
+        let rolled = scheduled && roll_skipped_tx(tx, f, note.as_deref())?;
+        if !rolled {
+            upsert_firing(tx, f, FiringState::Skipped, None, note.as_deref())?;
+        }
         let fired = Fired::Skipped { note, by };
-        if earlier {
+        if earlier || rolled {
             tx.exec(
                 "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
                  ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",
@@ -518,6 +547,125 @@ fn fire_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         }
         return Ok(fired);
     }
+    fire_unpaused_tx(tx, f)
+}
+
+/// The words of a pause's rolling row: `N firing(s) skipped while paused since FIRST, the
+/// latest at this slot[: note]`. Its slot moves to each slot the pause skips; with the pause's
+/// first row it stands for every slot between them (see [`covered_tx`]).
+const ROLLING: &str = "firing(s) skipped while paused since ";
+const ROLLING_LATEST: &str = ", the latest at this slot";
+
+/// A rolling row's count and first slot, read back from its detail.
+fn rolling(detail: &str) -> Option<(u64, String)> {
+    let (n, rest) = detail.split_once(' ')?;
+    let rest = rest.strip_prefix(ROLLING)?;
+    let (first, _) = rest.split_once(ROLLING_LATEST)?;
+    Some((n.parse().ok()?, first.to_string()))
+}
+
+fn rolling_detail(n: u64, first: &str, note: Option<&str>) -> String {
+    let note = note.map(|n| format!(": {n}")).unwrap_or_default();
+    format!("{n} {ROLLING}{first}{ROLLING_LATEST}{note}")
+}
+
+/// The schedule's slot before `slot` the store holds a row of: (slot, state, detail, whether
+/// it was decided since the job was last paused).
+fn slot_before(
+    tx: &Tx<'_>,
+    job: &str,
+    slot: &str,
+) -> DbResult<Option<(String, String, String, bool)>> {
+    tx.one(
+        "SELECT scheduled_at, state, coalesce(detail, ''),
+                CASE WHEN updated_at >= (SELECT coalesce(paused_at, '') FROM exactly_jobs
+                                         WHERE job_key = ?1) THEN 1 ELSE 0 END
+         FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
+           AND kind IN ('scheduled', 'catchup')
+         ORDER BY scheduled_at DESC LIMIT 1",
+        args![job, slot],
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                text_or_empty(r, 1)?,
+                text_or_empty(r, 2)?,
+                r.get::<i64>(3)? != 0,
+            ))
+        },
+    )
+    .optional()
+}
+
+/// A paused job's scheduled slot skipped as part of its pause's rows: the second slot the
+/// pause skips gets a rolling row, each later one moves it to itself. False when the slot is
+/// the pause's first (recorded on its own row by the caller).
+fn roll_skipped_tx(tx: &Tx<'_>, f: &FireRequest<'_>, note: Option<&str>) -> DbResult<bool> {
+    let Some((prev, state, detail, this_pause)) = slot_before(tx, f.job, f.slot)? else {
+        return Ok(false);
+    };
+    if state != FiringState::Skipped.to_string() || !this_pause {
+        return Ok(false);
+    }
+    let now = tx.now(f.now);
+    match rolling(&detail) {
+        Some((n, first)) => {
+            // Moved as a new row and the old one deleted (not its key updated in place): a
+            // reader's kept copy of the latest slots learns of both (see `windows.rs`).
+            tx.exec(
+                "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, owner, run_id, \
+                     created_at, updated_at, detail)
+                 SELECT job_key, ?3, kind, state, ?4, run_id, created_at, ?5, ?6
+                 FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+                args![
+                    f.job,
+                    prev,
+                    f.slot,
+                    f.owner,
+                    now,
+                    rolling_detail(n + 1, &first, note)
+                ],
+            )?;
+            tx.exec(
+                "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2",
+                args![f.job, prev],
+            )?;
+        }
+        None => {
+            let detail = rolling_detail(2, &prev, note);
+            upsert_firing(tx, f, FiringState::Skipped, None, Some(&detail))?;
+        }
+    }
+    Ok(true)
+}
+
+/// Whether `slot` (with no row of its own) is one a pause's rolling row stands for: the
+/// schedule's row before it is `skipped` and the one after it is that pause's rolling row.
+/// Returns the rolling row's owner (who decided it).
+pub(super) fn covered_tx(tx: &Tx<'_>, job: &str, slot: &str) -> DbResult<Option<Option<String>>> {
+    let Some((_, state, _, _)) = slot_before(tx, job, slot)? else {
+        return Ok(None);
+    };
+    if state != FiringState::Skipped.to_string() {
+        return Ok(None);
+    }
+    let after: Option<(String, String, Option<String>)> = tx
+        .one(
+            "SELECT state, coalesce(detail, ''), owner FROM exactly_firings
+             WHERE job_key = ?1 AND scheduled_at > ?2 AND kind IN ('scheduled', 'catchup')
+             ORDER BY scheduled_at LIMIT 1",
+            args![job, slot],
+            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+        )
+        .optional()?;
+    Ok(after
+        .filter(|(state, detail, _)| {
+            *state == FiringState::Skipped.to_string() && rolling(detail).is_some()
+        })
+        .map(|(_, _, owner)| owner))
+}
+
+/// [`fire_tx`] past the duplicate and pause checks: the lease and the overlap policy decide.
+fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     // An earlier firing that waits for the lease (its run died, its effect never happened, or
     // it is queued) goes first: a new slot that took the free lease would pass it, and under
     // coalesce the waiting one would then sit behind every later slot.
@@ -651,10 +799,22 @@ fn waiting_before(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Option<(String, 
     let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
     let what = match state.as_str() {
         "queued" => format!("the firing at {slot}, queued earlier,"),
-        "retry" if detail.is_some_and(|d| d.starts_with(super::resume::FAILED_RETRY)) => {
-            format!("the firing at {slot}, whose run failed and waits for its retry,")
+        // A firing goes again for one of four reasons, each said as it is.
+        "retry" => {
+            let d = detail.unwrap_or_default();
+            let why = if d.starts_with(super::resume::FAILED_RETRY) {
+                "whose run failed and waits for its retry"
+            } else if d.starts_with(super::approval::APPROVAL_CAME) {
+                "whose effect was approved and waits for a scheduler to send it"
+            } else if d.starts_with(super::resume::EFFECT_NEVER_HAPPENED) {
+                "whose effect never happened"
+            } else if d == crate::state::RunOutcome::Killed.to_string() {
+                "whose run was killed before it finished"
+            } else {
+                "which goes again"
+            };
+            format!("the firing at {slot}, {why},")
         }
-        "retry" => format!("the firing at {slot}, whose effect never happened,"),
         _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
     };
     Ok(Some((owner, token, what)))
@@ -683,5 +843,146 @@ impl Store {
                 |r| r.get(0),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(s: u32) -> String {
+        format!("2026-01-01T00:00:{s:02}.000Z")
+    }
+
+    fn fire(store: &mut Store, s: u32, kind: FiringKind, owner: &str, now: u32) -> Fired {
+        let (slot, now, until) = (slot(s), slot(now), slot(now + 1));
+        store
+            .fire(&FireRequest {
+                job: "j",
+                slot: &slot,
+                kind,
+                owner,
+                lease_until: &until,
+                now: &now,
+                overlap: Overlap::Coalesce,
+                live_here: false,
+            })
+            .unwrap()
+    }
+
+    fn counted(store: &mut Store) -> i64 {
+        store
+            .read(|tx| {
+                tx.one(
+                    "SELECT n FROM exactly_counters WHERE kind = 'firing_skipped_paused' \
+                     AND job_key = 'j'",
+                    &[],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap()
+    }
+
+    /// A pause's five skipped slots are two rows (its first, and the rolling one at the
+    /// latest), the counter counts five; a slot with no row of its own is decided all the
+    /// same: a second scheduler's late firing of it is a duplicate, its share probe finds it
+    /// recorded, a missed record leaves it; once resumed, a backfill runs it and the rolling
+    /// row, which keeps its kind so a scheduler still picks up after the pause.
+    #[test]
+    fn a_pause_s_slots_are_two_rows_and_each_is_decided_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("f.db").to_str().unwrap()).unwrap();
+        assert!(store
+            .set_paused("j", true, "op", Some("vendor outage"), &slot(0))
+            .unwrap());
+        for s in 1..=5 {
+            let fired = fire(&mut store, s, FiringKind::Scheduled, "a", s);
+            assert!(matches!(fired, Fired::Skipped { .. }), "{fired:?}");
+        }
+        let rows: Vec<(String, String)> = store
+            .read(|tx| {
+                tx.rows(
+                    "SELECT scheduled_at, coalesce(detail, '') FROM exactly_firings \
+                     ORDER BY scheduled_at",
+                    &[],
+                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (slot(1), "vendor outage".to_string()),
+                (
+                    slot(5),
+                    format!(
+                        "5 firing(s) skipped while paused since {}, the latest at this slot: \
+                         vendor outage",
+                        slot(1)
+                    )
+                )
+            ]
+        );
+        assert_eq!(counted(&mut store), 5);
+        assert_eq!(store.last_slot("j").unwrap(), Some(slot(5)));
+
+        // Slot 3 has no row: a second scheduler firing it late finds it decided.
+        let fired = fire(&mut store, 3, FiringKind::Scheduled, "b", 6);
+        assert!(
+            matches!(
+                fired,
+                Fired::Duplicate {
+                    state: FiringState::Skipped,
+                    ..
+                }
+            ),
+            "{fired:?}"
+        );
+        assert_eq!(counted(&mut store), 5);
+        let s3 = slot(3);
+        let probed = store.recorded_firings(&[("j", s3.as_str())]).unwrap();
+        assert!(
+            probed.contains(&("j".to_string(), s3.clone())),
+            "{probed:?}"
+        );
+        let missed = store
+            .record_missed("j", &[slot(2), slot(3), slot(4)], 3, "b", &slot(6), "no")
+            .unwrap();
+        assert_eq!(missed, 0);
+        assert_eq!(counted(&mut store), 5);
+        // Slot 6, the pause's next, rolls on; slot 0 (before the pause) is no pause's.
+        assert!(matches!(
+            fire(&mut store, 6, FiringKind::Catchup, "a", 6),
+            Fired::Skipped { .. }
+        ));
+        assert_eq!(counted(&mut store), 6);
+        let covered = store.read(|tx| covered_tx(tx, "j", &slot(0))).unwrap();
+        assert_eq!(covered, None);
+
+        // Resumed: a backfill runs the rolling row's slot and one with no row of its own.
+        assert!(store.set_paused("j", false, "op", None, &slot(7)).unwrap());
+        for (s, now) in [(6, 10), (3, 20)] {
+            let fired = fire(&mut store, s, FiringKind::Backfill, "op", now);
+            assert!(matches!(fired, Fired::Started(_)), "slot {s}: {fired:?}");
+        }
+        let kinds: Vec<String> = store
+            .read(|tx| {
+                tx.rows(
+                    "SELECT scheduled_at || ' ' || kind || ' ' || state FROM exactly_firings \
+                     ORDER BY scheduled_at",
+                    &[],
+                    |r| text_or_empty(r, 0),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            kinds,
+            [
+                format!("{} scheduled skipped", slot(1)),
+                format!("{} backfill running", slot(3)),
+                format!("{} scheduled running", slot(6)),
+            ]
+        );
+        assert_eq!(store.last_slot("j").unwrap(), Some(slot(6)));
     }
 }

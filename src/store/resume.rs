@@ -15,6 +15,11 @@ use crate::Result;
 /// counts from that run's end.
 pub(super) const FAILED_RETRY: &str = "its run failed";
 
+/// The detail of a firing marked to go again because an observer found its effect never
+/// happened.
+pub(super) const EFFECT_NEVER_HAPPENED: &str =
+    "an observer found an effect of this firing never happened";
+
 /// After a failed run, in the transaction that records its end: marks its firing to go again
 /// while it has had fewer runs than `retry_below`, and pauses the job when its last
 /// `pause_after` runs all failed.
@@ -324,9 +329,9 @@ impl Store {
             let now = tx.now(now);
             Ok(tx.exec(
                 "UPDATE exactly_firings SET state = 'retry', updated_at = ?3,
-                    detail = 'an observer found an effect of this firing never happened'
+                    detail = ?4
                  WHERE job_key = ?1 AND run_id = ?2 AND state = 'ran'",
-                args![job, run_id, now],
+                args![job, run_id, now, EFFECT_NEVER_HAPPENED],
             )? > 0)
         })
     }

@@ -174,4 +174,47 @@ on_both_backends! {
         assert_eq!(site.count("SELECT count(*) FROM exactly_runs"), 1);
         assert!(!site.exists("far.txt"));
     }
+
+    /// With no scheduler running, a firing woken by its approval waits for one: a trigger then
+    /// queues behind it, and says why in true words (its effect was approved, not "never
+    /// happened").
+    #[test]
+    fn a_trigger_behind_an_approved_firing_says_it_was_approved() {
+        let site = Site::new();
+        let far = Recorder::start();
+        site.write_jobs(&hourly(&far));
+        let mut s = site.start("s", "5s");
+        assert!(
+            wait_until(Duration::from_secs(10), || site
+                .count("SELECT count(*) FROM exactly_jobs WHERE job_key = 'pay'")
+                == 1),
+            "{}",
+            site.log("s")
+        );
+        let (code, out, err) = site.exactly(&["trigger", "pay"]);
+        assert_eq!(
+            site.strings("SELECT state FROM exactly_firings"),
+            ["awaiting_approval"],
+            "trigger exit {code}: {out}{err}"
+        );
+        assert_eq!(
+            s.term(Duration::from_secs(15)),
+            Some(0),
+            "{}",
+            site.log("s")
+        );
+        let key = pending_key(&site);
+        let (code, out, err) = site.exactly(&["approve", &key]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(site.strings("SELECT state FROM exactly_firings"), ["retry"]);
+        let (code, out, err) = site.exactly(&["trigger", "pay"]);
+        let said = format!("{out}{err}");
+        assert!(
+            said.contains("whose effect was approved and waits for a scheduler to send it")
+                && !said.contains("never happened"),
+            "trigger exit {code}: {said}"
+        );
+        // Nothing was sent by the trigger: the approved effect waits for a scheduler.
+        assert!(!site.exists("far.txt"));
+    }
 }

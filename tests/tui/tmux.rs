@@ -153,7 +153,7 @@ fn top_in_a_real_terminal() {
     ]);
     let s = t.wait_for("invoices");
     assert!(
-        s.contains("[1 Jobs 1]") && s.contains("claimed unsent"),
+        s.contains("[1 Jobs 1]") && s.contains("never-sent"),
         "{s}"
     );
     assert!(t.alternate_on());

@@ -152,10 +152,7 @@ fn top_in_a_real_terminal() {
         "Enter",
     ]);
     let s = t.wait_for("invoices");
-    assert!(
-        s.contains("[1 Jobs 1]") && s.contains("never-sent"),
-        "{s}"
-    );
+    assert!(s.contains("[1 Jobs 1]") && s.contains("never-sent"), "{s}");
     assert!(t.alternate_on());
 
     // Approve: 3, a, y.

@@ -280,13 +280,19 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
-/// Reads a pid a job's command wrote to `file`.
+/// Reads a pid a job's command wrote to `file`. The shell creates the file (`echo $$ > file`)
+/// before it writes the pid: an empty file is waited on (5 s at most), then refused.
 pub fn pid_in(site: &Site, file: &str) -> i32 {
-    std::fs::read_to_string(site.path(file))
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("a pid")
+    let read = || -> String {
+        std::fs::read_to_string(site.path(file))
+            .expect("pid file")
+            .trim()
+            .to_string()
+    };
+    wait_until(Duration::from_secs(5), || !read().is_empty());
+    let text = read();
+    text.parse()
+        .unwrap_or_else(|e| panic!("a pid in {file}: {text:?}: {e}"))
 }
 
 /// The pids of `pids` whose parent is not among them: one per process tree (an observer's

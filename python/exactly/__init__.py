@@ -30,7 +30,29 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Dict, Mapping, Optional,
+                    Tuple, Union, cast, overload)
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 10):
+        from typing import Concatenate, ParamSpec, Protocol
+    else:
+        from typing_extensions import Concatenate, ParamSpec, Protocol
+    P = ParamSpec("P")
+
+    class _EffectDecorator(Protocol):
+        """What ``@exactly.effect(…)`` makes of ``fn(key, *args)``: ``(lease, *args) ->
+        Outcome``, or an awaitable Outcome for an ``async def``."""
+
+        @overload
+        def __call__(  # type: ignore[overload-overlap, unused-ignore]
+            self, fn: Callable[Concatenate[str, P], Coroutine[Any, Any, Any]]
+        ) -> Callable[Concatenate[Lease, P], Coroutine[Any, Any, Outcome]]: ...
+
+        @overload
+        def __call__(
+            self, fn: Callable[Concatenate[str, P], Any]
+        ) -> Callable[Concatenate[Lease, P], Outcome]: ...
 
 from . import _native
 from ._native import BusyError, Error, StoreError, UsageError
@@ -660,7 +682,7 @@ def _on_loop(fn: Optional[Callable[[str], Any]], loop: asyncio.AbstractEventLoop
 def effect(action: str, *, target: Union[str, Callable[..., str]],
            inputs: Union[Tuple[str, ...], list, Callable[..., Inputs]] = (),
            terms: Union[None, str, Callable[..., str]] = None, needs_approval: bool = False,
-           observe: Optional[Callable[..., Any]] = None):
+           observe: Optional[Callable[..., Any]] = None) -> "_EffectDecorator":
     """Decorates a function that performs an effect. The decorated function is called with a
     :class:`Lease` first and its own arguments; ``target`` names the argument that is the
     target (or computes it), ``inputs`` names the consequential arguments (or computes the
@@ -675,7 +697,7 @@ def effect(action: str, *, target: Union[str, Callable[..., str]],
     An ``async def`` function gives an awaitable that runs :meth:`Effect.arun`. ``observe``
     receives the key and the same arguments."""
 
-    def wrap(fn: Callable[..., Any]):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
         is_async = inspect.iscoroutinefunction(fn)
 
@@ -702,4 +724,4 @@ def effect(action: str, *, target: Union[str, Callable[..., str]],
             return describe(lease, args, kwargs).run(lambda k: fn(k, *args, **kwargs))
         return run
 
-    return wrap
+    return cast("_EffectDecorator", wrap)

@@ -579,7 +579,9 @@ class Effect:
         effect key to pass on as the far side's idempotency key; what it returns is recorded as
         the response. A raise from perform leaves the effect ``unknown`` (the request may have
         left), except :class:`NotSent`; the exception is on ``outcome.error``, and
-        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded."""
+        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded. A perform or observe
+        that returns an awaitable (a coroutine) is refused before anything is sent: the
+        reservation is released and :class:`UsageError` names :meth:`arun`."""
         if inspect.iscoroutinefunction(perform) or inspect.iscoroutinefunction(self.observe):
             raise UsageError("perform or observe is async: use `await effect.arun(perform)`")
         return self._run(perform, self.observe, sync=True)

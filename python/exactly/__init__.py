@@ -390,7 +390,7 @@ class Store:
         Written as ``with store.claim(…) as lease:`` (or ``async with``) while another holds
         the lease, it raises :class:`LeaseHeld` rather than returning None, which a ``with``
         cannot enter: the block never runs without the lease."""
-        ms = _ms(ttl)
+        ms, job = _ms(ttl), _native.job_name(job)
         token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
         if token is None:
             if _entered_by_with(sys._getframe(1)):
@@ -400,7 +400,7 @@ class Store:
 
     def lease(self, job: str, ttl: Duration = "10m", owner: Optional[str] = None) -> "Lease":
         """:meth:`claim`, raising :class:`LeaseHeld` when another holds the lease."""
-        ms = _ms(ttl)
+        ms, job = _ms(ttl), _native.job_name(job)
         token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
         if token is None:
             raise LeaseHeld(job, holder, until)
@@ -560,12 +560,12 @@ class Effect:
                  inputs: Optional[Inputs] = None, terms: Optional[str] = None,
                  needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
                  run_id: Optional[str] = None):
-        self.store, self.job, self.token = store, job, token
+        self.store, self.job, self.token = store, _native.job_name(job), token
         self.action, self.target = action, target
         self.inputs = dict(inputs or {})
         self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
         # Under `exactly run` the run's id ties the effect to the run that sent it.
-        if run_id is None and os.environ.get("EXACTLY_JOB") == job:
+        if run_id is None and os.environ.get("EXACTLY_JOB") == self.job:
             run_id = os.environ.get("EXACTLY_RUN_ID")
         self.run_id = run_id
         self.key = key(action, target, self.inputs)

@@ -70,6 +70,13 @@ fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
     Ok(exactly::key::effect_key(action, target, &exactly::key::input_digest(&inputs)).into())
 }
 
+/// A job name as every call stores and compares it (NFC, trimmed), or the CLI's refusal.
+#[pyfunction]
+fn job_name(name: &str) -> PyResult<String> {
+    let job = lease::job_name(name).map_err(UsageError::new_err)?;
+    Ok(job.as_str().to_string())
+}
+
 /// Who acts, as the CLI records it (`EXACTLY_ACTOR` marked as claimed by the login user).
 #[pyfunction]
 fn actor() -> String {
@@ -454,6 +461,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Db>()?;
     m.add_function(wrap_pyfunction!(key, m)?)?;
     m.add_function(wrap_pyfunction!(actor, m)?)?;
+    m.add_function(wrap_pyfunction!(job_name, m)?)?;
     m.add_function(wrap_pyfunction!(default_owner, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration_ms, m)?)?;
     let py = m.py();

@@ -166,6 +166,19 @@ def test_renew_and_release_normalise_the_job_name_as_claim_does(db, store, uid, 
     assert again.release() is True
 
 
+def test_an_effect_under_exactly_run_finds_its_run_by_the_normalised_name(store, uid,
+                                                                          monkeypatch):
+    job = f"envjob-{uid}"
+    monkeypatch.setenv("EXACTLY_JOB", job)
+    monkeypatch.setenv("EXACTLY_RUN_ID", f"run-{uid}")
+    lease = store.claim(job + " ", ttl="1m")
+    assert lease.job == job
+    out = store.effect(job + " ", lease.token, action="send", target=uid).run(lambda k: "ok")
+    assert out.outcome == Kind.DONE
+    assert store.get(out.key)["run_id"] == f"run-{uid}"
+    lease.release()
+
+
 # 5. A send fenced after it ran is unrecorded, its answer kept.
 
 def test_a_perform_that_outlives_its_lease_is_unrecorded_with_its_response(db, store, uid):

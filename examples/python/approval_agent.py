@@ -13,22 +13,23 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from typing import Union
 
 import exactly
 
 SHOP = os.environ.get("AGENT_SHOP_URL", "http://127.0.0.1:8765")
 
 
-def refund(order, amount):
-    def send(key):
+def refund(order: str, amount: str) -> exactly.Outcome:
+    def send(key: str) -> str:
         req = urllib.request.Request(
             SHOP + "/refunds", method="POST",
             data=json.dumps({"order": order, "amount": amount}).encode(),
             headers={"Content-Type": "application/json", "Idempotency-Key": key})
         with urllib.request.urlopen(req, timeout=10) as r:
-            return r.read().decode()
+            return str(r.read().decode())
 
-    def refunded(key):
+    def refunded(key: str) -> Union[exactly.Happened, exactly.Observation]:
         try:
             with urllib.request.urlopen(f"{SHOP}/refunds/{key}", timeout=10) as r:
                 return exactly.Happened(r.read().decode())
@@ -38,7 +39,7 @@ def refund(order, amount):
             return exactly.CANT_TELL
 
     store = exactly.open()
-    with store.claim("refund-agent", ttl="2m") as lease:
+    with store.lease("refund-agent", ttl="2m") as lease:  # LeaseHeld while another has it
         return lease.effect(action="refund", target=order, inputs={"amount": amount},
                             terms=f"Refund {amount} EUR on order {order}",
                             needs_approval=True, observe=refunded).run(send)

@@ -12,6 +12,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from typing import Any, Optional, Union
 
 import exactly
 
@@ -19,7 +20,7 @@ CHAT = os.environ.get("ASSISTANT_CHAT_URL", "http://127.0.0.1:8765")
 CHANNEL = os.environ.get("ASSISTANT_CHANNEL", "#ops")
 
 
-def http(method, path, body=None, key=None):
+def http(method: str, path: str, body: Any = None, key: Optional[str] = None) -> Any:
     req = urllib.request.Request(CHAT + path, method=method,
                                  data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json"})
@@ -29,7 +30,7 @@ def http(method, path, body=None, key=None):
         return json.loads(r.read() or b"null")
 
 
-def already_posted(key):
+def already_posted(key: str) -> Union[exactly.Happened, exactly.Observation]:
     """The observer: HAPPENED if the chat has a message with this key, NOT_HAPPENED if not."""
     try:
         found = http("GET", f"/messages/{key}")
@@ -40,7 +41,7 @@ def already_posted(key):
         return exactly.CANT_TELL
 
 
-def main():
+def main() -> int:
     store = exactly.open()  # EXACTLY_DB, set by `exactly run`
     # Under `exactly run` the scheduler holds the job's lease and renews it; run by hand, claim.
     lease = exactly.scheduled_lease(store) or store.claim("assistant", ttl="5m")
@@ -55,7 +56,7 @@ def main():
         return 75
     text = f"digest for {slot}: {seen} messages so far"
 
-    def post(key):
+    def post(key: str) -> Any:
         try:
             return http("POST", "/messages", {"text": text, "channel": CHANNEL}, key=key)
         except urllib.error.URLError as e:

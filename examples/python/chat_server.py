@@ -13,33 +13,34 @@ import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 
 class Records:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.items = {"messages": [], "refunds": []}
+        self.items: Dict[str, List[Dict[str, Any]]] = {"messages": [], "refunds": []}
 
-    def add(self, kind, key, body):
+    def add(self, kind: str, key: Optional[str], body: Dict[str, Any]) -> int:
         with self.lock:
             self.items[kind].append({"key": key, **body})
             return len(self.items[kind])
 
-    def find(self, kind, key):
+    def find(self, kind: str, key: str) -> List[Dict[str, Any]]:
         with self.lock:
             return [i for i in self.items[kind] if i["key"] == key]
 
-    def all(self, kind):
+    def all(self, kind: str) -> List[Dict[str, Any]]:
         with self.lock:
             return list(self.items[kind])
 
 
-def handler_for(records):
+def handler_for(records: Records) -> Type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
             pass
 
-        def reply(self, code, value):
+        def reply(self, code: int, value: Any) -> None:
             body = json.dumps(value).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -47,7 +48,7 @@ def handler_for(records):
             self.end_headers()
             self.wfile.write(body)
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             kind = self.path.strip("/")
             if kind not in ("messages", "refunds"):
                 return self.reply(404, {"error": "no such collection"})
@@ -56,7 +57,7 @@ def handler_for(records):
             n = records.add(kind, self.headers.get("Idempotency-Key"), body)
             self.reply(201, {"id": n})
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             parts = self.path.strip("/").split("/")
             if len(parts) == 1 and parts[0] in ("messages", "refunds"):
                 return self.reply(200, records.all(parts[0]))
@@ -68,7 +69,7 @@ def handler_for(records):
     return Handler
 
 
-def serve(port=8765):
+def serve(port: int = 8765) -> Tuple[ThreadingHTTPServer, Records]:
     """Starts the server in a thread; returns (server, records)."""
     records = Records()
     server = ThreadingHTTPServer(("127.0.0.1", port), handler_for(records))

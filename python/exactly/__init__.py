@@ -7,7 +7,7 @@ consumed once. This module gives it a Pythonic face::
 
     import exactly
     store = exactly.open("exactly.db")               # or "postgres://…"
-    with store.claim("invoices", ttl="10m") as lease: # None when another holds it
+    with store.claim("invoices", ttl="10m") as lease: # LeaseHeld when another holds it
         eff = lease.effect(action="send-invoice", target="customer-42",
                            inputs={"month": "2026-11"}, observe=already_sent)
         out = eff.run(lambda key: send(key))          # key: pass on as Idempotency-Key
@@ -19,14 +19,40 @@ A Python database and the CLI's are one: effects written here show in ``exactly 
 from __future__ import annotations
 
 import asyncio
+import base64
+import dis
 import enum
 import functools
 import inspect
 import json
+import math
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Dict, Mapping, Optional,
+                    Tuple, Union, cast, overload)
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 10):
+        from typing import Concatenate, ParamSpec, Protocol
+    else:
+        from typing_extensions import Concatenate, ParamSpec, Protocol
+    P = ParamSpec("P")
+
+    class _EffectDecorator(Protocol):
+        """What ``@exactly.effect(…)`` makes of ``fn(key, *args)``: ``(lease, *args) ->
+        Outcome``, or an awaitable Outcome for an ``async def``."""
+
+        @overload
+        def __call__(  # type: ignore[overload-overlap, unused-ignore]
+            self, fn: Callable[Concatenate[str, P], Coroutine[Any, Any, Any]]
+        ) -> Callable[Concatenate[Lease, P], Coroutine[Any, Any, Outcome]]: ...
+
+        @overload
+        def __call__(
+            self, fn: Callable[Concatenate[str, P], Any]
+        ) -> Callable[Concatenate[Lease, P], Outcome]: ...
 
 from . import _native
 from ._native import BusyError, Error, StoreError, UsageError
@@ -91,7 +117,8 @@ CANT_TELL = Observation.CANT_TELL
 class Happened:
     """An observer's "it happened", with what the far side shows (kept as the response)."""
 
-    response: Optional[str] = None
+    response: Any = None
+    """A str, or bytes or a JSON value, kept as perform's return is."""
 
 
 class Resolution(str, enum.Enum):
@@ -103,11 +130,15 @@ class Resolution(str, enum.Enum):
 
 
 class LeaseHeld(Error):
-    """The job's lease is held by someone else (raised by :meth:`Store.lease`)."""
+    """The job's lease is held by someone else (raised by :meth:`Store.lease`, and by
+    ``with store.claim(…)``)."""
 
     def __init__(self, job: str, owner: Optional[str], until: Optional[str]):
         super().__init__(f"the lease of {job} is held by {owner} until {until}")
         self.job, self.owner, self.until = job, owner, until
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.job, self.owner, self.until))
 
 
 class EffectNotDone(Error):
@@ -117,6 +148,9 @@ class EffectNotDone(Error):
         why = f": {outcome.reason}" if outcome.reason else ""
         super().__init__(f"effect {outcome.key} {outcome.outcome.value}{why}")
         self.outcome = outcome
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.outcome,))
 
 
 class NotSent(EffectNotDone):
@@ -131,6 +165,9 @@ class NotSent(EffectNotDone):
             Exception.__init__(self, reason)
             self.outcome = None
         self.reason = reason if isinstance(reason, str) else reason.reason
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.outcome if self.outcome is not None else self.reason,))
 
 
 class Fenced(EffectNotDone):
@@ -224,17 +261,61 @@ def _ms(d: Duration) -> int:
     raise UsageError(f"a duration is a string such as '10m' or seconds > 0, not {d!r}")
 
 
+def _a(v: Any) -> str:
+    name = type(v).__name__
+    return ("an " if name[:1] in "aeiou" else "a ") + name
+
+
+def _check_value(v: Any, where: str) -> None:
+    """Refuses what the key could not tell apart exactly: a name that is not a string, an
+    integer outside 64 bits, a float that is not finite, a value JSON has no form for."""
+    if v is None or isinstance(v, (bool, str)):
+        return
+    if isinstance(v, int):
+        if not -2**63 <= v < 2**64:
+            raise UsageError(f"{where}: {v} is outside the exact integers (-2**63 to 2**64-1): "
+                             "pass it as a string")
+        return
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise UsageError(f"{where}: {v} is not a finite number")
+        return
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise UsageError(f"{where}: name {k!r} is {_a(k)}, not a string")
+            _check_value(x, f"{where}.{k}")
+        return
+    if isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_value(x, f"{where}[{i}]")
+        return
+    raise UsageError(f"{where}: {_a(v)} is not a JSON value")
+
+
 def _inputs_json(inputs: Optional[Inputs]) -> str:
-    try:
-        return json.dumps(dict(inputs or {}))
-    except TypeError as e:
-        raise UsageError(f"inputs must be JSON values: {e}") from None
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise UsageError(f"inputs must be a mapping of names to values, not {_a(inputs)}")
+    for k, v in (inputs or {}).items():
+        if not isinstance(k, str):
+            raise UsageError(f"input name {k!r} is {_a(k)}, not a string")
+        _check_value(v, f"input {k}")
+    return json.dumps(dict(inputs or {}), allow_nan=False)
+
+
+def _text(what: str, v: Any) -> str:
+    if not isinstance(v, str):
+        shown = "" if v is None else f" {v!r}"
+        raise UsageError(f"{what} must be a string, not {type(v).__name__}{shown}")
+    return v
 
 
 def key(action: str, target: str, inputs: Optional[Inputs] = None) -> str:
     """The effect key of the facts: identical to ``exactly key --action A --target T --input
-    k=v…`` for the same facts (a string input there is a string here)."""
-    return _native.key(action, target, _inputs_json(inputs))
+    k=v…`` for the same facts (a string input there is a string here). Input names must be
+    strings, integers within 64 bits (-2**63 to 2**64-1), floats finite, values JSON's: anything
+    else raises :class:`UsageError` naming the input, as does a non-string action or target."""
+    return _native.key(_text("action", action), _text("target", target), _inputs_json(inputs))
 
 
 def open(db: Optional[str] = None) -> "Store":  # noqa: A001 - the module's verb
@@ -245,15 +326,22 @@ def open(db: Optional[str] = None) -> "Store":  # noqa: A001 - the module's verb
 
 
 def _response_text(r: Any) -> str:
+    """perform's answer as the ledger keeps it. It is never refused: by then the effect was sent
+    and must be recorded done. ``str`` as is, None as "", UTF-8 bytes as their text, other
+    bytes as ``base64:`` and their Base64, a JSON value as its JSON; anything else as
+    ``str(obj)`` (not reversible: return a str or a JSON value to keep the answer whole)."""
     if r is None:
         return ""
-    if isinstance(r, bytes):
-        return r.decode("utf-8", "replace")
+    if isinstance(r, (bytes, bytearray)):
+        try:
+            return bytes(r).decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(bytes(r)).decode("ascii")
     if isinstance(r, str):
         return r
     try:
-        return json.dumps(r)
-    except TypeError:
+        return json.dumps(r, allow_nan=False)
+    except (TypeError, ValueError):
         return str(r)
 
 
@@ -261,7 +349,7 @@ def _verdict(v: Any) -> Tuple[int, Optional[str]]:
     if v is HAPPENED or v is True:
         return (0, None)
     if isinstance(v, Happened):
-        return (0, v.response)
+        return (0, None if v.response is None else _response_text(v.response))
     if v is NOT_HAPPENED or v is False:
         return (1, None)
     if v is CANT_TELL or v is None:
@@ -270,8 +358,9 @@ def _verdict(v: Any) -> Tuple[int, Optional[str]]:
 
 
 class Store:
-    """One open database (thread-safe: calls take turns on its connection, with the GIL
-    released while they wait)."""
+    """One open database, thread- and asyncio-safe: each call takes a connection of its own from
+    a small pool, with the GIL released while it waits, and no lock is held while perform or
+    observe runs (they may call the store themselves)."""
 
     def __init__(self, db: str):
         self._db = _native.Db(db)
@@ -296,16 +385,22 @@ class Store:
               renew: bool = True) -> Optional["Lease"]:
         """Claims the job's lease for ``ttl``: a :class:`Lease` with its fencing ``token``, or
         None while another holds it. As a context manager the lease renews itself every third
-        of ``ttl`` while the block runs (unless ``renew=False``) and is released at exit."""
-        ms = _ms(ttl)
+        of ``ttl`` while the block runs (unless ``renew=False``) and is released at exit.
+
+        Written as ``with store.claim(…) as lease:`` (or ``async with``) while another holds
+        the lease, it raises :class:`LeaseHeld` rather than returning None, which a ``with``
+        cannot enter: the block never runs without the lease."""
+        ms, job = _ms(ttl), _native.job_name(job)
         token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
         if token is None:
+            if _entered_by_with(sys._getframe(1)):
+                raise LeaseHeld(job, holder, until)
             return None
         return Lease(self, job, token, ms, owned=True, renew=renew)
 
     def lease(self, job: str, ttl: Duration = "10m", owner: Optional[str] = None) -> "Lease":
         """:meth:`claim`, raising :class:`LeaseHeld` when another holds the lease."""
-        ms = _ms(ttl)
+        ms, job = _ms(ttl), _native.job_name(job)
         token, holder, until = self._db.claim(job, ms, owner or _native.default_owner())
         if token is None:
             raise LeaseHeld(job, holder, until)
@@ -433,6 +528,22 @@ class Lease:
         await asyncio.to_thread(self.__exit__, *exc)
 
 
+_WITH_OPS = frozenset({"SETUP_WITH", "BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_ASYNC_WITH",
+                       "LOAD_SPECIAL"})
+
+
+def _entered_by_with(frame: Any) -> bool:
+    """True when the caller's next step enters the value being returned as a context manager
+    (``with f() as x:``): CPython's bytecode after the call says so (3.9 to 3.14)."""
+    for ins in dis.get_instructions(frame.f_code):
+        # f_lasti is the call (3.9, 3.10) or its last inline cache (3.11 on): the next real
+        # instruction is what the caller does with the value.
+        if ins.offset <= frame.f_lasti or ins.opname in ("CACHE", "EXTENDED_ARG", "COPY"):
+            continue  # COPY: 3.14's `with` begins COPY, LOAD_SPECIAL __exit__, …
+        return ins.opname in _WITH_OPS
+    return False
+
+
 def scheduled_lease(store: Store) -> Optional[Lease]:
     """Under ``exactly run``: the lease the scheduler claimed for this run (``EXACTLY_JOB``,
     ``EXACTLY_FENCING_TOKEN``), which the scheduler renews and releases; None elsewhere."""
@@ -449,12 +560,12 @@ class Effect:
                  inputs: Optional[Inputs] = None, terms: Optional[str] = None,
                  needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
                  run_id: Optional[str] = None):
-        self.store, self.job, self.token = store, job, token
+        self.store, self.job, self.token = store, _native.job_name(job), token
         self.action, self.target = action, target
         self.inputs = dict(inputs or {})
         self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
         # Under `exactly run` the run's id ties the effect to the run that sent it.
-        if run_id is None and os.environ.get("EXACTLY_JOB") == job:
+        if run_id is None and os.environ.get("EXACTLY_JOB") == self.job:
             run_id = os.environ.get("EXACTLY_RUN_ID")
         self.run_id = run_id
         self.key = key(action, target, self.inputs)
@@ -468,21 +579,52 @@ class Effect:
         effect key to pass on as the far side's idempotency key; what it returns is recorded as
         the response. A raise from perform leaves the effect ``unknown`` (the request may have
         left), except :class:`NotSent`; the exception is on ``outcome.error``, and
-        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded."""
+        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded. A perform or observe
+        that returns an awaitable (a coroutine) is refused before anything is sent: the
+        reservation is released and :class:`UsageError` names :meth:`arun`."""
         if inspect.iscoroutinefunction(perform) or inspect.iscoroutinefunction(self.observe):
             raise UsageError("perform or observe is async: use `await effect.arun(perform)`")
-        return self._run(perform, self.observe)
+        return self._run(perform, self.observe, sync=True)
 
     async def arun(self, perform: Callable[[str], Any]) -> Outcome:
         """:meth:`run` from asyncio: perform and observe may be coroutine functions, run on
-        this event loop while the ledger's steps wait in a worker thread."""
+        this event loop while the ledger's steps wait in a thread of this call's own (not the
+        loop's default executor, which perform may need), on a connection of its own."""
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(
-            self._run, _on_loop(perform, loop),
-            _on_loop(self.observe, loop) if self.observe else None)
+        done: asyncio.Future = loop.create_future()
 
-    def _run(self, perform: Callable[[str], Any], observe: Optional[Callable[[str], Any]]) -> Outcome:
+        def settle(result: Any, error: Optional[BaseException]) -> None:
+            if done.cancelled():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result)
+
+        def work() -> None:
+            try:
+                r = self._run(_on_loop(perform, loop),
+                              _on_loop(self.observe, loop) if self.observe else None)
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                loop.call_soon_threadsafe(settle, None, e)
+            else:
+                loop.call_soon_threadsafe(settle, r, None)
+
+        threading.Thread(target=work, name="exactly-arun", daemon=True).start()
+        return await done
+
+    def _run(self, perform: Callable[[str], Any], observe: Optional[Callable[[str], Any]],
+             sync: bool = False) -> Outcome:
         raised: list = []
+        awaitable: list = []
+
+        def refuse(what: str, r: Any) -> None:
+            # A coroutine from sync run was never started: nothing was sent. Close it so
+            # Python does not warn that it was never awaited.
+            awaitable.append(what)
+            close = getattr(r, "close", None)
+            if callable(close):
+                close()
 
         def do(k: str) -> Tuple[int, str]:
             try:
@@ -492,18 +634,30 @@ class Effect:
             except BaseException as e:  # noqa: BLE001 - every raise is recorded, then kept
                 raised.append(e)
                 return (2, f"perform raised {type(e).__name__}: {e}")
+            if sync and inspect.isawaitable(r):
+                refuse("perform", r)
+                return (1, "perform returned an awaitable from sync run: nothing was sent")
             return (0, _response_text(r))
 
         def look(k: str) -> Tuple[int, Optional[str]]:
             try:
-                return _verdict(observe(k))  # type: ignore[misc]
+                v = observe(k)  # type: ignore[misc]
             except Exception as e:  # noqa: BLE001 - an observer that fails can't tell
                 return (2, f"the observer raised {type(e).__name__}: {e}")
+            if sync and inspect.isawaitable(v):
+                refuse("observe", v)
+                return (2, "the observer returned an awaitable from sync run")
+            return _verdict(v)
 
         d = self.store._db.run_effect(
             self.job, self.token, self.run_id, self.action, self.target,
             _inputs_json(self.inputs), self.terms, self.needs_approval, do,
             look if observe else None)
+        if awaitable:
+            raise UsageError(
+                f"{awaitable[0]} returned an awaitable (a coroutine?) from sync run, which cannot "
+                f"await it: nothing was sent and effect {d['key']} was left as it was "
+                f"({d['outcome']}); use `await effect.arun(perform)`")
         err = raised[0] if raised else None
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise err
@@ -530,7 +684,7 @@ def _on_loop(fn: Optional[Callable[[str], Any]], loop: asyncio.AbstractEventLoop
 def effect(action: str, *, target: Union[str, Callable[..., str]],
            inputs: Union[Tuple[str, ...], list, Callable[..., Inputs]] = (),
            terms: Union[None, str, Callable[..., str]] = None, needs_approval: bool = False,
-           observe: Optional[Callable[..., Any]] = None):
+           observe: Optional[Callable[..., Any]] = None) -> "_EffectDecorator":
     """Decorates a function that performs an effect. The decorated function is called with a
     :class:`Lease` first and its own arguments; ``target`` names the argument that is the
     target (or computes it), ``inputs`` names the consequential arguments (or computes the
@@ -545,7 +699,7 @@ def effect(action: str, *, target: Union[str, Callable[..., str]],
     An ``async def`` function gives an awaitable that runs :meth:`Effect.arun`. ``observe``
     receives the key and the same arguments."""
 
-    def wrap(fn: Callable[..., Any]):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
         is_async = inspect.iscoroutinefunction(fn)
 
@@ -572,4 +726,4 @@ def effect(action: str, *, target: Union[str, Callable[..., str]],
             return describe(lease, args, kwargs).run(lambda k: fn(k, *args, **kwargs))
         return run
 
-    return wrap
+    return cast("_EffectDecorator", wrap)

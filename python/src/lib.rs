@@ -11,24 +11,25 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-create_exception!(_native, Error, PyException, "Base of exactly's errors.");
+create_exception!(exactly, Error, PyException, "Base of exactly's errors.");
 create_exception!(
-    _native,
+    exactly,
     UsageError,
     Error,
     "Bad input: an ambiguous effect key, a bad job name or duration (the CLI's exit 2)."
 );
 create_exception!(
-    _native,
+    exactly,
     StoreError,
     Error,
     "The database could not be used (the CLI's exit 1)."
 );
 create_exception!(
-    _native,
+    exactly,
     BusyError,
     StoreError,
     "Another process held the database's write lock past the busy timeout: worth retrying."
@@ -69,6 +70,13 @@ fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
     Ok(exactly::key::effect_key(action, target, &exactly::key::input_digest(&inputs)).into())
 }
 
+/// A job name as every call stores and compares it (NFC, trimmed), or the CLI's refusal.
+#[pyfunction]
+fn job_name(name: &str) -> PyResult<String> {
+    let job = lease::job_name(name).map_err(UsageError::new_err)?;
+    Ok(job.as_str().to_string())
+}
+
 /// Who acts, as the CLI records it (`EXACTLY_ACTOR` marked as claimed by the login user).
 #[pyfunction]
 fn actor() -> String {
@@ -88,30 +96,51 @@ fn parse_duration_ms(text: &str) -> PyResult<u64> {
     Ok(d.as_millis() as u64)
 }
 
-/// One open database. Calls from several Python threads take turns on its connection.
+/// One open database: a small pool of connections, one taken per call for that call alone, so
+/// no lock is held while an effect's perform or observe runs (they may call the store, and
+/// concurrent calls each get their own connection).
 #[pyclass(module = "exactly._native", frozen)]
 struct Db {
-    store: Mutex<Option<Store>>,
+    pool: Mutex<Vec<Store>>,
+    closed: AtomicBool,
     path: String,
 }
 
+/// Idle connections kept for reuse; more are opened while calls overlap, then dropped.
+const POOL_KEEP: usize = 8;
+
 impl Db {
-    /// Runs `f` on the store with the GIL released.
+    /// Runs `f` on a connection of its own with the GIL released.
     fn with<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut Store) -> exactly::Result<T> + Send,
     ) -> PyResult<T> {
         py.allow_threads(|| {
-            let mut guard = self
-                .store
-                .lock()
-                .map_err(|_| StoreError::new_err("the database handle was poisoned by a panic"))?;
-            let store = guard
-                .as_mut()
-                .ok_or_else(|| StoreError::new_err("the database is closed"))?;
-            f(store).map_err(err)
+            let closed = || StoreError::new_err("the database is closed");
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(closed());
+            }
+            let idle = self.idle()?.pop();
+            let mut store = match idle {
+                Some(s) => s,
+                None => exactly::open(Some(&self.path), Access::Write).map_err(err)?,
+            };
+            let result = f(&mut store).map_err(err);
+            if !self.closed.load(Ordering::SeqCst) {
+                let mut idle = self.idle()?;
+                if idle.len() < POOL_KEEP {
+                    idle.push(store);
+                }
+            }
+            result
         })
+    }
+
+    fn idle(&self) -> PyResult<std::sync::MutexGuard<'_, Vec<Store>>> {
+        self.pool
+            .lock()
+            .map_err(|_| StoreError::new_err("the database handle was poisoned by a panic"))
     }
 }
 
@@ -238,7 +267,8 @@ impl Db {
             .allow_threads(|| exactly::open(Some(&path), Access::Write))
             .map_err(err)?;
         Ok(Db {
-            store: Mutex::new(Some(store)),
+            pool: Mutex::new(vec![store]),
+            closed: AtomicBool::new(false),
             path,
         })
     }
@@ -256,9 +286,10 @@ impl Db {
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closed.store(true, Ordering::SeqCst);
         py.allow_threads(|| {
-            if let Ok(mut g) = self.store.lock() {
-                g.take();
+            if let Ok(mut g) = self.pool.lock() {
+                g.clear();
             }
         });
         Ok(())
@@ -285,23 +316,18 @@ impl Db {
 
     /// Extends a lease we hold to `ttl_ms` from now; False when fenced.
     fn renew(&self, py: Python<'_>, job: &str, token: i64, ttl_ms: u64) -> PyResult<bool> {
+        let job = lease::job_name(job).map_err(UsageError::new_err)?;
         let dur = Duration::from_millis(ttl_ms);
         lease::check_duration(dur).map_err(err)?;
         self.with(py, |s| {
-            lease::renew(
-                s,
-                &exactly::JobName::from(job),
-                exactly::Token::from(token),
-                dur,
-            )
+            lease::renew(s, &job, exactly::Token::from(token), dur)
         })
     }
 
     /// Releases a lease we hold; False when fenced.
     fn release(&self, py: Python<'_>, job: &str, token: i64) -> PyResult<bool> {
-        self.with(py, |s| {
-            lease::release(s, &exactly::JobName::from(job), exactly::Token::from(token))
-        })
+        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        self.with(py, |s| lease::release(s, &job, exactly::Token::from(token)))
     }
 
     /// Runs one effect under the ledger's guard (`exactly effect` without the command):
@@ -435,6 +461,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Db>()?;
     m.add_function(wrap_pyfunction!(key, m)?)?;
     m.add_function(wrap_pyfunction!(actor, m)?)?;
+    m.add_function(wrap_pyfunction!(job_name, m)?)?;
     m.add_function(wrap_pyfunction!(default_owner, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration_ms, m)?)?;
     let py = m.py();

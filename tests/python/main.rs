@@ -4,8 +4,9 @@
 //! key`, the lease context manager, approvals across Python and the CLI, asyncio, and the kill
 //! test (Python workers SIGKILLed at each point of an effect, hundreds of times).
 //!
-//! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest); `.ci/run` makes
-//! sure of both. Nothing here skips: a missing Python fails the test, saying what is missing.
+//! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest; mypy and pyright for
+//! the types' test, pyright running on Node, which it fetches when none is installed); `.ci/run`
+//! makes sure of both. Nothing here skips: a missing Python fails the test, saying what is missing.
 #[path = "../support/mod.rs"]
 mod support;
 use std::path::{Path, PathBuf};
@@ -48,13 +49,22 @@ fn install() -> Result<PathBuf, String> {
         )?;
     }
     let have_tools = Command::new(&py)
-        .args(["-c", "import maturin, pytest"])
+        .args(["-c", "import maturin, pytest, mypy, pyright"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !have_tools {
         run(
-            Command::new(&py).args(["-m", "pip", "install", "-q", "maturin>=1.5,<2", "pytest"]),
-            "pip install maturin pytest",
+            Command::new(&py).args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "maturin>=1.5,<2",
+                "pytest",
+                "mypy",
+                "pyright",
+            ]),
+            "pip install maturin pytest mypy pyright",
         )?;
     }
     // Its own target folder: this test's cargo holds the lock on the workspace's.

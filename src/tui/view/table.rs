@@ -1,5 +1,6 @@
 //! Table fitting: which columns fit the width, and the table drawn from rows.
 use super::*;
+use unicode_width::UnicodeWidthStr;
 
 /// A table column: `prio` 0 always shows; higher ones drop first when narrow.
 pub(super) struct Col {
@@ -54,6 +55,41 @@ pub(super) fn fit(cols: &[Col], avail: u16) -> Vec<(usize, u16)> {
     out
 }
 
+/// The cells the flex column has and does not need for its values go to
+/// the columns whose shown values they make whole (a cron schedule of 9 cells in an 8-cell
+/// column): a value is cut only when the screen has no room left for it.
+fn widen(cols: &[Col], mut kept: Vec<(usize, u16)>, rows: &[Vec<C>]) -> Vec<(usize, u16)> {
+    let Some(fx) = kept.iter().position(|(i, _)| cols[*i].flex) else {
+        return kept;
+    };
+    let need = |i: usize| -> u16 {
+        rows.iter()
+            .filter_map(|r| r.get(i))
+            .map(|(text, _)| inert(text).width().min(u16::MAX as usize) as u16)
+            .max()
+            .unwrap_or(0)
+    };
+    let (flex_col, flex_w) = kept[fx];
+    // The flex column keeps what its widest value (or title) needs, even below its own width.
+    let title = cols[flex_col].title.width().min(u16::MAX as usize) as u16;
+    let keep = need(flex_col).max(title).min(flex_w);
+    let mut spare = flex_w - keep;
+    for (i, w) in kept.iter_mut() {
+        if spare == 0 {
+            break;
+        }
+        // A column of no width is a placeholder that keeps rows' cells aligned: never shown.
+        if cols[*i].flex || cols[*i].width == 0 {
+            continue;
+        }
+        let more = need(*i).saturating_sub(*w).min(spare);
+        *w += more;
+        spare -= more;
+    }
+    kept[fx].1 = keep + spare;
+    kept
+}
+
 /// One table cell's text and style; the text is clipped to the column when laid out.
 pub(super) type C = (String, Style);
 
@@ -63,7 +99,7 @@ pub(super) fn plain(s: impl Into<String>) -> C {
 
 /// Lays out a table from all-column rows, keeping the columns that fit.
 pub(super) fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) -> Table<'a> {
-    let kept = fit(cols, area.width);
+    let kept = widen(cols, fit(cols, area.width), &rows);
     let header = Row::new(
         kept.iter()
             .map(|(i, _)| Cell::from(cols[*i].title))

@@ -21,6 +21,7 @@ mod holds;
 mod job;
 mod lease;
 mod notify;
+mod paused_rows;
 pub use notify::NotifyEnd;
 mod ledger;
 mod ledger_rows;

@@ -78,7 +78,7 @@ impl Store {
             // A slot a pause's rolling row stands for has no row of its own, but was decided.
             for &(job, slot) in slots {
                 let key = (job.to_string(), slot.to_string());
-                if !out.contains(&key) && super::firing::covered_tx(tx, job, slot)?.is_some() {
+                if !out.contains(&key) && super::paused_rows::covered_tx(tx, job, slot)?.is_some() {
                     out.insert(key);
                 }
             }

@@ -1,9 +1,9 @@
 //! What waits to start for a job whose lease is free: queued firings, and firings to resume
 //! (their run died, or a retry is due). A scheduler asks each tick, before any write.
-use super::db::{args, Optional};
-use super::firing::{start_firing, Started};
+use super::db::{args, DbResult, Optional, Tx};
+use super::firing::{start_firing, FireRequest, Started};
 use super::job::paused;
-use super::{text_or_empty, Store};
+use super::{text, text_or_empty, Store};
 use crate::Result;
 
 /// What waits to start for a job (both false while its lease is live).
@@ -98,4 +98,60 @@ impl Store {
             start_firing(tx, job, &slot, owner, lease_until, now)
         })
     }
+}
+
+/// The job's oldest firing that waits for its lease (queued, to be run again, or `running` with
+/// its run dead), when the lease is free to take: (lease holder, token, the firing in words).
+/// A `running` firing under a lease still live is a live run, decided as such by the claim.
+pub(super) fn waiting_before(
+    tx: &Tx<'_>,
+    f: &FireRequest<'_>,
+) -> DbResult<Option<(String, i64, String)>> {
+    let first: Option<(String, String, Option<String>, Option<String>)> = tx
+        .one(
+            "SELECT scheduled_at, state, owner, detail FROM exactly_firings
+             WHERE state IN ('queued', 'retry', 'running') AND job_key = ?1 AND scheduled_at <> ?2
+             ORDER BY scheduled_at LIMIT 1",
+            args![f.job, f.slot],
+            |r| {
+                Ok((
+                    text_or_empty(r, 0)?,
+                    text_or_empty(r, 1)?,
+                    text(r, 2)?,
+                    text(r, 3)?,
+                ))
+            },
+        )
+        .optional()?;
+    // Most firings find none, and pay one index probe. A lease the claim could not take is a
+    // live run's: decided as such by the claim.
+    let Some((slot, state, owner, detail)) = first else {
+        return Ok(None);
+    };
+    if !super::lease::takeable(tx, f.job, f.now)? {
+        return Ok(None);
+    }
+    let owner = owner.unwrap_or_else(|| "-".to_string());
+    let token = super::lease::current_token(tx, f.job)?.unwrap_or(0);
+    let what = match state.as_str() {
+        "queued" => format!("the firing at {slot}, queued earlier,"),
+        // A firing goes again for one of four reasons, each said as it is.
+        "retry" => {
+            let d = detail.unwrap_or_default();
+            let why = if d.starts_with(super::resume::FAILED_RETRY) {
+                "whose run failed and waits for its retry"
+            } else if d.starts_with(super::approval::APPROVAL_CAME) {
+                "whose effect was approved and waits for a scheduler to send it"
+            } else if d.starts_with(super::resume::EFFECT_NEVER_HAPPENED) {
+                "whose effect never happened"
+            } else if d == crate::state::RunOutcome::Killed.to_string() {
+                "whose run was killed before it finished"
+            } else {
+                "which goes again"
+            };
+            format!("the firing at {slot}, {why},")
+        }
+        _ => format!("the firing at {slot}, whose run by {owner} lost its lease,"),
+    };
+    Ok(Some((owner, token, what)))
 }

@@ -19,6 +19,7 @@ mod firing;
 mod gate;
 mod holds;
 mod job;
+mod jobs_read;
 mod lease;
 mod notify;
 mod paused_rows;

@@ -17,6 +17,110 @@ pub fn effect_key(action_id: &str, target_id: &str, input_digest: &str) -> crate
     key.into()
 }
 
+/// What an input's value was found to be at the attempt that recorded it ([`input_fields`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldMark {
+    /// A plain value: nothing ties it to the attempt.
+    Fact,
+    /// It holds the run's id: every run makes a new one.
+    Run,
+    /// A time within [`NEAR_ATTEMPT`] of the attempt (and not the firing's slot).
+    Time,
+    /// The firing's slot (`EXACTLY_SCHEDULED_AT`): a fact of the firing, the same on a retry.
+    Slot,
+}
+
+impl FieldMark {
+    /// The prefix it gets in `input_fields` (none for a plain value).
+    fn prefix(self) -> &'static str {
+        match self {
+            FieldMark::Fact => "",
+            FieldMark::Run => "run:",
+            FieldMark::Time => "time:",
+            FieldMark::Slot => "slot:",
+        }
+    }
+}
+
+/// How near the attempt a time in an input must be to count as taken from the attempt's clock.
+pub const NEAR_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Each input's name with a short digest of its value, as JSON (`{"amount":"3f2a…",
+/// "at":"time:9c1d…"}`), for `exactly doctor`'s "keys from facts" rule: two effects on one
+/// target whose inputs differ only in fields marked `run:` or `time:` were keyed by the attempt,
+/// not the facts. A digest is the first 16 hex chars of SHA-256 of `action|target|name|value`
+/// (the value as canonical JSON), comparable only within one action and target; values are
+/// never stored. A value is marked `run:` when it holds `run_id`, `slot:` when it is `slot`, and
+/// `time:` when it reads as a time within [`NEAR_ATTEMPT`] of `now`.
+pub fn input_fields(
+    action_id: &str,
+    target_id: &str,
+    inputs: &Map<String, Value>,
+    run_id: &str,
+    slot: Option<&str>,
+    now: crate::time::Ts,
+) -> String {
+    let mut out = Map::new();
+    for (name, value) in inputs {
+        let canonical = serde_jcs::to_string(value).unwrap_or_default();
+        let raw = format!("{action_id}|{target_id}|{name}|{canonical}");
+        let mut d = hex(&Sha256::digest(raw.as_bytes()));
+        d.truncate(16);
+        let mark = field_mark(value, run_id, slot, now);
+        out.insert(name.clone(), Value::String(format!("{}{d}", mark.prefix())));
+    }
+    Value::Object(out).to_string()
+}
+
+/// What `value` is to the attempt (see [`input_fields`]).
+pub fn field_mark(
+    value: &Value,
+    run_id: &str,
+    slot: Option<&str>,
+    now: crate::time::Ts,
+) -> FieldMark {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return FieldMark::Fact,
+    };
+    let text = text.trim();
+    if run_id.len() >= 4 && text.contains(run_id) {
+        return FieldMark::Run;
+    }
+    if slot.is_some_and(|s| !s.is_empty() && text == s) {
+        return FieldMark::Slot;
+    }
+    let near = chrono::Duration::from_std(NEAR_ATTEMPT).unwrap_or_default();
+    match time_in(text) {
+        Some(t) if (t - now).abs() <= near => {
+            if slot.and_then(crate::time::parse).is_some_and(|s| s == t) {
+                FieldMark::Slot
+            } else {
+                FieldMark::Time
+            }
+        }
+        _ => FieldMark::Fact,
+    }
+}
+
+/// A time written as RFC 3339 or as Unix seconds or milliseconds (a plausible range only).
+fn time_in(text: &str) -> Option<crate::time::Ts> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&chrono::Utc));
+    }
+    let n: f64 = text.parse().ok()?;
+    // 2001-09-09 .. 2286-11-20 in seconds, the same span in milliseconds.
+    let secs = if (1e9..1e10).contains(&n) {
+        n
+    } else if (1e12..1e13).contains(&n) {
+        n / 1000.0
+    } else {
+        return None;
+    };
+    chrono::DateTime::from_timestamp(secs as i64, 0)
+}
+
 fn hex(bytes: &[u8]) -> String {
     // By table: a `format!` per byte was a visible share of an effect's CPU.
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

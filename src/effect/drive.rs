@@ -32,6 +32,7 @@ pub fn execute(
                 action_id: &att.spec.action,
                 target_id: &att.spec.target,
                 input_digest: &att.digest,
+                input_fields: &att.fields,
                 observe_cmd: att.spec.observe_cmd.as_deref(),
             };
             // With no approval asked for, reserve and submit in one transaction when the key

@@ -262,8 +262,8 @@ impl Store {
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, \
                         input_digest, observe_cmd,
-                    attempt, version, sender, sender_until)
-                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14
+                    attempt, version, sender, sender_until, input_fields)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14, ?15
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
                  ON CONFLICT (effect_key) DO NOTHING",
                 args![
@@ -280,7 +280,8 @@ impl Store {
                     state,
                     attempt.map(|a| a.attempt),
                     attempt.and_then(|a| a.sender),
-                    attempt.and(lease.until.as_deref())
+                    attempt.and(lease.until.as_deref()),
+                    e.input_fields
                 ],
             );
             match inserted? {

@@ -6,6 +6,7 @@ mod check;
 mod complete;
 mod controls;
 mod decisions;
+mod doctor;
 mod effects;
 mod gc;
 mod leases;
@@ -145,6 +146,12 @@ pub enum Cmd {
                       check --strict jobs.toml   # warnings fail too"
     )]
     Check(check::CheckArgs),
+    /// Judge every job against the essay's ten rules, from what the ledger saw.
+    #[command(
+        after_help = "Example:\n  exactly doctor\n  exactly doctor --job daily-digest --file \
+                      jobs.toml --json\n  exactly doctor --strict   # warnings fail too"
+    )]
+    Doctor(doctor::DoctorArgs),
     /// Fire a job now (its own firing, still under its lease and overlap policy).
     #[command(after_help = "Example:\n  exactly trigger daily-digest")]
     Trigger(controls::TriggerArgs),
@@ -339,6 +346,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Run(a) => crate::runner::run_main(&db, a),
         Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),
         Cmd::Check(a) => check::check_main(&db, a),
+        Cmd::Doctor(a) => doctor::doctor_main(&db, a),
         Cmd::Trigger(a) => controls::trigger_main(&db, a),
         Cmd::Pause(a) => controls::pause_main(&db, a),
         Cmd::Resume(a) => controls::resume_main(&db, a),

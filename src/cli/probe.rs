@@ -31,7 +31,7 @@ pub(super) fn probe_cmd(db: &Option<String>, a: ProbeArgs) -> Result<i32> {
 fn to_json(p: &Probed, job: &crate::JobName, by: &str) -> Value {
     let mut v = serde_json::json!({
         "job_key": job.to_string(),
-        "by": by,
+        "actor": by,
         "sent": false,
         "message": p.describe(),
     });

@@ -86,8 +86,9 @@ impl Probed {
             Probed::Nothing(why) => return format!("nothing to probe: {why}"),
             Probed::Ran(p) => p,
         };
+        // The verdict first: a status line cut at the screen's edge keeps it.
         let what = format!(
-            "probe of job {} (effect {}, done {}, token {})",
+            "probe of job {}'s effect {} (done {}) under token {}",
             inert(&p.job),
             p.effect_key,
             inert(&p.done_at),
@@ -95,18 +96,18 @@ impl Probed {
         );
         match &p.verdict {
             ProbeVerdict::Suppressed => format!(
-                "{what}: duplicate suppressed, nothing sent; suppressed {} → {}",
+                "duplicate suppressed, nothing sent: suppressed {} → {}; {what}",
                 p.suppressed_before, p.suppressed_after
             ),
             ProbeVerdict::DedupeBroken { how, left } => format!(
-                "{what}: dedupe broken: {}; nothing sent; {}",
+                "dedupe broken: {}; nothing sent; {}; {what}",
                 inert(how),
                 match left {
                     None => "nothing of the probe's is left in the ledger".to_string(),
                     Some(why) => inert(why),
                 }
             ),
-            ProbeVerdict::NoVerdict(why) => format!("{what}: no verdict: {}", inert(why)),
+            ProbeVerdict::NoVerdict(why) => format!("no verdict: {}; {what}", inert(why)),
         }
     }
 }

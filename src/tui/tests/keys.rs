@@ -269,7 +269,7 @@ fn probed(f: &Fixture, job: &str) -> (u64, usize) {
 /// the same library call as `exactly probe`: the duplicate suppressed, the job's SUP count one
 /// up, the result in the status line.
 #[test]
-fn probe_with_1_P_y() {
+fn probe_with_1_shift_p_y() {
     let f = busy();
     let mut app = app_for(&f);
     let mut store = f.store();
@@ -288,10 +288,10 @@ fn probe_with_1_P_y() {
     let status = app.status.clone().expect("status");
     assert!(
         status.ok
-            && status.text.starts_with("probe of job invoices")
             && status
                 .text
-                .contains("duplicate suppressed, nothing sent; suppressed 1 → 2"),
+                .starts_with("duplicate suppressed, nothing sent: suppressed 1 → 2;")
+            && status.text.contains("probe of job invoices's effect"),
         "{status:?}"
     );
     assert_eq!(probed(&f, "invoices"), (2, 1));

@@ -110,6 +110,51 @@ on_both_backends! {
         assert_eq!(v["verdict"], "nothing_to_probe", "{v}");
         assert_eq!(env.sql_count("SELECT count(*) FROM effect_ledger"), 0);
     }
+
+    /// A ledger another program created with the seed's SQL but without the PRIMARY KEY on
+    /// `effect_key` is not left so: opening it adds the unique index (its rows hold no key
+    /// twice), so the probe finds the duplicate suppressed. (On PostgreSQL adoption added none
+    /// before, and every effect failed on its `ON CONFLICT (effect_key)`.)
+    #[test]
+    fn a_ledger_adopted_without_a_unique_key_gets_one_and_the_probe_is_suppressed() {
+        let env = Env::new();
+        env.sql_execute(
+            "CREATE TABLE job_lease (job_key TEXT PRIMARY KEY, owner TEXT NOT NULL,
+               fencing_token INTEGER NOT NULL, lease_until TEXT NOT NULL,
+               created_at TEXT NOT NULL)",
+        );
+        env.sql_execute(
+            "CREATE TABLE effect_ledger (effect_key TEXT NOT NULL, job_key TEXT NOT NULL,
+               run_id TEXT NOT NULL, fencing_token INTEGER, state TEXT NOT NULL,
+               terms_shown TEXT, response TEXT, created_at TEXT NOT NULL,
+               updated_at TEXT NOT NULL)",
+        );
+        env.sql_execute(
+            "INSERT INTO job_lease VALUES ('legacy', 'cron@db-1', 7,
+               '2099-01-01T08:00:00.000Z', '2026-11-01T07:00:00.000Z')",
+        );
+        env.sql_execute(
+            "INSERT INTO effect_ledger VALUES ('0123456789abcdef0123456789abcdef', 'legacy',
+               'r7', 7, 'done', NULL, 'ok', '2026-11-01T07:00:00.000Z',
+               '2026-11-01T07:00:01.000Z')",
+        );
+        assert_eq!(unique_indexes(&env), 0);
+        let (code, out, err) = env.run(&["probe", "legacy"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("duplicate suppressed"), "{out}");
+        assert_eq!(unique_indexes(&env), 1, "adopted with a unique key");
+        assert_eq!(env.sql_count("SELECT count(*) FROM effect_ledger"), 1);
+        // exactly's own effects work on it, and a second attempt is suppressed.
+        let far = env.path("far-side.txt");
+        send(&env, "legacy", 7, &far);
+        let args = effect_args("legacy", 7, "send-invoice", "acme")
+            .input("month=2026-11")
+            .sh(&format!("echo again >> '{}'", far.display()));
+        let (code, _, err) = env.run(&strs(&args));
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("duplicate suppressed"), "{err}");
+        assert_eq!(read_or_empty(&far).lines().count(), 1);
+    }
 }
 
 /// A program in another language writes the seed's table directly and binds the effect key as
@@ -198,35 +243,16 @@ fn a_done_effect_keyed_as_bytes_by_another_program_is_dedupe_broken() {
     }
 }
 
-/// A ledger created by another program's SQL without the PRIMARY KEY on `effect_key` is not left
-/// so: opening it adds the unique index (its rows have no duplicate key), so the probe finds the
-/// duplicate suppressed.
-#[test]
-fn a_ledger_adopted_without_a_unique_key_gets_one_and_the_probe_is_suppressed() {
-    let env = Env::new();
-    let c = rusqlite::Connection::open(&env.db).expect("open");
-    c.execute_batch(
-        "CREATE TABLE job_lease (job_key TEXT PRIMARY KEY, owner TEXT NOT NULL,
-           fencing_token INTEGER NOT NULL, lease_until TEXT NOT NULL, created_at TEXT NOT NULL);
-         CREATE TABLE effect_ledger (effect_key TEXT NOT NULL, job_key TEXT NOT NULL,
-           run_id TEXT NOT NULL, fencing_token INTEGER, state TEXT NOT NULL,
-           terms_shown TEXT, response TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
-         INSERT INTO job_lease VALUES ('legacy', 'cron@db-1', 7, '2026-11-01T08:00:00.000Z',
-           '2026-11-01T07:00:00.000Z');
-         INSERT INTO effect_ledger VALUES ('0123456789abcdef0123456789abcdef', 'legacy', 'r7', 7,
-           'done', NULL, 'ok', '2026-11-01T07:00:00.000Z', '2026-11-01T07:00:01.000Z');",
-    )
-    .expect("the other program's schema");
-    drop(c);
-    let (code, out, err) = env.run(&["probe", "legacy"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("duplicate suppressed"), "{out}");
-    assert_eq!(
+/// Unique indexes on `effect_ledger` (either backend).
+fn unique_indexes(env: &Env) -> i64 {
+    if crate::support::pg_url_of(&env.db).is_some() {
         env.sql_count(
-            "SELECT count(*) FROM pragma_index_list('effect_ledger') WHERE \"unique\" = 1"
-        ),
-        1,
-        "adopted with a unique key"
-    );
-    assert_eq!(env.sql_count("SELECT count(*) FROM effect_ledger"), 1);
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() \
+             AND tablename = 'effect_ledger' AND indexdef LIKE 'CREATE UNIQUE%'",
+        )
+    } else {
+        env.sql_count(
+            "SELECT count(*) FROM pragma_index_list('effect_ledger') WHERE \"unique\" = 1",
+        )
+    }
 }

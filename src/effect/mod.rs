@@ -24,7 +24,7 @@ pub use crate::store::{Begin, Granted, LedgerRow, Seen, Submit, Verdict};
 pub use command::{observe_with, observe_within, CommandEffect, OBSERVE_TIMEOUT};
 pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
-pub use probe::{probe, Probe, ProbeVerdict, Probed};
+pub use probe::{probe, Probe, ProbeVerdict, Probed, PROBE_SUPPRESSED};
 
 use crate::key;
 use crate::sender::Sender;

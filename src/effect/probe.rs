@@ -112,11 +112,14 @@ impl Probed {
     }
 }
 
+/// The detail of a `probe` event whose duplicate was suppressed; any other is an alert.
+pub const PROBE_SUPPRESSED: &str = "suppressed: the ledger holds it done";
+
 impl ProbeVerdict {
     /// The probe event's detail.
     fn detail(&self) -> String {
         match self {
-            ProbeVerdict::Suppressed => "suppressed: the ledger holds it done".into(),
+            ProbeVerdict::Suppressed => PROBE_SUPPRESSED.into(),
             ProbeVerdict::DedupeBroken { how, left } => format!(
                 "dedupe broken: {how}; nothing sent; {}",
                 left.as_deref().unwrap_or("released")

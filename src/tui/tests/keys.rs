@@ -325,6 +325,45 @@ fn probe_with_1_shift_p_y() {
     );
 }
 
+/// A done effect another program keyed as bytes: `P y` says "dedupe broken" in the status
+/// line, not ok, and the Events view marks the probe with `!`; nothing is left reserved.
+#[test]
+fn probe_finds_a_broken_dedupe() {
+    let f = new_db();
+    let t = claim(&mut f.store(), "py-invoices", "cron@db-1", 60, ago(-3600));
+    f.sql()
+        .execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+                 created_at, updated_at)
+             VALUES (?1, 'py-invoices', 'py-run-1', ?2, 'done', ?3, ?3)",
+            rusqlite::params![b"0123456789abcdef0123456789abcdef".to_vec(), t, before(30)],
+        )
+        .expect("the other program's row");
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &keys("1Py"));
+    let status = app.status.clone().expect("status");
+    assert!(
+        !status.ok && status.text.starts_with("dedupe broken: "),
+        "{status:?}"
+    );
+    let rows: i64 = f
+        .sql()
+        .query_row("SELECT count(*) FROM effect_ledger", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(rows, 1, "nothing of the probe's is left");
+    press(&mut app, &mut store, &keys("4"));
+    let screen = text(&render(&mut app, 120, 40));
+    let line = screen
+        .lines()
+        .find(|l| l.contains(" probe "))
+        .expect("the probe event");
+    assert!(
+        line.contains("! ") && line.contains("dedupe broken"),
+        "{screen}"
+    );
+}
+
 #[test]
 fn filter_then_act_on_the_filtered_row() {
     let f = busy();

@@ -79,6 +79,10 @@ pub enum Pending {
     Resume {
         job: String,
     },
+    /// Attempt the job's latest done effect again, sending nothing (`exactly probe`).
+    Probe {
+        job: String,
+    },
 }
 
 impl Pending {
@@ -101,6 +105,7 @@ impl Pending {
             }
             Pending::Pause { .. } => "pause job".into(),
             Pending::Resume { .. } => "resume job".into(),
+            Pending::Probe { .. } => "probe job (sends nothing)".into(),
         }
     }
 }

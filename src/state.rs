@@ -314,6 +314,10 @@ words! {
         /// due meanwhile are caught up within each job's catch-up window; the others are the
         /// outage's, never counted as `firing_missed`.
         SchedulerOutage => "scheduler_outage",
+        /// A probe (`exactly probe`, the dashboard's `P`): a job's latest `done` effect attempted
+        /// again on purpose, sending nothing; the detail says what the ledger did (`suppressed`,
+        /// `dedupe broken`, or why there was no verdict).
+        Probe => "probe",
     }
 }
 

@@ -147,6 +147,18 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             ("2", "bad usage, or no such registered job"),
             ("3", "the job's lease stayed busy"),
         ],
+        "probe" => &[
+            (
+                "0",
+                "the duplicate was suppressed: dedupe works, and nothing was sent",
+            ),
+            (
+                "1",
+                "dedupe broken (nothing sent, the reservation released), nothing to probe, \
+                 no verdict, or another error",
+            ),
+            ("2", "bad usage"),
+        ],
         "key" => &[
             ("0", "the effect key printed"),
             (

@@ -17,6 +17,7 @@ mod manual;
 mod metrics;
 mod ops;
 mod pipe;
+mod probe;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
@@ -124,6 +125,10 @@ pub enum Cmd {
                       nightly-report --follow"
     )]
     Logs(LogsArgs),
+    /// Attempt a job's latest done effect again on purpose, sending nothing: the ledger must
+    /// suppress the duplicate, and the suppressed counter moves.
+    #[command(after_help = "Example:\n  exactly probe invoices\n  exactly probe invoices --json")]
+    Probe(probe::ProbeArgs),
     /// Prune history older than a horizon; open effects, approvals, leases and all-time
     /// counters are kept.
     #[command(after_help = "Example:\n  exactly gc --keep 30d --dry-run")]
@@ -342,6 +347,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::Metrics(a) => metrics_cmd(&db, a),
         Cmd::Logs(a) => logs_cmd(&db, a),
+        Cmd::Probe(a) => probe::probe_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
         Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),

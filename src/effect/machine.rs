@@ -126,6 +126,34 @@ impl Attempt {
         })
     }
 
+    /// An attempt at the effect a ledger row holds, under its recorded `key` and input
+    /// `digest` rather than a key derived again from inputs (a row keeps only their digest):
+    /// a probe attempts the row exactly as the ledger holds it.
+    pub(super) fn for_row(
+        ctx: &Ctx,
+        spec: &Spec,
+        key: crate::EffectKey,
+        digest: &str,
+        attempt: &str,
+    ) -> Attempt {
+        Attempt {
+            key,
+            digest: digest.to_string(),
+            // The row keeps its own fields; a probe's reservation, if any, is released.
+            fields: String::new(),
+            ctx: ctx.clone(),
+            spec: spec.clone(),
+            attempt: attempt.to_string(),
+            sender: None,
+            granted: None,
+            looked_at: None,
+            submitted: None,
+            duplicate: None,
+            rereads: 0,
+            last: Io::Begin,
+        }
+    }
+
     /// The sender's identity to record with `submitted` (the process set that will send).
     pub fn with_sender(mut self, identity: &str) -> Attempt {
         self.sender = Some(identity.to_string());

@@ -10,10 +10,12 @@
 //!
 //! Rooms: this file holds what an effect is (its context, spec, outcomes, the far side's
 //! interface); `machine.rs` the step machine; `drive.rs` what performs its steps against the
-//! store and the far side; `command.rs` an effect that is a command, and observer processes.
+//! store and the far side; `command.rs` an effect that is a command, and observer processes;
+//! `probe.rs` a done effect attempted again on purpose, sending nothing.
 mod command;
 mod drive;
 mod machine;
+mod probe;
 
 #[cfg(feature = "proof")]
 pub use crate::store::switch_guard_off_for_proof;
@@ -22,6 +24,7 @@ pub use crate::store::{Begin, Granted, LedgerRow, Seen, Submit, Verdict};
 pub use command::{observe_with, observe_within, CommandEffect, OBSERVE_TIMEOUT};
 pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
+pub use probe::{probe, Probe, ProbeVerdict, Probed, PROBE_SUPPRESSED};
 
 use crate::key;
 use crate::sender::Sender;

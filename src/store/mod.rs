@@ -36,6 +36,7 @@ mod read;
 mod resume;
 pub(crate) use resume::{ResumeTimes, Resumer};
 mod prepare;
+pub(crate) mod probe;
 mod retention;
 pub(crate) mod rows;
 mod run;

@@ -90,6 +90,12 @@ fn create(store: &PgStore) -> DbResult<()> {
                 )?;
             }
         }
+        // An adopted `effect_ledger` without a unique key on `effect_key` gets one, as on
+        // SQLite: the unique violation is the ledger's guard against a second send. A key
+        // stored twice fails the index, and the whole adoption with it (nothing is changed).
+        if !effect_key_is_unique(tx)? {
+            tx.exec(super::prepare::UNIQUE_KEY, &[])?;
+        }
         if version < 7 {
             // The duration counters start with the runs already ended (schema version 7).
             tx.exec(super::schema::SEED_DURATIONS, &[])?;
@@ -107,6 +113,20 @@ fn create(store: &PgStore) -> DbResult<()> {
         )?;
         Ok(())
     })
+}
+
+/// Whether `effect_ledger` has a unique index (or a primary key) on `effect_key` alone, whole
+/// (not partial, not an expression).
+fn effect_key_is_unique(tx: &Tx<'_>) -> DbResult<bool> {
+    tx.one(
+        "SELECT EXISTS (SELECT 1 FROM pg_index i
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+           WHERE i.indrelid = to_regclass('effect_ledger') AND i.indisunique
+             AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL
+             AND a.attname = 'effect_key')",
+        &[],
+        |r| r.get::<bool>(0),
+    )
 }
 
 /// SQLite's column types in PostgreSQL's words.

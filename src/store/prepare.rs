@@ -150,7 +150,7 @@ fn all_present(store: &Store) -> Result<bool> {
 
 /// The unique index added to an adopted `effect_ledger` that lacks one: the unique violation
 /// is the ledger's guard against a second send.
-const UNIQUE_KEY: &str =
+pub(super) const UNIQUE_KEY: &str =
     "CREATE UNIQUE INDEX IF NOT EXISTS effect_ledger_key ON effect_ledger (effect_key)";
 
 /// Whether `effect_ledger` (if present) has a unique constraint on `effect_key` alone. Without

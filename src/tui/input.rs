@@ -50,6 +50,8 @@ pub enum KeyAction {
     Deny,
     Resolve,
     Pause,
+    /// Probe the selected job: attempt its latest done effect again, sending nothing.
+    Probe,
     /// In a confirmation: do it.
     Confirm,
     /// In the second confirmation: resolve although its sender may still be sending.
@@ -305,6 +307,14 @@ pub const BINDINGS: &[Binding] = &[
         "pause / resume selected job",
         A::Pause,
         Some("pause"),
+    ),
+    b(
+        M::Main,
+        &[ch('P')],
+        "P",
+        "probe job (sends nothing)",
+        A::Probe,
+        None,
     ),
     b(
         M::Confirm,

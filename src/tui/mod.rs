@@ -281,6 +281,13 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
             Pending::Resume { job } => {
                 toggled(jobs::resume(store, &crate::JobName::from(job), by)?, job)
             }
+            Pending::Probe { job } => {
+                let p = effect::probe(store, &crate::JobName::from(job), by)?;
+                Report {
+                    ok: p.suppressed(),
+                    text: p.describe(),
+                }
+            }
         }))
     })();
     r.unwrap_or_else(|e| {

@@ -91,6 +91,10 @@ pub enum Pending {
     Resume {
         job: String,
     },
+    /// Attempt the job's latest done effect again, sending nothing (`exactly probe`).
+    Probe {
+        job: String,
+    },
 }
 
 impl Pending {
@@ -113,6 +117,7 @@ impl Pending {
             }
             Pending::Pause { .. } => "pause job".into(),
             Pending::Resume { .. } => "resume job".into(),
+            Pending::Probe { .. } => "probe job (sends nothing)".into(),
         }
     }
 }

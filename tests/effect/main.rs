@@ -8,5 +8,6 @@ mod answers;
 mod escape;
 mod interleave;
 mod one_transaction;
+mod probe;
 mod process;
 mod sender;

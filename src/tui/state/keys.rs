@@ -300,6 +300,19 @@ impl App {
                     None => self.say(false, "select a job first (view 1)"),
                 }
             }
+            KeyAction::Probe => {
+                if self.refuse_read_only("probe") {
+                    return None;
+                }
+                match self.selected_job() {
+                    Some(j) => {
+                        self.popup = Some(Popup::Confirm(Pending::Probe {
+                            job: j.job_key.clone(),
+                        }))
+                    }
+                    None => self.say(false, "select a job first (view 1)"),
+                }
+            }
             _ => {}
         }
         None

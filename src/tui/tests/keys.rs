@@ -194,7 +194,7 @@ fn read_only_refuses_every_action() {
     let key = pending_key(&f);
     let mut app = app(true);
     app.on_reply(crate::tui::Reply::Snapshot(Box::new(snapshot(&f))));
-    for seq in ["3a", "3d", "2r", "1p"] {
+    for seq in ["3a", "3d", "2r", "1P", "1p"] {
         press(&mut app, &mut f.store(), &keys(seq));
         assert!(
             app.popup.is_none(),
@@ -246,6 +246,122 @@ fn pause_with_a_note_then_resume() {
         .find(|j| j.job_key == "invoices")
         .expect("job");
     assert!(!job.paused);
+}
+
+/// The job's suppressed duplicates and probe events, as the snapshot shows them.
+fn probed(f: &Fixture, job: &str) -> (u64, usize) {
+    let snap = snapshot(f);
+    let sup = snap
+        .jobs
+        .iter()
+        .find(|j| j.job_key == job)
+        .expect("job")
+        .duplicates_suppressed;
+    let probes = snap
+        .events
+        .iter()
+        .filter(|e| e.kind == exactly::state::EventKind::Probe)
+        .count();
+    (sup, probes)
+}
+
+/// `P` on a job asks first (the confirmation says it sends nothing), and `y` probes it through
+/// the same library call as `exactly probe`: the duplicate suppressed, the job's SUP count one
+/// up, the result in the status line.
+#[test]
+fn probe_with_1_shift_p_y() {
+    let f = busy();
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    let before = probed(&f, "invoices");
+    assert_eq!(before, (1, 0), "invoices had one duplicate suppressed");
+    // invoices is the second job by name.
+    press(&mut app, &mut store, &keys("1gjP"));
+    assert!(matches!(
+        &app.popup,
+        Some(Popup::Confirm(Pending::Probe { job })) if job == "invoices"
+    ));
+    let screen = text(&render(&mut app, 80, 24));
+    assert!(screen.contains("NOTHING"), "{screen}");
+    assert_eq!(probed(&f, "invoices"), before, "nothing happens before y");
+    press(&mut app, &mut store, &keys("y"));
+    let status = app.status.clone().expect("status");
+    assert!(
+        status.ok
+            && status
+                .text
+                .starts_with("duplicate suppressed, nothing sent: suppressed 1 → 2;")
+            && status.text.contains("probe of job invoices's effect"),
+        "{status:?}"
+    );
+    assert_eq!(probed(&f, "invoices"), (2, 1));
+    let job = app
+        .snap
+        .as_ref()
+        .expect("snapshot")
+        .jobs
+        .iter()
+        .find(|j| j.job_key == "invoices");
+    assert_eq!(
+        job.map(|j| j.duplicates_suppressed),
+        Some(2),
+        "the poll after it shows it"
+    );
+    // A job with no done effect: said so, not ok, nothing counted.
+    press(&mut app, &mut store, &keys("gP"));
+    assert!(matches!(
+        &app.popup,
+        Some(Popup::Confirm(Pending::Probe { job })) if job == "daily-digest"
+    ));
+    press(&mut app, &mut store, &keys("n"));
+    assert!(app.popup.is_none());
+    // Not on a job: nothing to confirm.
+    press(&mut app, &mut store, &keys("3P"));
+    assert!(app.popup.is_none());
+    let status = app.status.clone().expect("status");
+    assert!(
+        !status.ok && status.text.contains("select a job first"),
+        "{status:?}"
+    );
+}
+
+/// A done effect another program keyed as bytes: `P y` says "dedupe broken" in the status
+/// line, not ok, and the Events view marks the probe with `!`; nothing is left reserved.
+#[test]
+fn probe_finds_a_broken_dedupe() {
+    let f = new_db();
+    let t = claim(&mut f.store(), "py-invoices", "cron@db-1", 60, ago(-3600));
+    f.sql()
+        .execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+                 created_at, updated_at)
+             VALUES (?1, 'py-invoices', 'py-run-1', ?2, 'done', ?3, ?3)",
+            rusqlite::params![b"0123456789abcdef0123456789abcdef".to_vec(), t, before(30)],
+        )
+        .expect("the other program's row");
+    let mut app = app_for(&f);
+    let mut store = f.store();
+    press(&mut app, &mut store, &keys("1Py"));
+    let status = app.status.clone().expect("status");
+    assert!(
+        !status.ok && status.text.starts_with("dedupe broken: "),
+        "{status:?}"
+    );
+    let rows: i64 = f
+        .sql()
+        .query_row("SELECT count(*) FROM effect_ledger", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(rows, 1, "nothing of the probe's is left");
+    press(&mut app, &mut store, &keys("4"));
+    let screen = text(&render(&mut app, 120, 40));
+    let line = screen
+        .lines()
+        .find(|l| l.contains(" probe "))
+        .expect("the probe event");
+    assert!(
+        line.contains("! ") && line.contains("dedupe broken"),
+        "{screen}"
+    );
 }
 
 #[test]

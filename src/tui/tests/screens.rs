@@ -80,6 +80,10 @@ fn busy_details_and_popups() {
         let mut app = app_for(&f);
         press(&mut app, &mut f.store(), &keys("2r"));
         shot(&mut app, "resolve_choose");
+        // The probe of invoices (the second job by name): it says it sends nothing.
+        let mut app = app_for(&f);
+        press(&mut app, &mut f.store(), &keys("1jP"));
+        shot(&mut app, "confirm_probe");
     }
 }
 

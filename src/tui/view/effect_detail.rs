@@ -82,7 +82,7 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
                 let text = format!(
                     " {} {} {:<20} {} {}",
                     clock(&e.at),
-                    if event_alert(&e.kind) { "!" } else { " " },
+                    if event_alert(e) { "!" } else { " " },
                     inert(e.kind.as_str()),
                     e.actor.as_deref().map(inert).unwrap_or_else(|| "-".into()),
                     e.detail.as_deref().map(inert).unwrap_or_default(),

@@ -1,16 +1,20 @@
 //! The Events view: the stream of events, newest first.
 use super::*;
 
-pub(super) fn event_alert(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::FencedWrite
-            | EventKind::LeaseStolen
-            | EventKind::EffectUnknown
-            | EventKind::ApprovalDenied
-            | EventKind::NotifyFailed
-            | EventKind::WatchdogRestarted
-    )
+/// An event that needs attention: its kind, or a probe that found no suppressed duplicate.
+pub(super) fn event_alert(e: &crate::snapshot::EventRow) -> bool {
+    let probe_not_suppressed =
+        e.kind == EventKind::Probe && e.detail.as_deref() != Some(crate::effect::PROBE_SUPPRESSED);
+    probe_not_suppressed
+        || matches!(
+            e.kind,
+            EventKind::FencedWrite
+                | EventKind::LeaseStolen
+                | EventKind::EffectUnknown
+                | EventKind::ApprovalDenied
+                | EventKind::NotifyFailed
+                | EventKind::WatchdogRestarted
+        )
 }
 
 pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
@@ -40,7 +44,7 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let rows = list[shown.clone()]
         .iter()
         .map(|e| {
-            let alert = event_alert(&e.kind);
+            let alert = event_alert(e);
             vec![
                 (if alert { "!" } else { " " }.into(), t.bad()),
                 plain(clock(&e.at)),

@@ -22,7 +22,7 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
     let mut lines: Vec<Line> = vec![];
     for (mode, title) in [
         (Mode::Main, "Screen"),
-        (Mode::Confirm, "Confirm (after a, d, p, r)"),
+        (Mode::Confirm, "Confirm (after a, d, p, r, P)"),
         (Mode::Force, "In flight (resolve, again)"),
         (Mode::Resolve, "Resolve (after r)"),
         (Mode::Typing, "Typing (filter, note)"),
@@ -209,6 +209,19 @@ pub(super) fn draw_confirm(f: &mut Frame, t: &Theme, act: &Pending) {
             push("note", note.as_deref().unwrap_or("(none)"));
         }
         Pending::Resume { job } => push("job", job),
+        Pending::Probe { job } => {
+            push("job", job);
+            push(
+                "does",
+                "attempts its latest done effect again, same key and token",
+            );
+            push("sends", "NOTHING: no command, no observer is run");
+            push(
+                "expect",
+                "the ledger suppresses it; the job's SUP count moves",
+            );
+            push("else", "dedupe broken: said so, its reservation released");
+        }
     }
     lines.push(Line::raw(""));
     lines.push(Line::from(vec![

@@ -529,8 +529,8 @@ impl Ctx<'_> {
             rule,
             Ok,
             format!(
-                "{} all carried a token; {} refused as stale, {} seen{far}",
-                plural(f.rows, "ledger write"),
+                "ledger writes: {}, each with a token; {} refused as stale, {} seen{far}",
+                f.rows,
                 plural(f.fenced, "write"),
                 plural(f.takeovers, "takeover")
             ),

@@ -400,7 +400,7 @@ impl Store {
     }
 
     pub(crate) fn registered_jobs(&mut self) -> Result<Vec<JobRecord>> {
-        self.read(|tx| registered_in(tx))
+        self.read(registered_in)
     }
 }
 

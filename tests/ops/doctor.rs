@@ -53,7 +53,14 @@ fn effect(env: &Env, job: &str, token: i64, target: &str, inputs: &[&str], scrip
 }
 
 fn release(env: &Env, job: &str, token: i64) {
-    let (code, _, err) = env.run(&["lease", "release", "--job", job, "--token", &token.to_string()]);
+    let (code, _, err) = env.run(&[
+        "lease",
+        "release",
+        "--job",
+        job,
+        "--token",
+        &token.to_string(),
+    ]);
     assert_eq!(code, 0, "release: {err}");
 }
 
@@ -291,6 +298,43 @@ on_both_backends! {
         assert_eq!(verdict(&env, "untested", "counters", &[]).0, "ok");
     }
 
+    /// Effects whose job key holds no lease row and no registration (the seed's SQL from
+    /// another program) are judged under their action: no lease, no token.
+    #[test]
+    fn effects_outside_any_job_are_grouped_by_action() {
+        let env = Env::new();
+        env.claim("known", "60s");
+        let at = now();
+        env.sql_execute(&format!(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, state, created_at, \
+             updated_at, action_id, target_id) VALUES \
+             ('k1', 'nightly.sh', 'r1', 'done', '{at}', '{at}', 'mail', 'ann'), \
+             ('k2', 'weekly.sh', 'r2', 'done', '{at}', '{at}', 'mail', 'bob')"
+        ));
+        let (code, v) = doctor(&env, &[]);
+        assert_eq!(code, 1, "{v}");
+        let actions = v["actions"].as_array().expect("actions");
+        assert_eq!(actions.len(), 1, "{v}");
+        assert_eq!(actions[0]["action"], "mail");
+        let lease = &actions[0]["rules"][0];
+        assert_eq!(lease["rule"], "lease-token");
+        assert_eq!(lease["verdict"], "fail", "{lease}");
+        assert!(
+            lease["evidence"].as_str().unwrap_or_default().contains("2 effects"),
+            "{lease}"
+        );
+        let jobs: Vec<&str> = v["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| j["job_key"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(jobs, ["known"], "{v}");
+        let (code, one) = doctor(&env, &["--job", "mail"]);
+        assert_eq!(code, 1);
+        assert_eq!(one["actions"].as_array().map(Vec::len), Some(1), "{one}");
+    }
+
     /// Exit codes: 0 when nothing fails, 1 when a rule fails, 1 with --strict on a warning,
     /// 2 for a job that is not there or a jobs file with errors; the JSON has schema_version.
     #[test]
@@ -346,6 +390,9 @@ fn text_fits_80_columns_and_is_inert() {
             "too wide: {line:?}"
         );
     }
-    assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}'), "{out:?}");
+    assert!(
+        !out.contains('\u{1b}') && !out.contains('\u{202e}'),
+        "{out:?}"
+    );
     eprintln!("{out}");
 }

@@ -396,3 +396,24 @@ fn text_fits_80_columns_and_is_inert() {
     );
     eprintln!("{out}");
 }
+
+/// A database an older exactly wrote (schema 8: no per-field inputs, no far_side, no chaos
+/// runs) is judged as it is, read-only: never upgraded. SQLite only: it drops columns to make
+/// the old schema.
+#[test]
+fn a_schema_8_database_is_judged_read_only() {
+    let env = Env::new();
+    let t = env.claim("old", "60s");
+    assert_eq!(effect(&env, "old", t, "x", &[], "true"), 0);
+    env.sql_execute(
+        "ALTER TABLE effect_ledger DROP COLUMN input_fields;
+         ALTER TABLE exactly_jobs DROP COLUMN far_side;
+         DROP TABLE exactly_chaos_runs;
+         PRAGMA user_version = 8;",
+    );
+    let (v, e) = verdict(&env, "old", "key-from-facts", &[]);
+    assert_eq!(v, "warn", "{e}");
+    assert!(e.contains("cannot judge"), "{e}");
+    assert_eq!(verdict(&env, "old", "kill-test", &[]).0, "warn");
+    assert_eq!(env.sql_count("PRAGMA user_version"), 8, "not upgraded");
+}

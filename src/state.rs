@@ -314,6 +314,9 @@ words! {
         /// due meanwhile are caught up within each job's catch-up window; the others are the
         /// outage's, never counted as `firing_missed`.
         SchedulerOutage => "scheduler_outage",
+        /// An attempt met an earlier attempt of its effect still `submitted` (in flight) and
+        /// sent nothing (exit 5): the retry waited for the send to be settled first.
+        RetryInFlight => "retry_in_flight",
     }
 }
 

@@ -440,6 +440,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
                 f.suppressed += jf.suppressed;
                 f.fenced += jf.fenced;
                 f.approvals_reused += jf.approvals_reused;
+                f.retries_in_flight += jf.retries_in_flight;
                 f.approved_unused_after_run += jf.approved_unused_after_run;
             }
         }

@@ -61,7 +61,7 @@ impl Ctx<'_> {
             self.key_from_facts(&[job], &actions, row.settings.interval_s),
             self.far_side(&actions, far_side),
             self.token_on_writes(f, far_side),
-            self.unknown_resolved(&[job]),
+            self.unknown_resolved(&[job], f),
             self.overlap_policy(row, record, declared),
             self.kill_test(),
             self.approvals_once(&[job], f),
@@ -106,7 +106,7 @@ impl Ctx<'_> {
             self.key_from_facts(&keys, &actions, None),
             self.far_side(&actions, None),
             self.token_on_writes(f, None),
-            self.unknown_resolved(&keys),
+            self.unknown_resolved(&keys, f),
             no_lease(Rule::OverlapPolicy),
             self.kill_test(),
             self.approvals_once(&keys, f),
@@ -415,7 +415,7 @@ impl Ctx<'_> {
     }
 
     /// 6. Unknowns resolved before any retry.
-    fn unknown_resolved(&self, jobs: &[&str]) -> RuleResult {
+    fn unknown_resolved(&self, jobs: &[&str], f: &JobFacts) -> RuleResult {
         let rule = Rule::UnknownResolved;
         let open: Vec<_> = self
             .snap
@@ -423,11 +423,24 @@ impl Ctx<'_> {
             .iter()
             .filter(|u| jobs.contains(&u.job_key.as_str()))
             .collect();
+        let retries = match f.retries_in_flight {
+            0 => String::new(),
+            n => format!("; {} met a send in flight in 7 days", plural(n, "retry")),
+        };
         let Some(oldest) = open.iter().map(|u| u.age_s).max() else {
+            if f.retries_in_flight > 0 {
+                return r(
+                    rule,
+                    Warn,
+                    format!("no open unknowns{retries} (and waited, sending nothing)"),
+                    "retries come before sends settle: give the effect an observer, or space \
+                     the retries past the lease",
+                );
+            }
             return r(rule, Ok, "no open unknowns".into(), "nothing to do");
         };
         let seen = format!(
-            "{} open, oldest {}",
+            "{} open, oldest {}{retries}",
             plural(open.len() as u64, "unknown"),
             human_age(oldest)
         );

@@ -191,6 +191,25 @@ on_both_backends! {
         let (code, _, err) = env.run(&["resolve", &key[0], "--happened"]);
         assert_eq!(code, 0, "{err}");
         assert_eq!(verdict(&env, "lost", "unknown-resolved", &[]).0, "ok");
+
+        // A retry that meets a send still in flight sends nothing (exit 5), and is counted.
+        let t = env.claim("busy", "60s");
+        let a = effect_args("busy", t, "send", "slow");
+        let mut first = env
+            .cmd()
+            .args(strs(&a.clone().sh("sleep 2")))
+            .spawn()
+            .expect("start the first attempt");
+        support::wait_for("the first attempt submitted", std::time::Duration::from_secs(10), || {
+            env.sql_count(
+                "SELECT count(*) FROM effect_ledger WHERE job_key = 'busy' AND state = 'submitted'",
+            ) == 1
+        });
+        assert_eq!(env.run(&strs(&a.sh("true"))).0, 5, "in flight");
+        assert!(first.wait().expect("wait").success());
+        let (v, e) = verdict(&env, "busy", "unknown-resolved", &[]);
+        assert_eq!(v, "warn", "{e}");
+        assert!(e.contains("1 retry met a send in flight"), "{e}");
     }
 
     /// Rule 7: a job known only by its lease has no overlap policy written (a warning: the

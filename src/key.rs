@@ -202,4 +202,41 @@ mod tests {
         let k = effect_key("send", "bob", &input_digest(&a));
         assert_eq!(k.len(), 32);
     }
+
+    /// A value is marked by what it was to the attempt: the run's id, the slot, a time near
+    /// now; anything else (a month, an amount, a time long past) is a fact. Values are never
+    /// in the record, and a digest is the same for the same action, target, name and value.
+    #[test]
+    fn input_fields_mark_the_attempts_values_and_keep_no_value() {
+        use serde_json::json;
+        let now = crate::time::parse("2026-12-06T03:00:00.000Z").expect("time");
+        let slot = "2026-12-06T03:00:00.000Z";
+        let mark = |v: Value| field_mark(&v, "run-42-abc", Some(slot), now);
+        assert_eq!(mark(json!("2026-11")), FieldMark::Fact);
+        assert_eq!(mark(json!("120.00")), FieldMark::Fact);
+        assert_eq!(mark(json!("order for run-42-abc")), FieldMark::Run);
+        assert_eq!(mark(json!(slot)), FieldMark::Slot);
+        assert_eq!(mark(json!("2026-12-06T03:00:00Z")), FieldMark::Slot);
+        assert_eq!(mark(json!("2026-12-06T03:04:10Z")), FieldMark::Time);
+        assert_eq!(mark(json!(1_796_526_250)), FieldMark::Time);
+        assert_eq!(mark(json!("1796526250123")), FieldMark::Time);
+        assert_eq!(mark(json!("2026-12-01T03:00:00Z")), FieldMark::Fact);
+        let mut inputs = Map::new();
+        inputs.insert("amount".into(), json!("120.00"));
+        inputs.insert("at".into(), json!("2026-12-06T03:01:00Z"));
+        let f = input_fields("send", "bob", &inputs, "run-42-abc", Some(slot), now);
+        assert!(!f.contains("120.00"), "{f}");
+        let v: Value = serde_json::from_str(&f).expect("json");
+        assert_eq!(v["amount"].as_str().map(str::len), Some(16), "{f}");
+        assert!(
+            v["at"].as_str().is_some_and(|s| s.starts_with("time:")),
+            "{f}"
+        );
+        assert_eq!(f, input_fields("send", "bob", &inputs, "other", None, now));
+        let other = input_fields("send", "carol", &inputs, "x", None, now);
+        assert_ne!(
+            v["amount"],
+            serde_json::from_str::<Value>(&other).expect("json")["amount"]
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //! the checklist's own, in one transaction) and [`judge`]s it; `rules.rs` holds the ten
 //! judgements. What the ledger cannot know (whether a command passes its token on, whether an
 //! observer exists that never ran) is said in the evidence, never guessed: docs/checklist.md.
+mod keys;
 mod rules;
 
 use crate::policy::{FarSide, Overlap};
@@ -237,6 +238,20 @@ impl Checklist {
             .max()
             .unwrap_or(Verdict::Ok)
     }
+    /// How many subjects fail at least one rule (the dashboard header's count).
+    pub fn failing(&self) -> usize {
+        self.subjects
+            .iter()
+            .filter(|s| s.worst() == Verdict::Fail)
+            .count()
+    }
+    /// Every result as (subject, rule, verdict): a metric's samples
+    /// (`exactly_checklist{exactly_job, rule}` = [`Verdict::level`]).
+    pub fn results(&self) -> impl Iterator<Item = (&SubjectName, Rule, Verdict)> + '_ {
+        self.subjects
+            .iter()
+            .flat_map(|s| s.rules.iter().map(move |r| (&s.name, r.rule, r.verdict)))
+    }
     /// How many results have `verdict`.
     pub fn count(&self, verdict: Verdict) -> usize {
         self.subjects
@@ -425,6 +440,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
                 f.suppressed += jf.suppressed;
                 f.fenced += jf.fenced;
                 f.approvals_reused += jf.approvals_reused;
+                f.retries_in_flight += jf.retries_in_flight;
                 f.approved_unused_after_run += jf.approved_unused_after_run;
             }
         }

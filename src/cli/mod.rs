@@ -152,6 +152,12 @@ pub enum Cmd {
     )]
     Check(check::CheckArgs),
     /// Judge every job against the essay's ten rules, from what the ledger saw.
+    ///
+    /// For each job (and each action of effects outside any job), each rule ok, warn or fail,
+    /// with one line of evidence and one of what to do: lease-token, lease-bounds,
+    /// key-from-facts, far-side, token-on-writes, unknown-resolved, overlap-policy, kill-test,
+    /// approvals-once, counters. How each is judged, and what the ledger cannot know:
+    /// docs/checklist.md.
     #[command(
         after_help = "Example:\n  exactly doctor\n  exactly doctor --job daily-digest --file \
                       jobs.toml --json\n  exactly doctor --strict   # warnings fail too"

@@ -229,6 +229,21 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
             Some(input) => io = att.step(input),
             None => {
                 if let Io::End(out) = io {
+                    if let Outcome::Unresolved { key, state, reason } = &out {
+                        // A retry that met a send in flight: counted, for `exactly doctor`. Best
+                        // effort: the outcome (exit 5) stands whether or not it is counted.
+                        if state == EffectState::Submitted.as_str() {
+                            let _counted = store
+                                .record_retry_in_flight(
+                                    &ctx.job,
+                                    key,
+                                    ctx.token.get(),
+                                    reason,
+                                    ctx.now(),
+                                )
+                                .is_ok();
+                        }
+                    }
                     return Ok(out);
                 }
             }

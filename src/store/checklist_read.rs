@@ -138,6 +138,15 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
             f.fenced_prev_24h = before;
         }
     }
+    let week_ago = time::fmt(now - chrono::Duration::days(7));
+    for (job, n) in tx.rows(
+        "SELECT coalesce(job_key, ''), count(*) FROM exactly_events
+         WHERE kind = 'retry_in_flight' AND at >= ?1 GROUP BY coalesce(job_key, '')",
+        args![week_ago],
+        |r| Ok((text_or_empty(r, 0)?, n(r, 1)?)),
+    )? {
+        jobs.entry(job).or_default().retries_in_flight = n;
+    }
     for (job, reused) in tx.rows(
         "SELECT coalesce(job_key, ''), count(*) FROM (
            SELECT job_key, effect_key FROM exactly_events WHERE kind = 'approval_consumed'

@@ -48,6 +48,8 @@ pub struct JobFacts {
     pub fenced_prev_24h: u64,
     /// Leases taken over from a holder, all time (its counter).
     pub takeovers: u64,
+    /// Attempts that met an earlier attempt still in flight, in the last 7 days.
+    pub retries_in_flight: u64,
     /// Runs ended, all time (its counters).
     pub runs_ended: u64,
     /// Approvals consumed (the counter) beyond the approvals that are consumed: reuses.

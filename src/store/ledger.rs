@@ -648,6 +648,29 @@ impl Store {
         })
     }
 
+    /// Records that an attempt of `key` (job `job`, token `token`) met an earlier attempt still
+    /// in flight and sent nothing (`why`).
+    pub(crate) fn record_retry_in_flight(
+        &mut self,
+        job: &str,
+        key: &str,
+        token: i64,
+        why: &str,
+        now: Ts,
+    ) -> Result<()> {
+        let now = crate::time::fmt(now);
+        let detail = crate::sanitize::inert_trunc(why, 300);
+        self.write(|tx| {
+            let now = tx.now(&now);
+            let mut ev = NewEvent::new(EventKind::RetryInFlight, now)
+                .job(job)
+                .effect(key)
+                .detail(&detail);
+            ev.token = Some(token);
+            record_event(tx, &ev)
+        })
+    }
+
     /// Records that the sender of `row` goes by our host name `host` on another machine than
     /// ours (`host_id`): two process tables under one name, so its pid says nothing here.
     pub(crate) fn record_host_clash(

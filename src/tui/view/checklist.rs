@@ -42,8 +42,10 @@ pub(super) fn draw_checklist(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         return;
     }
     let [tbl_area, notes] = list_layout(area);
-    let mut cols = vec![flex("JOB", 14, 0)];
+    let mut cols = vec![col("JOB", 14, 0)];
     cols.extend(RULE_TITLES.iter().map(|title| col(title, 3, 0)));
+    // The rules a row breaks, by id: the row read without counting columns.
+    cols.push(flex("BREAKS", 10, 1));
     let sel = app.selected(View::Checklist);
     let rule = app.selected_rule();
     let shown = visible(
@@ -67,6 +69,7 @@ pub(super) fn draw_checklist(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     (format!(" {mark}"), style)
                 }
             }));
+            cells.push(breaks(s, t));
             cells
         })
         .collect();
@@ -83,6 +86,23 @@ pub(super) fn draw_checklist(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         None => vec![],
     };
     f.render_widget(Paragraph::new(lines), notes);
+}
+
+/// The ids of the rules a subject fails (or, failing none, those it is warned about).
+fn breaks(s: &crate::checklist::Subject, t: &Theme) -> C {
+    for (v, style) in [(Verdict::Fail, t.bad()), (Verdict::Warn, t.warn())] {
+        let ids: Vec<&str> = s
+            .rules
+            .iter()
+            .filter(|r| r.verdict == v)
+            .map(|r| r.rule.id())
+            .collect();
+        if !ids.is_empty() {
+            let (mark, _) = verdict_mark(v, t);
+            return (format!("{mark} {}", ids.join(" ")), style);
+        }
+    }
+    plain("")
 }
 
 /// The selected cell in two lines: the rule and its evidence, then what to do.

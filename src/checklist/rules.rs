@@ -58,7 +58,11 @@ impl Ctx<'_> {
         [
             self.lease_token(f),
             self.lease_bounds(row, declared, f.hold_lease_ms),
-            self.key_from_facts(&[job], &actions, row.settings.interval_s),
+            self.key_from_facts(
+                &[job],
+                &actions,
+                declared.map(|d| d.interval_s).or(row.settings.interval_s),
+            ),
             self.far_side(&actions, far_side),
             self.token_on_writes(f, far_side),
             self.unknown_resolved(&[job], f),
@@ -175,17 +179,16 @@ impl Ctx<'_> {
         held: Option<i64>,
     ) -> RuleResult {
         let rule = Rule::LeaseBounds;
-        let lease_ms = row
-            .settings
-            .lease_ms
-            .or(declared.map(|d| d.lease_ms))
+        // The jobs file given beats the registry's last record of it.
+        let lease_ms = declared
+            .map(|d| d.lease_ms)
+            .or(row.settings.lease_ms)
             .or(row.hold_lease_ms.map(|l| l as i64))
             .or(held)
             .filter(|l| *l > 0);
-        let interval_ms = row
-            .settings
-            .interval_s
-            .or(declared.map(|d| d.interval_s))
+        let interval_ms = declared
+            .map(|d| d.interval_s)
+            .or(row.settings.interval_s)
             .map(|s| s.saturating_mul(1000))
             .filter(|i| *i > 0);
         let Some(lease) = lease_ms else {

@@ -9,7 +9,7 @@ import contextvars
 import inspect
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, cast
 
 from . import _context, _native
 from ._native import UsageError
@@ -48,7 +48,7 @@ def current_lease(store: "Optional[Store]" = None, job: Optional[str] = None) ->
     want = _native.job_name(job) if job is not None else None
     for lease in reversed(_context.LEASES.get()):
         if want is None or lease.job == want:
-            return lease
+            return cast("Lease", lease)
     if os.environ.get("EXACTLY_JOB") and os.environ.get("EXACTLY_FENCING_TOKEN"):
         s = store if store is not None else _default_store()
         got = scheduled_lease(s)
@@ -111,6 +111,7 @@ class Attempt:
         self.key: str = paused.key if paused is not None else (done or {})["key"]
         self._paused = paused
         self._result: Any = _UNSET
+        self._key_token: Any = None  # current_key()'s, while the block runs
         self._outcome: "Optional[Outcome]" = Outcome._of(done) if done is not None else None
 
     def __repr__(self) -> str:
@@ -229,9 +230,10 @@ class Effect:
         connection of its own."""
         loop = asyncio.get_running_loop()
         ctx = contextvars.copy_context()
-        return await _in_thread(loop, lambda: self._run(
-            _on_loop(perform, loop, ctx),
-            _on_loop(self.observe, loop, ctx) if self.observe else None))
+        observe = self.observe
+        out = await _in_thread(loop, lambda: self._run(
+            _on_loop(perform, loop, ctx), _on_loop(observe, loop, ctx) if observe else None))
+        return cast("Outcome", out)
 
     # The with form.
 
@@ -247,20 +249,21 @@ class Effect:
         loop = asyncio.get_running_loop()
         ctx = contextvars.copy_context()
         observe = _on_loop(self.observe, loop, ctx) if self.observe else None
-        return self._enter(await _in_thread(loop, lambda: self._begin(observe)))
+        return self._enter(cast(Attempt, await _in_thread(loop, lambda: self._begin(observe))))
 
     async def __aexit__(self, et: Any, exc: Optional[BaseException], tb: Any) -> bool:
         att = self._exit()
         loop = asyncio.get_running_loop()
-        return await _in_thread(loop, lambda: att._leave(exc))
+        return bool(await _in_thread(loop, lambda: att._leave(exc)))
 
     def _enter(self, att: Attempt) -> Attempt:
         _context.push(_context.ATTEMPTS, att)
-        att._key_token = _context.KEY.set(_context.KEY.get() + (att.key,))  # type: ignore[attr-defined]
+        att._key_token = _context.KEY.set(_context.KEY.get() + (att.key,))
         return att
 
     def _exit(self) -> Attempt:
-        for att in reversed(_context.ATTEMPTS.get()):
+        for entered in reversed(_context.ATTEMPTS.get()):
+            att = cast(Attempt, entered)
             if att.effect is self:
                 _context.pop(_context.ATTEMPTS, att)
                 _context.KEY.reset(att._key_token)
@@ -282,7 +285,7 @@ class Effect:
                 if refused is not None:
                     refused.append("observe")
                 if _unstarted(v):
-                    v.close()
+                    cast(Any, v).close()
                 return (2, "the observer returned an awaitable from sync run")
             return _verdict(v)
 
@@ -348,13 +351,10 @@ def _in_thread(loop: asyncio.AbstractEventLoop, work: Callable[[], Any]) -> "asy
     return done
 
 
-def _on_loop(fn: Optional[Callable[[str], Any]], loop: asyncio.AbstractEventLoop,
-             ctx: contextvars.Context) -> Optional[Callable[[str], Any]]:
+def _on_loop(fn: Callable[[str], Any], loop: asyncio.AbstractEventLoop,
+             ctx: contextvars.Context) -> Callable[[str], Any]:
     """``fn`` called from a worker thread in (a copy of) the caller's context ``ctx``; an
     awaitable it returns is awaited on ``loop`` as a task of that context."""
-    if fn is None:
-        return None
-
     async def wait(aw: Awaitable[Any]) -> Any:
         return await aw
 

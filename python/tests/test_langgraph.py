@@ -80,7 +80,7 @@ def test_a_sigkilled_graph_resumed_sends_each_nodes_effect_once(tmp_path):
     kills = sum(k for _, k, _ in results)
     store = exactly.open(str(tmp_path / "exactly.db"))
     duplicates = sum(len(keys) - 1 for keys in requests.values())
-    lost = []
+    lost, open_rows = [], []
     for thread, _, final in results:
         charge_id = f"ch_cus-{thread}_500"
         assert final["charge_id"] == charge_id and final["receipt"] == f"receipt for {charge_id}"
@@ -88,13 +88,13 @@ def test_a_sigkilled_graph_resumed_sends_each_nodes_effect_once(tmp_path):
             keys = requests.get((kind, what), [])
             if not keys:
                 lost.append((thread, kind))
-            for k in set(keys):
-                assert store.get(k)["state"] == "done"
+            open_rows += [k for k in set(keys) if store.get(k)["state"] != "done"]
     print(f"langgraph kill test: {len(results)} threads, {len(requests)} effects, {kills} "
-          f"SIGKILLs, {duplicates} duplicates, {len(lost)} lost")
+          f"SIGKILLs, {duplicates} duplicates, {len(lost)} lost, {len(open_rows)} left open")
     assert kills >= len(results) * 5 // 6, "nearly every round must kill its worker"
     assert duplicates == 0, requests
     assert lost == []
+    assert open_rows == []
     assert len(requests) == 2 * len(results)
 
 

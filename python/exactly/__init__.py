@@ -13,6 +13,14 @@ consumed once. This module gives it a Pythonic face::
         out = eff.run(lambda key: send(key))          # key: pass on as Idempotency-Key
         if out.outcome == exactly.Kind.DONE: ...
 
+Shortest, under the current lease (the one entered with ``with``, or the scheduler's under
+``exactly run``)::
+
+    with store.lease("refunds"), store.effect(action="refund", target=order,
+                                              inputs={"amount": amount}, observe=refunded) as e:
+        if e.fresh:                                   # only when the ledger lets this send
+            e.result = send(e.key)                    # recorded done; a raise: unknown
+
 A Python database and the CLI's are one: effects written here show in ``exactly top`` and
 ``exactly status``, and a key attempted here and retried with ``exactly effect`` is one effect.
 """

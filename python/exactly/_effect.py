@@ -44,7 +44,7 @@ def current_lease(store: "Optional[Store]" = None, job: Optional[str] = None) ->
     store.claim(…)``, ``with store.lease(…)``, ``with lease:``) in this thread or task, else,
     under ``exactly run``, the scheduler's (:func:`scheduled_lease`); None when there is none.
     With ``job``, only a lease of that job."""
-    from . import scheduled_lease, open as open_store
+    from . import scheduled_lease
     want = _native.job_name(job) if job is not None else None
     for lease in reversed(_context.LEASES.get()):
         if want is None or lease.job == want:
@@ -57,18 +57,19 @@ def current_lease(store: "Optional[Store]" = None, job: Optional[str] = None) ->
     return None
 
 
-_DEFAULT: List["Store"] = []
+_DEFAULT: Dict[str, "Store"] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
 def _default_store() -> "Store":
     """The database ``exactly.open()`` opens (``$EXACTLY_DB`` under ``exactly run``), opened
-    once per process for the calls that name no store."""
+    once per process (and per ``$EXACTLY_DB``) for the calls that name no store."""
     from . import open as open_store
+    db = os.environ.get("EXACTLY_DB", "")
     with _DEFAULT_LOCK:
-        if not _DEFAULT:
-            _DEFAULT.append(open_store())
-        return _DEFAULT[0]
+        if db not in _DEFAULT:
+            _DEFAULT[db] = open_store(db or None)
+        return _DEFAULT[db]
 
 
 def _no_lease(what: str) -> UsageError:

@@ -101,3 +101,22 @@ def test_an_async_derived_effect_is_awaited(store, uid):
     out = asyncio.run(main())
     assert out.outcome == Kind.DONE and out.response == out.key
     assert out.key == exactly.key("notify", f"#c-{uid}", {"text": "hi"})
+
+
+def test_under_exactly_run_a_decorated_function_needs_no_lease_at_all(db, store, uid,
+                                                                      monkeypatch):
+    """The scheduler's environment names the job, its token and the database: a decorated
+    function called with its own arguments only sends under that lease."""
+    held = store.claim(f"sched-{uid}")
+    monkeypatch.setenv("EXACTLY_DB", db)
+    monkeypatch.setenv("EXACTLY_JOB", held.job)
+    monkeypatch.setenv("EXACTLY_FENCING_TOKEN", str(held.token))
+
+    @exactly.effect("charge")
+    def charge(customer, cents):
+        return exactly.current_key()
+
+    out = charge(f"cus-{uid}", 500)
+    assert out.outcome == Kind.DONE and out.response == out.key
+    assert store.get(out.key)["job_key"] == held.job
+    assert store.get(out.key)["fencing_token"] == held.token

@@ -1,8 +1,9 @@
 //! The Python module (python/): built and installed as a newcomer would (`pip install
 //! ./python` into a virtual environment), then its pytest suite run against this build's
 //! binary, on SQLite and on PostgreSQL: the protocol's outcomes, the key vectors of `exactly
-//! key`, the lease context manager, approvals across Python and the CLI, asyncio, and the kill
-//! test (Python workers SIGKILLed at each point of an effect, hundreds of times).
+//! key`, the lease context manager, approvals across Python and the CLI, asyncio, the `with`
+//! form, the kill test (Python workers SIGKILLed at each point of an effect, hundreds of
+//! times), and a real LangGraph graph SIGKILLed mid-node and resumed.
 //!
 //! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest; mypy and pyright for
 //! the types' test, pyright running on Node, which it fetches when none is installed; langgraph

@@ -13,6 +13,14 @@ consumed once. This module gives it a Pythonic face::
         out = eff.run(lambda key: send(key))          # key: pass on as Idempotency-Key
         if out.outcome == exactly.Kind.DONE: ...
 
+Shortest, under the current lease (the one entered with ``with``, or the scheduler's under
+``exactly run``)::
+
+    with store.lease("refunds"), store.effect(action="refund", target=order,
+                                              inputs={"amount": amount}, observe=refunded) as e:
+        if e.fresh:                                   # only when the ledger lets this send
+            e.result = send(e.key)                    # recorded done; a raise: unknown
+
 A Python database and the CLI's are one: effects written here show in ``exactly top`` and
 ``exactly status``, and a key attempted here and retried with ``exactly effect`` is one effect.
 """
@@ -22,45 +30,21 @@ import asyncio
 import base64
 import dis
 import enum
-import functools
-import inspect
 import json
 import math
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Dict, Mapping, Optional,
-                    Tuple, Union, cast, overload)
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-if TYPE_CHECKING:
-    if sys.version_info >= (3, 10):
-        from typing import Concatenate, ParamSpec, Protocol
-    else:
-        from typing_extensions import Concatenate, ParamSpec, Protocol
-    P = ParamSpec("P")
-
-    class _EffectDecorator(Protocol):
-        """What ``@exactly.effect(…)`` makes of ``fn(key, *args)``: ``(lease, *args) ->
-        Outcome``, or an awaitable Outcome for an ``async def``."""
-
-        @overload
-        def __call__(  # type: ignore[overload-overlap, unused-ignore]
-            self, fn: Callable[Concatenate[str, P], Coroutine[Any, Any, Any]]
-        ) -> Callable[Concatenate[Lease, P], Coroutine[Any, Any, Outcome]]: ...
-
-        @overload
-        def __call__(
-            self, fn: Callable[Concatenate[str, P], Any]
-        ) -> Callable[Concatenate[Lease, P], Outcome]: ...
-
-from . import _native
+from . import _context, _native
 from ._native import BusyError, Error, StoreError, UsageError
 
 __all__ = [
     "open", "key", "Store", "Lease", "Effect", "Outcome", "Kind", "Observation",
     "HAPPENED", "NOT_HAPPENED", "CANT_TELL", "Happened", "Decision", "Resolution",
-    "scheduled_lease", "effect",
+    "scheduled_lease", "effect", "current_key", "current_lease", "Attempt",
     "Error", "UsageError", "StoreError", "BusyError", "LeaseHeld", "EffectNotDone",
     "NotSent", "Fenced", "AwaitingApproval", "InFlight", "Unknown", "Cancelled",
     "Unrecorded", "LeaseEnding",
@@ -416,14 +400,25 @@ class Store:
 
     # Effects
 
-    def effect(self, job: str, token: int, *, action: str, target: str,
-               inputs: Optional[Inputs] = None, terms: Optional[str] = None,
+    def effect(self, job: Optional[str] = None, token: Optional[int] = None, *, action: str,
+               target: str, inputs: Optional[Inputs] = None, terms: Optional[str] = None,
                needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """Describes one effect under the job's fencing ``token``: ``action`` on ``target``
         with the consequential ``inputs`` (the effect key's facts), the ``terms`` a person
         approves, and an ``observe(key)`` callable asked before any retry of an effect left
-        ``submitted`` or ``unknown`` (returns HAPPENED, NOT_HAPPENED or CANT_TELL)."""
+        ``submitted`` or ``unknown`` (returns HAPPENED, NOT_HAPPENED or CANT_TELL).
+
+        Without ``job`` and ``token``, under the current lease (:func:`current_lease`: the one
+        entered with ``with store.claim(…)``, or the scheduler's under ``exactly run``); a
+        :class:`UsageError` when there is none."""
+        if token is None:
+            lease = current_lease(self, job)
+            if lease is None:
+                raise _no_lease("store.effect()" if job is None else f"store.effect({job!r})")
+            job, token = lease.job, lease.token
+        elif job is None:
+            raise UsageError("store.effect(token=…) needs the job the token is of")
         return Effect(self, job, token, action=action, target=target, inputs=inputs,
                       terms=terms, needs_approval=needs_approval, observe=observe,
                       run_id=run_id)
@@ -515,9 +510,11 @@ class Lease:
             self._thread = threading.Thread(target=self._renewer, name=f"exactly-renew-{self.job}",
                                             daemon=True)
             self._thread.start()
+        _context.push(_context.LEASES, self)  # the current lease of this thread or task
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _context.pop(_context.LEASES, self)
         if self.owned:
             self.release()
 
@@ -525,7 +522,9 @@ class Lease:
         return self.__enter__()
 
     async def __aexit__(self, *exc: Any) -> None:
-        await asyncio.to_thread(self.__exit__, *exc)
+        _context.pop(_context.LEASES, self)  # in this task's context, not the thread's
+        if self.owned:
+            await asyncio.to_thread(self.release)
 
 
 _WITH_OPS = frozenset({"SETUP_WITH", "BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_ASYNC_WITH",
@@ -553,177 +552,5 @@ def scheduled_lease(store: Store) -> Optional[Lease]:
     return Lease(store, job, int(token), _ms("10m"), owned=False, renew=False)
 
 
-class Effect:
-    """One effect, described by its facts; :meth:`run` performs it under the ledger's guard."""
-
-    def __init__(self, store: Store, job: str, token: int, *, action: str, target: str,
-                 inputs: Optional[Inputs] = None, terms: Optional[str] = None,
-                 needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
-                 run_id: Optional[str] = None):
-        self.store, self.job, self.token = store, _native.job_name(job), token
-        self.action, self.target = action, target
-        self.inputs = dict(inputs or {})
-        self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
-        # Under `exactly run` the run's id ties the effect to the run that sent it.
-        if run_id is None and os.environ.get("EXACTLY_JOB") == self.job:
-            run_id = os.environ.get("EXACTLY_RUN_ID")
-        self.run_id = run_id
-        self.key = key(action, target, self.inputs)
-
-    def __repr__(self) -> str:
-        return f"Effect(job={self.job!r}, key={self.key!r})"
-
-    def run(self, perform: Callable[[str], Any]) -> Outcome:
-        """Sends the effect once: ``perform(key)`` is called only when the ledger allows it
-        (never for a duplicate, a fenced token, an unapproved or unsettled effect), with the
-        effect key to pass on as the far side's idempotency key; what it returns is recorded as
-        the response. A raise from perform leaves the effect ``unknown`` (the request may have
-        left), except :class:`NotSent`; the exception is on ``outcome.error``, and
-        ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded. A perform or observe
-        that returns an awaitable (a coroutine) is refused before anything is sent: the
-        reservation is released and :class:`UsageError` names :meth:`arun`."""
-        if inspect.iscoroutinefunction(perform) or inspect.iscoroutinefunction(self.observe):
-            raise UsageError("perform or observe is async: use `await effect.arun(perform)`")
-        return self._run(perform, self.observe, sync=True)
-
-    async def arun(self, perform: Callable[[str], Any]) -> Outcome:
-        """:meth:`run` from asyncio: perform and observe may be coroutine functions, run on
-        this event loop while the ledger's steps wait in a thread of this call's own (not the
-        loop's default executor, which perform may need), on a connection of its own."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
-
-        def settle(result: Any, error: Optional[BaseException]) -> None:
-            if done.cancelled():
-                return
-            if error is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(result)
-
-        def work() -> None:
-            try:
-                r = self._run(_on_loop(perform, loop),
-                              _on_loop(self.observe, loop) if self.observe else None)
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
-                loop.call_soon_threadsafe(settle, None, e)
-            else:
-                loop.call_soon_threadsafe(settle, r, None)
-
-        threading.Thread(target=work, name="exactly-arun", daemon=True).start()
-        return await done
-
-    def _run(self, perform: Callable[[str], Any], observe: Optional[Callable[[str], Any]],
-             sync: bool = False) -> Outcome:
-        raised: list = []
-        awaitable: list = []
-
-        def refuse(what: str, r: Any) -> None:
-            # A coroutine from sync run was never started: nothing was sent. Close it so
-            # Python does not warn that it was never awaited.
-            awaitable.append(what)
-            close = getattr(r, "close", None)
-            if callable(close):
-                close()
-
-        def do(k: str) -> Tuple[int, str]:
-            try:
-                r = perform(k)
-            except NotSent as e:
-                return (1, e.reason or "not sent")
-            except BaseException as e:  # noqa: BLE001 - every raise is recorded, then kept
-                raised.append(e)
-                return (2, f"perform raised {type(e).__name__}: {e}")
-            if sync and inspect.isawaitable(r):
-                refuse("perform", r)
-                return (1, "perform returned an awaitable from sync run: nothing was sent")
-            return (0, _response_text(r))
-
-        def look(k: str) -> Tuple[int, Optional[str]]:
-            try:
-                v = observe(k)  # type: ignore[misc]
-            except Exception as e:  # noqa: BLE001 - an observer that fails can't tell
-                return (2, f"the observer raised {type(e).__name__}: {e}")
-            if sync and inspect.isawaitable(v):
-                refuse("observe", v)
-                return (2, "the observer returned an awaitable from sync run")
-            return _verdict(v)
-
-        d = self.store._db.run_effect(
-            self.job, self.token, self.run_id, self.action, self.target,
-            _inputs_json(self.inputs), self.terms, self.needs_approval, do,
-            look if observe else None)
-        if awaitable:
-            raise UsageError(
-                f"{awaitable[0]} returned an awaitable (a coroutine?) from sync run, which cannot "
-                f"await it: nothing was sent and effect {d['key']} was left as it was "
-                f"({d['outcome']}); use `await effect.arun(perform)`")
-        err = raised[0] if raised else None
-        if isinstance(err, (KeyboardInterrupt, SystemExit)):
-            raise err
-        return Outcome._of(d, err)
-
-
-def _on_loop(fn: Optional[Callable[[str], Any]], loop: asyncio.AbstractEventLoop):
-    """``fn`` called from a worker thread; an awaitable it returns is awaited on ``loop``."""
-    if fn is None:
-        return None
-
-    async def wait(aw: Awaitable[Any]) -> Any:
-        return await aw
-
-    def call(k: str) -> Any:
-        r = fn(k)
-        if inspect.isawaitable(r):
-            return asyncio.run_coroutine_threadsafe(wait(r), loop).result()
-        return r
-
-    return call
-
-
-def effect(action: str, *, target: Union[str, Callable[..., str]],
-           inputs: Union[Tuple[str, ...], list, Callable[..., Inputs]] = (),
-           terms: Union[None, str, Callable[..., str]] = None, needs_approval: bool = False,
-           observe: Optional[Callable[..., Any]] = None) -> "_EffectDecorator":
-    """Decorates a function that performs an effect. The decorated function is called with a
-    :class:`Lease` first and its own arguments; ``target`` names the argument that is the
-    target (or computes it), ``inputs`` names the consequential arguments (or computes the
-    dict), and the function receives the effect key as its first argument::
-
-        @exactly.effect("send-invoice", target="customer", inputs=("month",))
-        def send_invoice(key, customer, month, amount):
-            return http_post(..., headers={"Idempotency-Key": key})
-
-        out = send_invoice(lease, customer="customer-42", month="2026-11", amount=120)
-
-    An ``async def`` function gives an awaitable that runs :meth:`Effect.arun`. ``observe``
-    receives the key and the same arguments."""
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(fn)
-        is_async = inspect.iscoroutinefunction(fn)
-
-        def describe(lease: Lease, args: tuple, kwargs: dict):
-            bound = sig.bind_partial(None, *args, **kwargs)
-            bound.apply_defaults()
-            facts = dict(list(bound.arguments.items())[1:])
-            t = target(**facts) if callable(target) else str(facts[target])
-            i = inputs(**facts) if callable(inputs) else {n: facts[n] for n in inputs}
-            tm = terms(**facts) if callable(terms) else terms
-            obs = (lambda k: observe(k, *args, **kwargs)) if observe else None
-            return lease.effect(action=action, target=t, inputs=i, terms=tm,
-                                needs_approval=needs_approval, observe=obs)
-
-        if is_async:
-            @functools.wraps(fn)
-            async def arun(lease: Lease, *args: Any, **kwargs: Any) -> Outcome:
-                eff = describe(lease, args, kwargs)
-                return await eff.arun(lambda k: fn(k, *args, **kwargs))
-            return arun
-
-        @functools.wraps(fn)
-        def run(lease: Lease, *args: Any, **kwargs: Any) -> Outcome:
-            return describe(lease, args, kwargs).run(lambda k: fn(k, *args, **kwargs))
-        return run
-
-    return cast("_EffectDecorator", wrap)
+from ._effect import Attempt, Effect, _no_lease, current_key, current_lease  # noqa: E402
+from ._decorator import effect  # noqa: E402

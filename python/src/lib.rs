@@ -5,7 +5,7 @@
 //!
 //! Every call that touches the database or waits releases the GIL; the callables an effect
 //! runs (perform, observe) take it back for their own duration only.
-use exactly::effect::{self, Ctx, Effect, Failure, Observation, Outcome, Spec};
+use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Input, Io, Observation, Outcome, Spec};
 use exactly::{approval, lease, Access, Store};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -144,29 +144,20 @@ impl Db {
     }
 }
 
-/// The far side as Python callables, normalised by `exactly/__init__.py`:
-/// `perform(key) -> (0, response) | (1, reason: not sent) | (2, reason: may have left)`,
-/// `observe(key) -> (0, response | None) | (1, None) | (2, reason)`.
+/// The far side's observer as a Python callable, normalised by `exactly/__init__.py`:
+/// `observe(key) -> (0, response | None) | (1, None) | (2, reason)`. The send is not in here:
+/// [`advance`] pauses the attempt at its send, and the caller sends in its own code (a perform
+/// callable, or the body of a `with` block) before [`Db::effect_finish`].
 struct PyEffect {
-    perform: Py<PyAny>,
     observe: Option<Py<PyAny>>,
 }
 
 impl Effect for PyEffect {
-    fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
-        Python::with_gil(|py| {
-            let answer = self
-                .perform
-                .call1(py, (effect_key,))
-                .and_then(|r| r.extract::<(i32, String)>(py));
-            match answer {
-                Ok((0, response)) => Ok(response),
-                Ok((1, reason)) => Err(Failure::NotSent(reason)),
-                Ok((_, reason)) => Err(Failure::Lost(reason)),
-                // The wrapper catches the callable's raise; this is the wrapper failing.
-                Err(e) => Err(Failure::Lost(format!("perform raised: {e}"))),
-            }
-        })
+    fn perform(&mut self, _effect_key: &str) -> Result<String, Failure> {
+        // Never asked: `advance` stops before `Io::Send`.
+        Err(Failure::NotSent(
+            "the send is the caller's, not the driver's".into(),
+        ))
     }
 
     fn observe(&mut self, effect_key: &str) -> Observation {
@@ -186,6 +177,55 @@ impl Effect for PyEffect {
                 Err(e) => Observation::CantTell(format!("the observer raised: {e}")),
             }
         })
+    }
+}
+
+/// An attempt paused at its send, between [`Db::effect_begin`] and [`Db::effect_finish`].
+#[pyclass(module = "exactly._native", frozen)]
+struct Paused {
+    key: String,
+    attempt: Mutex<Option<Attempt>>,
+}
+
+#[pymethods]
+impl Paused {
+    /// The effect key the send passes on.
+    #[getter]
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+/// Drives `att` from `io` until it must send (`Io::Send`, left to the caller) or ends
+/// (`Io::End`): each step performed by the library's [`effect::execute`], as `effect::run`
+/// does, with its one rule for a write that fails after the send: the outcome is `unrecorded`.
+fn advance(
+    store: &mut Store,
+    att: &mut Attempt,
+    mut io: Io,
+    far_side: &mut PyEffect,
+) -> exactly::Result<Io> {
+    loop {
+        if matches!(io, Io::Send | Io::End(_)) {
+            return Ok(io);
+        }
+        match effect::execute(store, att, &io, far_side) {
+            Ok(Some(input)) => io = att.step(input),
+            Ok(None) => return Ok(io),
+            Err(e) => match &io {
+                Io::Finish { sent, .. } => {
+                    return Ok(Io::End(Outcome::Unrecorded {
+                        key: att.key().clone(),
+                        ran: match sent {
+                            Ok(_) => "it exited 0".into(),
+                            Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r.clone(),
+                        },
+                        reason: e.to_string(),
+                    }))
+                }
+                _ => return Err(e),
+            },
+        }
     }
 }
 
@@ -330,14 +370,16 @@ impl Db {
         self.with(py, |s| lease::release(s, &job, exactly::Token::from(token)))
     }
 
-    /// Runs one effect under the ledger's guard (`exactly effect` without the command):
-    /// returns the outcome as a dict.
+    /// Begins one effect attempt under the ledger's guard: the step machine (the one `exactly
+    /// effect` runs) driven through reserving, observing an open effect (with `observe`) and
+    /// submitting, up to the send. Returns the attempt paused at its send (`fresh`: the caller
+    /// sends, then calls [`Db::effect_finish`]), or its outcome as a dict when nothing may be
+    /// sent (a duplicate, fenced, awaiting approval, in flight, …).
     #[pyo3(signature = (
-        job, token, run_id, action, target, inputs_json, terms, needs_approval, perform, observe,
-        by=None
+        job, token, run_id, action, target, inputs_json, terms, needs_approval, observe, by=None
     ))]
     #[allow(clippy::too_many_arguments)]
-    fn run_effect(
+    fn effect_begin(
         &self,
         py: Python<'_>,
         job: &str,
@@ -348,10 +390,9 @@ impl Db {
         inputs_json: &str,
         terms: Option<String>,
         needs_approval: bool,
-        perform: Py<PyAny>,
         observe: Option<Py<PyAny>>,
         by: Option<String>,
-    ) -> PyResult<Py<PyDict>> {
+    ) -> PyResult<(Option<Paused>, Option<Py<PyDict>>)> {
         let job = lease::job_name(job).map_err(UsageError::new_err)?;
         let mut ctx = Ctx::new(&job, exactly::Token::from(token));
         if let Some(r) = &run_id {
@@ -368,10 +409,65 @@ impl Db {
             needs_approval,
             observe_cmd: None,
         };
-        spec.checked_key().map_err(err)?;
-        let mut far_side = PyEffect { perform, observe };
-        let out = self.with(py, |s| effect::run(s, &ctx, &spec, &mut far_side))?;
-        Ok(outcome_dict(py, &out)?.unbind())
+        // The sender is this process (no group, no cage), as `effect::run` records it.
+        let identity = exactly::sender::Identity::this_process(None).in_cage(None);
+        let mut att = Attempt::new(&ctx, &spec, &effect::attempt_id())
+            .map_err(err)?
+            .with_sender(&identity.encode());
+        let mut far_side = PyEffect { observe };
+        let io = att.start();
+        let io = self.with(py, |s| advance(s, &mut att, io, &mut far_side))?;
+        match io {
+            Io::End(out) => Ok((None, Some(outcome_dict(py, &out)?.unbind()))),
+            _ => Ok((
+                Some(Paused {
+                    key: att.key().as_str().to_string(),
+                    attempt: Mutex::new(Some(att)),
+                }),
+                None,
+            )),
+        }
+    }
+
+    /// Ends an attempt [`Db::effect_begin`] left at its send with what the send did: `code` 0
+    /// and the response, 1 and why nothing was sent (the reservation is released), 2 and why
+    /// the request may have left (`unknown`). Returns the outcome as a dict; an attempt ends
+    /// once.
+    fn effect_finish(
+        &self,
+        py: Python<'_>,
+        paused: &Paused,
+        code: i32,
+        text: String,
+    ) -> PyResult<Py<PyDict>> {
+        let taken = paused
+            .attempt
+            .lock()
+            .map_err(|_| StoreError::new_err("the attempt was poisoned by a panic"))?
+            .take();
+        let Some(mut att) = taken else {
+            return Err(UsageError::new_err(format!(
+                "effect {} was already finished: an attempt ends once",
+                paused.key
+            )));
+        };
+        let sent = match code {
+            0 => Ok(text),
+            1 => Err(Failure::NotSent(text)),
+            _ => Err(Failure::Lost(text)),
+        };
+        // Where `effect::execute` stops a test after the send, before its answer is recorded.
+        py.allow_threads(|| exactly::fault::point(exactly::fault::Point::AfterSend));
+        let io = att.step(Input::Sent(sent));
+        let mut far_side = PyEffect { observe: None };
+        let io = self.with(py, |s| advance(s, &mut att, io, &mut far_side))?;
+        match io {
+            Io::End(out) => Ok(outcome_dict(py, &out)?.unbind()),
+            other => Err(StoreError::new_err(format!(
+                "effect {}: the attempt asked for {other:?} after its send",
+                paused.key
+            ))),
+        }
     }
 
     /// The ledger row of an effect key as a dict, or None when it was never begun.
@@ -459,6 +555,7 @@ impl Db {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Db>()?;
+    m.add_class::<Paused>()?;
     m.add_function(wrap_pyfunction!(key, m)?)?;
     m.add_function(wrap_pyfunction!(actor, m)?)?;
     m.add_function(wrap_pyfunction!(job_name, m)?)?;

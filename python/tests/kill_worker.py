@@ -4,7 +4,8 @@ and exits. The test SIGKILLs it at one point of the effect and starts it again.
 
 argv: DB JOB TARGET FAR_SIDE_DIR POINT   (POINT "mid_send" kills inside perform, after the
 request left; the library's own points come through EXACTLY_FAULT=POINT:kill).
-EXACTLY_PY_GUARD_OFF=1 sends without the ledger, to show the test finds the duplicates."""
+EXACTLY_PY_GUARD_OFF=1 sends without the ledger, to show the test finds the duplicates;
+EXACTLY_PY_FORM=with sends from a `with store.effect(…) as e:` block instead of run."""
 import os
 import signal
 import sys
@@ -51,8 +52,15 @@ for _ in range(5):
             sys.exit("the lease was never free")
         time.sleep(0.05)
     with lease:
-        out = lease.effect(action="send-message", target=target, inputs={"text": "hello"},
-                           observe=look).run(send)
+        eff = lease.effect(action="send-message", target=target, inputs={"text": "hello"},
+                           observe=look)
+        if os.environ.get("EXACTLY_PY_FORM") == "with":  # the block sends, not a callable
+            with eff as e:
+                if e.fresh:
+                    e.result = send(e.key)
+            out = e.outcome
+        else:
+            out = eff.run(send)
     if out.outcome != exactly.Kind.LEASE_ENDING:
         break
 print(out.outcome.value, out.reason or "")

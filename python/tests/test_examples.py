@@ -86,3 +86,39 @@ def test_the_agents_refund_waits_for_approval_and_is_sent_once(db, cli, chat, ui
     assert cli("approve", key).returncode == 0  # already approved and consumed: nothing more
     assert run_agent().stdout.startswith("duplicate")
     assert len(records.all("refunds")) == 1
+
+
+@pytest.mark.parametrize("form", ["with", "decorated"])
+def test_the_short_refund_is_sent_once_in_either_form(db, chat, uid, form):
+    url, records = chat
+    order = f"order-{form}-{uid}"
+    env = dict(os.environ, EXACTLY_DB=db, AGENT_SHOP_URL=url)
+    argv = [sys.executable, os.path.join(EXAMPLES, "short_refund.py"), order, "9.50"]
+    if form == "decorated":
+        argv.append("--decorated")
+    runs = [subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs
+    key = exactly.key("refund", order, {"amount": "9.50"})
+    assert runs[0].stdout.split() == ["done:", key]
+    assert runs[1].stdout.split() == ["duplicate:", key]
+    assert [r["key"] for r in records.all("refunds") if r["order"] == order] == [key]
+
+
+def test_the_documented_short_forms_are_the_tested_example():
+    """docs/languages.md shows short_refund.py's with form and decorator: each block there is
+    a run of lines of the example this file runs, so the documentation cannot drift."""
+    docs = open(os.path.join(EXAMPLES, "..", "..", "docs", "languages.md")).read()
+    example = open(os.path.join(EXAMPLES, "short_refund.py")).read()
+    shown = 0
+    for block in docs.split("```python\n")[1:]:
+        body = block.split("```", 1)[0]
+        raw = body.splitlines()
+        indent = min(len(ln) - len(ln.lstrip()) for ln in raw if ln.strip())
+        lines = [ln[indent:] for ln in raw]
+        if not any(ln.startswith(("def with_form", '@exactly.effect("refund"')) for ln in lines):
+            continue
+        text = "\n".join(lines)
+        assert text in example, f"the documented block is not in short_refund.py:\n{text}"
+        shown += 1
+    assert shown == 2, "the with form and the derived decorator are both documented"

@@ -63,21 +63,32 @@ def run_kills(db, far, rounds, guard_off=False):
     return keys, kills, sends
 
 
-def test_sigkilled_python_workers_send_each_message_once(db, tmp_path):
+def kill_and_count(db, tmp_path, rounds, label):
     far = tmp_path / "far-side"
     far.mkdir()
-    rounds = int(os.environ.get("EXACTLY_PY_KILL_ROUNDS", "50"))
     keys, kills, sends = run_kills(db, str(far), rounds)
     store = exactly.open(db)
     duplicates = sum(n - 1 for n in sends.values() if n > 1)
     lost = [k for k in keys if sends.get(k, 0) == 0]
     open_rows = [k for k in keys if store.get(k)["state"] != "done"]
-    print(f"python kill test: {len(keys)} effects, {kills} SIGKILLs, {duplicates} duplicates, "
+    print(f"{label}: {len(keys)} effects, {kills} SIGKILLs, {duplicates} duplicates, "
           f"{len(lost)} lost, {len(open_rows)} left open")
     assert kills >= len(keys) * 5 // 6, "nearly every round must kill its worker"
     assert duplicates == 0
     assert lost == []
     assert open_rows == [], "every unknown is settled by its observer"
+
+
+def test_sigkilled_python_workers_send_each_message_once(db, tmp_path):
+    rounds = int(os.environ.get("EXACTLY_PY_KILL_ROUNDS", "50"))
+    kill_and_count(db, tmp_path, rounds, "python kill test")
+
+
+def test_sigkilled_with_form_workers_send_each_message_once(db, tmp_path, monkeypatch):
+    """The same kills on workers that send from a `with` block: the same step machine."""
+    monkeypatch.setenv("EXACTLY_PY_FORM", "with")
+    rounds = int(os.environ.get("EXACTLY_PY_KILL_ROUNDS_WITH", "10"))
+    kill_and_count(db, tmp_path, rounds, "python kill test, with form")
 
 
 def test_the_kill_test_finds_duplicates_without_the_guard(db, tmp_path):

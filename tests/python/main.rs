@@ -1,11 +1,13 @@
 //! The Python module (python/): built and installed as a newcomer would (`pip install
 //! ./python` into a virtual environment), then its pytest suite run against this build's
 //! binary, on SQLite and on PostgreSQL: the protocol's outcomes, the key vectors of `exactly
-//! key`, the lease context manager, approvals across Python and the CLI, asyncio, and the kill
-//! test (Python workers SIGKILLed at each point of an effect, hundreds of times).
+//! key`, the lease context manager, approvals across Python and the CLI, asyncio, the `with`
+//! form, the kill test (Python workers SIGKILLed at each point of an effect, hundreds of
+//! times), and a real LangGraph graph SIGKILLed mid-node and resumed.
 //!
 //! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest; mypy and pyright for
-//! the types' test, pyright running on Node, which it fetches when none is installed); `.ci/run`
+//! the types' test, pyright running on Node, which it fetches when none is installed; langgraph
+//! and langgraph-checkpoint-sqlite for the LangGraph wrapper's kill test); `.ci/run`
 //! makes sure of both. Nothing here skips: a missing Python fails the test, saying what is missing.
 #[path = "../support/mod.rs"]
 mod support;
@@ -49,7 +51,10 @@ fn install() -> Result<PathBuf, String> {
         )?;
     }
     let have_tools = Command::new(&py)
-        .args(["-c", "import maturin, pytest, mypy, pyright"])
+        .args([
+            "-c",
+            "import maturin, pytest, mypy, pyright, langgraph.checkpoint.sqlite",
+        ])
         .output()
         .is_ok_and(|o| o.status.success());
     if !have_tools {
@@ -63,8 +68,12 @@ fn install() -> Result<PathBuf, String> {
                 "pytest",
                 "mypy",
                 "pyright",
+                // The LangGraph wrapper's kill test runs a real graph with its SQLite
+                // checkpointer.
+                "langgraph",
+                "langgraph-checkpoint-sqlite",
             ]),
-            "pip install maturin pytest mypy pyright",
+            "pip install maturin pytest mypy pyright langgraph langgraph-checkpoint-sqlite",
         )?;
     }
     // Its own target folder: this test's cargo holds the lock on the workspace's.

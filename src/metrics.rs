@@ -93,8 +93,8 @@ fn register_checklist(c: &Checklist, r: &mut Registry) {
     let fam = Family::<Labels, Gauge>::default();
     for s in &c.subjects {
         let who = match &s.name {
-            SubjectName::Job(j) => (JOB_LABEL.to_string(), j.clone()),
-            SubjectName::Action(a) => (ACTION_LABEL.to_string(), a.clone()),
+            SubjectName::Job(j) => (JOB_LABEL.to_string(), label_value(j)),
+            SubjectName::Action(a) => (ACTION_LABEL.to_string(), label_value(a)),
         };
         for res in &s.rules {
             let labels = vec![who.clone(), ("rule".to_string(), res.rule.id().to_string())];
@@ -536,7 +536,10 @@ mod checklist_tests {
         let c = Checklist {
             taken_at: String::new(),
             subjects: vec![
-                subject(SubjectName::Job("nightly \"b\"".into()), Rule::KeyFromFacts),
+                subject(
+                    SubjectName::Job("nightly \"b\"\n".into()),
+                    Rule::KeyFromFacts,
+                ),
                 subject(SubjectName::Action("notify".into()), Rule::FarSide),
             ],
         };
@@ -547,9 +550,9 @@ mod checklist_tests {
             .collect();
         assert_eq!(series.len(), 20, "{text}");
         for want in [
-            r#"exactly_checklist{exactly_job="nightly \"b\"",rule="key-from-facts"} 2"#,
-            r#"exactly_checklist{exactly_job="nightly \"b\"",rule="counters"} 1"#,
-            r#"exactly_checklist{exactly_job="nightly \"b\"",rule="lease-token"} 0"#,
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="key-from-facts"} 2"#,
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="counters"} 1"#,
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="lease-token"} 0"#,
             r#"exactly_checklist{exactly_action="notify",rule="far-side"} 2"#,
         ] {
             assert!(series.contains(&want), "{want} in {text}");

@@ -17,6 +17,110 @@ pub fn effect_key(action_id: &str, target_id: &str, input_digest: &str) -> crate
     key.into()
 }
 
+/// What an input's value was found to be at the attempt that recorded it ([`input_fields`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldMark {
+    /// A plain value: nothing ties it to the attempt.
+    Fact,
+    /// It holds the run's id: every run makes a new one.
+    Run,
+    /// A time within [`NEAR_ATTEMPT`] of the attempt (and not the firing's slot).
+    Time,
+    /// The firing's slot (`EXACTLY_SCHEDULED_AT`): a fact of the firing, the same on a retry.
+    Slot,
+}
+
+impl FieldMark {
+    /// The prefix it gets in `input_fields` (none for a plain value).
+    fn prefix(self) -> &'static str {
+        match self {
+            FieldMark::Fact => "",
+            FieldMark::Run => "run:",
+            FieldMark::Time => "time:",
+            FieldMark::Slot => "slot:",
+        }
+    }
+}
+
+/// How near the attempt a time in an input must be to count as taken from the attempt's clock.
+pub const NEAR_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Each input's name with a short digest of its value, as JSON (`{"amount":"3f2a…",
+/// "at":"time:9c1d…"}`), for `exactly doctor`'s "keys from facts" rule: two effects on one
+/// target whose inputs differ only in fields marked `run:` or `time:` were keyed by the attempt,
+/// not the facts. A digest is the first 16 hex chars of SHA-256 of `action|target|name|value`
+/// (the value as canonical JSON), comparable only within one action and target; values are
+/// never stored. A value is marked `run:` when it holds `run_id`, `slot:` when it is `slot`, and
+/// `time:` when it reads as a time within [`NEAR_ATTEMPT`] of `now`.
+pub fn input_fields(
+    action_id: &str,
+    target_id: &str,
+    inputs: &Map<String, Value>,
+    run_id: &str,
+    slot: Option<&str>,
+    now: crate::time::Ts,
+) -> String {
+    let mut out = Map::new();
+    for (name, value) in inputs {
+        let canonical = serde_jcs::to_string(value).unwrap_or_default();
+        let raw = format!("{action_id}|{target_id}|{name}|{canonical}");
+        let mut d = hex(&Sha256::digest(raw.as_bytes()));
+        d.truncate(16);
+        let mark = field_mark(value, run_id, slot, now);
+        out.insert(name.clone(), Value::String(format!("{}{d}", mark.prefix())));
+    }
+    Value::Object(out).to_string()
+}
+
+/// What `value` is to the attempt (see [`input_fields`]).
+pub fn field_mark(
+    value: &Value,
+    run_id: &str,
+    slot: Option<&str>,
+    now: crate::time::Ts,
+) -> FieldMark {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return FieldMark::Fact,
+    };
+    let text = text.trim();
+    if run_id.len() >= 4 && text.contains(run_id) {
+        return FieldMark::Run;
+    }
+    if slot.is_some_and(|s| !s.is_empty() && text == s) {
+        return FieldMark::Slot;
+    }
+    let near = chrono::Duration::from_std(NEAR_ATTEMPT).unwrap_or_default();
+    match time_in(text) {
+        Some(t) if (t - now).abs() <= near => {
+            if slot.and_then(crate::time::parse).is_some_and(|s| s == t) {
+                FieldMark::Slot
+            } else {
+                FieldMark::Time
+            }
+        }
+        _ => FieldMark::Fact,
+    }
+}
+
+/// A time written as RFC 3339 or as Unix seconds or milliseconds (a plausible range only).
+fn time_in(text: &str) -> Option<crate::time::Ts> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&chrono::Utc));
+    }
+    let n: f64 = text.parse().ok()?;
+    // 2001-09-09 .. 2286-11-20 in seconds, the same span in milliseconds.
+    let secs = if (1e9..1e10).contains(&n) {
+        n
+    } else if (1e12..1e13).contains(&n) {
+        n / 1000.0
+    } else {
+        return None;
+    };
+    chrono::DateTime::from_timestamp(secs as i64, 0)
+}
+
 fn hex(bytes: &[u8]) -> String {
     // By table: a `format!` per byte was a visible share of an effect's CPU.
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -97,5 +201,42 @@ mod tests {
         );
         let k = effect_key("send", "bob", &input_digest(&a));
         assert_eq!(k.len(), 32);
+    }
+
+    /// A value is marked by what it was to the attempt: the run's id, the slot, a time near
+    /// now; anything else (a month, an amount, a time long past) is a fact. Values are never
+    /// in the record, and a digest is the same for the same action, target, name and value.
+    #[test]
+    fn input_fields_mark_the_attempts_values_and_keep_no_value() {
+        use serde_json::json;
+        let now = crate::time::parse("2026-12-06T03:00:00.000Z").expect("time");
+        let slot = "2026-12-06T03:00:00.000Z";
+        let mark = |v: Value| field_mark(&v, "run-42-abc", Some(slot), now);
+        assert_eq!(mark(json!("2026-11")), FieldMark::Fact);
+        assert_eq!(mark(json!("120.00")), FieldMark::Fact);
+        assert_eq!(mark(json!("order for run-42-abc")), FieldMark::Run);
+        assert_eq!(mark(json!(slot)), FieldMark::Slot);
+        assert_eq!(mark(json!("2026-12-06T03:00:00Z")), FieldMark::Slot);
+        assert_eq!(mark(json!("2026-12-06T03:04:10Z")), FieldMark::Time);
+        assert_eq!(mark(json!(1_796_526_250)), FieldMark::Time);
+        assert_eq!(mark(json!("1796526250123")), FieldMark::Time);
+        assert_eq!(mark(json!("2026-12-01T03:00:00Z")), FieldMark::Fact);
+        let mut inputs = Map::new();
+        inputs.insert("amount".into(), json!("120.00"));
+        inputs.insert("at".into(), json!("2026-12-06T03:01:00Z"));
+        let f = input_fields("send", "bob", &inputs, "run-42-abc", Some(slot), now);
+        assert!(!f.contains("120.00"), "{f}");
+        let v: Value = serde_json::from_str(&f).expect("json");
+        assert_eq!(v["amount"].as_str().map(str::len), Some(16), "{f}");
+        assert!(
+            v["at"].as_str().is_some_and(|s| s.starts_with("time:")),
+            "{f}"
+        );
+        assert_eq!(f, input_fields("send", "bob", &inputs, "other", None, now));
+        let other = input_fields("send", "carol", &inputs, "x", None, now);
+        assert_ne!(
+            v["amount"],
+            serde_json::from_str::<Value>(&other).expect("json")["amount"]
+        );
     }
 }

@@ -46,6 +46,7 @@
 //! ```
 #![warn(missing_docs)]
 pub mod approval;
+pub mod checklist;
 mod clock;
 pub mod contain;
 pub mod effect;

@@ -9,10 +9,10 @@ mod tui;
 
 // The library under the names the application's modules use (`crate::lease`, `crate::open`).
 use exactly::{
-    actor, approval, contain, db_exists, db_identity, db_path, effect, fault, firing, health, host,
-    is_server_db, jobs, json, key, lease, open, policy, refuse_new_databases, sanitize, schedule,
-    sender, shown_db, snapshot, state, time, wrapped, Access, EffectKey, Error, JobName, Result,
-    Store, Token, SCHEMA_VERSION,
+    actor, approval, checklist, contain, db_exists, db_identity, db_path, effect, fault, firing,
+    health, host, is_server_db, jobs, json, key, lease, open, policy, refuse_new_databases,
+    sanitize, schedule, sender, shown_db, snapshot, state, time, wrapped, Access, EffectKey, Error,
+    JobName, Result, Store, Token, SCHEMA_VERSION,
 };
 
 fn main() {

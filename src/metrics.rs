@@ -1,6 +1,7 @@
 //! `exactly metrics`: the [`Snapshot`] as OpenMetrics and Prometheus text, through
 //! prometheus-client. The model itself lives in `snapshot.rs`; `status.rs` renders it for a
 //! person.
+use crate::checklist::{Checklist, SubjectName};
 use crate::snapshot::{JobRow, Snapshot, RUN_BUCKETS_MS};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -51,9 +52,19 @@ impl Snapshot {
 
     /// OpenMetrics text (what `prometheus-client` encodes), ending in `# EOF`.
     pub fn to_openmetrics(&self) -> String {
+        self.to_openmetrics_with(None)
+    }
+
+    /// OpenMetrics text with the ten rules' verdicts (`exactly_checklist`) when `checklist` is
+    /// given.
+    pub fn to_openmetrics_with(&self, checklist: Option<&Checklist>) -> String {
+        let mut r = self.registry();
+        if let Some(c) = checklist {
+            register_checklist(c, &mut r);
+        }
         let mut s = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry());
+        let _ = prometheus_client::encoding::text::encode(&mut s, &r);
         s
     }
 
@@ -63,6 +74,39 @@ impl Snapshot {
     pub fn to_prometheus(&self) -> String {
         openmetrics_to_text(&self.to_openmetrics())
     }
+
+    /// [`Self::to_prometheus`] with the checklist's verdicts.
+    pub fn to_prometheus_with(&self, checklist: Option<&Checklist>) -> String {
+        openmetrics_to_text(&self.to_openmetrics_with(checklist))
+    }
+}
+
+/// The metric of the ten rules: one series per subject and rule.
+pub const CHECKLIST_METRIC: &str = "exactly_checklist";
+
+/// The label naming an action whose effects name no job (a checklist subject of its own).
+pub const ACTION_LABEL: &str = "exactly_action";
+
+/// `exactly_checklist{exactly_job, rule}`: 0 ok, 1 warn, 2 fail, as `exactly doctor` judges
+/// (rule ids in docs/checklist.md); actions outside any job are labelled `exactly_action`.
+fn register_checklist(c: &Checklist, r: &mut Registry) {
+    let fam = Family::<Labels, Gauge>::default();
+    for s in &c.subjects {
+        let who = match &s.name {
+            SubjectName::Job(j) => (JOB_LABEL.to_string(), label_value(j)),
+            SubjectName::Action(a) => (ACTION_LABEL.to_string(), label_value(a)),
+        };
+        for res in &s.rules {
+            let labels = vec![who.clone(), ("rule".to_string(), res.rule.id().to_string())];
+            fam.get_or_create(&labels)
+                .set(i64::from(res.verdict.level()));
+        }
+    }
+    r.register(
+        CHECKLIST_METRIC,
+        "The essay's checklist: each rule per job, 0 ok, 1 warn, 2 fail (exactly doctor)",
+        fam,
+    );
 }
 
 type Labels = Vec<(String, String)>;
@@ -463,4 +507,58 @@ pub fn openmetrics_to_text(om: &str) -> String {
 /// A ledger timestamp as Unix seconds with milliseconds.
 fn unix_s(ts: &str) -> Option<f64> {
     crate::time::parse(ts).map(|t| t.timestamp_millis() as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod checklist_tests {
+    use super::*;
+    use crate::checklist::{Rule, RuleResult, Subject, Verdict};
+
+    /// Each rule of each subject is one `exactly_checklist` series: 0 ok, 1 warn, 2 fail, a
+    /// job by `exactly_job`, an action outside any job by `exactly_action`.
+    #[test]
+    fn the_checklist_is_one_series_per_subject_and_rule() {
+        let subject = |name: SubjectName, fail: Rule| Subject {
+            name,
+            rules: Rule::ALL.map(|rule| RuleResult {
+                rule,
+                verdict: if rule == fail {
+                    Verdict::Fail
+                } else if rule == Rule::Counters {
+                    Verdict::Warn
+                } else {
+                    Verdict::Ok
+                },
+                evidence: String::new(),
+                fix: String::new(),
+            }),
+        };
+        let c = Checklist {
+            taken_at: String::new(),
+            subjects: vec![
+                subject(
+                    SubjectName::Job("nightly \"b\"\n".into()),
+                    Rule::KeyFromFacts,
+                ),
+                subject(SubjectName::Action("notify".into()), Rule::FarSide),
+            ],
+        };
+        let text = Snapshot::default().to_prometheus_with(Some(&c));
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("exactly_checklist{"))
+            .collect();
+        assert_eq!(series.len(), 20, "{text}");
+        for want in [
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="key-from-facts"} 2"#,
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="counters"} 1"#,
+            r#"exactly_checklist{exactly_job="nightly \"b\"\\u{a}",rule="lease-token"} 0"#,
+            r#"exactly_checklist{exactly_action="notify",rule="far-side"} 2"#,
+        ] {
+            assert!(series.contains(&want), "{want} in {text}");
+        }
+        assert!(!Snapshot::default()
+            .to_prometheus()
+            .contains("exactly_checklist"));
+    }
 }

@@ -29,6 +29,34 @@ pub enum Overlap {
     Fail,
 }
 
+/// What the far side of a job's effects is declared to do (the jobs file's `far_side`): the
+/// ledger cannot see it, so the operator says it and `exactly doctor` takes their word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FarSide {
+    /// It keeps each effect key (`EXACTLY_EFFECT_KEY`) once: a second send is a no-op there.
+    Dedupes,
+    /// It refuses a write whose fencing token (`EXACTLY_FENCING_TOKEN`) is below one it saw.
+    Fences,
+}
+
+impl FarSide {
+    /// The word the jobs file and the registry use.
+    pub fn name(self) -> &'static str {
+        match self {
+            FarSide::Dedupes => "dedupes",
+            FarSide::Fences => "fences",
+        }
+    }
+    /// The declaration from its word; None for any other word.
+    pub fn parse(word: &str) -> Option<FarSide> {
+        match word {
+            "dedupes" => Some(FarSide::Dedupes),
+            "fences" => Some(FarSide::Fences),
+            _ => None,
+        }
+    }
+}
+
 /// A firing's fate while a run is live: [`Overlap::decide`] on the queue's depth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WhileLive {

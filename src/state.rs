@@ -318,6 +318,9 @@ words! {
         /// again on purpose, sending nothing; the detail says what the ledger did (`suppressed`,
         /// `dedupe broken`, or why there was no verdict).
         Probe => "probe",
+        /// An attempt met an earlier attempt of its effect still `submitted` (in flight) and
+        /// sent nothing (exit 5): the retry waited for the send to be settled first.
+        RetryInFlight => "retry_in_flight",
     }
 }
 

@@ -156,6 +156,7 @@ pub fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
         let _ = std::fs::remove_dir(&dir);
     }
     let report = result?;
+    record(db, &report);
     if a.json {
         let v = serde_json::to_value(&report)
             .map_err(|e| Error::Store(format!("cannot write the report: {e}")))?;
@@ -167,6 +168,41 @@ pub fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
         }
     }
     Ok(if report.ok { 0 } else { 1 })
+}
+
+/// Records the run in the database the user names (`--db`, `$EXACTLY_DB`, else the default one
+/// if it exists), for `exactly doctor`'s kill-test rule. Best effort: a database that cannot
+/// take the record is said on stderr, and the run's report stands. An unguarded run (the
+/// guard switched off on purpose) is not the user's kill test and is not recorded.
+fn record(db: &Option<String>, report: &Report) {
+    if !report.guarded {
+        return;
+    }
+    let target = crate::db_path(db.as_deref());
+    if db.is_none() && !crate::db_exists(&target).unwrap_or(false) {
+        return;
+    }
+    let run = crate::checklist::KillTestRun {
+        scenarios: report
+            .scenarios
+            .keys()
+            .filter(|k| !report.not_run.contains_key(*k))
+            .cloned()
+            .collect(),
+        iterations: report.iterations_per_scenario,
+        duplicates: report.total.duplicate_effects,
+        lost: report.total.lost_effects,
+        passed: report.ok,
+    };
+    let recorded = crate::open(Some(&target), crate::Access::Write)
+        .and_then(|mut store| crate::checklist::record_kill_test(&mut store, &run));
+    if let Err(e) = recorded {
+        eprintln!(
+            "exactly chaos: the run was not recorded in {}: {}",
+            crate::sanitize::inert(&crate::shown_db(&target)),
+            crate::sanitize::inert(&e.to_string())
+        );
+    }
 }
 
 fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result<Report> {

@@ -200,6 +200,16 @@ pub const JOB_KEYS: &[KeyDoc] = &[
                effort, off the run's path",
         example: "ping = \"https://hc-ping.com/<uuid>\"",
     },
+    KeyDoc {
+        key: "far_side",
+        kind: "dedupes | fences",
+        default: "not declared",
+        what: "what the far side of the job's effects does, which the ledger cannot see: dedupes \
+               (it keeps each EXACTLY_EFFECT_KEY once) or fences (it refuses a write whose \
+               EXACTLY_FENCING_TOKEN is below one it saw); exactly doctor takes it as the \
+               far side's guard where an effect has no observer",
+        example: "far_side = \"dedupes\"",
+    },
 ];
 
 /// The keys of a `[[notify]]` table.

@@ -62,6 +62,17 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             ),
             ("2", "bad usage, or the jobs file cannot be read"),
         ],
+        "doctor" => &[
+            ("0", "nothing fails (with --strict, nothing warns either)"),
+            (
+                "1",
+                "a rule fails (with --strict, or warns), or the database cannot be read",
+            ),
+            (
+                "2",
+                "bad usage: no such job, or the jobs file cannot be read or has errors",
+            ),
+        ],
         "run" => &[
             (
                 "0",

@@ -19,11 +19,13 @@ pub(super) const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(super) fn metrics_cmd(db: &Option<String>, a: MetricsArgs) -> Result<i32> {
     let render = |openmetrics: bool| -> Result<String> {
-        let snap = Snapshot::read(&mut open_read_only(db)?)?;
+        let mut store = open_read_only(db)?;
+        let snap = Snapshot::read(&mut store)?;
+        let checklist = crate::checklist::check(&mut store, &Default::default())?;
         Ok(if openmetrics {
-            snap.to_openmetrics()
+            snap.to_openmetrics_with(Some(&checklist))
         } else {
-            snap.to_prometheus()
+            snap.to_prometheus_with(Some(&checklist))
         })
     };
     let Some(addr) = a.listen else {

@@ -6,6 +6,7 @@ mod check;
 mod complete;
 mod controls;
 mod decisions;
+mod doctor;
 mod effects;
 mod gc;
 mod leases;
@@ -150,6 +151,18 @@ pub enum Cmd {
                       check --strict jobs.toml   # warnings fail too"
     )]
     Check(check::CheckArgs),
+    /// Judge every job against the essay's ten rules, from what the ledger saw.
+    ///
+    /// For each job (and each action of effects outside any job), each rule ok, warn or fail,
+    /// with one line of evidence and one of what to do: lease-token, lease-bounds,
+    /// key-from-facts, far-side, token-on-writes, unknown-resolved, overlap-policy, kill-test,
+    /// approvals-once, counters. How each is judged, and what the ledger cannot know:
+    /// docs/checklist.md.
+    #[command(
+        after_help = "Example:\n  exactly doctor\n  exactly doctor --job daily-digest --file \
+                      jobs.toml --json\n  exactly doctor --strict   # warnings fail too"
+    )]
+    Doctor(doctor::DoctorArgs),
     /// Fire a job now (its own firing, still under its lease and overlap policy).
     #[command(after_help = "Example:\n  exactly trigger daily-digest")]
     Trigger(controls::TriggerArgs),
@@ -345,6 +358,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Run(a) => crate::runner::run_main(&db, a),
         Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),
         Cmd::Check(a) => check::check_main(&db, a),
+        Cmd::Doctor(a) => doctor::doctor_main(&db, a),
         Cmd::Trigger(a) => controls::trigger_main(&db, a),
         Cmd::Pause(a) => controls::pause_main(&db, a),
         Cmd::Resume(a) => controls::resume_main(&db, a),

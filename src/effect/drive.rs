@@ -32,6 +32,7 @@ pub fn execute(
                 action_id: &att.spec.action,
                 target_id: &att.spec.target,
                 input_digest: &att.digest,
+                input_fields: &att.fields,
                 observe_cmd: att.spec.observe_cmd.as_deref(),
             };
             // With no approval asked for, reserve and submit in one transaction when the key
@@ -228,6 +229,21 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
             Some(input) => io = att.step(input),
             None => {
                 if let Io::End(out) = io {
+                    if let Outcome::Unresolved { key, state, reason } = &out {
+                        // A retry that met a send in flight: counted, for `exactly doctor`. Best
+                        // effort: the outcome (exit 5) stands whether or not it is counted.
+                        if state == EffectState::Submitted.as_str() {
+                            let _counted = store
+                                .record_retry_in_flight(
+                                    &ctx.job,
+                                    key,
+                                    ctx.token.get(),
+                                    reason,
+                                    ctx.now(),
+                                )
+                                .is_ok();
+                        }
+                    }
                     return Ok(out);
                 }
             }

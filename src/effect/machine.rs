@@ -78,6 +78,8 @@ const REREADS: u8 = 3;
 pub struct Attempt {
     pub(super) key: crate::EffectKey,
     pub(super) digest: String,
+    /// Each input's digest and what it was to this attempt ([`crate::key::input_fields`]).
+    pub(super) fields: String,
     pub(super) ctx: Ctx,
     pub(super) spec: Spec,
     pub(super) attempt: String,
@@ -103,6 +105,14 @@ impl Attempt {
         Ok(Attempt {
             key,
             digest: spec.input_digest(),
+            fields: crate::key::input_fields(
+                &spec.action,
+                &spec.target,
+                &spec.inputs,
+                &ctx.run_id,
+                std::env::var("EXACTLY_SCHEDULED_AT").ok().as_deref(),
+                ctx.now(),
+            ),
             ctx: ctx.clone(),
             spec: spec.clone(),
             attempt: attempt.to_string(),
@@ -129,6 +139,8 @@ impl Attempt {
         Attempt {
             key,
             digest: digest.to_string(),
+            // The row keeps its own fields; a probe's reservation, if any, is released.
+            fields: String::new(),
             ctx: ctx.clone(),
             spec: spec.clone(),
             attempt: attempt.to_string(),

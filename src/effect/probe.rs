@@ -205,6 +205,7 @@ fn attempt(store: &mut Store, att: &mut Attempt, digest: &str) -> Result<ProbeVe
                     action_id: &att.spec.action,
                     target_id: &att.spec.target,
                     input_digest: digest,
+                    input_fields: &att.fields,
                     observe_cmd: None,
                 };
                 // Reserve only: a probe never records `submitted`, a send about to leave.

@@ -32,7 +32,12 @@ pub struct Job {
     /// A dead man's switch (`ping`, healthchecks.io's convention): pinged as each run starts
     /// and ends (`ping.rs`).
     pub ping: Option<String>,
+    /// What the far side does with the effect key or the token (`far_side`): declared, since
+    /// it cannot be seen from here; `exactly doctor` reads it. None: not declared.
+    pub far_side: Option<FarSide>,
 }
+
+pub use crate::policy::FarSide;
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
 pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
@@ -105,6 +110,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "jitter",
     "starting_deadline",
     "ping",
+    "far_side",
 ];
 
 /// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
@@ -132,6 +138,7 @@ struct RawJob {
     jitter: Option<String>,
     starting_deadline: Option<String>,
     ping: Option<String>,
+    far_side: Option<String>,
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
@@ -388,6 +395,17 @@ fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>) -> Option<
         Some(Ok(url)) => Some(Some(url)),
         Some(Err(why)) => c.refuse("invalid ping", why),
     };
+    let far_side = match raw.far_side.as_deref() {
+        None => Some(None),
+        Some(w) => match FarSide::parse(w) {
+            Some(f) => Some(Some(f)),
+            None => c.refuse(
+                format!("invalid far_side {w:?}"),
+                "choose dedupes (it keeps each EXACTLY_EFFECT_KEY once) or fences (it refuses \
+                 a stale EXACTLY_FENCING_TOKEN)",
+            ),
+        },
+    };
     if problems.len() > before {
         return None;
     }
@@ -403,6 +421,7 @@ fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>) -> Option<
         keep_runs: keep_runs?,
         policy: policy?,
         ping: ping?,
+        far_side: far_side?,
     })
 }
 

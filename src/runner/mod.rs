@@ -78,7 +78,7 @@ pub struct RunArgs {
     )]
     pub log_format: log::LogFormat,
 }
-fn read_jobs_file(path: &str) -> Result<String> {
+pub(crate) fn read_jobs_file(path: &str) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Error::Usage(format!("cannot read jobs file {}: {e}", inert(path))))
 }
@@ -276,6 +276,7 @@ fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
             command_digest: Some(j.command_digest(cwd)),
             definition_digest: Some(definitions::digest(j, cwd)),
             keep_runs: j.keep_runs.map(i64::from),
+            far_side: j.far_side,
             command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
             // What readers allow past a slot, besides `LATE_OK`, before counting it missed.
             catchup_s: Some(policy::late_allowed_s(j)),

@@ -71,10 +71,17 @@ pub(super) fn unrenewed_holds(
     if !super::prepare::has_table(tx, "exactly_holds")? {
         return Ok(out);
     }
+    // A hold never released whose holder was still acting under its token later (a write
+    // refused as fenced, an effect recorded) held at least until its last event: a holder
+    // taken over mid-work is the hold that outlived its lease, counted with that lower bound.
+    // One never released and never heard from again crashed, or holds still: not measured.
     let rows = tx.rows(
-        "SELECT job_key, lease_ms, claimed_at, released_at FROM exactly_holds
-         WHERE claimed_at >= ?1 AND released_at IS NOT NULL AND renewals = 0
-         ORDER BY fencing_token DESC",
+        "SELECT h.job_key, h.lease_ms, h.claimed_at, coalesce(h.released_at,
+                (SELECT max(e.at) FROM exactly_events e
+                 WHERE e.job_key = h.job_key AND e.fencing_token = h.fencing_token))
+         FROM exactly_holds h
+         WHERE h.claimed_at >= ?1 AND h.renewals = 0
+         ORDER BY h.fencing_token DESC",
         args![oldest],
         |r| Ok((text_or_empty(r, 0)?, int(r, 1)?, text(r, 2)?, text(r, 3)?)),
     )?;

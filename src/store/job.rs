@@ -133,6 +133,8 @@ pub struct JobRecord {
     pub definition_digest: Option<String>,
     /// Keep only this many of the job's newest runs.
     pub keep_runs: Option<i64>,
+    /// What its far side is declared to do (`far_side`); None: not declared.
+    pub far_side: Option<crate::policy::FarSide>,
     /// Read back only: the scheduler that registered it last, and when.
     pub owner: Option<String>,
     /// When it was last registered or changed.
@@ -142,7 +144,22 @@ pub struct JobRecord {
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
     queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
     timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs, \
-        owner, updated_at";
+        owner, updated_at, far_side";
+/// [`REG_COLS`] on a database from before schema version 9 (read read-only, not upgraded): no
+/// far side was declared.
+const REG_COLS_V8: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
+    queue_cap, command_digest, command, catchup_s, paused, pause_note, retired, source,
+    timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, definition_digest, keep_runs, \
+        owner, updated_at, CAST(NULL AS TEXT)";
+
+/// The registry's columns as this database has them.
+fn reg_cols(tx: &Tx<'_>) -> DbResult<&'static str> {
+    Ok(if super::prepare::version(tx)? >= 9 {
+        REG_COLS
+    } else {
+        REG_COLS_V8
+    })
+}
 
 fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
     Ok(JobRecord {
@@ -171,6 +188,9 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         keep_runs: int(r, 20)?,
         owner: text(r, 21)?,
         updated_at: text(r, 22)?,
+        far_side: text(r, 23)?
+            .as_deref()
+            .and_then(crate::policy::FarSide::parse),
     })
 }
 
@@ -298,9 +318,9 @@ impl Store {
                         overlap, queue_cap, command_digest, command, catchup_s, retired, source, \
                             owner, updated_at,
                         timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, \
-                            definition_digest, keep_runs)
+                            definition_digest, keep_runs, far_side)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, \
-                         ?16, ?17, ?18, ?19, ?20)
+                         ?16, ?17, ?18, ?19, ?20, ?21)
                      ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
                         timezone = excluded.timezone, interval_s = excluded.interval_s,
                         lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, \
@@ -313,7 +333,7 @@ impl Store {
                             observe_timeout_ms = excluded.observe_timeout_ms,
                         dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
                         definition_digest = excluded.definition_digest, \
-                            keep_runs = excluded.keep_runs",
+                            keep_runs = excluded.keep_runs, far_side = excluded.far_side",
                     args![
                         j.job_key,
                         j.settings.schedule,
@@ -334,7 +354,8 @@ impl Store {
                         j.dst_repeated,
                         j.dst_skipped,
                         j.definition_digest,
-                        j.keep_runs
+                        j.keep_runs,
+                        j.far_side.map(crate::policy::FarSide::name)
                     ],
                 )?;
                 note_replaced(tx, before.as_ref(), j, replaced, owner, now)?;
@@ -368,8 +389,9 @@ impl Store {
 
     pub(crate) fn registered_job(&mut self, job: &str) -> Result<Option<JobRecord>> {
         self.read(|tx| {
+            let cols = reg_cols(tx)?;
             tx.one(
-                &format!("SELECT {REG_COLS} FROM exactly_jobs WHERE job_key = ?1"),
+                &format!("SELECT {cols} FROM exactly_jobs WHERE job_key = ?1"),
                 args![job],
                 reg_row,
             )
@@ -378,12 +400,16 @@ impl Store {
     }
 
     pub(crate) fn registered_jobs(&mut self) -> Result<Vec<JobRecord>> {
-        self.read(|tx| {
-            tx.rows(
-                &format!("SELECT {REG_COLS} FROM exactly_jobs ORDER BY job_key"),
-                &[],
-                reg_row,
-            )
-        })
+        self.read(registered_in)
     }
+}
+
+/// Every registered job, in the transaction `tx` (`exactly doctor` reads them with the rest).
+pub(super) fn registered_in(tx: &Tx<'_>) -> DbResult<Vec<JobRecord>> {
+    let cols = reg_cols(tx)?;
+    tx.rows(
+        &format!("SELECT {cols} FROM exactly_jobs ORDER BY job_key"),
+        &[],
+        reg_row,
+    )
 }

@@ -262,8 +262,8 @@ impl Store {
                 "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
                     terms_shown, created_at, updated_at, action_id, target_id, \
                         input_digest, observe_cmd,
-                    attempt, version, sender, sender_until)
-                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14
+                    attempt, version, sender, sender_until, input_fields)
+                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14, ?15
                  WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
                  ON CONFLICT (effect_key) DO NOTHING",
                 args![
@@ -280,7 +280,8 @@ impl Store {
                     state,
                     attempt.map(|a| a.attempt),
                     attempt.and_then(|a| a.sender),
-                    attempt.and(lease.until.as_deref())
+                    attempt.and(lease.until.as_deref()),
+                    e.input_fields
                 ],
             );
             match inserted? {
@@ -644,6 +645,29 @@ impl Store {
                                AND lease_until >= ?5)",
                 args![key, attempt, job, token, until],
             )? == 1)
+        })
+    }
+
+    /// Records that an attempt of `key` (job `job`, token `token`) met an earlier attempt still
+    /// in flight and sent nothing (`why`).
+    pub(crate) fn record_retry_in_flight(
+        &mut self,
+        job: &str,
+        key: &str,
+        token: i64,
+        why: &str,
+        now: Ts,
+    ) -> Result<()> {
+        let now = crate::time::fmt(now);
+        let detail = crate::sanitize::inert_trunc(why, 300);
+        self.write(|tx| {
+            let now = tx.now(&now);
+            let mut ev = NewEvent::new(EventKind::RetryInFlight, now)
+                .job(job)
+                .effect(key)
+                .detail(&detail);
+            ev.token = Some(token);
+            record_event(tx, &ev)
         })
     }
 

@@ -274,6 +274,8 @@ pub struct NewEffect<'a> {
     pub target_id: &'a str,
     /// The digest of its inputs (part of its effect key).
     pub input_digest: &'a str,
+    /// Each input's digest and mark (`key::input_fields`), for `exactly doctor`.
+    pub input_fields: &'a str,
     /// The command that asks the far side whether it happened.
     pub observe_cmd: Option<&'a str>,
 }

@@ -12,6 +12,8 @@
 //!
 //! Callers see only [`Store`]'s methods.
 mod approval;
+mod checklist_read;
+mod checklist_rows;
 pub(crate) mod db;
 mod detail;
 mod errors;
@@ -46,6 +48,7 @@ mod waiting;
 mod windows;
 
 pub use approval::{Already, ApprovalRow, Decided};
+pub use checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobFacts};
 pub use firing::{
     AfterFailure, DueFate, DueRequest, FailureRules, FireRequest, Fired, Resumed, RunOwner, Started,
 };

@@ -66,7 +66,7 @@ impl Store {
                 first(
                     c,
                     "SELECT o_outcome, o_at, o_until FROM exactly_begin_effect(
-                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                     args![
                         e.effect_key,
                         e.job_key,
@@ -80,7 +80,8 @@ impl Store {
                         submit_as.is_some(),
                         attempt,
                         sender,
-                        min_until
+                        min_until,
+                        e.input_fields
                     ],
                     1,
                     |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),

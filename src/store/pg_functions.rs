@@ -15,7 +15,7 @@ use crate::state::EventKind;
 /// The version of the functions below, kept in `exactly_meta` (name `pg_functions`) apart from
 /// the shared schema version: a database made by an older exactly gets them on its next open
 /// by a writer, without a schema change SQLite would have to follow.
-pub(crate) const VERSION: i64 = 1;
+pub(crate) const VERSION: i64 = 2;
 
 /// The statements that (re)create the functions, in order.
 pub(crate) fn statements() -> Vec<String> {
@@ -46,7 +46,7 @@ const FUNCTIONS: &[&str] = &[
     // no approval row and enough lease stand in the way); a taken key is `fallback`.
     "CREATE OR REPLACE FUNCTION exactly_begin_effect(p_key text, p_job text, p_run text,
        p_token bigint, p_terms text, p_action text, p_target text, p_digest text, p_observe text,
-       p_submit boolean, p_attempt text, p_sender text, p_min_until text)
+       p_submit boolean, p_attempt text, p_sender text, p_min_until text, p_fields text)
      RETURNS TABLE (o_outcome text, o_at text, o_until text) LANGUAGE plpgsql
      SET search_path FROM CURRENT AS $$
      DECLARE
@@ -72,9 +72,9 @@ const FUNCTIONS: &[&str] = &[
        END IF;
        INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, terms_shown,
          created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
-         version, sender, sender_until)
+         version, sender, sender_until, input_fields)
        SELECT p_key, p_job, p_run, p_token, v_state, p_terms, v_now, v_now, p_action, p_target,
-         p_digest, p_observe, s.attempt, 1, s.sender, s.until
+         p_digest, p_observe, s.attempt, 1, s.sender, s.until, p_fields
        FROM (SELECT CASE WHEN v_state = 'submitted' THEN p_attempt END AS attempt,
                     CASE WHEN v_state = 'submitted' THEN p_sender END AS sender,
                     CASE WHEN v_state = 'submitted' THEN v_until END AS until) AS s

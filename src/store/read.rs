@@ -16,7 +16,8 @@ const OPEN_SHOWN: usize = 1000;
 
 /// `claimed` rows whose claiming token's lease expired or was superseded, not waiting for a
 /// person and not handed back by an operator: reserved, then abandoned.
-const LEAKED: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
+pub(super) const LEAKED: &str =
+    "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
     AND e.state = 'claimed' AND e.resolved_at IS NULL
     AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = e.effect_key
                     AND a.state IN ('pending', 'approved'))
@@ -69,150 +70,7 @@ impl Store {
         if self.is_pg() && kept.polls > super::windows::FRESH_EVERY {
             kept = Kept::default();
         }
-        let snap = self.read(|tx| {
-            // Ages are measured on the database's clock (the server's, on PostgreSQL).
-            let now_s = tx.now(&caller_now).to_string();
-            let now = time::parse(&now_s).unwrap_or(now);
-            let day_ago = time::fmt(now - chrono::Duration::hours(24));
-            let unknown = tx.rows(
-                &format!(
-                    "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
-                         e.verdict, e.fencing_token
-                     {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
-                ),
-                args![&now_s],
-                |r| {
-                    let since = text_or_empty(r, 3)?;
-                    Ok(OpenEffect {
-                        effect_key: text_or_empty(r, 0)?,
-                        job_key: text_or_empty(r, 1)?,
-                        state: word(r, 2)?,
-                        age_s: time::parse(&since)
-                            .map(|t| time::age_s(t, now))
-                            .unwrap_or(0),
-                        since,
-                        terms_shown: text(r, 4)?,
-                        verdict: text(r, 5)?,
-                        fencing_token: int(r, 6)?,
-                    })
-                },
-            )?;
-            // The open list, when it is whole, already holds what the two counts would count.
-            let whole = unknown.len() < OPEN_SHOWN;
-            // Both leaked counts from one walk of the claimed rows.
-            let (leaked, leaked_24h) = tx.one(
-                &format!(
-                    "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
-                          ELSE 0 END), 0) AS BIGINT) {LEAKED}"
-                ),
-                args![&now_s, &day_ago],
-                |r| {
-                    Ok((
-                        r.get::<i64>(0)?.max(0) as u64,
-                        r.get::<i64>(1)?.max(0) as u64,
-                    ))
-                },
-            )?;
-            let totals = Window {
-                duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
-                fenced_writes: counter(tx, EventKind::FencedWrite)?,
-                claimed_never_submitted: leaked,
-                unknown: if whole {
-                    unknown.len() as u64
-                } else {
-                    count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
-                },
-                pending_approvals: count(
-                    tx,
-                    "SELECT count(*) FROM exactly_approvals \
-                                              WHERE state = 'pending'",
-                    &[],
-                )?,
-                unused_approvals: count(
-                    tx,
-                    "SELECT count(*) FROM exactly_approvals \
-                                             WHERE state = 'approved'",
-                    &[],
-                )?,
-            };
-            let last_24h = Window {
-                duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
-                fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
-                claimed_never_submitted: leaked_24h,
-                unknown: if whole {
-                    unknown.iter().filter(|u| u.since >= day_ago).count() as u64
-                } else {
-                    count(
-                        tx,
-                        &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
-                        args![&now_s, &day_ago],
-                    )?
-                },
-                pending_approvals: count(
-                    tx,
-                    "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                              'pending' AND requested_at >= ?1",
-                    args![&day_ago],
-                )?,
-                unused_approvals: count(
-                    tx,
-                    "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                             'approved' AND requested_at >= ?1",
-                    args![&day_ago],
-                )?,
-            };
-            let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-            let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
-                let rows = tx.rows(
-                    &format!(
-                        "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
-                         LIMIT {OPEN_SHOWN}",
-                        super::approval::APPROVAL_COLS
-                    ),
-                    args![state],
-                    super::approval::approval_row,
-                )?;
-                Ok(rows
-                    .into_iter()
-                    .map(|a| ApprovalView::from_row(a, now))
-                    .collect())
-            };
-            let pending_approvals = approvals(ApprovalState::Pending)?;
-            let unused_approvals = approvals(ApprovalState::Approved)?;
-            let events = tx.rows(
-                &format!(
-                    "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
-                          LIMIT {EVENTS_SHOWN}"
-                ),
-                &[],
-                event_row,
-            )?;
-            let jobs = read_jobs(tx, now, &mut kept)?;
-            let missed_recorded = counter(tx, EventKind::FiringMissed)?;
-            let schema_version = super::prepare::version(tx)?;
-            let schedulers = read_schedulers(tx, now, dead_after)?;
-            let host_clashes_24h = count(
-                tx,
-                "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
-                args![&day_ago],
-            )?;
-            Ok(Reading {
-                taken_at: now_s.clone(),
-                db: db.clone(),
-                schema_version,
-                schedulers,
-                totals,
-                last_24h,
-                oldest_unknown_s,
-                missed_recorded,
-                jobs,
-                unknown,
-                pending_approvals,
-                unused_approvals,
-                events,
-                host_clashes_24h,
-            })
-        });
+        let snap = self.read(|tx| reading_in(tx, &caller_now, now, dead_after, &db, &mut kept));
         // A failed read may have left the cache half-synced: start it afresh next time.
         if snap.is_ok() {
             self.kept = Some(kept);
@@ -235,6 +93,160 @@ impl Store {
             .and_then(|mut st| st.query_row([], |r| r.get(0)));
         v.map_err(|e| self.err(e.into()))
     }
+}
+
+/// The snapshot's rows in the transaction `tx`, as at `caller_now` (`now` parsed): what
+/// [`Store::reading`] reads, and `exactly doctor`'s read reads with its own rows.
+pub(super) fn reading_in(
+    tx: &Tx<'_>,
+    caller_now: &str,
+    now: Ts,
+    dead_after: std::time::Duration,
+    db: &str,
+    kept: &mut Kept,
+) -> DbResult<Reading> {
+    // Ages are measured on the database's clock (the server's, on PostgreSQL).
+    let now_s = tx.now(caller_now).to_string();
+    let now = time::parse(&now_s).unwrap_or(now);
+    let day_ago = time::fmt(now - chrono::Duration::hours(24));
+    let unknown = tx.rows(
+        &format!(
+            "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
+                 e.verdict, e.fencing_token
+             {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
+        ),
+        args![&now_s],
+        |r| {
+            let since = text_or_empty(r, 3)?;
+            Ok(OpenEffect {
+                effect_key: text_or_empty(r, 0)?,
+                job_key: text_or_empty(r, 1)?,
+                state: word(r, 2)?,
+                age_s: time::parse(&since)
+                    .map(|t| time::age_s(t, now))
+                    .unwrap_or(0),
+                since,
+                terms_shown: text(r, 4)?,
+                verdict: text(r, 5)?,
+                fencing_token: int(r, 6)?,
+            })
+        },
+    )?;
+    // The open list, when it is whole, already holds what the two counts would count.
+    let whole = unknown.len() < OPEN_SHOWN;
+    // Both leaked counts from one walk of the claimed rows.
+    let (leaked, leaked_24h) = tx.one(
+        &format!(
+            "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
+                  ELSE 0 END), 0) AS BIGINT) {LEAKED}"
+        ),
+        args![&now_s, &day_ago],
+        |r| {
+            Ok((
+                r.get::<i64>(0)?.max(0) as u64,
+                r.get::<i64>(1)?.max(0) as u64,
+            ))
+        },
+    )?;
+    let totals = Window {
+        duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+        fenced_writes: counter(tx, EventKind::FencedWrite)?,
+        claimed_never_submitted: leaked,
+        unknown: if whole {
+            unknown.len() as u64
+        } else {
+            count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
+        },
+        pending_approvals: count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals \
+                                      WHERE state = 'pending'",
+            &[],
+        )?,
+        unused_approvals: count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals \
+                                     WHERE state = 'approved'",
+            &[],
+        )?,
+    };
+    let last_24h = Window {
+        duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
+        fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
+        claimed_never_submitted: leaked_24h,
+        unknown: if whole {
+            unknown.iter().filter(|u| u.since >= day_ago).count() as u64
+        } else {
+            count(
+                tx,
+                &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
+                args![&now_s, &day_ago],
+            )?
+        },
+        pending_approvals: count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = \
+                                      'pending' AND requested_at >= ?1",
+            args![&day_ago],
+        )?,
+        unused_approvals: count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = \
+                                     'approved' AND requested_at >= ?1",
+            args![&day_ago],
+        )?,
+    };
+    let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
+    let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
+        let rows = tx.rows(
+            &format!(
+                "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
+                 LIMIT {OPEN_SHOWN}",
+                super::approval::APPROVAL_COLS
+            ),
+            args![state],
+            super::approval::approval_row,
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|a| ApprovalView::from_row(a, now))
+            .collect())
+    };
+    let pending_approvals = approvals(ApprovalState::Pending)?;
+    let unused_approvals = approvals(ApprovalState::Approved)?;
+    let events = tx.rows(
+        &format!(
+            "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
+                  LIMIT {EVENTS_SHOWN}"
+        ),
+        &[],
+        event_row,
+    )?;
+    let jobs = read_jobs(tx, now, kept)?;
+    let missed_recorded = counter(tx, EventKind::FiringMissed)?;
+    let schema_version = super::prepare::version(tx)?;
+    let schedulers = read_schedulers(tx, now, dead_after)?;
+    let host_clashes_24h = count(
+        tx,
+        "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
+        args![&day_ago],
+    )?;
+    Ok(Reading {
+        taken_at: now_s.clone(),
+        db: db.to_string(),
+        schema_version,
+        schedulers,
+        totals,
+        last_24h,
+        oldest_unknown_s,
+        missed_recorded,
+        jobs,
+        unknown,
+        pending_approvals,
+        unused_approvals,
+        events,
+        host_clashes_24h,
+    })
 }
 
 /// The ledger and event queries whose cost must not grow with history: each must be an index

@@ -2,7 +2,7 @@
 //! database against it is `prepare.rs`.
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -55,6 +55,11 @@ pub(crate) const TABLES: &[Table] = &[
             // by these, whatever later happens to the job's lease.
             ("sender", "TEXT"),
             ("sender_until", "TEXT"),
+            // Schema 9: each input's name with a short digest of its value, and whether the
+            // value looked like the attempt (the run id, a time near it) or the firing's slot
+            // (`key::input_fields`): `exactly doctor` tells a key made from the run from one
+            // made from the facts. NULL: written before version 9 or with the seed's SQL.
+            ("input_fields", "TEXT"),
         ],
     },
     Table {
@@ -105,6 +110,9 @@ pub(crate) const TABLES: &[Table] = &[
             ("conflict_source", "TEXT"),
             // The jobs file's `keep_runs`: newest runs kept per job (schema 6).
             ("keep_runs", "INTEGER"),
+            // The jobs file's `far_side` (`dedupes` | `fences`): what the far side is declared
+            // to do with the effect key or the token (schema 9). NULL: not declared.
+            ("far_side", "TEXT"),
         ],
     },
     Table {
@@ -150,6 +158,17 @@ pub(crate) const TABLES: &[Table] = &[
             lease_ms INTEGER, claimed_at TEXT NOT NULL, renewals INTEGER NOT NULL DEFAULT 0,
             released_at TEXT, PRIMARY KEY (job_key, fencing_token))",
         required: &["job_key", "fencing_token", "claimed_at"],
+        added: &[],
+    },
+    // Each `exactly chaos` run against this database's name (`--db`, `$EXACTLY_DB`, the
+    // default): when, which scenarios, how many iterations, and what it found, so `exactly
+    // doctor` can say when the kill test last ran (schema version 9).
+    Table {
+        name: "exactly_chaos_runs",
+        create: "CREATE TABLE exactly_chaos_runs (id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at TEXT NOT NULL, scenarios TEXT NOT NULL, iterations INTEGER NOT NULL,
+            duplicates INTEGER NOT NULL, lost INTEGER NOT NULL, passed INTEGER NOT NULL)",
+        required: &["id", "at", "scenarios"],
         added: &[],
     },
 ];

@@ -18,6 +18,8 @@ pub enum Mode {
     Typing,
     /// The help popup.
     Help,
+    /// A Checklist cell's evidence and fix.
+    Cell,
 }
 
 /// What a key asks for.
@@ -27,6 +29,10 @@ pub enum KeyAction {
     NextView,
     Up,
     Down,
+    /// Checklist: the rule column to the left.
+    Left,
+    /// Checklist: the rule column to the right.
+    Right,
     Top,
     Bottom,
     PageUp,
@@ -151,6 +157,14 @@ pub const BINDINGS: &[Binding] = &[
     ),
     b(
         M::Main,
+        &[ch('5')],
+        "5",
+        "Checklist: the ten rules per job",
+        A::Show(View::Checklist),
+        None,
+    ),
+    b(
+        M::Main,
         &[(KeyCode::Tab, NONE)],
         "Tab",
         "next view",
@@ -171,6 +185,22 @@ pub const BINDINGS: &[Binding] = &[
         "j/↓",
         "move down",
         A::Down,
+        None,
+    ),
+    b(
+        M::Main,
+        &[ch('h'), (KeyCode::Left, NONE)],
+        "h/←",
+        "Checklist: rule to the left",
+        A::Left,
+        None,
+    ),
+    b(
+        M::Main,
+        &[ch('l'), (KeyCode::Right, NONE)],
+        "l/→",
+        "Checklist: rule to the right",
+        A::Right,
         None,
     ),
     b(
@@ -209,7 +239,7 @@ pub const BINDINGS: &[Binding] = &[
         M::Main,
         &[(KeyCode::Enter, NONE)],
         "Enter",
-        "open (job → runs → output)",
+        "open (job → runs → output; a rule's evidence)",
         A::Open,
         Some("open"),
     ),
@@ -414,6 +444,14 @@ pub const BINDINGS: &[Binding] = &[
         A::Cancel,
         Some("close"),
     ),
+    b(
+        M::Cell,
+        &[(KeyCode::Esc, NONE), ch('q'), (KeyCode::Enter, NONE)],
+        "Esc",
+        "close the rule's evidence",
+        A::Cancel,
+        Some("close"),
+    ),
 ];
 
 /// The action bound to `key` in `mode`, if any. Ctrl-C always quits.
@@ -450,6 +488,7 @@ pub fn markdown() -> String {
         Mode::Resolve,
         Mode::Typing,
         Mode::Help,
+        Mode::Cell,
     ] {
         let place = match m {
             Mode::Main => "screen",
@@ -458,6 +497,7 @@ pub fn markdown() -> String {
             Mode::Resolve => "after `r`",
             Mode::Typing => "typing",
             Mode::Help => "help",
+            Mode::Cell => "a rule's evidence",
         };
         for b in of_mode(m) {
             out.push_str(&format!("| {place} | `{}` | {} |\n", b.label, b.help));
@@ -494,6 +534,7 @@ mod tests {
             Mode::Resolve,
             Mode::Typing,
             Mode::Help,
+            Mode::Cell,
         ] {
             assert_eq!(lookup(m, &k), Some(KeyAction::Quit));
         }

@@ -45,7 +45,7 @@ pub const RUNS_SHOWN: usize = 200;
 /// so they drive the same path.
 pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
     match req {
-        Request::Poll => vec![poll(store)],
+        Request::Poll => vec![poll(store), judge(store)],
         Request::Load(focus) => vec![load(store, focus)],
         // The dashboard reads through a read-only connection; an action (which the operator
         // confirmed) writes through its own.
@@ -79,22 +79,30 @@ pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// last one (SQLite's `data_version`) or when time alone changes what it shows — a lease ends,
 /// a scheduler falls silent, a firing comes due — and otherwise [`Reply::Unchanged`]. An idle
 /// dashboard on a large ledger then costs next to nothing.
+///
+/// The checklist (the ten rules, `exactly doctor`'s judgement) is read with a snapshot at most
+/// every [`CHECKLIST_EVERY`]: it reads run histories, and rules move over hours, not seconds.
 #[derive(Debug, Default)]
 pub struct Watch {
     version: Option<i64>,
     /// When the last snapshot stops being true without any commit.
     due: Option<crate::time::Ts>,
+    /// When the checklist was last judged.
+    judged: Option<Instant>,
 }
 
+/// How often a dashboard judges the ten rules again, at most.
+pub const CHECKLIST_EVERY: Duration = Duration::from_secs(15);
+
 impl Watch {
-    pub fn poll(&mut self, store: &mut Store) -> Reply {
+    pub fn poll(&mut self, store: &mut Store) -> Vec<Reply> {
         let now = crate::time::now();
         let version = match snapshot::data_version(store) {
             Ok(v) => v,
-            Err(e) => return Reply::PollFailed(e.to_string()),
+            Err(e) => return vec![Reply::PollFailed(e.to_string())],
         };
         if self.version == Some(version) && self.due.is_some_and(|d| now < d) {
-            return Reply::Unchanged(crate::time::fmt(now));
+            return vec![Reply::Unchanged(crate::time::fmt(now))];
         }
         let reply = poll(store);
         match &reply {
@@ -102,9 +110,27 @@ impl Watch {
                 self.version = Some(version);
                 self.due = Some(expires(s, now));
             }
-            _ => *self = Watch::default(),
+            _ => self.forget(),
         }
-        reply
+        let mut replies = vec![reply];
+        if self.version.is_some() && self.judged.is_none_or(|t| t.elapsed() >= CHECKLIST_EVERY) {
+            self.judged = Some(Instant::now());
+            replies.push(judge(store));
+        }
+        replies
+    }
+
+    /// The next poll reads in full (after an action or a detail read), but the checklist keeps
+    /// its own pace.
+    pub fn forget(&mut self) {
+        self.version = None;
+        self.due = None;
+    }
+
+    /// As if the checklist was judged longer than [`CHECKLIST_EVERY`] ago.
+    #[cfg(test)]
+    pub fn judged_long_ago(&mut self) {
+        self.judged = None;
     }
 }
 
@@ -138,6 +164,15 @@ fn poll(store: &mut Store) -> Reply {
     match Snapshot::read(store) {
         Ok(s) => Reply::Snapshot(Box::new(s)),
         Err(e) => Reply::PollFailed(e.to_string()),
+    }
+}
+
+/// The ten rules judged as `exactly doctor` judges them (no jobs file: what the database
+/// recorded of each job's registration).
+fn judge(store: &mut Store) -> Reply {
+    match crate::checklist::check(store, &crate::checklist::Options::default()) {
+        Ok(c) => Reply::Checklist(Box::new(c)),
+        Err(e) => Reply::PollFailed(format!("cannot judge the checklist: {e}")),
     }
 }
 
@@ -478,9 +513,9 @@ async fn poll_task(
             let replies = match req {
                 // The timer's polls skip the read when nothing changed; after anything else
                 // the next one reads in full.
-                Request::Poll => vec![w.poll(&mut s)],
+                Request::Poll => w.poll(&mut s),
                 req => {
-                    w = Watch::default();
+                    w.forget();
                     serve(&mut s, &req)
                 }
             };

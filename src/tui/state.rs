@@ -2,18 +2,20 @@
 //! the selection and scroll state of each view, popups. Keys change it through [`App::on_key`]
 //! (`state/keys.rs`); anything that needs the database leaves as a [`Request`] value and comes
 //! back as a [`Reply`].
+mod checklist;
 mod keys;
 mod sort;
 
 use super::input::Mode;
 use super::view;
 use crate::approval::{ApprovalRow, Resolution, Sending};
+use crate::checklist::{Checklist, Rule};
 use crate::effect::LedgerRow;
 use crate::sanitize::inert;
 use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use ratatui::layout::Rect;
 use ratatui::widgets::TableState;
-pub use sort::{ByAge, EventSort, JobSort, Sorts};
+pub use sort::{ByAge, ChecklistSort, EventSort, JobSort, Sorts};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,10 +24,18 @@ pub enum View {
     Unknown,
     Approvals,
     Events,
+    /// The essay's ten rules judged for every job (`exactly doctor`'s checklist).
+    Checklist,
 }
 
 impl View {
-    pub const ALL: [View; 4] = [View::Jobs, View::Unknown, View::Approvals, View::Events];
+    pub const ALL: [View; 5] = [
+        View::Jobs,
+        View::Unknown,
+        View::Approvals,
+        View::Events,
+        View::Checklist,
+    ];
 
     pub fn index(self) -> usize {
         match self {
@@ -33,6 +43,7 @@ impl View {
             View::Unknown => 1,
             View::Approvals => 2,
             View::Events => 3,
+            View::Checklist => 4,
         }
     }
 
@@ -42,11 +53,12 @@ impl View {
             View::Unknown => "Unknown",
             View::Approvals => "Approvals",
             View::Events => "Events",
+            View::Checklist => "Checklist",
         }
     }
 
     fn next(self) -> View {
-        View::ALL[(self.index() + 1) % 4]
+        View::ALL[(self.index() + 1) % View::ALL.len()]
     }
 }
 
@@ -168,6 +180,8 @@ pub enum Reply {
     Loaded(Loaded),
     LoadFailed(String),
     Acted(Report),
+    /// The ten rules judged again (read less often than the snapshot: see `tui::Watch`).
+    Checklist(Box<Checklist>),
     /// The ledger refused a resolution: its sender may still be sending. The act, with
     /// `force` set, waits for a second confirmation.
     InFlight(Pending, Report),
@@ -198,6 +212,11 @@ pub enum Popup {
     Typing {
         what: Typing,
         text: String,
+    },
+    /// One cell of the Checklist: a subject's result for a rule, its evidence and its fix.
+    Rule {
+        subject: String,
+        rule: Rule,
     },
 }
 
@@ -243,7 +262,11 @@ pub struct App {
     held: Option<Snapshot>,
     pub poll_error: Option<String>,
     pub view: View,
-    views: [ViewState; 4],
+    views: [ViewState; 5],
+    /// The last checklist judged; none before the first.
+    pub checklist: Option<Checklist>,
+    /// The Checklist view's selected rule column (0 to 9).
+    pub rule: usize,
     pub sort: Sorts,
     pub filter: String,
     pub frozen: bool,
@@ -276,6 +299,8 @@ impl App {
             poll_error: None,
             view: View::Jobs,
             views: Default::default(),
+            checklist: None,
+            rule: 0,
             sort: Sorts::default(),
             filter: String::new(),
             frozen: false,
@@ -303,6 +328,7 @@ impl App {
             Some(Popup::Force(_)) => Mode::Force,
             Some(Popup::Resolve { .. }) => Mode::Resolve,
             Some(Popup::Typing { .. }) => Mode::Typing,
+            Some(Popup::Rule { .. }) => Mode::Cell,
         }
     }
 
@@ -358,6 +384,7 @@ impl App {
                 (n, (sel < n).then_some(sel))
             }
             View::Events => (self.events().len(), Some(sel)),
+            View::Checklist => (self.checklist_rows().len(), Some(sel)),
         };
         if n == 0 {
             return;
@@ -469,6 +496,11 @@ impl App {
                     .collect()
             }
             View::Events => self.events().iter().map(|e| e.id.to_string()).collect(),
+            View::Checklist => self
+                .checklist_rows()
+                .iter()
+                .map(|s| s.name.as_str().to_string())
+                .collect(),
         }
     }
 
@@ -546,7 +578,7 @@ impl App {
         }
         let i = self.selected(self.view);
         match self.view {
-            View::Jobs => None,
+            View::Jobs | View::Checklist => None,
             View::Unknown => self.unknown().get(i).map(|u| EffectRef {
                 key: u.effect_key.clone(),
                 job: u.job_key.clone(),
@@ -617,6 +649,10 @@ impl App {
                     ok: false,
                     text: format!("cannot load detail: {}", inert(&e)),
                 })
+            }
+            Reply::Checklist(c) => {
+                self.checklist = Some(*c);
+                self.reanchor();
             }
             Reply::Acted(rep) => {
                 self.status = Some(rep);

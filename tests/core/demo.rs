@@ -41,6 +41,36 @@ fn the_demo_moves_every_counter_within_twenty_seconds() {
         })
     });
     assert!(over, "no job shows p99 > interval");
+    // The checklist does its work in the first minute: a run-keyed action, an action with no
+    // observer, a lease its holder outlives are each a failed rule (exit 1).
+    let (code, json, err) = env.run(&["doctor", "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let verdict = |job: &str, rule: &str| -> String {
+        let j = v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job_key"] == job);
+        let r = j.and_then(|j| {
+            j["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["rule"] == rule)
+        });
+        r.map_or("missing".into(), |r| {
+            r["verdict"].as_str().unwrap_or("").to_string()
+        })
+    };
+    for (job, rule) in [
+        ("welcome-email", "key-from-facts"),
+        ("slow-report", "far-side"),
+        ("legacy-export", "lease-bounds"),
+    ] {
+        assert_eq!(verdict(job, rule), "fail", "{job} {rule}: {v:#}");
+    }
+    assert_eq!(verdict("daily-digest", "key-from-facts"), "ok", "{v:#}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 mod support;
 
 mod commands;
+mod doctor;
 mod health;
 mod json;
 mod manners;

@@ -72,6 +72,10 @@ impl App {
                     None
                 }
             }
+            Mode::Cell => {
+                self.popup = None;
+                None
+            }
             Mode::Force => {
                 let Some(Popup::Force(act)) = self.popup.take() else {
                     return None;
@@ -183,6 +187,11 @@ impl App {
                     _ => here + page,
                 };
                 self.move_to(to);
+            }
+            KeyAction::Left | KeyAction::Right
+                if self.view == View::Checklist && self.detail.is_none() =>
+            {
+                self.move_rule(if action == KeyAction::Left { -1 } else { 1 });
             }
             KeyAction::Open => return self.open(),
             KeyAction::Back => match self.detail.take() {
@@ -328,6 +337,12 @@ impl App {
                 back,
             });
             return Some(Request::Load(focus));
+        }
+        if self.view == View::Checklist {
+            let subject = self.selected_subject()?.name.as_str().to_string();
+            let rule = self.selected_rule();
+            self.popup = Some(Popup::Rule { subject, rule });
+            return None;
         }
         let focus = match self.view {
             View::Jobs => Focus::Job(self.selected_job()?.job_key.clone()),

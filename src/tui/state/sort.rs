@@ -35,6 +35,16 @@ pub enum EventSort {
     Kind,
 }
 
+/// The Checklist view's orders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChecklistSort {
+    /// Jobs by name, then actions outside any job (the checklist's order).
+    #[default]
+    Name,
+    /// Worst first: most failed rules, then most warnings.
+    Worst,
+}
+
 /// Each view's order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sorts {
@@ -42,6 +52,7 @@ pub struct Sorts {
     pub unknown: ByAge,
     pub approvals: ByAge,
     pub events: EventSort,
+    pub checklist: ChecklistSort,
 }
 
 impl Sorts {
@@ -64,6 +75,12 @@ impl Sorts {
                     EventSort::Kind => EventSort::Newest,
                 }
             }
+            View::Checklist => {
+                self.checklist = match self.checklist {
+                    ChecklistSort::Name => ChecklistSort::Worst,
+                    ChecklistSort::Worst => ChecklistSort::Name,
+                }
+            }
         }
     }
 
@@ -81,6 +98,10 @@ impl Sorts {
             View::Events => match self.events {
                 EventSort::Newest => "newest",
                 EventSort::Kind => "kind",
+            },
+            View::Checklist => match self.checklist {
+                ChecklistSort::Name => "name",
+                ChecklistSort::Worst => "worst",
             },
         }
     }

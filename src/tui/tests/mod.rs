@@ -2,6 +2,7 @@
 //! (`fixture.rs`), every view drawn into ratatui's `TestBackend` and compared with the accepted
 //! screens in `snapshots/` (`screens.rs`), and the keys an operator types checked against the
 //! rows they change (`keys.rs`).
+mod checklist;
 mod drive;
 mod fixture;
 mod hostile;

@@ -3,13 +3,18 @@ use crate::tui::{Reply, Watch};
 use crate::Access;
 use std::time::Duration;
 
-fn kind(r: &Reply) -> &'static str {
-    match r {
-        Reply::Snapshot(_) => "snapshot",
-        Reply::Unchanged(_) => "unchanged",
-        Reply::PollFailed(_) => "failed",
-        _ => "other",
-    }
+fn kind(replies: &[Reply]) -> String {
+    let words: Vec<&str> = replies
+        .iter()
+        .map(|r| match r {
+            Reply::Snapshot(_) => "snapshot",
+            Reply::Unchanged(_) => "unchanged",
+            Reply::PollFailed(_) => "failed",
+            Reply::Checklist(_) => "checklist",
+            _ => "other",
+        })
+        .collect();
+    words.join("+")
 }
 
 /// An idle dashboard reads nothing until another connection commits or a lease it shows
@@ -29,7 +34,8 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
     .unwrap();
     let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
     let mut watch = Watch::default();
-    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+    // The first full read judges the ten rules too; the next ones keep the checklist's pace.
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     // Another connection commits: read again, then quiet again.
@@ -44,7 +50,7 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
     // No commit, but the lease shown has ended: what the snapshot says may be wrong now.
     std::thread::sleep(Duration::from_millis(1600));
-    match watch.poll(&mut reader) {
+    match watch.poll(&mut reader).remove(0) {
         Reply::Snapshot(s) => {
             let j = s.jobs.iter().find(|j| j.job_key == "soon").unwrap();
             assert!(j.lease_left_s.unwrap_or(0) <= 0, "{j:?}");
@@ -52,4 +58,41 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
         other => panic!("expected a fresh snapshot after the lease ended, got {other:?}"),
     }
     assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
+}
+
+/// The checklist reads run histories: a dashboard judges it with a full read at most every
+/// `CHECKLIST_EVERY`, also when an action or a detail read made the next read a full one.
+#[test]
+fn the_checklist_is_judged_at_its_own_pace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let path = path.to_str().unwrap();
+    let mut writer = crate::open(Some(path), Access::Write).unwrap();
+    let job = crate::JobName::from("far");
+    crate::lease::claim(&mut writer, &job, "a", Duration::from_secs(3600)).unwrap();
+    let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    let mut watch = Watch::default();
+    let first = watch.poll(&mut reader);
+    match first.get(1) {
+        Some(Reply::Checklist(c)) => {
+            let names: Vec<&str> = c.subjects.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["far"], "{c:?}");
+        }
+        other => panic!("expected the checklist after the first snapshot, got {other:?}"),
+    }
+    crate::lease::claim(
+        &mut writer,
+        &crate::JobName::from("near"),
+        "a",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+    watch.forget();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+    // Due again: judged with the next full read.
+    watch.judged_long_ago();
+    assert_eq!(kind(&watch.poll(&mut reader)), "unchanged");
+    watch.forget();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
 }

@@ -192,6 +192,10 @@ pub(super) fn draw_tabs(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     for v in View::ALL {
         let (n, alert) = match v {
             View::Jobs => (app.jobs().len(), false),
+            View::Checklist => {
+                let n = app.checklist_rows().len();
+                (n, app.jobs_failing_a_rule() > 0)
+            }
             View::Unknown => {
                 let n = app.unknown().len();
                 (n, n > 0)
@@ -202,13 +206,24 @@ pub(super) fn draw_tabs(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             }
             View::Events => (app.events().len(), false),
         };
-        let text = format!(
+        // The checklist's count is a dash until its first judgement arrives.
+        let n = match v {
+            View::Checklist if app.checklist.is_none() => "-".to_string(),
+            _ => n.to_string(),
+        };
+        let mut text = format!(
             "{} {} {}{}",
             v.index() + 1,
             v.title(),
             n,
             if alert { "!" } else { "" }
         );
+        // The job count says how many jobs break one of the ten rules (view 5 shows which).
+        let failing = app.jobs_failing_a_rule();
+        if v == View::Jobs && failing > 0 {
+            let (mark, _) = verdict_mark(crate::checklist::Verdict::Fail, t);
+            text.push_str(&format!(" ({failing}{mark})"));
+        }
         if v == app.view {
             spans.push(Span::styled(format!("[{text}]"), t.selected()));
         } else {

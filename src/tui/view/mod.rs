@@ -5,6 +5,7 @@
 //! One file per view (bottom's `canvas/widgets/`): jobs, unknown, approvals, events, job and
 //! effect detail, popups, header and footer, table fitting.
 mod approvals;
+mod checklist;
 mod effect_detail;
 mod events;
 mod footer;
@@ -38,6 +39,7 @@ pub const UNKNOWN_ALERT_S: i64 = 15 * 60;
 pub const APPROVAL_ALERT_S: i64 = 60 * 60;
 
 use approvals::*;
+use checklist::*;
 use effect_detail::*;
 use events::*;
 use footer::*;
@@ -79,7 +81,7 @@ fn list_layout(area: Rect) -> [Rect; 2] {
 /// How many rows of view `v`'s scrolled table fit in `body`, laid out as its draw lays it out.
 pub(super) fn rows_shown(app: &App, v: View, body: Rect) -> usize {
     table_rows(match v {
-        View::Jobs | View::Unknown => list_layout(body)[0],
+        View::Jobs | View::Unknown | View::Checklist => list_layout(body)[0],
         View::Events => body,
         View::Approvals => approvals_layout(body, app.approvals().1.len())[1],
     })
@@ -104,6 +106,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
             View::Unknown => draw_unknown(f, app, &t, body, now),
             View::Approvals => draw_approvals(f, app, &t, body, now),
             View::Events => draw_events(f, app, &t, body),
+            View::Checklist => draw_checklist(f, app, &t, body),
         },
     }
     draw_status(f, app, &t, status, now);
@@ -114,6 +117,7 @@ pub fn draw(f: &mut Frame, app: &App, now: Ts) {
         Some(Popup::Confirm(act)) => draw_confirm(f, &t, act),
         Some(Popup::Force(act)) => draw_force(f, &t, act),
         Some(Popup::Resolve { key, job, terms }) => draw_resolve(f, &t, key, job, terms.as_deref()),
+        Some(Popup::Rule { subject, rule }) => draw_rule(f, app, &t, subject, *rule),
         _ => {}
     }
 }

@@ -27,6 +27,7 @@ pub(super) fn draw_help(f: &mut Frame, t: &Theme) {
         (Mode::Resolve, "Resolve (after r)"),
         (Mode::Typing, "Typing (filter, note)"),
         (Mode::Help, "This help"),
+        (Mode::Cell, "A rule's evidence (Enter in 5)"),
     ] {
         lines.push(Line::styled(title, t.head()));
         for b in of_mode(mode) {

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 from . import _native
 from ._native import BusyError, Error, StoreError, UsageError
 
+__version__: str = _native.__version__
+"""This release's version: the ``exactly-ledger`` distribution's and ``exactly --version``'s."""
+
 __all__ = [
     "open", "key", "Store", "Lease", "Effect", "Outcome", "Kind", "Observation",
     "HAPPENED", "NOT_HAPPENED", "CANT_TELL", "Happened", "Decision", "Resolution",

@@ -554,6 +554,8 @@ impl Db {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The workspace's one version (root Cargo.toml): the distribution's and `exactly --version`'s.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Db>()?;
     m.add_class::<Paused>()?;
     m.add_function(wrap_pyfunction!(key, m)?)?;

@@ -241,9 +241,11 @@ fn discover() -> Option<Subtree> {
 /// A fresh random id (16 hex digits) for a cage's cookie and cgroup name.
 fn fresh_id() -> String {
     let mut b = [0u8; 8];
+    // The system call, not glibc's getrandom(3): that wrapper is glibc 2.25's, and the wheels
+    // are built for glibc 2.17 (manylinux2014), where a call to it cannot be linked or loaded.
     // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
+    let n = unsafe { libc::syscall(libc::SYS_getrandom, b.as_mut_ptr(), b.len(), 0) };
+    if n != b.len() as libc::c_long {
         // No kernel randomness: the pid and the clock still tell two cages apart here.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

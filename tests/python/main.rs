@@ -1,16 +1,18 @@
-//! The Python module (python/): built and installed as a newcomer would (`pip install
-//! ./python` into a virtual environment), then its pytest suite run against this build's
+//! The Python module (python/): built as a release is (the manylinux2014 wheel of wheel.rs)
+//! and installed into a virtual environment, then its pytest suite run against this build's
 //! binary, on SQLite and on PostgreSQL: the protocol's outcomes, the key vectors of `exactly
 //! key`, the lease context manager, approvals across Python and the CLI, asyncio, the `with`
 //! form, the kill test (Python workers SIGKILLed at each point of an effect, hundreds of
 //! times), and a real LangGraph graph SIGKILLed mid-node and resumed.
 //!
-//! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest; mypy and pyright for
-//! the types' test, pyright running on Node, which it fetches when none is installed; langgraph
-//! and langgraph-checkpoint-sqlite for the LangGraph wrapper's kill test); `.ci/run`
-//! makes sure of both. Nothing here skips: a missing Python fails the test, saying what is missing.
+//! Needs `python3` with `venv` and pip's access to PyPI (maturin, ziglang, auditwheel, pytest;
+//! mypy and pyright for the types' test, pyright running on Node, which it fetches when none is
+//! installed; langgraph and langgraph-checkpoint-sqlite for the LangGraph wrapper's kill test);
+//! `.ci/run` makes sure of both. Nothing here skips: a missing Python fails the test, saying
+//! what is missing.
 #[path = "../support/mod.rs"]
 mod support;
+mod wheel;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -34,14 +36,22 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     ))
 }
 
-/// The virtual environment's python with this checkout's module installed: made once per test
-/// process (both backends' tests share it).
+/// The virtual environment's python with this checkout's module installed (the manylinux
+/// wheel wheel.rs builds, the one users get): made once per test process (both backends'
+/// tests share it).
 fn python() -> Result<PathBuf, String> {
     static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PY.get_or_init(install).clone()
 }
 
-fn install() -> Result<PathBuf, String> {
+/// The virtual environment with the tools (maturin and ziglang to build the wheels, auditwheel,
+/// pytest, mypy, pyright): made once per test process.
+fn tools() -> Result<PathBuf, String> {
+    static TOOLS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    TOOLS.get_or_init(make_tools).clone()
+}
+
+fn make_tools() -> Result<PathBuf, String> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
     let py = venv.join("bin").join("python");
     if !py.exists() {
@@ -53,7 +63,7 @@ fn install() -> Result<PathBuf, String> {
     let have_tools = Command::new(&py)
         .args([
             "-c",
-            "import maturin, pytest, mypy, pyright, langgraph.checkpoint.sqlite",
+            "import maturin, ziglang, auditwheel, pytest, mypy, pyright, langgraph.checkpoint.sqlite",
         ])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -65,6 +75,8 @@ fn install() -> Result<PathBuf, String> {
                 "install",
                 "-q",
                 "maturin>=1.5,<2",
+                "ziglang",
+                "auditwheel",
                 "pytest",
                 "mypy",
                 "pyright",
@@ -73,10 +85,16 @@ fn install() -> Result<PathBuf, String> {
                 "langgraph",
                 "langgraph-checkpoint-sqlite",
             ]),
-            "pip install maturin pytest mypy pyright langgraph langgraph-checkpoint-sqlite",
+            "pip install maturin ziglang auditwheel pytest mypy pyright langgraph langgraph-checkpoint-sqlite",
         )?;
     }
-    // Its own target folder: this test's cargo holds the lock on the workspace's.
+    Ok(py)
+}
+
+fn install() -> Result<PathBuf, String> {
+    let py = tools()?;
+    // The module alone: the suite runs against this build's binary (EXACTLY_BIN).
+    let module = wheel::wheels()?.module;
     run(
         Command::new(&py)
             .args([
@@ -87,12 +105,8 @@ fn install() -> Result<PathBuf, String> {
                 "--force-reinstall",
                 "--no-deps",
             ])
-            .arg(root().join("python"))
-            .env(
-                "CARGO_TARGET_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-build"),
-            ),
-        "pip install ./python",
+            .arg(&module),
+        "pip install the module's wheel",
     )?;
     Ok(py)
 }
@@ -103,7 +117,7 @@ fn pytest(db: Option<&str>) -> Result<(), String> {
     let mut cmd = Command::new(&py);
     cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"])
         .arg(root().join("python").join("tests"))
-        // Not python/: its exactly/ (without the built module) would shadow the installed one.
+        // wheel.rs runs from python/ (`python -m pytest` there imports the installed module).
         .current_dir(root().join("python").join("tests"))
         .env("EXACTLY_BIN", support::bin())
         .env_remove("EXACTLY_DB")

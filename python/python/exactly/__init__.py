@@ -41,6 +41,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from . import _context, _native
 from ._native import BusyError, Error, StoreError, UsageError
 
+__version__: str = _native.__version__
+"""This release's version: the ``exactly-ledger`` distribution's and ``exactly --version``'s."""
+
 __all__ = [
     "open", "key", "Store", "Lease", "Effect", "Outcome", "Kind", "Observation",
     "HAPPENED", "NOT_HAPPENED", "CANT_TELL", "Happened", "Decision", "Resolution",

@@ -38,15 +38,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+import farside  # noqa: E402 - the far side that does not dedupe, shared with the peers
 SIDES = ["theirs-default", "theirs-full", "ours", "rust"]
 LABELS = {
     "theirs-default": "exactly-once 0.2.1, default (synchronous=NORMAL)",
@@ -207,50 +205,21 @@ def perf(args: argparse.Namespace, work: Path) -> Dict[str, Any]:
 # The crash after the send, on both
 
 
-class FarSide(BaseHTTPRequestHandler):
-    """A payment service that does not dedupe: every POST is one more charge."""
-
-    charges: Dict[str, int] = {}
-    lock = threading.Lock()
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        key = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["key"][0]
-        with self.lock:
-            self.charges[key] = self.charges.get(key, 0) + 1
-        self.answer(f"charge {self.charges[key]} for {key}")
-
-    def do_GET(self) -> None:  # noqa: N802
-        key = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["key"][0]
-        with self.lock:
-            self.answer(str(self.charges.get(key, 0)))
-
-    def answer(self, text: str) -> None:
-        body = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a: Any) -> None:
-        pass
-
-
 def crash_child(lib: str, db: str, url: str, mode: str) -> None:
     """`compare.py --crash-child LIB DB URL MODE`: MODE `send` charges and waits to be killed
     after the request left; `retry` runs the same charge again and prints what happened."""
 
+    os.environ["FAR_SIDE_URL"] = url
+    if mode == "send":  # the far side's client prints "sent" and waits for the SIGKILL
+        os.environ["PEER_FAULT"] = "kill_after_send"
+    else:
+        os.environ.pop("PEER_FAULT", None)
+
     def charge(key: str) -> str:
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/charge?key={key}",
-                                                           method="POST")) as r:
-            answer = r.read().decode()
-        if mode == "send":
-            print("sent", flush=True)  # the parent SIGKILLs us now: the answer is never recorded
-            time.sleep(3600)
-        return answer
+        return farside.charge(key, "order-42", 1200)
 
     def charged(key: str) -> int:
-        with urllib.request.urlopen(f"{url}/charges?key={key}") as r:
-            return int(r.read())
+        return farside.charged(key)
 
     if lib == "ours":
         import exactly
@@ -310,9 +279,7 @@ def meaning(lib: str, r: Dict[str, Any]) -> str:
 
 
 def crash(work: Path) -> Dict[str, Any]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FarSide)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    server, url, charges = farside.serve()
     print("\nCrash after the send: a worker charges order-42 at a far side that does not dedupe, "
           "is SIGKILLed\nafter the request left and before its answer is recorded; then a retry "
           "runs the same charge.")
@@ -321,7 +288,7 @@ def crash(work: Path) -> Dict[str, Any]:
                       ("theirs-probe", "exactly-once, check_then_decide(prober)"),
                       ("ours", "exactly, observer given (`observe=`)")]:
         db = work / f"crash-{lib}.db"
-        FarSide.charges.clear()
+        charges.clear()
         child = subprocess.Popen([sys.executable, __file__, "--crash-child", lib, str(db), url,
                                   "send"], stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None
@@ -331,13 +298,13 @@ def crash(work: Path) -> Dict[str, Any]:
             raise SystemExit(f"{lib}: the worker did not send (said {line!r})")
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-        sent_before = sum(FarSide.charges.values())
+        sent_before = sum(charges.values())
         out = subprocess.run([sys.executable, __file__, "--crash-child", lib, str(db), url,
                               "retry"], capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise SystemExit(f"{lib} retry failed:\n{out.stdout}\n{out.stderr}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        r["charges"] = sum(FarSide.charges.values())
+        r["charges"] = sum(charges.values())
         r["charges_before_retry"] = sent_before
         results[lib] = r
         waited = f" (after {r['waited_s']} s: the killed worker's lease ended)" \

@@ -5,7 +5,7 @@ outside the lines count_lines.py counts: it stands for the payment provider's cl
 PEER_FAULT (in the worker's environment):
   kill_after_send  the request reached the far side; print "sent" and wait to be SIGKILLed
   lose_answer      the request reached the far side; raise as a timeout reading the answer would
-  slow             the request reached the far side; answer after 1 s (two workers overlap)
+  slow             the request takes 1 s to reach the far side (two workers overlap meanwhile)
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Tuple
 
-URL = os.environ.get("FAR_SIDE_URL", "http://127.0.0.1:8099")
+
+
+def _url() -> str:
+    return os.environ.get("FAR_SIDE_URL", "http://127.0.0.1:8099")
 
 
 class AnswerLost(ConnectionError):
@@ -27,22 +30,22 @@ class AnswerLost(ConnectionError):
 def charge(key: str, order: str, cents: int) -> str:
     """POSTs one charge with `key` as its idempotency key (which this far side ignores)."""
     q = urllib.parse.urlencode({"key": key, "order": order, "cents": cents})
-    with urllib.request.urlopen(urllib.request.Request(f"{URL}/charge?{q}", method="POST")) as r:
-        answer = r.read().decode()
     fault = os.environ.get("PEER_FAULT")
+    if fault == "slow":
+        time.sleep(1.0)
+    with urllib.request.urlopen(urllib.request.Request(f"{_url()}/charge?{q}", method="POST")) as r:
+        answer = r.read().decode()
     if fault == "kill_after_send":
         print("sent", flush=True)
         time.sleep(3600)
     if fault == "lose_answer":
         raise AnswerLost(f"charge {key}: the connection dropped before the answer")
-    if fault == "slow":
-        time.sleep(1.0)
     return answer
 
 
 def charged(key: str) -> int:
     """How many charges the far side holds for `key`: what an observer asks."""
-    with urllib.request.urlopen(f"{URL}/charges?{urllib.parse.urlencode({'key': key})}") as r:
+    with urllib.request.urlopen(f"{_url()}/charges?{urllib.parse.urlencode({'key': key})}") as r:
         return int(r.read())
 
 

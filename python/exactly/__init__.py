@@ -198,6 +198,9 @@ class LeaseEnding(EffectNotDone):
     """Too little of the lease was left to send."""
 
 
+# By value, for Outcome._of: a dict lookup, not Enum's call.
+_KINDS = {k.value: k for k in Kind}
+
 _RAISES = {
     Kind.FENCED: Fenced,
     Kind.AWAITING_APPROVAL: AwaitingApproval,
@@ -238,7 +241,7 @@ class Outcome:
     @staticmethod
     def _of(d: Dict[str, Any], error: Optional[BaseException] = None) -> "Outcome":
         return Outcome(
-            outcome=Kind(d["outcome"]), key=d["key"], response=d.get("response"),
+            outcome=_KINDS[d["outcome"]], key=d["key"], response=d.get("response"),
             reason=d.get("reason"), state=d.get("state"), exit_code=d["exit_code"], error=error,
         )
 
@@ -293,6 +296,10 @@ def _check_value(v: Any, where: str) -> None:
     raise UsageError(f"{where}: {_a(v)} is not a JSON value")
 
 
+# One encoder for every call: json.dumps(…, allow_nan=False) builds a new one each time.
+_JSON = json.JSONEncoder(allow_nan=False)
+
+
 def _inputs_json(inputs: Optional[Inputs]) -> str:
     if inputs is not None and not isinstance(inputs, Mapping):
         raise UsageError(f"inputs must be a mapping of names to values, not {_a(inputs)}")
@@ -300,7 +307,7 @@ def _inputs_json(inputs: Optional[Inputs]) -> str:
         if not isinstance(k, str):
             raise UsageError(f"input name {k!r} is {_a(k)}, not a string")
         _check_value(v, f"input {k}")
-    return json.dumps(dict(inputs or {}), allow_nan=False)
+    return _JSON.encode(dict(inputs or {}))
 
 
 def _text(what: str, v: Any) -> str:
@@ -491,9 +498,9 @@ class Lease:
                observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """:meth:`Store.effect` under this lease's job and token."""
-        return self.store.effect(self.job, self.token, action=action, target=target,
-                                 inputs=inputs, terms=terms, needs_approval=needs_approval,
-                                 observe=observe, run_id=run_id)
+        return Effect(self.store, self.job, self.token, action=action, target=target,
+                      inputs=inputs, terms=terms, needs_approval=needs_approval,
+                      observe=observe, run_id=run_id)
 
     def _renewer(self) -> None:
         # Its own connection: the main one is busy for as long as a perform runs.
@@ -568,7 +575,10 @@ class Effect:
         if run_id is None and os.environ.get("EXACTLY_JOB") == self.job:
             run_id = os.environ.get("EXACTLY_RUN_ID")
         self.run_id = run_id
-        self.key = key(action, target, self.inputs)
+        # The inputs checked and encoded once: the key and the ledger's step read the same text.
+        self._inputs_text = _inputs_json(self.inputs)
+        self.key = _native.key(_text("action", action), _text("target", target),
+                               self._inputs_text)
 
     def __repr__(self) -> str:
         return f"Effect(job={self.job!r}, key={self.key!r})"
@@ -651,7 +661,7 @@ class Effect:
 
         d = self.store._db.run_effect(
             self.job, self.token, self.run_id, self.action, self.target,
-            _inputs_json(self.inputs), self.terms, self.needs_approval, do,
+            self._inputs_text, self.terms, self.needs_approval, do,
             look if observe else None)
         if awaitable:
             raise UsageError(

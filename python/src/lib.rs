@@ -368,7 +368,8 @@ impl Db {
             needs_approval,
             observe_cmd: None,
         };
-        spec.checked_key().map_err(err)?;
+        // effect::run refuses an ambiguous key itself, before it touches the ledger: checking
+        // here too derived the key a second time on every call.
         let mut far_side = PyEffect { perform, observe };
         let out = self.with(py, |s| effect::run(s, &ctx, &spec, &mut far_side))?;
         Ok(outcome_dict(py, &out)?.unbind())

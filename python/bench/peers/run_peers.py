@@ -9,7 +9,7 @@ dedupe, in real processes, and prints what each did and how many charges the far
                     a retry runs, as above
   overlap           two workers start the same charge at once (a second worker, or a deploy's
                     old and new process) while the request takes 1 s to reach the far side;
-                    three times
+                    --trials times (5)
 
 and the durability each runs at by default, read from the store itself (SQLite's
 `PRAGMA synchronous` on the library's own connection, Redis' `CONFIG GET appendonly`).
@@ -111,7 +111,7 @@ def fresh(work: Path, redis_url: Optional[str]) -> None:
 
 
 def scenario(name: str, run: Run, charges: Dict[str, int], wait: float,
-             redis_url: Optional[str]) -> Dict[str, Any]:
+             redis_url: Optional[str], trials_n: int = 5) -> Dict[str, Any]:
     fresh(run.work, redis_url)
     charges.clear()
     r: Dict[str, Any] = {}
@@ -130,14 +130,14 @@ def scenario(name: str, run: Run, charges: Dict[str, int], wait: float,
         r["first"] = run.finish(run.start("lose_answer"))
     elif name == "overlap":
         trials = []
-        for t in range(3):
+        for t in range(trials_n):
             if t:
                 fresh(run.work, redis_url)
                 charges.clear()
             a, b = run.start("slow"), run.start("slow")
             ends = f"{run.finish(a)} | {run.finish(b)}"
             trials.append(sum(charges.values()))
-        r["first"] = f"{ends} (last of 3; charges in each: {trials})"
+        r["first"] = f"{ends} (last of {trials_n}; charges in each: {trials})"
         r["overlap_charges"] = trials
     r["charges_before_retry"] = sum(charges.values())
     end, waited, n = run.retry(wait)
@@ -226,6 +226,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated peers: " + ",".join(PEERS))
     ap.add_argument("--wait", type=float, default=20.0,
                     help="seconds a retry refused as in progress is re-run")
+    ap.add_argument("--trials", type=int, default=5, help="overlap trials per peer")
     ap.add_argument("--json", help="also write every result to this file")
     args = ap.parse_args()
     peers = args.only.split(",") if args.only else list(PEERS)
@@ -255,7 +256,7 @@ def main() -> None:
             print(f"\n{peer}: default durability: {res['durability']}")
             for name in ("crash_after_send", "unknown_outcome", "overlap"):
                 r = scenario(name, run, charges, args.wait,
-                             redis_url if peer == "powertools" else None)
+                             redis_url if peer == "powertools" else None, args.trials)
                 res[name] = r
                 print(f"  {name:17} first: {r['first']}\n  {'':17} retry: {r['retry']} "
                       f"(after {r['waited_s']} s, {r['retries']} run(s)); far side charged "

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import farside  # noqa: E402 - the far side that does not dedupe, shared with the peers
 SIDES = ["theirs-default", "theirs-full", "ours", "rust"]
 LABELS = {
-    "theirs-default": "exactly-once 0.2.1, default (synchronous=NORMAL)",
+    "theirs-default": "exactly-once, default (synchronous=NORMAL)",
     "theirs-full": "exactly-once, synchronous=FULL (set on _conn)",
     "ours": "exactly (Python), default = synchronous=FULL",
     "rust": "exactly's Rust library alone, synchronous=FULL",

@@ -5,7 +5,8 @@
 //! test (Python workers SIGKILLed at each point of an effect, hundreds of times).
 //!
 //! Needs `python3` with `venv` and pip's access to PyPI (maturin, pytest; mypy and pyright for
-//! the types' test, pyright running on Node, which it fetches when none is installed); `.ci/run`
+//! the types' test, pyright running on Node, which it fetches when none is installed;
+//! exactly-once for the smoke test of python/bench/compare.py); `.ci/run`
 //! makes sure of both. Nothing here skips: a missing Python fails the test, saying what is missing.
 #[path = "../support/mod.rs"]
 mod support;
@@ -49,7 +50,7 @@ fn install() -> Result<PathBuf, String> {
         )?;
     }
     let have_tools = Command::new(&py)
-        .args(["-c", "import maturin, pytest, mypy, pyright"])
+        .args(["-c", "import maturin, pytest, mypy, pyright, exactly_once"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !have_tools {
@@ -63,8 +64,10 @@ fn install() -> Result<PathBuf, String> {
                 "pytest",
                 "mypy",
                 "pyright",
+                // python/bench/compare.py's smoke test runs it beside this module.
+                "exactly-once==0.2.1",
             ]),
-            "pip install maturin pytest mypy pyright",
+            "pip install maturin pytest mypy pyright exactly-once",
         )?;
     }
     // Its own target folder: this test's cargo holds the lock on the workspace's.

@@ -181,6 +181,16 @@ def perf(args: argparse.Namespace, work: Path) -> Dict[str, Any]:
         result[side] = dict(s, rounds=[round(x["p50"], 3) for x in rounds[side]])
         each = " ".join(f"{x['p50']:.3f}" for x in rounds[side])
         print(f"  {LABELS[side]:50} {s['p50']:7.3f} {s['mean']:7.3f} {s['p99']:7.3f}   {each}")
+    unsteady = [LABELS[s] for s in sides
+                if max(result[s]["rounds"]) > 1.5 * max(min(result[s]["rounds"]), 1e-9)]
+    load = float(loadavg().split()[0] or 0)
+    if load > (os.cpu_count() or 1):
+        print(f"\n  LOAD {load} ON {os.cpu_count()} CORES: the figures say little; measure again when "
+              "`uptime` shows the machine quiet.")
+    if unsteady:
+        print("\n  THE ROUNDS DISAGREE (p50 of one round over 1.5x another's) for: "
+              + "; ".join(unsteady) + ".\n  Something else used the disk or the CPUs: these "
+              "figures say little; measure again when `uptime` shows the machine quiet.")
     ours, theirs = result["ours"], result["theirs-full"]
     met = ours["p50"] <= theirs["p50"] and ours["mean"] <= theirs["mean"]
     print(f"\n  equal durability (FULL): ours {ours['p50']:.3f} / {ours['mean']:.3f} ms, theirs "

@@ -1,14 +1,14 @@
 //! `cargo bench`: what exactly-once costs, against SQLite's own limit, and what the dashboard
-//! costs when nothing changes (one module per part: write, claims, poll, top, fire, chaos,
-//! pg, scaleout; `stamp` makes commands that record their own start). Prints a table and
+//! costs when nothing changes (one module per part: write, lifecycle, claims, poll, top, fire,
+//! chaos, pg, scaleout; `stamp` makes commands that record their own start). Prints a table and
 //! writes `target/bench/summary.json`.
 //!
 //! Everything runs against real SQLite files under `target/bench/` (one file system for the
 //! bare and the product writes) and, for `top`, claims, fire lag and chaos, the real release
 //! binary that `cargo bench` builds (`CARGO_BIN_EXE_exactly`). `EXACTLY_BENCH_SMOKE=1` runs every
 //! part at tiny sizes for seconds (CI does this: it checks the benches still work, not the
-//! figures). `EXACTLY_BENCH_ONLY=write,claims,poll,top,fire,chaos,pg` runs a subset (the summary
-//! then holds only those keys).
+//! figures). `EXACTLY_BENCH_ONLY=write,lifecycle,claims,poll,top,fire,chaos,pg` runs a subset
+//! (the summary then holds only those keys).
 //!
 //! With `EXACTLY_BENCH_PG=postgres://user:pass@host:port/db` the `pg` part measures the same
 //! write ratio, claim race and dashboard poll against that PostgreSQL server (the `pg_*` keys,
@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 mod chaos;
 mod claims;
 mod fire;
+mod lifecycle;
 mod output;
 mod pg;
 mod poll;
@@ -43,6 +44,7 @@ mod write;
 use chaos::*;
 use claims::*;
 use fire::*;
+use lifecycle::*;
 use output::*;
 use pg::*;
 use poll::*;
@@ -160,6 +162,10 @@ fn main() -> Res<()> {
     if wants("write") {
         eprintln!("bench: write_ratio …");
         write_ratio(&plan, &root, &mut out)?;
+    }
+    if wants("lifecycle") {
+        eprintln!("bench: lifecycle latency …");
+        lifecycle_latency(&plan, &root, &mut out)?;
     }
     if wants("claims") {
         eprintln!("bench: claim_contention …");

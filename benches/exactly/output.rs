@@ -27,6 +27,8 @@ pub(crate) fn print_table(s: &Value, smoke: bool) {
         "bare_commits_per_s",
         "wal_frames_per_lifecycle",
         "wal_frames_per_bare_commit",
+        "lifecycle_p50_us",
+        "lifecycle_mean_us",
         "pg_write_ratio",
         "pg_lifecycles_per_s",
         "pg_bare_commits_per_s",

@@ -7,9 +7,9 @@
 //!
 //! Needs `python3` with `venv` and pip's access to PyPI (maturin, ziglang, auditwheel, pytest;
 //! mypy and pyright for the types' test, pyright running on Node, which it fetches when none is
-//! installed; langgraph and langgraph-checkpoint-sqlite for the LangGraph wrapper's kill test);
-//! `.ci/run` makes sure of both. Nothing here skips: a missing Python fails the test, saying
-//! what is missing.
+//! installed; langgraph and langgraph-checkpoint-sqlite for the LangGraph wrapper's kill test;
+//! exactly-once for the smoke test of python/bench/compare.py); `.ci/run` makes sure of both.
+//! Nothing here skips: a missing Python fails the test, saying what is missing.
 #[path = "../support/mod.rs"]
 mod support;
 mod wheel;
@@ -63,7 +63,7 @@ fn make_tools() -> Result<PathBuf, String> {
     let have_tools = Command::new(&py)
         .args([
             "-c",
-            "import maturin, ziglang, auditwheel, pytest, mypy, pyright, langgraph.checkpoint.sqlite",
+            "import maturin, ziglang, auditwheel, pytest, mypy, pyright, langgraph.checkpoint.sqlite, exactly_once",
         ])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -84,8 +84,10 @@ fn make_tools() -> Result<PathBuf, String> {
                 // checkpointer.
                 "langgraph",
                 "langgraph-checkpoint-sqlite",
+                // python/bench/compare.py's smoke test runs it beside this module.
+                "exactly-once==0.2.1",
             ]),
-            "pip install maturin ziglang auditwheel pytest mypy pyright langgraph langgraph-checkpoint-sqlite",
+            "pip install maturin ziglang auditwheel pytest mypy pyright langgraph langgraph-checkpoint-sqlite exactly-once",
         )?;
     }
     Ok(py)

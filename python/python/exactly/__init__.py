@@ -185,6 +185,9 @@ class LeaseEnding(EffectNotDone):
     """Too little of the lease was left to send."""
 
 
+# By value, for Outcome._of: a dict lookup, not Enum's call.
+_KINDS = {k.value: k for k in Kind}
+
 _RAISES = {
     Kind.FENCED: Fenced,
     Kind.AWAITING_APPROVAL: AwaitingApproval,
@@ -224,10 +227,14 @@ class Outcome:
 
     @staticmethod
     def _of(d: Dict[str, Any], error: Optional[BaseException] = None) -> "Outcome":
-        return Outcome(
-            outcome=Kind(d["outcome"]), key=d["key"], response=d.get("response"),
+        # Filled in one step, not through the frozen dataclass's __init__ (a guarded call's
+        # Python cost: 18k instructions that way, 7.5k this way). Every field is set here.
+        o = object.__new__(Outcome)
+        o.__dict__.update(
+            outcome=_KINDS[d["outcome"]], key=d["key"], response=d.get("response"),
             reason=d.get("reason"), state=d.get("state"), exit_code=d["exit_code"], error=error,
         )
+        return o
 
 
 @dataclass(frozen=True)
@@ -280,14 +287,19 @@ def _check_value(v: Any, where: str) -> None:
     raise UsageError(f"{where}: {_a(v)} is not a JSON value")
 
 
+# One encoder for every call: json.dumps(…, allow_nan=False) builds a new one each time.
+_JSON = json.JSONEncoder(allow_nan=False)
+
+
 def _inputs_json(inputs: Optional[Inputs]) -> str:
-    if inputs is not None and not isinstance(inputs, Mapping):
+    if inputs is not None and type(inputs) is not dict and not isinstance(inputs, Mapping):
         raise UsageError(f"inputs must be a mapping of names to values, not {_a(inputs)}")
     for k, v in (inputs or {}).items():
         if not isinstance(k, str):
             raise UsageError(f"input name {k!r} is {_a(k)}, not a string")
-        _check_value(v, f"input {k}")
-    return json.dumps(dict(inputs or {}), allow_nan=False)
+        if type(v) is not str:  # a string is always fine: no need to name where it is
+            _check_value(v, f"input {k}")
+    return _JSON.encode(dict(inputs or {}))
 
 
 def _text(what: str, v: Any) -> str:
@@ -489,9 +501,9 @@ class Lease:
                observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """:meth:`Store.effect` under this lease's job and token."""
-        return self.store.effect(self.job, self.token, action=action, target=target,
-                                 inputs=inputs, terms=terms, needs_approval=needs_approval,
-                                 observe=observe, run_id=run_id)
+        return Effect(self.store, self.job, self.token, action=action, target=target,
+                      inputs=inputs, terms=terms, needs_approval=needs_approval,
+                      observe=observe, run_id=run_id)
 
     def _renewer(self) -> None:
         # Its own connection: the main one is busy for as long as a perform runs.

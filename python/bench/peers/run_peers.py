@@ -40,6 +40,7 @@ import farside  # noqa: E402
 
 PEERS = {
     "exactly": "exactly_run.py",
+    "exactly-with": "exactly_with.py",
     "exactly-once": "exactly_once_peer.py",
     "powertools": "powertools_peer.py",
     "dbos": "dbos_peer.py",

@@ -176,7 +176,7 @@ on_both_backends! {
         assert!(e.contains("without a fencing token"), "{e}");
     }
 
-    /// Rule 6: an open unknown warns (a day later it fails); once resolved, ok.
+    /// Rule 6: an open unknown warns (a day later it fails: below); once resolved, ok.
     #[test]
     fn unknown_resolved_warns_while_an_unknown_is_open() {
         let env = Env::new();
@@ -435,4 +435,27 @@ fn a_schema_8_database_is_judged_read_only() {
     assert!(e.contains("cannot judge"), "{e}");
     assert_eq!(verdict(&env, "old", "kill-test", &[]).0, "warn");
     assert_eq!(env.sql_count("PRAGMA user_version"), 8, "not upgraded");
+}
+
+/// Rule 6 fails once an unknown has been open for a day: the same database judged by a doctor
+/// whose clock is 25 hours ahead (libfaketime). SQLite only: on PostgreSQL the ages come from
+/// the server's clock.
+#[test]
+fn unknown_resolved_fails_for_an_unknown_a_day_old() {
+    let env = Env::new();
+    let t = env.claim("lost", "60s");
+    assert_eq!(
+        effect(&env, "lost", t, "x", &[], "exit 1"),
+        6,
+        "the command failed"
+    );
+    assert_eq!(verdict(&env, "lost", "unknown-resolved", &[]).0, "warn");
+    let mut later = env.cmd();
+    later.args(["doctor", "--json", "--job", "lost"]);
+    support::skew_clock(&mut later, "+25h");
+    let out = later.output().expect("run exactly doctor");
+    assert_eq!(out.status.code(), Some(1), "a failed rule: exit 1");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let (verdict, evidence, _) = judged(&v, "lost", "unknown-resolved");
+    assert_eq!(verdict, "fail", "{evidence}");
 }

@@ -152,8 +152,17 @@ fn top_in_a_real_terminal() {
         "Enter",
     ]);
     let s = t.wait_for("invoices");
-    assert!(s.contains("[1 Jobs 1]") && s.contains("never-sent"), "{s}");
+    // The job count gains `(1✘)` once the checklist is judged (a job with no observer).
+    assert!(s.contains("[1 Jobs 1") && s.contains("never-sent"), "{s}");
     assert!(t.alternate_on());
+
+    // The Checklist view: the job's row, its rules as glyphs, the rule it breaks named.
+    t.keys(&["5"]);
+    let s = t.wait_for("BREAKS");
+    assert!(
+        s.contains("[5 Checklist 1!]") && s.contains("✘ far-side") && s.contains("1 Jobs 1 (1✘)"),
+        "{s}"
+    );
 
     // Approve: 3, a, y.
     t.keys(&["3"]);
@@ -201,7 +210,7 @@ fn top_in_a_real_terminal() {
     assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
     assert!(s.contains("[2 Unknown 0]"), "{s}");
     t.keys(&["1"]);
-    t.wait_for("[1 Jobs 1]");
+    t.wait_for("[1 Jobs 1");
 
     // Quit: the shell is back, the alternate screen is gone.
     t.keys(&["q"]);

@@ -102,28 +102,16 @@ impl Attempt {
     /// Refuses a spec whose key could be read two ways.
     pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
         let key = spec.checked_key()?;
-        Ok(Attempt {
-            key,
-            digest: spec.input_digest(),
-            fields: crate::key::input_fields(
-                &spec.action,
-                &spec.target,
-                &spec.inputs,
-                &ctx.run_id,
-                std::env::var("EXACTLY_SCHEDULED_AT").ok().as_deref(),
-                ctx.now(),
-            ),
-            ctx: ctx.clone(),
-            spec: spec.clone(),
-            attempt: attempt.to_string(),
-            sender: None,
-            granted: None,
-            looked_at: None,
-            submitted: None,
-            duplicate: None,
-            rereads: 0,
-            last: Io::Begin,
-        })
+        let mut att = Attempt::for_row(ctx, spec, key, &spec.input_digest(), attempt);
+        att.fields = crate::key::input_fields(
+            &spec.action,
+            &spec.target,
+            &spec.inputs,
+            &ctx.run_id,
+            std::env::var("EXACTLY_SCHEDULED_AT").ok().as_deref(),
+            ctx.now(),
+        );
+        Ok(att)
     }
 
     /// An attempt at the effect a ledger row holds, under its recorded `key` and input

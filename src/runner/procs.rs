@@ -48,30 +48,43 @@ fn scan(db_id: &str, job: &str, slot: Option<&str>) -> Vec<FiringProc> {
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        if !want.iter().all(|w| vars.contains(&w.as_bytes())) {
+        let Some((slot, run_id)) = firing_of(&env, &want) else {
             continue;
-        }
+        };
         let Some((state, pgid)) = stat(pid) else {
             continue;
         };
         if state == "Z" {
             continue;
         }
-        let var = |name: &[u8]| {
-            vars.iter()
-                .find_map(|v| v.strip_prefix(name))
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default()
-        };
         out.push(FiringProc {
             pid,
             pgid,
-            slot: var(b"EXACTLY_SCHEDULED_AT="),
-            run_id: var(b"EXACTLY_RUN_ID="),
+            slot,
+            run_id,
         });
     }
     out
+}
+
+/// The (slot, run id) of an environment that holds every `want` entry and names its run.
+/// Reading `/proc/PID/environ` takes several reads, and one that comes after the process exited
+/// or replaced itself (exec) finds nothing: the text stops short anywhere. So only entries ended
+/// by their NUL are whole, and an environment cut before its run id is not judged (its process
+/// is ending or becoming another), rather than taken for a second run with an empty id.
+fn firing_of(env: &[u8], want: &[String]) -> Option<(String, String)> {
+    let whole = &env[..env.iter().rposition(|b| *b == 0)?];
+    let vars: Vec<&[u8]> = whole.split(|b| *b == 0).collect();
+    if !want.iter().all(|w| vars.contains(&w.as_bytes())) {
+        return None;
+    }
+    let var = |name: &[u8]| {
+        vars.iter()
+            .find_map(|v| v.strip_prefix(name))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let run_id = var(b"EXACTLY_RUN_ID=").filter(|r| !r.is_empty())?;
+    Some((var(b"EXACTLY_SCHEDULED_AT=").unwrap_or_default(), run_id))
 }
 
 /// A process's state letter and process group, from `/proc/PID/stat`.
@@ -108,4 +121,31 @@ pub fn end_leftovers(db_id: &str, job: &str, slot: &str, keep: &str, within: Dur
         std::thread::sleep(Duration::from_millis(20));
     }
     found.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::firing_of;
+
+    fn want() -> Vec<String> {
+        vec!["EXACTLY_DB_ID=d".into(), "EXACTLY_JOB=j".into()]
+    }
+
+    #[test]
+    fn a_whole_environment_names_its_firing() {
+        let env = b"EXACTLY_DB_ID=d\0EXACTLY_JOB=j\0EXACTLY_SCHEDULED_AT=s\0EXACTLY_RUN_ID=j-t5\0";
+        assert_eq!(firing_of(env, &want()), Some(("s".into(), "j-t5".into())));
+    }
+
+    #[test]
+    fn an_environment_cut_short_is_not_another_run() {
+        // A process that exits or execs while its environment is read leaves the text cut:
+        // mid-value, or just before the run id. Neither is a second run of the slot.
+        let mid = b"EXACTLY_DB_ID=d\0EXACTLY_JOB=j\0EXACTLY_SCHEDULED_AT=s\0EXACTLY_RUN_ID=j-";
+        assert_eq!(firing_of(mid, &want()), None);
+        let bare = b"EXACTLY_DB_ID=d\0EXACTLY_JOB=j\0EXACTLY_SCHEDULED_AT=s\0EXACTLY_RUN_ID=";
+        assert_eq!(firing_of(bare, &want()), None);
+        let before = b"EXACTLY_DB_ID=d\0EXACTLY_JOB=j\0EXACTLY_SCHEDULED_AT=s\0";
+        assert_eq!(firing_of(before, &want()), None);
+    }
 }

@@ -96,3 +96,45 @@ fn the_checklist_is_judged_at_its_own_pace() {
     watch.forget();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
 }
+
+/// On a large ledger a judgement takes seconds: an idle dashboard does not judge again while
+/// nothing is committed (until `CHECKLIST_STALE`), and a busy one waits `CHECKLIST_SHARE` times
+/// as long as the last judgement took.
+#[test]
+fn an_idle_dashboard_does_not_judge_the_checklist_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let path = path.to_str().unwrap();
+    let mut writer = crate::open(Some(path), Access::Write).unwrap();
+    crate::lease::claim(
+        &mut writer,
+        &crate::JobName::from("far"),
+        "a",
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    let mut watch = Watch::default();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
+    // Long past CHECKLIST_EVERY, nothing committed: a full read (the backstop), no judgement.
+    watch.judged_at(Duration::from_secs(120), Duration::from_millis(10));
+    watch.forget();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+    // Past CHECKLIST_STALE: time alone moves some rules.
+    watch.judged_at(crate::tui::CHECKLIST_STALE, Duration::from_millis(10));
+    watch.forget();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
+    // Something committed, but the last judgement took 3 s: not before 150 s.
+    crate::lease::claim(
+        &mut writer,
+        &crate::JobName::from("near"),
+        "a",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    watch.judged_at(Duration::from_secs(120), Duration::from_secs(3));
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
+    watch.judged_at(Duration::from_secs(151), Duration::from_secs(3));
+    watch.forget();
+    assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
+}

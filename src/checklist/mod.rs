@@ -325,6 +325,51 @@ pub fn check(store: &mut Store, opts: &Options) -> Result<Checklist> {
     Ok(judge(reading, dead_after, opts))
 }
 
+/// A watcher judges again at most this often (the dashboard, the metrics server).
+pub const JUDGE_AT_MOST_EVERY: Duration = Duration::from_secs(15);
+/// A watcher spends at most 1/JUDGE_SHARE of its time judging: on a million-row ledger a
+/// judgement walks the ledger for seconds, and one that took 2 s waits 100 s for the next.
+pub const JUDGE_SHARE: u32 = 50;
+/// With nothing committed, a watcher judges again after this long: the rules that time alone
+/// moves (an unknown a day old, a kill test a month old) have thresholds of a day or more.
+pub const JUDGE_STALE: Duration = Duration::from_secs(3600);
+
+/// When a watcher that keeps showing the checklist (`exactly top`, `exactly metrics --listen`)
+/// judges it again: see [`JUDGE_AT_MOST_EVERY`], [`JUDGE_SHARE`], [`JUDGE_STALE`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pace {
+    /// When the last judgement began, and how long it took.
+    last: Option<(std::time::Instant, Duration)>,
+}
+
+impl Pace {
+    /// Whether to judge now; `changed`: something was committed since the last judgement
+    /// (a watcher that cannot tell says true).
+    pub fn due(&self, changed: bool) -> bool {
+        let Some((at, took)) = self.last else {
+            return true;
+        };
+        let since = at.elapsed();
+        since >= JUDGE_AT_MOST_EVERY.max(took * JUDGE_SHARE) && (changed || since >= JUDGE_STALE)
+    }
+
+    /// Judges with [`check`] and remembers when and how long it took.
+    pub fn check(&mut self, store: &mut Store, opts: &Options) -> Result<Checklist> {
+        let started = std::time::Instant::now();
+        let out = check(store, opts);
+        self.last = Some((started, started.elapsed()));
+        out
+    }
+
+    /// As if the last judgement began `ago` and took `took` (tests).
+    #[doc(hidden)]
+    pub fn judged_at(&mut self, ago: Duration, took: Duration) {
+        self.last = std::time::Instant::now()
+            .checked_sub(ago)
+            .map(|at| (at, took));
+    }
+}
+
 /// Records a run of `exactly chaos` (the kill test rule 8 looks for) in `store`.
 pub fn record_kill_test(store: &mut Store, run: &KillTestRun) -> Result<()> {
     let now = crate::time::fmt(store.now());

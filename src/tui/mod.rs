@@ -80,29 +80,17 @@ pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// a scheduler falls silent, a firing comes due — and otherwise [`Reply::Unchanged`]. An idle
 /// dashboard on a large ledger then costs next to nothing.
 ///
-/// The checklist (the ten rules, `exactly doctor`'s judgement) is read with a snapshot when
-/// something was committed since it was last judged, at most every [`CHECKLIST_EVERY`] and never
-/// more often than [`CHECKLIST_SHARE`] of the time its judging takes (on a million-row ledger a
-/// judgement walks the ledger for seconds); with nothing committed, again after
-/// [`CHECKLIST_STALE`], for the rules that time alone moves (an unknown a day old).
+/// The checklist (the ten rules, `exactly doctor`'s judgement) is judged with a snapshot at the
+/// pace [`crate::checklist::Pace`] keeps: after a commit, and rarely on a large ledger.
 #[derive(Debug, Default)]
 pub struct Watch {
     version: Option<i64>,
     /// When the last snapshot stops being true without any commit.
     due: Option<crate::time::Ts>,
-    /// When the checklist was last judged, the `data_version` it was judged at, and how long
-    /// judging took.
-    judged: Option<(Instant, i64, Duration)>,
+    /// When the checklist is judged again, and the `data_version` it was last judged at.
+    pace: crate::checklist::Pace,
+    judged_version: Option<i64>,
 }
-
-/// How often a dashboard judges the ten rules again, at most.
-pub const CHECKLIST_EVERY: Duration = Duration::from_secs(15);
-/// A dashboard spends at most 1/CHECKLIST_SHARE of its time judging: after a judgement that
-/// took 2 s, the next waits 100 s.
-pub const CHECKLIST_SHARE: u32 = 50;
-/// With nothing committed, the rules are judged again after this long: those that move with
-/// time alone have thresholds of a day or more.
-pub const CHECKLIST_STALE: Duration = Duration::from_secs(3600);
 
 impl Watch {
     pub fn poll(&mut self, store: &mut Store) -> Vec<Reply> {
@@ -123,22 +111,15 @@ impl Watch {
             _ => self.forget(),
         }
         let mut replies = vec![reply];
-        if self.version.is_some() && self.judge_due(version) {
-            let started = Instant::now();
-            replies.push(judge(store));
-            self.judged = Some((started, version, started.elapsed()));
+        if self.version.is_some() && self.pace.due(self.judged_version != Some(version)) {
+            self.judged_version = Some(version);
+            replies.push(judged(
+                self.pace
+                    .check(store, &crate::checklist::Options::default()),
+            ));
         }
         give_back_memory();
         replies
-    }
-
-    fn judge_due(&self, version: i64) -> bool {
-        let Some((at, judged_version, took)) = self.judged else {
-            return true;
-        };
-        let since = at.elapsed();
-        since >= CHECKLIST_EVERY.max(took * CHECKLIST_SHARE)
-            && (version != judged_version || since >= CHECKLIST_STALE)
     }
 
     /// The next poll reads in full (after an action or a detail read), but the checklist keeps
@@ -148,23 +129,16 @@ impl Watch {
         self.due = None;
     }
 
-    /// As if the checklist was last judged long ago, on a database that changed since.
+    /// As if the checklist was never judged.
     #[cfg(test)]
     pub fn judged_long_ago(&mut self) {
-        self.judged = None;
+        self.pace = Default::default();
     }
 
-    /// As if the checklist was last judged `ago`, taking `took` (at the data version it was).
+    /// As if the checklist was last judged `ago`, taking `took`.
     #[cfg(test)]
     pub fn judged_at(&mut self, ago: Duration, took: Duration) {
-        let version = self
-            .judged
-            .map(|j| j.1)
-            .or(self.version)
-            .unwrap_or_default();
-        self.judged = Instant::now()
-            .checked_sub(ago)
-            .map(|at| (at, version, took));
+        self.pace.judged_at(ago, took);
     }
 }
 
@@ -213,10 +187,17 @@ fn poll(store: &mut Store) -> Reply {
     }
 }
 
-/// The ten rules judged as `exactly doctor` judges them (no jobs file: what the database
-/// recorded of each job's registration).
+/// The ten rules judged as `exactly doctor` judges them, with no jobs file: what the database
+/// recorded of each job's registration.
 fn judge(store: &mut Store) -> Reply {
-    match crate::checklist::check(store, &crate::checklist::Options::default()) {
+    judged(crate::checklist::check(
+        store,
+        &crate::checklist::Options::default(),
+    ))
+}
+
+fn judged(c: Result<crate::checklist::Checklist>) -> Reply {
+    match c {
         Ok(c) => Reply::Checklist(Box::new(c)),
         Err(e) => Reply::PollFailed(format!("cannot judge the checklist: {e}")),
     }

@@ -61,7 +61,7 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
 }
 
 /// The checklist reads run histories: a dashboard judges it with a full read at most every
-/// `CHECKLIST_EVERY`, also when an action or a detail read made the next read a full one.
+/// `JUDGE_AT_MOST_EVERY`, also when an action or a detail read made the next read a full one.
 #[test]
 fn the_checklist_is_judged_at_its_own_pace() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,7 +98,7 @@ fn the_checklist_is_judged_at_its_own_pace() {
 }
 
 /// On a large ledger a judgement takes seconds: an idle dashboard does not judge again while
-/// nothing is committed (until `CHECKLIST_STALE`), and a busy one waits `CHECKLIST_SHARE` times
+/// nothing is committed (until `JUDGE_STALE`), and a busy one waits `JUDGE_SHARE` times
 /// as long as the last judgement took.
 #[test]
 fn an_idle_dashboard_does_not_judge_the_checklist_again() {
@@ -121,7 +121,7 @@ fn an_idle_dashboard_does_not_judge_the_checklist_again() {
     watch.forget();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot");
     // Past CHECKLIST_STALE: time alone moves some rules.
-    watch.judged_at(crate::tui::CHECKLIST_STALE, Duration::from_millis(10));
+    watch.judged_at(crate::checklist::JUDGE_STALE, Duration::from_millis(10));
     watch.forget();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
     // Something committed, but the last judgement took 3 s: not before 150 s.

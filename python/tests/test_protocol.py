@@ -215,8 +215,10 @@ def test_the_gil_is_released_while_the_database_waits(store, uid):
 def test_the_lease_renews_in_its_block_and_is_released_at_exit(db, store, uid):
     job = f"renew-{uid}"
     other = exactly.open(db)
-    with store.claim(job, ttl="1s") as lease:
-        for _ in range(5):  # 2.5 s: two and a half leases long
+    # 2 s: renewed every 0.67 s, so a loaded machine that delays a renewal or two does not
+    # leave the effect below under a lease about to end.
+    with store.claim(job, ttl="2s") as lease:
+        for _ in range(7):  # 3.5 s: one and three quarter leases long
             time.sleep(0.5)
             assert other.claim(job, ttl="1s") is None, "the renewed lease must still hold"
         assert not lease.lost

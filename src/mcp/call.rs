@@ -77,12 +77,17 @@ impl Effect for ToolEffect {
                         .iter()
                         .any(|c| c.as_text().is_some_and(|t| t.text.contains(&found)));
                 if seen {
+                    // Its own answer was lost with the attempt that sent it: what stands in for
+                    // it is flagged an error, as a result with no structured content must be for
+                    // a tool that declares an output schema.
+                    let note = format!(
+                        "exactly: this call already happened (its observer {} found it); it \
+                         was not sent again, and its original answer was lost",
+                        o.tool
+                    );
                     Observation::Happened(Some(
-                        serde_json::to_string(&CallToolResult::success(vec![ContentBlock::text(
-                            format!(
-                                "exactly: this call already happened (its observer {} found it)",
-                                o.tool
-                            ),
+                        serde_json::to_string(&CallToolResult::error(vec![ContentBlock::text(
+                            note,
                         )]))
                         .unwrap_or_default(),
                     ))

@@ -2,7 +2,8 @@
 `send_email` appends a line to the file $MAIL_OUTBOX, and whose `list_sent` reads it back.
 
 $MAIL_PAUSE_AFTER_SEND names a file: once a mail is appended, the server writes its pid
-there and sleeps, so a test can SIGKILL it after the effect and before the answer.
+there and sleeps (the first time only), so a test can SIGKILL it after the effect and before
+the answer.
 """
 import os
 import time
@@ -32,7 +33,7 @@ def send_email(to: str, subject: str, body: str, ctx: Context) -> str:
         f.flush()
         os.fsync(f.fileno())
     pause = os.environ.get("MAIL_PAUSE_AFTER_SEND")
-    if pause:
+    if pause and not os.path.exists(pause):
         with open(pause, "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
         time.sleep(60)
@@ -55,6 +56,14 @@ def cancel_booking(booking: str) -> str:
     with open(OUTBOX, "a", encoding="utf-8") as f:
         f.write(f"cancelled|{booking}\n")
     return f"cancelled {booking}"
+
+
+@server.tool()
+def book_table(restaurant: str, guests: int) -> str:
+    """Books a table (appends it to the outbox)."""
+    with open(OUTBOX, "a", encoding="utf-8") as f:
+        f.write(f"booked|{restaurant}|{guests}\n")
+    return f"booked {restaurant} for {guests}"
 
 
 if __name__ == "__main__":

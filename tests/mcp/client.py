@@ -1,0 +1,47 @@
+"""The agent's side of the MCP tests: a real MCP client (the official Python SDK) that starts
+`exactly mcp` as its server and calls tools through it.
+
+argv[1] is JSON: {"gateway": [command...], "calls": [[tool, arguments], ...],
+"list_tools": bool}. Prints one JSON line per answer as it comes: {"tools": [...]},
+{"result": CallToolResult, "progress": [messages]}, or {"error": text} (then exits 3).
+"""
+import asyncio
+import json
+import os
+import sys
+
+from mcp import Client, StdioServerParameters
+
+
+def say(obj):
+    print(json.dumps(obj), flush=True)
+
+
+async def main(spec):
+    cmd = spec["gateway"]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    async with Client(params) as client:
+        if spec.get("list_tools"):
+            tools = await client.list_tools()
+            say({"tools": [t.model_dump(by_alias=True, exclude_none=True) for t in tools.tools]})
+        for tool, arguments in spec.get("calls", []):
+            progress = []
+
+            async def on_progress(p, total, message, progress=progress):
+                progress.append(message or str(p))
+
+            result = await client.call_tool(tool, arguments, progress_callback=on_progress)
+            say(
+                {
+                    "result": result.model_dump(by_alias=True, exclude_none=True),
+                    "progress": progress,
+                }
+            )
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main(json.loads(sys.argv[1])))
+    except BaseException as e:  # the gateway died under us: say so, as an agent would see it
+        say({"error": repr(e)})
+        sys.exit(3)

@@ -2,7 +2,7 @@
 `exactly mcp` as its server and calls tools through it.
 
 argv[1] is JSON: {"gateway": [command...], "calls": [[tool, arguments], ...],
-"list_tools": bool}. Prints one JSON line per answer as it comes: {"tools": [...]},
+"list_tools": bool, "parallel": bool} (parallel: all calls at once, answers in call order). Prints one JSON line per answer as it comes: {"tools": [...]},
 {"result": CallToolResult, "progress": [messages]}, or {"error": text} (then exits 3).
 """
 import asyncio
@@ -24,19 +24,26 @@ async def main(spec):
         if spec.get("list_tools"):
             tools = await client.list_tools()
             say({"tools": [t.model_dump(by_alias=True, exclude_none=True) for t in tools.tools]})
-        for tool, arguments in spec.get("calls", []):
+
+        async def call(tool, arguments):
             progress = []
 
-            async def on_progress(p, total, message, progress=progress):
+            async def on_progress(p, total, message):
                 progress.append(message or str(p))
 
             result = await client.call_tool(tool, arguments, progress_callback=on_progress)
-            say(
-                {
-                    "result": result.model_dump(by_alias=True, exclude_none=True),
-                    "progress": progress,
-                }
-            )
+            return {
+                "result": result.model_dump(by_alias=True, exclude_none=True),
+                "progress": progress,
+            }
+
+        calls = spec.get("calls", [])
+        if spec.get("parallel"):
+            for answer in await asyncio.gather(*(call(t, a) for t, a in calls)):
+                say(answer)
+        else:
+            for tool, arguments in calls:
+                say(await call(tool, arguments))
 
 
 if __name__ == "__main__":

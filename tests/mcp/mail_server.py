@@ -3,7 +3,7 @@
 
 $MAIL_PAUSE_AFTER_SEND names a file: once a mail is appended, the server writes its pid
 there and sleeps (the first time only), so a test can SIGKILL it after the effect and before
-the answer.
+the answer. $MAIL_SLOW_SECONDS makes every send take that long.
 """
 import os
 import time
@@ -32,6 +32,7 @@ def send_email(to: str, subject: str, body: str, ctx: Context) -> str:
         f.write(f"sent|{to}|{subject}|{body}|key={meta_key(ctx)}\n")
         f.flush()
         os.fsync(f.fileno())
+    time.sleep(float(os.environ.get("MAIL_SLOW_SECONDS", "0")))
     pause = os.environ.get("MAIL_PAUSE_AFTER_SEND")
     if pause and not os.path.exists(pause):
         with open(pause, "w", encoding="utf-8") as f:

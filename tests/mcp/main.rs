@@ -138,6 +138,11 @@ impl World {
 
     /// The client, started with `calls`; the gateway (and under it the server) is its server.
     fn client(&self, calls: Value, extra_env: &[(&str, &str)]) -> Child {
+        self.client_with(calls, false, extra_env)
+    }
+
+    /// The client, making `calls` all at once when `parallel`.
+    fn client_with(&self, calls: Value, parallel: bool, extra_env: &[(&str, &str)]) -> Child {
         let spec = json!({
             "gateway": [
                 support::bin(), "--db", self.env.db_str(), "mcp", "--name", "mail",
@@ -145,6 +150,7 @@ impl World {
                 self.py.to_str().expect("utf8"), here("mail_server.py").to_str().expect("utf8"),
             ],
             "calls": calls,
+            "parallel": parallel,
             "list_tools": true,
         });
         let mut c = Command::new(&self.py);
@@ -448,6 +454,37 @@ fn server_killed_mid_call_is_settled_by_the_observer() {
     let sent = w.sent();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(w.env.state_of(&key).as_deref(), Some("done"));
+}
+
+/// Two copies of one call at once: the second meets the first in flight and is answered with
+/// a tool error that says so; the mail goes out once.
+#[test]
+fn a_call_in_flight_is_not_sent_again() {
+    let w = World::new();
+    let out = w
+        .client_with(
+            json!([
+                mail("frank@example.com", "slow"),
+                mail("frank@example.com", "slow")
+            ]),
+            true,
+            &[("MAIL_SLOW_SECONDS", "2")],
+        )
+        .wait_with_output()
+        .expect("client");
+    let answers = lines(&String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{answers:?}\n{err}");
+    let mut outcomes: Vec<String> = answers[1..].iter().map(outcome).collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["done", "in_flight"], "{answers:?}\n{err}");
+    let busy = answers[1..]
+        .iter()
+        .find(|a| outcome(a) == "in_flight")
+        .expect("in flight");
+    assert_eq!(busy["result"]["isError"], true, "{busy:?}");
+    assert!(text(busy).contains("in flight"), "{busy:?}");
+    assert_eq!(w.sent().len(), 1, "{:?}", w.sent());
 }
 
 /// A tool that needs approval: the agent is told it awaits approval by key, nothing is sent;

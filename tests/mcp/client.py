@@ -2,7 +2,8 @@
 `exactly mcp` as its server and calls tools through it.
 
 argv[1] is JSON: {"gateway": [command...], "calls": [[tool, arguments], ...],
-"list_tools": bool, "parallel": bool} (parallel: all calls at once, answers in call order). Prints one JSON line per answer as it comes: {"tools": [...]},
+"list_tools": bool, "parallel": bool, "extras": bool} (parallel: all calls at once, answers in call order; extras: first the resources and prompts,
+as {"resources": …, "resource": …, "prompts": …, "prompt": …}). Prints one JSON line per answer as it comes: {"tools": [...]},
 {"result": CallToolResult, "progress": [messages]}, or {"error": text} (then exits 3).
 """
 import asyncio
@@ -24,6 +25,16 @@ async def main(spec):
         if spec.get("list_tools"):
             tools = await client.list_tools()
             say({"tools": [t.model_dump(by_alias=True, exclude_none=True) for t in tools.tools]})
+        if spec.get("extras"):
+            dump = lambda x: x.model_dump(by_alias=True, exclude_none=True, mode="json")
+            say(
+                {
+                    "resources": dump(await client.list_resources()),
+                    "resource": dump(await client.read_resource("mail://outbox")),
+                    "prompts": dump(await client.list_prompts()),
+                    "prompt": dump(await client.get_prompt("reply", {"to": "bob"})),
+                }
+            )
 
         async def call(tool, arguments):
             progress = []

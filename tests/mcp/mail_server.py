@@ -67,5 +67,25 @@ def book_table(restaurant: str, guests: int) -> str:
     return f"booked {restaurant} for {guests}"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def count_slowly(n: int, ctx: Context) -> str:
+    """Counts to n, reporting progress at each step (read-only: passed through)."""
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i}")
+    return f"counted to {n}"
+
+
+@server.resource("mail://outbox")
+def outbox() -> str:
+    """The outbox, as a resource."""
+    return list_sent()
+
+
+@server.prompt()
+def reply(to: str) -> str:
+    """A prompt to reply to someone."""
+    return f"Write a reply to {to}."
+
+
 if __name__ == "__main__":
     server.run("stdio")

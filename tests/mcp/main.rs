@@ -143,16 +143,23 @@ impl World {
 
     /// The client, making `calls` all at once when `parallel`.
     fn client_with(&self, calls: Value, parallel: bool, extra_env: &[(&str, &str)]) -> Child {
-        let spec = json!({
+        self.client_spec(calls, json!({"parallel": parallel}), extra_env)
+    }
+
+    /// The client, with `more` merged into its spec.
+    fn client_spec(&self, calls: Value, more: Value, extra_env: &[(&str, &str)]) -> Child {
+        let mut spec = json!({
             "gateway": [
                 support::bin(), "--db", self.env.db_str(), "mcp", "--name", "mail",
                 "--config", self.config.to_str().expect("utf8"), "--",
                 self.py.to_str().expect("utf8"), here("mail_server.py").to_str().expect("utf8"),
             ],
             "calls": calls,
-            "parallel": parallel,
             "list_tools": true,
         });
+        if let (Some(s), Some(m)) = (spec.as_object_mut(), more.as_object()) {
+            s.extend(m.clone());
+        }
         let mut c = Command::new(&self.py);
         c.arg(here("client.py"))
             .arg(spec.to_string())
@@ -454,6 +461,45 @@ fn server_killed_mid_call_is_settled_by_the_observer() {
     let sent = w.sent();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(w.env.state_of(&key).as_deref(), Some("done"));
+}
+
+/// Everything but a guarded call passes through: resources, prompts, a read-only tool and the
+/// progress it reports (re-addressed to the client's token), and its result untouched.
+#[test]
+fn resources_prompts_and_progress_pass_through() {
+    let w = World::new();
+    let out = w
+        .client_spec(
+            json!([["count_slowly", {"n": 3}], ["count_slowly", {"n": 3}]]),
+            json!({"extras": true}),
+            &[],
+        )
+        .wait_with_output()
+        .expect("client");
+    let answers = lines(&String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{answers:?}\n{err}");
+    let extras = &answers[1];
+    assert_eq!(
+        extras["resources"]["resources"][0]["uri"], "mail://outbox",
+        "{extras:?}"
+    );
+    assert_eq!(
+        extras["prompts"]["prompts"][0]["name"], "reply",
+        "{extras:?}"
+    );
+    let prompt = extras["prompt"].to_string();
+    assert!(prompt.contains("Write a reply to bob."), "{prompt}");
+    for a in &answers[2..] {
+        assert_eq!(outcome(a), "(none: passed through)", "{a:?}");
+        assert_eq!(text(a), "counted to 3", "{a:?}");
+        assert_eq!(
+            a["progress"],
+            json!(["step 1", "step 2", "step 3"]),
+            "{a:?}"
+        );
+    }
+    assert!(w.sent().is_empty());
 }
 
 /// Two copies of one call at once: the second meets the first in flight and is answered with

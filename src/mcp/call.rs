@@ -49,6 +49,10 @@ impl Effect for ToolEffect {
             Ok(r) => serde_json::to_string(&r)
                 .map_err(|e| Failure::Lost(format!("its result is not JSON: {e}"))),
             Err(CallError::NotSent(why)) => Err(Failure::NotSent(why)),
+            Err(CallError::Refused(e)) => Err(Failure::NotSent(format!(
+                "the server refused the call: {}",
+                e.message
+            ))),
             Err(CallError::Lost(why)) => Err(Failure::Lost(why)),
         }
     }
@@ -98,6 +102,11 @@ impl Effect for ToolEffect {
             Err(CallError::NotSent(w)) | Err(CallError::Lost(w)) => {
                 Observation::CantTell(format!("the observer {} failed: {w}", inert(&o.tool)))
             }
+            Err(CallError::Refused(e)) => Observation::CantTell(format!(
+                "the observer {} was refused: {}",
+                inert(&o.tool),
+                e.message
+            )),
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct Options {
 pub enum CallError {
     /// The request never left (the server could not be started or reached).
     NotSent(String),
+    /// The server refused the request with a JSON-RPC error (an unknown tool, bad arguments):
+    /// nothing was done; passed through to the client as it came.
+    Refused(ErrorData),
     /// The request may have left and its answer is lost.
     Lost(String),
 }
@@ -199,7 +202,7 @@ impl Upstream {
         };
         let out = tokio::select! {
             r = handle.await_response() => r.map_err(|e| match e {
-                ServiceError::McpError(e) => CallError::NotSent(e.message.to_string()),
+                ServiceError::McpError(e) => CallError::Refused(e),
                 other => CallError::Lost(other.to_string()),
             }),
             _ = ct.cancelled() => Err(CallError::Lost("cancelled by the client".into())),
@@ -422,6 +425,7 @@ impl Gateway {
             .forward(req, &ctx.meta, &ctx.ct, None, None)
             .await
             .map_err(|e| match e {
+                CallError::Refused(e) => e,
                 CallError::NotSent(m) | CallError::Lost(m) => ErrorData::internal_error(m, None),
             })
     }

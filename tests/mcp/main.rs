@@ -12,6 +12,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod dashboard;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use support::cli::Env;
 
 /// The venv's python with `mcp` (made once per test process).
-fn python() -> Result<PathBuf, String> {
+pub(crate) fn python() -> Result<PathBuf, String> {
     static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PY.get_or_init(make_venv).clone()
 }
@@ -63,7 +65,7 @@ fn make_venv() -> Result<PathBuf, String> {
     Ok(py)
 }
 
-fn here(name: &str) -> PathBuf {
+pub(crate) fn here(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("mcp")
@@ -71,8 +73,8 @@ fn here(name: &str) -> PathBuf {
 }
 
 /// One test's world: a database, an outbox (the far side), a gateway file.
-struct World {
-    env: Env,
+pub(crate) struct World {
+    pub(crate) env: Env,
     py: PathBuf,
     outbox: PathBuf,
     config: PathBuf,
@@ -98,7 +100,7 @@ wait_for_approval = "30s"
 impl World {
     /// A world whose gateway guards as [`CONFIG`] says (unguarded, with
     /// `EXACTLY_TEST_MCP_UNGUARDED`).
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         let w = World::guarded();
         w.write_config(std::env::var_os("EXACTLY_TEST_MCP_UNGUARDED").is_some());
         w
@@ -137,7 +139,7 @@ impl World {
     }
 
     /// The client, started with `calls`; the gateway (and under it the server) is its server.
-    fn client(&self, calls: Value, extra_env: &[(&str, &str)]) -> Child {
+    pub(crate) fn client(&self, calls: Value, extra_env: &[(&str, &str)]) -> Child {
         self.client_with(calls, false, extra_env)
     }
 
@@ -192,7 +194,7 @@ impl World {
     }
 
     /// The mails the far side got.
-    fn sent(&self) -> Vec<String> {
+    pub(crate) fn sent(&self) -> Vec<String> {
         std::fs::read_to_string(&self.outbox)
             .unwrap_or_default()
             .lines()
@@ -218,7 +220,7 @@ impl World {
     }
 }
 
-fn lines(text: &str) -> Vec<Value> {
+pub(crate) fn lines(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -230,7 +232,7 @@ fn mail(to: &str, subject: &str) -> Value {
 }
 
 /// How the gateway answered a call: `_meta["exactly/outcome"]`.
-fn outcome(answer: &Value) -> String {
+pub(crate) fn outcome(answer: &Value) -> String {
     answer["result"]["_meta"]["exactly/outcome"]
         .as_str()
         .unwrap_or("(none: passed through)")
@@ -610,116 +612,4 @@ fn a_held_call_goes_once_approved() {
     );
     assert_eq!(outcome(&answers[1]), "done", "{answers:?}\n{err}");
     assert_eq!(w.sent(), ["booked|Chez Nous|4"]);
-}
-
-/// A terminal (tmux) on its own server, shut down with the test.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(name: &str) -> Tmux {
-        let t = Tmux {
-            socket: format!("exactly-mcp-{name}-{}", std::process::id()),
-        };
-        let status = Command::new("tmux")
-            .args([
-                "-L",
-                &t.socket,
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-                "-s",
-                "t",
-            ])
-            .args(["-x", "120", "-y", "40", "env PS1='$ ' sh"])
-            .status()
-            .expect("tmux is required by this test (.ci/run installs it)");
-        assert!(status.success(), "tmux new-session failed");
-        t
-    }
-
-    fn cmd(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run tmux");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            self.cmd(&["send-keys", "-t", "t", k]);
-        }
-    }
-
-    fn wait_for(&self, what: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = self.cmd(&["capture-pane", "-p", "-t", "t"]);
-            if s.contains(what) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "screen never showed {what:?}:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
-
-/// A held call approved with the dashboard's keys in a real terminal: `exactly top` shows it
-/// pending with its terms (the tool, the target, the arguments), `3 a y` approves it, and the
-/// held call goes, once.
-#[test]
-fn a_held_call_approved_in_the_dashboard() {
-    let w = World::new();
-    let c = w.client(
-        json!([["book_table", {"restaurant": "Chez Nous", "guests": 2}]]),
-        &[],
-    );
-    let until = Instant::now() + Duration::from_secs(60);
-    while !w.env.db.exists() || !w.env.run(&["status"]).1.contains("pending approvals 1") {
-        assert!(
-            Instant::now() < until,
-            "the held call never asked for approval"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let t = Tmux::start("approve");
-    t.wait_for("$");
-    t.keys(&[
-        &format!(
-            "EXACTLY_ACTOR=tmux-op {} --db {} top",
-            support::bin(),
-            w.env.db_str()
-        ),
-        "Enter",
-    ]);
-    t.keys(&["3"]);
-    let s = t.wait_for("Pending approval (1)");
-    assert!(s.contains("MCP tool book_table on Chez Nous"), "{s}");
-    t.keys(&["a"]);
-    t.wait_for("Confirm: approve");
-    t.keys(&["y"]);
-    t.wait_for("as tmux-op");
-    let out = c.wait_with_output().expect("client");
-    let answers = lines(&String::from_utf8_lossy(&out.stdout));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{answers:?}\n{err}");
-    assert_eq!(outcome(&answers[1]), "done", "{answers:?}\n{err}");
-    assert_eq!(w.sent(), ["booked|Chez Nous|2"]);
-    t.keys(&["q"]);
 }

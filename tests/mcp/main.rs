@@ -613,3 +613,59 @@ fn a_held_call_goes_once_approved() {
     assert_eq!(outcome(&answers[1]), "done", "{answers:?}\n{err}");
     assert_eq!(w.sent(), ["booked|Chez Nous|4"]);
 }
+
+/// One lease per gateway name: a second gateway of the same name, while the first lives,
+/// refuses (exit 3, saying who holds it); a bad file is one line and exit 2.
+#[test]
+fn a_second_gateway_of_the_same_name_refuses() {
+    let w = World::new();
+    let server = [
+        w.py.to_str().expect("utf8").to_string(),
+        here("mail_server.py").to_str().expect("utf8").to_string(),
+    ];
+    let mut first = w
+        .env
+        .cmd()
+        .args(["mcp", "--name", "mail", "--"])
+        .args(&server)
+        .env("MAIL_OUTBOX", &w.outbox)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("first gateway");
+    let until = Instant::now() + Duration::from_secs(30);
+    // Read through the command line: a database still being created is not an error there.
+    let held = || w.env.run(&["status"]).1.contains("held by");
+    while !held() {
+        assert!(
+            Instant::now() < until,
+            "the first gateway never claimed its lease"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second = w
+        .env
+        .cmd()
+        .args(["mcp", "--name", "mail", "--"])
+        .args(&server)
+        .stdin(Stdio::null())
+        .output()
+        .expect("second gateway");
+    let err = String::from_utf8_lossy(&second.stderr);
+    drop(first.stdin.take());
+    let _ = first.wait();
+    assert_eq!(second.status.code(), Some(3), "{err}");
+    assert!(err.contains("holds the lease of mail"), "{err}");
+    std::fs::write(
+        w.env.path("bad.toml"),
+        "[[tool]]\nname = \"x\"\nguard = \"no\"\n",
+    )
+    .expect("write");
+    let bad = w.env.path("bad.toml");
+    let (code, _, err) = w
+        .env
+        .run(&["mcp", "--config", bad.to_str().expect("utf8"), "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

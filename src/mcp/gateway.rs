@@ -54,6 +54,9 @@ pub enum CallError {
 struct Relay {
     down: Mutex<Option<Peer<RoleServer>>>,
     progress: Mutex<HashMap<ProgressToken, ProgressToken>>,
+    /// The server's hints per tool, as its last `tools/list` gave them (forgotten when it says
+    /// its tools changed).
+    hints: Mutex<HashMap<String, Hints>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -102,6 +105,7 @@ impl Service<RoleClient> for UpHandler {
             }
             // It names a request of ours by our id; the agent's client never sent it.
             ServerNotification::CancelledNotification(_) => return Ok(()),
+            ServerNotification::ToolListChangedNotification(_) => lock(&self.relay.hints).clear(),
             _ => {}
         }
         if let Some(down) = self.relay.down() {
@@ -254,7 +258,6 @@ impl Upstream {
 pub struct Gateway {
     opts: Options,
     upstream: Arc<Upstream>,
-    hints: Mutex<HashMap<String, Hints>>,
     stores: Mutex<Vec<Store>>,
 }
 
@@ -274,13 +277,12 @@ impl Gateway {
         Arc::new(Gateway {
             opts,
             upstream,
-            hints: Mutex::new(HashMap::new()),
             stores: Mutex::new(Vec::new()),
         })
     }
 
     fn remember(&self, tools: &[rmcp::model::Tool]) {
-        let mut h = lock(&self.hints);
+        let mut h = lock(&self.upstream.relay.hints);
         for t in tools {
             let a = t.annotations.as_ref();
             h.insert(
@@ -295,7 +297,7 @@ impl Gateway {
 
     /// The server's hints for `tool`, listing its tools first if it was not seen yet.
     async fn hints(&self, tool: &str) -> Hints {
-        if let Some(h) = lock(&self.hints).get(tool) {
+        if let Some(h) = lock(&self.upstream.relay.hints).get(tool) {
             return *h;
         }
         if let Ok(peer) = self.upstream.peer().await {
@@ -303,7 +305,10 @@ impl Gateway {
                 self.remember(&tools);
             }
         }
-        lock(&self.hints).get(tool).copied().unwrap_or_default()
+        lock(&self.upstream.relay.hints)
+            .get(tool)
+            .copied()
+            .unwrap_or_default()
     }
 
     async fn call_tool(
@@ -478,7 +483,7 @@ impl Service<RoleServer> for GatewayService {
                 };
                 gw.remember(&list.tools);
                 for t in &mut list.tools {
-                    let h = lock(&gw.hints).get(t.name.as_ref()).copied();
+                    let h = lock(&gw.upstream.relay.hints).get(t.name.as_ref()).copied();
                     let p = plan(&gw.opts.config, &t.name, h.unwrap_or_default());
                     if let Some(n) = note(&p) {
                         let d = t.description.as_deref().unwrap_or("");

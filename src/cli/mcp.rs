@@ -14,12 +14,34 @@ pub struct McpArgs {
     /// The gateway's job: its effects' job, its lease's name.
     #[arg(long, default_value = "mcp", value_parser = lease::job_name)]
     pub name: crate::JobName,
+    /// A streamable-HTTP MCP server to be the client of (http:// or https://), instead of a
+    /// server command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub url: Option<String>,
     /// The MCP server to start, speaking MCP on its stdin/stdout.
-    #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "url",
+        value_name = "SERVER_COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
 pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
+    if let Some(u) = &a.url {
+        // The HTTP client's TLS needs the `tls` feature's provider, even for http:// URLs.
+        if cfg!(not(feature = "tls")) {
+            return Err(Error::Usage(
+                "--url needs a build with the tls feature (this one has none)".into(),
+            ));
+        }
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(Error::Usage(format!(
+                "--url {} is not an http:// or https:// URL",
+                inert(u)
+            )));
+        }
+    }
     let config = match &a.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
@@ -62,6 +84,7 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
         token,
         config,
         command: a.command,
+        url: a.url,
     }));
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);

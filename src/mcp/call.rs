@@ -5,7 +5,7 @@ use super::gateway::{CallError, Upstream};
 use super::{META_KEY, META_OUTCOME};
 use crate::effect::{Effect, Failure, Observation, Outcome};
 use crate::sanitize::inert;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressToken};
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +20,9 @@ pub struct ToolEffect {
     pub tool: String,
     /// Its arguments, as the agent gave them.
     pub args: Map<String, Value>,
-    /// The agent's progress token, to relay the server's progress to.
-    pub progress: Option<ProgressToken>,
+    /// The agent's `_meta` (its progress token, to relay the server's progress to; its
+    /// envelope), sent on with the call.
+    pub meta: rmcp::model::RequestMetaObject,
     /// The longest the call may take.
     pub timeout: Duration,
     /// The observer, if the file names one.
@@ -36,7 +37,7 @@ impl Effect for ToolEffect {
             &self.tool,
             self.args.clone(),
             Some(effect_key),
-            self.progress.clone(),
+            &self.meta,
             self.timeout,
         );
         match self.rt.block_on(call) {
@@ -68,7 +69,7 @@ impl Effect for ToolEffect {
         let found = fill(&o.found, effect_key, &self.args);
         let call = self
             .upstream
-            .call_tool(&o.tool, args, None, None, self.timeout);
+            .call_tool(&o.tool, args, None, &self.meta, self.timeout);
         match self.rt.block_on(call) {
             Ok(r) if r.is_error == Some(true) => Observation::CantTell(format!(
                 "the observer {} answered with an error",

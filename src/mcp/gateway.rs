@@ -34,6 +34,8 @@ pub struct Options {
     pub config: Config,
     /// The server's command line.
     pub command: Vec<String>,
+    /// A streamable-HTTP server's URL, instead of a command.
+    pub url: Option<String>,
 }
 
 /// Why a call to the server has no answer.
@@ -129,6 +131,7 @@ fn service_error(e: ServiceError) -> ErrorData {
 /// The server the gateway starts, started again when it has exited.
 pub struct Upstream {
     command: Vec<String>,
+    url: Option<String>,
     info: Mutex<Option<ClientConfig>>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, UpHandler>>>,
     relay: Arc<Relay>,
@@ -145,6 +148,20 @@ impl Upstream {
         }
         *running = None;
         let info = lock(&self.info).clone().unwrap_or_default();
+        let handler = UpHandler {
+            relay: self.relay.clone(),
+            info,
+        };
+        if let Some(url) = &self.url {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            let r = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("the server at {} did not initialise: {e}", inert(url)))?;
+            let peer = r.peer().clone();
+            *running = Some(r);
+            return Ok(peer);
+        }
         let (prog, args) = self
             .command
             .split_first()
@@ -153,10 +170,6 @@ impl Upstream {
         cmd.args(args);
         let transport = rmcp::transport::TokioChildProcess::new(cmd)
             .map_err(|e| format!("cannot start {}: {e}", inert(prog)))?;
-        let handler = UpHandler {
-            relay: self.relay.clone(),
-            info,
-        };
         let r = handler
             .serve(transport)
             .await
@@ -224,20 +237,22 @@ impl Upstream {
         out
     }
 
-    /// Calls `tool` on the server, the effect key in `_meta` when there is one.
+    /// Calls `tool` on the server with the agent's `_meta` (its envelope, its trace context),
+    /// the effect key added when there is one.
     pub async fn call_tool(
         &self,
         tool: &str,
         args: Map<String, Value>,
         key: Option<&str>,
-        progress: Option<ProgressToken>,
+        agent_meta: &rmcp::model::RequestMetaObject,
         timeout: Duration,
     ) -> Result<CallToolResult, CallError> {
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
         let req = ClientRequest::CallToolRequest(Request::new(params));
-        let mut meta = rmcp::model::RequestMetaObject::new();
-        if let Some(t) = progress {
-            meta.set_progress_token(t);
+        let mut meta = agent_meta.clone();
+        if key.is_none() {
+            // An observer's call: the agent's progress is not about it.
+            meta.0 .0.remove("progressToken");
         }
         let extra = key.map(|k| (super::META_EFFECT_KEY, Value::String(k.to_string())));
         let never = tokio_util::sync::CancellationToken::new();
@@ -270,6 +285,7 @@ impl Gateway {
     pub fn new(opts: Options) -> Arc<Gateway> {
         let upstream = Arc::new(Upstream {
             command: opts.command.clone(),
+            url: opts.url.clone(),
             info: Mutex::new(None),
             running: tokio::sync::Mutex::new(None),
             relay: Arc::new(Relay::default()),
@@ -335,7 +351,7 @@ impl Gateway {
                 upstream: self.upstream.clone(),
                 tool: tool.clone(),
                 args: args.clone(),
-                progress: progress.clone(),
+                meta: ctx.meta.clone(),
                 timeout: plan.call_lease,
                 observe: plan.rule.as_ref().and_then(|r| r.observe.clone()),
                 last: None,
@@ -524,6 +540,9 @@ impl Service<RoleServer> for GatewayService {
 
 /// Serves the agent's client on stdin/stdout until it disconnects.
 pub async fn serve(opts: Options) -> crate::Result<()> {
+    // An https:// server's TLS: the provider the PostgreSQL client's TLS uses too.
+    #[cfg(feature = "tls")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let gw = Gateway::new(opts);
     let running = GatewayService(gw.clone())
         .serve((tokio::io::stdin(), tokio::io::stdout()))

@@ -13,6 +13,7 @@
 mod support;
 
 mod dashboard;
+mod http;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -75,8 +76,10 @@ pub(crate) fn here(name: &str) -> PathBuf {
 /// One test's world: a database, an outbox (the far side), a gateway file.
 pub(crate) struct World {
     pub(crate) env: Env,
-    py: PathBuf,
-    outbox: PathBuf,
+    /// A streamable-HTTP server's URL: the gateway is its client (`--url`), not a command's.
+    pub(crate) url: Option<String>,
+    pub(crate) py: PathBuf,
+    pub(crate) outbox: PathBuf,
     config: PathBuf,
 }
 
@@ -116,6 +119,7 @@ impl World {
         let config = env.path("mcp.toml");
         let w = World {
             env,
+            url: None,
             py,
             outbox,
             config,
@@ -150,12 +154,26 @@ impl World {
 
     /// The client, with `more` merged into its spec.
     fn client_spec(&self, calls: Value, more: Value, extra_env: &[(&str, &str)]) -> Child {
+        let mut gateway = vec![
+            support::bin(),
+            "--db".into(),
+            self.env.db_str().into(),
+            "mcp".into(),
+            "--name".into(),
+            "mail".into(),
+            "--config".into(),
+            self.config.to_str().expect("utf8").into(),
+        ];
+        match &self.url {
+            Some(u) => gateway.extend(["--url".to_string(), u.clone()]),
+            None => gateway.extend([
+                "--".to_string(),
+                self.py.to_str().expect("utf8").into(),
+                here("mail_server.py").to_str().expect("utf8").into(),
+            ]),
+        }
         let mut spec = json!({
-            "gateway": [
-                support::bin(), "--db", self.env.db_str(), "mcp", "--name", "mail",
-                "--config", self.config.to_str().expect("utf8"), "--",
-                self.py.to_str().expect("utf8"), here("mail_server.py").to_str().expect("utf8"),
-            ],
+            "gateway": gateway,
             "calls": calls,
             "list_tools": true,
         });
@@ -179,7 +197,7 @@ impl World {
     }
 
     /// Runs the client to its end: its answers (the tools list first), and its stderr.
-    fn answers(&self, calls: Value) -> (Vec<Value>, String) {
+    pub(crate) fn answers(&self, calls: Value) -> (Vec<Value>, String) {
         let out = self
             .client(calls, &[])
             .wait_with_output()
@@ -203,7 +221,7 @@ impl World {
     }
 
     /// `exactly key` for a mail: how the gateway keys it.
-    fn mail_key(&self, to: &str, subject: &str, body: &str) -> String {
+    pub(crate) fn mail_key(&self, to: &str, subject: &str, body: &str) -> String {
         let (code, out, err) = self.env.run(&[
             "key",
             "--action",
@@ -227,7 +245,7 @@ pub(crate) fn lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
-fn mail(to: &str, subject: &str) -> Value {
+pub(crate) fn mail(to: &str, subject: &str) -> Value {
     json!(["send_email", {"to": to, "subject": subject, "body": "hello"}])
 }
 

@@ -4,6 +4,7 @@
 mod chaos;
 mod cli;
 mod demo;
+mod mcp;
 mod runner;
 mod tui;
 

@@ -39,6 +39,11 @@ pub enum FarSideCmd {
     /// Send the effect `$EXACTLY_EFFECT_KEY`: exit 0 answered, 1 no answer (it may have
     /// arrived), 75 the far side was unreachable (nothing sent).
     Send(SendArgs),
+    /// Serve the far side as an MCP server on stdio (`send_message`, `seen`).
+    Mcp {
+        #[arg(long)]
+        socket: PathBuf,
+    },
     /// The observer: exit 0 if `$EXACTLY_EFFECT_KEY` arrived, 1 if not, 2 if it can't tell.
     Seen {
         #[arg(long)]
@@ -91,6 +96,7 @@ pub fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
             fence,
         } => serve(&socket, Modes { dedupe, fence }),
         FarSideCmd::Send(a) => send(&a),
+        FarSideCmd::Mcp { socket } => super::mcp_far::serve(socket),
         FarSideCmd::Seen {
             socket,
             answer_after,
@@ -202,7 +208,7 @@ fn seen(socket: &Path, answer_after: Duration) -> Result<i32> {
 }
 
 /// One request, one line of answer.
-fn request(socket: &Path, line: &str) -> Result<String> {
+pub(super) fn request(socket: &Path, line: &str) -> Result<String> {
     let mut conn = UnixStream::connect(socket)?;
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     conn.write_all(format!("{line}\n").as_bytes())?;

@@ -14,6 +14,8 @@ pub mod far_side;
 mod freeze;
 mod harness;
 mod machine;
+mod mcp;
+mod mcp_far;
 mod proc;
 pub mod proxy;
 mod python;
@@ -70,6 +72,7 @@ pub const SCENARIOS: &[&str] = &[
     "overload",
     "clock-step",
     "python",
+    "mcp",
 ];
 
 #[derive(Args, Debug)]
@@ -98,7 +101,8 @@ pub struct ChaosArgs {
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
     /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
     /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
-    /// where the module is not installed).
+    /// where the module is not installed). `mcp`: an MCP client calls through `exactly mcp`,
+    /// whose gateway or server is SIGKILLed mid-call, then calls again through a new gateway.
     #[arg(
         long = "scenario",
         value_name = "NAME",

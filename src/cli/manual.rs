@@ -159,6 +159,12 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             ),
             ("2", "bad usage"),
         ],
+        "mcp" => &[
+            ("0", "the client disconnected; the lease was released"),
+            ("1", "the database failed, or another error"),
+            ("2", "bad usage, or a bad --config file"),
+            ("3", "another gateway of the same --name holds its lease"),
+        ],
         "key" => &[
             ("0", "the effect key printed"),
             (

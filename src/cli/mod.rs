@@ -14,6 +14,7 @@ mod logs;
 mod man;
 mod man_jobs;
 mod manual;
+mod mcp;
 mod metrics;
 mod ops;
 mod pipe;
@@ -129,6 +130,13 @@ pub enum Cmd {
     /// suppress the duplicate, and the suppressed counter moves.
     #[command(after_help = "Example:\n  exactly probe invoices\n  exactly probe invoices --json")]
     Probe(probe::ProbeArgs),
+    /// An MCP gateway: serves an MCP client on stdio and starts the real server; every tool
+    /// call that is not read-only becomes an effect, sent once (docs/mcp.md).
+    #[command(
+        after_help = "Example:\n  exactly mcp --name mail --config mcp.toml -- python3 \
+                      mail_server.py"
+    )]
+    Mcp(mcp::McpArgs),
     /// Prune history older than a horizon; open effects, approvals, leases and all-time
     /// counters are kept.
     #[command(after_help = "Example:\n  exactly gc --keep 30d --dry-run")]
@@ -354,6 +362,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Metrics(a) => metrics_cmd(&db, a),
         Cmd::Logs(a) => logs_cmd(&db, a),
         Cmd::Probe(a) => probe::probe_cmd(&db, a),
+        Cmd::Mcp(a) => mcp::mcp_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
         Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),

@@ -37,12 +37,19 @@ impl LogFormat {
     }
 }
 
-/// Installs the process's one log subscriber: `RUST_LOG` filters (default `info`; a directive
-/// it cannot read is left out), lines go to stderr in `format`. A second call changes nothing.
+/// Installs the process's one log subscriber: `RUST_LOG` filters (default `info`, `warn` for
+/// the MCP SDK; a directive it cannot read is left out), lines go to stderr in `format`. A
+/// second call changes nothing.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::builder()
+    let mut filter = EnvFilter::builder()
         .with_default_directive(Level::INFO.into())
         .from_env_lossy();
+    // The MCP SDK's own lines (`exactly mcp`) say every message passed; its warnings stay.
+    if std::env::var_os("RUST_LOG").is_none() {
+        if let Ok(d) = "rmcp=warn".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // A closed stderr (`exactly run 2>&1 | head`) loses the log, never the scheduler.

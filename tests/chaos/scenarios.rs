@@ -80,6 +80,26 @@ fn kill_mid_effect_at_every_point_and_at_random() {
     assert!(n(&v, "unknown_resolved") >= 12, "{v:#}");
 }
 
+/// An agent's tool call through `exactly mcp`: the gateway killed at each point of a guarded
+/// call, the server (alone, or with its gateway) after its request left, the gateway at random;
+/// the client calls again through a new gateway: each message arrives once.
+#[test]
+fn mcp_calls_through_a_killed_gateway_arrive_once() {
+    let v = clean("mcp", 12);
+    for p in [
+        "after_submitted",
+        "after_send",
+        "after_done",
+        "server_after_request_left",
+        "server_and_gateway_after_request_left",
+        "random",
+    ] {
+        assert_eq!(n(&v["kills"], p), 2, "kills at {p}: {:#}", v["kills"]);
+    }
+    // The sends whose answer was lost were settled by the server's `seen` tool, not repeated.
+    assert!(n(&v, "duplicates_suppressed") >= 6, "{v:#}");
+}
+
 #[test]
 fn overrun_stale_writes_are_fenced() {
     let v = clean("overrun", 12);

@@ -1,0 +1,61 @@
+//! `exactly mcp --url`: the gateway as the client of a streamable-HTTP server (the official
+//! Python SDK's, on 127.0.0.1), guarding its calls as it guards a command's.
+use crate::{here, mail, outcome, World};
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The server, killed with the test.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_streamable_http_server_is_guarded_the_same() {
+    let mut w = World::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let _server = Server(
+        Command::new(&w.py)
+            .arg(here("mail_server.py"))
+            .args(["http", &port.to_string()])
+            .env("MAIL_OUTBOX", &w.outbox)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the HTTP server"),
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "the HTTP server never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.url = Some(format!("http://127.0.0.1:{port}/mcp"));
+    let (answers, err) = w.answers(json!([
+        mail("gina@example.com", "over http"),
+        mail("gina@example.com", "over http"),
+        ["list_sent", {}],
+    ]));
+    assert_eq!(outcome(&answers[1]), "done", "{answers:?}\n{err}");
+    assert_eq!(
+        outcome(&answers[2]),
+        "duplicate_suppressed",
+        "{answers:?}\n{err}"
+    );
+    assert_eq!(
+        outcome(&answers[3]),
+        "(none: passed through)",
+        "{answers:?}"
+    );
+    let sent = w.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let key = w.mail_key("gina@example.com", "over http", "hello");
+    assert!(sent[0].ends_with(&format!("key={key}")), "{sent:?}");
+}

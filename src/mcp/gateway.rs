@@ -132,6 +132,8 @@ fn service_error(e: ServiceError) -> ErrorData {
 pub struct Upstream {
     command: Vec<String>,
     url: Option<String>,
+    /// The tools whose calls carry their effect key as an `Idempotency-Key` header (`--url`).
+    keyed: super::http::KeyedTools,
     info: Mutex<Option<ClientConfig>>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, UpHandler>>>,
     relay: Arc<Relay>,
@@ -153,11 +155,18 @@ impl Upstream {
             info,
         };
         if let Some(url) = &self.url {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            let r = handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("the server at {} did not initialise: {e}", inert(url)))?;
+            let failed = |e| format!("the server at {} did not initialise: {e}", inert(url));
+            let r = if self.keyed.any() {
+                let client = super::http::KeyedHttp::new(self.keyed.clone())?;
+                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                handler.serve(transport).await.map_err(failed)?
+            } else {
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                handler.serve(transport).await.map_err(failed)?
+            };
             let peer = r.peer().clone();
             *running = Some(r);
             return Ok(peer);
@@ -286,6 +295,7 @@ impl Gateway {
         let upstream = Arc::new(Upstream {
             command: opts.command.clone(),
             url: opts.url.clone(),
+            keyed: super::http::KeyedTools::of(&opts.config),
             info: Mutex::new(None),
             running: tokio::sync::Mutex::new(None),
             relay: Arc::new(Relay::default()),

@@ -9,6 +9,7 @@
 pub mod call;
 pub mod config;
 pub mod gateway;
+pub mod http;
 
 pub use config::{Config, ToolRule};
 pub use gateway::{serve, Options};

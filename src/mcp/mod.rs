@@ -8,6 +8,7 @@
 //! `gateway.rs` the two MCP sides (rmcp) and the pass-through.
 pub mod call;
 pub mod config;
+pub mod elicit;
 pub mod gateway;
 pub mod http;
 

@@ -14,6 +14,7 @@ mod support;
 
 mod dashboard;
 mod doctor;
+mod elicit;
 mod http;
 
 use serde_json::{json, Value};

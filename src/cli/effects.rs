@@ -64,7 +64,9 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     // An observer recorded by an earlier attempt settles its effect when none is given now.
     let observe_cmd = match a.observe {
         Some(o) => Some(o),
-        None => effect::get(&mut store, &spec.key())?.and_then(|r| r.observe_cmd),
+        None => effect::get(&mut store, &spec.key())?
+            .and_then(|r| r.observe_cmd)
+            .filter(|c| effect::observer_is_command(c)),
     };
     let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;

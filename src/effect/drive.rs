@@ -2,7 +2,10 @@
 //! named fault points of the real code path; [`run`] to the end; the observer's settling of
 //! open effects.
 use super::machine::{Attempt, Input, Io};
-use super::{attempt_id, observe_with, sender, Ctx, Effect, Failure, Observation, Outcome, Spec};
+use super::{
+    attempt_id, observe_with, observer_is_command, sender, Ctx, Effect, Failure, Observation,
+    Outcome, Spec,
+};
 use crate::fault;
 use crate::sender::Sender;
 use crate::state::EffectState;
@@ -281,7 +284,8 @@ pub fn settle_open_with(
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
     for row in open {
-        let Some(cmd) = row.observe_cmd.clone() else {
+        // An observer that is not a command (`exactly mcp`'s tool) is asked by its program.
+        let Some(cmd) = row.observe_cmd.clone().filter(|c| observer_is_command(c)) else {
             continue;
         };
         let who = if row.state == EffectState::Submitted {

@@ -98,8 +98,36 @@ pub struct Spec {
     pub terms: Option<String>,
     /// Whether a person must approve it before it is sent.
     pub needs_approval: bool,
-    /// A shell command recorded with the effect so a later run can settle it.
+    /// A shell command recorded with the effect so a later run can settle it, or the words of
+    /// an observer that is not a command ([`observer_elsewhere`]).
     pub observe_cmd: Option<String>,
+}
+
+/// How the observe command column begins for an observer that is not a command: the text, to
+/// a shell, exits 3 (cannot tell) and names the observer in a comment.
+const ELSEWHERE: &str = "exit 3 # not a command: observed by ";
+
+/// The observe command column's text for an effect whose observer is asked by the program
+/// that recorded it, not run as a command (`exactly mcp`'s observer tool, `mcp:list_sent`):
+/// `doctor` sees an observer, and nothing runs it ([`observer_is_command`]). The name keeps
+/// letters, digits and `_-.:/@` only, so even a shell given the text runs nothing but `exit 3`.
+pub fn observer_elsewhere(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_-.:/@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{ELSEWHERE}{safe}")
+}
+
+/// Whether a recorded observe text is a shell command to run (not [`observer_elsewhere`]'s).
+pub fn observer_is_command(text: &str) -> bool {
+    !text.starts_with(ELSEWHERE)
 }
 
 impl Spec {

@@ -17,6 +17,10 @@ pub struct Config {
     /// 0s: it refuses at once).
     #[serde(default)]
     pub wait_for_lease: Option<String>,
+    /// The server reads an `Idempotency-Key` HTTP header (`--url`): each guarded call sends
+    /// its effect key as one, unless its tool says `idempotency_header = false`.
+    #[serde(default)]
+    pub idempotency_header: Option<bool>,
     /// One entry per tool that is not guarded the default way.
     #[serde(default)]
     pub tool: Vec<ToolRule>,
@@ -43,6 +47,8 @@ pub struct ToolRule {
     pub observe: Option<Observe>,
     /// How long one call may take before its answer counts as lost (default 60s).
     pub lease: Option<String>,
+    /// The server reads this tool's effect key as an `Idempotency-Key` header (`--url`).
+    pub idempotency_header: Option<bool>,
 }
 
 /// `observe = { tool, arguments, found }`.

@@ -3,6 +3,7 @@
 //! (progress re-addressed to the token the other side gave, cancellation carried to the
 //! request it cancels); `tools/call` of a guarded tool is an effect ([`super::call`]).
 use super::call::{answer, ToolEffect};
+use super::elicit;
 use super::{facts, note, plan, Config, Hints};
 use crate::effect::{self, Ctx, Outcome};
 use crate::sanitize::inert;
@@ -132,6 +133,8 @@ fn service_error(e: ServiceError) -> ErrorData {
 pub struct Upstream {
     command: Vec<String>,
     url: Option<String>,
+    /// The tools whose calls carry their effect key as an `Idempotency-Key` header (`--url`).
+    keyed: super::http::KeyedTools,
     info: Mutex<Option<ClientConfig>>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, UpHandler>>>,
     relay: Arc<Relay>,
@@ -153,11 +156,18 @@ impl Upstream {
             info,
         };
         if let Some(url) = &self.url {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            let r = handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("the server at {} did not initialise: {e}", inert(url)))?;
+            let failed = |e| format!("the server at {} did not initialise: {e}", inert(url));
+            let r = if self.keyed.any() {
+                let client = super::http::KeyedHttp::new(self.keyed.clone())?;
+                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                handler.serve(transport).await.map_err(failed)?
+            } else {
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                handler.serve(transport).await.map_err(failed)?
+            };
             let peer = r.peer().clone();
             *running = Some(r);
             return Ok(peer);
@@ -286,6 +296,7 @@ impl Gateway {
         let upstream = Arc::new(Upstream {
             command: opts.command.clone(),
             url: opts.url.clone(),
+            keyed: super::http::KeyedTools::of(&opts.config),
             info: Mutex::new(None),
             running: tokio::sync::Mutex::new(None),
             relay: Arc::new(Relay::default()),
@@ -361,7 +372,8 @@ impl Gateway {
                 Err(e) => return Ok(tool_error(format!("exactly: the ledger failed: {e}"))),
             };
             if let (Outcome::AwaitingApproval { key }, Some(d)) = (&out, deadline) {
-                if Instant::now() < d && self.hold(key, d, progress.clone(), ctx).await {
+                let terms = spec.terms.as_deref().unwrap_or_default();
+                if Instant::now() < d && self.hold(key, terms, d, progress.clone(), ctx).await {
                     continue;
                 }
             }
@@ -396,13 +408,29 @@ impl Gateway {
 
     /// Holds a call awaiting approval until it is decided (true), the deadline passes or the
     /// client cancels (false), telling the agent's client how it stands as progress.
+    /// A client that declared elicitation is asked too ([`elicit`]); its answer decides as
+    /// `exactly approve`/`deny` would, and the ask ends with the hold.
     async fn hold(
         self: &Arc<Self>,
         key: &crate::EffectKey,
+        terms: &str,
         deadline: Instant,
         progress: Option<ProgressToken>,
         ctx: &RequestContext<RoleServer>,
     ) -> bool {
+        let _asking = self.elicits().then(|| {
+            let (gw, peer, key, terms) = (
+                self.clone(),
+                ctx.peer.clone(),
+                key.clone(),
+                terms.to_string(),
+            );
+            Asking(tokio::spawn(async move {
+                if let Some(answer) = elicit::ask(&peer, &key, &terms).await {
+                    let _ = tokio::task::spawn_blocking(move || gw.decide(&key, answer)).await;
+                }
+            }))
+        });
         let mut n = 0u32;
         loop {
             let gw = self.clone();
@@ -435,6 +463,25 @@ impl Gateway {
                 _ = ctx.ct.cancelled() => return false,
             }
         }
+    }
+
+    /// Whether the agent's client declared the elicitation capability.
+    fn elicits(&self) -> bool {
+        lock(&self.upstream.info)
+            .as_ref()
+            .is_some_and(|i| i.capabilities.elicitation.is_some())
+    }
+
+    /// The client's person's answer, recorded as `exactly approve`/`deny` records one: of two
+    /// deciders at once one wins, the other finds it decided.
+    fn decide(&self, key: &crate::EffectKey, answer: elicit::Answer) -> crate::Result<()> {
+        let mut s = self.store()?;
+        let got = match answer {
+            elicit::Answer::Approve => crate::approval::approve(&mut s, key, elicit::ACTOR, None),
+            elicit::Answer::Deny => crate::approval::deny(&mut s, key, elicit::ACTOR, None),
+        };
+        lock(&self.stores).push(s);
+        got.map(|_| ())
     }
 
     async fn pass(
@@ -475,6 +522,15 @@ impl Gateway {
             .and_then(|v| serde_json::from_value::<InitializeResult>(v).ok())
             .unwrap_or_else(|| InitializeResult::new(ServerCapabilities::default()));
         Ok(ServerResult::InitializeResult(info))
+    }
+}
+
+/// The elicitation of a held call, ended (its request dropped) when the hold ends.
+struct Asking(tokio::task::JoinHandle<()>);
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

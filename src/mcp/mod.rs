@@ -8,7 +8,9 @@
 //! `gateway.rs` the two MCP sides (rmcp) and the pass-through.
 pub mod call;
 pub mod config;
+pub mod elicit;
 pub mod gateway;
+pub mod http;
 
 pub use config::{Config, ToolRule};
 pub use gateway::{serve, Options};
@@ -139,7 +141,10 @@ pub fn facts(
         inputs,
         terms: Some(terms),
         needs_approval: plan.needs_approval,
-        observe_cmd: None,
+        // Recorded so `doctor` sees the observer; never run as a command (the gateway asks it).
+        observe_cmd: rule
+            .and_then(|r| r.observe.as_ref())
+            .map(|o| crate::effect::observer_elsewhere(&format!("mcp:{}", o.tool))),
     };
     spec.checked_key()?;
     Ok(spec)
@@ -175,6 +180,38 @@ mod tests {
         );
         let missing = json!({"subject": "hi"});
         assert!(facts("send_email", &p, missing.as_object().expect("obj"), "gw").is_err());
+    }
+
+    #[test]
+    fn the_observer_tool_is_recorded_inert() -> Result<(), String> {
+        let cfg = Config::parse(
+            "[[tool]]\nname = \"send\"\nobserve = { tool = \"list;touch x\\n$(id)\", found = \"k\" }\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let p = plan(&cfg, "send", Hints::default());
+        let spec = facts("send", &p, &Map::new(), "gw").map_err(|e| e.to_string())?;
+        let text = spec.observe_cmd.ok_or("no observer recorded")?;
+        assert!(text.contains("mcp:list_touch_x___id_"), "{text}");
+        assert!(!crate::effect::observer_is_command(&text), "{text}");
+        // A shell given it anyway (an older scheduler) runs `exit 3`: cannot tell.
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let st = std::process::Command::new("sh")
+            .args(["-c", &text])
+            .current_dir(dir.path())
+            .status()
+            .map_err(|e| e.to_string())?;
+        assert_eq!(st.code(), Some(3));
+        assert!(!dir.path().join("x").exists());
+        let none = Config::parse("[[tool]]\nname = \"send\"\n").map_err(|e| e.to_string())?;
+        let spec = facts(
+            "send",
+            &plan(&none, "send", Hints::default()),
+            &Map::new(),
+            "gw",
+        )
+        .map_err(|e| e.to_string())?;
+        assert!(spec.observe_cmd.is_none());
+        Ok(())
     }
 
     #[test]

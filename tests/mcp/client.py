@@ -3,7 +3,9 @@
 
 argv[1] is JSON: {"gateway": [command...], "calls": [[tool, arguments], ...],
 "list_tools": bool, "parallel": bool, "extras": bool} (parallel: all calls at once, answers in call order; extras: first the resources and prompts,
-as {"resources": …, "resource": …, "prompts": …, "prompt": …}). Prints one JSON line per answer as it comes: {"tools": [...]},
+as {"resources": …, "resource": …, "prompts": …, "prompt": …}; elicit: {"answer": "accept" |
+"decline" | "accept_once_sent", "log": path}: the client supports elicitation, appends each
+request's message to log and answers so, accept_once_sent only once $MAIL_OUTBOX has a line). Prints one JSON line per answer as it comes: {"tools": [...]},
 {"result": CallToolResult, "progress": [messages]}, or {"error": text} (then exits 3).
 """
 import asyncio
@@ -11,7 +13,7 @@ import json
 import os
 import sys
 
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, types
 
 
 def say(obj):
@@ -21,7 +23,25 @@ def say(obj):
 async def main(spec):
     cmd = spec["gateway"]
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    async with Client(params) as client:
+    extra = {}
+    elicit = spec.get("elicit")
+    if elicit:
+
+        async def on_elicit(context, request):
+            with open(elicit["log"], "a", encoding="utf-8") as f:
+                f.write(request.message.replace("\n", " ") + "\n")
+            answer = elicit["answer"]
+            if answer == "accept_once_sent":
+                outbox = os.environ["MAIL_OUTBOX"]
+                for _ in range(600):
+                    if os.path.exists(outbox) and os.path.getsize(outbox) > 0:
+                        break
+                    await asyncio.sleep(0.1)
+                answer = "accept"
+            return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
+
+        extra["elicitation_callback"] = on_elicit
+    async with Client(params, **extra) as client:
         if spec.get("list_tools"):
             tools = await client.list_tools()
             say({"tools": [t.model_dump(by_alias=True, exclude_none=True) for t in tools.tools]})

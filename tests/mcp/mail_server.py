@@ -3,7 +3,8 @@
 
 $MAIL_PAUSE_AFTER_SEND names a file: once a mail is appended, the server writes its pid
 there and sleeps (the first time only), so a test can SIGKILL it after the effect and before
-the answer. $MAIL_SLOW_SECONDS makes every send take that long.
+the answer. $MAIL_SLOW_SECONDS makes every send take that long. $MAIL_HEADERS names a file
+each send over HTTP appends its `Idempotency-Key` header to.
 """
 import os
 import time
@@ -28,6 +29,12 @@ def meta_key(ctx: Context) -> str:
 @server.tool()
 def send_email(to: str, subject: str, body: str, ctx: Context) -> str:
     """Sends a mail (appends it to the outbox)."""
+    heard = os.environ.get("MAIL_HEADERS")
+    if heard:  # over HTTP: the Idempotency-Key header the call came with, "-" for none
+        request = ctx.request_context.request
+        got = request.headers.get("idempotency-key", "-") if request is not None else "-"
+        with open(heard, "a", encoding="utf-8") as f:
+            f.write(f"{to}|{got}\n")
     with open(OUTBOX, "a", encoding="utf-8") as f:
         f.write(f"sent|{to}|{subject}|{body}|key={meta_key(ctx)}\n")
         f.flush()

@@ -13,6 +13,8 @@
 mod support;
 
 mod dashboard;
+mod doctor;
+mod elicit;
 mod http;
 
 use serde_json::{json, Value};
@@ -131,6 +133,11 @@ impl World {
     /// The file for the retry after a crash: unguarded with `EXACTLY_TEST_MCP_UNGUARDED`.
     fn retry_config(&self) {
         self.write_config(std::env::var_os("EXACTLY_TEST_MCP_UNGUARDED").is_some());
+    }
+
+    /// The gateway file, as `text` says.
+    fn write_config_text(&self, text: &str) {
+        std::fs::write(&self.config, text).expect("write mcp.toml");
     }
 
     fn write_config(&self, unguarded: bool) {

@@ -193,7 +193,19 @@ fn same_text(stored: Option<&str>, written: Option<&str>) -> bool {
     }
 }
 
+/// Why an effect without a row is held after a failover.
+const FAILOVER_HOLD: &str = "held after an asynchronous failover: the ledger may have lost its \
+     row; its observer, or a person (exactly resolve), says whether it was sent";
+
 impl Store {
+    /// Whether the window after an asynchronous failover is open (PostgreSQL only).
+    fn failover_window(&self) -> bool {
+        match &self.conn {
+            super::Conn::Pg(db) => db.failover_window(),
+            _ => false,
+        }
+    }
+
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>, now: Ts) -> Result<Begin> {
@@ -223,8 +235,14 @@ impl Store {
         submit_as: Option<SentBy<'_>>,
         now_ts: Ts,
     ) -> Result<Begin> {
-        if let Some(begun) = self.fast_begin(e, submit_as, now_ts)? {
-            return Ok(begun);
+        // After an asynchronous failover the ledger may have lost the row of an effect already
+        // sent: within the window a new row is recorded `unknown`, so its observer (or a
+        // person) settles it before anything is sent (`pg_timeline`).
+        let hold = self.failover_window();
+        if !hold {
+            if let Some(begun) = self.fast_begin(e, submit_as, now_ts)? {
+                return Ok(begun);
+            }
         }
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
@@ -252,8 +270,10 @@ impl Store {
                 .until
                 .as_deref()
                 .is_some_and(|u| u >= min_until.as_str());
-            let attempt = submit_as.filter(|_| !asked && enough);
-            let state = if attempt.is_some() {
+            let attempt = submit_as.filter(|_| !asked && enough && !hold);
+            let state = if hold {
+                EffectState::Unknown
+            } else if attempt.is_some() {
                 EffectState::Submitted
             } else {
                 EffectState::Claimed
@@ -286,6 +306,18 @@ impl Store {
             );
             match inserted? {
                 // The token was checked above, in this transaction: no row means the key is taken.
+                1.. if hold => {
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::EffectUnknown, now)
+                            .job(e.job_key)
+                            .effect(e.effect_key)
+                            .token(e.token)
+                            .detail(FAILOVER_HOLD),
+                    )?;
+                    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
+                    Ok(Begin::Existing(Box::new(row), SenderLease::default()))
+                }
                 1.. => {
                     let seen = Seen {
                         state,

@@ -43,6 +43,9 @@ pub(crate) struct PgConn {
     /// answer first, ours after it: never more than the true difference). A one-statement
     /// call moves the caller's instants by it, having no transaction start to read it from.
     shift: chrono::Duration,
+    /// What the connection learnt of its server when it was made: a standby, the window after a
+    /// failover (`pg_timeline`).
+    pub(crate) seen: super::pg_timeline::Seen,
 }
 
 impl PgConn {
@@ -76,12 +79,12 @@ impl PgConn {
     }
 
     /// Runs statements that take no parameters (a transaction's start and end, the schema).
-    fn batch(&mut self, sql: &str) -> DbResult<()> {
+    pub(crate) fn batch(&mut self, sql: &str) -> DbResult<()> {
         Ok(self.client.batch_execute(sql)?)
     }
 
     /// Starts a transaction and reads the server's clock in the same round trip.
-    fn begin(&mut self, how: &str) -> DbResult<String> {
+    pub(crate) fn begin(&mut self, how: &str) -> DbResult<String> {
         let now = server_now(&mut self.client, &format!("BEGIN {how}; "))?;
         self.saw_clock(&now);
         Ok(now)
@@ -270,6 +273,9 @@ pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
 struct Manager {
     config: postgres::Config,
     lock_ms: u64,
+    /// Until when (Unix ms) the window after an asynchronous failover lasts, as the newest
+    /// connection found it: shared with every store of the pool.
+    window: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Set when the URL says `sslmode=require`.
     #[cfg(feature = "tls")]
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
@@ -339,8 +345,21 @@ impl r2d2::ManageConnection for Manager {
             stmts: HashMap::new(),
             broken: false,
             shift: chrono::Duration::zero(),
+            seen: Default::default(),
         };
         conn.saw_clock(&now);
+        // The server's timeline against the one recorded: a failover is guarded before this
+        // connection serves anything.
+        conn.seen = super::pg_timeline::check(&mut conn).map_err(|e| match e {
+            DbError::Pg(e) => ConnectError::from(e),
+            e => ConnectError(e.to_string()),
+        })?;
+        if !conn.seen.standby {
+            self.window.store(
+                conn.seen.window_until_ms,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         Ok(conn)
     }
 
@@ -355,7 +374,8 @@ impl r2d2::ManageConnection for Manager {
 
 /// A process's pools, one per database URL: a scheduler's runs and a dashboard's polls share a
 /// few connections instead of opening one per store.
-static POOLS: parking_lot::Mutex<Vec<(String, r2d2::Pool<Manager>)>> =
+type Window = std::sync::Arc<std::sync::atomic::AtomicI64>;
+static POOLS: parking_lot::Mutex<Vec<(String, r2d2::Pool<Manager>, Window)>> =
     parking_lot::const_mutex(Vec::new());
 
 /// The connections a process keeps to one database at most.
@@ -364,6 +384,8 @@ const POOL_SIZE: u32 = 8;
 /// A PostgreSQL database behind a [`super::Store`].
 pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
+    /// The pool's failover window (see `Manager::window`).
+    window: Window,
     /// The transitions' functions (`pg_functions`) are installed at this build's version: the
     /// store calls them instead of running a transaction.
     pub(crate) fast: bool,
@@ -379,9 +401,10 @@ impl PgStore {
     pub(crate) fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
         let shown = redact(url);
         let mut pools = POOLS.lock();
-        if let Some((_, p)) = pools.iter().find(|(u, _)| u == url) {
+        if let Some((_, p, w)) = pools.iter().find(|(u, _, _)| u == url) {
             return Ok(PgStore {
                 pool: p.clone(),
+                window: w.clone(),
                 fast: false,
                 shown,
             });
@@ -408,6 +431,7 @@ impl PgStore {
                  (build with --features tls)"
             )));
         }
+        let window = Window::default();
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
@@ -417,6 +441,7 @@ impl PgStore {
             .build_unchecked(Manager {
                 config,
                 lock_ms: busy_ms,
+                window: window.clone(),
                 #[cfg(feature = "tls")]
                 tls: if require_tls {
                     Some(tls_connector().map_err(|e| {
@@ -426,12 +451,20 @@ impl PgStore {
                     None
                 },
             });
-        pools.push((url.to_string(), pool.clone()));
+        pools.push((url.to_string(), pool.clone(), window.clone()));
         Ok(PgStore {
             pool,
+            window,
             fast: false,
             shown,
         })
+    }
+
+    /// Whether the window after an asynchronous failover is open (see `pg_timeline`): an
+    /// effect without a row is then checked before it is sent.
+    pub(crate) fn failover_window(&self) -> bool {
+        let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
+        until > 0 && chrono::Utc::now().timestamp_millis() < until
     }
 
     /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
@@ -473,6 +506,9 @@ impl PgStore {
         loop {
             attempt += 1;
             let mut conn = self.conn()?;
+            if !how.contains("READ ONLY") {
+                writable(&mut conn)?;
+            }
             let result = (|| {
                 let now = conn.begin(how)?;
                 // This host's clock beside the server's, to move the instants a caller computed
@@ -524,6 +560,7 @@ impl PgStore {
         loop {
             attempt += 1;
             let mut conn = self.conn()?;
+            writable(&mut conn)?;
             let result = f(&mut conn);
             if result.as_ref().is_ok_and(lose_reply) {
                 crate::fault::point(crate::fault::Point::FinishReplyLost);
@@ -545,6 +582,19 @@ impl PgStore {
             std::thread::sleep(Duration::from_millis(ms));
         }
     }
+}
+
+/// Refuses a write on a connection made to a standby, unless the server was promoted since
+/// (then the timeline is checked, as on a new connection, before the write).
+fn writable(conn: &mut PgConn) -> DbResult<()> {
+    if !conn.seen.standby {
+        return Ok(());
+    }
+    conn.seen = super::pg_timeline::check(conn)?;
+    if conn.seen.standby {
+        return Err(DbError::Other(super::pg_timeline::STANDBY.into()));
+    }
+    Ok(())
 }
 
 /// A transaction of row compare-and-sets only (see `Store::write_cas`).

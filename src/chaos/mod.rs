@@ -10,6 +10,7 @@
 mod clock_step;
 mod concurrent;
 mod escape;
+mod failover;
 pub mod far_side;
 mod freeze;
 mod harness;
@@ -70,6 +71,7 @@ pub const SCENARIOS: &[&str] = &[
     "overload",
     "clock-step",
     "python",
+    "failover",
 ];
 
 #[derive(Args, Debug)]
@@ -98,7 +100,10 @@ pub struct ChaosArgs {
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
     /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
     /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
-    /// where the module is not installed).
+    /// where the module is not installed). `failover`: two local PostgreSQL servers (a primary
+    /// and its asynchronous standby, `initdb` and `pg_basebackup`), the primary SIGKILLed while
+    /// its WAL stream is held back, the standby promoted, the lost range run again; unguarded,
+    /// the failover guard is off (`EXACTLY_FAILOVER_GUARD=off`).
     #[arg(
         long = "scenario",
         value_name = "NAME",

@@ -32,6 +32,7 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
         "run-end-lost" | "frozen-scheduler" | "overload" => super::runs::run(name, h, t, n, bar),
         "clock-step" => super::clock_step::run(h, t, n, bar),
         "python" => super::python::run(h, t, n, bar),
+        "failover" => super::failover::run(h, t, n, bar),
         _ => super::sched::run(name, h, t, n, bar),
     }
 }

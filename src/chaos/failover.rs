@@ -334,6 +334,35 @@ impl Pair {
         Ok(rows.len())
     }
 
+    /// Makes the primary wait for its standby (set after the base backup, so the standby does
+    /// not inherit it and wait for a standby it does not have), and waits until it does.
+    fn synchronous(&self) -> Result<()> {
+        let mut c = self.primary.client()?;
+        // Two statements: ALTER SYSTEM runs outside a transaction block.
+        for sql in [
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(sql)
+                .map_err(|e| err(format!("{sql}: {e}")))?;
+        }
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &[],
+                )
+                .map_err(|e| err(format!("pg_stat_replication: {e}")))?
+                .get(0);
+            if n > 0 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(err("the standby did not become synchronous within 30 s"))
+    }
+
     fn promote(&self) -> Result<()> {
         run_tool(
             "pg_ctl promote",
@@ -439,13 +468,31 @@ impl Work<'_> {
     }
 }
 
+/// How the primary replicates in a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// The default: a commit is acknowledged before the standby has it.
+    Async,
+    /// `synchronous_standby_names = '*'` (set with ALTER SYSTEM after the base backup): a commit
+    /// is acknowledged once the standby flushed it.
+    Sync,
+}
+
 pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let n = n.max(2);
-    let pair = Pair::start(&h.dir.join("failover"))?;
+    round(h, t, n, Mode::Async, bar)?;
+    round(h, t, n, Mode::Sync, bar)
+}
+
+/// One round: a pair, a range streamed, a range run as the primary dies, the promoted standby
+/// running the second range again.
+fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) -> Result<()> {
+    let name = format!("failover-{mode:?}").to_lowercase();
+    let pair = Pair::start(&h.dir.join(&name))?;
     let work = Work {
         exe: &h.exe,
         url: pair.url(),
-        far: h.dir.join("failover-far-side"),
+        far: h.dir.join(format!("{name}-far-side")),
         guarded: h.guarded,
         job: "failover",
     };
@@ -461,6 +508,11 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
             String::from_utf8_lossy(&init.stderr).trim()
         )));
     }
+    if mode == Mode::Sync {
+        pair.synchronous()?;
+    } else {
+        standby_says_so(&pair, &work, t)?;
+    }
     // Streamed: both servers have these.
     let mut before: Vec<i64> = Vec::new();
     for i in 0..n {
@@ -468,11 +520,14 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
         bar.inc(1);
     }
     pair.wait_caught_up()?;
-    if pair.hold_stream()? == 0 {
-        return Err(err("the primary has no WAL sender to hold"));
+    if mode == Mode::Async {
+        if pair.hold_stream()? == 0 {
+            return Err(err("the primary has no WAL sender to hold"));
+        }
+        *t.stops.entry("wal_sender".into()).or_default() += 1;
     }
-    *t.stops.entry("wal_sender".into()).or_default() += 1;
-    // Acknowledged by the primary alone: the promoted standby never hears of them.
+    // Asynchronous: acknowledged by the primary alone, the promoted standby never hears of
+    // them. Synchronous: acknowledged once the standby has them.
     let mut lost: Vec<i64> = Vec::new();
     for i in n..2 * n {
         lost.extend(work.op(i)?.token);
@@ -480,7 +535,7 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
     pair.primary.kill_all()?;
     t.kill("primary");
     pair.promote()?;
-    // The lost range again, on the promoted server.
+    // The second range again, on the promoted server.
     let mut seen: BTreeMap<i64, u32> = BTreeMap::new();
     for tok in before.iter().chain(&lost) {
         *seen.entry(*tok).or_default() += 1;
@@ -498,7 +553,7 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
             t.held_for_person += 1;
         } else if op.effect_exit != 0 {
             t.fail(format!(
-                "key k{i}: exactly effect exited {}",
+                "{name}: key k{i}: exactly effect exited {}",
                 op.effect_exit
             ));
         }
@@ -513,11 +568,51 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
     t.far_side_requests += far.lines().count() as u64;
     t.duplicate_effects += per_key.values().map(|c| c.saturating_sub(1)).sum::<u64>();
     let mut store = crate::open(Some(&work.url), crate::Access::ReadOnly)?;
-    t.failovers_seen += crate::snapshot::Snapshot::read(&mut store)?.failovers;
-    if h.guarded && t.failovers_seen == 0 {
-        t.fail("the promoted server recorded no failover event".to_string());
+    let snap = crate::snapshot::Snapshot::read(&mut store)?;
+    t.failovers_seen += snap.failovers;
+    if snap.failovers != 1 {
+        t.fail(format!("{name}: {} failover events, not 1", snap.failovers));
+    }
+    let said = snap.failover_warnings.join(" ");
+    let how = match mode {
+        Mode::Async => "replication was asynchronous",
+        Mode::Sync => "replication was synchronous",
+    };
+    if !said.contains(how) {
+        t.fail(format!("{name}: the failover does not say {how:?}: {said}"));
     }
     drop(store);
     drop(pair);
+    Ok(())
+}
+
+/// A write sent to the standby alone is refused saying it is a standby, not a role's problem.
+fn standby_says_so(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
+    let url = format!(
+        "postgres://exactly:exactly@127.0.0.1:{}/exactly",
+        pair.standby.port
+    );
+    let out = Command::new(work.exe)
+        .args([
+            "--db",
+            &url,
+            "lease",
+            "claim",
+            "--job",
+            "on-standby",
+            "--for",
+            "1m",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1) || !stderr.contains("the server is a standby (in recovery)") {
+        t.fail(format!(
+            "a claim on the standby: {} {:?}, not the standby's sentence",
+            out.status,
+            stderr.trim()
+        ));
+    }
     Ok(())
 }

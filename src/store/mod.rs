@@ -32,6 +32,7 @@ pub(crate) mod pg;
 mod pg_fast;
 mod pg_functions;
 mod pg_schema;
+mod pg_sync;
 mod pg_timeline;
 mod read;
 mod resume;

@@ -46,6 +46,12 @@ pub(crate) struct PgConn {
     /// What the connection learnt of its server when it was made: a standby, the window after a
     /// failover (`pg_timeline`).
     pub(crate) seen: super::pg_timeline::Seen,
+    /// Set by the server's warning that a commit stopped waiting for a synchronous standby (the
+    /// statement timeout cancelled the wait): the commit is on the primary alone.
+    sync_wait_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Cancels this connection's statement: set when its server waits for a synchronous
+    /// standby, so that a commit waiting for one that is gone is cut (`pg_sync`).
+    cancel: Option<postgres::CancelToken>,
 }
 
 impl PgConn {
@@ -319,13 +325,21 @@ impl r2d2::ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> std::result::Result<PgConn, ConnectError> {
+        let sync_wait_cut = super::pg_sync::flag();
+        let mut config = self.config.clone();
+        let flag = sync_wait_cut.clone();
+        config.notice_callback(move |notice| {
+            if super::pg_sync::is_cut(notice.message()) {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
         #[cfg(feature = "tls")]
         let mut client = match &self.tls {
-            Some(tls) => self.config.connect(tls.clone())?,
-            None => self.config.connect(NoTls)?,
+            Some(tls) => config.connect(tls.clone())?,
+            None => config.connect(NoTls)?,
         };
         #[cfg(not(feature = "tls"))]
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = config.connect(NoTls)?;
         // The settings and a first reading of the server's clock (see `PgConn::shift`) in one
         // round trip.
         let now = server_now(
@@ -346,6 +360,8 @@ impl r2d2::ManageConnection for Manager {
             broken: false,
             shift: chrono::Duration::zero(),
             seen: Default::default(),
+            sync_wait_cut,
+            cancel: None,
         };
         conn.saw_clock(&now);
         // The server's timeline against the one recorded: a failover is guarded before this
@@ -354,6 +370,7 @@ impl r2d2::ManageConnection for Manager {
             DbError::Pg(e) => ConnectError::from(e),
             e => ConnectError(e.to_string()),
         })?;
+        conn.cancel = conn.seen.sync.then(|| conn.client.cancel_token());
         if !conn.seen.standby {
             self.window.store(
                 conn.seen.window_until_ms,
@@ -520,7 +537,11 @@ impl PgStore {
                     let tx = Tx::pg(&mut conn, now, shift);
                     f(&tx)?
                 };
-                conn.batch("COMMIT")?;
+                {
+                    let _watch = super::pg_sync::watch(conn.cancel.clone());
+                    conn.batch("COMMIT")?;
+                }
+                super::pg_sync::check(&conn.sync_wait_cut)?;
                 if lose_reply {
                     crate::fault::point(crate::fault::Point::FinishReplyLost);
                     return Err(cut(&mut conn));
@@ -561,7 +582,12 @@ impl PgStore {
             attempt += 1;
             let mut conn = self.conn()?;
             writable(&mut conn)?;
-            let result = f(&mut conn);
+            let result = {
+                let _watch = super::pg_sync::watch(conn.cancel.clone());
+                f(&mut conn)
+            };
+            let result =
+                result.and_then(|out| super::pg_sync::check(&conn.sync_wait_cut).map(|()| out));
             if result.as_ref().is_ok_and(lose_reply) {
                 crate::fault::point(crate::fault::Point::FinishReplyLost);
                 conn.broken = true;

@@ -33,6 +33,8 @@ pub(crate) struct Seen {
     pub(crate) standby: bool,
     /// Until when (Unix ms) the window after an asynchronous failover lasts; 0 for none.
     pub(crate) window_until_ms: i64,
+    /// The server's commits wait for a synchronous standby (its settings say so).
+    pub(crate) sync: bool,
 }
 
 /// Whether the guard is on: `EXACTLY_FAILOVER_GUARD` unset or anything but `off`/`0`.
@@ -101,8 +103,10 @@ pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
         return Ok(Seen {
             standby,
             window_until_ms: 0,
+            sync,
         });
     };
+    let synchronous = sync;
     let sync = i64::from(sync);
     let recorded = {
         let now = String::new();
@@ -117,11 +121,15 @@ pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
         return Ok(Seen {
             standby: false,
             window_until_ms: recorded.2.unwrap_or(0),
+            sync: synchronous,
         });
     }
     let now = conn.begin(super::pg::READ_COMMITTED)?;
     let done = (|| {
         let tx = Tx::pg(conn, now.clone(), chrono::Duration::zero());
+        // A synchronous standby gone must not hang every new connection on this commit (the
+        // raise is made again from the tokens themselves at the next failover).
+        tx.exec("SET LOCAL synchronous_commit = local", &[])?;
         tx.one("SELECT pg_advisory_xact_lock(?1)", args![LOCK], |_| Ok(()))?;
         let was = meta(&tx, "timeline")?;
         let was_sync = meta(&tx, "sync_replication")?.unwrap_or(0) == 1;
@@ -137,6 +145,7 @@ pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
         Ok(window) => Ok(Seen {
             standby: false,
             window_until_ms: window.unwrap_or(0),
+            sync: synchronous,
         }),
         Err(e) => {
             let _ = conn.batch("ROLLBACK");

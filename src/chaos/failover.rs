@@ -552,7 +552,7 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
         if op.effect_exit == 5 {
             t.held_for_person += 1;
         } else if op.effect_exit != 0 {
-            t.fail(format!(
+            t.anomaly(format!(
                 "{name}: key k{i}: exactly effect exited {}",
                 op.effect_exit
             ));
@@ -571,7 +571,7 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
     let snap = crate::snapshot::Snapshot::read(&mut store)?;
     t.failovers_seen += snap.failovers;
     if snap.failovers != 1 {
-        t.fail(format!("{name}: {} failover events, not 1", snap.failovers));
+        t.anomaly(format!("{name}: {} failover events, not 1", snap.failovers));
     }
     let said = snap.failover_warnings.join(" ");
     let how = match mode {
@@ -579,10 +579,56 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
         Mode::Sync => "replication was synchronous",
     };
     if !said.contains(how) {
-        t.fail(format!("{name}: the failover does not say {how:?}: {said}"));
+        t.anomaly(format!("{name}: the failover does not say {how:?}: {said}"));
     }
     drop(store);
+    if mode == Mode::Sync {
+        sync_wait_is_bounded(&pair, &work, t)?;
+    }
     drop(pair);
+    Ok(())
+}
+
+/// The promoted server told to wait for a synchronous standby it does not have: a claim is
+/// refused with that reason after `EXACTLY_SYNC_WAIT_MS`, never left hanging.
+fn sync_wait_is_bounded(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
+    let mut c = pair.standby.client()?;
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'gone'",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.batch_execute(sql)
+            .map_err(|e| err(format!("{sql}: {e}")))?;
+    }
+    let start = Instant::now();
+    let mut child = work
+        .exactly()
+        .env("EXACTLY_SYNC_WAIT_MS", "1000")
+        .args(["lease", "claim", "--job", "no-standby", "--for", "1m"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    // A claim that hangs is what this checks against: it is killed after 15 s.
+    while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1)
+        || !stderr.contains("synchronous standby")
+        || took > Duration::from_secs(10)
+    {
+        t.anomaly(format!(
+            "a claim waiting for a missing synchronous standby: {} after {took:.1?}: {:?}",
+            out.status,
+            stderr.trim()
+        ));
+    }
     Ok(())
 }
 
@@ -608,7 +654,7 @@ fn standby_says_so(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
         .map_err(|e| err(format!("exactly lease claim: {e}")))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() != Some(1) || !stderr.contains("the server is a standby (in recovery)") {
-        t.fail(format!(
+        t.anomaly(format!(
             "a claim on the standby: {} {:?}, not the standby's sentence",
             out.status,
             stderr.trim()

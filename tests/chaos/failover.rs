@@ -51,6 +51,11 @@ fn an_asynchronous_failover_hands_out_no_token_twice_and_sends_no_effect_twice()
     // and holds none.
     assert_eq!(n(&v, "held_for_person"), 10, "{v:#}");
     assert_eq!(n(&v, "far_side_requests"), 80, "one request per key: {v:#}");
+    assert_eq!(n(&v, "intended_effects"), 80, "{v:#}");
+    assert!(
+        v["not_run"].as_object().is_none_or(|m| m.is_empty()),
+        "{v:#}"
+    );
     assert_eq!(code, 0, "{v:#}\n{stderr}");
 }
 

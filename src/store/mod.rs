@@ -34,6 +34,7 @@ mod pg_functions;
 mod pg_schema;
 mod pg_sync;
 mod pg_timeline;
+mod pg_types;
 mod read;
 mod resume;
 pub(crate) use resume::{ResumeTimes, Resumer};

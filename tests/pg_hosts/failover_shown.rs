@@ -1,0 +1,92 @@
+//! A failover as every reader shows it, and the tokens it raises: the timeline the database
+//! recorded is rewritten (the server's own stays), so the next connection finds a change, as the
+//! first connection to a promoted standby does. (Two real servers and a real promotion:
+//! `tests/chaos/failover.rs`.)
+use serde_json::Value;
+use std::process::Command;
+use support::backend::{enter_postgres, with_client, PgSchema};
+
+use crate::support;
+
+fn exactly(db: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(support::bin())
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("EXACTLY_DB")
+        .env_remove("EXACTLY_FAILOVER_GUARD")
+        .output()
+        .expect("run exactly");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(db: &str, args: &[&str]) -> String {
+    let (code, out, err) = exactly(db, args);
+    assert_eq!(code, 0, "exactly {args:?}: {out}{err}");
+    out
+}
+
+#[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
+    let _pg = enter_postgres();
+    let schema = PgSchema::create();
+    let db = schema.url.as_str();
+    ok(db, &["init"]);
+    for _ in 0..3 {
+        let token = ok(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
+        ok(
+            db,
+            &["lease", "release", "--job", "j", "--token", token.trim()],
+        );
+    }
+    with_client(db, |c| {
+        c.batch_execute("UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline'")
+    })
+    .expect("rewrite the recorded timeline");
+    let (code, token, err) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
+    assert_eq!(code, 0, "{token}{err}");
+    // Above every token the old timeline could have handed out: the next multiple of 2^32.
+    assert_eq!(token.trim(), "4294967297", "{err}");
+    assert!(err.contains("failed over"), "{err}");
+    // A job the promoted server never heard of starts above the raise too.
+    let fresh = ok(db, &["lease", "claim", "--job", "new", "--for", "1m"]);
+    assert_eq!(fresh.trim(), "4294967297");
+    let status: Value = serde_json::from_str(&ok(db, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["failovers"], 1, "{status:#}");
+    assert!(status["last_failover_at"].is_string(), "{status:#}");
+    let said = status["warnings"].to_string();
+    assert!(
+        said.contains("failed over") && said.contains("raised to 4294967296"),
+        "{said}"
+    );
+    let metrics = ok(db, &["metrics"]);
+    assert!(
+        metrics.contains("\nexactly_failovers_total 1\n"),
+        "{metrics}"
+    );
+    let (_, doctor, err) = exactly(db, &["doctor", "--job", "j", "--json"]);
+    let doctor: Value = serde_json::from_str(&doctor).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let rule = &doctor["jobs"][0]["rules"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["rule"] == "lease-token").cloned())
+        .expect("lease-token rule");
+    assert_eq!(rule["verdict"], "ok", "{rule:#}");
+    assert!(
+        rule["evidence"]
+            .to_string()
+            .contains("raised at the last failover"),
+        "{rule:#}"
+    );
+    // The connection after it finds the timeline recorded: no second event.
+    ok(db, &["lease", "claim", "--job", "other", "--for", "1m"]);
+    let status: Value = serde_json::from_str(&ok(db, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["failovers"], 1, "{status:#}");
+}

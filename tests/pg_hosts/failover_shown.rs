@@ -90,3 +90,79 @@ fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
     let status: Value = serde_json::from_str(&ok(db, &["status", "--json"])).expect("JSON");
     assert_eq!(status["failovers"], 1, "{status:#}");
 }
+
+/// A scheduler handed a token lower than one it ran under before for the job (the database went
+/// back: a failover that lost commits, here the lease's token and the later runs undone by hand,
+/// as with the guard off) runs nothing under it: every token its command ever saw only goes up.
+#[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+fn a_scheduler_never_runs_under_a_token_lower_than_one_it_ran_under() {
+    let _pg = enter_postgres();
+    let schema = PgSchema::create();
+    let db = schema.url.as_str();
+    ok(db, &["init"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs.toml");
+    let seen = dir.path().join("tokens");
+    std::fs::write(
+        &jobs,
+        format!(
+            "[[job]]\nname = \"tick\"\nevery = \"1s\"\nlease = \"5s\"\noverlap = \"coalesce\"\n\
+             command = [\"sh\", \"-c\", \"echo $EXACTLY_FENCING_TOKEN >> {}\"]\n",
+            seen.display()
+        ),
+    )
+    .expect("jobs file");
+    let mut sched = Command::new(support::bin())
+        .args(["--db", db, "run"])
+        .arg(&jobs)
+        .env_remove("EXACTLY_FAILOVER_GUARD")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start exactly run");
+    let lines = || {
+        std::fs::read_to_string(&seen)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().parse::<i64>().expect("a token"))
+            .collect::<Vec<i64>>()
+    };
+    let start = std::time::Instant::now();
+    while lines().len() < 4 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let before = lines();
+    assert!(before.len() >= 4, "the job did not run: {before:?}");
+    with_client(db, |c| {
+        // What the promoted server lacks: the claims after the first, and their runs.
+        c.batch_execute(
+            "UPDATE job_lease SET fencing_token = 1 WHERE job_key = 'tick';
+             DELETE FROM exactly_firings WHERE run_id IN
+               (SELECT run_id FROM exactly_runs WHERE job_key = 'tick' AND fencing_token > 1);
+             DELETE FROM exactly_runs WHERE job_key = 'tick' AND fencing_token > 1;",
+        )
+    })
+    .expect("set the token back");
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(sched.id() as i32, libc::SIGTERM) };
+    sched.wait().expect("wait for the scheduler");
+    let all = lines();
+    let back: Vec<_> = all.windows(2).filter(|w| w[1] <= w[0]).collect();
+    assert!(
+        back.is_empty(),
+        "ran under a token not above the last: {all:?}"
+    );
+    let fenced: i64 = with_client(db, |c| {
+        c.query_one(
+            "SELECT count(*) FROM exactly_runs WHERE job_key = 'tick' AND outcome = 'fenced'",
+            &[],
+        )
+        .map(|r| r.get(0))
+    })
+    .expect("count fenced runs");
+    assert!(fenced >= 1, "no run was stopped: {all:?}");
+}

@@ -199,9 +199,9 @@ const FAILOVER_HOLD: &str = "held after an asynchronous failover: the ledger may
 
 impl Store {
     /// Whether the window after an asynchronous failover is open (PostgreSQL only).
-    fn failover_window(&self) -> bool {
+    fn failover_window(&self, now: Ts) -> bool {
         match &self.conn {
-            super::Conn::Pg(db) => db.failover_window(),
+            super::Conn::Pg(db) => db.failover_window(now),
             _ => false,
         }
     }
@@ -238,7 +238,7 @@ impl Store {
         // After an asynchronous failover the ledger may have lost the row of an effect already
         // sent: within the window a new row is recorded `unknown`, so its observer (or a
         // person) settles it before anything is sent (`pg_timeline`).
-        let hold = self.failover_window();
+        let hold = self.failover_window(now_ts);
         if !hold {
             if let Some(begun) = self.fast_begin(e, submit_as, now_ts)? {
                 return Ok(begun);

@@ -208,6 +208,9 @@ impl Store {
     fn open_pg(url: &str, access: Access) -> Result<Store> {
         let busy_ms = busy_timeout_ms();
         let mut db = pg::PgStore::connect(url, busy_ms)?;
+        if access == Access::Write {
+            db.writes();
+        }
         let shown = db.shown.clone();
         let checked = match access {
             Access::Write => pg::prepare(&db).map(|fast| db.fast = fast),

@@ -148,6 +148,10 @@ struct Manager {
     /// Until when (Unix ms) the window after an asynchronous failover lasts, as the newest
     /// connection found it: shared with every store of the pool.
     window: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Set once a store of this process opened the database to write: until then a connection
+    /// that finds a failover only notes it (a read command changes nothing), and the first
+    /// writer's connection records and guards it.
+    writer: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Set when the URL says `sslmode=require`.
     #[cfg(feature = "tls")]
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
@@ -232,7 +236,8 @@ impl r2d2::ManageConnection for Manager {
         conn.saw_clock(&now);
         // The server's timeline against the one recorded: a failover is guarded before this
         // connection serves anything.
-        conn.seen = super::pg_timeline::check(&mut conn).map_err(|e| match e {
+        let may_write = self.writer.load(std::sync::atomic::Ordering::Relaxed);
+        conn.seen = super::pg_timeline::check(&mut conn, may_write).map_err(|e| match e {
             DbError::Pg(e) => ConnectError::from(e),
             e => ConnectError(e.to_string()),
         })?;
@@ -258,8 +263,10 @@ impl r2d2::ManageConnection for Manager {
 /// A process's pools, one per database URL: a scheduler's runs and a dashboard's polls share a
 /// few connections instead of opening one per store.
 type Window = std::sync::Arc<std::sync::atomic::AtomicI64>;
-static POOLS: parking_lot::Mutex<Vec<(String, r2d2::Pool<Manager>, Window)>> =
-    parking_lot::const_mutex(Vec::new());
+type Writer = std::sync::Arc<std::sync::atomic::AtomicBool>;
+/// A pool and what its stores share: the URL, the pool, the failover window, the writer flag.
+type Pooled = (String, r2d2::Pool<Manager>, Window, Writer);
+static POOLS: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::new());
 
 /// The connections a process keeps to one database at most.
 const POOL_SIZE: u32 = 8;
@@ -269,6 +276,8 @@ pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
     /// The pool's failover window (see `Manager::window`).
     window: Window,
+    /// The pool's writer flag (see `Manager::writer`).
+    writer: Writer,
     /// The transitions' functions (`pg_functions`) are installed at this build's version: the
     /// store calls them instead of running a transaction.
     pub(crate) fast: bool,
@@ -284,10 +293,11 @@ impl PgStore {
     pub(crate) fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
         let shown = redact(url);
         let mut pools = POOLS.lock();
-        if let Some((_, p, w)) = pools.iter().find(|(u, _, _)| u == url) {
+        if let Some((_, p, w, wr)) = pools.iter().find(|(u, _, _, _)| u == url) {
             return Ok(PgStore {
                 pool: p.clone(),
                 window: w.clone(),
+                writer: wr.clone(),
                 fast: false,
                 shown,
             });
@@ -315,6 +325,7 @@ impl PgStore {
             )));
         }
         let window = Window::default();
+        let writer = Writer::default();
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
@@ -325,6 +336,7 @@ impl PgStore {
                 config,
                 lock_ms: busy_ms,
                 window: window.clone(),
+                writer: writer.clone(),
                 #[cfg(feature = "tls")]
                 tls: if require_tls {
                     Some(tls_connector().map_err(|e| {
@@ -334,20 +346,37 @@ impl PgStore {
                     None
                 },
             });
-        pools.push((url.to_string(), pool.clone(), window.clone()));
+        pools.push((
+            url.to_string(),
+            pool.clone(),
+            window.clone(),
+            writer.clone(),
+        ));
         Ok(PgStore {
             pool,
             window,
+            writer,
             fast: false,
             shown,
         })
     }
 
+    /// Says this process writes the database: its connections from now on record and guard a
+    /// failover they find (`pg_timeline`).
+    pub(crate) fn writes(&self) {
+        self.writer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether the window after an asynchronous failover is open (see `pg_timeline`): an
     /// effect without a row is then checked before it is sent.
-    pub(crate) fn failover_window(&self) -> bool {
+    fn may_write(&self) -> bool {
+        self.writer.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn failover_window(&self, now: crate::time::Ts) -> bool {
         let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
-        until > 0 && chrono::Utc::now().timestamp_millis() < until
+        until > 0 && now.timestamp_millis() < until
     }
 
     /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
@@ -390,7 +419,7 @@ impl PgStore {
             attempt += 1;
             let mut conn = self.conn()?;
             if !how.contains("READ ONLY") {
-                writable(&mut conn)?;
+                writable(&mut conn, self.may_write())?;
             }
             let result = (|| {
                 let now = conn.begin(how)?;
@@ -447,7 +476,7 @@ impl PgStore {
         loop {
             attempt += 1;
             let mut conn = self.conn()?;
-            writable(&mut conn)?;
+            writable(&mut conn, self.may_write())?;
             let result = {
                 let _watch = super::pg_sync::watch(conn.cancel.clone());
                 f(&mut conn)
@@ -477,12 +506,13 @@ impl PgStore {
 }
 
 /// Refuses a write on a connection made to a standby, unless the server was promoted since
-/// (then the timeline is checked, as on a new connection, before the write).
-fn writable(conn: &mut PgConn) -> DbResult<()> {
-    if !conn.seen.standby {
+/// (then the timeline is checked, as on a new connection, before the write); a connection that
+/// found a failover it could not record (made for a read) records and guards it first.
+fn writable(conn: &mut PgConn, may_write: bool) -> DbResult<()> {
+    if !conn.seen.standby && !conn.seen.pending {
         return Ok(());
     }
-    conn.seen = super::pg_timeline::check(conn)?;
+    conn.seen = super::pg_timeline::check(conn, may_write)?;
     if conn.seen.standby {
         return Err(DbError::Other(super::pg_timeline::STANDBY.into()));
     }

@@ -16,7 +16,7 @@ pub(crate) fn prepare(store: &PgStore) -> DbResult<bool> {
         create(store)?;
         // The timeline from the start, so that the first failover is one (`pg_timeline`).
         store.call(
-            &mut |c| super::pg_timeline::check(c).map(drop),
+            &mut |c| super::pg_timeline::check(c, true).map(drop),
             &|_: &()| false,
         )?;
     }

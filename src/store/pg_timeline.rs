@@ -35,6 +35,9 @@ pub(crate) struct Seen {
     pub(crate) window_until_ms: i64,
     /// The server's commits wait for a synchronous standby (its settings say so).
     pub(crate) sync: bool,
+    /// A change found by a connection that could not record it (a read-only process): checked
+    /// again before the connection serves a write.
+    pub(crate) pending: bool,
 }
 
 /// Whether the guard is on: `EXACTLY_FAILOVER_GUARD` unset or anything but `off`/`0`.
@@ -95,15 +98,17 @@ fn set_meta(tx: &Tx<'_>, name: &str, value: i64) -> DbResult<()> {
 }
 
 /// Reads the server's timeline on a new connection and, when it differs from the recorded one,
-/// records the failover and guards it (see the module). Errors of a role that may not write
-/// `exactly_meta` (a viewer) leave the check to the next writer.
-pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
+/// records the failover and guards it (see the module). A connection of a process that only
+/// reads (`may_write` false) writes nothing, and errors of a role that may not write
+/// `exactly_meta` (a viewer): both leave the record and the guard to the next writer.
+pub(crate) fn check(conn: &mut PgConn, may_write: bool) -> DbResult<Seen> {
     let (standby, timeline, sync, has_meta) = server(conn)?;
     let Some(timeline) = timeline.filter(|_| has_meta && !standby) else {
         return Ok(Seen {
             standby,
             window_until_ms: 0,
             sync,
+            pending: false,
         });
     };
     let synchronous = sync;
@@ -117,11 +122,13 @@ pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
             meta(&tx, "failover_window_until_ms")?,
         )
     };
-    if recorded.0 == Some(timeline) && recorded.1 == Some(sync) {
+    let same = recorded.0 == Some(timeline) && recorded.1 == Some(sync);
+    if !may_write || same {
         return Ok(Seen {
             standby: false,
             window_until_ms: recorded.2.unwrap_or(0),
             sync: synchronous,
+            pending: !same,
         });
     }
     let now = conn.begin(super::pg::READ_COMMITTED)?;
@@ -146,6 +153,7 @@ pub(crate) fn check(conn: &mut PgConn) -> DbResult<Seen> {
             standby: false,
             window_until_ms: window.unwrap_or(0),
             sync: synchronous,
+            pending: false,
         }),
         Err(e) => {
             let _ = conn.batch("ROLLBACK");
@@ -186,11 +194,15 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
             args![floor],
         )?;
         set_meta(tx, "token_floor", floor)?;
-        let window = if was_sync {
+        // `EXACTLY_FAILOVER_WINDOW=0s`: the operator says nothing could be lost (replication
+        // they know was synchronous): no window.
+        let window = if was_sync || window().is_zero() {
             set_meta(tx, "failover_window_until_ms", 0)?;
             "no window".to_string()
         } else {
-            let start = crate::time::parse(now).unwrap_or_else(crate::time::now);
+            let start = crate::time::parse(now).ok_or_else(|| {
+                DbError::Other(format!("the server's time {now:?} is unreadable"))
+            })?;
             let end = start + chrono::Duration::from_std(window()).unwrap_or_default();
             set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
             format!(

@@ -51,6 +51,21 @@ fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
         c.batch_execute("UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline'")
     })
     .expect("rewrite the recorded timeline");
+    // A read command meets the failover first: it changes nothing (the next writer records it).
+    let status: Value = serde_json::from_str(&ok(db, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["failovers"], 0, "{status:#}");
+    let recorded: i64 = with_client(db, |c| {
+        c.query_one(
+            "SELECT value FROM exactly_meta WHERE name = 'timeline'",
+            &[],
+        )
+        .map(|r| r.get(0))
+    })
+    .expect("the recorded timeline");
+    assert!(
+        recorded > 100,
+        "a read command wrote the timeline: {recorded}"
+    );
     let (code, token, err) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
     assert_eq!(code, 0, "{token}{err}");
     // Above every token the old timeline could have handed out: the next multiple of 2^32.

@@ -193,19 +193,7 @@ fn same_text(stored: Option<&str>, written: Option<&str>) -> bool {
     }
 }
 
-/// Why an effect without a row is held after a failover.
-const FAILOVER_HOLD: &str = "held after an asynchronous failover: the ledger may have lost its \
-     row; its observer, or a person (exactly resolve), says whether it was sent";
-
 impl Store {
-    /// Whether the window after an asynchronous failover is open (PostgreSQL only).
-    fn failover_window(&self, now: Ts) -> bool {
-        match &self.conn {
-            super::Conn::Pg(db) => db.failover_window(now),
-            _ => false,
-        }
-    }
-
     /// Reserves an effect: inserts `claimed` (fenced by token), or on the unique violation
     /// returns the existing row so the caller can branch on its state.
     pub(crate) fn begin_effect(&mut self, e: &NewEffect<'_>, now: Ts) -> Result<Begin> {
@@ -313,7 +301,7 @@ impl Store {
                             .job(e.job_key)
                             .effect(e.effect_key)
                             .token(e.token)
-                            .detail(FAILOVER_HOLD),
+                            .detail(super::pg_timeline::HOLD),
                     )?;
                     let row = read_row(tx, e.effect_key)?.unwrap_or_default();
                     Ok(Begin::Existing(Box::new(row), SenderLease::default()))

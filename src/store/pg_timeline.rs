@@ -18,6 +18,21 @@ use crate::state::EventKind;
 /// The advisory lock the first connection after a failover holds while it raises the tokens.
 const LOCK: i64 = 7203116;
 
+/// Why an effect without a row is held after a failover (its `effect_unknown` event's detail).
+pub(crate) const HOLD: &str = "held after an asynchronous failover: the ledger may have lost its \
+     row; its observer, or a person (exactly resolve), says whether it was sent";
+
+impl super::Store {
+    /// Whether the window after an asynchronous failover is open (PostgreSQL only): an effect
+    /// without a row is then recorded `unknown` before anything is sent (`Store::begin_tx`).
+    pub(super) fn failover_window(&self, now: crate::time::Ts) -> bool {
+        match &self.conn {
+            super::Conn::Pg(db) => db.failover_window(now),
+            _ => false,
+        }
+    }
+}
+
 /// What a write on a standby is refused with.
 pub(crate) const STANDBY: &str =
     "the server is a standby (in recovery): use target_session_attrs=read-write or the primary";

@@ -377,6 +377,14 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             .collect();
         let _ = writeln!(s, "paused (SIGSTOP): {}", stops.join(", "));
     }
+    if r.scenarios.contains_key("failover") {
+        let _ = writeln!(
+            s,
+            "failover: {} fencing token(s) handed out twice (must be 0), {} effect(s) held for a \
+             person, {} failover event(s) recorded",
+            r.total.tokens_reissued, r.total.held_for_person, r.total.failovers_seen
+        );
+    }
     if r.scenarios.contains_key("host-clash") {
         let _ = writeln!(
             s,

@@ -220,8 +220,16 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
             })?;
             let end = start + chrono::Duration::from_std(window()).unwrap_or_default();
             set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
+            // A row left `claimed` may have been `submitted`, even `done`, on the old primary:
+            // it is checked as an effect without a row is, before anything is sent.
+            let held = tx.exec(
+                "UPDATE effect_ledger SET state = 'unknown', version = coalesce(version, 0) + 1,
+                   updated_at = ?1 WHERE state = 'claimed'",
+                args![now],
+            )?;
             format!(
-                "effects without a row are checked before sending until {}",
+                "{held} claimed effect(s) held as unknown; effects without a row are checked \
+                 before sending until {}",
                 crate::time::fmt(end)
             )
         };

@@ -47,6 +47,15 @@ fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
             &["lease", "release", "--job", "j", "--token", token.trim()],
         );
     }
+    // A row left `claimed` (the seed's SQL): the old primary may have sent it since.
+    with_client(db, |c| {
+        c.batch_execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+               created_at, updated_at) VALUES ('left-claimed', 'j', 'r', 3, 'claimed',
+               '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')",
+        )
+    })
+    .expect("a claimed row");
     with_client(db, |c| {
         c.batch_execute("UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline'")
     })
@@ -80,6 +89,20 @@ fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
     let said = status["warnings"].to_string();
     assert!(
         said.contains("failed over") && said.contains("raised to 4294967296"),
+        "{said}"
+    );
+    // Checked before it is sent: an observer or a person settles it.
+    let state: String = with_client(db, |c| {
+        c.query_one(
+            "SELECT state FROM effect_ledger WHERE effect_key = 'left-claimed'",
+            &[],
+        )
+        .map(|r| r.get(0))
+    })
+    .expect("the claimed row");
+    assert_eq!(state, "unknown");
+    assert!(
+        said.contains("1 claimed effect(s) held as unknown"),
         "{said}"
     );
     let metrics = ok(db, &["metrics"]);

@@ -144,7 +144,7 @@ pub fn check(snap: &Snapshot) -> Health {
     if !late.is_empty() {
         reasons.push((Level::Warning, format!("firing late: {}", late.join(", "))));
     }
-    for c in &snap.host_clashes {
+    for c in snap.failover_warnings.iter().chain(&snap.host_clashes) {
         reasons.push((Level::Warning, inert(c)));
     }
     reasons.sort_by_key(|r| std::cmp::Reverse(r.0));

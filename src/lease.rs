@@ -131,6 +131,38 @@ pub fn claim(store: &mut Store, job: &JobName, owner: &str, dur: Duration) -> Re
     claim_until(store, job, owner, time::add(now, dur), now)
 }
 
+/// The highest fencing token this process was handed per database and job: a holder that is
+/// handed a lower one (the database went back: a failover that lost commits, the guard off)
+/// stops that job's work instead of acting on it.
+static SEEN: parking_lot::Mutex<Vec<(String, String, i64)>> = parking_lot::const_mutex(Vec::new());
+
+/// Notes that this process was handed `token` for `job` on database `db`; `Err` with the higher
+/// token it was handed before, when this one is lower (said on stderr too).
+pub fn saw_token(db: &str, job: &str, token: i64) -> std::result::Result<(), i64> {
+    let mut seen = SEEN.lock();
+    match seen.iter_mut().find(|(d, j, _)| d == db && j == job) {
+        Some((_, _, prev)) if *prev > token => {
+            let prev = *prev;
+            drop(seen);
+            eprintln!(
+                "exactly: job {}: fencing token {token} is lower than {prev}, handed to this \
+                 process before: the database went back (a failover that lost commits?); \
+                 the job's work stops here",
+                crate::sanitize::inert(job)
+            );
+            Err(prev)
+        }
+        Some((_, _, prev)) => {
+            *prev = token;
+            Ok(())
+        }
+        None => {
+            seen.push((db.to_string(), job.to_string(), token));
+            Ok(())
+        }
+    }
+}
+
 /// Claims `job`'s lease until `until`, as at `now` (the caller's clock: [`claim`] passes the
 /// real one; a test or a simulation passes its own).
 pub fn claim_until(
@@ -145,9 +177,18 @@ pub fn claim_until(
     }
     Ok(
         match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
-            LeaseClaim::Won { token, .. } => Claim::Won {
-                token: token.into(),
-            },
+            LeaseClaim::Won { token, .. } => {
+                if let Err(prev) = saw_token(store.path(), job, token) {
+                    return Err(crate::Error::Store(format!(
+                        "job {}: the database handed out fencing token {token}, lower than \
+                         {prev} handed to this process before: not acting on it",
+                        crate::sanitize::inert(job)
+                    )));
+                }
+                Claim::Won {
+                    token: token.into(),
+                }
+            }
             LeaseClaim::Held {
                 owner,
                 token,
@@ -259,4 +300,40 @@ pub fn ends_at(left: chrono::Duration) -> std::time::Instant {
 /// the host name).
 pub fn default_owner() -> String {
     format!("{}@{}:{}", crate::user(), crate::host(), std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A holder handed a token lower than one it was handed before for the job (the database
+    /// went back) refuses it: the claim is an error, nothing runs under it.
+    #[test]
+    fn a_token_lower_than_one_seen_before_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("x.db").display().to_string();
+        crate::open(Some(&db), crate::Access::Write).unwrap();
+        let job = JobName::from("went-back");
+        let dur = Duration::from_millis(100);
+        let won = || {
+            claim(
+                &mut crate::open(Some(&db), crate::Access::Write)?,
+                &job,
+                "a",
+                dur,
+            )
+        };
+        assert!(matches!(won().unwrap(), Claim::Won { .. }));
+        std::thread::sleep(Duration::from_millis(2300));
+        assert!(matches!(won().unwrap(), Claim::Won { .. }));
+        // The database loses its last claims, as after a failover without the guard.
+        let raw = rusqlite::Connection::open(&db).unwrap();
+        raw.execute(
+            "UPDATE job_lease SET fencing_token = 0, lease_until = ?1",
+            [RELEASED],
+        )
+        .unwrap();
+        let e = won().expect_err("a lower token must be refused");
+        assert!(e.to_string().contains("lower than 2"), "{e}");
+    }
 }

@@ -204,6 +204,11 @@ const METRICS: &[Metric] = &[
         read: Read::Gauge(|s| n(s.schedulers_alive)),
     },
     Metric {
+        name: "exactly_failovers",
+        help: "Times the PostgreSQL database failed over: its server's timeline changed (all time)",
+        read: Read::Counter(|s| s.failovers),
+    },
+    Metric {
         name: "exactly_jobs_registered",
         help: "Jobs registered by a jobs file and not retired (paused ones included)",
         read: Read::Gauge(|s| crate::snapshot::Registered::of(&s.jobs).jobs as i64),

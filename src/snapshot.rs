@@ -28,6 +28,12 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
     /// Of `warnings`, the host-name clashes (the dashboard's header already says "no scheduler").
     pub host_clashes: Vec<String>,
+    /// Times the PostgreSQL database failed over (its server's timeline changed), all time.
+    pub failovers: u64,
+    /// When the newest failover was found (the server's clock), if any.
+    pub last_failover_at: Option<String>,
+    /// Of `warnings`, a failover in the last 7 days, with what the guard did.
+    pub failover_warnings: Vec<String>,
     /// Counters over all time.
     pub totals: Window,
     /// Counters over the last 24 hours.
@@ -501,6 +507,8 @@ impl Snapshot {
         }
         let host_clashes = host_clashes(&r.schedulers, r.host_clashes_24h);
         warnings.extend(host_clashes.iter().cloned());
+        let failover_warnings = failover_warnings(r.last_failover.as_ref(), now);
+        warnings.extend(failover_warnings.iter().cloned());
         let missed_firings =
             r.missed_recorded + r.jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
         Snapshot {
@@ -513,6 +521,9 @@ impl Snapshot {
             scheduler_dead_after_s: dead_after.as_secs() as i64,
             warnings,
             host_clashes,
+            failovers: r.failovers,
+            last_failover_at: r.last_failover.map(|(at, _)| at),
+            failover_warnings,
             totals: r.totals,
             last_24h: r.last_24h,
             oldest_unknown_s: r.oldest_unknown_s,
@@ -525,6 +536,28 @@ impl Snapshot {
             notifications: Vec::new(),
         }
     }
+}
+
+/// How long a failover stays among the warnings.
+const FAILOVER_SHOWN_S: i64 = 7 * 86400;
+
+/// A failover found in the last 7 days, in words: when, and what the guard did.
+fn failover_warnings(last: Option<&(String, String)>, now: crate::time::Ts) -> Vec<String> {
+    let Some((at, detail)) = last else {
+        return Vec::new();
+    };
+    let Some(t) = crate::time::parse(at) else {
+        return Vec::new();
+    };
+    let age = crate::time::age_s(t, now);
+    if age > FAILOVER_SHOWN_S {
+        return Vec::new();
+    }
+    vec![format!(
+        "database failed over {} ago ({}); check the far side for effects sent just before",
+        human_age(age),
+        crate::sanitize::inert(detail)
+    )]
 }
 
 /// One host name, two machines: every pid-based judgement between them would be wrong. The

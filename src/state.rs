@@ -321,6 +321,11 @@ words! {
         /// An attempt met an earlier attempt of its effect still `submitted` (in flight) and
         /// sent nothing (exit 5): the retry waited for the send to be settled first.
         RetryInFlight => "retry_in_flight",
+        /// The PostgreSQL server's timeline changed since the database last recorded it: a
+        /// standby was promoted (a failover). The detail says from which timeline to which,
+        /// whether replication was synchronous, and what the guard did (fencing tokens raised,
+        /// effects without a row checked before they are sent).
+        Failover => "failover",
     }
 }
 

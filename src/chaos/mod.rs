@@ -10,6 +10,7 @@
 mod clock_step;
 mod concurrent;
 mod escape;
+mod failover;
 pub mod far_side;
 mod freeze;
 mod harness;
@@ -73,6 +74,7 @@ pub const SCENARIOS: &[&str] = &[
     "clock-step",
     "python",
     "mcp",
+    "failover",
 ];
 
 #[derive(Args, Debug)]
@@ -103,6 +105,10 @@ pub struct ChaosArgs {
     /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
     /// where the module is not installed). `mcp`: an MCP client calls through `exactly mcp`,
     /// whose gateway or server is SIGKILLed mid-call, then calls again through a new gateway.
+    /// `failover`: two local PostgreSQL servers (a primary
+    /// and its asynchronous standby, `initdb` and `pg_basebackup`), the primary SIGKILLed while
+    /// its WAL stream is held back, the standby promoted, the lost range run again; unguarded,
+    /// the failover guard is off (`EXACTLY_FAILOVER_GUARD=off`).
     #[arg(
         long = "scenario",
         value_name = "NAME",

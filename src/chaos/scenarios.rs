@@ -33,6 +33,7 @@ pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar
         "clock-step" => super::clock_step::run(h, t, n, bar),
         "python" => super::python::run(h, t, n, bar),
         "mcp" => super::mcp::run(h, t, n, bar),
+        "failover" => super::failover::run(h, t, n, bar),
         _ => super::sched::run(name, h, t, n, bar),
     }
 }

@@ -84,6 +84,14 @@ pub struct Tally {
     pub clock_steps: BTreeMap<String, u64>,
     /// `clock-step`: the job's runs, as its command counted them.
     pub job_runs: u64,
+    /// `failover`: fencing tokens a claim on the promoted server printed that a claim on the
+    /// old primary had already printed for the job (must be 0).
+    pub tokens_reissued: u64,
+    /// `failover`: effects the promoted server's ledger had lost that were held for a person
+    /// (no observer) instead of being sent again.
+    pub held_for_person: u64,
+    /// `failover`: `failover` events recorded by the promoted server.
+    pub failovers_seen: u64,
     /// Why this scenario did not run (it did not pass either).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_run: Option<String>,
@@ -163,6 +171,7 @@ impl Tally {
     }
     pub fn ok(&self) -> bool {
         self.duplicate_effects == 0
+            && self.tokens_reissued == 0
             && self.lost_effects == 0
             && self.claimed_leaked == 0
             && self.unexplained_unknowns == 0
@@ -189,6 +198,9 @@ impl Tally {
             *self.clock_steps.entry(k.clone()).or_default() += n;
         }
         self.job_runs += o.job_runs;
+        self.tokens_reissued += o.tokens_reissued;
+        self.held_for_person += o.held_for_person;
+        self.failovers_seen += o.failovers_seen;
         self.alive_past_deadline += o.alive_past_deadline;
         for (k, d) in &o.double_faults {
             self.double_faults.entry(k.clone()).or_default().add(d);
@@ -364,6 +376,14 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         let _ = writeln!(s, "paused (SIGSTOP): {}", stops.join(", "));
+    }
+    if r.scenarios.contains_key("failover") {
+        let _ = writeln!(
+            s,
+            "failover: {} fencing token(s) handed out twice (must be 0), {} effect(s) held for a \
+             person, {} failover event(s) recorded",
+            r.total.tokens_reissued, r.total.held_for_person, r.total.failovers_seen
+        );
     }
     if r.scenarios.contains_key("host-clash") {
         let _ = writeln!(

@@ -163,6 +163,28 @@ impl Ctx<'_> {
             Some(m) => format!("ledger tokens up to {m}"),
             None => "no ledger rows".into(),
         };
+        // A failover in the last 7 days: guarded, the tokens were raised above the old
+        // primary's; unguarded, one may have been handed out twice.
+        if let Some(w) = self.snap.failover_warnings.first() {
+            if w.contains("guard off") {
+                return r(
+                    rule,
+                    Fail,
+                    format!("lease row at token {token}; {w}"),
+                    "a token may have been handed out twice: pause the job, check the far side, \
+                     and keep the failover guard on (unset EXACTLY_FAILOVER_GUARD)",
+                );
+            }
+            return r(
+                rule,
+                Ok,
+                format!(
+                    "lease row at token {token}; {ledger}, never above it; the tokens were \
+                     raised at the last failover, above any the old primary issued"
+                ),
+                "nothing to do",
+            );
+        }
         r(
             rule,
             Ok,

@@ -236,6 +236,21 @@ pub const ENVIRONMENT: &[Code] = &[
         "PGSSLROOTCERT",
         "a CA file trusted for PostgreSQL over TLS (sslmode=require)",
     ),
+    (
+        "EXACTLY_FAILOVER_WINDOW",
+        "after an asynchronous PostgreSQL failover, how long an effect without a row is \
+         checked (observer, or exactly resolve) before it is sent (default 1h; 0s: none)",
+    ),
+    (
+        "EXACTLY_FAILOVER_GUARD",
+        "off: a PostgreSQL failover is recorded, and fencing tokens are not raised nor effects \
+         checked (the chaos self-check)",
+    ),
+    (
+        "EXACTLY_SYNC_WAIT_MS",
+        "how long a PostgreSQL commit may wait for a synchronous standby before it is \
+         refused with that reason (default 30000)",
+    ),
     ("NO_COLOR", "top draws without colour"),
     (
         "EXACTLY_JOB, EXACTLY_FENCING_TOKEN",

@@ -174,6 +174,18 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
 
 fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     let mut run = Run::new(spec);
+    // A token lower than one this scheduler was handed for the job: the database went back
+    // (`lease::saw_token` says so on stderr); the run acts on nothing.
+    let token = spec.started.token.get();
+    if let Err(prev) = crate::lease::saw_token(&spec.db, &spec.job, token) {
+        let why = format!("fencing token {token} is lower than {prev}, handed out before");
+        log_line(
+            Level::ERROR,
+            &spec.job,
+            &format!("run {}: {why}", spec.started.run_id),
+        );
+        return run.end(RunOutcome::Fenced, &why);
+    }
     // Most runs have nothing to do before their command: a first run of its firing (nothing
     // left of an earlier one), no open effect of the job (asked once for the scheduler's whole
     // batch), a lease just granted. Those start it at once, without the database.

@@ -59,18 +59,14 @@ pub(crate) fn claim_lease_tx(
     // An expired lease is taken over only once the clock-skew margin has passed too: its
     // holder's clock may be behind ours (a released lease is before every margin).
     let steal_before = crate::time::minus_skew(now);
+    // On PostgreSQL a job's first token starts above the last failover's raise
+    // (`pg_timeline`): the old primary may have handed out tokens for a job the promoted
+    // server never heard of.
+    let sql = if tx.is_pg() { CLAIM_PG } else { CLAIM };
     let won: Option<i64> = tx
-        .one(
-            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
-             VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease \
-                 WHERE job_key = ?1), ?3, ?4)
-             ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
-                fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
-             WHERE job_lease.lease_until < ?5
-             RETURNING fencing_token",
-            args![job, owner, until, now, steal_before],
-            |r| r.get(0),
-        )
+        .one(sql, args![job, owner, until, now, steal_before], |r| {
+            r.get(0)
+        })
         .optional()?;
     match (won, prev) {
         (Some(token), Some((prev_owner, prev_token, prev_until))) => {
@@ -105,6 +101,26 @@ pub(crate) fn claim_lease_tx(
         (None, None) => Err(DbError::NoRows),
     }
 }
+
+/// The seed's claim: insert, or take over a lease that ended before `?5`.
+const CLAIM: &str = "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
+     VALUES (?1, ?2, (SELECT coalesce(max(fencing_token), 0) + 1 FROM job_lease \
+         WHERE job_key = ?1), ?3, ?4)
+     ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
+        fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
+     WHERE job_lease.lease_until < ?5
+     RETURNING fencing_token";
+
+/// [`CLAIM`] on PostgreSQL: a new job's token starts above the floor the last failover set.
+const CLAIM_PG: &str = "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, \
+         created_at)
+     VALUES (?1, ?2, (SELECT greatest(coalesce(max(fencing_token), 0),
+         (SELECT coalesce(max(value), 0) FROM exactly_meta WHERE name = 'token_floor')) + 1
+         FROM job_lease WHERE job_key = ?1), ?3, ?4)
+     ON CONFLICT(job_key) DO UPDATE SET owner = excluded.owner,
+        fencing_token = excluded.fencing_token, lease_until = excluded.lease_until
+     WHERE job_lease.lease_until < ?5
+     RETURNING fencing_token";
 
 /// The seed's conditional lease write: `0 rows => you were fenced` (counted as a fenced write).
 /// With `only_held`, a released lease is not touched (renewing it would re-take it).

@@ -223,8 +223,14 @@ impl Store {
         submit_as: Option<SentBy<'_>>,
         now_ts: Ts,
     ) -> Result<Begin> {
-        if let Some(begun) = self.fast_begin(e, submit_as, now_ts)? {
-            return Ok(begun);
+        // After an asynchronous failover the ledger may have lost the row of an effect already
+        // sent: within the window a new row is recorded `unknown`, so its observer (or a
+        // person) settles it before anything is sent (`pg_timeline`).
+        let hold = self.failover_window(now_ts);
+        if !hold {
+            if let Some(begun) = self.fast_begin(e, submit_as, now_ts)? {
+                return Ok(begun);
+            }
         }
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
@@ -252,8 +258,10 @@ impl Store {
                 .until
                 .as_deref()
                 .is_some_and(|u| u >= min_until.as_str());
-            let attempt = submit_as.filter(|_| !asked && enough);
-            let state = if attempt.is_some() {
+            let attempt = submit_as.filter(|_| !asked && enough && !hold);
+            let state = if hold {
+                EffectState::Unknown
+            } else if attempt.is_some() {
                 EffectState::Submitted
             } else {
                 EffectState::Claimed
@@ -286,6 +294,18 @@ impl Store {
             );
             match inserted? {
                 // The token was checked above, in this transaction: no row means the key is taken.
+                1.. if hold => {
+                    record_event(
+                        tx,
+                        &NewEvent::new(EventKind::EffectUnknown, now)
+                            .job(e.job_key)
+                            .effect(e.effect_key)
+                            .token(e.token)
+                            .detail(super::pg_timeline::HOLD),
+                    )?;
+                    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
+                    Ok(Begin::Existing(Box::new(row), SenderLease::default()))
+                }
                 1.. => {
                     let seen = Seen {
                         state,

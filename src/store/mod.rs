@@ -32,6 +32,9 @@ pub(crate) mod pg;
 mod pg_fast;
 mod pg_functions;
 mod pg_schema;
+mod pg_sync;
+mod pg_timeline;
+mod pg_types;
 mod read;
 mod resume;
 pub(crate) use resume::{ResumeTimes, Resumer};
@@ -205,6 +208,9 @@ impl Store {
     fn open_pg(url: &str, access: Access) -> Result<Store> {
         let busy_ms = busy_timeout_ms();
         let mut db = pg::PgStore::connect(url, busy_ms)?;
+        if access == Access::Write {
+            db.writes();
+        }
         let shown = db.shown.clone();
         let checked = match access {
             Access::Write => pg::prepare(&db).map(|fast| db.fast = fast),

@@ -2,15 +2,16 @@
 //! SQLite (see [`super::db`]); what differs lives here: the connection pool, the statement cache,
 //! how parameters and columns convert, transactions (`SERIALIZABLE`, retried on a serialization
 //! failure or deadlock) and the server's clock. Its schema is `pg_schema.rs`.
-use super::db::{Arg, DbError, DbResult, Tx, Value};
+use super::db::{Arg, DbError, DbResult, Tx};
 use crate::{Error, Result};
-use postgres::types::{ToSql, Type};
+use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
 pub(crate) use super::pg_schema::{check_read_only, has_schema, has_table, prepare, version};
+pub(crate) use super::pg_types::value;
+use super::pg_types::{bind, placeholders, refs, Params};
 
 /// Whether `--db` names a PostgreSQL database.
 pub fn is_url(db: &str) -> bool {
@@ -43,6 +44,15 @@ pub(crate) struct PgConn {
     /// answer first, ours after it: never more than the true difference). A one-statement
     /// call moves the caller's instants by it, having no transaction start to read it from.
     shift: chrono::Duration,
+    /// What the connection learnt of its server when it was made: a standby, the window after a
+    /// failover (`pg_timeline`).
+    pub(crate) seen: super::pg_timeline::Seen,
+    /// Set by the server's warning that a commit stopped waiting for a synchronous standby (the
+    /// statement timeout cancelled the wait): the commit is on the primary alone.
+    sync_wait_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Cancels this connection's statement: set when its server waits for a synchronous
+    /// standby, so that a commit waiting for one that is gone is cut (`pg_sync`).
+    cancel: Option<postgres::CancelToken>,
 }
 
 impl PgConn {
@@ -76,12 +86,12 @@ impl PgConn {
     }
 
     /// Runs statements that take no parameters (a transaction's start and end, the schema).
-    fn batch(&mut self, sql: &str) -> DbResult<()> {
+    pub(crate) fn batch(&mut self, sql: &str) -> DbResult<()> {
         Ok(self.client.batch_execute(sql)?)
     }
 
     /// Starts a transaction and reads the server's clock in the same round trip.
-    fn begin(&mut self, how: &str) -> DbResult<String> {
+    pub(crate) fn begin(&mut self, how: &str) -> DbResult<String> {
         let now = server_now(&mut self.client, &format!("BEGIN {how}; "))?;
         self.saw_clock(&now);
         Ok(now)
@@ -131,145 +141,17 @@ fn server_now(client: &mut Client, before: &str) -> DbResult<String> {
         .ok_or_else(|| DbError::Other("the server did not say the time".into()))
 }
 
-/// SQLite's `?N` placeholders as PostgreSQL's `$N` (outside quoted text and names).
-fn placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut quote: Option<char> = None;
-    for c in sql.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None if c == '?' => {
-                out.push('$');
-                continue;
-            }
-            None => {}
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A statement's parameters as the client passes them.
-type Params = Vec<Box<dyn ToSql + Sync>>;
-
-fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
-    p.iter().map(|b| b.as_ref()).collect()
-}
-
-/// Each parameter converted to the type the server inferred for its placeholder.
-fn bind(stmt: &Statement, args: &[Arg<'_>]) -> DbResult<Params> {
-    let types = stmt.params();
-    if types.len() > args.len() {
-        return Err(DbError::Other(format!(
-            "statement takes {} parameters, given {}",
-            types.len(),
-            args.len()
-        )));
-    }
-    types
-        .iter()
-        .zip(args)
-        .map(|(ty, a)| convert(ty, a))
-        .collect()
-}
-
-fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
-    let bad = || DbError::Other(format!("cannot pass {a:?} as {ty}"));
-    let int = || -> DbResult<Option<i64>> {
-        match a {
-            Arg::Null => Ok(None),
-            Arg::Int(i) => Ok(Some(*i)),
-            Arg::Text(s) => s.trim().parse().map(Some).map_err(|_| bad()),
-            Arg::Bytes(_) => Err(bad()),
-        }
-    };
-    Ok(match *ty {
-        Type::INT8 => Box::new(int()?),
-        Type::INT4 => Box::new(
-            int()?
-                .map(|i| i32::try_from(i).map_err(|_| bad()))
-                .transpose()?,
-        ),
-        Type::INT2 => Box::new(
-            int()?
-                .map(|i| i16::try_from(i).map_err(|_| bad()))
-                .transpose()?,
-        ),
-        Type::BOOL => Box::new(int()?.map(|i| i != 0)),
-        Type::FLOAT8 | Type::FLOAT4 => {
-            let f = match a {
-                Arg::Null => None,
-                Arg::Int(i) => Some(*i as f64),
-                _ => return Err(bad()),
-            };
-            if *ty == Type::FLOAT4 {
-                Box::new(f.map(|f| f as f32))
-            } else {
-                Box::new(f)
-            }
-        }
-        Type::BYTEA => Box::new(match a {
-            Arg::Null => None,
-            Arg::Bytes(b) => Some(b.to_vec()),
-            Arg::Text(s) => Some(s.as_bytes().to_vec()),
-            _ => return Err(bad()),
-        }),
-        // PostgreSQL's text holds no NUL byte: it is stored as U+FFFD (a command's exact bytes
-        // are kept in `response_raw`, a bytea).
-        _ => Box::new(match a {
-            Arg::Null => None,
-            Arg::Text(s) if s.contains('\0') => Some(s.replace('\0', "\u{FFFD}")),
-            Arg::Text(s) => Some(s.to_string()),
-            Arg::Int(i) => Some(i.to_string()),
-            Arg::Bytes(b) => Some(String::from_utf8_lossy(b).replace('\0', "\u{FFFD}")),
-        }),
-    })
-}
-
-/// Column `i` of a PostgreSQL row as a [`Value`].
-pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
-    let col = r
-        .columns()
-        .get(i)
-        .ok_or_else(|| DbError::Other(format!("no column {i}")))?;
-    let ty = col.type_();
-    let v = match *ty {
-        Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Value::Int),
-        Type::INT4 => r
-            .try_get::<_, Option<i32>>(i)?
-            .map(|n| Value::Int(n.into())),
-        Type::INT2 => r
-            .try_get::<_, Option<i16>>(i)?
-            .map(|n| Value::Int(n.into())),
-        Type::BOOL => r
-            .try_get::<_, Option<bool>>(i)?
-            .map(|b| Value::Int(b.into())),
-        Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map(Value::Real),
-        Type::FLOAT4 => r
-            .try_get::<_, Option<f32>>(i)?
-            .map(|f| Value::Real(f.into())),
-        Type::BYTEA => r
-            .try_get::<_, Option<&[u8]>>(i)?
-            .map(|b| Value::Text(Cow::Borrowed(b))),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => r
-            .try_get::<_, Option<&str>>(i)?
-            .map(|s| Value::Text(Cow::Borrowed(s.as_bytes()))),
-        _ => {
-            return Err(DbError::Other(format!(
-                "column {} has type {ty}, which the store does not read",
-                col.name()
-            )))
-        }
-    };
-    Ok(v.unwrap_or(Value::Null))
-}
-
 /// Opens connections for the pool: each with the lock wait the busy timeout allows.
 struct Manager {
     config: postgres::Config,
     lock_ms: u64,
+    /// Until when (Unix ms) the window after an asynchronous failover lasts, as the newest
+    /// connection found it: shared with every store of the pool.
+    window: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Set once a store of this process opened the database to write: until then a connection
+    /// that finds a failover only notes it (a read command changes nothing), and the first
+    /// writer's connection records and guards it.
+    writer: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Set when the URL says `sslmode=require`.
     #[cfg(feature = "tls")]
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
@@ -313,13 +195,21 @@ impl r2d2::ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> std::result::Result<PgConn, ConnectError> {
+        let sync_wait_cut = super::pg_sync::flag();
+        let mut config = self.config.clone();
+        let flag = sync_wait_cut.clone();
+        config.notice_callback(move |notice| {
+            if super::pg_sync::is_cut(notice.message()) {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
         #[cfg(feature = "tls")]
         let mut client = match &self.tls {
-            Some(tls) => self.config.connect(tls.clone())?,
-            None => self.config.connect(NoTls)?,
+            Some(tls) => config.connect(tls.clone())?,
+            None => config.connect(NoTls)?,
         };
         #[cfg(not(feature = "tls"))]
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = config.connect(NoTls)?;
         // The settings and a first reading of the server's clock (see `PgConn::shift`) in one
         // round trip.
         let now = server_now(
@@ -339,8 +229,25 @@ impl r2d2::ManageConnection for Manager {
             stmts: HashMap::new(),
             broken: false,
             shift: chrono::Duration::zero(),
+            seen: Default::default(),
+            sync_wait_cut,
+            cancel: None,
         };
         conn.saw_clock(&now);
+        // The server's timeline against the one recorded: a failover is guarded before this
+        // connection serves anything.
+        let may_write = self.writer.load(std::sync::atomic::Ordering::Relaxed);
+        conn.seen = super::pg_timeline::check(&mut conn, may_write).map_err(|e| match e {
+            DbError::Pg(e) => ConnectError::from(e),
+            e => ConnectError(e.to_string()),
+        })?;
+        conn.cancel = conn.seen.sync.then(|| conn.client.cancel_token());
+        if !conn.seen.standby {
+            self.window.store(
+                conn.seen.window_until_ms,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         Ok(conn)
     }
 
@@ -355,8 +262,11 @@ impl r2d2::ManageConnection for Manager {
 
 /// A process's pools, one per database URL: a scheduler's runs and a dashboard's polls share a
 /// few connections instead of opening one per store.
-static POOLS: parking_lot::Mutex<Vec<(String, r2d2::Pool<Manager>)>> =
-    parking_lot::const_mutex(Vec::new());
+type Window = std::sync::Arc<std::sync::atomic::AtomicI64>;
+type Writer = std::sync::Arc<std::sync::atomic::AtomicBool>;
+/// A pool and what its stores share: the URL, the pool, the failover window, the writer flag.
+type Pooled = (String, r2d2::Pool<Manager>, Window, Writer);
+static POOLS: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::new());
 
 /// The connections a process keeps to one database at most.
 const POOL_SIZE: u32 = 8;
@@ -364,6 +274,10 @@ const POOL_SIZE: u32 = 8;
 /// A PostgreSQL database behind a [`super::Store`].
 pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
+    /// The pool's failover window (see `Manager::window`).
+    window: Window,
+    /// The pool's writer flag (see `Manager::writer`).
+    writer: Writer,
     /// The transitions' functions (`pg_functions`) are installed at this build's version: the
     /// store calls them instead of running a transaction.
     pub(crate) fast: bool,
@@ -379,9 +293,11 @@ impl PgStore {
     pub(crate) fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
         let shown = redact(url);
         let mut pools = POOLS.lock();
-        if let Some((_, p)) = pools.iter().find(|(u, _)| u == url) {
+        if let Some((_, p, w, wr)) = pools.iter().find(|(u, _, _, _)| u == url) {
             return Ok(PgStore {
                 pool: p.clone(),
+                window: w.clone(),
+                writer: wr.clone(),
                 fast: false,
                 shown,
             });
@@ -408,6 +324,8 @@ impl PgStore {
                  (build with --features tls)"
             )));
         }
+        let window = Window::default();
+        let writer = Writer::default();
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
@@ -417,6 +335,8 @@ impl PgStore {
             .build_unchecked(Manager {
                 config,
                 lock_ms: busy_ms,
+                window: window.clone(),
+                writer: writer.clone(),
                 #[cfg(feature = "tls")]
                 tls: if require_tls {
                     Some(tls_connector().map_err(|e| {
@@ -426,12 +346,37 @@ impl PgStore {
                     None
                 },
             });
-        pools.push((url.to_string(), pool.clone()));
+        pools.push((
+            url.to_string(),
+            pool.clone(),
+            window.clone(),
+            writer.clone(),
+        ));
         Ok(PgStore {
             pool,
+            window,
+            writer,
             fast: false,
             shown,
         })
+    }
+
+    /// Says this process writes the database: its connections from now on record and guard a
+    /// failover they find (`pg_timeline`).
+    pub(crate) fn writes(&self) {
+        self.writer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the window after an asynchronous failover is open (see `pg_timeline`): an
+    /// effect without a row is then checked before it is sent.
+    fn may_write(&self) -> bool {
+        self.writer.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn failover_window(&self, now: crate::time::Ts) -> bool {
+        let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
+        until > 0 && now.timestamp_millis() < until
     }
 
     /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
@@ -473,6 +418,9 @@ impl PgStore {
         loop {
             attempt += 1;
             let mut conn = self.conn()?;
+            if !how.contains("READ ONLY") {
+                writable(&mut conn, self.may_write())?;
+            }
             let result = (|| {
                 let now = conn.begin(how)?;
                 // This host's clock beside the server's, to move the instants a caller computed
@@ -484,7 +432,11 @@ impl PgStore {
                     let tx = Tx::pg(&mut conn, now, shift);
                     f(&tx)?
                 };
-                conn.batch("COMMIT")?;
+                {
+                    let _watch = super::pg_sync::watch(conn.cancel.clone());
+                    conn.batch("COMMIT")?;
+                }
+                super::pg_sync::check(&conn.sync_wait_cut)?;
                 if lose_reply {
                     crate::fault::point(crate::fault::Point::FinishReplyLost);
                     return Err(cut(&mut conn));
@@ -524,7 +476,13 @@ impl PgStore {
         loop {
             attempt += 1;
             let mut conn = self.conn()?;
-            let result = f(&mut conn);
+            writable(&mut conn, self.may_write())?;
+            let result = {
+                let _watch = super::pg_sync::watch(conn.cancel.clone());
+                f(&mut conn)
+            };
+            let result =
+                result.and_then(|out| super::pg_sync::check(&conn.sync_wait_cut).map(|()| out));
             if result.as_ref().is_ok_and(lose_reply) {
                 crate::fault::point(crate::fault::Point::FinishReplyLost);
                 conn.broken = true;
@@ -545,6 +503,20 @@ impl PgStore {
             std::thread::sleep(Duration::from_millis(ms));
         }
     }
+}
+
+/// Refuses a write on a connection made to a standby, unless the server was promoted since
+/// (then the timeline is checked, as on a new connection, before the write); a connection that
+/// found a failover it could not record (made for a read) records and guards it first.
+fn writable(conn: &mut PgConn, may_write: bool) -> DbResult<()> {
+    if !conn.seen.standby && !conn.seen.pending {
+        return Ok(());
+    }
+    conn.seen = super::pg_timeline::check(conn, may_write)?;
+    if conn.seen.standby {
+        return Err(DbError::Other(super::pg_timeline::STANDBY.into()));
+    }
+    Ok(())
 }
 
 /// A transaction of row compare-and-sets only (see `Store::write_cas`).

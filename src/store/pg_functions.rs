@@ -15,7 +15,7 @@ use crate::state::EventKind;
 /// The version of the functions below, kept in `exactly_meta` (name `pg_functions`) apart from
 /// the shared schema version: a database made by an older exactly gets them on its next open
 /// by a writer, without a schema change SQLite would have to follow.
-pub(crate) const VERSION: i64 = 2;
+pub(crate) const VERSION: i64 = 3;
 
 /// The statements that (re)create the functions, in order.
 pub(crate) fn statements() -> Vec<String> {
@@ -166,6 +166,9 @@ const FUNCTIONS: &[&str] = &[
        v_token bigint;
        v_until text;
        v_tries integer := 0;
+       -- A new job's first token: above the last failover's raise (`pg_timeline`).
+       v_first bigint := coalesce((SELECT max(value) FROM exactly_meta
+                                   WHERE name = 'token_floor'), 0) + 1;
      BEGIN
        LOOP
          -- Under a stricter isolation the row another claim inserted stays out of sight: the
@@ -179,9 +182,9 @@ const FUNCTIONS: &[&str] = &[
          FROM job_lease WHERE job_key = p_job FOR UPDATE;
          IF NOT FOUND THEN
            INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at)
-           VALUES (p_job, p_owner, 1, p_until, v_now) ON CONFLICT (job_key) DO NOTHING;
+           VALUES (p_job, p_owner, v_first, p_until, v_now) ON CONFLICT (job_key) DO NOTHING;
            IF FOUND THEN
-             RETURN QUERY SELECT true, 1::bigint, NULL::text, NULL::text, v_now;
+             RETURN QUERY SELECT true, v_first, NULL::text, NULL::text, v_now;
              RETURN;
            END IF;
            -- Another claim inserted it first: its row is there to lock now.

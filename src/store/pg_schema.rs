@@ -14,6 +14,11 @@ pub(crate) fn prepare(store: &PgStore) -> DbResult<bool> {
     let (schema, functions) = store.read(&mut |tx| Ok((version(tx)?, functions_version(tx)?)))?;
     if schema != super::SCHEMA_VERSION {
         create(store)?;
+        // The timeline from the start, so that the first failover is one (`pg_timeline`).
+        store.call(
+            &mut |c| super::pg_timeline::check(c, true).map(drop),
+            &|_: &()| false,
+        )?;
     }
     if functions == super::pg_functions::VERSION {
         return Ok(true);

@@ -1,6 +1,6 @@
 //! Reads for the snapshot and detail views. Every query here goes through an index: the done
 //! rows of a large ledger are never scanned.
-use super::db::{args, DbResult, Tx};
+use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{event_row, EVENT_COLS};
 use super::rows::{ApprovalView, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
@@ -231,6 +231,19 @@ pub(super) fn reading_in(
         "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
         args![&day_ago],
     )?;
+    let failovers = counter(tx, EventKind::Failover)?;
+    // Only when there was one: the newest of a kind is a walk back through the events.
+    let last_failover = if failovers > 0 {
+        tx.one(
+            "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
+             ORDER BY id DESC LIMIT 1",
+            &[],
+            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+        )
+        .optional()?
+    } else {
+        None
+    };
     Ok(Reading {
         taken_at: now_s.clone(),
         db: db.to_string(),
@@ -246,6 +259,8 @@ pub(super) fn reading_in(
         unused_approvals,
         events,
         host_clashes_24h,
+        failovers,
+        last_failover,
     })
 }
 

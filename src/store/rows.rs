@@ -56,6 +56,10 @@ pub struct Reading {
     pub events: Vec<EventRow>,
     /// `host_clash` events in the last 24 h.
     pub host_clashes_24h: u64,
+    /// `failover` events, all time.
+    pub failovers: u64,
+    /// The newest `failover` event: when, and its detail.
+    pub last_failover: Option<(String, String)>,
 }
 
 /// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.

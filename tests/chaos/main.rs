@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod failover;
 mod scenarios;
 mod sched;
 mod selfcheck;

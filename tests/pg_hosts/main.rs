@@ -4,5 +4,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod failover_shown;
 mod hosts;
 mod round_trips;

@@ -177,7 +177,7 @@ pub(super) fn draw_jobs(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts
     let system: Vec<Line> = app
         .snap
         .iter()
-        .flat_map(|s| s.host_clashes.iter())
+        .flat_map(|s| s.failover_warnings.iter().chain(s.host_clashes.iter()))
         .take(1)
         .map(|x| Line::styled(clip(&format!(" ! {}", inert(x)), w), t.bad()))
         .collect();

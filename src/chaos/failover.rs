@@ -1,0 +1,671 @@
+//! The `failover` scenario: two local PostgreSQL servers, a primary and an asynchronous standby
+//! (`initdb`, then `pg_basebackup -R`), on free ports in the work directory. A range of keys runs
+//! claim → effect → release while both are in step; then the primary's WAL sender is stopped
+//! (SIGSTOP), a second range runs (acknowledged by the primary, never streamed), every process of
+//! the primary is SIGKILLed and the standby promoted. The second range runs again against the
+//! promoted server, through a multi-host URL with `target_session_attrs=read-write`.
+//!
+//! Counted: fencing tokens printed twice for the job (`tokens_reissued`), effects the far side
+//! (a file) got twice (`duplicate_effects`), effects held for a person (`held_for_person`), and
+//! `failover` events. Half the keys have an observer (it looks in the far side's file), half
+//! have none. With the guard (the default) the promoted server raises the tokens and holds the
+//! keys its ledger lost: 0 and 0. Unguarded (`--unguarded`: `EXACTLY_FAILOVER_GUARD=off` for
+//! every process), the duplicates show.
+//!
+//! The server binaries: `EXACTLY_TEST_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin`. As
+//! root they run as the `postgres` user (through `runuser`). A missing tool is an error: the
+//! scenario fails, it is never skipped.
+use super::{Harness, Tally};
+use crate::{Error, Result};
+use indicatif::ProgressBar;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn err(what: impl Into<String>) -> Error {
+    Error::Store(format!("failover: {}", what.into()))
+}
+
+/// Where `initdb`, `pg_ctl`, `pg_basebackup` are.
+fn server_bin() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("EXACTLY_TEST_PG_BIN").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| err(format!("no PostgreSQL server in /usr/lib/postgresql: {e}")))?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|b| b.join("initdb").exists() && b.join("pg_basebackup").exists())
+        .collect();
+    found.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    found
+        .pop()
+        .ok_or_else(|| err("no initdb and pg_basebackup under /usr/lib/postgresql/*/bin"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `program` as the servers' owner: `postgres` through runuser as root (initdb refuses root).
+fn as_owner(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Runs `cmd` to its end; an error with its output when it fails.
+fn run_tool(what: &str, cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("{what}: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "{what}: {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("a port: {e}")))?;
+    Ok(l.local_addr()
+        .map_err(|e| err(format!("a port: {e}")))?
+        .port())
+}
+
+/// One local server: its data directory and port.
+struct Server {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Server {
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn start(&self) -> Result<()> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=off \
+             -c wal_level=replica -c max_wal_senders=4 -c wal_sender_timeout=0",
+            self.port,
+            self.dir.display()
+        );
+        run_tool(
+            "pg_ctl start",
+            as_owner(&self.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(self.dir.join("log"))
+                .args(["-w", "-o", &options, "start"]),
+        )
+        .map(drop)
+    }
+
+    fn client(&self) -> Result<postgres::Client> {
+        let conn = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        );
+        postgres::Client::connect(&conn, postgres::NoTls)
+            .map_err(|e| err(format!("connecting to 127.0.0.1:{}: {e}", self.port)))
+    }
+
+    /// The postmaster's pid, from `postmaster.pid`.
+    fn postmaster(&self) -> Result<i32> {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .map_err(|e| err(format!("postmaster.pid: {e}")))?;
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| err("postmaster.pid names no pid"))
+    }
+
+    /// SIGKILL to the postmaster and every process it started, at once: the machine is gone.
+    fn kill_all(&self) -> Result<()> {
+        let pm = self.postmaster()?;
+        let mut pids = vec![pm];
+        pids.extend(children(pm));
+        for pid in pids {
+            // SAFETY: kill has no memory preconditions; a pid already gone is ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        Ok(())
+    }
+
+    fn stop(&self) {
+        let _ = as_owner(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The pids whose parent is `parent` (from /proc).
+fn children(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let after = s.rsplit_once(')')?.1;
+                    after.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// The two servers, stopped and removed when dropped.
+struct Pair {
+    primary: Server,
+    standby: Server,
+    root: PathBuf,
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        self.standby.stop();
+        self.primary.stop();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn give(path: &Path) -> Result<()> {
+    if is_root() {
+        run_tool(
+            "chown postgres",
+            Command::new("chown").arg("postgres").arg(path),
+        )?;
+    }
+    Ok(())
+}
+
+impl Pair {
+    fn start(root: &Path) -> Result<Pair> {
+        let bin = server_bin()?;
+        std::fs::create_dir_all(root).map_err(|e| err(format!("{}: {e}", root.display())))?;
+        give(root)?;
+        let server = |name: &str| -> Result<Server> {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+            give(&dir)?;
+            Ok(Server {
+                bin: bin.clone(),
+                dir,
+                port: free_port()?,
+            })
+        };
+        let pair = Pair {
+            primary: server("primary")?,
+            standby: server("standby")?,
+            root: root.to_path_buf(),
+        };
+        let p = &pair.primary;
+        run_tool(
+            "initdb",
+            as_owner(&bin.join("initdb")).arg("-D").arg(p.data()).args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]),
+        )?;
+        p.start()?;
+        let mut c = p.client()?;
+        for sql in [
+            "CREATE ROLE exactly LOGIN PASSWORD 'exactly'",
+            "CREATE DATABASE exactly OWNER exactly",
+        ] {
+            c.batch_execute(sql)
+                .map_err(|e| err(format!("{sql}: {e}")))?;
+        }
+        run_tool(
+            "pg_basebackup",
+            as_owner(&bin.join("pg_basebackup"))
+                .args(["-h", "127.0.0.1", "-p", &p.port.to_string()])
+                .args([
+                    "-U",
+                    "postgres",
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                    "--no-sync",
+                    "-D",
+                ])
+                .arg(pair.standby.data()),
+        )?;
+        pair.standby.start()?;
+        pair.wait_streaming()?;
+        Ok(pair)
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://exactly:exactly@127.0.0.1:{},127.0.0.1:{}/exactly\
+             ?target_session_attrs=read-write",
+            self.primary.port, self.standby.port
+        )
+    }
+
+    fn wait_streaming(&self) -> Result<()> {
+        let mut c = self.primary.client()?;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+                    &[],
+                )
+                .map_err(|e| err(format!("pg_stat_replication: {e}")))?
+                .get(0);
+            if n > 0 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(err("the standby did not start streaming within 30 s"))
+    }
+
+    /// Waits until the standby has replayed all the primary wrote.
+    fn wait_caught_up(&self) -> Result<()> {
+        let mut c = self.primary.client()?;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            let caught: bool = c
+                .query_one(
+                    "SELECT coalesce(bool_and(replay_lsn >= pg_current_wal_lsn()), false)
+                     FROM pg_stat_replication",
+                    &[],
+                )
+                .map_err(|e| err(format!("pg_stat_replication: {e}")))?
+                .get(0);
+            if caught {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(err("the standby did not catch up within 30 s"))
+    }
+
+    /// SIGSTOP to the primary's WAL senders: what it commits from now on stays on it.
+    fn hold_stream(&self) -> Result<usize> {
+        let mut c = self.primary.client()?;
+        let rows = c
+            .query("SELECT pid FROM pg_stat_replication", &[])
+            .map_err(|e| err(format!("pg_stat_replication: {e}")))?;
+        for r in &rows {
+            let pid: i32 = r.get(0);
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+        Ok(rows.len())
+    }
+
+    /// Makes the primary wait for its standby (set after the base backup, so the standby does
+    /// not inherit it and wait for a standby it does not have), and waits until it does.
+    fn synchronous(&self) -> Result<()> {
+        let mut c = self.primary.client()?;
+        // Two statements: ALTER SYSTEM runs outside a transaction block.
+        for sql in [
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(sql)
+                .map_err(|e| err(format!("{sql}: {e}")))?;
+        }
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &[],
+                )
+                .map_err(|e| err(format!("pg_stat_replication: {e}")))?
+                .get(0);
+            if n > 0 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(err("the standby did not become synchronous within 30 s"))
+    }
+
+    fn promote(&self) -> Result<()> {
+        run_tool(
+            "pg_ctl promote",
+            as_owner(&self.standby.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.standby.data())
+                .args(["-w", "promote"]),
+        )
+        .map(drop)
+    }
+}
+
+/// What one key's claim → effect → release printed.
+struct Op {
+    token: Option<i64>,
+    /// `exactly effect`'s exit code.
+    effect_exit: i32,
+}
+
+/// The workload's processes: `exactly` with the URL, the far side a file.
+struct Work<'a> {
+    exe: &'a Path,
+    url: String,
+    far: PathBuf,
+    guarded: bool,
+    job: &'static str,
+}
+
+impl Work<'_> {
+    fn exactly(&self) -> Command {
+        let mut c = Command::new(self.exe);
+        c.arg("--db").arg(&self.url).stdin(Stdio::null());
+        c.env_remove("EXACTLY_FAILOVER_GUARD");
+        if !self.guarded {
+            c.env("EXACTLY_FAILOVER_GUARD", "off");
+        }
+        c
+    }
+
+    /// Claims the job's lease (waiting while it is held), runs the effect for key `i`, releases.
+    fn op(&self, i: u32) -> Result<Op> {
+        let start = Instant::now();
+        let token = loop {
+            let out = self
+                .exactly()
+                .args(["lease", "claim", "--job", self.job, "--for", "30s"])
+                .output()
+                .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+            match out.status.code() {
+                Some(0) => {
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    break text
+                        .trim()
+                        .parse::<i64>()
+                        .map_err(|_| err(format!("lease claim printed {text:?}")))?;
+                }
+                // Held (a lease the lost range took, still live on the promoted server).
+                Some(3) if start.elapsed() < Duration::from_secs(60) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                _ => {
+                    return Err(err(format!(
+                        "exactly lease claim: {}: {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )))
+                }
+            }
+        };
+        let target = format!("k{i}");
+        let far = crate::chaos::sh_quote(&self.far.display().to_string());
+        let mut effect = self.exactly();
+        effect.args(["effect", "--job", self.job, "--token", &token.to_string()]);
+        effect.args(["--action", "send", "--target", &target, "--quiet"]);
+        if i.is_multiple_of(2) {
+            effect.args([
+                "--observe",
+                &format!("grep -qx \"$EXACTLY_EFFECT_KEY\" {far}"),
+            ]);
+        }
+        effect.args([
+            "--",
+            "sh",
+            "-c",
+            &format!("echo \"$EXACTLY_EFFECT_KEY\" >> {far}"),
+        ]);
+        let status = effect
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| err(format!("exactly effect: {e}")))?;
+        let _ = self
+            .exactly()
+            .args(["lease", "release", "--job", self.job])
+            .args(["--token", &token.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        Ok(Op {
+            token: Some(token),
+            effect_exit: status.code().unwrap_or(-1),
+        })
+    }
+}
+
+/// How the primary replicates in a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// The default: a commit is acknowledged before the standby has it.
+    Async,
+    /// `synchronous_standby_names = '*'` (set with ALTER SYSTEM after the base backup): a commit
+    /// is acknowledged once the standby flushed it.
+    Sync,
+}
+
+pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+    let n = n.max(2);
+    // Where there is no PostgreSQL server to start, the scenario says so and does not pass (as
+    // `python` without its module); the test of it fails.
+    if let Err(e) = server_bin() {
+        t.not_run = Some(e.to_string());
+        return Ok(());
+    }
+    round(h, t, n, Mode::Async, bar)?;
+    round(h, t, n, Mode::Sync, bar)
+}
+
+/// One round: a pair, a range streamed, a range run as the primary dies, the promoted standby
+/// running the second range again.
+fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) -> Result<()> {
+    let name = format!("failover-{mode:?}").to_lowercase();
+    let pair = Pair::start(&h.dir.join(&name))?;
+    let work = Work {
+        exe: &h.exe,
+        url: pair.url(),
+        far: h.dir.join(format!("{name}-far-side")),
+        guarded: h.guarded,
+        job: "failover",
+    };
+    std::fs::write(&work.far, "").map_err(|e| err(format!("the far side's file: {e}")))?;
+    let init = work
+        .exactly()
+        .arg("init")
+        .output()
+        .map_err(|e| err(format!("exactly init: {e}")))?;
+    if !init.status.success() {
+        return Err(err(format!(
+            "exactly init: {}",
+            String::from_utf8_lossy(&init.stderr).trim()
+        )));
+    }
+    if mode == Mode::Sync {
+        pair.synchronous()?;
+    } else {
+        standby_says_so(&pair, &work, t)?;
+    }
+    // Streamed: both servers have these.
+    let mut before: Vec<i64> = Vec::new();
+    for i in 0..n {
+        before.extend(work.op(i)?.token);
+        bar.inc(1);
+    }
+    pair.wait_caught_up()?;
+    if mode == Mode::Async {
+        if pair.hold_stream()? == 0 {
+            return Err(err("the primary has no WAL sender to hold"));
+        }
+        *t.stops.entry("wal_sender".into()).or_default() += 1;
+    }
+    // Asynchronous: acknowledged by the primary alone, the promoted standby never hears of
+    // them. Synchronous: acknowledged once the standby has them.
+    let mut lost: Vec<i64> = Vec::new();
+    for i in n..2 * n {
+        lost.extend(work.op(i)?.token);
+    }
+    pair.primary.kill_all()?;
+    t.kill("primary");
+    pair.promote()?;
+    // The second range again, on the promoted server.
+    let mut seen: BTreeMap<i64, u32> = BTreeMap::new();
+    for tok in before.iter().chain(&lost) {
+        *seen.entry(*tok).or_default() += 1;
+    }
+    for i in n..2 * n {
+        let op = work.op(i)?;
+        if let Some(tok) = op.token {
+            if seen.contains_key(&tok) {
+                t.tokens_reissued += 1;
+            }
+            *seen.entry(tok).or_default() += 1;
+        }
+        // exit 5: held (no observer, no row): a person resolves it.
+        if op.effect_exit == 5 {
+            t.held_for_person += 1;
+        } else if op.effect_exit != 0 {
+            t.anomaly(format!(
+                "{name}: key k{i}: exactly effect exited {}",
+                op.effect_exit
+            ));
+        }
+        t.iterations += 1;
+    }
+    // Every key of both ranges, each meant to reach the far side once.
+    t.intended_effects += 2 * u64::from(n);
+    let far = std::fs::read_to_string(&work.far).map_err(|e| err(format!("far side: {e}")))?;
+    let mut per_key: BTreeMap<&str, u64> = BTreeMap::new();
+    for line in far.lines() {
+        *per_key.entry(line).or_default() += 1;
+    }
+    t.far_side_requests += far.lines().count() as u64;
+    t.duplicate_effects += per_key.values().map(|c| c.saturating_sub(1)).sum::<u64>();
+    let mut store = crate::open(Some(&work.url), crate::Access::ReadOnly)?;
+    let snap = crate::snapshot::Snapshot::read(&mut store)?;
+    t.failovers_seen += snap.failovers;
+    if snap.failovers != 1 {
+        t.anomaly(format!("{name}: {} failover events, not 1", snap.failovers));
+    }
+    let said = snap.failover_warnings.join(" ");
+    let how = match mode {
+        Mode::Async => "replication was asynchronous",
+        Mode::Sync => "replication was synchronous",
+    };
+    if !said.contains(how) {
+        t.anomaly(format!("{name}: the failover does not say {how:?}: {said}"));
+    }
+    drop(store);
+    if mode == Mode::Sync {
+        sync_wait_is_bounded(&pair, &work, t)?;
+    }
+    drop(pair);
+    Ok(())
+}
+
+/// The promoted server told to wait for a synchronous standby it does not have: a claim is
+/// refused with that reason after `EXACTLY_SYNC_WAIT_MS`, never left hanging.
+fn sync_wait_is_bounded(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
+    let mut c = pair.standby.client()?;
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'gone'",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.batch_execute(sql)
+            .map_err(|e| err(format!("{sql}: {e}")))?;
+    }
+    let start = Instant::now();
+    let mut child = work
+        .exactly()
+        .env("EXACTLY_SYNC_WAIT_MS", "1000")
+        .args(["lease", "claim", "--job", "no-standby", "--for", "1m"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    // A claim that hangs is what this checks against: it is killed after 15 s.
+    while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1)
+        || !stderr.contains("synchronous standby")
+        || took > Duration::from_secs(10)
+    {
+        t.anomaly(format!(
+            "a claim waiting for a missing synchronous standby: {} after {took:.1?}: {:?}",
+            out.status,
+            stderr.trim()
+        ));
+    }
+    Ok(())
+}
+
+/// A write sent to the standby alone is refused saying it is a standby, not a role's problem.
+fn standby_says_so(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
+    let url = format!(
+        "postgres://exactly:exactly@127.0.0.1:{}/exactly",
+        pair.standby.port
+    );
+    let out = Command::new(work.exe)
+        .args([
+            "--db",
+            &url,
+            "lease",
+            "claim",
+            "--job",
+            "on-standby",
+            "--for",
+            "1m",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("exactly lease claim: {e}")))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1) || !stderr.contains("the server is a standby (in recovery)") {
+        t.anomaly(format!(
+            "a claim on the standby: {} {:?}, not the standby's sentence",
+            out.status,
+            stderr.trim()
+        ));
+    }
+    Ok(())
+}

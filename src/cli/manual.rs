@@ -239,8 +239,9 @@ pub const ENVIRONMENT: &[Code] = &[
     (
         "EXACTLY_FAILOVER_WINDOW",
         "after an asynchronous PostgreSQL failover, how long an effect without a row is \
-         checked (observer, or exactly resolve) before it is sent (default: until every effect \
-         of the old timeline's last leases is accounted for; 0s: none)",
+         checked (observer, or exactly resolve) before it is sent (default: an hour, and longer \
+         until every effect of the old timeline's last leases is accounted for; a length: that, \
+         fixed; 0s: none)",
     ),
     (
         "EXACTLY_FAILOVER_GUARD",

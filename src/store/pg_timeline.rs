@@ -49,6 +49,10 @@ pub(crate) const STANDBY: &str =
 /// last leases is accounted for ([`held`] says when), the default.
 pub(crate) const UNTIL_ACCOUNTED: i64 = i64::MAX;
 
+/// The least the default window lasts: a key whose row the promoted server lost entirely is not
+/// in the ledger, so only time bounds its retry (`failover_floor_until_ms`).
+const LOST_KEYS_FLOOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// What a connection learnt of its server when it was made.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Seen {
@@ -81,12 +85,16 @@ fn window() -> Option<std::time::Duration> {
 
 /// Whether the window after an asynchronous failover still holds an effect without a row at
 /// `now` (the server's time), read in the transaction that would record the row. A fixed window
-/// ends at its time. The default one stays open while a lease the promoted server knew of at the
-/// failover may still be held (`failover_leases_until_ms`, the newest lease expiry then), or
-/// while an effect of the old timeline's last leases is open (`claimed`, `submitted` or
-/// `unknown`): a row created before the failover (`failover_at_ms`) under its job's last token
-/// of the old timeline (the highest below the raise), or one held or touched since the failover.
-/// Once neither is left it closes for good (`failover_window_until_ms` 0) and says so on stderr.
+/// ends at its time. The default one stays open while any of these is left:
+/// - a lease the promoted server knew of at the failover may still be held
+///   (`failover_leases_until_ms`, the newest lease expiry then): its holder may be sending;
+/// - an effect of the old timeline's last leases is open (`claimed`, `submitted`, `unknown`): a
+///   row created before the failover (`failover_at_ms`) under its job's last token of the old
+///   timeline (the highest below the raise), or one held or touched since the failover;
+/// - the hour after the failover (`failover_floor_until_ms`): a key whose row the promoted server
+///   lost is not in the ledger, so only time bounds its retry.
+///
+/// Once none is left it closes for good (`failover_window_until_ms` 0) and says so on stderr.
 pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
     let until = meta(tx, "failover_window_until_ms")?.unwrap_or(0);
     let now_ms = crate::time::parse(now)
@@ -96,7 +104,8 @@ pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
         return Ok(now_ms < until);
     }
     let leases = meta(tx, "failover_leases_until_ms")?.unwrap_or(0);
-    if now_ms < leases {
+    let floor_until = meta(tx, "failover_floor_until_ms")?.unwrap_or(0);
+    if now_ms < leases.max(floor_until) {
         return Ok(true);
     }
     let at = crate::time::fmt(
@@ -291,10 +300,17 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                     set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
                     set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
                     set_meta(tx, "failover_leases_until_ms", leases.timestamp_millis())?;
+                    let floor_until =
+                        start + chrono::Duration::from_std(LOST_KEYS_FLOOR).unwrap_or_default();
+                    set_meta(
+                        tx,
+                        "failover_floor_until_ms",
+                        floor_until.timestamp_millis(),
+                    )?;
                     format!(
                         "every effect of the old timeline's last leases is accounted for (and \
                          not before {})",
-                        crate::time::fmt(leases)
+                        crate::time::fmt(leases.max(floor_until))
                     )
                 }
             };

@@ -251,7 +251,7 @@ pub const ENVIRONMENT: &[Code] = &[
     (
         "EXACTLY_SYNC_WAIT_MS",
         "how long a PostgreSQL commit may wait for a synchronous standby before it is \
-         refused with that reason (default 30000)",
+         refused with that reason (default 30000; exactly run uses its --give-up-after)",
     ),
     ("NO_COLOR", "top draws without colour"),
     (

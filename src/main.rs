@@ -12,8 +12,8 @@ mod tui;
 use exactly::{
     actor, approval, checklist, contain, db_exists, db_identity, db_path, effect, fault, firing,
     health, host, is_server_db, jobs, json, key, lease, open, policy, refuse_new_databases,
-    sanitize, schedule, sender, shown_db, snapshot, state, time, wrapped, Access, EffectKey, Error,
-    JobName, Result, Store, Token, SCHEMA_VERSION,
+    sanitize, schedule, sender, shown_db, snapshot, state, sync_wait_bound, time, wrapped, Access,
+    EffectKey, Error, JobName, Result, Store, Token, SCHEMA_VERSION,
 };
 
 fn main() {

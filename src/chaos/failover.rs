@@ -597,7 +597,8 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
 }
 
 /// The promoted server told to wait for a synchronous standby it does not have: a claim is
-/// refused with that reason after `EXACTLY_SYNC_WAIT_MS`, never left hanging.
+/// refused with that reason after `EXACTLY_SYNC_WAIT_MS`, and a scheduler's write after its
+/// `--give-up-after`, never left hanging.
 fn sync_wait_is_bounded(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<()> {
     let mut c = pair.standby.client()?;
     for sql in [
@@ -632,6 +633,51 @@ fn sync_wait_is_bounded(pair: &Pair, work: &Work<'_>, t: &mut Tally) -> Result<(
     {
         t.anomaly(format!(
             "a claim waiting for a missing synchronous standby: {} after {took:.1?}: {:?}",
+            out.status,
+            stderr.trim()
+        ));
+    }
+    scheduler_gives_up(work, t)
+}
+
+/// A scheduler started with `--give-up-after 1s` gives up on a write waiting for the missing
+/// synchronous standby after that bound (not `EXACTLY_SYNC_WAIT_MS`'s 30 s), saying why.
+fn scheduler_gives_up(work: &Work<'_>, t: &mut Tally) -> Result<()> {
+    let dir = work.far.parent().unwrap_or(Path::new("."));
+    let jobs = dir.join("sync-wait-jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"no-standby-run\"\nevery = \"1s\"\nlease = \"10s\"\noverlap = \"coalesce\"\n\
+         command = [\"true\"]\n",
+    )
+    .map_err(|e| err(format!("{}: {e}", jobs.display())))?;
+    let start = Instant::now();
+    let mut child = work
+        .exactly()
+        .env_remove("EXACTLY_SYNC_WAIT_MS")
+        .arg("run")
+        .arg(&jobs)
+        .args(["--give-up-after", "1s", "--grace", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("exactly run: {e}")))?;
+    // A scheduler that waits on (the 30 s default) is what this checks against: killed at 15 s.
+    while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("exactly run: {e}")))?;
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stderr.contains("(--give-up-after) for a synchronous standby")
+        || took > Duration::from_secs(10)
+    {
+        t.anomaly(format!(
+            "a scheduler (--give-up-after 1s) writing with its synchronous standby gone: {} \
+             after {took:.1?}: {:?}",
             out.status,
             stderr.trim()
         ));

@@ -239,7 +239,9 @@ pub const ENVIRONMENT: &[Code] = &[
     (
         "EXACTLY_FAILOVER_WINDOW",
         "after an asynchronous PostgreSQL failover, how long an effect without a row is \
-         checked (observer, or exactly resolve) before it is sent (default 1h; 0s: none)",
+         checked (observer, or exactly resolve) before it is sent (default: an hour, and longer \
+         until every effect of the old timeline's last leases is accounted for; a length: that, \
+         fixed; 0s: none)",
     ),
     (
         "EXACTLY_FAILOVER_GUARD",
@@ -249,7 +251,7 @@ pub const ENVIRONMENT: &[Code] = &[
     (
         "EXACTLY_SYNC_WAIT_MS",
         "how long a PostgreSQL commit may wait for a synchronous standby before it is \
-         refused with that reason (default 30000)",
+         refused with that reason (default 30000; exactly run uses its --give-up-after)",
     ),
     ("NO_COLOR", "top draws without colour"),
     (

@@ -64,6 +64,8 @@ pub struct RunArgs {
     pub grace: String,
     /// A database that keeps failing (unreachable, locked, unwritable) this long stops the
     /// scheduler: its commands get --grace, then it exits 1 for a service manager to restart it.
+    /// On PostgreSQL a write waiting this long for a missing synchronous standby gives up too,
+    /// saying so (instead of EXACTLY_SYNC_WAIT_MS).
     #[arg(long, default_value = health::GIVE_UP_AFTER_DEFAULT, value_name = "DUR")]
     pub give_up_after: String,
     /// How log lines on stderr are written: text (`TIME LEVEL job=JOB message`) or json (one
@@ -194,6 +196,8 @@ pub(crate) fn problems(db: &Option<String>, path: &str) -> Result<Checked> {
 pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let grace = time::parse_duration(&a.grace)?;
     let give_up_after = time::parse_duration(&a.give_up_after)?;
+    // A write waiting for a missing synchronous standby gives up after the same bound.
+    crate::sync_wait_bound(give_up_after, "--give-up-after");
     let (jobs, retain, _, problems) = problems(db, &a.jobs)?;
     let n = problems.iter().filter(|p| p.refuses_run()).count();
     if n > 0 {

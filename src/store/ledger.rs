@@ -234,9 +234,14 @@ impl Store {
         }
         let now = crate::time::fmt(now_ts);
         let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
-        self.write(|tx| {
+        let (mut closed, was_held) = (false, hold);
+        let begun = self.write(|tx| {
             let min_until = tx.later(&min_until);
             let now = tx.now(&now);
+            // The window's end is read in this transaction: the default one closes once every
+            // effect of the old timeline's last leases is accounted for.
+            let hold = hold && super::pg_timeline::held(tx, now)?;
+            closed = was_held && !hold;
             let (current, lease, asked) = match submit_as {
                 Some(_) => begin_facts(tx, e.job_key, e.effect_key, e.token, now)?,
                 None => (current_token(tx, e.job_key)?, SenderLease::default(), true),
@@ -335,7 +340,11 @@ impl Store {
                     Ok(Begin::Existing(Box::new(row), lease))
                 }
             }
-        })
+        })?;
+        if closed {
+            self.failover_window_closed();
+        }
+        Ok(begun)
     }
 
     /// The compare-and-set `claimed` → `submitted` on the row as `seen`, committed before the

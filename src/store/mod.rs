@@ -33,6 +33,7 @@ mod pg_fast;
 mod pg_functions;
 mod pg_schema;
 mod pg_sync;
+pub use pg_sync::bound_by as sync_wait_bound;
 mod pg_timeline;
 mod pg_types;
 mod read;

@@ -374,6 +374,10 @@ impl PgStore {
         self.writer.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    pub(crate) fn failover_window_closed(&self) {
+        self.window.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn failover_window(&self, now: crate::time::Ts) -> bool {
         let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
         until > 0 && now.timestamp_millis() < until

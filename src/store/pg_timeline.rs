@@ -31,15 +31,27 @@ impl super::Store {
             _ => false,
         }
     }
+
+    /// Notes that the window closed (`held` found every effect accounted for): this process's
+    /// next effects go the fast way again.
+    pub(super) fn failover_window_closed(&self) {
+        if let super::Conn::Pg(db) = &self.conn {
+            db.failover_window_closed();
+        }
+    }
 }
 
 /// What a write on a standby is refused with.
 pub(crate) const STANDBY: &str =
     "the server is a standby (in recovery): use target_session_attrs=read-write or the primary";
 
-/// How long after an asynchronous failover an effect without a row is checked first, unless
-/// `EXACTLY_FAILOVER_WINDOW` says otherwise.
-const WINDOW_DEFAULT: std::time::Duration = std::time::Duration::from_secs(3600);
+/// `failover_window_until_ms` of a window that lasts until every effect of the old timeline's
+/// last leases is accounted for ([`held`] says when), the default.
+pub(crate) const UNTIL_ACCOUNTED: i64 = i64::MAX;
+
+/// The least the default window lasts: a key whose row the promoted server lost entirely is not
+/// in the ledger, so only time bounds its retry (`failover_floor_until_ms`).
+const LOST_KEYS_FLOOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// What a connection learnt of its server when it was made.
 #[derive(Debug, Clone, Copy, Default)]
@@ -63,11 +75,62 @@ pub(crate) fn guarded() -> bool {
     )
 }
 
-fn window() -> std::time::Duration {
+/// The window `EXACTLY_FAILOVER_WINDOW` sets (a fixed length; `0s`: none), or None: the default,
+/// until every effect of the old timeline's last leases is accounted for.
+fn window() -> Option<std::time::Duration> {
     std::env::var("EXACTLY_FAILOVER_WINDOW")
         .ok()
         .and_then(|w| crate::time::parse_duration(&w).ok())
-        .unwrap_or(WINDOW_DEFAULT)
+}
+
+/// Whether the window after an asynchronous failover still holds an effect without a row at
+/// `now` (the server's time), read in the transaction that would record the row. A fixed window
+/// ends at its time. The default one stays open while any of these is left:
+/// - a lease the promoted server knew of at the failover may still be held
+///   (`failover_leases_until_ms`, the newest lease expiry then): its holder may be sending;
+/// - an effect of the old timeline's last leases is open (`claimed`, `submitted`, `unknown`): a
+///   row created before the failover (`failover_at_ms`) under its job's last token of the old
+///   timeline (the highest below the raise), or one held or touched since the failover;
+/// - the hour after the failover (`failover_floor_until_ms`): a key whose row the promoted server
+///   lost is not in the ledger, so only time bounds its retry.
+///
+/// Once none is left it closes for good (`failover_window_until_ms` 0) and says so on stderr.
+pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
+    let until = meta(tx, "failover_window_until_ms")?.unwrap_or(0);
+    let now_ms = crate::time::parse(now)
+        .ok_or_else(|| DbError::Other(format!("the server's time {now:?} is unreadable")))?
+        .timestamp_millis();
+    if until != UNTIL_ACCOUNTED {
+        return Ok(now_ms < until);
+    }
+    let leases = meta(tx, "failover_leases_until_ms")?.unwrap_or(0);
+    let floor_until = meta(tx, "failover_floor_until_ms")?.unwrap_or(0);
+    if now_ms < leases.max(floor_until) {
+        return Ok(true);
+    }
+    let at = crate::time::fmt(
+        chrono::DateTime::from_timestamp_millis(meta(tx, "failover_at_ms")?.unwrap_or(0))
+            .unwrap_or_default(),
+    );
+    let floor = meta(tx, "token_floor")?.unwrap_or(0);
+    let open: i64 = tx.one(
+        "SELECT count(*) FROM effect_ledger e
+         WHERE e.state IN ('claimed', 'submitted', 'unknown') AND e.created_at <= ?1
+           AND (e.updated_at >= ?1
+                OR e.fencing_token = (SELECT max(o.fencing_token) FROM effect_ledger o
+                                      WHERE o.job_key = e.job_key AND o.fencing_token < ?2))",
+        args![at.as_str(), floor],
+        |r| r.get(0),
+    )?;
+    if open > 0 {
+        return Ok(true);
+    }
+    set_meta(tx, "failover_window_until_ms", 0)?;
+    eprintln!(
+        "exactly: the window after the failover closed: every effect of the old timeline's last \
+         leases is accounted for"
+    );
+    Ok(false)
 }
 
 /// The server's side: in recovery, its timeline, whether its commits wait for a standby, and
@@ -211,15 +274,46 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
         set_meta(tx, "token_floor", floor)?;
         // `EXACTLY_FAILOVER_WINDOW=0s`: the operator says nothing could be lost (replication
         // they know was synchronous): no window.
-        let window = if was_sync || window().is_zero() {
+        let fixed = window();
+        let window = if was_sync || fixed.is_some_and(|w| w.is_zero()) {
             set_meta(tx, "failover_window_until_ms", 0)?;
             "no window".to_string()
         } else {
             let start = crate::time::parse(now).ok_or_else(|| {
                 DbError::Other(format!("the server's time {now:?} is unreadable"))
             })?;
-            let end = start + chrono::Duration::from_std(window()).unwrap_or_default();
-            set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
+            let until = match fixed {
+                Some(w) => {
+                    let end = start + chrono::Duration::from_std(w).unwrap_or_default();
+                    set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
+                    crate::time::fmt(end)
+                }
+                None => {
+                    // The newest lease the promoted server knows of: its holder may be sending
+                    // until it ends.
+                    let leases: Option<String> =
+                        tx.one("SELECT max(lease_until) FROM job_lease", &[], |r| r.get(0))?;
+                    let leases = leases
+                        .as_deref()
+                        .and_then(crate::time::parse)
+                        .map_or(start, |l| l.max(start));
+                    set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
+                    set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
+                    set_meta(tx, "failover_leases_until_ms", leases.timestamp_millis())?;
+                    let floor_until =
+                        start + chrono::Duration::from_std(LOST_KEYS_FLOOR).unwrap_or_default();
+                    set_meta(
+                        tx,
+                        "failover_floor_until_ms",
+                        floor_until.timestamp_millis(),
+                    )?;
+                    format!(
+                        "every effect of the old timeline's last leases is accounted for (and \
+                         not before {})",
+                        crate::time::fmt(leases.max(floor_until))
+                    )
+                }
+            };
             // A row left `claimed` may have been `submitted`, even `done`, on the old primary:
             // it is checked as an effect without a row is, before anything is sent.
             let held = tx.exec(
@@ -229,8 +323,7 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
             )?;
             format!(
                 "{held} claimed effect(s) held as unknown; effects without a row are checked \
-                 before sending until {}",
-                crate::time::fmt(end)
+                 before sending until {until}"
             )
         };
         format!(

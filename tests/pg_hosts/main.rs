@@ -5,5 +5,6 @@
 mod support;
 
 mod failover_shown;
+mod failover_window;
 mod hosts;
 mod round_trips;

@@ -1,0 +1,126 @@
+//! The window after an asynchronous failover, by default: it lasts until every effect of the old
+//! timeline's last leases is accounted for, not a fixed time. (The failover as
+//! `failover_shown.rs` makes it: the recorded timeline rewritten, the real guard.)
+use std::process::Command;
+use support::backend::{enter_postgres, with_client, PgSchema};
+
+use crate::support;
+
+fn exactly(db: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(support::bin())
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("EXACTLY_DB")
+        .env_remove("EXACTLY_FAILOVER_GUARD")
+        .env_remove("EXACTLY_FAILOVER_WINDOW")
+        .output()
+        .expect("run exactly");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn effect(db: &str, token: &str, target: &str) -> (i32, String) {
+    exactly(
+        db,
+        &[
+            "effect", "--job", "j", "--token", token, "--action", "send", "--target", target, "--",
+            "true",
+        ],
+    )
+}
+
+fn state(db: &str, target: &str) -> String {
+    with_client(db, |c| {
+        c.query_one(
+            "SELECT state FROM effect_ledger WHERE target_id = $1",
+            &[&target],
+        )
+        .map(|r| r.get(0))
+    })
+    .unwrap_or_else(|e| panic!("the row of {target}: {e}"))
+}
+
+#[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+fn the_default_window_closes_when_the_old_timelines_last_effects_are_settled() {
+    let _pg = enter_postgres();
+    let schema = PgSchema::create();
+    let db = schema.url.as_str();
+    let (code, out) = exactly(db, &["init"]);
+    assert_eq!(code, 0, "{out}");
+    for _ in 0..2 {
+        let (code, token) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
+        assert_eq!(code, 0, "{token}");
+        let (code, out) = exactly(
+            db,
+            &["lease", "release", "--job", "j", "--token", token.trim()],
+        );
+        assert_eq!(code, 0, "{out}");
+    }
+    // Under the job's last lease of the old timeline (token 2), an effect left `submitted`: the
+    // old primary may have sent it. Under an earlier lease (token 1), one long `unknown`: not of
+    // the last lease period, it does not hold the window.
+    with_client(db, |c| {
+        c.batch_execute(
+            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+               target_id, created_at, updated_at) VALUES
+               ('last-lease', 'j', 'r2', 2, 'submitted', 'last-lease',
+                '2026-01-02T00:00:00.000Z', '2026-01-02T00:00:00.000Z'),
+               ('earlier-lease', 'j', 'r1', 1, 'unknown', 'earlier-lease',
+                '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');
+             UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline';",
+        )
+    })
+    .expect("the old timeline's rows and the failover");
+    let (code, token) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
+    assert_eq!(code, 0, "{token}");
+    let said = token.clone();
+    let token = token
+        .lines()
+        .find(|l| l.trim().parse::<i64>().is_ok())
+        .expect("the token")
+        .trim()
+        .to_string();
+    // The hour kept for keys the promoted server lost entirely (only time bounds them) is
+    // made to have passed: what is left is what the ledger accounts for.
+    with_client(db, |c| {
+        c.batch_execute("UPDATE exactly_meta SET value = 0 WHERE name = 'failover_floor_until_ms'")
+    })
+    .expect("the hour passed");
+    // While the old lease's effect is open, a key without a row is held for its check.
+    let (code, out) = effect(db, &token, "k1");
+    assert_eq!(
+        code, 5,
+        "not held while the old lease's effect is open: {out}"
+    );
+    assert_eq!(state(db, "k1"), "unknown");
+    // Settled: every effect of the old timeline's last lease is accounted for.
+    let (code, out) = exactly(db, &["resolve", "last-lease", "--happened", "--force"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = effect(db, &token, "k2");
+    assert_eq!(
+        code, 0,
+        "the window stayed open once all was accounted for: {out}"
+    );
+    assert_eq!(state(db, "k2"), "done");
+    let until: i64 = with_client(db, |c| {
+        c.query_one(
+            "SELECT value FROM exactly_meta WHERE name = 'failover_window_until_ms'",
+            &[],
+        )
+        .map(|r| r.get(0))
+    })
+    .expect("the window's end");
+    assert_eq!(until, 0, "the window is recorded closed");
+    assert!(said.contains("accounted for"), "{said}");
+}

@@ -118,7 +118,8 @@ fn renew(
             Ok(true) => {}
             Ok(false) => {
                 eprintln!(
-                    "exactly: the gateway's lease of {} was taken over; its writes are fenced",
+                    "exactly: the gateway's lease of {} is no longer under its token (taken \
+                     over, or raised by a database failover); its writes are fenced",
                     inert(job)
                 );
                 return;

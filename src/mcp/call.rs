@@ -180,8 +180,9 @@ pub fn answer(out: &Outcome, last: Option<CallToolResult>) -> CallToolResult {
             inert(reason)
         )),
         Outcome::Fenced { .. } => error(format!(
-            "exactly: this gateway lost its lease to another; effect {k} was not written. \
-             Restart the gateway."
+            "exactly: this gateway's fencing token is no longer the lease's (another gateway \
+             took the lease over, or the database failed over and raised every token); effect \
+             {k} was not written. Restart the gateway."
         )),
         Outcome::LeaseEnding { .. } => error(format!(
             "exactly: not sent: the gateway's lease is ending (effect {k}); call again."

@@ -17,12 +17,9 @@ fn kind(replies: &[Reply]) -> String {
     words.join("+")
 }
 
-/// An idle dashboard reads nothing until another connection commits or a lease it shows
-/// runs out; then it reads the whole snapshot again.
-#[test]
-fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.db");
+/// A database in `dir` where job `far` holds an hour's lease: its writer and a reader.
+fn far_lease(dir: &std::path::Path) -> (crate::Store, crate::Store) {
+    let path = dir.join("w.db");
     let path = path.to_str().unwrap();
     let mut writer = crate::open(Some(path), Access::Write).unwrap();
     crate::lease::claim(
@@ -32,7 +29,16 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
         Duration::from_secs(3600),
     )
     .unwrap();
-    let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    let reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    (writer, reader)
+}
+
+/// An idle dashboard reads nothing until another connection commits or a lease it shows
+/// runs out; then it reads the whole snapshot again.
+#[test]
+fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut writer, mut reader) = far_lease(dir.path());
     let mut watch = Watch::default();
     // The first full read judges the ten rules too; the next ones keep the checklist's pace.
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
@@ -65,12 +71,7 @@ fn an_idle_dashboard_reads_again_only_after_a_commit_or_a_lease_end() {
 #[test]
 fn the_checklist_is_judged_at_its_own_pace() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.db");
-    let path = path.to_str().unwrap();
-    let mut writer = crate::open(Some(path), Access::Write).unwrap();
-    let job = crate::JobName::from("far");
-    crate::lease::claim(&mut writer, &job, "a", Duration::from_secs(3600)).unwrap();
-    let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    let (mut writer, mut reader) = far_lease(dir.path());
     let mut watch = Watch::default();
     let first = watch.poll(&mut reader);
     match first.get(1) {
@@ -103,17 +104,7 @@ fn the_checklist_is_judged_at_its_own_pace() {
 #[test]
 fn an_idle_dashboard_does_not_judge_the_checklist_again() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.db");
-    let path = path.to_str().unwrap();
-    let mut writer = crate::open(Some(path), Access::Write).unwrap();
-    crate::lease::claim(
-        &mut writer,
-        &crate::JobName::from("far"),
-        "a",
-        Duration::from_secs(3600),
-    )
-    .unwrap();
-    let mut reader = crate::open(Some(path), Access::ReadOnly).unwrap();
+    let (mut writer, mut reader) = far_lease(dir.path());
     let mut watch = Watch::default();
     assert_eq!(kind(&watch.poll(&mut reader)), "snapshot+checklist");
     // Long past CHECKLIST_EVERY, nothing committed: a full read (the backstop), no judgement.

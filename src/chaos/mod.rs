@@ -17,6 +17,7 @@ mod harness;
 mod machine;
 mod mcp;
 mod mcp_far;
+mod pg_pair;
 mod proc;
 pub mod proxy;
 mod python;

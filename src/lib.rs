@@ -171,26 +171,10 @@ pub fn user() -> String {
 
 /// The login name of our uid, for when the environment does not say (cron, tmux, sudo -i).
 fn login_name() -> Option<String> {
-    // SAFETY: passwd is plain data (integers and pointers); all zeroes is a valid value.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r writes only into pwd and buf, whose sizes we pass.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::getuid(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut out,
-        )
-    };
-    if rc != 0 || out.is_null() || pwd.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: on success pw_name points at a NUL-terminated string inside buf.
-    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
 }
 
 /// The host identity recorded in attempt ids: `EXACTLY_HOST` (for containers that share a

@@ -137,25 +137,10 @@ pub fn line_of(text: &str, offset: usize) -> usize {
 pub(super) fn closest(key: &str) -> Option<&'static str> {
     super::config::JOB_KEYS
         .iter()
-        .map(|k| (edit_distance(key, k), *k))
+        .map(|k| (strsim::levenshtein(key, k), *k))
         .filter(|(d, _)| *d <= 2)
         .min()
         .map(|(_, k)| k)
-}
-
-/// Levenshtein distance, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// The 1-based line and column of a byte offset in the file.
@@ -174,6 +159,13 @@ pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_names_the_key_two_edits_away_and_no_further() {
+        assert_eq!(closest("overlpa"), Some("overlap"));
+        assert_eq!(closest("schedul"), Some("schedule"));
+        assert_eq!(closest("nothing-like-a-key"), None);
+    }
 
     #[test]
     fn keys_are_found_as_whole_words() {

@@ -124,20 +124,11 @@ pub fn default_path(flag: Option<&str>) -> String {
 /// The database the old versions used when neither `--db` nor `EXACTLY_DB` said one.
 pub const LEGACY_DEFAULT: &str = "exactly.db";
 
-/// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db`; None when
-/// neither variable is set (or not absolute, as the XDG spec requires).
+/// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db` (the `dirs`
+/// crate's state folder: an XDG value that is not absolute is ignored, as the spec requires);
+/// None when the OS knows no home folder.
 pub fn xdg_default() -> Option<String> {
-    let absolute = |v: std::ffi::OsString| {
-        let p = std::path::PathBuf::from(v);
-        p.is_absolute().then_some(p)
-    };
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .and_then(absolute)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .and_then(absolute)
-                .map(|h| h.join(".local").join("state"))
-        })?;
+    let state = dirs::state_dir()?;
     Some(
         state
             .join("exactly")

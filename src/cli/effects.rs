@@ -25,8 +25,8 @@ pub struct EffectArgs {
     pub observe: Option<String>,
     /// How long the observer may take (at least 100ms); past it, it is killed with its process
     /// group and its verdict is "can't tell" (exit 5, the effect stays open).
-    #[arg(long, value_name = "DUR", default_value = "30s")]
-    pub observe_timeout: String,
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = observe_timeout)]
+    pub observe_timeout: std::time::Duration,
     /// A suppressed duplicate prints nothing (no replayed answer, no "duplicate suppressed"
     /// line): cron mails nothing for a second copy that did nothing. Exit codes are unchanged.
     #[arg(long)]
@@ -39,15 +39,17 @@ pub struct EffectArgs {
 /// The shortest `--observe-timeout`, as the jobs file's `observe_timeout`.
 const OBSERVE_TIMEOUT_MIN: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// `--observe-timeout`'s parser: a duration of at least [`OBSERVE_TIMEOUT_MIN`].
+fn observe_timeout(s: &str) -> std::result::Result<std::time::Duration, String> {
+    let d = time::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < OBSERVE_TIMEOUT_MIN {
+        return Err(format!("{} is shorter than 100ms", inert(s)));
+    }
+    Ok(d)
+}
+
 pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let inputs = a.key.inputs()?;
-    let observe_timeout = time::parse_duration(&a.observe_timeout)?;
-    if observe_timeout < OBSERVE_TIMEOUT_MIN {
-        return Err(Error::Usage(format!(
-            "--observe-timeout {} is shorter than 100ms",
-            inert(&a.observe_timeout)
-        )));
-    }
     let mut store = open(db)?;
     let mut ctx = Ctx::new(&a.job, crate::Token::from(a.token));
     if let Some(r) = &a.run_id {
@@ -70,7 +72,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     };
     let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;
-    action.observe_timeout = observe_timeout;
+    action.observe_timeout = a.observe_timeout;
     action.lease = Some(LeaseWatch {
         db: store.path().to_string(),
         job: ctx.job.clone(),

@@ -4,8 +4,8 @@ use super::*;
 #[derive(Args, Debug)]
 pub struct GcArgs {
     /// Keep this much history (at least 1d), e.g. 30d.
-    #[arg(long, value_name = "DUR")]
-    pub keep: String,
+    #[arg(long, value_name = "DUR", value_parser = keep)]
+    pub keep: std::time::Duration,
     /// Count what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -22,14 +22,20 @@ pub struct GcArgs {
 /// Smallest `gc --keep`: the dashboard's 24-hour window is read from the events.
 pub(super) const GC_MIN_KEEP: std::time::Duration = std::time::Duration::from_secs(86_400);
 
-pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
-    let keep = time::parse_duration(&a.keep)?;
-    if keep < GC_MIN_KEEP {
-        return Err(Error::Usage(format!(
-            "--keep {} is shorter than 1d: the last 24 hours are what status and top show",
-            inert(&a.keep)
-        )));
+/// `--keep`'s parser: a duration of at least [`GC_MIN_KEEP`].
+fn keep(s: &str) -> std::result::Result<std::time::Duration, String> {
+    let d = time::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < GC_MIN_KEEP {
+        return Err(format!(
+            "{} is shorter than 1d: the last 24 hours are what status and top show",
+            inert(s)
+        ));
     }
+    Ok(d)
+}
+
+pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
+    let keep = a.keep;
     let horizon = time::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX);
     // Pruning a file that is not there is a typo, not a request for a new database.
     let path = crate::db_path(db.as_deref());

@@ -296,7 +296,7 @@ pub fn main() -> i32 {
         .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m))
     {
         Ok(cli) => cli,
-        Err(e) => e.exit(),
+        Err(e) => return usage_error(e),
     };
     pipe::end_quietly_on_closed_pipe(&cli.cmd);
     crate::runner::log::init(match &cli.cmd {
@@ -310,6 +310,26 @@ pub fn main() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// A flag's value refused by its parser (a job name, a duration) is one line and exit 2, as
+/// every other bad input is; clap's other errors (a missing argument, `--help`) keep its own
+/// output, which shows the usage they need. The value is made inert: clap echoes it raw.
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        e.exit()
+    }
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or_default();
+    eprintln!(
+        "exactly: {}",
+        inert(line.strip_prefix("error: ").unwrap_or(line))
+    );
+    2
 }
 
 /// The database `--db` names, to write ([`crate::open`]).

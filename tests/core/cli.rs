@@ -253,6 +253,33 @@ on_both_backends! {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 
+    /// A flag's value refused by its parser is one line, exit 2, with the value made inert:
+    /// clap alone prints three lines and echoes the value raw.
+    #[test]
+    fn a_refused_flag_value_is_one_inert_line() {
+        let env = Env::new();
+        let hostile = "a\u{1b}[31mb";
+        let cases: [&[&str]; 4] = [
+            &["gc", "--keep", "1h"],
+            &["lease", "claim", "--job", hostile, "--for", "1m"],
+            &[
+                "effect", "--job", "j", "--token", "1", "--action", "a", "--target", "t",
+                "--observe-timeout", "50ms", "--", "true",
+            ],
+            &[
+                "effect", "--job", "j", "--token", "x", "--action", "a", "--target", "t", "--",
+                "true",
+            ],
+        ];
+        for args in cases {
+            let (code, _, err) = env.run(args);
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+            assert!(err.starts_with("exactly: invalid value"), "{args:?}: {err}");
+            assert!(!err.contains('\u{1b}'), "{args:?}: {err:?}");
+        }
+    }
+
     #[test]
     fn an_observer_settles_unknown_before_any_retry() {
         // Happened: done without re-running.

@@ -601,7 +601,7 @@ fn gc_prunes_history_but_keeps_open_effects_approvals_leases_and_totals() {
     // Bad input: one line, exit 2.
     let (code, _, err) = site.exactly(&["gc", "--keep", "1h"]);
     assert_eq!(code, 2, "{err}");
-    assert_eq!(err.trim().lines().count(), 1);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[test]

@@ -139,183 +139,202 @@ impl App {
         }
     }
 
+    /// The main screen's actions, one handler each: what a key does is read off this table.
     fn main_action(&mut self, action: KeyAction) -> Option<Request> {
-        let page = self.page() as isize;
-        let here = self.selected(self.view) as isize;
+        use KeyAction as K;
         match action {
-            KeyAction::Show(v) => {
-                self.view = v;
-                self.detail = None;
+            K::Show(v) => self.show(v),
+            K::NextView => self.show(self.view.next()),
+            K::Up | K::Down | K::Top | K::Bottom | K::PageUp | K::PageDown => self.step(action),
+            K::Left | K::Right if self.view == View::Checklist && self.detail.is_none() => {
+                self.move_rule(if action == K::Left { -1 } else { 1 })
             }
-            KeyAction::NextView => {
-                self.view = self.view.next();
-                self.detail = None;
-            }
-            KeyAction::Up
-            | KeyAction::Down
-            | KeyAction::Top
-            | KeyAction::Bottom
-            | KeyAction::PageUp
-            | KeyAction::PageDown => {
-                let output_max = self.output_max();
-                if let Some(d) = &mut self.detail {
-                    d.scroll = match action {
-                        KeyAction::Up => d.scroll.saturating_sub(1),
-                        KeyAction::Down => d.scroll + 1,
-                        KeyAction::Top => 0,
-                        KeyAction::PageUp => d.scroll.saturating_sub(page as usize),
-                        KeyAction::PageDown => d.scroll + page as usize,
-                        _ => usize::MAX / 2,
-                    };
-                    // Keep the cursor on a run, and a scroll within the output.
-                    let last = match &d.loaded {
-                        Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
-                        Some(Loaded::Run { .. }) => Some(output_max),
-                        _ => None,
-                    };
-                    if let Some(last) = last {
-                        d.scroll = d.scroll.min(last);
-                    }
-                    return None;
-                }
-                let to = match action {
-                    KeyAction::Up => here - 1,
-                    KeyAction::Down => here + 1,
-                    KeyAction::Top => 0,
-                    KeyAction::Bottom => isize::MAX / 2,
-                    KeyAction::PageUp => here - page,
-                    _ => here + page,
-                };
-                self.move_to(to);
-            }
-            KeyAction::Left | KeyAction::Right
-                if self.view == View::Checklist && self.detail.is_none() =>
-            {
-                self.move_rule(if action == KeyAction::Left { -1 } else { 1 });
-            }
-            KeyAction::Open => return self.open(),
-            KeyAction::Back => match self.detail.take() {
-                Some(d) => {
-                    if let Some(back) = d.back {
-                        let focus = back.focus.clone();
-                        self.detail = Some(*back);
-                        return Some(Request::Load(focus));
-                    }
-                }
-                None if !self.filter.is_empty() => {
-                    self.filter.clear();
-                    self.reanchor();
-                }
-                None => {}
-            },
-            KeyAction::Filter => {
-                self.popup = Some(Popup::Typing {
-                    what: Typing::Filter {
-                        before: self.filter.clone(),
-                    },
-                    text: self.filter.clone(),
-                });
-            }
-            KeyAction::Sort => {
+            K::Open => return self.open(),
+            K::Back => return self.back(),
+            K::Filter => self.ask_filter(),
+            K::Sort => {
                 self.sort.next(self.view);
                 self.reanchor();
             }
-            KeyAction::Follow => {
-                self.follow = !self.follow;
-                if self.follow && self.view == View::Events {
-                    self.move_to(0);
-                }
-            }
-            KeyAction::Freeze => {
-                self.frozen = !self.frozen;
-                if !self.frozen {
-                    if let Some(s) = self.held.take() {
-                        self.snap = Some(s);
-                        self.reanchor();
-                    }
-                }
-            }
-            KeyAction::Help => {
+            K::Follow => self.toggle_follow(),
+            K::Freeze => self.toggle_freeze(),
+            K::Help => {
                 self.legend = false;
                 self.popup = Some(Popup::Help);
             }
-            KeyAction::Approve | KeyAction::Deny => {
-                let approve = action == KeyAction::Approve;
-                if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
-                    return None;
-                }
-                match self.selected_effect() {
-                    Some(EffectRef {
-                        key,
-                        job,
-                        terms,
-                        approval: Some(_),
-                    }) => {
-                        self.popup = Some(Popup::Confirm(if approve {
-                            Pending::Approve { key, job, terms }
-                        } else {
-                            Pending::Deny { key, job, terms }
-                        }));
-                    }
-                    Some(_) => self.say(
-                        false,
-                        "no approval was requested for this effect (pending ones are in view 3)",
-                    ),
-                    None => self.say(false, "select a pending effect first (view 3)"),
-                }
-            }
-            KeyAction::Resolve => {
-                if self.refuse_read_only("resolve") {
-                    return None;
-                }
-                match self.selected_effect() {
-                    Some(e) => {
-                        self.popup = Some(Popup::Resolve {
-                            key: e.key,
-                            job: e.job,
-                            terms: e.terms,
-                        })
-                    }
-                    None => self.say(false, "select an unknown effect first (view 2)"),
-                }
-            }
-            KeyAction::Pause => {
-                if self.refuse_read_only("pause/resume") {
-                    return None;
-                }
-                match self.selected_job() {
-                    Some(j) if j.paused => {
-                        self.popup = Some(Popup::Confirm(Pending::Resume {
-                            job: j.job_key.clone(),
-                        }))
-                    }
-                    Some(j) => {
-                        self.popup = Some(Popup::Typing {
-                            what: Typing::PauseNote {
-                                job: j.job_key.clone(),
-                            },
-                            text: String::new(),
-                        })
-                    }
-                    None => self.say(false, "select a job first (view 1)"),
-                }
-            }
-            KeyAction::Probe => {
-                if self.refuse_read_only("probe") {
-                    return None;
-                }
-                match self.selected_job() {
-                    Some(j) => {
-                        self.popup = Some(Popup::Confirm(Pending::Probe {
-                            job: j.job_key.clone(),
-                        }))
-                    }
-                    None => self.say(false, "select a job first (view 1)"),
-                }
-            }
+            K::Approve => self.ask_decision(true),
+            K::Deny => self.ask_decision(false),
+            K::Resolve => self.ask_resolve(),
+            K::Pause => self.ask_pause(),
+            K::Probe => self.ask_probe(),
             _ => {}
         }
         None
+    }
+
+    fn show(&mut self, view: View) {
+        self.view = view;
+        self.detail = None;
+    }
+
+    /// Up, down, top, bottom, a page: in an open detail its scroll, else the selection.
+    fn step(&mut self, action: KeyAction) {
+        let page = self.page();
+        let here = self.selected(self.view) as isize;
+        let output_max = self.output_max();
+        if let Some(d) = &mut self.detail {
+            d.scroll = match action {
+                KeyAction::Up => d.scroll.saturating_sub(1),
+                KeyAction::Down => d.scroll + 1,
+                KeyAction::Top => 0,
+                KeyAction::PageUp => d.scroll.saturating_sub(page),
+                KeyAction::PageDown => d.scroll + page,
+                _ => usize::MAX / 2,
+            };
+            // Keep the cursor on a run, and a scroll within the output.
+            let last = match &d.loaded {
+                Some(Loaded::Job { runs, .. }) => Some(runs.len().saturating_sub(1)),
+                Some(Loaded::Run { .. }) => Some(output_max),
+                _ => None,
+            };
+            if let Some(last) = last {
+                d.scroll = d.scroll.min(last);
+            }
+            return;
+        }
+        let page = page as isize;
+        let to = match action {
+            KeyAction::Up => here - 1,
+            KeyAction::Down => here + 1,
+            KeyAction::Top => 0,
+            KeyAction::Bottom => isize::MAX / 2,
+            KeyAction::PageUp => here - page,
+            _ => here + page,
+        };
+        self.move_to(to);
+    }
+
+    /// Esc: back to the detail this one was opened from, else clears the filter.
+    fn back(&mut self) -> Option<Request> {
+        match self.detail.take() {
+            Some(d) => {
+                let back = d.back?;
+                let focus = back.focus.clone();
+                self.detail = Some(*back);
+                Some(Request::Load(focus))
+            }
+            None => {
+                if !self.filter.is_empty() {
+                    self.filter.clear();
+                    self.reanchor();
+                }
+                None
+            }
+        }
+    }
+
+    fn ask_filter(&mut self) {
+        self.popup = Some(Popup::Typing {
+            what: Typing::Filter {
+                before: self.filter.clone(),
+            },
+            text: self.filter.clone(),
+        });
+    }
+
+    fn toggle_follow(&mut self) {
+        self.follow = !self.follow;
+        if self.follow && self.view == View::Events {
+            self.move_to(0);
+        }
+    }
+
+    fn toggle_freeze(&mut self) {
+        self.frozen = !self.frozen;
+        if !self.frozen {
+            if let Some(s) = self.held.take() {
+                self.snap = Some(s);
+                self.reanchor();
+            }
+        }
+    }
+
+    /// `a`/`d` on a pending approval: held for confirmation.
+    fn ask_decision(&mut self, approve: bool) {
+        if self.refuse_read_only(if approve { "approve" } else { "deny" }) {
+            return;
+        }
+        match self.selected_effect() {
+            Some(EffectRef {
+                key,
+                job,
+                terms,
+                approval: Some(_),
+            }) => {
+                self.popup = Some(Popup::Confirm(if approve {
+                    Pending::Approve { key, job, terms }
+                } else {
+                    Pending::Deny { key, job, terms }
+                }));
+            }
+            Some(_) => self.say(
+                false,
+                "no approval was requested for this effect (pending ones are in view 3)",
+            ),
+            None => self.say(false, "select a pending effect first (view 3)"),
+        }
+    }
+
+    /// `r` on an unknown effect: the choice of how to resolve it.
+    fn ask_resolve(&mut self) {
+        if self.refuse_read_only("resolve") {
+            return;
+        }
+        match self.selected_effect() {
+            Some(e) => {
+                self.popup = Some(Popup::Resolve {
+                    key: e.key,
+                    job: e.job,
+                    terms: e.terms,
+                })
+            }
+            None => self.say(false, "select an unknown effect first (view 2)"),
+        }
+    }
+
+    /// `p` on a job: a note, then confirmation to pause; confirmation to resume a paused one.
+    fn ask_pause(&mut self) {
+        if self.refuse_read_only("pause/resume") {
+            return;
+        }
+        let popup = match self.selected_job() {
+            Some(j) if j.paused => Popup::Confirm(Pending::Resume {
+                job: j.job_key.clone(),
+            }),
+            Some(j) => Popup::Typing {
+                what: Typing::PauseNote {
+                    job: j.job_key.clone(),
+                },
+                text: String::new(),
+            },
+            None => return self.say(false, "select a job first (view 1)"),
+        };
+        self.popup = Some(popup);
+    }
+
+    /// `P` on a job: confirmation that says a probe sends nothing.
+    fn ask_probe(&mut self) {
+        if self.refuse_read_only("probe") {
+            return;
+        }
+        match self.selected_job() {
+            Some(j) => {
+                self.popup = Some(Popup::Confirm(Pending::Probe {
+                    job: j.job_key.clone(),
+                }))
+            }
+            None => self.say(false, "select a job first (view 1)"),
+        }
     }
 
     fn open(&mut self) -> Option<Request> {

@@ -50,92 +50,98 @@ impl App {
         match mode {
             Mode::Main => self.main_action(action),
             Mode::Help => {
-                if action == KeyAction::NextView {
-                    self.legend = !self.legend;
-                    self.legend_page = 0;
-                } else if action == KeyAction::PageDown {
-                    self.legend_page += 1;
-                } else {
-                    self.popup = None;
-                }
+                self.help_action(action);
                 None
             }
-            Mode::Confirm => {
-                let Some(Popup::Confirm(act)) = self.popup.take() else {
-                    return None;
-                };
-                if action == KeyAction::Confirm {
-                    self.say(true, format!("working: {} …", act.verb()));
-                    Some(Request::Pending(act))
-                } else {
-                    self.say(true, "cancelled; nothing changed");
-                    None
-                }
-            }
+            Mode::Confirm | Mode::Force => self.confirm_action(mode, action),
             Mode::Cell => {
                 self.popup = None;
                 None
             }
-            Mode::Force => {
-                let Some(Popup::Force(act)) = self.popup.take() else {
-                    return None;
-                };
-                if action == KeyAction::Force {
-                    self.say(true, format!("working: {} …", act.verb()));
-                    Some(Request::Pending(act))
-                } else {
-                    self.say(true, "cancelled; nothing changed");
-                    None
-                }
-            }
             Mode::Resolve => {
-                let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
-                    return None;
-                };
-                let how = match action {
-                    KeyAction::Happened => Resolution::Happened,
-                    KeyAction::NotHappened => Resolution::NotHappened,
-                    KeyAction::CancelEffect => Resolution::Cancel,
-                    _ => {
-                        self.say(true, "cancelled; nothing changed");
-                        return None;
-                    }
-                };
-                self.popup = Some(Popup::Confirm(Pending::Resolve {
-                    key,
-                    job,
-                    terms,
-                    how,
-                    force: None,
-                }));
+                self.resolve_action(action);
                 None
             }
             Mode::Typing => {
-                let Some(Popup::Typing { what, mut text }) = self.popup.take() else {
-                    return None;
-                };
-                match (action, what) {
-                    (KeyAction::DeleteChar, what) => {
-                        text.pop();
-                        if matches!(what, Typing::Filter { .. }) {
-                            self.filter = text.clone();
-                            self.reanchor();
-                        }
-                        self.popup = Some(Popup::Typing { what, text });
-                    }
-                    (KeyAction::Accept, Typing::Filter { .. }) => {}
-                    (KeyAction::Accept, Typing::PauseNote { job }) => {
-                        let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
-                        self.popup = Some(Popup::Confirm(Pending::Pause { job, note }));
-                    }
-                    (_, Typing::Filter { before }) => {
-                        self.filter = before;
-                        self.reanchor();
-                    }
-                    (_, Typing::PauseNote { .. }) => self.say(true, "cancelled; nothing changed"),
-                }
+                self.typing_action(action);
                 None
             }
+        }
+    }
+
+    /// In the help popup: Tab flips to the legend, PgDn pages it, any other key closes it.
+    fn help_action(&mut self, action: KeyAction) {
+        if action == KeyAction::NextView {
+            self.legend = !self.legend;
+            self.legend_page = 0;
+        } else if action == KeyAction::PageDown {
+            self.legend_page += 1;
+        } else {
+            self.popup = None;
+        }
+    }
+
+    /// A confirmation (or the second one, `Force`): its own key does the held act, any other
+    /// key cancels it.
+    fn confirm_action(&mut self, mode: Mode, action: KeyAction) -> Option<Request> {
+        let (act, yes) = match (self.popup.take(), mode) {
+            (Some(Popup::Confirm(act)), Mode::Confirm) => (act, KeyAction::Confirm),
+            (Some(Popup::Force(act)), Mode::Force) => (act, KeyAction::Force),
+            _ => return None,
+        };
+        if action == yes {
+            self.say(true, format!("working: {} …", act.verb()));
+            Some(Request::Pending(act))
+        } else {
+            self.say(true, "cancelled; nothing changed");
+            None
+        }
+    }
+
+    /// Choosing how to resolve: happened, not happened or cancel, then a confirmation.
+    fn resolve_action(&mut self, action: KeyAction) {
+        let Some(Popup::Resolve { key, job, terms }) = self.popup.take() else {
+            return;
+        };
+        let how = match action {
+            KeyAction::Happened => Resolution::Happened,
+            KeyAction::NotHappened => Resolution::NotHappened,
+            KeyAction::CancelEffect => Resolution::Cancel,
+            _ => return self.say(true, "cancelled; nothing changed"),
+        };
+        self.popup = Some(Popup::Confirm(Pending::Resolve {
+            key,
+            job,
+            terms,
+            how,
+            force: None,
+        }));
+    }
+
+    /// A line being typed (a filter, a pause note): Backspace, Enter, or Esc to drop it.
+    fn typing_action(&mut self, action: KeyAction) {
+        let Some(Popup::Typing { what, mut text }) = self.popup.take() else {
+            return;
+        };
+        match (action, what) {
+            (KeyAction::DeleteChar, what) => {
+                text.pop();
+                if matches!(what, Typing::Filter { .. }) {
+                    self.filter = text.clone();
+                    self.reanchor();
+                }
+                self.popup = Some(Popup::Typing { what, text });
+            }
+            (KeyAction::Accept, Typing::Filter { .. }) => {}
+            (KeyAction::Accept, Typing::PauseNote { job }) => {
+                let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
+                self.popup = Some(Popup::Confirm(Pending::Pause { job, note }));
+            }
+            (_, Typing::Filter { before }) => {
+                self.filter = before;
+                self.reanchor();
+            }
+            (_, Typing::PauseNote { .. }) => self.say(true, "cancelled; nothing changed"),
         }
     }
 

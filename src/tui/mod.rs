@@ -379,19 +379,7 @@ fn restore() {
 fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     let (tx, rx) = mpsc::channel::<Msg>();
 
-    // Signals end the loop like `q` does, so the guard below restores the terminal.
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGQUIT,
-    ])?;
-    let sig_tx = tx.clone();
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            let _ = sig_tx.send(Msg::Quit(128 + sig));
-        }
-    });
+    quit_on_signals(tx.clone())?;
 
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -405,21 +393,7 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))?;
     term.clear()?;
 
-    let in_tx = tx.clone();
-    std::thread::spawn(move || loop {
-        match crossterm::event::read() {
-            Ok(ev) => {
-                if in_tx.send(Msg::Term(ev)).is_err() {
-                    break;
-                }
-            }
-            Err(_) => {
-                // The terminal is gone (an SSH connection dropped): leave.
-                let _ = in_tx.send(Msg::Quit(1));
-                break;
-            }
-        }
-    });
+    read_terminal(tx.clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -483,6 +457,40 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     rt.shutdown_background();
     hold_terminal_past_exit();
     Ok(code)
+}
+
+/// Signals end the loop like `q` does, so the loop's guard restores the terminal.
+fn quit_on_signals(tx: mpsc::Sender<Msg>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(Msg::Quit(128 + sig));
+        }
+    });
+    Ok(())
+}
+
+/// Terminal events, read on a thread of their own; a terminal gone (an SSH connection
+/// dropped) ends the loop.
+fn read_terminal(tx: mpsc::Sender<Msg>) {
+    std::thread::spawn(move || loop {
+        match crossterm::event::read() {
+            Ok(ev) => {
+                if tx.send(Msg::Term(ev)).is_err() {
+                    break;
+                }
+            }
+            Err(_) => {
+                let _ = tx.send(Msg::Quit(1));
+                break;
+            }
+        }
+    });
 }
 
 /// How long a child holds the terminal after we exit (see [`hold_terminal_past_exit`]).

@@ -261,6 +261,21 @@ fn secs(ms: u64) -> String {
 }
 
 pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
+    let mut s = scenario_rows(r, a);
+    fault_lines(&mut s, r);
+    use std::fmt::Write as _;
+    for f in &r.total.failures {
+        let _ = writeln!(s, "  ! {}", inert(f));
+    }
+    let _ = writeln!(s, "{}", verdict(r));
+    for (name, why) in &r.not_run {
+        let _ = writeln!(s, "NOT RUN (not passed): {name}: {}", inert(why));
+    }
+    s
+}
+
+/// The head line and a row per scenario, then the total's row and its kills and far side.
+fn scenario_rows(r: &Report, a: &ChaosArgs) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -330,6 +345,12 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         "far side: {} requests for {} intended effects",
         r.total.far_side_requests, r.total.intended_effects
     );
+    s
+}
+
+/// The scheduler's and the approvals' lines, when they ran, then each scenario's own.
+fn fault_lines(s: &mut String, r: &Report) {
+    use std::fmt::Write as _;
     if !r.total.runs_per_firing.is_empty() {
         let per: Vec<String> = r
             .total
@@ -338,7 +359,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             .map(|(runs, n)| format!("{n}×{runs}"))
             .collect();
         let _ = writeln!(
-            s,
+            *s,
             "scheduler: firings by runs {} (most {}), {} gave up, {} overlapping copies seen",
             per.join(", "),
             r.total.max_runs_per_firing,
@@ -351,7 +372,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
         || r.scenarios.contains_key("overload")
     {
         let _ = writeln!(
-            s,
+            *s,
             "runs: {} started, {} double runs (run again after an ok run), {} stopped at their \
              deadline as they finished (run again), {} never started \
              (recorded not_started, firing missed)",
@@ -363,7 +384,7 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
         let _ = writeln!(
-            s,
+            *s,
             "unapproved sends (before an approval or after a denial): {}",
             r.total.unapproved_sends
         );
@@ -375,11 +396,18 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        let _ = writeln!(s, "paused (SIGSTOP): {}", stops.join(", "));
+        let _ = writeln!(*s, "paused (SIGSTOP): {}", stops.join(", "));
     }
+    scenario_lines(s, r);
+}
+
+/// The lines of the scenarios that count a fault of their own (failover, host clash, pid
+/// reuse, another user, pause, escapes, double faults).
+fn scenario_lines(s: &mut String, r: &Report) {
+    use std::fmt::Write as _;
     if r.scenarios.contains_key("failover") {
         let _ = writeln!(
-            s,
+            *s,
             "failover: {} fencing token(s) handed out twice (must be 0), {} effect(s) held for a \
              person, {} failover event(s) recorded",
             r.total.tokens_reissued, r.total.held_for_person, r.total.failovers_seen
@@ -387,28 +415,28 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     }
     if r.scenarios.contains_key("host-clash") {
         let _ = writeln!(
-            s,
+            *s,
             "host_clash events recorded: {}",
             r.total.host_clash_events
         );
     }
     if r.scenarios.contains_key("pid-reuse") {
         let _ = writeln!(
-            s,
+            *s,
             "dead senders' pids taken by another process: {}",
             r.total.pids_reused
         );
     }
     if r.scenarios.contains_key("other-user") {
         let _ = writeln!(
-            s,
+            *s,
             "another user's live sender answered in flight: {}",
             r.total.live_senders_in_flight
         );
     }
     if r.scenarios.contains_key("pause") {
         let _ = writeln!(
-            s,
+            *s,
             "pause: {} duplicates with the far side's dedupe/fencing ({} requests refused); \
              without it: {} (the documented limit)",
             r.scenarios.get("pause").map_or(0, |p| p.duplicate_effects),
@@ -422,14 +450,14 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             .any(|k| super::escape::NAMES.contains(&k.as_str()))
     {
         let _ = writeln!(
-            s,
+            *s,
             "commands alive past their lease's deadline (their own stamps): {}",
             r.total.alive_past_deadline
         );
     }
     for (name, d) in &r.total.double_faults {
         let _ = writeln!(
-            s,
+            *s,
             "double fault {name}: {} iterations, {} duplicates without the far side's fence, {} \
              with it, {} commands alive past their deadline",
             d.iterations,
@@ -441,16 +469,17 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
     }
     if r.total.late_writes_accepted > 0 {
         let _ = writeln!(
-            s,
+            *s,
             "late writes accepted after a stolen lease: {}",
             r.total.late_writes_accepted
         );
     }
-    for f in &r.total.failures {
-        let _ = writeln!(s, "  ! {}", inert(f));
-    }
+}
+
+/// The last line: PASS, UNGUARDED or FAIL with what failed.
+fn verdict(r: &Report) -> String {
     let t = &r.total;
-    let verdict = if r.ok {
+    if r.ok {
         format!(
             "PASS: 0 duplicate effects, 0 lost, 0 leaked; {} unknowns, all resolved",
             t.unknown_resolved
@@ -478,10 +507,5 @@ pub(super) fn table(r: &Report, a: &ChaosArgs) -> String {
             t.double_runs,
             t.alive_past_deadline
         )
-    };
-    let _ = writeln!(s, "{verdict}");
-    for (name, why) in &r.not_run {
-        let _ = writeln!(s, "NOT RUN (not passed): {name}: {}", inert(why));
     }
-    s
 }

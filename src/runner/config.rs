@@ -150,22 +150,70 @@ pub fn parse(text: &str) -> Loaded {
     let doc: toml::Table = match text.parse() {
         Ok(t) => t,
         Err(e) => {
-            let place = e.span().map(|s| super::positions::line_col(text, s.start));
-            let at = place
-                .map(|(line, col)| format!(" at line {line}, column {col}"))
-                .unwrap_or_default();
-            let mut p = Problem::error(
-                "-",
-                format!("not valid TOML{at}"),
-                e.message().trim().to_string(),
-            );
-            if let Some((line, _)) = place {
-                p = p.at_line(line);
-            }
-            out.problems.push(p);
+            out.problems.push(not_toml(text, &e));
             return out;
         }
     };
+    top_level(&doc, &mut out);
+    out.notify = super::notify_config::parse(doc.get("notify"), &mut out.problems);
+    let tables = match doc.get("job") {
+        None => {
+            out.problems.push(Problem::error(
+                "-",
+                "no jobs",
+                "the file has no [[job]] tables".to_string(),
+            ));
+            return out;
+        }
+        Some(toml::Value::Array(a)) => a.clone(),
+        Some(_) => {
+            out.problems.push(Problem::error(
+                "-",
+                "job is not an array of tables",
+                "write each job as a [[job]] table".to_string(),
+            ));
+            return out;
+        }
+    };
+    let mut seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    // Where each table's problems begin in the list, to give them the table's lines.
+    let mut marks: Vec<(usize, usize)> = Vec::new();
+    for (i, value) in tables.into_iter().enumerate() {
+        marks.push((out.problems.len(), i));
+        one_job(i, value, &mut seen, &mut out);
+    }
+    marks.push((out.problems.len(), usize::MAX));
+    for w in marks.windows(2) {
+        let ((start, i), (end, _)) = (w[0], w[1]);
+        for p in &mut out.problems[start..end] {
+            out.positions.place_job(i, p);
+        }
+    }
+    for p in out.problems.iter_mut().filter(|p| p.job == "-") {
+        out.positions.place_top(p);
+    }
+    out
+}
+
+/// Malformed TOML as one problem, at its line and column when the parser knows them.
+fn not_toml(text: &str, e: &toml::de::Error) -> Problem {
+    let place = e.span().map(|s| super::positions::line_col(text, s.start));
+    let at = place
+        .map(|(line, col)| format!(" at line {line}, column {col}"))
+        .unwrap_or_default();
+    let p = Problem::error(
+        "-",
+        format!("not valid TOML{at}"),
+        e.message().trim().to_string(),
+    );
+    match place {
+        Some((line, _)) => p.at_line(line),
+        None => p,
+    }
+}
+
+/// The file's own keys: `retain`, and any key that is not `retain`, `job` or `notify`.
+fn top_level(doc: &toml::Table, out: &mut Loaded) {
     match doc.get("retain") {
         None => {}
         Some(toml::Value::String(r)) => match crate::time::parse_duration(r) {
@@ -199,120 +247,93 @@ pub fn parse(text: &str) -> Loaded {
                 .to_string(),
         ));
     }
-    out.notify = super::notify_config::parse(doc.get("notify"), &mut out.problems);
-    let tables = match doc.get("job") {
-        None => {
-            out.problems.push(Problem::error(
-                "-",
-                "no jobs",
-                "the file has no [[job]] tables".to_string(),
-            ));
-            return out;
+}
+
+/// One `[[job]]` table (the `i`-th): its problems, and the job when it has none that stop
+/// it. `seen` holds the names before it, to refuse a name used twice.
+fn one_job(
+    i: usize,
+    value: toml::Value,
+    seen: &mut BTreeMap<String, (usize, String)>,
+    out: &mut Loaded,
+) {
+    let toml::Value::Table(mut table) = value else {
+        out.problems.push(Problem::error(
+            &format!("job #{}", i + 1),
+            "not a table",
+            "write each job as a [[job]] table".to_string(),
+        ));
+        return;
+    };
+    // The name as stored and compared (NFC, trimmed): `a` and `a ` are one job.
+    let label = match table.get("name") {
+        Some(toml::Value::String(s)) if !crate::jobs::normalize_name(s).is_empty() => {
+            crate::jobs::normalize_name(s)
         }
-        Some(toml::Value::Array(a)) => a.clone(),
-        Some(_) => {
+        _ => format!("job #{}", i + 1),
+    };
+    let unknown: Vec<String> = table
+        .keys()
+        .filter(|k| !JOB_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let wrong_type = wrong_types(&label, &mut table, &mut out.problems);
+    for key in unknown {
+        let hint = super::positions::closest(&key)
+            .map(|k| format!("did you mean {k:?}? "))
+            .unwrap_or_default();
+        out.problems.push(Problem::error(
+            &label,
+            format!("unknown key {key:?}"),
+            format!(
+                "{hint}a typo must not be ignored (known keys: {})",
+                JOB_KEYS.join(", ")
+            ),
+        ));
+        table.remove(&key);
+    }
+    let raw = match RawJob::deserialize(toml::Value::Table(table)) {
+        Ok(r) => r,
+        Err(e) => {
             out.problems.push(Problem::error(
-                "-",
-                "job is not an array of tables",
-                "write each job as a [[job]] table".to_string(),
+                &label,
+                "wrong type of value",
+                e.message().trim().to_string(),
             ));
-            return out;
+            return;
         }
     };
-    let mut seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
-    // Where each table's problems begin in the list, to give them the table's lines.
-    let mut marks: Vec<(usize, usize)> = Vec::new();
-    for (i, value) in tables.into_iter().enumerate() {
-        marks.push((out.problems.len(), i));
-        let toml::Value::Table(mut table) = value else {
-            out.problems.push(Problem::error(
-                &format!("job #{}", i + 1),
-                "not a table",
-                "write each job as a [[job]] table".to_string(),
-            ));
-            continue;
+    let first_check = out.problems.len();
+    let written = raw.name.clone().unwrap_or_default();
+    let duplicate = seen.insert(crate::jobs::name_key(&label), (i, written.clone()));
+    if let Some((first, other)) = &duplicate {
+        let what = if *other == written {
+            "name used twice".to_string()
+        } else {
+            format!("name collides with job {other:?}")
         };
-        // The name as stored and compared (NFC, trimmed): `a` and `a ` are one job.
-        let label = match table.get("name") {
-            Some(toml::Value::String(s)) if !crate::jobs::normalize_name(s).is_empty() => {
-                crate::jobs::normalize_name(s)
-            }
-            _ => format!("job #{}", i + 1),
-        };
-        let unknown: Vec<String> = table
-            .keys()
-            .filter(|k| !JOB_KEYS.contains(&k.as_str()))
-            .cloned()
-            .collect();
-        let wrong_type = wrong_types(&label, &mut table, &mut out.problems);
-        for key in unknown {
-            let hint = super::positions::closest(&key)
-                .map(|k| format!("did you mean {k:?}? "))
-                .unwrap_or_default();
-            out.problems.push(Problem::error(
-                &label,
-                format!("unknown key {key:?}"),
-                format!(
-                    "{hint}a typo must not be ignored (known keys: {})",
-                    JOB_KEYS.join(", ")
-                ),
-            ));
-            table.remove(&key);
-        }
-        let raw = match RawJob::deserialize(toml::Value::Table(table)) {
-            Ok(r) => r,
-            Err(e) => {
-                out.problems.push(Problem::error(
-                    &label,
-                    "wrong type of value",
-                    e.message().trim().to_string(),
-                ));
-                continue;
-            }
-        };
-        let first_check = out.problems.len();
-        let written = raw.name.clone().unwrap_or_default();
-        let duplicate = seen.insert(crate::jobs::name_key(&label), (i, written.clone()));
-        if let Some((first, other)) = &duplicate {
-            let what = if *other == written {
-                "name used twice".to_string()
-            } else {
-                format!("name collides with job {other:?}")
-            };
-            out.problems.push(Problem::error(
-                &label,
-                what,
-                format!(
-                    "jobs #{} and #{} share it (compared without case and surrounding spaces); \
-                     a job's name is its identity in the ledger",
-                    first + 1,
-                    i + 1
-                ),
-            ));
-        }
-        let job = validate(&label, raw, &mut out.problems);
-        // A key of the wrong type was reported as such, not again as missing.
-        let mut n = 0;
-        out.problems.retain(|p| {
-            n += 1;
-            n <= first_check || !absent_because_mistyped(p, &wrong_type)
-        });
-        if let (Some(job), true) = (job, duplicate.is_none()) {
-            out.tables.insert(job.name.to_string(), i);
-            out.jobs.push(job);
-        }
+        out.problems.push(Problem::error(
+            &label,
+            what,
+            format!(
+                "jobs #{} and #{} share it (compared without case and surrounding spaces); \
+                 a job's name is its identity in the ledger",
+                first + 1,
+                i + 1
+            ),
+        ));
     }
-    marks.push((out.problems.len(), usize::MAX));
-    for w in marks.windows(2) {
-        let ((start, i), (end, _)) = (w[0], w[1]);
-        for p in &mut out.problems[start..end] {
-            out.positions.place_job(i, p);
-        }
+    let job = validate(&label, raw, &mut out.problems);
+    // A key of the wrong type was reported as such, not again as missing.
+    let mut n = 0;
+    out.problems.retain(|p| {
+        n += 1;
+        n <= first_check || !absent_because_mistyped(p, &wrong_type)
+    });
+    if let (Some(job), true) = (job, duplicate.is_none()) {
+        out.tables.insert(job.name.to_string(), i);
+        out.jobs.push(job);
     }
-    for p in out.problems.iter_mut().filter(|p| p.job == "-") {
-        out.positions.place_top(p);
-    }
-    out
 }
 
 /// Reports and removes each key whose value has the wrong type (one problem per key, naming

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod failover_promoted;
 mod failover_shown;
 mod failover_window;
 mod hosts;

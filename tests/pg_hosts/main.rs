@@ -7,5 +7,6 @@ mod support;
 mod failover_promoted;
 mod failover_shown;
 mod failover_window;
+mod fake_failover;
 mod hosts;
 mod round_trips;

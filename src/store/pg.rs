@@ -53,6 +53,8 @@ pub(crate) struct PgConn {
     /// Cancels this connection's statement: set when its server waits for a synchronous
     /// standby, so that a commit waiting for one that is gone is cut (`pg_sync`).
     cancel: Option<postgres::CancelToken>,
+    /// When the pool last handed it out: one idle longer than [`IDLE_CHECK`] is checked first.
+    used: std::time::Instant,
 }
 
 impl PgConn {
@@ -232,6 +234,7 @@ impl r2d2::ManageConnection for Manager {
             seen: Default::default(),
             sync_wait_cut,
             cancel: None,
+            used: std::time::Instant::now(),
         };
         conn.saw_clock(&now);
         // The server's timeline against the one recorded: a failover is guarded before this
@@ -270,6 +273,10 @@ static POOLS: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::ne
 
 /// The connections a process keeps to one database at most.
 const POOL_SIZE: u32 = 8;
+
+/// How long a pooled connection may sit idle before it is checked on its next use
+/// (`PgStore::conn`).
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// A PostgreSQL database behind a [`super::Store`].
 pub(crate) struct PgStore {
@@ -385,15 +392,32 @@ impl PgStore {
 
     /// A connection from the pool (a new one if none is idle; waits up to the busy timeout
     /// for an unreachable server).
+    ///
+    /// A connection idle longer than [`IDLE_CHECK`] is checked with an empty query first (the
+    /// pool does not check each one it hands out: a round trip per transaction): one whose
+    /// server went away meanwhile (restarted, failed over) is dropped and another taken, so a
+    /// long-running process's first write after a failover reaches the promoted server instead
+    /// of failing on the dead one.
     fn conn(&self) -> DbResult<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            DbError::Other(format!(
-                "cannot connect: {}",
-                e.to_string()
-                    .trim_start_matches("timed out waiting for connection: ")
-                    .replace('\n', " ")
-            ))
-        })
+        for _ in 0..=POOL_SIZE {
+            let mut conn = self.pool.get().map_err(|e| {
+                DbError::Other(format!(
+                    "cannot connect: {}",
+                    e.to_string()
+                        .trim_start_matches("timed out waiting for connection: ")
+                        .replace('\n', " ")
+                ))
+            })?;
+            if conn.used.elapsed() >= IDLE_CHECK && conn.client.simple_query("").is_err() {
+                conn.broken = true;
+                continue;
+            }
+            conn.used = std::time::Instant::now();
+            return Ok(conn);
+        }
+        Err(DbError::Other(
+            "cannot connect: every connection the pool gave was closed by the server".into(),
+        ))
     }
 
     /// Runs `f` in a `SERIALIZABLE` transaction and commits it: PostgreSQL then answers as if

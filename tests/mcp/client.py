@@ -5,7 +5,9 @@ argv[1] is JSON: {"gateway": [command...], "calls": [[tool, arguments], ...],
 "list_tools": bool, "parallel": bool, "extras": bool} (parallel: all calls at once, answers in call order; extras: first the resources and prompts,
 as {"resources": …, "resource": …, "prompts": …, "prompt": …}; elicit: {"answer": "accept" |
 "decline" | "accept_once_sent", "log": path}: the client supports elicitation, appends each
-request's message to log and answers so, accept_once_sent only once $MAIL_OUTBOX has a line). Prints one JSON line per answer as it comes: {"tools": [...]},
+request's message to log and answers so, accept_once_sent only once $MAIL_OUTBOX has a line). A call
+["wait_for_file", {"path": p}] is not made: the client waits (up to 120 s) until the file p exists
+and says {"waited": p}, so a test can change the world between two calls. Prints one JSON line per answer as it comes: {"tools": [...]},
 {"result": CallToolResult, "progress": [messages]}, or {"error": text} (then exits 3).
 """
 import asyncio
@@ -74,6 +76,13 @@ async def main(spec):
                 say(answer)
         else:
             for tool, arguments in calls:
+                if tool == "wait_for_file":
+                    for _ in range(1200):
+                        if os.path.exists(arguments["path"]):
+                            break
+                        await asyncio.sleep(0.1)
+                    say({"waited": arguments["path"]})
+                    continue
                 say(await call(tool, arguments))
 
 

@@ -15,6 +15,7 @@ mod support;
 mod dashboard;
 mod doctor;
 mod elicit;
+mod failover;
 mod http;
 
 use serde_json::{json, Value};
@@ -83,6 +84,8 @@ pub(crate) struct World {
     pub(crate) py: PathBuf,
     pub(crate) outbox: PathBuf,
     config: PathBuf,
+    /// The gateway's name (`--name`, its job): `mail` unless a test runs several.
+    pub(crate) name: String,
 }
 
 /// The gateway file of the tests: `send_email` keyed by `to`, settled by `list_sent`.
@@ -125,6 +128,7 @@ impl World {
             py,
             outbox,
             config,
+            name: "mail".into(),
         };
         w.write_config(false);
         w
@@ -167,7 +171,7 @@ impl World {
             self.env.db_str().into(),
             "mcp".into(),
             "--name".into(),
-            "mail".into(),
+            self.name.clone(),
             "--config".into(),
             self.config.to_str().expect("utf8").into(),
         ];
@@ -264,7 +268,7 @@ pub(crate) fn outcome(answer: &Value) -> String {
         .to_string()
 }
 
-fn text(answer: &Value) -> String {
+pub(crate) fn text(answer: &Value) -> String {
     answer["result"]["content"]
         .as_array()
         .map(|c| {

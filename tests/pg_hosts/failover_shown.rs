@@ -1,34 +1,10 @@
-//! A failover as every reader shows it, and the tokens it raises: the timeline the database
-//! recorded is rewritten (the server's own stays), so the next connection finds a change, as the
-//! first connection to a promoted standby does. (Two real servers and a real promotion:
-//! `tests/chaos/failover.rs`.)
+//! A failover as every reader shows it, and the tokens it raises, the failover made as
+//! `fake_failover.rs` makes it: the recorded timeline rewritten.
+use crate::fake_failover::{exactly, ok, Site};
+use crate::support;
 use serde_json::Value;
 use std::process::Command;
-use support::backend::{enter_postgres, with_client, PgSchema};
-
-use crate::support;
-
-fn exactly(db: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(support::bin())
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("EXACTLY_DB")
-        .env_remove("EXACTLY_FAILOVER_GUARD")
-        .output()
-        .expect("run exactly");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(db: &str, args: &[&str]) -> String {
-    let (code, out, err) = exactly(db, args);
-    assert_eq!(code, 0, "exactly {args:?}: {out}{err}");
-    out
-}
+use support::backend::with_client;
 
 #[test]
 #[cfg_attr(
@@ -36,41 +12,18 @@ fn ok(db: &str, args: &[&str]) -> String {
     ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
 )]
 fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
-    let _pg = enter_postgres();
-    let schema = PgSchema::create();
-    let db = schema.url.as_str();
-    ok(db, &["init"]);
-    for _ in 0..3 {
-        let token = ok(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
-        ok(
-            db,
-            &["lease", "release", "--job", "j", "--token", token.trim()],
-        );
-    }
+    let site = Site::new(3);
+    let db = site.db();
     // A row left `claimed` (the seed's SQL): the old primary may have sent it since.
-    with_client(db, |c| {
-        c.batch_execute(
-            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-               created_at, updated_at) VALUES ('left-claimed', 'j', 'r', 3, 'claimed',
-               '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')",
-        )
-    })
-    .expect("a claimed row");
-    with_client(db, |c| {
-        c.batch_execute("UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline'")
-    })
-    .expect("rewrite the recorded timeline");
+    site.fail_over(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+           created_at, updated_at) VALUES ('left-claimed', 'j', 'r', 3, 'claimed',
+           '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
     // A read command meets the failover first: it changes nothing (the next writer records it).
     let status: Value = serde_json::from_str(&ok(db, &["status", "--json"])).expect("JSON");
     assert_eq!(status["failovers"], 0, "{status:#}");
-    let recorded: i64 = with_client(db, |c| {
-        c.query_one(
-            "SELECT value FROM exactly_meta WHERE name = 'timeline'",
-            &[],
-        )
-        .map(|r| r.get(0))
-    })
-    .expect("the recorded timeline");
+    let recorded = site.meta("timeline");
     assert!(
         recorded > 100,
         "a read command wrote the timeline: {recorded}"
@@ -138,10 +91,8 @@ fn a_failover_raises_every_token_and_shows_in_status_metrics_and_doctor() {
     ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
 )]
 fn a_scheduler_never_runs_under_a_token_lower_than_one_it_ran_under() {
-    let _pg = enter_postgres();
-    let schema = PgSchema::create();
-    let db = schema.url.as_str();
-    ok(db, &["init"]);
+    let site = Site::new(0);
+    let db = site.db();
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = dir.path().join("jobs.toml");
     let seen = dir.path().join("tokens");

@@ -1,39 +1,24 @@
 //! The window after an asynchronous failover, by default: it lasts until every effect of the old
 //! timeline's last leases is accounted for, not a fixed time. (The failover as
-//! `failover_shown.rs` makes it: the recorded timeline rewritten, the real guard.)
-use std::process::Command;
-use support::backend::{enter_postgres, with_client, PgSchema};
+//! `fake_failover.rs` makes it: the recorded timeline rewritten, the real guard.)
+use crate::fake_failover::{exactly, Site};
+use support::backend::with_client;
 
 use crate::support;
 
-fn exactly(db: &str, args: &[&str]) -> (i32, String) {
-    let out = Command::new(support::bin())
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("EXACTLY_DB")
-        .env_remove("EXACTLY_FAILOVER_GUARD")
-        .env_remove("EXACTLY_FAILOVER_WINDOW")
-        .output()
-        .expect("run exactly");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 fn effect(db: &str, token: &str, target: &str) -> (i32, String) {
-    exactly(
+    both(exactly(
         db,
         &[
             "effect", "--job", "j", "--token", token, "--action", "send", "--target", target, "--",
             "true",
         ],
-    )
+    ))
+}
+
+/// An exit code and the output (stdout, then stderr).
+fn both((code, out, err): (i32, String, String)) -> (i32, String) {
+    (code, format!("{out}{err}"))
 }
 
 fn state(db: &str, target: &str) -> String {
@@ -53,36 +38,23 @@ fn state(db: &str, target: &str) -> String {
     ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
 )]
 fn the_default_window_closes_when_the_old_timelines_last_effects_are_settled() {
-    let _pg = enter_postgres();
-    let schema = PgSchema::create();
-    let db = schema.url.as_str();
-    let (code, out) = exactly(db, &["init"]);
-    assert_eq!(code, 0, "{out}");
-    for _ in 0..2 {
-        let (code, token) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
-        assert_eq!(code, 0, "{token}");
-        let (code, out) = exactly(
-            db,
-            &["lease", "release", "--job", "j", "--token", token.trim()],
-        );
-        assert_eq!(code, 0, "{out}");
-    }
+    let site = Site::new(2);
+    let db = site.db();
     // Under the job's last lease of the old timeline (token 2), an effect left `submitted`: the
     // old primary may have sent it. Under an earlier lease (token 1), one long `unknown`: not of
     // the last lease period, it does not hold the window.
-    with_client(db, |c| {
-        c.batch_execute(
-            "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-               target_id, created_at, updated_at) VALUES
-               ('last-lease', 'j', 'r2', 2, 'submitted', 'last-lease',
-                '2026-01-02T00:00:00.000Z', '2026-01-02T00:00:00.000Z'),
-               ('earlier-lease', 'j', 'r1', 1, 'unknown', 'earlier-lease',
-                '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');
-             UPDATE exactly_meta SET value = value + 100 WHERE name = 'timeline';",
-        )
-    })
-    .expect("the old timeline's rows and the failover");
-    let (code, token) = exactly(db, &["lease", "claim", "--job", "j", "--for", "1m"]);
+    site.fail_over(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+           target_id, created_at, updated_at) VALUES
+           ('last-lease', 'j', 'r2', 2, 'submitted', 'last-lease',
+            '2026-01-02T00:00:00.000Z', '2026-01-02T00:00:00.000Z'),
+           ('earlier-lease', 'j', 'r1', 1, 'unknown', 'earlier-lease',
+            '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
+    let (code, token) = both(exactly(
+        db,
+        &["lease", "claim", "--job", "j", "--for", "1m"],
+    ));
     assert_eq!(code, 0, "{token}");
     let said = token.clone();
     let token = token
@@ -105,7 +77,10 @@ fn the_default_window_closes_when_the_old_timelines_last_effects_are_settled() {
     );
     assert_eq!(state(db, "k1"), "unknown");
     // Settled: every effect of the old timeline's last lease is accounted for.
-    let (code, out) = exactly(db, &["resolve", "last-lease", "--happened", "--force"]);
+    let (code, out) = both(exactly(
+        db,
+        &["resolve", "last-lease", "--happened", "--force"],
+    ));
     assert_eq!(code, 0, "{out}");
     let (code, out) = effect(db, &token, "k2");
     assert_eq!(
@@ -113,14 +88,7 @@ fn the_default_window_closes_when_the_old_timelines_last_effects_are_settled() {
         "the window stayed open once all was accounted for: {out}"
     );
     assert_eq!(state(db, "k2"), "done");
-    let until: i64 = with_client(db, |c| {
-        c.query_one(
-            "SELECT value FROM exactly_meta WHERE name = 'failover_window_until_ms'",
-            &[],
-        )
-        .map(|r| r.get(0))
-    })
-    .expect("the window's end");
+    let until = site.meta("failover_window_until_ms");
     assert_eq!(until, 0, "the window is recorded closed");
     assert!(said.contains("accounted for"), "{said}");
 }

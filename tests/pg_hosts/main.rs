@@ -4,7 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod failover_promoted;
 mod failover_shown;
 mod failover_window;
+mod fake_failover;
 mod hosts;
 mod round_trips;

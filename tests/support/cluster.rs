@@ -22,7 +22,7 @@ pub struct Cluster {
 
 /// Where build.rs found `initdb` and `pg_ctl`; empty when it found none (the tests are then
 /// ignored, `cfg(exactly_no_pg)`, or fail on CI).
-const SERVER_BIN: Option<&str> = option_env!("EXACTLY_TEST_PG_SERVER_BIN");
+pub(super) const SERVER_BIN: Option<&str> = option_env!("EXACTLY_TEST_PG_SERVER_BIN");
 
 /// The cluster of this test binary, started on the first call; Err says why there is none.
 pub fn get() -> Result<&'static Cluster, String> {
@@ -30,14 +30,14 @@ pub fn get() -> Result<&'static Cluster, String> {
     CLUSTER.get_or_init(start).as_ref().map_err(Clone::clone)
 }
 
-fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// `program` run as the cluster's owner: `postgres` through runuser as root (initdb refuses
 /// root), else this user.
-fn as_owner(program: &Path) -> Command {
+pub(super) fn as_owner(program: &Path) -> Command {
     if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
@@ -48,7 +48,7 @@ fn as_owner(program: &Path) -> Command {
 }
 
 /// Runs `cmd` to its end; Err with its output when it fails.
-fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
+pub(super) fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -65,7 +65,7 @@ fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
 }
 
 /// Gives the cluster's owner a path (as root; as another user it is already its own).
-fn give(path: &Path) -> Result<(), String> {
+pub(super) fn give(path: &Path) -> Result<(), String> {
     if !is_root() {
         return Ok(());
     }
@@ -99,7 +99,7 @@ fn reap(root: &Path, bin: &Path) {
     }
 }
 
-fn free_port() -> Result<u16, String> {
+pub(super) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("a free port: {e}"))?;
     l.local_addr()
         .map(|a| a.port())
@@ -160,7 +160,7 @@ fn quoted(p: &Path) -> String {
 
 /// Starts a watcher in a session of its own (Ctrl-C and the test's end leave it alive): once
 /// this process is gone it stops the cluster and removes its directory.
-fn watch(bin: &Path, dir: &Path) -> Result<(), String> {
+pub(super) fn watch(bin: &Path, dir: &Path) -> Result<(), String> {
     let owner = if is_root() {
         "runuser -u postgres -- "
     } else {

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod cli;
 pub mod cluster;
 pub mod http;
+pub mod pair;
 pub mod runner;
 
 use std::path::Path;

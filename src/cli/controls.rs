@@ -2,7 +2,7 @@
 //! firing goes through the same library call the scheduler uses (`firing::fire`) and runs in the
 //! foreground under the job's lease.
 use crate::firing::{self, FireRequest, Fired};
-use crate::runner::{execute, registered, run_here, Schedule};
+use crate::runner::{execute, registered, run_here, LiveJob, Schedule};
 use crate::sanitize::inert;
 use crate::state::FiringKind;
 use crate::state::RunOutcome;
@@ -43,17 +43,22 @@ pub struct BackfillArgs {
     #[arg(value_parser = lease::job_name)]
     pub job: crate::JobName,
     /// First slot (RFC 3339 instant), inclusive.
-    #[arg(long)]
-    pub from: String,
+    #[arg(long, value_parser = instant)]
+    pub from: time::Ts,
     /// Last slot (RFC 3339 instant), inclusive.
-    #[arg(long)]
-    pub to: String,
+    #[arg(long, value_parser = instant)]
+    pub to: time::Ts,
     /// Who fires them, in leases and firings (default user@host:pid).
     #[arg(long)]
     pub owner: Option<String>,
     /// Print the result as one JSON object (one entry per slot).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--from`/`--to`'s parser: an instant.
+fn instant(s: &str) -> std::result::Result<time::Ts, String> {
+    time::parse(s).ok_or_else(|| "not an instant (use e.g. 2026-03-01T07:00:00Z)".to_string())
 }
 
 /// Most slots one backfill may fire.
@@ -140,6 +145,29 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             v["run"] = run_json(&mut store, &a.job, token, &run_id, &r)?;
             (if r.outcome == RunOutcome::Ok { 0 } else { 1 }, text, v)
         }
+        other => not_started(other, words),
+    };
+    if a.json {
+        let mut v = v;
+        v["job"] = json!(a.job);
+        v["slot"] = json!(slot);
+        v["exit"] = json!(code);
+        crate::json::alias(&mut v);
+        if let Some(run) = v.get_mut("run") {
+            crate::json::alias(run);
+        }
+        super::pipe::say(crate::json::render(v));
+    } else {
+        super::pipe::say(text);
+    }
+    Ok(code)
+}
+
+/// A trigger that started no run: its exit code (0 for queued, which runs later; 3 for a
+/// refusal), the scheduler's words for it, and its JSON.
+fn not_started(fired: Fired, words: String) -> (i32, String, serde_json::Value) {
+    use serde_json::json;
+    match fired {
         // Queued runs later: not a refusal.
         Fired::Queued {
             depth,
@@ -178,21 +206,9 @@ pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
             (3, words, json!({"result": "duplicate", "state": state}))
         }
         Fired::Busy { holder, .. } => (3, words, json!({"result": "busy", "holder": holder})),
-    };
-    if a.json {
-        let mut v = v;
-        v["job"] = json!(a.job);
-        v["slot"] = json!(slot);
-        v["exit"] = json!(code);
-        crate::json::alias(&mut v);
-        if let Some(run) = v.get_mut("run") {
-            crate::json::alias(run);
-        }
-        super::pipe::say(crate::json::render(v));
-    } else {
-        super::pipe::say(text);
+        // trigger_main runs a started firing itself; it never comes here.
+        Fired::Started(_) => (0, words, json!({"result": "started"})),
     }
-    Ok(code)
 }
 
 /// `pause`/`resume`'s line: who acted when it changed something.
@@ -226,16 +242,7 @@ pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
 /// other, each waiting for the lease. A slot that already ran is a duplicate and is not run
 /// again; a run's effects that are already done are suppressed by their keys.
 pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
-    let parse = |s: &str, what: &str| {
-        time::parse(s).ok_or_else(|| {
-            Error::Usage(format!(
-                "--{what} {} is not an instant (use e.g. 2026-03-01T07:00:00Z)",
-                inert(s)
-            ))
-        })
-    };
-    let from = parse(&a.from, "from")?;
-    let to = parse(&a.to, "to")?;
+    let (from, to) = (a.from, a.to);
     if to < from {
         return Err(Error::Usage("--to is before --from".into()));
     }
@@ -246,38 +253,12 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
     }
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     let reg = registered(&mut store, &a.job)?;
-    let schedule = Schedule::from_registry(
-        reg.row.settings.schedule.as_deref().unwrap_or(""),
-        reg.row.settings.timezone.as_deref(),
-    )
-    .map_err(Error::Usage)?
-    .with_dst(crate::schedule::Dst::from_registry(
-        reg.row.dst_repeated.as_deref(),
-        reg.row.dst_skipped.as_deref(),
-    ));
-    let before = from - chrono::Duration::milliseconds(1);
-    let (slots, total) = schedule.slots(before, to, BACKFILL_MAX as usize);
-    if total > BACKFILL_MAX {
-        return Err(Error::Usage(format!(
-            "the range holds {total} slots, more than {BACKFILL_MAX}; narrow --from/--to"
-        )));
-    }
+    let slots = backfill_slots(&reg, from, to)?;
     // Each slot's result: printed as it comes, or gathered into one JSON object.
     let mut report: Vec<serde_json::Value> = Vec::new();
     let finish = |report: Vec<serde_json::Value>, code: i32| -> Result<i32> {
         if a.json {
-            let mut v = serde_json::json!({
-                "job": a.job, "from": time::fmt(from), "to": time::fmt(to),
-                "slots": report, "exit": code,
-            });
-            crate::json::alias(&mut v);
-            for slot in v["slots"].as_array_mut().into_iter().flatten() {
-                crate::json::alias(slot);
-                if let Some(run) = slot.get_mut("run") {
-                    crate::json::alias(run);
-                }
-            }
-            super::pipe::say(crate::json::render(v));
+            say_backfill_json(&a.job, from, to, report, code);
         }
         Ok(code)
     };
@@ -295,79 +276,150 @@ pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
         ));
         return finish(report, 0);
     }
-    let owner = a.owner.unwrap_or_else(lease::default_owner);
+    let owner = a.owner.clone().unwrap_or_else(lease::default_owner);
     let mut failed = false;
     for slot in slots {
         let slot_text = time::fmt(slot);
-        let waited_since = Instant::now();
-        let max_wait = reg.lease * 3 + Duration::from_secs(10);
-        loop {
-            let now = time::now();
-            let granted = Instant::now();
-            let fired = firing::fire(
-                &mut store,
-                &FireRequest {
-                    job: &a.job,
-                    slot: &slot_text,
-                    kind: FiringKind::Backfill,
-                    owner: &owner,
-                    lease_until: &time::fmt(time::add(now, reg.lease)),
-                    now: &time::fmt(now),
-                    overlap: reg.overlap,
-                    live_here: false,
-                },
-            )?;
-            let words = inert(&fired.describe(FiringKind::Backfill, &slot_text));
-            match fired {
-                Fired::Started(s) => {
-                    let token = s.token;
-                    let run_id = s.run_id.clone();
-                    let r = run_here(db, &reg, s, granted)?;
-                    say(format!(
-                        "{slot_text}: ran, {} in {}; {}",
-                        r.outcome,
-                        time::human_ms(r.duration_ms as u64),
-                        effects_line(&mut store, &a.job, token)?
-                    ));
-                    let run = run_json(&mut store, &a.job, token, &run_id, &r)?;
-                    report
-                        .push(serde_json::json!({"slot": slot_text, "result": "ran", "run": run}));
-                    failed |= r.outcome != RunOutcome::Ok;
-                }
-                Fired::Duplicate { state, .. } => {
-                    say(words);
-                    report.push(serde_json::json!({
-                        "slot": slot_text,
-                        "result": "duplicate",
-                        "state": state
-                    }));
-                }
-                Fired::Skipped { .. } => {
-                    say(words);
-                    report.push(serde_json::json!({"slot": slot_text, "result": "skipped"}));
-                }
-                Fired::Busy { holder, until } => {
-                    if waited_since.elapsed() < max_wait {
-                        std::thread::sleep(Duration::from_millis(200));
-                        continue;
-                    }
-                    say(format!("{words}; stopping"));
-                    report.push(serde_json::json!({
-                        "slot": slot_text,
-                        "result": "busy",
-                        "holder": holder,
-                        "until": until
-                    }));
-                    return finish(report, 3);
-                }
-                // A backfill waits for the lease instead of applying the overlap policy.
-                other => {
-                    say(words);
-                    report.push(serde_json::json!({"slot": slot_text, "result": other.verdict()}));
-                }
-            }
-            break;
+        let (text, entry, outcome) =
+            backfill_slot(db, &mut store, (&a.job, &reg), &owner, &slot_text)?;
+        say(text);
+        report.push(entry);
+        match outcome {
+            SlotOutcome::Ran { ok } => failed |= !ok,
+            SlotOutcome::Other => {}
+            SlotOutcome::Busy => return finish(report, 3),
         }
     }
     finish(report, if failed { 1 } else { 0 })
+}
+
+/// The job's slots from `from` to `to`, both included; a range of more than
+/// [`BACKFILL_MAX`] is refused.
+fn backfill_slots(reg: &LiveJob, from: time::Ts, to: time::Ts) -> Result<Vec<time::Ts>> {
+    let schedule = Schedule::from_registry(
+        reg.row.settings.schedule.as_deref().unwrap_or(""),
+        reg.row.settings.timezone.as_deref(),
+    )
+    .map_err(Error::Usage)?
+    .with_dst(crate::schedule::Dst::from_registry(
+        reg.row.dst_repeated.as_deref(),
+        reg.row.dst_skipped.as_deref(),
+    ));
+    let before = from - chrono::Duration::milliseconds(1);
+    let (slots, total) = schedule.slots(before, to, BACKFILL_MAX as usize);
+    if total > BACKFILL_MAX {
+        return Err(Error::Usage(format!(
+            "the range holds {total} slots, more than {BACKFILL_MAX}; narrow --from/--to"
+        )));
+    }
+    Ok(slots)
+}
+
+/// How one backfilled slot ended, for the exit code.
+enum SlotOutcome {
+    /// It ran here; `ok` when the run did.
+    Ran { ok: bool },
+    /// The lease stayed held past the wait: the backfill stops.
+    Busy,
+    /// A duplicate, a paused job's skip, or another verdict: nothing ran.
+    Other,
+}
+
+/// Fires one slot, waiting up to three leases (and 10 s) for the lease: its line, its JSON
+/// entry and how it ended.
+fn backfill_slot(
+    db: &Option<String>,
+    store: &mut Store,
+    (job, reg): (&crate::JobName, &LiveJob),
+    owner: &str,
+    slot_text: &str,
+) -> Result<(String, serde_json::Value, SlotOutcome)> {
+    use serde_json::json;
+    let waited_since = Instant::now();
+    let max_wait = reg.lease * 3 + Duration::from_secs(10);
+    loop {
+        let now = time::now();
+        let granted = Instant::now();
+        let fired = firing::fire(
+            store,
+            &FireRequest {
+                job,
+                slot: slot_text,
+                kind: FiringKind::Backfill,
+                owner,
+                lease_until: &time::fmt(time::add(now, reg.lease)),
+                now: &time::fmt(now),
+                overlap: reg.overlap,
+                live_here: false,
+            },
+        )?;
+        let words = inert(&fired.describe(FiringKind::Backfill, slot_text));
+        return Ok(match fired {
+            Fired::Started(s) => {
+                let token = s.token;
+                let run_id = s.run_id.clone();
+                let r = run_here(db, reg, s, granted)?;
+                let text = format!(
+                    "{slot_text}: ran, {} in {}; {}",
+                    r.outcome,
+                    time::human_ms(r.duration_ms as u64),
+                    effects_line(store, job, token)?
+                );
+                let run = run_json(store, job, token, &run_id, &r)?;
+                let ok = r.outcome == RunOutcome::Ok;
+                (
+                    text,
+                    json!({"slot": slot_text, "result": "ran", "run": run}),
+                    SlotOutcome::Ran { ok },
+                )
+            }
+            Fired::Duplicate { state, .. } => (
+                words,
+                json!({"slot": slot_text, "result": "duplicate", "state": state}),
+                SlotOutcome::Other,
+            ),
+            Fired::Skipped { .. } => (
+                words,
+                json!({"slot": slot_text, "result": "skipped"}),
+                SlotOutcome::Other,
+            ),
+            Fired::Busy { .. } if waited_since.elapsed() < max_wait => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            Fired::Busy { holder, until } => (
+                format!("{words}; stopping"),
+                json!({"slot": slot_text, "result": "busy", "holder": holder, "until": until}),
+                SlotOutcome::Busy,
+            ),
+            // A backfill waits for the lease instead of applying the overlap policy.
+            other => (
+                words,
+                json!({"slot": slot_text, "result": other.verdict()}),
+                SlotOutcome::Other,
+            ),
+        });
+    }
+}
+
+/// `backfill --json`'s one object: the range, an entry per slot, the exit code.
+fn say_backfill_json(
+    job: &crate::JobName,
+    from: time::Ts,
+    to: time::Ts,
+    report: Vec<serde_json::Value>,
+    code: i32,
+) {
+    let mut v = serde_json::json!({
+        "job": job, "from": time::fmt(from), "to": time::fmt(to),
+        "slots": report, "exit": code,
+    });
+    crate::json::alias(&mut v);
+    for slot in v["slots"].as_array_mut().into_iter().flatten() {
+        crate::json::alias(slot);
+        if let Some(run) = slot.get_mut("run") {
+            crate::json::alias(run);
+        }
+    }
+    super::pipe::say(crate::json::render(v));
 }

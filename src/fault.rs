@@ -26,6 +26,9 @@ pub enum Point {
     /// A run's command is about to be handed to the spawner (`before_spawn:pause=DUR`: the
     /// scheduler is slow to start it, which its run's start lag shows).
     BeforeSpawn,
+    /// The schema of a new (or older) SQLite database is written, not yet committed: another
+    /// process opening the file now finds it without tables.
+    SchemaCreate,
 }
 
 impl Point {
@@ -48,6 +51,7 @@ impl Point {
             Point::Heartbeat => "heartbeat",
             Point::RunEnd => "run_end",
             Point::BeforeSpawn => "before_spawn",
+            Point::SchemaCreate => "schema_create",
         }
     }
 }

@@ -295,14 +295,40 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
             }
         }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        crate::fault::point(crate::fault::Point::SchemaCreate);
         tx.commit()
     })();
     result.map_err(|e| Prep::from(store, e))
 }
 
+/// How long a reader looks again at a database with no tables at all: one another process is
+/// creating has none until its creating transaction commits, a few milliseconds later.
+const BEING_CREATED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Checks a database opened read-only: not newer than us, and holding exactly's tables (none of
-/// them foreign). Writes nothing.
+/// them foreign). Writes nothing. A database with no tables at all is looked at again for up to
+/// [`BEING_CREATED_WAIT`]: a scheduler starting on a new path creates it as we read.
 pub(super) fn check_read_only(store: &Store) -> Result<()> {
+    let deadline = std::time::Instant::now() + BEING_CREATED_WAIT;
+    loop {
+        let checked = check_read_only_once(store);
+        if checked.is_ok() || std::time::Instant::now() >= deadline || !schema_is_empty(store)? {
+            return checked;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// Whether the database holds no table, index or trigger at all.
+fn schema_is_empty(store: &Store) -> Result<bool> {
+    let n: i64 = store
+        .lite()
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(|e| store.err(e.into()))?;
+    Ok(n == 0)
+}
+
+fn check_read_only_once(store: &Store) -> Result<()> {
     let version: i64 = store
         .lite()
         .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -715,3 +715,31 @@ fn a_locked_database_waits_for_the_busy_timeout_then_says_so() {
     c.execute_batch("COMMIT").unwrap();
     assert_eq!(env.claim("j", "1m"), 1);
 }
+
+// A reader that meets a database another process is creating (a scheduler started on a new
+// path) waits for the creating transaction instead of calling it a database without tables.
+#[test]
+fn a_read_during_the_databases_creation_waits_for_its_schema() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let mut init = env
+        .cmd()
+        .arg("init")
+        .env("EXACTLY_FAULT", "schema_create:pause=700ms")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start init");
+    let stderr = init.stderr.take().expect("init's stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let at_point = lines
+        .next()
+        .expect("a line from init")
+        .expect("read init's stderr");
+    assert_eq!(at_point, "exactly-fault: schema_create");
+    // The file exists, its tables are written and not committed.
+    assert!(env.db.exists());
+    let (code, out, err) = env.run(&["status", "--json"]);
+    assert_eq!(code, 0, "a reader during creation: {err}");
+    assert!(out.contains("\"schema_version\""), "{out}");
+    assert!(init.wait().expect("wait for init").success());
+}

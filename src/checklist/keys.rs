@@ -25,6 +25,64 @@ impl Ctx<'_> {
         if rows == 0 {
             return r(rule, Ok, "no effects recorded".into(), "nothing to do");
         }
+        let (keyed_by_run, found) = self.run_keyed_repeats(jobs, &names, interval_s);
+        if let Some(first) = keyed_by_run {
+            let more = if found > 1 {
+                format!(" (+{} more)", found - 1)
+            } else {
+                String::new()
+            };
+            return r(
+                rule,
+                Fail,
+                format!("keyed by the run: {first}{more}"),
+                "key by the facts: drop the attempt's values from the inputs, or use \
+                 EXACTLY_SCHEDULED_AT (the firing's slot)",
+            );
+        }
+        let run_marked: u64 = actions.iter().map(|a| a.run_marked).sum();
+        if run_marked > 0 {
+            return r(
+                rule,
+                Warn,
+                format!(
+                    "{} hold the run's id in their inputs",
+                    plural(run_marked, "effect")
+                ),
+                "a retry in a new run gets a new key: take the run id out of the inputs",
+            );
+        }
+        let with_fields: u64 = actions.iter().map(|a| a.with_fields).sum();
+        if with_fields == 0 {
+            return r(
+                rule,
+                Warn,
+                format!(
+                    "{} without per-field inputs recorded (written before schema 9 or by \
+                     other SQL): cannot judge",
+                    plural(rows, "effect")
+                ),
+                "write effects through exactly (CLI, library, Python) so inputs are recorded",
+            );
+        }
+        r(
+            rule,
+            Ok,
+            format!(
+                "{}: no target done twice in a run or interval with attempt-made inputs",
+                plural(rows, "effect")
+            ),
+            "nothing to do",
+        )
+    }
+    /// The first pair of one target done twice within one run (token) or one interval whose
+    /// inputs differ only in attempt-made values, in words, and how many such pairs there are.
+    fn run_keyed_repeats(
+        &self,
+        jobs: &[&str],
+        names: &[&str],
+        interval_s: Option<i64>,
+    ) -> (Option<String>, u64) {
         // Targets done twice within one run (token) or one interval, differing only in
         // attempt-made values.
         let mut groups: BTreeMap<(&str, &str), Vec<&DoneRow>> = BTreeMap::new();
@@ -86,54 +144,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        if let Some(first) = keyed_by_run {
-            let more = if found > 1 {
-                format!(" (+{} more)", found - 1)
-            } else {
-                String::new()
-            };
-            return r(
-                rule,
-                Fail,
-                format!("keyed by the run: {first}{more}"),
-                "key by the facts: drop the attempt's values from the inputs, or use \
-                 EXACTLY_SCHEDULED_AT (the firing's slot)",
-            );
-        }
-        let run_marked: u64 = actions.iter().map(|a| a.run_marked).sum();
-        if run_marked > 0 {
-            return r(
-                rule,
-                Warn,
-                format!(
-                    "{} hold the run's id in their inputs",
-                    plural(run_marked, "effect")
-                ),
-                "a retry in a new run gets a new key: take the run id out of the inputs",
-            );
-        }
-        let with_fields: u64 = actions.iter().map(|a| a.with_fields).sum();
-        if with_fields == 0 {
-            return r(
-                rule,
-                Warn,
-                format!(
-                    "{} without per-field inputs recorded (written before schema 9 or by \
-                     other SQL): cannot judge",
-                    plural(rows, "effect")
-                ),
-                "write effects through exactly (CLI, library, Python) so inputs are recorded",
-            );
-        }
-        r(
-            rule,
-            Ok,
-            format!(
-                "{}: no target done twice in a run or interval with attempt-made inputs",
-                plural(rows, "effect")
-            ),
-            "nothing to do",
-        )
+        (keyed_by_run, found)
     }
 }
 

@@ -238,97 +238,10 @@ impl Ctx<'_> {
             );
         }
         if row.lease_renewed {
-            // The scheduler renews by heartbeat: the first bound becomes the renewal margin.
-            if let Some(gap) = row.renewal_gap_max_ms.filter(|g| *g > lease_u / 2) {
-                return r(
-                    rule,
-                    Warn,
-                    format!(
-                        "renewed lease {}, but a run's lease went {} without a renewal",
-                        human_ms(lease_u),
-                        human_ms(gap)
-                    ),
-                    "a lease of several heartbeats: raise the lease, or find what stalled the \
-                     scheduler",
-                );
-            }
-            if lease_u < 6000 {
-                return r(
-                    rule,
-                    Warn,
-                    format!(
-                        "renewed lease {} is under three heartbeats (6s)",
-                        human_ms(lease_u)
-                    ),
-                    "set lease ≥ 6s so one late heartbeat does not stop a run",
-                );
-            }
-            let runs = match row.p99_ms {
-                Some(p) => format!("; runs p99 {}", human_ms(p)),
-                None => String::new(),
-            };
-            return r(
-                rule,
-                Ok,
-                format!(
-                    "lease {} renewed by heartbeat, never missed; {}{runs}",
-                    human_ms(lease_u),
-                    iv_words
-                ),
-                "nothing to do",
-            );
+            renewed_bounds(row, lease_u, &iv_words)
+        } else {
+            unrenewed_bounds(row, lease_u, iv, &iv_words)
         }
-        // Nobody renews it: the holder must finish within the lease.
-        let max_run = row
-            .durations_ms
-            .iter()
-            .copied()
-            .max()
-            .map(|m| m.max(0) as u64);
-        let (p99, worst, what) = match (row.hold_p99_ms, row.p99_ms) {
-            (Some(h), _) => (h, h.max(max_run.unwrap_or(0)), "holds"),
-            (None, Some(p)) => (p, max_run.unwrap_or(p), "runs"),
-            (None, None) => {
-                return r(
-                    rule,
-                    Warn,
-                    format!(
-                        "lease {} nobody renews, no hold or run measured yet; {}",
-                        human_ms(lease_u),
-                        iv_words
-                    ),
-                    "release the lease when done (exactly lease release) so holds are measured",
-                );
-            }
-        };
-        let suggest = || -> String {
-            let want = (worst as f64 * LEASE_HEADROOM).ceil() as u64;
-            match iv {
-                Some(i) if worst >= i => "split the job: its worst run outlasts the interval, \
-                                          no lease fits both bounds"
-                    .to_string(),
-                Some(i) if want >= i => format!(
-                    "set lease between {} and {} (or split the job)",
-                    human_ms(worst),
-                    human_ms(i)
-                ),
-                _ => format!("set lease = {}", human_ms(want.div_ceil(1000) * 1000)),
-            }
-        };
-        let seen = format!(
-            "{what} p99 {}, max {} vs lease {} nobody renews; {}",
-            human_ms(p99),
-            human_ms(worst),
-            human_ms(lease_u),
-            iv_words
-        );
-        if p99 > lease_u {
-            return r(rule, Fail, seen, suggest());
-        }
-        if worst > lease_u || iv.is_some_and(|i| worst >= i) {
-            return r(rule, Warn, seen, suggest());
-        }
-        r(rule, Ok, seen, "nothing to do")
     }
 
     /// 4. The far side dedupes, or the effect is observable.
@@ -658,4 +571,105 @@ impl Ctx<'_> {
 
 pub(super) fn parse(t: &str) -> Option<Ts> {
     crate::time::parse(t)
+}
+
+/// Rule 2 for a lease the scheduler renews by heartbeat: the first bound becomes the renewal
+/// margin (a lease of several heartbeats, and heartbeats never missed).
+fn renewed_bounds(row: &JobRow, lease_u: u64, iv_words: &str) -> RuleResult {
+    let rule = Rule::LeaseBounds;
+    if let Some(gap) = row.renewal_gap_max_ms.filter(|g| *g > lease_u / 2) {
+        return r(
+            rule,
+            Warn,
+            format!(
+                "renewed lease {}, but a run's lease went {} without a renewal",
+                human_ms(lease_u),
+                human_ms(gap)
+            ),
+            "a lease of several heartbeats: raise the lease, or find what stalled the \
+             scheduler",
+        );
+    }
+    if lease_u < 6000 {
+        return r(
+            rule,
+            Warn,
+            format!(
+                "renewed lease {} is under three heartbeats (6s)",
+                human_ms(lease_u)
+            ),
+            "set lease ≥ 6s so one late heartbeat does not stop a run",
+        );
+    }
+    let runs = match row.p99_ms {
+        Some(p) => format!("; runs p99 {}", human_ms(p)),
+        None => String::new(),
+    };
+    r(
+        rule,
+        Ok,
+        format!(
+            "lease {} renewed by heartbeat, never missed; {}{runs}",
+            human_ms(lease_u),
+            iv_words
+        ),
+        "nothing to do",
+    )
+}
+
+/// Rule 2 for a lease nobody renews (a cron wrapper, a library claim): the holder must finish
+/// within the lease, and the lease must end before the next firing.
+fn unrenewed_bounds(row: &JobRow, lease_u: u64, iv: Option<u64>, iv_words: &str) -> RuleResult {
+    let rule = Rule::LeaseBounds;
+    // Nobody renews it: the holder must finish within the lease.
+    let max_run = row
+        .durations_ms
+        .iter()
+        .copied()
+        .max()
+        .map(|m| m.max(0) as u64);
+    let (p99, worst, what) = match (row.hold_p99_ms, row.p99_ms) {
+        (Some(h), _) => (h, h.max(max_run.unwrap_or(0)), "holds"),
+        (None, Some(p)) => (p, max_run.unwrap_or(p), "runs"),
+        (None, None) => {
+            return r(
+                rule,
+                Warn,
+                format!(
+                    "lease {} nobody renews, no hold or run measured yet; {}",
+                    human_ms(lease_u),
+                    iv_words
+                ),
+                "release the lease when done (exactly lease release) so holds are measured",
+            );
+        }
+    };
+    let suggest = || -> String {
+        let want = (worst as f64 * LEASE_HEADROOM).ceil() as u64;
+        match iv {
+            Some(i) if worst >= i => "split the job: its worst run outlasts the interval, \
+                                          no lease fits both bounds"
+                .to_string(),
+            Some(i) if want >= i => format!(
+                "set lease between {} and {} (or split the job)",
+                human_ms(worst),
+                human_ms(i)
+            ),
+            _ => format!("set lease = {}", human_ms(want.div_ceil(1000) * 1000)),
+        }
+    };
+    let seen = format!(
+        "{what} p99 {}, max {} vs lease {} nobody renews; {}",
+        human_ms(p99),
+        human_ms(worst),
+        human_ms(lease_u),
+        iv_words
+    );
+    if p99 > lease_u {
+        return r(rule, Fail, seen, suggest());
+    }
+    if worst > lease_u || iv.is_some_and(|i| worst >= i) {
+        return r(rule, Warn, seen, suggest());
+    }
+    r(rule, Ok, seen, "nothing to do")
 }

@@ -241,37 +241,9 @@ impl Attempt {
                 self.granted = Some(granted);
                 Io::Send
             }
-            Input::Began(Begin::Existing(row, lease), sender) => match &row.state {
-                EffectState::Done => self.duplicate("already done", row.response.clone()),
-                EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
-                // Nothing was sent: the compare-and-set takes the row over.
-                EffectState::Claimed => Io::Submit { seen: row.seen() },
-                EffectState::Submitted => {
-                    let since = row.updated_at.as_str();
-                    match sender {
-                        Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
-                        Sender::Unknown | Sender::Clash if lease.live => {
-                            self.in_flight(row.attempt.as_deref(), since, lease.until.as_deref())
-                        }
-                        _ => {
-                            // Only a sender known gone skips the deadline check.
-                            self.looked_at = Some((row.seen(), sender != Sender::Gone));
-                            Io::Look
-                        }
-                    }
-                }
-                EffectState::Unknown => {
-                    self.looked_at = Some((row.seen(), false));
-                    Io::Look
-                }
-                EffectState::Other(other) => self.unresolved(
-                    other,
-                    format!(
-                        "the ledger row is in unrecognised state {:?}",
-                        crate::sanitize::inert(other)
-                    ),
-                ),
-            },
+            Input::Began(Begin::Existing(row, lease), sender) => {
+                self.existing(&row, (lease.live, lease.until.as_deref()), sender)
+            }
             Input::Looked(observation) => {
                 let Some((seen, lease_check)) = self.looked_at.clone() else {
                     return self.reread("?", "an observation without a row");
@@ -282,96 +254,13 @@ impl Attempt {
                     lease_check,
                 }
             }
-            Input::Judged(v) => {
-                let observation = match &self.last {
-                    Io::Verdict { observation, .. } => observation.clone(),
-                    _ => Observation::CantTell(String::new()),
-                };
-                match v {
-                    Verdict::Applied { seen, .. } => match observation {
-                        Observation::Happened(resp) => {
-                            self.duplicate("observer: already happened", resp)
-                        }
-                        Observation::NotHappened => Io::Submit { seen },
-                        Observation::CantTell(why) => self.unresolved(
-                            seen.state.as_str(),
-                            format!(
-                                "the observer could not tell ({why}); \
-                                 resolve it with `exactly resolve`"
-                            ),
-                        ),
-                    },
-                    Verdict::Stale { state } => {
-                        self.reread(state.as_str(), "an observer's verdict about it went stale")
-                    }
-                    Verdict::NotOpen { state, .. } => {
-                        self.reread(state.as_str(), "it was settled by someone else meanwhile")
-                    }
-                    Verdict::NotFound => self.reread("released", "it was released meanwhile"),
-                    Verdict::InFlight {
-                        attempt,
-                        since,
-                        until,
-                        ..
-                    } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
-                    Verdict::Fenced => self.end(Outcome::Fenced {
-                        key,
-                        ran: None,
-                        response: None,
-                    }),
-                }
-            }
-            Input::Submitted(s) => match s {
-                Submit::Won { seen, granted, .. } => {
-                    self.submitted = Some(seen);
-                    self.granted = Some(granted);
-                    Io::Send
-                }
-                Submit::Fenced => self.end(Outcome::Fenced {
-                    key,
-                    ran: None,
-                    response: None,
-                }),
-                Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
-                Submit::Denied => self.end(Outcome::Cancelled { key }),
-                Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
-                Submit::Lost(row) => match &row.state {
-                    EffectState::Done => {
-                        self.duplicate("done by a concurrent attempt", row.response.clone())
-                    }
-                    EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
-                    state => {
-                        let state = state.to_string();
-                        self.reread(&state, "a concurrent attempt moved it first")
-                    }
-                },
-            },
+            Input::Judged(v) => self.judged(v),
+            Input::Submitted(s) => self.on_submit(s),
             Input::Sent(sent) => Io::Finish {
                 sent,
                 seen: self.submitted.clone().unwrap_or_default(),
             },
-            Input::Finished(ok) => {
-                let sent = match &self.last {
-                    Io::Finish { sent, .. } => sent.clone(),
-                    _ => Err(Failure::Lost(String::new())),
-                };
-                if !ok {
-                    let (ran, response) = match sent {
-                        Ok(r) => ("it exited 0".to_string(), Some(r)),
-                        Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => (r, None),
-                    };
-                    return self.end(Outcome::Fenced {
-                        key,
-                        ran: Some(ran),
-                        response,
-                    });
-                }
-                self.end(match sent {
-                    Ok(response) => Outcome::Done { key, response },
-                    Err(Failure::NotSent(reason)) => Outcome::NotSent { key, reason },
-                    Err(Failure::Lost(reason)) => Outcome::Unknown { key, reason },
-                })
-            }
+            Input::Finished(ok) => self.finished(ok),
             Input::Counted => {
                 let out = self
                     .duplicate
@@ -383,5 +272,142 @@ impl Attempt {
                 self.end(out)
             }
         }
+    }
+
+    /// A row already exists for the key: its state decides, and for a `submitted` one, whether
+    /// its sender may still be sending.
+    fn existing(
+        &mut self,
+        row: &crate::store::LedgerRow,
+        (lease_live, lease_until): (bool, Option<&str>),
+        sender: Sender,
+    ) -> Io {
+        let key = self.key.clone();
+        match &row.state {
+            EffectState::Done => self.duplicate("already done", row.response.clone()),
+            EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
+            // Nothing was sent: the compare-and-set takes the row over.
+            EffectState::Claimed => Io::Submit { seen: row.seen() },
+            EffectState::Submitted => {
+                let since = row.updated_at.as_str();
+                match sender {
+                    Sender::Alive => self.in_flight(row.attempt.as_deref(), since, None),
+                    Sender::Unknown | Sender::Clash if lease_live => {
+                        self.in_flight(row.attempt.as_deref(), since, lease_until)
+                    }
+                    _ => {
+                        // Only a sender known gone skips the deadline check.
+                        self.looked_at = Some((row.seen(), sender != Sender::Gone));
+                        Io::Look
+                    }
+                }
+            }
+            EffectState::Unknown => {
+                self.looked_at = Some((row.seen(), false));
+                Io::Look
+            }
+            EffectState::Other(other) => self.unresolved(
+                other,
+                format!(
+                    "the ledger row is in unrecognised state {:?}",
+                    crate::sanitize::inert(other)
+                ),
+            ),
+        }
+    }
+
+    /// The observer's verdict, applied to the row (or not): what the attempt does next.
+    fn judged(&mut self, v: Verdict) -> Io {
+        let key = self.key.clone();
+        let observation = match &self.last {
+            Io::Verdict { observation, .. } => observation.clone(),
+            _ => Observation::CantTell(String::new()),
+        };
+        match v {
+            Verdict::Applied { seen, .. } => match observation {
+                Observation::Happened(resp) => self.duplicate("observer: already happened", resp),
+                Observation::NotHappened => Io::Submit { seen },
+                Observation::CantTell(why) => self.unresolved(
+                    seen.state.as_str(),
+                    format!(
+                        "the observer could not tell ({why}); \
+                         resolve it with `exactly resolve`"
+                    ),
+                ),
+            },
+            Verdict::Stale { state } => {
+                self.reread(state.as_str(), "an observer's verdict about it went stale")
+            }
+            Verdict::NotOpen { state, .. } => {
+                self.reread(state.as_str(), "it was settled by someone else meanwhile")
+            }
+            Verdict::NotFound => self.reread("released", "it was released meanwhile"),
+            Verdict::InFlight {
+                attempt,
+                since,
+                until,
+                ..
+            } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
+            Verdict::Fenced => self.end(Outcome::Fenced {
+                key,
+                ran: None,
+                response: None,
+            }),
+        }
+    }
+
+    /// Whether we may send, after the compare-and-set to `submitted`.
+    fn on_submit(&mut self, s: Submit) -> Io {
+        let key = self.key.clone();
+        match s {
+            Submit::Won { seen, granted, .. } => {
+                self.submitted = Some(seen);
+                self.granted = Some(granted);
+                Io::Send
+            }
+            Submit::Fenced => self.end(Outcome::Fenced {
+                key,
+                ran: None,
+                response: None,
+            }),
+            Submit::NotApproved => self.end(Outcome::AwaitingApproval { key }),
+            Submit::Denied => self.end(Outcome::Cancelled { key }),
+            Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
+            Submit::Lost(row) => match &row.state {
+                EffectState::Done => {
+                    self.duplicate("done by a concurrent attempt", row.response.clone())
+                }
+                EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
+                state => {
+                    let state = state.to_string();
+                    self.reread(&state, "a concurrent attempt moved it first")
+                }
+            },
+        }
+    }
+
+    /// The outcome recorded (or refused by a higher fencing token): the attempt's end.
+    fn finished(&mut self, ok: bool) -> Io {
+        let key = self.key.clone();
+        let sent = match &self.last {
+            Io::Finish { sent, .. } => sent.clone(),
+            _ => Err(Failure::Lost(String::new())),
+        };
+        if !ok {
+            let (ran, response) = match sent {
+                Ok(r) => ("it exited 0".to_string(), Some(r)),
+                Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => (r, None),
+            };
+            return self.end(Outcome::Fenced {
+                key,
+                ran: Some(ran),
+                response,
+            });
+        }
+        self.end(match sent {
+            Ok(response) => Outcome::Done { key, response },
+            Err(Failure::NotSent(reason)) => Outcome::NotSent { key, reason },
+            Err(Failure::Lost(reason)) => Outcome::Unknown { key, reason },
+        })
     }
 }

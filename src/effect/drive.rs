@@ -10,7 +10,7 @@ use crate::fault;
 use crate::sender::Sender;
 use crate::state::EffectState;
 use crate::store::{
-    Begin, NewEffect, Observed, Resolution, SendEnd, SentBy, Submission, Submit, Verdict,
+    Begin, NewEffect, Observed, Resolution, Seen, SendEnd, SentBy, Submission, Submit, Verdict,
 };
 use crate::time;
 use crate::{Result, Store};
@@ -25,139 +25,175 @@ pub fn execute(
 ) -> Result<Option<Input>> {
     let (key, ctx) = (att.key.as_str(), &att.ctx);
     Ok(Some(match io {
-        Io::Begin => {
-            let new = NewEffect {
-                effect_key: key,
-                job_key: &ctx.job,
-                run_id: &ctx.run_id,
-                token: ctx.token.get(),
-                terms_shown: att.spec.terms.as_deref(),
-                action_id: &att.spec.action,
-                target_id: &att.spec.target,
-                input_digest: &att.digest,
-                input_fields: &att.fields,
-                observe_cmd: att.spec.observe_cmd.as_deref(),
-            };
-            // With no approval asked for, reserve and submit in one transaction when the key
-            // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
-            // (A fault at `after_claim` needs the moment between the two commits to stop at.)
-            let asked = std::time::Instant::now();
-            let mut begin = if att.spec.needs_approval || fault::armed(fault::Point::AfterClaim) {
-                store.begin_effect(&new, ctx.now())?
-            } else {
-                store.begin_and_submit_effect(&new, sent_by(att), ctx.now())?
-            };
-            if let Begin::Submitted(_, g) = &mut begin {
-                g.ends = asked.checked_add(g.left);
-            }
-            if matches!(begin, Begin::Submitted(..)) {
-                fault::point(fault::Point::AfterSubmitted);
-            }
-            let who = match &begin {
-                Begin::Existing(row, _) if row.state == EffectState::Submitted => {
-                    let who = sender(row);
-                    if who == Sender::Clash {
-                        store.record_host_clash(
-                            row,
-                            &crate::host(),
-                            crate::sender::host_id(),
-                            ctx.now(),
-                        )?;
-                    }
-                    who
-                }
-                _ => Sender::Unknown,
-            };
-            Input::Began(begin, who)
-        }
+        Io::Begin => begin(store, att)?,
         Io::Look => Input::Looked(action.observe(key)),
         Io::Verdict {
             observation,
             seen,
             lease_check,
-        } => {
-            let (res, words) = match observation {
-                Observation::Happened(r) => {
-                    (Some(Resolution::Happened), r.clone().unwrap_or_default())
-                }
-                Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
-                Observation::CantTell(w) => (None, w.clone()),
-            };
-            let fence = Some((ctx.job.as_str(), ctx.token.get()));
-            let actor = ctx.actor();
-            let observed = Observed {
-                verdict: res,
-                words: &words,
-                fence,
-                lease_check: *lease_check,
-                actor: &actor,
-            };
-            Input::Judged(store.observe_verdict_on(key, &observed, seen, ctx.now())?)
-        }
-        Io::Submit { seen } => {
-            fault::point(fault::Point::AfterClaim);
-            let asked = std::time::Instant::now();
-            let submission = Submission {
-                key,
-                job: &ctx.job,
-                run_id: &ctx.run_id,
-                token: ctx.token.get(),
-                by: sent_by(att),
-                needs_approval: att.spec.needs_approval,
-                terms: att.spec.terms.as_deref(),
-            };
-            let mut s = store.submit_effect_on(&submission, seen, ctx.now())?;
-            if let Submit::Won { granted, .. } = &mut s {
-                granted.ends = asked.checked_add(granted.left);
-                fault::point(fault::Point::AfterSubmitted);
-            }
-            Input::Submitted(s)
-        }
-        Io::Send => {
-            if let Some(g) = att.granted() {
-                // Counted from when the write was asked for; only a machine that never set it
-                // (a driver of its own) counts from now.
-                let ends = g.ends.unwrap_or_else(|| {
-                    crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
-                });
-                action.granted(&g.until, ends, &att.attempt);
-            }
-            let sent = action.perform(key);
-            fault::point(fault::Point::AfterSend);
-            Input::Sent(sent)
-        }
-        Io::Finish { sent, seen } => {
-            let output = action.output().map(|o| (o.kept.as_slice(), o.total));
-            let end = |state, response, output| SendEnd {
-                key,
-                job: &ctx.job,
-                token: ctx.token.get(),
-                state,
-                response,
-                output,
-            };
-            let ok = within_lease(store, &ctx.job, |store| match sent {
-                Ok(response) => {
-                    let done = end(EffectState::Done, response, output);
-                    store.finish_effect_on(&done, seen, ctx.now())
-                }
-                Err(Failure::NotSent(_)) => {
-                    store.release_effect_on(key, &ctx.job, ctx.token.get(), seen, ctx.now())
-                }
-                Err(Failure::Lost(reason)) => {
-                    let unknown = end(EffectState::Unknown, reason, None);
-                    store.finish_effect_on(&unknown, seen, ctx.now())
-                }
-            })?;
-            fault::point(fault::Point::AfterDone);
-            Input::Finished(ok)
-        }
+        } => verdict(store, att, observation, seen, *lease_check)?,
+        Io::Submit { seen } => submit(store, att, seen)?,
+        Io::Send => send(att, action),
+        Io::Finish { sent, seen } => finish(store, att, action, sent, seen)?,
         Io::Duplicate { detail } => {
             store.record_duplicate(key, &ctx.job, Some(ctx.token.get()), detail, ctx.now())?;
             Input::Counted
         }
         Io::End(_) => return Ok(None),
     }))
+}
+
+/// Reserves the key: a new row (submitted at once when no approval is asked for), or the row
+/// found, with what is known of its sender.
+fn begin(store: &mut Store, att: &Attempt) -> Result<Input> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    let new = NewEffect {
+        effect_key: key,
+        job_key: &ctx.job,
+        run_id: &ctx.run_id,
+        token: ctx.token.get(),
+        terms_shown: att.spec.terms.as_deref(),
+        action_id: &att.spec.action,
+        target_id: &att.spec.target,
+        input_digest: &att.digest,
+        input_fields: &att.fields,
+        observe_cmd: att.spec.observe_cmd.as_deref(),
+    };
+    // With no approval asked for, reserve and submit in one transaction when the key
+    // has no row yet (one commit fewer); the store falls back to `claimed` otherwise.
+    // (A fault at `after_claim` needs the moment between the two commits to stop at.)
+    let asked = std::time::Instant::now();
+    let mut begin = if att.spec.needs_approval || fault::armed(fault::Point::AfterClaim) {
+        store.begin_effect(&new, ctx.now())?
+    } else {
+        store.begin_and_submit_effect(&new, sent_by(att), ctx.now())?
+    };
+    if let Begin::Submitted(_, g) = &mut begin {
+        g.ends = asked.checked_add(g.left);
+    }
+    if matches!(begin, Begin::Submitted(..)) {
+        fault::point(fault::Point::AfterSubmitted);
+    }
+    let who = match &begin {
+        Begin::Existing(row, _) if row.state == EffectState::Submitted => {
+            let who = sender(row);
+            if who == Sender::Clash {
+                store.record_host_clash(
+                    row,
+                    &crate::host(),
+                    crate::sender::host_id(),
+                    ctx.now(),
+                )?;
+            }
+            who
+        }
+        _ => Sender::Unknown,
+    };
+    Ok(Input::Began(begin, who))
+}
+
+/// Applies the observer's answer to the row it looked at.
+fn verdict(
+    store: &mut Store,
+    att: &Attempt,
+    observation: &Observation,
+    seen: &Seen,
+    lease_check: bool,
+) -> Result<Input> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    let (res, words) = match observation {
+        Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
+        Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
+        Observation::CantTell(w) => (None, w.clone()),
+    };
+    let fence = Some((ctx.job.as_str(), ctx.token.get()));
+    let actor = ctx.actor();
+    let observed = Observed {
+        verdict: res,
+        words: &words,
+        fence,
+        lease_check,
+        actor: &actor,
+    };
+    Ok(Input::Judged(store.observe_verdict_on(
+        key,
+        &observed,
+        seen,
+        ctx.now(),
+    )?))
+}
+
+/// The compare-and-set to `submitted`: whether we may send.
+fn submit(store: &mut Store, att: &Attempt, seen: &Seen) -> Result<Input> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    fault::point(fault::Point::AfterClaim);
+    let asked = std::time::Instant::now();
+    let submission = Submission {
+        key,
+        job: &ctx.job,
+        run_id: &ctx.run_id,
+        token: ctx.token.get(),
+        by: sent_by(att),
+        needs_approval: att.spec.needs_approval,
+        terms: att.spec.terms.as_deref(),
+    };
+    let mut s = store.submit_effect_on(&submission, seen, ctx.now())?;
+    if let Submit::Won { granted, .. } = &mut s {
+        granted.ends = asked.checked_add(granted.left);
+        fault::point(fault::Point::AfterSubmitted);
+    }
+    Ok(Input::Submitted(s))
+}
+
+/// Sends, within the lease granted with `submitted`.
+fn send(att: &Attempt, action: &mut dyn Effect) -> Input {
+    let key = att.key.as_str();
+    if let Some(g) = att.granted() {
+        // Counted from when the write was asked for; only a machine that never set it
+        // (a driver of its own) counts from now.
+        let ends = g.ends.unwrap_or_else(|| {
+            crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
+        });
+        action.granted(&g.until, ends, &att.attempt);
+    }
+    let sent = action.perform(key);
+    fault::point(fault::Point::AfterSend);
+    Input::Sent(sent)
+}
+
+/// Records the far side's answer (or why there is none), for as long as the lease allows.
+fn finish(
+    store: &mut Store,
+    att: &Attempt,
+    action: &mut dyn Effect,
+    sent: &std::result::Result<String, Failure>,
+    seen: &Seen,
+) -> Result<Input> {
+    let (key, ctx) = (att.key.as_str(), &att.ctx);
+    let output = action.output().map(|o| (o.kept.as_slice(), o.total));
+    let end = |state, response, output| SendEnd {
+        key,
+        job: &ctx.job,
+        token: ctx.token.get(),
+        state,
+        response,
+        output,
+    };
+    let ok = within_lease(store, &ctx.job, |store| match sent {
+        Ok(response) => {
+            let done = end(EffectState::Done, response, output);
+            store.finish_effect_on(&done, seen, ctx.now())
+        }
+        Err(Failure::NotSent(_)) => {
+            store.release_effect_on(key, &ctx.job, ctx.token.get(), seen, ctx.now())
+        }
+        Err(Failure::Lost(reason)) => {
+            let unknown = end(EffectState::Unknown, reason, None);
+            store.finish_effect_on(&unknown, seen, ctx.now())
+        }
+    })?;
+    fault::point(fault::Point::AfterDone);
+    Ok(Input::Finished(ok))
 }
 
 /// Pause between tries to record an outcome.

@@ -20,6 +20,7 @@ mod errors;
 mod firing;
 mod gate;
 mod holds;
+mod instance;
 mod job;
 mod jobs_read;
 mod lease;
@@ -127,6 +128,17 @@ pub const LEGACY_DEFAULT: &str = "exactly.db";
 /// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db`; None when
 /// neither variable is set (or not absolute, as the XDG spec requires).
 pub fn xdg_default() -> Option<String> {
+    Some(
+        xdg_state_dir()?
+            .join("exactly.db")
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// exactly's XDG state folder: `$XDG_STATE_HOME/exactly`, else `~/.local/state/exactly`; None
+/// when neither variable is set (or not absolute, as the XDG spec requires).
+pub fn xdg_state_dir() -> Option<std::path::PathBuf> {
     let absolute = |v: std::ffi::OsString| {
         let p = std::path::PathBuf::from(v);
         p.is_absolute().then_some(p)
@@ -138,13 +150,7 @@ pub fn xdg_default() -> Option<String> {
                 .and_then(absolute)
                 .map(|h| h.join(".local").join("state"))
         })?;
-    Some(
-        state
-            .join("exactly")
-            .join("exactly.db")
-            .to_string_lossy()
-            .into_owned(),
-    )
+    Some(state.join("exactly"))
 }
 
 fn busy_timeout_ms() -> u64 {

@@ -4,7 +4,8 @@ use super::*;
 
 #[derive(Subcommand, Debug)]
 pub enum LeaseCmd {
-    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
+    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held, or when
+    /// the token is not above one handed out for the job before (released: do not act).
     #[command(
         after_help = "Example:\n  TOKEN=$(exactly lease claim --job daily-digest --for 15m)"
     )]
@@ -19,7 +20,7 @@ pub enum LeaseCmd {
         #[arg(long)]
         owner: Option<String>,
     },
-    /// Extend a lease you hold. Exit 3 when fenced.
+    /// Extend a lease you hold. Exit 3 when fenced (or the token is lower than one seen).
     #[command(
         after_help = "Example:\n  exactly lease renew --job daily-digest --token \
                       \"$TOKEN\" --for 15m"

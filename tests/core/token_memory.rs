@@ -1,7 +1,8 @@
 //! The CLI's token memory across processes: each `exactly lease claim` is a process of its own
 //! (a cron wrapper's), and the highest fencing token each job was handed per database is kept in
 //! the user's state folder. A claim handed one not above it (the database went back, as after a
-//! failover that lost its last commits) is released and refused; a database made again is
+//! failover that lost its last commits) is released and refused, and an effect or renewal under
+//! a token below it runs nothing; an effect sent raises it; a database made again is
 //! another database; concurrent claimers all leave their jobs; a folder that cannot be written
 //! or a corrupt file is said on stderr and the claim goes on.
 use crate::on_both_backends;
@@ -116,12 +117,46 @@ fn claim_refused() -> Res {
         !ran.exists(),
         "the command ran under a token lower than one seen"
     );
+    // Nor is a lease renewed under it.
+    let (code, _, err) = run(
+        cmd(&env, &state),
+        &[
+            "lease", "renew", "--job", "nightly", "--token", "2", "--for", "1m",
+        ],
+    )?;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("lower than 3"), "{err}");
 
     // Without the memory, the claim acts on a token handed out before.
     let mut off = cmd(&env, &state);
     off.env("EXACTLY_TOKEN_MEMORY", "off");
     let (code, out, err) = run(off, &["lease", "claim", "--job", "nightly", "--for", "1m"])?;
     assert_eq!((code, out.trim()), (0, "3"), "{err}");
+    Ok(())
+}
+
+/// An effect sent under a token the memory did not hold (claimed by a scheduler, or with the
+/// memory off) raises it: the commands a scheduler starts remember their tokens too.
+fn effect_raises() -> Res {
+    let env = Env::new();
+    let state = env.path("state");
+    let mut off = cmd(&env, &state);
+    off.env("EXACTLY_TOKEN_MEMORY", "off");
+    let (code, token, err) = run(off, &["lease", "claim", "--job", "w", "--for", "1m"])?;
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim();
+    assert!(!state.join("exactly").join("tokens").exists());
+    let (code, _, err) = run(
+        cmd(&env, &state),
+        &[
+            "effect", "--job", "w", "--token", token, "--action", "a", "--target", "t", "--",
+            "true",
+        ],
+    )?;
+    assert_eq!(code, 0, "{err}");
+    let mine = remembered(&state, "w")?;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!(mine[0]["token"].to_string(), token, "{mine:?}");
     Ok(())
 }
 
@@ -197,6 +232,13 @@ fn concurrent_claimers() -> Res {
 }
 
 on_both_backends! {
+    #[test]
+    fn an_effect_sent_raises_the_memory() {
+        if let Err(e) = effect_raises() {
+            panic!("{e}");
+        }
+    }
+
     #[test]
     fn a_claim_handed_a_token_handed_out_before_is_released_and_refused() {
         if let Err(e) = claim_refused() {

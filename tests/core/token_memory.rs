@@ -160,6 +160,32 @@ fn effect_raises() -> Res {
     Ok(())
 }
 
+/// The MCP gateway (each client session starts one) claims its lease as `lease claim` does: a
+/// token not above one it was handed before is released and refused before the server starts.
+fn gateway_refused() -> Res {
+    let env = Env::new();
+    let state = env.path("state");
+    for want in 1..=2 {
+        assert_eq!(claim_release(&env, &state, "mail")?, want);
+    }
+    lose_claims(&env, "mail", 0);
+    let started = env.path("started");
+    let server = format!("touch {}", started.display());
+    let (code, _, err) = run(
+        cmd(&env, &state),
+        &["mcp", "--name", "mail", "--", "sh", "-c", &server],
+    )?;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("token 1, not above 2"), "{err}");
+    assert!(!started.exists(), "the gateway started its server");
+    let held = env.sql_count(&format!(
+        "SELECT count(*) FROM job_lease WHERE job_key = 'mail' AND lease_until <> '{}'",
+        exactly::lease::RELEASED
+    ));
+    assert_eq!(held, 0, "the refused gateway's lease is not left held");
+    Ok(())
+}
+
 /// A database dropped and made again under the same name (`exactly init` of a new one)
 /// starts its tokens at 1, and the memory does not take that for a failover.
 fn made_again() -> Res {
@@ -232,6 +258,13 @@ fn concurrent_claimers() -> Res {
 }
 
 on_both_backends! {
+    #[test]
+    fn a_gateway_handed_a_token_handed_out_before_is_refused() {
+        if let Err(e) = gateway_refused() {
+            panic!("{e}");
+        }
+    }
+
     #[test]
     fn an_effect_sent_raises_the_memory() {
         if let Err(e) = effect_raises() {

@@ -158,8 +158,8 @@ pub(super) fn lower_than_seen(
 ) -> String {
     format!(
         "exactly: refused: fencing token {token} of job {} is lower than {highest}, handed out \
-         for it before (remembered in {}): a newer lease took the job, or the database went \
-         back (a failover that lost its last commits); not acting on it",
+         for it before (remembered in {}), and the database still takes it: the database went \
+         back, most likely a failover that lost its last commits; not acting on it",
         inert(job),
         inert(&file.display().to_string())
     )

@@ -137,7 +137,7 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             (
                 "3",
                 "fenced: the token no longer holds the job, or is lower than one handed out \
-                 for it before",
+                 for it before (the database went back)",
             ),
         ],
         "lease release" => &[

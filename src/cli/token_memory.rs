@@ -6,7 +6,7 @@
 //! remembered was handed a token already handed out: the database went back (a failover that
 //! lost its last commits, with the guard off or beaten). Such a claim is released and refused.
 //! A command handed a token (`exactly effect`, `lease renew`) refuses one below the highest
-//! remembered. Memory is a help, never a condition: a folder that cannot be written, a lock
+//! remembered that the database still takes; one the database fences anyway is left to it. Memory is a help, never a condition: a folder that cannot be written, a lock
 //! that is not had in time or a file that cannot be read is said once on stderr, and the
 //! command goes on as without it.
 //!
@@ -83,18 +83,28 @@ pub fn claimed(store: &mut Store, job: &str, token: i64) -> Seen {
     raise(&db, &shown, job, token, true)
 }
 
-/// A command was handed `token` for `job`: `Below` when the memory holds a higher one for it.
-/// Nothing is written.
-pub fn handed(store: &mut Store, job: &str, token: i64) -> Seen {
+/// A command was handed `token` for `job`: `Below` when the memory holds a higher one for it
+/// and the database would still take this one (the job's lease row carries it): the database
+/// went back. A token the database fences anyway is left to it, so that refusal is counted as a
+/// fenced write as ever. Nothing is written.
+pub fn handed(store: &mut Store, job: &crate::JobName, token: i64) -> Seen {
     let (Some((file, _)), Some(db)) = (location(), identity(store)) else {
         return Seen::Fine;
     };
-    match read(&file).iter().find(|e| e.db == db && e.job == job) {
-        Some(e) if e.token > token => Seen::Below {
-            highest: e.token,
-            file,
-        },
-        _ => Seen::Fine,
+    let highest = match read(&file)
+        .iter()
+        .find(|e| e.db == db && e.job == job.as_str())
+    {
+        Some(e) if e.token > token => e.token,
+        _ => return Seen::Fine,
+    };
+    // A lease row that cannot be read: refused, as the safe side (the command would fail on
+    // the same database anyway).
+    let taken = crate::lease::get(store, job)
+        .map_or(true, |row| row.is_some_and(|r| r.fencing_token == token));
+    match taken {
+        true => Seen::Below { highest, file },
+        false => Seen::Fine,
     }
 }
 

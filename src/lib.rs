@@ -84,6 +84,12 @@ pub fn db_path(flag: Option<&str>) -> String {
     store::default_path(flag)
 }
 
+/// exactly's XDG state folder (`$XDG_STATE_HOME/exactly`, else `~/.local/state/exactly`), where
+/// the default database and the CLI's token memory live; None without `XDG_STATE_HOME` or `HOME`.
+pub fn state_dir() -> Option<std::path::PathBuf> {
+    store::xdg_state_dir()
+}
+
 /// Whether this process may write the database at `path` (asked of the OS): a dashboard on a
 /// database it may not write watches read-only.
 pub fn writable(path: &str) -> bool {

@@ -38,6 +38,9 @@ struct Work<'a> {
     far: PathBuf,
     guarded: bool,
     job: &'static str,
+    /// `EXACTLY_TOKEN_MEMORY` for every process: a file of the round's (off unguarded, so what
+    /// the failover guard alone leaves shows).
+    memory: PathBuf,
 }
 
 impl Work<'_> {
@@ -48,6 +51,7 @@ impl Work<'_> {
         if !self.guarded {
             c.env("EXACTLY_FAILOVER_GUARD", "off");
         }
+        c.env("EXACTLY_TOKEN_MEMORY", &self.memory);
         c
     }
 
@@ -150,6 +154,10 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
         far: h.dir.join(format!("{name}-far-side")),
         guarded: h.guarded,
         job: "failover",
+        memory: match h.guarded {
+            true => h.dir.join(format!("{name}-tokens")),
+            false => PathBuf::from("off"),
+        },
     };
     std::fs::write(&work.far, "").map_err(|e| err(format!("the far side's file: {e}")))?;
     let init = work
@@ -223,6 +231,9 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
     }
     t.far_side_requests += far.lines().count() as u64;
     t.duplicate_effects += per_key.values().map(|c| c.saturating_sub(1)).sum::<u64>();
+    if h.guarded {
+        one_memory_across_the_failover(&work, seen.keys().max().copied(), t);
+    }
     let mut store = crate::open(Some(&work.url), crate::Access::ReadOnly)?;
     let snap = crate::snapshot::Snapshot::read(&mut store)?;
     t.failovers_seen += snap.failovers;
@@ -243,6 +254,26 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
     }
     drop(pair);
     Ok(())
+}
+
+/// The CLI's token memory knows the promoted standby as the database the primary was (one
+/// entry for the job, not two) and holds the highest token the round printed: a memory that
+/// took it for another database would not notice a token going back across the failover.
+fn one_memory_across_the_failover(work: &Work<'_>, highest: Option<i64>, t: &mut Tally) {
+    let text = std::fs::read_to_string(&work.memory).unwrap_or_default();
+    let mine: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["job"] == work.job)
+        .collect();
+    let kept = mine.first().and_then(|v| v["token"].as_i64());
+    if mine.len() != 1 || kept != highest {
+        t.anomaly(format!(
+            "the token memory holds {} entries for the job across the failover (wanted one, \
+             token {highest:?}): {text}",
+            mine.len()
+        ));
+    }
 }
 
 /// The promoted server told to wait for a synchronous standby it does not have: a claim is

@@ -51,6 +51,17 @@ fn observe_timeout(s: &str) -> std::result::Result<std::time::Duration, String> 
 pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let inputs = a.key.inputs()?;
     let mut store = open(db)?;
+    // A token below one handed out for the job before (this user's token memory) is stale, or
+    // the database went back: nothing runs under it.
+    if let token_memory::Seen::Below { highest, file } =
+        token_memory::handed(&mut store, &a.job, a.token)
+    {
+        eprintln!(
+            "{}",
+            leases::lower_than_seen(&a.job, a.token, highest, &file)
+        );
+        return Ok(3);
+    }
     let mut ctx = Ctx::new(&a.job, crate::Token::from(a.token));
     if let Some(r) = &a.run_id {
         ctx = ctx.with_run_id(r);
@@ -85,6 +96,10 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    // Sent under the token (the ledger checked it at `submitted`): the memory keeps it.
+    if matches!(out, Outcome::Done { .. } | Outcome::NotSent { .. }) {
+        token_memory::accepted(&mut store, &a.job, a.token);
+    }
     let silent = a.quiet && matches!(out, Outcome::DuplicateSuppressed { .. });
     if let Outcome::DuplicateSuppressed { key, response } = &out {
         if !silent {

@@ -1,9 +1,11 @@
 //! `exactly lease claim|renew|release|show`.
+use super::token_memory::{self, Seen};
 use super::*;
 
 #[derive(Subcommand, Debug)]
 pub enum LeaseCmd {
-    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held.
+    /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held, or when
+    /// the token is not above one handed out for the job before (released: do not act).
     #[command(
         after_help = "Example:\n  TOKEN=$(exactly lease claim --job daily-digest --for 15m)"
     )]
@@ -18,7 +20,7 @@ pub enum LeaseCmd {
         #[arg(long)]
         owner: Option<String>,
     },
-    /// Extend a lease you hold. Exit 3 when fenced.
+    /// Extend a lease you hold. Exit 3 when fenced (or the token is lower than one seen).
     #[command(
         after_help = "Example:\n  exactly lease renew --job daily-digest --token \
                       \"$TOKEN\" --for 15m"
@@ -56,6 +58,11 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             let mut store = open(db)?;
             match lease::claim(&mut store, &job, &owner, dur)? {
                 lease::Claim::Won { token } => {
+                    if let Seen::Below { highest, file } =
+                        token_memory::claimed(&mut store, &job, token.get())
+                    {
+                        return refuse_claim(&mut store, &job, token, highest, &file);
+                    }
                     // A figure for `status`: failing to record it never fails the claim won.
                     if let Err(e) = lease::hold::claimed(&mut store, &job, token, dur) {
                         tracing::debug!("the hold of {job} was not recorded: {e}");
@@ -81,6 +88,12 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
         LeaseCmd::Renew { job, token, dur } => {
             let dur = time::parse_duration(&dur)?;
             let (mut store, token) = (open(db)?, crate::Token::from(token));
+            if let Seen::Below { highest, file } =
+                token_memory::handed(&mut store, &job, token.get())
+            {
+                eprintln!("{}", lower_than_seen(&job, token.get(), highest, &file));
+                return Ok(3);
+            }
             if lease::renew(&mut store, &job, token, dur)? {
                 if let Err(e) = lease::hold::renewed(&mut store, &job, token) {
                     tracing::debug!("the renewal of {job} was not recorded: {e}");
@@ -110,4 +123,44 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
     }
+}
+
+/// A claim handed a token not above one this user was handed before for the job (the token
+/// memory): the lease is released at once, and the claim refused as fenced (exit 3: do not act).
+pub(super) fn refuse_claim(
+    store: &mut Store,
+    job: &crate::JobName,
+    token: crate::Token,
+    highest: i64,
+    file: &std::path::Path,
+) -> Result<i32> {
+    let released = match lease::release(store, job, token) {
+        Ok(true) => "the lease was released".to_string(),
+        Ok(false) => "the lease was taken meanwhile".to_string(),
+        Err(e) => format!("the lease could not be released ({e}) and lapses at its end"),
+    };
+    eprintln!(
+        "exactly: refused: job {} was handed fencing token {token}, not above {highest} handed \
+         out for it before (remembered in {}): the database went back, most likely a failover \
+         that lost its last commits; {released}; do not act on it",
+        inert(job),
+        inert(&file.display().to_string())
+    );
+    Ok(3)
+}
+
+/// The line a command handed a token below the remembered one says before it stops.
+pub(super) fn lower_than_seen(
+    job: &crate::JobName,
+    token: i64,
+    highest: i64,
+    file: &std::path::Path,
+) -> String {
+    format!(
+        "exactly: refused: fencing token {token} of job {} is lower than {highest}, handed out \
+         for it before (remembered in {}), and the database still takes it: the database went \
+         back, most likely a failover that lost its last commits; not acting on it",
+        inert(job),
+        inert(&file.display().to_string())
+    )
 }

@@ -16,7 +16,9 @@ pub const TABLE: &[Code] = &[
     ("2", "bad usage or input (a jobs file with errors, too)"),
     (
         "3",
-        "fenced: a newer lease holds the job (lease claim: another owner holds it)",
+        "fenced: a newer lease holds the job (lease claim: another owner holds it); also: \
+         the token is lower than one handed out for the job before (EXACTLY_TOKEN_MEMORY): \
+         do not act",
     ),
     ("4", "awaiting approval"),
     (
@@ -121,9 +123,24 @@ pub fn exit_codes(path: &str) -> &'static [Code] {
             ("0", "claimed: the fencing token on stdout"),
             ("1", "an error (the database cannot be used, …)"),
             ("2", "bad usage"),
-            ("3", "another owner holds the lease"),
+            (
+                "3",
+                "another owner holds the lease; or the token handed out is not above one \
+                 handed out for the job before (a failover that lost commits): the lease was \
+                 released, do not act",
+            ),
         ],
-        "lease renew" | "lease release" => &[
+        "lease renew" => &[
+            ("0", "done"),
+            ("1", "an error (the database cannot be used, …)"),
+            ("2", "bad usage"),
+            (
+                "3",
+                "fenced: the token no longer holds the job, or is lower than one handed out \
+                 for it before (the database went back)",
+            ),
+        ],
+        "lease release" => &[
             ("0", "done"),
             ("1", "an error (the database cannot be used, …)"),
             ("2", "bad usage"),
@@ -253,6 +270,12 @@ pub const ENVIRONMENT: &[Code] = &[
         "how long a PostgreSQL commit may wait for a synchronous standby before it is \
          refused with that reason (default 30000; exactly run uses its --give-up-after)",
     ),
+    (
+        "EXACTLY_TOKEN_MEMORY",
+        "where lease claim, lease renew, effect and mcp remember the highest fencing token \
+         handed out per database and job (default $XDG_STATE_HOME/exactly/tokens); off: \
+         nowhere",
+    ),
     ("NO_COLOR", "top draws without colour"),
     (
         "EXACTLY_JOB, EXACTLY_FENCING_TOKEN",
@@ -287,6 +310,12 @@ pub const FILES: &[Code] = &[
         "the default database \
                                            ($XDG_STATE_HOME/exactly/exactly.db), \
                                            its folder created 0700",
+    ),
+    (
+        "~/.local/state/exactly/tokens",
+        "the highest fencing token each job was handed per database, one JSON line each \
+         ($XDG_STATE_HOME/exactly/tokens, or EXACTLY_TOKEN_MEMORY), changed under \
+         tokens.lock: a claim handed one not above it is released and refused (exit 3)",
     ),
     (
         "DB-wal, DB-shm",

@@ -68,6 +68,12 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
             }
         }
     };
+    // A gateway started again (each MCP client session starts one) remembers its tokens too.
+    if let token_memory::Seen::Below { highest, file } =
+        token_memory::claimed(&mut store, &a.name, token.get())
+    {
+        return leases::refuse_claim(&mut store, &a.name, token, highest, &file);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = {
         let (stop, job, db) = (stop.clone(), a.name.clone(), store.path().to_string());

@@ -19,6 +19,7 @@ mod metrics;
 mod ops;
 mod pipe;
 mod probe;
+mod token_memory;
 
 use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};

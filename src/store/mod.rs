@@ -20,12 +20,15 @@ mod errors;
 mod firing;
 mod gate;
 mod holds;
+mod instance;
 mod job;
 mod jobs_read;
 mod lease;
 mod notify;
+mod paths;
 mod paused_rows;
 pub use notify::NotifyEnd;
+pub use paths::{default_path, xdg_default, xdg_state_dir};
 mod ledger;
 mod ledger_rows;
 pub(crate) mod pg;
@@ -105,37 +108,6 @@ pub struct Store {
 enum Conn {
     Lite(Connection),
     Pg(pg::PgStore),
-}
-
-/// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db`.
-pub fn default_path(flag: Option<&str>) -> String {
-    flag.map(str::to_string)
-        .or_else(|| std::env::var("EXACTLY_DB").ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| {
-            // An `exactly.db` in the working folder (the old default) is still used, so an
-            // existing setup keeps its database; otherwise the XDG state folder.
-            if std::path::Path::new(LEGACY_DEFAULT).exists() {
-                return LEGACY_DEFAULT.to_string();
-            }
-            xdg_default().unwrap_or_else(|| LEGACY_DEFAULT.to_string())
-        })
-}
-
-/// The database the old versions used when neither `--db` nor `EXACTLY_DB` said one.
-pub const LEGACY_DEFAULT: &str = "exactly.db";
-
-/// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db` (the `dirs`
-/// crate's state folder: an XDG value that is not absolute is ignored, as the spec requires);
-/// None when the OS knows no home folder.
-pub fn xdg_default() -> Option<String> {
-    let state = dirs::state_dir()?;
-    Some(
-        state
-            .join("exactly")
-            .join("exactly.db")
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
 fn busy_timeout_ms() -> u64 {

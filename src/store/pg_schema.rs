@@ -116,6 +116,8 @@ fn create(store: &PgStore) -> DbResult<()> {
              ON CONFLICT (name) DO UPDATE SET value = excluded.value",
             super::db::args![super::SCHEMA_VERSION],
         )?;
+        // The instance a holder's memory of fencing tokens knows this database by.
+        super::instance::record_instance(tx)?;
         Ok(())
     })
 }

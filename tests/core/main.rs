@@ -11,3 +11,4 @@ mod kill;
 mod prop;
 mod resolve_in_flight;
 mod support_backend;
+mod token_memory;

@@ -79,7 +79,9 @@ impl Env {
             .env_remove("EXACTLY_FENCING_TOKEN")
             .env_remove("EXACTLY_RUN_ID")
             .env_remove("EXACTLY_HOST")
-            .env_remove("EXACTLY_MAX_SKEW");
+            .env_remove("EXACTLY_MAX_SKEW")
+            // The CLI's token memory of this test's own (not the user's state folder).
+            .env("EXACTLY_TOKEN_MEMORY", self.dir.path().join("tokens"));
         if let Some(s) = &self.skew {
             c.env("EXACTLY_MAX_SKEW", s);
         }

@@ -317,19 +317,30 @@ pub fn main() -> i32 {
 /// every other bad input is; clap's other errors (a missing argument, `--help`) keep its own
 /// output, which shows the usage they need. The value is made inert: clap echoes it raw.
 fn usage_error(e: clap::Error) -> i32 {
-    use clap::error::ErrorKind;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     if !matches!(
         e.kind(),
         ErrorKind::ValueValidation | ErrorKind::InvalidValue
     ) {
         e.exit()
     }
-    let text = e.render().to_string();
-    let line = text.lines().next().unwrap_or_default();
-    eprintln!(
-        "exactly: {}",
-        inert(line.strip_prefix("error: ").unwrap_or(line))
-    );
+    // Built from the error's parts: its rendering puts the raw value (a line feed and all)
+    // inside the text.
+    let part = |k| e.get(k).map(ToString::to_string);
+    let mut line = match (
+        part(ContextKind::InvalidArg),
+        part(ContextKind::InvalidValue),
+    ) {
+        (Some(arg), Some(value)) => format!("invalid value '{}' for '{arg}'", inert(&value)),
+        _ => "invalid value".to_string(),
+    };
+    if let Some(why) = std::error::Error::source(&e) {
+        line.push_str(&format!(": {}", inert(&why.to_string())));
+    }
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+        line.push_str(&format!(" [possible values: {}]", valid.join(", ")));
+    }
+    eprintln!("exactly: {line}");
     2
 }
 

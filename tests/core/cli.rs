@@ -259,9 +259,10 @@ on_both_backends! {
     fn a_refused_flag_value_is_one_inert_line() {
         let env = Env::new();
         let hostile = "a\u{1b}[31mb";
-        let cases: [&[&str]; 4] = [
+        let cases: [&[&str]; 5] = [
             &["gc", "--keep", "1h"],
             &["lease", "claim", "--job", hostile, "--for", "1m"],
+            &["lease", "claim", "--job", "a\nb", "--for", "1m"],
             &[
                 "effect", "--job", "j", "--token", "1", "--action", "a", "--target", "t",
                 "--observe-timeout", "50ms", "--", "true",

@@ -251,21 +251,8 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         observe,
         typical_ms: 0.0,
     };
-    let names: Vec<&str> = if a.scenarios.is_empty() {
-        SCENARIOS.to_vec()
-    } else {
-        SCENARIOS
-            .iter()
-            .copied()
-            .filter(|s| a.scenarios.iter().any(|x| x == s))
-            .collect()
-    };
-    let bar = ProgressBar::new(u64::from(a.iterations) * names.len() as u64);
-    if let Ok(style) =
-        ProgressStyle::with_template("{spinner} {msg:24} [{bar:30}] {pos}/{len} {elapsed}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    let names = chosen(a);
+    let bar = progress(u64::from(a.iterations) * names.len() as u64);
     let mut per = BTreeMap::new();
     let mut total = Tally::default();
     let started = Instant::now();
@@ -279,41 +266,14 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         if lines {
             eprintln!("chaos: {place} started");
         }
-        let before = Snapshot::read(&mut h.store)?.totals;
-        let t0 = Instant::now();
-        let mut t = Tally {
-            fenced: a.fence,
-            not_run: no_cgroup_missing.clone(),
-            ..Tally::default()
-        };
-        let run = match t.not_run {
-            Some(_) => Ok(()),
-            None => scenarios::run(name, &mut h, &mut t, a.iterations, &bar),
-        };
-        if let Err(e) = run {
-            t.anomaly(format!("{name}: {e}"));
-        }
-        if let Err(e) = h.audit(&mut t) {
-            t.anomaly(format!("{name}: audit: {e}"));
-        }
-        if t.not_run.is_some() {
-            t.iterations = 0;
-        }
-        let after = Snapshot::read(&mut h.store)?.totals;
-        t.fenced_writes = after.fenced_writes.saturating_sub(before.fenced_writes);
-        t.duplicates_suppressed = after
-            .duplicates_suppressed
-            .saturating_sub(before.duplicates_suppressed);
-        t.wall_ms = t0.elapsed().as_millis() as u64;
-        if lines {
-            let how = match &t.not_run {
-                Some(why) => format!("not run ({why})"),
-                None if t.ok() => "ok".to_string(),
-                None => format!("{} anomalies", t.anomalies),
-            };
-            let took = t0.elapsed().as_secs_f64();
-            eprintln!("chaos: {place} ended in {took:.1}s: {how}");
-        }
+        let t = run_one(
+            &mut h,
+            name,
+            a,
+            no_cgroup_missing.clone(),
+            &bar,
+            (&place, lines),
+        )?;
         total.add(&t);
         per.insert(name.to_string(), t);
     }
@@ -334,4 +294,76 @@ fn run_all(exe: &Path, dir: &Path, db: &Option<String>, a: &ChaosArgs) -> Result
         total,
         scenarios: per,
     })
+}
+
+/// The scenarios `--scenario` names, in the harness's order (all when it names none).
+fn chosen(a: &ChaosArgs) -> Vec<&'static str> {
+    if a.scenarios.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        SCENARIOS
+            .iter()
+            .copied()
+            .filter(|s| a.scenarios.iter().any(|x| x == s))
+            .collect()
+    }
+}
+
+/// The progress bar over every iteration of every scenario (drawn on a terminal only).
+fn progress(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} {msg:24} [{bar:30}] {pos}/{len} {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// One scenario's iterations, its audit and its counters' moves, as its tally; `not_run` says
+/// why it cannot run here. Off a terminal, its end is one line on stderr (`place`, `lines`).
+fn run_one(
+    h: &mut Harness,
+    name: &str,
+    a: &ChaosArgs,
+    not_run: Option<String>,
+    bar: &ProgressBar,
+    (place, lines): (&str, bool),
+) -> Result<Tally> {
+    let before = Snapshot::read(&mut h.store)?.totals;
+    let t0 = Instant::now();
+    let mut t = Tally {
+        fenced: a.fence,
+        not_run,
+        ..Tally::default()
+    };
+    let run = match t.not_run {
+        Some(_) => Ok(()),
+        None => scenarios::run(name, h, &mut t, a.iterations, bar),
+    };
+    if let Err(e) = run {
+        t.anomaly(format!("{name}: {e}"));
+    }
+    if let Err(e) = h.audit(&mut t) {
+        t.anomaly(format!("{name}: audit: {e}"));
+    }
+    if t.not_run.is_some() {
+        t.iterations = 0;
+    }
+    let after = Snapshot::read(&mut h.store)?.totals;
+    t.fenced_writes = after.fenced_writes.saturating_sub(before.fenced_writes);
+    t.duplicates_suppressed = after
+        .duplicates_suppressed
+        .saturating_sub(before.duplicates_suppressed);
+    t.wall_ms = t0.elapsed().as_millis() as u64;
+    if lines {
+        let how = match &t.not_run {
+            Some(why) => format!("not run ({why})"),
+            None if t.ok() => "ok".to_string(),
+            None => format!("{} anomalies", t.anomalies),
+        };
+        let took = t0.elapsed().as_secs_f64();
+        eprintln!("chaos: {place} ended in {took:.1}s: {how}");
+    }
+    Ok(t)
 }

@@ -397,27 +397,7 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
             ));
         }
         // The unflagged caller and the flagged one's retries race the person's decision.
-        let mut callers = Vec::new();
-        for (j, e) in effs.iter().enumerate() {
-            let how = if j == 0 {
-                flagged.clone()
-            } else {
-                How::default()
-            };
-            let c = Client {
-                hold_before_ms: h.rng.gen_range(0..100),
-                ..Client::quick()
-            };
-            let mut tries = Vec::new();
-            for _ in 0..CALLER_TRIES {
-                tries.push((h.attempt_with(e, &c, &how), h.ms(30, 150)));
-            }
-            callers.push(Caller {
-                delay: h.ms(0, 300),
-                tries,
-                again: &[4, 5],
-            });
-        }
+        let callers = racing_callers(h, &effs, &flagged);
         let decide_after = h.ms(0, 400);
         let handle = std::thread::spawn(move || race(callers));
         std::thread::sleep(decide_after);
@@ -443,50 +423,103 @@ fn approval_race(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> R
             .map_err(|_| Error::Store("a caller thread panicked".into()))?;
         record_race(t, &label, results);
         if approve {
-            // The flagged caller's next run sends it (or finds it done).
-            let mut done = false;
-            for _ in 0..SETTLE_TRIES {
-                let end = Running::spawn(h.attempt_with(&effs[0], &Client::quick(), &flagged))?
-                    .finish()?;
-                if end.code == Some(0) {
-                    done = true;
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if !done {
-                t.anomaly(format!("{label}: the approved effect was never settled"));
-            }
-            t.intend(&key, label);
+            settle_approved(h, t, &effs[0], &flagged, &key, label)?;
         } else {
-            // Both callers again: neither may send a denied effect.
-            for (j, e) in effs.iter().enumerate() {
-                let how = if j == 0 {
-                    flagged.clone()
-                } else {
-                    How::default()
-                };
-                Running::spawn(h.attempt_with(e, &Client::quick(), &how))?.finish()?;
-            }
-            let arrived = h.far.arrivals(&key)?;
-            if arrived > 0 {
-                t.unapproved_sends += 1;
-                t.fail(format!(
-                    "{label}: the denied effect {key} reached the far side {arrived} times"
-                ));
-            }
-            let state = crate::effect::get(&mut h.store, &key)?.map(|r| r.state);
-            if state != Some(EffectState::Cancelled) {
-                t.anomaly(format!(
-                    "{label}: the denied effect is {state:?}, not cancelled"
-                ));
-            }
+            check_denied(h, t, &effs, &flagged, &key, &label)?;
         }
         t.iterations += 1;
         bar.inc(1);
     }
     for (job, token) in jobs.iter().zip(tokens) {
         h.release(job, token)?;
+    }
+    Ok(())
+}
+
+/// The two callers of one approval-race round, each with its tries: the flagged one (asking
+/// for approval again) and an unflagged one, on the same key.
+fn racing_callers(h: &mut Harness, effs: &[Eff], flagged: &How) -> Vec<Caller> {
+    let mut callers = Vec::new();
+    for (j, e) in effs.iter().enumerate() {
+        let how = if j == 0 {
+            flagged.clone()
+        } else {
+            How::default()
+        };
+        let c = Client {
+            hold_before_ms: h.rng.gen_range(0..100),
+            ..Client::quick()
+        };
+        let mut tries = Vec::new();
+        for _ in 0..CALLER_TRIES {
+            tries.push((h.attempt_with(e, &c, &how), h.ms(30, 150)));
+        }
+        callers.push(Caller {
+            delay: h.ms(0, 300),
+            tries,
+            again: &[4, 5],
+        });
+    }
+    callers
+}
+
+/// After an approval: the flagged caller's next run sends it (or finds it done), and it is
+/// counted as intended once.
+fn settle_approved(
+    h: &mut Harness,
+    t: &mut Tally,
+    eff: &Eff,
+    flagged: &How,
+    key: &exactly::EffectKey,
+    label: String,
+) -> Result<()> {
+    // The flagged caller's next run sends it (or finds it done).
+    let mut done = false;
+    for _ in 0..SETTLE_TRIES {
+        let end = Running::spawn(h.attempt_with(eff, &Client::quick(), flagged))?.finish()?;
+        if end.code == Some(0) {
+            done = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !done {
+        t.anomaly(format!("{label}: the approved effect was never settled"));
+    }
+    t.intend(key, label);
+    Ok(())
+}
+
+/// After a denial: both callers again, and neither may send; the effect ends cancelled.
+fn check_denied(
+    h: &mut Harness,
+    t: &mut Tally,
+    effs: &[Eff],
+    flagged: &How,
+    key: &exactly::EffectKey,
+    label: &str,
+) -> Result<()> {
+    // Both callers again: neither may send a denied effect.
+    for (j, e) in effs.iter().enumerate() {
+        let how = if j == 0 {
+            flagged.clone()
+        } else {
+            How::default()
+        };
+        Running::spawn(h.attempt_with(e, &Client::quick(), &how))?.finish()?;
+    }
+    let arrived = h.far.arrivals(key)?;
+    if arrived > 0 {
+        t.unapproved_sends += 1;
+        t.fail(format!(
+            "{label}: the denied effect {key} reached the far side {arrived} times"
+        ));
+    }
+    let state = crate::effect::get(&mut h.store, key)?.map(|r| r.state);
+    if state != Some(EffectState::Cancelled) {
+        t.anomaly(format!(
+            "{label}: the denied effect is {state:?}, not cancelled"
+        ));
     }
     Ok(())
 }

@@ -283,48 +283,13 @@ fn serve(socket: &Path, modes: Modes) -> Result<i32> {
         }
         let words: Vec<&str> = line.split_whitespace().collect();
         let reply = match words.as_slice() {
-            ["SEND", key, rest @ ..] => {
-                if take(&mut st.lose_request, key) {
+            ["SEND", key, rest @ ..] => match st.send(modes, key, rest) {
+                Answer::Hold => {
                     hold(conn);
                     continue;
                 }
-                *st.requests.entry(key.to_string()).or_default() += 1;
-                let dedupe = modes.dedupe || rest.contains(&"dedupe");
-                let fence = rest
-                    .iter()
-                    .find_map(|w| w.strip_prefix("fence="))
-                    .and_then(|f| f.rsplit_once(':'))
-                    .and_then(|(job, t)| Some((job.to_string(), t.parse::<i64>().ok()?)));
-                if let Some((job, token)) = fence {
-                    let high = st.fence_high.entry(job).or_insert(token);
-                    if token < *high {
-                        let high = *high;
-                        *st.refused.entry(key.to_string()).or_default() += 1;
-                        let _ = conn.write_all(format!("FENCED {high}\n").as_bytes());
-                        continue;
-                    }
-                    *high = token;
-                } else if modes.fence {
-                    // A fencing far side takes no request without a token.
-                    *st.refused.entry(key.to_string()).or_default() += 1;
-                    let _ = conn.write_all(b"FENCED none\n");
-                    continue;
-                }
-                if dedupe {
-                    if let Some(n) = st.arrivals.get(*key) {
-                        *st.refused.entry(key.to_string()).or_default() += 1;
-                        let _ = conn.write_all(format!("OK {n}\n").as_bytes());
-                        continue;
-                    }
-                }
-                let n = st.arrivals.entry(key.to_string()).or_default();
-                *n += 1;
-                if take(&mut st.drop_answer, key) {
-                    hold(conn);
-                    continue;
-                }
-                format!("OK {n}")
-            }
+                Answer::Say(reply) => reply,
+            },
             ["SEEN", key] => {
                 if take(&mut st.flaky_seen, key) {
                     "ERR the far side's lookup is unavailable".to_string()
@@ -335,32 +300,8 @@ fn serve(socket: &Path, modes: Modes) -> Result<i32> {
                     }
                 }
             }
-            ["RULE", key, kind, rest @ ..] => {
-                let n = rest.first().and_then(|n| n.parse().ok()).unwrap_or(1u32);
-                let rules = match *kind {
-                    "drop-answer" => Some(&mut st.drop_answer),
-                    "lose-request" => Some(&mut st.lose_request),
-                    "flaky-seen" => Some(&mut st.flaky_seen),
-                    _ => None,
-                };
-                match rules {
-                    Some(r) => {
-                        *r.entry(key.to_string()).or_default() += n;
-                        "OK".to_string()
-                    }
-                    None => "ERR unknown rule".to_string(),
-                }
-            }
-            ["DUMP"] => {
-                let mut s = String::new();
-                for (k, r) in &st.requests {
-                    let n = st.arrivals.get(k).copied().unwrap_or(0);
-                    let refused = st.refused.get(k).copied().unwrap_or(0);
-                    s.push_str(&format!("{k} {n} {r} {refused}\n"));
-                }
-                s.push_str("END");
-                s
-            }
+            ["RULE", key, kind, rest @ ..] => st.rule(key, kind, rest.first()),
+            ["DUMP"] => st.dump(),
             ["QUIT"] => {
                 let _ = conn.write_all(b"OK\n");
                 let _ = std::fs::remove_file(socket);
@@ -371,6 +312,86 @@ fn serve(socket: &Path, modes: Modes) -> Result<i32> {
         let _ = conn.write_all(format!("{reply}\n").as_bytes());
     }
     Ok(0)
+}
+
+/// What the far side does with a request: answer it, or hold the connection open and never
+/// answer (a request lost on the way, or an answer that never comes back).
+enum Answer {
+    Hold,
+    Say(String),
+}
+
+impl State {
+    /// `SEND KEY [dedupe] [fence=JOB:TOKEN]`: the effect arrives, unless a rule loses it, a
+    /// fence refuses a lower token, or the far side dedupes a key it already has.
+    fn send(&mut self, modes: Modes, key: &str, rest: &[&str]) -> Answer {
+        if take(&mut self.lose_request, key) {
+            return Answer::Hold;
+        }
+        *self.requests.entry(key.to_string()).or_default() += 1;
+        let dedupe = modes.dedupe || rest.contains(&"dedupe");
+        let fence = rest
+            .iter()
+            .find_map(|w| w.strip_prefix("fence="))
+            .and_then(|f| f.rsplit_once(':'))
+            .and_then(|(job, t)| Some((job.to_string(), t.parse::<i64>().ok()?)));
+        if let Some((job, token)) = fence {
+            let high = self.fence_high.entry(job).or_insert(token);
+            if token < *high {
+                let high = *high;
+                *self.refused.entry(key.to_string()).or_default() += 1;
+                return Answer::Say(format!("FENCED {high}"));
+            }
+            *high = token;
+        } else if modes.fence {
+            // A fencing far side takes no request without a token.
+            *self.refused.entry(key.to_string()).or_default() += 1;
+            return Answer::Say("FENCED none".to_string());
+        }
+        if dedupe {
+            if let Some(n) = self.arrivals.get(key) {
+                *self.refused.entry(key.to_string()).or_default() += 1;
+                return Answer::Say(format!("OK {n}"));
+            }
+        }
+        let n = self.arrivals.entry(key.to_string()).or_default();
+        *n += 1;
+        let n = *n;
+        if take(&mut self.drop_answer, key) {
+            return Answer::Hold;
+        }
+        Answer::Say(format!("OK {n}"))
+    }
+
+    /// `RULE KEY KIND [N]`: the next N requests of the key meet the fault KIND.
+    fn rule(&mut self, key: &str, kind: &str, n: Option<&&str>) -> String {
+        let n = n.and_then(|n| n.parse().ok()).unwrap_or(1u32);
+        let rules = match kind {
+            "drop-answer" => Some(&mut self.drop_answer),
+            "lose-request" => Some(&mut self.lose_request),
+            "flaky-seen" => Some(&mut self.flaky_seen),
+            _ => None,
+        };
+        match rules {
+            Some(r) => {
+                *r.entry(key.to_string()).or_default() += n;
+                "OK".to_string()
+            }
+            None => "ERR unknown rule".to_string(),
+        }
+    }
+
+    /// `DUMP`: each key's arrivals, requests and refusals, then `END`.
+    fn dump(&self) -> String {
+        let mut s = String::new();
+        for (k, r) in &self.requests {
+            let n = self.arrivals.get(k).copied().unwrap_or(0);
+            let refused = self.refused.get(k).copied().unwrap_or(0);
+            s.push_str(&format!("{k} {n} {r} {refused}\n"));
+        }
+        s.push_str("END");
+        s
+    }
 }
 
 /// What the far side saw of one key.

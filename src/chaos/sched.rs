@@ -336,72 +336,11 @@ impl Fleet {
             t.intend(&key, format!("{} item #{i}", self.name));
             self.pending.push((i, key.to_string()));
             self.write_items()?;
-            // Strike mid-effect (a run is sending an item) or at a random moment.
-            // slow-observer strikes at random moments more often: its point is the observers
-            // and the attempt limit, not the send.
-            let mid = if self.mode == Mode::SlowObserver {
-                0.4
-            } else {
-                0.8
-            };
-            let wait_mid = h.guarded && (h.rng.gen_bool(mid) || self.pending.len() > BACKLOG);
-            let mut sender = None;
-            if wait_mid {
-                let deadline = Instant::now() + Duration::from_millis(2500);
-                while Instant::now() < deadline {
-                    sender = self.prune(h)?;
-                    if sender.is_some() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                std::thread::sleep(h.ms(0, 30));
-            } else {
-                let most = if self.mode == Mode::SlowObserver {
-                    2500
-                } else {
-                    1200
-                };
-                std::thread::sleep(h.ms(50, most));
-            }
+            let sender = self.wait_to_strike(h)?;
             if sender.is_some() {
                 t.mid_effect_strikes += 1;
             }
-            // The scheduler whose run is mid-effect, else one at random.
-            let victim = sender
-                .and_then(|o| self.live.iter().position(|s| s.owner == o))
-                .unwrap_or_else(|| h.rng.gen_range(0..self.live.len().max(1)));
-            if victim < self.live.len() {
-                let mut s = self.live.remove(victim);
-                match self.mode {
-                    Mode::Deploy => {
-                        if s.r.term() {
-                            t.kill("scheduler_sigterm");
-                        }
-                        self.draining.push(s);
-                    }
-                    Mode::SlowObserver => {
-                        // The scheduler alone dies (an OOM kill, a crash): whatever its command
-                        // started is left for the next run of the firing to end.
-                        if s.r.kill() {
-                            t.kill("scheduler_sigkill");
-                        }
-                        s.r.finish()?;
-                    }
-                    Mode::BlueGreen => {
-                        // Half the time the machine goes with it: its runs die mid-effect too.
-                        // Otherwise the runs live on as orphans that the lease must fence.
-                        if h.rng.gen_bool(0.5) {
-                            if kill_with_runs(&mut s.r) {
-                                t.kill("host_sigkill");
-                            }
-                        } else if s.r.kill() {
-                            t.kill("scheduler_sigkill");
-                        }
-                        s.r.finish()?;
-                    }
-                }
-            }
+            self.strike(h, t, sender)?;
             // A deploy sometimes cuts the old runs short; the replacement starts at once.
             let grace = if self.mode == Mode::Deploy && h.rng.gen_bool(0.5) {
                 "0s"
@@ -413,6 +352,81 @@ impl Fleet {
             self.prune(h)?;
             t.iterations += 1;
             bar.inc(1);
+        }
+        Ok(())
+    }
+
+    /// Waits for the moment to strike: mid-effect (a run is sending an item, the owner of its
+    /// scheduler returned) or a random moment (None).
+    fn wait_to_strike(&mut self, h: &mut Harness) -> Result<Option<String>> {
+        // Strike mid-effect (a run is sending an item) or at a random moment.
+        // slow-observer strikes at random moments more often: its point is the observers
+        // and the attempt limit, not the send.
+        let mid = if self.mode == Mode::SlowObserver {
+            0.4
+        } else {
+            0.8
+        };
+        let wait_mid = h.guarded && (h.rng.gen_bool(mid) || self.pending.len() > BACKLOG);
+        let mut sender = None;
+        if wait_mid {
+            let deadline = Instant::now() + Duration::from_millis(2500);
+            while Instant::now() < deadline {
+                sender = self.prune(h)?;
+                if sender.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(h.ms(0, 30));
+        } else {
+            let most = if self.mode == Mode::SlowObserver {
+                2500
+            } else {
+                1200
+            };
+            std::thread::sleep(h.ms(50, most));
+        }
+        Ok(sender)
+    }
+
+    /// Takes a scheduler down as the mode does (a deploy's SIGTERM, a crash, a host lost):
+    /// the one whose run is mid-effect, else one at random.
+    fn strike(&mut self, h: &mut Harness, t: &mut Tally, sender: Option<String>) -> Result<()> {
+        // The scheduler whose run is mid-effect, else one at random.
+        let victim = sender
+            .and_then(|o| self.live.iter().position(|s| s.owner == o))
+            .unwrap_or_else(|| h.rng.gen_range(0..self.live.len().max(1)));
+        if victim < self.live.len() {
+            let mut s = self.live.remove(victim);
+            match self.mode {
+                Mode::Deploy => {
+                    if s.r.term() {
+                        t.kill("scheduler_sigterm");
+                    }
+                    self.draining.push(s);
+                }
+                Mode::SlowObserver => {
+                    // The scheduler alone dies (an OOM kill, a crash): whatever its command
+                    // started is left for the next run of the firing to end.
+                    if s.r.kill() {
+                        t.kill("scheduler_sigkill");
+                    }
+                    s.r.finish()?;
+                }
+                Mode::BlueGreen => {
+                    // Half the time the machine goes with it: its runs die mid-effect too.
+                    // Otherwise the runs live on as orphans that the lease must fence.
+                    if h.rng.gen_bool(0.5) {
+                        if kill_with_runs(&mut s.r) {
+                            t.kill("host_sigkill");
+                        }
+                    } else if s.r.kill() {
+                        t.kill("scheduler_sigkill");
+                    }
+                    s.r.finish()?;
+                }
+            }
         }
         Ok(())
     }

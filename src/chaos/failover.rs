@@ -44,6 +44,23 @@ struct Work<'a> {
 }
 
 impl Work<'_> {
+    /// The far side's empty file and the database made on the pair's primary.
+    fn init(&self) -> Result<()> {
+        std::fs::write(&self.far, "").map_err(|e| err(format!("the far side's file: {e}")))?;
+        let init = self
+            .exactly()
+            .arg("init")
+            .output()
+            .map_err(|e| err(format!("exactly init: {e}")))?;
+        if !init.status.success() {
+            return Err(err(format!(
+                "exactly init: {}",
+                String::from_utf8_lossy(&init.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
     fn exactly(&self) -> Command {
         let mut c = Command::new(self.exe);
         c.arg("--db").arg(&self.url).stdin(Stdio::null());
@@ -159,18 +176,7 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
             false => PathBuf::from("off"),
         },
     };
-    std::fs::write(&work.far, "").map_err(|e| err(format!("the far side's file: {e}")))?;
-    let init = work
-        .exactly()
-        .arg("init")
-        .output()
-        .map_err(|e| err(format!("exactly init: {e}")))?;
-    if !init.status.success() {
-        return Err(err(format!(
-            "exactly init: {}",
-            String::from_utf8_lossy(&init.stderr).trim()
-        )));
-    }
+    work.init()?;
     if mode == Mode::Sync {
         pair.synchronous()?;
     } else {
@@ -222,6 +228,21 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
         }
         t.iterations += 1;
     }
+    count_far_side(&work, n, t)?;
+    if h.guarded {
+        one_memory_across_the_failover(&work, seen.keys().max().copied(), t);
+    }
+    failover_is_shown(&work, &name, mode, t)?;
+    if mode == Mode::Sync {
+        sync_wait_is_bounded(&pair, &work, t)?;
+    }
+    drop(pair);
+    Ok(())
+}
+
+/// Every key of both ranges was meant to reach the far side once: the requests it got, and
+/// each one past a key's first as a duplicate.
+fn count_far_side(work: &Work<'_>, n: u32, t: &mut Tally) -> Result<()> {
     // Every key of both ranges, each meant to reach the far side once.
     t.intended_effects += 2 * u64::from(n);
     let far = std::fs::read_to_string(&work.far).map_err(|e| err(format!("far side: {e}")))?;
@@ -231,9 +252,11 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
     }
     t.far_side_requests += far.lines().count() as u64;
     t.duplicate_effects += per_key.values().map(|c| c.saturating_sub(1)).sum::<u64>();
-    if h.guarded {
-        one_memory_across_the_failover(&work, seen.keys().max().copied(), t);
-    }
+    Ok(())
+}
+
+/// The promoted server's ledger records one failover, and says how replication was.
+fn failover_is_shown(work: &Work<'_>, name: &str, mode: Mode, t: &mut Tally) -> Result<()> {
     let mut store = crate::open(Some(&work.url), crate::Access::ReadOnly)?;
     let snap = crate::snapshot::Snapshot::read(&mut store)?;
     t.failovers_seen += snap.failovers;
@@ -249,10 +272,6 @@ fn round(h: &mut Harness, t: &mut Tally, n: u32, mode: Mode, bar: &ProgressBar) 
         t.anomaly(format!("{name}: the failover does not say {how:?}: {said}"));
     }
     drop(store);
-    if mode == Mode::Sync {
-        sync_wait_is_bounded(&pair, &work, t)?;
-    }
-    drop(pair);
     Ok(())
 }
 

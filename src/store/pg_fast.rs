@@ -60,13 +60,13 @@ impl Store {
         };
         let min_until = crate::time::fmt(crate::time::add(now, SUBMIT_MIN_LEFT));
         let (attempt, sender) = submit_as.map_or((None, None), |a| (Some(a.attempt), a.sender));
+        let begin_sql = super::pg_single::begin();
         let answer = db.call(
             &mut |c| {
                 let min_until = c.later(&min_until);
                 first(
                     c,
-                    "SELECT o_outcome, o_at, o_until FROM exactly_begin_effect(
-                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    begin_sql,
                     args![
                         e.effect_key,
                         e.job_key,
@@ -184,12 +184,12 @@ impl Store {
         } else {
             EventKind::EffectUnknown
         };
+        let finish_sql = super::pg_single::finish();
         let reply = db.call(
             &mut |c| {
                 first(
                     c,
-                    "SELECT o_outcome, o_at FROM exactly_finish_effect(
-                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    finish_sql,
                     args![
                         key,
                         job,

@@ -1,5 +1,6 @@
 //! The hot transitions on PostgreSQL as one round trip each: a call of the function
-//! `pg_functions` installed for it, sent outside any transaction (it commits on its own). Each
+//! `pg_functions` installed for it (an effect's begin and finish: the one statement of
+//! `pg_single`), sent outside any transaction (it commits on its own). Each
 //! answers what the transaction in `ledger.rs`/`lease.rs` would, or `None` when that
 //! transaction must decide (the function wrote nothing then), and the caller runs it as before.
 //! SQLite, a database whose functions are missing or another version's, and the guard switched

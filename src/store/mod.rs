@@ -35,6 +35,7 @@ pub(crate) mod pg;
 mod pg_fast;
 mod pg_functions;
 mod pg_schema;
+mod pg_single;
 mod pg_sync;
 pub use pg_sync::bound_by as sync_wait_bound;
 mod pg_timeline;

@@ -1,5 +1,6 @@
 //! The hot transitions on PostgreSQL as one round trip each: a call of the function
-//! `pg_functions` installed for it, sent outside any transaction (it commits on its own). Each
+//! `pg_functions` installed for it (an effect's begin and finish: the one statement of
+//! `pg_single`), sent outside any transaction (it commits on its own). Each
 //! answers what the transaction in `ledger.rs`/`lease.rs` would, or `None` when that
 //! transaction must decide (the function wrote nothing then), and the caller runs it as before.
 //! SQLite, a database whose functions are missing or another version's, and the guard switched
@@ -60,13 +61,13 @@ impl Store {
         };
         let min_until = crate::time::fmt(crate::time::add(now, SUBMIT_MIN_LEFT));
         let (attempt, sender) = submit_as.map_or((None, None), |a| (Some(a.attempt), a.sender));
+        let begin_sql = super::pg_single::begin();
         let answer = db.call(
             &mut |c| {
                 let min_until = c.later(&min_until);
                 first(
                     c,
-                    "SELECT o_outcome, o_at, o_until FROM exactly_begin_effect(
-                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    begin_sql,
                     args![
                         e.effect_key,
                         e.job_key,
@@ -184,12 +185,12 @@ impl Store {
         } else {
             EventKind::EffectUnknown
         };
+        let finish_sql = super::pg_single::finish();
         let reply = db.call(
             &mut |c| {
                 first(
                     c,
-                    "SELECT o_outcome, o_at FROM exactly_finish_effect(
-                       ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    finish_sql,
                     args![
                         key,
                         job,

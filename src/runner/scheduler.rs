@@ -200,27 +200,8 @@ pub fn run(
         let tick = Instant::now();
         if reload.swap(false, Ordering::SeqCst) {
             if let Some(r) = file.reload(&mut store, &cfg) {
-                // Runs in progress go on (their threads hold their own settings); a removed
-                // job's state goes, a changed one's next firing takes the new settings.
                 watch = super::definitions::Watch::new(&r.jobs, cfg.cwd.as_deref());
-                let mut old: Vec<JobState> = std::mem::take(&mut states);
-                for job in r.jobs {
-                    let st = match old.iter().position(|s| s.job.name == job.name) {
-                        Some(k) => {
-                            let mut st = old.swap_remove(k);
-                            st.replace(job);
-                            st
-                        }
-                        None => match start_state(&mut store, job.clone(), &r.fresh, handled) {
-                            Ok(st) => st,
-                            Err(e) => {
-                                health.failed(&job.name, &e);
-                                JobState::new(job, time::now())
-                            }
-                        },
-                    };
-                    states.push(st);
-                }
+                states = reloaded(&mut store, states, r, handled, &mut health);
                 for st in states.iter_mut() {
                     st.mine = share.mine(&st.job.name);
                 }
@@ -243,26 +224,13 @@ pub fn run(
             }
         }
         let net = share.net_after();
-        let mut passed = super::missed::Passed::default();
-        for st in states.iter_mut() {
-            let recorded = super::missed::record_behind(&mut store, &cfg, st, now, &health, net);
-            st.behind = recorded.is_err();
-            match recorded {
-                Ok(n) => passed.add(n),
-                Err(e) => health.failed(&st.job.name, &e),
-            }
-        }
-        passed.say(cfg.outage.as_ref());
+        record_missed(&mut store, &cfg, &mut states, now, &mut health, net);
         let silent_for = crate::jobs::scheduler_dead_after();
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),
             silent_for,
             trust_silence: health.working_for(silent_for),
         };
-        // One read for every job's queue and interrupted firings, instead of one per job.
-        // Those that could not start yet (a dead run's lease not yet past the skew margin) are
-        // tried again just before the same job's new firing, which must not pass them.
-        let mut pending = Vec::new();
         let mut t = Tick {
             store: &mut store,
             cfg: &cfg,
@@ -271,37 +239,10 @@ pub fn run(
             health: &mut health,
             rules: &rules,
         };
-        match firing::waiting_jobs(t.store, now) {
-            Ok(waiting) => {
-                share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
-                for (name, w) in waiting {
-                    let Some(i) = states.iter().position(|s| s.job.name == name) else {
-                        continue;
-                    };
-                    // Another's job waits for its owner, unless left waiting (see `share`).
-                    if !share.may_start_waiting(&name, states[i].mine) {
-                        continue;
-                    }
-                    let now = time::now();
-                    let st = &mut states[i];
-                    match start_waiting(&mut t, st, w, now) {
-                        Ok(true) => {}
-                        Ok(false) => pending.push((i, w)),
-                        Err(e) => t.health.failed(&states[i].job.name, &e),
-                    }
-                }
-            }
-            Err(e) => t.health.failed("-", &e),
-        }
+        let pending = start_all_waiting(&mut t, &mut states, &mut share, now);
         batches::fire_due(&mut t, &mut states, pending, &mut share);
         runs.retain(|r| !r.handle.is_finished());
-        // Wake for the next tick, or earlier for the next due slot: never sleep past one.
-        let mut rest = TICK.saturating_sub(tick.elapsed());
-        let net = share.net_after();
-        if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
-            let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
-            rest = rest.min(until);
-        }
+        let rest = rest_after(tick, &states, &share);
         if let Err(e) = health.end_tick() {
             tracing::error!("{}", e);
             shutdown(&cfg, runs, &kill);
@@ -311,6 +252,106 @@ pub fn run(
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
+}
+
+/// The states after a reload: runs in progress go on (their threads hold their own settings);
+/// a removed job's state goes, a changed one's next firing takes the new settings, a new one
+/// starts as at the scheduler's start.
+fn reloaded(
+    store: &mut Store,
+    mut old: Vec<JobState>,
+    r: super::reload::Reloaded,
+    handled: Option<Ts>,
+    health: &mut Health,
+) -> Vec<JobState> {
+    let mut states = Vec::new();
+    for job in r.jobs {
+        let st = match old.iter().position(|s| s.job.name == job.name) {
+            Some(k) => {
+                let mut st = old.swap_remove(k);
+                st.replace(job);
+                st
+            }
+            None => match start_state(store, job.clone(), &r.fresh, handled) {
+                Ok(st) => st,
+                Err(e) => {
+                    health.failed(&job.name, &e);
+                    JobState::new(job, time::now())
+                }
+            },
+        };
+        states.push(st);
+    }
+    states
+}
+
+/// Records each job's missed slots up to `now` (see `missed`); a job whose write failed is
+/// `behind` and fires nothing this tick.
+fn record_missed(
+    store: &mut Store,
+    cfg: &Config,
+    states: &mut [JobState],
+    now: Ts,
+    health: &mut Health,
+    net: Duration,
+) {
+    let mut passed = super::missed::Passed::default();
+    for st in states.iter_mut() {
+        let recorded = super::missed::record_behind(store, cfg, st, now, health, net);
+        st.behind = recorded.is_err();
+        match recorded {
+            Ok(n) => passed.add(n),
+            Err(e) => health.failed(&st.job.name, &e),
+        }
+    }
+    passed.say(cfg.outage.as_ref());
+}
+
+/// Starts every job's queued and interrupted firings it may, read in one go instead of one
+/// read per job. Returns those that could not start yet (a dead run's lease not yet past the
+/// skew margin): tried again just before the same job's new firing, which must not pass them.
+fn start_all_waiting(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    share: &mut Share,
+    now: Ts,
+) -> Vec<(usize, Waiting)> {
+    let mut pending = Vec::new();
+    match firing::waiting_jobs(t.store, now) {
+        Ok(waiting) => {
+            share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
+            for (name, w) in waiting {
+                let Some(i) = states.iter().position(|s| s.job.name == name) else {
+                    continue;
+                };
+                // Another's job waits for its owner, unless left waiting (see `share`).
+                if !share.may_start_waiting(&name, states[i].mine) {
+                    continue;
+                }
+                let now = time::now();
+                let st = &mut states[i];
+                match start_waiting(t, st, w, now) {
+                    Ok(true) => {}
+                    Ok(false) => pending.push((i, w)),
+                    Err(e) => t.health.failed(&states[i].job.name, &e),
+                }
+            }
+        }
+        Err(e) => t.health.failed("-", &e),
+    }
+    pending
+}
+
+/// How long to sleep after a tick begun at `tick`: until the next tick, or earlier for the
+/// next due slot, never past one.
+fn rest_after(tick: Instant, states: &[JobState], share: &Share) -> Duration {
+    let mut rest = TICK.saturating_sub(tick.elapsed());
+    let net = share.net_after();
+    if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
+        let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
+        rest = rest.min(until);
+    }
+    rest
 }
 
 fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {

@@ -220,6 +220,82 @@ pub struct RunResult {
     pub after: crate::firing::AfterFailure,
 }
 
+/// Writes the run's end until it is recorded, or until [`end_not_recorded`] gives up.
+fn record_end(
+    spec: &RunSpec,
+    beat: &mut Heartbeat,
+    end: &RunEnd<'_>,
+) -> Result<(RunOutcome, crate::firing::AfterFailure)> {
+    let since = Instant::now();
+    let (mut tries, mut pause) = (0u64, END_RETRY_FIRST);
+    let mut lent: Option<Lent> = None;
+    let (outcome, after) = loop {
+        let s = match lent.as_mut() {
+            Some(s) => s,
+            None => match lend(&spec.db) {
+                Ok(s) => lent.insert(s),
+                Err(e) => {
+                    if end_not_recorded(spec, beat, end, &e, since, &mut tries) {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(END_RETRY_CAP);
+                    continue;
+                }
+            },
+        };
+        let e = match try_end(s, beat, spec, end, since) {
+            Ok(o) => break o,
+            Err(e) => e,
+        };
+        if end_not_recorded(spec, beat, end, &e, since, &mut tries) {
+            return Err(e);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(END_RETRY_CAP);
+        if !matches!(e, Error::Busy { .. }) {
+            // A connection that met a read-only file or a lost server may not recover itself.
+            if let Some(s) = lent.as_mut() {
+                let _ = s.reopen();
+            }
+        }
+    };
+    if tries > 0 {
+        tracing::info!(
+            job = %spec.job,
+            "run {}'s end recorded after {} ({tries} failed tries)",
+            spec.started.run_id,
+            time::human_ms(since.elapsed().as_millis() as u64),
+        );
+    }
+    Ok((outcome, after))
+}
+
+/// One try at writing the run's end, its renewals retired first.
+fn try_end(
+    s: &mut Lent,
+    beat: &mut Heartbeat,
+    spec: &RunSpec,
+    end: &RunEnd<'_>,
+    since: Instant,
+) -> Result<(RunOutcome, crate::firing::AfterFailure)> {
+    // No renewal may land after the release this write makes.
+    beat.hold.retire();
+    s.set_writes_first(true);
+    // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
+    let tried = match crate::fault::fails_for(crate::fault::Point::RunEnd)
+        .filter(|d| since.elapsed() < *d)
+    {
+        Some(_) => Err(Error::Store(format!(
+            "database {}: attempt to write a readonly database (fault point run_end)",
+            s.path()
+        ))),
+        None => jobs::finish_run_then(s, end, spec.failure.as_ref()),
+    };
+    s.set_writes_first(false);
+    tried
+}
+
 /// Records the end of the run, retrying every failure (see the module's comment): a run that
 /// ended, exit 0 included, is never taken for a dead one. `store` is reopened after an error
 /// that is not a lock (a file made read-only and back, a server restarted).
@@ -251,62 +327,7 @@ pub fn finish(
         renewal_gap_ms,
         log,
     };
-    let since = Instant::now();
-    let (mut tries, mut pause) = (0u64, END_RETRY_FIRST);
-    let mut lent: Option<Lent> = None;
-    let (outcome, after) = loop {
-        let s = match lent.as_mut() {
-            Some(s) => s,
-            None => match lend(&spec.db) {
-                Ok(s) => lent.insert(s),
-                Err(e) => {
-                    if end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
-                        return Err(e);
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(END_RETRY_CAP);
-                    continue;
-                }
-            },
-        };
-        // No renewal may land after the release this write makes.
-        beat.hold.retire();
-        s.set_writes_first(true);
-        // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
-        let tried = match crate::fault::fails_for(crate::fault::Point::RunEnd)
-            .filter(|d| since.elapsed() < *d)
-        {
-            Some(_) => Err(Error::Store(format!(
-                "database {}: attempt to write a readonly database (fault point run_end)",
-                s.path()
-            ))),
-            None => jobs::finish_run_then(s, &end, spec.failure.as_ref()),
-        };
-        s.set_writes_first(false);
-        let e = match tried {
-            Ok(o) => break o,
-            Err(e) => e,
-        };
-        if end_not_recorded(spec, beat, &end, &e, since, &mut tries) {
-            return Err(e);
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(END_RETRY_CAP);
-        if !matches!(e, Error::Busy { .. }) {
-            // A connection that met a read-only file or a lost server may not recover itself.
-            if let Some(s) = lent.as_mut() {
-                let _ = s.reopen();
-            }
-        }
-    };
-    if tries > 0 {
-        tracing::info!(
-            job = %spec.job,
-            "run {}'s end recorded after {} ({tries} failed tries)",
-            spec.started.run_id,
-            time::human_ms(since.elapsed().as_millis() as u64),
-        );
-    }
+    let (outcome, after) = record_end(spec, beat, &end)?;
     let level = if outcome == RunOutcome::Ok {
         Level::INFO
     } else {

@@ -38,135 +38,167 @@ pub struct Condition {
 pub fn conditions(n: &Notify, snap: &Snapshot) -> Vec<Condition> {
     let mut out = Vec::new();
     if let Some(limit) = n.unknown_older_than {
-        // A notification itself lost is left to the operator: paging about it would go the
-        // way the lost one went.
-        for e in snap.unknown.iter().filter(|e| {
-            e.age_s >= limit.as_secs() as i64 && !e.job_key.starts_with("exactly-notify:")
-        }) {
-            out.push(Condition {
-                rule: "unknown_older_than",
-                subject: e.effect_key.clone(),
-                episode: e.effect_key.clone(),
-                text: format!(
-                    "effect {} of job {} has been {} for {}",
-                    e.effect_key,
-                    e.job_key,
-                    e.state,
-                    time::human_age(e.age_s)
-                ),
-            });
-        }
+        unknown_older_than(limit, snap, &mut out);
     }
     if let Some(limit) = n.approval_pending_longer_than {
-        for a in snap
-            .pending_approvals
-            .iter()
-            .filter(|a| a.age_s >= limit.as_secs() as i64)
-        {
-            out.push(Condition {
-                rule: "approval_pending_longer_than",
-                subject: a.effect_key.clone(),
-                episode: format!("{}@{}", a.effect_key, a.requested_at),
-                text: format!(
-                    "effect {} of job {} has waited for an approval for {}",
-                    a.effect_key,
-                    a.job_key,
-                    time::human_age(a.age_s)
-                ),
-            });
-        }
+        approval_pending(limit, snap, &mut out);
     }
     if let Some(streak) = n.failing_runs {
-        // The episode is the snapshot's judgement (`JobRow::failing_episode`): a run under
-        // way never ends it, and its key comes from the runs, so a restarted scheduler names
-        // the same one.
-        for j in snap.jobs.iter().filter(|j| !j.retired) {
-            let Some((episode, len)) = j.failing_episode() else {
-                continue;
-            };
-            if len < u64::from(streak) {
-                continue;
-            }
-            let since = j.last_success_at.as_deref().unwrap_or("it first ran");
-            out.push(Condition {
-                rule: "failing_runs",
-                subject: j.job_key.clone(),
-                episode,
-                text: format!(
-                    "job {} failed {len} runs in a row (since its last success, at {since})",
-                    j.job_key
-                ),
-            });
-        }
+        failing_runs(streak, snap, &mut out);
     }
     if let Some(late) = n.late_by {
-        let now = time::parse(&snap.taken_at).unwrap_or_else(time::now);
-        for j in snap.jobs.iter().filter(|j| !j.retired && !j.paused) {
-            let Some(due) = j.next_fire_at.as_deref() else {
-                continue;
-            };
-            let Some(at) = time::parse(due) else { continue };
-            let by = now - at;
-            if by.to_std().is_ok_and(|by| by >= late) {
-                out.push(Condition {
-                    rule: "late_by",
-                    subject: j.job_key.clone(),
-                    episode: format!("{}@{due}", j.job_key),
-                    text: format!(
-                        "job {}'s firing at {due} has not run: {} late",
-                        j.job_key,
-                        time::human_age(by.num_seconds())
-                    ),
-                });
-            }
-        }
+        late_by(late, snap, &mut out);
     }
     if n.late_by.is_some() {
-        // A firing a scheduler recorded missed (overlap fail, a starting deadline, past its
-        // catch-up window) will never run: told at once, each miss its own episode, and with
-        // nothing to recover from.
-        for e in snap
-            .events
-            .iter()
-            .filter(|e| e.kind == crate::state::EventKind::FiringMissed.as_str())
-        {
-            let Some(job) = e
-                .job_key
-                .as_deref()
-                .filter(|j| !j.starts_with("exactly-notify:"))
-            else {
-                continue;
-            };
-            out.push(Condition {
-                rule: MISSED,
-                subject: job.to_string(),
-                episode: format!("{job}@missed#{}", e.id),
-                text: format!(
-                    "job {job}'s firing was missed at {}: {}",
-                    e.at,
-                    e.detail.as_deref().unwrap_or("recorded missed")
-                ),
-            });
-        }
+        missed(snap, &mut out);
     }
     if n.scheduler_gone {
-        for s in snap
-            .schedulers
-            .iter()
-            .filter(|s| !s.alive && s.ended_at.is_none())
-        {
+        scheduler_gone(snap, &mut out);
+    }
+    out
+}
+
+/// `unknown_older_than`: effects left unknown that long (not a notification's own).
+fn unknown_older_than(limit: Duration, snap: &Snapshot, out: &mut Vec<Condition>) {
+    // A notification itself lost is left to the operator: paging about it would go the
+    // way the lost one went.
+    for e in snap
+        .unknown
+        .iter()
+        .filter(|e| e.age_s >= limit.as_secs() as i64 && !e.job_key.starts_with("exactly-notify:"))
+    {
+        out.push(Condition {
+            rule: "unknown_older_than",
+            subject: e.effect_key.clone(),
+            episode: e.effect_key.clone(),
+            text: format!(
+                "effect {} of job {} has been {} for {}",
+                e.effect_key,
+                e.job_key,
+                e.state,
+                time::human_age(e.age_s)
+            ),
+        });
+    }
+}
+
+/// `approval_pending_longer_than`: approvals asked for that long ago and still pending.
+fn approval_pending(limit: Duration, snap: &Snapshot, out: &mut Vec<Condition>) {
+    for a in snap
+        .pending_approvals
+        .iter()
+        .filter(|a| a.age_s >= limit.as_secs() as i64)
+    {
+        out.push(Condition {
+            rule: "approval_pending_longer_than",
+            subject: a.effect_key.clone(),
+            episode: format!("{}@{}", a.effect_key, a.requested_at),
+            text: format!(
+                "effect {} of job {} has waited for an approval for {}",
+                a.effect_key,
+                a.job_key,
+                time::human_age(a.age_s)
+            ),
+        });
+    }
+}
+
+/// `failing_runs`: jobs whose current failing episode is at least `streak` runs long.
+fn failing_runs(streak: u32, snap: &Snapshot, out: &mut Vec<Condition>) {
+    // The episode is the snapshot's judgement (`JobRow::failing_episode`): a run under
+    // way never ends it, and its key comes from the runs, so a restarted scheduler names
+    // the same one.
+    for j in snap.jobs.iter().filter(|j| !j.retired) {
+        let Some((episode, len)) = j.failing_episode() else {
+            continue;
+        };
+        if len < u64::from(streak) {
+            continue;
+        }
+        let since = j.last_success_at.as_deref().unwrap_or("it first ran");
+        out.push(Condition {
+            rule: "failing_runs",
+            subject: j.job_key.clone(),
+            episode,
+            text: format!(
+                "job {} failed {len} runs in a row (since its last success, at {since})",
+                j.job_key
+            ),
+        });
+    }
+}
+
+/// `late_by`: jobs whose next firing is that late and has not run.
+fn late_by(late: Duration, snap: &Snapshot, out: &mut Vec<Condition>) {
+    let now = time::parse(&snap.taken_at).unwrap_or_else(time::now);
+    for j in snap.jobs.iter().filter(|j| !j.retired && !j.paused) {
+        let Some(due) = j.next_fire_at.as_deref() else {
+            continue;
+        };
+        let Some(at) = time::parse(due) else { continue };
+        let by = now - at;
+        if by.to_std().is_ok_and(|by| by >= late) {
             out.push(Condition {
-                rule: "scheduler_gone",
-                subject: s.owner.clone(),
-                episode: format!("{}@{}", s.owner, s.started_at),
+                rule: "late_by",
+                subject: j.job_key.clone(),
+                episode: format!("{}@{due}", j.job_key),
                 text: format!(
-                    "scheduler {} on {} (pid {}) stopped beating at {} without a clean stop",
-                    s.owner, s.host, s.pid, s.heartbeat_at
+                    "job {}'s firing at {due} has not run: {} late",
+                    j.job_key,
+                    time::human_age(by.num_seconds())
                 ),
             });
         }
     }
-    out
+}
+
+/// With `late_by`: firings a scheduler recorded missed.
+fn missed(snap: &Snapshot, out: &mut Vec<Condition>) {
+    // A firing a scheduler recorded missed (overlap fail, a starting deadline, past its
+    // catch-up window) will never run: told at once, each miss its own episode, and with
+    // nothing to recover from.
+    for e in snap
+        .events
+        .iter()
+        .filter(|e| e.kind == crate::state::EventKind::FiringMissed.as_str())
+    {
+        let Some(job) = e
+            .job_key
+            .as_deref()
+            .filter(|j| !j.starts_with("exactly-notify:"))
+        else {
+            continue;
+        };
+        out.push(Condition {
+            rule: MISSED,
+            subject: job.to_string(),
+            episode: format!("{job}@missed#{}", e.id),
+            text: format!(
+                "job {job}'s firing was missed at {}: {}",
+                e.at,
+                e.detail.as_deref().unwrap_or("recorded missed")
+            ),
+        });
+    }
+}
+
+/// `scheduler_gone`: schedulers that stopped beating without a clean stop.
+fn scheduler_gone(snap: &Snapshot, out: &mut Vec<Condition>) {
+    for s in snap
+        .schedulers
+        .iter()
+        .filter(|s| !s.alive && s.ended_at.is_none())
+    {
+        out.push(Condition {
+            rule: "scheduler_gone",
+            subject: s.owner.clone(),
+            episode: format!("{}@{}", s.owner, s.started_at),
+            text: format!(
+                "scheduler {} on {} (pid {}) stopped beating at {} without a clean stop",
+                s.owner, s.host, s.pid, s.heartbeat_at
+            ),
+        });
+    }
 }
 
 /// One notifier's state between evaluations.

@@ -82,6 +82,8 @@ pub fn parse(value: Option<&toml::Value>, problems: &mut Vec<Problem>) -> Vec<No
     out
 }
 
+/// One `[[notify]]` table, or `None` with its problems pushed (in the order of its keys'
+/// checks: unknown keys, name, hook, webhook, the rules).
 fn one(label: &str, t: &toml::Table, problems: &mut Vec<Problem>) -> Option<Notify> {
     let before = problems.len();
     let mut bad = |what: String, why: &str| problems.push(Problem::error(label, what, why));
@@ -94,82 +96,9 @@ fn one(label: &str, t: &toml::Table, problems: &mut Vec<Problem>) -> Option<Noti
             ),
         );
     }
-    let text = |key: &str, bad: &mut dyn FnMut(String, &str)| match t.get(key) {
-        None => None,
-        Some(toml::Value::String(s)) => Some(s.clone()),
-        Some(v) => {
-            bad(
-                format!("wrong type of value for {key}"),
-                &format!("{key} = {v}: write a string"),
-            );
-            None
-        }
-    };
-    let duration = |key: &str, bad: &mut dyn FnMut(String, &str)| {
-        let s = text(key, bad)?;
-        match crate::time::parse_duration(&s) {
-            Ok(d) if d >= Duration::from_secs(1) => Some(d),
-            Ok(_) => {
-                bad(
-                    format!("invalid {key}"),
-                    &format!("{key} = {s:?} is shorter than 1s"),
-                );
-                None
-            }
-            Err(e) => {
-                bad(format!("invalid {key}"), &e.to_string());
-                None
-            }
-        }
-    };
-    let flag = |key: &str, bad: &mut dyn FnMut(String, &str)| match t.get(key) {
-        None => false,
-        Some(toml::Value::Boolean(b)) => *b,
-        Some(v) => {
-            bad(
-                format!("wrong type of value for {key}"),
-                &format!("{key} = {v}: write true or false"),
-            );
-            false
-        }
-    };
-    let name = text("name", &mut bad).map(|n| n.trim().to_string());
-    match name.as_deref() {
-        None | Some("") => bad(
-            "missing name".into(),
-            "a notifier's name is its identity in the ledger",
-        ),
-        Some(n) => {
-            if let Some(why) = crate::lease::job_name_problem(&format!("exactly-notify:{n}")) {
-                bad("invalid name".into(), &why);
-            }
-        }
-    }
-    let hook = match t.get("hook") {
-        None => None,
-        Some(toml::Value::Array(a)) => {
-            let argv: Option<Vec<String>> =
-                a.iter().map(|v| v.as_str().map(str::to_string)).collect();
-            match argv {
-                Some(v) if v.first().is_some_and(|p| !p.trim().is_empty()) => Some(v),
-                _ => {
-                    bad(
-                        "invalid hook".into(),
-                        "give hook = [\"program\", \"arg\", …], strings only",
-                    );
-                    None
-                }
-            }
-        }
-        Some(v) => {
-            bad(
-                "wrong type of value for hook".into(),
-                &format!("hook = {v}: write it as an array, e.g. hook = [\"notify-send\"]"),
-            );
-            None
-        }
-    };
-    let webhook = text("webhook", &mut bad).and_then(|w| match check_webhook(&w) {
+    let name = name(t, &mut bad);
+    let hook = hook(t, &mut bad);
+    let webhook = text(t, "webhook", &mut bad).and_then(|w| match check_webhook(&w) {
         Ok(()) => Some(w),
         Err(why) => {
             bad("invalid webhook".into(), &why);
@@ -183,22 +112,12 @@ fn one(label: &str, t: &toml::Table, problems: &mut Vec<Problem>) -> Option<Noti
             "give hook = [\"cmd\", …] or webhook = \"https://…\" (or both)",
         );
     }
-    let unknown_older_than = duration("unknown_older_than", &mut bad);
-    let approval_pending_longer_than = duration("approval_pending_longer_than", &mut bad);
-    let late_by = duration("late_by", &mut bad);
-    let failing_runs = match t.get("failing_runs") {
-        None => None,
-        Some(toml::Value::Integer(n)) if (1..=1000).contains(n) => Some(*n as u32),
-        Some(v) => {
-            bad(
-                format!("invalid failing_runs {v}"),
-                "failing_runs must be a whole number from 1 to 1000",
-            );
-            None
-        }
-    };
-    let scheduler_gone = flag("scheduler_gone", &mut bad);
-    let recovery = flag("recovery", &mut bad);
+    let unknown_older_than = duration(t, "unknown_older_than", &mut bad);
+    let approval_pending_longer_than = duration(t, "approval_pending_longer_than", &mut bad);
+    let late_by = duration(t, "late_by", &mut bad);
+    let failing_runs = failing_runs(t, &mut bad);
+    let scheduler_gone = flag(t, "scheduler_gone", &mut bad);
+    let recovery = flag(t, "recovery", &mut bad);
     let rules = [
         unknown_older_than.is_some(),
         approval_pending_longer_than.is_some(),
@@ -233,6 +152,118 @@ fn one(label: &str, t: &toml::Table, problems: &mut Vec<Problem>) -> Option<Noti
         scheduler_gone,
         recovery,
     })
+}
+
+/// Where a table's checks say what is wrong: what, and why.
+type Bad<'a> = dyn FnMut(String, &str) + 'a;
+
+/// A string key's value (absent: `None`; another type is a problem).
+fn text(t: &toml::Table, key: &str, bad: &mut Bad<'_>) -> Option<String> {
+    match t.get(key) {
+        None => None,
+        Some(toml::Value::String(s)) => Some(s.clone()),
+        Some(v) => {
+            bad(
+                format!("wrong type of value for {key}"),
+                &format!("{key} = {v}: write a string"),
+            );
+            None
+        }
+    }
+}
+
+/// A duration key's value, at least 1s.
+fn duration(t: &toml::Table, key: &str, bad: &mut Bad<'_>) -> Option<Duration> {
+    let s = text(t, key, bad)?;
+    match crate::time::parse_duration(&s) {
+        Ok(d) if d >= Duration::from_secs(1) => Some(d),
+        Ok(_) => {
+            bad(
+                format!("invalid {key}"),
+                &format!("{key} = {s:?} is shorter than 1s"),
+            );
+            None
+        }
+        Err(e) => {
+            bad(format!("invalid {key}"), &e.to_string());
+            None
+        }
+    }
+}
+
+/// A boolean key's value (absent: false).
+fn flag(t: &toml::Table, key: &str, bad: &mut Bad<'_>) -> bool {
+    match t.get(key) {
+        None => false,
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(v) => {
+            bad(
+                format!("wrong type of value for {key}"),
+                &format!("{key} = {v}: write true or false"),
+            );
+            false
+        }
+    }
+}
+
+/// The notifier's name, trimmed: required, and valid inside its lease's job name.
+fn name(t: &toml::Table, bad: &mut Bad<'_>) -> Option<String> {
+    let name = text(t, "name", bad).map(|n| n.trim().to_string());
+    match name.as_deref() {
+        None | Some("") => bad(
+            "missing name".into(),
+            "a notifier's name is its identity in the ledger",
+        ),
+        Some(n) => {
+            if let Some(why) = crate::lease::job_name_problem(&format!("exactly-notify:{n}")) {
+                bad("invalid name".into(), &why);
+            }
+        }
+    }
+    name
+}
+
+/// The hook's argv: an array of strings whose program is not blank.
+fn hook(t: &toml::Table, bad: &mut Bad<'_>) -> Option<Vec<String>> {
+    match t.get("hook") {
+        None => None,
+        Some(toml::Value::Array(a)) => {
+            let argv: Option<Vec<String>> =
+                a.iter().map(|v| v.as_str().map(str::to_string)).collect();
+            match argv {
+                Some(v) if v.first().is_some_and(|p| !p.trim().is_empty()) => Some(v),
+                _ => {
+                    bad(
+                        "invalid hook".into(),
+                        "give hook = [\"program\", \"arg\", …], strings only",
+                    );
+                    None
+                }
+            }
+        }
+        Some(v) => {
+            bad(
+                "wrong type of value for hook".into(),
+                &format!("hook = {v}: write it as an array, e.g. hook = [\"notify-send\"]"),
+            );
+            None
+        }
+    }
+}
+
+/// `failing_runs`: a whole number from 1 to 1000.
+fn failing_runs(t: &toml::Table, bad: &mut Bad<'_>) -> Option<u32> {
+    match t.get("failing_runs") {
+        None => None,
+        Some(toml::Value::Integer(n)) if (1..=1000).contains(n) => Some(*n as u32),
+        Some(v) => {
+            bad(
+                format!("invalid failing_runs {v}"),
+                "failing_runs must be a whole number from 1 to 1000",
+            );
+            None
+        }
+    }
 }
 
 /// A webhook must be an absolute http(s) URL with a host (a query is fine: Discord's `?wait=`).

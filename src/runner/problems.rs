@@ -185,8 +185,32 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
             .or_default()
             .push(&job.name);
     }
-    let why = "one action registered under two names fires twice; \
-               the commonest duplicate and the hardest to see";
+    let said = many_same_command(&by_command, &mut out);
+    for job in jobs {
+        if said.contains(&job.name.as_str()) {
+            let key = resolved_command(&job.command, dir);
+            let first = by_command.get(&key).and_then(|n| n.first()).copied();
+            out.push(Problem::warning(
+                &job.name,
+                format!("same command as job {:?}", first.unwrap_or("?")),
+                SAME_COMMAND_WHY,
+            ));
+        }
+        lint_timing(job, &mut out);
+        lint_history(job, history, &mut out);
+    }
+    out
+}
+
+const SAME_COMMAND_WHY: &str = "one action registered under two names fires twice; \
+                                the commonest duplicate and the hardest to see";
+
+/// One line for each command shared by more than [`SAME_COMMAND_EACH`] other jobs; returns the
+/// jobs of the other shared commands, each warned of on its own.
+fn many_same_command<'a>(
+    by_command: &BTreeMap<Vec<String>, Vec<&'a str>>,
+    out: &mut Vec<Problem>,
+) -> Vec<&'a str> {
     let mut said: Vec<&str> = Vec::new();
     for names in by_command.values().filter(|n| n.len() > 1) {
         let (first, dups) = (names[0], &names[1..]);
@@ -207,88 +231,90 @@ pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path
                     ""
                 }
             ),
-            why,
+            SAME_COMMAND_WHY,
         ));
     }
-    for job in jobs {
-        if said.contains(&job.name.as_str()) {
-            let key = resolved_command(&job.command, dir);
-            let first = by_command.get(&key).and_then(|n| n.first()).copied();
+    said
+}
+
+fn human(d: Duration) -> String {
+    crate::time::human_ms(d.as_millis() as u64)
+}
+
+/// A job's lease and timeout against its interval and the scheduler's heartbeat.
+fn lint_timing(job: &Job, out: &mut Vec<Problem>) {
+    let interval_s = job.schedule.interval_s();
+    let interval = Duration::from_secs(interval_s.max(0) as u64);
+    if interval_s > 0 && job.lease >= interval {
+        out.push(Problem::warning(
+            &job.name,
+            format!("lease {} >= interval {}", human(job.lease), human(interval)),
+            "a crashed run keeps the lease past the next firing, which it blocks",
+        ));
+    }
+    if let (Some(t), Overlap::Coalesce) = (job.timeout, job.overlap) {
+        if interval_s > 0 && t >= interval {
             out.push(Problem::warning(
                 &job.name,
-                format!("same command as job {:?}", first.unwrap_or("?")),
-                why,
-            ));
-        }
-        let interval_s = job.schedule.interval_s();
-        let interval = Duration::from_secs(interval_s.max(0) as u64);
-        let human = |d: Duration| crate::time::human_ms(d.as_millis() as u64);
-        if interval_s > 0 && job.lease >= interval {
-            out.push(Problem::warning(
-                &job.name,
-                format!("lease {} >= interval {}", human(job.lease), human(interval)),
-                "a crashed run keeps the lease past the next firing, which it blocks",
-            ));
-        }
-        if let (Some(t), Overlap::Coalesce) = (job.timeout, job.overlap) {
-            if interval_s > 0 && t >= interval {
-                out.push(Problem::warning(
-                    &job.name,
-                    format!("timeout {} >= interval {}", human(t), human(interval)),
-                    "under coalesce a run that hangs until its timeout drops every \
-                     firing in between",
-                ));
-            }
-        }
-        // `exactly run` renews each run's lease by heartbeat, so a run longer than the lease
-        // is normal: what can go wrong is a lease too short to ride out a stalled renewal
-        // (the `lease<6s` of `status`, judged alike).
-        let beats = crate::lease::SCHEDULER_BEAT * crate::lease::RENEWED_LEASE_MIN_BEATS;
-        if crate::lease::renewal_margin_thin(job.lease, (interval_s > 0).then_some(interval)) {
-            out.push(Problem::warning(
-                &job.name,
-                format!(
-                    "lease {} < {} scheduler heartbeats ({})",
-                    human(job.lease),
-                    crate::lease::RENEWED_LEASE_MIN_BEATS,
-                    human(beats)
-                ),
-                "a run's lease is renewed every third of it and the run is stopped when a \
-                 renewal is that late: a stall of under two heartbeats (a busy database, a \
-                 starved process) stops it; lengthen it, keeping it shorter than the interval",
-            ));
-        }
-        let p99 = history.get(job.name.as_str()).and_then(|h| h.p99_ms);
-        if job.timeout.is_none() && p99.is_none() {
-            out.push(Problem::note(
-                &job.name,
-                "no timeout",
-                "with no run history to size it by, \
-                 a hung run holds the job until someone kills it; set timeout = \"…\"",
-            ));
-        }
-        let Some(h) = history.get(job.name.as_str()) else {
-            continue;
-        };
-        let Some(p99) = h.p99_ms else { continue };
-        let p99d = Duration::from_millis(p99);
-        if interval_s > 0 && p99d > interval {
-            out.push(Problem::observed(
-                &job.name,
-                format!(
-                    "observed p99 {} > interval {}",
-                    human(p99d),
-                    human(interval)
-                ),
-                format!(
-                    "over {} recorded runs: \
-                     a queue with an uncontrolled arrival rate, not a schedule",
-                    h.runs
-                ),
+                format!("timeout {} >= interval {}", human(t), human(interval)),
+                "under coalesce a run that hangs until its timeout drops every \
+                 firing in between",
             ));
         }
     }
-    out
+    // `exactly run` renews each run's lease by heartbeat, so a run longer than the lease
+    // is normal: what can go wrong is a lease too short to ride out a stalled renewal
+    // (the `lease<6s` of `status`, judged alike).
+    let beats = crate::lease::SCHEDULER_BEAT * crate::lease::RENEWED_LEASE_MIN_BEATS;
+    if crate::lease::renewal_margin_thin(job.lease, (interval_s > 0).then_some(interval)) {
+        out.push(Problem::warning(
+            &job.name,
+            format!(
+                "lease {} < {} scheduler heartbeats ({})",
+                human(job.lease),
+                crate::lease::RENEWED_LEASE_MIN_BEATS,
+                human(beats)
+            ),
+            "a run's lease is renewed every third of it and the run is stopped when a \
+             renewal is that late: a stall of under two heartbeats (a busy database, a \
+             starved process) stops it; lengthen it, keeping it shorter than the interval",
+        ));
+    }
+}
+
+/// A job's runs so far: no timeout and nothing to size one by; p99 over the interval.
+fn lint_history(job: &Job, history: &BTreeMap<String, History>, out: &mut Vec<Problem>) {
+    let interval_s = job.schedule.interval_s();
+    let interval = Duration::from_secs(interval_s.max(0) as u64);
+    let p99 = history.get(job.name.as_str()).and_then(|h| h.p99_ms);
+    if job.timeout.is_none() && p99.is_none() {
+        out.push(Problem::note(
+            &job.name,
+            "no timeout",
+            "with no run history to size it by, \
+             a hung run holds the job until someone kills it; set timeout = \"…\"",
+        ));
+    }
+    let Some(h) = history.get(job.name.as_str()) else {
+        return;
+    };
+    let Some(p99) = h.p99_ms else { return };
+    let p99d = Duration::from_millis(p99);
+    if interval_s > 0 && p99d > interval {
+        out.push(Problem::observed(
+            &job.name,
+            format!(
+                "observed p99 {} > interval {}",
+                human(p99d),
+                human(interval)
+            ),
+            format!(
+                "over {} recorded runs: \
+                 a queue with an uncontrolled arrival rate, not a schedule",
+                h.runs
+            ),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -3,14 +3,13 @@
 //! at most 3 runs a firing, more with `retries`), reloads the jobs file on SIGHUP, and on
 //! SIGTERM/SIGINT stops firing, gives running commands a grace period, and exits.
 use super::config::Job;
-use super::execute::{execute, report, RunSpec};
+use super::execute::{execute, RunSpec};
 use super::health::Health;
 use super::log;
 use super::share::Share;
-use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
-use crate::state::FiringKind;
+use crate::firing::{self, Started, Waiting};
 use crate::time::{self, Ts};
-use crate::{Error, Result, Store};
+use crate::{Result, Store};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,12 +17,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing::Level;
 
+mod batches;
+
 const TICK: Duration = Duration::from_millis(100);
 /// Most firings decided in one transaction: a burst of 500 due at one instant is decided in one
 /// commit of about 10 ms (it was 32 to a transaction, so that runs' writes got the lock between
 /// batches; the write lanes, see `store/gate.rs`, now put firings before runs' ends).
 const FIRE_BATCH: usize = 512;
-use crate::schedule::LATE_OK;
 /// Most late slots fired in one tick (a long catch-up window on a fast job).
 const CATCHUP_MAX: usize = 10_000;
 /// How far back a firing whose run died is fired again (a firing marked for retry by an
@@ -200,27 +200,8 @@ pub fn run(
         let tick = Instant::now();
         if reload.swap(false, Ordering::SeqCst) {
             if let Some(r) = file.reload(&mut store, &cfg) {
-                // Runs in progress go on (their threads hold their own settings); a removed
-                // job's state goes, a changed one's next firing takes the new settings.
                 watch = super::definitions::Watch::new(&r.jobs, cfg.cwd.as_deref());
-                let mut old: Vec<JobState> = std::mem::take(&mut states);
-                for job in r.jobs {
-                    let st = match old.iter().position(|s| s.job.name == job.name) {
-                        Some(k) => {
-                            let mut st = old.swap_remove(k);
-                            st.replace(job);
-                            st
-                        }
-                        None => match start_state(&mut store, job.clone(), &r.fresh, handled) {
-                            Ok(st) => st,
-                            Err(e) => {
-                                health.failed(&job.name, &e);
-                                JobState::new(job, time::now())
-                            }
-                        },
-                    };
-                    states.push(st);
-                }
+                states = reloaded(&mut store, states, r, handled, &mut health);
                 for st in states.iter_mut() {
                     st.mine = share.mine(&st.job.name);
                 }
@@ -243,26 +224,13 @@ pub fn run(
             }
         }
         let net = share.net_after();
-        let mut passed = super::missed::Passed::default();
-        for st in states.iter_mut() {
-            let recorded = super::missed::record_behind(&mut store, &cfg, st, now, &health, net);
-            st.behind = recorded.is_err();
-            match recorded {
-                Ok(n) => passed.add(n),
-                Err(e) => health.failed(&st.job.name, &e),
-            }
-        }
-        passed.say(cfg.outage.as_ref());
+        record_missed(&mut store, &cfg, &mut states, now, &mut health, net);
         let silent_for = crate::jobs::scheduler_dead_after();
         let rules = firing::ResumeRules {
             me: cfg.owner.clone(),
             silent_for,
             trust_silence: health.working_for(silent_for),
         };
-        // One read for every job's queue and interrupted firings, instead of one per job.
-        // Those that could not start yet (a dead run's lease not yet past the skew margin) are
-        // tried again just before the same job's new firing, which must not pass them.
-        let mut pending = Vec::new();
         let mut t = Tick {
             store: &mut store,
             cfg: &cfg,
@@ -271,37 +239,10 @@ pub fn run(
             health: &mut health,
             rules: &rules,
         };
-        match firing::waiting_jobs(t.store, now) {
-            Ok(waiting) => {
-                share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
-                for (name, w) in waiting {
-                    let Some(i) = states.iter().position(|s| s.job.name == name) else {
-                        continue;
-                    };
-                    // Another's job waits for its owner, unless left waiting (see `share`).
-                    if !share.may_start_waiting(&name, states[i].mine) {
-                        continue;
-                    }
-                    let now = time::now();
-                    let st = &mut states[i];
-                    match start_waiting(&mut t, st, w, now) {
-                        Ok(true) => {}
-                        Ok(false) => pending.push((i, w)),
-                        Err(e) => t.health.failed(&states[i].job.name, &e),
-                    }
-                }
-            }
-            Err(e) => t.health.failed("-", &e),
-        }
-        fire_due(&mut t, &mut states, pending, &mut share);
+        let pending = start_all_waiting(&mut t, &mut states, &mut share, now);
+        batches::fire_due(&mut t, &mut states, pending, &mut share);
         runs.retain(|r| !r.handle.is_finished());
-        // Wake for the next tick, or earlier for the next due slot: never sleep past one.
-        let mut rest = TICK.saturating_sub(tick.elapsed());
-        let net = share.net_after();
-        if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
-            let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
-            rest = rest.min(until);
-        }
+        let rest = rest_after(tick, &states, &share);
         if let Err(e) = health.end_tick() {
             tracing::error!("{}", e);
             shutdown(&cfg, runs, &kill);
@@ -311,6 +252,106 @@ pub fn run(
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
+}
+
+/// The states after a reload: runs in progress go on (their threads hold their own settings);
+/// a removed job's state goes, a changed one's next firing takes the new settings, a new one
+/// starts as at the scheduler's start.
+fn reloaded(
+    store: &mut Store,
+    mut old: Vec<JobState>,
+    r: super::reload::Reloaded,
+    handled: Option<Ts>,
+    health: &mut Health,
+) -> Vec<JobState> {
+    let mut states = Vec::new();
+    for job in r.jobs {
+        let st = match old.iter().position(|s| s.job.name == job.name) {
+            Some(k) => {
+                let mut st = old.swap_remove(k);
+                st.replace(job);
+                st
+            }
+            None => match start_state(store, job.clone(), &r.fresh, handled) {
+                Ok(st) => st,
+                Err(e) => {
+                    health.failed(&job.name, &e);
+                    JobState::new(job, time::now())
+                }
+            },
+        };
+        states.push(st);
+    }
+    states
+}
+
+/// Records each job's missed slots up to `now` (see `missed`); a job whose write failed is
+/// `behind` and fires nothing this tick.
+fn record_missed(
+    store: &mut Store,
+    cfg: &Config,
+    states: &mut [JobState],
+    now: Ts,
+    health: &mut Health,
+    net: Duration,
+) {
+    let mut passed = super::missed::Passed::default();
+    for st in states.iter_mut() {
+        let recorded = super::missed::record_behind(store, cfg, st, now, health, net);
+        st.behind = recorded.is_err();
+        match recorded {
+            Ok(n) => passed.add(n),
+            Err(e) => health.failed(&st.job.name, &e),
+        }
+    }
+    passed.say(cfg.outage.as_ref());
+}
+
+/// Starts every job's queued and interrupted firings it may, read in one go instead of one
+/// read per job. Returns those that could not start yet (a dead run's lease not yet past the
+/// skew margin): tried again just before the same job's new firing, which must not pass them.
+fn start_all_waiting(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    share: &mut Share,
+    now: Ts,
+) -> Vec<(usize, Waiting)> {
+    let mut pending = Vec::new();
+    match firing::waiting_jobs(t.store, now) {
+        Ok(waiting) => {
+            share.waiting(&waiting.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
+            for (name, w) in waiting {
+                let Some(i) = states.iter().position(|s| s.job.name == name) else {
+                    continue;
+                };
+                // Another's job waits for its owner, unless left waiting (see `share`).
+                if !share.may_start_waiting(&name, states[i].mine) {
+                    continue;
+                }
+                let now = time::now();
+                let st = &mut states[i];
+                match start_waiting(t, st, w, now) {
+                    Ok(true) => {}
+                    Ok(false) => pending.push((i, w)),
+                    Err(e) => t.health.failed(&states[i].job.name, &e),
+                }
+            }
+        }
+        Err(e) => t.health.failed("-", &e),
+    }
+    pending
+}
+
+/// How long to sleep after a tick begun at `tick`: until the next tick, or earlier for the
+/// next due slot, never past one.
+fn rest_after(tick: Instant, states: &[JobState], share: &Share) -> Duration {
+    let mut rest = TICK.saturating_sub(tick.elapsed());
+    let net = share.net_after();
+    if let Some(next) = states.iter().filter_map(|s| s.wake_at(net)).min() {
+        let until = (next - time::now()).to_std().unwrap_or(Duration::ZERO);
+        rest = rest.min(until);
+    }
+    rest
 }
 
 fn shutdown(cfg: &Config, mut runs: Vec<Running>, kill: &Arc<AtomicBool>) {
@@ -450,273 +491,6 @@ fn start_waiting(t: &mut Tick<'_>, st: &mut JobState, waiting: Waiting, now: Ts)
 
 fn live_here(runs: &[Running], job: &str) -> bool {
     runs.iter().any(|r| r.job == job && !r.handle.is_finished())
-}
-
-/// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
-/// job once per batch, so a job's second slot sees the run its first one started), and starts
-/// each batch's runs as soon as it commits.
-fn fire_due(
-    t: &mut Tick<'_>,
-    states: &mut [JobState],
-    pending: Vec<(usize, Waiting)>,
-    share: &mut Share,
-) {
-    let now = time::now();
-    let mut due: Vec<(Ts, usize)> = Vec::new();
-    for (i, st) in states.iter().enumerate() {
-        // A job whose missed slots are not recorded yet fires none (they go first, next tick,
-        // in one write), so an outage's slots are not decided one transaction each.
-        if st.mine && !st.behind && st.next_due.is_some_and(|n| n <= now) {
-            due.extend(st.due_by(now).into_iter().map(|s| (s, i)));
-        }
-    }
-    // How late its own burst is decided tells how late the others' are (see `share`); slots
-    // already late (a catch-up) say nothing about it.
-    let on_time = now - chrono::Duration::from_std(LATE_OK).unwrap_or(chrono::Duration::zero());
-    let oldest = due.iter().map(|d| d.0).filter(|s| *s >= on_time).min();
-    if let Err(e) = unrecorded(t.store, states, now, share.net_after(), &mut due) {
-        t.health.failed("-", &e);
-    }
-    // Stable: a job's slots keep their order.
-    due.sort_by_key(|&(slot, _)| slot);
-    if due.is_empty() {
-        return;
-    }
-    fire_batches(t, states, &due, pending);
-    if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
-        share.own_lag(lag);
-    }
-}
-
-/// Other schedulers' slots still unrecorded `net` after they fell due join `due` (their owner
-/// died or does not count itself their owner yet); those recorded are handled. One read.
-fn unrecorded(
-    store: &mut Store,
-    states: &mut [JobState],
-    now: Ts,
-    net: Duration,
-    due: &mut Vec<(Ts, usize)>,
-) -> Result<()> {
-    let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
-    let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
-    for (i, st) in states.iter().enumerate() {
-        if !st.mine && !st.behind && st.next_due.is_some_and(|n| n <= upto) {
-            watched.push((i, st.due_by(upto)));
-        }
-    }
-    if watched.is_empty() {
-        return Ok(());
-    }
-    let texts: Vec<(usize, Vec<String>)> = watched
-        .iter()
-        .map(|(i, slots)| (*i, slots.iter().copied().map(time::fmt).collect()))
-        .collect();
-    let probe: Vec<(&str, &str)> = texts
-        .iter()
-        .flat_map(|(i, slots)| {
-            let name = states[*i].job.name.as_str();
-            slots.iter().map(move |s| (name, s.as_str()))
-        })
-        .collect();
-    let recorded = firing::recorded(store, &probe)?;
-    drop(probe);
-    let mut fired = 0;
-    for ((i, slots), (_, texts)) in watched.into_iter().zip(&texts) {
-        let st = &mut states[i];
-        let mut left = false;
-        for (slot, text) in slots.into_iter().zip(texts) {
-            if !recorded.contains(&(st.job.name.to_string(), text.clone())) {
-                due.push((slot, i));
-                left = true;
-                fired += 1;
-            } else if !left {
-                // Recorded by its owner, in order: done here. One after a slot left
-                // unrecorded is passed when that one fires.
-                st.handled(slot);
-            }
-        }
-    }
-    if fired > 0 {
-        tracing::warn!(
-            "share: {fired} firing(s) \
-             of other schedulers' jobs unrecorded {} after they fell due: fired here",
-            time::human_ms(net.as_millis() as u64),
-        );
-    }
-    Ok(())
-}
-
-/// Fires `due` in batches (see [`fire_due`]), each batch's waiting firings first.
-fn fire_batches(
-    t: &mut Tick<'_>,
-    states: &mut [JobState],
-    due: &[(Ts, usize)],
-    mut pending: Vec<(usize, Waiting)>,
-) {
-    // A job whose firing failed is left for the next tick: its later slots must not pass it.
-    let mut failed = std::collections::HashSet::new();
-    let mut pos = 0;
-    while pos < due.len() {
-        let mut seen = std::collections::HashSet::new();
-        let mut batch = Vec::new();
-        while let Some(&(slot, i)) = due.get(pos) {
-            if failed.contains(&i) {
-                pos += 1;
-                continue;
-            }
-            if batch.len() == FIRE_BATCH || !seen.insert(i) {
-                break;
-            }
-            batch.push((slot, i));
-            pos += 1;
-        }
-        if batch.is_empty() {
-            break;
-        }
-        let asked = Instant::now();
-        // A job's waiting firing goes before its new one (see `run`): tried again at the very
-        // instant the new one is decided at, so a lease the one cannot take the other cannot
-        // either (the new one is then coalesced or queued behind it, as if the tick came later).
-        let now = time::now();
-        for &(_, i) in &batch {
-            if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
-                let (_, w) = pending.swap_remove(k);
-                let st = &mut states[i];
-                if let Err(e) = start_waiting(t, st, w, now) {
-                    t.health.failed(&states[i].job.name, &e);
-                }
-            }
-        }
-        let now_text = time::fmt(now);
-        let parts: Vec<(usize, Ts, String, String, FiringKind)> = batch
-            .iter()
-            .map(|&(slot, i)| {
-                let due_at = states[i].job.due_at(slot);
-                let late = (now - due_at).num_milliseconds() > LATE_OK.as_millis() as i64;
-                let kind = if late {
-                    FiringKind::Catchup
-                } else {
-                    FiringKind::Scheduled
-                };
-                let until = time::fmt(time::add(now, states[i].job.lease));
-                (i, slot, time::fmt(slot), until, kind)
-            })
-            .collect();
-        // Each slot's lateness is judged when its transaction holds the database: one that
-        // waited past its catch-up window for a lock or a server is missed, not run late.
-        let requests: Vec<DueRequest<'_>> = parts
-            .iter()
-            .map(|(i, slot_ts, slot, until, kind)| DueRequest {
-                fire: FireRequest {
-                    job: &states[*i].job.name,
-                    slot,
-                    kind: *kind,
-                    owner: &t.cfg.owner,
-                    lease_until: until,
-                    now: &now_text,
-                    overlap: states[*i].job.overlap,
-                    live_here: live_here(t.runs, &states[*i].job.name),
-                },
-                // Counted from its slot: its jitter, then its start window.
-                window: states[*i].job.start_window()
-                    + (states[*i].job.due_at(*slot_ts) - *slot_ts)
-                        .to_std()
-                        .unwrap_or(Duration::ZERO),
-                reason: t.health.why_missed(*slot_ts),
-            })
-            .collect();
-        let decided = match firing::fire_due(t.store, &requests) {
-            Ok(fired) => fired.into_iter().map(Ok).collect(),
-            // A locked database: the whole batch goes again next tick.
-            Err(e @ Error::Busy { .. }) => {
-                t.health.failed("-", &e);
-                return;
-            }
-            // Anything else may be one job's row: decide each alone, so it holds up no other.
-            Err(_) => requests
-                .iter()
-                .map(|r| {
-                    firing::fire_due(t.store, std::slice::from_ref(r)).map(|mut d| d.remove(0))
-                })
-                .collect::<Vec<_>>(),
-        };
-        drop(requests);
-        // The jobs with open effects, asked once for the batch once its leases are granted
-        // (no effect can be begun under an older token after that): only their runs wait for
-        // observers before the command. Unknown (a failed read): every run asks for itself.
-        let started = decided
-            .iter()
-            .any(|d| matches!(d, Ok(DueFate::Fired(Fired::Started(_)))));
-        let open = if started {
-            crate::effect::jobs_with_open(t.store).ok()
-        } else {
-            None
-        };
-        for ((i, slot, slot_text, _, kind), fired) in parts.into_iter().zip(decided) {
-            let st = &mut states[i];
-            match fired {
-                Ok(DueFate::Fired(fired)) => {
-                    st.handled(slot);
-                    // A paused job's skipped firings: the first logged, the rest counted.
-                    if matches!(fired, Fired::Skipped { .. }) {
-                        if st.skipped.0 == 0 {
-                            report(&st.job.name, kind, &slot_text, &fired);
-                        }
-                        st.skipped = (st.skipped.0 + 1, slot_text);
-                        continue;
-                    }
-                    if st.skipped.0 > 0 {
-                        let (n, last) = std::mem::take(&mut st.skipped);
-                        log::line(
-                            Level::INFO,
-                            &st.job.name,
-                            &format!("{n} firing(s) skipped while paused, the last at {last}"),
-                        );
-                    }
-                    report(&st.job.name, kind, &slot_text, &fired);
-                    if let Fired::Started(started) = fired {
-                        let settle = open
-                            .as_ref()
-                            .is_none_or(|o| o.contains(st.job.name.as_str()));
-                        let how = How {
-                            resumed: false,
-                            settle,
-                        };
-                        t.runs
-                            .push(spawn(t.cfg, &st.job, started, how, t.kill, asked));
-                    }
-                }
-                Ok(DueFate::Late { late_ms, skipped }) => {
-                    st.handled(slot);
-                    // Its other late slots go next tick, in one write, with record_behind.
-                    failed.insert(i);
-                    let (level, what) = match skipped {
-                        true => (Level::INFO, "skipped (paused)"),
-                        false => (Level::ERROR, "MISSED"),
-                    };
-                    let late = time::human_ms(late_ms.max(0) as u64);
-                    let reason = t.health.why_missed(slot);
-                    log::line(
-                        level,
-                        &st.job.name,
-                        &format!(
-                            "firing at {slot_text} {what}: {late} late when decided, \
-                             past its {} ({reason})",
-                            if st.job.policy.starting_deadline.is_some() {
-                                "starting_deadline"
-                            } else {
-                                "catch-up window"
-                            }
-                        ),
-                    );
-                }
-                Err(e) => {
-                    failed.insert(i);
-                    t.health.failed(&st.job.name, &e);
-                }
-            }
-        }
-    }
 }
 
 /// What a run must do before its command (see [`RunSpec`]).

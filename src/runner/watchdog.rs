@@ -376,66 +376,19 @@ unsafe fn main(r: i32, w: i32, grace: u64, sub: &[u8], v1: bool) -> ! {
     // SAFETY: called only in the forked watchdog child: it owns its process, `r` and
     // `w` are its pipe ends, and every call here is async-signal-safe on stack data.
     unsafe {
-        libc::setpgid(0, 0);
-        // Found by its name (an operator's ps, the tests), as the spawner is.
-        libc::prctl(libc::PR_SET_NAME, c"exactly-wdog".as_ptr());
-        // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
-        crate::wrapped::ignore_parents_signals();
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::dup2(null, 1);
-            libc::dup2(null, 2);
-        }
-        // Keep only our two pipe ends: no database, no other run's pipes.
-        for fd in 3..1024 {
-            if fd != r && fd != w {
-                libc::close(fd);
-            }
-        }
-        libc::syscall(libc::SYS_close_range, 1024u32, u32::MAX, 0u32);
+        detach(r, w);
         let mut slots = [Slot {
             group: 0,
             deadline: 0,
             termed: 0,
             cage: 0,
         }; SLOTS];
-        // A group's whole end: what left it (`setsid`, `timeout`) is in its cage.
-        let end = |s: &Slot| {
-            if s.cage != 0 {
-                crate::contain::kill_cage_raw(sub, v1, b"run", s.cage);
-            }
-            libc::kill(-s.group, libc::SIGKILL);
-        };
         // Slots in use are below `hi`: the scan stays as short as the runs.
         let mut hi = 0usize;
         let mut buf = [0u8; 12 * 64];
         let mut have = 0usize;
         loop {
-            let now = mono_ns();
-            let mut wait = u64::MAX;
-            for s in slots[..hi].iter_mut().filter(|s| s.group > 0) {
-                if s.termed == 0 && now >= s.deadline {
-                    libc::kill(-s.group, libc::SIGTERM);
-                    s.termed = now;
-                    let g = s.group.to_le_bytes();
-                    libc::write(w, g.as_ptr() as *const libc::c_void, 4);
-                }
-                if s.termed == u64::MAX {
-                    continue;
-                }
-                if s.termed > 0 {
-                    if now >= s.termed.saturating_add(grace) {
-                        end(s);
-                        // Held until disarmed: its run reaps the command and says so.
-                        s.termed = u64::MAX;
-                    } else {
-                        wait = wait.min(s.termed + grace - now);
-                    }
-                } else {
-                    wait = wait.min(s.deadline - now);
-                }
-            }
+            let wait = stop_due(&mut slots[..hi], grace, w, sub, v1);
             let ms = if wait == u64::MAX {
                 -1
             } else {
@@ -457,7 +410,7 @@ unsafe fn main(r: i32, w: i32, grace: u64, sub: &[u8], v1: bool) -> ! {
             if got == 0 || (got < 0 && *libc::__errno_location() != libc::EINTR) {
                 // Our scheduler is gone: nothing of its runs may outlive it.
                 for s in slots[..hi].iter().filter(|s| s.group > 0) {
-                    end(s);
+                    end(s, sub, v1);
                 }
                 libc::_exit(0);
             }
@@ -468,53 +421,127 @@ unsafe fn main(r: i32, w: i32, grace: u64, sub: &[u8], v1: bool) -> ! {
             let whole = have / 12 * 12;
             let mut at = 0;
             while at < whole {
-                let m = &buf[at..at + 12];
+                held(&mut slots, &mut hi, &buf[at..at + 12]);
                 at += 12;
-                let group = i32::from_le_bytes([m[0], m[1], m[2], m[3]]);
-                let deadline =
-                    u64::from_le_bytes([m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11]]);
-                if group < -1 {
-                    // The cage of group -group (its id where the deadline would be).
-                    if let Some(i) = slots[..hi].iter().position(|s| s.group == -group) {
-                        slots[i].cage = deadline;
-                    }
-                    continue;
-                }
-                if group <= 1 {
-                    continue;
-                }
-                let found = slots[..hi].iter().position(|s| s.group == group);
-                if deadline == 0 {
-                    if let Some(i) = found {
-                        slots[i].group = 0;
-                        while hi > 0 && slots[hi - 1].group == 0 {
-                            hi -= 1;
-                        }
-                    }
-                    continue;
-                }
-                let free = found.or_else(|| slots[..hi].iter().position(|s| s.group == 0));
-                let free = free.or_else(|| (hi < SLOTS).then_some(hi));
-                if let Some(i) = free {
-                    // A group already being stopped stays stopped.
-                    if slots[i].group != group || slots[i].termed == 0 {
-                        let cage = if slots[i].group == group {
-                            slots[i].cage
-                        } else {
-                            0
-                        };
-                        slots[i] = Slot {
-                            group,
-                            deadline,
-                            termed: 0,
-                            cage,
-                        };
-                    }
-                    hi = hi.max(i + 1);
-                }
             }
             buf.copy_within(whole..have, 0);
             have -= whole;
         }
+    }
+}
+
+/// The watchdog's process on its own: its own group and name, deaf to the scheduler's
+/// signals, its standard streams on /dev/null and no descriptor but its pipe ends `r`, `w`.
+unsafe fn detach(r: i32, w: i32) {
+    // SAFETY: in the forked watchdog child (see `main`): async-signal-safe calls only.
+    unsafe {
+        libc::setpgid(0, 0);
+        // Found by its name (an operator's ps, the tests), as the spawner is.
+        libc::prctl(libc::PR_SET_NAME, c"exactly-wdog".as_ptr());
+        // The scheduler's signals are for the scheduler; it tells us what to do by the pipe.
+        crate::wrapped::ignore_parents_signals();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+        }
+        // Keep only our two pipe ends: no database, no other run's pipes.
+        for fd in 3..1024 {
+            if fd != r && fd != w {
+                libc::close(fd);
+            }
+        }
+        libc::syscall(libc::SYS_close_range, 1024u32, u32::MAX, 0u32);
+    }
+}
+
+/// A group's whole end: what left it (`setsid`, `timeout`) is in its cage.
+unsafe fn end(s: &Slot, sub: &[u8], v1: bool) {
+    // SAFETY: in the forked watchdog child (see `main`): async-signal-safe calls only.
+    unsafe {
+        if s.cage != 0 {
+            crate::contain::kill_cage_raw(sub, v1, b"run", s.cage);
+        }
+        libc::kill(-s.group, libc::SIGKILL);
+    }
+}
+
+/// SIGTERMs each group past its deadline (and tells the scheduler, on `w`), ends each past
+/// its grace after that; returns how long until the next of those is due (`u64::MAX`: none).
+unsafe fn stop_due(slots: &mut [Slot], grace: u64, w: i32, sub: &[u8], v1: bool) -> u64 {
+    // SAFETY: in the forked watchdog child (see `main`): async-signal-safe calls only.
+    unsafe {
+        let now = mono_ns();
+        let mut wait = u64::MAX;
+        for s in slots.iter_mut().filter(|s| s.group > 0) {
+            if s.termed == 0 && now >= s.deadline {
+                libc::kill(-s.group, libc::SIGTERM);
+                s.termed = now;
+                let g = s.group.to_le_bytes();
+                libc::write(w, g.as_ptr() as *const libc::c_void, 4);
+            }
+            if s.termed == u64::MAX {
+                continue;
+            }
+            if s.termed > 0 {
+                if now >= s.termed.saturating_add(grace) {
+                    end(s, sub, v1);
+                    // Held until disarmed: its run reaps the command and says so.
+                    s.termed = u64::MAX;
+                } else {
+                    wait = wait.min(s.termed + grace - now);
+                }
+            } else {
+                wait = wait.min(s.deadline - now);
+            }
+        }
+        wait
+    }
+}
+
+/// One 12-byte message from the scheduler: a group and its deadline (0: disarmed), or, with
+/// the group negated, its cage's id.
+fn held(slots: &mut [Slot; SLOTS], hi: &mut usize, m: &[u8]) {
+    let group = i32::from_le_bytes([m[0], m[1], m[2], m[3]]);
+    let deadline = u64::from_le_bytes([m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11]]);
+    if group < -1 {
+        // The cage of group -group (its id where the deadline would be).
+        if let Some(i) = slots[..*hi].iter().position(|s| s.group == -group) {
+            slots[i].cage = deadline;
+        }
+        return;
+    }
+    if group <= 1 {
+        return;
+    }
+    let found = slots[..*hi].iter().position(|s| s.group == group);
+    if deadline == 0 {
+        if let Some(i) = found {
+            slots[i].group = 0;
+            while *hi > 0 && slots[*hi - 1].group == 0 {
+                *hi -= 1;
+            }
+        }
+        return;
+    }
+    let free = found.or_else(|| slots[..*hi].iter().position(|s| s.group == 0));
+    let free = free.or_else(|| (*hi < SLOTS).then_some(*hi));
+    if let Some(i) = free {
+        // A group already being stopped stays stopped.
+        if slots[i].group != group || slots[i].termed == 0 {
+            let cage = if slots[i].group == group {
+                slots[i].cage
+            } else {
+                0
+            };
+            slots[i] = Slot {
+                group,
+                deadline,
+                termed: 0,
+                cage,
+            };
+        }
+        *hi = (*hi).max(i + 1);
     }
 }

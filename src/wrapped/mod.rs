@@ -260,7 +260,6 @@ pub fn run(
     watch: Option<LeaseWatch>,
     watchdog: Option<&mut Watchdog>,
 ) -> Result<Ended, NotStarted> {
-    let margin = |i: Instant| i.checked_sub(DEADLINE_MARGIN).unwrap_or(i);
     // The deadline as granted: a first read that fails leaves it, never none.
     let mut deadline: Option<(String, Instant)> = watch
         .as_ref()
@@ -272,6 +271,77 @@ pub fn run(
         }
     }
     let done = Arc::new(AtomicBool::new(false));
+    let heard_rx = watch_lease(&watch, &mut deadline, &done)?;
+    let mut watchdog = watchdog;
+    if let Some(wd) = watchdog.as_mut() {
+        wd.arm(deadline.as_ref().map(|d| d.1));
+    }
+    // Forwarded signals are caught from before the command starts until we exit: recording
+    // its outcome is what we do after it ends, whatever stopped it.
+    let caught = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        // A registration that fails leaves that signal's default (we die, the command with us).
+        let _ = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize);
+    }
+    let (mut child, pgid, stdout) = start(cmd, &mut watchdog)?;
+    let out = Arc::new(Mutex::new(Output::default()));
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    if let Some(stdout) = stdout {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            pass_on(stdout, &out);
+            let _ = done_tx.send(());
+        });
+    } else {
+        drop(done_tx);
+    }
+    let mut w = Waiting {
+        pgid,
+        deadline,
+        stopped: None,
+        term_at: None,
+        forwarded: None,
+    };
+    let status = w.wait(child.as_mut(), &mut watchdog, &caught, &heard_rx);
+    done.store(true, Ordering::SeqCst);
+    let Waiting {
+        deadline,
+        mut stopped,
+        forwarded,
+        ..
+    } = w;
+    // The watchdog may have stopped it at the deadline a moment before we looked.
+    if stopped.is_none() {
+        if let Some((until, d)) = &deadline {
+            if Instant::now() >= *d {
+                stopped = Some(Stopped::LeaseExpired(until.clone()));
+            }
+        }
+    }
+    end_everything(pgid, &mut watchdog);
+    let _ = done_rx.recv_timeout(PIPE_WAIT);
+    let output = out.lock().map(|o| o.clone()).unwrap_or_default();
+    Ok(Ended {
+        status,
+        output,
+        stopped,
+        forwarded,
+    })
+}
+
+/// A lease's end on our clock, less [`DEADLINE_MARGIN`].
+fn margin(i: Instant) -> Instant {
+    i.checked_sub(DEADLINE_MARGIN).unwrap_or(i)
+}
+
+/// Starts the thread that reads the lease (when there is one to hold the command to), and,
+/// with nothing granted, waits for its first read: the permission to send is the lease as
+/// first read.
+fn watch_lease(
+    watch: &Option<LeaseWatch>,
+    deadline: &mut Option<(String, Instant)>,
+    done: &Arc<AtomicBool>,
+) -> Result<mpsc::Receiver<Heard>, NotStarted> {
     let (heard_tx, heard_rx) = mpsc::channel::<Heard>();
     if let Some(w) = watch.clone() {
         let recorded = w.granted.as_ref().map(|g| g.0.clone());
@@ -280,7 +350,7 @@ pub fn run(
         // With nothing granted, the permission to send is the lease as first read.
         if deadline.is_none() {
             match heard_rx.recv_timeout(LEASE_POLL * 10) {
-                Ok(Heard::Until(u, ends)) => deadline = Some((u, margin(ends))),
+                Ok(Heard::Until(u, ends)) => *deadline = Some((u, margin(ends))),
                 Ok(Heard::Superseded(t)) => {
                     return Err(NotStarted::LeaseGone(Stopped::Superseded(t)))
                 }
@@ -299,17 +369,19 @@ pub fn run(
     } else {
         drop(heard_tx);
     }
-    let mut watchdog = watchdog;
-    if let Some(wd) = watchdog.as_mut() {
-        wd.arm(deadline.as_ref().map(|d| d.1));
-    }
-    // Forwarded signals are caught from before the command starts until we exit: recording
-    // its outcome is what we do after it ends, whatever stopped it.
-    let caught = Arc::new(AtomicUsize::new(0));
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
-        // A registration that fails leaves that signal's default (we die, the command with us).
-        let _ = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize);
-    }
+    Ok(heard_rx)
+}
+
+/// The command's stdout, as a thread reads it.
+type Stdout = Option<Box<dyn Read + Send>>;
+
+/// Starts the command in its group (and cage): where no cgroup could be made the watchdog
+/// starts it, as its parent and subreaper; otherwise we do, in the watchdog's group and the
+/// cage. Returns our child (if it is ours), its group and its stdout.
+fn start(
+    cmd: &mut Command,
+    watchdog: &mut Option<&mut Watchdog>,
+) -> Result<(Option<std::process::Child>, i32, Stdout), NotStarted> {
     in_group(cmd, watchdog.as_ref().map(|w| w.pgid))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -317,10 +389,8 @@ pub fn run(
     if let Some(wd) = watchdog.as_ref() {
         wd.cage().hold(cmd);
     }
-    // Where no cgroup could be made the watchdog starts the command, as its parent and
-    // subreaper; otherwise we do, in the watchdog's group and the cage.
     let mut child: Option<std::process::Child> = None;
-    let (pgid, stdout): (i32, Option<Box<dyn Read + Send>>) = match watchdog.as_mut() {
+    let (pgid, stdout): (i32, Stdout) = match watchdog.as_mut() {
         Some(wd) if wd.held.is_some() => {
             wd.start_command(cmd).map_err(NotStarted::Spawn)?;
             let out = wd.held.as_mut().and_then(|h| h.out.take());
@@ -334,94 +404,106 @@ pub fn run(
             (pgid, out)
         }
     };
-    let mut looked_at_watchdog = Instant::now();
-    let out = Arc::new(Mutex::new(Output::default()));
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    if let Some(stdout) = stdout {
-        let out = out.clone();
-        std::thread::spawn(move || {
-            pass_on(stdout, &out);
-            let _ = done_tx.send(());
-        });
-    } else {
-        drop(done_tx);
-    }
-    let mut stopped: Option<Stopped> = None;
-    let mut term_at: Option<Instant> = None;
-    let mut forwarded = None;
-    let status = loop {
-        let ended = match (child.as_mut(), watchdog.as_mut()) {
-            (Some(c), _) => c.try_wait(),
-            (None, Some(wd)) => wd.try_status(),
-            (None, None) => Err(std::io::Error::other("no command was started")),
-        };
-        match ended {
-            Ok(Some(s)) => break Ok(s),
-            Ok(None) => {}
-            Err(e) => break Err(e),
-        }
-        let sig = caught.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            signal_group(pgid, sig as i32);
-            forwarded = Some(sig as i32);
-        }
-        while let Ok(h) = heard_rx.try_recv() {
-            let stop = match h {
-                Heard::Until(u, ends) => {
-                    let d = margin(ends);
-                    if let Some(wd) = watchdog.as_mut() {
-                        if deadline.as_ref().is_none_or(|(_, old)| *old != d) {
-                            wd.arm(Some(d));
-                        }
-                    }
-                    deadline = Some((u, d));
-                    None
-                }
-                Heard::Superseded(t) => Some(Stopped::Superseded(t)),
-                Heard::Released => Some(Stopped::LeaseExpired(crate::lease::RELEASED.to_string())),
+    Ok((child, pgid, stdout))
+}
+
+/// The command while it runs: its group, the deadline it is held to, and what we did to it.
+struct Waiting {
+    pgid: i32,
+    deadline: Option<(String, Instant)>,
+    stopped: Option<Stopped>,
+    term_at: Option<Instant>,
+    forwarded: Option<i32>,
+}
+
+impl Waiting {
+    /// Waits for the command's end, forwarding the signals caught, following the lease, and
+    /// stopping the command when the lease is lost or its deadline passes.
+    fn wait(
+        &mut self,
+        mut child: Option<&mut std::process::Child>,
+        watchdog: &mut Option<&mut Watchdog>,
+        caught: &AtomicUsize,
+        heard_rx: &mpsc::Receiver<Heard>,
+    ) -> std::io::Result<ExitStatus> {
+        let mut looked_at_watchdog = Instant::now();
+        loop {
+            let ended = match (child.as_mut(), watchdog.as_mut()) {
+                (Some(c), _) => c.try_wait(),
+                (None, Some(wd)) => wd.try_status(),
+                (None, None) => Err(std::io::Error::other("no command was started")),
             };
-            if stopped.is_none() {
-                if let Some(s) = stop {
-                    signal_group(pgid, libc::SIGTERM);
-                    term_at = Some(Instant::now());
-                    stopped = Some(s);
+            match ended {
+                Ok(Some(s)) => break Ok(s),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+            let sig = caught.swap(0, Ordering::SeqCst);
+            if sig != 0 {
+                signal_group(self.pgid, sig as i32);
+                self.forwarded = Some(sig as i32);
+            }
+            while let Ok(h) = heard_rx.try_recv() {
+                self.heard(h, watchdog);
+            }
+            if self.stopped.is_none() {
+                if let Some((until, d)) = &self.deadline {
+                    if Instant::now() >= *d {
+                        let until = until.clone();
+                        self.stop(Stopped::LeaseExpired(until));
+                    }
                 }
             }
-        }
-        if stopped.is_none() {
-            if let Some((until, d)) = &deadline {
-                if Instant::now() >= *d {
-                    signal_group(pgid, libc::SIGTERM);
-                    term_at = Some(Instant::now());
-                    stopped = Some(Stopped::LeaseExpired(until.clone()));
+            if self.term_at.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                match watchdog.as_ref() {
+                    Some(wd) => wd.kill_now(),
+                    None => signal_group(self.pgid, libc::SIGKILL),
                 }
             }
-        }
-        if term_at.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
-            match watchdog.as_ref() {
-                Some(wd) => wd.kill_now(),
-                None => signal_group(pgid, libc::SIGKILL),
+            if looked_at_watchdog.elapsed() >= WATCHDOG_LOOK {
+                looked_at_watchdog = Instant::now();
+                if let Some(wd) = watchdog.as_mut() {
+                    look_at(wd);
+                }
             }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        if looked_at_watchdog.elapsed() >= WATCHDOG_LOOK {
-            looked_at_watchdog = Instant::now();
-            if let Some(wd) = watchdog.as_mut() {
-                look_at(wd);
+    }
+
+    /// What the lease reader heard: a new end (the watchdog re-armed), or the lease lost.
+    fn heard(&mut self, h: Heard, watchdog: &mut Option<&mut Watchdog>) {
+        let stop = match h {
+            Heard::Until(u, ends) => {
+                let d = margin(ends);
+                if let Some(wd) = watchdog.as_mut() {
+                    if self.deadline.as_ref().is_none_or(|(_, old)| *old != d) {
+                        wd.arm(Some(d));
+                    }
+                }
+                self.deadline = Some((u, d));
+                None
             }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    done.store(true, Ordering::SeqCst);
-    // The watchdog may have stopped it at the deadline a moment before we looked.
-    if stopped.is_none() {
-        if let Some((until, d)) = &deadline {
-            if Instant::now() >= *d {
-                stopped = Some(Stopped::LeaseExpired(until.clone()));
+            Heard::Superseded(t) => Some(Stopped::Superseded(t)),
+            Heard::Released => Some(Stopped::LeaseExpired(crate::lease::RELEASED.to_string())),
+        };
+        if self.stopped.is_none() {
+            if let Some(s) = stop {
+                self.stop(s);
             }
         }
     }
-    // Nothing the command started may go on sending after we record its outcome: its group,
-    // its cage (what left the group), and what was re-parented to us.
+
+    /// SIGTERMs the command's group, once, and says why.
+    fn stop(&mut self, why: Stopped) {
+        signal_group(self.pgid, libc::SIGTERM);
+        self.term_at = Some(Instant::now());
+        self.stopped = Some(why);
+    }
+}
+
+/// Nothing the command started may go on sending after we record its outcome: its group,
+/// its cage (what left the group), and what was re-parented to us.
+fn end_everything(pgid: i32, watchdog: &mut Option<&mut Watchdog>) {
     signal_group(pgid, libc::SIGKILL);
     if let Some(wd) = watchdog.as_mut() {
         wd.end_descendants();
@@ -436,14 +518,6 @@ pub fn run(
         }
     }
     end_orphans();
-    let _ = done_rx.recv_timeout(PIPE_WAIT);
-    let output = out.lock().map(|o| o.clone()).unwrap_or_default();
-    Ok(Ended {
-        status,
-        output,
-        stopped,
-        forwarded,
-    })
 }
 
 /// How often the sender looks at its watchdog: well inside the stop margin, so a dead one is

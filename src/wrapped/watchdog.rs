@@ -376,13 +376,95 @@ unsafe fn watchdog_main(given: Given<'_>, server: Option<&mut parent::Server>) -
     // process, the descriptors it is given are open, and every call here is async-signal-safe
     // on memory prepared before the fork.
     unsafe {
+        let mut server = server;
+        let (group, at) = own_fds(r, w, pgid, &server, cage_fds);
+        let r = 3;
+        let cage = [at[1], at[2], at[3]];
+        if let Some(srv) = server.as_mut() {
+            srv.out_w = at[4];
+            srv.back_w = at[5];
+            // Orphans of the command come to us, not to init: we end them.
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+        let keeper = Keeper {
+            r,
+            group,
+            cage,
+            v1,
+            needle,
+            parented: server.is_some(),
+        };
+        let mut deadline = u64::MAX;
+        loop {
+            let now = mono_ns();
+            if now >= deadline {
+                libc::kill(-group, libc::SIGTERM);
+                let ts = libc::timespec {
+                    tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
+                };
+                libc::nanosleep(&ts, std::ptr::null_mut());
+                keeper.end_all();
+                libc::_exit(0);
+            }
+            let mut wait_ms = if deadline == u64::MAX {
+                -1
+            } else {
+                (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
+            };
+            // Its command's end is heard by looking: no signal handler in a forked child.
+            if server.as_ref().is_some_and(|s| s.cmd > 0) {
+                wait_ms = if wait_ms < 0 { 10 } else { wait_ms.min(10) };
+            }
+            let mut pfd = libc::pollfd {
+                fd: r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let n = libc::poll(&mut pfd, 1, wait_ms);
+            if let Some(srv) = server.as_mut() {
+                srv.reap();
+            }
+            if n < 0 {
+                if *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                keeper.end_all();
+                libc::_exit(1);
+            }
+            if n == 0 {
+                continue;
+            }
+            let mut tag = [0u8; 1];
+            if !parent::read_exact(r, tag.as_mut_ptr(), 1) {
+                // Our parent is gone (or done): nothing of its command may outlive it.
+                keeper.end_all();
+                libc::_exit(0);
+            }
+            keeper.order(tag[0], &mut deadline, &mut server);
+        }
+    }
+}
+
+/// Joins the group (0: its own, whose id is returned), ignores the parent's signals, and holds
+/// nothing of the parent's open (no pipe a reader waits on, no database) but the pipe (3), the
+/// cage's files (4..=6) and, as the command's parent, its stdout (7) and the answers (8); none
+/// of them reaches the command (close-on-exec). Returns the group and where each landed (-1:
+/// not open).
+unsafe fn own_fds(
+    r: i32,
+    w: i32,
+    pgid: i32,
+    server: &Option<&mut parent::Server>,
+    cage_fds: [i32; 3],
+) -> (i32, [i32; 6]) {
+    // SAFETY: in the forked watchdog child (see `watchdog_main`): async-signal-safe calls on
+    // descriptors it owns.
+    unsafe {
         libc::close(w);
         libc::setpgid(0, pgid);
         let group = if pgid == 0 { libc::getpid() } else { pgid };
         ignore_parents_signals();
-        // Hold nothing of the parent's open (no pipe a reader waits on, no database) but the
-        // pipe (3), the cage's files (4..=6) and, as the command's parent, its stdout (7) and
-        // the answers (8); none of them reaches the command (close-on-exec).
         let (out_w, back_w) = server.as_ref().map_or((-1, -1), |s| (s.out_w, s.back_w));
         let keep = [r, cage_fds[0], cage_fds[1], cage_fds[2], out_w, back_w];
         let mut high = [-1i32; 6];
@@ -408,89 +490,58 @@ unsafe fn watchdog_main(given: Given<'_>, server: Option<&mut parent::Server>) -
             }
         }
         libc::syscall(libc::SYS_close_range, 9u32, u32::MAX, 0u32);
-        let r = 3;
-        let cage = [at[1], at[2], at[3]];
-        let mut server = server;
-        if let Some(srv) = server.as_mut() {
-            srv.out_w = at[4];
-            srv.back_w = at[5];
-            // Orphans of the command come to us, not to init: we end them.
-            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        }
-        let parented = server.is_some();
-        // The cage first: we are in the group, and its SIGKILL ends us too.
-        let end_all = || {
-            crate::contain::kill_raw(cage, v1, needle);
-            if parented {
+        (group, at)
+    }
+}
+
+/// What the forked watchdog keeps: its pipe, the group, the cage (its files, kind and cookie),
+/// and whether it is the command's parent.
+struct Keeper<'a> {
+    r: i32,
+    group: i32,
+    cage: [i32; 3],
+    v1: bool,
+    needle: &'a [u8],
+    parented: bool,
+}
+
+impl Keeper<'_> {
+    /// Ends everything: the cage first (we are in the group, and its SIGKILL ends us too).
+    unsafe fn end_all(&self) {
+        // SAFETY: in the forked watchdog child: async-signal-safe calls only.
+        unsafe {
+            crate::contain::kill_raw(self.cage, self.v1, self.needle);
+            if self.parented {
                 parent::end_children();
             }
-            libc::kill(-group, libc::SIGKILL);
-        };
-        let mut deadline = u64::MAX;
-        loop {
-            let now = mono_ns();
-            if now >= deadline {
-                libc::kill(-group, libc::SIGTERM);
-                let ts = libc::timespec {
-                    tv_sec: (grace_ns / 1_000_000_000) as libc::time_t,
-                    tv_nsec: (grace_ns % 1_000_000_000) as libc::c_long,
-                };
-                libc::nanosleep(&ts, std::ptr::null_mut());
-                end_all();
-                libc::_exit(0);
-            }
-            let mut wait_ms = if deadline == u64::MAX {
-                -1
-            } else {
-                (((deadline - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
-            };
-            // Its command's end is heard by looking: no signal handler in a forked child.
-            if server.as_ref().is_some_and(|s| s.cmd > 0) {
-                wait_ms = if wait_ms < 0 { 10 } else { wait_ms.min(10) };
-            }
-            let mut pfd = libc::pollfd {
-                fd: r,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let n = libc::poll(&mut pfd, 1, wait_ms);
-            if let Some(srv) = server.as_mut() {
-                srv.reap();
-            }
-            if n < 0 {
-                if *libc::__errno_location() == libc::EINTR {
-                    continue;
-                }
-                end_all();
-                libc::_exit(1);
-            }
-            if n == 0 {
-                continue;
-            }
-            let mut tag = [0u8; 1];
-            if !parent::read_exact(r, tag.as_mut_ptr(), 1) {
-                // Our parent is gone (or done): nothing of its command may outlive it.
-                end_all();
-                libc::_exit(0);
-            }
-            match tag[0] {
+            libc::kill(-self.group, libc::SIGKILL);
+        }
+    }
+
+    /// One order from the parent, its tag read: `D` a deadline, `S` a command to start, `K`
+    /// kill the cage now. A pipe that ends mid-order ends everything.
+    unsafe fn order(&self, tag: u8, deadline: &mut u64, server: &mut Option<&mut parent::Server>) {
+        let r = self.r;
+        // SAFETY: in the forked watchdog child: async-signal-safe calls on stack buffers.
+        unsafe {
+            match tag {
                 b'D' => {
                     let mut buf = [0u8; 8];
                     if !parent::read_exact(r, buf.as_mut_ptr(), 8) {
-                        end_all();
+                        self.end_all();
                         libc::_exit(0);
                     }
-                    deadline = u64::from_le_bytes(buf);
+                    *deadline = u64::from_le_bytes(buf);
                 }
                 b'S' => {
                     let mut len = [0u8; 4];
                     if !parent::read_exact(r, len.as_mut_ptr(), 4) {
-                        end_all();
+                        self.end_all();
                         libc::_exit(0);
                     }
                     let len = u32::from_le_bytes(len) as usize;
                     match server.as_mut() {
-                        Some(srv) => srv.start(r, len, group),
+                        Some(srv) => srv.start(r, len, self.group),
                         None => {
                             // Not its parent: nothing to start; the message is skipped.
                             let mut sink = [0u8; 512];
@@ -506,7 +557,7 @@ unsafe fn watchdog_main(given: Given<'_>, server: Option<&mut parent::Server>) -
                     }
                 }
                 b'K' => {
-                    crate::contain::kill_raw(cage, v1, needle);
+                    crate::contain::kill_raw(self.cage, self.v1, self.needle);
                     if let Some(srv) = server.as_mut() {
                         parent::end_children();
                         srv.reap();

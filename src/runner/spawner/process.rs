@@ -17,71 +17,28 @@ extern "C" fn on_sigchld(_: libc::c_int) {
 /// `exactly __exactly-spawner [3]`, its socket on stdin (and the watchdog's pipe on 3 when
 /// named): serves until the scheduler is gone.
 pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
-    let mut watchdog = args
-        .first()
-        .and_then(|a| a.to_str())
-        .and_then(|a| a.parse::<RawFd>().ok());
-    if let Some(wd) = watchdog {
-        // Ours alone: a command holding it would keep the watchdog from hearing the end.
-        // SAFETY: fcntl on the descriptor we were given.
-        unsafe { libc::fcntl(wd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
+    let mut watchdog = watchdog_pipe(args);
     // SAFETY: prctl with a static name; signal dispositions for this process.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, c"exactly-spawner".as_ptr());
         crate::wrapped::ignore_parents_signals();
     }
-    let (wake_r, wake_w) = match crate::wrapped::pipe() {
-        Ok(p) => p,
+    let wake_r = match wake_on_sigchld() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("exactly spawner: {e}");
             return 1;
         }
     };
-    // SAFETY: both ends are ours; non-blocking so the handler never blocks and the loop drains.
-    unsafe {
-        libc::fcntl(wake_r, libc::F_SETFL, libc::O_NONBLOCK);
-        libc::fcntl(wake_w, libc::F_SETFL, libc::O_NONBLOCK);
-    }
-    CHLD_PIPE.store(wake_w, Ordering::Relaxed);
-    // SAFETY: installing a handler that only writes to a pipe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigchld as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
-        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
-    }
     let sock = 0;
     // SAFETY: getppid has no preconditions.
     let me = unsafe { libc::getpid() };
     // pid → request id, of the commands alive.
     let mut live: HashMap<i32, u64> = HashMap::new();
     let mut buf = vec![0u8; MAX_MESSAGE];
-    loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: sock,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake_r,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: fds is valid for two entries.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
-        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
-        }
-        if fds[1].revents != 0 {
-            let mut sink = [0u8; 64];
-            // SAFETY: draining our non-blocking pipe into a stack buffer.
-            while unsafe { libc::read(wake_r, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
-        }
+    while let Some(asked) = wait(sock, wake_r) {
         reap(&mut live, sock);
-        if fds[0].revents == 0 {
+        if !asked {
             continue;
         }
         let (len, fd) = match recv_with_fd(sock, &mut buf) {
@@ -102,39 +59,7 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
             continue;
         }
         let Some(launch) = req.launch else { continue };
-        let start_by = launch.start_by_ns;
-        let said = match (fd, fork_exec(&launch, me)) {
-            // Read after the scheduler stopped waiting (we were frozen): never started.
-            _ if start_by > 0 && crate::wrapped::mono_ns() >= start_by => Said::Refused {
-                id: req.id,
-                why: format!("{TOO_LATE}: the spawner read the request past its start-by time"),
-            },
-            (None, _) => Said::Refused {
-                id: req.id,
-                why: "no output pipe came with the command".into(),
-            },
-            (Some(out), Ok(prepared)) => match prepared.start(&out) {
-                Ok(pid) => {
-                    if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
-                        if ns > 0 {
-                            let msg = super::super::watchdog::message(pid, ns);
-                            // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
-                            unsafe { libc::write(wd, msg.as_ptr().cast(), msg.len()) };
-                        }
-                    }
-                    live.insert(pid, req.id);
-                    Said::Started { id: req.id, pid }
-                }
-                Err(e) => Said::Refused {
-                    id: req.id,
-                    why: format!("cannot start {:?}: {e}", launch.prog),
-                },
-            },
-            (Some(_), Err(e)) => Said::Refused {
-                id: req.id,
-                why: format!("cannot start {:?}: {e}", launch.prog),
-            },
-        };
+        let said = start(&launch, req.id, fd, me, watchdog, &mut live);
         if reply(sock, &said).is_err() {
             break;
         }
@@ -145,6 +70,112 @@ pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
         unsafe { libc::kill(-*pid, libc::SIGKILL) };
     }
     0
+}
+
+/// The watchdog's pipe named on the command line, made close-on-exec.
+fn watchdog_pipe(args: &[std::ffi::OsString]) -> Option<RawFd> {
+    let watchdog = args
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(|a| a.parse::<RawFd>().ok());
+    if let Some(wd) = watchdog {
+        // Ours alone: a command holding it would keep the watchdog from hearing the end.
+        // SAFETY: fcntl on the descriptor we were given.
+        unsafe { libc::fcntl(wd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    watchdog
+}
+
+/// A pipe SIGCHLD writes to (see [`on_sigchld`]); returns its read end.
+fn wake_on_sigchld() -> io::Result<RawFd> {
+    let (wake_r, wake_w) = crate::wrapped::pipe()?;
+    // SAFETY: both ends are ours; non-blocking so the handler never blocks and the loop drains.
+    unsafe {
+        libc::fcntl(wake_r, libc::F_SETFL, libc::O_NONBLOCK);
+        libc::fcntl(wake_w, libc::F_SETFL, libc::O_NONBLOCK);
+    }
+    CHLD_PIPE.store(wake_w, Ordering::Relaxed);
+    // SAFETY: installing a handler that only writes to a pipe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigchld as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+    Ok(wake_r)
+}
+
+/// Waits up to a second for a request or a child's end (its wake-ups drained): whether the
+/// socket has something to read, or `None` when polling failed.
+fn wait(sock: RawFd, wake_r: RawFd) -> Option<bool> {
+    let mut fds = [
+        libc::pollfd {
+            fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake_r,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: fds is valid for two entries.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+    if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+        return None;
+    }
+    if fds[1].revents != 0 {
+        let mut sink = [0u8; 64];
+        // SAFETY: draining our non-blocking pipe into a stack buffer.
+        while unsafe { libc::read(wake_r, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+    }
+    Some(fds[0].revents != 0)
+}
+
+/// Starts one command (its output pipe `fd`), tells the watchdog its deadline, and says what
+/// became of it.
+fn start(
+    launch: &Launch,
+    id: u64,
+    fd: Option<OwnedFd>,
+    me: i32,
+    watchdog: Option<RawFd>,
+    live: &mut HashMap<i32, u64>,
+) -> Said {
+    let start_by = launch.start_by_ns;
+    match (fd, fork_exec(launch, me)) {
+        // Read after the scheduler stopped waiting (we were frozen): never started.
+        _ if start_by > 0 && crate::wrapped::mono_ns() >= start_by => Said::Refused {
+            id,
+            why: format!("{TOO_LATE}: the spawner read the request past its start-by time"),
+        },
+        (None, _) => Said::Refused {
+            id,
+            why: "no output pipe came with the command".into(),
+        },
+        (Some(out), Ok(prepared)) => match prepared.start(&out) {
+            Ok(pid) => {
+                if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
+                    if ns > 0 {
+                        let msg = super::super::watchdog::message(pid, ns);
+                        // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
+                        unsafe { libc::write(wd, msg.as_ptr().cast(), msg.len()) };
+                    }
+                }
+                live.insert(pid, id);
+                Said::Started { id, pid }
+            }
+            Err(e) => Said::Refused {
+                id,
+                why: format!("cannot start {:?}: {e}", launch.prog),
+            },
+        },
+        (Some(_), Err(e)) => Said::Refused {
+            id,
+            why: format!("cannot start {:?}: {e}", launch.prog),
+        },
+    }
 }
 
 fn reply(sock: RawFd, said: &Said) -> io::Result<()> {

@@ -1,0 +1,355 @@
+//! Firing due slots: every job's slots gathered (with other schedulers' left unrecorded),
+//! decided in batches of one transaction each, and each batch's runs started as it commits.
+use super::{live_here, spawn, start_waiting, How, JobState, Tick, FIRE_BATCH};
+use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Waiting};
+use crate::runner::execute::report;
+use crate::runner::log;
+use crate::runner::share::Share;
+use crate::schedule::LATE_OK;
+use crate::state::FiringKind;
+use crate::time::{self, Ts};
+use crate::{Error, Result, Store};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use tracing::Level;
+
+/// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
+/// job once per batch, so a job's second slot sees the run its first one started), and starts
+/// each batch's runs as soon as it commits.
+pub(super) fn fire_due(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    pending: Vec<(usize, Waiting)>,
+    share: &mut Share,
+) {
+    let now = time::now();
+    let mut due: Vec<(Ts, usize)> = Vec::new();
+    for (i, st) in states.iter().enumerate() {
+        // A job whose missed slots are not recorded yet fires none (they go first, next tick,
+        // in one write), so an outage's slots are not decided one transaction each.
+        if st.mine && !st.behind && st.next_due.is_some_and(|n| n <= now) {
+            due.extend(st.due_by(now).into_iter().map(|s| (s, i)));
+        }
+    }
+    // How late its own burst is decided tells how late the others' are (see `share`); slots
+    // already late (a catch-up) say nothing about it.
+    let on_time = now - chrono::Duration::from_std(LATE_OK).unwrap_or(chrono::Duration::zero());
+    let oldest = due.iter().map(|d| d.0).filter(|s| *s >= on_time).min();
+    if let Err(e) = unrecorded(t.store, states, now, share.net_after(), &mut due) {
+        t.health.failed("-", &e);
+    }
+    // Stable: a job's slots keep their order.
+    due.sort_by_key(|&(slot, _)| slot);
+    if due.is_empty() {
+        return;
+    }
+    fire_batches(t, states, &due, pending);
+    if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
+        share.own_lag(lag);
+    }
+}
+
+/// Other schedulers' slots still unrecorded `net` after they fell due join `due` (their owner
+/// died or does not count itself their owner yet); those recorded are handled. One read.
+fn unrecorded(
+    store: &mut Store,
+    states: &mut [JobState],
+    now: Ts,
+    net: Duration,
+    due: &mut Vec<(Ts, usize)>,
+) -> Result<()> {
+    let upto = now - chrono::Duration::from_std(net).unwrap_or(chrono::Duration::zero());
+    let mut watched: Vec<(usize, Vec<Ts>)> = Vec::new();
+    for (i, st) in states.iter().enumerate() {
+        if !st.mine && !st.behind && st.next_due.is_some_and(|n| n <= upto) {
+            watched.push((i, st.due_by(upto)));
+        }
+    }
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<(usize, Vec<String>)> = watched
+        .iter()
+        .map(|(i, slots)| (*i, slots.iter().copied().map(time::fmt).collect()))
+        .collect();
+    let probe: Vec<(&str, &str)> = texts
+        .iter()
+        .flat_map(|(i, slots)| {
+            let name = states[*i].job.name.as_str();
+            slots.iter().map(move |s| (name, s.as_str()))
+        })
+        .collect();
+    let recorded = firing::recorded(store, &probe)?;
+    drop(probe);
+    let mut fired = 0;
+    for ((i, slots), (_, texts)) in watched.into_iter().zip(&texts) {
+        let st = &mut states[i];
+        let mut left = false;
+        for (slot, text) in slots.into_iter().zip(texts) {
+            if !recorded.contains(&(st.job.name.to_string(), text.clone())) {
+                due.push((slot, i));
+                left = true;
+                fired += 1;
+            } else if !left {
+                // Recorded by its owner, in order: done here. One after a slot left
+                // unrecorded is passed when that one fires.
+                st.handled(slot);
+            }
+        }
+    }
+    if fired > 0 {
+        tracing::warn!(
+            "share: {fired} firing(s) \
+             of other schedulers' jobs unrecorded {} after they fell due: fired here",
+            time::human_ms(net.as_millis() as u64),
+        );
+    }
+    Ok(())
+}
+
+/// A batch's firing, as decided: the job's index, its slot (as a time and as text), its lease's
+/// end, and whether it is on time or a catch-up.
+type Part = (usize, Ts, String, String, FiringKind);
+
+/// Fires `due` in batches (see [`fire_due`]), each batch's waiting firings first.
+fn fire_batches(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    due: &[(Ts, usize)],
+    mut pending: Vec<(usize, Waiting)>,
+) {
+    // A job whose firing failed is left for the next tick: its later slots must not pass it.
+    let mut failed = HashSet::new();
+    let mut pos = 0;
+    while pos < due.len() {
+        let batch = next_batch(due, &mut pos, &failed);
+        if batch.is_empty() {
+            break;
+        }
+        let asked = Instant::now();
+        // A job's waiting firing goes before its new one (see `run`): tried again at the very
+        // instant the new one is decided at, so a lease the one cannot take the other cannot
+        // either (the new one is then coalesced or queued behind it, as if the tick came later).
+        let now = time::now();
+        start_pending(t, states, &batch, &mut pending, now);
+        let parts = batch_parts(states, &batch, now);
+        let Some(decided) = decide(t, states, &parts, now) else {
+            return;
+        };
+        let open = open_effects(t, &decided);
+        for (part, fired) in parts.into_iter().zip(decided) {
+            settle(t, states, part, fired, open.as_ref(), asked, &mut failed);
+        }
+    }
+}
+
+/// The next batch from `pos` on: at most [`FIRE_BATCH`] firings, each job once, none of a job
+/// whose firing failed this tick.
+fn next_batch(due: &[(Ts, usize)], pos: &mut usize, failed: &HashSet<usize>) -> Vec<(Ts, usize)> {
+    let mut seen = HashSet::new();
+    let mut batch = Vec::new();
+    while let Some(&(slot, i)) = due.get(*pos) {
+        if failed.contains(&i) {
+            *pos += 1;
+            continue;
+        }
+        if batch.len() == FIRE_BATCH || !seen.insert(i) {
+            break;
+        }
+        batch.push((slot, i));
+        *pos += 1;
+    }
+    batch
+}
+
+/// Tries the batch's jobs' waiting firings (left over from this tick's first try) at `now`.
+fn start_pending(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    batch: &[(Ts, usize)],
+    pending: &mut Vec<(usize, Waiting)>,
+    now: Ts,
+) {
+    for &(_, i) in batch {
+        if let Some(k) = pending.iter().position(|(p, _)| *p == i) {
+            let (_, w) = pending.swap_remove(k);
+            let st = &mut states[i];
+            if let Err(e) = start_waiting(t, st, w, now) {
+                t.health.failed(&states[i].job.name, &e);
+            }
+        }
+    }
+}
+
+/// Each firing of the batch as decided at `now`: late past [`LATE_OK`] is a catch-up.
+fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part> {
+    batch
+        .iter()
+        .map(|&(slot, i)| {
+            let due_at = states[i].job.due_at(slot);
+            let late = (now - due_at).num_milliseconds() > LATE_OK.as_millis() as i64;
+            let kind = if late {
+                FiringKind::Catchup
+            } else {
+                FiringKind::Scheduled
+            };
+            let until = time::fmt(time::add(now, states[i].job.lease));
+            (i, slot, time::fmt(slot), until, kind)
+        })
+        .collect()
+}
+
+/// Decides the batch's firings in one transaction; `None` when the database is locked (the
+/// whole batch goes again next tick).
+fn decide(
+    t: &mut Tick<'_>,
+    states: &[JobState],
+    parts: &[Part],
+    now: Ts,
+) -> Option<Vec<Result<DueFate>>> {
+    let now_text = time::fmt(now);
+    // Each slot's lateness is judged when its transaction holds the database: one that
+    // waited past its catch-up window for a lock or a server is missed, not run late.
+    let requests: Vec<DueRequest<'_>> = parts
+        .iter()
+        .map(|(i, slot_ts, slot, until, kind)| DueRequest {
+            fire: FireRequest {
+                job: &states[*i].job.name,
+                slot,
+                kind: *kind,
+                owner: &t.cfg.owner,
+                lease_until: until,
+                now: &now_text,
+                overlap: states[*i].job.overlap,
+                live_here: live_here(t.runs, &states[*i].job.name),
+            },
+            // Counted from its slot: its jitter, then its start window.
+            window: states[*i].job.start_window()
+                + (states[*i].job.due_at(*slot_ts) - *slot_ts)
+                    .to_std()
+                    .unwrap_or(Duration::ZERO),
+            reason: t.health.why_missed(*slot_ts),
+        })
+        .collect();
+    let decided = match firing::fire_due(t.store, &requests) {
+        Ok(fired) => fired.into_iter().map(Ok).collect(),
+        // A locked database: the whole batch goes again next tick.
+        Err(e @ Error::Busy { .. }) => {
+            t.health.failed("-", &e);
+            return None;
+        }
+        // Anything else may be one job's row: decide each alone, so it holds up no other.
+        Err(_) => requests
+            .iter()
+            .map(|r| firing::fire_due(t.store, std::slice::from_ref(r)).map(|mut d| d.remove(0)))
+            .collect::<Vec<_>>(),
+    };
+    Some(decided)
+}
+
+/// The jobs with open effects, asked once for the batch once its leases are granted (no effect
+/// can be begun under an older token after that): only their runs wait for observers before
+/// the command. Unknown (a failed read, or no run started): every run asks for itself.
+fn open_effects(t: &mut Tick<'_>, decided: &[Result<DueFate>]) -> Option<HashSet<String>> {
+    let started = decided
+        .iter()
+        .any(|d| matches!(d, Ok(DueFate::Fired(Fired::Started(_)))));
+    if started {
+        crate::effect::jobs_with_open(t.store).ok()
+    } else {
+        None
+    }
+}
+
+/// Acts on one decided firing: logs it, starts its run, or leaves the job for the next tick.
+fn settle(
+    t: &mut Tick<'_>,
+    states: &mut [JobState],
+    part: Part,
+    fired: Result<DueFate>,
+    open: Option<&HashSet<String>>,
+    asked: Instant,
+    failed: &mut HashSet<usize>,
+) {
+    let (i, slot, slot_text, _, kind) = part;
+    let st = &mut states[i];
+    match fired {
+        Ok(DueFate::Fired(fired)) => {
+            st.handled(slot);
+            fired_here(t, st, kind, slot_text, fired, open, asked);
+        }
+        Ok(DueFate::Late { late_ms, skipped }) => {
+            st.handled(slot);
+            // Its other late slots go next tick, in one write, with record_behind.
+            failed.insert(i);
+            say_late(t, st, slot, &slot_text, late_ms, skipped);
+        }
+        Err(e) => {
+            failed.insert(i);
+            t.health.failed(&st.job.name, &e);
+        }
+    }
+}
+
+/// A firing won or skipped: a paused job's skipped firings are counted (the first logged), a
+/// started one's run is spawned.
+fn fired_here(
+    t: &mut Tick<'_>,
+    st: &mut JobState,
+    kind: FiringKind,
+    slot_text: String,
+    fired: Fired,
+    open: Option<&HashSet<String>>,
+    asked: Instant,
+) {
+    // A paused job's skipped firings: the first logged, the rest counted.
+    if matches!(fired, Fired::Skipped { .. }) {
+        if st.skipped.0 == 0 {
+            report(&st.job.name, kind, &slot_text, &fired);
+        }
+        st.skipped = (st.skipped.0 + 1, slot_text);
+        return;
+    }
+    if st.skipped.0 > 0 {
+        let (n, last) = std::mem::take(&mut st.skipped);
+        log::line(
+            Level::INFO,
+            &st.job.name,
+            &format!("{n} firing(s) skipped while paused, the last at {last}"),
+        );
+    }
+    report(&st.job.name, kind, &slot_text, &fired);
+    if let Fired::Started(started) = fired {
+        let settle = open.is_none_or(|o| o.contains(st.job.name.as_str()));
+        let how = How {
+            resumed: false,
+            settle,
+        };
+        t.runs
+            .push(spawn(t.cfg, &st.job, started, how, t.kill, asked));
+    }
+}
+
+/// A firing decided too late (past its starting deadline or catch-up window): missed, or
+/// skipped if its job is paused.
+fn say_late(t: &Tick<'_>, st: &JobState, slot: Ts, slot_text: &str, late_ms: i64, skipped: bool) {
+    let (level, what) = match skipped {
+        true => (Level::INFO, "skipped (paused)"),
+        false => (Level::ERROR, "MISSED"),
+    };
+    let late = time::human_ms(late_ms.max(0) as u64);
+    let reason = t.health.why_missed(slot);
+    log::line(
+        level,
+        &st.job.name,
+        &format!(
+            "firing at {slot_text} {what}: {late} late when decided, \
+             past its {} ({reason})",
+            if st.job.policy.starting_deadline.is_some() {
+                "starting_deadline"
+            } else {
+                "catch-up window"
+            }
+        ),
+    );
+}

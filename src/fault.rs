@@ -29,6 +29,9 @@ pub enum Point {
     /// The schema of a new (or older) SQLite database is written, not yet committed: another
     /// process opening the file now finds it without tables.
     SchemaCreate,
+    /// The spawner started a run's command and has not said so yet (`spawner_reply:pause=DUR`:
+    /// a spawner slow to answer; the run still counts from its command's own start).
+    SpawnerReply,
 }
 
 impl Point {
@@ -52,6 +55,7 @@ impl Point {
             Point::RunEnd => "run_end",
             Point::BeforeSpawn => "before_spawn",
             Point::SchemaCreate => "schema_create",
+            Point::SpawnerReply => "spawner_reply",
         }
     }
 }

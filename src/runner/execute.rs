@@ -433,7 +433,9 @@ impl<'a> Run<'a> {
                 return Err((RunOutcome::Failed, why));
             }
         };
-        let started = Instant::now();
+        // Its own start (the spawner's reading), not when we heard of it: a duration is the
+        // command's, and the start lag ends where the command began.
+        let started = running.started_at();
         self.command_started = Some(started);
         let pgid = running.pid();
         super::watchdog::cage(pgid, &cage);

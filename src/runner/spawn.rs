@@ -120,6 +120,16 @@ pub(crate) fn start_command(
 }
 
 impl Running {
+    /// When the command started: the spawner's own reading, else now (a command we started
+    /// ourselves has just been spawned).
+    pub(crate) fn started_at(&self) -> std::time::Instant {
+        match self {
+            Running::Spawned(s, _) => s.started_at(),
+            Running::Child(..) => None,
+        }
+        .unwrap_or_else(std::time::Instant::now)
+    }
+
     /// The command's pid, which is its process group's id.
     pub(crate) fn pid(&self) -> i32 {
         match self {

@@ -196,6 +196,37 @@ on_both_backends! {
         eprintln!("lag: duration {d} ms, start lag p99 {lag} ms");
     }
 
+    /// A spawner slow to say it started the command (a loaded machine) does not shorten the
+    /// run's duration: it counts from the command's own start, as the spawner read it.
+    #[test]
+    fn a_spawner_slow_to_answer_does_not_shorten_a_runs_duration() {
+        let site = Site::new();
+        site.write_jobs(
+            "[[job]]\nname = \"quick\"\nevery = \"10s\"\nlease = \"8s\"\noverlap = \"coalesce\"\n\
+             command = [\"sh\", \"-c\", \"sleep 0.3\"]\n",
+        );
+        let mut s = site.start_with_env(
+            "s",
+            "10s",
+            &[("EXACTLY_FAULT", "spawner_reply:pause=250ms")],
+        );
+        assert!(
+            wait_until(Duration::from_secs(20), || site.count(
+                "SELECT count(*) FROM exactly_runs WHERE outcome IS NOT NULL"
+            ) >= 1),
+            "the run ended: {}",
+            site.log("s")
+        );
+        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+        let d = site.count(
+            "SELECT duration_ms FROM exactly_runs WHERE outcome IS NOT NULL ORDER BY started_at LIMIT 1",
+        );
+        assert!(
+            (300..1000).contains(&d),
+            "the command sleeps 0.3 s, counted from its own start: {d} ms"
+        );
+    }
+
     /// A cron wrapper holds its job's lease without renewing it (`lease claim`, the work,
     /// `lease release`): holds longer than the lease leave the job to be taken mid-work, and say so.
     #[test]

@@ -100,14 +100,28 @@ struct Received {
 /// What the spawner says of a request.
 #[derive(Debug, Serialize, Deserialize)]
 enum Said {
-    Started { id: u64, pid: i32 },
-    Refused { id: u64, why: String },
-    Exited { id: u64, status: i32 },
+    /// `at_ns`: the spawner's CLOCK_MONOTONIC when the command was started (0 from an older
+    /// spawner), so the run counts from the command's own start, not from when it heard.
+    Started {
+        id: u64,
+        pid: i32,
+        #[serde(default)]
+        at_ns: u64,
+    },
+    Refused {
+        id: u64,
+        why: String,
+    },
+    Exited {
+        id: u64,
+        status: i32,
+    },
 }
 
 /// What a run hears of its command.
 enum Heard {
-    Started(i32),
+    /// The command's pid, and when it started (CLOCK_MONOTONIC ns; 0 unknown).
+    Started(i32, u64),
     Refused(String),
     Exited(i32),
     /// The spawner is gone: the command died with it.
@@ -147,6 +161,8 @@ pub fn ready() -> bool {
 /// A command started by the spawner.
 pub struct Spawned {
     pub pid: i32,
+    /// When the spawner started it (CLOCK_MONOTONIC ns; 0 unknown).
+    at_ns: u64,
     rx: Receiver<Heard>,
     /// The kernel's word of the command's end (readable once it exited), so a frozen spawner
     /// that has not reaped it yet cannot hold the run's end back.
@@ -157,13 +173,24 @@ pub struct Spawned {
 }
 
 impl Spawned {
-    fn new(pid: i32, rx: Receiver<Heard>) -> Spawned {
+    fn new(pid: i32, at_ns: u64, rx: Receiver<Heard>) -> Spawned {
         Spawned {
             pid,
+            at_ns,
             rx,
             pidfd: pidfd_open(pid),
             start_time: proc_stat(pid).map(|s| s.start),
         }
+    }
+
+    /// When the command started, on our clock: the spawner's reading, moved onto an
+    /// [`Instant`] (both are CLOCK_MONOTONIC). None when the spawner did not say.
+    pub fn started_at(&self) -> Option<std::time::Instant> {
+        if self.at_ns == 0 {
+            return None;
+        }
+        let ago = crate::wrapped::mono_ns().saturating_sub(self.at_ns);
+        std::time::Instant::now().checked_sub(Duration::from_nanos(ago))
     }
 
     /// Waits up to `d` for the command to end: its status, None while it runs. An error when
@@ -329,7 +356,7 @@ pub fn launch(
         }
     };
     Some(match heard {
-        Ok(Heard::Started(pid)) => Ok(Spawned::new(pid, rx)),
+        Ok(Heard::Started(pid, at_ns)) => Ok(Spawned::new(pid, at_ns, rx)),
         Ok(Heard::Refused(why)) if why.starts_with(TOO_LATE) => {
             Err(io::Error::new(io::ErrorKind::TimedOut, why))
         }
@@ -405,7 +432,7 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
             continue;
         };
         let (id, heard, done) = match said {
-            Said::Started { id, pid } => (id, Heard::Started(pid), false),
+            Said::Started { id, pid, at_ns } => (id, Heard::Started(pid, at_ns), false),
             Said::Refused { id, why } => (id, Heard::Refused(why), true),
             Said::Exited { id, status } => (id, Heard::Exited(status), true),
         };
@@ -416,7 +443,7 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
             // Its run gave up waiting (see `launch`) and was recorded `not_started`: the
             // command must not run after all.
             None => {
-                if let Heard::Started(pid) = heard {
+                if let Heard::Started(pid, _) = heard {
                     tracing::warn!("command {pid} started after its run gave up on it: killed");
                     // SAFETY: the command leads its own group.
                     unsafe { libc::kill(-pid, libc::SIGKILL) };
@@ -572,7 +599,7 @@ mod tests {
             .expect("start sh");
         let pid = child.id() as i32;
         let (_tx, rx) = mpsc::channel();
-        let s = Spawned::new(pid, rx);
+        let s = Spawned::new(pid, 0, rx);
         assert!(s.pidfd.is_some(), "no pidfd on this kernel");
         assert!(!s.exited(), "exited at once");
         assert_eq!(s.wait_for(Duration::from_millis(10)).expect("wait"), None);

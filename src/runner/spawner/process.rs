@@ -156,6 +156,8 @@ fn start(
         },
         (Some(out), Ok(prepared)) => match prepared.start(&out) {
             Ok(pid) => {
+                let at_ns = crate::wrapped::mono_ns();
+                crate::fault::point(crate::fault::Point::SpawnerReply);
                 if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
                     if ns > 0 {
                         let msg = super::super::watchdog::message(pid, ns);
@@ -164,7 +166,7 @@ fn start(
                     }
                 }
                 live.insert(pid, id);
-                Said::Started { id, pid }
+                Said::Started { id, pid, at_ns }
             }
             Err(e) => Said::Refused {
                 id,

@@ -14,8 +14,8 @@ pub enum LeaseCmd {
         #[arg(long, value_parser = lease::job_name)]
         job: crate::JobName,
         /// How long the lease lasts unless renewed, e.g. 15m (longer than the worst run).
-        #[arg(long = "for", value_name = "DUR")]
-        dur: String,
+        #[arg(long = "for", value_name = "DUR", value_parser = duration)]
+        dur: std::time::Duration,
         /// Who holds it, shown to others (default user@host:pid).
         #[arg(long)]
         owner: Option<String>,
@@ -33,8 +33,8 @@ pub enum LeaseCmd {
         #[arg(long)]
         token: i64,
         /// The new duration from now, e.g. 15m.
-        #[arg(long = "for", value_name = "DUR")]
-        dur: String,
+        #[arg(long = "for", value_name = "DUR", value_parser = duration)]
+        dur: std::time::Duration,
     },
     /// Release a lease you hold. Exit 3 when fenced.
     #[command(
@@ -50,10 +50,14 @@ pub enum LeaseCmd {
     },
 }
 
+/// `--for`'s parser: a duration.
+fn duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    time::parse_duration(s).map_err(|e| e.to_string())
+}
+
 pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
     match c {
         LeaseCmd::Claim { job, dur, owner } => {
-            let dur = time::parse_duration(&dur)?;
             let owner = owner.unwrap_or_else(lease::default_owner);
             let mut store = open(db)?;
             match lease::claim(&mut store, &job, &owner, dur)? {
@@ -86,7 +90,6 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
         LeaseCmd::Renew { job, token, dur } => {
-            let dur = time::parse_duration(&dur)?;
             let (mut store, token) = (open(db)?, crate::Token::from(token));
             if let Seen::Below { highest, file } =
                 token_memory::handed(&mut store, &job, token.get())

@@ -2,7 +2,10 @@
 //! and the record of each `exactly chaos` run it judges the kill test by. Unlike the
 //! dashboard's poll, some of these walk the whole ledger or the event log (grouped counts):
 //! a doctor's question, asked now and then, not every second.
-use super::checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow};
+use super::checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobFacts};
+
+/// Facts per job key, as the checklist's reading gathers them.
+type Jobs = std::collections::BTreeMap<String, JobFacts>;
 use super::db::{args, DbResult, Tx};
 use super::read::{reading_in, LEAKED};
 use super::windows::Kept;
@@ -67,10 +70,36 @@ impl Store {
 }
 
 fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbResult<()> {
-    let day_ago = time::fmt(now - chrono::Duration::hours(24));
-    let two_days_ago = time::fmt(now - chrono::Duration::hours(48));
     let v9 = super::prepare::version(tx)? >= 9;
-    let jobs = &mut out.jobs;
+    token_facts(tx, now_s, &mut out.jobs)?;
+    counter_facts(tx, now, &mut out.jobs)?;
+    approval_facts(tx, &mut out.jobs)?;
+    ledger_facts(tx, v9, out)?;
+    if super::prepare::has_table(tx, "exactly_chaos_runs")? {
+        out.chaos_runs = tx.rows(
+            &format!(
+                "SELECT at, scenarios, iterations, duplicates, lost, passed
+                 FROM exactly_chaos_runs ORDER BY id DESC LIMIT {CHAOS_READ}"
+            ),
+            &[],
+            |r| {
+                Ok(ChaosRunRow {
+                    at: text_or_empty(r, 0)?,
+                    scenarios: text_or_empty(r, 1)?,
+                    iterations: int(r, 2)?.unwrap_or(0),
+                    duplicates: int(r, 3)?.unwrap_or(0),
+                    lost: int(r, 4)?.unwrap_or(0),
+                    passed: int(r, 5)?.unwrap_or(0) != 0,
+                })
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Rule 1's and rule 10's leak: each job's lease token, its ledger's tokens, runs whose token
+/// went backwards, and claims never submitted.
+fn token_facts(tx: &Tx<'_>, now_s: &str, jobs: &mut Jobs) -> DbResult<()> {
     for (job, token) in tx.rows("SELECT job_key, fencing_token FROM job_lease", &[], |r| {
         Ok((text_or_empty(r, 0)?, int(r, 1)?))
     })? {
@@ -106,6 +135,14 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
     )? {
         jobs.entry(job).or_default().claimed_leaked = leaked;
     }
+    Ok(())
+}
+
+/// The counters (suppressed, fenced, takeovers, runs ended), fenced writes in the last two
+/// days, retries that met a send in flight, and approvals consumed twice.
+fn counter_facts(tx: &Tx<'_>, now: Ts, jobs: &mut Jobs) -> DbResult<()> {
+    let day_ago = time::fmt(now - chrono::Duration::hours(24));
+    let two_days_ago = time::fmt(now - chrono::Duration::hours(48));
     for (kind, job, count) in tx.rows(
         "SELECT kind, job_key, n FROM exactly_counters
          WHERE kind IN ('duplicate_suppressed', 'fenced_write', 'lease_stolen')
@@ -167,6 +204,11 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
     )? {
         jobs.entry(job).or_default().approvals_reused = reused;
     }
+    Ok(())
+}
+
+/// The lease length a job's holds claimed, and approvals approved but unused after a run.
+fn approval_facts(tx: &Tx<'_>, jobs: &mut Jobs) -> DbResult<()> {
     let has_holds = super::prepare::has_table(tx, "exactly_holds")?;
     if has_holds {
         for (job, lease) in tx.rows(
@@ -198,6 +240,12 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
     )? {
         jobs.entry(job).or_default().approved_unused_after_run = unused;
     }
+    Ok(())
+}
+
+/// Per action: how its rows were written and settled; and the `done` rows of targets done
+/// more than once (rule 3's repeats).
+fn ledger_facts(tx: &Tx<'_>, v9: bool, out: &mut ChecklistReading) -> DbResult<()> {
     let fields = if v9 {
         "input_fields"
     } else {
@@ -260,24 +308,5 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
             })
         },
     )?;
-    if super::prepare::has_table(tx, "exactly_chaos_runs")? {
-        out.chaos_runs = tx.rows(
-            &format!(
-                "SELECT at, scenarios, iterations, duplicates, lost, passed
-                 FROM exactly_chaos_runs ORDER BY id DESC LIMIT {CHAOS_READ}"
-            ),
-            &[],
-            |r| {
-                Ok(ChaosRunRow {
-                    at: text_or_empty(r, 0)?,
-                    scenarios: text_or_empty(r, 1)?,
-                    iterations: int(r, 2)?.unwrap_or(0),
-                    duplicates: int(r, 3)?.unwrap_or(0),
-                    lost: int(r, 4)?.unwrap_or(0),
-                    passed: int(r, 5)?.unwrap_or(0) != 0,
-                })
-            },
-        )?;
-    }
     Ok(())
 }

@@ -80,12 +80,115 @@ struct FiringFigures {
     retry_detail: Option<String>,
 }
 
+/// A job's newest success before the kept window. Asked only when the window (every run
+/// started since `?2`) holds no success: so only the runs before it can, and a job that never
+/// succeeded costs one index seek, not a walk over all its recent runs.
+const LAST_SUCCESS_SQL: &str = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 \
+     AND started_at < ?2 AND outcome = 'ok' ORDER BY started_at DESC LIMIT 1";
+
+/// A job's failed runs since its newest `ok` run, from the table.
+const FAILED_SINCE_OK_SQL: &str = "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 \
+     AND outcome IN ('failed', 'timeout') AND started_at > coalesce(
+       (SELECT max(started_at) FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'), '')";
+
 pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
     let Kept {
         runs: windows,
         slots,
         ..
     } = kept;
+    let mut jobs = registered(tx)?;
+    add_leases(tx, now, &mut jobs)?;
+    let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
+    windows.sync(tx, &oldest)?;
+    // Per-job counters, each kind read once for all jobs (not once per job).
+    let prefix = super::schema::RUN_ENDED;
+    let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
+    let durations = super::schema::RUN_DURATION;
+    let durations = counters_by_job(
+        tx,
+        durations,
+        &format!("{};", durations.trim_end_matches(':')),
+    )?;
+    let missed = counter_by_job(tx, EventKind::FiringMissed)?;
+    let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
+    let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
+    let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
+    let run_cols = run_cols(tx)?;
+    let last_sql = format!(
+        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+    );
+    // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
+    // seen before), and the few firings waiting or stuck across all jobs (one range of the
+    // state index).
+    slots.sync(tx)?;
+    let firings = firing_figures(tx)?;
+    let holds = super::holds::unrenewed_holds(tx, &oldest)?;
+    for j in jobs.values_mut() {
+        if let Some((held, lease)) = holds.get(&j.job_key).filter(|_| !j.lease_renewed) {
+            j.hold_p99_ms = time::percentiles(held).1;
+            j.hold_lease_ms = Some((*lease).max(0) as u64);
+        }
+        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
+        let lags = windows.lags(&j.job_key);
+        (j.start_lag_p50_ms, j.start_lag_p99_ms, j.renewal_gap_max_ms) = (
+            lags.start_lag_p50_ms,
+            lags.start_lag_p99_ms,
+            lags.renewal_gap_max_ms,
+        );
+        j.consecutive_failures = windows.failing_streak(&j.job_key);
+        j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
+        // The kept window answers for jobs that ran this week; the others ask the table.
+        j.last_run = match windows.last_run(&j.job_key, tx)? {
+            Some(r) => Some(r),
+            None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
+        };
+        let failed_since_ok = windows.failed_since_ok(&j.job_key);
+        j.last_success_at = match windows.last_success(&j.job_key) {
+            Some(at) => at,
+            None => tx
+                .one(LAST_SUCCESS_SQL, args![&j.job_key, &oldest], |r| text(r, 0))
+                .optional()?
+                .flatten(),
+        };
+        j.failed_since_ok = match failed_since_ok {
+            Some(n) => n,
+            // Asked only of a job with no run this week that failed or succeeded (a weekly job
+            // whose run is under way): its runs before the window.
+            None => tx
+                .one(FAILED_SINCE_OK_SQL, args![&j.job_key], |r| int(r, 0))?
+                .unwrap_or(0)
+                .max(0) as u64,
+        };
+        // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
+        for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
+            let outcome = k.trim_start_matches(prefix).to_string();
+            j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
+        }
+        (j.run_duration_counts, j.run_duration_sum_ms) =
+            duration_counts(durations.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
+        j.missed_recorded = sum(&missed, &j.job_key);
+        // The latest slot any scheduler fired (or the last run's): where the schedule goes on
+        // from. What that means (the next firing, slots passed unfired) is the domain's
+        // (`snapshot::plan`). A job known only by its lease has no schedule.
+        if j.settings.schedule.is_some() && !j.retired {
+            j.last_slot = slots
+                .latest(&j.job_key, tx)?
+                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
+        }
+        j.duplicates_suppressed = sum(&dups, &j.job_key);
+        j.fenced_writes = sum(&fenced, &j.job_key);
+        // A job known only by its lease has no firings.
+        let f = firings.get(&j.job_key).cloned().unwrap_or_default();
+        j.queue_depth = f.queued;
+        (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
+        j.retry_detail = f.retry_detail;
+    }
+    Ok(jobs.into_values().collect())
+}
+
+/// The registry's jobs, by key, with their settings as their jobs file wrote them.
+fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
     let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
     let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, \
@@ -135,7 +238,12 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         j.catchup_s = c;
         jobs.insert(j.job_key.clone(), j);
     }
-    // Jobs known only from the seed's lease table (CLI wrappers, other programs) show too.
+    Ok(jobs)
+}
+
+/// Each lease on the job, with its holder and time left; jobs known only from the seed's
+/// lease table (CLI wrappers, other programs) show too.
+fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobRow>) -> DbResult<()> {
     let leases = tx.rows(
         "SELECT job_key, owner, fencing_token, lease_until FROM job_lease",
         &[],
@@ -160,39 +268,11 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
             j.lease_until = Some(until);
         }
     }
-    let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
-    windows.sync(tx, &oldest)?;
-    // Per-job counters, each kind read once for all jobs (not once per job).
-    let prefix = super::schema::RUN_ENDED;
-    let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
-    let durations = super::schema::RUN_DURATION;
-    let durations = counters_by_job(
-        tx,
-        durations,
-        &format!("{};", durations.trim_end_matches(':')),
-    )?;
-    let missed = counter_by_job(tx, EventKind::FiringMissed)?;
-    let dups = counter_by_job(tx, EventKind::DuplicateSuppressed)?;
-    let fenced = counter_by_job(tx, EventKind::FencedWrite)?;
-    let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
-    // Asked only when the kept window (every run started since `oldest`) holds no success: so
-    // only the runs before it can, and a job that never succeeded costs one index seek, not a
-    // walk over all its recent runs.
-    let success_sql = "SELECT ended_at FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
-                           AND outcome = 'ok'
-         ORDER BY started_at DESC LIMIT 1";
-    // A job's failed runs since its newest `ok` run, from the table.
-    let failed_sql = "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 \
-                          AND outcome IN ('failed', 'timeout') AND started_at > coalesce(
-           (SELECT max(started_at) FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'), '')";
-    let run_cols = run_cols(tx)?;
-    let last_sql = format!(
-        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
-    );
-    // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
-    // seen before), and the few firings waiting or stuck across all jobs (one range of the
-    // state index).
-    slots.sync(tx)?;
+    Ok(())
+}
+
+/// The few firings waiting or stuck, across all jobs (one range of the state index).
+fn firing_figures(tx: &Tx<'_>) -> DbResult<BTreeMap<String, FiringFigures>> {
     let mut firings: BTreeMap<String, FiringFigures> = BTreeMap::new();
     tx.each(
         "SELECT job_key, state, count(*), max(detail) FROM exactly_firings
@@ -213,66 +293,5 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
             Ok(())
         },
     )?;
-    let holds = super::holds::unrenewed_holds(tx, &oldest)?;
-    for j in jobs.values_mut() {
-        if let Some((held, lease)) = holds.get(&j.job_key).filter(|_| !j.lease_renewed) {
-            j.hold_p99_ms = time::percentiles(held).1;
-            j.hold_lease_ms = Some((*lease).max(0) as u64);
-        }
-        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
-        let lags = windows.lags(&j.job_key);
-        (j.start_lag_p50_ms, j.start_lag_p99_ms, j.renewal_gap_max_ms) = (
-            lags.start_lag_p50_ms,
-            lags.start_lag_p99_ms,
-            lags.renewal_gap_max_ms,
-        );
-        j.consecutive_failures = windows.failing_streak(&j.job_key);
-        j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
-        // The kept window answers for jobs that ran this week; the others ask the table.
-        j.last_run = match windows.last_run(&j.job_key, tx)? {
-            Some(r) => Some(r),
-            None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
-        };
-        let failed_since_ok = windows.failed_since_ok(&j.job_key);
-        j.last_success_at = match windows.last_success(&j.job_key) {
-            Some(at) => at,
-            None => tx
-                .one(success_sql, args![&j.job_key, &oldest], |r| text(r, 0))
-                .optional()?
-                .flatten(),
-        };
-        j.failed_since_ok = match failed_since_ok {
-            Some(n) => n,
-            // Asked only of a job with no run this week that failed or succeeded (a weekly job
-            // whose run is under way): its runs before the window.
-            None => tx
-                .one(failed_sql, args![&j.job_key], |r| int(r, 0))?
-                .unwrap_or(0)
-                .max(0) as u64,
-        };
-        // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
-        for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
-            let outcome = k.trim_start_matches(prefix).to_string();
-            j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
-        }
-        (j.run_duration_counts, j.run_duration_sum_ms) =
-            duration_counts(durations.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
-        j.missed_recorded = sum(&missed, &j.job_key);
-        // The latest slot any scheduler fired (or the last run's): where the schedule goes on
-        // from. What that means (the next firing, slots passed unfired) is the domain's
-        // (`snapshot::plan`). A job known only by its lease has no schedule.
-        if j.settings.schedule.is_some() && !j.retired {
-            j.last_slot = slots
-                .latest(&j.job_key, tx)?
-                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
-        }
-        j.duplicates_suppressed = sum(&dups, &j.job_key);
-        j.fenced_writes = sum(&fenced, &j.job_key);
-        // A job known only by its lease has no firings.
-        let f = firings.get(&j.job_key).cloned().unwrap_or_default();
-        j.queue_depth = f.queued;
-        (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
-        j.retry_detail = f.retry_detail;
-    }
-    Ok(jobs.into_values().collect())
+    Ok(firings)
 }

@@ -7,7 +7,8 @@
 //! own check with the failover made by hand.)
 //!
 //! `EXACTLY_TEST_FAILOVER_UNGUARDED=1` runs every process with `EXACTLY_FAILOVER_GUARD=off`: the
-//! promoted server hands out again the tokens it lost, and the test fails.
+//! promoted server hands out again the tokens it lost, the scheduler fences those runs (its own
+//! check), and the test fails.
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -148,6 +149,12 @@ fn across_a_real_failover_the_scheduler_runs_under_no_token_at_or_below_one_it_r
     assert!(
         log.contains("the database failed over"),
         "the scheduler did not notice the failover:\n{log}"
+    );
+    // The guard raised the tokens before any claim: the scheduler was never handed one it had
+    // seen (unguarded, its own check fences those runs, and says so).
+    assert!(
+        !log.contains("the database went back"),
+        "handed a token handed out before: {all:?}\n{log}"
     );
     eprintln!(
         "{} runs, {} after the failover ({:.1?} to the fourth); in {:.1?}",

@@ -139,15 +139,30 @@ static SEEN: parking_lot::Mutex<Vec<(String, String, i64)>> = parking_lot::const
 /// Notes that this process was handed `token` for `job` on database `db`; `Err` with the higher
 /// token it was handed before, when this one is lower (said on stderr too).
 pub fn saw_token(db: &str, job: &str, token: i64) -> std::result::Result<(), i64> {
+    note_token(db, job, token, false)
+}
+
+/// [`saw_token`] for a token every earlier one must be below: a scheduler's run's, each from a
+/// claim of its own (its run id is the job and the token), so one equal to a token handed before
+/// was handed out twice (the database went back to just after it).
+pub fn saw_new_token(db: &str, job: &str, token: i64) -> std::result::Result<(), i64> {
+    note_token(db, job, token, true)
+}
+
+fn note_token(db: &str, job: &str, token: i64, new: bool) -> std::result::Result<(), i64> {
     let mut seen = SEEN.lock();
     match seen.iter_mut().find(|(d, j, _)| d == db && j == job) {
-        Some((_, _, prev)) if *prev > token => {
+        Some((_, _, prev)) if *prev > token || (new && *prev == token) => {
             let prev = *prev;
             drop(seen);
+            let how = if prev == token {
+                "was handed to this process before".to_string()
+            } else {
+                format!("is lower than {prev}, handed to this process before")
+            };
             eprintln!(
-                "exactly: job {}: fencing token {token} is lower than {prev}, handed to this \
-                 process before: the database went back (a failover that lost commits?); \
-                 the job's work stops here",
+                "exactly: job {}: fencing token {token} {how}: the database went back (a \
+                 failover that lost commits?); the job's work stops here",
                 crate::sanitize::inert(job)
             );
             Err(prev)
@@ -335,5 +350,17 @@ mod tests {
         .unwrap();
         let e = won().expect_err("a lower token must be refused");
         assert!(e.to_string().contains("lower than 2"), "{e}");
+    }
+
+    /// A scheduler's run's token is a claim of its own: one equal to an earlier run's was handed
+    /// out twice and is refused as a lower one is; a claim's check lets it through.
+    #[test]
+    fn a_run_s_token_equal_to_one_seen_before_is_refused() {
+        let db = "equal-token-test";
+        assert_eq!(saw_new_token(db, "j", 6), Ok(()));
+        assert_eq!(saw_token(db, "j", 6), Ok(()));
+        assert_eq!(saw_new_token(db, "j", 6), Err(6));
+        assert_eq!(saw_new_token(db, "j", 5), Err(6));
+        assert_eq!(saw_new_token(db, "j", 7), Ok(()));
     }
 }

@@ -174,11 +174,16 @@ pub fn execute(spec: &RunSpec) -> Result<RunResult> {
 
 fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     let mut run = Run::new(spec);
-    // A token lower than one this scheduler was handed for the job: the database went back
-    // (`lease::saw_token` says so on stderr); the run acts on nothing.
+    // A token not above every one this scheduler was handed for the job (each run's is a claim
+    // of its own): the database went back (`lease::saw_new_token` says so on stderr); the run
+    // acts on nothing.
     let token = spec.started.token.get();
-    if let Err(prev) = crate::lease::saw_token(&spec.db, &spec.job, token) {
-        let why = format!("fencing token {token} is lower than {prev}, handed out before");
+    if let Err(prev) = crate::lease::saw_new_token(&spec.db, &spec.job, token) {
+        let why = if prev == token {
+            format!("fencing token {token} was handed out before")
+        } else {
+            format!("fencing token {token} is lower than {prev}, handed out before")
+        };
         log_line(
             Level::ERROR,
             &spec.job,

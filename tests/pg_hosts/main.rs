@@ -5,6 +5,7 @@
 mod support;
 
 mod failover_promoted;
+mod failover_scheduler;
 mod failover_shown;
 mod failover_window;
 mod fake_failover;

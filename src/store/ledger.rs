@@ -178,19 +178,11 @@ pub(super) fn granted(lease: &SenderLease, now: &str) -> Granted {
 /// Whether `row` is what a transition to `state` under `token` made of the row as `seen`: the
 /// one transition after `seen` (version + 1), to that state, with that token. A retried write
 /// whose first try committed (its reply lost) finds this, and is not fenced by its own row.
-fn wrote(row: &LedgerRow, state: &EffectState, token: i64, seen: &Seen) -> bool {
+pub(super) fn wrote(row: &LedgerRow, state: &EffectState, token: i64, seen: &Seen) -> bool {
     !guard_off()
         && row.state == *state
         && row.fencing_token == Some(token)
         && row.version == seen.version + 1
-}
-
-/// Stored text equal to what was written (PostgreSQL's text stores a NUL as U+FFFD).
-fn same_text(stored: Option<&str>, written: Option<&str>) -> bool {
-    match (stored, written) {
-        (Some(s), Some(w)) => s == w || s == w.replace('\0', "\u{FFFD}"),
-        (s, w) => s == w,
-    }
 }
 
 impl Store {
@@ -501,135 +493,6 @@ impl Store {
                 seen: after,
                 granted: granted(&lease, now),
             })
-        })
-    }
-
-    /// Records the outcome of our send: `done` with the response, or `unknown` (`response` is
-    /// then why, recorded in its event: the row's `response` stays the far side's). Refused (and
-    /// counted as a fenced write) unless we still hold the current token and the row is still
-    /// as our `submitted` left it (`seen`). The command's stdout, when kept, is stored as bytes
-    /// too (`end.output`).
-    pub(crate) fn finish_effect_on(
-        &mut self,
-        end: &SendEnd<'_>,
-        seen: &Seen,
-        now: Ts,
-    ) -> Result<bool> {
-        let (key, job, token, state) = (end.key, end.job, end.token, &end.state);
-        let now = crate::time::fmt(now);
-        let (raw, total) = end.stored_output();
-        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
-            self.lose_next_reply();
-        }
-        // `response` is the far side's answer, which a duplicate replays: an `unknown` has
-        // none, and our words for why (`response` here) go in its event only.
-        let answer = end.answer();
-        if let Some(ok) = self.fast_finish(end, seen)? {
-            return Ok(ok);
-        }
-        self.write(|tx| {
-            let now = tx.now(&now);
-            let ok = tx.exec(
-                &format!(
-                    "UPDATE effect_ledger SET state = ?4, response = ?5, updated_at = ?6, {BUMP},
-                        response_raw = ?10, response_total = ?11
-                     WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
-                       AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                    still_as_seen(7)
-                ),
-                args![
-                    key,
-                    job,
-                    token,
-                    state,
-                    answer,
-                    now,
-                    seen.state,
-                    seen.version,
-                    seen.updated_at,
-                    raw,
-                    total
-                ],
-            )? == 1;
-            // Our own write, committed on an earlier try whose reply was lost: done already.
-            if !ok
-                && read_row(tx, key)?.is_some_and(|row| {
-                    wrote(&row, state, token, seen)
-                        && same_text(row.response.as_deref(), answer)
-                        && raw.is_none_or(|raw| row.response_raw.as_deref() == Some(raw))
-                })
-            {
-                return Ok(true);
-            }
-            if ok {
-                let k = if *state == EffectState::Done {
-                    EventKind::EffectDone
-                } else {
-                    EventKind::EffectUnknown
-                };
-                let detail = crate::sanitize::inert_trunc(end.response, 200);
-                record_event(
-                    tx,
-                    &NewEvent::new(k, now)
-                        .job(job)
-                        .effect(key)
-                        .token(token)
-                        .detail(&detail),
-                )?;
-            } else {
-                fenced(tx, job, Some(key), token, &format!("{state} refused"), now)?;
-            }
-            Ok(ok)
-        })
-    }
-
-    /// The command promised nothing was sent: the reservation is released (the row removed, an
-    /// approval it consumed handed back), so a later attempt starts clean.
-    pub(crate) fn release_effect_on(
-        &mut self,
-        key: &str,
-        job: &str,
-        token: i64,
-        seen: &Seen,
-        now: Ts,
-    ) -> Result<bool> {
-        let now = crate::time::fmt(now);
-        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
-            self.lose_next_reply();
-        }
-        self.write(|tx| {
-            let now = tx.now(&now);
-            let ok = tx.exec(
-                &format!(
-                    "DELETE FROM effect_ledger WHERE effect_key = ?1 AND fencing_token = ?3 AND {}
-                       AND ?3 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)",
-                    still_as_seen(4)
-                ),
-                args![key, job, token, seen.state, seen.version, seen.updated_at],
-            )? == 1;
-            // No row at all: our delete committed on an earlier try whose reply was lost (only
-            // a release deletes an unsettled row, and ours was ours to release).
-            if !ok && read_row(tx, key)?.is_none() {
-                return Ok(true);
-            }
-            if ok {
-                tx.exec(
-                    "UPDATE exactly_approvals SET state = 'approved', consumed_at = NULL, \
-                         consumed_token = NULL
-                     WHERE effect_key = ?1 AND state = 'consumed' AND consumed_token = ?2",
-                    args![key, token],
-                )?;
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::EffectReleased, now)
-                        .job(job)
-                        .effect(key)
-                        .token(token),
-                )?;
-            } else {
-                fenced(tx, job, Some(key), token, "release refused", now)?;
-            }
-            Ok(ok)
         })
     }
 

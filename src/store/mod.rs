@@ -30,6 +30,7 @@ mod paused_rows;
 pub use notify::NotifyEnd;
 pub use paths::{default_path, xdg_default, xdg_state_dir};
 mod ledger;
+mod ledger_outcome;
 mod ledger_rows;
 pub(crate) mod pg;
 mod pg_fast;

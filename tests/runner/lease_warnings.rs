@@ -6,6 +6,29 @@ use crate::support;
 use std::time::Duration;
 use support::runner::*;
 
+/// One run of a job whose command sleeps 0.3 s, under a scheduler with `EXACTLY_FAULT` set to
+/// `fault`: its site, and the run's recorded duration.
+fn one_quick_run(fault: &str) -> (Site, i64) {
+    let site = Site::new();
+    site.write_jobs(
+        "[[job]]\nname = \"quick\"\nevery = \"10s\"\nlease = \"8s\"\noverlap = \"coalesce\"\n\
+         command = [\"sh\", \"-c\", \"sleep 0.3\"]\n",
+    );
+    let mut s = site.start_with_env("s", "10s", &[("EXACTLY_FAULT", fault)]);
+    assert!(
+        wait_until(Duration::from_secs(20), || site.count(
+            "SELECT count(*) FROM exactly_runs WHERE outcome IS NOT NULL"
+        ) >= 1),
+        "the run ended: {}",
+        site.log("s")
+    );
+    assert_eq!(s.term(Duration::from_secs(10)), Some(0));
+    let d = site.count(
+        "SELECT duration_ms FROM exactly_runs WHERE outcome IS NOT NULL ORDER BY started_at LIMIT 1",
+    );
+    (site, d)
+}
+
 /// `status --json`'s row for `job`.
 fn job_json(site: &Site, job: &str) -> serde_json::Value {
     let (code, out, err) = site.exactly(&["status", "--json"]);
@@ -152,27 +175,7 @@ on_both_backends! {
     /// path) is its start lag, reported beside it.
     #[test]
     fn a_runs_duration_excludes_its_start_lag_and_the_lag_is_reported() {
-        let site = Site::new();
-        site.write_jobs(
-            "[[job]]\nname = \"quick\"\nevery = \"10s\"\nlease = \"8s\"\noverlap = \"coalesce\"\n\
-             command = [\"sh\", \"-c\", \"sleep 0.3\"]\n",
-        );
-        let mut s = site.start_with_env(
-            "s",
-            "10s",
-            &[("EXACTLY_FAULT", "before_spawn:pause=1200ms")],
-        );
-        assert!(
-            wait_until(Duration::from_secs(20), || site.count(
-                "SELECT count(*) FROM exactly_runs WHERE outcome IS NOT NULL"
-            ) >= 1),
-            "the run ended: {}",
-            site.log("s")
-        );
-        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
-        let d = site.count(
-            "SELECT duration_ms FROM exactly_runs WHERE outcome IS NOT NULL ORDER BY started_at LIMIT 1",
-        );
+        let (site, d) = one_quick_run("before_spawn:pause=1200ms");
         assert!(
             (300..1000).contains(&d),
             "the command's own duration (it sleeps 0.3 s), not the lag before it: {d} ms"
@@ -200,27 +203,7 @@ on_both_backends! {
     /// run's duration: it counts from the command's own start, as the spawner read it.
     #[test]
     fn a_spawner_slow_to_answer_does_not_shorten_a_runs_duration() {
-        let site = Site::new();
-        site.write_jobs(
-            "[[job]]\nname = \"quick\"\nevery = \"10s\"\nlease = \"8s\"\noverlap = \"coalesce\"\n\
-             command = [\"sh\", \"-c\", \"sleep 0.3\"]\n",
-        );
-        let mut s = site.start_with_env(
-            "s",
-            "10s",
-            &[("EXACTLY_FAULT", "spawner_reply:pause=250ms")],
-        );
-        assert!(
-            wait_until(Duration::from_secs(20), || site.count(
-                "SELECT count(*) FROM exactly_runs WHERE outcome IS NOT NULL"
-            ) >= 1),
-            "the run ended: {}",
-            site.log("s")
-        );
-        assert_eq!(s.term(Duration::from_secs(10)), Some(0));
-        let d = site.count(
-            "SELECT duration_ms FROM exactly_runs WHERE outcome IS NOT NULL ORDER BY started_at LIMIT 1",
-        );
+        let (_site, d) = one_quick_run("spawner_reply:pause=250ms");
         assert!(
             (300..1000).contains(&d),
             "the command sleeps 0.3 s, counted from its own start: {d} ms"

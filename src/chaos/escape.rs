@@ -13,7 +13,7 @@ use super::machine::{
     announced, as_user, group_of, retry_cmd, root_missing, sender_cmd, share, signal,
     users_missing, Sender,
 };
-use super::proc::Running;
+use super::proc::{until, Running};
 use super::senders::{done, eff, not_run, settle, take_lease, SKEW};
 use super::{sh_quote, Client, Eff, Harness, Tally};
 use crate::{Error, Result, Token};
@@ -178,11 +178,6 @@ fn end_leftovers(key: &str) -> u64 {
         }
     }
     n
-}
-
-/// Sleeps until `ms` after `since`.
-pub(super) fn until(since: Instant, ms: u64) {
-    std::thread::sleep(Duration::from_millis(ms).saturating_sub(since.elapsed()));
 }
 
 /// Retries (as `make(token)` builds them) until one ends 0, for at most [`SETTLE_WITHIN`]: "in

@@ -13,6 +13,7 @@
 //! - `RULE <key> drop-answer|lose-request|flaky-seen [n]` → `OK` (each rule is used up once);
 //! - `DUMP` → `<key> <arrivals> <requests> <refused>` lines, then `END`; `QUIT` → `OK`, and the
 //!   server exits.
+use super::far_client::request;
 use crate::sanitize::inert;
 use crate::{Error, Result};
 use clap::{Args, Subcommand};
@@ -205,16 +206,6 @@ fn seen(socket: &Path, answer_after: Duration) -> Result<i32> {
             Ok(2)
         }
     }
-}
-
-/// One request, one line of answer.
-pub(super) fn request(socket: &Path, line: &str) -> Result<String> {
-    let mut conn = UnixStream::connect(socket)?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    conn.write_all(format!("{line}\n").as_bytes())?;
-    let mut out = String::new();
-    BufReader::new(&conn).read_line(&mut out)?;
-    Ok(out.trim_end().to_string())
 }
 
 /// What the far side does beyond recording: set for every request by `serve`'s flags, or per

@@ -1,9 +1,8 @@
 //! `spawner-freeze`: the scheduler's `exactly-spawner` frozen (SIGSTOP) while a run's command
 //! starts and ends. Its command must run once per slot, and a command that exited 0 must not be
 //! recorded `timeout`: the run hears its end from the kernel, not from the frozen spawner.
-use super::escape::until;
 use super::machine::signal;
-use super::proc::Running;
+use super::proc::{until, Running};
 use super::senders::SKEW;
 use super::{sh_quote, Harness, Tally};
 use crate::{Error, Result};

@@ -3,7 +3,7 @@
 //! `SEND k` to the far side, `seen(k)` (read-only) asks `SEEN k`. With
 //! `EXACTLY_CHAOS_MCP_HOLD=SECS` it announces [`SENT_MARKER`] once its request left and waits
 //! that long before it reads the answer, so the harness can kill it or its gateway there.
-use super::far_side::request;
+use super::far_client::request;
 use crate::Result;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientNotification, ClientRequest, ContentBlock,

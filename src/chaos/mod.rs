@@ -11,6 +11,7 @@ mod clock_step;
 mod concurrent;
 mod escape;
 mod failover;
+mod far_client;
 pub mod far_side;
 mod freeze;
 mod harness;

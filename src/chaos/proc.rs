@@ -284,3 +284,8 @@ impl Drop for Running {
         }
     }
 }
+
+/// Sleeps until `ms` after `since`: a scenario's steps keep their places on one timeline.
+pub(super) fn until(since: Instant, ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms).saturating_sub(since.elapsed()));
+}

@@ -1,7 +1,7 @@
 //! A guarded `tools/call` as an effect: `perform` calls the server (the effect key in `_meta`),
 //! `observe` calls the rule's observer tool; the attempt's outcome becomes the agent's result.
 use super::config::{fill, Observe};
-use super::gateway::{CallError, Upstream};
+use super::upstream::{CallError, Upstream};
 use super::{META_KEY, META_OUTCOME};
 use crate::effect::{Effect, Failure, Observation, Outcome};
 use crate::sanitize::inert;

@@ -11,6 +11,7 @@ pub mod config;
 pub mod elicit;
 pub mod gateway;
 pub mod http;
+pub mod upstream;
 
 pub use config::{Config, ToolRule};
 pub use gateway::{serve, Options};

@@ -462,7 +462,9 @@ fn named(
         } else {
             path.clone()
         };
-        if let Some(to) = resolve(roots, krate, module, &BTreeMap::new(), &path) {
+        // A `use` may start with a name an earlier one brought in (`use crate::time;` then
+        // `use time::now;`).
+        if let Some(to) = resolve(roots, krate, module, &imports, &path) {
             if let Some(n) = name {
                 imports.insert(n.clone(), to.clone());
             }
@@ -636,6 +638,7 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
         ("store/db.rs", "use crate::{actor, Token};\n"),
         ("store/db.rs", "use exactly_words::identity::hostname;\n"),
         ("store/read.rs", "fn f() { let t = crate::time::now(); }\n"),
+        ("store/read.rs", "use crate::time;\nuse time::now;\n"),
         (
             "store/read.rs",
             "use crate::time;\nfn f() { let t = time::now(); }\n",

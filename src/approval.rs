@@ -75,6 +75,24 @@ pub fn get(store: &mut Store, key: &EffectKey) -> Result<Option<ApprovalRow>> {
 
 /// Approves a pending effect. Of two operators approving at once, one wins; the other gets
 /// `Decided::Already` with who decided.
+///
+/// An approval names the effect and who decides; swapped, they no longer compile:
+/// ```compile_fail
+/// # fn f(
+/// #     store: &mut exactly::Store,
+/// #     key: &str,
+/// # ) -> exactly::Result<exactly::approval::Decided> {
+/// exactly::approval::approve(store, "alice", key, None) // expected `&EffectKey`
+/// # }
+/// ```
+/// ```
+/// # fn f(
+/// #     store: &mut exactly::Store,
+/// #     key: &str,
+/// # ) -> exactly::Result<exactly::approval::Decided> {
+/// exactly::approval::approve(store, &exactly::EffectKey::from(key), "alice", None)
+/// # }
+/// ```
 pub fn approve(
     store: &mut Store,
     key: &EffectKey,

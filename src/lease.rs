@@ -122,6 +122,21 @@ pub fn check_duration(dur: Duration) -> Result<()> {
 
 /// Claims `job`'s lease for `dur`: inserts it, or steals it only if expired (and the clock-skew
 /// margin, [`time::max_skew`], has passed too).
+///
+/// The owner and the job were both `&str`, and swapped they claimed a lease for a job named
+/// after the worker. Now the swap does not compile:
+/// ```compile_fail
+/// # fn f(store: &mut exactly::Store) -> exactly::Result<exactly::lease::Claim> {
+/// let dur = std::time::Duration::from_secs(60);
+/// exactly::lease::claim(store, "worker-1", "invoices", dur) // expected `&JobName`
+/// # }
+/// ```
+/// ```
+/// # fn f(store: &mut exactly::Store) -> exactly::Result<exactly::lease::Claim> {
+/// let dur = std::time::Duration::from_secs(60);
+/// exactly::lease::claim(store, &exactly::JobName::from("invoices"), "worker-1", dur)
+/// # }
+/// ```
 pub fn claim(store: &mut Store, job: &JobName, owner: &str, dur: Duration) -> Result<Claim> {
     if let Some(why) = job_name_problem(job) {
         return Err(crate::Error::Usage(why));
@@ -251,6 +266,19 @@ pub fn renew_many(
 
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
+///
+/// A number is not a token: a row id or a count passed where the token goes does not compile.
+/// ```compile_fail
+/// # fn f(store: &mut exactly::Store, job: &exactly::JobName) -> exactly::Result<bool> {
+/// let run_id: i64 = 41;
+/// exactly::lease::release(store, job, run_id) // expected `Token`, found `i64`
+/// # }
+/// ```
+/// ```
+/// # fn f(store: &mut exactly::Store, job: &exactly::JobName) -> exactly::Result<bool> {
+/// exactly::lease::release(store, job, exactly::Token::from(41))
+/// # }
+/// ```
 pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
     let now = store.now_text();
     store.release_lease(job, token.get(), &now)

@@ -14,18 +14,8 @@ use std::fmt;
 /// A lease's fencing token: issued by a claim, only ever higher for the same job, and carried by
 /// every write made under the lease (a lower one is refused and counted as fenced).
 ///
-/// A number is not a token: a row id or a count passed where the token goes does not compile.
-/// ```compile_fail
-/// # fn f(store: &mut exactly::Store, job: &exactly::JobName) -> exactly::Result<bool> {
-/// let run_id: i64 = 41;
-/// exactly::lease::release(store, job, run_id) // expected `Token`, found `i64`
-/// # }
-/// ```
-/// ```
-/// # fn f(store: &mut exactly::Store, job: &exactly::JobName) -> exactly::Result<bool> {
-/// exactly::lease::release(store, job, exactly::Token::from(41))
-/// # }
-/// ```
+/// A number is not a token: a row id or a count passed where the token goes does not compile
+/// (the library's `lease::release` shows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Token(i64);
@@ -169,23 +159,11 @@ macro_rules! text_id {
 
 text_id!(
     /// A job's name, as the jobs file, the lease and the ledger spell it. Not checked here:
-    /// [`crate::lease::claim`] refuses a name that cannot name a job
-    /// ([`crate::lease::job_name_problem`]).
+    /// the library's `lease::claim` refuses a name that cannot name a job
+    /// (`lease::job_name_problem`).
     ///
     /// The owner and the job were both `&str`, and swapped they claimed a lease for a job named
-    /// after the worker. Now the swap does not compile:
-    /// ```compile_fail
-    /// # fn f(store: &mut exactly::Store) -> exactly::Result<exactly::lease::Claim> {
-    /// let dur = std::time::Duration::from_secs(60);
-    /// exactly::lease::claim(store, "worker-1", "invoices", dur) // expected `&JobName`
-    /// # }
-    /// ```
-    /// ```
-    /// # fn f(store: &mut exactly::Store) -> exactly::Result<exactly::lease::Claim> {
-    /// let dur = std::time::Duration::from_secs(60);
-    /// exactly::lease::claim(store, &exactly::JobName::from("invoices"), "worker-1", dur)
-    /// # }
-    /// ```
+    /// after the worker. Now the swap does not compile (`lease::claim` shows it).
     JobName
 );
 
@@ -193,23 +171,8 @@ text_id!(
     /// An effect's identity: 32 hex characters derived from the facts acted on
     /// ([`crate::key::effect_key`]), the idempotency key the far side is given.
     ///
-    /// An approval names the effect and who decides; swapped, they no longer compile:
-    /// ```compile_fail
-    /// # fn f(
-    /// #     store: &mut exactly::Store,
-    /// #     key: &str,
-    /// # ) -> exactly::Result<exactly::approval::Decided> {
-    /// exactly::approval::approve(store, "alice", key, None) // expected `&EffectKey`
-    /// # }
-    /// ```
-    /// ```
-    /// # fn f(
-    /// #     store: &mut exactly::Store,
-    /// #     key: &str,
-    /// # ) -> exactly::Result<exactly::approval::Decided> {
-    /// exactly::approval::approve(store, &exactly::EffectKey::from(key), "alice", None)
-    /// # }
-    /// ```
+    /// An approval names the effect and who decides; swapped, they no longer compile (the
+    /// library's `approval::approve` shows it).
     EffectKey
 );
 

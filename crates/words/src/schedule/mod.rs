@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn the_docs_show_the_dst_table_the_code_makes() {
         let table = dst_table();
-        let doc = include_str!("../../docs/operations.md");
+        let doc = include_str!("../../../../docs/operations.md");
         assert!(
             doc.contains(&table),
             "docs/operations.md's table in \"Daylight saving time\" differs from the code's; \

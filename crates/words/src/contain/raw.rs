@@ -3,9 +3,9 @@
 use super::COOKIE_PREFIX;
 use std::os::fd::RawFd;
 
-/// [`Killer::kill_all`] on raw descriptors: `fds` are `cgroup.kill`, the freezer file and
-/// `cgroup.procs` (-1 where missing). System calls only, on the stack: a forked watchdog calls
-/// it. True when some process refused (EPERM).
+/// [`Killer::kill_all`](super::Killer::kill_all) on raw descriptors: `fds` are `cgroup.kill`,
+/// the freezer file and `cgroup.procs` (-1 where missing). System calls only, on the stack: a
+/// forked watchdog calls it. True when some process refused (EPERM).
 pub fn kill_raw(fds: [RawFd; 3], v1: bool, needle: &[u8]) -> bool {
     let [kill, freeze, procs] = fds;
     // SAFETY: getpid has no preconditions.

@@ -310,7 +310,7 @@ impl Cage {
     }
 
     /// `cgroup.procs` opened for writing (a process that writes `0` to it joins the cgroup). A
-    /// directory swept away as stale meanwhile (see [`sweep_stale`]) is made again.
+    /// directory swept away as stale meanwhile (see `sweep_stale`) is made again.
     pub fn join_fd(&self) -> Option<OwnedFd> {
         let dir = self.dir.as_ref()?;
         if !dir.exists() {

@@ -203,7 +203,7 @@ pub fn state() -> State {
     if s.dead.load(Ordering::SeqCst) {
         return State::Dead(s.pid);
     }
-    match super::spawner::proc_stat(s.pid).map(|st| st.state) {
+    match crate::sender::stat(s.pid).map(|st| st.state) {
         None | Some('Z') | Some('X') => State::Dead(s.pid),
         Some('T') | Some('t') => State::Stopped(s.pid),
         Some(_) => State::Fine,
@@ -215,7 +215,7 @@ pub fn state() -> State {
 pub fn restart() -> std::io::Result<(i32, usize)> {
     let old = shared();
     if let Some(old) = &old {
-        let died = !matches!(super::spawner::proc_stat(old.pid), Some(st) if st.state != 'Z');
+        let died = !matches!(crate::sender::stat(old.pid), Some(st) if st.state != 'Z');
         // Said once, by whoever sees it first (its reader, or here); the end of a stopped one
         // we kill is ours, not news.
         if !old.dead.swap(true, Ordering::SeqCst) && died {

@@ -39,6 +39,11 @@ use std::time::Duration;
 
 mod process;
 
+/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
+/// understands the hidden argument of `start.rs` (`EXEC_ARG`), so commands are started through
+/// it (and through the spawner, once it serves).
+pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
+
 pub use process::spawner_main;
 
 /// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
@@ -80,7 +85,7 @@ struct Request<'a> {
     launch: &'a Launch,
 }
 
-/// The watchdog's new pipe, attached (after a restart, see `supervise.rs`).
+/// The watchdog's new pipe, attached (after a restart, see `run/supervise.rs`).
 #[derive(Serialize)]
 struct PipeRequest {
     id: u64,
@@ -155,7 +160,7 @@ fn client() -> Option<&'static Client> {
 /// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
 /// commands go through it. (A program embedding the library starts its commands itself.)
 pub fn ready() -> bool {
-    super::spawn::SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
+    SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
 }
 
 /// A command started by the spawner.
@@ -381,7 +386,7 @@ fn start() -> io::Result<Client> {
         .stdout(std::process::Stdio::null())
         .process_group(0);
     use std::os::unix::process::CommandExt;
-    if let Some(wd) = super::watchdog::pipe_fd() {
+    if let Some(wd) = crate::runner::run::watchdog::pipe_fd() {
         cmd.arg(WATCHDOG_FD.to_string());
         // SAFETY: dup2 is async-signal-safe; the new descriptor has no close-on-exec flag.
         unsafe {

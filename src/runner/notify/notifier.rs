@@ -4,9 +4,9 @@
 //! second attempt is "duplicate suppressed"). The notifiers of one name share a lease
 //! (`exactly-notify:<name>`): only its holder sends, under its fencing token. `exactly run`
 //! runs it on a thread of its own with its own connection; `exactly watch` runs only it.
-use super::notify_config::Notify;
-use super::notify_send::{Hook, Webhook};
+use super::send::{Hook, Webhook};
 use crate::effect::{self, Ctx, Effect, Outcome, Spec};
+use crate::runner::config::notify_config::Notify;
 use crate::snapshot::Snapshot;
 use crate::state::EffectState;
 use crate::{jobs, lease, time, Access, Result, Store};

@@ -12,8 +12,8 @@
 //!   recorded `not_started` (`execute.rs`), and deadlines are enforced here too. Its death is
 //!   said by its reader (`spawner/`), at once.
 use super::lend::lend;
-use super::spawner;
 use super::watchdog::{self, State};
+use crate::runner::spawn::spawner;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -120,7 +120,7 @@ pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     // The `[[notify]]` rules, evaluated on a thread of their own (`notify/notifier.rs`).
     let notifiers = config::parse::parse(&read_jobs_file(&a.jobs)?).notify;
     notify::notifier::start(&db_path, notifiers, &owner, cwd.clone(), stop.clone());
-    scheduler::run(
+    scheduler::fire_until_stopped(
         store,
         scheduler::Config {
             db: db_path,

@@ -7,7 +7,7 @@
 pub use super::hold::RunResult;
 use super::hold::{finish, Heartbeat};
 use super::lend::lend;
-use super::output::{flush_output, LogBuf, Output, OUTPUT_FLUSH};
+use super::output::{flush_output, LogBuf, OutputPipe, OUTPUT_FLUSH};
 use super::ping::Pinger;
 use super::spec::RunSpec;
 use super::{procs, watchdog};
@@ -234,7 +234,7 @@ struct Child {
     /// What holds everything the command starts (see `crate::contain`).
     cage: crate::contain::Cage,
     started: Instant,
-    output: Output,
+    output: OutputPipe,
     log: Mutex<LogBuf>,
 }
 
@@ -426,7 +426,7 @@ impl<'a> Run<'a> {
                 &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
             );
         }
-        let output = Output::new(running.take_output());
+        let output = OutputPipe::new(running.take_output());
         Ok(Child {
             running,
             pgid,

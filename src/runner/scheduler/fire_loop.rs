@@ -51,7 +51,7 @@ fn start_state(
 
 /// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
 /// `give_up_after` stops it the same way, with that error. SIGHUP reloads the jobs file.
-pub fn run(
+pub fn fire_until_stopped(
     mut store: Store,
     cfg: Config,
     jobs: Vec<Job>,

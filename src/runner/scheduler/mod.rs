@@ -14,5 +14,5 @@ mod share;
 mod tick;
 
 pub use db_health::GIVE_UP_AFTER_DEFAULT;
-pub use fire_loop::{run, Signals};
+pub use fire_loop::{fire_until_stopped, Signals};
 pub use tick::Config;

@@ -289,7 +289,7 @@ pub fn main() -> i32 {
         .first()
         .is_some_and(|a| a == crate::runner::spawn::spawner::SPAWNER_ARG)
     {
-        return crate::runner::spawn::spawner::spawner_main(&args[1..]);
+        return crate::runner::spawn::spawner::process::spawner_main(&args[1..]);
     }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = match manual::command()

@@ -15,8 +15,8 @@
 use super::lend::{lend, Lent};
 use super::renewer::{self, Hold};
 use super::spec::RunSpec;
-use super::watchdog;
 use crate::jobs::{self, RunEnd};
+use crate::runner::spawn::watchdog;
 use crate::state::RunOutcome;
 use crate::{lease, time, Error, Result, Store};
 use std::sync::atomic::Ordering;

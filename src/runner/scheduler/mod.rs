@@ -2,7 +2,8 @@
 //! set (`tick.rs`), due slots fired in batches (`batches.rs`), missed slots recorded
 //! (`missed.rs`), the jobs file reloaded (`reload.rs`), the database's health
 //! (`db_health.rs`), wall-clock steps (`clock_steps.rs`), the scheduler's own heartbeat
-//! (`liveness.rs`) and its share of a file's jobs among its peers (`share.rs`).
+//! (`liveness.rs`), its share of a file's jobs among its peers (`share.rs`), and its watch over
+//! its helper processes, the spawner and the watchdog (`supervise.rs`).
 mod batches;
 mod clock_steps;
 mod db_health;
@@ -11,6 +12,7 @@ pub mod liveness;
 mod missed;
 mod reload;
 mod share;
+mod supervise;
 mod tick;
 
 pub use db_health::GIVE_UP_AFTER_DEFAULT;

@@ -37,14 +37,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-mod process;
+pub mod process;
 
 /// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
 /// understands the hidden argument of `start.rs` (`EXEC_ARG`), so commands are started through
 /// it (and through the spawner, once it serves).
 pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
-
-pub use process::spawner_main;
 
 /// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
 pub const SPAWNER_ARG: &str = "__exactly-spawner";
@@ -85,7 +83,7 @@ struct Request<'a> {
     launch: &'a Launch,
 }
 
-/// The watchdog's new pipe, attached (after a restart, see `run/supervise.rs`).
+/// The watchdog's new pipe, attached (after a restart, see `scheduler/supervise.rs`).
 #[derive(Serialize)]
 struct PipeRequest {
     id: u64,
@@ -386,7 +384,7 @@ fn start() -> io::Result<Client> {
         .stdout(std::process::Stdio::null())
         .process_group(0);
     use std::os::unix::process::CommandExt;
-    if let Some(wd) = crate::runner::run::watchdog::pipe_fd() {
+    if let Some(wd) = super::watchdog::pipe_fd() {
         cmd.arg(WATCHDOG_FD.to_string());
         // SAFETY: dup2 is async-signal-safe; the new descriptor has no close-on-exec flag.
         unsafe {

@@ -9,7 +9,7 @@
 //! once the command has ended and been reaped; it tells back which groups it stopped.
 //!
 //! It is a process a signal can kill or freeze: the groups armed are also kept here, so the
-//! scheduler's supervisor (`supervise.rs`) can replace a dead or stopped watchdog with a new
+//! scheduler's supervisor (`scheduler/supervise.rs`) can replace a dead or stopped watchdog with a new
 //! one holding them all ([`restart`]), and keep their deadlines itself meanwhile
 //! ([`enforce_deadlines`]).
 use crate::wrapped::{mono_ns, pipe};
@@ -26,7 +26,7 @@ pub const GRACE: Duration = crate::policy::STOP_GRACE;
 const SLOTS: usize = 4096;
 
 /// One watchdog process, as the scheduler talks to it. Replaced when it dies (see
-/// [`restart`]): the scheduler's supervisor (`supervise.rs`) restarts it.
+/// [`restart`]): the scheduler's supervisor (`scheduler/supervise.rs`) restarts it.
 struct Shared {
     pid: i32,
     tx: Mutex<std::fs::File>,

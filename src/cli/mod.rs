@@ -277,7 +277,7 @@ pub struct StatusArgs {
 
 /// Runs the CLI; returns the process exit code. Errors are printed as one line.
 pub fn main() -> i32 {
-    // A scheduler starting a run's command through this binary (see `runner::execute`).
+    // A scheduler starting a run's command through this binary (see `runner::spawn::start`).
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if args
         .first()

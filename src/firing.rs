@@ -145,7 +145,7 @@ pub fn record_missed(
 }
 
 /// Which of `slots` (job, slot) are already recorded as firings, in any state: a scheduler
-/// fires another's slot only when it is not (see `runner::share`).
+/// fires another's slot only when it is not (see `runner::scheduler::share`).
 pub fn recorded(
     store: &mut Store,
     slots: &[(&str, &str)],

@@ -44,7 +44,7 @@ pub fn name_problem(name: &str) -> Option<String> {
 /// longer has. Pause state is kept across registrations. The newest registration wins: one
 /// that replaces another live scheduler's different definition of a job records a
 /// `definition_conflict` event, and that scheduler stops firing the job
-/// (`runner::definitions`).
+/// (`runner::config::definitions`).
 pub fn register(
     store: &mut Store,
     jobs: &[JobRecord],

@@ -228,7 +228,7 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
     if let Some(schedule) = schedule {
         let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
         // A slot fired ahead of now (a clock since stepped back) is not where firing resumes:
-        // the scheduler goes on from the new time (see runner/clock.rs).
+        // the scheduler goes on from the new time (see runner/scheduler/clock_steps.rs).
         let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
         j.next_fire_at = next.map(crate::time::fmt);
         if let (Some(last), false) = (last_slot, j.paused) {

@@ -11,7 +11,7 @@
 use super::proc::Running;
 use super::{sh_quote, Eff, Harness, Tally};
 use crate::effect;
-use crate::runner::procs;
+use crate::runner::run::procs;
 use crate::sender::Sender;
 use crate::state::EffectState;
 use crate::{Error, Result};

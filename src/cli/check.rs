@@ -40,8 +40,8 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
             "notes": notes,
             "strict": a.strict,
             "ok": code == 0,
-            "dst": runner::dst::dst_of(&jobs),
-            "policies": runner::policy::check_json(&jobs),
+            "dst": runner::config::dst_policy::dst_of(&jobs),
+            "policies": runner::config::check::check_json(&jobs),
             "problems": problems.iter().map(|p| serde_json::json!({
                 "severity": p.kind(),
                 "job": p.job,
@@ -61,7 +61,7 @@ pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     if code != 0 {
         return Ok(code);
     }
-    for line in runner::policy::check_lines(&jobs, &a.jobs) {
+    for line in runner::config::check::check_lines(&jobs, &a.jobs) {
         println!("{line}");
     }
     let what = format!(

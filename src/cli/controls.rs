@@ -2,7 +2,7 @@
 //! firing goes through the same library call the scheduler uses (`firing::fire`) and runs in the
 //! foreground under the job's lease.
 use crate::firing::{self, FireRequest, Fired};
-use crate::runner::{execute, registered, run_here, LiveJob, Schedule};
+use crate::runner::{registered, run::execute, run_here, LiveJob, Schedule};
 use crate::sanitize::inert;
 use crate::state::FiringKind;
 use crate::state::RunOutcome;

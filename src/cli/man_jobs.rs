@@ -429,14 +429,17 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
 mod tests {
     #[test]
     fn every_key_of_the_jobs_file_is_documented() {
-        for key in crate::runner::config::JOB_KEYS {
+        for key in crate::runner::config::job::JOB_KEYS {
             assert!(
                 super::JOB_KEYS.iter().any(|d| d.key == *key),
                 "exactly-jobs(5) does not document {key}: add it to cli/man_jobs.rs"
             );
         }
-        assert_eq!(super::JOB_KEYS.len(), crate::runner::config::JOB_KEYS.len());
-        let notify = crate::runner::notify_config::NOTIFY_KEYS;
+        assert_eq!(
+            super::JOB_KEYS.len(),
+            crate::runner::config::job::JOB_KEYS.len()
+        );
+        let notify = crate::runner::config::notify_config::NOTIFY_KEYS;
         for key in notify {
             assert!(
                 super::NOTIFY_KEYS.iter().any(|d| d.key == *key),

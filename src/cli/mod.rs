@@ -153,7 +153,7 @@ pub enum Cmd {
         after_help = "Example:\n  exactly --db postgres://exactly@db/exactly watch \
                       /etc/exactly/jobs.toml"
     )]
-    Watch(crate::runner::watch::WatchArgs),
+    Watch(crate::runner::notify::watch::WatchArgs),
     /// Lint a jobs file.
     #[command(
         after_help = "Example:\n  exactly check jobs.toml && exactly run jobs.toml\n  exactly \
@@ -277,7 +277,7 @@ pub struct StatusArgs {
 
 /// Runs the CLI; returns the process exit code. Errors are printed as one line.
 pub fn main() -> i32 {
-    // A scheduler starting a run's command through this binary (see `runner::execute`).
+    // A scheduler starting a run's command through this binary (see `runner::spawn::start`).
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if args
         .first()
@@ -287,9 +287,9 @@ pub fn main() -> i32 {
     }
     if args
         .first()
-        .is_some_and(|a| a == crate::runner::spawner::SPAWNER_ARG)
+        .is_some_and(|a| a == crate::runner::spawn::spawner::SPAWNER_ARG)
     {
-        return crate::runner::spawner::spawner_main(&args[1..]);
+        return crate::runner::spawn::spawner::process::spawner_main(&args[1..]);
     }
     crate::runner::spawn::SELF_EXEC.store(true, std::sync::atomic::Ordering::Relaxed);
     let cli = match manual::command()
@@ -397,7 +397,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Mcp(a) => mcp::mcp_cmd(&db, a),
         Cmd::Gc(a) => gc_cmd(&db, a),
         Cmd::Run(a) => crate::runner::run_main(&db, a),
-        Cmd::Watch(a) => crate::runner::watch::watch_main(&db, a),
+        Cmd::Watch(a) => crate::runner::notify::watch::watch_main(&db, a),
         Cmd::Check(a) => check::check_main(&db, a),
         Cmd::Doctor(a) => doctor::doctor_main(&db, a),
         Cmd::Trigger(a) => controls::trigger_main(&db, a),

@@ -99,7 +99,8 @@ pub(super) fn set_paused_tx(
 
 /// A job as the registry holds it: what a scheduler writes from its jobs file (every setting
 /// `Some`), and what `trigger`, `backfill` and `check` read back (a registry written by an older
-/// version may lack some). The jobs file's entry is `runner::Job`; the dashboard's `JobRow`.
+/// version may lack some). The jobs file's entry is `runner::config::job::Job`; the dashboard's
+/// `JobRow`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobRecord {
     /// The job's name, the key of its lease.
@@ -111,7 +112,7 @@ pub struct JobRecord {
     /// The argv as JSON.
     pub command: Option<String>,
     /// How late a firing may still start, besides the scheduler's 2 s: the catch-up window, or
-    /// the starting deadline, plus the jitter (`runner::policy::late_allowed_s`).
+    /// the starting deadline, plus the jitter (`runner::config::job::late_allowed_s`).
     pub catchup_s: Option<i64>,
     /// A run past this is stopped; None: no limit.
     pub timeout_ms: Option<i64>,
@@ -129,7 +130,7 @@ pub struct JobRecord {
     pub retired: bool,
     /// The jobs file that registered it.
     pub source: Option<String>,
-    /// SHA-256 of everything that decides what fires (`runner::definitions::digest`).
+    /// SHA-256 of everything that decides what fires (`runner::config::definitions::digest`).
     pub definition_digest: Option<String>,
     /// Keep only this many of the job's newest runs.
     pub keep_runs: Option<i64>,

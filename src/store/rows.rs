@@ -249,7 +249,7 @@ pub struct JobRow {
     #[serde(skip)]
     pub missed_recorded: u64,
     /// A live scheduler's different definition the newest registration replaced (a warning
-    /// while that scheduler is alive: `runner::definitions`).
+    /// while that scheduler is alive: `runner::config::definitions`).
     #[serde(skip)]
     pub replaced: Option<Replaced>,
 }

@@ -141,7 +141,7 @@ on_both_backends! {
     #[test]
     fn a_command_that_kills_its_scheduler_runs_at_most_three_times() {
         let site = Site::new();
-        // Its scheduler is its parent, or its spawner's (src/runner/spawner.rs).
+        // Its scheduler is its parent, or its spawner's (src/runner/spawn/spawner/).
         let cmd = sh(
             "echo $EXACTLY_SCHEDULED_AT >> runs.txt; p=$PPID; \
              [ \"$(cat /proc/$p/comm)\" = exactly-spawner ] && p=$(cut -d' ' -f4 /proc/$p/stat); \

@@ -1,4 +1,4 @@
-//! Commands start through the scheduler's spawner (src/runner/spawner.rs), a small process
+//! Commands start through the scheduler's spawner (src/runner/spawn/spawner/), a small process
 //! forked once: what a command dies with is unchanged, and losing the spawner loses only the
 //! commands it held, never the scheduler or a run's record.
 use crate::support;

@@ -81,9 +81,10 @@ on_both_backends! {
         );
         let done = site.count("SELECT count(*) FROM effect_ledger WHERE state = 'done'");
         assert_eq!(done as usize, far.len(), "ledger and far side disagree");
-        // The schedulers of one file share its jobs (`runner::share`), so they no longer fire
-        // every slot twice: duplicates come only while `a` is dead but not yet called dead, when
-        // `b` and `a2` both fire its job's slots (the safety net) and the loser records one.
+        // The schedulers of one file share its jobs (`runner::scheduler::share`), so they no
+        // longer fire every slot twice: duplicates come only while `a` is dead but not yet called
+        // dead, when `b` and `a2` both fire its job's slots (the safety net) and the loser
+        // records one.
         if killed_mid_run {
             // Its lease outlived it; the survivors took it over with a higher token.
             assert!(

@@ -1,8 +1,40 @@
 //! The validation of one job's table (a [`RawJob`]) into a [`Job`]: each key checked, every
 //! mistake a [`Problem`] under the job's name.
-use super::{FarSide, Job, Overlap, Problem, RawJob, OBSERVE_TIMEOUT_DEFAULT};
+use super::dst_policy::dst_policy;
+use super::job::{FarSide, Job, Overlap, OBSERVE_TIMEOUT_DEFAULT};
+use super::problem::Problem;
+use super::retry::{self, Policy, RawPolicy};
 use crate::schedule::Schedule;
+use serde::Deserialize;
 use std::time::Duration;
+
+/// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) name: Option<String>,
+    pub(super) schedule: Option<String>,
+    pub(super) every: Option<String>,
+    pub(super) timezone: Option<String>,
+    pub(super) lease: Option<String>,
+    pub(super) overlap: Option<String>,
+    pub(super) queue_cap: Option<i64>,
+    pub(super) catchup: Option<String>,
+    pub(super) timeout: Option<String>,
+    pub(super) observe_timeout: Option<String>,
+    pub(super) command: Option<Vec<String>>,
+    pub(super) dst_repeated: Option<String>,
+    pub(super) dst_skipped: Option<String>,
+    pub(super) keep_runs: Option<i64>,
+    pub(super) retries: Option<i64>,
+    pub(super) retry_backoff: Option<String>,
+    pub(super) retry_backoff_max: Option<String>,
+    pub(super) pause_after_failures: Option<i64>,
+    pub(super) jitter: Option<String>,
+    pub(super) starting_deadline: Option<String>,
+    pub(super) ping: Option<String>,
+    pub(super) far_side: Option<String>,
+}
 
 /// One job's table, validated into a [`Job`], or `None` with its problems pushed.
 pub(super) fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>) -> Option<Job> {
@@ -30,7 +62,7 @@ pub(super) fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>)
     let command = c.command_of(raw.command.take());
     let cron_in_zone =
         raw.schedule.is_some() && raw.timezone.as_deref().is_some_and(|t| t != "UTC");
-    let dst = crate::runner::dst::dst_policy(
+    let dst = dst_policy(
         name,
         raw.dst_repeated.as_deref(),
         raw.dst_skipped.as_deref(),
@@ -39,7 +71,7 @@ pub(super) fn validate(name: &str, mut raw: RawJob, problems: &mut Vec<Problem>)
     );
     let keep_runs = c.keep_runs_of(&raw);
     let policy = c.policy_of(&raw, schedule.as_ref());
-    let ping = match raw.ping.as_deref().map(crate::runner::ping::check_url) {
+    let ping = match raw.ping.as_deref().map(crate::runner::run::ping::check_url) {
         None => Some(None),
         Some(Ok(url)) => Some(Some(url)),
         Some(Err(why)) => c.refuse("invalid ping", why),
@@ -261,13 +293,9 @@ impl Checks<'_> {
         }
     }
 
-    /// The failure and timing policy (`policy.rs`), checked against the schedule's interval.
-    fn policy_of(
-        &mut self,
-        raw: &RawJob,
-        schedule: Option<&Schedule>,
-    ) -> Option<crate::runner::policy::Policy> {
-        let raw_policy = crate::runner::policy::RawPolicy {
+    /// The failure and timing policy (`retry.rs`), checked against the schedule's interval.
+    fn policy_of(&mut self, raw: &RawJob, schedule: Option<&Schedule>) -> Option<Policy> {
+        let raw_policy = RawPolicy {
             retries: raw.retries,
             retry_backoff: raw.retry_backoff.as_deref(),
             retry_backoff_max: raw.retry_backoff_max.as_deref(),
@@ -276,7 +304,7 @@ impl Checks<'_> {
             starting_deadline: raw.starting_deadline.as_deref(),
             catchup: raw.catchup.is_some(),
         };
-        let interval = schedule.map(crate::runner::policy::interval_of);
-        crate::runner::policy::validate(self.name, &raw_policy, interval, self.problems)
+        let interval = schedule.map(retry::interval_of);
+        retry::validate(self.name, &raw_policy, interval, self.problems)
     }
 }

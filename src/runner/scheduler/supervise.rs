@@ -1,5 +1,5 @@
-//! The scheduler's watch over its two helper processes, the spawner (`spawner/`) and the
-//! watchdog (`watchdog.rs`): each is a process of its own that a signal can kill or freeze
+//! The scheduler's watch over its two helper processes, the spawner (`spawn/spawner/`) and the
+//! watchdog (`spawn/watchdog.rs`): each is a process of its own that a signal can kill or freeze
 //! while the scheduler goes on. Looked at every [`EVERY`], well within the stop margin
 //! (`policy::stop_margin`):
 //!
@@ -9,11 +9,11 @@
 //!   the replacement is recorded as a `watchdog_restarted` event;
 //! - a stopped spawner (its state `T`) neither starts nor reaps commands: runs read their
 //!   commands' ends from the kernel (`Spawned::wait_for`), new ones wait a bounded time and are
-//!   recorded `not_started` (`execute.rs`), and deadlines are enforced here too. Its death is
-//!   said by its reader (`spawner/`), at once.
-use super::lend::lend;
-use super::spawner;
-use super::watchdog::{self, State};
+//!   recorded `not_started` (`run/execute.rs`), and deadlines are enforced here too. Its death is
+//!   said by its reader (`spawn/spawner/`), at once.
+use crate::runner::run::lend::lend;
+use crate::runner::spawn::spawner;
+use crate::runner::spawn::watchdog::{self, State};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

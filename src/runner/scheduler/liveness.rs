@@ -53,8 +53,8 @@ pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> R
         threads.push(std::thread::spawn(move || {
             let mut next = Instant::now() + BEAT;
             // A beat failing every 2 s (a full disk) is said once, then once a minute.
-            let mut beat = super::log::Repeating::new("heartbeat");
-            let mut keep = super::log::Repeating::new("keep_runs");
+            let mut beat = crate::runner::log::Repeating::new("heartbeat");
+            let mut keep = crate::runner::log::Repeating::new("keep_runs");
             while wait_until(&stop, next) {
                 next = Instant::now() + BEAT;
                 match jobs::scheduler_beat(&mut store, &owner, pid) {

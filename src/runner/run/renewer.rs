@@ -147,14 +147,14 @@ fn renewer_for(db: &str) -> Arc<Renewer> {
                 holds: Mutex::new(Vec::new()),
             });
             let (me, db) = (r.clone(), db.to_string());
-            std::thread::spawn(move || me.run(&db));
+            std::thread::spawn(move || me.renew_forever(&db));
             r
         })
         .clone()
 }
 
 impl Renewer {
-    fn run(&self, db: &str) {
+    fn renew_forever(&self, db: &str) {
         let mut store: Option<Store> = None;
         let mut failing = false;
         loop {

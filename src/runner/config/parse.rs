@@ -1,62 +1,14 @@
-//! The jobs file: parsing and validation into [`Job`]s. Every mistake found on the way is a
-//! [`Problem`] (`problems.rs`, which also holds the lint behind `exactly check`); errors make a
-//! job unusable and `exactly run` refuses the file.
-pub use super::problems::{lint, History, Problem, Severity};
-use crate::schedule::Schedule;
+//! The jobs file parsed: its `[[job]]` tables validated into [`Job`]s (`validate.rs`), its
+//! `[[notify]]` tables (`notify_config.rs`), `retain`. Every mistake found on the way is a
+//! [`Problem`] (`problem.rs`); errors make a job unusable and `exactly run` refuses the file.
+use super::job::{Job, JOB_KEYS};
+use super::notify_config::{self, Notify};
+use super::positions::{self, Positions};
+use super::problem::Problem;
+use super::validate::{validate, RawJob};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
-
-mod validate;
-use validate::validate;
-
-pub use crate::policy::Overlap;
-
-/// A valid job from the file.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub name: crate::JobName,
-    pub schedule: Schedule,
-    pub lease: Duration,
-    pub overlap: Overlap,
-    /// Firings missed by up to this much (while no scheduler ran) still run.
-    pub catchup: Duration,
-    /// A run past this is stopped (outcome `timeout`); None: no limit.
-    pub timeout: Option<Duration>,
-    /// An observer past this is "can't tell".
-    pub observe_timeout: Duration,
-    pub command: Vec<String>,
-    /// Keep only this many of the job's newest runs (`keep_runs`); None: `retain` decides.
-    pub keep_runs: Option<u32>,
-    /// Retries, pause after failures, jitter, starting deadline (`policy.rs`).
-    pub policy: super::policy::Policy,
-    /// A dead man's switch (`ping`, healthchecks.io's convention): pinged as each run starts
-    /// and ends (`ping.rs`).
-    pub ping: Option<String>,
-    /// What the far side does with the effect key or the token (`far_side`): declared, since
-    /// it cannot be seen from here; `exactly doctor` reads it. None: not declared.
-    pub far_side: Option<FarSide>,
-}
-
-pub use crate::policy::FarSide;
-
-/// How long an observer may take when the jobs file does not say (`observe_timeout`).
-pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
-
-impl Job {
-    /// Lowercase hex SHA-256 of the command as it runs from the jobs file's folder `dir`
-    /// (see [`super::problems::resolved_command`]).
-    pub fn command_digest(&self, dir: Option<&Path>) -> String {
-        command_digest(&super::problems::resolved_command(&self.command, dir))
-    }
-}
-
-pub fn command_digest(argv: &[String]) -> String {
-    let json = serde_json::to_string(argv).unwrap_or_default();
-    format!("{:x}", Sha256::digest(json.as_bytes()))
-}
 
 /// A parsed file: the valid jobs, and every problem found on the way.
 #[derive(Debug, Default)]
@@ -65,19 +17,21 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
     /// Where each key and job is in the file, and which table each valid job came from: for
     /// the lines of problems found later (`place`).
-    pub positions: super::positions::Positions,
+    pub positions: Positions,
     pub tables: BTreeMap<String, usize>,
     /// File-level `retain = "90d"`: `exactly run` prunes history older than this (off when
     /// absent), as `exactly gc --keep` does.
     pub retain: Option<Duration>,
     /// The `[[notify]]` tables (`notify_config.rs`): who is told of what.
-    pub notify: Vec<super::notify_config::Notify>,
+    pub notify: Vec<Notify>,
 }
 
 impl Loaded {
     #[cfg(test)]
     pub fn has_errors(&self) -> bool {
-        self.problems.iter().any(|p| p.severity == Severity::Error)
+        self.problems
+            .iter()
+            .any(|p| p.severity == super::problem::Severity::Error)
     }
 
     /// Gives problems found after parsing (the lint, the registry's) their lines.
@@ -91,63 +45,10 @@ impl Loaded {
     }
 }
 
-pub(crate) const JOB_KEYS: &[&str] = &[
-    "name",
-    "schedule",
-    "every",
-    "timezone",
-    "lease",
-    "overlap",
-    "queue_cap",
-    "catchup",
-    "timeout",
-    "observe_timeout",
-    "command",
-    "dst_repeated",
-    "dst_skipped",
-    "keep_runs",
-    "retries",
-    "retry_backoff",
-    "retry_backoff_max",
-    "pause_after_failures",
-    "jitter",
-    "starting_deadline",
-    "ping",
-    "far_side",
-];
-
-/// The typed form of one `[[job]]` table, after unknown keys were reported and removed.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawJob {
-    name: Option<String>,
-    schedule: Option<String>,
-    every: Option<String>,
-    timezone: Option<String>,
-    lease: Option<String>,
-    overlap: Option<String>,
-    queue_cap: Option<i64>,
-    catchup: Option<String>,
-    timeout: Option<String>,
-    observe_timeout: Option<String>,
-    command: Option<Vec<String>>,
-    dst_repeated: Option<String>,
-    dst_skipped: Option<String>,
-    keep_runs: Option<i64>,
-    retries: Option<i64>,
-    retry_backoff: Option<String>,
-    retry_backoff_max: Option<String>,
-    pause_after_failures: Option<i64>,
-    jitter: Option<String>,
-    starting_deadline: Option<String>,
-    ping: Option<String>,
-    far_side: Option<String>,
-}
-
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
 pub fn parse(text: &str) -> Loaded {
     let mut out = Loaded {
-        positions: super::positions::Positions::read(text),
+        positions: Positions::read(text),
         ..Loaded::default()
     };
     let doc: toml::Table = match text.parse() {
@@ -158,7 +59,7 @@ pub fn parse(text: &str) -> Loaded {
         }
     };
     top_level(&doc, &mut out);
-    out.notify = super::notify_config::parse(doc.get("notify"), &mut out.problems);
+    out.notify = notify_config::parse(doc.get("notify"), &mut out.problems);
     let tables = match doc.get("job") {
         None => {
             out.problems.push(Problem::error(
@@ -200,7 +101,7 @@ pub fn parse(text: &str) -> Loaded {
 
 /// Malformed TOML as one problem, at its line and column when the parser knows them.
 fn not_toml(text: &str, e: &toml::de::Error) -> Problem {
-    let place = e.span().map(|s| super::positions::line_col(text, s.start));
+    let place = e.span().map(|s| positions::line_col(text, s.start));
     let at = place
         .map(|(line, col)| format!(" at line {line}, column {col}"))
         .unwrap_or_default();
@@ -282,7 +183,7 @@ fn one_job(
         .collect();
     let wrong_type = wrong_types(&label, &mut table, &mut out.problems);
     for key in unknown {
-        let hint = super::positions::closest(&key)
+        let hint = positions::closest(&key)
             .map(|k| format!("did you mean {k:?}? "))
             .unwrap_or_default();
         out.problems.push(Problem::error(
@@ -377,12 +278,14 @@ fn wrong_types(label: &str, table: &mut toml::Table, problems: &mut Vec<Problem>
 fn absent_because_mistyped(p: &Problem, mistyped: &[String]) -> bool {
     let absent =
         p.what.starts_with("missing ") || p.what.starts_with("no ") || p.what.contains(" without ");
-    absent && super::positions::key_of(&p.what, mistyped.iter().map(String::as_str)).is_some()
+    absent && positions::key_of(&p.what, mistyped.iter().map(String::as_str)).is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::config::job::Overlap;
+    use crate::runner::config::lint::lint;
 
     #[test]
     fn malformed_toml_is_one_problem() {

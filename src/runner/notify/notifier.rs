@@ -4,9 +4,9 @@
 //! second attempt is "duplicate suppressed"). The notifiers of one name share a lease
 //! (`exactly-notify:<name>`): only its holder sends, under its fencing token. `exactly run`
 //! runs it on a thread of its own with its own connection; `exactly watch` runs only it.
-use super::notify_config::Notify;
-use super::notify_send::{Hook, Webhook};
+use super::send::{Hook, Webhook};
 use crate::effect::{self, Ctx, Effect, Outcome, Spec};
+use crate::runner::config::notify_config::Notify;
 use crate::snapshot::Snapshot;
 use crate::state::EffectState;
 use crate::{jobs, lease, time, Access, Result, Store};
@@ -367,14 +367,14 @@ impl Notifier {
                         body: body.to_string(),
                         cwd: self.cwd.as_deref(),
                     };
-                    run(store, &ctx, &spec, &mut h, &body)?
+                    send_through_ledger(store, &ctx, &spec, &mut h, &body)?
                 }
                 ("webhook", _, Some(url)) => {
                     let mut w = Webhook {
                         url,
                         body: body.to_string(),
                     };
-                    run(store, &ctx, &spec, &mut w, &body)?
+                    send_through_ledger(store, &ctx, &spec, &mut w, &body)?
                 }
                 _ => continue,
             };
@@ -519,7 +519,7 @@ fn body(name: &str, c: &Condition, state: &str, key: &str) -> serde_json::Value 
 }
 
 /// Sends through the ledger; a delivered notification's response is its body and channel.
-fn run(
+fn send_through_ledger(
     store: &mut Store,
     ctx: &Ctx,
     spec: &Spec,

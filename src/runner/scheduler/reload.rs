@@ -3,9 +3,12 @@
 //! line says why), a good one is registered as `run` registers it (the newest registration of a
 //! job wins, a job no longer in the file is retired), and what changed is logged and recorded
 //! as a `jobs_reloaded` event.
-use super::config::Job;
-use super::definitions;
-use super::scheduler::Config;
+use super::tick::Config;
+use crate::runner::config::check::{canonical_source, problems};
+use crate::runner::config::definitions::{self, registry_records};
+use crate::runner::config::job::Job;
+use crate::runner::config::problem::Problem;
+use crate::runner::log;
 use crate::sanitize::inert;
 use crate::{jobs, Store};
 use std::collections::BTreeMap;
@@ -44,7 +47,7 @@ impl FileJobs {
         };
         // The file is the one the scheduler started with: a path that now leads elsewhere (a
         // symlink swapped by a deploy) would move the jobs' folder and their shared identity.
-        let (now_source, found) = super::canonical_source(&cfg.jobs_path);
+        let (now_source, found) = canonical_source(&cfg.jobs_path);
         if found.is_some() && now_source != cfg.source {
             refused(format!(
                 "{} now leads to {}: restart the scheduler to run another file",
@@ -53,15 +56,14 @@ impl FileJobs {
             ));
             return None;
         }
-        let (jobs, _retain, _, problems) = match super::problems(&Some(cfg.db.clone()), &cfg.source)
-        {
+        let (jobs, _retain, _, problems) = match problems(&Some(cfg.db.clone()), &cfg.source) {
             Ok(p) => p,
             Err(e) => {
                 refused(e.to_string());
                 return None;
             }
         };
-        let errors: Vec<&super::Problem> = problems.iter().filter(|p| p.refuses_run()).collect();
+        let errors: Vec<&Problem> = problems.iter().filter(|p| p.refuses_run()).collect();
         if let Some(first) = errors.first() {
             let more = match errors.len() {
                 1 => String::new(),
@@ -81,10 +83,10 @@ impl FileJobs {
             } else {
                 Level::INFO
             };
-            super::log::line(level, &p.job, &format!("{} — {}", p.what, p.why));
+            log::line(level, &p.job, &format!("{} — {}", p.what, p.why));
         }
         let cwd = self.cwd.as_deref();
-        let regs = super::registry_records(&jobs, cwd);
+        let regs = registry_records(&jobs, cwd);
         let registered = match jobs::register(store, &regs, &cfg.source, &cfg.owner) {
             Ok(r) => r,
             Err(e) => {

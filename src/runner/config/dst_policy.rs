@@ -1,5 +1,7 @@
 //! The jobs file's daylight-saving keys (`dst_repeated`, `dst_skipped`): how `check` reads
 //! them and shows them. The policies themselves are [`crate::schedule::Dst`].
+use super::job::Job;
+use super::problem::Problem;
 use crate::schedule::{Dst, Repeated, Skipped};
 
 /// Reads `dst_repeated` and `dst_skipped` from a job's table: each one of its two words, and
@@ -10,14 +12,14 @@ pub(super) fn dst_policy(
     repeated: Option<&str>,
     skipped: Option<&str>,
     cron_in_zone: bool,
-    problems: &mut Vec<super::Problem>,
+    problems: &mut Vec<Problem>,
 ) -> Option<Dst> {
     let before = problems.len();
     let mut dst = Dst::default();
     if let Some(r) = repeated {
         match Repeated::parse(r) {
             Some(v) => dst.repeated = v,
-            None => problems.push(super::Problem::error(
+            None => problems.push(Problem::error(
                 job,
                 format!("invalid dst_repeated {r:?}"),
                 "choose once (a wall time in the repeated hour fires at its first occurrence) \
@@ -28,7 +30,7 @@ pub(super) fn dst_policy(
     if let Some(k) = skipped {
         match Skipped::parse(k) {
             Some(v) => dst.skipped = v,
-            None => problems.push(super::Problem::error(
+            None => problems.push(Problem::error(
                 job,
                 format!("invalid dst_skipped {k:?}"),
                 "choose next (a wall time in the skipped hour fires when the hour ends) \
@@ -37,7 +39,7 @@ pub(super) fn dst_policy(
         }
     }
     if (repeated.is_some() || skipped.is_some()) && !cron_in_zone {
-        problems.push(super::Problem::error(
+        problems.push(Problem::error(
             job,
             "dst_repeated/dst_skipped without a cron schedule in a time zone",
             "only a cron schedule with a timezone (other than UTC) has daylight-saving nights; \
@@ -48,7 +50,7 @@ pub(super) fn dst_policy(
 }
 
 /// `check --json`'s `dst`: each job with daylight-saving nights, and what it does on them.
-pub fn dst_of(jobs: &[super::Job]) -> serde_json::Map<String, serde_json::Value> {
+pub fn dst_of(jobs: &[Job]) -> serde_json::Map<String, serde_json::Value> {
     jobs.iter()
         .filter_map(|j| {
             let d = j.schedule.dst()?;
@@ -69,7 +71,7 @@ mod tests {
     #[test]
     fn dst_keys_in_the_jobs_file() {
         let job = |extra: &str, when: &str| {
-            super::super::config::parse(&format!(
+            crate::runner::config::parse::parse(&format!(
                 "[[job]]\nname = \"n\"\n{when}\nlease = \"1m\"\noverlap = \
                  \"coalesce\"\n{extra}\ncommand = [\"true\"]\n"
             ))

@@ -5,13 +5,12 @@
 //! Every random-looking delay here is a hash of the job and the slot (and the retry), never
 //! a random number: two schedulers of one file agree on when a firing goes, and a restart
 //! does not move it.
-use super::config::Job;
-use super::problems::Problem;
+use super::problem::Problem;
 use crate::firing::{AfterFailure, FailureRules, Started};
 use crate::policy::MAX_ATTEMPTS;
+use crate::schedule::fraction;
 use crate::schedule::Schedule;
-use crate::schedule::{fraction, jitter_for};
-use crate::time::{self, Ts};
+use crate::time;
 use std::time::Duration;
 
 /// `retry_backoff` when the jobs file does not say.
@@ -77,7 +76,7 @@ impl Policy {
 /// What a failed run of the job decides with its end: a retry while the firing has retries
 /// left, a pause after `pause_after_failures` in a row (`by`: the scheduler). None when the
 /// job has neither.
-pub(super) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
+pub(crate) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
     if p.retries == 0 && p.pause_after_failures.is_none() {
         return None;
     }
@@ -90,7 +89,7 @@ pub(super) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
 
 /// Says in the log what a failed run's end decided: when its firing goes again, or that its
 /// job is now paused.
-pub(super) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
+pub(crate) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
     if let Some(runs) = after.retry {
         let wait = p.backoff(job, &started.slot, runs);
         tracing::warn!(
@@ -119,35 +118,6 @@ pub fn interval_of(s: &Schedule) -> Duration {
         Schedule::Every { period } => *period,
         Schedule::Cron { .. } => Duration::from_secs(s.interval_s().max(1) as u64),
     }
-}
-
-impl Job {
-    /// When the firing at `slot` is due: its slot, plus its jitter.
-    pub fn due_at(&self, slot: Ts) -> Ts {
-        // Most jobs have none: no hash on the scheduler's every tick.
-        if self.policy.jitter.is_zero() {
-            return slot;
-        }
-        let j = jitter_for(&self.name, &time::fmt(slot), self.policy.jitter);
-        slot + chrono::Duration::from_std(j).unwrap_or(chrono::Duration::zero())
-    }
-
-    /// How late after it is due a firing may still start: `starting_deadline`, or the
-    /// catch-up window plus the scheduler's own slack (`LATE_OK`).
-    pub fn start_window(&self) -> Duration {
-        self.policy
-            .starting_deadline
-            .unwrap_or(self.catchup + crate::schedule::LATE_OK)
-    }
-}
-
-/// How late past its slot, besides the scheduler's own `LATE_OK`, a job's firing may still
-/// start: its catch-up window, or its starting deadline, plus its jitter, in whole seconds
-/// rounded up. The registry keeps it as `catchup_s`, so a reader (`status`, `top`) does not
-/// count a firing still waiting out its jitter as missed.
-pub fn late_allowed_s(job: &Job) -> i64 {
-    let late = (job.start_window() + job.policy.jitter).saturating_sub(crate::schedule::LATE_OK);
-    late.as_millis().div_ceil(1000) as i64
 }
 
 /// The keys as written in one `[[job]]` table.
@@ -288,44 +258,10 @@ pub fn describe(p: &Policy, interval: Duration) -> Option<String> {
     Some(parts.join(", "))
 }
 
-/// `exactly check`'s line for each job with a failure policy: `FILE: JOB: policy — …`.
-pub fn check_lines(jobs: &[Job], file: &str) -> Vec<String> {
-    jobs.iter()
-        .filter_map(|j| {
-            let d = describe(&j.policy, interval_of(&j.schedule))?;
-            Some(crate::sanitize::inert(&format!(
-                "{file}: {}: policy — {d}",
-                j.name
-            )))
-        })
-        .collect()
-}
-
-/// `exactly check --json`'s `policies`: each job with a failure policy, its settings in ms.
-pub fn check_json(jobs: &[Job]) -> serde_json::Value {
-    let ms = |d: Duration| d.as_millis() as u64;
-    jobs.iter()
-        .filter(|j| j.policy.is_set(interval_of(&j.schedule)))
-        .map(|j| {
-            let p = &j.policy;
-            serde_json::json!({
-                "job_key": j.name,
-                "job": j.name,
-                "retries": p.retries,
-                "retry_backoff_ms": ms(p.retry_backoff),
-                "retry_backoff_max_ms": ms(p.retry_backoff_max),
-                "attempts": p.attempts(),
-                "pause_after_failures": p.pause_after_failures,
-                "jitter_ms": ms(p.jitter),
-                "starting_deadline_ms": p.starting_deadline.map(ms),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::jitter_for;
 
     fn job(keys: &str) -> String {
         format!(
@@ -336,7 +272,7 @@ mod tests {
 
     #[test]
     fn the_keys_parse_into_a_policy_and_mistakes_are_errors() {
-        let l = super::super::config::parse(&job(
+        let l = crate::runner::config::parse::parse(&job(
             "retries = 2\nretry_backoff = \"1s\"\npause_after_failures = 3\njitter = \
              \"10s\"\nstarting_deadline = \"30s\"\n",
         ));
@@ -350,7 +286,7 @@ mod tests {
         );
         assert_eq!(p.pause_after_failures, Some(3));
         assert_eq!(p.starting_deadline, Some(Duration::from_secs(30)));
-        let l = super::super::config::parse(&job("retries = 1\n"));
+        let l = crate::runner::config::parse::parse(&job("retries = 1\n"));
         assert_eq!(l.jobs[0].policy.retry_backoff, RETRY_BACKOFF_DEFAULT);
         for (keys, what) in [
             ("retries = -1\n", "invalid retries -1"),
@@ -376,7 +312,7 @@ mod tests {
             ),
             ("retrys = 1\n", "unknown key \"retrys\""),
         ] {
-            let l = super::super::config::parse(&job(keys));
+            let l = crate::runner::config::parse::parse(&job(keys));
             assert!(l.has_errors(), "{keys}");
             assert!(
                 l.problems.iter().any(|p| p.what == what),

@@ -76,12 +76,12 @@ impl LogBuf {
 
 /// A command's output, read by its run's own thread between its other duties (no thread of
 /// its own per run): non-blocking, waited for with `poll`.
-pub(crate) struct Output {
+pub(crate) struct OutputPipe {
     file: Option<std::fs::File>,
 }
 
-impl Output {
-    pub(crate) fn new(file: Option<std::fs::File>) -> Output {
+impl OutputPipe {
+    pub(crate) fn new(file: Option<std::fs::File>) -> OutputPipe {
         if let Some(f) = &file {
             use std::os::fd::AsRawFd;
             // SAFETY: fcntl on a descriptor we own.
@@ -91,7 +91,7 @@ impl Output {
                 libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
             }
         }
-        Output { file }
+        OutputPipe { file }
     }
 
     /// Whether the writing ends are all closed (or there was no output to read).

@@ -1,19 +1,16 @@
 //! How a run's command is started so that it dies with its scheduler.
+use super::spawner::{self, SELF_EXEC};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 /// The hidden first argument under which the `exactly` binary starts a run's command for a
 /// scheduler (see [`exec_command`]).
 pub const EXEC_ARG: &str = "__exactly-exec";
 
-/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
-/// understands [`EXEC_ARG`], so commands are started through it.
-pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
-
 /// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
 /// scheduler leaves no command running; what the command itself starts in the background is
-/// ended by the next run of the firing (see [`super::procs`]).
+/// ended by the next run of the firing (see `run/procs.rs`).
 ///
 /// Setting it in the child needs code between fork and exec, and forking a scheduler of
 /// hundreds of threads copies its page tables and stalls every thread on copy-on-write faults:
@@ -80,7 +77,7 @@ fn die_with_us(cmd: &mut Command, parent: i32) -> &mut Command {
 
 /// A running command, started by the spawner or by this process.
 pub(crate) enum Running {
-    Spawned(super::spawner::Spawned, Option<std::fs::File>),
+    Spawned(spawner::Spawned, Option<std::fs::File>),
     Child(std::process::Child, Option<std::fs::File>),
 }
 
@@ -89,7 +86,7 @@ pub(crate) enum Running {
 /// `spawner/`), else by starting it from this process. `give_up` ends a wait for a frozen
 /// spawner (an error of kind `TimedOut`: the command never started).
 pub(crate) fn start_command(
-    l: &super::spawner::Launch,
+    l: &spawner::Launch,
     cage: &crate::contain::Cage,
     give_up: &dyn Fn() -> bool,
 ) -> std::io::Result<Running> {
@@ -103,7 +100,7 @@ pub(crate) fn start_command(
         )
     };
     let out = Some(std::fs::File::from(r));
-    if let Some(spawned) = super::spawner::launch(l, &w, give_up) {
+    if let Some(spawned) = spawner::launch(l, &w, give_up) {
         return Ok(Running::Spawned(spawned?, out));
     }
     let mut cmd = command_for(&l.prog, &l.args);

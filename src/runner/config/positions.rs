@@ -3,9 +3,9 @@
 //! error's line and column; and the known key an unknown one most likely meant.
 //!
 //! The spans come from a second, lenient read of the same text (`toml::Spanned` keys): the
-//! typed read in `config.rs` stays as it is, and a file too broken for this read simply gets
+//! typed read in `parse.rs` stays as it is, and a file too broken for this read simply gets
 //! no lines.
-use super::problems::Problem;
+use super::problem::Problem;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ impl Positions {
         // An `unknown key` of a table other than a job's (`[[notify]]`) is not a top-level key.
         let key = key_of(&p.what, self.top.keys().map(String::as_str));
         if let Some((key, line)) = key.and_then(|k| self.top.get(&k).map(|l| (k, *l))) {
-            p.at = Some(super::problems::At {
+            p.at = Some(super::problem::At {
                 line,
                 key: Some(key),
             });
@@ -89,10 +89,10 @@ impl Positions {
 impl JobLines {
     /// The line of the key `what` is about (the header when that key is not written), and
     /// the key.
-    pub fn at(&self, what: &str) -> super::problems::At {
-        let known = super::config::JOB_KEYS.iter().copied();
+    pub fn at(&self, what: &str) -> super::problem::At {
+        let known = super::job::JOB_KEYS.iter().copied();
         let key = key_of(what, self.keys.keys().map(String::as_str).chain(known));
-        super::problems::At {
+        super::problem::At {
             line: key
                 .as_ref()
                 .and_then(|k| self.keys.get(k))
@@ -135,7 +135,7 @@ pub fn line_of(text: &str, offset: usize) -> usize {
 
 /// The known key a typo was most likely meant to be.
 pub(super) fn closest(key: &str) -> Option<&'static str> {
-    super::config::JOB_KEYS
+    super::job::JOB_KEYS
         .iter()
         .map(|k| (strsim::levenshtein(key, k), *k))
         .filter(|(d, _)| *d <= 2)

@@ -160,7 +160,7 @@ fn start(
                 crate::fault::point(crate::fault::Point::SpawnerReply);
                 if let (Some(wd), ns) = (watchdog, launch.deadline_ns) {
                     if ns > 0 {
-                        let msg = super::super::watchdog::message(pid, ns);
+                        let msg = crate::runner::spawn::watchdog::message(pid, ns);
                         // SAFETY: a 12-byte write to our pipe (atomic: under PIPE_BUF).
                         unsafe { libc::write(wd, msg.as_ptr().cast(), msg.len()) };
                     }

@@ -4,8 +4,10 @@
 //! different one since, or its file retired the job) stops firing that job and says why, once.
 //! It reads the registry every [`CHECK_EVERY`] (one query), and `status`, `top` and `check`
 //! show a replaced definition while the scheduler that held it is alive.
-use super::config::Job;
+use super::job::{late_allowed_s, Job};
+use super::problem::{resolved_command, Problem, Severity};
 use crate::jobs;
+use crate::jobs::JobRecord;
 use crate::sanitize::inert;
 use crate::Store;
 use sha2::{Digest, Sha256};
@@ -33,14 +35,14 @@ pub fn digest(job: &Job, dir: Option<&Path>) -> String {
         ms(job.catchup),
         job.timeout.map(ms),
         ms(job.observe_timeout),
-        super::problems::resolved_command(&job.command, dir),
+        resolved_command(&job.command, dir),
         job.schedule
             .dst()
             .map(|d| [d.repeated.name(), d.skipped.name()]),
     ]);
     // The failure policy only when set: a job without it keeps the digest it always had.
     let p = &job.policy;
-    if p.is_set(super::policy::interval_of(&job.schedule)) {
+    if p.is_set(super::retry::interval_of(&job.schedule)) {
         if let Some(a) = canonical.as_array_mut() {
             a.push(serde_json::json!([
                 p.retries,
@@ -56,7 +58,7 @@ pub fn digest(job: &Job, dir: Option<&Path>) -> String {
 }
 
 /// Who registered a job's definition, in words: "<owner> from <source> at <time>".
-fn registered_by(r: &jobs::JobRecord) -> String {
+fn registered_by(r: &JobRecord) -> String {
     format!(
         "{} from {} at {}",
         r.owner.as_deref().unwrap_or("?"),
@@ -126,18 +128,14 @@ impl Watch {
 
 /// `check`'s line for a job whose definition differs from the registered one (the file's
 /// `run` would take the job over), if it does.
-pub fn check_problem(
-    job: &Job,
-    dir: Option<&Path>,
-    registered: &[jobs::JobRecord],
-) -> Option<super::Problem> {
+pub fn check_problem(job: &Job, dir: Option<&Path>, registered: &[JobRecord]) -> Option<Problem> {
     let r = registered.iter().find(|r| r.job_key == job.name)?;
     let theirs = r.definition_digest.as_deref()?;
     if r.retired || theirs == digest(job, dir) {
         return None;
     }
-    Some(super::Problem {
-        severity: super::Severity::Warning,
+    Some(Problem {
+        severity: Severity::Warning,
         at: None,
         job: job.name.to_string(),
         what: format!(
@@ -148,4 +146,26 @@ pub fn check_problem(
               and a scheduler still running the other definition stops firing it"
             .into(),
     })
+}
+
+/// The registry's records of a file's jobs, commands resolved from its folder `cwd`.
+pub(crate) fn registry_records(jobs: &[Job], cwd: Option<&Path>) -> Vec<JobRecord> {
+    jobs.iter()
+        .map(|j| JobRecord {
+            job_key: j.name.to_string(),
+            settings: j.settings(),
+            command_digest: Some(j.command_digest(cwd)),
+            definition_digest: Some(digest(j, cwd)),
+            keep_runs: j.keep_runs.map(i64::from),
+            far_side: j.far_side,
+            command: Some(serde_json::to_string(&j.command).unwrap_or_default()),
+            // What readers allow past a slot, besides `LATE_OK`, before counting it missed.
+            catchup_s: Some(late_allowed_s(j)),
+            timeout_ms: j.timeout.map(|t| t.as_millis() as i64),
+            observe_timeout_ms: Some(j.observe_timeout.as_millis() as i64),
+            dst_repeated: j.schedule.dst().map(|d| d.repeated.name().to_string()),
+            dst_skipped: j.schedule.dst().map(|d| d.skipped.name().to_string()),
+            ..JobRecord::default()
+        })
+        .collect()
 }

@@ -1,6 +1,6 @@
 //! Slots no scheduler ran in time: recorded missed, each with why.
-use super::health::Health;
-use super::scheduler::{Config, JobState};
+use super::db_health::{self, Health};
+use super::tick::{Config, JobState};
 use crate::firing;
 use crate::jobs::Outage;
 use crate::time::{self, Ts};
@@ -94,19 +94,18 @@ pub(super) fn record_behind(
             total = total.saturating_sub(outage_slots);
         }
         // The slots are oldest first; those beyond the rows recorded are older still.
-        let split =
-            slots.partition_point(|s| health.why_missed(*s) != super::health::DB_UNAVAILABLE);
+        let split = slots.partition_point(|s| health.why_missed(*s) != db_health::DB_UNAVAILABLE);
         let unrecorded = total.saturating_sub(slots.len() as u64);
         let parts = [
             (
                 &slots[..split],
                 unrecorded + split as u64,
-                super::health::NOT_RUN,
+                db_health::NOT_RUN,
             ),
             (
                 &slots[split..],
                 (slots.len() - split) as u64,
-                super::health::DB_UNAVAILABLE,
+                db_health::DB_UNAVAILABLE,
             ),
         ];
         for (part, total, reason) in parts {
@@ -120,7 +119,7 @@ pub(super) fn record_behind(
                     Some(_) => "their starting_deadline",
                     None => "the catch-up window",
                 };
-                let why = if reason == super::health::NOT_RUN {
+                let why = if reason == db_health::NOT_RUN {
                     format!("no scheduler ran them within {window}")
                 } else {
                     format!("the database was unavailable when they fell due (outside {window})")

@@ -12,11 +12,11 @@
 //! scheduler lives, the lease renewed meanwhile, and other schedulers do not resume a run whose
 //! scheduler is alive (see [`crate::firing::ResumeRules`]). Its writes go before the process's
 //! queued firings.
-use super::execute::RunSpec;
 use super::lend::{lend, Lent};
 use super::renewer::{self, Hold};
-use super::watchdog;
+use super::spec::RunSpec;
 use crate::jobs::{self, RunEnd};
+use crate::runner::spawn::watchdog;
 use crate::state::RunOutcome;
 use crate::{lease, time, Error, Result, Store};
 use std::sync::atomic::Ordering;
@@ -333,7 +333,7 @@ pub fn finish(
     } else {
         Level::WARN
     };
-    super::log::line(
+    crate::runner::log::line(
         level,
         &spec.job,
         &format!(

@@ -9,7 +9,7 @@
 //! once the command has ended and been reaped; it tells back which groups it stopped.
 //!
 //! It is a process a signal can kill or freeze: the groups armed are also kept here, so the
-//! scheduler's supervisor (`supervise.rs`) can replace a dead or stopped watchdog with a new
+//! scheduler's supervisor (`scheduler/supervise.rs`) can replace a dead or stopped watchdog with a new
 //! one holding them all ([`restart`]), and keep their deadlines itself meanwhile
 //! ([`enforce_deadlines`]).
 use crate::wrapped::{mono_ns, pipe};
@@ -26,7 +26,7 @@ pub const GRACE: Duration = crate::policy::STOP_GRACE;
 const SLOTS: usize = 4096;
 
 /// One watchdog process, as the scheduler talks to it. Replaced when it dies (see
-/// [`restart`]): the scheduler's supervisor (`supervise.rs`) restarts it.
+/// [`restart`]): the scheduler's supervisor (`scheduler/supervise.rs`) restarts it.
 struct Shared {
     pid: i32,
     tx: Mutex<std::fs::File>,
@@ -203,7 +203,7 @@ pub fn state() -> State {
     if s.dead.load(Ordering::SeqCst) {
         return State::Dead(s.pid);
     }
-    match super::spawner::proc_stat(s.pid).map(|st| st.state) {
+    match crate::sender::stat(s.pid).map(|st| st.state) {
         None | Some('Z') | Some('X') => State::Dead(s.pid),
         Some('T') | Some('t') => State::Stopped(s.pid),
         Some(_) => State::Fine,
@@ -215,7 +215,7 @@ pub fn state() -> State {
 pub fn restart() -> std::io::Result<(i32, usize)> {
     let old = shared();
     if let Some(old) = &old {
-        let died = !matches!(super::spawner::proc_stat(old.pid), Some(st) if st.state != 'Z');
+        let died = !matches!(crate::sender::stat(old.pid), Some(st) if st.state != 'Z');
         // Said once, by whoever sees it first (its reader, or here); the end of a stopped one
         // we kill is ours, not news.
         if !old.dead.swap(true, Ordering::SeqCst) && died {

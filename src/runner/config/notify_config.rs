@@ -1,6 +1,6 @@
 //! The jobs file's `[[notify]]` tables: who is told (a hook command, a webhook) and of what
 //! (the rules). Parsed beside `[[job]]` by `config::parse`; every mistake is a [`Problem`].
-use super::problems::Problem;
+use super::problem::Problem;
 use std::time::Duration;
 
 pub(crate) const NOTIFY_KEYS: &[&str] = &[

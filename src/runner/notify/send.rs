@@ -72,7 +72,7 @@ pub struct Webhook<'a> {
 
 impl Effect for Webhook<'_> {
     fn perform(&mut self, effect_key: &str) -> Result<String, Failure> {
-        let agent = super::ping::agent(DELIVERY_TIMEOUT);
+        let agent = crate::runner::run::ping::agent(DELIVERY_TIMEOUT);
         let sent = agent
             .post(self.url)
             .set("Content-Type", "application/json")

@@ -37,9 +37,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-mod process;
+pub mod process;
 
-pub use process::spawner_main;
+/// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
+/// understands the hidden argument of `start.rs` (`EXEC_ARG`), so commands are started through
+/// it (and through the spawner, once it serves).
+pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
 
 /// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
 pub const SPAWNER_ARG: &str = "__exactly-spawner";
@@ -80,7 +83,7 @@ struct Request<'a> {
     launch: &'a Launch,
 }
 
-/// The watchdog's new pipe, attached (after a restart, see `supervise.rs`).
+/// The watchdog's new pipe, attached (after a restart, see `scheduler/supervise.rs`).
 #[derive(Serialize)]
 struct PipeRequest {
     id: u64,
@@ -155,7 +158,7 @@ fn client() -> Option<&'static Client> {
 /// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
 /// commands go through it. (A program embedding the library starts its commands itself.)
 pub fn ready() -> bool {
-    super::spawn::SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
+    SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
 }
 
 /// A command started by the spawner.

@@ -1,6 +1,8 @@
 //! `exactly watch JOBS.toml`: a host that runs no jobs evaluating only the file's `[[notify]]`
-//! rules (`notify.rs`), so a scheduler gone is told even when it was the only one.
-use super::notify::{serve, Notifier, EVERY};
+//! rules (`notifier.rs`), so a scheduler gone is told even when it was the only one.
+use super::notifier::{serve, Notifier, EVERY};
+use crate::runner::config::parse::parse;
+use crate::runner::config::problem::Severity;
 use crate::{lease, Access, Result};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -23,12 +25,12 @@ pub fn watch_main(db: &Option<String>, a: WatchArgs) -> Result<i32> {
             crate::sanitize::inert(&a.jobs)
         ))
     })?;
-    let loaded = super::config::parse(&text);
+    let loaded = parse(&text);
     // A watcher's file may hold only [[notify]] tables; every other error refuses it.
     let refused: Vec<_> = loaded
         .problems
         .iter()
-        .filter(|p| p.severity == super::Severity::Error && p.what != "no jobs")
+        .filter(|p| p.severity == Severity::Error && p.what != "no jobs")
         .collect();
     if !refused.is_empty() {
         for p in &refused {

@@ -7,15 +7,19 @@
 pub use super::hold::RunResult;
 use super::hold::{finish, Heartbeat};
 use super::lend::lend;
-use super::output::{flush_output, LogBuf, Output, OUTPUT_FLUSH};
-use super::spawn::{start_command, Running};
-use super::spawner::Launch;
-use crate::firing::{self, Started};
+use super::output::{flush_output, LogBuf, OutputPipe, OUTPUT_FLUSH};
+use super::ping::Pinger;
+use super::procs;
+use super::spec::RunSpec;
+use crate::firing;
+use crate::runner::log;
+use crate::runner::spawn::spawner::Launch;
+use crate::runner::spawn::start::{start_command, Running};
+use crate::runner::spawn::watchdog;
 use crate::state::{FiringKind, RunOutcome};
 use crate::{effect, time, Result};
 use crate::{Access, Store};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,34 +39,6 @@ const START_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for output pipes after the command exits (a background grandchild may
 /// keep them open forever).
 const PIPE_WAIT: Duration = Duration::from_millis(500);
-
-/// Everything a run needs; it opens its own database connection.
-#[derive(Debug, Clone)]
-pub struct RunSpec {
-    pub db: String,
-    pub job: crate::JobName,
-    pub started: Started,
-    /// The firing ran before (a resumed firing): an earlier run may have left processes.
-    pub resumed: bool,
-    /// The job may have open effects: their observers run before the command.
-    pub settle: bool,
-    pub lease: Duration,
-    /// A command running longer is stopped (outcome `timeout`).
-    pub timeout: Option<Duration>,
-    /// An observer running longer is "can't tell".
-    pub observe_timeout: Duration,
-    pub command: Vec<String>,
-    pub cwd: Option<PathBuf>,
-    /// Set at shutdown once the grace period is over: kill the command.
-    pub kill: Arc<AtomicBool>,
-    /// When the write that granted the run its lease was sent: its local deadline counts from
-    /// here.
-    pub granted: Instant,
-    /// A failed run's retry and its job's pause, recorded with its end (None: neither).
-    pub failure: Option<firing::FailureRules>,
-    /// The job's dead man's switch (`ping.rs`), pinged as the run starts and ends.
-    pub ping: Option<String>,
-}
 
 /// Sends `sig` to the command's process group (not the scheduler's, so its terminal signals do
 /// not reach it and our kill reaches its children too).
@@ -163,7 +139,7 @@ fn db_identity(db: &str) -> String {
 /// The job's `ping` hears of its start and end from a thread of its own.
 pub fn execute(spec: &RunSpec) -> Result<RunResult> {
     let url = spec.ping.as_deref();
-    let pinger = super::ping::Pinger::start(&spec.job, url, &spec.started.run_id);
+    let pinger = Pinger::start(&spec.job, url, &spec.started.run_id);
     let result = execute_run(spec);
     match &result {
         Ok(r) => pinger.ended(url, &r.outcome, r.exit_code),
@@ -220,7 +196,7 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
             ),
         );
     }
-    super::watchdog::uncage(child.pgid);
+    watchdog::uncage(child.pgid);
     let text = child.drain();
     let outcome = run.outcome(stopping, expired, status.is_none());
     if let (Some(s), RunOutcome::Failed) = (status, &outcome) {
@@ -259,7 +235,7 @@ struct Child {
     /// What holds everything the command starts (see `crate::contain`).
     cage: crate::contain::Cage,
     started: Instant,
-    output: Output,
+    output: OutputPipe,
     log: Mutex<LogBuf>,
 }
 
@@ -333,7 +309,7 @@ impl<'a> Run<'a> {
             return;
         }
         let (job, run_id, slot) = (&spec.job, &spec.started.run_id, &spec.started.slot);
-        let ended = super::procs::end_leftovers(&self.db_id, job, slot, run_id, LEFTOVER_WAIT);
+        let ended = procs::end_leftovers(&self.db_id, job, slot, run_id, LEFTOVER_WAIT);
         if ended > 0 {
             log_line(
                 Level::WARN,
@@ -443,7 +419,7 @@ impl<'a> Run<'a> {
         let started = running.started_at();
         self.command_started = Some(started);
         let pgid = running.pid();
-        super::watchdog::cage(pgid, &cage);
+        watchdog::cage(pgid, &cage);
         if !self.beat.guard(pgid) {
             log_line(
                 Level::WARN,
@@ -451,7 +427,7 @@ impl<'a> Run<'a> {
                 &format!("run {run_id}: no watchdog; its deadline is kept by this thread only"),
             );
         }
-        let output = Output::new(running.take_output());
+        let output = OutputPipe::new(running.take_output());
         Ok(Child {
             running,
             pgid,
@@ -471,7 +447,7 @@ impl<'a> Run<'a> {
                 .unwrap_or_else(|_| "exactly".into())
         });
         let (spec, started) = (self.spec, &self.spec.started);
-        let deadline_ns = super::watchdog::mono_deadline(self.beat.deadline());
+        let deadline_ns = watchdog::mono_deadline(self.beat.deadline());
         Launch {
             prog: prog.to_string(),
             args: args.to_vec(),
@@ -674,13 +650,13 @@ fn left_in_group(pgid: i32) -> bool {
     !crate::sender::members(group, None).is_empty()
 }
 
-/// One log line of `job` at `level` (see [`super::log`]): the job and the message made inert.
+/// One log line of `job` at `level` (see [`log`]): the job and the message made inert.
 pub fn log_line(level: Level, job: &str, msg: &str) {
-    super::log::line(level, job, msg);
+    log::line(level, job, msg);
 }
 
 /// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
 pub fn report(job: &str, kind: FiringKind, slot: &str, fired: &firing::Fired) {
-    let level = super::log::level(fired.level());
+    let level = log::level(fired.level());
     log_line(level, job, &fired.describe(kind, slot));
 }

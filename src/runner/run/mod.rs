@@ -1,0 +1,12 @@
+//! One run of a firing: its spec (`spec.rs`) and its course (`execute.rs`): the lease held and
+//! the end recorded (`hold.rs`, renewed for all runs at once by `renewer.rs`), database
+//! connections lent for a moment (`lend.rs`), its output (`output.rs`), the processes an earlier
+//! run of the firing left (`procs.rs`) and its dead man's switch (`ping.rs`).
+pub mod execute;
+mod hold;
+pub mod lend;
+mod output;
+pub mod ping;
+pub mod procs;
+mod renewer;
+pub mod spec;

@@ -75,7 +75,7 @@ pub mod wrapped;
 /// modules ([`lease`], [`effect`], [`approval`], [`jobs`], [`firing`], [`metrics`]).
 pub use store::{sync_wait_bound, Access, Store, SCHEMA_VERSION};
 
-pub use error::{DbSource, Error, Result};
+pub use error::{DbSource, Error, Missing, Result};
 pub use ids::{EffectKey, JobName, Token};
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the
@@ -266,6 +266,7 @@ mod boundary {
         let mut below: Vec<String> = vec![
             "store".into(),
             "Error".into(),
+            "Missing".into(),
             "Result".into(),
             "Token".into(),
         ];

@@ -42,6 +42,7 @@ fn err(e: exactly::Error) -> PyErr {
         exactly::Error::Usage(_) => UsageError::new_err(msg),
         exactly::Error::Busy { .. } => BusyError::new_err(msg),
         exactly::Error::Store(_)
+        | exactly::Error::NotFound { .. }
         | exactly::Error::Sqlite { .. }
         | exactly::Error::Postgres { .. }
         | exactly::Error::Corrupt { .. }

@@ -293,9 +293,12 @@ impl Store {
         refuse_unusable(path)?;
         let file = std::path::Path::new(path);
         if !file.exists() {
-            return Err(Error::Store(format!(
-                "database {path} does not exist (read commands never create one; exactly init does)"
-            )));
+            return Err(Error::not_found(
+                crate::Missing::Database,
+                format!(
+                    "database {path} does not exist (read commands never create one; exactly init does)"
+                ),
+            ));
         }
         if !file.is_file() {
             return Err(Error::Store(format!("database {path} is not a file")));

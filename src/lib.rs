@@ -73,7 +73,7 @@ pub mod wrapped;
 
 /// The database handle: opaque; every operation on it is a library function in the domain
 /// modules ([`lease`], [`effect`], [`approval`], [`jobs`], [`firing`], [`metrics`]).
-pub use store::{sync_wait_bound, Access, Store, SCHEMA_VERSION};
+pub use store::{sync_wait_bound, Access, Store, StoreOpener, SCHEMA_VERSION};
 
 pub use error::{DbSource, Error, Missing, Result};
 pub use ids::{EffectKey, JobName, Token};

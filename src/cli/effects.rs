@@ -85,7 +85,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     action.observe_cmd = observe_cmd;
     action.observe_timeout = a.observe_timeout;
     action.lease = Some(LeaseWatch {
-        db: store.path().to_string(),
+        db: store.opener(),
         job: ctx.job.clone(),
         token: ctx.token,
         effect: None,

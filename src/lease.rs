@@ -91,12 +91,20 @@ pub fn job_name_problem(name: &str) -> Option<String> {
     None
 }
 
+/// Why a text names no job: the one clear reason, as a person reads it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct BadJobName {
+    /// The reason, one line.
+    pub why: String,
+}
+
 /// `name` as a job name, or the one clear reason it is not one (a clap value parser too).
 /// The name is normalised as a jobs file's is (`jobs::normalize_name`): `"a "` finds job `a`.
-pub fn job_name(name: &str) -> std::result::Result<JobName, String> {
+pub fn job_name(name: &str) -> std::result::Result<JobName, BadJobName> {
     let name = crate::jobs::normalize_name(name);
     match crate::jobs::name_problem(&name).or_else(|| job_name_problem(&name)) {
-        Some(why) => Err(why),
+        Some(why) => Err(BadJobName { why }),
         None => Ok(name.into()),
     }
 }

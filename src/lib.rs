@@ -69,11 +69,11 @@ pub use exactly_words::{contain, fault, key, policy, sanitize, schedule, sender,
 
 /// The database handle: opaque; every operation on it is a library function in the domain
 /// modules ([`lease`], [`effect`], [`approval`], [`jobs`], [`firing`], [`metrics`]).
-pub use store::{sync_wait_bound, Access, Store, SCHEMA_VERSION};
+pub use store::{sync_wait_bound, Access, Store, StoreOpener, SCHEMA_VERSION};
 
 pub use database::{
     db_exists, db_identity, db_path, is_server_db, open, read_plans, refuse_new_databases,
     shown_db, state_dir, writable,
 };
 pub use exactly_words::{actor, actor_from, host, hostname, os_user, user};
-pub use exactly_words::{DbSource, EffectKey, Error, JobName, Result, Token};
+pub use exactly_words::{DbSource, EffectKey, Error, JobName, Missing, Result, Token};

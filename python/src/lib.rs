@@ -42,6 +42,7 @@ fn err(e: exactly::Error) -> PyErr {
         exactly::Error::Usage(_) => UsageError::new_err(msg),
         exactly::Error::Busy { .. } => BusyError::new_err(msg),
         exactly::Error::Store(_)
+        | exactly::Error::NotFound { .. }
         | exactly::Error::Sqlite { .. }
         | exactly::Error::Postgres { .. }
         | exactly::Error::Corrupt { .. }
@@ -73,7 +74,7 @@ fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
 /// A job name as every call stores and compares it (NFC, trimmed), or the CLI's refusal.
 #[pyfunction]
 fn job_name(name: &str) -> PyResult<String> {
-    let job = lease::job_name(name).map_err(UsageError::new_err)?;
+    let job = lease::job_name(name).map_err(|e| UsageError::new_err(e.why))?;
     Ok(job.as_str().to_string())
 }
 
@@ -344,7 +345,7 @@ impl Db {
         ttl_ms: u64,
         owner: &str,
     ) -> PyResult<(Option<i64>, Option<String>, Option<String>)> {
-        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let job = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
         let dur = Duration::from_millis(ttl_ms);
         lease::check_duration(dur).map_err(err)?;
         let claim = self.with(py, |s| lease::claim(s, &job, owner, dur))?;
@@ -356,7 +357,7 @@ impl Db {
 
     /// Extends a lease we hold to `ttl_ms` from now; False when fenced.
     fn renew(&self, py: Python<'_>, job: &str, token: i64, ttl_ms: u64) -> PyResult<bool> {
-        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let job = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
         let dur = Duration::from_millis(ttl_ms);
         lease::check_duration(dur).map_err(err)?;
         self.with(py, |s| {
@@ -366,7 +367,7 @@ impl Db {
 
     /// Releases a lease we hold; False when fenced.
     fn release(&self, py: Python<'_>, job: &str, token: i64) -> PyResult<bool> {
-        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let job = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
         self.with(py, |s| lease::release(s, &job, exactly::Token::from(token)))
     }
 
@@ -393,7 +394,7 @@ impl Db {
         observe: Option<Py<PyAny>>,
         by: Option<String>,
     ) -> PyResult<(Option<Paused>, Option<Py<PyDict>>)> {
-        let job = lease::job_name(job).map_err(UsageError::new_err)?;
+        let job = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
         let mut ctx = Ctx::new(&job, exactly::Token::from(token));
         if let Some(r) = &run_id {
             ctx = ctx.with_run_id(r);

@@ -55,21 +55,10 @@ struct Setup {
 }
 
 pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
-    let config = h.dir.join("chaos-mcp.toml");
-    let guard = if h.guarded { "" } else { "guard = false\n" };
-    std::fs::write(
-        &config,
-        format!(
-            "lease = \"1s\"\nwait_for_lease = \"20s\"\n\n[[tool]]\nname = \"send_message\"\n\
-             {guard}target = \"target\"\nignore = [\"k\"]\nlease = \"10s\"\n\
-             observe = {{ tool = \"seen\", arguments = {{ k = \"{{key}}\" }}, found = \"YES\" }}\n"
-        ),
-    )
-    .map_err(|e| Error::io("cannot write the gateway's file", e))?;
     let s = Setup {
         exe: h.exe().to_path_buf(),
         db: h.db().to_string(),
-        config,
+        config: write_config(h)?,
         socket: h.far.socket.clone(),
         nonce: h.nonce().to_string(),
     };
@@ -79,50 +68,72 @@ pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<
         .build()
         .map_err(|e| Error::io("cannot start the MCP client's runtime", e))?;
     for i in 0..u64::from(n) {
-        let e = Eff {
-            job: JOB.into(),
-            token: crate::Token::from(0),
-            action: "send_message".into(),
-            target: "dave".into(),
-            i,
-        };
-        let key = h.key(&e).to_string();
-        let kill = match KILLS[(i as usize) % KILLS.len()] {
-            // Unguarded, the gateway has no effect to pause in: kill the server instead.
-            Kill::Gateway(_) if !h.guarded => Kill::ServerAfterRequestLeft,
-            k => k,
-        };
-        let label = format!("mcp #{i} ({kill:?})");
-        let random = Duration::from_millis(h.rng.gen_range(50..400));
-        let first = rt.block_on(attempt(&s, i, &key, Some((kill, random))));
-        match first {
-            Ok(Some(point)) => t.kill(point),
-            Ok(None) => t.anomaly(format!("{label}: the kill came too late or missed")),
-            Err(why) => t.anomaly(format!("{label}: {why}")),
-        }
-        let mut ends = Vec::new();
-        let mut settled = false;
-        for _ in 0..SETTLE_TRIES {
-            match rt.block_on(call_once(&s, i, &key)) {
-                Ok(o) if matches!(o.as_str(), "done" | "duplicate_suppressed" | "passed") => {
-                    settled = true;
-                    break;
-                }
-                Ok(o) => ends.push(o),
-                Err(e) => ends.push(e),
-            }
-        }
-        if !settled {
-            t.anomaly(format!(
-                "{label}: retries never settled it ({})",
-                ends.join("; ")
-            ));
-        }
-        t.intend(&key, label);
-        t.iterations += 1;
+        iteration(h, t, &rt, &s, i);
         bar.inc(1);
     }
     Ok(())
+}
+
+/// The gateway's file: one guarded (or, unguarded, passed through) `send_message` tool whose
+/// observer is the far side's `seen`.
+fn write_config(h: &Harness) -> Result<PathBuf> {
+    let config = h.dir.join("chaos-mcp.toml");
+    let guard = if h.guarded { "" } else { "guard = false\n" };
+    let text = [
+        "lease = \"1s\"\nwait_for_lease = \"20s\"\n\n[[tool]]\nname = \"send_message\"\n",
+        guard,
+        "target = \"target\"\nignore = [\"k\"]\nlease = \"10s\"\n",
+        "observe = { tool = \"seen\", arguments = { k = \"{key}\" }, found = \"YES\" }\n",
+    ]
+    .concat();
+    std::fs::write(&config, text).map_err(|e| Error::io("cannot write the gateway's file", e))?;
+    Ok(config)
+}
+
+/// One message: the first attempt killed as this iteration's kill says, then calls until one
+/// is answered (or `SETTLE_TRIES` calls were not).
+fn iteration(h: &mut Harness, t: &mut Tally, rt: &tokio::runtime::Runtime, s: &Setup, i: u64) {
+    let e = Eff {
+        job: JOB.into(),
+        token: crate::Token::from(0),
+        action: "send_message".into(),
+        target: "dave".into(),
+        i,
+    };
+    let key = h.key(&e).to_string();
+    let kill = match KILLS[(i as usize) % KILLS.len()] {
+        // Unguarded, the gateway has no effect to pause in: kill the server instead.
+        Kill::Gateway(_) if !h.guarded => Kill::ServerAfterRequestLeft,
+        k => k,
+    };
+    let label = format!("mcp #{i} ({kill:?})");
+    let random = Duration::from_millis(h.rng.gen_range(50..400));
+    let first = rt.block_on(attempt(s, i, &key, Some((kill, random))));
+    match first {
+        Ok(Some(point)) => t.kill(point),
+        Ok(None) => t.anomaly(format!("{label}: the kill came too late or missed")),
+        Err(why) => t.anomaly(format!("{label}: {why}")),
+    }
+    let mut ends = Vec::new();
+    let mut settled = false;
+    for _ in 0..SETTLE_TRIES {
+        match rt.block_on(call_once(s, i, &key)) {
+            Ok(o) if matches!(o.as_str(), "done" | "duplicate_suppressed" | "passed") => {
+                settled = true;
+                break;
+            }
+            Ok(o) => ends.push(o),
+            Err(e) => ends.push(e),
+        }
+    }
+    if !settled {
+        t.anomaly(format!(
+            "{label}: retries never settled it ({})",
+            ends.join("; ")
+        ));
+    }
+    t.intend(&key, label);
+    t.iterations += 1;
 }
 
 /// A gateway for one client session, its stderr on a channel.

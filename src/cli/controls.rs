@@ -300,7 +300,7 @@ fn backfill_slots(reg: &LiveJob, from: time::Ts, to: time::Ts) -> Result<Vec<tim
         reg.row.settings.schedule.as_deref().unwrap_or(""),
         reg.row.settings.timezone.as_deref(),
     )
-    .map_err(Error::Usage)?
+    .map_err(|e| Error::Usage(e.to_string()))?
     .with_dst(crate::schedule::Dst::from_registry(
         reg.row.dst_repeated.as_deref(),
         reg.row.dst_skipped.as_deref(),

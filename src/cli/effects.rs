@@ -7,8 +7,8 @@ pub struct EffectArgs {
     #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
     pub job: crate::JobName,
     /// The fencing token from `lease claim` (under `exactly run`: $EXACTLY_FENCING_TOKEN).
-    #[arg(long, env = "EXACTLY_FENCING_TOKEN")]
-    pub token: i64,
+    #[arg(long, env = "EXACTLY_FENCING_TOKEN", value_parser = fencing_token)]
+    pub token: crate::Token,
     /// This run's id, recorded with the effect (under `exactly run`: $EXACTLY_RUN_ID).
     #[arg(long, env = "EXACTLY_RUN_ID")]
     pub run_id: Option<String>,
@@ -54,15 +54,15 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     // A token below one handed out for the job before (this user's token memory) is stale, or
     // the database went back: nothing runs under it.
     if let token_memory::Seen::Below { highest, file } =
-        token_memory::handed(&mut store, &a.job, a.token)
+        token_memory::handed(&mut store, &a.job, a.token.get())
     {
         eprintln!(
             "{}",
-            leases::lower_than_seen(&a.job, a.token, highest, &file)
+            leases::lower_than_seen(&a.job, a.token.get(), highest, &file)
         );
         return Ok(3);
     }
-    let mut ctx = Ctx::new(&a.job, crate::Token::from(a.token));
+    let mut ctx = Ctx::new(&a.job, a.token);
     if let Some(r) = &a.run_id {
         ctx = ctx.with_run_id(r);
     }
@@ -85,7 +85,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     action.observe_cmd = observe_cmd;
     action.observe_timeout = a.observe_timeout;
     action.lease = Some(LeaseWatch {
-        db: store.path().to_string(),
+        db: store.opener(),
         job: ctx.job.clone(),
         token: ctx.token,
         effect: None,
@@ -98,7 +98,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
     // Sent under the token (the ledger checked it at `submitted`): the memory keeps it.
     if matches!(out, Outcome::Done { .. } | Outcome::NotSent { .. }) {
-        token_memory::accepted(&mut store, &a.job, a.token);
+        token_memory::accepted(&mut store, &a.job, a.token.get());
     }
     let silent = a.quiet && matches!(out, Outcome::DuplicateSuppressed { .. });
     if let Outcome::DuplicateSuppressed { key, response } = &out {

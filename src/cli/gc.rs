@@ -40,10 +40,10 @@ pub(super) fn gc_cmd(db: &Option<String>, a: GcArgs) -> Result<i32> {
     // Pruning a file that is not there is a typo, not a request for a new database.
     let path = crate::db_path(db.as_deref());
     if !crate::db_exists(&path)? {
-        return Err(Error::Store(format!(
-            "database {} does not exist",
-            inert(&path)
-        )));
+        return Err(Error::not_found(
+            exactly::Missing::Database,
+            format!("database {} does not exist", inert(&path)),
+        ));
     }
     let mut store = crate::open(Some(&path), Access::Write)?;
     let p = jobs::prune(&mut store, horizon, a.effects, a.dry_run)?;

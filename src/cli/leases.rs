@@ -30,8 +30,8 @@ pub enum LeaseCmd {
         #[arg(long)]
         job: crate::JobName,
         /// The fencing token `lease claim` printed.
-        #[arg(long)]
-        token: i64,
+        #[arg(long, value_parser = fencing_token)]
+        token: crate::Token,
         /// The new duration from now, e.g. 15m.
         #[arg(long = "for", value_name = "DUR", value_parser = duration)]
         dur: std::time::Duration,
@@ -45,8 +45,8 @@ pub enum LeaseCmd {
         #[arg(long)]
         job: crate::JobName,
         /// The fencing token `lease claim` printed.
-        #[arg(long)]
-        token: i64,
+        #[arg(long, value_parser = fencing_token)]
+        token: crate::Token,
     },
 }
 
@@ -90,7 +90,7 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
         LeaseCmd::Renew { job, token, dur } => {
-            let (mut store, token) = (open(db)?, crate::Token::from(token));
+            let mut store = open(db)?;
             if let Seen::Below { highest, file } =
                 token_memory::handed(&mut store, &job, token.get())
             {
@@ -111,7 +111,7 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
             }
         }
         LeaseCmd::Release { job, token } => {
-            let (mut store, token) = (open(db)?, crate::Token::from(token));
+            let mut store = open(db)?;
             if lease::release(&mut store, &job, token)? {
                 if let Err(e) = lease::hold::released(&mut store, &job, token) {
                     tracing::debug!("the release of {job} was not recorded: {e}");

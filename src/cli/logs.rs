@@ -1,5 +1,6 @@
 //! `exactly logs`: a job's stored run output.
 use super::*;
+use exactly::Missing;
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
@@ -31,7 +32,12 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
                     inert(job)
                 )))
             }
-            None => return Err(Error::Store(format!("no run {}", inert(id)))),
+            None => {
+                return Err(Error::not_found(
+                    Missing::Run,
+                    format!("no run {}", inert(id)),
+                ))
+            }
         },
         None => match jobs::run_after(&mut store, job, None)? {
             Some(r) => r,
@@ -44,7 +50,12 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
                     }
                 }
             }
-            None => return Err(Error::Store(format!("job {} has no runs", inert(job)))),
+            None => {
+                return Err(Error::not_found(
+                    Missing::Run,
+                    format!("job {} has no runs", inert(job)),
+                ))
+            }
         },
     };
     let mut out = std::io::stdout();
@@ -83,10 +94,10 @@ pub(super) fn print_run(
     let mut shown = String::new();
     loop {
         let Some((row, log)) = jobs::run_output(store, &run.run_id)? else {
-            return Err(Error::Store(format!(
-                "run {} is gone (pruned?)",
-                inert(&run.run_id)
-            )));
+            return Err(Error::not_found(
+                Missing::Run,
+                format!("run {} is gone (pruned?)", inert(&run.run_id)),
+            ));
         };
         let ended = row.ended_at.is_some();
         // A stored log keeps head and tail of long output: when the text so far is no longer a

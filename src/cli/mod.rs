@@ -460,6 +460,11 @@ fn with_containment(json: String) -> String {
     crate::json::render(v)
 }
 
+/// `--token`'s parser: a fencing token, as `lease claim` printed it.
+fn fencing_token(s: &str) -> std::result::Result<crate::Token, std::num::ParseIntError> {
+    s.parse::<i64>().map(crate::Token::from)
+}
+
 #[cfg(test)]
 mod tests {
     /// Every flag and argument of every subcommand says what it is for, and every subcommand's

@@ -601,56 +601,66 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             if f.kind == FiringKind::Backfill {
                 return Ok(Fired::Busy { holder, until });
             }
-            let waiting = waiting.map(|(_, _, w)| w);
-            let live = match &waiting {
-                Some(w) => format!("{w} goes first"),
-                None => format!("a run is live ({holder}, token {token})"),
+            while_live_tx(tx, f, (holder, token), waiting.map(|(_, _, w)| w))
+        }
+    }
+}
+
+/// A run is live (or an earlier firing goes first): the job's overlap policy decides this
+/// firing's fate (coalesced, queued, saturated or missed), recorded with its event.
+fn while_live_tx(
+    tx: &Tx<'_>,
+    f: &FireRequest<'_>,
+    (holder, token): (String, i64),
+    waiting: Option<String>,
+) -> DbResult<Fired> {
+    let live = match &waiting {
+        Some(w) => format!("{w} goes first"),
+        None => format!("a run is live ({holder}, token {token})"),
+    };
+    // The queue's depth is the only fact a policy reads; only a queue needs it.
+    let queued: i64 = match f.overlap {
+        Overlap::Queue { .. } => tx.one(
+            "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
+            args![f.job],
+            |r| r.get(0),
+        )?,
+        _ => 0,
+    };
+    match f.overlap.decide(queued.max(0) as u64) {
+        WhileLive::Coalesce => {
+            upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
+            let fired = Fired::Coalesced {
+                holder,
+                token,
+                waiting,
             };
-            // The queue's depth is the only fact a policy reads; only a queue needs it.
-            let queued: i64 = match f.overlap {
-                Overlap::Queue { .. } => tx.one(
-                    "SELECT count(*) FROM exactly_firings WHERE job_key = ?1 AND state = 'queued'",
-                    args![f.job],
-                    |r| r.get(0),
-                )?,
-                _ => 0,
+            fate_event(tx, f, EventKind::FiringCoalesced, Some(token), &fired)?;
+            Ok(fired)
+        }
+        WhileLive::Queue { depth, cap } => {
+            upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
+            Ok(Fired::Queued {
+                depth,
+                cap,
+                waiting,
+            })
+        }
+        WhileLive::Saturated { cap } => {
+            upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
+            let fired = Fired::Saturated { cap };
+            fate_event(tx, f, EventKind::QueueSaturated, Some(token), &fired)?;
+            Ok(fired)
+        }
+        WhileLive::Missed => {
+            upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
+            let fired = Fired::Missed {
+                holder,
+                token,
+                waiting,
             };
-            match f.overlap.decide(queued.max(0) as u64) {
-                WhileLive::Coalesce => {
-                    upsert_firing(tx, f, FiringState::Coalesced, None, Some(&live))?;
-                    let fired = Fired::Coalesced {
-                        holder,
-                        token,
-                        waiting,
-                    };
-                    fate_event(tx, f, EventKind::FiringCoalesced, Some(token), &fired)?;
-                    Ok(fired)
-                }
-                WhileLive::Queue { depth, cap } => {
-                    upsert_firing(tx, f, FiringState::Queued, None, Some(&live))?;
-                    Ok(Fired::Queued {
-                        depth,
-                        cap,
-                        waiting,
-                    })
-                }
-                WhileLive::Saturated { cap } => {
-                    upsert_firing(tx, f, FiringState::Saturated, None, Some(&live))?;
-                    let fired = Fired::Saturated { cap };
-                    fate_event(tx, f, EventKind::QueueSaturated, Some(token), &fired)?;
-                    Ok(fired)
-                }
-                WhileLive::Missed => {
-                    upsert_firing(tx, f, FiringState::Missed, None, Some(&live))?;
-                    let fired = Fired::Missed {
-                        holder,
-                        token,
-                        waiting,
-                    };
-                    fate_event(tx, f, EventKind::FiringMissed, Some(token), &fired)?;
-                    Ok(fired)
-                }
-            }
+            fate_event(tx, f, EventKind::FiringMissed, Some(token), &fired)?;
+            Ok(fired)
         }
     }
 }

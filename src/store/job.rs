@@ -293,72 +293,12 @@ impl Store {
             let alive_since = tx.later(alive_since);
             let mut out = Registered::default();
             for j in jobs {
-                let before: Option<Before> = tx
-                    .one(
-                        "SELECT retired, schedule IS NOT NULL, definition_digest, owner, source
-                         FROM exactly_jobs WHERE job_key = ?1",
-                        args![&j.job_key],
-                        |r| {
-                            Ok((
-                                int(r, 0)?.unwrap_or(0) != 0,
-                                int(r, 1)?.unwrap_or(0) != 0,
-                                text(r, 2)?,
-                                text(r, 3)?,
-                                text(r, 4)?,
-                            ))
-                        },
-                    )
-                    .optional()?;
+                let before = job_before_tx(tx, &j.job_key)?;
                 if !matches!(before, Some((false, true, ..))) {
                     out.fresh.push(j.job_key.clone());
                 }
                 let replaced = replaced_live(tx, before.as_ref(), j, owner, &alive_since)?;
-                tx.exec(
-                    "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, \
-                         lease_s, lease_ms,
-                        overlap, queue_cap, command_digest, command, catchup_s, retired, source, \
-                            owner, updated_at,
-                        timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, \
-                            definition_digest, keep_runs, far_side)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, \
-                         ?16, ?17, ?18, ?19, ?20, ?21)
-                     ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
-                        timezone = excluded.timezone, interval_s = excluded.interval_s,
-                        lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, \
-                            overlap = excluded.overlap,
-                        queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
-                        command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
-                        source = excluded.source, owner = excluded.owner, \
-                            updated_at = excluded.updated_at,
-                        timeout_ms = excluded.timeout_ms, \
-                            observe_timeout_ms = excluded.observe_timeout_ms,
-                        dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
-                        definition_digest = excluded.definition_digest, \
-                            keep_runs = excluded.keep_runs, far_side = excluded.far_side",
-                    args![
-                        j.job_key,
-                        j.settings.schedule,
-                        j.settings.timezone,
-                        j.settings.interval_s,
-                        j.settings.lease_s,
-                        j.settings.lease_ms,
-                        j.settings.overlap.map(Overlap::name),
-                        j.settings.queue_cap,
-                        j.command_digest,
-                        j.command,
-                        j.catchup_s,
-                        source,
-                        owner,
-                        now,
-                        j.timeout_ms,
-                        j.observe_timeout_ms,
-                        j.dst_repeated,
-                        j.dst_skipped,
-                        j.definition_digest,
-                        j.keep_runs,
-                        j.far_side.map(crate::policy::FarSide::name)
-                    ],
-                )?;
+                upsert_job_tx(tx, j, source, owner, now)?;
                 note_replaced(tx, before.as_ref(), j, replaced, owner, now)?;
             }
             let mine = tx.rows(
@@ -413,4 +353,74 @@ pub(super) fn registered_in(tx: &Tx<'_>) -> DbResult<Vec<JobRecord>> {
         &[],
         reg_row,
     )
+}
+
+/// The job's row as it stood before this registration, if it had one.
+fn job_before_tx(tx: &Tx<'_>, job_key: &str) -> DbResult<Option<Before>> {
+    tx.one(
+        "SELECT retired, schedule IS NOT NULL, definition_digest, owner, source
+             FROM exactly_jobs WHERE job_key = ?1",
+        args![job_key],
+        |r| {
+            Ok((
+                int(r, 0)?.unwrap_or(0) != 0,
+                int(r, 1)?.unwrap_or(0) != 0,
+                text(r, 2)?,
+                text(r, 3)?,
+                text(r, 4)?,
+            ))
+        },
+    )
+    .optional()
+}
+
+/// Writes the job's definition (new, or over its old row, which it un-retires).
+fn upsert_job_tx(tx: &Tx<'_>, j: &JobRecord, source: &str, owner: &str, now: &str) -> DbResult<()> {
+    tx.exec(
+        "INSERT INTO exactly_jobs (job_key, schedule, timezone, interval_s, \
+             lease_s, lease_ms,
+            overlap, queue_cap, command_digest, command, catchup_s, retired, source, \
+                owner, updated_at,
+            timeout_ms, observe_timeout_ms, dst_repeated, dst_skipped, \
+                definition_digest, keep_runs, far_side)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, \
+             ?16, ?17, ?18, ?19, ?20, ?21)
+         ON CONFLICT(job_key) DO UPDATE SET schedule = excluded.schedule,
+            timezone = excluded.timezone, interval_s = excluded.interval_s,
+            lease_s = excluded.lease_s, lease_ms = excluded.lease_ms, \
+                overlap = excluded.overlap,
+            queue_cap = excluded.queue_cap, command_digest = excluded.command_digest,
+            command = excluded.command, catchup_s = excluded.catchup_s, retired = 0,
+            source = excluded.source, owner = excluded.owner, \
+                updated_at = excluded.updated_at,
+            timeout_ms = excluded.timeout_ms, \
+                observe_timeout_ms = excluded.observe_timeout_ms,
+            dst_repeated = excluded.dst_repeated, dst_skipped = excluded.dst_skipped,
+            definition_digest = excluded.definition_digest, \
+                keep_runs = excluded.keep_runs, far_side = excluded.far_side",
+        args![
+            j.job_key,
+            j.settings.schedule,
+            j.settings.timezone,
+            j.settings.interval_s,
+            j.settings.lease_s,
+            j.settings.lease_ms,
+            j.settings.overlap.map(Overlap::name),
+            j.settings.queue_cap,
+            j.command_digest,
+            j.command,
+            j.catchup_s,
+            source,
+            owner,
+            now,
+            j.timeout_ms,
+            j.observe_timeout_ms,
+            j.dst_repeated,
+            j.dst_skipped,
+            j.definition_digest,
+            j.keep_runs,
+            j.far_side.map(crate::policy::FarSide::name)
+        ],
+    )?;
+    Ok(())
 }

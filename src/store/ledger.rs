@@ -263,46 +263,9 @@ impl Store {
             } else {
                 EffectState::Claimed
             };
-            let inserted = tx.exec(
-                "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
-                    terms_shown, created_at, updated_at, action_id, target_id, \
-                        input_digest, observe_cmd,
-                    attempt, version, sender, sender_until, input_fields)
-                 SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14, ?15
-                 WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
-                 ON CONFLICT (effect_key) DO NOTHING",
-                args![
-                    e.effect_key,
-                    e.job_key,
-                    e.run_id,
-                    e.token,
-                    e.terms_shown,
-                    now,
-                    e.action_id,
-                    e.target_id,
-                    e.input_digest,
-                    e.observe_cmd,
-                    state,
-                    attempt.map(|a| a.attempt),
-                    attempt.and_then(|a| a.sender),
-                    attempt.and(lease.until.as_deref()),
-                    e.input_fields
-                ],
-            );
-            match inserted? {
+            match insert_row_tx(tx, e, &state, attempt, &lease, now)? {
                 // The token was checked above, in this transaction: no row means the key is taken.
-                1.. if hold => {
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::EffectUnknown, now)
-                            .job(e.job_key)
-                            .effect(e.effect_key)
-                            .token(e.token)
-                            .detail(super::pg_timeline::HOLD),
-                    )?;
-                    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
-                    Ok(Begin::Existing(Box::new(row), SenderLease::default()))
-                }
+                1.. if hold => held_unknown_tx(tx, e, now),
                 1.. => {
                     let seen = Seen {
                         state,
@@ -315,22 +278,7 @@ impl Store {
                         Begin::Claimed(seen)
                     })
                 }
-                0 => {
-                    // The taken key is how a second attempt learns what is going on.
-                    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
-                    if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
-                        tx.exec(
-                            "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
-                            args![e.effect_key, e.observe_cmd],
-                        )?;
-                    }
-                    let lease = if row.state == EffectState::Submitted {
-                        row_sender(tx, &row, now)?
-                    } else {
-                        SenderLease::default()
-                    };
-                    Ok(Begin::Existing(Box::new(row), lease))
-                }
+                0 => key_taken_tx(tx, e, now),
             }
         })?;
         if closed {
@@ -352,11 +300,10 @@ impl Store {
         let Submission {
             key,
             job,
-            run_id,
             token,
             by,
             needs_approval,
-            terms,
+            ..
         } = *s;
         if !needs_approval {
             if let Some(s) = self.fast_submit(s, seen, now_ts)? {
@@ -397,62 +344,17 @@ impl Store {
             let consumed_before = approval == Some(ApprovalState::Consumed);
             let consume = match crate::policy::gate(approval, needs_approval) {
                 Gate::Ask => {
-                    tx.exec(
-                        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, \
-                             state, requested_at)
-                         VALUES (?1, ?2, ?3, 'pending', ?4)",
-                        args![key, job, terms, now],
-                    )?;
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::ApprovalRequested, now)
-                            .job(job)
-                            .effect(key),
-                    )?;
+                    ask_approval_tx(tx, s, now)?;
                     return Ok(Submit::NotApproved);
                 }
                 Gate::Send { consume } => consume,
                 Gate::Cancel => {
-                    tx.exec(
-                        &format!(
-                            "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
-                             WHERE effect_key = ?1 AND {}",
-                            still_as_seen(3)
-                        ),
-                        args![key, now, seen.state, seen.version, seen.updated_at],
-                    )?;
+                    cancel_as_seen_tx(tx, key, seen, now)?;
                     return Ok(Submit::Denied);
                 }
                 Gate::Wait => return Ok(Submit::NotApproved),
             };
-            let won = tx
-                .one(
-                    &format!(
-                        "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
-                            fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP},
-                            sender = ?10, sender_until = ?11
-                         WHERE effect_key = ?1 AND {}
-                           AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
-                         RETURNING coalesce(version, 0)",
-                        still_as_seen(7)
-                    ),
-                    args![
-                        key,
-                        job,
-                        run_id,
-                        token,
-                        by.attempt,
-                        now,
-                        seen.state,
-                        seen.version,
-                        seen.updated_at,
-                        by.sender,
-                        lease.until
-                    ],
-                    |r| int(r, 0),
-                )
-                .optional()?;
-            let Some(version) = won else {
+            let Some(version) = submit_as_seen_tx(tx, s, seen, &lease, now)? else {
                 let row = read_row(tx, key)?.unwrap_or_default();
                 // Our own `submitted`, committed on an earlier try whose reply was lost: won.
                 if wrote(&row, &EffectState::Submitted, token, seen)
@@ -474,19 +376,7 @@ impl Store {
                 updated_at: now.to_string(),
             };
             if consume {
-                tx.exec(
-                    "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, \
-                         consumed_token = ?3
-                     WHERE effect_key = ?1 AND state = 'approved'",
-                    args![key, now, token],
-                )?;
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::ApprovalConsumed, now)
-                        .job(job)
-                        .effect(key)
-                        .token(token),
-                )?;
+                consume_approval_tx(tx, s, now)?;
             }
             Ok(Submit::Won {
                 approval_consumed: consume,
@@ -599,4 +489,157 @@ impl Store {
     pub(crate) fn effect(&mut self, key: &str) -> Result<Option<LedgerRow>> {
         self.read(|tx| read_row(tx, key))
     }
+}
+
+/// The claim's new row (`claimed`, `submitted` at once with its sender, or `unknown` in a
+/// failover window), written only while `e.token` is the job's newest; 0 when the key is taken.
+fn insert_row_tx(
+    tx: &Tx<'_>,
+    e: &NewEffect<'_>,
+    state: &EffectState,
+    attempt: Option<SentBy<'_>>,
+    lease: &SenderLease,
+    now: &str,
+) -> DbResult<usize> {
+    tx.exec(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state,
+            terms_shown, created_at, updated_at, action_id, target_id, \
+                input_digest, observe_cmd,
+            attempt, version, sender, sender_until, input_fields)
+         SELECT ?1, ?2, ?3, ?4, ?11, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?12, 1, ?13, ?14, ?15
+         WHERE ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
+         ON CONFLICT (effect_key) DO NOTHING",
+        args![
+            e.effect_key,
+            e.job_key,
+            e.run_id,
+            e.token,
+            e.terms_shown,
+            now,
+            e.action_id,
+            e.target_id,
+            e.input_digest,
+            e.observe_cmd,
+            state,
+            attempt.map(|a| a.attempt),
+            attempt.and_then(|a| a.sender),
+            attempt.and(lease.until.as_deref()),
+            e.input_fields
+        ],
+    )
+}
+
+/// A row written `unknown` in a failover window: its event, and the row as it now stands.
+fn held_unknown_tx(tx: &Tx<'_>, e: &NewEffect<'_>, now: &str) -> DbResult<Begin> {
+    record_event(
+        tx,
+        &NewEvent::new(EventKind::EffectUnknown, now)
+            .job(e.job_key)
+            .effect(e.effect_key)
+            .token(e.token)
+            .detail(super::pg_timeline::HOLD),
+    )?;
+    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
+    Ok(Begin::Existing(Box::new(row), SenderLease::default()))
+}
+
+/// The key is taken: the row (and its sender's lease, when `submitted`) is how a second
+/// attempt learns what is going on; an observer it lacked is added.
+fn key_taken_tx(tx: &Tx<'_>, e: &NewEffect<'_>, now: &str) -> DbResult<Begin> {
+    let row = read_row(tx, e.effect_key)?.unwrap_or_default();
+    if row.observe_cmd.is_none() && e.observe_cmd.is_some() {
+        tx.exec(
+            "UPDATE effect_ledger SET observe_cmd = ?2 WHERE effect_key = ?1",
+            args![e.effect_key, e.observe_cmd],
+        )?;
+    }
+    let lease = if row.state == EffectState::Submitted {
+        row_sender(tx, &row, now)?
+    } else {
+        SenderLease::default()
+    };
+    Ok(Begin::Existing(Box::new(row), lease))
+}
+
+/// Asks a person to approve the key (`pending`), with its event.
+fn ask_approval_tx(tx: &Tx<'_>, s: &Submission<'_>, now: &str) -> DbResult<()> {
+    tx.exec(
+        "INSERT INTO exactly_approvals (effect_key, job_key, terms_shown, \
+             state, requested_at)
+         VALUES (?1, ?2, ?3, 'pending', ?4)",
+        args![s.key, s.job, s.terms, now],
+    )?;
+    record_event(
+        tx,
+        &NewEvent::new(EventKind::ApprovalRequested, now)
+            .job(s.job)
+            .effect(s.key),
+    )
+}
+
+/// A denied effect ends `cancelled`, if its row is still as seen.
+fn cancel_as_seen_tx(tx: &Tx<'_>, key: &str, seen: &Seen, now: &str) -> DbResult<()> {
+    tx.exec(
+        &format!(
+            "UPDATE effect_ledger SET state = 'cancelled', updated_at = ?2, {BUMP}
+             WHERE effect_key = ?1 AND {}",
+            still_as_seen(3)
+        ),
+        args![key, now, seen.state, seen.version, seen.updated_at],
+    )?;
+    Ok(())
+}
+
+/// The compare-and-set `claimed` → `submitted` on the row as seen, under the job's newest
+/// token: the row's new version, or None when it was lost.
+fn submit_as_seen_tx(
+    tx: &Tx<'_>,
+    s: &Submission<'_>,
+    seen: &Seen,
+    lease: &SenderLease,
+    now: &str,
+) -> DbResult<Option<Option<i64>>> {
+    tx.one(
+        &format!(
+            "UPDATE effect_ledger SET state = 'submitted', job_key = ?2, run_id = ?3,
+                fencing_token = ?4, attempt = ?5, updated_at = ?6, {BUMP},
+                sender = ?10, sender_until = ?11
+             WHERE effect_key = ?1 AND {}
+               AND ?4 = (SELECT max(fencing_token) FROM job_lease WHERE job_key = ?2)
+             RETURNING coalesce(version, 0)",
+            still_as_seen(7)
+        ),
+        args![
+            s.key,
+            s.job,
+            s.run_id,
+            s.token,
+            s.by.attempt,
+            now,
+            seen.state,
+            seen.version,
+            seen.updated_at,
+            s.by.sender,
+            lease.until
+        ],
+        |r| int(r, 0),
+    )
+    .optional()
+}
+
+/// The approval the send used is consumed, by this token, with its event.
+fn consume_approval_tx(tx: &Tx<'_>, s: &Submission<'_>, now: &str) -> DbResult<()> {
+    tx.exec(
+        "UPDATE exactly_approvals SET state = 'consumed', consumed_at = ?2, \
+             consumed_token = ?3
+         WHERE effect_key = ?1 AND state = 'approved'",
+        args![s.key, now, s.token],
+    )?;
+    record_event(
+        tx,
+        &NewEvent::new(EventKind::ApprovalConsumed, now)
+            .job(s.job)
+            .effect(s.key)
+            .token(s.token),
+    )
 }

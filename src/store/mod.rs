@@ -104,6 +104,39 @@ pub struct Store {
     lose_reply: bool,
     /// The instant a caller pinned this handle's clock to (`src/clock.rs`); None: the system's.
     pub(crate) pinned_now: Option<crate::time::Ts>,
+    /// How this handle was opened, for another handle on the same database.
+    opener: StoreOpener,
+}
+
+/// How to open another handle on the database a [`Store`] was opened on ([`Store::opener`]):
+/// its path or URL exactly as given (a PostgreSQL password included, never shown) and its
+/// access. A thread that needs a handle of its own (the lease watcher in `src/wrapped/mod.rs`)
+/// opens one from it, not from [`Store::path`], which hides the password.
+#[derive(Clone)]
+pub struct StoreOpener {
+    at: String,
+    access: Access,
+}
+
+impl StoreOpener {
+    /// Opens another handle on the same database, as the first was opened.
+    pub fn open(&self) -> Result<Store> {
+        Store::open_at(&self.at, self.access)
+    }
+
+    /// The database's path or URL as it may be shown (a password replaced by `***`).
+    pub fn shown(&self) -> String {
+        pg::redact(&self.at)
+    }
+}
+
+impl std::fmt::Debug for StoreOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOpener")
+            .field("at", &self.shown())
+            .field("access", &self.access)
+            .finish()
+    }
 }
 
 /// The database behind a store: a SQLite file, or a PostgreSQL server.
@@ -191,6 +224,10 @@ impl Store {
             writes_first: gate::Lane::Others,
             lose_reply: false,
             pinned_now: None,
+            opener: StoreOpener {
+                at: url.to_string(),
+                access,
+            },
         })
     }
 
@@ -271,6 +308,10 @@ impl Store {
             writes_first: gate::Lane::Others,
             lose_reply: false,
             pinned_now: None,
+            opener: StoreOpener {
+                at: path.to_string(),
+                access: Access::Write,
+            },
         };
         store
             .lite()
@@ -293,9 +334,12 @@ impl Store {
         refuse_unusable(path)?;
         let file = std::path::Path::new(path);
         if !file.exists() {
-            return Err(Error::Store(format!(
-                "database {path} does not exist (read commands never create one; exactly init does)"
-            )));
+            return Err(Error::not_found(
+                crate::Missing::Database,
+                format!(
+                    "database {path} does not exist (read commands never create one; exactly init does)"
+                ),
+            ));
         }
         if !file.is_file() {
             return Err(Error::Store(format!("database {path} is not a file")));
@@ -352,6 +396,10 @@ impl Store {
             writes_first: gate::Lane::Others,
             lose_reply: false,
             pinned_now: None,
+            opener: StoreOpener {
+                at: path.to_string(),
+                access: Access::ReadOnly,
+            },
         };
         store
             .lite()
@@ -392,9 +440,15 @@ impl Store {
         self.lose_reply = true;
     }
 
-    /// The database's path or URL, as it was opened.
+    /// The database's path or URL, as it was opened (a PostgreSQL password shown as `***`).
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// How to open another handle on this database, exactly as this one was opened (a
+    /// PostgreSQL URL's password included).
+    pub fn opener(&self) -> StoreOpener {
+        self.opener.clone()
     }
 
     /// The database's own identity, whatever its spelling: a SQLite file's device and inode
@@ -672,4 +726,31 @@ pub fn writable(path: &str) -> bool {
     };
     let side = |suffix: &str| std::path::PathBuf::from(format!("{path}{suffix}"));
     can_write(file) && (can_write(dir) || (can_write(&side("-wal")) && can_write(&side("-shm"))))
+}
+
+#[cfg(test)]
+mod opener_tests {
+    use super::*;
+
+    /// The lease watcher opens its own handle from the opener: it must reach the database the
+    /// first handle did, a PostgreSQL URL's password included, and never show that password.
+    #[test]
+    fn the_opener_keeps_the_url_as_given_and_shows_no_password() {
+        let url = "postgres://exactly:s3cret@127.0.0.1:5432/exactly";
+        let o = StoreOpener {
+            at: url.to_string(),
+            access: Access::Write,
+        };
+        assert_eq!(o.at, url, "the password is kept for the connection");
+        assert!(!format!("{o:?}").contains("s3cret"), "{o:?}");
+        assert!(!o.shown().contains("s3cret"), "{}", o.shown());
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.db").display().to_string();
+        let store = Store::open(&path).expect("open");
+        let again = store.opener().open().expect("open again");
+        assert_eq!(again.path(), store.path());
+        let reader = Store::open_read_only(&path).expect("read only");
+        assert_eq!(reader.opener().access, Access::ReadOnly);
+    }
 }

@@ -346,9 +346,7 @@ impl PgStore {
                 writer: writer.clone(),
                 #[cfg(feature = "tls")]
                 tls: if require_tls {
-                    Some(tls_connector().map_err(|e| {
-                        Error::Usage(format!("database URL {shown} asks for TLS: {e}"))
-                    })?)
+                    Some(tls_connector(&shown)?)
                 } else {
                     None
                 },
@@ -567,26 +565,27 @@ fn cut(conn: &mut PgConn) -> DbError {
 /// TLS as `sslmode=require` asks for it, and more: the server's certificate must chain to the
 /// web PKI's roots or to the CA in `PGSSLROOTCERT` (libpq's variable) and name the host.
 #[cfg(feature = "tls")]
-fn tls_connector() -> std::result::Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+fn tls_connector(shown: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let refused = |why: String| Error::Usage(format!("database URL {shown} asks for TLS: {why}"));
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
     if let Some(path) = std::env::var_os("PGSSLROOTCERT").filter(|p| !p.is_empty()) {
-        let shown = std::path::Path::new(&path).display().to_string();
+        let file = std::path::Path::new(&path).display().to_string();
         let certs = CertificateDer::pem_file_iter(&path)
-            .map_err(|e| format!("cannot read PGSSLROOTCERT {shown}: {e}"))?;
+            .map_err(|e| refused(format!("cannot read PGSSLROOTCERT {file}: {e}")))?;
         for cert in certs {
-            let cert = cert.map_err(|e| format!("PGSSLROOTCERT {shown}: {e}"))?;
+            let cert = cert.map_err(|e| refused(format!("PGSSLROOTCERT {file}: {e}")))?;
             roots
                 .add(cert)
-                .map_err(|e| format!("PGSSLROOTCERT {shown}: {e}"))?;
+                .map_err(|e| refused(format!("PGSSLROOTCERT {file}: {e}")))?;
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| refused(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))

@@ -212,7 +212,7 @@ fn key_is_unique(store: &Store) -> Result<bool> {
                 .map_err(|e| store.err(e.into()))?
                 .flatten();
             match dup {
-                Some(k) => Err(Error::Store(format!(
+                Some(k) => Err(Error::corrupt(format!(
                     "database {} has an effect_ledger without a unique effect_key, and effect key \
                      {} appears more than once; refusing to adopt it \
                      (remove the duplicate rows first)",
@@ -355,10 +355,13 @@ fn check_read_only_once(store: &Store) -> Result<()> {
         (None, true) => Err(super::errors::too_new(path, version)),
         (Some(t), false) => {
             check_foreign(store)?;
-            Err(Error::Store(format!(
-                "database {path} has no exactly tables (no {t}); read commands never create them \
-                 (exactly init does)"
-            )))
+            Err(Error::not_found(
+                crate::Missing::Tables,
+                format!(
+                    "database {path} has no exactly tables (no {t}); read commands never create \
+                     them (exactly init does)"
+                ),
+            ))
         }
         (None, false) => check_foreign(store),
     }

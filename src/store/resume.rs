@@ -182,53 +182,16 @@ impl Store {
             if live {
                 return Ok(out);
             }
-            // With no live lease, a `running` firing's run is dead unless it ended normally.
-            let given_up = tx.exec(
-                "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
-                    detail = 'its run died and the firing is older than the resume window'
-                 WHERE job_key = ?1 AND state = 'running' AND scheduled_at < ?2",
-                args![job, oldest, now],
-            )?;
-            if given_up > 0 {
-                let detail = format!(
-                    "{given_up} interrupted firing(s) before {oldest} not resumed: too old"
-                );
-                record_event(
-                    tx,
-                    &NewEvent::new(EventKind::FiringMissed, now)
-                        .job(job)
-                        .actor(owner)
-                        .detail(&detail),
-                )?;
-            }
+            interrupt_too_old_tx(tx, job, oldest, owner, now)?;
             loop {
-                let found: Option<(String, String, Option<String>, Option<String>)> = tx
-                    .one(
-                        "SELECT scheduled_at, state, run_id, detail FROM exactly_firings
-                         WHERE job_key = ?1 AND state IN ('running', 'retry')
-                         ORDER BY scheduled_at DESC LIMIT 1",
-                        args![job],
-                        |r| {
-                            Ok((
-                                text_or_empty(r, 0)?,
-                                text_or_empty(r, 1)?,
-                                text(r, 2)?,
-                                text(r, 3)?,
-                            ))
-                        },
-                    )
-                    .optional()?;
-                let Some((slot, state, old_run, detail)) = found else {
+                let Some(c) = next_candidate_tx(tx, job)? else {
                     return Ok(out);
                 };
-                let detail_text = detail.clone();
-                let failed =
-                    state == "retry" && detail.is_some_and(|d| d.starts_with(FAILED_RETRY));
                 // A run is resumed only once its scheduler is gone, never because its end is
                 // slow to be recorded (a busy or unreachable database): that scheduler still
                 // owns it and records its end when it can.
-                if state == "running" {
-                    if let Some(who) = run_owner(tx, old_run.as_deref(), now, silent_for)? {
+                if c.state == "running" {
+                    if let Some(who) = run_owner(tx, c.old_run.as_deref(), now, silent_for)? {
                         if !gone(&who) {
                             out.held_by = Some(who.owner);
                             return Ok(out);
@@ -237,71 +200,33 @@ impl Store {
                 }
                 let runs: i64 = tx.one(
                     "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    args![job, slot],
+                    args![job, c.slot],
                     |r| r.get(0),
                 )?;
-                if failed {
-                    let ended: Option<String> = tx.one(
-                        "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 \
-                         AND scheduled_at = ?2",
-                        args![job, slot],
-                        |r| text(r, 0),
-                    )?;
-                    let backoff = (retry.backoff)(&slot, runs);
-                    let wait =
-                        chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
-                    let at = ended
-                        .as_deref()
-                        .and_then(crate::time::parse)
-                        .map(|e| e + wait);
-                    let now_ts = crate::time::parse(now);
-                    let held = retry.held == Some(slot.as_str());
-                    if let Some(at) = at.filter(|at| !held && now_ts.is_some_and(|n| n < *at)) {
-                        // A wall clock stepped back since the run's end would make the wait
-                        // longer than the backoff: never more than the backoff.
-                        let left = now_ts
-                            .and_then(|n| (at - n).to_std().ok())
-                            .unwrap_or(backoff)
-                            .min(backoff);
-                        out.not_before = Some(crate::time::fmt(at));
-                        out.backoff_left = Some((slot, left));
+                if c.failed() {
+                    if let Some((at, left)) = backoff_left_tx(tx, job, &c.slot, runs, retry, now)? {
+                        out.not_before = Some(at);
+                        out.backoff_left = Some((c.slot, left));
                         return Ok(out);
                     }
                 }
                 if runs >= retry.attempts {
-                    close_dead_run(tx, old_run.as_deref(), now)?;
-                    tx.exec(
-                        "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
-                            detail = 'its runs were used up without finishing'
-                         WHERE job_key = ?1 AND scheduled_at = ?2",
-                        args![job, slot, now],
-                    )?;
-                    gave_up_event(tx, job, &slot, (runs, retry.attempts), Some(owner), now)?;
-                    out.gave_up.push((slot, runs));
+                    used_up_tx(tx, job, &c, (runs, retry.attempts), owner, now)?;
+                    out.gave_up.push((c.slot, runs));
                     continue;
                 }
-                let Some(started) = start_firing(tx, job, &slot, owner, lease_until, now)? else {
+                let Some(started) = start_firing(tx, job, &c.slot, owner, lease_until, now)? else {
                     return Ok(out);
                 };
-                close_dead_run(tx, old_run.as_deref(), now)?;
-                let approved = detail_text
-                    .as_deref()
-                    .is_some_and(|d| d.starts_with(super::approval::APPROVAL_CAME));
-                let why = if failed {
-                    "its run failed (retries)"
-                } else if approved {
-                    "its approval came"
-                } else if state == "retry" {
-                    "an observer found its effect never happened"
-                } else {
-                    "its run died with its scheduler"
-                };
+                close_dead_run(tx, c.old_run.as_deref(), now)?;
                 let detail = format!(
-                    "firing at {slot} resumed by run {} (run {} of at most {}): {why} (was run {})",
+                    "firing at {} resumed by run {} (run {} of at most {}): {} (was run {})",
+                    c.slot,
                     started.run_id,
                     runs + 1,
                     retry.attempts,
-                    old_run.as_deref().unwrap_or("-")
+                    c.why(),
+                    c.old_run.as_deref().unwrap_or("-")
                 );
                 record_event(
                     tx,
@@ -335,4 +260,142 @@ impl Store {
             )? > 0)
         })
     }
+}
+
+/// With no live lease, a `running` firing's run is dead unless it ended normally: one older
+/// than the resume window (`oldest`) is not resumed but marked interrupted, with one event.
+fn interrupt_too_old_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    oldest: &str,
+    owner: &str,
+    now: &str,
+) -> DbResult<()> {
+    let given_up = tx.exec(
+        "UPDATE exactly_firings SET state = 'interrupted', updated_at = ?3,
+            detail = 'its run died and the firing is older than the resume window'
+         WHERE job_key = ?1 AND state = 'running' AND scheduled_at < ?2",
+        args![job, oldest, now],
+    )?;
+    if given_up > 0 {
+        let detail =
+            format!("{given_up} interrupted firing(s) before {oldest} not resumed: too old");
+        record_event(
+            tx,
+            &NewEvent::new(EventKind::FiringMissed, now)
+                .job(job)
+                .actor(owner)
+                .detail(&detail),
+        )?;
+    }
+    Ok(())
+}
+
+/// A firing whose runs are used up ends `gave_up`, loudly.
+fn used_up_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    c: &Candidate,
+    runs: (i64, i64),
+    owner: &str,
+    now: &str,
+) -> DbResult<()> {
+    close_dead_run(tx, c.old_run.as_deref(), now)?;
+    tx.exec(
+        "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
+            detail = 'its runs were used up without finishing'
+         WHERE job_key = ?1 AND scheduled_at = ?2",
+        args![job, c.slot, now],
+    )?;
+    gave_up_event(tx, job, &c.slot, runs, Some(owner), now)
+}
+
+/// A firing to bring back: the job's newest `running` or `retry` one.
+struct Candidate {
+    slot: String,
+    state: String,
+    old_run: Option<String>,
+    detail: Option<String>,
+}
+
+impl Candidate {
+    /// Marked to go again because its run failed (`retries`): it waits out its backoff.
+    fn failed(&self) -> bool {
+        self.state == "retry"
+            && self
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with(FAILED_RETRY))
+    }
+
+    /// Why it is resumed, as its event says.
+    fn why(&self) -> &'static str {
+        let approved = self
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with(super::approval::APPROVAL_CAME));
+        if self.failed() {
+            "its run failed (retries)"
+        } else if approved {
+            "its approval came"
+        } else if self.state == "retry" {
+            "an observer found its effect never happened"
+        } else {
+            "its run died with its scheduler"
+        }
+    }
+}
+
+fn next_candidate_tx(tx: &Tx<'_>, job: &str) -> DbResult<Option<Candidate>> {
+    tx.one(
+        "SELECT scheduled_at, state, run_id, detail FROM exactly_firings
+             WHERE job_key = ?1 AND state IN ('running', 'retry')
+             ORDER BY scheduled_at DESC LIMIT 1",
+        args![job],
+        |r| {
+            Ok(Candidate {
+                slot: text_or_empty(r, 0)?,
+                state: text_or_empty(r, 1)?,
+                old_run: text(r, 2)?,
+                detail: text(r, 3)?,
+            })
+        },
+    )
+    .optional()
+}
+
+/// A failed firing's backoff, counted from its last run's end: when it may go and how long is
+/// left, or None when it may go now (waited out, or `retry.held` says the caller waited it).
+fn backoff_left_tx(
+    tx: &Tx<'_>,
+    job: &str,
+    slot: &str,
+    runs: i64,
+    retry: &RetryRules<'_>,
+    now: &str,
+) -> DbResult<Option<(String, std::time::Duration)>> {
+    let ended: Option<String> = tx.one(
+        "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 \
+         AND scheduled_at = ?2",
+        args![job, slot],
+        |r| text(r, 0),
+    )?;
+    let backoff = (retry.backoff)(slot, runs);
+    let wait = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
+    let at = ended
+        .as_deref()
+        .and_then(crate::time::parse)
+        .map(|e| e + wait);
+    let now_ts = crate::time::parse(now);
+    let held = retry.held == Some(slot);
+    let Some(at) = at.filter(|at| !held && now_ts.is_some_and(|n| n < *at)) else {
+        return Ok(None);
+    };
+    // A wall clock stepped back since the run's end would make the wait longer than the
+    // backoff: never more than the backoff.
+    let left = now_ts
+        .and_then(|n| (at - n).to_std().ok())
+        .unwrap_or(backoff)
+        .min(backoff);
+    Ok(Some((crate::time::fmt(at), left)))
 }

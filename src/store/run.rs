@@ -1,7 +1,7 @@
 //! The run aggregate: one row per run of a firing, its output as it arrives, and how it ended
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
-use super::db::{args, Optional};
+use super::db::{args, DbResult, Optional, Tx};
 use super::firing::{gave_up_event, AfterFailure, FailureRules};
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::policy::used_up;
@@ -116,35 +116,8 @@ impl Store {
         self.write(|tx| {
             let now = tx.now(now);
             let mut outcome = end.outcome.clone();
-            if outcome != RunOutcome::Fenced {
-                let released = tx
-                    .one(
-                        "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 \
-                             AND fencing_token = ?3
-                           AND lease_until <> ?2 RETURNING fencing_token",
-                        args![end.job, RELEASED, end.token],
-                        |_| Ok(()),
-                    )
-                    .optional()?
-                    .is_some();
-                if !released {
-                    let detail = format!("run {} fenced: lease release refused", end.run_id);
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::FencedWrite, now)
-                            .job(end.job)
-                            .token(end.token)
-                            .detail("lease release refused"),
-                    )?;
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::RunFenced, now)
-                            .job(end.job)
-                            .token(end.token)
-                            .detail(&detail),
-                    )?;
-                    outcome = RunOutcome::Fenced;
-                }
+            if outcome != RunOutcome::Fenced && !release_lease_tx(tx, end, now)? {
+                outcome = RunOutcome::Fenced;
             }
             // A command that stopped at an effect waiting for a person's approval (`exactly
             // effect --needs-approval` exits 4 while the job's approval is pending) did not
@@ -156,118 +129,10 @@ impl Store {
                     outcome = RunOutcome::AwaitingApproval;
                 }
             }
-            tx.exec(
-                "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, \
-                     exit_code = ?5, log = ?6, start_lag_ms = ?7, renewal_gap_ms = ?8
-                 WHERE run_id = ?1",
-                args![
-                    end.run_id,
-                    now,
-                    outcome,
-                    end.duration_ms,
-                    end.exit_code,
-                    end.log,
-                    end.start_lag_ms,
-                    end.renewal_gap_ms
-                ],
-            )?;
-            // A run we had to kill (grace expired at a deploy, a signal) did not finish its
-            // work: its firing goes again (see `resume_firing`), a bounded number of times so a
-            // command that always crashes cannot loop.
-            // Counted only for a killed run: the count walks the job's runs, and every other
-            // outcome ends the firing whatever it says.
-            let attempts: i64 = if outcome == RunOutcome::Killed {
-                tx.one(
-                    "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    args![end.job, end.slot],
-                    |r| r.get(0),
-                )?
-            } else {
-                0
-            };
-            let state = match (&outcome, !used_up(attempts)) {
-                (RunOutcome::Killed, true) => FiringState::Retry,
-                (RunOutcome::Killed, false) => FiringState::GaveUp,
-                (RunOutcome::NotStarted, _) => FiringState::Missed,
-                // Approved while its run was ending: it goes again at once.
-                (RunOutcome::AwaitingApproval, _) if awaited.as_ref().is_some_and(|a| a.1) => {
-                    FiringState::Retry
-                }
-                (RunOutcome::AwaitingApproval, _) => FiringState::AwaitingApproval,
-                _ => FiringState::Ran,
-            };
-            // A firing whose command never started is a miss, and says why.
-            let detail = match outcome {
-                RunOutcome::NotStarted => {
-                    format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200))
-                }
-                RunOutcome::AwaitingApproval => match &awaited {
-                    Some((key, true)) => super::approval::approved_detail(key, "a person"),
-                    Some((key, false)) => super::approval::awaiting_detail(key),
-                    None => outcome.to_string(),
-                },
-                _ => outcome.to_string(),
-            };
-            let moved = tx.exec(
-                "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
-                 WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
-                args![end.job, end.slot, end.run_id, now, detail, state],
-            )?;
-            if moved > 0 && state == FiringState::GaveUp {
-                gave_up_event(
-                    tx,
-                    end.job,
-                    end.slot,
-                    (attempts, crate::policy::MAX_ATTEMPTS),
-                    None,
-                    now,
-                )?;
-            }
-            // A run we stopped (timeout, shutdown) was killed with its whole process group: an
-            // effect it had `submitted` lost its sender, so it is `unknown` until observed.
-            if matches!(outcome, RunOutcome::Timeout | RunOutcome::Killed) {
-                let keys = tx.rows(
-                    "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
-                     WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
-                     RETURNING effect_key",
-                    args![end.job, end.token, now],
-                    |r| text_or_empty(r, 0),
-                )?;
-                for key in keys {
-                    let detail = format!(
-                        "its run {} was stopped ({outcome}) while it was sending",
-                        end.run_id
-                    );
-                    record_event(
-                        tx,
-                        &NewEvent::new(EventKind::EffectUnknown, now)
-                            .job(end.job)
-                            .effect(&key)
-                            .token(end.token)
-                            .detail(&detail),
-                    )?;
-                }
-            }
-            let k = match outcome {
-                RunOutcome::Failed => Some(EventKind::RunFailed),
-                RunOutcome::Killed => Some(EventKind::RunKilled),
-                RunOutcome::Timeout => Some(EventKind::RunTimeout),
-                RunOutcome::NotStarted => Some(EventKind::FiringMissed),
-                _ => None,
-            };
-            if let Some(k) = k {
-                let detail = match end.exit_code {
-                    Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
-                    None => format!("run {} {outcome}", end.run_id),
-                };
-                record_event(
-                    tx,
-                    &NewEvent::new(k, now)
-                        .job(end.job)
-                        .token(end.token)
-                        .detail(&detail),
-                )?;
-            }
+            record_run_end_tx(tx, end, now, &outcome)?;
+            settle_firing_tx(tx, end, now, &outcome, awaited.as_ref())?;
+            stopped_effects_unknown_tx(tx, end, now, &outcome)?;
+            run_end_event_tx(tx, end, now, &outcome)?;
             let after = match failure {
                 Some(f) if crate::state::is_failure(outcome.as_str()) => {
                     super::resume::after_failed_tx(tx, end.job, end.run_id, f, now)?
@@ -311,4 +176,188 @@ impl Store {
             Ok(c)
         })
     }
+}
+
+/// Releases the run's lease, unless a newer holder took it: then the run was fenced, and both
+/// events say so. Whether the lease was released.
+fn release_lease_tx(tx: &Tx<'_>, end: &RunEnd<'_>, now: &str) -> DbResult<bool> {
+    let released = tx
+        .one(
+            "UPDATE job_lease SET lease_until = ?2 WHERE job_key = ?1 \
+                 AND fencing_token = ?3
+               AND lease_until <> ?2 RETURNING fencing_token",
+            args![end.job, RELEASED, end.token],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !released {
+        let detail = format!("run {} fenced: lease release refused", end.run_id);
+        record_event(
+            tx,
+            &NewEvent::new(EventKind::FencedWrite, now)
+                .job(end.job)
+                .token(end.token)
+                .detail("lease release refused"),
+        )?;
+        record_event(
+            tx,
+            &NewEvent::new(EventKind::RunFenced, now)
+                .job(end.job)
+                .token(end.token)
+                .detail(&detail),
+        )?;
+    }
+    Ok(released)
+}
+
+/// Writes how the run ended onto its row.
+fn record_run_end_tx(
+    tx: &Tx<'_>,
+    end: &RunEnd<'_>,
+    now: &str,
+    outcome: &RunOutcome,
+) -> DbResult<()> {
+    tx.exec(
+        "UPDATE exactly_runs SET ended_at = ?2, outcome = ?3, duration_ms = ?4, \
+             exit_code = ?5, log = ?6, start_lag_ms = ?7, renewal_gap_ms = ?8
+         WHERE run_id = ?1",
+        args![
+            end.run_id,
+            now,
+            outcome,
+            end.duration_ms,
+            end.exit_code,
+            end.log,
+            end.start_lag_ms,
+            end.renewal_gap_ms
+        ],
+    )?;
+    Ok(())
+}
+
+/// Settles the run's firing by its outcome: ran, missed, awaiting approval, retry or gave up.
+fn settle_firing_tx(
+    tx: &Tx<'_>,
+    end: &RunEnd<'_>,
+    now: &str,
+    outcome: &RunOutcome,
+    awaited: Option<&(String, bool)>,
+) -> DbResult<()> {
+    // A run we had to kill (grace expired at a deploy, a signal) did not finish its
+    // work: its firing goes again (see `resume_firing`), a bounded number of times so a
+    // command that always crashes cannot loop.
+    // Counted only for a killed run: the count walks the job's runs, and every other
+    // outcome ends the firing whatever it says.
+    let attempts: i64 = if *outcome == RunOutcome::Killed {
+        tx.one(
+            "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
+            args![end.job, end.slot],
+            |r| r.get(0),
+        )?
+    } else {
+        0
+    };
+    let state = match (outcome, !used_up(attempts)) {
+        (RunOutcome::Killed, true) => FiringState::Retry,
+        (RunOutcome::Killed, false) => FiringState::GaveUp,
+        (RunOutcome::NotStarted, _) => FiringState::Missed,
+        // Approved while its run was ending: it goes again at once.
+        (RunOutcome::AwaitingApproval, _) if awaited.is_some_and(|a| a.1) => FiringState::Retry,
+        (RunOutcome::AwaitingApproval, _) => FiringState::AwaitingApproval,
+        _ => FiringState::Ran,
+    };
+    // A firing whose command never started is a miss, and says why.
+    let detail = match outcome {
+        RunOutcome::NotStarted => {
+            format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200))
+        }
+        RunOutcome::AwaitingApproval => match awaited {
+            Some((key, true)) => super::approval::approved_detail(key, "a person"),
+            Some((key, false)) => super::approval::awaiting_detail(key),
+            None => outcome.to_string(),
+        },
+        _ => outcome.to_string(),
+    };
+    let moved = tx.exec(
+        "UPDATE exactly_firings SET state = ?6, updated_at = ?4, detail = ?5
+         WHERE job_key = ?1 AND scheduled_at = ?2 AND run_id = ?3",
+        args![end.job, end.slot, end.run_id, now, detail, state],
+    )?;
+    if moved > 0 && state == FiringState::GaveUp {
+        gave_up_event(
+            tx,
+            end.job,
+            end.slot,
+            (attempts, crate::policy::MAX_ATTEMPTS),
+            None,
+            now,
+        )?;
+    }
+    Ok(())
+}
+
+/// A run we stopped (timeout, shutdown) was killed with its whole process group: an effect it
+/// had `submitted` lost its sender, so it is `unknown` until observed.
+fn stopped_effects_unknown_tx(
+    tx: &Tx<'_>,
+    end: &RunEnd<'_>,
+    now: &str,
+    outcome: &RunOutcome,
+) -> DbResult<()> {
+    if !matches!(outcome, RunOutcome::Timeout | RunOutcome::Killed) {
+        return Ok(());
+    }
+    let keys = tx.rows(
+        "UPDATE effect_ledger SET state = 'unknown', updated_at = ?3
+         WHERE job_key = ?1 AND fencing_token = ?2 AND state = 'submitted'
+         RETURNING effect_key",
+        args![end.job, end.token, now],
+        |r| text_or_empty(r, 0),
+    )?;
+    for key in keys {
+        let detail = format!(
+            "its run {} was stopped ({outcome}) while it was sending",
+            end.run_id
+        );
+        record_event(
+            tx,
+            &NewEvent::new(EventKind::EffectUnknown, now)
+                .job(end.job)
+                .effect(&key)
+                .token(end.token)
+                .detail(&detail),
+        )?;
+    }
+    Ok(())
+}
+
+/// The event a run that did not succeed leaves: failed, killed, timed out, or its firing missed.
+fn run_end_event_tx(
+    tx: &Tx<'_>,
+    end: &RunEnd<'_>,
+    now: &str,
+    outcome: &RunOutcome,
+) -> DbResult<()> {
+    let k = match outcome {
+        RunOutcome::Failed => Some(EventKind::RunFailed),
+        RunOutcome::Killed => Some(EventKind::RunKilled),
+        RunOutcome::Timeout => Some(EventKind::RunTimeout),
+        RunOutcome::NotStarted => Some(EventKind::FiringMissed),
+        _ => None,
+    };
+    if let Some(k) = k {
+        let detail = match end.exit_code {
+            Some(c) => format!("run {} {outcome} (exit {c})", end.run_id),
+            None => format!("run {} {outcome}", end.run_id),
+        };
+        record_event(
+            tx,
+            &NewEvent::new(k, now)
+                .job(end.job)
+                .token(end.token)
+                .detail(&detail),
+        )?;
+    }
+    Ok(())
 }

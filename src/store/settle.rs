@@ -44,20 +44,7 @@ impl Store {
                 _ => "can't tell",
             };
             if *seen != row.seen() && !guard_off() {
-                let detail = crate::sanitize::inert_trunc(
-                    &format!(
-                        "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
-                        seen.state, seen.version, row.state, row.version
-                    ),
-                    300,
-                );
-                let mut ev = NewEvent::new(EventKind::StaleVerdict, now)
-                    .job(&row.job_key)
-                    .effect(key)
-                    .actor(actor)
-                    .detail(&detail);
-                ev.token = fence.map(|f| f.1);
-                record_event(tx, &ev)?;
+                stale_verdict_tx(tx, (key, &row), o, seen, label, now)?;
                 return Ok(Verdict::Stale { state: row.state });
             }
             if !row.state.is_open() {
@@ -93,30 +80,7 @@ impl Store {
                 }
                 _ => None,
             };
-            let version = match &target {
-                Some(state) => {
-                    let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
-                    tx.one(
-                        &format!(
-                            "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
-                                verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
-                             WHERE effect_key = ?1 RETURNING coalesce(version, 0)"
-                        ),
-                        args![key, state, resp, label, now],
-                        |r| int(r, 0),
-                    )?
-                    .unwrap_or(0)
-                }
-                None => {
-                    // "Can't tell" moves nothing, so it does not bump the version.
-                    tx.exec(
-                        "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 \
-                         WHERE effect_key = ?1",
-                        args![key, label, now],
-                    )?;
-                    row.version
-                }
-            };
+            let version = write_verdict_tx(tx, (key, &row), target.as_ref(), words, label, now)?;
             let mut ev = NewEvent::new(EventKind::ObserverVerdict, now)
                 .job(&row.job_key)
                 .effect(key)
@@ -247,4 +211,65 @@ fn sending(
     }
     let lease = row_sender(tx, row, now)?;
     Ok((sender == Sender::Alive || lease.live).then_some(lease))
+}
+
+/// A verdict about a row that moved since its observer looked is discarded, loudly.
+fn stale_verdict_tx(
+    tx: &Tx<'_>,
+    (key, row): (&str, &LedgerRow),
+    o: &Observed<'_>,
+    seen: &Seen,
+    label: &str,
+    now: &str,
+) -> DbResult<()> {
+    let detail = crate::sanitize::inert_trunc(
+        &format!(
+            "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
+            seen.state, seen.version, row.state, row.version
+        ),
+        300,
+    );
+    let mut ev = NewEvent::new(EventKind::StaleVerdict, now)
+        .job(&row.job_key)
+        .effect(key)
+        .actor(o.actor)
+        .detail(&detail);
+    ev.token = o.fence.map(|f| f.1);
+    record_event(tx, &ev)
+}
+
+/// Writes the verdict on the row: a definite one moves it to `target` (with the far side's
+/// words as its response when done) and bumps its version; the row's version after.
+fn write_verdict_tx(
+    tx: &Tx<'_>,
+    (key, row): (&str, &LedgerRow),
+    target: Option<&EffectState>,
+    words: &str,
+    label: &str,
+    now: &str,
+) -> DbResult<i64> {
+    Ok(match target {
+        Some(state) => {
+            let resp = (*state == EffectState::Done && !words.is_empty()).then_some(words);
+            tx.one(
+                &format!(
+                    "UPDATE effect_ledger SET state = ?2, response = coalesce(?3, response),
+                        verdict = ?4, verdict_at = ?5, updated_at = ?5, {BUMP}
+                     WHERE effect_key = ?1 RETURNING coalesce(version, 0)"
+                ),
+                args![key, state, resp, label, now],
+                |r| int(r, 0),
+            )?
+            .unwrap_or(0)
+        }
+        None => {
+            // "Can't tell" moves nothing, so it does not bump the version.
+            tx.exec(
+                "UPDATE effect_ledger SET verdict = ?2, verdict_at = ?3 \
+                 WHERE effect_key = ?1",
+                args![key, label, now],
+            )?;
+            row.version
+        }
+    })
 }

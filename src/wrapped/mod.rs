@@ -29,8 +29,9 @@ const PIPE_WAIT: Duration = Duration::from_secs(2);
 /// The lease a command runs under, re-read while it runs.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
-    /// The database holding the lease.
-    pub db: String,
+    /// Opens the watcher's own handle on the database holding the lease (the store the
+    /// command was given: [`crate::Store::opener`]).
+    pub db: crate::StoreOpener,
     /// The job whose lease it is.
     pub job: crate::JobName,
     /// The fencing token the command sends under: a newer one stops it.
@@ -146,7 +147,7 @@ fn read_lease(
     while !done.load(Ordering::SeqCst) {
         let t0 = Instant::now();
         if store.is_none() {
-            store = crate::open(Some(&spec.db), crate::Access::Write).ok();
+            store = spec.db.open().ok();
         }
         if let Some(s) = store.as_mut() {
             let heard = match crate::lease::get_with_left(s, &spec.job) {

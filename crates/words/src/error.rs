@@ -12,9 +12,18 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
     /// The database refused an operation for a reason of its own state, with no error beneath
-    /// it (a missing database, a row a command needs that is not there) (exit 1).
+    /// it and no variant of its own (exit 1).
     #[error("{0}")]
     Store(String),
+    /// Something a command needs is not there: `what` says which, for a caller to branch on
+    /// (exit 1).
+    #[error("{message}")]
+    NotFound {
+        /// What is missing.
+        what: Missing,
+        /// The one-line message the command line prints.
+        message: String,
+    },
     /// SQLite failed (exit 1).
     #[error("{message}")]
     Sqlite {
@@ -43,7 +52,7 @@ pub enum Error {
         #[source]
         source: Option<DbSource>,
     },
-    /// The file is a damaged database (exit 1).
+    /// The file is a damaged database, or a row holds what it must not (exit 1).
     #[error("{message}")]
     Corrupt {
         /// The one-line message the command line prints.
@@ -84,6 +93,18 @@ pub enum Error {
     Environment(String),
 }
 
+/// What an [`Error::NotFound`] found missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Missing {
+    /// The database file (a read command never creates one).
+    Database,
+    /// exactly's tables in a database that exists.
+    Tables,
+    /// A run, by its id, or any run of a job.
+    Run,
+}
+
 /// The database client's error beneath an [`Error::Busy`].
 #[derive(Debug, thiserror::Error)]
 pub enum DbSource {
@@ -102,6 +123,7 @@ impl Error {
         match self {
             Error::Usage(_) => 2,
             Error::Store(_)
+            | Error::NotFound { .. }
             | Error::Sqlite { .. }
             | Error::Postgres { .. }
             | Error::Busy { .. }
@@ -116,6 +138,30 @@ impl Error {
     /// Whether another process held a lock past the busy timeout (worth retrying).
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Busy { .. })
+    }
+
+    /// What is missing, when this error says something a command needs is not there.
+    pub fn missing(&self) -> Option<Missing> {
+        match self {
+            Error::NotFound { what, .. } => Some(*what),
+            _ => None,
+        }
+    }
+
+    /// A [`Error::NotFound`]: `what` is missing, as `message` says.
+    pub fn not_found(what: Missing, message: impl Into<String>) -> Error {
+        Error::NotFound {
+            what,
+            message: message.into(),
+        }
+    }
+
+    /// A row or file that holds what it must not, with no client error beneath it.
+    pub fn corrupt(message: impl Into<String>) -> Error {
+        Error::Corrupt {
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// An I/O error with the sentence that says what was being done.
@@ -180,6 +226,7 @@ mod tests {
         let cases: Vec<(Error, i32)> = vec![
             (Error::Usage("bad".into()), 2),
             (Error::Store("no such job".into()), 1),
+            (Error::not_found(Missing::Run, "no run r1"), 1),
             (Error::sqlite("database x: boom", lite_failure(1)), 1),
             (
                 Error::Busy {

@@ -24,6 +24,6 @@ pub mod sender;
 pub mod state;
 pub mod time;
 
-pub use error::{DbSource, Error, Result};
+pub use error::{DbSource, Error, Missing, Result};
 pub use identity::{actor, actor_from, host, hostname, os_user, user};
 pub use ids::{EffectKey, JobName, Token};

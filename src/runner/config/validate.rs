@@ -180,7 +180,7 @@ impl Checks<'_> {
         match Schedule::cron(expr, zone) {
             Ok(s) => Some(s),
             Err(why) => {
-                let bad_zone = why.starts_with("unknown time zone");
+                let bad_zone = matches!(why, crate::schedule::ScheduleError::Zone(_));
                 let what = if bad_zone {
                     "invalid timezone"
                 } else {

@@ -38,29 +38,49 @@ pub enum Schedule {
     },
 }
 
+/// Why a schedule, or a time zone, is refused: each message is the one line a person reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The name is no IANA time zone (the name as given).
+    #[error("unknown time zone {0:?} (use an IANA name such as Europe/Berlin)")]
+    Zone(String),
+    /// The expression (a cron expression or an interval) is refused, and why.
+    #[error("{0}")]
+    Expression(String),
+}
+
+impl From<ScheduleError> for String {
+    fn from(e: ScheduleError) -> String {
+        e.to_string()
+    }
+}
+
 /// How many slots a scan counts before giving up (a year of a minutely cron is 525,600).
 const SCAN_LIMIT: u64 = 1_000_000;
 
 impl Schedule {
     /// Parses `every = "20m"`: whole seconds, at least one.
-    pub fn every(text: &str) -> Result<Schedule, String> {
-        let period = crate::time::parse_duration(text).map_err(|e| e.to_string())?;
+    pub fn every(text: &str) -> Result<Schedule, ScheduleError> {
+        let period = crate::time::parse_duration(text)
+            .map_err(|e| ScheduleError::Expression(e.to_string()))?;
         if period < Duration::from_secs(1) || period.subsec_nanos() != 0 {
-            return Err(format!(
+            return Err(ScheduleError::Expression(format!(
                 "every = {text:?} is not a whole number of seconds (at least 1s)"
-            ));
+            )));
         }
         Ok(Schedule::Every { period })
     }
 
     /// Parses a cron expression (5 fields, or 6 with seconds first) in a time zone (UTC when
     /// none is given). An expression that never fires is refused.
-    pub fn cron(expr: &str, timezone: Option<&str>) -> Result<Schedule, String> {
+    pub fn cron(expr: &str, timezone: Option<&str>) -> Result<Schedule, ScheduleError> {
         let tz = parse_tz(timezone.unwrap_or("UTC"))?;
         let cron = Cron::new(expr)
             .with_seconds_optional()
             .parse()
-            .map_err(|e| format!("invalid cron expression {expr:?}: {e}"))?;
+            .map_err(|e| {
+                ScheduleError::Expression(format!("invalid cron expression {expr:?}: {e}"))
+            })?;
         let s = Schedule::Cron {
             expr: expr.to_string(),
             cron: Box::new(cron),
@@ -68,7 +88,9 @@ impl Schedule {
             dst: Dst::default(),
         };
         if s.next_after(crate::time::now()).is_none() {
-            return Err(format!("cron expression {expr:?} never fires"));
+            return Err(ScheduleError::Expression(format!(
+                "cron expression {expr:?} never fires"
+            )));
         }
         Ok(s)
     }
@@ -96,7 +118,10 @@ impl Schedule {
     }
 
     /// Rebuilds a schedule from its registry form (see [`Schedule::describe`]).
-    pub fn from_registry(schedule: &str, timezone: Option<&str>) -> Result<Schedule, String> {
+    pub fn from_registry(
+        schedule: &str,
+        timezone: Option<&str>,
+    ) -> Result<Schedule, ScheduleError> {
         match schedule.strip_prefix("every ") {
             Some(d) => Schedule::every(d),
             None => Schedule::cron(schedule, timezone),
@@ -294,9 +319,9 @@ fn second_pass_before(cron: &Cron, tz: &Tz, t: Ts, first: Ts) -> Option<Ts> {
 }
 
 /// The time zone an IANA name (`Europe/Berlin`) names, or why it names none.
-pub fn parse_tz(name: &str) -> Result<Tz, String> {
+pub fn parse_tz(name: &str) -> Result<Tz, ScheduleError> {
     name.parse::<Tz>()
-        .map_err(|_| format!("unknown time zone {name:?} (use an IANA name such as Europe/Berlin)"))
+        .map_err(|_| ScheduleError::Zone(name.to_string()))
 }
 
 /// Wall times a search may step past in the repeated hour after a DST fall-back: an hour of a

@@ -11,7 +11,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Snapshot {
     /// The database's clock when read (the server's, on PostgreSQL).
-    pub taken_at: String,
+    #[serde(serialize_with = "crate::store::rows::ser_ts")]
+    pub taken_at: crate::time::Ts,
     /// The database read, as its path or URL.
     pub db: String,
     /// The host that read it.
@@ -31,7 +32,8 @@ pub struct Snapshot {
     /// Times the PostgreSQL database failed over (its server's timeline changed), all time.
     pub failovers: u64,
     /// When the newest failover was found (the server's clock), if any.
-    pub last_failover_at: Option<String>,
+    #[serde(serialize_with = "crate::store::rows::ser_ts_opt")]
+    pub last_failover_at: Option<crate::time::Ts>,
     /// Of `warnings`, a failover in the last 7 days, with what the guard did.
     pub failover_warnings: Vec<String>,
     /// Counters over all time.
@@ -160,7 +162,9 @@ impl JobRow {
         if self.failed_since_ok == 0 || self.retired {
             return None;
         }
-        let since = self.last_success_at.as_deref().unwrap_or("never");
+        let since = self
+            .last_success_at
+            .map_or_else(|| "never".to_string(), crate::time::fmt);
         Some((
             format!("{}@after-ok:{since}", self.job_key),
             self.failed_since_ok,
@@ -226,11 +230,11 @@ pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
             None => s,
         });
     if let Some(schedule) = schedule {
-        let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
+        let last_slot = j.last_slot;
         // A slot fired ahead of now (a clock since stepped back) is not where firing resumes:
         // the scheduler goes on from the new time (see runner/clock.rs).
         let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
-        j.next_fire_at = next.map(crate::time::fmt);
+        j.next_fire_at = next;
         if let (Some(last), false) = (last_slot, j.paused) {
             let grace = j.catchup_s.max(0) + crate::schedule::LATE_OK.as_secs() as i64;
             let horizon = now - chrono::Duration::seconds(grace);
@@ -485,7 +489,7 @@ impl Snapshot {
     /// scheduler alive while jobs are registered, one host name on two machines. A scheduler
     /// silent for `dead_after` is not alive.
     pub fn from_reading(r: Reading, host: &str, dead_after: std::time::Duration) -> Snapshot {
-        let now = crate::time::parse(&r.taken_at).unwrap_or_else(crate::time::now);
+        let now = r.taken_at;
         let schedulers_alive = r.schedulers.iter().filter(|s| s.alive).count() as u64;
         let mut warnings = Vec::new();
         let registered = Registered::of(&r.jobs);
@@ -493,9 +497,8 @@ impl Snapshot {
             let last = r
                 .schedulers
                 .iter()
-                .map(|s| s.heartbeat_at.as_str())
+                .map(|s| s.heartbeat_at)
                 .max()
-                .and_then(crate::time::parse)
                 .map(|t| {
                     let ago = human_age(crate::time::age_s(t, now));
                     format!("last heartbeat {ago} ago")
@@ -542,14 +545,14 @@ impl Snapshot {
 const FAILOVER_SHOWN_S: i64 = 7 * 86400;
 
 /// A failover found in the last 7 days, in words: when, and what the guard did.
-fn failover_warnings(last: Option<&(String, String)>, now: crate::time::Ts) -> Vec<String> {
+fn failover_warnings(
+    last: Option<&(crate::time::Ts, String)>,
+    now: crate::time::Ts,
+) -> Vec<String> {
     let Some((at, detail)) = last else {
         return Vec::new();
     };
-    let Some(t) = crate::time::parse(at) else {
-        return Vec::new();
-    };
-    let age = crate::time::age_s(t, now);
+    let age = crate::time::age_s(*at, now);
     if age > FAILOVER_SHOWN_S {
         return Vec::new();
     }

@@ -2,7 +2,7 @@
 //! waiting or stuck, counters and failing episode (`read.rs` reads the rest of the snapshot).
 use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{run_cols, run_row};
-use super::rows::{overlap_of, JobRow, JobSettings};
+use super::rows::{overlap_of, time_in, JobRow, JobSettings};
 use super::windows::{Kept, RUN_WINDOW_DAYS};
 use super::{int, text, text_or_empty, word, RELEASED};
 use crate::state::{EventKind, FiringState};
@@ -144,13 +144,16 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
             None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
         let failed_since_ok = windows.failed_since_ok(&j.job_key);
-        j.last_success_at = match windows.last_success(&j.job_key) {
+        let last_success = match windows.last_success(&j.job_key) {
             Some(at) => at,
             None => tx
                 .one(LAST_SUCCESS_SQL, args![&j.job_key, &oldest], |r| text(r, 0))
                 .optional()?
                 .flatten(),
         };
+        j.last_success_at = last_success
+            .map(|at| time_in("exactly_runs.ended_at", &at))
+            .transpose()?;
         j.failed_since_ok = match failed_since_ok {
             Some(n) => n,
             // Asked only of a job with no run this week that failed or succeeded (a weekly job
@@ -172,9 +175,13 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.settings.schedule.is_some() && !j.retired {
-            j.last_slot = slots
-                .latest(&j.job_key, tx)?
-                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
+            j.last_slot = match slots.latest(&j.job_key, tx)? {
+                Some(slot) => Some(time_in("exactly_firings.scheduled_at", &slot)?),
+                None => match &j.last_run {
+                    Some(r) => Some(time_in("exactly_runs.scheduled_at", &r.scheduled_at)?),
+                    None => None,
+                },
+            };
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);
         j.fenced_writes = sum(&fenced, &j.job_key);
@@ -263,7 +270,8 @@ fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobRow>) -> DbRe
         });
         j.fencing_token = token;
         if until != RELEASED {
-            j.lease_left_s = time::parse(&until).map(|t| (t - now).num_seconds());
+            let until = time_in("job_lease.lease_until", &until)?;
+            j.lease_left_s = Some((until - now).num_seconds());
             j.lease_owner = Some(owner);
             j.lease_until = Some(until);
         }

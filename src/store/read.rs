@@ -70,7 +70,7 @@ impl Store {
         if self.is_pg() && kept.polls > super::windows::FRESH_EVERY {
             kept = Kept::default();
         }
-        let snap = self.read(|tx| reading_in(tx, &caller_now, now, dead_after, &db, &mut kept));
+        let snap = self.read(|tx| reading_in(tx, &caller_now, dead_after, &db, &mut kept));
         // A failed read may have left the cache half-synced: start it afresh next time.
         if snap.is_ok() {
             self.kept = Some(kept);
@@ -95,19 +95,19 @@ impl Store {
     }
 }
 
-/// The snapshot's rows in the transaction `tx`, as at `caller_now` (`now` parsed): what
+/// The snapshot's rows in the transaction `tx`, as at `caller_now` (the database's clock on
+/// PostgreSQL): what
 /// [`Store::reading`] reads, and `exactly doctor`'s read reads with its own rows.
 pub(super) fn reading_in(
     tx: &Tx<'_>,
     caller_now: &str,
-    now: Ts,
     dead_after: std::time::Duration,
     db: &str,
     kept: &mut Kept,
 ) -> DbResult<Reading> {
     // Ages are measured on the database's clock (the server's, on PostgreSQL).
     let now_s = tx.now(caller_now).to_string();
-    let now = time::parse(&now_s).unwrap_or(now);
+    let now = super::rows::time_in("the database's clock", &now_s)?;
     let day_ago = time::fmt(now - chrono::Duration::hours(24));
     let unknown = tx.rows(
         &format!(
@@ -238,14 +238,19 @@ pub(super) fn reading_in(
             "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
              ORDER BY id DESC LIMIT 1",
             &[],
-            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+            |r| {
+                Ok((
+                    super::rows::ts_req(r, 0, "exactly_events.at")?,
+                    text_or_empty(r, 1)?,
+                ))
+            },
         )
         .optional()?
     } else {
         None
     };
     Ok(Reading {
-        taken_at: now_s.clone(),
+        taken_at: now,
         db: db.to_string(),
         schema_version,
         schedulers,
@@ -370,7 +375,7 @@ pub(super) mod tests {
         let mut store = super::Store::open(path).unwrap();
         let d = job(&mut store, "d");
         assert_eq!(d.state(), JobState::Running);
-        let ok_at = d.last_success_at.clone().unwrap();
+        let ok_at = crate::time::fmt(d.last_success_at.unwrap());
         assert_eq!(
             d.failing_episode(),
             Some((format!("d@after-ok:{ok_at}"), 2))
@@ -391,6 +396,34 @@ pub(super) mod tests {
         run("d", "d7", 0, Some("ok"));
         let d = job(&mut store, "d");
         assert_eq!((d.state(), d.failing_episode()), (JobState::Ok, None));
+    }
+
+    /// A time in a row that is not a time is the database's corruption, said with the column
+    /// and the value: never read as "no lease", never replaced by the wall clock.
+    #[test]
+    fn a_bad_time_in_a_row_is_corrupt_not_guessed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let raw = rusqlite::Connection::open(path).unwrap();
+        raw.execute(
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+             VALUES ('j', 'me', 1, 'next tuesday', '2026-01-01T00:00:00.000Z')",
+            [],
+        )
+        .unwrap();
+        let mut store = super::Store::open_read_only(path).unwrap();
+        match store.reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER) {
+            Err(crate::Error::Corrupt { message, .. }) => {
+                assert!(
+                    message.ends_with("job_lease.lease_until holds \"next tuesday\", not a time"),
+                    "{message}"
+                );
+                assert!(!message.contains('\n'), "{message}");
+            }
+            other => panic!("a bad lease_until read as {other:?}"),
+        }
     }
 
     /// Duplicates suppressed and fenced writes: all time from the counters, last 24 h from the

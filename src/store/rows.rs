@@ -5,7 +5,53 @@ use super::ApprovalRow;
 use crate::policy::Overlap;
 use crate::schedule::DstShown;
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
+use crate::time::Ts;
 use serde::Serialize;
+
+/// A time column read at the store's door: NULL is None, text that is not a time is
+/// [`DbError::Corrupt`](super::db::DbError) naming the column and the value, never a guess.
+pub(crate) fn ts(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Option<Ts>> {
+    super::text(r, idx)?
+        .map(|t| time_in(column, &t))
+        .transpose()
+}
+
+/// A time column that is never NULL (see [`ts`]).
+pub(crate) fn ts_req(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Ts> {
+    time_in(column, &super::text_or_empty(r, idx)?)
+}
+
+/// `text`, read from `column`, as a time; [`DbError::Corrupt`](super::db::DbError) if it is not.
+pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
+    crate::time::parse(text).ok_or_else(|| {
+        super::db::DbError::Corrupt(format!(
+            "{column} holds {:?}, not a time",
+            crate::sanitize::inert_trunc(text, 40)
+        ))
+    })
+}
+
+/// Serializes a time in the fixed-width text every stored instant is written in
+/// ([`crate::time::fmt`]), as the JSON has always shown it.
+pub(crate) fn ser_ts<S: serde::Serializer>(t: &Ts, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::time::fmt(*t))
+}
+
+/// [`ser_ts`] for a time that may be absent (`null`).
+pub(crate) fn ser_ts_opt<S: serde::Serializer>(t: &Option<Ts>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => ser_ts(t, s),
+        None => s.serialize_none(),
+    }
+}
 
 /// Counters over one window (all time, or the last 24 h).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -29,7 +75,7 @@ pub struct Window {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reading {
     /// The database's clock when read (the server's, on PostgreSQL).
-    pub taken_at: String,
+    pub taken_at: Ts,
     /// The database read, as its path or URL.
     pub db: String,
     /// `PRAGMA user_version` (or the schema table's version) of the database read.
@@ -59,7 +105,7 @@ pub struct Reading {
     /// `failover` events, all time.
     pub failovers: u64,
     /// The newest `failover` event: when, and its detail.
-    pub last_failover: Option<(String, String)>,
+    pub last_failover: Option<(Ts, String)>,
 }
 
 /// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.
@@ -84,12 +130,15 @@ pub struct SchedulerRow {
     pub host: String,
     /// Its process id on that host.
     pub pid: i64,
-    /// When it started (RFC 3339, UTC).
-    pub started_at: String,
+    /// When it started.
+    #[serde(serialize_with = "ser_ts")]
+    pub started_at: Ts,
     /// Its latest heartbeat (every 2 s while it runs).
-    pub heartbeat_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub heartbeat_at: Ts,
     /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
-    pub ended_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub ended_at: Option<Ts>,
     /// Whether it beat recently enough to count as running.
     pub alive: bool,
     /// The machine behind `host` (boot id / pid namespace); None from schedulers before it.
@@ -175,8 +224,9 @@ pub struct JobRow {
     pub fencing_token: Option<i64>,
     /// Who holds the lease; None when released.
     pub lease_owner: Option<String>,
-    /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.
-    pub lease_until: Option<String>,
+    /// When the lease ends; past it, anyone may claim the job.
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub lease_until: Option<Ts>,
     /// Seconds until the lease expires (negative: expired); None when released or never held.
     pub lease_left_s: Option<i64>,
     /// Whether its firings are skipped until it is resumed.
@@ -190,9 +240,11 @@ pub struct JobRow {
     /// Its newest run.
     pub last_run: Option<RunRow>,
     /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
-    pub next_fire_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub next_fire_at: Option<Ts>,
     /// When the latest `ok` run ended.
-    pub last_success_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub last_success_at: Option<Ts>,
     /// Runs in the run window that ended `failed` or `timeout`.
     pub runs_failed: u64,
     /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
@@ -241,7 +293,7 @@ pub struct JobRow {
     /// Facts the store reads for [`crate::snapshot::plan`]: the latest slot fired (or the last
     /// run's), the catch-up window, the misses a scheduler recorded. Not part of the JSON.
     #[serde(skip)]
-    pub last_slot: Option<String>,
+    pub last_slot: Option<Ts>,
     /// How long after its slot a firing may still start (s); later, it is missed.
     #[serde(skip)]
     pub catchup_s: i64,
@@ -351,7 +403,7 @@ pub struct ApprovalView {
 
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
-    pub fn from_row(a: ApprovalRow, now: crate::time::Ts) -> Self {
+    pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
         let age_s = crate::time::parse(&a.requested_at)
             .map(|t| crate::time::age_s(t, now))
             .unwrap_or(0);

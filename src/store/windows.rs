@@ -454,7 +454,7 @@ mod tests {
         Option<u64>,
         Option<u64>,
         Option<crate::snapshot::RunRow>,
-        Option<String>,
+        Option<crate::time::Ts>,
     )>;
 
     fn figures(store: &mut crate::store::Store) -> Figures {
@@ -539,9 +539,9 @@ mod tests {
         let mut kept = crate::store::Store::open_read_only(path).unwrap();
         let fresh = |_: ()| figures(&mut crate::store::Store::open_read_only(path).unwrap());
         assert_eq!(figures(&mut kept), fresh(()));
-        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6.clone();
+        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6;
         let first = figures(&mut kept);
-        assert_eq!(success(&first, "d"), Some(at(9 * 86400)));
+        assert_eq!(success(&first, "d"), crate::time::parse(&at(9 * 86400)));
         assert_eq!(success(&first, "e"), None);
         // New runs, one failed.
         run("a-new", "a", 5, Some(5000), "failed");
@@ -603,13 +603,14 @@ mod tests {
                 )
                 .unwrap();
             };
-            let slots = |store: &mut crate::store::Store| -> Vec<(String, Option<String>)> {
-                snap(store)
-                    .jobs
-                    .into_iter()
-                    .map(|j| (j.job_key, j.last_slot))
-                    .collect()
-            };
+            let slots =
+                |store: &mut crate::store::Store| -> Vec<(String, Option<crate::time::Ts>)> {
+                    snap(store)
+                        .jobs
+                        .into_iter()
+                        .map(|j| (j.job_key, j.last_slot))
+                        .collect()
+                };
             let fresh = || slots(&mut crate::store::Store::open_read_only(path).unwrap());
             fire("a", "2026-01-01T00:01:00.000Z");
             fire("a", "2026-01-01T00:02:00.000Z");
@@ -623,8 +624,14 @@ mod tests {
             fire("a", "2025-12-31T00:00:00.000Z");
             let now = slots(&mut kept);
             assert_eq!(now, fresh());
-            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
-            assert_eq!(now[1].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
+            assert_eq!(
+                now[0].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:03:00.000Z")
+            );
+            assert_eq!(
+                now[1].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:03:00.000Z")
+            );
             assert_eq!(now[2].1, None);
             // a's latest firing deleted (not what gc does, but another program may).
             raw.execute(
@@ -635,7 +642,10 @@ mod tests {
             .unwrap();
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
-            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:02:00.000Z"));
+            assert_eq!(
+                now[0].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:02:00.000Z")
+            );
             // d, not shown yet, gets an older slot backfilled while the dashboard polls; once
             // registered, its latest is still its newest slot (fired before the dashboard began).
             fire("d", "2025-06-01T00:00:00.000Z");
@@ -643,7 +653,10 @@ mod tests {
             register("d");
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
-            assert_eq!(now[3].1.as_deref(), Some("2026-01-05T00:00:00.000Z"));
+            assert_eq!(
+                now[3].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-05T00:00:00.000Z")
+            );
         }
     }
 }

@@ -100,7 +100,7 @@ impl Watch {
             Err(e) => return vec![Reply::PollFailed(e.to_string())],
         };
         if self.version == Some(version) && self.due.is_some_and(|d| now < d) {
-            return vec![Reply::Unchanged(crate::time::fmt(now))];
+            return vec![Reply::Unchanged(now)];
         }
         let reply = poll(store);
         match &reply {
@@ -157,8 +157,8 @@ fn give_back_memory() {
 /// The first instant at which `s` (taken at `now`) may be wrong although nothing was committed.
 fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
     let mut due = crate::time::add(now, FULL_POLL_AT_LEAST_EVERY);
-    let mut upto = |at: Option<&str>, plus: i64| {
-        if let Some(t) = at.and_then(crate::time::parse) {
+    let mut upto = |at: Option<crate::time::Ts>, plus: i64| {
+        if let Some(t) = at {
             let t = t + chrono::Duration::seconds(plus);
             if t > now && t < due {
                 due = t;
@@ -167,15 +167,12 @@ fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
     };
     for j in &s.jobs {
         // A live lease's end turns its `submitted` rows into unknowns and its claims into leaks.
-        upto(j.lease_until.as_deref(), 0);
-        upto(j.next_fire_at.as_deref(), 0);
-        upto(
-            j.next_fire_at.as_deref(),
-            crate::schedule::LATE_OK.as_secs() as i64,
-        );
+        upto(j.lease_until, 0);
+        upto(j.next_fire_at, 0);
+        upto(j.next_fire_at, crate::schedule::LATE_OK.as_secs() as i64);
     }
     for sc in s.schedulers.iter().filter(|sc| sc.alive) {
-        upto(Some(&sc.heartbeat_at), s.scheduler_dead_after_s);
+        upto(Some(sc.heartbeat_at), s.scheduler_dead_after_s);
     }
     due
 }

@@ -39,7 +39,7 @@ pub(super) fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts)
             }
             spans.push(Span::raw(format!(
                 "polled {} ({} ago)  ",
-                clock(&s.taken_at),
+                clock(&crate::time::fmt(s.taken_at)),
                 human_age(age)
             )));
             let used: usize = spans.iter().map(|s| s.width()).sum();

@@ -452,8 +452,9 @@ pub fn lease_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
 }
 
 impl Snapshot {
-    /// Reads the snapshot (one short read transaction, indexes only); then, from the facts
-    /// read, each job's next firing, the firings it missed and its warnings.
+    /// Reads the snapshot (one short read transaction, indexes only, notification counts
+    /// included); then, from the facts read, each job's next firing, the firings it missed and
+    /// its warnings.
     pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
         let now = store.now();
         let dead_after = crate::jobs::scheduler_dead_after();
@@ -471,17 +472,6 @@ impl Snapshot {
             (j.warning_tags, j.warnings) = job_warnings(j).into_iter().unzip();
         }
         add_replaced_warnings(&mut snap);
-        // A database that cannot say (an old schema read read-only) has counted none.
-        snap.notifications = crate::jobs::notification_counts(store)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(rule, outcome, notifier, count)| NotificationCount {
-                notifier,
-                rule,
-                outcome,
-                count,
-            })
-            .collect();
         Ok(snap)
     }
 
@@ -536,7 +526,7 @@ impl Snapshot {
             pending_approvals: r.pending_approvals,
             unused_approvals: r.unused_approvals,
             events: r.events,
-            notifications: Vec::new(),
+            notifications: r.notifications,
         }
     }
 }

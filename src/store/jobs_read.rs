@@ -144,16 +144,7 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
             None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
         let failed_since_ok = windows.failed_since_ok(&j.job_key);
-        let last_success = match windows.last_success(&j.job_key) {
-            Some(at) => at,
-            None => tx
-                .one(LAST_SUCCESS_SQL, args![&j.job_key, &oldest], |r| text(r, 0))
-                .optional()?
-                .flatten(),
-        };
-        j.last_success_at = last_success
-            .map(|at| time_in("exactly_runs.ended_at", &at))
-            .transpose()?;
+        j.last_success_at = last_success(tx, windows, &j.job_key, &oldest)?;
         j.failed_since_ok = match failed_since_ok {
             Some(n) => n,
             // Asked only of a job with no run this week that failed or succeeded (a weekly job
@@ -192,6 +183,25 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         j.retry_detail = f.retry_detail;
     }
     Ok(jobs.into_values().collect())
+}
+
+/// When a job's newest `ok` run ended: the kept window answers for a job that succeeded this
+/// week, the table (runs started before `oldest`) for the others.
+fn last_success(
+    tx: &Tx<'_>,
+    windows: &super::windows::RunWindows,
+    job: &str,
+    oldest: &str,
+) -> DbResult<Option<Ts>> {
+    let at = match windows.last_success(job) {
+        Some(at) => at,
+        None => tx
+            .one(LAST_SUCCESS_SQL, args![job, oldest], |r| text(r, 0))
+            .optional()?
+            .flatten(),
+    };
+    at.map(|at| time_in("exactly_runs.ended_at", &at))
+        .transpose()
 }
 
 /// The registry's jobs, by key, with their settings as their jobs file wrote them.

@@ -96,8 +96,8 @@ impl Store {
 }
 
 /// The snapshot's rows in the transaction `tx`, as at `caller_now` (the database's clock on
-/// PostgreSQL): what
-/// [`Store::reading`] reads, and `exactly doctor`'s read reads with its own rows.
+/// PostgreSQL), notification counts included: what [`Store::reading`] reads, and `exactly
+/// doctor`'s read reads with its own rows.
 pub(super) fn reading_in(
     tx: &Tx<'_>,
     caller_now: &str,
@@ -109,13 +109,52 @@ pub(super) fn reading_in(
     let now_s = tx.now(caller_now).to_string();
     let now = super::rows::time_in("the database's clock", &now_s)?;
     let day_ago = time::fmt(now - chrono::Duration::hours(24));
-    let unknown = tx.rows(
+    let unknown = open_effects(tx, &now_s, now)?;
+    let (totals, last_24h) = windows(tx, &now_s, &day_ago, &unknown)?;
+    let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
+    let events = tx.rows(
+        &format!(
+            "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
+                  LIMIT {EVENTS_SHOWN}"
+        ),
+        &[],
+        event_row,
+    )?;
+    let failovers = counter(tx, EventKind::Failover)?;
+    Ok(Reading {
+        taken_at: now,
+        db: db.to_string(),
+        schema_version: super::prepare::version(tx)?,
+        schedulers: read_schedulers(tx, now, dead_after)?,
+        totals,
+        last_24h,
+        oldest_unknown_s,
+        missed_recorded: counter(tx, EventKind::FiringMissed)?,
+        jobs: read_jobs(tx, now, kept)?,
+        unknown,
+        pending_approvals: approvals(tx, ApprovalState::Pending, now)?,
+        unused_approvals: approvals(tx, ApprovalState::Approved, now)?,
+        events,
+        host_clashes_24h: count(
+            tx,
+            "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
+            args![&day_ago],
+        )?,
+        failovers,
+        last_failover: last_failover(tx, failovers)?,
+        notifications: super::notify::notification_counts(tx)?,
+    })
+}
+
+/// The open effects, oldest first (at most [`OPEN_SHOWN`]), their ages at `now`.
+fn open_effects(tx: &Tx<'_>, now_s: &str, now: Ts) -> DbResult<Vec<OpenEffect>> {
+    tx.rows(
         &format!(
             "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
                  e.verdict, e.fencing_token
              {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
         ),
-        args![&now_s],
+        args![now_s],
         |r| {
             let since = text_or_empty(r, 3)?;
             Ok(OpenEffect {
@@ -131,8 +170,17 @@ pub(super) fn reading_in(
                 fencing_token: int(r, 6)?,
             })
         },
-    )?;
-    // The open list, when it is whole, already holds what the two counts would count.
+    )
+}
+
+/// The counters over all time and over the last 24 hours (since `day_ago`); `unknown` is the
+/// open list [`open_effects`] read, which already holds what its counts count when it is whole.
+fn windows(
+    tx: &Tx<'_>,
+    now_s: &str,
+    day_ago: &str,
+    unknown: &[OpenEffect],
+) -> DbResult<(Window, Window)> {
     let whole = unknown.len() < OPEN_SHOWN;
     // Both leaked counts from one walk of the claimed rows.
     let (leaked, leaked_24h) = tx.one(
@@ -140,7 +188,7 @@ pub(super) fn reading_in(
             "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
                   ELSE 0 END), 0) AS BIGINT) {LEAKED}"
         ),
-        args![&now_s, &day_ago],
+        args![now_s, day_ago],
         |r| {
             Ok((
                 r.get::<i64>(0)?.max(0) as u64,
@@ -148,6 +196,18 @@ pub(super) fn reading_in(
             ))
         },
     )?;
+    let approvals = |state: &str, since: Option<&str>| match since {
+        None => count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = ?1",
+            args![state],
+        ),
+        Some(since) => count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = ?1 AND requested_at >= ?2",
+            args![state, since],
+        ),
+    };
     let totals = Window {
         duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
         fenced_writes: counter(tx, EventKind::FencedWrite)?,
@@ -155,118 +215,68 @@ pub(super) fn reading_in(
         unknown: if whole {
             unknown.len() as u64
         } else {
-            count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
+            count(tx, &format!("SELECT count(*) {OPEN}"), args![now_s])?
         },
-        pending_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals \
-                                      WHERE state = 'pending'",
-            &[],
-        )?,
-        unused_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals \
-                                     WHERE state = 'approved'",
-            &[],
-        )?,
+        pending_approvals: approvals("pending", None)?,
+        unused_approvals: approvals("approved", None)?,
     };
     let last_24h = Window {
-        duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
-        fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
+        duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, day_ago)?,
+        fenced_writes: since(tx, EventKind::FencedWrite, day_ago)?,
         claimed_never_submitted: leaked_24h,
         unknown: if whole {
-            unknown.iter().filter(|u| u.since >= day_ago).count() as u64
+            unknown
+                .iter()
+                .filter(|u| u.since.as_str() >= day_ago)
+                .count() as u64
         } else {
             count(
                 tx,
                 &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
-                args![&now_s, &day_ago],
+                args![now_s, day_ago],
             )?
         },
-        pending_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                      'pending' AND requested_at >= ?1",
-            args![&day_ago],
-        )?,
-        unused_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                     'approved' AND requested_at >= ?1",
-            args![&day_ago],
-        )?,
+        pending_approvals: approvals("pending", Some(day_ago))?,
+        unused_approvals: approvals("approved", Some(day_ago))?,
     };
-    let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-    let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
-        let rows = tx.rows(
-            &format!(
-                "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
-                 LIMIT {OPEN_SHOWN}",
-                super::approval::APPROVAL_COLS
-            ),
-            args![state],
-            super::approval::approval_row,
-        )?;
-        Ok(rows
-            .into_iter()
-            .map(|a| ApprovalView::from_row(a, now))
-            .collect())
-    };
-    let pending_approvals = approvals(ApprovalState::Pending)?;
-    let unused_approvals = approvals(ApprovalState::Approved)?;
-    let events = tx.rows(
+    Ok((totals, last_24h))
+}
+
+/// The approvals in `state`, oldest first (at most [`OPEN_SHOWN`]), their ages at `now`.
+fn approvals(tx: &Tx<'_>, state: ApprovalState, now: Ts) -> DbResult<Vec<ApprovalView>> {
+    let rows = tx.rows(
         &format!(
-            "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
-                  LIMIT {EVENTS_SHOWN}"
+            "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
+             LIMIT {OPEN_SHOWN}",
+            super::approval::APPROVAL_COLS
         ),
+        args![state],
+        super::approval::approval_row,
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|a| ApprovalView::from_row(a, now))
+        .collect())
+}
+
+/// The newest `failover` event, asked only when there was one (`failovers`): the newest of a
+/// kind is a walk back through the events.
+fn last_failover(tx: &Tx<'_>, failovers: u64) -> DbResult<Option<(Ts, String)>> {
+    if failovers == 0 {
+        return Ok(None);
+    }
+    tx.one(
+        "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
+         ORDER BY id DESC LIMIT 1",
         &[],
-        event_row,
-    )?;
-    let jobs = read_jobs(tx, now, kept)?;
-    let missed_recorded = counter(tx, EventKind::FiringMissed)?;
-    let schema_version = super::prepare::version(tx)?;
-    let schedulers = read_schedulers(tx, now, dead_after)?;
-    let host_clashes_24h = count(
-        tx,
-        "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
-        args![&day_ago],
-    )?;
-    let failovers = counter(tx, EventKind::Failover)?;
-    // Only when there was one: the newest of a kind is a walk back through the events.
-    let last_failover = if failovers > 0 {
-        tx.one(
-            "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
-             ORDER BY id DESC LIMIT 1",
-            &[],
-            |r| {
-                Ok((
-                    super::rows::ts_req(r, 0, "exactly_events.at")?,
-                    text_or_empty(r, 1)?,
-                ))
-            },
-        )
-        .optional()?
-    } else {
-        None
-    };
-    Ok(Reading {
-        taken_at: now,
-        db: db.to_string(),
-        schema_version,
-        schedulers,
-        totals,
-        last_24h,
-        oldest_unknown_s,
-        missed_recorded,
-        jobs,
-        unknown,
-        pending_approvals,
-        unused_approvals,
-        events,
-        host_clashes_24h,
-        failovers,
-        last_failover,
-    })
+        |r| {
+            Ok((
+                super::rows::ts_req(r, 0, "exactly_events.at")?,
+                text_or_empty(r, 1)?,
+            ))
+        },
+    )
+    .optional()
 }
 
 /// The ledger and event queries whose cost must not grow with history: each must be an index

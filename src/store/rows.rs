@@ -106,6 +106,8 @@ pub struct Reading {
     pub failovers: u64,
     /// The newest `failover` event: when, and its detail.
     pub last_failover: Option<(Ts, String)>,
+    /// Notifications (`[[notify]]`) counted so far, per notifier, rule and outcome.
+    pub notifications: Vec<NotificationCount>,
 }
 
 /// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.

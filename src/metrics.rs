@@ -1,5 +1,5 @@
 //! `exactly metrics`: the [`Snapshot`] as OpenMetrics and Prometheus text, through
-//! prometheus-client. The model itself lives in `snapshot.rs`; `status.rs` renders it for a
+//! prometheus-client. The model itself lives in `snapshot/`; `status.rs` renders it for a
 //! person.
 use crate::checklist::{Checklist, SubjectName};
 use crate::snapshot::{JobRow, Snapshot, RUN_BUCKETS_MS};
@@ -360,7 +360,8 @@ fn job_runs(s: &Snapshot, r: &mut Registry, name: &str, help: &str) {
             runs.get_or_create(&run_labels(j, outcome)).inc_by(0);
         }
         for (outcome, count) in &j.runs_by_outcome {
-            runs.get_or_create(&run_labels(j, outcome)).inc_by(*count);
+            runs.get_or_create(&run_labels(j, outcome.as_str()))
+                .inc_by(*count);
         }
     }
     r.register(name, help, runs);

@@ -3,7 +3,7 @@
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{has_run_lags, run_cols, run_row};
-use super::rows::RunRow;
+use super::rows::{ParsedSchedule, RunRow, ScheduleKey};
 use super::{int, text, text_or_empty};
 use crate::state::RunOutcome;
 use crate::time;
@@ -62,8 +62,39 @@ struct JobWindow {
 pub struct Kept {
     pub runs: RunWindows,
     pub slots: LatestSlots,
+    pub schedules: Schedules,
     /// Polls served since this was read afresh (see [`LATE_ROWS`]).
     pub polls: u32,
+}
+
+/// The registry's schedules as parsed, by the words they were parsed from: a dashboard
+/// polling 1,000 jobs parses each once, not once a poll.
+#[derive(Debug, Default)]
+pub struct Schedules(std::collections::HashMap<ScheduleKey, ParsedSchedule>);
+
+/// Most schedules kept: registries change rarely; the bound keeps a dashboard left open for
+/// months small.
+const SCHEDULES_KEPT: usize = 10_000;
+
+impl Schedules {
+    /// A registry schedule parsed, kept or parsed now (see [`ParsedSchedule::parse`]).
+    pub(super) fn parsed(
+        &mut self,
+        schedule: &str,
+        tz: Option<&str>,
+        dst: Option<&crate::schedule::DstShown>,
+    ) -> ParsedSchedule {
+        let key = ParsedSchedule::key(schedule, tz, dst);
+        if let Some(p) = self.0.get(&key) {
+            return p.clone();
+        }
+        if self.0.len() >= SCHEDULES_KEPT {
+            self.0.clear();
+        }
+        let p = ParsedSchedule::parse(schedule, tz, dst);
+        self.0.insert(key, p.clone());
+        p
+    }
 }
 
 /// On PostgreSQL a rowid comes from a sequence when the row is inserted, not when it commits:

@@ -156,14 +156,12 @@ fn open_effects(tx: &Tx<'_>, now_s: &str, now: Ts) -> DbResult<Vec<OpenEffect>> 
         ),
         args![now_s],
         |r| {
-            let since = text_or_empty(r, 3)?;
+            let since = super::rows::ts_req(r, 3, "effect_ledger.updated_at")?;
             Ok(OpenEffect {
                 effect_key: text_or_empty(r, 0)?,
                 job_key: text_or_empty(r, 1)?,
                 state: word(r, 2)?,
-                age_s: time::parse(&since)
-                    .map(|t| time::age_s(t, now))
-                    .unwrap_or(0),
+                age_s: time::age_s(since, now),
                 since,
                 terms_shown: text(r, 4)?,
                 verdict: text(r, 5)?,
@@ -227,7 +225,7 @@ fn windows(
         unknown: if whole {
             unknown
                 .iter()
-                .filter(|u| u.since.as_str() >= day_ago)
+                .filter(|u| time::fmt(u.since).as_str() >= day_ago)
                 .count() as u64
         } else {
             count(

@@ -385,7 +385,8 @@ pub struct OpenEffect {
     /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
     pub state: EffectState,
     /// When its row last changed.
-    pub since: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub since: Ts,
     /// Seconds since it last changed.
     pub age_s: i64,
     /// What the effect does, as a person approving or resolving it is shown.

@@ -47,7 +47,7 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "last reload {} by {}: {}",
-                inert(&e.at),
+                crate::time::fmt(e.at),
                 inert(e.actor.as_deref().unwrap_or("?")),
                 inert(e.detail.as_deref().unwrap_or(""))
             );

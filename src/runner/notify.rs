@@ -177,7 +177,7 @@ fn missed(snap: &Snapshot, out: &mut Vec<Condition>) {
             episode: format!("{job}@missed#{}", e.id),
             text: format!(
                 "job {job}'s firing was missed at {}: {}",
-                e.at,
+                time::fmt(e.at),
                 e.detail.as_deref().unwrap_or("recorded missed")
             ),
         });

@@ -218,7 +218,7 @@ fn add_replaced_warnings(snap: &mut Snapshot) {
              holds another and no longer fires it",
             c.by.as_deref().unwrap_or("?"),
             c.by_source.as_deref().unwrap_or("?"),
-            c.at.as_deref().unwrap_or("?"),
+            c.at.map_or_else(|| "?".to_string(), crate::time::fmt),
             c.owner,
             c.source.as_deref().unwrap_or("?"),
         ));

@@ -261,7 +261,7 @@ fn registered(tx: &Tx<'_>, schedules: &mut Schedules) -> DbResult<BTreeMap<Strin
                             source: text(r, 15)?,
                             by: text(r, 16)?,
                             by_source: text(r, 17)?,
-                            at: text(r, 18)?,
+                            at: super::rows::ts(r, 18, "exactly_jobs.updated_at")?,
                         }),
                         None => None,
                     },

@@ -332,7 +332,7 @@ pub struct Replaced {
     /// Where the replacing definition came from.
     pub by_source: Option<String>,
     /// When it was replaced.
-    pub at: Option<String>,
+    pub at: Option<Ts>,
 }
 
 /// One run of a job's command.
@@ -440,7 +440,8 @@ pub struct EventRow {
     /// The event's id, rising as events are recorded.
     pub id: i64,
     /// When it happened.
-    pub at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub at: Ts,
     /// What happened (an [`EventKind`](crate::state::EventKind) word).
     pub kind: EventKind,
     /// The job it concerns.

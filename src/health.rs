@@ -117,7 +117,7 @@ pub fn check(snap: &Snapshot) -> Health {
             ),
         ));
     }
-    let now = crate::time::parse(&snap.taken_at);
+    let now = snap.taken_at;
     let mut failing = Vec::new();
     let mut late = Vec::new();
     for j in snap.jobs.iter().filter(|j| !j.retired) {
@@ -126,10 +126,7 @@ pub fn check(snap: &Snapshot) -> Health {
         if j.failing_episode().is_some() {
             failing.push(inert(&j.job_key));
         }
-        let behind = match (j.next_fire_at.as_deref().and_then(crate::time::parse), now) {
-            (Some(next), Some(now)) => (now - next).num_seconds(),
-            _ => 0,
-        };
+        let behind = j.next_fire_at.map_or(0, |next| (now - next).num_seconds());
         // With no scheduler alive every job is late: that is already critical, said once.
         if !j.paused
             && snap.schedulers_alive > 0

@@ -1,5 +1,5 @@
 //! `exactly metrics`: the [`Snapshot`] as OpenMetrics and Prometheus text, through
-//! prometheus-client. The model itself lives in `snapshot.rs`; `status.rs` renders it for a
+//! prometheus-client. The model itself lives in `snapshot/`; `status.rs` renders it for a
 //! person.
 use crate::checklist::{Checklist, SubjectName};
 use crate::snapshot::{JobRow, Snapshot, RUN_BUCKETS_MS};
@@ -305,9 +305,7 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "exactly_job_last_success_timestamp_seconds",
         help: "When the job's latest ok run ended (Unix seconds); 0 when it never succeeded",
-        read: Read::JobGauge(|j| {
-            Some(j.last_success_at.as_deref().and_then(unix_s).unwrap_or(0.0))
-        }),
+        read: Read::JobGauge(|j| Some(j.last_success_at.map(unix_of).unwrap_or(0.0))),
     },
     Metric {
         name: "exactly_job_last_run_timestamp_seconds",
@@ -317,7 +315,7 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "exactly_job_next_fire_timestamp_seconds",
         help: "The job's next firing (Unix seconds); in the past when nobody fired it",
-        read: Read::JobGauge(|j| j.next_fire_at.as_deref().and_then(unix_s)),
+        read: Read::JobGauge(|j| j.next_fire_at.map(unix_of)),
     },
     Metric {
         name: "exactly_job_failing",
@@ -362,7 +360,8 @@ fn job_runs(s: &Snapshot, r: &mut Registry, name: &str, help: &str) {
             runs.get_or_create(&run_labels(j, outcome)).inc_by(0);
         }
         for (outcome, count) in &j.runs_by_outcome {
-            runs.get_or_create(&run_labels(j, outcome)).inc_by(*count);
+            runs.get_or_create(&run_labels(j, outcome.as_str()))
+                .inc_by(*count);
         }
     }
     r.register(name, help, runs);
@@ -511,7 +510,12 @@ pub fn openmetrics_to_text(om: &str) -> String {
 
 /// A ledger timestamp as Unix seconds with milliseconds.
 fn unix_s(ts: &str) -> Option<f64> {
-    crate::time::parse(ts).map(|t| t.timestamp_millis() as f64 / 1000.0)
+    crate::time::parse(ts).map(unix_of)
+}
+
+/// An instant as Unix seconds, to the millisecond.
+fn unix_of(t: crate::time::Ts) -> f64 {
+    t.timestamp_millis() as f64 / 1000.0
 }
 
 #[cfg(test)]

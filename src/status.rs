@@ -47,7 +47,7 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "last reload {} by {}: {}",
-                inert(&e.at),
+                crate::time::fmt(e.at),
                 inert(e.actor.as_deref().unwrap_or("?")),
                 inert(e.detail.as_deref().unwrap_or(""))
             );
@@ -64,7 +64,7 @@ impl Snapshot {
             s,
             "exactly status — {} at {}",
             inert(&self.db),
-            self.taken_at
+            crate::time::fmt(self.taken_at)
         );
         let _ = writeln!(
             s,
@@ -108,16 +108,13 @@ impl Snapshot {
             "{:<32} {:<16} {:>8} {:<9} last heartbeat",
             "SCHEDULER", "HOST", "PID", "STATE"
         );
-        let now = crate::time::parse(&self.taken_at);
-        let ago = |at: &str| match (now, crate::time::parse(at)) {
-            (Some(n), Some(h)) => format!("{} ago", human_age(crate::time::age_s(h, n))),
-            _ => inert(at),
-        };
+        let now = self.taken_at;
+        let ago = |at: crate::time::Ts| format!("{} ago", human_age(crate::time::age_s(at, now)));
         // The live ones listed; the ended ones (stopped or dead: one per restart, so many on a
         // long-lived database) folded into one line. `--json` keeps every one.
         let (live, ended): (Vec<_>, Vec<_>) = self.schedulers.iter().partition(|sc| sc.alive);
         for sc in live {
-            let ago = ago(&sc.heartbeat_at);
+            let ago = ago(sc.heartbeat_at);
             let _ = writeln!(
                 s,
                 "{:<32} {:<16} {:>8} {:<9} {ago}",
@@ -147,7 +144,7 @@ impl Snapshot {
             crate::sanitize::inert_trunc(&last.owner, 32),
             crate::sanitize::inert_trunc(&last.host, 16),
             last.pid,
-            ago(&last.heartbeat_at)
+            ago(last.heartbeat_at)
         );
     }
 
@@ -162,7 +159,7 @@ impl Snapshot {
             "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} lease",
             "JOB", "RUNS", "FAILED", "P50", "P99", "INTERVAL", "LEASE", "TOKEN", "NEXT", "LAST"
         );
-        let now = crate::time::parse(&self.taken_at);
+        let now = Some(self.taken_at);
         for j in &self.jobs {
             job_row(s, j, now);
             job_notes(s, j);
@@ -211,11 +208,8 @@ fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
     };
     let next = match (&j.next_fire_at, now) {
         _ if j.paused => "paused".to_string(),
-        (Some(n), Some(now)) => match crate::time::parse(n) {
-            Some(t) if t >= now => format!("in {}", human_age((t - now).num_seconds())),
-            Some(t) => format!("overdue {}", human_age((now - t).num_seconds())),
-            None => "-".into(),
-        },
+        (Some(t), Some(now)) if *t >= now => format!("in {}", human_age((*t - now).num_seconds())),
+        (Some(t), Some(now)) => format!("overdue {}", human_age((now - *t).num_seconds())),
         _ => "-".into(),
     };
     let last = match (&j.last_run, now) {

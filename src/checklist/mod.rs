@@ -412,7 +412,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
         chaos_runs,
     } = reading;
     let snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);
-    let now = crate::time::parse(&snap.taken_at).unwrap_or_else(crate::time::now);
+    let now = snap.taken_at;
     // A job is what exactly knows as one: registered (not retired), or holding a lease row.
     let mut known: BTreeSet<String> = snap
         .jobs
@@ -495,7 +495,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
         });
     }
     Checklist {
-        taken_at: snap.taken_at.clone(),
+        taken_at: crate::time::fmt(snap.taken_at),
         subjects,
     }
 }

@@ -42,11 +42,11 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
                     "interval_s": j.settings.interval_s,
                     "lease_ms": j.settings.lease_ms,
                     "overlap": j.settings.overlap,
-                    "next_fire_at": if j.paused { None } else { j.next_fire_at.clone() },
+                    "next_fire_at": if j.paused { None } else { j.next_fire_at.map(time::fmt) },
                     "last_run": j.last_run,
-                    "last_success_at": j.last_success_at,
+                    "last_success_at": j.last_success_at.map(time::fmt),
                     "lease_owner": j.lease_owner,
-                    "lease_until": j.lease_until,
+                    "lease_until": j.lease_until.map(time::fmt),
                     "fencing_token": j.fencing_token,
                     "paused": j.paused,
                     "pause_note": j.pause_note,
@@ -63,7 +63,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
         let v = json!({
             "schema_version": snap.schema_version,
             "json_schema_version": JSON_SCHEMA_VERSION,
-            "taken_at": snap.taken_at,
+            "taken_at": time::fmt(snap.taken_at),
             "jobs": jobs,
         });
         println!(
@@ -76,7 +76,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
         println!("no jobs in {}", inert(&snap.db));
         return Ok(0);
     }
-    let now = time::parse(&snap.taken_at);
+    let now = Some(snap.taken_at);
     println!(
         "{:<24} {:<20} {:<14} {:<18} {:<20} LEASE",
         "JOB", "SCHEDULE", "NEXT", "LAST", "STATE"
@@ -87,7 +87,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
             (Some(s), None) => s.clone(),
             _ => "-".into(),
         };
-        let next = match (j.next_fire_at.as_deref().and_then(time::parse), now) {
+        let next = match (j.next_fire_at, now) {
             _ if j.paused || j.retired => "-".to_string(),
             (Some(t), Some(now)) if t >= now => {
                 format!("in {}", human_age((t - now).num_seconds()))

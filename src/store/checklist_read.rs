@@ -35,13 +35,13 @@ impl Store {
         let db = self.path.clone();
         self.read(|tx| {
             let mut kept = Kept::default();
-            let reading = reading_in(tx, &caller_now, now, dead_after, &db, &mut kept)?;
-            let now = time::parse(&reading.taken_at).unwrap_or(now);
+            let reading = reading_in(tx, &caller_now, dead_after, &db, &mut kept)?;
+            let now = reading.taken_at;
             let mut out = ChecklistReading {
                 registered: super::job::registered_in(tx)?,
                 ..ChecklistReading::default()
             };
-            facts(tx, &reading.taken_at, now, &mut out)?;
+            facts(tx, &time::fmt(now), now, &mut out)?;
             out.reading = reading;
             Ok(out)
         })

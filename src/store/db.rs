@@ -123,6 +123,9 @@ pub(crate) enum DbError {
     TooNew(i64),
     /// A table of another application under one of exactly's names (the sentence says which).
     Foreign(String),
+    /// A value in a row that is not what its column holds (a time that is not a time): the
+    /// sentence names the column and the value.
+    Corrupt(String),
 }
 
 pub(crate) type DbResult<T> = Result<T, DbError>;
@@ -150,7 +153,7 @@ impl std::fmt::Display for DbError {
                 None => write!(f, "{e}"),
             },
             DbError::NoRows => write!(f, "query returned no rows"),
-            DbError::Other(s) | DbError::Foreign(s) => write!(f, "{s}"),
+            DbError::Other(s) | DbError::Foreign(s) | DbError::Corrupt(s) => write!(f, "{s}"),
             DbError::TooNew(v) => write!(
                 f,
                 "schema version {v}, newer than this exactly understands ({}); upgrade exactly",
@@ -168,6 +171,10 @@ impl DbError {
         Some(match self {
             DbError::Other(_) => crate::Error::Store(message),
             DbError::Foreign(_) => crate::Error::Foreign { message },
+            DbError::Corrupt(_) => crate::Error::Corrupt {
+                message,
+                source: None,
+            },
             DbError::TooNew(found) => crate::Error::TooNew {
                 message,
                 found: *found,

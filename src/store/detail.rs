@@ -9,7 +9,7 @@ use crate::Result;
 pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
     Ok(EventRow {
         id: int(r, 0)?.unwrap_or(0),
-        at: text_or_empty(r, 1)?,
+        at: super::rows::ts_req(r, 1, "exactly_events.at")?,
         kind: word(r, 2)?,
         job_key: text(r, 3)?,
         effect_key: text(r, 4)?,

@@ -2,10 +2,10 @@
 //! waiting or stuck, counters and failing episode (`read.rs` reads the rest of the snapshot).
 use super::db::{args, DbResult, Optional, Tx};
 use super::detail::{run_cols, run_row};
-use super::rows::{overlap_of, JobRow, JobSettings};
-use super::windows::{Kept, RUN_WINDOW_DAYS};
+use super::rows::{overlap_of, time_in, JobFacts, JobSettings};
+use super::windows::{Kept, Schedules, RUN_WINDOW_DAYS};
 use super::{int, text, text_or_empty, word, RELEASED};
-use crate::state::{EventKind, FiringState};
+use crate::state::{EventKind, FiringState, RunOutcome};
 use crate::time::{self, Ts};
 use std::collections::BTreeMap;
 
@@ -91,13 +91,14 @@ const FAILED_SINCE_OK_SQL: &str = "SELECT count(*) FROM exactly_runs WHERE job_k
      AND outcome IN ('failed', 'timeout') AND started_at > coalesce(
        (SELECT max(started_at) FROM exactly_runs WHERE job_key = ?1 AND outcome = 'ok'), '')";
 
-pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobRow>> {
+pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<JobFacts>> {
     let Kept {
         runs: windows,
         slots,
+        schedules,
         ..
     } = kept;
-    let mut jobs = registered(tx)?;
+    let mut jobs = registered(tx, schedules)?;
     add_leases(tx, now, &mut jobs)?;
     let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
     windows.sync(tx, &oldest)?;
@@ -144,13 +145,7 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
             None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
         };
         let failed_since_ok = windows.failed_since_ok(&j.job_key);
-        j.last_success_at = match windows.last_success(&j.job_key) {
-            Some(at) => at,
-            None => tx
-                .one(LAST_SUCCESS_SQL, args![&j.job_key, &oldest], |r| text(r, 0))
-                .optional()?
-                .flatten(),
-        };
+        j.last_success_at = last_success(tx, windows, &j.job_key, &oldest)?;
         j.failed_since_ok = match failed_since_ok {
             Some(n) => n,
             // Asked only of a job with no run this week that failed or succeeded (a weekly job
@@ -161,10 +156,7 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
                 .max(0) as u64,
         };
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
-        for (k, n) in ended.get(&j.job_key).into_iter().flatten() {
-            let outcome = k.trim_start_matches(prefix).to_string();
-            j.runs_by_outcome.insert(outcome, (*n).max(0) as u64);
-        }
+        j.runs_by_outcome = outcomes(ended.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
         (j.run_duration_counts, j.run_duration_sum_ms) =
             duration_counts(durations.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
         j.missed_recorded = sum(&missed, &j.job_key);
@@ -172,9 +164,13 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.settings.schedule.is_some() && !j.retired {
-            j.last_slot = slots
-                .latest(&j.job_key, tx)?
-                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at.clone()));
+            j.last_slot = match slots.latest(&j.job_key, tx)? {
+                Some(slot) => Some(time_in("exactly_firings.scheduled_at", &slot)?),
+                None => match &j.last_run {
+                    Some(r) => Some(time_in("exactly_runs.scheduled_at", &r.scheduled_at)?),
+                    None => None,
+                },
+            };
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);
         j.fenced_writes = sum(&fenced, &j.job_key);
@@ -187,9 +183,45 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
     Ok(jobs.into_values().collect())
 }
 
-/// The registry's jobs, by key, with their settings as their jobs file wrote them.
-fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
-    let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
+/// When a job's newest `ok` run ended: the kept window answers for a job that succeeded this
+/// week, the table (runs started before `oldest`) for the others.
+fn last_success(
+    tx: &Tx<'_>,
+    windows: &super::windows::RunWindows,
+    job: &str,
+    oldest: &str,
+) -> DbResult<Option<Ts>> {
+    let at = match windows.last_success(job) {
+        Some(at) => at,
+        None => tx
+            .one(LAST_SUCCESS_SQL, args![job, oldest], |r| text(r, 0))
+            .optional()?
+            .flatten(),
+    };
+    at.map(|at| time_in("exactly_runs.ended_at", &at))
+        .transpose()
+}
+
+/// A job's `run_ended:` counters as counts by outcome, in the order of their words (as the
+/// JSON has always listed them); a word this build does not know kept as `Other`.
+fn outcomes(counters: &[(String, i64)]) -> Vec<(RunOutcome, u64)> {
+    let mut by_word: BTreeMap<&str, u64> = BTreeMap::new();
+    for (kind, n) in counters {
+        by_word.insert(
+            kind.trim_start_matches(super::schema::RUN_ENDED),
+            (*n).max(0) as u64,
+        );
+    }
+    by_word
+        .into_iter()
+        .map(|(word, n)| (RunOutcome::parse(word), n))
+        .collect()
+}
+
+/// The registry's jobs, by key, with their settings as their jobs file wrote them and their
+/// schedules parsed (kept in `schedules` between polls).
+fn registered(tx: &Tx<'_>, schedules: &mut Schedules) -> DbResult<BTreeMap<String, JobFacts>> {
+    let mut jobs: BTreeMap<String, JobFacts> = BTreeMap::new();
     let rows = tx.rows(
         "SELECT job_key, schedule, interval_s, lease_s, overlap, queue_cap, paused, \
              pause_note, retired,
@@ -199,7 +231,7 @@ fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
         &[],
         |r| {
             Ok((
-                JobRow {
+                JobFacts {
                     job_key: text_or_empty(r, 0)?,
                     settings: JobSettings {
                         schedule: text(r, 1)?,
@@ -217,14 +249,19 @@ fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
                     paused: int(r, 6)?.unwrap_or(0) != 0,
                     pause_note: text(r, 7)?,
                     retired: int(r, 8)?.unwrap_or(0) != 0,
-                    dst_policy: (text(r, 12)?, text(r, 13)?),
+                    dst: crate::schedule::dst_shown(
+                        text(r, 1)?.as_deref(),
+                        text(r, 10)?.as_deref(),
+                        text(r, 12)?,
+                        text(r, 13)?,
+                    ),
                     replaced: match text(r, 14)? {
                         Some(owner) => Some(super::rows::Replaced {
                             owner,
                             source: text(r, 15)?,
                             by: text(r, 16)?,
                             by_source: text(r, 17)?,
-                            at: text(r, 18)?,
+                            at: super::rows::ts(r, 18, "exactly_jobs.updated_at")?,
                         }),
                         None => None,
                     },
@@ -236,6 +273,11 @@ fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
     )?;
     for (mut j, c) in rows {
         j.catchup_s = c;
+        j.schedule = j
+            .settings
+            .schedule
+            .as_deref()
+            .map(|s| schedules.parsed(s, j.settings.timezone.as_deref(), j.dst.as_ref()));
         jobs.insert(j.job_key.clone(), j);
     }
     Ok(jobs)
@@ -243,7 +285,7 @@ fn registered(tx: &Tx<'_>) -> DbResult<BTreeMap<String, JobRow>> {
 
 /// Each lease on the job, with its holder and time left; jobs known only from the seed's
 /// lease table (CLI wrappers, other programs) show too.
-fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobRow>) -> DbResult<()> {
+fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobFacts>) -> DbResult<()> {
     let leases = tx.rows(
         "SELECT job_key, owner, fencing_token, lease_until FROM job_lease",
         &[],
@@ -257,13 +299,14 @@ fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobRow>) -> DbRe
         },
     )?;
     for (job, owner, token, until) in leases {
-        let j = jobs.entry(job.clone()).or_insert_with(|| JobRow {
+        let j = jobs.entry(job.clone()).or_insert_with(|| JobFacts {
             job_key: job,
             ..Default::default()
         });
         j.fencing_token = token;
         if until != RELEASED {
-            j.lease_left_s = time::parse(&until).map(|t| (t - now).num_seconds());
+            let until = time_in("job_lease.lease_until", &until)?;
+            j.lease_left_s = Some((until - now).num_seconds());
             j.lease_owner = Some(owner);
             j.lease_until = Some(until);
         }

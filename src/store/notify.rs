@@ -1,6 +1,7 @@
 //! What became of a notification (`[[notify]]`): an event for the dashboard's stream, and a
 //! counter per rule and outcome for the metrics (`exactly_notifications_total`).
-use super::db::{args, DbResult};
+use super::db::{args, DbResult, Tx};
+use super::rows::NotificationCount;
 use super::{int, record_event, text_or_empty, NewEvent, Store};
 use crate::state::EventKind;
 use crate::Result;
@@ -47,27 +48,40 @@ impl Store {
 
     /// (rule, outcome, notifier job, count) of every notification counted so far.
     pub(crate) fn notification_counts(&mut self) -> Result<Vec<(String, String, String, u64)>> {
-        self.read(|tx| {
-            let rows = tx.rows(
-                "SELECT kind, job_key, n FROM exactly_counters WHERE kind LIKE 'notify:%' \
-                 ORDER BY kind, job_key",
-                args![],
-                |r| {
-                    Ok((
-                        text_or_empty(r, 0)?,
-                        text_or_empty(r, 1)?,
-                        int(r, 2)?.unwrap_or(0).max(0) as u64,
-                    ))
-                },
-            )?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(kind, job, n)| {
-                    let mut parts = kind.trim_start_matches(PREFIX).splitn(2, ':');
-                    let (outcome, rule) = (parts.next()?, parts.next()?);
-                    Some((rule.to_string(), outcome.to_string(), job, n))
-                })
-                .collect())
-        })
+        let counts = self.read(notification_counts)?;
+        Ok(counts
+            .into_iter()
+            .map(|c| (c.rule, c.outcome, c.notifier, c.count))
+            .collect())
     }
+}
+
+/// Every notification counted so far, by notifier, rule and outcome, in `tx` (the snapshot's
+/// one read reads them with the rest).
+pub(super) fn notification_counts(tx: &Tx<'_>) -> DbResult<Vec<NotificationCount>> {
+    let rows = tx.rows(
+        "SELECT kind, job_key, n FROM exactly_counters WHERE kind LIKE 'notify:%' \
+         ORDER BY kind, job_key",
+        args![],
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                text_or_empty(r, 1)?,
+                int(r, 2)?.unwrap_or(0).max(0) as u64,
+            ))
+        },
+    )?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(kind, notifier, count)| {
+            let mut parts = kind.trim_start_matches(PREFIX).splitn(2, ':');
+            let (outcome, rule) = (parts.next()?, parts.next()?);
+            Some(NotificationCount {
+                notifier,
+                rule: rule.to_string(),
+                outcome: outcome.to_string(),
+                count,
+            })
+        })
+        .collect())
 }

@@ -70,7 +70,7 @@ impl Store {
         if self.is_pg() && kept.polls > super::windows::FRESH_EVERY {
             kept = Kept::default();
         }
-        let snap = self.read(|tx| reading_in(tx, &caller_now, now, dead_after, &db, &mut kept));
+        let snap = self.read(|tx| reading_in(tx, &caller_now, dead_after, &db, &mut kept));
         // A failed read may have left the cache half-synced: start it afresh next time.
         if snap.is_ok() {
             self.kept = Some(kept);
@@ -95,125 +95,23 @@ impl Store {
     }
 }
 
-/// The snapshot's rows in the transaction `tx`, as at `caller_now` (`now` parsed): what
-/// [`Store::reading`] reads, and `exactly doctor`'s read reads with its own rows.
+/// The snapshot's rows in the transaction `tx`, as at `caller_now` (the database's clock on
+/// PostgreSQL), notification counts included: what [`Store::reading`] reads, and `exactly
+/// doctor`'s read reads with its own rows.
 pub(super) fn reading_in(
     tx: &Tx<'_>,
     caller_now: &str,
-    now: Ts,
     dead_after: std::time::Duration,
     db: &str,
     kept: &mut Kept,
 ) -> DbResult<Reading> {
     // Ages are measured on the database's clock (the server's, on PostgreSQL).
     let now_s = tx.now(caller_now).to_string();
-    let now = time::parse(&now_s).unwrap_or(now);
+    let now = super::rows::time_in("the database's clock", &now_s)?;
     let day_ago = time::fmt(now - chrono::Duration::hours(24));
-    let unknown = tx.rows(
-        &format!(
-            "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
-                 e.verdict, e.fencing_token
-             {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
-        ),
-        args![&now_s],
-        |r| {
-            let since = text_or_empty(r, 3)?;
-            Ok(OpenEffect {
-                effect_key: text_or_empty(r, 0)?,
-                job_key: text_or_empty(r, 1)?,
-                state: word(r, 2)?,
-                age_s: time::parse(&since)
-                    .map(|t| time::age_s(t, now))
-                    .unwrap_or(0),
-                since,
-                terms_shown: text(r, 4)?,
-                verdict: text(r, 5)?,
-                fencing_token: int(r, 6)?,
-            })
-        },
-    )?;
-    // The open list, when it is whole, already holds what the two counts would count.
-    let whole = unknown.len() < OPEN_SHOWN;
-    // Both leaked counts from one walk of the claimed rows.
-    let (leaked, leaked_24h) = tx.one(
-        &format!(
-            "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
-                  ELSE 0 END), 0) AS BIGINT) {LEAKED}"
-        ),
-        args![&now_s, &day_ago],
-        |r| {
-            Ok((
-                r.get::<i64>(0)?.max(0) as u64,
-                r.get::<i64>(1)?.max(0) as u64,
-            ))
-        },
-    )?;
-    let totals = Window {
-        duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
-        fenced_writes: counter(tx, EventKind::FencedWrite)?,
-        claimed_never_submitted: leaked,
-        unknown: if whole {
-            unknown.len() as u64
-        } else {
-            count(tx, &format!("SELECT count(*) {OPEN}"), args![&now_s])?
-        },
-        pending_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals \
-                                      WHERE state = 'pending'",
-            &[],
-        )?,
-        unused_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals \
-                                     WHERE state = 'approved'",
-            &[],
-        )?,
-    };
-    let last_24h = Window {
-        duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, &day_ago)?,
-        fenced_writes: since(tx, EventKind::FencedWrite, &day_ago)?,
-        claimed_never_submitted: leaked_24h,
-        unknown: if whole {
-            unknown.iter().filter(|u| u.since >= day_ago).count() as u64
-        } else {
-            count(
-                tx,
-                &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
-                args![&now_s, &day_ago],
-            )?
-        },
-        pending_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                      'pending' AND requested_at >= ?1",
-            args![&day_ago],
-        )?,
-        unused_approvals: count(
-            tx,
-            "SELECT count(*) FROM exactly_approvals WHERE state = \
-                                     'approved' AND requested_at >= ?1",
-            args![&day_ago],
-        )?,
-    };
+    let unknown = open_effects(tx, &now_s, now)?;
+    let (totals, last_24h) = windows(tx, &now_s, &day_ago, &unknown)?;
     let oldest_unknown_s = unknown.iter().map(|u| u.age_s).max();
-    let approvals = |state: ApprovalState| -> DbResult<Vec<ApprovalView>> {
-        let rows = tx.rows(
-            &format!(
-                "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
-                 LIMIT {OPEN_SHOWN}",
-                super::approval::APPROVAL_COLS
-            ),
-            args![state],
-            super::approval::approval_row,
-        )?;
-        Ok(rows
-            .into_iter()
-            .map(|a| ApprovalView::from_row(a, now))
-            .collect())
-    };
-    let pending_approvals = approvals(ApprovalState::Pending)?;
-    let unused_approvals = approvals(ApprovalState::Approved)?;
     let events = tx.rows(
         &format!(
             "SELECT {EVENT_COLS} FROM exactly_events ORDER BY id DESC \
@@ -222,46 +120,161 @@ pub(super) fn reading_in(
         &[],
         event_row,
     )?;
-    let jobs = read_jobs(tx, now, kept)?;
-    let missed_recorded = counter(tx, EventKind::FiringMissed)?;
-    let schema_version = super::prepare::version(tx)?;
-    let schedulers = read_schedulers(tx, now, dead_after)?;
-    let host_clashes_24h = count(
-        tx,
-        "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
-        args![&day_ago],
-    )?;
     let failovers = counter(tx, EventKind::Failover)?;
-    // Only when there was one: the newest of a kind is a walk back through the events.
-    let last_failover = if failovers > 0 {
-        tx.one(
-            "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
-             ORDER BY id DESC LIMIT 1",
-            &[],
-            |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
-        )
-        .optional()?
-    } else {
-        None
-    };
     Ok(Reading {
-        taken_at: now_s.clone(),
+        taken_at: now,
         db: db.to_string(),
-        schema_version,
-        schedulers,
+        schema_version: super::prepare::version(tx)?,
+        schedulers: read_schedulers(tx, now, dead_after)?,
         totals,
         last_24h,
         oldest_unknown_s,
-        missed_recorded,
-        jobs,
+        missed_recorded: counter(tx, EventKind::FiringMissed)?,
+        jobs: read_jobs(tx, now, kept)?,
         unknown,
-        pending_approvals,
-        unused_approvals,
+        pending_approvals: approvals(tx, ApprovalState::Pending, now)?,
+        unused_approvals: approvals(tx, ApprovalState::Approved, now)?,
         events,
-        host_clashes_24h,
+        host_clashes_24h: count(
+            tx,
+            "SELECT count(*) FROM exactly_events WHERE kind = 'host_clash' AND at >= ?1",
+            args![&day_ago],
+        )?,
         failovers,
-        last_failover,
+        last_failover: last_failover(tx, failovers)?,
+        notifications: super::notify::notification_counts(tx)?,
     })
+}
+
+/// The open effects, oldest first (at most [`OPEN_SHOWN`]), their ages at `now`.
+fn open_effects(tx: &Tx<'_>, now_s: &str, now: Ts) -> DbResult<Vec<OpenEffect>> {
+    tx.rows(
+        &format!(
+            "SELECT e.effect_key, e.job_key, e.state, e.updated_at, e.terms_shown, \
+                 e.verdict, e.fencing_token
+             {OPEN} ORDER BY e.updated_at, e.effect_key LIMIT {OPEN_SHOWN}"
+        ),
+        args![now_s],
+        |r| {
+            let since = super::rows::ts_req(r, 3, "effect_ledger.updated_at")?;
+            Ok(OpenEffect {
+                effect_key: text_or_empty(r, 0)?,
+                job_key: text_or_empty(r, 1)?,
+                state: word(r, 2)?,
+                age_s: time::age_s(since, now),
+                since,
+                terms_shown: text(r, 4)?,
+                verdict: text(r, 5)?,
+                fencing_token: int(r, 6)?,
+            })
+        },
+    )
+}
+
+/// The counters over all time and over the last 24 hours (since `day_ago`); `unknown` is the
+/// open list [`open_effects`] read, which already holds what its counts count when it is whole.
+fn windows(
+    tx: &Tx<'_>,
+    now_s: &str,
+    day_ago: &str,
+    unknown: &[OpenEffect],
+) -> DbResult<(Window, Window)> {
+    let whole = unknown.len() < OPEN_SHOWN;
+    // Both leaked counts from one walk of the claimed rows.
+    let (leaked, leaked_24h) = tx.one(
+        &format!(
+            "SELECT count(*), CAST(coalesce(sum(CASE WHEN e.updated_at >= ?2 THEN 1 \
+                  ELSE 0 END), 0) AS BIGINT) {LEAKED}"
+        ),
+        args![now_s, day_ago],
+        |r| {
+            Ok((
+                r.get::<i64>(0)?.max(0) as u64,
+                r.get::<i64>(1)?.max(0) as u64,
+            ))
+        },
+    )?;
+    let approvals = |state: &str, since: Option<&str>| match since {
+        None => count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = ?1",
+            args![state],
+        ),
+        Some(since) => count(
+            tx,
+            "SELECT count(*) FROM exactly_approvals WHERE state = ?1 AND requested_at >= ?2",
+            args![state, since],
+        ),
+    };
+    let totals = Window {
+        duplicates_suppressed: counter(tx, EventKind::DuplicateSuppressed)?,
+        fenced_writes: counter(tx, EventKind::FencedWrite)?,
+        claimed_never_submitted: leaked,
+        unknown: if whole {
+            unknown.len() as u64
+        } else {
+            count(tx, &format!("SELECT count(*) {OPEN}"), args![now_s])?
+        },
+        pending_approvals: approvals("pending", None)?,
+        unused_approvals: approvals("approved", None)?,
+    };
+    let last_24h = Window {
+        duplicates_suppressed: since(tx, EventKind::DuplicateSuppressed, day_ago)?,
+        fenced_writes: since(tx, EventKind::FencedWrite, day_ago)?,
+        claimed_never_submitted: leaked_24h,
+        unknown: if whole {
+            unknown
+                .iter()
+                .filter(|u| time::fmt(u.since).as_str() >= day_ago)
+                .count() as u64
+        } else {
+            count(
+                tx,
+                &format!("SELECT count(*) {OPEN} AND e.updated_at >= ?2"),
+                args![now_s, day_ago],
+            )?
+        },
+        pending_approvals: approvals("pending", Some(day_ago))?,
+        unused_approvals: approvals("approved", Some(day_ago))?,
+    };
+    Ok((totals, last_24h))
+}
+
+/// The approvals in `state`, oldest first (at most [`OPEN_SHOWN`]), their ages at `now`.
+fn approvals(tx: &Tx<'_>, state: ApprovalState, now: Ts) -> DbResult<Vec<ApprovalView>> {
+    let rows = tx.rows(
+        &format!(
+            "SELECT {} FROM exactly_approvals WHERE state = ?1 ORDER BY requested_at \
+             LIMIT {OPEN_SHOWN}",
+            super::approval::APPROVAL_COLS
+        ),
+        args![state],
+        super::approval::approval_row,
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|a| ApprovalView::from_row(a, now))
+        .collect())
+}
+
+/// The newest `failover` event, asked only when there was one (`failovers`): the newest of a
+/// kind is a walk back through the events.
+fn last_failover(tx: &Tx<'_>, failovers: u64) -> DbResult<Option<(Ts, String)>> {
+    if failovers == 0 {
+        return Ok(None);
+    }
+    tx.one(
+        "SELECT at, detail FROM exactly_events WHERE kind = 'failover' \
+         ORDER BY id DESC LIMIT 1",
+        &[],
+        |r| {
+            Ok((
+                super::rows::ts_req(r, 0, "exactly_events.at")?,
+                text_or_empty(r, 1)?,
+            ))
+        },
+    )
+    .optional()
 }
 
 /// The ledger and event queries whose cost must not grow with history: each must be an index
@@ -370,7 +383,7 @@ pub(super) mod tests {
         let mut store = super::Store::open(path).unwrap();
         let d = job(&mut store, "d");
         assert_eq!(d.state(), JobState::Running);
-        let ok_at = d.last_success_at.clone().unwrap();
+        let ok_at = crate::time::fmt(d.last_success_at.unwrap());
         assert_eq!(
             d.failing_episode(),
             Some((format!("d@after-ok:{ok_at}"), 2))
@@ -391,6 +404,34 @@ pub(super) mod tests {
         run("d", "d7", 0, Some("ok"));
         let d = job(&mut store, "d");
         assert_eq!((d.state(), d.failing_episode()), (JobState::Ok, None));
+    }
+
+    /// A time in a row that is not a time is the database's corruption, said with the column
+    /// and the value: never read as "no lease", never replaced by the wall clock.
+    #[test]
+    fn a_bad_time_in_a_row_is_corrupt_not_guessed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.db");
+        let path = path.to_str().unwrap();
+        drop(super::Store::open(path).unwrap());
+        let raw = rusqlite::Connection::open(path).unwrap();
+        raw.execute(
+            "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+             VALUES ('j', 'me', 1, 'next tuesday', '2026-01-01T00:00:00.000Z')",
+            [],
+        )
+        .unwrap();
+        let mut store = super::Store::open_read_only(path).unwrap();
+        match store.reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER) {
+            Err(crate::Error::Corrupt { message, .. }) => {
+                assert!(
+                    message.ends_with("job_lease.lease_until holds \"next tuesday\", not a time"),
+                    "{message}"
+                );
+                assert!(!message.contains('\n'), "{message}");
+            }
+            other => panic!("a bad lease_until read as {other:?}"),
+        }
     }
 
     /// Duplicates suppressed and fenced writes: all time from the counters, last 24 h from the

@@ -5,7 +5,53 @@ use super::ApprovalRow;
 use crate::policy::Overlap;
 use crate::schedule::DstShown;
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
+use crate::time::Ts;
 use serde::Serialize;
+
+/// A time column read at the store's door: NULL is None, text that is not a time is
+/// [`DbError::Corrupt`](super::db::DbError) naming the column and the value, never a guess.
+pub(crate) fn ts(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Option<Ts>> {
+    super::text(r, idx)?
+        .map(|t| time_in(column, &t))
+        .transpose()
+}
+
+/// A time column that is never NULL (see [`ts`]).
+pub(crate) fn ts_req(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Ts> {
+    time_in(column, &super::text_or_empty(r, idx)?)
+}
+
+/// `text`, read from `column`, as a time; [`DbError::Corrupt`](super::db::DbError) if it is not.
+pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
+    crate::time::parse(text).ok_or_else(|| {
+        super::db::DbError::Corrupt(format!(
+            "{column} holds {:?}, not a time",
+            crate::sanitize::inert_trunc(text, 40)
+        ))
+    })
+}
+
+/// Serializes a time in the fixed-width text every stored instant is written in
+/// ([`crate::time::fmt`]), as the JSON has always shown it.
+pub(crate) fn ser_ts<S: serde::Serializer>(t: &Ts, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::time::fmt(*t))
+}
+
+/// [`ser_ts`] for a time that may be absent (`null`).
+pub(crate) fn ser_ts_opt<S: serde::Serializer>(t: &Option<Ts>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => ser_ts(t, s),
+        None => s.serialize_none(),
+    }
+}
 
 /// Counters over one window (all time, or the last 24 h).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -29,7 +75,7 @@ pub struct Window {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reading {
     /// The database's clock when read (the server's, on PostgreSQL).
-    pub taken_at: String,
+    pub taken_at: Ts,
     /// The database read, as its path or URL.
     pub db: String,
     /// `PRAGMA user_version` (or the schema table's version) of the database read.
@@ -45,7 +91,7 @@ pub struct Reading {
     /// Firings a scheduler recorded missed, all jobs, all time.
     pub missed_recorded: u64,
     /// Every job: registered, or known only by its lease.
-    pub jobs: Vec<JobRow>,
+    pub jobs: Vec<JobFacts>,
     /// Open effects, oldest first (at most a thousand).
     pub unknown: Vec<OpenEffect>,
     /// Approvals waiting for a decision, oldest first.
@@ -59,7 +105,9 @@ pub struct Reading {
     /// `failover` events, all time.
     pub failovers: u64,
     /// The newest `failover` event: when, and its detail.
-    pub last_failover: Option<(String, String)>,
+    pub last_failover: Option<(Ts, String)>,
+    /// Notifications (`[[notify]]`) counted so far, per notifier, rule and outcome.
+    pub notifications: Vec<NotificationCount>,
 }
 
 /// How many notifications of one notifier and rule ended one way (`sent`, `failed`), all time.
@@ -84,12 +132,15 @@ pub struct SchedulerRow {
     pub host: String,
     /// Its process id on that host.
     pub pid: i64,
-    /// When it started (RFC 3339, UTC).
-    pub started_at: String,
+    /// When it started.
+    #[serde(serialize_with = "ser_ts")]
+    pub started_at: Ts,
     /// Its latest heartbeat (every 2 s while it runs).
-    pub heartbeat_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub heartbeat_at: Ts,
     /// Set on a clean shutdown; a killed scheduler never sets it and just falls silent.
-    pub ended_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub ended_at: Option<Ts>,
     /// Whether it beat recently enough to count as running.
     pub alive: bool,
     /// The machine behind `host` (boot id / pid namespace); None from schedulers before it.
@@ -131,127 +182,143 @@ pub(crate) fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overl
     word.and_then(|w| Overlap::from_registry(&w, cap))
 }
 
-/// One job as the dashboard shows it: its definition, lease, runs, firings and warnings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct JobRow {
+/// One job as the store reads it: its definition, lease, runs, firings and counters, typed
+/// at the door. No view: the snapshot builds what a person is shown from it
+/// ([`crate::snapshot::JobRow::of`]: next firing, DST, warnings).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobFacts {
     /// The job's name, the key of its lease.
     pub job_key: String,
-    /// How it fires and holds its lease.
-    #[serde(flatten)]
+    /// How it fires and holds its lease, as the registry keeps it.
     pub settings: JobSettings,
-    /// A cron job's daylight-saving policy in its zone; absent for other jobs.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Its schedule parsed (zone and DST policy applied), kept between polls; one this build
+    /// cannot read is kept with the reason. None: no schedule.
+    pub schedule: Option<ParsedSchedule>,
+    /// A cron job's daylight-saving policy in its zone (the registry's `dst_repeated` and
+    /// `dst_skipped`); None for other jobs.
     pub dst: Option<DstShown>,
-    /// The registry's `dst_repeated` and `dst_skipped`, as stored (read into `dst`).
-    #[serde(skip)]
-    pub dst_policy: (Option<String>, Option<String>),
     /// Runs in the run window.
     pub runs: u64,
-    /// Median run duration in the run window (ms): each run's command's own, from its start to
-    /// the run's end (runs recorded before schema version 8: from the run's recorded start).
+    /// Median run duration in the run window (ms).
     pub p50_ms: Option<u64>,
     /// 99th-percentile run duration in the run window (ms).
     pub p99_ms: Option<u64>,
-    /// Median start lag in the run window (ms): from a run's recorded start to its command's
-    /// start, the scheduler's part, not in the durations (runs from schema 8 on).
+    /// Median start lag in the run window (ms).
     pub start_lag_p50_ms: Option<u64>,
     /// 99th-percentile start lag in the run window (ms).
     pub start_lag_p99_ms: Option<u64>,
     /// The longest any run's lease in the run window went without a renewal (ms).
     pub renewal_gap_max_ms: Option<u64>,
-    /// Whether a scheduler registered the job (a jobs file): its runs' leases are renewed by
-    /// heartbeat, so a run may outlast the lease. Otherwise its lease is held by a wrapper or
-    /// a program (`lease claim`, the library) and renewed only if that holder does.
+    /// Whether a scheduler registered the job (its runs' leases are renewed by heartbeat).
     pub lease_renewed: bool,
-    /// For a lease nobody renews: the 99th-percentile time a holder held it (claim to
-    /// release, holds without a renewal, in the run window, ms).
+    /// For a lease nobody renews: the 99th-percentile hold (ms).
     pub hold_p99_ms: Option<u64>,
     /// For a lease nobody renews: the lease its newest such hold claimed (ms).
     pub hold_lease_ms: Option<u64>,
-    /// The durations (ms) behind p50/p99: the job's runs in the duration window.
-    #[serde(skip)]
+    /// The durations (ms) behind p50/p99.
     pub durations_ms: Vec<i64>,
     /// The newest fencing token issued for the job.
     pub fencing_token: Option<i64>,
     /// Who holds the lease; None when released.
     pub lease_owner: Option<String>,
-    /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.
-    pub lease_until: Option<String>,
-    /// Seconds until the lease expires (negative: expired); None when released or never held.
+    /// When the lease ends.
+    pub lease_until: Option<Ts>,
+    /// Seconds until the lease expires (negative: expired).
     pub lease_left_s: Option<i64>,
     /// Whether its firings are skipped until it is resumed.
     pub paused: bool,
     /// The note left with its latest pause.
     pub pause_note: Option<String>,
-    /// Whether it was removed from the jobs file: it no longer fires.
+    /// Whether it was removed from the jobs file.
     pub retired: bool,
     /// Firings queued, waiting for the live run to end.
     pub queue_depth: u64,
     /// Its newest run.
     pub last_run: Option<RunRow>,
-    /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
-    pub next_fire_at: Option<String>,
     /// When the latest `ok` run ended.
-    pub last_success_at: Option<String>,
+    pub last_success_at: Option<Ts>,
     /// Runs in the run window that ended `failed` or `timeout`.
     pub runs_failed: u64,
-    /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
-    /// counts the same, since the job was last resumed.
+    /// Its newest runs that failed, in a row (within the run window).
     pub consecutive_failures: u64,
-    /// Its finished runs that failed since its newest `ok` run (runs that say nothing of the
-    /// job, and a run under way, neither count nor end it): a failing episode is open while
-    /// this is above 0 (see [`JobRow::state`](crate::snapshot::JobState)).
-    #[serde(skip)]
+    /// Its finished runs that failed since its newest `ok` run.
     pub failed_since_ok: u64,
-    /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
-    /// it is not paused.
+    /// Why it is paused; None when it is not paused.
     pub paused_reason: Option<String>,
-    /// All-time runs per outcome (kept by counters, so pruning history keeps them).
-    pub runs_by_outcome: std::collections::BTreeMap<String, u64>,
-    /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last),
-    /// not cumulative, and their durations' sum: kept by counters, so they never go down.
-    #[serde(skip)]
+    /// All-time runs per outcome, in the order of their words (an outcome word this build
+    /// does not know kept as [`RunOutcome::Other`]).
+    pub runs_by_outcome: Vec<(RunOutcome, u64)>,
+    /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last).
     pub run_duration_counts: Vec<u64>,
     /// The sum of all its ended runs' durations (ms), all time.
-    #[serde(skip)]
     pub run_duration_sum_ms: u64,
-    /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
-    /// run them (`missed_unrecorded`, counted by the reader).
-    pub missed_firings: u64,
-    /// Slots passed with no scheduler to fire them, not yet recorded as missed.
-    pub missed_unrecorded: u64,
     /// Its effects not sent again because the ledger held their effect key.
     pub duplicates_suppressed: u64,
     /// Its writes refused because a higher fencing token held the job.
     pub fenced_writes: u64,
-    /// Firings that used up their runs (three) without finishing.
+    /// Firings that used up their runs without finishing.
     pub firings_gave_up: u64,
-    /// Firings marked to run again (their run failed with retries left, or an observer found
-    /// an effect never happened, or its approval came) that have not run yet.
+    /// Firings marked to run again that have not run yet.
     pub firings_need_retry: u64,
     /// One such firing's own reason (its firing row's detail).
-    #[serde(skip)]
     pub retry_detail: Option<String>,
-    /// What a person should look at, in sentences.
-    pub warnings: Vec<String>,
-    /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of
-    /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
-    #[serde(skip)]
-    pub warning_tags: Vec<&'static str>,
-    /// Facts the store reads for [`crate::snapshot::plan`]: the latest slot fired (or the last
-    /// run's), the catch-up window, the misses a scheduler recorded. Not part of the JSON.
-    #[serde(skip)]
-    pub last_slot: Option<String>,
-    /// How long after its slot a firing may still start (s); later, it is missed.
-    #[serde(skip)]
+    /// The latest slot fired (or the last run's).
+    pub last_slot: Option<Ts>,
+    /// How long after its slot a firing may still start (s).
     pub catchup_s: i64,
     /// Firings a scheduler recorded missed.
-    #[serde(skip)]
     pub missed_recorded: u64,
     /// A live scheduler's different definition the newest registration replaced (a warning
     /// while that scheduler is alive: `runner::config::definitions`).
-    #[serde(skip)]
     pub replaced: Option<Replaced>,
+}
+
+/// A registry schedule parsed at the store's door, with its zone and DST policy: parsed once
+/// and kept between polls (`windows::Kept`), so a dashboard of 1,000 jobs does not parse them
+/// every poll. One this build cannot read keeps the reason.
+#[derive(Debug, Clone)]
+pub struct ParsedSchedule {
+    /// What it was parsed from: (schedule, zone, DST words).
+    key: ScheduleKey,
+    parsed: std::sync::Arc<Result<crate::schedule::Schedule, String>>,
+}
+
+/// A registry schedule's words: its text, its zone, its DST policy's words.
+pub(crate) type ScheduleKey = (String, Option<String>, Option<(&'static str, &'static str)>);
+
+impl ParsedSchedule {
+    /// Parses a registry schedule in its zone, under `dst` (a cron job's policy there).
+    pub(crate) fn parse(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> Self {
+        let parsed = crate::schedule::Schedule::from_registry(schedule, tz).map(|s| match dst {
+            Some(d) => s.with_dst(d.policy()),
+            None => s,
+        });
+        ParsedSchedule {
+            key: Self::key(schedule, tz, dst),
+            parsed: std::sync::Arc::new(parsed),
+        }
+    }
+
+    /// The words a schedule is parsed from, as a cache's key.
+    pub(crate) fn key(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> ScheduleKey {
+        (
+            schedule.to_string(),
+            tz.map(str::to_string),
+            dst.map(|d| (d.repeated, d.skipped)),
+        )
+    }
+
+    /// The schedule, or why this build cannot read it.
+    pub fn get(&self) -> Result<&crate::schedule::Schedule, &str> {
+        self.parsed.as_ref().as_ref().map_err(String::as_str)
+    }
+}
+
+/// Two parsed schedules are equal when they were parsed from the same words.
+impl PartialEq for ParsedSchedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
 }
 
 /// Whose definition of a job the newest registration (`by`, from `by_source`, `at`) replaced.
@@ -266,7 +333,7 @@ pub struct Replaced {
     /// Where the replacing definition came from.
     pub by_source: Option<String>,
     /// When it was replaced.
-    pub at: Option<String>,
+    pub at: Option<Ts>,
 }
 
 /// One run of a job's command.
@@ -319,7 +386,8 @@ pub struct OpenEffect {
     /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
     pub state: EffectState,
     /// When its row last changed.
-    pub since: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub since: Ts,
     /// Seconds since it last changed.
     pub age_s: i64,
     /// What the effect does, as a person approving or resolving it is shown.
@@ -351,7 +419,7 @@ pub struct ApprovalView {
 
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
-    pub fn from_row(a: ApprovalRow, now: crate::time::Ts) -> Self {
+    pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
         let age_s = crate::time::parse(&a.requested_at)
             .map(|t| crate::time::age_s(t, now))
             .unwrap_or(0);
@@ -373,7 +441,8 @@ pub struct EventRow {
     /// The event's id, rising as events are recorded.
     pub id: i64,
     /// When it happened.
-    pub at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub at: Ts,
     /// What happened (an [`EventKind`](crate::state::EventKind) word).
     pub kind: EventKind,
     /// The job it concerns.

@@ -2,7 +2,7 @@
 //! scheduler that is idle from one that is dead (a killed process never says goodbye; it only
 //! falls silent).
 use super::db::{args, DbResult, Tx};
-use super::rows::SchedulerRow;
+use super::rows::{ts, ts_req, SchedulerRow};
 use super::{int, text, text_or_empty, Store};
 use crate::time::{self, Ts};
 use crate::Result;
@@ -135,21 +135,20 @@ pub(super) fn read_schedulers(
         return Ok(Vec::new());
     }
     let oldest = time::fmt(now - chrono::Duration::days(SCHEDULERS_SHOWN_DAYS));
-    let alive_after =
-        time::fmt(now - chrono::Duration::milliseconds(dead_after.as_millis() as i64));
+    let alive_after = now - chrono::Duration::milliseconds(dead_after.as_millis() as i64);
     let rows = tx.rows(
         "SELECT owner, host, pid, started_at, heartbeat_at, ended_at, host_id \
              FROM exactly_schedulers
          WHERE heartbeat_at >= ?1 ORDER BY heartbeat_at DESC LIMIT 100",
         args![&oldest],
         |r| {
-            let heartbeat_at = text_or_empty(r, 4)?;
-            let ended_at = text(r, 5)?;
+            let heartbeat_at = ts_req(r, 4, "exactly_schedulers.heartbeat_at")?;
+            let ended_at = ts(r, 5, "exactly_schedulers.ended_at")?;
             Ok(SchedulerRow {
                 owner: text_or_empty(r, 0)?,
                 host: text_or_empty(r, 1)?,
                 pid: int(r, 2)?.unwrap_or(0),
-                started_at: text_or_empty(r, 3)?,
+                started_at: ts_req(r, 3, "exactly_schedulers.started_at")?,
                 alive: ended_at.is_none() && heartbeat_at >= alive_after,
                 heartbeat_at,
                 ended_at,

@@ -3,7 +3,7 @@
 //! run-time figures (count, failures, p50/p99) computed from them, and each job's latest firing.
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{has_run_lags, run_cols, run_row};
-use super::rows::RunRow;
+use super::rows::{ParsedSchedule, RunRow, ScheduleKey};
 use super::{int, text, text_or_empty};
 use crate::state::RunOutcome;
 use crate::time;
@@ -62,8 +62,39 @@ struct JobWindow {
 pub struct Kept {
     pub runs: RunWindows,
     pub slots: LatestSlots,
+    pub schedules: Schedules,
     /// Polls served since this was read afresh (see [`LATE_ROWS`]).
     pub polls: u32,
+}
+
+/// The registry's schedules as parsed, by the words they were parsed from: a dashboard
+/// polling 1,000 jobs parses each once, not once a poll.
+#[derive(Debug, Default)]
+pub struct Schedules(std::collections::HashMap<ScheduleKey, ParsedSchedule>);
+
+/// Most schedules kept: registries change rarely; the bound keeps a dashboard left open for
+/// months small.
+const SCHEDULES_KEPT: usize = 10_000;
+
+impl Schedules {
+    /// A registry schedule parsed, kept or parsed now (see [`ParsedSchedule::parse`]).
+    pub(super) fn parsed(
+        &mut self,
+        schedule: &str,
+        tz: Option<&str>,
+        dst: Option<&crate::schedule::DstShown>,
+    ) -> ParsedSchedule {
+        let key = ParsedSchedule::key(schedule, tz, dst);
+        if let Some(p) = self.0.get(&key) {
+            return p.clone();
+        }
+        if self.0.len() >= SCHEDULES_KEPT {
+            self.0.clear();
+        }
+        let p = ParsedSchedule::parse(schedule, tz, dst);
+        self.0.insert(key, p.clone());
+        p
+    }
 }
 
 /// On PostgreSQL a rowid comes from a sequence when the row is inserted, not when it commits:
@@ -454,7 +485,7 @@ mod tests {
         Option<u64>,
         Option<u64>,
         Option<crate::snapshot::RunRow>,
-        Option<String>,
+        Option<crate::time::Ts>,
     )>;
 
     fn figures(store: &mut crate::store::Store) -> Figures {
@@ -539,9 +570,9 @@ mod tests {
         let mut kept = crate::store::Store::open_read_only(path).unwrap();
         let fresh = |_: ()| figures(&mut crate::store::Store::open_read_only(path).unwrap());
         assert_eq!(figures(&mut kept), fresh(()));
-        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6.clone();
+        let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6;
         let first = figures(&mut kept);
-        assert_eq!(success(&first, "d"), Some(at(9 * 86400)));
+        assert_eq!(success(&first, "d"), crate::time::parse(&at(9 * 86400)));
         assert_eq!(success(&first, "e"), None);
         // New runs, one failed.
         run("a-new", "a", 5, Some(5000), "failed");
@@ -603,13 +634,14 @@ mod tests {
                 )
                 .unwrap();
             };
-            let slots = |store: &mut crate::store::Store| -> Vec<(String, Option<String>)> {
-                snap(store)
-                    .jobs
-                    .into_iter()
-                    .map(|j| (j.job_key, j.last_slot))
-                    .collect()
-            };
+            let slots =
+                |store: &mut crate::store::Store| -> Vec<(String, Option<crate::time::Ts>)> {
+                    snap(store)
+                        .jobs
+                        .into_iter()
+                        .map(|j| (j.job_key, j.last_slot))
+                        .collect()
+                };
             let fresh = || slots(&mut crate::store::Store::open_read_only(path).unwrap());
             fire("a", "2026-01-01T00:01:00.000Z");
             fire("a", "2026-01-01T00:02:00.000Z");
@@ -623,8 +655,14 @@ mod tests {
             fire("a", "2025-12-31T00:00:00.000Z");
             let now = slots(&mut kept);
             assert_eq!(now, fresh());
-            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
-            assert_eq!(now[1].1.as_deref(), Some("2026-01-01T00:03:00.000Z"));
+            assert_eq!(
+                now[0].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:03:00.000Z")
+            );
+            assert_eq!(
+                now[1].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:03:00.000Z")
+            );
             assert_eq!(now[2].1, None);
             // a's latest firing deleted (not what gc does, but another program may).
             raw.execute(
@@ -635,7 +673,10 @@ mod tests {
             .unwrap();
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
-            assert_eq!(now[0].1.as_deref(), Some("2026-01-01T00:02:00.000Z"));
+            assert_eq!(
+                now[0].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-01T00:02:00.000Z")
+            );
             // d, not shown yet, gets an older slot backfilled while the dashboard polls; once
             // registered, its latest is still its newest slot (fired before the dashboard began).
             fire("d", "2025-06-01T00:00:00.000Z");
@@ -643,7 +684,10 @@ mod tests {
             register("d");
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
-            assert_eq!(now[3].1.as_deref(), Some("2026-01-05T00:00:00.000Z"));
+            assert_eq!(
+                now[3].1.map(crate::time::fmt).as_deref(),
+                Some("2026-01-05T00:00:00.000Z")
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The dashboard (`exactly top`): the live operations screen for leases and the effect ledger.
 //!
-//! Data flows one way. A poll task builds a [`Snapshot`] in `spawn_blocking` every `--refresh`
-//! and sends it over a channel; the screen draws the last one it received, so drawing never
+//! Data flows one way. A poll thread builds a [`Snapshot`] every `--refresh` and sends it over a
+//! channel; the screen draws the last one it received, so drawing never
 //! waits on the database. Keys become [`Request`] values for the same task (actions, detail
 //! reads); the answers come back on the same channel as the snapshots.
 pub mod input;
@@ -100,7 +100,7 @@ impl Watch {
             Err(e) => return vec![Reply::PollFailed(e.to_string())],
         };
         if self.version == Some(version) && self.due.is_some_and(|d| now < d) {
-            return vec![Reply::Unchanged(crate::time::fmt(now))];
+            return vec![Reply::Unchanged(now)];
         }
         let reply = poll(store);
         match &reply {
@@ -157,8 +157,8 @@ fn give_back_memory() {
 /// The first instant at which `s` (taken at `now`) may be wrong although nothing was committed.
 fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
     let mut due = crate::time::add(now, FULL_POLL_AT_LEAST_EVERY);
-    let mut upto = |at: Option<&str>, plus: i64| {
-        if let Some(t) = at.and_then(crate::time::parse) {
+    let mut upto = |at: Option<crate::time::Ts>, plus: i64| {
+        if let Some(t) = at {
             let t = t + chrono::Duration::seconds(plus);
             if t > now && t < due {
                 due = t;
@@ -167,15 +167,12 @@ fn expires(s: &Snapshot, now: crate::time::Ts) -> crate::time::Ts {
     };
     for j in &s.jobs {
         // A live lease's end turns its `submitted` rows into unknowns and its claims into leaks.
-        upto(j.lease_until.as_deref(), 0);
-        upto(j.next_fire_at.as_deref(), 0);
-        upto(
-            j.next_fire_at.as_deref(),
-            crate::schedule::LATE_OK.as_secs() as i64,
-        );
+        upto(j.lease_until, 0);
+        upto(j.next_fire_at, 0);
+        upto(j.next_fire_at, crate::schedule::LATE_OK.as_secs() as i64);
     }
     for sc in s.schedulers.iter().filter(|sc| sc.alive) {
-        upto(Some(&sc.heartbeat_at), s.scheduler_dead_after_s);
+        upto(Some(sc.heartbeat_at), s.scheduler_dead_after_s);
     }
     due
 }
@@ -395,12 +392,10 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
 
     read_terminal(tx.clone());
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()?;
-    let (req_tx, req_rx) = tokio::sync::mpsc::unbounded_channel::<Request>();
-    rt.spawn(poll_task(store, refresh, req_rx, tx));
+    let (req_tx, req_rx) = mpsc::channel::<Request>();
+    std::thread::Builder::new()
+        .name("exactly-top-poll".into())
+        .spawn(move || poll_loop(store, refresh, req_rx, tx))?;
 
     // New data, a key or a resize redraws at once; with nothing new, ages tick on a slow beat.
     let tick = AGE_TICK;
@@ -454,7 +449,8 @@ fn run(store: Store, mut app: App, refresh: Duration) -> Result<i32> {
     }
     drop(term);
     drop(_restore);
-    rt.shutdown_background();
+    // The poll thread ends at its next request or tick (a read under way is not waited for).
+    drop(req_tx);
     hold_terminal_past_exit();
     Ok(code)
 }
@@ -519,51 +515,40 @@ fn hold_terminal_past_exit() {
     }
 }
 
-/// Polls every `every`, and serves the screen's requests in between. The store moves into
-/// `spawn_blocking` and back, so SQLite never runs on the async workers.
-async fn poll_task(
-    store: Store,
+/// Polls every `every`, and serves the screen's requests in between (a request first, as
+/// soon as the read under way ends), on a thread of its own: the database's calls block, and
+/// the screen never waits on them. A panic in a read ends the thread, said on the screen.
+fn poll_loop(
+    mut store: Store,
     every: Duration,
-    mut requests: tokio::sync::mpsc::UnboundedReceiver<Request>,
+    requests: mpsc::Receiver<Request>,
     out: mpsc::Sender<Msg>,
 ) {
-    let mut store = Some(store);
-    let mut watch = Some(Watch::default());
+    let mut watch = Watch::default();
     let mut told = Instant::now();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = Instant::now();
     loop {
-        let req = tokio::select! {
-            biased;
-            r = requests.recv() => match r {
-                Some(r) => r,
-                None => return,
-            },
-            _ = tick.tick() => Request::Poll,
-        };
-        let (Some(mut s), Some(mut w)) = (store.take(), watch.take()) else {
-            return;
-        };
-        let done = tokio::task::spawn_blocking(move || {
-            let replies = match req {
-                // The timer's polls skip the read when nothing changed; after anything else
-                // the next one reads in full.
-                Request::Poll => w.poll(&mut s),
-                req => {
-                    w.forget();
-                    serve(&mut s, &req)
-                }
-            };
-            (s, w, replies)
-        })
-        .await;
-        let replies = match done {
-            Ok((s, w, replies)) => {
-                store = Some(s);
-                watch = Some(w);
-                replies
+        let req = match requests.recv_timeout(tick.saturating_duration_since(Instant::now())) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                tick = Instant::now() + every;
+                Request::Poll
             }
-            Err(e) => vec![Reply::PollFailed(format!("the poll task stopped: {e}"))],
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
+            // The timer's polls skip the read when nothing changed; after anything else the
+            // next one reads in full.
+            Request::Poll => watch.poll(&mut store),
+            req => {
+                watch.forget();
+                serve(&mut store, &req)
+            }
+        }));
+        let Ok(replies) = done else {
+            let stopped = Reply::PollFailed("the poll task stopped: a read panicked".into());
+            let _ = out.send(Msg::Reply(stopped));
+            return;
         };
         for r in replies {
             // "Nothing changed" only moves the header's poll time on: the screen needs it no
@@ -575,9 +560,6 @@ async fn poll_task(
             if out.send(Msg::Reply(r)).is_err() {
                 return;
             }
-        }
-        if store.is_none() {
-            return;
         }
     }
 }

@@ -175,7 +175,7 @@ pub enum Reply {
     Snapshot(Box<Snapshot>),
     /// Nothing was committed since the last snapshot, checked at this instant: the snapshot
     /// still holds (its ages tick in the view).
-    Unchanged(String),
+    Unchanged(crate::time::Ts),
     PollFailed(String),
     Loaded(Loaded),
     LoadFailed(String),

@@ -115,7 +115,9 @@ fn failing_runs(streak: u32, snap: &Snapshot, out: &mut Vec<Condition>) {
         if len < u64::from(streak) {
             continue;
         }
-        let since = j.last_success_at.as_deref().unwrap_or("it first ran");
+        let since = j
+            .last_success_at
+            .map_or_else(|| "it first ran".to_string(), time::fmt);
         out.push(Condition {
             rule: "failing_runs",
             subject: j.job_key.clone(),
@@ -130,12 +132,12 @@ fn failing_runs(streak: u32, snap: &Snapshot, out: &mut Vec<Condition>) {
 
 /// `late_by`: jobs whose next firing is that late and has not run.
 fn late_by(late: Duration, snap: &Snapshot, out: &mut Vec<Condition>) {
-    let now = time::parse(&snap.taken_at).unwrap_or_else(time::now);
+    let now = snap.taken_at;
     for j in snap.jobs.iter().filter(|j| !j.retired && !j.paused) {
-        let Some(due) = j.next_fire_at.as_deref() else {
+        let Some(at) = j.next_fire_at else {
             continue;
         };
-        let Some(at) = time::parse(due) else { continue };
+        let due = time::fmt(at);
         let by = now - at;
         if by.to_std().is_ok_and(|by| by >= late) {
             out.push(Condition {
@@ -175,7 +177,7 @@ fn missed(snap: &Snapshot, out: &mut Vec<Condition>) {
             episode: format!("{job}@missed#{}", e.id),
             text: format!(
                 "job {job}'s firing was missed at {}: {}",
-                e.at,
+                time::fmt(e.at),
                 e.detail.as_deref().unwrap_or("recorded missed")
             ),
         });
@@ -192,10 +194,13 @@ fn scheduler_gone(snap: &Snapshot, out: &mut Vec<Condition>) {
         out.push(Condition {
             rule: "scheduler_gone",
             subject: s.owner.clone(),
-            episode: format!("{}@{}", s.owner, s.started_at),
+            episode: format!("{}@{}", s.owner, time::fmt(s.started_at)),
             text: format!(
                 "scheduler {} on {} (pid {}) stopped beating at {} without a clean stop",
-                s.owner, s.host, s.pid, s.heartbeat_at
+                s.owner,
+                s.host,
+                s.pid,
+                time::fmt(s.heartbeat_at)
             ),
         });
     }

@@ -1,7 +1,7 @@
 //! Driving the dashboard as an operator would, with no terminal: the snapshot a poll task
 //! would send, keys pressed through the same `serve` the poll task runs, and the screen drawn
 //! into ratatui's `TestBackend`.
-use super::fixture::{before, now, Fixture};
+use super::fixture::{now, Fixture};
 use crate::tui::{draw, serve, App, Options, Request};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use exactly::snapshot::Snapshot;
@@ -19,7 +19,7 @@ pub fn snapshot(f: &Fixture) -> Snapshot {
     }
     s.host = "web-1".into();
     s.db = "/var/lib/exactly/exactly.db".into();
-    s.taken_at = before(1);
+    s.taken_at = super::fixture::ago(1);
     s
 }
 
@@ -65,7 +65,7 @@ pub fn pump(app: &mut App, store: &mut Store, req: Request) {
                 crate::tui::Reply::Snapshot(mut s) => {
                     s.host = "web-1".into();
                     s.db = "/var/lib/exactly/exactly.db".into();
-                    s.taken_at = before(1);
+                    s.taken_at = super::fixture::ago(1);
                     crate::tui::Reply::Snapshot(s)
                 }
                 other => other,

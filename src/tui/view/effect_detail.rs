@@ -81,7 +81,7 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
             for e in events {
                 let text = format!(
                     " {} {} {:<20} {} {}",
-                    clock(&e.at),
+                    clock(&crate::time::fmt(e.at)),
                     if event_alert(e) { "!" } else { " " },
                     inert(e.kind.as_str()),
                     e.actor.as_deref().map(inert).unwrap_or_else(|| "-".into()),

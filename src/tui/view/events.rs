@@ -47,7 +47,7 @@ pub(super) fn draw_events(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             let alert = event_alert(e);
             vec![
                 (if alert { "!" } else { " " }.into(), t.bad()),
-                plain(clock(&e.at)),
+                plain(clock(&crate::time::fmt(e.at))),
                 (
                     e.kind.to_string(),
                     if alert { t.warn() } else { Style::new() },

@@ -39,7 +39,7 @@ pub(super) fn draw_top(f: &mut Frame, app: &App, t: &Theme, area: Rect, now: Ts)
             }
             spans.push(Span::raw(format!(
                 "polled {} ({} ago)  ",
-                clock(&s.taken_at),
+                clock(&crate::time::fmt(s.taken_at)),
                 human_age(age)
             )));
             let used: usize = spans.iter().map(|s| s.width()).sum();
@@ -137,7 +137,7 @@ pub(super) fn draw_counters(f: &mut Frame, app: &App, t: &Theme, area: Rect, now
         let ages: Vec<i64> = s
             .unknown
             .iter()
-            .filter_map(|u| age_s(&u.since, now))
+            .map(|u| (now - u.since).num_seconds())
             .collect();
         let oldest_all = ages.iter().copied().max().or(s.oldest_unknown_s);
         let oldest_day = ages.iter().copied().filter(|a| *a <= 86_400).max();

@@ -25,10 +25,7 @@ pub(super) const JOB_COLS: [Col; 18] = [
 ];
 
 pub(super) fn lease_left(j: &JobRow, now: Ts) -> Option<i64> {
-    j.lease_until
-        .as_deref()
-        .and_then(crate::time::parse)
-        .map(|u| (u - now).num_seconds())
+    j.lease_until.map(|u| (u - now).num_seconds())
 }
 
 /// The job's state word ([`JobRow::state`], as `jobs` and `status` say it); a paused job's in
@@ -125,7 +122,7 @@ pub(super) fn next_fire(j: &JobRow, t: &Theme, now: Ts) -> (String, Style) {
     if j.paused {
         return ("paused".into(), t.warn());
     }
-    let Some(at) = j.next_fire_at.as_deref().and_then(crate::time::parse) else {
+    let Some(at) = j.next_fire_at else {
         return ("-".into(), t.dim());
     };
     let secs = (at - now).num_seconds();

@@ -131,7 +131,7 @@ pub(super) fn line_clipped<'a>(spans: Vec<Span<'a>>, width: u16) -> Line<'a> {
 /// Seconds since the snapshot shown was taken, and whether that is too long.
 pub(super) fn staleness(app: &App, now: Ts) -> Option<(i64, bool)> {
     let s = app.snap.as_ref()?;
-    let age = age_s(&s.taken_at, now)?.max(0);
+    let age = (now - s.taken_at).num_seconds().max(0);
     let limit = (app.refresh.as_secs() as i64 * 3).max(5);
     Some((age, app.poll_error.is_some() || age > limit))
 }

@@ -34,7 +34,7 @@ pub(super) fn draw_unknown(f: &mut Frame, app: &App, t: &Theme, area: Rect, now:
     let rows = list[shown.clone()]
         .iter()
         .map(|u| {
-            let age = age_s(&u.since, now).unwrap_or(u.age_s);
+            let age = (now - u.since).num_seconds();
             let alert = age > UNKNOWN_ALERT_S;
             vec![
                 (if alert { "!" } else { " " }.into(), t.bad()),

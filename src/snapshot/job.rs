@@ -1,69 +1,141 @@
-//! The [`Snapshot`]: one plain value, built from what the store reads in one short read
-//! transaction (a [`Reading`]), that every reader renders — `status` (text, JSON), `metrics`
-//! (OpenMetrics/Prometheus), the dashboard.
-//! Here the model and what is derived from its rows (percentiles, a job's warnings);
-//! `status.rs` and `metrics.rs` render it.
-use crate::time::{human_age, human_ms};
-use crate::Store;
+//! One job as a person is shown it ([`JobRow`]), built from what the store read of it
+//! ([`JobFacts`]): its state in a word, its next firing and the slots it missed, its warnings.
+use crate::schedule::DstShown;
+use crate::state::RunOutcome;
+use crate::store::rows::{JobFacts, JobSettings, ParsedSchedule, Replaced, RunRow};
+use crate::time::{human_age, human_ms, Ts};
 use serde::Serialize;
 
-/// Everything the dashboard, `status` and `metrics` show, read in one short transaction.
+/// One job as the dashboard, `status` and the metrics show it: the store's [`JobFacts`], and
+/// what the snapshot derives from them (next firing, missed slots, DST, warnings).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Snapshot {
-    /// The database's clock when read (the server's, on PostgreSQL).
-    pub taken_at: String,
-    /// The database read, as its path or URL.
-    pub db: String,
-    /// The host that read it.
-    pub host: String,
-    /// `PRAGMA user_version` of the database read.
-    pub schema_version: i64,
-    /// Schedulers (`exactly run`) seen recently, most recent heartbeat first.
-    pub schedulers: Vec<SchedulerRow>,
-    /// How many schedulers are alive.
-    pub schedulers_alive: u64,
-    /// Seconds without a heartbeat after which a scheduler is not alive.
-    pub scheduler_dead_after_s: i64,
-    /// Whole-system warnings (no scheduler alive while jobs are registered, a host-name clash).
-    pub warnings: Vec<String>,
-    /// Of `warnings`, the host-name clashes (the dashboard's header already says "no scheduler").
-    pub host_clashes: Vec<String>,
-    /// Times the PostgreSQL database failed over (its server's timeline changed), all time.
-    pub failovers: u64,
-    /// When the newest failover was found (the server's clock), if any.
-    pub last_failover_at: Option<String>,
-    /// Of `warnings`, a failover in the last 7 days, with what the guard did.
-    pub failover_warnings: Vec<String>,
-    /// Counters over all time.
-    pub totals: Window,
-    /// Counters over the last 24 hours.
-    pub last_24h: Window,
-    /// Age in seconds of the oldest open (`unknown`, or `submitted` by a dead holder) effect.
-    pub oldest_unknown_s: Option<i64>,
-    /// Firings missed, all jobs, all time: recorded, plus slots passed with no scheduler.
+pub struct JobRow {
+    /// The job's name, the key of its lease.
+    pub job_key: String,
+    /// How it fires and holds its lease.
+    #[serde(flatten)]
+    pub settings: JobSettings,
+    /// Its schedule as parsed at the store's door (zone and DST policy applied), or why this
+    /// build cannot read it: what [`plan`] reads. Not part of the JSON.
+    #[serde(skip)]
+    pub schedule: Option<ParsedSchedule>,
+    /// A cron job's daylight-saving policy in its zone; absent for other jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstShown>,
+    /// Runs in the run window.
+    pub runs: u64,
+    /// Median run duration in the run window (ms): each run's command's own, from its start to
+    /// the run's end (runs recorded before schema version 8: from the run's recorded start).
+    pub p50_ms: Option<u64>,
+    /// 99th-percentile run duration in the run window (ms).
+    pub p99_ms: Option<u64>,
+    /// Median start lag in the run window (ms): from a run's recorded start to its command's
+    /// start, the scheduler's part, not in the durations (runs from schema 8 on).
+    pub start_lag_p50_ms: Option<u64>,
+    /// 99th-percentile start lag in the run window (ms).
+    pub start_lag_p99_ms: Option<u64>,
+    /// The longest any run's lease in the run window went without a renewal (ms).
+    pub renewal_gap_max_ms: Option<u64>,
+    /// Whether a scheduler registered the job (a jobs file): its runs' leases are renewed by
+    /// heartbeat, so a run may outlast the lease. Otherwise its lease is held by a wrapper or
+    /// a program (`lease claim`, the library) and renewed only if that holder does.
+    pub lease_renewed: bool,
+    /// For a lease nobody renews: the 99th-percentile time a holder held it (claim to
+    /// release, holds without a renewal, in the run window, ms).
+    pub hold_p99_ms: Option<u64>,
+    /// For a lease nobody renews: the lease its newest such hold claimed (ms).
+    pub hold_lease_ms: Option<u64>,
+    /// The durations (ms) behind p50/p99: the job's runs in the duration window.
+    #[serde(skip)]
+    pub durations_ms: Vec<i64>,
+    /// The newest fencing token issued for the job.
+    pub fencing_token: Option<i64>,
+    /// Who holds the lease; None when released.
+    pub lease_owner: Option<String>,
+    /// When the lease ends; past it, anyone may claim the job.
+    #[serde(serialize_with = "crate::store::rows::ser_ts_opt")]
+    pub lease_until: Option<Ts>,
+    /// Seconds until the lease expires (negative: expired); None when released or never held.
+    pub lease_left_s: Option<i64>,
+    /// Whether its firings are skipped until it is resumed.
+    pub paused: bool,
+    /// The note left with its latest pause.
+    pub pause_note: Option<String>,
+    /// Whether it was removed from the jobs file: it no longer fires.
+    pub retired: bool,
+    /// Firings queued, waiting for the live run to end.
+    pub queue_depth: u64,
+    /// Its newest run.
+    pub last_run: Option<RunRow>,
+    /// The next firing: after the latest slot fired (in the past when no scheduler fired it).
+    #[serde(serialize_with = "crate::store::rows::ser_ts_opt")]
+    pub next_fire_at: Option<Ts>,
+    /// When the latest `ok` run ended.
+    #[serde(serialize_with = "crate::store::rows::ser_ts_opt")]
+    pub last_success_at: Option<Ts>,
+    /// Runs in the run window that ended `failed` or `timeout`.
+    pub runs_failed: u64,
+    /// Its newest runs that failed, in a row (within the run window); `pause_after_failures`
+    /// counts the same, since the job was last resumed.
+    pub consecutive_failures: u64,
+    /// Its finished runs that failed since its newest `ok` run (runs that say nothing of the
+    /// job, and a run under way, neither count nor end it): a failing episode is open while
+    /// this is above 0 (see [`JobRow::state`]).
+    #[serde(skip)]
+    pub failed_since_ok: u64,
+    /// Why it is paused (the pause's note: the operator's, or the failure policy's); None when
+    /// it is not paused.
+    pub paused_reason: Option<String>,
+    /// All-time runs per outcome (kept by counters, so pruning history keeps them), in the
+    /// order of their words; an outcome word this build does not know is kept as
+    /// [`RunOutcome::Other`].
+    #[serde(serialize_with = "outcome_counts")]
+    pub runs_by_outcome: Vec<(RunOutcome, u64)>,
+    /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`](crate::snapshot::RUN_BUCKETS_MS), then one past the last),
+    /// not cumulative, and their durations' sum: kept by counters, so they never go down.
+    #[serde(skip)]
+    pub run_duration_counts: Vec<u64>,
+    /// The sum of all its ended runs' durations (ms), all time.
+    #[serde(skip)]
+    pub run_duration_sum_ms: u64,
+    /// Firings missed: recorded by a scheduler, plus those passed since with no scheduler to
+    /// run them (`missed_unrecorded`, counted by the reader).
     pub missed_firings: u64,
-    /// Every job: registered, or known only by its lease.
-    pub jobs: Vec<JobRow>,
-    /// Open effects, oldest first.
-    pub unknown: Vec<OpenEffect>,
-    /// Approvals waiting for a decision, oldest first.
-    pub pending_approvals: Vec<ApprovalView>,
-    /// Approvals granted and not yet consumed, oldest first.
-    pub unused_approvals: Vec<ApprovalView>,
-    /// Most recent first.
-    pub events: Vec<EventRow>,
-    /// Notifications (`[[notify]]`) counted so far, per notifier, rule and outcome.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notifications: Vec<NotificationCount>,
+    /// Slots passed with no scheduler to fire them, not yet recorded as missed.
+    pub missed_unrecorded: u64,
+    /// Its effects not sent again because the ledger held their effect key.
+    pub duplicates_suppressed: u64,
+    /// Its writes refused because a higher fencing token held the job.
+    pub fenced_writes: u64,
+    /// Firings that used up their runs (three) without finishing.
+    pub firings_gave_up: u64,
+    /// Firings marked to run again (their run failed with retries left, or an observer found
+    /// an effect never happened, or its approval came) that have not run yet.
+    pub firings_need_retry: u64,
+    /// One such firing's own reason (its firing row's detail).
+    #[serde(skip)]
+    pub retry_detail: Option<String>,
+    /// What a person should look at, in sentences.
+    pub warnings: Vec<String>,
+    /// Each warning's reason in a word (`failing`, `p99>lease`, …), in the order of
+    /// `warnings`: what a narrow screen shows in the row itself. Not part of the JSON.
+    #[serde(skip)]
+    pub warning_tags: Vec<&'static str>,
+    /// Facts the store reads for [`plan`]: the latest slot fired (or the last
+    /// run's), the catch-up window, the misses a scheduler recorded. Not part of the JSON.
+    #[serde(skip)]
+    pub last_slot: Option<Ts>,
+    /// How long after its slot a firing may still start (s); later, it is missed.
+    #[serde(skip)]
+    pub catchup_s: i64,
+    /// Firings a scheduler recorded missed.
+    #[serde(skip)]
+    pub missed_recorded: u64,
+    /// A live scheduler's different definition the newest registration replaced (a warning
+    /// while that scheduler is alive: `runner::definitions`).
+    #[serde(skip)]
+    pub replaced: Option<Replaced>,
 }
-
-pub use crate::state::{is_failure, RunOutcome, FAILING_OUTCOMES};
-pub use crate::store::rows::{
-    ApprovalView, EventRow, JobRow, JobSettings, NotificationCount, OpenEffect, Reading, Replaced,
-    RunRow, SchedulerRow, Window, RUN_BUCKETS_MS,
-};
-
-pub use crate::time::percentiles;
 
 /// What a job is doing, in one word: the one judgement `jobs`, `top`, `status`, `status
 /// --check`, the metrics and the notifier all show ([`JobRow::state`]).
@@ -160,7 +232,9 @@ impl JobRow {
         if self.failed_since_ok == 0 || self.retired {
             return None;
         }
-        let since = self.last_success_at.as_deref().unwrap_or("never");
+        let since = self
+            .last_success_at
+            .map_or_else(|| "never".to_string(), crate::time::fmt);
         Some((
             format!("{}@after-ok:{since}", self.job_key),
             self.failed_since_ok,
@@ -214,64 +288,33 @@ impl std::fmt::Display for Registered {
 /// job nobody fires shows a next firing in the past; and the slots past its catch-up window
 /// that no scheduler fired, misses a scheduler will record when it starts again (a paused
 /// job's are skipped, not missed). Read from the registry's schedule.
-pub fn plan(j: &mut JobRow, now: crate::time::Ts) {
+pub fn plan(j: &mut JobRow, now: Ts) {
+    // A schedule this build cannot read fires nothing here either (`check` says why).
     let schedule = j
-        .settings
         .schedule
-        .as_deref()
+        .as_ref()
         .filter(|_| !j.retired)
-        .and_then(|s| parsed(s, j.settings.timezone.as_deref()))
-        .map(|s| match &j.dst {
-            Some(d) => s.with_dst(d.policy()),
-            None => s,
-        });
-    if let Some(schedule) = schedule {
-        let last_slot = j.last_slot.as_deref().and_then(crate::time::parse);
+        .map(ParsedSchedule::get);
+    if let Some(Ok(schedule)) = schedule {
+        let last_slot = j.last_slot;
         // A slot fired ahead of now (a clock since stepped back) is not where firing resumes:
         // the scheduler goes on from the new time (see runner/scheduler/clock_steps.rs).
         let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
-        j.next_fire_at = next.map(crate::time::fmt);
+        j.next_fire_at = next;
         if let (Some(last), false) = (last_slot, j.paused) {
             let grace = j.catchup_s.max(0) + crate::schedule::LATE_OK.as_secs() as i64;
             let horizon = now - chrono::Duration::seconds(grace);
-            j.missed_unrecorded = passed_slots(&schedule, last, horizon);
+            j.missed_unrecorded = passed_slots(schedule, last, horizon);
         }
     }
     j.missed_firings = j.missed_recorded + j.missed_unrecorded;
-}
-
-/// Registry schedules as parsed, by (schedule, timezone).
-type Parsed =
-    std::collections::HashMap<(String, Option<String>), Option<crate::schedule::Schedule>>;
-
-thread_local! {
-    /// A dashboard polling 1,000 jobs parses each schedule once, not once a poll.
-    static SCHEDULES: std::cell::RefCell<Parsed> = Default::default();
-}
-
-/// A registry schedule, parsed (once per thread).
-fn parsed(schedule: &str, tz: Option<&str>) -> Option<crate::schedule::Schedule> {
-    SCHEDULES.with(|c| {
-        let mut c = c.borrow_mut();
-        // Registries change rarely; a bound keeps a dashboard left open for months small.
-        if c.len() > 10_000 {
-            c.clear();
-        }
-        c.entry((schedule.to_string(), tz.map(str::to_string)))
-            .or_insert_with(|| crate::schedule::Schedule::from_registry(schedule, tz).ok())
-            .clone()
-    })
 }
 
 /// Most slots counted as passed-unfired per job and poll (a minutely cron dead for a year).
 const UNRECORDED_MAX: u64 = 1_000;
 
 /// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
-fn passed_slots(
-    schedule: &crate::schedule::Schedule,
-    last: crate::time::Ts,
-    upto: crate::time::Ts,
-) -> u64 {
+fn passed_slots(schedule: &crate::schedule::Schedule, last: Ts, upto: Ts) -> u64 {
     if let crate::schedule::Schedule::Every { .. } = schedule {
         return schedule.slots(last, upto, 0).1;
     }
@@ -447,195 +490,79 @@ pub fn lease_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
     w
 }
 
-impl Snapshot {
-    /// Reads the snapshot (one short read transaction, indexes only); then, from the facts
-    /// read, each job's next firing, the firings it missed and its warnings.
-    pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
-        let now = store.now();
-        let dead_after = crate::jobs::scheduler_dead_after();
-        let reading = store.reading(now, dead_after)?;
-        let mut snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);
-        for j in &mut snap.jobs {
-            let (repeated, skipped) = std::mem::take(&mut j.dst_policy);
-            j.dst = crate::schedule::dst_shown(
-                j.settings.schedule.as_deref(),
-                j.settings.timezone.as_deref(),
-                repeated,
-                skipped,
-            );
-            plan(j, now);
-            (j.warning_tags, j.warnings) = job_warnings(j).into_iter().unzip();
-        }
-        add_replaced_warnings(&mut snap);
-        // A database that cannot say (an old schema read read-only) has counted none.
-        snap.notifications = crate::jobs::notification_counts(store)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(rule, outcome, notifier, count)| NotificationCount {
-                notifier,
-                rule,
-                outcome,
-                count,
-            })
-            .collect();
-        Ok(snap)
+impl JobRow {
+    /// The job as shown at `now`: the store's facts, its next firing and the slots it missed
+    /// ([`plan`]), and its warnings.
+    pub fn of(facts: JobFacts, now: Ts) -> JobRow {
+        let mut j = JobRow::from_facts(facts);
+        j.derive(now);
+        j
     }
 
-    /// The snapshot of what the store read on `host`, with the whole system's warnings: no
-    /// scheduler alive while jobs are registered, one host name on two machines. A scheduler
-    /// silent for `dead_after` is not alive.
-    pub fn from_reading(r: Reading, host: &str, dead_after: std::time::Duration) -> Snapshot {
-        let now = crate::time::parse(&r.taken_at).unwrap_or_else(crate::time::now);
-        let schedulers_alive = r.schedulers.iter().filter(|s| s.alive).count() as u64;
-        let mut warnings = Vec::new();
-        let registered = Registered::of(&r.jobs);
-        if registered.jobs > 0 && schedulers_alive == 0 {
-            let last = r
-                .schedulers
-                .iter()
-                .map(|s| s.heartbeat_at.as_str())
-                .max()
-                .and_then(crate::time::parse)
-                .map(|t| {
-                    let ago = human_age(crate::time::age_s(t, now));
-                    format!("last heartbeat {ago} ago")
-                })
-                .unwrap_or_else(|| "none has ever run on this database".into());
-            warnings.push(format!(
-                "no scheduler alive ({last}): {registered} are not firing; start exactly run"
-            ));
-        }
-        let host_clashes = host_clashes(&r.schedulers, r.host_clashes_24h);
-        warnings.extend(host_clashes.iter().cloned());
-        let failover_warnings = failover_warnings(r.last_failover.as_ref(), now);
-        warnings.extend(failover_warnings.iter().cloned());
-        let missed_firings =
-            r.missed_recorded + r.jobs.iter().map(|j| j.missed_unrecorded).sum::<u64>();
-        Snapshot {
-            taken_at: r.taken_at,
-            db: r.db,
-            host: host.to_string(),
-            schema_version: r.schema_version,
-            schedulers: r.schedulers,
-            schedulers_alive,
-            scheduler_dead_after_s: dead_after.as_secs() as i64,
-            warnings,
-            host_clashes,
-            failovers: r.failovers,
-            last_failover_at: r.last_failover.map(|(at, _)| at),
-            failover_warnings,
-            totals: r.totals,
-            last_24h: r.last_24h,
-            oldest_unknown_s: r.oldest_unknown_s,
-            missed_firings,
-            jobs: r.jobs,
-            unknown: r.unknown,
-            pending_approvals: r.pending_approvals,
-            unused_approvals: r.unused_approvals,
-            events: r.events,
-            notifications: Vec::new(),
+    /// Derives what the facts say at `now`: the next firing, the slots missed, the warnings.
+    pub fn derive(&mut self, now: Ts) {
+        plan(self, now);
+        (self.warning_tags, self.warnings) = job_warnings(self).into_iter().unzip();
+    }
+
+    /// The store's facts as a row, nothing derived yet (no next firing, no warnings).
+    pub fn from_facts(f: JobFacts) -> JobRow {
+        JobRow {
+            job_key: f.job_key,
+            settings: f.settings,
+            schedule: f.schedule,
+            dst: f.dst,
+            runs: f.runs,
+            p50_ms: f.p50_ms,
+            p99_ms: f.p99_ms,
+            start_lag_p50_ms: f.start_lag_p50_ms,
+            start_lag_p99_ms: f.start_lag_p99_ms,
+            renewal_gap_max_ms: f.renewal_gap_max_ms,
+            lease_renewed: f.lease_renewed,
+            hold_p99_ms: f.hold_p99_ms,
+            hold_lease_ms: f.hold_lease_ms,
+            durations_ms: f.durations_ms,
+            fencing_token: f.fencing_token,
+            lease_owner: f.lease_owner,
+            lease_until: f.lease_until,
+            lease_left_s: f.lease_left_s,
+            paused: f.paused,
+            pause_note: f.pause_note,
+            retired: f.retired,
+            queue_depth: f.queue_depth,
+            last_run: f.last_run,
+            next_fire_at: None,
+            last_success_at: f.last_success_at,
+            runs_failed: f.runs_failed,
+            consecutive_failures: f.consecutive_failures,
+            failed_since_ok: f.failed_since_ok,
+            paused_reason: f.paused_reason,
+            runs_by_outcome: f.runs_by_outcome,
+            run_duration_counts: f.run_duration_counts,
+            run_duration_sum_ms: f.run_duration_sum_ms,
+            missed_firings: 0,
+            missed_unrecorded: 0,
+            duplicates_suppressed: f.duplicates_suppressed,
+            fenced_writes: f.fenced_writes,
+            firings_gave_up: f.firings_gave_up,
+            firings_need_retry: f.firings_need_retry,
+            retry_detail: f.retry_detail,
+            warnings: Vec::new(),
+            warning_tags: Vec::new(),
+            last_slot: f.last_slot,
+            catchup_s: f.catchup_s,
+            missed_recorded: f.missed_recorded,
+            replaced: f.replaced,
         }
     }
 }
 
-/// How long a failover stays among the warnings.
-const FAILOVER_SHOWN_S: i64 = 7 * 86400;
-
-/// A failover found in the last 7 days, in words: when, and what the guard did.
-fn failover_warnings(last: Option<&(String, String)>, now: crate::time::Ts) -> Vec<String> {
-    let Some((at, detail)) = last else {
-        return Vec::new();
-    };
-    let Some(t) = crate::time::parse(at) else {
-        return Vec::new();
-    };
-    let age = crate::time::age_s(t, now);
-    if age > FAILOVER_SHOWN_S {
-        return Vec::new();
+/// The counts by outcome as the JSON has always shown them: an object, keyed by the word.
+fn outcome_counts<S: serde::Serializer>(v: &[(RunOutcome, u64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(v.len()))?;
+    for (outcome, n) in v {
+        m.serialize_entry(outcome.as_str(), n)?;
     }
-    vec![format!(
-        "database failed over {} ago ({}); check the far side for effects sent just before",
-        human_age(age),
-        crate::sanitize::inert(detail)
-    )]
-}
-
-/// One host name, two machines: every pid-based judgement between them would be wrong. The
-/// live schedulers that clash now, and the clashes recorded in the last 24 h.
-fn host_clashes(schedulers: &[SchedulerRow], recorded_24h: u64) -> Vec<String> {
-    let mut clashing: Vec<&str> = Vec::new();
-    for a in schedulers.iter().filter(|s| s.alive) {
-        let twin = schedulers.iter().any(|b| {
-            b.alive
-                && b.host == a.host
-                && b.host_id.is_some()
-                && a.host_id.is_some()
-                && b.host_id != a.host_id
-        });
-        if twin && !clashing.contains(&a.host.as_str()) {
-            clashing.push(&a.host);
-        }
-    }
-    let mut out = Vec::new();
-    for h in clashing {
-        out.push(format!(
-            "host name {:?} is used by live schedulers on two machines: \
-             give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
-            crate::sanitize::inert(h)
-        ));
-    }
-    if recorded_24h > 0 {
-        out.push(format!(
-            "{recorded_24h} host-name clash(es) in 24h: two machines write under one host name \
-             (see the host_clash events); give each its own EXACTLY_HOST"
-        ));
-    }
-    out
-}
-
-/// Adds to each job's warnings a definition the newest registration replaced while the
-/// scheduler holding it is alive (it no longer fires the job).
-fn add_replaced_warnings(snap: &mut Snapshot) {
-    let alive: Vec<&str> = snap
-        .schedulers
-        .iter()
-        .filter(|s| s.alive)
-        .map(|s| s.owner.as_str())
-        .collect();
-    for j in &mut snap.jobs {
-        let Some(c) = &j.replaced else { continue };
-        if j.retired || !alive.contains(&c.owner.as_str()) {
-            continue;
-        }
-        j.warning_tags.push("redefined");
-        j.warnings.push(format!(
-            "definition differs from the one registered by {} from {} at {}: scheduler {} ({}) \
-             holds another and no longer fires it",
-            c.by.as_deref().unwrap_or("?"),
-            c.by_source.as_deref().unwrap_or("?"),
-            c.at.as_deref().unwrap_or("?"),
-            c.owner,
-            c.source.as_deref().unwrap_or("?"),
-        ));
-    }
-}
-
-/// A number that changes whenever another connection commits (SQLite's `data_version`): a
-/// dashboard reads the whole snapshot again only when it moved.
-pub fn data_version(store: &mut Store) -> crate::Result<i64> {
-    store.data_version()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_of_runs() {
-        let d: Vec<i64> = (1..=100).collect();
-        let (p50, p99) = percentiles(&d);
-        assert_eq!(p50, Some(50));
-        assert_eq!(p99, Some(99));
-        assert_eq!(percentiles(&[]), (None, None));
-    }
+    m.end()
 }

@@ -91,7 +91,8 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
         effect: None,
         granted: None,
     });
-    action.token = Some(ctx.token);
+    // The token reaches the command from the lease it runs under (`EXACTLY_FENCING_TOKEN`):
+    // one copy of it, not a second in `action.token`.
     action.run_id = Some(ctx.run_id.clone());
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();

@@ -2,7 +2,7 @@
 //! slot keeps its own row, and one rolling row moves to each later slot it skips, counting them.
 //! The slots between the two count as decided ([`covered_tx`]) for every scheduler.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{upsert_firing, FireRequest};
+use super::firing_rows::{upsert_firing, FireRequest};
 use super::{text, text_or_empty};
 use crate::state::FiringState;
 
@@ -126,7 +126,7 @@ pub(super) fn covered_tx(tx: &Tx<'_>, job: &str, slot: &str) -> DbResult<Option<
 
 #[cfg(test)]
 mod tests {
-    use super::super::firing::Fired;
+    use super::super::firing_rows::Fired;
     use super::*;
     use crate::policy::Overlap;
     use crate::state::FiringKind;

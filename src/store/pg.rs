@@ -2,16 +2,15 @@
 //! SQLite (see [`super::db`]); what differs lives here: the connection pool, the statement cache,
 //! how parameters and columns convert, transactions (`SERIALIZABLE`, retried on a serialization
 //! failure or deadlock) and the server's clock. Its schema is `pg_schema.rs`.
-use super::db::{Arg, DbError, DbResult, Tx};
+use super::db::{DbError, DbResult, Tx};
 use crate::{Error, Result};
-use postgres::types::ToSql;
-use postgres::{Client, NoTls, Statement};
+use postgres::NoTls;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::pg_conn::server_now;
+pub(crate) use super::pg_conn::{PgConn, READ_COMMITTED, WRITE};
 pub(crate) use super::pg_schema::{check_read_only, has_schema, has_table, prepare, version};
-pub(crate) use super::pg_types::value;
-use super::pg_types::{bind, placeholders, refs, Params};
 
 /// Whether `--db` names a PostgreSQL database.
 pub fn is_url(db: &str) -> bool {
@@ -31,116 +30,6 @@ pub fn redact(url: &str) -> String {
         Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_string(),
     }
-}
-
-/// One connection and the statements prepared on it (a statement is parsed and planned once per
-/// connection, as rusqlite's statement cache does on SQLite).
-pub(crate) struct PgConn {
-    client: Client,
-    stmts: HashMap<String, Statement>,
-    /// Set when a transaction could not be rolled back: the pool must not hand it out again.
-    broken: bool,
-    /// The server's clock less this host's, as last read on this connection (the server's
-    /// answer first, ours after it: never more than the true difference). A one-statement
-    /// call moves the caller's instants by it, having no transaction start to read it from.
-    shift: chrono::Duration,
-    /// What the connection learnt of its server when it was made: a standby, the window after a
-    /// failover (`pg_timeline`).
-    pub(crate) seen: super::pg_timeline::Seen,
-    /// Set by the server's warning that a commit stopped waiting for a synchronous standby (the
-    /// statement timeout cancelled the wait): the commit is on the primary alone.
-    sync_wait_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Cancels this connection's statement: set when its server waits for a synchronous
-    /// standby, so that a commit waiting for one that is gone is cut (`pg_sync`).
-    cancel: Option<postgres::CancelToken>,
-    /// When the pool last handed it out: one idle longer than [`IDLE_CHECK`] is checked first.
-    used: std::time::Instant,
-}
-
-impl PgConn {
-    fn prepare(&mut self, sql: &str) -> DbResult<Statement> {
-        if let Some(s) = self.stmts.get(sql) {
-            return Ok(s.clone());
-        }
-        let stmt = self.client.prepare(&placeholders(sql))?;
-        if self.stmts.len() >= 256 {
-            self.stmts.clear();
-        }
-        self.stmts.insert(sql.to_string(), stmt.clone());
-        Ok(stmt)
-    }
-
-    pub(crate) fn exec(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
-        let (stmt, bound) = self.bound(sql, args)?;
-        Ok(self.client.execute(&stmt, &refs(&bound))? as usize)
-    }
-
-    pub(crate) fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<Vec<postgres::Row>> {
-        let (stmt, bound) = self.bound(sql, args)?;
-        Ok(self.client.query(&stmt, &refs(&bound))?)
-    }
-
-    /// The statement for `sql` and its parameters, converted.
-    fn bound(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<(Statement, Params)> {
-        let stmt = self.prepare(sql)?;
-        let bound = bind(&stmt, args)?;
-        Ok((stmt, bound))
-    }
-
-    /// Runs statements that take no parameters (a transaction's start and end, the schema).
-    pub(crate) fn batch(&mut self, sql: &str) -> DbResult<()> {
-        Ok(self.client.batch_execute(sql)?)
-    }
-
-    /// Starts a transaction and reads the server's clock in the same round trip.
-    pub(crate) fn begin(&mut self, how: &str) -> DbResult<String> {
-        let now = server_now(&mut self.client, &format!("BEGIN {how}; "))?;
-        self.saw_clock(&now);
-        Ok(now)
-    }
-
-    /// Notes the server's clock `now` as read just now (after its reply came).
-    pub(crate) fn saw_clock(&mut self, now: &str) {
-        let here = crate::time::now();
-        if let Some(n) = crate::time::parse(now) {
-            self.shift = n - here;
-        }
-    }
-
-    /// An instant the caller computed on this host's clock, on the server's (as `Tx::later`,
-    /// by the difference last read on this connection). A released lease stays as it is.
-    pub(crate) fn later(&self, at: &str) -> String {
-        if at == super::RELEASED {
-            return at.to_string();
-        }
-        match crate::time::parse(at) {
-            Some(t) => crate::time::fmt(t + self.shift),
-            None => at.to_string(),
-        }
-    }
-
-    /// Runs `sql` with parameters the `Arg` conversions do not cover (arrays), prepared once.
-    pub(crate) fn query_typed(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> DbResult<Vec<postgres::Row>> {
-        let stmt = self.prepare(sql)?;
-        Ok(self.client.query(&stmt, params)?)
-    }
-}
-
-/// Runs `before` (statements without results) and reads the server's clock, in one round trip.
-fn server_now(client: &mut Client, before: &str) -> DbResult<String> {
-    let msgs = client.simple_query(&format!(
-        "{before}SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-    ))?;
-    msgs.iter()
-        .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .ok_or_else(|| DbError::Other("the server did not say the time".into()))
 }
 
 /// Opens connections for the pool: each with the lock wait the busy timeout allows.
@@ -545,11 +434,6 @@ fn writable(conn: &mut PgConn, may_write: bool) -> DbResult<()> {
     Ok(())
 }
 
-/// A transaction of row compare-and-sets only (see `Store::write_cas`).
-pub(crate) const READ_COMMITTED: &str = "ISOLATION LEVEL READ COMMITTED";
-/// A write transaction: `SERIALIZABLE`.
-pub(crate) const WRITE: &str = "ISOLATION LEVEL SERIALIZABLE";
-
 /// Ends this connection's backend from the server's side and returns the error the client gets
 /// for it: what a caller sees when the connection drops before a reply arrives.
 fn cut(conn: &mut PgConn) -> DbError {
@@ -642,6 +526,7 @@ pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::pg_types::placeholders;
     use super::*;
 
     #[test]

@@ -11,7 +11,7 @@
 //! A standby (in recovery) has no timeline of its own to compare: the connection is marked, and
 //! a write on it is refused with a sentence that says so.
 use super::db::{args, DbError, DbResult, Optional, Tx};
-use super::pg::PgConn;
+use super::pg_conn::{PgConn, Seen, READ_COMMITTED};
 use super::{record_event, NewEvent};
 use crate::state::EventKind;
 
@@ -52,20 +52,6 @@ pub(crate) const UNTIL_ACCOUNTED: i64 = i64::MAX;
 /// The least the default window lasts: a key whose row the promoted server lost entirely is not
 /// in the ledger, so only time bounds its retry (`failover_floor_until_ms`).
 const LOST_KEYS_FLOOR: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// What a connection learnt of its server when it was made.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Seen {
-    /// The server is in recovery (a standby): writes are refused with [`STANDBY`].
-    pub(crate) standby: bool,
-    /// Until when (Unix ms) the window after an asynchronous failover lasts; 0 for none.
-    pub(crate) window_until_ms: i64,
-    /// The server's commits wait for a synchronous standby (its settings say so).
-    pub(crate) sync: bool,
-    /// A change found by a connection that could not record it (a read-only process): checked
-    /// again before the connection serves a write.
-    pub(crate) pending: bool,
-}
 
 /// Whether the guard is on: `EXACTLY_FAILOVER_GUARD` unset or anything but `off`/`0`.
 pub(crate) fn guarded() -> bool {
@@ -209,7 +195,7 @@ pub(crate) fn check(conn: &mut PgConn, may_write: bool) -> DbResult<Seen> {
             pending: !same,
         });
     }
-    let now = conn.begin(super::pg::READ_COMMITTED)?;
+    let now = conn.begin(READ_COMMITTED)?;
     let done = (|| {
         let tx = Tx::pg(conn, now.clone(), chrono::Duration::zero());
         // A synchronous standby gone must not hang every new connection on this commit (the

@@ -1,10 +1,9 @@
 //! How values cross to and from PostgreSQL: SQLite's placeholders in PostgreSQL's words, each
 //! parameter converted to the type the server inferred for it, and columns read back as the
 //! store's [`Value`]s.
-use super::db::{Arg, DbError, DbResult, Value};
+use super::db_values::{Arg, DbError, DbResult};
 use postgres::types::{ToSql, Type};
 use postgres::Statement;
-use std::borrow::Cow;
 
 /// SQLite's `?N` placeholders as PostgreSQL's `$N` (outside quoted text and names).
 pub(super) fn placeholders(sql: &str) -> String {
@@ -101,42 +100,4 @@ fn convert(ty: &Type, a: &Arg<'_>) -> DbResult<Box<dyn ToSql + Sync>> {
             Arg::Bytes(b) => Some(String::from_utf8_lossy(b).replace('\0', "\u{FFFD}")),
         }),
     })
-}
-
-/// Column `i` of a PostgreSQL row as a [`Value`].
-pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
-    let col = r
-        .columns()
-        .get(i)
-        .ok_or_else(|| DbError::Other(format!("no column {i}")))?;
-    let ty = col.type_();
-    let v = match *ty {
-        Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Value::Int),
-        Type::INT4 => r
-            .try_get::<_, Option<i32>>(i)?
-            .map(|n| Value::Int(n.into())),
-        Type::INT2 => r
-            .try_get::<_, Option<i16>>(i)?
-            .map(|n| Value::Int(n.into())),
-        Type::BOOL => r
-            .try_get::<_, Option<bool>>(i)?
-            .map(|b| Value::Int(b.into())),
-        Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map(Value::Real),
-        Type::FLOAT4 => r
-            .try_get::<_, Option<f32>>(i)?
-            .map(|f| Value::Real(f.into())),
-        Type::BYTEA => r
-            .try_get::<_, Option<&[u8]>>(i)?
-            .map(|b| Value::Text(Cow::Borrowed(b))),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => r
-            .try_get::<_, Option<&str>>(i)?
-            .map(|s| Value::Text(Cow::Borrowed(s.as_bytes()))),
-        _ => {
-            return Err(DbError::Other(format!(
-                "column {} has type {ty}, which the store does not read",
-                col.name()
-            )))
-        }
-    };
-    Ok(v.unwrap_or(Value::Null))
 }

@@ -2,23 +2,15 @@
 //! happened, is fired again for the same slot — at most `policy::MAX_ATTEMPTS` runs, then it
 //! ends `gave_up` (a loud event); one too old is given up as interrupted.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{
+use super::firing_rows::{
     gave_up_event, start_firing, AfterFailure, FailureRules, OwnerScheduler, Resumed, RunOwner,
+    EFFECT_NEVER_HAPPENED, FAILED_RETRY,
 };
 use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
 use crate::policy::RetryRules;
 use crate::state::{is_failure, EventKind};
 use crate::Result;
-
-/// The detail of a firing marked to go again because its run failed (`retries`): its backoff
-/// counts from that run's end.
-pub(super) const FAILED_RETRY: &str = "its run failed";
-
-/// The detail of a firing marked to go again because an observer found its effect never
-/// happened.
-pub(super) const EFFECT_NEVER_HAPPENED: &str =
-    "an observer found an effect of this firing never happened";
 
 /// After a failed run, in the transaction that records its end: marks its firing to go again
 /// while it has had fewer runs than `retry_below`, and pauses the job when its last

@@ -280,7 +280,7 @@ pub struct JobFacts {
 pub struct ParsedSchedule {
     /// What it was parsed from: (schedule, zone, DST words).
     key: ScheduleKey,
-    parsed: std::sync::Arc<Result<crate::schedule::Schedule, String>>,
+    parsed: std::sync::Arc<Result<crate::schedule::Schedule, crate::schedule::ScheduleError>>,
 }
 
 /// A registry schedule's words: its text, its zone, its DST policy's words.
@@ -309,8 +309,8 @@ impl ParsedSchedule {
     }
 
     /// The schedule, or why this build cannot read it.
-    pub fn get(&self) -> Result<&crate::schedule::Schedule, &str> {
-        self.parsed.as_ref().as_ref().map_err(String::as_str)
+    pub fn get(&self) -> Result<&crate::schedule::Schedule, &crate::schedule::ScheduleError> {
+        self.parsed.as_ref().as_ref()
     }
 }
 

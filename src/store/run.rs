@@ -2,7 +2,7 @@
 //! (the outcome settles the firing: ran, retry or gave up; a stopped run's `submitted` effects
 //! become `unknown`).
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{gave_up_event, AfterFailure, FailureRules};
+use super::firing_rows::{gave_up_event, AfterFailure, FailureRules};
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
 use crate::policy::used_up;
 use crate::state::{EventKind, FiringState, RunOutcome};

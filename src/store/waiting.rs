@@ -1,7 +1,7 @@
 //! What waits to start for a job whose lease is free: queued firings, and firings to resume
 //! (their run died, or a retry is due). A scheduler asks each tick, before any write.
 use super::db::{args, DbResult, Optional, Tx};
-use super::firing::{start_firing, FireRequest, Started};
+use super::firing_rows::{start_firing, FireRequest, Started, EFFECT_NEVER_HAPPENED, FAILED_RETRY};
 use super::job::paused;
 use super::{text, text_or_empty, Store};
 use crate::Result;
@@ -138,11 +138,11 @@ pub(super) fn waiting_before(
         // A firing goes again for one of four reasons, each said as it is.
         "retry" => {
             let d = detail.unwrap_or_default();
-            let why = if d.starts_with(super::resume::FAILED_RETRY) {
+            let why = if d.starts_with(FAILED_RETRY) {
                 "whose run failed and waits for its retry"
             } else if d.starts_with(super::approval::APPROVAL_CAME) {
                 "whose effect was approved and waits for a scheduler to send it"
-            } else if d.starts_with(super::resume::EFFECT_NEVER_HAPPENED) {
+            } else if d.starts_with(EFFECT_NEVER_HAPPENED) {
                 "whose effect never happened"
             } else if d == crate::state::RunOutcome::Killed.to_string() {
                 "whose run was killed before it finished"

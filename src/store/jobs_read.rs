@@ -166,10 +166,7 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         if j.settings.schedule.is_some() && !j.retired {
             j.last_slot = match slots.latest(&j.job_key, tx)? {
                 Some(slot) => Some(time_in("exactly_firings.scheduled_at", &slot)?),
-                None => match &j.last_run {
-                    Some(r) => Some(time_in("exactly_runs.scheduled_at", &r.scheduled_at)?),
-                    None => None,
-                },
+                None => j.last_run.as_ref().map(|r| r.scheduled_at),
             };
         }
         j.duplicates_suppressed = sum(&dups, &j.job_key);

@@ -256,8 +256,8 @@ mod boundary {
     }
 
     /// The store is the ground floor: its code names only the modules below it (the state
-    /// words, times, policy, schedules, the sender's identity, keys, the fencing token, fault
-    /// points, sanitizing),
+    /// words, times, policy, schedules, the sender's identity, keys, the identities (`ids`: the
+    /// fencing token, a job's name), fault points, sanitizing),
     /// never the library's domain modules or the application above them. Its rows are its own
     /// (`store/rows.rs`); the snapshot is built from them.
     #[test]
@@ -271,7 +271,7 @@ mod boundary {
         ];
         below.extend(
             [
-                "state", "time", "policy", "schedule", "sender", "key", "fault", "sanitize",
+                "state", "time", "policy", "schedule", "sender", "key", "fault", "sanitize", "ids",
             ]
             .map(String::from),
         );

@@ -188,7 +188,7 @@ pub(crate) fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overl
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobFacts {
     /// The job's name, the key of its lease.
-    pub job_key: String,
+    pub job_key: crate::ids::JobName,
     /// How it fires and holds its lease, as the registry keeps it.
     pub settings: JobSettings,
     /// Its schedule parsed (zone and DST policy applied), kept between polls; one this build

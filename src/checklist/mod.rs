@@ -4,7 +4,7 @@
 //! metrics can render the same [`Checklist`].
 //!
 //! [`check`] reads the database once ([`crate::Store`]'s checklist read: the snapshot's rows and
-//! the checklist's own, in one transaction) and [`judge`]s it; `rules.rs` holds the ten
+//! the checklist's own, in one transaction) and judges it (`judge`); `rules.rs` holds the ten
 //! judgements. What the ledger cannot know (whether a command passes its token on, whether an
 //! observer exists that never ran) is said in the evidence, never guessed: docs/checklist.md.
 mod keys;
@@ -317,7 +317,7 @@ pub struct Options {
     pub file: Option<String>,
 }
 
-/// Reads the database once and judges every subject (see [`judge`]).
+/// Reads the database once and judges every subject (see `judge`).
 pub fn check(store: &mut Store, opts: &Options) -> Result<Checklist> {
     let now = store.now();
     let dead_after = crate::jobs::scheduler_dead_after();

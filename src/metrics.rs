@@ -310,7 +310,7 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "exactly_job_last_run_timestamp_seconds",
         help: "When the job's latest run started (Unix seconds)",
-        read: Read::JobGauge(|j| j.last_run.as_ref().and_then(|r| unix_s(&r.started_at))),
+        read: Read::JobGauge(|j| j.last_run.as_ref().map(|r| unix_of(r.started_at))),
     },
     Metric {
         name: "exactly_job_next_fire_timestamp_seconds",
@@ -509,10 +509,6 @@ pub fn openmetrics_to_text(om: &str) -> String {
 }
 
 /// A ledger timestamp as Unix seconds with milliseconds.
-fn unix_s(ts: &str) -> Option<f64> {
-    crate::time::parse(ts).map(unix_of)
-}
-
 /// An instant as Unix seconds, to the millisecond.
 fn unix_of(t: crate::time::Ts) -> f64 {
     t.timestamp_millis() as f64 / 1000.0

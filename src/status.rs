@@ -220,9 +220,7 @@ fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
                 .filter(|c| *c != 0)
                 .map(|c| format!(" {c}"))
                 .unwrap_or_default(),
-            crate::time::parse(&r.started_at)
-                .map(|t| human_age(crate::time::age_s(t, now)))
-                .unwrap_or_else(|| "?".into())
+            human_age(crate::time::age_s(r.started_at, now))
         ),
         _ => "-".into(),
     };

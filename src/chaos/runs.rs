@@ -120,7 +120,7 @@ impl Site {
             let mut runs: Vec<_> =
                 crate::jobs::recent_runs(&mut h.store, &crate::JobName::from(job), 1000)?
                     .into_iter()
-                    .filter(|r| &r.scheduled_at == slot)
+                    .filter(|r| crate::time::fmt(r.scheduled_at) == *slot)
                     .collect();
             runs.sort_by_key(|r| r.fencing_token);
             let done_then_again = runs

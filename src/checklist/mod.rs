@@ -472,7 +472,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
         if opts.only.as_deref().is_some_and(|o| o != shown) {
             continue;
         }
-        let mut f = crate::store::JobFacts::default();
+        let mut f = crate::store::JobEvidence::default();
         let mut jobs = Vec::new();
         for a in actions.iter().filter(|a| {
             outside.contains(&a.job_key) && a.action_id.clone().unwrap_or_default() == action

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::policy::FarSide;
 use crate::snapshot::{JobRow, Snapshot};
-use crate::store::{ActionFacts, ChaosRunRow, DoneRow, JobFacts, JobRecord};
+use crate::store::{ActionFacts, ChaosRunRow, DoneRow, JobEvidence, JobRecord};
 use crate::time::{human_age, human_ms, Ts};
 
 use Verdict::{Fail, Ok, Warn};
@@ -43,7 +43,7 @@ pub(super) fn plural(n: u64, one: &str) -> String {
 
 impl Ctx<'_> {
     /// A job's ten results.
-    pub(super) fn job(&self, row: &JobRow, f: &JobFacts) -> [RuleResult; 10] {
+    pub(super) fn job(&self, row: &JobRow, f: &JobEvidence) -> [RuleResult; 10] {
         let job = row.job_key.as_str();
         let declared = self.declared.iter().find(|d| d.job.as_str() == job);
         let record = self
@@ -75,7 +75,12 @@ impl Ctx<'_> {
 
     /// The ten results of one action's effects outside any job (in `jobs`, the job keys their
     /// rows name): the rules about a job's lease say there is none.
-    pub(super) fn action(&self, action: &str, jobs: &[String], f: &JobFacts) -> [RuleResult; 10] {
+    pub(super) fn action(
+        &self,
+        action: &str,
+        jobs: &[String],
+        f: &JobEvidence,
+    ) -> [RuleResult; 10] {
         let actions: Vec<&ActionFacts> = self
             .actions
             .iter()
@@ -119,7 +124,7 @@ impl Ctx<'_> {
     }
 
     /// 1. A lease row and a token that only goes up.
-    fn lease_token(&self, f: &JobFacts) -> RuleResult {
+    fn lease_token(&self, f: &JobEvidence) -> RuleResult {
         let rule = Rule::LeaseToken;
         let Some(token) = f.lease_token else {
             if f.rows > 0 {
@@ -317,7 +322,7 @@ impl Ctx<'_> {
     }
 
     /// 5. Every write carries the token.
-    fn token_on_writes(&self, f: &JobFacts, far_side: Option<FarSide>) -> RuleResult {
+    fn token_on_writes(&self, f: &JobEvidence, far_side: Option<FarSide>) -> RuleResult {
         let rule = Rule::TokenOnWrites;
         if f.rows_without_token > 0 {
             return r(
@@ -353,7 +358,7 @@ impl Ctx<'_> {
     }
 
     /// 6. Unknowns resolved before any retry.
-    fn unknown_resolved(&self, jobs: &[&str], f: &JobFacts) -> RuleResult {
+    fn unknown_resolved(&self, jobs: &[&str], f: &JobEvidence) -> RuleResult {
         let rule = Rule::UnknownResolved;
         let open: Vec<_> = self
             .snap
@@ -474,7 +479,7 @@ impl Ctx<'_> {
     }
 
     /// 9. Approvals consumed once.
-    fn approvals_once(&self, jobs: &[&str], f: &JobFacts) -> RuleResult {
+    fn approvals_once(&self, jobs: &[&str], f: &JobEvidence) -> RuleResult {
         let rule = Rule::ApprovalsOnce;
         if f.approvals_reused > 0 {
             return r(
@@ -531,7 +536,7 @@ impl Ctx<'_> {
     }
 
     /// 10. The counters, read as the essay reads them.
-    fn counters(&self, job: &str, f: &JobFacts) -> RuleResult {
+    fn counters(&self, job: &str, f: &JobEvidence) -> RuleResult {
         let rule = Rule::Counters;
         let seen = format!(
             "suppressed {}, fenced {} ({} in 24h), claimed never submitted {}",

@@ -66,7 +66,7 @@ pub(super) fn logs_cmd(db: &Option<String>, a: LogsArgs) -> Result<i32> {
         }
         // The next run of the job, whenever it starts.
         run = loop {
-            if let Some(r) = jobs::run_after(&mut store, job, Some(&run.started_at))? {
+            if let Some(r) = jobs::run_after(&mut store, job, Some(&time::fmt(run.started_at)))? {
                 break r;
             }
             std::thread::sleep(FOLLOW_POLL);
@@ -86,8 +86,8 @@ pub(super) fn print_run(
         "== run {} of job {} (slot {}, started {}, owner {}) ==",
         inert(&run.run_id),
         inert(&run.job_key),
-        inert(&run.scheduled_at),
-        inert(&run.started_at),
+        time::fmt(run.scheduled_at),
+        time::fmt(run.started_at),
         inert(&run.owner)
     );
     // What was printed of the stored text so far.

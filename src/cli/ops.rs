@@ -99,9 +99,7 @@ pub(super) fn jobs_cmd(db: &Option<String>, a: JobsArgs) -> Result<i32> {
             (Some(r), Some(now)) => format!(
                 "{} {} ago",
                 r.outcome_or_running(),
-                time::parse(&r.started_at)
-                    .map(|t| human_age(time::age_s(t, now)))
-                    .unwrap_or_else(|| "?".into())
+                human_age(time::age_s(r.started_at, now))
             ),
             _ => "-".into(),
         };

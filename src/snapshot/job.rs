@@ -508,7 +508,7 @@ impl JobRow {
     /// The store's facts as a row, nothing derived yet (no next firing, no warnings).
     pub fn from_facts(f: JobFacts) -> JobRow {
         JobRow {
-            job_key: f.job_key,
+            job_key: f.job_key.into(),
             settings: f.settings,
             schedule: f.schedule,
             dst: f.dst,

@@ -2,10 +2,10 @@
 //! and the record of each `exactly chaos` run it judges the kill test by. Unlike the
 //! dashboard's poll, some of these walk the whole ledger or the event log (grouped counts):
 //! a doctor's question, asked now and then, not every second.
-use super::checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobFacts};
+use super::checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobEvidence};
 
 /// Facts per job key, as the checklist's reading gathers them.
-type Jobs = std::collections::BTreeMap<String, JobFacts>;
+type Jobs = std::collections::BTreeMap<String, JobEvidence>;
 use super::db::{args, DbResult, Tx};
 use super::read::{reading_in, LEAKED};
 use super::windows::Kept;

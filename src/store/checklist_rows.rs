@@ -12,7 +12,7 @@ pub struct ChecklistReading {
     /// The registry: each job's settings as its jobs file wrote them (`far_side` among them).
     pub registered: Vec<JobRecord>,
     /// Per job key (every key the ledger, the leases or the registry names).
-    pub jobs: BTreeMap<String, JobFacts>,
+    pub jobs: BTreeMap<String, JobEvidence>,
     /// Per job and action: how the ledger's rows of it were written and settled.
     pub actions: Vec<ActionFacts>,
     /// `done` rows of every (job, action, target) done more than once.
@@ -23,7 +23,7 @@ pub struct ChecklistReading {
 
 /// What the ledger, the leases, the runs, the events and the counters say of one job.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobFacts {
+pub struct JobEvidence {
     /// The token of its lease row; None: no lease row.
     pub lease_token: Option<i64>,
     /// The lease its newest hold outside a scheduler asked for (ms).

@@ -126,56 +126,54 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
     let firings = firing_figures(tx)?;
     let holds = super::holds::unrenewed_holds(tx, &oldest)?;
     for j in jobs.values_mut() {
-        if let Some((held, lease)) = holds.get(&j.job_key).filter(|_| !j.lease_renewed) {
+        let key = j.job_key.to_string();
+        if let Some((held, lease)) = holds.get(&key).filter(|_| !j.lease_renewed) {
             j.hold_p99_ms = time::percentiles(held).1;
             j.hold_lease_ms = Some((*lease).max(0) as u64);
         }
-        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&j.job_key);
-        let lags = windows.lags(&j.job_key);
+        (j.runs, j.runs_failed, j.p50_ms, j.p99_ms, j.durations_ms) = windows.figures(&key);
+        let lags = windows.lags(&key);
         (j.start_lag_p50_ms, j.start_lag_p99_ms, j.renewal_gap_max_ms) = (
             lags.start_lag_p50_ms,
             lags.start_lag_p99_ms,
             lags.renewal_gap_max_ms,
         );
-        j.consecutive_failures = windows.failing_streak(&j.job_key);
+        j.consecutive_failures = windows.failing_streak(&key);
         j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
         // The kept window answers for jobs that ran this week; the others ask the table.
-        j.last_run = match windows.last_run(&j.job_key, tx)? {
+        j.last_run = match windows.last_run(&key, tx)? {
             Some(r) => Some(r),
-            None => tx.one(&last_sql, args![&j.job_key], run_row).optional()?,
+            None => tx.one(&last_sql, args![&key], run_row).optional()?,
         };
-        let failed_since_ok = windows.failed_since_ok(&j.job_key);
-        j.last_success_at = last_success(tx, windows, &j.job_key, &oldest)?;
+        let failed_since_ok = windows.failed_since_ok(&key);
+        j.last_success_at = last_success(tx, windows, &key, &oldest)?;
         j.failed_since_ok = match failed_since_ok {
             Some(n) => n,
             // Asked only of a job with no run this week that failed or succeeded (a weekly job
             // whose run is under way): its runs before the window.
             None => tx
-                .one(FAILED_SINCE_OK_SQL, args![&j.job_key], |r| int(r, 0))?
+                .one(FAILED_SINCE_OK_SQL, args![&key], |r| int(r, 0))?
                 .unwrap_or(0)
                 .max(0) as u64,
         };
         // 'run_ended:' .. 'run_ended;' is every kind with that prefix (';' follows ':').
-        j.runs_by_outcome = outcomes(ended.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
+        j.runs_by_outcome = outcomes(ended.get(&key).map(Vec::as_slice).unwrap_or(&[]));
         (j.run_duration_counts, j.run_duration_sum_ms) =
-            duration_counts(durations.get(&j.job_key).map(Vec::as_slice).unwrap_or(&[]));
-        j.missed_recorded = sum(&missed, &j.job_key);
+            duration_counts(durations.get(&key).map(Vec::as_slice).unwrap_or(&[]));
+        j.missed_recorded = sum(&missed, &key);
         // The latest slot any scheduler fired (or the last run's): where the schedule goes on
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.settings.schedule.is_some() && !j.retired {
-            j.last_slot = match slots.latest(&j.job_key, tx)? {
+            j.last_slot = match slots.latest(&key, tx)? {
                 Some(slot) => Some(time_in("exactly_firings.scheduled_at", &slot)?),
-                None => match &j.last_run {
-                    Some(r) => Some(time_in("exactly_runs.scheduled_at", &r.scheduled_at)?),
-                    None => None,
-                },
+                None => j.last_run.as_ref().map(|r| r.scheduled_at),
             };
         }
-        j.duplicates_suppressed = sum(&dups, &j.job_key);
-        j.fenced_writes = sum(&fenced, &j.job_key);
+        j.duplicates_suppressed = sum(&dups, &key);
+        j.fenced_writes = sum(&fenced, &key);
         // A job known only by its lease has no firings.
-        let f = firings.get(&j.job_key).cloned().unwrap_or_default();
+        let f = firings.get(&key).cloned().unwrap_or_default();
         j.queue_depth = f.queued;
         (j.firings_gave_up, j.firings_need_retry) = (f.gave_up, f.retry);
         j.retry_detail = f.retry_detail;
@@ -232,7 +230,7 @@ fn registered(tx: &Tx<'_>, schedules: &mut Schedules) -> DbResult<BTreeMap<Strin
         |r| {
             Ok((
                 JobFacts {
-                    job_key: text_or_empty(r, 0)?,
+                    job_key: text_or_empty(r, 0)?.into(),
                     settings: JobSettings {
                         schedule: text(r, 1)?,
                         timezone: text(r, 10)?,
@@ -278,7 +276,7 @@ fn registered(tx: &Tx<'_>, schedules: &mut Schedules) -> DbResult<BTreeMap<Strin
             .schedule
             .as_deref()
             .map(|s| schedules.parsed(s, j.settings.timezone.as_deref(), j.dst.as_ref()));
-        jobs.insert(j.job_key.clone(), j);
+        jobs.insert(j.job_key.to_string(), j);
     }
     Ok(jobs)
 }
@@ -300,7 +298,7 @@ fn add_leases(tx: &Tx<'_>, now: Ts, jobs: &mut BTreeMap<String, JobFacts>) -> Db
     )?;
     for (job, owner, token, until) in leases {
         let j = jobs.entry(job.clone()).or_insert_with(|| JobFacts {
-            job_key: job,
+            job_key: job.into(),
             ..Default::default()
         });
         j.fencing_token = token;

@@ -60,7 +60,7 @@ mod waiting;
 mod windows;
 
 pub use approval::{Already, ApprovalRow, Decided};
-pub use checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobFacts};
+pub use checklist_rows::{ActionFacts, ChaosRunRow, ChecklistReading, DoneRow, JobEvidence};
 pub use firing::{
     AfterFailure, DueFate, DueRequest, FailureRules, FireRequest, Fired, Resumed, RunOwner, Started,
 };

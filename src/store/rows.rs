@@ -188,7 +188,7 @@ pub(crate) fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overl
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobFacts {
     /// The job's name, the key of its lease.
-    pub job_key: String,
+    pub job_key: exactly_words::JobName,
     /// How it fires and holds its lease, as the registry keeps it.
     pub settings: JobSettings,
     /// Its schedule parsed (zone and DST policy applied), kept between polls; one this build
@@ -344,15 +344,18 @@ pub struct RunRow {
     /// The job it ran.
     pub job_key: String,
     /// The slot its firing was scheduled for.
-    pub scheduled_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub scheduled_at: Ts,
     /// The lease owner (scheduler) that ran it.
     pub owner: String,
     /// The fencing token of the lease it ran under.
     pub fencing_token: i64,
     /// When its command started.
-    pub started_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub started_at: Ts,
     /// When it ended; None while it runs (or if its scheduler died).
-    pub ended_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub ended_at: Option<Ts>,
     /// How it ended (`ok`, `failed`, `timeout`, …); None while it runs.
     pub outcome: Option<RunOutcome>,
     /// How long its command ran (ms): from the command's start to the run's end (runs

@@ -416,7 +416,7 @@ impl App {
         match self.sort.jobs {
             JobSort::P99 => v.sort_by_key(|j| std::cmp::Reverse(j.p99_ms)),
             JobSort::LastRun => v.sort_by(|a, b| {
-                let t = |j: &JobRow| j.last_run.as_ref().map(|r| r.started_at.clone());
+                let t = |j: &JobRow| j.last_run.as_ref().map(|r| r.started_at);
                 t(b).cmp(&t(a))
             }),
             JobSort::Warnings => v.sort_by_key(|j| std::cmp::Reverse(j.warnings.len())),

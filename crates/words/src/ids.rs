@@ -167,6 +167,14 @@ text_id!(
     JobName
 );
 
+/// The empty name: what a job's row holds before the store fills it in (the default of
+/// `store::rows::JobFacts`).
+impl Default for JobName {
+    fn default() -> Self {
+        JobName::from(String::new())
+    }
+}
+
 text_id!(
     /// An effect's identity: 32 hex characters derived from the facts acted on
     /// ([`crate::key::effect_key`]), the idempotency key the far side is given.

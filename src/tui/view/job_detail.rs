@@ -266,8 +266,8 @@ fn run_row(r: &RunRow, lease_ms: Option<u64>, t: &Theme, now: Ts) -> Vec<C> {
     let outcome = r.outcome_or_running().to_string();
     let outcome_style = if r.failed() { t.bad() } else { Style::new() };
     vec![
-        plain(clock(&r.started_at)),
-        plain(ago(&r.started_at, now)),
+        plain(clock(&crate::time::fmt(r.started_at))),
+        plain(human_age((now - r.started_at).num_seconds())),
         (
             dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
             over_style,
@@ -276,7 +276,7 @@ fn run_row(r: &RunRow, lease_ms: Option<u64>, t: &Theme, now: Ts) -> Vec<C> {
         (outcome, outcome_style),
         plain(dash(r.exit_code)),
         plain(r.fencing_token.to_string()),
-        plain(r.scheduled_at.clone()),
+        plain(crate::time::fmt(r.scheduled_at)),
         plain(r.owner.clone()),
     ]
 }
@@ -353,10 +353,10 @@ fn run_line(r: &RunRow, t: &Theme, now: Ts, w: usize) -> Line<'static> {
                 r.exit_code
                     .map(|c| format!(" (exit {c})"))
                     .unwrap_or_default(),
-                clock(&r.started_at),
-                ago(&r.started_at, now),
+                clock(&crate::time::fmt(r.started_at)),
+                human_age((now - r.started_at).num_seconds()),
                 dash(r.duration_ms.map(|d| human_ms(d.max(0) as u64))),
-                inert(&r.scheduled_at),
+                crate::time::fmt(r.scheduled_at),
                 r.fencing_token,
                 inert(&r.owner)
             ),

@@ -62,9 +62,7 @@ pub(super) fn job_cells(j: &JobRow, t: &Theme, now: Ts) -> Vec<C> {
                 .filter(|c| *c != 0)
                 .map(|c| format!(" {c}"))
                 .unwrap_or_default();
-            let age = age_s(&r.started_at, now)
-                .map(short_age)
-                .unwrap_or_else(|| "-".into());
+            let age = short_age((now - r.started_at).num_seconds());
             format!("{}{code} {age}", clip(outcome, 7))
         })
         .unwrap_or_else(|| "-".into());

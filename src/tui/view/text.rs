@@ -28,10 +28,6 @@ pub(super) fn age_s(ts: &str, now: Ts) -> Option<i64> {
     crate::time::parse(ts).map(|t| (now - t).num_seconds())
 }
 
-pub(super) fn ago(ts: &str, now: Ts) -> String {
-    age_s(ts, now).map(human_age).unwrap_or_else(|| "-".into())
-}
-
 /// `HH:MM:SS` of a fixed-width timestamp (inert: it may come from another program).
 pub(super) fn clock(ts: &str) -> String {
     inert(ts.get(11..19).unwrap_or(ts))

@@ -1,8 +1,9 @@
 //! Approvals belong to the effect key, not the run: requested with the terms shown, decided by a
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
-use crate::sanitize::inert;
+use crate::store::Store;
 pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending, Settlement};
-use crate::{EffectKey, Result, Store};
+use exactly_words::sanitize::inert;
+use exactly_words::{EffectKey, Result};
 
 // Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
 
@@ -135,11 +136,11 @@ pub fn resolve(
     // verdict); the store judges it with the lease in the resolution's own transaction.
     let row = store
         .effect(key)?
-        .filter(|r| r.state == crate::state::EffectState::Submitted);
+        .filter(|r| r.state == exactly_words::state::EffectState::Submitted);
     let attempt = row.as_ref().and_then(|r| r.attempt.clone());
     let sender = match &row {
         Some(r) => crate::effect::sender(r),
-        None => crate::sender::Sender::Unknown,
+        None => exactly_words::sender::Sender::Unknown,
     };
     store.resolve_effect(key, &settlement, (attempt.as_deref(), sender), now)
 }

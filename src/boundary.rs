@@ -633,15 +633,21 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
         ("store/read.rs", "use super::{super::lease, rows};\n"),
         (
             "store/db.rs",
-            "fn f() -> String {\n    crate::os_user()\n}\n",
+            "fn f() -> String {\n    exactly_words::os_user()\n}\n",
         ),
         ("store/db.rs", "use crate::{actor, Token};\n"),
         ("store/db.rs", "use exactly_words::identity::hostname;\n"),
-        ("store/read.rs", "fn f() { let t = crate::time::now(); }\n"),
-        ("store/read.rs", "use crate::time;\nuse time::now;\n"),
         (
             "store/read.rs",
-            "use crate::time;\nfn f() { let t = time::now(); }\n",
+            "fn f() { let t = exactly_words::time::now(); }\n",
+        ),
+        (
+            "store/read.rs",
+            "use exactly_words::time;\nuse time::now;\n",
+        ),
+        (
+            "store/read.rs",
+            "use exactly_words::time;\nfn f() { let t = time::now(); }\n",
         ),
         ("store/mod.rs", "use self::super::effect::Ctx;\n"),
         (
@@ -650,7 +656,7 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
         ),
         (
             "store/rows.rs",
-            "fn f() -> crate::Store { crate::open(None, a) }\n",
+            "fn f() -> crate::store::Store { crate::database::open(None, a) }\n",
         ),
     ];
     for (at, text) in wrong {
@@ -673,7 +679,10 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
             "store/read.rs",
             "#[cfg(test)]\nmod tests {\n    use crate::snapshot;\n}\n",
         ),
-        ("store/pg.rs", "fn f() { let here = crate::time::now(); }\n"),
+        (
+            "store/pg.rs",
+            "fn f() { let here = exactly_words::time::now(); }\n",
+        ),
         (
             "store/db.rs",
             "use crate::{Error, Result, Token, JobName};\n",
@@ -687,7 +696,7 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
     let wrong = [
         (
             "tui/mod.rs",
-            "fn f() { let s = crate::Store::open(\"x\"); }\n",
+            "fn f() { let s = crate::store::Store::open(\"x\"); }\n",
         ),
         (
             "tui/mod.rs",

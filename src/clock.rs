@@ -2,8 +2,8 @@
 //! (a fixture written "as at" a fixed time, a test of what a dashboard shows at noon). One
 //! clock on the handle, instead of an `…_at` twin of every operation. The store itself never
 //! reads it: the library's operations read it and pass the time down.
-use crate::time::{self, Ts};
-use crate::Store;
+use crate::store::Store;
+use exactly_words::time::{self, Ts};
 
 impl Store {
     /// Now, by this handle's clock.
@@ -38,12 +38,12 @@ mod tests {
     fn a_pinned_clock_is_what_operations_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
-        let mut store = crate::Store::open(path.to_str().unwrap()).unwrap();
-        let noon = crate::time::parse("2026-06-01T12:00:00.000Z").unwrap();
+        let mut store = crate::store::Store::open(path.to_str().unwrap()).unwrap();
+        let noon = exactly_words::time::parse("2026-06-01T12:00:00.000Z").unwrap();
         store.pin_clock(Some(noon));
         assert_eq!(store.now(), noon);
-        crate::jobs::pause(&mut store, &crate::JobName::from("j"), "ops", None).unwrap();
-        let row = crate::jobs::record(&mut store, &crate::JobName::from("j"))
+        crate::jobs::pause(&mut store, &exactly_words::JobName::from("j"), "ops", None).unwrap();
+        let row = crate::jobs::record(&mut store, &exactly_words::JobName::from("j"))
             .unwrap()
             .unwrap();
         assert_eq!(row.updated_at.as_deref(), Some("2026-06-01T12:00:00.000Z"));

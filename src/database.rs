@@ -2,7 +2,7 @@
 //! asked of a database before or without opening it. Re-exported at the crate's root
 //! (`exactly::open`, `exactly::db_path`, …).
 use crate::store::{self, Access, Store};
-use crate::Result;
+use exactly_words::Result;
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the
 /// XDG state folder (`$XDG_STATE_HOME/exactly/exactly.db`).

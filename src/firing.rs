@@ -2,12 +2,13 @@
 //! rules (what a firing does while a run is live, how many runs one firing gets) are in
 //! [`crate::policy`]; the store records what they decide in one transaction with the lease
 //! claim, so a crash never leaves half a decision.
-use crate::policy::RetryRules;
-use crate::state::FiringKind;
+use crate::store::Store;
 pub use crate::store::{
     DueFate, DueRequest, FireRequest, Fired, Resumed, RunOwner, Started, Waiting,
 };
-use crate::{time, JobName, Result, Store};
+use exactly_words::policy::RetryRules;
+use exactly_words::state::FiringKind;
+use exactly_words::{time, JobName, Result};
 use std::time::Duration;
 
 impl Fired {
@@ -197,8 +198,8 @@ impl ResumeRules {
         if s.ended {
             return true;
         }
-        let here = s.host_id.as_deref() == Some(crate::sender::host_id());
-        if here && s.pid > 0 && !crate::sender::process_alive(s.pid as i32, 0, None) {
+        let here = s.host_id.as_deref() == Some(exactly_words::sender::host_id());
+        if here && s.pid > 0 && !exactly_words::sender::process_alive(s.pid as i32, 0, None) {
             return true;
         }
         s.silent && self.trust_silence

@@ -2,9 +2,9 @@
 //! convention (Nagios): 0 ok, 1 warning, 2 critical, and one summary line. The rules are
 //! docs/monitoring.md's (`status --check`): critical is what loses or may double work without a
 //! person acting, warning is what waits for one.
-use crate::sanitize::inert;
 use crate::snapshot::Snapshot;
-use crate::time::human_age;
+use exactly_words::sanitize::inert;
+use exactly_words::time::human_age;
 
 /// An effect `unknown` for longer than this is critical (a younger one is a warning).
 pub const UNKNOWN_CRITICAL_S: i64 = 3600;

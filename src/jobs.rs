@@ -2,11 +2,12 @@
 //! operator's pause and resume, the schedulers that run them, and their runs (what `top`'s job
 //! detail, `logs`, `trigger` and `backfill` read). The store records; the time and the actor
 //! come from here.
-use crate::time;
-use crate::{JobName, Result, Store, Token};
+use crate::store::Store;
+use exactly_words::time;
+use exactly_words::{JobName, Result, Token};
 use unicode_normalization::UnicodeNormalization;
 
-pub use crate::snapshot::{EventRow, RunRow};
+pub use crate::store::rows::{EventRow, RunRow};
 pub use crate::store::{
     EffectCounts, JobRecord, NotifyEnd, Outage, Pruned, Registered, RunEnd, SchedulerReg,
     RUN_WINDOW, RUN_WINDOW_DAYS,
@@ -31,7 +32,7 @@ pub fn name_problem(name: &str) -> Option<String> {
             c,
             '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{180E}' | '\u{00AD}'
         ) || c.is_control()
-            || crate::sanitize::is_bidi(*c)
+            || exactly_words::sanitize::is_bidi(*c)
     })?;
     Some(format!(
         "a job name must not contain invisible, bidi or control characters (found U+{:04X}): \
@@ -86,7 +87,7 @@ pub struct Toggled {
 impl Toggled {
     /// The outcome in words (the CLI and the dashboard add who acted).
     pub fn describe(&self, job: &str) -> String {
-        let j = crate::sanitize::inert(job);
+        let j = exactly_words::sanitize::inert(job);
         match (self.pause, self.changed) {
             (true, true) => format!("paused job {j}"),
             (false, true) => format!("resumed job {j}"),
@@ -214,7 +215,7 @@ pub fn run_fenced(store: &mut Store, job: &JobName, run_id: &str, token: Token) 
 
 /// Records how a run ended (as at the handle's clock: the run's end); its firing is settled
 /// (ran, retry, or gave up after [`crate::policy::MAX_ATTEMPTS`] runs).
-pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<crate::state::RunOutcome> {
+pub fn finish_run(store: &mut Store, end: &RunEnd<'_>) -> Result<exactly_words::state::RunOutcome> {
     let now = store.now_text();
     let outcome = store.finish_run(end, &now)?;
     // A job with `keep_runs` is trimmed as each run ends, so it never holds more than N ended
@@ -229,7 +230,10 @@ pub fn finish_run_then(
     store: &mut Store,
     end: &RunEnd<'_>,
     failure: Option<&crate::firing::FailureRules>,
-) -> Result<(crate::state::RunOutcome, crate::firing::AfterFailure)> {
+) -> Result<(
+    exactly_words::state::RunOutcome,
+    crate::firing::AfterFailure,
+)> {
     let done = store.finish_run_then(end, &store.now_text(), failure)?;
     let _ = store.keep_newest_runs(Some(end.job));
     Ok(done)

@@ -45,7 +45,7 @@ pub const JSON_SCHEMA_VERSION: u32 = 1;
 pub fn versioned(v: &mut Value) {
     if let Some(o) = v.as_object_mut() {
         let mut head = Map::new();
-        head.insert("schema_version".into(), crate::SCHEMA_VERSION.into());
+        head.insert("schema_version".into(), crate::store::SCHEMA_VERSION.into());
         head.insert("json_schema_version".into(), JSON_SCHEMA_VERSION.into());
         for (k, x) in head {
             o.entry(k).or_insert(x);
@@ -56,7 +56,7 @@ pub fn versioned(v: &mut Value) {
 /// The output as printed: versioned, pretty, every character visible.
 pub fn render(mut v: Value) -> String {
     versioned(&mut v);
-    crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
+    exactly_words::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -73,6 +73,6 @@ mod tests {
         assert_eq!(v["scheduled_at"], "t");
         assert!(v["dst"].get("to_at").is_none());
         let out: Value = serde_json::from_str(&render(v)).expect("json");
-        assert_eq!(out["schema_version"], crate::SCHEMA_VERSION);
+        assert_eq!(out["schema_version"], crate::store::SCHEMA_VERSION);
     }
 }

@@ -6,8 +6,9 @@
 //! renewed by heartbeat (every [`RENEWALS_PER_LEASE`]th of it): a run may outlast it; choose it
 //! shorter than the interval and at least [`RENEWED_LEASE_MIN_BEATS`] scheduler heartbeats.
 use crate::store::LeaseClaim;
+use crate::store::Store;
 pub use crate::store::{LeaseRow, RELEASED};
-use crate::{time, JobName, Result, Store, Token};
+use exactly_words::{time, JobName, Result, Token};
 use std::time::Duration;
 
 /// A scheduler renews each run's lease when a third of it has passed since the last renewal.
@@ -81,7 +82,7 @@ pub fn job_name_problem(name: &str) -> Option<String> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| c.is_control() || crate::sanitize::is_bidi(*c))
+        .find(|c| c.is_control() || exactly_words::sanitize::is_bidi(*c))
     {
         return Some(format!(
             "a job name must not contain control characters (found U+{:04X})",
@@ -115,13 +116,13 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// Refuses a lease duration below [`MIN_LEASE`] or above [`time::MAX_DURATION`].
 pub fn check_duration(dur: Duration) -> Result<()> {
     if dur < MIN_LEASE {
-        return Err(crate::Error::Usage(format!(
+        return Err(exactly_words::Error::Usage(format!(
             "a lease of {} is shorter than 100ms; no heartbeat can keep it",
             time::human_ms(dur.as_millis() as u64)
         )));
     }
     if dur > time::MAX_DURATION {
-        return Err(crate::Error::Usage(
+        return Err(exactly_words::Error::Usage(
             "a lease longer than 100y is refused (timestamps keep a 4-digit year)".to_string(),
         ));
     }
@@ -147,7 +148,7 @@ pub fn check_duration(dur: Duration) -> Result<()> {
 /// ```
 pub fn claim(store: &mut Store, job: &JobName, owner: &str, dur: Duration) -> Result<Claim> {
     if let Some(why) = job_name_problem(job) {
-        return Err(crate::Error::Usage(why));
+        return Err(exactly_words::Error::Usage(why));
     }
     check_duration(dur)?;
     let now = store.now();
@@ -186,7 +187,7 @@ fn note_token(db: &str, job: &str, token: i64, new: bool) -> std::result::Result
             eprintln!(
                 "exactly: job {}: fencing token {token} {how}: the database went back (a \
                  failover that lost commits?); the job's work stops here",
-                crate::sanitize::inert(job)
+                exactly_words::sanitize::inert(job)
             );
             Err(prev)
         }
@@ -211,16 +212,16 @@ pub fn claim_until(
     now: time::Ts,
 ) -> Result<Claim> {
     if let Some(why) = job_name_problem(job) {
-        return Err(crate::Error::Usage(why));
+        return Err(exactly_words::Error::Usage(why));
     }
     Ok(
         match store.claim_lease(job, owner, &time::fmt(until), &time::fmt(now))? {
             LeaseClaim::Won { token, .. } => {
                 if let Err(prev) = saw_token(store.path(), job, token) {
-                    return Err(crate::Error::Store(format!(
+                    return Err(exactly_words::Error::Store(format!(
                         "job {}: the database handed out fencing token {token}, lower than \
                          {prev} handed to this process before: not acting on it",
-                        crate::sanitize::inert(job)
+                        exactly_words::sanitize::inert(job)
                     )));
                 }
                 Claim::Won {
@@ -298,7 +299,8 @@ pub fn release(store: &mut Store, job: &JobName, token: Token) -> Result<bool> {
 /// `p99>lease` warning). Each is a write of its own after the lease's, so a claim, renewal or
 /// release stays one statement; a program that does not record its holds is not measured.
 pub mod hold {
-    use crate::{time, JobName, Result, Store, Token};
+    use crate::store::Store;
+    use exactly_words::{time, JobName, Result, Token};
     use std::time::Duration;
 
     /// `token` won `job`'s lease for `dur`, now.
@@ -350,7 +352,12 @@ pub fn ends_at(left: chrono::Duration) -> std::time::Instant {
 /// A default owner name: `user@host:pid` (the host as in attempt ids: `EXACTLY_HOST`, else
 /// the host name).
 pub fn default_owner() -> String {
-    format!("{}@{}:{}", crate::user(), crate::host(), std::process::id())
+    format!(
+        "{}@{}:{}",
+        exactly_words::user(),
+        exactly_words::host(),
+        std::process::id()
+    )
 }
 
 #[cfg(test)]
@@ -363,12 +370,12 @@ mod tests {
     fn a_token_lower_than_one_seen_before_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("x.db").display().to_string();
-        crate::open(Some(&db), crate::Access::Write).unwrap();
+        crate::database::open(Some(&db), crate::store::Access::Write).unwrap();
         let job = JobName::from("went-back");
         let dur = Duration::from_millis(100);
         let won = || {
             claim(
-                &mut crate::open(Some(&db), crate::Access::Write)?,
+                &mut crate::database::open(Some(&db), crate::store::Access::Write)?,
                 &job,
                 "a",
                 dur,

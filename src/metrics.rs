@@ -462,7 +462,7 @@ pub fn label_value(name: &str) -> String {
     for c in name.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
-            c if c.is_control() || crate::sanitize::is_bidi(c) => {
+            c if c.is_control() || exactly_words::sanitize::is_bidi(c) => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
             c => out.push(c),
@@ -510,7 +510,7 @@ pub fn openmetrics_to_text(om: &str) -> String {
 
 /// A ledger timestamp as Unix seconds with milliseconds.
 /// An instant as Unix seconds, to the millisecond.
-fn unix_of(t: crate::time::Ts) -> f64 {
+fn unix_of(t: exactly_words::time::Ts) -> f64 {
     t.timestamp_millis() as f64 / 1000.0
 }
 

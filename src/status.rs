@@ -1,8 +1,8 @@
 //! `exactly status`: the [`Snapshot`] as text for a person and as JSON for a script.
-use crate::sanitize::inert;
 use crate::snapshot::{JobRow, Snapshot};
-use crate::state::EventKind;
-use crate::time::{human_age, human_ms};
+use exactly_words::sanitize::inert;
+use exactly_words::state::EventKind;
+use exactly_words::time::{human_age, human_ms};
 use std::fmt::Write as _;
 
 impl Snapshot {
@@ -30,7 +30,7 @@ impl Snapshot {
                 t.insert("schedulers_alive".into(), self.schedulers_alive.into());
             }
         }
-        crate::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
+        exactly_words::sanitize::json_visible(serde_json::to_string_pretty(&v).unwrap_or_default())
     }
 
     /// A readable summary for `exactly status`.
@@ -47,7 +47,7 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "last reload {} by {}: {}",
-                crate::time::fmt(e.at),
+                exactly_words::time::fmt(e.at),
                 inert(e.actor.as_deref().unwrap_or("?")),
                 inert(e.detail.as_deref().unwrap_or(""))
             );
@@ -64,7 +64,7 @@ impl Snapshot {
             s,
             "exactly status — {} at {}",
             inert(&self.db),
-            crate::time::fmt(self.taken_at)
+            exactly_words::time::fmt(self.taken_at)
         );
         let _ = writeln!(
             s,
@@ -109,7 +109,9 @@ impl Snapshot {
             "SCHEDULER", "HOST", "PID", "STATE"
         );
         let now = self.taken_at;
-        let ago = |at: crate::time::Ts| format!("{} ago", human_age(crate::time::age_s(at, now)));
+        let ago = |at: exactly_words::time::Ts| {
+            format!("{} ago", human_age(exactly_words::time::age_s(at, now)))
+        };
         // The live ones listed; the ended ones (stopped or dead: one per restart, so many on a
         // long-lived database) folded into one line. `--json` keeps every one.
         let (live, ended): (Vec<_>, Vec<_>) = self.schedulers.iter().partition(|sc| sc.alive);
@@ -118,8 +120,8 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "{:<32} {:<16} {:>8} {:<9} {ago}",
-                crate::sanitize::inert_trunc(&sc.owner, 32),
-                crate::sanitize::inert_trunc(&sc.host, 16),
+                exactly_words::sanitize::inert_trunc(&sc.owner, 32),
+                exactly_words::sanitize::inert_trunc(&sc.host, 16),
                 sc.pid,
                 "alive"
             );
@@ -141,8 +143,8 @@ impl Snapshot {
             s,
             "{} ended ({how}), the last {} on {} (pid {}), last heartbeat {}",
             ended.len(),
-            crate::sanitize::inert_trunc(&last.owner, 32),
-            crate::sanitize::inert_trunc(&last.host, 16),
+            exactly_words::sanitize::inert_trunc(&last.owner, 32),
+            exactly_words::sanitize::inert_trunc(&last.host, 16),
             last.pid,
             ago(last.heartbeat_at)
         );
@@ -176,7 +178,7 @@ impl Snapshot {
                     "  {}  {:<10} {:<20} {}",
                     inert(&u.effect_key),
                     u.state,
-                    crate::sanitize::inert_trunc(&u.job_key, 20),
+                    exactly_words::sanitize::inert_trunc(&u.job_key, 20),
                     human_age(u.age_s)
                 );
             }
@@ -188,9 +190,12 @@ impl Snapshot {
                     s,
                     "  {}  {:<20} {}  {}",
                     inert(&a.effect_key),
-                    crate::sanitize::inert_trunc(&a.job_key, 20),
+                    exactly_words::sanitize::inert_trunc(&a.job_key, 20),
                     human_age(a.age_s),
-                    crate::sanitize::inert_trunc(a.terms_shown.as_deref().unwrap_or(""), 60)
+                    exactly_words::sanitize::inert_trunc(
+                        a.terms_shown.as_deref().unwrap_or(""),
+                        60
+                    )
                 );
             }
         }
@@ -198,7 +203,7 @@ impl Snapshot {
 }
 
 /// A job's row in `status`'s jobs table.
-fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
+fn job_row(s: &mut String, j: &JobRow, now: Option<exactly_words::time::Ts>) {
     let lease = match (&j.lease_owner, j.lease_left_s) {
         (Some(o), Some(left)) if left > 0 => {
             format!("held by {} for {}", inert(o), human_age(left))
@@ -220,14 +225,14 @@ fn job_row(s: &mut String, j: &JobRow, now: Option<crate::time::Ts>) {
                 .filter(|c| *c != 0)
                 .map(|c| format!(" {c}"))
                 .unwrap_or_default(),
-            human_age(crate::time::age_s(r.started_at, now))
+            human_age(exactly_words::time::age_s(r.started_at, now))
         ),
         _ => "-".into(),
     };
     let _ = writeln!(
         s,
         "{:<24} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6}  {:<22} {:<22} {lease}",
-        crate::sanitize::inert_trunc(&j.job_key, 24),
+        exactly_words::sanitize::inert_trunc(&j.job_key, 24),
         j.runs,
         j.runs_failed,
         j.p50_ms.map(human_ms).unwrap_or_else(|| "-".into()),

@@ -2,8 +2,8 @@
 //! only in values taken from the attempt (`key::input_fields`' marks).
 use super::rules::{parse, plural, r, Ctx};
 use super::{Rule, RuleResult};
-use crate::key::FieldMark;
 use crate::store::{ActionFacts, DoneRow};
+use exactly_words::key::FieldMark;
 use std::collections::BTreeMap;
 
 use super::Verdict::{Fail, Ok, Warn};

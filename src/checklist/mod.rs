@@ -10,10 +10,11 @@
 mod keys;
 mod rules;
 
-use crate::policy::{FarSide, Overlap};
 use crate::snapshot::{JobRow, Snapshot};
 use crate::store::ChecklistReading;
-use crate::{JobName, Result, Store};
+use crate::store::Store;
+use exactly_words::policy::{FarSide, Overlap};
+use exactly_words::{JobName, Result};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -372,7 +373,7 @@ impl Pace {
 
 /// Records a run of `exactly chaos` (the kill test rule 8 looks for) in `store`.
 pub fn record_kill_test(store: &mut Store, run: &KillTestRun) -> Result<()> {
-    let now = crate::time::fmt(store.now());
+    let now = exactly_words::time::fmt(store.now());
     store.record_chaos_run(
         &crate::store::ChaosRunRow {
             at: now.clone(),
@@ -411,7 +412,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
         repeats,
         chaos_runs,
     } = reading;
-    let snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);
+    let snap = Snapshot::from_reading(reading, &exactly_words::hostname(), dead_after);
     let now = snap.taken_at;
     // A job is what exactly knows as one: registered (not retired), or holding a lease row.
     let mut known: BTreeSet<String> = snap
@@ -495,7 +496,7 @@ fn judge(reading: ChecklistReading, dead_after: Duration, opts: &Options) -> Che
         });
     }
     Checklist {
-        taken_at: crate::time::fmt(snap.taken_at),
+        taken_at: exactly_words::time::fmt(snap.taken_at),
         subjects,
     }
 }

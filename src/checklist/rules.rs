@@ -5,10 +5,10 @@ use super::{
     Declared, Rule, RuleResult, Verdict, KILL_TEST_AGE, LEASE_HEADROOM, PENDING_APPROVAL_AGE,
     SUPPRESSED_ZERO_RUNS, UNKNOWN_FAIL_AGE,
 };
-use crate::policy::FarSide;
 use crate::snapshot::{JobRow, Snapshot};
 use crate::store::{ActionFacts, ChaosRunRow, DoneRow, JobEvidence, JobRecord};
-use crate::time::{human_age, human_ms, Ts};
+use exactly_words::policy::FarSide;
+use exactly_words::time::{human_age, human_ms, Ts};
 
 use Verdict::{Fail, Ok, Warn};
 
@@ -455,7 +455,7 @@ impl Ctx<'_> {
                 "run exactly chaos (kill-mid-effect, deploy-restart) against it",
             );
         };
-        let age = parse(&last.at).map_or(0, |t| crate::time::age_s(t, self.now));
+        let age = parse(&last.at).map_or(0, |t| exactly_words::time::age_s(t, self.now));
         let seen = format!(
             "{} ago: {} × {}, {} duplicates, {} lost",
             human_age(age),
@@ -575,7 +575,7 @@ impl Ctx<'_> {
 }
 
 pub(super) fn parse(t: &str) -> Option<Ts> {
-    crate::time::parse(t)
+    exactly_words::time::parse(t)
 }
 
 /// Rule 2 for a lease the scheduler renews by heartbeat: the first bound becomes the renewal

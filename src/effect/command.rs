@@ -24,7 +24,7 @@ pub struct CommandEffect {
     /// and the attempt id the row names.
     granted: Option<(String, std::time::Instant, String)>,
     /// The fencing token and run the command is told it sends under.
-    pub token: Option<crate::Token>,
+    pub token: Option<exactly_words::Token>,
     /// The run it is told it sends for (`EXACTLY_RUN_ID`).
     pub run_id: Option<String>,
     /// How long the observer may take before its verdict is "can't tell".
@@ -157,7 +157,7 @@ impl Effect for CommandEffect {
         self.output.as_ref()
     }
 
-    fn sender_group(&mut self) -> Option<crate::sender::Group> {
+    fn sender_group(&mut self) -> Option<exactly_words::sender::Group> {
         if self.watchdog.is_none() {
             // Without it the command still gets a group of its own, named by no row: a retry
             // then judges by the process and the deadline alone.
@@ -166,7 +166,7 @@ impl Effect for CommandEffect {
         self.watchdog.as_ref().map(|w| w.group())
     }
 
-    fn sender_cage(&self) -> Option<crate::contain::Cage> {
+    fn sender_cage(&self) -> Option<exactly_words::contain::Cage> {
         self.watchdog.as_ref().map(|w| w.cage().clone())
     }
 
@@ -196,7 +196,7 @@ const OBSERVER_PIPE_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 /// [`observe_within`] bounded by [`OBSERVE_TIMEOUT`].
 pub fn observe_with(
     cmd: &str,
-    effect_key: &crate::EffectKey,
+    effect_key: &exactly_words::EffectKey,
     env: &[(String, String)],
 ) -> Observation {
     let never = std::sync::atomic::AtomicBool::new(false);
@@ -225,7 +225,7 @@ pub fn observe_within(
     }
     // Contained like a sender: what it leaves behind (a `setsid` child holding its stdout) is
     // in its cage, and ended with it.
-    let cage = crate::contain::Cage::new("observer");
+    let cage = exactly_words::contain::Cage::new("observer");
     cage.hold(&mut observer);
     let child = die_with_parent(&mut observer)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -271,7 +271,7 @@ pub fn observe_within(
             } else {
                 format!(
                     "observer timed out after {}",
-                    crate::time::human_ms(limit.as_millis() as u64)
+                    exactly_words::time::human_ms(limit.as_millis() as u64)
                 )
             });
         }

@@ -6,14 +6,15 @@ use super::{
     attempt_id, observe_with, observer_is_command, sender, Ctx, Effect, Failure, Observation,
     Outcome, Spec,
 };
-use crate::fault;
-use crate::sender::Sender;
-use crate::state::EffectState;
+use crate::store::Store;
 use crate::store::{
     Begin, NewEffect, Observed, Resolution, Seen, SendEnd, SentBy, Submission, Submit, Verdict,
 };
-use crate::time;
-use crate::{Result, Store};
+use exactly_words::fault;
+use exactly_words::sender::Sender;
+use exactly_words::state::EffectState;
+use exactly_words::time;
+use exactly_words::Result;
 
 /// Performs one step of `att` against the store and the action, at the named fault points of
 /// the real code path. [`Io::End`] has nothing to perform.
@@ -80,8 +81,8 @@ fn begin(store: &mut Store, att: &Attempt) -> Result<Input> {
             if who == Sender::Clash {
                 store.record_host_clash(
                     row,
-                    &crate::host(),
-                    crate::sender::host_id(),
+                    &exactly_words::host(),
+                    exactly_words::sender::host_id(),
                     ctx.now(),
                 )?;
             }
@@ -206,7 +207,7 @@ const RECORD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis
 /// is an answer, not a failure.
 fn within_lease(
     store: &mut Store,
-    job: &crate::JobName,
+    job: &exactly_words::JobName,
     mut write: impl FnMut(&mut Store) -> Result<bool>,
 ) -> Result<bool> {
     // When the lease ends, on our monotonic clock (its time left read on the database's).
@@ -243,7 +244,8 @@ fn sent_by(att: &Attempt) -> SentBy<'_> {
 pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
     // The sender's process group exists before the row can name it.
     let group = action.sender_group();
-    let identity = crate::sender::Identity::this_process(group).in_cage(action.sender_cage());
+    let identity =
+        exactly_words::sender::Identity::this_process(group).in_cage(action.sender_cage());
     let mut att = Attempt::new(ctx, spec, &attempt_id())?.with_sender(&identity.encode());
     let mut io = att.start();
     loop {
@@ -294,7 +296,7 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settled {
     /// The effect key of the effect observed.
-    pub effect_key: crate::EffectKey,
+    pub effect_key: exactly_words::EffectKey,
     /// The run that sent it.
     pub run_id: String,
     /// What the observer said.
@@ -304,7 +306,7 @@ pub struct Settled {
 /// Runs a recorded observer on every open effect of a job (the runner does this before the
 /// job's next run); each verdict applies only to the row version it observed, and a send still
 /// in flight is left alone. Returns (effect key, verdict) pairs of the verdicts applied.
-pub fn settle_open(store: &mut Store, job: &crate::JobName) -> Result<Vec<Settled>> {
+pub fn settle_open(store: &mut Store, job: &exactly_words::JobName) -> Result<Vec<Settled>> {
     settle_open_with(store, job, observe_with)
 }
 
@@ -314,8 +316,8 @@ pub fn settle_open(store: &mut Store, job: &crate::JobName) -> Result<Vec<Settle
 /// of its run — so an observer that names its firing asks about that firing, not about none.
 pub fn settle_open_with(
     store: &mut Store,
-    job: &crate::JobName,
-    mut observe: impl FnMut(&str, &crate::EffectKey, &[(String, String)]) -> Observation,
+    job: &exactly_words::JobName,
+    mut observe: impl FnMut(&str, &exactly_words::EffectKey, &[(String, String)]) -> Observation,
 ) -> Result<Vec<Settled>> {
     let open = store.open_effects_of(job)?;
     let mut out = Vec::new();
@@ -339,14 +341,14 @@ pub fn settle_open_with(
         if let Some(slot) = store.run_slot(&row.run_id)? {
             env.push(("EXACTLY_SCHEDULED_AT".to_string(), slot));
         }
-        let key = crate::EffectKey::from(row.effect_key.as_str());
+        let key = exactly_words::EffectKey::from(row.effect_key.as_str());
         let verdict = observe(&cmd, &key, &env);
         let (res, words) = match &verdict {
             Observation::Happened(r) => (Some(Resolution::Happened), r.clone().unwrap_or_default()),
             Observation::NotHappened => (Some(Resolution::NotHappened), String::new()),
             Observation::CantTell(w) => (None, w.clone()),
         };
-        let actor = crate::actor();
+        let actor = exactly_words::actor();
         let observed = Observed {
             verdict: res,
             words: &words,

@@ -1,10 +1,10 @@
 //! The effect protocol as a step machine: no I/O, one store or far-side call asked for at a
 //! time ([`Io`]), each answer taken back ([`Input`]).
 use super::{Ctx, Failure, Observation, Outcome, Spec};
-use crate::sender::Sender;
-use crate::state::EffectState;
 use crate::store::{Begin, Granted, Seen, Submit, Verdict};
-use crate::Result;
+use exactly_words::sender::Sender;
+use exactly_words::state::EffectState;
+use exactly_words::Result;
 
 /// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
 /// The attempt itself does no I/O (the sans-IO style of `quinn-proto`): [`run`](super::run) drives
@@ -76,7 +76,7 @@ const REREADS: u8 = 3;
 /// [`Attempt::step`] takes each answer and gives the next, until [`Io::End`].
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    pub(super) key: crate::EffectKey,
+    pub(super) key: exactly_words::EffectKey,
     pub(super) digest: String,
     /// Each input's digest and what it was to this attempt ([`crate::key::input_fields`]).
     pub(super) fields: String,
@@ -103,7 +103,7 @@ impl Attempt {
     pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
         let key = spec.checked_key()?;
         let mut att = Attempt::for_row(ctx, spec, key, &spec.input_digest(), attempt);
-        att.fields = crate::key::input_fields(
+        att.fields = exactly_words::key::input_fields(
             &spec.action,
             &spec.target,
             &spec.inputs,
@@ -120,7 +120,7 @@ impl Attempt {
     pub(super) fn for_row(
         ctx: &Ctx,
         spec: &Spec,
-        key: crate::EffectKey,
+        key: exactly_words::EffectKey,
         digest: &str,
         attempt: &str,
     ) -> Attempt {
@@ -149,7 +149,7 @@ impl Attempt {
     }
 
     /// The effect key it is about.
-    pub fn key(&self) -> &crate::EffectKey {
+    pub fn key(&self) -> &exactly_words::EffectKey {
         &self.key
     }
 
@@ -310,7 +310,7 @@ impl Attempt {
                 other,
                 format!(
                     "the ledger row is in unrecognised state {:?}",
-                    crate::sanitize::inert(other)
+                    exactly_words::sanitize::inert(other)
                 ),
             ),
         }

@@ -26,12 +26,12 @@ pub use drive::{execute, run, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
 pub use probe::{probe, Probe, ProbeVerdict, Probed, PROBE_SUPPRESSED};
 
-use crate::key;
-use crate::sender::Sender;
+use crate::store::Store;
 use crate::wrapped::Output;
-use crate::Result;
-use crate::Store;
-use crate::{EffectKey, JobName, Token};
+use exactly_words::key;
+use exactly_words::sender::Sender;
+use exactly_words::Result;
+use exactly_words::{EffectKey, JobName, Token};
 use serde_json::{Map, Value};
 
 /// Who is acting: the job, the fencing token of its lease, and the run.
@@ -44,7 +44,7 @@ pub struct Ctx {
     /// The run acting, recorded with the effect.
     pub run_id: String,
     /// The clock every step of the attempt reads: None is the real one ([`Ctx::at`]).
-    pub at: Option<crate::time::Ts>,
+    pub at: Option<exactly_words::time::Ts>,
     /// Who records an observer's verdict: None is [`crate::actor`] ([`Ctx::by`]).
     pub by: Option<String>,
 }
@@ -66,7 +66,7 @@ impl Ctx {
         self
     }
     /// Every step happens at `now` (a simulation's or a test's clock), not the real time.
-    pub fn at(mut self, now: crate::time::Ts) -> Ctx {
+    pub fn at(mut self, now: exactly_words::time::Ts) -> Ctx {
         self.at = Some(now);
         self
     }
@@ -76,12 +76,12 @@ impl Ctx {
         self
     }
     /// The time of a step: the pinned clock, else the real one.
-    pub fn now(&self) -> crate::time::Ts {
-        self.at.unwrap_or_else(crate::time::now)
+    pub fn now(&self) -> exactly_words::time::Ts {
+        self.at.unwrap_or_else(exactly_words::time::now)
     }
     /// Who records a verdict.
     pub fn actor(&self) -> String {
-        self.by.clone().unwrap_or_else(crate::actor)
+        self.by.clone().unwrap_or_else(exactly_words::actor)
     }
 }
 
@@ -205,12 +205,12 @@ pub trait Effect {
     }
     /// The process group its sends run in, made before the row is submitted so the row can
     /// name it ([`crate::sender::Identity`]); None when the effect sends from this process.
-    fn sender_group(&mut self) -> Option<crate::sender::Group> {
+    fn sender_group(&mut self) -> Option<exactly_words::sender::Group> {
         None
     }
     /// The cage its sends run in (made with the group, see [`Effect::sender_group`]): the row
     /// names it, and a retry ends what is left in it before judging the sender gone.
-    fn sender_cage(&self) -> Option<crate::contain::Cage> {
+    fn sender_cage(&self) -> Option<exactly_words::contain::Cage> {
         None
     }
     /// Told, just before [`Effect::perform`], the lease the send was granted under (its end on
@@ -344,12 +344,12 @@ pub fn jobs_with_open(store: &mut Store) -> Result<std::collections::HashSet<Str
 /// (`exactly effects`), with the database's schema version and its clock's now.
 pub fn in_state(
     store: &mut Store,
-    state: &crate::state::EffectState,
+    state: &exactly_words::state::EffectState,
     job: Option<&str>,
-) -> Result<(i64, crate::time::Ts, Vec<LedgerRow>)> {
-    let caller_now = crate::time::now();
-    let got = store.effects_in_state(state, job, &crate::time::fmt(caller_now))?;
-    let now = crate::time::parse(&got.now).unwrap_or(caller_now);
+) -> Result<(i64, exactly_words::time::Ts, Vec<LedgerRow>)> {
+    let caller_now = exactly_words::time::now();
+    let got = store.effects_in_state(state, job, &exactly_words::time::fmt(caller_now))?;
+    let now = exactly_words::time::parse(&got.now).unwrap_or(caller_now);
     Ok((got.schema_version, now, got.rows))
 }
 
@@ -366,17 +366,17 @@ pub fn events(store: &mut Store, key: &EffectKey) -> Result<Vec<crate::snapshot:
 /// `host:pid` of this attempt, recorded with `submitted` so a restart can tell a dead sender
 /// from one still sending. The host is [`crate::host`] (`EXACTLY_HOST`, else the host name).
 pub fn attempt_id() -> String {
-    format!("{}:{}", crate::host(), std::process::id())
+    format!("{}:{}", exactly_words::host(), std::process::id())
 }
 
 /// Looks the sender of a `submitted` row up by its identity (see [`crate::sender`]); if it is
 /// gone on this host, what is left of its group is ended first, so nothing of it sends after
 /// the answer.
 pub fn sender(row: &LedgerRow) -> Sender {
-    match crate::sender::judge(row.attempt.as_deref(), row.sender.as_deref()) {
-        crate::sender::Judged::Alive => Sender::Alive,
-        crate::sender::Judged::Gone => Sender::Gone,
-        crate::sender::Judged::Elsewhere => Sender::Unknown,
-        crate::sender::Judged::Clash => Sender::Clash,
+    match exactly_words::sender::judge(row.attempt.as_deref(), row.sender.as_deref()) {
+        exactly_words::sender::Judged::Alive => Sender::Alive,
+        exactly_words::sender::Judged::Gone => Sender::Gone,
+        exactly_words::sender::Judged::Elsewhere => Sender::Unknown,
+        exactly_words::sender::Judged::Clash => Sender::Clash,
     }
 }

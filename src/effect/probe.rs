@@ -9,12 +9,13 @@
 //! releases at once what it reserved. Its result is recorded as a `probe` event.
 use super::machine::{Attempt, Io};
 use super::{attempt_id, Ctx, Input, Outcome, Spec};
-use crate::sanitize::inert;
-use crate::sender::Sender;
-use crate::state::EffectState;
 use crate::store::probe::ProbeEvent;
+use crate::store::Store;
 use crate::store::{Begin, NewEffect, Seen};
-use crate::{EffectKey, JobName, Result, Store, Token};
+use exactly_words::sanitize::inert;
+use exactly_words::sender::Sender;
+use exactly_words::state::EffectState;
+use exactly_words::{EffectKey, JobName, Result, Token};
 
 /// What the ledger did with a probe's attempt.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,9 @@
 //! One job as a person is shown it ([`JobRow`]), built from what the store read of it
 //! ([`JobFacts`]): its state in a word, its next firing and the slots it missed, its warnings.
-use crate::schedule::DstShown;
-use crate::state::RunOutcome;
 use crate::store::rows::{JobFacts, JobSettings, ParsedSchedule, Replaced, RunRow};
-use crate::time::{human_age, human_ms, Ts};
+use exactly_words::schedule::DstShown;
+use exactly_words::state::RunOutcome;
+use exactly_words::time::{human_age, human_ms, Ts};
 use serde::Serialize;
 
 /// One job as the dashboard, `status` and the metrics show it: the store's [`JobFacts`], and
@@ -234,7 +234,7 @@ impl JobRow {
         }
         let since = self
             .last_success_at
-            .map_or_else(|| "never".to_string(), crate::time::fmt);
+            .map_or_else(|| "never".to_string(), exactly_words::time::fmt);
         Some((
             format!("{}@after-ok:{since}", self.job_key),
             self.failed_since_ok,
@@ -302,7 +302,7 @@ pub fn plan(j: &mut JobRow, now: Ts) {
         let next = schedule.next_after(last_slot.map_or(now, |l| l.min(now)));
         j.next_fire_at = next;
         if let (Some(last), false) = (last_slot, j.paused) {
-            let grace = j.catchup_s.max(0) + crate::schedule::LATE_OK.as_secs() as i64;
+            let grace = j.catchup_s.max(0) + exactly_words::schedule::LATE_OK.as_secs() as i64;
             let horizon = now - chrono::Duration::seconds(grace);
             j.missed_unrecorded = passed_slots(schedule, last, horizon);
         }
@@ -314,8 +314,8 @@ pub fn plan(j: &mut JobRow, now: Ts) {
 const UNRECORDED_MAX: u64 = 1_000;
 
 /// Slots in `(last, upto]`, counted up to [`UNRECORDED_MAX`].
-fn passed_slots(schedule: &crate::schedule::Schedule, last: Ts, upto: Ts) -> u64 {
-    if let crate::schedule::Schedule::Every { .. } = schedule {
+fn passed_slots(schedule: &exactly_words::schedule::Schedule, last: Ts, upto: Ts) -> u64 {
+    if let exactly_words::schedule::Schedule::Every { .. } = schedule {
         return schedule.slots(last, upto, 0).1;
     }
     let mut n = 0;
@@ -363,7 +363,7 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
             format!(
                 "{} firing(s) gave up after {} runs: check their effects by hand",
                 j.firings_gave_up,
-                crate::policy::MAX_ATTEMPTS
+                exactly_words::policy::MAX_ATTEMPTS
             ),
         ));
     }
@@ -371,12 +371,12 @@ pub fn job_warnings(j: &JobRow) -> Vec<(&'static str, String)> {
         let why = j
             .retry_detail
             .as_deref()
-            .map(crate::sanitize::inert)
+            .map(exactly_words::sanitize::inert)
             .unwrap_or_else(|| "marked to run again".into());
         let then = if j.paused {
             format!(
                 "the job is paused: they wait for `exactly resume {}`",
-                crate::sanitize::inert(&j.job_key)
+                exactly_words::sanitize::inert(&j.job_key)
             )
         } else {
             "a scheduler re-runs them".into()

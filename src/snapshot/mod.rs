@@ -3,8 +3,8 @@
 //! (OpenMetrics/Prometheus), the dashboard.
 //! Here the model and what is derived from its rows (percentiles, a job's warnings);
 //! `status.rs` and `metrics.rs` render it.
-use crate::time::human_age;
-use crate::Store;
+use crate::store::Store;
+use exactly_words::time::human_age;
 use serde::Serialize;
 
 mod job;
@@ -15,7 +15,7 @@ pub use job::{job_warnings, lease_warnings, plan, JobRow, JobState, Registered};
 pub struct Snapshot {
     /// The database's clock when read (the server's, on PostgreSQL).
     #[serde(serialize_with = "crate::store::rows::ser_ts")]
-    pub taken_at: crate::time::Ts,
+    pub taken_at: exactly_words::time::Ts,
     /// The database read, as its path or URL.
     pub db: String,
     /// The host that read it.
@@ -36,7 +36,7 @@ pub struct Snapshot {
     pub failovers: u64,
     /// When the newest failover was found (the server's clock), if any.
     #[serde(serialize_with = "crate::store::rows::ser_ts_opt")]
-    pub last_failover_at: Option<crate::time::Ts>,
+    pub last_failover_at: Option<exactly_words::time::Ts>,
     /// Of `warnings`, a failover in the last 7 days, with what the guard did.
     pub failover_warnings: Vec<String>,
     /// Counters over all time.
@@ -62,23 +62,23 @@ pub struct Snapshot {
     pub notifications: Vec<NotificationCount>,
 }
 
-pub use crate::state::{is_failure, RunOutcome, FAILING_OUTCOMES};
 pub use crate::store::rows::{
     ApprovalView, EventRow, JobFacts, JobSettings, NotificationCount, OpenEffect, ParsedSchedule,
     Reading, Replaced, RunRow, SchedulerRow, Window, RUN_BUCKETS_MS,
 };
+pub use exactly_words::state::{is_failure, RunOutcome, FAILING_OUTCOMES};
 
-pub use crate::time::percentiles;
+pub use exactly_words::time::percentiles;
 
 impl Snapshot {
     /// Reads the snapshot (one short read transaction, indexes only, notification counts
     /// included); then, from the facts read, each job's next firing, the firings it missed and
     /// its warnings.
-    pub fn read(store: &mut Store) -> crate::Result<Snapshot> {
+    pub fn read(store: &mut Store) -> exactly_words::Result<Snapshot> {
         let now = store.now();
         let dead_after = crate::jobs::scheduler_dead_after();
         let reading = store.reading(now, dead_after)?;
-        let mut snap = Snapshot::from_reading(reading, &crate::hostname(), dead_after);
+        let mut snap = Snapshot::from_reading(reading, &exactly_words::hostname(), dead_after);
         for j in &mut snap.jobs {
             j.derive(now);
         }
@@ -102,7 +102,7 @@ impl Snapshot {
                 .map(|s| s.heartbeat_at)
                 .max()
                 .map(|t| {
-                    let ago = human_age(crate::time::age_s(t, now));
+                    let ago = human_age(exactly_words::time::age_s(t, now));
                     format!("last heartbeat {ago} ago")
                 })
                 .unwrap_or_else(|| "none has ever run on this database".into());
@@ -148,20 +148,20 @@ const FAILOVER_SHOWN_S: i64 = 7 * 86400;
 
 /// A failover found in the last 7 days, in words: when, and what the guard did.
 fn failover_warnings(
-    last: Option<&(crate::time::Ts, String)>,
-    now: crate::time::Ts,
+    last: Option<&(exactly_words::time::Ts, String)>,
+    now: exactly_words::time::Ts,
 ) -> Vec<String> {
     let Some((at, detail)) = last else {
         return Vec::new();
     };
-    let age = crate::time::age_s(*at, now);
+    let age = exactly_words::time::age_s(*at, now);
     if age > FAILOVER_SHOWN_S {
         return Vec::new();
     }
     vec![format!(
         "database failed over {} ago ({}); check the far side for effects sent just before",
         human_age(age),
-        crate::sanitize::inert(detail)
+        exactly_words::sanitize::inert(detail)
     )]
 }
 
@@ -186,7 +186,7 @@ fn host_clashes(schedulers: &[SchedulerRow], recorded_24h: u64) -> Vec<String> {
         out.push(format!(
             "host name {:?} is used by live schedulers on two machines: \
              give each its own EXACTLY_HOST (their effects are judged by deadline, never by pid)",
-            crate::sanitize::inert(h)
+            exactly_words::sanitize::inert(h)
         ));
     }
     if recorded_24h > 0 {
@@ -218,7 +218,7 @@ fn add_replaced_warnings(snap: &mut Snapshot) {
              holds another and no longer fires it",
             c.by.as_deref().unwrap_or("?"),
             c.by_source.as_deref().unwrap_or("?"),
-            c.at.map_or_else(|| "?".to_string(), crate::time::fmt),
+            c.at.map_or_else(|| "?".to_string(), exactly_words::time::fmt),
             c.owner,
             c.source.as_deref().unwrap_or("?"),
         ));
@@ -227,7 +227,7 @@ fn add_replaced_warnings(snap: &mut Snapshot) {
 
 /// A number that changes whenever another connection commits (SQLite's `data_version`): a
 /// dashboard reads the whole snapshot again only when it moved.
-pub fn data_version(store: &mut Store) -> crate::Result<i64> {
+pub fn data_version(store: &mut Store) -> exactly_words::Result<i64> {
     store.data_version()
 }
 

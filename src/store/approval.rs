@@ -3,9 +3,9 @@
 use super::db::{args, DbResult, Optional, Row};
 use super::ledger::BUMP;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
-use crate::state::EventKind;
-use crate::state::{ApprovalState, EffectState};
-use crate::Result;
+use exactly_words::state::EventKind;
+use exactly_words::state::{ApprovalState, EffectState};
+use exactly_words::Result;
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

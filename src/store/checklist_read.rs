@@ -10,8 +10,8 @@ use super::db::{args, DbResult, Tx};
 use super::read::{reading_in, LEAKED};
 use super::windows::Kept;
 use super::{int, text, text_or_empty, Store};
-use crate::time::{self, Ts};
-use crate::Result;
+use exactly_words::time::{self, Ts};
+use exactly_words::Result;
 
 /// The most `done` rows of repeated targets read (the newest targets' are kept).
 const REPEATS_READ: usize = 20_000;

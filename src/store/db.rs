@@ -65,10 +65,12 @@ impl<'t> Tx<'t> {
     /// A released lease (before every instant) stays as it is.
     pub(crate) fn later(&self, at: &str) -> String {
         match &self.inner {
-            Inner::Pg { shift, .. } if at != super::RELEASED => match crate::time::parse(at) {
-                Some(t) => crate::time::fmt(t + *shift),
-                None => at.to_string(),
-            },
+            Inner::Pg { shift, .. } if at != super::RELEASED => {
+                match exactly_words::time::parse(at) {
+                    Some(t) => exactly_words::time::fmt(t + *shift),
+                    None => at.to_string(),
+                }
+            }
             _ => at.to_string(),
         }
     }
@@ -197,7 +199,7 @@ pub(crate) fn may_create() -> bool {
 mod tests {
     use super::super::{record_event, NewEvent, Store};
     use super::{args, DbError};
-    use crate::state::EventKind;
+    use exactly_words::state::EventKind;
 
     /// A write that fails after writing, or panics, leaves nothing behind and the connection
     /// ready for the next write (the guard rolls back, as rusqlite's `Transaction` did).

@@ -81,12 +81,12 @@ macro_rules! word_arg {
     )*};
 }
 word_arg!(
-    crate::state::EffectState,
-    crate::state::ApprovalState,
-    crate::state::FiringState,
-    crate::state::FiringKind,
-    crate::state::RunOutcome,
-    crate::state::EventKind
+    exactly_words::state::EffectState,
+    exactly_words::state::ApprovalState,
+    exactly_words::state::FiringState,
+    exactly_words::state::FiringKind,
+    exactly_words::state::RunOutcome,
+    exactly_words::state::EventKind
 );
 
 /// `args![a, b, …]`: a statement's parameters, in order (`?1`, `?2`, …), each borrowed.
@@ -165,16 +165,16 @@ impl std::fmt::Display for DbError {
 impl DbError {
     /// The error that is not the database client's, as one sentence naming the database
     /// `shown`; `None` for the client's own errors (each backend says those).
-    pub(crate) fn refusal(&self, shown: &str) -> Option<crate::Error> {
+    pub(crate) fn refusal(&self, shown: &str) -> Option<exactly_words::Error> {
         let message = format!("database {shown}: {}", self.to_string().replace('\n', " "));
         Some(match self {
-            DbError::Other(_) => crate::Error::Store(message),
-            DbError::Foreign(_) => crate::Error::Foreign { message },
-            DbError::Corrupt(_) => crate::Error::Corrupt {
+            DbError::Other(_) => exactly_words::Error::Store(message),
+            DbError::Foreign(_) => exactly_words::Error::Foreign { message },
+            DbError::Corrupt(_) => exactly_words::Error::Corrupt {
                 message,
                 source: None,
             },
-            DbError::TooNew(found) => crate::Error::TooNew {
+            DbError::TooNew(found) => exactly_words::Error::TooNew {
                 message,
                 found: *found,
                 understood: super::SCHEMA_VERSION,

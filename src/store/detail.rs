@@ -3,8 +3,8 @@
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::rows::{EventRow, RunRow};
 use super::{int, text, text_or_empty, word, Store};
-use crate::state::RunOutcome;
-use crate::Result;
+use exactly_words::state::RunOutcome;
+use exactly_words::Result;
 
 pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
     Ok(EventRow {
@@ -197,15 +197,15 @@ impl Store {
     /// reads the whole ledger (an operator's question, not a scheduler's).
     pub(crate) fn effects_in_state(
         &mut self,
-        state: &crate::state::EffectState,
+        state: &exactly_words::state::EffectState,
         job: Option<&str>,
         caller_now: &str,
     ) -> Result<InState> {
         let open = matches!(
             state,
-            crate::state::EffectState::Claimed
-                | crate::state::EffectState::Submitted
-                | crate::state::EffectState::Unknown
+            exactly_words::state::EffectState::Claimed
+                | exactly_words::state::EffectState::Submitted
+                | exactly_words::state::EffectState::Unknown
         );
         // The partial index is used only when its own term is repeated (see JOB_OPEN).
         let term = if open {

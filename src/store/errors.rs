@@ -1,7 +1,7 @@
 //! The store's errors as the library's [`Error`]s: a SQLite error's kind read from its code,
 //! never from its text.
 use super::SCHEMA_VERSION;
-use crate::Error;
+use exactly_words::Error;
 use rusqlite::ErrorCode;
 
 /// A SQLite error's text on one line.

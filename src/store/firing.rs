@@ -14,9 +14,9 @@ use super::lease::{claim_lease_tx, LeaseClaim};
 use super::paused_rows::{covered_tx, roll_skipped_tx};
 use super::waiting::waiting_before;
 use super::{record_event, text, word, NewEvent, Store};
-use crate::policy::{Overlap, WhileLive};
-use crate::state::{EventKind, FiringKind, FiringState};
-use crate::Result;
+use exactly_words::policy::{Overlap, WhileLive};
+use exactly_words::state::{EventKind, FiringKind, FiringState};
+use exactly_words::Result;
 
 impl Store {
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
@@ -72,11 +72,11 @@ impl Store {
     pub(crate) fn fire_due(
         &mut self,
         batch: &[DueRequest<'_>],
-        clock: &dyn Fn() -> crate::time::Ts,
+        clock: &dyn Fn() -> exactly_words::time::Ts,
     ) -> Result<Vec<DueFate>> {
         self.write(|tx| {
             let at = clock();
-            let at_text = crate::time::fmt(at);
+            let at_text = exactly_words::time::fmt(at);
             batch.iter().map(|d| due_tx(tx, d, at, &at_text)).collect()
         })
     }
@@ -110,11 +110,11 @@ pub enum DueFate {
 fn due_tx(
     tx: &Tx<'_>,
     d: &DueRequest<'_>,
-    at: crate::time::Ts,
+    at: exactly_words::time::Ts,
     at_text: &str,
 ) -> DbResult<DueFate> {
     let f = &d.fire;
-    let late = crate::time::parse(f.slot).map(|slot| (at - slot).num_milliseconds());
+    let late = exactly_words::time::parse(f.slot).map(|slot| (at - slot).num_milliseconds());
     let window = d.window.as_millis().min(i64::MAX as u128) as i64;
     if let Some(late_ms) = late.filter(|&l| l > window) {
         let slots = [f.slot.to_string()];
@@ -125,9 +125,12 @@ fn due_tx(
         // Already fired by someone: decided below as the duplicate it is.
     }
     // The lease runs for as long from now as the caller asked from its own now.
-    let until = match (crate::time::parse(f.now), crate::time::parse(f.lease_until)) {
+    let until = match (
+        exactly_words::time::parse(f.now),
+        exactly_words::time::parse(f.lease_until),
+    ) {
         (Some(asked), Some(until)) if f.lease_until != super::RELEASED => {
-            crate::time::fmt(until + (at - asked).max(chrono::Duration::zero()))
+            exactly_words::time::fmt(until + (at - asked).max(chrono::Duration::zero()))
         }
         _ => f.lease_until.to_string(),
     };

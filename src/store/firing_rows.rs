@@ -5,8 +5,8 @@
 use super::db::{args, DbResult, Tx};
 use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, NewEvent};
-use crate::policy::Overlap;
-use crate::state::{EventKind, FiringKind, FiringState};
+use exactly_words::policy::Overlap;
+use exactly_words::state::{EventKind, FiringKind, FiringState};
 
 /// The detail of a firing marked to go again because its run failed (`retries`): its backoff
 /// counts from that run's end.
@@ -44,7 +44,7 @@ pub struct FireRequest<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
     /// The fencing token of the lease we won.
-    pub token: crate::Token,
+    pub token: exactly_words::Token,
     /// The new run's id.
     pub run_id: String,
     /// The slot it runs for.

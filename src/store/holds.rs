@@ -4,7 +4,7 @@
 //! here: their leases are renewed by heartbeat and measured with the run (`exactly_runs`).
 use super::db::{args, DbResult, Tx};
 use super::{int, text, text_or_empty, Store};
-use crate::Result;
+use exactly_words::Result;
 use std::collections::BTreeMap;
 
 /// Holds kept per job (the newest tokens).
@@ -87,8 +87,8 @@ pub(super) fn unrenewed_holds(
     )?;
     for (job, lease, from, to) in rows {
         let (Some(from), Some(to)) = (
-            from.as_deref().and_then(crate::time::parse),
-            to.as_deref().and_then(crate::time::parse),
+            from.as_deref().and_then(exactly_words::time::parse),
+            to.as_deref().and_then(exactly_words::time::parse),
         ) else {
             continue;
         };

@@ -3,7 +3,7 @@
 //! database made again under the same name.
 use super::db::{args, Tx};
 use super::{Conn, Store};
-use crate::Result;
+use exactly_words::Result;
 
 /// The `exactly_meta` row a PostgreSQL database's instance is named by: a random number written
 /// when its tables are made (and by the first holder that asks, on a database an older exactly
@@ -64,7 +64,7 @@ fn place_and_instance(tx: &Tx<'_>) -> super::db::DbResult<(String, Option<i64>)>
 fn file_with_birth(path: &str) -> Result<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path)
-        .map_err(|e| crate::Error::io(format!("database {path}: {e}"), e))?;
+        .map_err(|e| exactly_words::Error::io(format!("database {path}: {e}"), e))?;
     let born = m
         .created()
         .ok()

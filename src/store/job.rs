@@ -3,9 +3,9 @@
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::rows::{overlap_of, JobSettings};
 use super::{int, record_event, text, text_or_empty, NewEvent, Store};
-use crate::policy::Overlap;
-use crate::state::EventKind;
-use crate::Result;
+use exactly_words::policy::Overlap;
+use exactly_words::state::EventKind;
+use exactly_words::Result;
 
 impl Store {
     /// Pauses or resumes a job (firings while paused are recorded as skipped by the runner).
@@ -135,7 +135,7 @@ pub struct JobRecord {
     /// Keep only this many of the job's newest runs.
     pub keep_runs: Option<i64>,
     /// What its far side is declared to do (`far_side`); None: not declared.
-    pub far_side: Option<crate::policy::FarSide>,
+    pub far_side: Option<exactly_words::policy::FarSide>,
     /// Read back only: the scheduler that registered it last, and when.
     pub owner: Option<String>,
     /// When it was last registered or changed.
@@ -191,7 +191,7 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         updated_at: text(r, 22)?,
         far_side: text(r, 23)?
             .as_deref()
-            .and_then(crate::policy::FarSide::parse),
+            .and_then(exactly_words::policy::FarSide::parse),
     })
 }
 
@@ -419,7 +419,7 @@ fn upsert_job_tx(tx: &Tx<'_>, j: &JobRecord, source: &str, owner: &str, now: &st
             j.dst_skipped,
             j.definition_digest,
             j.keep_runs,
-            j.far_side.map(crate::policy::FarSide::name)
+            j.far_side.map(exactly_words::policy::FarSide::name)
         ],
     )?;
     Ok(())

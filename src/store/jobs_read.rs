@@ -5,8 +5,8 @@ use super::detail::{run_cols, run_row};
 use super::rows::{overlap_of, time_in, JobFacts, JobSettings};
 use super::windows::{Kept, Schedules, RUN_WINDOW_DAYS};
 use super::{int, text, text_or_empty, word, RELEASED};
-use crate::state::{EventKind, FiringState, RunOutcome};
-use crate::time::{self, Ts};
+use exactly_words::state::{EventKind, FiringState, RunOutcome};
+use exactly_words::time::{self, Ts};
 use std::collections::BTreeMap;
 
 /// `(job_key, kind) → n` for the counters of the kinds in `[from, to)`.
@@ -247,7 +247,7 @@ fn registered(tx: &Tx<'_>, schedules: &mut Schedules) -> DbResult<BTreeMap<Strin
                     paused: int(r, 6)?.unwrap_or(0) != 0,
                     pause_note: text(r, 7)?,
                     retired: int(r, 8)?.unwrap_or(0) != 0,
-                    dst: crate::schedule::dst_shown(
+                    dst: exactly_words::schedule::dst_shown(
                         text(r, 1)?.as_deref(),
                         text(r, 10)?.as_deref(),
                         text(r, 12)?,

@@ -2,8 +2,8 @@
 //! write for a job makes (a higher token exists: refused and counted).
 use super::db::{args, Arg, DbError, DbResult, Optional, ToArg, Tx};
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
-use crate::state::EventKind;
-use crate::Result;
+use exactly_words::state::EventKind;
+use exactly_words::Result;
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
 pub(super) fn current_token(tx: &Tx<'_>, job: &str) -> DbResult<Option<i64>> {
@@ -58,7 +58,7 @@ pub(crate) fn claim_lease_tx(
         .optional()?;
     // An expired lease is taken over only once the clock-skew margin has passed too: its
     // holder's clock may be behind ours (a released lease is before every margin).
-    let steal_before = crate::time::minus_skew(now);
+    let steal_before = exactly_words::time::minus_skew(now);
     // On PostgreSQL a job's first token starts above the last failover's raise
     // (`pg_timeline`): the old primary may have handed out tokens for a job the promoted
     // server never heard of.
@@ -156,7 +156,7 @@ pub(super) fn takeable(tx: &Tx<'_>, job: &str, now: &str) -> DbResult<bool> {
     let now = tx.now(now);
     tx.one(
         "SELECT NOT EXISTS (SELECT 1 FROM job_lease WHERE job_key = ?1 AND lease_until >= ?2)",
-        args![job, crate::time::minus_skew(now)],
+        args![job, exactly_words::time::minus_skew(now)],
         |r| r.get(0),
     )
 }
@@ -337,9 +337,9 @@ impl Store {
         now: &str,
     ) -> Result<Option<(LeaseRow, chrono::Duration)>> {
         self.read(|tx| {
-            let now = crate::time::parse(tx.now(now));
+            let now = exactly_words::time::parse(tx.now(now));
             Ok(lease_row(tx, job)?.map(|r| {
-                let left = match (crate::time::parse(&r.lease_until), now) {
+                let left = match (exactly_words::time::parse(&r.lease_until), now) {
                     (Some(u), Some(n)) => u - n,
                     _ => chrono::Duration::zero(),
                 };

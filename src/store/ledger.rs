@@ -6,11 +6,11 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
 use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
-use crate::policy::Gate;
-use crate::state::EventKind;
-use crate::state::{ApprovalState, EffectState};
-use crate::time::Ts;
-use crate::Result;
+use exactly_words::policy::Gate;
+use exactly_words::state::EventKind;
+use exactly_words::state::{ApprovalState, EffectState};
+use exactly_words::time::Ts;
+use exactly_words::Result;
 
 /// The proof switch (`proof` feature, built only for the tests).
 #[cfg(feature = "proof")]
@@ -139,7 +139,10 @@ fn begin_facts(
 /// not ended on every clock (the skew margin), or the command it wrapped has not yet been
 /// stopped (`exactly effect` stops it at its deadline, then waits out its grace before SIGKILL).
 fn sending_until(until: &str, now: &str) -> bool {
-    let margin = crate::time::minus(&crate::time::minus_skew(now), crate::policy::stop_margin());
+    let margin = exactly_words::time::minus(
+        &exactly_words::time::minus_skew(now),
+        exactly_words::policy::stop_margin(),
+    );
     until >= margin.as_str()
 }
 
@@ -164,7 +167,10 @@ pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<Se
 /// What a won send is granted: its lease's end and the time left to it on the database's clock.
 pub(super) fn granted(lease: &SenderLease, now: &str) -> Granted {
     let until = lease.until.clone().unwrap_or_default();
-    let left = match (crate::time::parse(&until), crate::time::parse(now)) {
+    let left = match (
+        exactly_words::time::parse(&until),
+        exactly_words::time::parse(now),
+    ) {
         (Some(u), Some(n)) => (u - n).to_std().unwrap_or_default(),
         _ => std::time::Duration::ZERO,
     };
@@ -224,8 +230,8 @@ impl Store {
                 return Ok(begun);
             }
         }
-        let now = crate::time::fmt(now_ts);
-        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
+        let now = exactly_words::time::fmt(now_ts);
+        let min_until = exactly_words::time::fmt(exactly_words::time::add(now_ts, SUBMIT_MIN_LEFT));
         let (mut closed, was_held) = (false, hold);
         let begun = self.write(|tx| {
             let min_until = tx.later(&min_until);
@@ -310,8 +316,8 @@ impl Store {
                 return Ok(s);
             }
         }
-        let now = crate::time::fmt(now_ts);
-        let min_until = crate::time::fmt(crate::time::add(now_ts, SUBMIT_MIN_LEFT));
+        let now = exactly_words::time::fmt(now_ts);
+        let min_until = exactly_words::time::fmt(exactly_words::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
             let min_until = tx.later(&min_until);
             let now = tx.now(&now);
@@ -342,7 +348,7 @@ impl Store {
             // The rule is the domain's (`policy::gate`); the store applies it in this
             // transaction, with the compare-and-set below.
             let consumed_before = approval == Some(ApprovalState::Consumed);
-            let consume = match crate::policy::gate(approval, needs_approval) {
+            let consume = match exactly_words::policy::gate(approval, needs_approval) {
                 Gate::Ask => {
                     ask_approval_tx(tx, s, now)?;
                     return Ok(Submit::NotApproved);
@@ -395,7 +401,7 @@ impl Store {
         detail: &str,
         now: Ts,
     ) -> Result<()> {
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
             let mut ev = NewEvent::new(EventKind::DuplicateSuppressed, now)
@@ -440,8 +446,8 @@ impl Store {
         why: &str,
         now: Ts,
     ) -> Result<()> {
-        let now = crate::time::fmt(now);
-        let detail = crate::sanitize::inert_trunc(why, 300);
+        let now = exactly_words::time::fmt(now);
+        let detail = exactly_words::sanitize::inert_trunc(why, 300);
         self.write(|tx| {
             let now = tx.now(&now);
             let mut ev = NewEvent::new(EventKind::RetryInFlight, now)
@@ -462,13 +468,13 @@ impl Store {
         host_id: &str,
         now: Ts,
     ) -> Result<()> {
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         let theirs = row
             .sender
             .as_deref()
             .and_then(|s| s.split(';').next())
             .unwrap_or("?");
-        let detail = crate::sanitize::inert_trunc(
+        let detail = exactly_words::sanitize::inert_trunc(
             &format!(
                 "host name {host:?} is used by two machines: the sender of this effect ran on \
                  {theirs}, this attempt on {host_id}; judged by its deadline, not its pid"

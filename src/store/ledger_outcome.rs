@@ -6,9 +6,9 @@ use super::lease::fenced;
 use super::ledger::{still_as_seen, wrote, BUMP};
 use super::ledger_rows::*;
 use super::{record_event, NewEvent, Store};
-use crate::state::{EffectState, EventKind};
-use crate::time::Ts;
-use crate::Result;
+use exactly_words::state::{EffectState, EventKind};
+use exactly_words::time::Ts;
+use exactly_words::Result;
 
 impl Store {
     /// Records the outcome of our send: `done` with the response, or `unknown` (`response` is
@@ -23,9 +23,9 @@ impl Store {
         now: Ts,
     ) -> Result<bool> {
         let (key, job, token, state) = (end.key, end.job, end.token, &end.state);
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         let (raw, total) = end.stored_output();
-        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
+        if exactly_words::fault::once(exactly_words::fault::Point::FinishReplyLost) {
             self.lose_next_reply();
         }
         // `response` is the far side's answer, which a duplicate replays: an `unknown` has
@@ -74,7 +74,7 @@ impl Store {
                 } else {
                     EventKind::EffectUnknown
                 };
-                let detail = crate::sanitize::inert_trunc(end.response, 200);
+                let detail = exactly_words::sanitize::inert_trunc(end.response, 200);
                 record_event(
                     tx,
                     &NewEvent::new(k, now)
@@ -100,8 +100,8 @@ impl Store {
         seen: &Seen,
         now: Ts,
     ) -> Result<bool> {
-        let now = crate::time::fmt(now);
-        if crate::fault::once(crate::fault::Point::FinishReplyLost) {
+        let now = exactly_words::time::fmt(now);
+        if exactly_words::fault::once(exactly_words::fault::Point::FinishReplyLost) {
             self.lose_next_reply();
         }
         self.write(|tx| {

@@ -2,7 +2,7 @@
 //! ([`Seen`]), and what each transition in `ledger.rs` answers.
 use super::db::{args, DbResult, Optional, Row, Tx};
 use super::{int, text, text_or_empty, word};
-use crate::state::EffectState;
+use exactly_words::state::EffectState;
 
 /// A whole `effect_ledger` row.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

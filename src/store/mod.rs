@@ -81,10 +81,10 @@ pub use schema::SCHEMA_VERSION;
 pub use waiting::Waiting;
 pub use windows::{RUN_WINDOW, RUN_WINDOW_DAYS};
 
-use crate::state::EventKind;
-use crate::{Error, Result};
 use db::{args, DbError, DbResult, Row, Tx};
 use errors::{cannot_create_side_files, lite_error, open_error};
+use exactly_words::state::EventKind;
+use exactly_words::{Error, Result};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::time::Duration;
 
@@ -106,7 +106,7 @@ pub struct Store {
     /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
     lose_reply: bool,
     /// The instant a caller pinned this handle's clock to (`src/clock.rs`); None: the system's.
-    pub(crate) pinned_now: Option<crate::time::Ts>,
+    pub(crate) pinned_now: Option<exactly_words::time::Ts>,
     /// How this handle was opened, for another handle on the same database.
     opener: StoreOpener,
 }
@@ -168,7 +168,7 @@ pub fn check_shareable(path: &str) -> Result<()> {
         return Err(Error::Usage(format!(
             "database {} is in memory: a lease or ledger there is seen by no other process; \
              give a file path",
-            crate::sanitize::inert(path)
+            exactly_words::sanitize::inert(path)
         )));
     }
     Ok(())
@@ -338,7 +338,7 @@ impl Store {
         let file = std::path::Path::new(path);
         if !file.exists() {
             return Err(Error::not_found(
-                crate::Missing::Database,
+                exactly_words::Missing::Database,
                 format!(
                     "database {path} does not exist (read commands never create one; exactly init does)"
                 ),
@@ -521,7 +521,7 @@ impl Store {
             let out = f(&Tx::lite(tx.0))?;
             tx.commit()?;
             if lose_reply {
-                crate::fault::point(crate::fault::Point::FinishReplyLost);
+                exactly_words::fault::point(exactly_words::fault::Point::FinishReplyLost);
                 return Err(DbError::Other(
                     "the reply to COMMIT was lost (fault point finish_reply_lost)".into(),
                 ));

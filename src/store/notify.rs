@@ -3,8 +3,8 @@
 use super::db::{args, DbResult, Tx};
 use super::rows::NotificationCount;
 use super::{int, record_event, text_or_empty, NewEvent, Store};
-use crate::state::EventKind;
-use crate::Result;
+use exactly_words::state::EventKind;
+use exactly_words::Result;
 
 /// One notification's end, as recorded.
 #[derive(Debug, Clone)]

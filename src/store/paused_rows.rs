@@ -4,7 +4,7 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::firing_rows::{upsert_firing, FireRequest};
 use super::{text, text_or_empty};
-use crate::state::FiringState;
+use exactly_words::state::FiringState;
 
 /// The words of a pause's rolling row: `N firing(s) skipped while paused since FIRST, the
 /// latest at this slot[: note]`. Its slot moves to each slot the pause skips; with the pause's
@@ -128,9 +128,9 @@ pub(super) fn covered_tx(tx: &Tx<'_>, job: &str, slot: &str) -> DbResult<Option<
 mod tests {
     use super::super::firing_rows::Fired;
     use super::*;
-    use crate::policy::Overlap;
-    use crate::state::FiringKind;
-    use crate::Store;
+    use crate::store::Store;
+    use exactly_words::policy::Overlap;
+    use exactly_words::state::FiringKind;
 
     fn slot(s: u32) -> String {
         format!("2026-01-01T00:00:{s:02}.000Z")

@@ -3,7 +3,7 @@
 //! how parameters and columns convert, transactions (`SERIALIZABLE`, retried on a serialization
 //! failure or deadlock) and the server's clock. Its schema is `pg_schema.rs`.
 use super::db::{DbError, DbResult, Tx};
-use crate::{Error, Result};
+use exactly_words::{Error, Result};
 use postgres::NoTls;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -272,7 +272,7 @@ impl PgStore {
         self.window.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub(crate) fn failover_window(&self, now: crate::time::Ts) -> bool {
+    pub(crate) fn failover_window(&self, now: exactly_words::time::Ts) -> bool {
         let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
         until > 0 && now.timestamp_millis() < until
     }
@@ -341,8 +341,9 @@ impl PgStore {
                 // This host's clock beside the server's, to move the instants a caller computed
                 // on ours ("now + the lease") onto the server's (see `Tx::later`). Read after the
                 // server's answer, so a lease moved over is never longer than asked for.
-                let here = crate::time::now();
-                let shift = crate::time::parse(&now).map_or(chrono::Duration::zero(), |n| n - here);
+                let here = exactly_words::time::now();
+                let shift =
+                    exactly_words::time::parse(&now).map_or(chrono::Duration::zero(), |n| n - here);
                 let out = {
                     let tx = Tx::pg(&mut conn, now, shift);
                     f(&tx)?
@@ -353,7 +354,7 @@ impl PgStore {
                 }
                 super::pg_sync::check(&conn.sync_wait_cut)?;
                 if lose_reply {
-                    crate::fault::point(crate::fault::Point::FinishReplyLost);
+                    exactly_words::fault::point(exactly_words::fault::Point::FinishReplyLost);
                     return Err(cut(&mut conn));
                 }
                 Ok(out)
@@ -399,7 +400,7 @@ impl PgStore {
             let result =
                 result.and_then(|out| super::pg_sync::check(&conn.sync_wait_cut).map(|()| out));
             if result.as_ref().is_ok_and(lose_reply) {
-                crate::fault::point(crate::fault::Point::FinishReplyLost);
+                exactly_words::fault::point(exactly_words::fault::Point::FinishReplyLost);
                 conn.broken = true;
                 return Err(cut(&mut conn));
             }

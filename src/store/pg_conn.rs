@@ -75,8 +75,8 @@ impl PgConn {
 
     /// Notes the server's clock `now` as read just now (after its reply came).
     pub(crate) fn saw_clock(&mut self, now: &str) {
-        let here = crate::time::now();
-        if let Some(n) = crate::time::parse(now) {
+        let here = exactly_words::time::now();
+        if let Some(n) = exactly_words::time::parse(now) {
             self.shift = n - here;
         }
     }
@@ -87,8 +87,8 @@ impl PgConn {
         if at == super::RELEASED {
             return at.to_string();
         }
-        match crate::time::parse(at) {
-            Some(t) => crate::time::fmt(t + self.shift),
+        match exactly_words::time::parse(at) {
+            Some(t) => exactly_words::time::fmt(t + self.shift),
             None => at.to_string(),
         }
     }

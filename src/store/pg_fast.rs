@@ -12,9 +12,9 @@ use super::ledger_rows::{
 };
 use super::pg::{PgConn, PgStore};
 use super::{int, text, text_or_empty, Conn, LeaseClaim, Store};
-use crate::state::{EffectState, EventKind};
-use crate::time::Ts;
-use crate::Result;
+use exactly_words::state::{EffectState, EventKind};
+use exactly_words::time::Ts;
+use exactly_words::Result;
 
 /// The first row of `sql`'s answer, read by `f`; the server's clock (column `at`) noted.
 fn first<T>(
@@ -59,7 +59,7 @@ impl Store {
         let Some(db) = self.fast_pg() else {
             return Ok(None);
         };
-        let min_until = crate::time::fmt(crate::time::add(now, SUBMIT_MIN_LEFT));
+        let min_until = exactly_words::time::fmt(exactly_words::time::add(now, SUBMIT_MIN_LEFT));
         let (attempt, sender) = submit_as.map_or((None, None), |a| (Some(a.attempt), a.sender));
         let begin_sql = super::pg_single::begin();
         let answer = db.call(
@@ -119,7 +119,7 @@ impl Store {
         let Some(db) = self.fast_pg() else {
             return Ok(None);
         };
-        let min_until = crate::time::fmt(crate::time::add(now, SUBMIT_MIN_LEFT));
+        let min_until = exactly_words::time::fmt(exactly_words::time::add(now, SUBMIT_MIN_LEFT));
         let answer = db.call(
             &mut |c| {
                 let min_until = c.later(&min_until);
@@ -174,7 +174,7 @@ impl Store {
     pub(super) fn fast_finish(&mut self, end: &SendEnd<'_>, seen: &Seen) -> Result<Option<bool>> {
         let (key, job, token, state) = (end.key, end.job, end.token, &end.state);
         let (answer, (raw, total)) = (end.answer(), end.stored_output());
-        let detail = crate::sanitize::inert_trunc(end.response, 200);
+        let detail = exactly_words::sanitize::inert_trunc(end.response, 200);
         // The fault point `finish_reply_lost` loses the reply of the write that applies.
         let lose = self.lose_reply;
         let Some(db) = self.fast_pg() else {
@@ -229,7 +229,8 @@ impl Store {
         let Some(db) = self.fast_pg() else {
             return Ok(None);
         };
-        let skew_ms = i64::try_from(crate::time::max_skew().as_millis()).unwrap_or(i64::MAX);
+        let skew_ms =
+            i64::try_from(exactly_words::time::max_skew().as_millis()).unwrap_or(i64::MAX);
         let answer = db.call(
             &mut |c| {
                 let until = c.later(until);
@@ -318,7 +319,7 @@ impl Store {
         );
         let out = answer.map_err(|e| self.err(e))?;
         if out.len() != leases.len() {
-            return Err(crate::Error::Store(format!(
+            return Err(exactly_words::Error::Store(format!(
                 "database {}: {} renewals answered for {} leases",
                 self.path,
                 out.len(),

@@ -10,7 +10,7 @@
 //! write is a compare-and-set on the row version it names; a claim locks the lease row (or
 //! inserts it with `ON CONFLICT`). Under a stricter server default a serialization failure is
 //! retried by the caller, as a transaction is.
-use crate::state::EventKind;
+use exactly_words::state::EventKind;
 
 /// The version of the functions below, kept in `exactly_meta` (name `pg_functions`) apart from
 /// the shared schema version: a database made by an older exactly gets them on its next open

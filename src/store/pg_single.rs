@@ -13,7 +13,7 @@
 //! a claim's `FOR UPDATE` waits for; a claim that committed first is seen by the lock (it
 //! follows the row to its newest version), so a stale token writes nothing but its fenced event.
 //! The token check and the write it guards are one statement, so one transaction.
-use crate::state::EventKind;
+use exactly_words::state::EventKind;
 
 /// An instant as the store writes it (`Tx::now`'s format).
 const TS: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;

@@ -13,7 +13,7 @@
 use super::db::{args, DbError, DbResult, Optional, Tx};
 use super::pg_conn::{PgConn, Seen, READ_COMMITTED};
 use super::{record_event, NewEvent};
-use crate::state::EventKind;
+use exactly_words::state::EventKind;
 
 /// The advisory lock the first connection after a failover holds while it raises the tokens.
 const LOCK: i64 = 7203116;
@@ -25,7 +25,7 @@ pub(crate) const HOLD: &str = "held after an asynchronous failover: the ledger m
 impl super::Store {
     /// Whether the window after an asynchronous failover is open (PostgreSQL only): an effect
     /// without a row is then recorded `unknown` before anything is sent (`Store::begin_tx`).
-    pub(super) fn failover_window(&self, now: crate::time::Ts) -> bool {
+    pub(super) fn failover_window(&self, now: exactly_words::time::Ts) -> bool {
         match &self.conn {
             super::Conn::Pg(db) => db.failover_window(now),
             _ => false,
@@ -66,7 +66,7 @@ pub(crate) fn guarded() -> bool {
 fn window() -> Option<std::time::Duration> {
     std::env::var("EXACTLY_FAILOVER_WINDOW")
         .ok()
-        .and_then(|w| crate::time::parse_duration(&w).ok())
+        .and_then(|w| exactly_words::time::parse_duration(&w).ok())
 }
 
 /// Whether the window after an asynchronous failover still holds an effect without a row at
@@ -83,7 +83,7 @@ fn window() -> Option<std::time::Duration> {
 /// Once none is left it closes for good (`failover_window_until_ms` 0) and says so on stderr.
 pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
     let until = meta(tx, "failover_window_until_ms")?.unwrap_or(0);
-    let now_ms = crate::time::parse(now)
+    let now_ms = exactly_words::time::parse(now)
         .ok_or_else(|| DbError::Other(format!("the server's time {now:?} is unreadable")))?
         .timestamp_millis();
     if until != UNTIL_ACCOUNTED {
@@ -94,7 +94,7 @@ pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
     if now_ms < leases.max(floor_until) {
         return Ok(true);
     }
-    let at = crate::time::fmt(
+    let at = exactly_words::time::fmt(
         chrono::DateTime::from_timestamp_millis(meta(tx, "failover_at_ms")?.unwrap_or(0))
             .unwrap_or_default(),
     );
@@ -265,14 +265,14 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
             set_meta(tx, "failover_window_until_ms", 0)?;
             "no window".to_string()
         } else {
-            let start = crate::time::parse(now).ok_or_else(|| {
+            let start = exactly_words::time::parse(now).ok_or_else(|| {
                 DbError::Other(format!("the server's time {now:?} is unreadable"))
             })?;
             let until = match fixed {
                 Some(w) => {
                     let end = start + chrono::Duration::from_std(w).unwrap_or_default();
                     set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
-                    crate::time::fmt(end)
+                    exactly_words::time::fmt(end)
                 }
                 None => {
                     // The newest lease the promoted server knows of: its holder may be sending
@@ -281,7 +281,7 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                         tx.one("SELECT max(lease_until) FROM job_lease", &[], |r| r.get(0))?;
                     let leases = leases
                         .as_deref()
-                        .and_then(crate::time::parse)
+                        .and_then(exactly_words::time::parse)
                         .map_or(start, |l| l.max(start));
                     set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
                     set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
@@ -296,7 +296,7 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                     format!(
                         "every effect of the old timeline's last leases is accounted for (and \
                          not before {})",
-                        crate::time::fmt(leases.max(floor_until))
+                        exactly_words::time::fmt(leases.max(floor_until))
                     )
                 }
             };

@@ -4,7 +4,7 @@ use super::schema::{
     Table, CORE_TABLES, DROPPED_INDEXES, INDEXES, SCHEMA_VERSION, SEED_DURATIONS, TABLES, TRIGGERS,
 };
 use super::Store;
-use crate::{Error, Result};
+use exactly_words::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub(super) fn has_trigger(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
@@ -217,7 +217,7 @@ fn key_is_unique(store: &Store) -> Result<bool> {
                      {} appears more than once; refusing to adopt it \
                      (remove the duplicate rows first)",
                     store.path,
-                    crate::sanitize::inert(&k)
+                    exactly_words::sanitize::inert(&k)
                 ))),
                 None => Ok(false),
             }
@@ -295,7 +295,7 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
             }
         }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        crate::fault::point(crate::fault::Point::SchemaCreate);
+        exactly_words::fault::point(exactly_words::fault::Point::SchemaCreate);
         tx.commit()
     })();
     result.map_err(|e| Prep::from(store, e))
@@ -356,7 +356,7 @@ fn check_read_only_once(store: &Store) -> Result<()> {
         (Some(t), false) => {
             check_foreign(store)?;
             Err(Error::not_found(
-                crate::Missing::Tables,
+                exactly_words::Missing::Tables,
                 format!(
                     "database {path} has no exactly tables (no {t}); read commands never create \
                      them (exactly init does)"

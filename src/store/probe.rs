@@ -4,9 +4,9 @@
 use super::db::{args, Optional};
 use super::ledger_rows::{ledger_row, LedgerRow, LEDGER_COLS};
 use super::{int, record_event, NewEvent, Store};
-use crate::state::EventKind;
-use crate::time::Ts;
-use crate::Result;
+use exactly_words::state::EventKind;
+use exactly_words::time::Ts;
+use exactly_words::Result;
 
 /// What a probe event records.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +52,7 @@ impl Store {
 
     /// Records a probe and its result (an event of kind `probe`).
     pub(crate) fn record_probe(&mut self, p: &ProbeEvent<'_>, now: Ts) -> Result<()> {
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
             record_event(

@@ -5,9 +5,9 @@ use super::detail::{event_row, EVENT_COLS};
 use super::rows::{ApprovalView, OpenEffect, Reading, Window};
 use super::schedulers::read_schedulers;
 use super::{int, text, text_or_empty, word, Store};
-use crate::state::{ApprovalState, EventKind};
-use crate::time::{self, Ts};
-use crate::Result;
+use exactly_words::state::{ApprovalState, EventKind};
+use exactly_words::time::{self, Ts};
+use exactly_words::Result;
 
 use super::jobs_read::read_jobs;
 use super::windows::Kept;
@@ -325,7 +325,10 @@ pub(super) mod tests {
     /// A snapshot as the dashboard takes one, now.
     pub(in crate::store) fn snap(store: &mut super::Store) -> crate::snapshot::Snapshot {
         let reading = store
-            .reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER)
+            .reading(
+                exactly_words::time::now(),
+                crate::jobs::SCHEDULER_DEAD_AFTER,
+            )
             .unwrap();
         crate::snapshot::Snapshot::from_reading(reading, "test", crate::jobs::SCHEDULER_DEAD_AFTER)
     }
@@ -342,8 +345,8 @@ pub(super) mod tests {
         let path = path.to_str().unwrap();
         drop(super::Store::open(path).unwrap());
         let raw = rusqlite::Connection::open(path).unwrap();
-        let now = crate::time::now();
-        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let now = exactly_words::time::now();
+        let at = |h: i64| exactly_words::time::fmt(now - chrono::Duration::hours(h));
         raw.execute(
             "INSERT INTO exactly_jobs (job_key, schedule, interval_s, lease_s, overlap, \
              updated_at) VALUES ('d', 'every 1h', 3600, 60, 'coalesce', ?1), \
@@ -383,7 +386,7 @@ pub(super) mod tests {
         let mut store = super::Store::open(path).unwrap();
         let d = job(&mut store, "d");
         assert_eq!(d.state(), JobState::Running);
-        let ok_at = crate::time::fmt(d.last_success_at.unwrap());
+        let ok_at = exactly_words::time::fmt(d.last_success_at.unwrap());
         assert_eq!(
             d.failing_episode(),
             Some((format!("d@after-ok:{ok_at}"), 2))
@@ -422,8 +425,11 @@ pub(super) mod tests {
         )
         .unwrap();
         let mut store = super::Store::open_read_only(path).unwrap();
-        match store.reading(crate::time::now(), crate::jobs::SCHEDULER_DEAD_AFTER) {
-            Err(crate::Error::Corrupt { message, .. }) => {
+        match store.reading(
+            exactly_words::time::now(),
+            crate::jobs::SCHEDULER_DEAD_AFTER,
+        ) {
+            Err(exactly_words::Error::Corrupt { message, .. }) => {
                 assert!(
                     message.ends_with("job_lease.lease_until holds \"next tuesday\", not a time"),
                     "{message}"
@@ -439,11 +445,11 @@ pub(super) mod tests {
     #[test]
     fn windowed_counts_count_their_kind_in_the_last_day() {
         use super::super::{record_event, NewEvent};
-        use crate::state::EventKind;
+        use exactly_words::state::EventKind;
         let dir = tempfile::tempdir().unwrap();
         let mut store = super::Store::open(dir.path().join("c.db").to_str().unwrap()).unwrap();
-        let now = crate::time::now();
-        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let now = exactly_words::time::now();
+        let at = |h: i64| exactly_words::time::fmt(now - chrono::Duration::hours(h));
         let (today, old) = (at(1), at(48));
         store
             .write(|tx| {
@@ -486,8 +492,8 @@ pub(super) mod tests {
         let path = path.to_str().unwrap();
         drop(super::Store::open(path).unwrap());
         let mut raw = rusqlite::Connection::open(path).unwrap();
-        let now = crate::time::now();
-        let at = |h: i64| crate::time::fmt(now - chrono::Duration::hours(h));
+        let now = exactly_words::time::now();
+        let at = |h: i64| exactly_words::time::fmt(now - chrono::Duration::hours(h));
         let mut add = |n: usize, state: &str, hours_ago: i64| {
             let tx = raw.transaction().unwrap();
             for i in 0..n {

@@ -8,9 +8,9 @@ use super::firing_rows::{
 };
 use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
-use crate::policy::RetryRules;
-use crate::state::{is_failure, EventKind};
-use crate::Result;
+use exactly_words::policy::RetryRules;
+use exactly_words::state::{is_failure, EventKind};
+use exactly_words::Result;
 
 /// After a failed run, in the transaction that records its end: marks its firing to go again
 /// while it has had fewer runs than `retry_below`, and pauses the job when its last
@@ -92,8 +92,8 @@ fn run_owner(
     let Some(run_id) = run_id else {
         return Ok(None);
     };
-    let silent_before = crate::time::parse(now)
-        .map(|t| crate::time::fmt(t - silent_for))
+    let silent_before = exactly_words::time::parse(now)
+        .map(|t| exactly_words::time::fmt(t - silent_for))
         .unwrap_or_else(|| now.to_string());
     tx.one(
         "SELECT r.owner, s.owner, s.host_id, s.pid, s.ended_at IS NOT NULL, s.heartbeat_at < ?2
@@ -376,9 +376,9 @@ fn backoff_left_tx(
     let wait = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
     let at = ended
         .as_deref()
-        .and_then(crate::time::parse)
+        .and_then(exactly_words::time::parse)
         .map(|e| e + wait);
-    let now_ts = crate::time::parse(now);
+    let now_ts = exactly_words::time::parse(now);
     let held = retry.held == Some(slot);
     let Some(at) = at.filter(|at| !held && now_ts.is_some_and(|n| n < *at)) else {
         return Ok(None);
@@ -389,5 +389,5 @@ fn backoff_left_tx(
         .and_then(|n| (at - n).to_std().ok())
         .unwrap_or(backoff)
         .min(backoff);
-    Ok(Some((crate::time::fmt(at), left)))
+    Ok(Some((exactly_words::time::fmt(at), left)))
 }

@@ -10,7 +10,7 @@
 //! "never retry" and a pending approval are never forgotten.
 use super::db::{args, Optional};
 use super::Store;
-use crate::Result;
+use exactly_words::Result;
 use serde::Serialize;
 
 /// Rows deleted per transaction.
@@ -248,7 +248,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::super::{record_event, NewEvent, Store};
-    use crate::state::EventKind;
+    use exactly_words::state::EventKind;
 
     /// Old events are found without an index on their time: across many id ranges, and also
     /// an old one written after newer ones (a writer whose clock is behind).

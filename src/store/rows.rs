@@ -2,10 +2,10 @@
 //! own words. [`crate::snapshot`] builds the [`crate::snapshot::Snapshot`] from a [`Reading`]
 //! and shows these rows to the library's users under its own name.
 use super::ApprovalRow;
-use crate::policy::Overlap;
-use crate::schedule::DstShown;
-use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
-use crate::time::Ts;
+use exactly_words::policy::Overlap;
+use exactly_words::schedule::DstShown;
+use exactly_words::state::{ApprovalState, EffectState, EventKind, RunOutcome};
+use exactly_words::time::Ts;
 use serde::Serialize;
 
 /// A time column read at the store's door: NULL is None, text that is not a time is
@@ -31,10 +31,10 @@ pub(crate) fn ts_req(
 
 /// `text`, read from `column`, as a time; [`DbError::Corrupt`](super::db::DbError) if it is not.
 pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
-    crate::time::parse(text).ok_or_else(|| {
+    exactly_words::time::parse(text).ok_or_else(|| {
         super::db::DbError::Corrupt(format!(
             "{column} holds {:?}, not a time",
-            crate::sanitize::inert_trunc(text, 40)
+            exactly_words::sanitize::inert_trunc(text, 40)
         ))
     })
 }
@@ -42,7 +42,7 @@ pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
 /// Serializes a time in the fixed-width text every stored instant is written in
 /// ([`crate::time::fmt`]), as the JSON has always shown it.
 pub(crate) fn ser_ts<S: serde::Serializer>(t: &Ts, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&crate::time::fmt(*t))
+    s.serialize_str(&exactly_words::time::fmt(*t))
 }
 
 /// [`ser_ts`] for a time that may be absent (`null`).
@@ -280,7 +280,9 @@ pub struct JobFacts {
 pub struct ParsedSchedule {
     /// What it was parsed from: (schedule, zone, DST words).
     key: ScheduleKey,
-    parsed: std::sync::Arc<Result<crate::schedule::Schedule, crate::schedule::ScheduleError>>,
+    parsed: std::sync::Arc<
+        Result<exactly_words::schedule::Schedule, exactly_words::schedule::ScheduleError>,
+    >,
 }
 
 /// A registry schedule's words: its text, its zone, its DST policy's words.
@@ -289,10 +291,11 @@ pub(crate) type ScheduleKey = (String, Option<String>, Option<(&'static str, &'s
 impl ParsedSchedule {
     /// Parses a registry schedule in its zone, under `dst` (a cron job's policy there).
     pub(crate) fn parse(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> Self {
-        let parsed = crate::schedule::Schedule::from_registry(schedule, tz).map(|s| match dst {
-            Some(d) => s.with_dst(d.policy()),
-            None => s,
-        });
+        let parsed =
+            exactly_words::schedule::Schedule::from_registry(schedule, tz).map(|s| match dst {
+                Some(d) => s.with_dst(d.policy()),
+                None => s,
+            });
         ParsedSchedule {
             key: Self::key(schedule, tz, dst),
             parsed: std::sync::Arc::new(parsed),
@@ -309,7 +312,9 @@ impl ParsedSchedule {
     }
 
     /// The schedule, or why this build cannot read it.
-    pub fn get(&self) -> Result<&crate::schedule::Schedule, &crate::schedule::ScheduleError> {
+    pub fn get(
+        &self,
+    ) -> Result<&exactly_words::schedule::Schedule, &exactly_words::schedule::ScheduleError> {
         self.parsed.as_ref().as_ref()
     }
 }
@@ -423,8 +428,8 @@ pub struct ApprovalView {
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
     pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
-        let age_s = crate::time::parse(&a.requested_at)
-            .map(|t| crate::time::age_s(t, now))
+        let age_s = exactly_words::time::parse(&a.requested_at)
+            .map(|t| exactly_words::time::age_s(t, now))
             .unwrap_or(0);
         ApprovalView {
             effect_key: a.effect_key,

@@ -4,9 +4,9 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::firing_rows::{gave_up_event, AfterFailure, FailureRules};
 use super::{int, record_event, text_or_empty, word, NewEvent, Store, RELEASED};
-use crate::policy::used_up;
-use crate::state::{EventKind, FiringState, RunOutcome};
-use crate::Result;
+use exactly_words::policy::used_up;
+use exactly_words::state::{EventKind, FiringState, RunOutcome};
+use exactly_words::Result;
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -134,7 +134,7 @@ impl Store {
             stopped_effects_unknown_tx(tx, end, now, &outcome)?;
             run_end_event_tx(tx, end, now, &outcome)?;
             let after = match failure {
-                Some(f) if crate::state::is_failure(outcome.as_str()) => {
+                Some(f) if exactly_words::state::is_failure(outcome.as_str()) => {
                     super::resume::after_failed_tx(tx, end.job, end.run_id, f, now)?
                 }
                 _ => AfterFailure::default(),
@@ -270,7 +270,10 @@ fn settle_firing_tx(
     // A firing whose command never started is a miss, and says why.
     let detail = match outcome {
         RunOutcome::NotStarted => {
-            format!("{outcome}: {}", crate::sanitize::inert_trunc(end.log, 200))
+            format!(
+                "{outcome}: {}",
+                exactly_words::sanitize::inert_trunc(end.log, 200)
+            )
         }
         RunOutcome::AwaitingApproval => match awaited {
             Some((key, true)) => super::approval::approved_detail(key, "a person"),
@@ -289,7 +292,7 @@ fn settle_firing_tx(
             tx,
             end.job,
             end.slot,
-            (attempts, crate::policy::MAX_ATTEMPTS),
+            (attempts, exactly_words::policy::MAX_ATTEMPTS),
             None,
             now,
         )?;

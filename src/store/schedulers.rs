@@ -4,8 +4,8 @@
 use super::db::{args, DbResult, Tx};
 use super::rows::{ts, ts_req, SchedulerRow};
 use super::{int, text, text_or_empty, Store};
-use crate::time::{self, Ts};
-use crate::Result;
+use exactly_words::time::{self, Ts};
+use exactly_words::Result;
 
 /// One scheduler as it records itself.
 #[derive(Debug, Clone)]
@@ -75,7 +75,7 @@ impl Store {
                 |r| text_or_empty(r, 0),
             )?;
             if !others.is_empty() {
-                let detail = crate::sanitize::inert_trunc(
+                let detail = exactly_words::sanitize::inert_trunc(
                     &format!(
                         "host name {:?} is used by two machines: scheduler {} started on {}, while \
                          {} runs on another; their pids mean nothing to each other, so their \
@@ -86,7 +86,7 @@ impl Store {
                 );
                 super::record_event(
                     tx,
-                    &super::NewEvent::new(crate::state::EventKind::HostClash, now)
+                    &super::NewEvent::new(exactly_words::state::EventKind::HostClash, now)
                         .actor(s.owner)
                         .detail(&detail),
                 )?;
@@ -217,7 +217,7 @@ fn outage_tx(
     );
     super::record_event(
         tx,
-        &super::NewEvent::new(crate::state::EventKind::SchedulerOutage, now)
+        &super::NewEvent::new(exactly_words::state::EventKind::SchedulerOutage, now)
             .actor(s.owner)
             .detail(&detail),
     )?;

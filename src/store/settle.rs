@@ -5,10 +5,10 @@ use super::lease::{current_token, fenced};
 use super::ledger::{guard_off, row_sender, BUMP};
 use super::ledger_rows::*;
 use super::{int, record_event, NewEvent, Store};
-use crate::sender::Sender;
-use crate::state::{EffectState, EventKind};
-use crate::time::Ts;
-use crate::Result;
+use exactly_words::sender::Sender;
+use exactly_words::state::{EffectState, EventKind};
+use exactly_words::time::Ts;
+use exactly_words::Result;
 
 impl Store {
     /// Records an observer's verdict on the row version it looked at (`seen`) and, when it is
@@ -32,7 +32,7 @@ impl Store {
             lease_check,
             actor,
         } = *o;
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
             let Some(row) = read_row(tx, key)? else {
@@ -73,7 +73,7 @@ impl Store {
                     until: lease.until,
                 });
             }
-            let detail = crate::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
+            let detail = exactly_words::sanitize::inert_trunc(&format!("{label}: {words}"), 300);
             let target = match verdict {
                 Some(how @ (Resolution::Happened | Resolution::NotHappened)) => {
                     Some(how.target_state())
@@ -123,7 +123,7 @@ impl Store {
             evidence,
             force,
         } = *s;
-        let now = crate::time::fmt(now);
+        let now = exactly_words::time::fmt(now);
         self.write(|tx| {
             let now = tx.now(&now);
             let Some(row) = read_row(tx, key)? else {
@@ -222,7 +222,7 @@ fn stale_verdict_tx(
     label: &str,
     now: &str,
 ) -> DbResult<()> {
-    let detail = crate::sanitize::inert_trunc(
+    let detail = exactly_words::sanitize::inert_trunc(
         &format!(
             "verdict {label:?} about {} v{} discarded: the row is now {} v{}",
             seen.state, seen.version, row.state, row.version

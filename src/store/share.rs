@@ -2,7 +2,7 @@
 //! (their heartbeats), and which of other schedulers' due slots are already recorded.
 use super::db::{args, Arg};
 use super::{text_or_empty, Store};
-use crate::Result;
+use exactly_words::Result;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
@@ -26,10 +26,10 @@ impl Store {
             }
             // An instant that does not parse (never seen) counts nobody: the caller is alone
             // and fires all its jobs, which is safe.
-            let Some(now) = crate::time::parse(tx.now(now)) else {
+            let Some(now) = exactly_words::time::parse(tx.now(now)) else {
                 return Ok(Vec::new());
             };
-            let alive_after = crate::time::fmt(
+            let alive_after = exactly_words::time::fmt(
                 now - chrono::Duration::from_std(dead_after).unwrap_or(chrono::Duration::MAX),
             );
             tx.rows(

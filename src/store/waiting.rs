@@ -4,7 +4,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::firing_rows::{start_firing, FireRequest, Started, EFFECT_NEVER_HAPPENED, FAILED_RETRY};
 use super::job::paused;
 use super::{text, text_or_empty, Store};
-use crate::Result;
+use exactly_words::Result;
 
 /// What waits to start for a job (both false while its lease is live).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,7 +144,7 @@ pub(super) fn waiting_before(
                 "whose effect was approved and waits for a scheduler to send it"
             } else if d.starts_with(EFFECT_NEVER_HAPPENED) {
                 "whose effect never happened"
-            } else if d == crate::state::RunOutcome::Killed.to_string() {
+            } else if d == exactly_words::state::RunOutcome::Killed.to_string() {
                 "whose run was killed before it finished"
             } else {
                 "which goes again"

@@ -5,8 +5,8 @@ use super::db::{args, DbResult, Optional, Row, Tx};
 use super::detail::{has_run_lags, run_cols, run_row};
 use super::rows::{ParsedSchedule, RunRow, ScheduleKey};
 use super::{int, text, text_or_empty};
-use crate::state::RunOutcome;
-use crate::time;
+use exactly_words::state::RunOutcome;
+use exactly_words::time;
 use std::collections::BTreeMap;
 
 /// Most runs per job in its run window (the newest).
@@ -82,7 +82,7 @@ impl Schedules {
         &mut self,
         schedule: &str,
         tz: Option<&str>,
-        dst: Option<&crate::schedule::DstShown>,
+        dst: Option<&exactly_words::schedule::DstShown>,
     ) -> ParsedSchedule {
         let key = ParsedSchedule::key(schedule, tz, dst);
         if let Some(p) = self.0.get(&key) {
@@ -181,7 +181,9 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
             started_at: text_or_empty(r, 2)?,
             ended_at: text(r, 5)?,
             duration_ms: int(r, 3)?,
-            failed: outcome.as_deref().is_some_and(crate::state::is_failure),
+            failed: outcome
+                .as_deref()
+                .is_some_and(exactly_words::state::is_failure),
             ok: outcome.as_deref() == Some("ok"),
             ran: outcome.as_deref() != Some(RunOutcome::NotStarted.as_str()),
             start_lag_ms: int(r, 6)?,
@@ -485,7 +487,7 @@ mod tests {
         Option<u64>,
         Option<u64>,
         Option<crate::snapshot::RunRow>,
-        Option<crate::time::Ts>,
+        Option<exactly_words::time::Ts>,
     )>;
 
     fn figures(store: &mut crate::store::Store) -> Figures {
@@ -537,8 +539,8 @@ mod tests {
     fn run_windows_agree(with_triggers: bool) {
         let (_dir, path, raw) = site(with_triggers);
         let path = path.as_str();
-        let now = crate::time::now();
-        let at = |s: i64| crate::time::fmt(now - chrono::Duration::seconds(s));
+        let now = exactly_words::time::now();
+        let at = |s: i64| exactly_words::time::fmt(now - chrono::Duration::seconds(s));
         let run = |id: &str, job: &str, ago: i64, dur: Option<i64>, outcome: &str| {
             raw.execute(
                 "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token,
@@ -572,7 +574,10 @@ mod tests {
         assert_eq!(figures(&mut kept), fresh(()));
         let success = |f: &Figures, job: &str| f.iter().find(|f| f.0 == job).unwrap().6;
         let first = figures(&mut kept);
-        assert_eq!(success(&first, "d"), crate::time::parse(&at(9 * 86400)));
+        assert_eq!(
+            success(&first, "d"),
+            exactly_words::time::parse(&at(9 * 86400))
+        );
         assert_eq!(success(&first, "e"), None);
         // New runs, one failed.
         run("a-new", "a", 5, Some(5000), "failed");
@@ -635,7 +640,7 @@ mod tests {
                 .unwrap();
             };
             let slots =
-                |store: &mut crate::store::Store| -> Vec<(String, Option<crate::time::Ts>)> {
+                |store: &mut crate::store::Store| -> Vec<(String, Option<exactly_words::time::Ts>)> {
                     snap(store)
                         .jobs
                         .into_iter()
@@ -656,11 +661,11 @@ mod tests {
             let now = slots(&mut kept);
             assert_eq!(now, fresh());
             assert_eq!(
-                now[0].1.map(crate::time::fmt).as_deref(),
+                now[0].1.map(exactly_words::time::fmt).as_deref(),
                 Some("2026-01-01T00:03:00.000Z")
             );
             assert_eq!(
-                now[1].1.map(crate::time::fmt).as_deref(),
+                now[1].1.map(exactly_words::time::fmt).as_deref(),
                 Some("2026-01-01T00:03:00.000Z")
             );
             assert_eq!(now[2].1, None);
@@ -674,7 +679,7 @@ mod tests {
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
             assert_eq!(
-                now[0].1.map(crate::time::fmt).as_deref(),
+                now[0].1.map(exactly_words::time::fmt).as_deref(),
                 Some("2026-01-01T00:02:00.000Z")
             );
             // d, not shown yet, gets an older slot backfilled while the dashboard polls; once
@@ -685,7 +690,7 @@ mod tests {
             let now = slots(&mut kept);
             assert_eq!(now, fresh(), "triggers {with_triggers}");
             assert_eq!(
-                now[3].1.map(crate::time::fmt).as_deref(),
+                now[3].1.map(exactly_words::time::fmt).as_deref(),
                 Some("2026-01-05T00:00:00.000Z")
             );
         }

@@ -12,8 +12,8 @@ mod watchdog;
 
 pub use watchdog::{Watchdog, WatchdogHealth};
 
-use crate::policy::{LEASE_POLL, STOP_GRACE};
-use crate::Store;
+use crate::store::Store;
+use exactly_words::policy::{LEASE_POLL, STOP_GRACE};
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,11 +31,11 @@ const PIPE_WAIT: Duration = Duration::from_secs(2);
 pub struct LeaseWatch {
     /// Opens the watcher's own handle on the database holding the lease (the store the
     /// command was given: [`crate::Store::opener`]).
-    pub db: crate::StoreOpener,
+    pub db: crate::store::StoreOpener,
     /// The job whose lease it is.
-    pub job: crate::JobName,
+    pub job: exactly_words::JobName,
     /// The fencing token the command sends under: a newer one stops it.
-    pub token: crate::Token,
+    pub token: exactly_words::Token,
     /// The effect whose `submitted` row carries this send's deadline (`sender_until`), moved on
     /// as the lease is renewed.
     pub effect: Option<SentRow>,
@@ -172,8 +172,8 @@ fn read_lease(
                         }
                     }
                     let cut = match (
-                        crate::time::parse(&l.lease_until),
-                        crate::time::parse(&until),
+                        exactly_words::time::parse(&l.lease_until),
+                        exactly_words::time::parse(&until),
                     ) {
                         (Some(a), Some(b)) => a - b,
                         _ => chrono::Duration::zero(),
@@ -514,7 +514,7 @@ fn end_everything(pgid: i32, watchdog: &mut Option<&mut Watchdog>) {
             eprintln!(
                 "exactly: something the command started could not be ended within {}s \
                  (another user's process?): a retry will judge this send by its deadline",
-                crate::contain::END_WAIT.as_secs()
+                exactly_words::contain::END_WAIT.as_secs()
             );
         }
     }

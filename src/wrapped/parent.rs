@@ -290,7 +290,7 @@ pub fn end_children() {
 /// Calls `f` with each live (not zombie) child of `parent`, from `/proc/*/stat`. System calls
 /// only, on the stack.
 fn each_child(parent: i32, f: &mut dyn FnMut(i32)) {
-    crate::contain::each_process(&mut |dir, pid, digits| {
+    exactly_words::contain::each_process(&mut |dir, pid, digits| {
         if let Some((state, ppid)) = stat_of(dir, digits) {
             if ppid == parent && state != b'Z' && state != b'X' {
                 f(pid);

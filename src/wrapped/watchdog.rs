@@ -2,8 +2,8 @@
 //! command's process group, holds its cage, and stops both at the deadline even while the sender
 //! is paused; without a cgroup it is also the command's parent (see `parent.rs`).
 use super::{ignore_parents_signals, mono_ns, parent, pipe, signal_group};
-use crate::contain::{Cage, Killer};
-use crate::policy::STOP_GRACE;
+use exactly_words::contain::{Cage, Killer};
+use exactly_words::policy::STOP_GRACE;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ impl Watchdog {
         let cage = Cage::new("sender");
         let killer = Killer::new(&cage);
         // No cgroup: the watchdog becomes the command's parent and subreaper.
-        let (pid, tx, held) = if cage.containment() == crate::contain::Containment::Cookie {
+        let (pid, tx, held) = if cage.containment() == exactly_words::contain::Containment::Cookie {
             let (out_r, out_w) = pipe()?;
             let (back_r, back_w) = pipe()?;
             let mut server = parent::Server::new(out_w, back_w);
@@ -91,7 +91,9 @@ impl Watchdog {
             let (pid, tx) = fork_watchdog(0, &killer, None)?;
             (pid, tx, None)
         };
-        let start = crate::sender::stat(pid).map(|s| s.start).unwrap_or(0);
+        let start = exactly_words::sender::stat(pid)
+            .map(|s| s.start)
+            .unwrap_or(0);
         Ok(Watchdog {
             pgid: pid,
             start,
@@ -125,7 +127,7 @@ impl Watchdog {
         loop {
             match self.heard()? {
                 Some((b'P', pid)) => {
-                    let start = crate::sender::stat(pid).map_or(0, |s| s.start);
+                    let start = exactly_words::sender::stat(pid).map_or(0, |s| s.start);
                     if let Some(h) = self.held.as_mut() {
                         h.cmd = Some((pid, start));
                     }
@@ -174,7 +176,7 @@ impl Watchdog {
         // A stopped watchdog cannot reap it: the kernel keeps a zombie's status in its stat.
         let cmd = self.held.as_ref().and_then(|h| h.cmd);
         Ok(cmd.and_then(|(pid, start)| {
-            crate::sender::stat(pid)
+            exactly_words::sender::stat(pid)
                 .filter(|s| s.zombie && (start == 0 || s.start == start))
                 .map(|s| ExitStatus::from_raw(s.exit_code))
         }))
@@ -191,7 +193,7 @@ impl Watchdog {
                 return;
             }
         }
-        let until = Instant::now() + crate::contain::END_WAIT;
+        let until = Instant::now() + exactly_words::contain::END_WAIT;
         while Instant::now() < until {
             match self.heard() {
                 Ok(Some((b'K', _))) | Err(_) => return,
@@ -201,8 +203,8 @@ impl Watchdog {
     }
 
     /// The group the command runs in.
-    pub fn group(&self) -> crate::sender::Group {
-        crate::sender::Group {
+    pub fn group(&self) -> exactly_words::sender::Group {
+        exactly_words::sender::Group {
             pgid: self.pgid,
             leader_start: self.start,
         }
@@ -231,7 +233,7 @@ impl Watchdog {
     /// Looks at the watchdog: a dead one is restarted in the same group and re-armed; a stopped
     /// one is reported once (the sender's own loop enforces the deadline meanwhile).
     pub fn check(&mut self) -> WatchdogHealth {
-        match crate::sender::stat(self.pid) {
+        match exactly_words::sender::stat(self.pid) {
             Some(s) if s.state == 'T' || s.state == 't' => {
                 self.stopped = true;
                 WatchdogHealth::Stopped
@@ -510,7 +512,7 @@ impl Keeper<'_> {
     unsafe fn end_all(&self) {
         // SAFETY: in the forked watchdog child: async-signal-safe calls only.
         unsafe {
-            crate::contain::kill_raw(self.cage, self.v1, self.needle);
+            exactly_words::contain::kill_raw(self.cage, self.v1, self.needle);
             if self.parented {
                 parent::end_children();
             }
@@ -557,7 +559,7 @@ impl Keeper<'_> {
                     }
                 }
                 b'K' => {
-                    crate::contain::kill_raw(self.cage, self.v1, self.needle);
+                    exactly_words::contain::kill_raw(self.cage, self.v1, self.needle);
                     if let Some(srv) = server.as_mut() {
                         parent::end_children();
                         srv.reap();

@@ -5,6 +5,7 @@ use exactly_words::schedule::DstShown;
 use exactly_words::state::RunOutcome;
 use exactly_words::time::{human_age, human_ms, Ts};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One job as the dashboard, `status` and the metrics show it: the store's [`JobFacts`], and
 /// what the snapshot derives from them (next firing, missed slots, DST, warnings).
@@ -90,7 +91,7 @@ pub struct JobRow {
     /// order of their words; an outcome word this build does not know is kept as
     /// [`RunOutcome::Other`].
     #[serde(serialize_with = "outcome_counts")]
-    pub runs_by_outcome: Vec<(RunOutcome, u64)>,
+    pub runs_by_outcome: BTreeMap<RunOutcome, u64>,
     /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`](crate::snapshot::RUN_BUCKETS_MS), then one past the last),
     /// not cumulative, and their durations' sum: kept by counters, so they never go down.
     #[serde(skip)]
@@ -558,7 +559,10 @@ impl JobRow {
 }
 
 /// The counts by outcome as the JSON has always shown them: an object, keyed by the word.
-fn outcome_counts<S: serde::Serializer>(v: &[(RunOutcome, u64)], s: S) -> Result<S::Ok, S::Error> {
+fn outcome_counts<S: serde::Serializer>(
+    v: &BTreeMap<RunOutcome, u64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(Some(v.len()))?;
     for (outcome, n) in v {

@@ -202,17 +202,13 @@ fn last_success(
 
 /// A job's `run_ended:` counters as counts by outcome, in the order of their words (as the
 /// JSON has always listed them); a word this build does not know kept as `Other`.
-fn outcomes(counters: &[(String, i64)]) -> Vec<(RunOutcome, u64)> {
-    let mut by_word: BTreeMap<&str, u64> = BTreeMap::new();
-    for (kind, n) in counters {
-        by_word.insert(
-            kind.trim_start_matches(super::schema::RUN_ENDED),
-            (*n).max(0) as u64,
-        );
-    }
-    by_word
-        .into_iter()
-        .map(|(word, n)| (RunOutcome::parse(word), n))
+fn outcomes(counters: &[(String, i64)]) -> BTreeMap<RunOutcome, u64> {
+    counters
+        .iter()
+        .map(|(kind, n)| {
+            let word = kind.trim_start_matches(super::schema::RUN_ENDED);
+            (RunOutcome::parse(word), (*n).max(0) as u64)
+        })
         .collect()
 }
 

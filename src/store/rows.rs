@@ -7,6 +7,7 @@ use exactly_words::schedule::DstShown;
 use exactly_words::state::{ApprovalState, EffectState, EventKind, RunOutcome};
 use exactly_words::time::Ts;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// A time column read at the store's door: NULL is None, text that is not a time is
 /// [`DbError::Corrupt`](super::db::DbError) naming the column and the value, never a guess.
@@ -247,7 +248,7 @@ pub struct JobFacts {
     pub paused_reason: Option<String>,
     /// All-time runs per outcome, in the order of their words (an outcome word this build
     /// does not know kept as [`RunOutcome::Other`]).
-    pub runs_by_outcome: Vec<(RunOutcome, u64)>,
+    pub runs_by_outcome: BTreeMap<RunOutcome, u64>,
     /// All-time ended runs per duration bucket ([`RUN_BUCKETS_MS`], then one past the last).
     pub run_duration_counts: Vec<u64>,
     /// The sum of all its ended runs' durations (ms), all time.

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Declares an enum of database words with `as_str`, `parse` (unknown words kept as `Other`),
-/// `FromStr`, `Display`, serde as the word, and comparisons with `&str`.
+/// `FromStr`, `Display`, serde as the word, order by word, and comparisons with `&str`.
 macro_rules! words {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $word:literal,)* }) => {
         $(#[$m])*
@@ -44,6 +44,23 @@ macro_rules! words {
             /// An empty word: what a row with no value reads as.
             fn default() -> $name {
                 $name::Other(String::new())
+            }
+        }
+
+        impl PartialOrd for $name {
+            fn partial_cmp(&self, other: &$name) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $name {
+            /// By word, so a map keyed by these reads in the order of its words; a known word
+            /// sorts before an `Other` spelling the same word (kept consistent with `Eq`).
+            fn cmp(&self, other: &$name) -> std::cmp::Ordering {
+                let other_word = |v: &$name| matches!(v, $name::Other(_));
+                self.as_str()
+                    .cmp(other.as_str())
+                    .then_with(|| other_word(self).cmp(&other_word(other)))
             }
         }
 
@@ -373,5 +390,25 @@ mod tests {
             "\"ok\""
         );
         assert!(EffectState::Done == "done" && "unknown" == EffectState::Unknown);
+    }
+
+    #[test]
+    fn words_sort_by_word_and_a_known_word_before_its_other_spelling() {
+        let mut v = [
+            RunOutcome::Timeout,
+            RunOutcome::Other("ok".into()),
+            RunOutcome::parse("zz"),
+            RunOutcome::Ok,
+            RunOutcome::AwaitingApproval,
+            RunOutcome::Failed,
+        ];
+        v.sort();
+        let words: Vec<&str> = v.iter().map(RunOutcome::as_str).collect();
+        assert_eq!(
+            words,
+            ["awaiting_approval", "failed", "ok", "ok", "timeout", "zz"]
+        );
+        assert_eq!(v[2], RunOutcome::Ok);
+        assert_eq!(v[3], RunOutcome::Other("ok".into()));
     }
 }

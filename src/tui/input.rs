@@ -1,6 +1,6 @@
 //! Keys become [`KeyAction`] values through one table, [`BINDINGS`], which also feeds the help
 //! popup and the footer, so what the screen says is what the keys do.
-use super::state::View;
+use super::screen::View;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 /// Where a key is read: the main screen, a popup, or a line being typed.

@@ -5,6 +5,8 @@
 //! waits on the database. Keys become [`Request`] values for the same task (actions, detail
 //! reads); the answers come back on the same channel as the snapshots.
 pub mod input;
+mod layout;
+mod screen;
 mod state;
 mod view;
 

@@ -7,7 +7,8 @@ mod keys;
 mod sort;
 
 use super::input::Mode;
-use super::view;
+use super::layout;
+use super::screen::View;
 use crate::approval::{ApprovalRow, Resolution, Sending};
 use crate::checklist::{Checklist, Rule};
 use crate::effect::LedgerRow;
@@ -17,50 +18,6 @@ use ratatui::layout::Rect;
 use ratatui::widgets::TableState;
 pub use sort::{ByAge, ChecklistSort, EventSort, JobSort, Sorts};
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Jobs,
-    Unknown,
-    Approvals,
-    Events,
-    /// The essay's ten rules judged for every job (`exactly doctor`'s checklist).
-    Checklist,
-}
-
-impl View {
-    pub const ALL: [View; 5] = [
-        View::Jobs,
-        View::Unknown,
-        View::Approvals,
-        View::Events,
-        View::Checklist,
-    ];
-
-    pub fn index(self) -> usize {
-        match self {
-            View::Jobs => 0,
-            View::Unknown => 1,
-            View::Approvals => 2,
-            View::Events => 3,
-            View::Checklist => 4,
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            View::Jobs => "Jobs",
-            View::Unknown => "Unknown",
-            View::Approvals => "Approvals",
-            View::Events => "Events",
-            View::Checklist => "Checklist",
-        }
-    }
-
-    fn next(self) -> View {
-        View::ALL[(self.index() + 1) % View::ALL.len()]
-    }
-}
 
 /// A risky action, held as a value until the operator confirms it.
 #[derive(Debug, Clone, PartialEq)]
@@ -344,7 +301,7 @@ impl App {
     /// Rows that fit in the body of the last frame (for PgUp/PgDn; the table header takes one).
     pub fn page(&self) -> usize {
         self.area.map_or(10, |a| {
-            view::body(a).height.saturating_sub(2).max(1) as usize
+            layout::body(a).height.saturating_sub(2).max(1) as usize
         })
     }
 
@@ -359,7 +316,7 @@ impl App {
                 output,
                 ..
             }) => {
-                let (lines, fit) = view::output_lines(output, view::body(area));
+                let (lines, fit) = layout::output_lines(output, layout::body(area));
                 lines.len().saturating_sub(fit)
             }
             _ => 0,
@@ -389,8 +346,8 @@ impl App {
         if n == 0 {
             return;
         }
-        let rows = view::rows_shown(self, v, view::body(area));
-        let first = view::visible(self.offset(v), sel, n, rows).start;
+        let rows = layout::rows_shown(v, layout::body(area), self.approvals().1.len());
+        let first = layout::visible(self.offset(v), sel, n, rows).start;
         *self.views[v.index()].table.offset_mut() = first;
     }
 

@@ -1,5 +1,5 @@
 //! How each view orders its rows; `s` cycles the current view's order.
-use super::View;
+use crate::tui::screen::View;
 
 /// The Jobs view's orders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The dashboard's views: a word the keys (`input.rs`), the state and the drawing share, kept
 //! below all three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
+pub(crate) enum View {
     Jobs,
     Unknown,
     Approvals,
@@ -11,7 +11,7 @@ pub enum View {
 }
 
 impl View {
-    pub const ALL: [View; 5] = [
+    pub(crate) const ALL: [View; 5] = [
         View::Jobs,
         View::Unknown,
         View::Approvals,
@@ -19,7 +19,7 @@ impl View {
         View::Checklist,
     ];
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             View::Jobs => 0,
             View::Unknown => 1,
@@ -29,7 +29,7 @@ impl View {
         }
     }
 
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             View::Jobs => "Jobs",
             View::Unknown => "Unknown",

@@ -36,9 +36,9 @@ use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
 /// An open effect older than this is marked `!`: someone should look at the far side.
-pub const UNKNOWN_ALERT_S: i64 = 15 * 60;
+pub(super) const UNKNOWN_ALERT_S: i64 = 15 * 60;
 /// A pending approval older than this is marked `!`.
-pub const APPROVAL_ALERT_S: i64 = 60 * 60;
+pub(super) const APPROVAL_ALERT_S: i64 = 60 * 60;
 
 use approvals::*;
 use checklist::*;
@@ -50,14 +50,14 @@ use job_detail::*;
 use jobs::*;
 use popups::*;
 use table::*;
-pub use text::clip;
+pub(super) use text::clip;
 use text::*;
 use theme::*;
 use unknown::*;
 
 /// Draws the app as it is; nothing in it changes (the caller fits the scroll state to the frame
 /// first, with [`App::on_frame`]).
-pub fn draw(f: &mut Frame, app: &App, now: Ts) {
+pub(crate) fn draw(f: &mut Frame, app: &App, now: Ts) {
     let t = Theme { color: app.color };
     let [top, counters, tabs, body, status, footer] = bands(f.area());
     draw_top(f, app, &t, top, now);

@@ -2,7 +2,7 @@
 use super::*;
 
 /// Inert, and cut to `width` terminal cells with `…` marking the cut.
-pub fn clip(s: &str, width: usize) -> String {
+pub(crate) fn clip(s: &str, width: usize) -> String {
     let clean = inert(s);
     let total: usize = clean.chars().map(|c| c.width().unwrap_or(0)).sum();
     if total <= width {

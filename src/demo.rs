@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Only run the workload (no dashboard), then exit, leaving the database --db names.
     #[arg(long)]
     pub no_ui: bool,
@@ -58,7 +58,7 @@ impl Drop for Children {
     }
 }
 
-pub fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
+pub(crate) fn demo_main(db: &Option<String>, a: DemoArgs) -> Result<i32> {
     // Ctrl-C, a closed terminal or a kill ends the demo the same way as its time running out,
     // so its folder is still removed: heard from the start, before anything is made.
     let interrupted = Arc::new(AtomicBool::new(false));

@@ -1,6 +1,7 @@
 //! The `exactly` command: the command line, the scheduler (`exactly run`), the dashboard
 //! (`exactly top`), the chaos harness and the demo. It is an application of the `exactly`
 //! library and acts only through the library's operations (`src/lib.rs`).
+#![warn(unreachable_pub)]
 mod chaos;
 mod cli;
 mod demo;

@@ -22,7 +22,7 @@ const JOB: &str = "chaos-clock-step";
 /// How long a job may stay silent after a step before the scenario calls it silenced.
 const SILENCE: Duration = Duration::from_secs(10);
 
-pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let base = h.dir.join("clock-step");
     std::fs::create_dir_all(&base)?;
     let offset_file = base.join("offset");

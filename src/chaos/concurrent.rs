@@ -21,13 +21,19 @@ const SETTLE_TRIES: usize = 12;
 /// How far apart `clock-skew` puts two processes' clocks at most: the skew the ledger tolerates
 /// (`EXACTLY_MAX_SKEW`'s default) less the time a command takes to be stopped once its lease has
 /// expired (a poll, then the grace before `SIGKILL`).
-pub const MAX_SKEW_MS: i64 = crate::time::DEFAULT_MAX_SKEW.as_millis() as i64
+pub(super) const MAX_SKEW_MS: i64 = crate::time::DEFAULT_MAX_SKEW.as_millis() as i64
     - crate::policy::LEASE_POLL.as_millis() as i64
     - crate::policy::STOP_GRACE.as_millis() as i64;
 /// The lease each `clock-skew` process claims for itself.
 const SKEW_LEASE: &str = "1s";
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     match name {
         "concurrent-retry" => concurrent_retry(h, t, n, bar, false),
         "cross-host" => concurrent_retry(h, t, n, bar, true),

@@ -46,7 +46,13 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(20);
 const OBSERVE_TIMEOUT_MS: u64 = 2000;
 const RETRY_SLACK_MS: u64 = 3000;
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     match name {
         "timeout-escape" => escape(h, t, n, bar, name, ("timeout 30", "notify-partner")),
         "setsid-escape" => escape(h, t, n, bar, name, ("setsid", "notify-carrier")),

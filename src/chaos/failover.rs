@@ -148,7 +148,7 @@ enum Mode {
     Sync,
 }
 
-pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let n = n.max(2);
     // Where there is no PostgreSQL server to start, the scenario says so and does not pass (as
     // `python` without its module); the test of it fails.

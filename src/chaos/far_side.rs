@@ -25,7 +25,7 @@ use std::time::Duration;
 
 /// The test double the chaos harness sends effects to (hidden: not for users).
 #[derive(Subcommand, Debug)]
-pub enum FarSideCmd {
+pub(crate) enum FarSideCmd {
     /// Listen on a Unix socket and record every request.
     Serve {
         #[arg(long)]
@@ -57,7 +57,7 @@ pub enum FarSideCmd {
 }
 
 #[derive(Args, Debug)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     #[arg(long)]
     pub socket: PathBuf,
     /// Who sent it (recorded, for reading the far side's log).
@@ -81,15 +81,15 @@ pub struct SendArgs {
 }
 
 /// Marker the send client prints on stderr once its request has left.
-pub const SENT_MARKER: &str = "far-side: sent";
+pub(crate) const SENT_MARKER: &str = "far-side: sent";
 /// Marker the send client prints on stderr as it starts, before anything leaves.
-pub const START_MARKER: &str = "far-side: start";
+pub(crate) const START_MARKER: &str = "far-side: start";
 
 /// Fault points the unguarded self-check's client honours, so the same kill schedule applies
 /// when no `exactly effect` wraps it (`EXACTLY_FAULT` is left to the real code path).
-pub const CLIENT_FAULT_ENV: &str = "EXACTLY_CHAOS_FAULT";
+pub(crate) const CLIENT_FAULT_ENV: &str = "EXACTLY_CHAOS_FAULT";
 
-pub fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
+pub(crate) fn far_side_main(cmd: FarSideCmd) -> Result<i32> {
     match cmd {
         FarSideCmd::Serve {
             socket,
@@ -387,7 +387,7 @@ impl State {
 
 /// What the far side saw of one key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Requests it acted on.
     pub arrivals: u64,
     /// Requests it got, acted on or refused.
@@ -397,14 +397,14 @@ pub struct Counts {
 }
 
 /// The harness's handle on a running far side.
-pub struct FarSide {
+pub(crate) struct FarSide {
     pub socket: PathBuf,
     child: std::process::Child,
 }
 
 impl FarSide {
     /// Starts `exactly far-side serve` and waits until it listens.
-    pub fn start(exe: &Path, socket: &Path) -> Result<FarSide> {
+    pub(crate) fn start(exe: &Path, socket: &Path) -> Result<FarSide> {
         let mut child = std::process::Command::new(exe)
             .args(["far-side", "serve", "--socket"])
             .arg(socket)
@@ -428,7 +428,7 @@ impl FarSide {
         })
     }
 
-    pub fn rule(&self, key: &str, kind: &str, n: u32) -> Result<()> {
+    pub(crate) fn rule(&self, key: &str, kind: &str, n: u32) -> Result<()> {
         let r = request(&self.socket, &format!("RULE {key} {kind} {n}"))?;
         if r == "OK" {
             Ok(())
@@ -441,7 +441,7 @@ impl FarSide {
     }
 
     /// Every key that arrived, with how many times it was acted on.
-    pub fn dump(&self) -> Result<BTreeMap<String, u64>> {
+    pub(crate) fn dump(&self) -> Result<BTreeMap<String, u64>> {
         Ok(self
             .dump_all()?
             .into_iter()
@@ -451,7 +451,7 @@ impl FarSide {
     }
 
     /// Every key requested: how many requests were acted on, made, and refused.
-    pub fn dump_all(&self) -> Result<BTreeMap<String, Counts>> {
+    pub(crate) fn dump_all(&self) -> Result<BTreeMap<String, Counts>> {
         let mut conn = UnixStream::connect(&self.socket)?;
         conn.set_read_timeout(Some(Duration::from_secs(30)))?;
         conn.write_all(b"DUMP\n")?;
@@ -489,7 +489,7 @@ impl FarSide {
     }
 
     /// How many times `key` arrived (0 when never).
-    pub fn arrivals(&self, key: &str) -> Result<u64> {
+    pub(crate) fn arrivals(&self, key: &str) -> Result<u64> {
         Ok(self.dump()?.get(key).copied().unwrap_or(0))
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// How the far-side client behaves in one attempt.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Client {
+pub(crate) struct Client {
     pub timeout_ms: u64,
     pub hold_before_ms: u64,
     pub hold_after_ms: u64,
@@ -27,7 +27,7 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn quick() -> Client {
+    pub(crate) fn quick() -> Client {
         Client {
             timeout_ms: 5000,
             ..Default::default()
@@ -36,12 +36,12 @@ impl Client {
 }
 
 /// `faketime` (Debian package `faketime`): runs a process with its clock shifted.
-pub const FAKETIME: &str = "faketime";
+pub(super) const FAKETIME: &str = "faketime";
 
 /// The library behind `faketime` (its thread-safe build), for a process whose clock must be
 /// shifted while it keeps its own pid (one the harness kills): see [`skew_clock`].
 /// The skewed schedulers on PostgreSQL need it (there is no fallback for them).
-pub fn libfaketime() -> Result<PathBuf> {
+pub(super) fn libfaketime() -> Result<PathBuf> {
     let dirs = [
         "/usr/lib/x86_64-linux-gnu/faketime",
         "/usr/lib/aarch64-linux-gnu/faketime",
@@ -61,7 +61,7 @@ pub fn libfaketime() -> Result<PathBuf> {
 
 /// Runs `cmd` with its clock `offset` off ours (`"+1.5s"`, `"-1h"`): libfaketime preloaded into
 /// the process itself.
-pub fn skew_clock(cmd: &mut Command, offset: &str) -> Result<()> {
+pub(crate) fn skew_clock(cmd: &mut Command, offset: &str) -> Result<()> {
     // Without FAKETIME_NO_CACHE, libfaketime caches its offset and may read the spec late.
     cmd.env("LD_PRELOAD", libfaketime()?)
         .env("FAKETIME", offset)
@@ -71,7 +71,7 @@ pub fn skew_clock(cmd: &mut Command, offset: &str) -> Result<()> {
 
 /// How one attempt of the concurrency scenarios differs from a plain one.
 #[derive(Debug, Clone, Default)]
-pub struct How {
+pub(crate) struct How {
     /// The observer command (default: the harness's prompt one).
     pub observe: Option<String>,
     /// `EXACTLY_HOST`: the host name the attempt records as its own.
@@ -84,7 +84,7 @@ pub struct How {
 
 /// One intended effect, as a job sends it.
 #[derive(Debug, Clone)]
-pub struct Eff {
+pub(crate) struct Eff {
     pub job: String,
     pub token: Token,
     pub action: String,
@@ -94,7 +94,7 @@ pub struct Eff {
 
 impl Eff {
     /// The same effect (action, target, iteration) as each of `jobs` sends it under its token.
-    pub fn per_job(
+    pub(crate) fn per_job(
         jobs: &[&str],
         tokens: &[Token],
         action: &str,
@@ -115,10 +115,10 @@ impl Eff {
 }
 
 /// How long the harness's own leases last: longer than any scenario.
-pub const FOREVER: Duration = Duration::from_secs(3600);
+pub(super) const FOREVER: Duration = Duration::from_secs(3600);
 
 /// The shared machinery: the database, the far side, the binary, the dice.
-pub struct Harness {
+pub(crate) struct Harness {
     pub(super) exe: PathBuf,
     pub(super) db: String,
     pub dir: PathBuf,
@@ -139,7 +139,7 @@ pub(crate) fn sh_quote(s: &str) -> String {
 
 impl Harness {
     /// The effect key `exactly effect` computes for this effect (docs/contract.md, "Effect key").
-    pub fn key(&self, e: &Eff) -> exactly::EffectKey {
+    pub(crate) fn key(&self, e: &Eff) -> exactly::EffectKey {
         self.spec(e).key()
     }
 
@@ -150,18 +150,18 @@ impl Harness {
     }
 
     /// Claims each job's lease for the whole scenario ([`FOREVER`]); their tokens, in order.
-    pub fn claim_all(&mut self, jobs: &[&str]) -> Result<Vec<Token>> {
+    pub(crate) fn claim_all(&mut self, jobs: &[&str]) -> Result<Vec<Token>> {
         jobs.iter()
             .map(|j| self.claim(j, "chaos", FOREVER))
             .collect()
     }
 
     /// Releases `job`'s lease taken under `token` (false: a newer token holds it).
-    pub fn release(&mut self, job: &str, token: Token) -> Result<bool> {
+    pub(crate) fn release(&mut self, job: &str, token: Token) -> Result<bool> {
         lease::release(&mut self.store, &job.into(), token)
     }
 
-    pub fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<Token> {
+    pub(crate) fn claim(&mut self, job: &str, owner: &str, dur: Duration) -> Result<Token> {
         match lease::claim(&mut self.store, &job.into(), owner, dur)? {
             lease::Claim::Won { token } => Ok(token),
             lease::Claim::Held { owner, until, .. } => Err(Error::Store(format!(
@@ -173,25 +173,25 @@ impl Harness {
         }
     }
 
-    pub fn exe_command(&self) -> Command {
+    pub(crate) fn exe_command(&self) -> Command {
         proc::command(&self.exe)
     }
 
     /// Part of every input, so this run's keys never collide with an earlier run's.
-    pub fn nonce(&self) -> &str {
+    pub(crate) fn nonce(&self) -> &str {
         &self.nonce
     }
 
-    pub fn db(&self) -> &str {
+    pub(crate) fn db(&self) -> &str {
         &self.db
     }
 
-    pub fn exe(&self) -> &Path {
+    pub(crate) fn exe(&self) -> &Path {
         &self.exe
     }
 
     /// The far-side client's argv.
-    pub fn client_argv(&self, tag: &str, c: &Client) -> Vec<String> {
+    pub(crate) fn client_argv(&self, tag: &str, c: &Client) -> Vec<String> {
         let mut v = vec![
             self.exe.display().to_string(),
             "far-side".into(),
@@ -217,13 +217,18 @@ impl Harness {
     }
 
     /// The observer shell command `exactly effect --observe` runs.
-    pub fn observe_cmd(&self) -> &str {
+    pub(crate) fn observe_cmd(&self) -> &str {
         &self.observe
     }
 
     /// One attempt at an effect: `exactly effect … -- client` when guarded, else the bare client
     /// (the self-check). `pause_at` makes it stop at a named fault point and announce it.
-    pub fn attempt(&self, e: &Eff, c: &Client, pause_at: Option<(&str, Duration)>) -> Command {
+    pub(crate) fn attempt(
+        &self,
+        e: &Eff,
+        c: &Client,
+        pause_at: Option<(&str, Duration)>,
+    ) -> Command {
         let tag = format!("{}:{}", e.job, e.token);
         let argv = self.client_argv(&tag, c);
         let mut cmd;
@@ -246,7 +251,7 @@ impl Harness {
 
     /// One `exactly effect` attempt shaped by `how`: its own observer, host name, clock
     /// offset (through `faketime`), approval flag and fault pause.
-    pub fn attempt_with(&self, e: &Eff, c: &Client, how: &How) -> Command {
+    pub(crate) fn attempt_with(&self, e: &Eff, c: &Client, how: &How) -> Command {
         let tag = format!("{}:{}", e.job, e.token);
         let mut cmd = self.skewed(how.skew_ms);
         cmd.args(self.effect_args(e, how.observe.as_deref().unwrap_or(&self.observe)));
@@ -290,7 +295,7 @@ impl Harness {
     /// the real process running and the wrapper's semaphore behind, and a later wrapper whose
     /// pid matched a leaked one failed with "sem_open: File exists".) Without the library, the
     /// wrapper.
-    pub fn skewed(&self, skew_ms: i64) -> Command {
+    pub(crate) fn skewed(&self, skew_ms: i64) -> Command {
         if skew_ms == 0 {
             return self.exe_command();
         }
@@ -307,11 +312,11 @@ impl Harness {
     }
 
     /// An observer that asks the far side at once and answers `ms` later (a slow API).
-    pub fn slow_observer(&self, ms: u64) -> String {
+    pub(crate) fn slow_observer(&self, ms: u64) -> String {
         format!("{} --answer-after {ms}ms", self.observe)
     }
 
-    pub fn spawn(
+    pub(crate) fn spawn(
         &self,
         e: &Eff,
         c: &Client,
@@ -322,7 +327,7 @@ impl Harness {
 
     /// Runs attempts (the restarts, the next firings) until one ends 0: done now or already
     /// done. Returns every exit code seen; the last is 0 unless it gave up.
-    pub fn settle(&self, e: &Eff, c: &Client, tries: usize) -> Result<Vec<Option<i32>>> {
+    pub(crate) fn settle(&self, e: &Eff, c: &Client, tries: usize) -> Result<Vec<Option<i32>>> {
         let mut codes = Vec::new();
         for n in 0..tries {
             let end = self.spawn(e, c, None)?.finish()?;
@@ -339,7 +344,7 @@ impl Harness {
     /// Restarts until the effect is settled (done now or already), as the next run would; a
     /// restart that never gets there is an anomaly. Each restart's time goes into the typical
     /// attempt's, so random kills land inside one.
-    pub fn settle_tallied(
+    pub(crate) fn settle_tallied(
         &mut self,
         t: &mut Tally,
         e: &Eff,
@@ -362,11 +367,11 @@ impl Harness {
         Ok(())
     }
 
-    pub fn typical_ms(&self) -> f64 {
+    pub(crate) fn typical_ms(&self) -> f64 {
         self.typical_ms
     }
 
-    pub fn observe_duration(&mut self, d: Duration) {
+    pub(crate) fn observe_duration(&mut self, d: Duration) {
         let ms = d.as_secs_f64() * 1000.0;
         self.typical_ms = if self.typical_ms == 0.0 {
             ms
@@ -376,7 +381,7 @@ impl Harness {
     }
 
     /// Random milliseconds in `lo..hi`.
-    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+    pub(crate) fn ms(&mut self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(self.rng.gen_range(lo..hi.max(lo + 1)))
     }
 

@@ -54,7 +54,7 @@ struct Setup {
     nonce: String,
 }
 
-pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let s = Setup {
         exe: h.exe().to_path_buf(),
         db: h.db().to_string(),

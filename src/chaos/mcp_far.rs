@@ -15,9 +15,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
 /// Said on stderr once the request left (with `EXACTLY_CHAOS_MCP_HOLD`).
-pub const SENT_MARKER: &str = "far-side-mcp: sent";
+pub(super) const SENT_MARKER: &str = "far-side-mcp: sent";
 /// The variable that holds the server after its request left.
-pub const HOLD_ENV: &str = "EXACTLY_CHAOS_MCP_HOLD";
+pub(super) const HOLD_ENV: &str = "EXACTLY_CHAOS_MCP_HOLD";
 
 struct FarMcp {
     socket: PathBuf,
@@ -132,7 +132,7 @@ impl Service<RoleServer> for FarMcp {
 }
 
 /// Serves on stdio until the client goes.
-pub fn serve(socket: PathBuf) -> Result<i32> {
+pub(super) fn serve(socket: PathBuf) -> Result<i32> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -12,7 +12,7 @@ mod concurrent;
 mod escape;
 mod failover;
 mod far_client;
-pub mod far_side;
+pub(crate) mod far_side;
 mod freeze;
 mod harness;
 mod machine;
@@ -20,7 +20,7 @@ mod mcp;
 mod mcp_far;
 mod pg_pair;
 mod proc;
-pub mod proxy;
+pub(crate) mod proxy;
 mod python;
 mod runs;
 mod scenarios;
@@ -29,8 +29,8 @@ mod senders;
 mod tally;
 
 pub(crate) use harness::sh_quote;
-pub use harness::{skew_clock, Client, Eff, Harness, How};
-pub use tally::Tally;
+pub(crate) use harness::{skew_clock, Client, Eff, Harness, How};
+pub(crate) use tally::Tally;
 use tally::{table, Report};
 
 use crate::snapshot::Snapshot;
@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: &[&str] = &[
+pub(crate) const SCENARIOS: &[&str] = &[
     "kill-mid-effect",
     "deploy-restart",
     "blue-green",
@@ -80,7 +80,7 @@ pub const SCENARIOS: &[&str] = &[
 ];
 
 #[derive(Args, Debug)]
-pub struct ChaosArgs {
+pub(crate) struct ChaosArgs {
     /// Iterations of each scenario.
     #[arg(long, default_value_t = 100)]
     pub iterations: u32,
@@ -156,7 +156,7 @@ fn work_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-pub fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
+pub(crate) fn chaos_main(db: &Option<String>, a: ChaosArgs) -> Result<i32> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::io(format!("cannot find the exactly binary: {e}"), e))?;
     let dir = work_dir()?;

@@ -27,7 +27,7 @@ const SCRUB: &[&str] = &[
 static NO_CGROUP: OnceLock<Vec<CString>> = OnceLock::new();
 
 /// The cgroup filesystems mounted here (and the tmpfs holding v1's), from /proc/mounts.
-pub fn cgroup_mounts() -> Result<Vec<String>> {
+pub(super) fn cgroup_mounts() -> Result<Vec<String>> {
     let text = std::fs::read_to_string("/proc/mounts")
         .map_err(|e| Error::io(format!("cannot read /proc/mounts: {e}"), e))?;
     let mut v: Vec<String> = text
@@ -45,7 +45,7 @@ pub fn cgroup_mounts() -> Result<Vec<String>> {
 
 /// From now on every child starts in a mount namespace of its own where `mounts` are
 /// read-only: a sender that cannot make a cgroup must fall back, and the run shows how it does.
-pub fn no_cgroup(mounts: &[String]) -> Result<()> {
+pub(super) fn no_cgroup(mounts: &[String]) -> Result<()> {
     let m: Vec<CString> = mounts
         .iter()
         .map(|p| CString::new(p.as_bytes()))
@@ -90,7 +90,7 @@ fn contain(cmd: &mut Command) {
 
 /// Under `--no-cgroup`: fails unless a child cannot write to any cgroup mount (checked with
 /// `touch` and `mkdir`, as a sender making its cgroup would write).
-pub fn check_no_cgroup(mounts: &[String]) -> Result<()> {
+pub(super) fn check_no_cgroup(mounts: &[String]) -> Result<()> {
     let mut c = Command::new("sh");
     c.args([
         "-c",
@@ -116,7 +116,7 @@ pub fn check_no_cgroup(mounts: &[String]) -> Result<()> {
     )))
 }
 
-pub fn command(exe: &std::path::Path) -> Command {
+pub(super) fn command(exe: &std::path::Path) -> Command {
     let mut c = Command::new(exe);
     for v in SCRUB {
         c.env_remove(v);
@@ -126,7 +126,7 @@ pub fn command(exe: &std::path::Path) -> Command {
 }
 
 /// A running child whose stderr lines arrive on a channel.
-pub struct Running {
+pub(crate) struct Running {
     child: Child,
     lines: Receiver<String>,
     reader: Option<JoinHandle<Vec<String>>>,
@@ -136,7 +136,7 @@ pub struct Running {
 
 /// How a child ended.
 #[derive(Debug, Clone)]
-pub struct Ended {
+pub(crate) struct Ended {
     /// Exit code; None when a signal ended it.
     pub code: Option<i32>,
     pub stderr: String,
@@ -144,13 +144,13 @@ pub struct Ended {
 
 impl Ended {
     /// The last stderr line, for failure messages.
-    pub fn last_words(&self) -> String {
+    pub(crate) fn last_words(&self) -> String {
         crate::sanitize::inert_trunc(self.stderr.lines().last().unwrap_or(""), 200)
     }
 }
 
 impl Running {
-    pub fn spawn(mut cmd: Command) -> Result<Running> {
+    pub(crate) fn spawn(mut cmd: Command) -> Result<Running> {
         cmd.stderr(Stdio::piped());
         contain(&mut cmd);
         let mut child = cmd
@@ -177,12 +177,12 @@ impl Running {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for a stderr line containing `marker`; false when the child ended first.
-    pub fn wait_marker(&mut self, marker: &str) -> Result<bool> {
+    pub(crate) fn wait_marker(&mut self, marker: &str) -> Result<bool> {
         let deadline = Instant::now() + MARKER_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -207,7 +207,7 @@ impl Running {
 
     /// Waits for a stderr line containing `marker` and returns it; None when the child ended
     /// first.
-    pub fn wait_line(&mut self, marker: &str) -> Result<Option<String>> {
+    pub(crate) fn wait_line(&mut self, marker: &str) -> Result<Option<String>> {
         if self.wait_marker(marker)? {
             return Ok(self.seen.last().cloned());
         }
@@ -215,7 +215,7 @@ impl Running {
     }
 
     /// SIGKILL, if it is still running; true when the signal was sent to a live child.
-    pub fn kill(&mut self) -> bool {
+    pub(crate) fn kill(&mut self) -> bool {
         if matches!(self.child.try_wait(), Ok(None)) {
             // SAFETY: signalling our own unreaped child; its pid cannot have been reused.
             let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
@@ -227,7 +227,7 @@ impl Running {
     }
 
     /// SIGTERM: the polite stop a deploy sends.
-    pub fn term(&mut self) -> bool {
+    pub(crate) fn term(&mut self) -> bool {
         if matches!(self.child.try_wait(), Ok(None)) {
             // SAFETY: as in `kill`.
             return unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) } == 0;
@@ -235,19 +235,19 @@ impl Running {
         false
     }
 
-    pub fn running(&mut self) -> bool {
+    pub(crate) fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Reaps the child without waiting for its stderr to close: what it left running may hold
     /// the pipe open, and the harness must not wait for that before it retries.
-    pub fn reap(&mut self) -> Result<()> {
+    pub(crate) fn reap(&mut self) -> Result<()> {
         self.child.wait()?;
         Ok(())
     }
 
     /// Reaps the child (so a dead attempt is seen as dead) and collects its stderr.
-    pub fn finish(mut self) -> Result<Ended> {
+    pub(crate) fn finish(mut self) -> Result<Ended> {
         let status = self.child.wait()?;
         let mut lines = match self.reader.take() {
             Some(h) => h.join().unwrap_or_default(),
@@ -263,7 +263,7 @@ impl Running {
     }
 
     /// Waits at most `d` for the child to end by itself.
-    pub fn wait_for(&mut self, d: Duration) -> bool {
+    pub(crate) fn wait_for(&mut self, d: Duration) -> bool {
         let deadline = Instant::now() + d;
         while Instant::now() < deadline {
             if !self.running() {

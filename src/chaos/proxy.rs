@@ -8,7 +8,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub port: u16,
     down: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
@@ -16,7 +16,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Forwards 127.0.0.1:`port` to `target` (host:port).
-    pub fn start(target: &str) -> Result<Proxy> {
+    pub(crate) fn start(target: &str) -> Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let down = Arc::new(AtomicBool::new(false));
@@ -49,7 +49,7 @@ impl Proxy {
     }
 
     /// Cuts every connection and refuses new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.down.store(true, Ordering::SeqCst);
         if let Ok(mut list) = self.open.lock() {
             for s in list.drain(..) {
@@ -59,12 +59,12 @@ impl Proxy {
     }
 
     /// Lets connections through again.
-    pub fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.down.store(false, Ordering::SeqCst);
     }
 
     /// `url` with its host and port replaced by this proxy's.
-    pub fn url_for(&self, url: &str) -> Result<String> {
+    pub(crate) fn url_for(&self, url: &str) -> Result<String> {
         let (head, rest) = url
             .split_once('@')
             .ok_or_else(|| Error::Usage("the PostgreSQL URL has no user@host part".into()))?;
@@ -74,7 +74,7 @@ impl Proxy {
 }
 
 /// The server's host:port in a PostgreSQL URL (port 5432 when it names none).
-pub fn target_of(url: &str) -> Result<String> {
+pub(crate) fn target_of(url: &str) -> Result<String> {
     let rest = url
         .split_once('@')
         .map(|(_, r)| r)

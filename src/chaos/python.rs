@@ -122,7 +122,7 @@ fn sender(h: &Harness, py: &str, e: &Eff) -> Command {
     c
 }
 
-pub fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
     let py = python();
     if let Some(why) = module_missing(&py) {
         t.not_run = Some(why);

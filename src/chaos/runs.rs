@@ -31,7 +31,13 @@ const SKEW: &str = "300ms";
 /// (`EXACTLY_SCHEDULER_DEAD_AFTER`).
 const DEAD_AFTER: &str = "4s";
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     match name {
         "run-end-lost" => run_end_lost(h, t, n, bar),
         "frozen-scheduler" => frozen(h, t, n, bar),

@@ -14,7 +14,13 @@ const SETTLE_TRIES: usize = 8;
 /// Long enough that the harness always kills a paused attempt first.
 const PAUSE_FOREVER: Duration = Duration::from_secs(60);
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     match name {
         "kill-mid-effect" => kill_mid_effect(h, t, n, bar),
         "overrun" => overrun(h, t, n, bar),

@@ -42,7 +42,13 @@ enum Mode {
 const SLOW_LEASE: &str = "500ms";
 const SLOW_OBSERVER: &str = "sleep 0.8";
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     let mode = match name {
         "deploy-restart" => Mode::Deploy,
         "blue-green" => Mode::BlueGreen,

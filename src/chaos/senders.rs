@@ -36,7 +36,13 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(20);
 /// How long a takeover may wait for the lease.
 const CLAIM_WITHIN: Duration = Duration::from_secs(20);
 
-pub fn run(name: &str, h: &mut Harness, t: &mut Tally, n: u32, bar: &ProgressBar) -> Result<()> {
+pub(super) fn run(
+    name: &str,
+    h: &mut Harness,
+    t: &mut Tally,
+    n: u32,
+    bar: &ProgressBar,
+) -> Result<()> {
     match name {
         "grandchild" => grandchild(h, t, n, bar),
         "other-user" => match root_missing().or_else(|| users_missing(h)) {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// What one scenario (or the whole run) observed.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Tally {
+pub(crate) struct Tally {
     pub iterations: u64,
     /// Effects the workload meant to happen, each exactly once.
     pub intended_effects: u64,
@@ -114,7 +114,7 @@ pub struct Tally {
 
 /// One scenario's double faults.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct DoubleFault {
+pub(crate) struct DoubleFault {
     pub iterations: u64,
     /// Duplicates a far side without fencing acts on (with `--fence`: the stale requests it
     /// refused).
@@ -144,32 +144,32 @@ fn is_zero(n: &u64) -> bool {
 const FAILURES_KEPT: usize = 20;
 
 impl Tally {
-    pub fn stop(&mut self, what: &str) {
+    pub(crate) fn stop(&mut self, what: &str) {
         *self.stops.entry(what.to_string()).or_default() += 1;
     }
-    pub fn clock_step(&mut self, way: &str) {
+    pub(crate) fn clock_step(&mut self, way: &str) {
         *self.clock_steps.entry(way.to_string()).or_default() += 1;
     }
-    pub fn kill(&mut self, point: &str) {
+    pub(crate) fn kill(&mut self, point: &str) {
         *self.kills.entry(point.to_string()).or_default() += 1;
     }
     /// A broken expectation (an effect not fenced, not unknown when it must be, never settled)
     /// or a harness error: fails the run.
-    pub fn anomaly(&mut self, what: String) {
+    pub(crate) fn anomaly(&mut self, what: String) {
         self.anomalies += 1;
         self.fail(what);
     }
-    pub fn fail(&mut self, what: String) {
+    pub(crate) fn fail(&mut self, what: String) {
         if self.failures.len() < FAILURES_KEPT {
             self.failures.push(what);
         }
     }
     /// Records an effect the workload means to happen exactly once.
-    pub fn intend(&mut self, key: &str, label: String) {
+    pub(crate) fn intend(&mut self, key: &str, label: String) {
         self.intended_effects += 1;
         self.intents.push((key.to_string(), label));
     }
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.duplicate_effects == 0
             && self.tokens_reissued == 0
             && self.lost_effects == 0

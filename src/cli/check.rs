@@ -5,7 +5,7 @@ use crate::Result;
 use clap::Args;
 
 #[derive(Args, Debug)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The jobs file to lint.
     pub jobs: String,
     /// Exit 1 for warnings too (errors always exit 1).
@@ -16,7 +16,7 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-pub fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
+pub(super) fn check_main(db: &Option<String>, a: CheckArgs) -> Result<i32> {
     let (jobs, _, notify, mut problems) = runner::problems(db, &a.jobs)?;
     // A file of [[notify]] tables alone is `exactly watch`'s, which runs it: not a problem here.
     let for_watch = jobs.is_empty() && notify > 0 && problems.iter().any(|p| p.what == "no jobs");

@@ -12,14 +12,14 @@ use clap_complete::Shell;
 use std::io::Write;
 
 #[derive(Args, Debug)]
-pub struct CompleteArgs {
+pub(crate) struct CompleteArgs {
     /// What to list, one a line.
     #[arg(value_enum)]
     pub what: Listed,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listed {
+pub(crate) enum Listed {
     /// The jobs of the database (registered, or known by a lease), not retired.
     Jobs,
     /// The effect keys a person may act on: unknown effects and pending approvals.
@@ -44,7 +44,7 @@ impl Listed {
 
 /// `exactly __complete jobs|effects`: nothing at all when the database cannot be read, so a
 /// completion never prints an error into the command line being typed.
-pub fn complete_main(db: &Option<String>, a: CompleteArgs) -> Result<i32> {
+pub(super) fn complete_main(db: &Option<String>, a: CompleteArgs) -> Result<i32> {
     let Ok(mut store) = crate::open(db.as_deref(), crate::Access::ReadOnly) else {
         return Ok(0);
     };
@@ -112,7 +112,7 @@ fn positionals(cmd: &clap::Command) -> (Vec<Positional>, Vec<(String, Vec<String
 }
 
 /// The completion script for `shell`: clap_complete's, with job names and effect keys added.
-pub fn script(shell: Shell, cmd: &clap::Command) -> Vec<u8> {
+pub(super) fn script(shell: Shell, cmd: &clap::Command) -> Vec<u8> {
     let mut cmd = visible_only(cmd);
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "exactly", &mut buf);

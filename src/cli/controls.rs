@@ -11,7 +11,7 @@ use clap::Args;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
-pub struct TriggerArgs {
+pub(crate) struct TriggerArgs {
     /// The registered job to fire now.
     #[arg(value_parser = lease::job_name)]
     pub job: crate::JobName,
@@ -23,7 +23,7 @@ pub struct TriggerArgs {
     pub json: bool,
 }
 #[derive(Args, Debug)]
-pub struct PauseArgs {
+pub(crate) struct PauseArgs {
     /// The registered job to pause.
     #[arg(value_parser = lease::job_name)]
     pub job: crate::JobName,
@@ -32,13 +32,13 @@ pub struct PauseArgs {
     pub note: Option<String>,
 }
 #[derive(Args, Debug)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// The paused job to resume.
     #[arg(value_parser = lease::job_name)]
     pub job: crate::JobName,
 }
 #[derive(Args, Debug)]
-pub struct BackfillArgs {
+pub(crate) struct BackfillArgs {
     /// The registered job whose past slots to fire.
     #[arg(value_parser = lease::job_name)]
     pub job: crate::JobName,
@@ -92,7 +92,7 @@ fn run_json(
 /// `exactly trigger JOB`: its own firing, now, under the lease and the overlap policy. Exit 0
 /// when it ran ok or was queued, 1 when the run failed, 3 when it was not started (coalesced,
 /// queue full, missed, paused).
-pub fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
+pub(super) fn trigger_main(db: &Option<String>, a: TriggerArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     let reg = registered(&mut store, &a.job)?;
     let owner = a.owner.unwrap_or_else(lease::default_owner);
@@ -220,7 +220,7 @@ fn say_toggled(t: jobs::Toggled, job: &str, by: &str) {
     }
 }
 
-pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
+pub(super) fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
@@ -229,7 +229,7 @@ pub fn pause_main(db: &Option<String>, a: PauseArgs) -> Result<i32> {
     Ok(0)
 }
 
-pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
+pub(super) fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
     let mut store = crate::open(db.as_deref(), Access::Write)?;
     registered(&mut store, &a.job)?;
     let by = crate::actor();
@@ -241,7 +241,7 @@ pub fn resume_main(db: &Option<String>, a: ResumeArgs) -> Result<i32> {
 /// `exactly backfill JOB --from T --to T`: fires the job's slots in the range, one after the
 /// other, each waiting for the lease. A slot that already ran is a duplicate and is not run
 /// again; a run's effects that are already done are suppressed by their keys.
-pub fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
+pub(super) fn backfill_main(db: &Option<String>, a: BackfillArgs) -> Result<i32> {
     let (from, to) = (a.from, a.to);
     if to < from {
         return Err(Error::Usage("--to is before --from".into()));

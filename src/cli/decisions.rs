@@ -2,7 +2,7 @@
 use super::*;
 
 #[derive(Args, Debug)]
-pub struct DecideArgs {
+pub(crate) struct DecideArgs {
     /// The effect key (as `exactly status` and `exactly top` show it).
     pub key: crate::EffectKey,
     /// Why, recorded with the decision.
@@ -16,7 +16,7 @@ pub struct DecideArgs {
         .required(true)
         .args(["happened", "not_happened", "cancel"])
 ))]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// The effect key (as `exactly status` and `exactly top` show it).
     pub key: crate::EffectKey,
     /// The far side shows the effect: it becomes done.

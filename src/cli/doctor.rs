@@ -7,7 +7,7 @@ use clap::Args;
 use std::fmt::Write as _;
 
 #[derive(Args, Debug)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Judge only this job (or action outside any job).
     #[arg(long)]
     pub job: Option<String>,
@@ -25,7 +25,7 @@ pub struct DoctorArgs {
 /// Text is wrapped to this width.
 const WIDTH: usize = 80;
 
-pub fn doctor_main(db: &Option<String>, a: DoctorArgs) -> Result<i32> {
+pub(super) fn doctor_main(db: &Option<String>, a: DoctorArgs) -> Result<i32> {
     let mut opts = Options {
         only: a.job.clone(),
         ..Options::default()
@@ -85,7 +85,7 @@ pub fn doctor_main(db: &Option<String>, a: DoctorArgs) -> Result<i32> {
 
 /// The checklist as text: a block per subject, a line per rule, its evidence and (unless ok)
 /// its fix below, each wrapped to [`WIDTH`]; every outside string made inert.
-pub fn text(list: &Checklist) -> String {
+pub(super) fn text(list: &Checklist) -> String {
     let mut s = String::new();
     let jobs = list
         .subjects

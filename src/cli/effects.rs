@@ -2,7 +2,7 @@
 use super::*;
 
 #[derive(Args, Debug)]
-pub struct EffectArgs {
+pub(crate) struct EffectArgs {
     /// The job the effect belongs to (under `exactly run`: $EXACTLY_JOB).
     #[arg(long, env = "EXACTLY_JOB", value_parser = lease::job_name)]
     pub job: crate::JobName,

@@ -2,7 +2,7 @@
 use super::*;
 
 #[derive(Args, Debug)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Keep this much history (at least 1d), e.g. 30d.
     #[arg(long, value_name = "DUR", value_parser = keep)]
     pub keep: std::time::Duration,

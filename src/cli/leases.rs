@@ -3,7 +3,7 @@ use super::token_memory::{self, Seen};
 use super::*;
 
 #[derive(Subcommand, Debug)]
-pub enum LeaseCmd {
+pub(crate) enum LeaseCmd {
     /// Claim the lease; prints the fencing token. Exit 3 when a live lease is held, or when
     /// the token is not above one handed out for the job before (released: do not act).
     #[command(

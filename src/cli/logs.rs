@@ -3,7 +3,7 @@ use super::*;
 use exactly::Missing;
 
 #[derive(Args, Debug)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// The job whose runs to print.
     pub job: crate::JobName,
     /// A run id (as `exactly status --json` and `exactly top` show them).

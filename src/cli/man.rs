@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// One page instead of exactly(1): a subcommand (effect, lease-claim) or a page's name
     /// (exactly-effect, exactly-jobs.5 for the jobs file).
     pub page: Option<String>,
@@ -62,7 +62,7 @@ fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<Page>) {
     }
 }
 
-pub fn man_main(a: ManArgs) -> Result<i32> {
+pub(super) fn man_main(a: ManArgs) -> Result<i32> {
     let pages = pages();
     if let Some(dir) = a.dir {
         for p in &pages {

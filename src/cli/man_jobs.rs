@@ -4,7 +4,7 @@ use super::manual::{roff, section};
 use std::io::Write;
 
 /// One key of the jobs file.
-pub struct KeyDoc {
+pub(super) struct KeyDoc {
     pub key: &'static str,
     pub kind: &'static str,
     pub default: &'static str,
@@ -13,7 +13,7 @@ pub struct KeyDoc {
 }
 
 /// The top-level keys (before the first `[[job]]`).
-pub const FILE_KEYS: &[KeyDoc] = &[KeyDoc {
+pub(super) const FILE_KEYS: &[KeyDoc] = &[KeyDoc {
     key: "retain",
     kind: "duration string, at least 1d",
     default: "off",
@@ -24,7 +24,7 @@ pub const FILE_KEYS: &[KeyDoc] = &[KeyDoc {
 }];
 
 /// The keys of a `[[job]]` table.
-pub const JOB_KEYS: &[KeyDoc] = &[
+pub(super) const JOB_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "name",
         kind: "string, at most 200 characters, no control or invisible characters",
@@ -213,7 +213,7 @@ pub const JOB_KEYS: &[KeyDoc] = &[
 ];
 
 /// The keys of a `[[notify]]` table.
-pub const NOTIFY_KEYS: &[KeyDoc] = &[
+pub(super) const NOTIFY_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "name",
         kind: "string",
@@ -337,7 +337,7 @@ fn keys(w: &mut dyn Write, title: &str, docs: &[KeyDoc]) -> std::io::Result<()> 
     Ok(())
 }
 
-pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
+pub(super) fn render(w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
         ".TH exactly\\-jobs 5 \"\" \"exactly {}\" exactly",

@@ -5,12 +5,12 @@ use clap::CommandFactory;
 use std::io::Write;
 
 /// One exit code and what it means for a command.
-pub type Code = (&'static str, &'static str);
+pub(super) type Code = (&'static str, &'static str);
 
 /// The table every command shares (docs/contract.md, "Exit codes"): 0 done/duplicate, 3 fenced, 4
 /// awaiting approval, 5 unresolved earlier attempt, 6 unknown, 7 cancelled, 75 not sent, 2 bad
 /// usage or input, 1 any other error.
-pub const TABLE: &[Code] = &[
+pub(super) const TABLE: &[Code] = &[
     ("0", "done, or already done (a duplicate suppressed)"),
     ("1", "any other error (the database cannot be used, …)"),
     ("2", "bad usage or input (a jobs file with errors, too)"),
@@ -45,7 +45,7 @@ const GENERIC: &[Code] = &[
 /// The exit codes of the command at `path` (`effect`, `lease claim`; `` for the top level).
 // A table of data, one arm per command: the exception to "no function over 100 lines",
 // since splitting it would scatter the table.
-pub fn exit_codes(path: &str) -> &'static [Code] {
+pub(super) fn exit_codes(path: &str) -> &'static [Code] {
     match path {
         "" | "effect" => TABLE,
         "status" => &[
@@ -206,7 +206,7 @@ fn exit_help(path: &str) -> String {
 
 /// The environment every command reads, and what `exactly run` and `exactly effect` give the
 /// commands they start.
-pub const ENVIRONMENT: &[Code] = &[
+pub(super) const ENVIRONMENT: &[Code] = &[
     (
         "EXACTLY_DB",
         "the database when --db is not given: a SQLite file, \
@@ -301,7 +301,7 @@ pub const ENVIRONMENT: &[Code] = &[
 ];
 
 /// The files exactly reads and writes.
-pub const FILES: &[Code] = &[
+pub(super) const FILES: &[Code] = &[
     (
         "./exactly.db",
         "the database, when it exists in the working folder and neither --db nor \
@@ -336,7 +336,7 @@ pub const FILES: &[Code] = &[
 
 /// The command line as parsed and as `--help` shows it: every command's help ends with its
 /// exit codes (the top level's with the whole table).
-pub fn command() -> clap::Command {
+pub(super) fn command() -> clap::Command {
     let cmd = super::Cli::command();
     with_exit_codes(cmd, "")
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// The gateway's file: which tools are guarded and how (default: every tool not annotated
     /// readOnlyHint is guarded, keyed by all its arguments).
     #[arg(long, value_name = "FILE")]

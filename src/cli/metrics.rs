@@ -2,7 +2,7 @@
 use super::*;
 
 #[derive(Args, Debug)]
-pub struct MetricsArgs {
+pub(crate) struct MetricsArgs {
     /// Serve /metrics over HTTP on this address (e.g. 127.0.0.1:9464) until interrupted; each
     /// scrape reads a fresh snapshot (the ten rules are judged again at most every 15 s, and
     /// on a large ledger at most 1/50 of the time).

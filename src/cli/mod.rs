@@ -30,17 +30,17 @@ use crate::{approval, jobs, key, lease, sanitize::inert, time, Error, Result};
 use crate::{Access, Store};
 use clap::{Args, Parser, Subcommand};
 use decisions::{decide, resolve_cmd};
-pub use decisions::{DecideArgs, ResolveArgs};
+pub(crate) use decisions::{DecideArgs, ResolveArgs};
 use effects::effect_cmd;
-pub use effects::EffectArgs;
+pub(crate) use effects::EffectArgs;
 use gc::gc_cmd;
-pub use gc::GcArgs;
+pub(crate) use gc::GcArgs;
 use leases::lease_cmd;
-pub use leases::LeaseCmd;
+pub(crate) use leases::LeaseCmd;
 use logs::logs_cmd;
-pub use logs::LogsArgs;
+pub(crate) use logs::LogsArgs;
 use metrics::metrics_cmd;
-pub use metrics::MetricsArgs;
+pub(crate) use metrics::MetricsArgs;
 use serde_json::{Map, Value};
 
 #[derive(Parser, Debug)]
@@ -49,7 +49,7 @@ use serde_json::{Map, Value};
     version,
     about = "Exactly-once effect for scheduled jobs and agents"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Database: a SQLite file path, or postgres://user:pass@host:port/db for several hosts.
     /// Default: $EXACTLY_DB, else ./exactly.db if it exists, else
     /// $XDG_STATE_HOME/exactly/exactly.db (~/.local/state/exactly/exactly.db).
@@ -60,7 +60,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Cmd {
+pub(crate) enum Cmd {
     /// Create the schema, or adopt the seed's tables in an existing database.
     #[command(after_help = "Example:\n  exactly --db /var/lib/exactly/exactly.db init")]
     Init,
@@ -227,7 +227,7 @@ pub enum Cmd {
 
 /// The facts an effect key is derived from: `key` and `effect` take the same flags.
 #[derive(Args, Debug)]
-pub struct KeyFacts {
+pub(crate) struct KeyFacts {
     /// What is done, e.g. send-invoice (part of the effect key; non-empty, no `|`).
     #[arg(long)]
     pub action: String,
@@ -244,7 +244,7 @@ pub struct KeyFacts {
 
 impl KeyFacts {
     /// The inputs, read, with the key's parts checked (an ambiguous key is refused, exit 2).
-    pub fn inputs(&self) -> Result<Map<String, Value>> {
+    pub(crate) fn inputs(&self) -> Result<Map<String, Value>> {
         let inputs = read_inputs(&self.inputs, self.input_json.as_deref())?;
         key::check(&self.action, &self.target, &inputs)?;
         Ok(inputs)
@@ -252,20 +252,20 @@ impl KeyFacts {
 }
 
 #[derive(Args, Debug)]
-pub struct KeyArgs {
+pub(crate) struct KeyArgs {
     #[command(flatten)]
     pub key: KeyFacts,
 }
 
 #[derive(Args, Debug)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Print the whole snapshot as one JSON object (see docs/contract.md for its keys).
     #[arg(long)]
     pub json: bool,
@@ -276,7 +276,7 @@ pub struct StatusArgs {
 }
 
 /// Runs the CLI; returns the process exit code. Errors are printed as one line.
-pub fn main() -> i32 {
+pub(crate) fn main() -> i32 {
     // A scheduler starting a run's command through this binary (see `runner::spawn::start`).
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if args
@@ -419,7 +419,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
 }
 
 /// Reads `--input k=v` pairs and `--input-json FILE|-` into one object (pairs win on conflict).
-pub fn read_inputs(pairs: &[String], json: Option<&str>) -> Result<Map<String, Value>> {
+pub(crate) fn read_inputs(pairs: &[String], json: Option<&str>) -> Result<Map<String, Value>> {
     let mut map = Map::new();
     if let Some(src) = json {
         let text = if src == "-" {

@@ -9,14 +9,14 @@ use crate::time::human_age;
 use serde_json::json;
 
 #[derive(Args, Debug)]
-pub struct JobsArgs {
+pub(crate) struct JobsArgs {
     /// Print the jobs as one JSON object (`schema_version`, `jobs`).
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
-pub struct EffectsArgs {
+pub(crate) struct EffectsArgs {
     /// The ledger state to list.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(EffectState::KNOWN))]
     pub state: String,

@@ -4,7 +4,7 @@ use super::*;
 use crate::effect::{ProbeVerdict, Probed};
 
 #[derive(Args, Debug)]
-pub struct ProbeArgs {
+pub(crate) struct ProbeArgs {
     /// The job whose latest done effect to attempt again.
     pub job: crate::JobName,
     /// Print the result as one JSON object (`schema_version`, `job_key`, `effect_key`,

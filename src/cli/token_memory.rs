@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The variable that names the memory's file, or `off`.
-pub const VAR: &str = "EXACTLY_TOKEN_MEMORY";
+pub(super) const VAR: &str = "EXACTLY_TOKEN_MEMORY";
 /// The file's name in the state folder.
 const FILE: &str = "tokens";
 /// How long a command waits for another's lock on the file before going on without memory.
@@ -32,7 +32,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 const KEEP: usize = 4096;
 
 /// What the memory says of a token.
-pub enum Seen {
+pub(super) enum Seen {
     /// Nothing against it (or no memory to ask).
     Fine,
     /// A token at least this high was handed out for the job before (remembered in `file`).
@@ -75,7 +75,7 @@ fn identity(store: &mut Store) -> Option<String> {
 
 /// A claim won `token` for `job`: refused (`Below`) when it is not above the highest the memory
 /// holds for the job on this database, else remembered as the highest.
-pub fn claimed(store: &mut Store, job: &str, token: i64) -> Seen {
+pub(super) fn claimed(store: &mut Store, job: &str, token: i64) -> Seen {
     let Some(db) = identity(store) else {
         return Seen::Fine;
     };
@@ -87,7 +87,7 @@ pub fn claimed(store: &mut Store, job: &str, token: i64) -> Seen {
 /// and the database would still take this one (the job's lease row carries it): the database
 /// went back. A token the database fences anyway is left to it, so that refusal is counted as a
 /// fenced write as ever. Nothing is written.
-pub fn handed(store: &mut Store, job: &crate::JobName, token: i64) -> Seen {
+pub(super) fn handed(store: &mut Store, job: &crate::JobName, token: i64) -> Seen {
     let (Some((file, _)), Some(db)) = (location(), identity(store)) else {
         return Seen::Fine;
     };
@@ -110,7 +110,7 @@ pub fn handed(store: &mut Store, job: &crate::JobName, token: i64) -> Seen {
 
 /// The database accepted `token` for `job` (an effect sent or settled under it): remembered if
 /// it is the highest.
-pub fn accepted(store: &mut Store, job: &str, token: i64) {
+pub(super) fn accepted(store: &mut Store, job: &str, token: i64) {
     if let Some(db) = identity(store) {
         let shown = exactly::shown_db(store.path());
         raise(&db, &shown, job, token, false);

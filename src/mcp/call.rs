@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// One guarded call, performed from a blocking thread of the gateway's runtime.
-pub struct ToolEffect {
+pub(crate) struct ToolEffect {
     /// The runtime the server is reached on.
     pub rt: tokio::runtime::Handle,
     /// The server.
@@ -113,7 +113,7 @@ impl Effect for ToolEffect {
 }
 
 /// The word `_meta["exactly/outcome"]` holds for an outcome.
-pub fn outcome_word(out: &Outcome) -> &'static str {
+pub(crate) fn outcome_word(out: &Outcome) -> &'static str {
     match out {
         Outcome::Done { .. } => "done",
         Outcome::DuplicateSuppressed { .. } => "duplicate_suppressed",
@@ -130,7 +130,7 @@ pub fn outcome_word(out: &Outcome) -> &'static str {
 
 /// What the agent is answered: the server's result for a call done now or earlier, else a tool
 /// error that says in words what happened and what to do; `_meta` names the effect and outcome.
-pub fn answer(out: &Outcome, last: Option<CallToolResult>) -> CallToolResult {
+pub(crate) fn answer(out: &Outcome, last: Option<CallToolResult>) -> CallToolResult {
     let k = out.key().to_string();
     let error = |text: String| CallToolResult::error(vec![ContentBlock::text(text)]);
     let recorded = |resp: Option<&String>, fallback: &str| {

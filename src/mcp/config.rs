@@ -9,7 +9,7 @@ use std::time::Duration;
 /// The gateway's file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     /// The gateway's lease (default 60s), renewed a third of the way through.
     #[serde(default)]
     pub lease: Option<String>,
@@ -29,7 +29,7 @@ pub struct Config {
 /// How one tool is guarded (`[[tool]]`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ToolRule {
+pub(crate) struct ToolRule {
     /// The tool's name, as the server lists it.
     pub name: String,
     /// false: passed through as if read-only. Default: guarded unless `readOnlyHint: true`.
@@ -54,7 +54,7 @@ pub struct ToolRule {
 /// `observe = { tool, arguments, found }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Observe {
+pub(crate) struct Observe {
     /// A read-only tool of the same server.
     pub tool: String,
     /// Its arguments; string values may hold `{key}` and `{ARG}` placeholders.
@@ -65,13 +65,13 @@ pub struct Observe {
 }
 
 /// Default gateway lease.
-pub const LEASE_DEFAULT: Duration = Duration::from_secs(60);
+pub(crate) const LEASE_DEFAULT: Duration = Duration::from_secs(60);
 /// Default longest call.
-pub const CALL_DEFAULT: Duration = Duration::from_secs(60);
+pub(crate) const CALL_DEFAULT: Duration = Duration::from_secs(60);
 
 impl Config {
     /// Reads and checks `path`; every problem is one line.
-    pub fn load(path: &str) -> Result<Config> {
+    pub(crate) fn load(path: &str) -> Result<Config> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::Usage(format!("cannot read {}: {e}", crate::sanitize::inert(path)))
         })?;
@@ -80,7 +80,7 @@ impl Config {
     }
 
     /// Parses and checks a file's text.
-    pub fn parse(text: &str) -> Result<Config> {
+    pub(crate) fn parse(text: &str) -> Result<Config> {
         let c: Config = toml::from_str(text).map_err(|e| {
             Error::Usage(
                 e.message()
@@ -136,12 +136,12 @@ impl Config {
     }
 
     /// The rule for `tool`, if the file has one.
-    pub fn rule(&self, tool: &str) -> Option<&ToolRule> {
+    pub(crate) fn rule(&self, tool: &str) -> Option<&ToolRule> {
         self.tool.iter().find(|t| t.name == tool)
     }
 
     /// The gateway's lease.
-    pub fn gateway_lease(&self) -> Result<Duration> {
+    pub(crate) fn gateway_lease(&self) -> Result<Duration> {
         let d = match &self.lease {
             Some(s) => time::parse_duration(s)?,
             None => LEASE_DEFAULT,
@@ -151,7 +151,7 @@ impl Config {
     }
 
     /// How long to wait for a lease another gateway holds.
-    pub fn lease_wait(&self) -> Result<Duration> {
+    pub(crate) fn lease_wait(&self) -> Result<Duration> {
         match &self.wait_for_lease {
             Some(s) => time::parse_duration(s),
             None => Ok(Duration::ZERO),
@@ -161,7 +161,7 @@ impl Config {
 
 impl ToolRule {
     /// The longest a call may take.
-    pub fn call_lease(&self) -> Result<Duration> {
+    pub(crate) fn call_lease(&self) -> Result<Duration> {
         match &self.lease {
             Some(s) => time::parse_duration(s),
             None => Ok(CALL_DEFAULT),
@@ -169,7 +169,7 @@ impl ToolRule {
     }
 
     /// How long a call awaiting approval is held open.
-    pub fn approval_wait(&self) -> Result<Option<Duration>> {
+    pub(crate) fn approval_wait(&self) -> Result<Option<Duration>> {
         self.wait_for_approval
             .as_deref()
             .map(time::parse_duration)
@@ -179,7 +179,7 @@ impl ToolRule {
 
 impl Observe {
     /// The observer's arguments with `{key}` and `{ARG}` filled in from the call.
-    pub fn arguments_for(&self, key: &str, args: &Map<String, Value>) -> Map<String, Value> {
+    pub(crate) fn arguments_for(&self, key: &str, args: &Map<String, Value>) -> Map<String, Value> {
         self.arguments
             .iter()
             .map(|(k, v)| (k.clone(), fill_value(toml_to_json(v), key, args)))
@@ -206,7 +206,7 @@ fn fill_value(v: Value, key: &str, args: &Map<String, Value>) -> Value {
 
 /// `text` with `{key}` replaced by the effect key and `{ARG}` by the call's argument `ARG` (a
 /// string as it is, anything else as JSON). A placeholder naming no argument is left as it is.
-pub fn fill(text: &str, key: &str, args: &Map<String, Value>) -> String {
+pub(crate) fn fill(text: &str, key: &str, args: &Map<String, Value>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find('{') {
@@ -236,7 +236,7 @@ pub fn fill(text: &str, key: &str, args: &Map<String, Value>) -> String {
 }
 
 /// The value at the dotted `path` of `args`.
-pub fn lookup<'a>(args: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
+pub(crate) fn lookup<'a>(args: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
     let mut parts = path.split('.');
     let mut cur = args.get(parts.next()?)?;
     for p in parts {
@@ -246,7 +246,7 @@ pub fn lookup<'a>(args: &'a Map<String, Value>, path: &str) -> Option<&'a Value>
 }
 
 /// `args` without the value at the dotted `path`.
-pub fn remove(args: &mut Map<String, Value>, path: &str) {
+pub(crate) fn remove(args: &mut Map<String, Value>, path: &str) {
     match path.split_once('.') {
         None => {
             args.remove(path);

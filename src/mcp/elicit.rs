@@ -8,11 +8,11 @@ use rmcp::service::{Peer, RoleServer};
 use serde_json::json;
 
 /// Who decided, in the approval's row, when the person at the client answered.
-pub const ACTOR: &str = "mcp-client";
+pub(crate) const ACTOR: &str = "mcp-client";
 
 /// What the person at the client said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Approve the call.
     Approve,
     /// Deny it.
@@ -21,7 +21,7 @@ pub enum Answer {
 
 /// Asks the client's person whether to approve `key`'s call, whose `terms` are shown inert.
 /// `None`: they dismissed it, or the client could not ask (the call stays pending).
-pub async fn ask(peer: &Peer<RoleServer>, key: &EffectKey, terms: &str) -> Option<Answer> {
+pub(crate) async fn ask(peer: &Peer<RoleServer>, key: &EffectKey, terms: &str) -> Option<Answer> {
     let message = format!(
         "Approve this call, once? {} (effect {}). Accept approves it; decline denies it.",
         inert(terms),

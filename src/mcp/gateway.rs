@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a gateway runs with.
-pub struct Options {
+pub(crate) struct Options {
     /// The database (`--db`).
     pub db: Option<String>,
     /// The gateway's job (`--name`).
@@ -34,7 +34,7 @@ pub struct Options {
 }
 
 /// The server side: one per gateway.
-pub struct Gateway {
+pub(crate) struct Gateway {
     opts: Options,
     upstream: Arc<Upstream>,
     stores: Mutex<Vec<Store>>,
@@ -42,11 +42,11 @@ pub struct Gateway {
 
 /// The rmcp service over a shared [`Gateway`].
 #[derive(Clone)]
-pub struct GatewayService(Arc<Gateway>);
+pub(crate) struct GatewayService(Arc<Gateway>);
 
 impl Gateway {
     /// A gateway for `opts`, its server not started yet (the agent's `initialize` starts it).
-    pub fn new(opts: Options) -> Arc<Gateway> {
+    pub(crate) fn new(opts: Options) -> Arc<Gateway> {
         let upstream = Arc::new(Upstream::new(
             opts.command.clone(),
             opts.url.clone(),
@@ -346,7 +346,7 @@ impl Service<RoleServer> for GatewayService {
 }
 
 /// Serves the agent's client on stdin/stdout until it disconnects.
-pub async fn serve(opts: Options) -> crate::Result<()> {
+pub(crate) async fn serve(opts: Options) -> crate::Result<()> {
     // An https:// server's TLS: the provider the PostgreSQL client's TLS uses too.
     #[cfg(feature = "tls")]
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -21,7 +21,7 @@ type SseStream = Pin<
 /// Which tools' calls carry the header: the file's top-level `idempotency_header`, overridden
 /// per tool.
 #[derive(Debug, Clone, Default)]
-pub struct KeyedTools {
+pub(crate) struct KeyedTools {
     all: bool,
     on: HashSet<String>,
     off: HashSet<String>,
@@ -29,7 +29,7 @@ pub struct KeyedTools {
 
 impl KeyedTools {
     /// What `cfg` declares.
-    pub fn of(cfg: &Config) -> KeyedTools {
+    pub(crate) fn of(cfg: &Config) -> KeyedTools {
         let mut k = KeyedTools {
             all: cfg.idempotency_header.unwrap_or(false),
             ..KeyedTools::default()
@@ -45,17 +45,17 @@ impl KeyedTools {
     }
 
     /// Whether any tool's call carries the header.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.all || !self.on.is_empty()
     }
 
     /// Whether `tool`'s calls carry it.
-    pub fn wants(&self, tool: &str) -> bool {
+    pub(crate) fn wants(&self, tool: &str) -> bool {
         !self.off.contains(tool) && (self.all || self.on.contains(tool))
     }
 
     /// The header for `message`: the effect key of a guarded call of a declared tool.
-    pub fn header(&self, message: &ClientJsonRpcMessage) -> Option<HeaderValue> {
+    pub(crate) fn header(&self, message: &ClientJsonRpcMessage) -> Option<HeaderValue> {
         let JsonRpcMessage::Request(r) = message else {
             return None;
         };
@@ -75,7 +75,7 @@ impl KeyedTools {
 
 /// rmcp's reqwest client, adding the header where [`KeyedTools`] says.
 #[derive(Clone)]
-pub struct KeyedHttp {
+pub(crate) struct KeyedHttp {
     /// The client; it follows no redirect (a redirect is an error, as any other answer that is
     /// not the server's).
     pub inner: reqwest::Client,
@@ -85,7 +85,7 @@ pub struct KeyedHttp {
 
 impl KeyedHttp {
     /// A client for `tools`.
-    pub fn new(tools: KeyedTools) -> std::result::Result<KeyedHttp, String> {
+    pub(crate) fn new(tools: KeyedTools) -> std::result::Result<KeyedHttp, String> {
         let inner = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())

@@ -6,30 +6,30 @@
 //! Rooms: `config.rs` the gateway's file; this file which calls are guarded and the key of
 //! one; `call.rs` a guarded call as an [`crate::effect::Effect`] and what the agent is answered;
 //! `gateway.rs` the two MCP sides (rmcp) and the pass-through.
-pub mod call;
-pub mod config;
-pub mod elicit;
-pub mod gateway;
-pub mod http;
-pub mod upstream;
+pub(crate) mod call;
+pub(crate) mod config;
+pub(crate) mod elicit;
+pub(crate) mod gateway;
+pub(crate) mod http;
+pub(crate) mod upstream;
 
-pub use config::{Config, ToolRule};
-pub use gateway::{serve, Options};
+pub(crate) use config::{Config, ToolRule};
+pub(crate) use gateway::{serve, Options};
 
 use crate::effect::Spec;
 use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// The `_meta` key the server finds the effect key under.
-pub const META_EFFECT_KEY: &str = "EXACTLY_EFFECT_KEY";
+pub(crate) const META_EFFECT_KEY: &str = "EXACTLY_EFFECT_KEY";
 /// The `_meta` key of a guarded call's result that says how the gateway answered it.
-pub const META_OUTCOME: &str = "exactly/outcome";
+pub(crate) const META_OUTCOME: &str = "exactly/outcome";
 /// The `_meta` key of a guarded call's result that names its effect.
-pub const META_KEY: &str = "exactly/effect_key";
+pub(crate) const META_KEY: &str = "exactly/effect_key";
 
 /// What the server says of a tool in `tools/list`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Hints {
+pub(crate) struct Hints {
     /// `readOnlyHint`.
     pub read_only: Option<bool>,
     /// `destructiveHint`.
@@ -38,7 +38,7 @@ pub struct Hints {
 
 /// How calls of one tool are handled.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Whether a call is an effect (else it passes through).
     pub guarded: bool,
     /// Whether a person approves each call first.
@@ -55,7 +55,7 @@ pub struct Plan {
 /// is true or the file says `guard = false`; approved first where the file says so, else where
 /// `destructiveHint` is true (the protocol's default for it is true, but a default nobody
 /// states would hold every call of every server: only a stated hint counts).
-pub fn plan(cfg: &Config, tool: &str, hints: Hints) -> Plan {
+pub(crate) fn plan(cfg: &Config, tool: &str, hints: Hints) -> Plan {
     let rule = cfg.rule(tool).cloned();
     let guarded = rule
         .as_ref()
@@ -79,7 +79,7 @@ pub fn plan(cfg: &Config, tool: &str, hints: Hints) -> Plan {
 }
 
 /// The note a guarded tool's description gets in `tools/list`.
-pub fn note(plan: &Plan) -> Option<String> {
+pub(crate) fn note(plan: &Plan) -> Option<String> {
     if !plan.guarded {
         return None;
     }
@@ -105,7 +105,7 @@ pub fn note(plan: &Plan) -> Option<String> {
 /// (a string as it is, anything else as canonical JSON; without a `target`, the gateway's
 /// name), inputs = the other arguments less `ignore`. The terms a person approving sees hold
 /// every argument.
-pub fn facts(
+pub(crate) fn facts(
     tool: &str,
     plan: &Plan,
     args: &Map<String, Value>,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Why a call to the server has no answer.
 #[derive(Debug, Clone)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// The request never left (the server could not be started or reached).
     NotSent(String),
     /// The server refused the request with a JSON-RPC error (an unknown tool, bad arguments):
@@ -108,7 +108,7 @@ fn service_error(e: ServiceError) -> ErrorData {
 }
 
 /// The server the gateway starts, started again when it has exited.
-pub struct Upstream {
+pub(crate) struct Upstream {
     command: Vec<String>,
     url: Option<String>,
     /// The tools whose calls carry their effect key as an `Idempotency-Key` header (`--url`).
@@ -250,7 +250,7 @@ impl Upstream {
 
     /// Calls `tool` on the server with the agent's `_meta` (its envelope, its trace context),
     /// the effect key added when there is one.
-    pub async fn call_tool(
+    pub(crate) async fn call_tool(
         &self,
         tool: &str,
         args: Map<String, Value>,

@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `TIME LEVEL job=JOB message`, for people and `grep`.
     #[default]
     Text,
@@ -25,11 +25,11 @@ pub enum LogFormat {
 }
 
 /// The variable that chooses the format where no `--log-format` is given.
-pub const FORMAT_VAR: &str = "EXACTLY_LOG_FORMAT";
+pub(crate) const FORMAT_VAR: &str = "EXACTLY_LOG_FORMAT";
 
 impl LogFormat {
     /// The format `EXACTLY_LOG_FORMAT` names (`json`, else text).
-    pub fn from_env() -> LogFormat {
+    pub(crate) fn from_env() -> LogFormat {
         match std::env::var(FORMAT_VAR) {
             Ok(v) if v.trim().eq_ignore_ascii_case("json") => LogFormat::Json,
             _ => LogFormat::Text,
@@ -40,7 +40,7 @@ impl LogFormat {
 /// Installs the process's one log subscriber: `RUST_LOG` filters (default `info`, `warn` for
 /// the MCP SDK; a directive it cannot read is left out), lines go to stderr in `format`. A
 /// second call changes nothing.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let mut filter = EnvFilter::builder()
         .with_default_directive(Level::INFO.into())
         .from_env_lossy();
@@ -60,7 +60,7 @@ pub fn init(format: LogFormat) {
 }
 
 /// One event at a level chosen at run time (`tracing`'s macros take a fixed one).
-pub fn line(level: Level, job: &str, msg: &str) {
+pub(crate) fn line(level: Level, job: &str, msg: &str) {
     match level {
         Level::ERROR => tracing::error!(job = %job, "{msg}"),
         Level::WARN => tracing::warn!(job = %job, "{msg}"),
@@ -71,7 +71,7 @@ pub fn line(level: Level, job: &str, msg: &str) {
 }
 
 /// The level a word names (`"WARN"`), else INFO.
-pub fn level(word: &str) -> Level {
+pub(crate) fn level(word: &str) -> Level {
     word.parse().unwrap_or(Level::INFO)
 }
 
@@ -159,11 +159,11 @@ fn render(format: LogFormat, time: &str, level: &Level, f: &Fields) -> String {
 }
 
 /// How often a repeating warning is said again, with its count.
-pub const REPEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const REPEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A warning that may repeat every few seconds (a heartbeat on a full disk): said once, then at
 /// most once every [`REPEAT_EVERY`] with how many times it happened since, and its end once.
-pub struct Repeating {
+pub(crate) struct Repeating {
     what: &'static str,
     said_at: Option<std::time::Instant>,
     since: u64,
@@ -171,7 +171,7 @@ pub struct Repeating {
 
 impl Repeating {
     /// `what`: the line's prefix (`heartbeat`).
-    pub fn new(what: &'static str) -> Repeating {
+    pub(crate) fn new(what: &'static str) -> Repeating {
         Repeating {
             what,
             said_at: None,
@@ -180,7 +180,7 @@ impl Repeating {
     }
 
     /// It failed again with `e`: said now if it is new or a minute has passed.
-    pub fn failed(&mut self, e: &dyn std::fmt::Display) {
+    pub(crate) fn failed(&mut self, e: &dyn std::fmt::Display) {
         let now = std::time::Instant::now();
         match self.said_at {
             None => {
@@ -203,7 +203,7 @@ impl Repeating {
     }
 
     /// It worked: its end is said once, with the failures not said.
-    pub fn ok(&mut self) {
+    pub(crate) fn ok(&mut self) {
         if self.said_at.take().is_some() {
             tracing::info!(
                 "{}: working again ({} more failure(s) since last said)",

@@ -6,14 +6,14 @@
 //! duplicate instead of a second run. Each run holds the job's lease, renewed by heartbeat,
 //! and hands its fencing token to the command, whose effect writes are refused once the token
 //! is stale.
-pub mod config;
-pub mod log;
-pub mod notify;
-pub mod run;
-pub mod scheduler;
-pub mod spawn;
+pub(crate) mod config;
+pub(crate) mod log;
+pub(crate) mod notify;
+pub(crate) mod run;
+pub(crate) mod scheduler;
+pub(crate) mod spawn;
 
-pub use crate::schedule::Schedule;
+pub(crate) use crate::schedule::Schedule;
 pub(crate) use config::check::{problems, read_jobs_file};
 use config::job::Overlap;
 
@@ -34,7 +34,7 @@ use std::time::Duration;
 use tracing::Level;
 
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The jobs file (TOML, [[job]] tables).
     pub jobs: String,
     /// This scheduler's name in leases and firings (default user@host:pid).
@@ -75,7 +75,7 @@ fn absolute_db(db: &Option<String>) -> String {
         .unwrap_or(p)
 }
 
-pub fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
+pub(crate) fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
     let grace = time::parse_duration(&a.grace)?;
     let give_up_after = time::parse_duration(&a.give_up_after)?;
     // A write waiting for a missing synchronous standby gives up after the same bound.

@@ -1,11 +1,11 @@
 //! Keys become [`KeyAction`] values through one table, [`BINDINGS`], which also feeds the help
 //! popup and the footer, so what the screen says is what the keys do.
-use super::state::View;
+use super::screen::View;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 /// Where a key is read: the main screen, a popup, or a line being typed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// A list view or an open detail.
     Main,
     /// The confirmation of a risky action.
@@ -24,7 +24,7 @@ pub enum Mode {
 
 /// What a key asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyAction {
+pub(crate) enum KeyAction {
     Show(View),
     NextView,
     Up,
@@ -67,7 +67,7 @@ pub enum KeyAction {
 }
 
 /// One key binding: in `mode`, `keys` do `action`; `label` and `help` are what people read.
-pub struct Binding {
+pub(crate) struct Binding {
     pub mode: Mode,
     pub keys: &'static [(KeyCode, KeyModifiers)],
     pub label: &'static str,
@@ -106,7 +106,7 @@ use KeyAction as A;
 use Mode as M;
 
 /// Every key the dashboard answers to.
-pub const BINDINGS: &[Binding] = &[
+pub(crate) const BINDINGS: &[Binding] = &[
     b(
         M::Main,
         &[(KeyCode::Char('q'), NONE), (KeyCode::Char('c'), CTRL)],
@@ -455,7 +455,7 @@ pub const BINDINGS: &[Binding] = &[
 ];
 
 /// The action bound to `key` in `mode`, if any. Ctrl-C always quits.
-pub fn lookup(mode: Mode, key: &KeyEvent) -> Option<KeyAction> {
+pub(crate) fn lookup(mode: Mode, key: &KeyEvent) -> Option<KeyAction> {
     if key.code == KeyCode::Char('c') && key.modifiers.contains(CTRL) {
         return Some(KeyAction::Quit);
     }
@@ -473,13 +473,13 @@ pub fn lookup(mode: Mode, key: &KeyEvent) -> Option<KeyAction> {
 }
 
 /// The bindings of one mode, for the footer or the help popup.
-pub fn of_mode(mode: Mode) -> impl Iterator<Item = &'static Binding> {
+pub(crate) fn of_mode(mode: Mode) -> impl Iterator<Item = &'static Binding> {
     BINDINGS.iter().filter(move |b| b.mode == mode)
 }
 
 /// The key table as Markdown, for docs/dashboard.md (the same table `?` shows).
 #[cfg(test)]
-pub fn markdown() -> String {
+pub(crate) fn markdown() -> String {
     let mut out = String::from("| where | key | does |\n|---|---|---|\n");
     for m in [
         Mode::Main,

@@ -4,12 +4,14 @@
 //! channel; the screen draws the last one it received, so drawing never
 //! waits on the database. Keys become [`Request`] values for the same task (actions, detail
 //! reads); the answers come back on the same channel as the snapshots.
-pub mod input;
+pub(crate) mod input;
+mod layout;
+mod screen;
 mod state;
 mod view;
 
-pub use state::{App, Focus, Loaded, Options, Pending, Reply, Report, Request};
-pub use view::draw;
+pub(crate) use state::{App, Focus, Loaded, Options, Pending, Reply, Report, Request};
+pub(crate) use view::draw;
 
 use crate::approval::{Decided, Resolved};
 use crate::sanitize::inert;
@@ -25,7 +27,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
-pub struct TopArgs {
+pub(crate) struct TopArgs {
     /// How often to read the database.
     #[arg(long, default_value = "1s", value_name = "DUR")]
     pub refresh: String,
@@ -39,11 +41,11 @@ pub struct TopArgs {
 }
 
 /// How many recent runs a job's detail shows.
-pub const RUNS_SHOWN: usize = 200;
+pub(crate) const RUNS_SHOWN: usize = 200;
 
 /// Does one piece of work against the database. The poll task runs this; tests call it directly
 /// so they drive the same path.
-pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
+pub(crate) fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
     match req {
         Request::Poll => vec![poll(store), judge(store)],
         Request::Load(focus) => vec![load(store, focus)],
@@ -65,7 +67,7 @@ pub fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
 /// How often an unchanged screen is drawn again so its ages move on. A frame of a large
 /// dashboard costs milliseconds once its caches have gone cold between frames; once a second
 /// that alone would be a dashboard's whole idle budget (measured by `cargo bench`).
-pub const AGE_TICK: Duration = Duration::from_secs(5);
+pub(crate) const AGE_TICK: Duration = Duration::from_secs(5);
 
 /// How often the screen hears "nothing changed" (it draws an unchanged screen every
 /// [`AGE_TICK`]; the header's poll age must stay under the staleness limit of 5 s).
@@ -73,7 +75,7 @@ const UNCHANGED_TOLD_EVERY: Duration = Duration::from_millis(2500);
 
 /// The longest a dashboard trusts "nothing committed" before it reads the snapshot again
 /// anyway (a backstop for changes that come with time alone).
-pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 
 /// A dashboard's polls: a whole [`Snapshot`] only when another connection committed since the
 /// last one (SQLite's `data_version`) or when time alone changes what it shows — a lease ends,
@@ -83,7 +85,7 @@ pub const FULL_POLL_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// The checklist (the ten rules, `exactly doctor`'s judgement) is judged with a snapshot at the
 /// pace [`crate::checklist::Pace`] keeps: after a commit, and rarely on a large ledger.
 #[derive(Debug, Default)]
-pub struct Watch {
+pub(crate) struct Watch {
     version: Option<i64>,
     /// When the last snapshot stops being true without any commit.
     due: Option<crate::time::Ts>,
@@ -93,7 +95,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn poll(&mut self, store: &mut Store) -> Vec<Reply> {
+    pub(crate) fn poll(&mut self, store: &mut Store) -> Vec<Reply> {
         let now = crate::time::now();
         let version = match snapshot::data_version(store) {
             Ok(v) => v,
@@ -124,20 +126,20 @@ impl Watch {
 
     /// The next poll reads in full (after an action or a detail read), but the checklist keeps
     /// its own pace.
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.version = None;
         self.due = None;
     }
 
     /// As if the checklist was never judged.
     #[cfg(test)]
-    pub fn judged_long_ago(&mut self) {
+    pub(crate) fn judged_long_ago(&mut self) {
         self.pace = Default::default();
     }
 
     /// As if the checklist was last judged `ago`, taking `took`.
     #[cfg(test)]
-    pub fn judged_at(&mut self, ago: Duration, took: Duration) {
+    pub(crate) fn judged_at(&mut self, ago: Duration, took: Duration) {
         self.pace.judged_at(ago, took);
     }
 }
@@ -236,7 +238,7 @@ fn load(store: &mut Store, focus: &Focus) -> Reply {
 
 /// Runs a confirmed action through the same library calls as the CLI, as `by`: its report, or
 /// [`Reply::InFlight`] when a resolution needs a second confirmation.
-pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
+pub(crate) fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
     let ok = |text: String| Report { ok: true, text };
     let bad = |text: String| Report { ok: false, text };
     let who = inert(by);
@@ -324,7 +326,7 @@ pub fn perform(store: &mut Store, act: &Pending, by: &str) -> Reply {
 }
 
 /// `exactly top`.
-pub fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
+pub(crate) fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     let refresh = crate::time::parse_duration(&a.refresh)?;
     if refresh < Duration::from_millis(100) {
         return Err(Error::Usage("--refresh must be at least 100ms".into()));

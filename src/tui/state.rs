@@ -7,7 +7,8 @@ mod keys;
 mod sort;
 
 use super::input::Mode;
-use super::view;
+use super::layout;
+use super::screen::View;
 use crate::approval::{ApprovalRow, Resolution, Sending};
 use crate::checklist::{Checklist, Rule};
 use crate::effect::LedgerRow;
@@ -15,56 +16,12 @@ use crate::sanitize::inert;
 use crate::snapshot::{ApprovalView, EventRow, JobRow, OpenEffect, RunRow, Snapshot};
 use ratatui::layout::Rect;
 use ratatui::widgets::TableState;
-pub use sort::{ByAge, ChecklistSort, EventSort, JobSort, Sorts};
+pub(super) use sort::{ByAge, ChecklistSort, EventSort, JobSort, Sorts};
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Jobs,
-    Unknown,
-    Approvals,
-    Events,
-    /// The essay's ten rules judged for every job (`exactly doctor`'s checklist).
-    Checklist,
-}
-
-impl View {
-    pub const ALL: [View; 5] = [
-        View::Jobs,
-        View::Unknown,
-        View::Approvals,
-        View::Events,
-        View::Checklist,
-    ];
-
-    pub fn index(self) -> usize {
-        match self {
-            View::Jobs => 0,
-            View::Unknown => 1,
-            View::Approvals => 2,
-            View::Events => 3,
-            View::Checklist => 4,
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            View::Jobs => "Jobs",
-            View::Unknown => "Unknown",
-            View::Approvals => "Approvals",
-            View::Events => "Events",
-            View::Checklist => "Checklist",
-        }
-    }
-
-    fn next(self) -> View {
-        View::ALL[(self.index() + 1) % View::ALL.len()]
-    }
-}
 
 /// A risky action, held as a value until the operator confirms it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Pending {
+pub(crate) enum Pending {
     Approve {
         key: String,
         job: String,
@@ -98,7 +55,7 @@ pub enum Pending {
 }
 
 impl Pending {
-    pub fn verb(&self) -> String {
+    pub(crate) fn verb(&self) -> String {
         match self {
             Pending::Approve { .. } => "approve".into(),
             Pending::Deny { .. } => "deny".into(),
@@ -124,7 +81,7 @@ impl Pending {
 
 /// What a detail screen is about.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Focus {
+pub(crate) enum Focus {
     Job(String),
     Effect(String),
     /// One run's stored output (opened from its job's runs).
@@ -136,7 +93,7 @@ pub enum Focus {
 
 /// Work for the poll task: the only path from the screen to the database.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
+pub(crate) enum Request {
     Poll,
     Load(Focus),
     Pending(Pending),
@@ -144,7 +101,7 @@ pub enum Request {
 
 /// Detail data read for one focus.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Loaded {
+pub(crate) enum Loaded {
     Job {
         job: String,
         runs: Vec<RunRow>,
@@ -164,14 +121,14 @@ pub enum Loaded {
 
 /// The result of an action, shown in the status line.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     pub ok: bool,
     pub text: String,
 }
 
 /// What the poll task sends back.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Snapshot(Box<Snapshot>),
     /// Nothing was committed since the last snapshot, checked at this instant: the snapshot
     /// still holds (its ages tick in the view).
@@ -188,7 +145,7 @@ pub enum Reply {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Typing {
+pub(crate) enum Typing {
     /// The filter is applied as it is typed; Esc puts back `before`.
     Filter {
         before: String,
@@ -199,7 +156,7 @@ pub enum Typing {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Popup {
+pub(crate) enum Popup {
     Help,
     Confirm(Pending),
     /// The second, red confirmation of a resolution whose sender may still be sending.
@@ -221,7 +178,7 @@ pub enum Popup {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Detail {
+pub(crate) struct Detail {
     pub focus: Focus,
     pub loaded: Option<Loaded>,
     /// The first line shown; in a job's detail, the selected run.
@@ -232,7 +189,7 @@ pub struct Detail {
 
 /// The effect under the cursor, with what an action needs to show.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EffectRef {
+pub(crate) struct EffectRef {
     pub key: String,
     pub job: String,
     pub terms: Option<String>,
@@ -244,19 +201,19 @@ pub struct EffectRef {
 /// selected row and the first row shown, over the whole filtered list) and the selected row's
 /// identity. Keys and new snapshots move the selection; [`App::on_frame`] scrolls the window.
 #[derive(Debug, Default)]
-pub struct ViewState {
+pub(super) struct ViewState {
     pub table: TableState,
     /// The row's identity, so a poll that inserts rows above does not move the cursor.
     key: Option<String>,
 }
 
-pub struct Options {
+pub(crate) struct Options {
     pub read_only: bool,
     pub color: bool,
     pub refresh: Duration,
 }
 
-pub struct App {
+pub(crate) struct App {
     pub snap: Option<Snapshot>,
     /// Received while frozen; shown on unfreeze.
     held: Option<Snapshot>,
@@ -292,7 +249,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(o: Options) -> App {
+    pub(crate) fn new(o: Options) -> App {
         App {
             snap: None,
             held: None,
@@ -320,7 +277,7 @@ impl App {
     }
 
     /// Which key table applies now.
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         match &self.popup {
             None => Mode::Main,
             Some(Popup::Help) => Mode::Help,
@@ -332,24 +289,24 @@ impl App {
         }
     }
 
-    pub fn selected(&self, v: View) -> usize {
+    pub(crate) fn selected(&self, v: View) -> usize {
         self.views[v.index()].table.selected().unwrap_or(0)
     }
 
     /// The first row view `v`'s table shows.
-    pub fn offset(&self, v: View) -> usize {
+    pub(crate) fn offset(&self, v: View) -> usize {
         self.views[v.index()].table.offset()
     }
 
     /// Rows that fit in the body of the last frame (for PgUp/PgDn; the table header takes one).
-    pub fn page(&self) -> usize {
+    pub(crate) fn page(&self) -> usize {
         self.area.map_or(10, |a| {
-            view::body(a).height.saturating_sub(2).max(1) as usize
+            layout::body(a).height.saturating_sub(2).max(1) as usize
         })
     }
 
     /// The furthest the open run's output can scroll in the last frame (long lines wrap).
-    pub fn output_max(&self) -> usize {
+    pub(crate) fn output_max(&self) -> usize {
         let (Some(area), Some(d)) = (self.area, &self.detail) else {
             return usize::MAX;
         };
@@ -359,7 +316,7 @@ impl App {
                 output,
                 ..
             }) => {
-                let (lines, fit) = view::output_lines(output, view::body(area));
+                let (lines, fit) = layout::output_lines(output, layout::body(area));
                 lines.len().saturating_sub(fit)
             }
             _ => 0,
@@ -369,7 +326,7 @@ impl App {
     /// Takes the area of the frame about to be drawn: the shown view's table scrolls just enough
     /// to keep its selection in view (as ratatui scrolls), and stays put otherwise so it does
     /// not jump between frames. The caller of [`draw`](super::draw) calls this first.
-    pub fn on_frame(&mut self, area: Rect) {
+    pub(crate) fn on_frame(&mut self, area: Rect) {
         self.area = Some(area);
         if self.detail.is_some() {
             return;
@@ -389,8 +346,8 @@ impl App {
         if n == 0 {
             return;
         }
-        let rows = view::rows_shown(self, v, view::body(area));
-        let first = view::visible(self.offset(v), sel, n, rows).start;
+        let rows = layout::rows_shown(v, layout::body(area), self.approvals().1.len());
+        let first = layout::visible(self.offset(v), sel, n, rows).start;
         *self.views[v.index()].table.offset_mut() = first;
     }
 
@@ -404,7 +361,7 @@ impl App {
         job.to_lowercase().contains(&f) || key.is_some_and(|k| k.to_lowercase().contains(&f))
     }
 
-    pub fn jobs(&self) -> Vec<&JobRow> {
+    pub(crate) fn jobs(&self) -> Vec<&JobRow> {
         // No filter: collect the rows without reading them (a frame touches only those shown).
         let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
@@ -425,7 +382,7 @@ impl App {
         v
     }
 
-    pub fn unknown(&self) -> Vec<&OpenEffect> {
+    pub(crate) fn unknown(&self) -> Vec<&OpenEffect> {
         // No filter: collect the rows without reading them (a frame touches only those shown).
         let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
@@ -441,7 +398,7 @@ impl App {
     }
 
     /// Pending approvals, then approved-but-unused ones; the cursor runs over both.
-    pub fn approvals<'a>(&'a self) -> (Vec<&'a ApprovalView>, Vec<&'a ApprovalView>) {
+    pub(crate) fn approvals<'a>(&'a self) -> (Vec<&'a ApprovalView>, Vec<&'a ApprovalView>) {
         let all = self.filter.is_empty();
         let Some(s) = &self.snap else {
             return (vec![], vec![]);
@@ -462,7 +419,7 @@ impl App {
         )
     }
 
-    pub fn events(&self) -> Vec<&EventRow> {
+    pub(crate) fn events(&self) -> Vec<&EventRow> {
         // No filter: collect the rows without reading them (a frame touches only those shown).
         let all = self.filter.is_empty();
         let Some(s) = &self.snap else { return vec![] };
@@ -546,7 +503,7 @@ impl App {
 
     // ---- what is selected ----
 
-    pub fn selected_job(&self) -> Option<&JobRow> {
+    pub(crate) fn selected_job(&self) -> Option<&JobRow> {
         if let Some(Detail {
             focus: Focus::Job(job),
             ..
@@ -560,7 +517,7 @@ impl App {
         self.jobs().get(self.selected(View::Jobs)).copied()
     }
 
-    pub fn selected_effect(&self) -> Option<EffectRef> {
+    pub(crate) fn selected_effect(&self) -> Option<EffectRef> {
         if let Some(d) = &self.detail {
             let Focus::Effect(key) = &d.focus else {
                 return None;
@@ -611,7 +568,7 @@ impl App {
 
     /// Takes in what the poll task sent; new data or an action's result asks for the open detail
     /// again.
-    pub fn on_reply(&mut self, r: Reply) -> Option<Request> {
+    pub(crate) fn on_reply(&mut self, r: Reply) -> Option<Request> {
         match r {
             Reply::Snapshot(s) => {
                 self.poll_error = None;

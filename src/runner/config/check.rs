@@ -119,7 +119,7 @@ fn registry_duplicates(
 }
 
 /// `exactly check`'s line for each job with a failure policy: `FILE: JOB: policy — …`.
-pub fn check_lines(jobs: &[Job], file: &str) -> Vec<String> {
+pub(crate) fn check_lines(jobs: &[Job], file: &str) -> Vec<String> {
     jobs.iter()
         .filter_map(|j| {
             let d = describe(&j.policy, interval_of(&j.schedule))?;
@@ -129,7 +129,7 @@ pub fn check_lines(jobs: &[Job], file: &str) -> Vec<String> {
 }
 
 /// `exactly check --json`'s `policies`: each job with a failure policy, its settings in ms.
-pub fn check_json(jobs: &[Job]) -> serde_json::Value {
+pub(crate) fn check_json(jobs: &[Job]) -> serde_json::Value {
     let ms = |d: Duration| d.as_millis() as u64;
     jobs.iter()
         .filter(|j| j.policy.is_set(interval_of(&j.schedule)))

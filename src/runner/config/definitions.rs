@@ -16,13 +16,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How often a scheduler compares its definitions with the registry's.
-pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Lowercase hex SHA-256 of a canonical serialization (a JSON array in a fixed order) of
 /// everything that changes what a job fires: schedule, time zone, lease, overlap and its cap,
 /// catch-up, timeouts, the failure policy when set and the command as resolved from the jobs file's
 /// folder `dir`.
-pub fn digest(job: &Job, dir: Option<&Path>) -> String {
+pub(crate) fn digest(job: &Job, dir: Option<&Path>) -> String {
     let ms = |d: Duration| d.as_millis() as u64;
     let mut canonical = serde_json::json!([
         "v1",
@@ -68,13 +68,13 @@ fn registered_by(r: &JobRecord) -> String {
 }
 
 /// A scheduler's own definitions, compared with the registry's now and then.
-pub struct Watch {
+pub(crate) struct Watch {
     mine: BTreeMap<String, String>,
     next: Instant,
 }
 
 impl Watch {
-    pub fn new(jobs: &[Job], dir: Option<&Path>) -> Watch {
+    pub(crate) fn new(jobs: &[Job], dir: Option<&Path>) -> Watch {
         Watch {
             mine: jobs
                 .iter()
@@ -86,7 +86,7 @@ impl Watch {
 
     /// Every [`CHECK_EVERY`]: the jobs this scheduler must stop firing from now on (each is
     /// named once, with a WARN line saying why). A database error is logged and tried again.
-    pub fn stopped(&mut self, store: &mut Store) -> Vec<String> {
+    pub(crate) fn stopped(&mut self, store: &mut Store) -> Vec<String> {
         if Instant::now() < self.next || self.mine.is_empty() {
             return Vec::new();
         }
@@ -128,7 +128,11 @@ impl Watch {
 
 /// `check`'s line for a job whose definition differs from the registered one (the file's
 /// `run` would take the job over), if it does.
-pub fn check_problem(job: &Job, dir: Option<&Path>, registered: &[JobRecord]) -> Option<Problem> {
+pub(crate) fn check_problem(
+    job: &Job,
+    dir: Option<&Path>,
+    registered: &[JobRecord],
+) -> Option<Problem> {
     let r = registered.iter().find(|r| r.job_key == job.name)?;
     let theirs = r.definition_digest.as_deref()?;
     if r.retired || theirs == digest(job, dir) {

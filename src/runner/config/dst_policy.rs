@@ -50,7 +50,7 @@ pub(super) fn dst_policy(
 }
 
 /// `check --json`'s `dst`: each job with daylight-saving nights, and what it does on them.
-pub fn dst_of(jobs: &[Job]) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn dst_of(jobs: &[Job]) -> serde_json::Map<String, serde_json::Value> {
     jobs.iter()
         .filter_map(|j| {
             let d = j.schedule.dst()?;

@@ -8,11 +8,11 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::time::Duration;
 
-pub use crate::policy::{FarSide, Overlap};
+pub(crate) use crate::policy::{FarSide, Overlap};
 
 /// A valid job from the file.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     pub name: crate::JobName,
     pub schedule: Schedule,
     pub lease: Duration,
@@ -37,17 +37,17 @@ pub struct Job {
 }
 
 /// How long an observer may take when the jobs file does not say (`observe_timeout`).
-pub const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
+pub(crate) const OBSERVE_TIMEOUT_DEFAULT: Duration = crate::effect::OBSERVE_TIMEOUT;
 
 impl Job {
     /// Lowercase hex SHA-256 of the command as it runs from the jobs file's folder `dir`
     /// (see [`resolved_command`]).
-    pub fn command_digest(&self, dir: Option<&Path>) -> String {
+    pub(crate) fn command_digest(&self, dir: Option<&Path>) -> String {
         command_digest(&resolved_command(&self.command, dir))
     }
 
     /// When the firing at `slot` is due: its slot, plus its jitter.
-    pub fn due_at(&self, slot: Ts) -> Ts {
+    pub(crate) fn due_at(&self, slot: Ts) -> Ts {
         // Most jobs have none: no hash on the scheduler's every tick.
         if self.policy.jitter.is_zero() {
             return slot;
@@ -58,14 +58,14 @@ impl Job {
 
     /// How late after it is due a firing may still start: `starting_deadline`, or the
     /// catch-up window plus the scheduler's own slack (`LATE_OK`).
-    pub fn start_window(&self) -> Duration {
+    pub(crate) fn start_window(&self) -> Duration {
         self.policy
             .starting_deadline
             .unwrap_or(self.catchup + crate::schedule::LATE_OK)
     }
 
     /// Its settings as the registry keeps them (and `status` shows them).
-    pub fn settings(&self) -> crate::snapshot::JobSettings {
+    pub(crate) fn settings(&self) -> crate::snapshot::JobSettings {
         crate::snapshot::JobSettings {
             schedule: Some(self.schedule.describe()),
             timezone: self.schedule.timezone(),
@@ -78,7 +78,7 @@ impl Job {
     }
 }
 
-pub fn command_digest(argv: &[String]) -> String {
+pub(crate) fn command_digest(argv: &[String]) -> String {
     let json = serde_json::to_string(argv).unwrap_or_default();
     format!("{:x}", Sha256::digest(json.as_bytes()))
 }
@@ -113,7 +113,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
 /// start: its catch-up window, or its starting deadline, plus its jitter, in whole seconds
 /// rounded up. The registry keeps it as `catchup_s`, so a reader (`status`, `top`) does not
 /// count a firing still waiting out its jitter as missed.
-pub fn late_allowed_s(job: &Job) -> i64 {
+pub(crate) fn late_allowed_s(job: &Job) -> i64 {
     let late = (job.start_window() + job.policy.jitter).saturating_sub(crate::schedule::LATE_OK);
     late.as_millis().div_ceil(1000) as i64
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// What the database knows about a job, for the lint.
 #[derive(Debug, Clone, Default)]
-pub struct History {
+pub(crate) struct History {
     pub runs: u64,
     pub p99_ms: Option<u64>,
 }
@@ -22,7 +22,11 @@ const SAME_COMMAND_EACH: usize = 3;
 /// The risks in a set of valid jobs of a file in folder `dir`: one command under two names,
 /// lease ≥ interval, a lease too thin to ride out a stalled renewal, and, with history,
 /// p99 > interval.
-pub fn lint(jobs: &[Job], history: &BTreeMap<String, History>, dir: Option<&Path>) -> Vec<Problem> {
+pub(crate) fn lint(
+    jobs: &[Job],
+    history: &BTreeMap<String, History>,
+    dir: Option<&Path>,
+) -> Vec<Problem> {
     let mut out = Vec::new();
     // Each command's jobs, in file order: one warning per duplicate, or one line for many.
     let mut by_command: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();

@@ -4,17 +4,17 @@
 //! [`Problem`] placed on its line (`problem.rs`, `positions.rs`); the lint and all that
 //! `exactly check` says of a file (`lint.rs`, `check.rs`); and each job's definition as the
 //! registry keeps it (`definitions.rs`).
-pub mod check;
-pub mod definitions;
-pub mod dst_policy;
-pub mod job;
-pub mod lint;
-pub mod notify_config;
-pub mod parse;
-pub mod positions;
-pub mod problem;
-pub mod retry;
+pub(crate) mod check;
+pub(crate) mod definitions;
+pub(crate) mod dst_policy;
+pub(crate) mod job;
+pub(crate) mod lint;
+pub(crate) mod notify_config;
+pub(crate) mod parse;
+pub(crate) mod positions;
+pub(crate) mod problem;
+pub(crate) mod retry;
 mod validate;
 
-pub use parse::parse;
-pub use problem::Severity;
+pub(crate) use parse::parse;
+pub(crate) use problem::Severity;

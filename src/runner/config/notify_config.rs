@@ -17,7 +17,7 @@ pub(crate) const NOTIFY_KEYS: &[&str] = &[
 
 /// One valid `[[notify]]` table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Notify {
+pub(crate) struct Notify {
     pub name: String,
     /// Run with the notification as JSON on stdin.
     pub hook: Option<Vec<String>>,
@@ -34,13 +34,13 @@ pub struct Notify {
 
 impl Notify {
     /// The lease its notifiers share, and the job its notifications are recorded under.
-    pub fn lease_job(&self) -> crate::JobName {
+    pub(crate) fn lease_job(&self) -> crate::JobName {
         format!("exactly-notify:{}", self.name).into()
     }
 }
 
 /// Parses the `notify` value of a jobs file (absent: none).
-pub fn parse(value: Option<&toml::Value>, problems: &mut Vec<Problem>) -> Vec<Notify> {
+pub(crate) fn parse(value: Option<&toml::Value>, problems: &mut Vec<Problem>) -> Vec<Notify> {
     let tables = match value {
         None => return Vec::new(),
         Some(toml::Value::Array(a)) => a,

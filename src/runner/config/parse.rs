@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// A parsed file: the valid jobs, and every problem found on the way.
 #[derive(Debug, Default)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub jobs: Vec<Job>,
     pub problems: Vec<Problem>,
     /// Where each key and job is in the file, and which table each valid job came from: for
@@ -28,14 +28,14 @@ pub struct Loaded {
 
 impl Loaded {
     #[cfg(test)]
-    pub fn has_errors(&self) -> bool {
+    pub(crate) fn has_errors(&self) -> bool {
         self.problems
             .iter()
             .any(|p| p.severity == super::problem::Severity::Error)
     }
 
     /// Gives problems found after parsing (the lint, the registry's) their lines.
-    pub fn place(&self, problems: &mut [Problem]) {
+    pub(crate) fn place(&self, problems: &mut [Problem]) {
         for p in problems.iter_mut() {
             match self.tables.get(&p.job) {
                 Some(i) => self.positions.place_job(*i, p),
@@ -46,7 +46,7 @@ impl Loaded {
 }
 
 /// Parses the text of a jobs file. Never panics: malformed TOML is one problem.
-pub fn parse(text: &str) -> Loaded {
+pub(crate) fn parse(text: &str) -> Loaded {
     let mut out = Loaded {
         positions: Positions::read(text),
         ..Loaded::default()

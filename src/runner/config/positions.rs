@@ -14,7 +14,7 @@ type Keys = BTreeMap<toml::Spanned<String>, toml::Value>;
 
 /// The lines of one `[[job]]` table.
 #[derive(Debug, Clone, Default)]
-pub struct JobLines {
+pub(crate) struct JobLines {
     /// The `[[job]]` header (or the inline table's opening brace).
     pub header: usize,
     /// Each key's line.
@@ -23,7 +23,7 @@ pub struct JobLines {
 
 /// The lines of a jobs file's top-level keys and of each job table, in file order.
 #[derive(Debug, Clone, Default)]
-pub struct Positions {
+pub(crate) struct Positions {
     top: BTreeMap<String, usize>,
     pub jobs: Vec<JobLines>,
 }
@@ -36,7 +36,7 @@ struct Jobs {
 
 impl Positions {
     /// The positions in `text`; empty where it is not a TOML document of `[[job]]` tables.
-    pub fn read(text: &str) -> Positions {
+    pub(crate) fn read(text: &str) -> Positions {
         let line = |offset: usize| line_of(text, offset);
         let top = toml::from_str::<BTreeMap<toml::Spanned<String>, IgnoredAny>>(text)
             .map(|m| {
@@ -64,7 +64,7 @@ impl Positions {
     }
 
     /// Places a file-level problem (job `-`) at the top-level key it names, if any.
-    pub fn place_top(&self, p: &mut Problem) {
+    pub(crate) fn place_top(&self, p: &mut Problem) {
         if p.at.is_some() {
             return;
         }
@@ -79,7 +79,7 @@ impl Positions {
     }
 
     /// Places a problem of the job table at index `i`.
-    pub fn place_job(&self, i: usize, p: &mut Problem) {
+    pub(crate) fn place_job(&self, i: usize, p: &mut Problem) {
         if let (None, Some(t)) = (&p.at, self.jobs.get(i)) {
             p.at = Some(t.at(&p.what));
         }
@@ -89,7 +89,7 @@ impl Positions {
 impl JobLines {
     /// The line of the key `what` is about (the header when that key is not written), and
     /// the key.
-    pub fn at(&self, what: &str) -> super::problem::At {
+    pub(crate) fn at(&self, what: &str) -> super::problem::At {
         let known = super::job::JOB_KEYS.iter().copied();
         let key = key_of(what, self.keys.keys().map(String::as_str).chain(known));
         super::problem::At {
@@ -106,7 +106,7 @@ impl JobLines {
 /// The key a problem's wording is about: the quoted name of an `unknown key "…"`, else the
 /// first of `keys` that `what` names as a whole word (`invalid timezone`, `missing lease`,
 /// `overlap = "queue" without queue_cap`).
-pub fn key_of<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn key_of<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Option<String> {
     if let Some(rest) = what.strip_prefix("unknown key \"") {
         return rest.split('"').next().map(str::to_string);
     }
@@ -125,7 +125,7 @@ pub fn key_of<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Option<Str
 }
 
 /// The 1-based line of a byte offset.
-pub fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())]
         .iter()
         .filter(|b| **b == b'\n')

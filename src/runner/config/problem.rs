@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
+pub(crate) enum Severity {
     /// Advice: `check` prints it and still passes, `run` logs it.
     Note,
     /// A risk seen in the database's history of runs (the interval below the observed p99): as a warning; refusing it would also refuse the deploy of the fix for a job that
@@ -19,7 +19,7 @@ pub enum Severity {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub severity: Severity,
     /// The job's name, or `-` for the file itself.
     pub job: String,
@@ -32,7 +32,7 @@ pub struct Problem {
 /// A problem's place in the jobs file: the line of the key it is about, else of its job's
 /// `[[job]]` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct At {
+pub(crate) struct At {
     /// 1-based.
     pub line: usize,
     /// The key it is about, when it is about one.
@@ -63,11 +63,11 @@ impl Problem {
         }
     }
     /// Whether `run` logs it as a WARN line (else INFO).
-    pub fn rejects(&self) -> bool {
+    pub(crate) fn rejects(&self) -> bool {
         self.severity != Severity::Note
     }
     /// Whether `run` refuses the file for it: errors only.
-    pub fn refuses_run(&self) -> bool {
+    pub(crate) fn refuses_run(&self) -> bool {
         self.severity == Severity::Error
     }
     pub(super) fn observed(job: &str, what: impl Into<String>, why: impl Into<String>) -> Problem {
@@ -84,7 +84,7 @@ impl Problem {
     }
     /// How `check` words it: `error` (check fails, `run` refuses the file), `warning` (a risk:
     /// check fails only with --strict, `run` logs it and runs), `note` (advice).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self.severity {
             Severity::Error => "error",
             Severity::Warning | Severity::Observed => "warning",
@@ -93,7 +93,7 @@ impl Problem {
     }
     /// The one-line form: `file:LINE: job: what — why` (`file: job: …` when it is nowhere in
     /// particular; `warning:` and `note:` marked).
-    pub fn line(&self, file: &str) -> String {
+    pub(crate) fn line(&self, file: &str) -> String {
         let tag = match self.kind() {
             "warning" => "warning: ",
             "note" => "note: ",
@@ -118,7 +118,7 @@ impl Problem {
 /// commands and `./x.sh` is `x.sh` as an argument; a bare program name (`python3`) stays, as
 /// PATH finds it. Whitespace runs inside an argument are collapsed, so cosmetic differences do
 /// not hide a duplicate.
-pub fn resolved_command(argv: &[String], dir: Option<&Path>) -> Vec<String> {
+pub(crate) fn resolved_command(argv: &[String], dir: Option<&Path>) -> Vec<String> {
     argv.iter()
         .enumerate()
         .map(|(i, a)| {

@@ -14,13 +14,13 @@ use crate::time;
 use std::time::Duration;
 
 /// `retry_backoff` when the jobs file does not say.
-pub const RETRY_BACKOFF_DEFAULT: Duration = Duration::from_secs(10);
+pub(crate) const RETRY_BACKOFF_DEFAULT: Duration = Duration::from_secs(10);
 /// Most `retries`: a firing's runs are kept in the runs table, one row each.
 const RETRIES_MAX: i64 = 100;
 
 /// A job's failure policy (the defaults: no retry, no pause, no jitter, no deadline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Runs a failed firing gets again (a run that ended `failed` or `timeout`).
     pub retries: u32,
     /// The first retry's wait; each next one waits twice as long, up to `retry_backoff_max`.
@@ -36,7 +36,7 @@ pub struct Policy {
 
 impl Policy {
     /// The default policy of a job firing every `interval`.
-    pub fn none(interval: Duration) -> Policy {
+    pub(crate) fn none(interval: Duration) -> Policy {
         Policy {
             retries: 0,
             retry_backoff: RETRY_BACKOFF_DEFAULT,
@@ -49,20 +49,20 @@ impl Policy {
 
     /// Whether anything differs from the defaults (the definition digest names it only then,
     /// so a job without these keys keeps the digest it had before they existed).
-    pub fn is_set(&self, interval: Duration) -> bool {
+    pub(crate) fn is_set(&self, interval: Duration) -> bool {
         *self != Policy::none(interval)
     }
 
     /// How many runs one firing gets: [`MAX_ATTEMPTS`] (resumes after a crash, an effect that
     /// never happened), or the first run and its retries when they are more.
-    pub fn attempts(&self) -> i64 {
+    pub(crate) fn attempts(&self) -> i64 {
         MAX_ATTEMPTS.max(1 + i64::from(self.retries))
     }
 
     /// The wait before the retry that follows a firing's `runs`-th failed run: `retry_backoff`
     /// doubled per earlier retry, capped, then up to a quarter off (a hash of job, slot and
     /// run, so the herd of a shared outage spreads out while each wait still grows).
-    pub fn backoff(&self, job: &str, slot: &str, runs: i64) -> Duration {
+    pub(crate) fn backoff(&self, job: &str, slot: &str, runs: i64) -> Duration {
         let doublings = runs.clamp(1, 32) as u32 - 1;
         let full = self
             .retry_backoff
@@ -113,7 +113,7 @@ pub(crate) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFail
 }
 
 /// A schedule's interval: the period, or a cron's typical gap (at least a second).
-pub fn interval_of(s: &Schedule) -> Duration {
+pub(crate) fn interval_of(s: &Schedule) -> Duration {
     match s {
         Schedule::Every { period } => *period,
         Schedule::Cron { .. } => Duration::from_secs(s.interval_s().max(1) as u64),
@@ -121,7 +121,7 @@ pub fn interval_of(s: &Schedule) -> Duration {
 }
 
 /// The keys as written in one `[[job]]` table.
-pub struct RawPolicy<'a> {
+pub(crate) struct RawPolicy<'a> {
     pub retries: Option<i64>,
     pub retry_backoff: Option<&'a str>,
     pub retry_backoff_max: Option<&'a str>,
@@ -134,7 +134,7 @@ pub struct RawPolicy<'a> {
 
 /// Validates the policy keys of job `name`, whose schedule fires every `interval` (None: the
 /// schedule is invalid); each mistake is a problem.
-pub fn validate(
+pub(crate) fn validate(
     name: &str,
     raw: &RawPolicy<'_>,
     interval: Option<Duration>,
@@ -231,7 +231,7 @@ pub fn validate(
 }
 
 /// The policy in words, for `exactly check`; None when it is the default.
-pub fn describe(p: &Policy, interval: Duration) -> Option<String> {
+pub(crate) fn describe(p: &Policy, interval: Duration) -> Option<String> {
     if !p.is_set(interval) {
         return None;
     }

@@ -2,6 +2,6 @@
 //! once through the effect ledger (`notifier.rs`), one delivery by hook or webhook (`send.rs`),
 //! and `exactly watch`, a host that only notifies (`watch.rs`). The tables themselves are
 //! parsed in `config/notify_config.rs`.
-pub mod notifier;
+pub(crate) mod notifier;
 mod send;
-pub mod watch;
+pub(crate) mod watch;

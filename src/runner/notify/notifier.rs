@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the rules are evaluated.
-pub const EVERY: Duration = Duration::from_secs(2);
+pub(crate) const EVERY: Duration = Duration::from_secs(2);
 /// The notifier's lease: renewed every evaluation, so another takes over this long after one
 /// dies.
 const LEASE: Duration = Duration::from_secs(6);
 
 /// One occurrence of a condition a rule names.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Condition {
+pub(crate) struct Condition {
     pub rule: &'static str,
     /// What it is about: a job, an effect key, a scheduler's owner.
     pub subject: String,
@@ -35,7 +35,7 @@ pub struct Condition {
 }
 
 /// The conditions `n`'s rules find in `snap`.
-pub fn conditions(n: &Notify, snap: &Snapshot) -> Vec<Condition> {
+pub(crate) fn conditions(n: &Notify, snap: &Snapshot) -> Vec<Condition> {
     let mut out = Vec::new();
     if let Some(limit) = n.unknown_older_than {
         unknown_older_than(limit, snap, &mut out);
@@ -207,7 +207,7 @@ fn scheduler_gone(snap: &Snapshot, out: &mut Vec<Condition>) {
 }
 
 /// One notifier's state between evaluations.
-pub struct Notifier {
+pub(crate) struct Notifier {
     pub notify: Notify,
     pub owner: String,
     pub cwd: Option<PathBuf>,
@@ -225,7 +225,7 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    pub fn new(notify: Notify, owner: &str, cwd: Option<PathBuf>) -> Notifier {
+    pub(crate) fn new(notify: Notify, owner: &str, cwd: Option<PathBuf>) -> Notifier {
         Notifier {
             notify,
             owner: owner.to_string(),
@@ -257,7 +257,7 @@ impl Notifier {
     }
 
     /// One evaluation: find the conditions, send what is due.
-    pub fn evaluate(&mut self, store: &mut Store, snap: &Snapshot) -> Result<()> {
+    pub(crate) fn evaluate(&mut self, store: &mut Store, snap: &Snapshot) -> Result<()> {
         let found = conditions(&self.notify, snap);
         let mine = self.hold(store)?;
         if mine && !self.resumed {
@@ -561,7 +561,7 @@ impl Effect for Recorded<'_> {
 
 /// Evaluates `notifiers` every [`EVERY`] until `stop`, on a connection of its own. A database
 /// error is logged and the next evaluation tries again.
-pub fn serve(db: &str, mut notifiers: Vec<Notifier>, stop: &AtomicBool) {
+pub(crate) fn serve(db: &str, mut notifiers: Vec<Notifier>, stop: &AtomicBool) {
     let mut store: Option<Store> = None;
     while !stop.load(Ordering::SeqCst) {
         if store.is_none() {
@@ -600,7 +600,7 @@ fn evaluate_all(store: &mut Store, notifiers: &mut [Notifier]) -> Result<()> {
 }
 
 /// Starts [`serve`] on a thread of its own (nothing when there is no notifier).
-pub fn start(
+pub(crate) fn start(
     db: &str,
     notify: Vec<Notify>,
     owner: &str,

@@ -10,10 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a hook or a webhook may take.
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A hook command, given the notification on stdin.
-pub struct Hook<'a> {
+pub(super) struct Hook<'a> {
     pub argv: &'a [String],
     pub body: String,
     pub cwd: Option<&'a std::path::Path>,
@@ -65,7 +65,7 @@ impl Effect for Hook<'_> {
 }
 
 /// A webhook, POSTed the notification as JSON.
-pub struct Webhook<'a> {
+pub(super) struct Webhook<'a> {
     pub url: &'a str,
     pub body: String,
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// `exactly watch JOBS.toml`: only the file's `[[notify]]` rules, evaluated here, for a host
 /// that runs no jobs (it notices a scheduler gone, which no dead scheduler can).
 #[derive(clap::Args, Debug)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// The jobs file whose [[notify]] tables to evaluate (its [[job]] tables are not run).
     pub jobs: String,
     /// This watcher's name in the notifiers' leases (default user@host:pid).
@@ -18,7 +18,7 @@ pub struct WatchArgs {
     pub owner: Option<String>,
 }
 
-pub fn watch_main(db: &Option<String>, a: WatchArgs) -> Result<i32> {
+pub(crate) fn watch_main(db: &Option<String>, a: WatchArgs) -> Result<i32> {
     let text = std::fs::read_to_string(&a.jobs).map_err(|e| {
         crate::Error::Usage(format!(
             "cannot read jobs file {}: {e}",

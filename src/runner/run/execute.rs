@@ -4,7 +4,7 @@
 //! environment, renew the lease by heartbeat from the first observer to the recorded end, stop
 //! the command at its `timeout`, when fenced, or at the lease's local deadline (see `hold.rs`),
 //! end whatever it left in its group, capture a bounded log, and record the outcome durably.
-pub use super::hold::RunResult;
+pub(crate) use super::hold::RunResult;
 use super::hold::{finish, Heartbeat};
 use super::lend::lend;
 use super::output::{flush_output, LogBuf, OutputPipe, OUTPUT_FLUSH};
@@ -137,7 +137,7 @@ fn db_identity(db: &str) -> String {
 
 /// Runs one firing to its end. Errors are the database's; the command's failures are outcomes.
 /// The job's `ping` hears of its start and end from a thread of its own.
-pub fn execute(spec: &RunSpec) -> Result<RunResult> {
+pub(crate) fn execute(spec: &RunSpec) -> Result<RunResult> {
     let url = spec.ping.as_deref();
     let pinger = Pinger::start(&spec.job, url, &spec.started.run_id);
     let result = execute_run(spec);
@@ -651,12 +651,12 @@ fn left_in_group(pgid: i32) -> bool {
 }
 
 /// One log line of `job` at `level` (see [`log`]): the job and the message made inert.
-pub fn log_line(level: Level, job: &str, msg: &str) {
+pub(crate) fn log_line(level: Level, job: &str, msg: &str) {
     log::line(level, job, msg);
 }
 
 /// One log line saying what became of a firing (worded by [`crate::firing::Fired::describe`]).
-pub fn report(job: &str, kind: FiringKind, slot: &str, fired: &firing::Fired) {
+pub(crate) fn report(job: &str, kind: FiringKind, slot: &str, fired: &firing::Fired) {
     let level = log::level(fired.level());
     log_line(level, job, &fired.describe(kind, slot));
 }

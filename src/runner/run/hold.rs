@@ -41,7 +41,7 @@ fn stop_margin(lease: Duration) -> Duration {
 /// A run's side of the lease's heartbeat: the process's renewer (`renewer.rs`) renews it every
 /// third of the lease from the run's first step to its recorded end; the run moves its
 /// watchdog's deadline as it hears of renewals. Once renewal is refused the run is fenced.
-pub struct Heartbeat {
+pub(super) struct Heartbeat {
     pub fenced: bool,
     lease: Duration,
     hold: Arc<Hold>,
@@ -53,7 +53,7 @@ pub struct Heartbeat {
 
 impl Heartbeat {
     /// Enlists the run's lease, granted by a write sent at `spec.granted`.
-    pub fn new(spec: &RunSpec) -> Heartbeat {
+    pub(super) fn new(spec: &RunSpec) -> Heartbeat {
         Heartbeat {
             fenced: false,
             lease: spec.lease,
@@ -70,13 +70,13 @@ impl Heartbeat {
     }
 
     /// When the command must be stopped unless the lease is renewed first.
-    pub fn deadline(&self) -> Instant {
+    pub(super) fn deadline(&self) -> Instant {
         self.hold.heard().renewed_at + self.lease - stop_margin(self.lease)
     }
 
     /// Hands the command's process group to the watchdog, with the deadline (and every later
     /// one as it moves). False when there is no watchdog: this thread alone keeps the deadline.
-    pub fn guard(&mut self, group: i32) -> bool {
+    pub(super) fn guard(&mut self, group: i32) -> bool {
         // Kept even when no watchdog took it: it is armed again each tick (a restarted
         // watchdog, see `supervise.rs`), and let go of when the command ends.
         self.group = Some(group);
@@ -96,29 +96,29 @@ impl Heartbeat {
 
     /// Whether the watchdog stopped the command at the deadline (this process may have been
     /// frozen or hung meanwhile, and renewed the lease since).
-    pub fn watchdog_fired(&mut self) -> bool {
+    pub(super) fn watchdog_fired(&mut self) -> bool {
         self.group.is_some_and(watchdog::fired)
     }
 
     /// The command has ended and been reaped: the watchdog lets its group go.
-    pub fn end_group(&mut self) {
+    pub(super) fn end_group(&mut self) {
         if let Some(g) = self.group.take() {
             watchdog::disarm(g);
         }
     }
 
     /// The longest the run's lease has gone without a renewal (see [`Hold::renewal_gap`]).
-    pub fn renewal_gap(&self) -> Duration {
+    pub(super) fn renewal_gap(&self) -> Duration {
         self.hold.renewal_gap()
     }
 
     /// Time left before the deadline.
-    pub fn left(&self) -> Duration {
+    pub(super) fn left(&self) -> Duration {
         self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// Takes in what the renewer heard: a later deadline (handed to the watchdog), or a fence.
-    pub fn tick(&mut self, spec: &RunSpec) {
+    pub(super) fn tick(&mut self, spec: &RunSpec) {
         self.arm();
         if !self.fenced && self.hold.heard().fenced {
             match lend(&spec.db) {
@@ -151,7 +151,7 @@ impl Heartbeat {
 
     /// Renews now, on the run's own connection: true while the token still holds the lease. A
     /// busy database is not a fence (false, but not fenced).
-    pub fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
+    pub(super) fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
         let sent = Instant::now();
         store.set_writes_first(true);
         let renewed = lease::renew(store, &spec.job, spec.started.token, spec.lease);
@@ -211,7 +211,7 @@ fn end_not_recorded(
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunResult {
+pub(crate) struct RunResult {
     pub outcome: RunOutcome,
     pub exit_code: Option<i32>,
     /// The command's own: from its start (or, when it never started, the run's) to the end.
@@ -299,7 +299,7 @@ fn try_end(
 /// Records the end of the run, retrying every failure (see the module's comment): a run that
 /// ended, exit 0 included, is never taken for a dead one. `store` is reopened after an error
 /// that is not a lock (a file made read-only and back, a server restarted).
-pub fn finish(
+pub(super) fn finish(
     spec: &RunSpec,
     beat: &mut Heartbeat,
     outcome: RunOutcome,

@@ -15,13 +15,13 @@ const KEEP: usize = 16;
 static IDLE: Mutex<Vec<(String, Store)>> = Mutex::new(Vec::new());
 
 /// A connection to `db`, given back when dropped.
-pub struct Lent {
+pub(crate) struct Lent {
     db: String,
     store: Option<Store>,
 }
 
 /// A connection to `db`: an idle one, or a new one.
-pub fn lend(db: &str) -> Result<Lent> {
+pub(crate) fn lend(db: &str) -> Result<Lent> {
     let idle = IDLE.lock().ok().and_then(|mut v| {
         let i = v.iter().rposition(|(d, _)| d == db)?;
         Some(v.swap_remove(i).1)
@@ -38,7 +38,7 @@ pub fn lend(db: &str) -> Result<Lent> {
 
 impl Lent {
     /// Replaces the connection with a new one (after an error it may not recover from).
-    pub fn reopen(&mut self) -> Result<()> {
+    pub(crate) fn reopen(&mut self) -> Result<()> {
         self.store = Some(crate::open(Some(&self.db), Access::Write)?);
         Ok(())
     }

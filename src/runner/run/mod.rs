@@ -2,11 +2,11 @@
 //! the end recorded (`hold.rs`, renewed for all runs at once by `renewer.rs`), database
 //! connections lent for a moment (`lend.rs`), its output (`output.rs`), the processes an earlier
 //! run of the firing left (`procs.rs`) and its dead man's switch (`ping.rs`).
-pub mod execute;
+pub(crate) mod execute;
 mod hold;
-pub mod lend;
+pub(crate) mod lend;
 mod output;
-pub mod ping;
-pub mod procs;
+pub(crate) mod ping;
+pub(crate) mod procs;
 mod renewer;
-pub mod spec;
+pub(crate) mod spec;

@@ -10,11 +10,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// How long one ping may take (connect, send, answer).
-pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Checks a `ping` value: an absolute http(s) URL with a host, no spaces, no query or fragment
 /// (a suffix is appended to its path). Returns it without a trailing slash.
-pub fn check_url(url: &str) -> Result<String, String> {
+pub(crate) fn check_url(url: &str) -> Result<String, String> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
@@ -46,7 +46,7 @@ pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
 
 /// A run's id as healthchecks' `rid`, which must be a UUID: the first 16 bytes of the id's
 /// SHA-256, marked as a version 8 (custom) UUID. The same run id gives the same rid.
-pub fn rid(run_id: &str) -> String {
+pub(crate) fn rid(run_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut b: [u8; 16] = Sha256::digest(run_id.as_bytes())[..16]
         .try_into()
@@ -65,14 +65,14 @@ pub fn rid(run_id: &str) -> String {
 }
 
 /// The pings of one run: `/start` is sent at once; [`Pinger::ended`] sends the last one after it.
-pub struct Pinger {
+pub(crate) struct Pinger {
     tx: Option<mpsc::Sender<(String, String)>>,
     run_id: String,
 }
 
 impl Pinger {
     /// Starts pinging for a run of `job` (nothing when it has no `ping`).
-    pub fn start(job: &str, url: Option<&str>, run_id: &str) -> Pinger {
+    pub(crate) fn start(job: &str, url: Option<&str>, run_id: &str) -> Pinger {
         let Some(url) = url else {
             return Pinger {
                 tx: None,
@@ -103,7 +103,7 @@ impl Pinger {
 
     /// The run's end: success on `ok`, `/log` (told, not judged) for a run waiting for
     /// approval, `/fail` with the outcome and exit code otherwise.
-    pub fn ended(mut self, url: Option<&str>, outcome: &RunOutcome, exit_code: Option<i32>) {
+    pub(crate) fn ended(mut self, url: Option<&str>, outcome: &RunOutcome, exit_code: Option<i32>) {
         let (Some(tx), Some(url)) = (self.tx.take(), url) else {
             return;
         };

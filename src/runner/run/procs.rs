@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// One process of a firing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FiringProc {
+pub(crate) struct FiringProc {
     pub pid: i32,
     pub pgid: i32,
     pub slot: String,
@@ -18,13 +18,13 @@ pub struct FiringProc {
 
 /// Live (not zombie) processes whose environment names this database (by its identity), job
 /// and slot.
-pub fn of_firing(db_id: &str, job: &str, slot: &str) -> Vec<FiringProc> {
+pub(crate) fn of_firing(db_id: &str, job: &str, slot: &str) -> Vec<FiringProc> {
     scan(db_id, job, Some(slot))
 }
 
 /// Live (not zombie) processes of every firing of a job (a harness watches for two runs of one
 /// slot alive at once).
-pub fn of_job(db_id: &str, job: &str) -> Vec<FiringProc> {
+pub(crate) fn of_job(db_id: &str, job: &str) -> Vec<FiringProc> {
     scan(db_id, job, None)
 }
 
@@ -99,7 +99,13 @@ fn stat(pid: i32) -> Option<(String, i32)> {
 
 /// SIGKILLs every process of the firing that is not of run `keep` (and their process groups),
 /// and waits up to `within` for them to be gone. Returns how many were found.
-pub fn end_leftovers(db_id: &str, job: &str, slot: &str, keep: &str, within: Duration) -> usize {
+pub(crate) fn end_leftovers(
+    db_id: &str,
+    job: &str,
+    slot: &str,
+    keep: &str,
+    within: Duration,
+) -> usize {
     // SAFETY: getpgrp has no preconditions.
     let own_group = unsafe { libc::getpgrp() };
     let found: Vec<FiringProc> = of_firing(db_id, job, slot)

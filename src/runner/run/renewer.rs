@@ -17,7 +17,7 @@ const RETRY: Duration = Duration::from_millis(100);
 
 /// What the renewer knows of one run's lease.
 #[derive(Debug, Clone, Copy)]
-pub struct Heard {
+pub(super) struct Heard {
     /// When the write that last renewed (or granted) the lease was sent.
     pub renewed_at: Instant,
     /// A newer token holds the job.
@@ -25,7 +25,7 @@ pub struct Heard {
 }
 
 /// A run's lease as the renewer keeps it.
-pub struct Hold {
+pub(super) struct Hold {
     job: crate::JobName,
     token: crate::Token,
     lease: Duration,
@@ -44,7 +44,7 @@ struct HoldState {
 }
 
 impl Hold {
-    pub fn heard(&self) -> Heard {
+    pub(super) fn heard(&self) -> Heard {
         self.state.lock().map(|s| s.heard).unwrap_or(Heard {
             renewed_at: Instant::now(),
             fenced: true,
@@ -53,7 +53,7 @@ impl Hold {
 
     /// The longest the lease has gone without a renewal so far: between two renewals' writes,
     /// or since the last one (the run's command is stopped when this reaches its deadline).
-    pub fn renewal_gap(&self) -> Duration {
+    pub(super) fn renewal_gap(&self) -> Duration {
         self.state
             .lock()
             .map(|s| s.gap.max(s.heard.renewed_at.elapsed()))
@@ -61,7 +61,7 @@ impl Hold {
     }
 
     /// A renewal the run wrote itself (before its command starts, or while its end waits).
-    pub fn renewed(&self, at: Instant) {
+    pub(super) fn renewed(&self, at: Instant) {
         if let Ok(mut s) = self.state.lock() {
             if at > s.heard.renewed_at {
                 s.gap = s.gap.max(at - s.heard.renewed_at);
@@ -75,7 +75,7 @@ impl Hold {
     /// waited for (up to [`RETIRE_WAIT`]: a write hung on a lost connection must not hold up
     /// the end; a renewal landing after the release changes nothing, the released lease refuses
     /// it).
-    pub fn retire(&self) {
+    pub(super) fn retire(&self) {
         let until = Instant::now() + RETIRE_WAIT;
         loop {
             match self.state.lock() {
@@ -92,7 +92,7 @@ impl Hold {
     }
 
     /// Renewals go on (the end it retired for could not be recorded yet).
-    pub fn unretire(&self) {
+    pub(super) fn unretire(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.retired = false;
         }
@@ -105,7 +105,7 @@ struct Renewer {
 
 /// Enlists a run's lease, granted by a write sent at `granted`, with the process's renewer for
 /// the database `db` (started on first use).
-pub fn enlist(
+pub(super) fn enlist(
     db: &str,
     job: &crate::JobName,
     token: crate::Token,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Everything a run needs; it opens its own database connection.
 #[derive(Debug, Clone)]
-pub struct RunSpec {
+pub(crate) struct RunSpec {
     pub db: String,
     pub job: crate::JobName,
     pub started: Started,

@@ -16,18 +16,18 @@ use std::time::{Duration, Instant};
 
 /// A disagreement between the two clocks beyond this is a step, not a slow tick (a tick that
 /// waited on a locked database is slow on both clocks alike).
-pub const STEP: Duration = Duration::from_secs(2);
+pub(super) const STEP: Duration = Duration::from_secs(2);
 
 /// Which way the wall clock moved, and by how much more (or less) than time really passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(super) enum Step {
     Back(Duration),
     Forward(Duration),
 }
 
 impl Step {
     /// The WARN line's text.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let (way, by) = match self {
             Step::Back(d) => ("back", d),
             Step::Forward(d) => ("forward", d),
@@ -42,13 +42,13 @@ impl Step {
 }
 
 /// The two clocks as last read together.
-pub struct Clock {
+pub(super) struct Clock {
     wall: Ts,
     mono: Instant,
 }
 
 impl Clock {
-    pub fn new(wall: Ts) -> Clock {
+    pub(super) fn new(wall: Ts) -> Clock {
         Clock {
             wall,
             mono: Instant::now(),
@@ -58,7 +58,7 @@ impl Clock {
     /// Reads the monotonic clock beside `wall` (the wall clock just read): the step since the
     /// last reading, if any, and the previous reading's instant on the new wall clock (the
     /// moment the last tick really happened, which is where a step back resumes from).
-    pub fn observe(&mut self, wall: Ts) -> (Option<Step>, Ts) {
+    pub(super) fn observe(&mut self, wall: Ts) -> (Option<Step>, Ts) {
         let mono = Instant::now();
         let really = mono.duration_since(self.mono);
         let really_ms = really.as_millis() as i64;
@@ -81,7 +81,7 @@ impl Clock {
 /// Where a job's cursor goes after a step: back to the last tick's instant on the new clock
 /// when the step left it in the future; unchanged otherwise (a forward step leaves the catch-up
 /// rules to decide about the slots it passed over).
-pub fn cursor_after(step: Step, cursor: Ts, last_tick: Ts) -> Ts {
+pub(super) fn cursor_after(step: Step, cursor: Ts, last_tick: Ts) -> Ts {
     match step {
         Step::Back(_) => cursor.min(last_tick),
         Step::Forward(_) => cursor,

@@ -27,14 +27,14 @@ const REMIND_EVERY: Duration = Duration::from_secs(60);
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// `--give-up-after`'s default: longer than a PostgreSQL failover or a long write lock, short
 /// enough that a restart comes soon when only a new process can recover (a replaced mount).
-pub const GIVE_UP_AFTER_DEFAULT: &str = "5m";
+pub(crate) const GIVE_UP_AFTER_DEFAULT: &str = "5m";
 
 /// Why slots that fell due while the database failed were missed (their firings' detail).
-pub const DB_UNAVAILABLE: &str = "database unavailable";
+pub(super) const DB_UNAVAILABLE: &str = "database unavailable";
 /// Why other slots were missed (the scheduler was not running, or stalled).
-pub const NOT_RUN: &str = "no scheduler ran it in time";
+pub(super) const NOT_RUN: &str = "no scheduler ran it in time";
 
-pub struct Health {
+pub(super) struct Health {
     db: String,
     give_up_after: Duration,
     /// The end of the last tick whose database work all succeeded.
@@ -60,7 +60,7 @@ struct Down {
 impl Health {
     /// Starts watching the database `db` (a SQLite file); from here on this process opens
     /// databases without creating them.
-    pub fn new(db: &str, give_up_after: Duration) -> Health {
+    pub(super) fn new(db: &str, give_up_after: Duration) -> Health {
         let watch = if crate::is_server_db(db) {
             None
         } else {
@@ -81,7 +81,7 @@ impl Health {
 
     /// A failure of the loop's database work (for `job`, or "-"): logged only when it starts
     /// an outage, counted otherwise.
-    pub fn failed(&mut self, job: &str, e: &Error) {
+    pub(super) fn failed(&mut self, job: &str, e: &Error) {
         self.failed_this_tick = true;
         self.last_failure = Some(Instant::now());
         let text = e.to_string();
@@ -122,13 +122,13 @@ impl Health {
 
     /// Whether the database has worked for `d` (or since the start): until then every other
     /// scheduler's heartbeat looks old, the live ones' too, so none may be taken for gone.
-    pub fn working_for(&self, d: Duration) -> bool {
+    pub(super) fn working_for(&self, d: Duration) -> bool {
         self.last_failure.is_none_or(|t| t.elapsed() >= d)
     }
 
     /// Why a slot that was not fired in time was missed: it fell due while the database failed,
     /// or not.
-    pub fn why_missed(&self, slot: Ts) -> &'static str {
+    pub(super) fn why_missed(&self, slot: Ts) -> &'static str {
         let in_outage = match (&self.down, &self.last_outage) {
             (Some(d), _) => slot >= d.since_ts,
             (None, Some((from, to))) => slot >= *from && slot <= *to,
@@ -143,7 +143,7 @@ impl Health {
 
     /// The end of a tick: checks the database file, and says when an outage began or ended.
     /// An error stops the scheduler (its file is gone, or it failed for `give_up_after`).
-    pub fn end_tick(&mut self) -> Result<()> {
+    pub(super) fn end_tick(&mut self) -> Result<()> {
         if let Some(w) = &mut self.watch {
             w.check()?;
         }
@@ -179,7 +179,7 @@ impl Health {
     }
 
     /// Sleeps `rest` — at least the back-off while the database fails — waking early on `stop`.
-    pub fn sleep(&self, rest: Duration, stop: &AtomicBool) {
+    pub(super) fn sleep(&self, rest: Duration, stop: &AtomicBool) {
         let rest = match &self.down {
             Some(d) => rest.max(d.backoff),
             None => rest,

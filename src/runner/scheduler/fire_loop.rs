@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(100);
 
 /// The flags the signals raise: stop (SIGTERM, SIGINT), reload the jobs file (SIGHUP).
-pub struct Signals {
+pub(crate) struct Signals {
     pub stop: Arc<AtomicBool>,
     pub reload: Arc<AtomicBool>,
 }
@@ -51,7 +51,7 @@ fn start_state(
 
 /// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
 /// `give_up_after` stops it the same way, with that error. SIGHUP reloads the jobs file.
-pub fn fire_until_stopped(
+pub(crate) fn fire_until_stopped(
     mut store: Store,
     cfg: Config,
     jobs: Vec<Job>,

@@ -13,13 +13,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often a scheduler beats; a reader calls it dead after 10 s of silence by default.
-pub const BEAT: Duration = crate::lease::SCHEDULER_BEAT;
+pub(crate) const BEAT: Duration = crate::lease::SCHEDULER_BEAT;
 /// How often `retain` prunes (and once, shortly after start).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const PRUNE_FIRST: Duration = Duration::from_secs(2);
 
 /// Running upkeep; dropping it stops the threads and records the scheduler's end.
-pub struct Upkeep {
+pub(crate) struct Upkeep {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     /// The outage this start ended (no scheduler of the file alive before it), if any.
@@ -28,7 +28,12 @@ pub struct Upkeep {
 
 /// Records the scheduler (an error here is the database's, and stops `exactly run`) and starts
 /// its heartbeat and, when `retain` is set, its pruning.
-pub fn start(db: &str, owner: &str, source: &str, retain: Option<Duration>) -> Result<Upkeep> {
+pub(crate) fn start(
+    db: &str,
+    owner: &str,
+    source: &str,
+    retain: Option<Duration>,
+) -> Result<Upkeep> {
     let mut store = crate::open(Some(db), Access::Write)?;
     // `EXACTLY_HOST` when set (containers sharing a database), as in attempt ids.
     let host = crate::host();

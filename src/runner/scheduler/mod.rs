@@ -8,13 +8,13 @@ mod batches;
 mod clock_steps;
 mod db_health;
 mod fire_loop;
-pub mod liveness;
+pub(crate) mod liveness;
 mod missed;
 mod reload;
 mod share;
 mod supervise;
 mod tick;
 
-pub use db_health::GIVE_UP_AFTER_DEFAULT;
-pub use fire_loop::{fire_until_stopped, Signals};
-pub use tick::Config;
+pub(crate) use db_health::GIVE_UP_AFTER_DEFAULT;
+pub(crate) use fire_loop::{fire_until_stopped, Signals};
+pub(crate) use tick::Config;

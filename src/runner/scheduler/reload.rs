@@ -16,19 +16,19 @@ use std::path::{Path, PathBuf};
 use tracing::Level;
 
 /// The jobs of the file as last loaded, by name, with their definition digests.
-pub struct FileJobs {
+pub(super) struct FileJobs {
     digests: BTreeMap<String, String>,
     cwd: Option<PathBuf>,
 }
 
 /// A reload that took: the file's jobs, and those new to the registry (no past to miss).
-pub struct Reloaded {
+pub(super) struct Reloaded {
     pub jobs: Vec<Job>,
     pub fresh: Vec<String>,
 }
 
 impl FileJobs {
-    pub fn new(jobs: &[Job], cwd: Option<&Path>) -> FileJobs {
+    pub(super) fn new(jobs: &[Job], cwd: Option<&Path>) -> FileJobs {
         FileJobs {
             digests: jobs
                 .iter()
@@ -40,7 +40,7 @@ impl FileJobs {
 
     /// Reads, checks and registers the file again. None when it changes nothing: a file with
     /// errors (or one that cannot be read or registered) keeps the running jobs.
-    pub fn reload(&mut self, store: &mut Store, cfg: &Config) -> Option<Reloaded> {
+    pub(super) fn reload(&mut self, store: &mut Store, cfg: &Config) -> Option<Reloaded> {
         let file = inert(&cfg.source);
         let refused = |why: String| {
             tracing::error!("reload of {file} refused, the running jobs go on: {why}");

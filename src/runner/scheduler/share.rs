@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How often membership is read: about once a second, not per firing.
-pub const READ_EVERY: Duration = Duration::from_secs(1);
+pub(super) const READ_EVERY: Duration = Duration::from_secs(1);
 /// How long after a slot fell due another scheduler's job is fired here if nothing recorded
 /// it: well past an owner's usual lag, well inside the shortest window a late slot still runs
 /// in (`LATE_OK`, 2 s, with no catch-up). Longer while this scheduler's own bursts are decided
 /// late (see [`Share::net_after`]).
-pub const NET_AFTER: Duration = Duration::from_secs(1);
+pub(super) const NET_AFTER: Duration = Duration::from_secs(1);
 /// The longest wait: past it a slot without catch-up is missed whoever decides it.
 const NET_MAX: Duration = Duration::from_secs(5);
 /// How long an own burst's lag is remembered.
@@ -41,7 +41,7 @@ fn weight(owner: &str, job: &str) -> u64 {
 }
 
 /// The member a job belongs to: the highest weight (ties, never seen in practice, by name).
-pub fn owner_of<'a>(members: &'a [String], job: &str) -> Option<&'a str> {
+pub(super) fn owner_of<'a>(members: &'a [String], job: &str) -> Option<&'a str> {
     members
         .iter()
         .max_by(|a, b| (weight(a, job), a.as_str()).cmp(&(weight(b, job), b.as_str())))
@@ -49,7 +49,7 @@ pub fn owner_of<'a>(members: &'a [String], job: &str) -> Option<&'a str> {
 }
 
 /// One scheduler's view of the schedulers it shares its file with.
-pub struct Share {
+pub(super) struct Share {
     me: String,
     source: String,
     /// Live owners of the same file, this one always among them, sorted.
@@ -64,7 +64,7 @@ pub struct Share {
 }
 
 impl Share {
-    pub fn new(me: &str, source: &str) -> Share {
+    pub(super) fn new(me: &str, source: &str) -> Share {
         Share {
             me: me.to_string(),
             source: source.to_string(),
@@ -78,7 +78,7 @@ impl Share {
 
     /// Reads membership when [`READ_EVERY`] has passed; true when it changed. A failed read
     /// keeps the last view (the safety net covers what it gets wrong).
-    pub fn refresh(&mut self, store: &mut Store) -> bool {
+    pub(super) fn refresh(&mut self, store: &mut Store) -> bool {
         if Instant::now() < self.next_read {
             return false;
         }
@@ -103,12 +103,12 @@ impl Share {
     }
 
     /// Whether the job is this scheduler's to fire on time.
-    pub fn mine(&self, job: &str) -> bool {
+    pub(super) fn mine(&self, job: &str) -> bool {
         self.members.len() == 1 || owner_of(&self.members, job) == Some(self.me.as_str())
     }
 
     /// Logs the share when it changed: `share: N of M jobs, K live schedulers`.
-    pub fn say(&mut self, mine: usize, jobs: usize) {
+    pub(super) fn say(&mut self, mine: usize, jobs: usize) {
         let now = (mine, jobs, self.members.len());
         if self.said == Some(now) {
             return;
@@ -127,7 +127,7 @@ impl Share {
     }
 
     /// Notes how late this scheduler decided its own last burst (from its oldest slot).
-    pub fn own_lag(&mut self, lag: Duration) {
+    pub(super) fn own_lag(&mut self, lag: Duration) {
         self.own_lag = match self.own_lag {
             Some((l, at)) if l >= lag && at.elapsed() < LAG_KEPT => Some((l, at)),
             _ => Some((lag, Instant::now())),
@@ -139,7 +139,7 @@ impl Share {
     /// owner alive but loaded is about as late as this one; firing its slots for it would only
     /// add duplicates to the load. A dead owner's slots still go after about a second, as the
     /// survivors' own bursts are on time.
-    pub fn net_after(&self) -> Duration {
+    pub(super) fn net_after(&self) -> Duration {
         let lag = self
             .own_lag
             .filter(|(_, at)| at.elapsed() < LAG_KEPT)
@@ -149,7 +149,7 @@ impl Share {
 
     /// Notes the jobs seen this tick with a firing waiting for its free lease (the others are
     /// forgotten: their wait is over).
-    pub fn waiting(&mut self, jobs: &[&str]) {
+    pub(super) fn waiting(&mut self, jobs: &[&str]) {
         let now = Instant::now();
         self.waiting_since.retain(|j, _| jobs.contains(&j.as_str()));
         for j in jobs {
@@ -159,7 +159,7 @@ impl Share {
 
     /// Whether this scheduler starts a job's waiting firing: its own job at once, another's once
     /// it has waited [`NET_AFTER`] (its owner would have started it by then).
-    pub fn may_start_waiting(&self, job: &str, mine: bool) -> bool {
+    pub(super) fn may_start_waiting(&self, job: &str, mine: bool) -> bool {
         mine || self
             .waiting_since
             .get(job)

@@ -27,7 +27,7 @@ const STOPPED_FOR: Duration = crate::policy::STOP_GRACE;
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The running watch; dropping it stops it.
-pub struct Supervisor {
+pub(super) struct Supervisor {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -42,7 +42,7 @@ impl Drop for Supervisor {
 }
 
 /// Starts watching the helpers of the scheduler `owner` on database `db` (its events).
-pub fn start(db: &str, owner: &str) -> Supervisor {
+pub(super) fn start(db: &str, owner: &str) -> Supervisor {
     let stop = Arc::new(AtomicBool::new(false));
     let (flag, db, owner) = (stop.clone(), db.to_string(), owner.to_string());
     let thread = std::thread::Builder::new()

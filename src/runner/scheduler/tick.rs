@@ -24,7 +24,7 @@ const CATCHUP_MAX: usize = 10_000;
 const RESUME_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// A scheduler's fixed facts.
-pub struct Config {
+pub(crate) struct Config {
     pub db: String,
     pub owner: String,
     pub cwd: Option<PathBuf>,

@@ -3,9 +3,9 @@
 //! in between (`start.rs`), the spawner, the small process that starts the commands and reaps
 //! them (`spawner/`), and the watchdog, the process that holds each command's group and stops
 //! it at its deadline (`watchdog.rs`).
-pub mod spawner;
-pub mod start;
-pub mod watchdog;
+pub(crate) mod spawner;
+pub(crate) mod start;
+pub(crate) mod watchdog;
 
-pub use spawner::SELF_EXEC;
-pub use start::{exec_command, EXEC_ARG};
+pub(crate) use spawner::SELF_EXEC;
+pub(crate) use start::{exec_command, EXEC_ARG};

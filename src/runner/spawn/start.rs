@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 /// The hidden first argument under which the `exactly` binary starts a run's command for a
 /// scheduler (see [`exec_command`]).
-pub const EXEC_ARG: &str = "__exactly-exec";
+pub(crate) const EXEC_ARG: &str = "__exactly-exec";
 
 /// A command we start dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed
 /// scheduler leaves no command running; what the command itself starts in the background is
@@ -38,7 +38,7 @@ pub(crate) fn command_for(prog: &str, args: &[String]) -> Command {
 
 /// `exactly __exactly-exec PARENT PROG ARGS…`: dies with the thread that started it, then
 /// becomes PROG. Returns only when PROG cannot be started (exit code 127, as a shell would).
-pub fn exec_command(args: &[std::ffi::OsString]) -> i32 {
+pub(crate) fn exec_command(args: &[std::ffi::OsString]) -> i32 {
     let (Some(parent), Some(prog)) = (args.first(), args.get(1)) else {
         eprintln!("exactly: {EXEC_ARG} needs a parent pid and a command");
         return 2;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Between SIGTERM and SIGKILL of a group stopped at its deadline.
-pub const GRACE: Duration = crate::policy::STOP_GRACE;
+pub(crate) const GRACE: Duration = crate::policy::STOP_GRACE;
 /// Most groups held at once; beyond it, a run has only its own thread to stop its command.
 const SLOTS: usize = 4096;
 
@@ -67,7 +67,7 @@ fn caged() -> &'static Mutex<HashMap<i32, crate::contain::Cage>> {
 
 /// `group`'s command runs in `cage`: the watchdog ends the cage with the group (told the cage's
 /// id in a message of the arm's size, its group negated).
-pub fn cage(group: i32, cage: &crate::contain::Cage) {
+pub(crate) fn cage(group: i32, cage: &crate::contain::Cage) {
     if group <= 1 {
         return;
     }
@@ -80,7 +80,7 @@ pub fn cage(group: i32, cage: &crate::contain::Cage) {
 }
 
 /// The run has ended its cage itself: forget it.
-pub fn uncage(group: i32) {
+pub(crate) fn uncage(group: i32) {
     if let Ok(mut c) = caged().lock() {
         c.remove(&group);
     }
@@ -105,12 +105,12 @@ fn fired_set() -> &'static Mutex<HashSet<i32>> {
 }
 
 /// Starts the watchdog if it is not running yet (a scheduler calls this early, while small).
-pub fn ready() -> bool {
+pub(crate) fn ready() -> bool {
     shared().is_some()
 }
 
 /// Stop `group` at `deadline` (its whole process group).
-pub fn arm(group: i32, deadline: Instant) -> bool {
+pub(crate) fn arm(group: i32, deadline: Instant) -> bool {
     let ns = mono_deadline(deadline);
     if let Ok(mut a) = armed().lock() {
         a.insert(group, ns);
@@ -122,7 +122,7 @@ pub fn arm(group: i32, deadline: Instant) -> bool {
 /// command is held from the instant it starts, see `spawner/`). None without a watchdog.
 /// A restarted watchdog's pipe is handed to the spawner (`spawner::hand_watchdog`); each run
 /// also arms its group itself once the spawner said it started (`Heartbeat::guard`).
-pub fn pipe_fd() -> Option<i32> {
+pub(crate) fn pipe_fd() -> Option<i32> {
     use std::os::fd::AsRawFd;
     let s = shared()?;
     let fd = s.tx.lock().ok().map(|f| f.as_raw_fd());
@@ -130,7 +130,7 @@ pub fn pipe_fd() -> Option<i32> {
 }
 
 /// The message that arms `group` until `ns` on the monotonic clock (0: disarm).
-pub fn message(group: i32, ns: u64) -> [u8; 12] {
+pub(crate) fn message(group: i32, ns: u64) -> [u8; 12] {
     let mut msg = [0u8; 12];
     msg[..4].copy_from_slice(&group.to_le_bytes());
     msg[4..].copy_from_slice(&ns.to_le_bytes());
@@ -138,7 +138,7 @@ pub fn message(group: i32, ns: u64) -> [u8; 12] {
 }
 
 /// `deadline` on the monotonic clock as the watchdog counts it.
-pub fn mono_deadline(deadline: Instant) -> u64 {
+pub(crate) fn mono_deadline(deadline: Instant) -> u64 {
     mono_ns().saturating_add(
         deadline
             .saturating_duration_since(Instant::now())
@@ -147,7 +147,7 @@ pub fn mono_deadline(deadline: Instant) -> u64 {
 }
 
 /// The group's command ended (and was reaped): forget it.
-pub fn disarm(group: i32) {
+pub(crate) fn disarm(group: i32) {
     if let Ok(mut a) = armed().lock() {
         a.remove(&group);
     }
@@ -158,7 +158,7 @@ pub fn disarm(group: i32) {
 }
 
 /// Whether the watchdog stopped `group` at its deadline (asked once the command has ended).
-pub fn fired(group: i32) -> bool {
+pub(crate) fn fired(group: i32) -> bool {
     if shared().is_none() {
         return false;
     }
@@ -186,7 +186,7 @@ fn send(group: i32, ns: u64) -> bool {
 
 /// How the watchdog is, as the scheduler's supervisor sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Serving (or never started: nothing to watch).
     Fine,
     /// Its process is gone.
@@ -196,7 +196,7 @@ pub enum State {
 }
 
 /// How the watchdog is now.
-pub fn state() -> State {
+pub(crate) fn state() -> State {
     let Some(s) = shared() else {
         return State::Fine;
     };
@@ -212,7 +212,7 @@ pub fn state() -> State {
 
 /// Replaces the watchdog (dead, or stopped and so no longer to be trusted: it is SIGKILLed)
 /// with a new one, given every group still armed: (its pid, how many groups it holds).
-pub fn restart() -> std::io::Result<(i32, usize)> {
+pub(crate) fn restart() -> std::io::Result<(i32, usize)> {
     let old = shared();
     if let Some(old) = &old {
         let died = !matches!(crate::sender::stat(old.pid), Some(st) if st.state != 'Z');
@@ -261,7 +261,7 @@ fn enforced() -> &'static Mutex<HashSet<i32>> {
 
 /// Stops every armed group past its deadline with SIGKILL, from this process: what the
 /// scheduler does while its watchdog cannot. Returns how many it stopped.
-pub fn enforce_deadlines() -> usize {
+pub(crate) fn enforce_deadlines() -> usize {
     let now = mono_ns();
     let Ok(mut done) = enforced().lock() else {
         return 0;
@@ -286,7 +286,7 @@ pub fn enforce_deadlines() -> usize {
 }
 
 /// SIGKILLs every armed group (at the end of shutdown's grace): how many.
-pub fn kill_all() -> usize {
+pub(crate) fn kill_all() -> usize {
     let groups: Vec<i32> = armed()
         .lock()
         .map(|a| a.keys().copied().collect())

@@ -5,7 +5,7 @@ use crate::checklist::{Subject, Verdict};
 
 impl App {
     /// The checklist's subjects as the view lists them.
-    pub fn checklist_rows(&self) -> Vec<&Subject> {
+    pub(crate) fn checklist_rows(&self) -> Vec<&Subject> {
         let Some(c) = &self.checklist else {
             return vec![];
         };
@@ -25,7 +25,7 @@ impl App {
     }
 
     /// The subject under the cursor in the Checklist view.
-    pub fn selected_subject(&self) -> Option<&Subject> {
+    pub(crate) fn selected_subject(&self) -> Option<&Subject> {
         if self.view != View::Checklist || self.detail.is_some() {
             return None;
         }
@@ -35,7 +35,7 @@ impl App {
     }
 
     /// The rule column under the cursor.
-    pub fn selected_rule(&self) -> Rule {
+    pub(crate) fn selected_rule(&self) -> Rule {
         Rule::ALL[self.rule.min(Rule::ALL.len() - 1)]
     }
 
@@ -46,7 +46,7 @@ impl App {
     }
 
     /// How many jobs fail at least one rule (the Jobs tab says so).
-    pub fn jobs_failing_a_rule(&self) -> usize {
+    pub(crate) fn jobs_failing_a_rule(&self) -> usize {
         self.checklist.as_ref().map_or(0, |c| {
             c.subjects
                 .iter()

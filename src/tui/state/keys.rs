@@ -29,7 +29,7 @@ impl App {
     }
 
     /// Handles one key press; returns work for the database, if any.
-    pub fn on_key(&mut self, key: KeyEvent) -> Option<Request> {
+    pub(crate) fn on_key(&mut self, key: KeyEvent) -> Option<Request> {
         let mode = self.mode();
         let Some(action) = lookup(mode, &key) else {
             if let (Some(Popup::Typing { what, text }), KeyCode::Char(c)) =

@@ -1,9 +1,9 @@
 //! How each view orders its rows; `s` cycles the current view's order.
-use super::View;
+use crate::tui::screen::View;
 
 /// The Jobs view's orders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum JobSort {
+pub(crate) enum JobSort {
     /// By name (the snapshot's order).
     #[default]
     Name,
@@ -17,7 +17,7 @@ pub enum JobSort {
 
 /// The Unknown and Approvals views' orders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ByAge {
+pub(crate) enum ByAge {
     /// Oldest first (the snapshot's order).
     #[default]
     Oldest,
@@ -27,7 +27,7 @@ pub enum ByAge {
 
 /// The Events view's orders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EventSort {
+pub(crate) enum EventSort {
     /// Newest first (the snapshot's order).
     #[default]
     Newest,
@@ -37,7 +37,7 @@ pub enum EventSort {
 
 /// The Checklist view's orders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ChecklistSort {
+pub(crate) enum ChecklistSort {
     /// Jobs by name, then actions outside any job (the checklist's order).
     #[default]
     Name,
@@ -47,7 +47,7 @@ pub enum ChecklistSort {
 
 /// Each view's order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sorts {
+pub(crate) struct Sorts {
     pub jobs: JobSort,
     pub unknown: ByAge,
     pub approvals: ByAge,
@@ -57,7 +57,7 @@ pub struct Sorts {
 
 impl Sorts {
     /// The view's next order, after its last the first again.
-    pub fn next(&mut self, view: View) {
+    pub(crate) fn next(&mut self, view: View) {
         match view {
             View::Jobs => {
                 self.jobs = match self.jobs {
@@ -85,7 +85,7 @@ impl Sorts {
     }
 
     /// The view's order as the header shows it (`sort:p99`).
-    pub fn label(&self, view: View) -> &'static str {
+    pub(crate) fn label(&self, view: View) -> &'static str {
         match view {
             View::Jobs => match self.jobs {
                 JobSort::Name => "name",

@@ -8,7 +8,7 @@ use crate::tui::{App, Reply};
 use crossterm::event::KeyCode;
 
 /// Three subjects: a job keyed by its run, a healthy one, and an action outside any job.
-pub fn checklist() -> Checklist {
+pub(super) fn checklist() -> Checklist {
     let subject = |name: SubjectName, bad: &[(Rule, Verdict, &str, &str)]| Subject {
         name,
         rules: Rule::ALL.map(|rule| match bad.iter().find(|(r, ..)| *r == rule) {

@@ -11,7 +11,7 @@ use ratatui::Terminal;
 use std::time::Duration;
 
 /// The snapshot, with what depends on the machine (host, path, clock) pinned.
-pub fn snapshot(f: &Fixture) -> Snapshot {
+pub(super) fn snapshot(f: &Fixture) -> Snapshot {
     let mut s = Snapshot::read(&mut f.store()).expect("snapshot");
     // The next firings as seen at the fixture's clock (the store read them at the real one).
     for j in &mut s.jobs {
@@ -23,7 +23,7 @@ pub fn snapshot(f: &Fixture) -> Snapshot {
     s
 }
 
-pub fn app(read_only: bool) -> App {
+pub(super) fn app(read_only: bool) -> App {
     App::new(Options {
         read_only,
         color: true,
@@ -32,23 +32,23 @@ pub fn app(read_only: bool) -> App {
 }
 
 /// An app showing the fixture, as the screen loop would after its first poll.
-pub fn app_for(f: &Fixture) -> App {
+pub(super) fn app_for(f: &Fixture) -> App {
     let mut a = app(false);
     a.on_reply(crate::tui::Reply::Snapshot(Box::new(snapshot(f))));
     a
 }
 
-pub fn key(c: char) -> KeyEvent {
+pub(super) fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
 }
 
-pub fn code(c: KeyCode) -> KeyEvent {
+pub(super) fn code(c: KeyCode) -> KeyEvent {
     KeyEvent::new(c, KeyModifiers::NONE)
 }
 
 /// Presses keys the way the screen loop does: requests go to `serve` against the real database
 /// and the replies come back into the app, until nothing more is asked.
-pub fn press(app: &mut App, store: &mut Store, keys: &[KeyEvent]) {
+pub(super) fn press(app: &mut App, store: &mut Store, keys: &[KeyEvent]) {
     for k in keys {
         if let Some(req) = app.on_key(*k) {
             pump(app, store, req);
@@ -56,7 +56,7 @@ pub fn press(app: &mut App, store: &mut Store, keys: &[KeyEvent]) {
     }
 }
 
-pub fn pump(app: &mut App, store: &mut Store, req: Request) {
+pub(super) fn pump(app: &mut App, store: &mut Store, req: Request) {
     let mut queue = vec![req];
     while let Some(r) = queue.pop() {
         for reply in serve(store, &r) {
@@ -77,12 +77,12 @@ pub fn pump(app: &mut App, store: &mut Store, req: Request) {
     }
 }
 
-pub fn keys(s: &str) -> Vec<KeyEvent> {
+pub(super) fn keys(s: &str) -> Vec<KeyEvent> {
     s.chars().map(key).collect()
 }
 
 /// Draws one frame as the screen loop does: the app takes the frame's area, then is drawn.
-pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
+pub(super) fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
     let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
     term.draw(|f| {
         app.on_frame(f.area());
@@ -93,7 +93,7 @@ pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
 }
 
 /// The screen as plain text lines.
-pub fn text(term: &Terminal<TestBackend>) -> String {
+pub(super) fn text(term: &Terminal<TestBackend>) -> String {
     let buf = term.backend().buffer();
     let mut out = String::new();
     for y in 0..buf.area.height {

@@ -9,22 +9,22 @@ use rusqlite::{params, Connection};
 
 /// The instant the screens are drawn at. In the future, so that leases pinned relative to it are
 /// live for the store's own clock too.
-pub const NOW: &str = "2099-01-01T12:00:00.000Z";
+pub(super) const NOW: &str = "2099-01-01T12:00:00.000Z";
 
-pub fn now() -> Ts {
+pub(super) fn now() -> Ts {
     exactly::time::parse(NOW).expect("fixed time")
 }
 
-pub struct Fixture {
+pub(super) struct Fixture {
     pub _dir: tempfile::TempDir,
     pub path: String,
 }
 
 impl Fixture {
-    pub fn store(&self) -> Store {
+    pub(super) fn store(&self) -> Store {
         Store::open(&self.path).expect("open fixture")
     }
-    pub fn sql(&self) -> Connection {
+    pub(super) fn sql(&self) -> Connection {
         Connection::open(&self.path).expect("open fixture")
     }
 }
@@ -37,7 +37,7 @@ pub(super) fn new_db() -> Fixture {
 }
 
 /// An action whose far side answers as told.
-pub struct Far(pub Result<String, Failure>);
+pub(super) struct Far(pub Result<String, Failure>);
 
 impl Effect for Far {
     fn perform(&mut self, _key: &str) -> Result<String, Failure> {
@@ -62,7 +62,7 @@ impl Effect for Unsure {
 
 /// Drives an attempt through the library's own steps (`effect::execute`, as `effect::run`
 /// does) until the step pending is one `stop` names, or the attempt ends; returns that step.
-pub fn drive(
+pub(super) fn drive(
     store: &mut Store,
     att: &mut Attempt,
     act: &mut dyn Effect,
@@ -82,7 +82,7 @@ pub fn drive(
 }
 
 /// Claims `job`'s lease at `ago(at)`, held until `until`.
-pub fn claim(store: &mut Store, job: &str, owner: &str, at: i64, until: Ts) -> i64 {
+pub(super) fn claim(store: &mut Store, job: &str, owner: &str, at: i64, until: Ts) -> i64 {
     match lease::claim_until(store, &crate::JobName::from(job), owner, until, ago(at))
         .expect("claim")
     {
@@ -92,10 +92,10 @@ pub fn claim(store: &mut Store, job: &str, owner: &str, at: i64, until: Ts) -> i
 }
 
 /// The attempt id every fixture attempt records: the same on every machine in the screens.
-pub const ATTEMPT: &str = "web-1:4242";
+pub(super) const ATTEMPT: &str = "web-1:4242";
 
 /// Runs one effect to its end at `ago(at)`, as `effect::run` does.
-pub fn run(
+pub(super) fn run(
     store: &mut Store,
     job: &str,
     token: i64,
@@ -114,20 +114,20 @@ pub fn run(
 }
 
 /// `NOW` minus `secs`.
-pub fn ago(secs: i64) -> Ts {
+pub(super) fn ago(secs: i64) -> Ts {
     now() - chrono::Duration::seconds(secs)
 }
 
 /// `NOW` minus `secs`, in the ledger's fixed-width form.
-pub fn before(secs: i64) -> String {
+pub(super) fn before(secs: i64) -> String {
     exactly::time::fmt(ago(secs))
 }
 
-pub fn after(secs: i64) -> String {
+pub(super) fn after(secs: i64) -> String {
     before(-secs)
 }
 
-pub fn add_job(
+pub(super) fn add_job(
     c: &Connection,
     job: &str,
     schedule: Option<&str>,
@@ -157,7 +157,7 @@ pub fn add_job(
 }
 
 /// `n` finished runs of a job, one per interval back from `NOW`, with durations from `dur`.
-pub fn add_runs(
+pub(super) fn add_runs(
     c: &Connection,
     job: &str,
     n: i64,
@@ -182,7 +182,7 @@ pub fn add_runs(
     }
 }
 
-pub fn empty() -> Fixture {
+pub(super) fn empty() -> Fixture {
     new_db()
 }
 
@@ -190,7 +190,7 @@ pub fn empty() -> Fixture {
 /// said it did not happen, and the retry (attempt [`ATTEMPT`], on another host, under a live
 /// lease) has submitted it and not answered yet. Its newest event is that resolution, so the
 /// Events view (`4`) opens it with Enter. Returns the fixture and the effect key.
-pub fn in_flight() -> (Fixture, String) {
+pub(super) fn in_flight() -> (Fixture, String) {
     let f = new_db();
     let mut s = f.store();
     let t = claim(&mut s, "payouts", "worker-1@web-1", 300, ago(-600));
@@ -237,7 +237,7 @@ pub fn in_flight() -> (Fixture, String) {
 /// A day of an operator's life: five jobs, leases held and expired, runs that overrun their
 /// lease, duplicates suppressed, a fenced write, unknown effects, pending and unused approvals.
 /// Each step happens at its own instant (seconds before `NOW`), in the order written.
-pub fn busy() -> Fixture {
+pub(super) fn busy() -> Fixture {
     let f = new_db();
     let mut s = f.store();
     let owner = "worker-1@web-1";
@@ -457,7 +457,7 @@ pub fn busy() -> Fixture {
 }
 
 /// A scheduler's row: `heartbeat` is when it last beat.
-pub fn add_scheduler(c: &Connection, owner: &str, heartbeat: &str, ended: Option<&str>) {
+pub(super) fn add_scheduler(c: &Connection, owner: &str, heartbeat: &str, ended: Option<&str>) {
     c.execute(
         "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, ended_at)
          VALUES (?1, 'web-1', 311, ?2, ?3, ?4)",
@@ -468,7 +468,7 @@ pub fn add_scheduler(c: &Connection, owner: &str, heartbeat: &str, ended: Option
 
 /// A finished run with its exit code and stored output.
 #[allow(clippy::too_many_arguments)]
-pub fn add_run(
+pub(super) fn add_run(
     c: &Connection,
     job: &str,
     run_id: &str,
@@ -492,7 +492,7 @@ pub fn add_run(
 
 /// What an operator finds after the scheduler was killed: no scheduler alive, a job failing
 /// every night (exit 3, its output stored), a job that ran fine until the scheduler died.
-pub fn health() -> Fixture {
+pub(super) fn health() -> Fixture {
     let f = new_db();
     let c = f.sql();
     // The scheduler was SIGKILLed an hour ago: its last heartbeat, and no end.

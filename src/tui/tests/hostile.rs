@@ -5,7 +5,7 @@ use super::fixture::*;
 use rusqlite::params;
 
 /// Everything another program could write into the tables to attack the operator's terminal.
-pub fn hostile() -> Fixture {
+pub(super) fn hostile() -> Fixture {
     let f = new_db();
     let c = f.sql();
     let evil_job = "evil\u{1b}[2J\u{1b}]0;pwned\u{7}-job\r\u{202e}gnp.exe";

@@ -2,7 +2,8 @@
 //! types, through the same `serve` the poll task runs, then the rows checked.
 use super::drive::*;
 use super::fixture::*;
-use crate::tui::state::{Popup, Typing, View};
+use crate::tui::screen::View;
+use crate::tui::state::{Popup, Typing};
 use crate::tui::Pending;
 use crossterm::event::KeyCode;
 

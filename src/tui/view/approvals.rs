@@ -92,21 +92,3 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
         );
     }
 }
-
-/// Pending approvals over the approved-but-unused ones (as many as fit in half), then two lines
-/// about the selected one.
-pub(super) fn approvals_layout(area: Rect, unused: usize) -> [Rect; 5] {
-    let unused_h = if unused == 0 {
-        2
-    } else {
-        (unused as u16 + 2).min(area.height / 2)
-    };
-    Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(1),
-        Constraint::Length(1),
-        Constraint::Length(unused_h.saturating_sub(1)),
-        Constraint::Length(2),
-    ])
-    .areas(area)
-}

@@ -365,14 +365,3 @@ fn run_line(r: &RunRow, t: &Theme, now: Ts, w: usize) -> Line<'static> {
         if bad { t.bad() } else { t.dim() },
     )
 }
-
-/// A run's output as its screen in `area` shows it: the lines (each made inert; long ones wrap,
-/// so an error message is read whole) and how many fit under the three lines of head.
-pub(in crate::tui) fn output_lines(output: &str, area: Rect) -> (Vec<String>, usize) {
-    let w = area.width as usize;
-    let lines = output
-        .lines()
-        .flat_map(|l| wrap(&inert(l), w.saturating_sub(1).max(1)))
-        .collect();
-    (lines, (area.height as usize).saturating_sub(3))
-}

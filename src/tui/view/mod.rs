@@ -19,7 +19,9 @@ mod theme;
 mod unknown;
 
 use super::input::{of_mode, KeyAction, Mode};
-use super::state::{App, Detail, Focus, Loaded, Pending, Popup, Typing, View};
+use super::layout::*;
+use super::screen::View;
+use super::state::{App, Detail, Focus, Loaded, Pending, Popup, Typing};
 use crate::sanitize::inert;
 use crate::snapshot::{JobRow, RunRow};
 use crate::state::{ApprovalState, EffectState, EventKind, RunOutcome};
@@ -34,9 +36,9 @@ use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
 /// An open effect older than this is marked `!`: someone should look at the far side.
-pub const UNKNOWN_ALERT_S: i64 = 15 * 60;
+pub(super) const UNKNOWN_ALERT_S: i64 = 15 * 60;
 /// A pending approval older than this is marked `!`.
-pub const APPROVAL_ALERT_S: i64 = 60 * 60;
+pub(super) const APPROVAL_ALERT_S: i64 = 60 * 60;
 
 use approvals::*;
 use checklist::*;
@@ -44,52 +46,18 @@ use effect_detail::*;
 use events::*;
 use footer::*;
 use header::*;
-pub(super) use job_detail::output_lines;
 use job_detail::*;
 use jobs::*;
 use popups::*;
-pub(super) use table::visible;
 use table::*;
-pub use text::clip;
+pub(super) use text::clip;
 use text::*;
 use theme::*;
 use unknown::*;
 
-/// The screen's bands: top line, counters, tabs, body, status line, footer.
-fn bands(area: Rect) -> [Rect; 6] {
-    Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Length(3),
-        Constraint::Length(1),
-        Constraint::Min(3),
-        Constraint::Length(1),
-        Constraint::Length(1),
-    ])
-    .areas(area)
-}
-
-/// Where the views draw in a frame of `area`.
-pub(super) fn body(area: Rect) -> Rect {
-    bands(area)[3]
-}
-
-/// A list over two lines about its selected row (Jobs, Unknown).
-fn list_layout(area: Rect) -> [Rect; 2] {
-    Layout::vertical([Constraint::Min(2), Constraint::Length(2)]).areas(area)
-}
-
-/// How many rows of view `v`'s scrolled table fit in `body`, laid out as its draw lays it out.
-pub(super) fn rows_shown(app: &App, v: View, body: Rect) -> usize {
-    table_rows(match v {
-        View::Jobs | View::Unknown | View::Checklist => list_layout(body)[0],
-        View::Events => body,
-        View::Approvals => approvals_layout(body, app.approvals().1.len())[1],
-    })
-}
-
 /// Draws the app as it is; nothing in it changes (the caller fits the scroll state to the frame
 /// first, with [`App::on_frame`]).
-pub fn draw(f: &mut Frame, app: &App, now: Ts) {
+pub(crate) fn draw(f: &mut Frame, app: &App, now: Ts) {
     let t = Theme { color: app.color };
     let [top, counters, tabs, body, status, footer] = bands(f.area());
     draw_top(f, app, &t, top, now);

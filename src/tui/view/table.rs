@@ -132,33 +132,6 @@ pub(super) fn table<'a>(cols: &[Col], rows: Vec<Vec<C>>, area: Rect, t: &Theme) 
     .highlight_spacing(HighlightSpacing::Always)
 }
 
-/// The rows of a list of `n` that a table shows when `rows` fit: from the first row shown
-/// (`offset`), moved just enough to keep the selection in view, as ratatui scrolls. A frame
-/// then lays out a screenful, not a thousand jobs.
-pub(in crate::tui) fn visible(
-    offset: usize,
-    sel: Option<usize>,
-    n: usize,
-    rows: usize,
-) -> std::ops::Range<usize> {
-    let h = rows.max(1);
-    let mut first = offset.min(n.saturating_sub(1));
-    if let Some(sel) = sel.map(|s| s.min(n.saturating_sub(1))) {
-        if sel < first {
-            first = sel;
-        }
-        if sel >= first + h {
-            first = sel + 1 - h;
-        }
-    }
-    first..n.min(first + h)
-}
-
-/// How many rows a table drawn in `area` shows (its header takes one).
-pub(in crate::tui) fn table_rows(area: Rect) -> usize {
-    (area.height as usize).saturating_sub(1).max(1)
-}
-
 /// Renders the rows `shown` of a list (built by the caller for those rows only), `sel` being
 /// the selected row of the whole list. The state is this frame's: the app's stays as it is.
 pub(super) fn render_window(

@@ -1,8 +1,8 @@
-//! Text for cells: clipped and made inert, ages, wrapping, shares of a limit.
+//! Text for cells: clipped and made inert, ages, shares of a limit.
 use super::*;
 
 /// Inert, and cut to `width` terminal cells with `…` marking the cut.
-pub fn clip(s: &str, width: usize) -> String {
+pub(crate) fn clip(s: &str, width: usize) -> String {
     let clean = inert(s);
     let total: usize = clean.chars().map(|c| c.width().unwrap_or(0)).sum();
     if total <= width {
@@ -31,24 +31,6 @@ pub(super) fn age_s(ts: &str, now: Ts) -> Option<i64> {
 /// `HH:MM:SS` of a fixed-width timestamp (inert: it may come from another program).
 pub(super) fn clock(ts: &str) -> String {
     inert(ts.get(11..19).unwrap_or(ts))
-}
-
-/// Cuts an inert line into pieces of at most `width` terminal cells.
-pub(super) fn wrap(line: &str, width: usize) -> Vec<String> {
-    let mut out = vec![String::new()];
-    let mut used = 0;
-    for c in line.chars() {
-        let cw = c.width().unwrap_or(0);
-        if used + cw > width {
-            out.push(String::new());
-            used = 0;
-        }
-        used += cw;
-        if let Some(last) = out.last_mut() {
-            last.push(c);
-        }
-    }
-    out
 }
 
 /// An age in its largest unit only (`35m`, `11h`, `3d`): what fits a narrow column.

@@ -37,15 +37,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-pub mod process;
+pub(crate) mod process;
 
 /// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
 /// understands the hidden argument of `start.rs` (`EXEC_ARG`), so commands are started through
 /// it (and through the spawner, once it serves).
-pub static SELF_EXEC: AtomicBool = AtomicBool::new(false);
+pub(crate) static SELF_EXEC: AtomicBool = AtomicBool::new(false);
 
 /// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
-pub const SPAWNER_ARG: &str = "__exactly-spawner";
+pub(crate) const SPAWNER_ARG: &str = "__exactly-spawner";
 /// The spawner's copy of the watchdog's pipe, when it has one.
 const WATCHDOG_FD: RawFd = 3;
 /// Largest message either way (a command's arguments and environment).
@@ -53,7 +53,7 @@ const MAX_MESSAGE: usize = 256 * 1024;
 
 /// A command to start.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Launch {
+pub(crate) struct Launch {
     pub prog: String,
     pub args: Vec<String>,
     /// Added to (or replacing) the scheduler's environment.
@@ -75,7 +75,7 @@ pub struct Launch {
 }
 
 /// How a refusal for a request read past its `start_by_ns` begins (the run is `not_started`).
-pub const TOO_LATE: &str = "too late to start";
+pub(crate) const TOO_LATE: &str = "too late to start";
 
 #[derive(Serialize)]
 struct Request<'a> {
@@ -157,12 +157,12 @@ fn client() -> Option<&'static Client> {
 
 /// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
 /// commands go through it. (A program embedding the library starts its commands itself.)
-pub fn ready() -> bool {
+pub(crate) fn ready() -> bool {
     SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
 }
 
 /// A command started by the spawner.
-pub struct Spawned {
+pub(crate) struct Spawned {
     pub pid: i32,
     /// When the spawner started it (CLOCK_MONOTONIC ns; 0 unknown).
     at_ns: u64,
@@ -188,7 +188,7 @@ impl Spawned {
 
     /// When the command started, on our clock: the spawner's reading, moved onto an
     /// [`Instant`] (both are CLOCK_MONOTONIC). None when the spawner did not say.
-    pub fn started_at(&self) -> Option<std::time::Instant> {
+    pub(crate) fn started_at(&self) -> Option<std::time::Instant> {
         if self.at_ns == 0 {
             return None;
         }
@@ -198,7 +198,7 @@ impl Spawned {
 
     /// Waits up to `d` for the command to end: its status, None while it runs. An error when
     /// the spawner is gone (the command died with it).
-    pub fn wait_for(&self, d: Duration) -> io::Result<Option<ExitStatus>> {
+    pub(crate) fn wait_for(&self, d: Duration) -> io::Result<Option<ExitStatus>> {
         match self.rx.recv_timeout(d) {
             Ok(Heard::Exited(s)) => Ok(Some(ExitStatus::from_raw(s))),
             // A command that exited before its spawner died keeps its status; one SIGKILLed
@@ -253,7 +253,7 @@ impl Spawned {
 }
 
 /// A pidfd of `pid` (Linux 5.3+); None where the kernel has none.
-pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     // SAFETY: a descriptor just created and ours alone.
@@ -261,12 +261,12 @@ pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
 }
 
 /// What `/proc/PID/stat` says of a process (the library's reading, see `crate::sender::stat`).
-pub fn proc_stat(pid: i32) -> Option<crate::sender::Stat> {
+pub(crate) fn proc_stat(pid: i32) -> Option<crate::sender::Stat> {
     crate::sender::stat(pid)
 }
 
 /// The spawner process, while it serves: its pid (None before it started, or once gone).
-pub fn pid() -> Option<i32> {
+pub(crate) fn pid() -> Option<i32> {
     client_cell()
         .get()
         .and_then(Option::as_ref)
@@ -277,7 +277,7 @@ pub fn pid() -> Option<i32> {
 /// Hands the spawner the pipe of a restarted watchdog, so the commands it starts are held from
 /// their first instant again (until then each run arms its group itself once started). Never
 /// blocks: a frozen spawner with a full socket is not waited for. False when not handed.
-pub fn hand_watchdog(pipe: RawFd) -> bool {
+pub(crate) fn hand_watchdog(pipe: RawFd) -> bool {
     let Some(c) = client_cell()
         .get()
         .and_then(Option::as_ref)
@@ -300,7 +300,7 @@ pub fn hand_watchdog(pipe: RawFd) -> bool {
 /// there is no spawner (the caller starts the command itself).
 /// A command the spawner did not start in time fails with `ErrorKind::TimedOut`: it never
 /// started.
-pub fn launch(
+pub(crate) fn launch(
     launch: &Launch,
     output: &OwnedFd,
     give_up: &dyn Fn() -> bool,

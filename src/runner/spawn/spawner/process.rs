@@ -16,7 +16,7 @@ extern "C" fn on_sigchld(_: libc::c_int) {
 
 /// `exactly __exactly-spawner [3]`, its socket on stdin (and the watchdog's pipe on 3 when
 /// named): serves until the scheduler is gone.
-pub fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
+pub(crate) fn spawner_main(args: &[std::ffi::OsString]) -> i32 {
     let mut watchdog = watchdog_pipe(args);
     // SAFETY: prctl with a static name; signal dispositions for this process.
     unsafe {

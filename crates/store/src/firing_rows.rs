@@ -94,7 +94,7 @@ pub struct AfterFailure {
 }
 
 /// Who ran a firing's last run, as the scheduler registry knows it (see
-/// [`crate::firing::ResumeRules`]).
+/// `exactly::firing::ResumeRules`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOwner {
     /// The lease owner that ran it.

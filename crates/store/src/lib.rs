@@ -95,7 +95,7 @@ use std::time::Duration;
 pub const RELEASED: &str = "1970-01-01T00:00:00.000Z";
 
 /// An open database, SQLite or PostgreSQL: leases, the effect ledger, approvals, firings,
-/// runs and events. Opened by [`crate::open`] or [`Store::open`]; used through the library's
+/// runs and events. Opened by `exactly::open` or [`Store::open`]; used through the library's
 /// domain modules.
 pub struct Store {
     conn: Conn,
@@ -439,7 +439,7 @@ impl Store {
     }
 
     /// The next write commits and then fails as if the server's reply to COMMIT never arrived
-    /// (a fault point, see [`crate::fault`]): on PostgreSQL the connection is cut after the
+    /// (a fault point, see [`exactly_words::fault`]): on PostgreSQL the connection is cut after the
     /// commit and its error returned; on SQLite, where no reply travels, the same error case is
     /// returned after the commit. The caller's retry then meets its own committed write.
     pub fn lose_next_reply(&mut self) {

@@ -6,7 +6,7 @@ use super::pg::PgStore;
 /// The schema on PostgreSQL: the same tables, columns and indexes as on SQLite (the types said
 /// in PostgreSQL's words), a version row in `exactly_meta`, and the counters' triggers as
 /// PL/pgSQL. Created under an advisory lock, so processes opening a new database at once do not
-/// race each other's `CREATE`. Then the transitions' functions ([`install_functions`]); true when
+/// race each other's `CREATE`. Then the transitions' functions (`install_functions`); true when
 /// they are there to call.
 pub fn prepare(store: &PgStore) -> DbResult<bool> {
     // A current database (the usual case: every command opens one) needs neither the lock nor

@@ -118,7 +118,7 @@ fn run_owner(
 }
 
 /// Who resumes a job's firings, and how it judges an earlier run's scheduler: silent for
-/// `silent_for`, or `gone` (see [`crate::firing::ResumeRules`]).
+/// `silent_for`, or `gone` (see `exactly::firing::ResumeRules`).
 pub struct Resumer<'a> {
     pub owner: &'a str,
     pub silent_for: chrono::Duration,

@@ -1,5 +1,5 @@
 //! The rows the store reads for the snapshot and the detail views: plain values in the store's
-//! own words. [`crate::snapshot`] builds the [`crate::snapshot::Snapshot`] from a [`Reading`]
+//! own words. `exactly::snapshot` builds the `exactly::snapshot::Snapshot` from a [`Reading`]
 //! and shows these rows to the library's users under its own name.
 use super::ApprovalRow;
 use exactly_words::policy::Overlap;
@@ -36,7 +36,7 @@ pub fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
 }
 
 /// Serializes a time in the fixed-width text every stored instant is written in
-/// ([`crate::time::fmt`]), as the JSON has always shown it.
+/// ([`exactly_words::time::fmt`]), as the JSON has always shown it.
 pub fn ser_ts<S: serde::Serializer>(t: &Ts, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&exactly_words::time::fmt(*t))
 }
@@ -180,7 +180,7 @@ pub fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overlap> {
 
 /// One job as the store reads it: its definition, lease, runs, firings and counters, typed
 /// at the door. No view: the snapshot builds what a person is shown from it
-/// ([`crate::snapshot::JobRow::of`]: next firing, DST, warnings).
+/// (`exactly::snapshot::JobRow::of`: next firing, DST, warnings).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobFacts {
     /// The job's name, the key of its lease.
@@ -447,7 +447,7 @@ pub struct EventRow {
     /// When it happened.
     #[serde(serialize_with = "ser_ts")]
     pub at: Ts,
-    /// What happened (an [`EventKind`](crate::state::EventKind) word).
+    /// What happened (an `EventKind` word).
     pub kind: EventKind,
     /// The job it concerns.
     pub job_key: Option<String>,

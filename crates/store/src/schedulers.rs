@@ -18,7 +18,7 @@ pub struct SchedulerReg<'a> {
     pub pid: u32,
     /// The jobs file it runs.
     pub source: &'a str,
-    /// The machine behind `host` ([`crate::sender::host_id`]).
+    /// The machine behind `host` ([`exactly_words::sender::host_id`]).
     pub host_id: &'a str,
 }
 

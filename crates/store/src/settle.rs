@@ -105,7 +105,7 @@ impl Store {
 
     /// An operator settles an open effect: happened → `done`, did not happen → `claimed` (a
     /// retry may send), cancel → `cancelled`. A `claimed` row may also be cancelled. A
-    /// `submitted` row whose sender may still be sending (the observer's judgement, [`sending`]) is
+    /// `submitted` row whose sender may still be sending (the observer's judgement, `sending`) is
     /// refused as [`Resolved::InFlight`] unless `force`. `sender` is what the caller found of the
     /// process of the attempt it read (`attempt`); decided here, in the write's transaction, so a
     /// sender that submitted since the caller looked is judged by its lease.

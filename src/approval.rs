@@ -2,72 +2,7 @@
 //! named operator, consumed exactly once in the transaction that moves the effect to `submitted`.
 use crate::store::Store;
 pub use crate::store::{Already, ApprovalRow, Decided, Resolution, Resolved, Sending, Settlement};
-use exactly_words::sanitize::inert;
 use exactly_words::{EffectKey, Result};
-
-// Each outcome is worded here once; the CLI and the dashboard add who acted (`by …`, `as …`).
-
-impl Decided {
-    /// The decision in words: `approved KEY` / `denied KEY`, or why nothing changed.
-    pub fn describe(&self, key: &str, approve: bool) -> String {
-        let k = inert(key);
-        match self {
-            Decided::Done => format!("{} {k}", if approve { "approved" } else { "denied" }),
-            Decided::Already { state, by, at } => format!(
-                "effect {k} was already {} by {} at {}",
-                inert(state.as_str()),
-                inert(by.as_deref().unwrap_or("someone")),
-                inert(at.as_deref().unwrap_or("?"))
-            ),
-            Decided::NotFound => format!("no approval was requested for effect {k}"),
-        }
-    }
-}
-
-impl Sending {
-    /// Who may still be sending, and until when: `attempt web-1:4242 may still be sending
-    /// until 2026-…Z`, or `attempt web-1:4242 is still running on this host (lease until …)`.
-    pub fn describe(&self) -> String {
-        let who = inert(self.attempt.as_deref().unwrap_or("(unrecorded)"));
-        let until = self.until.as_deref().map(inert);
-        match (self.running, until) {
-            (false, Some(u)) => format!("attempt {who} may still be sending until {u}"),
-            (true, Some(u)) => {
-                format!("attempt {who} is still running on this host (lease until {u})")
-            }
-            (_, None) => format!("attempt {who} is still running on this host"),
-        }
-    }
-}
-
-impl Resolved {
-    /// The resolution in words: `resolved KEY: FROM → TO`, or why nothing changed.
-    pub fn describe(&self, key: &str, how: Resolution) -> String {
-        let k = inert(key);
-        match self {
-            Resolved::Done { from, .. } => format!(
-                "resolved {k}: {} → {}",
-                inert(from.as_str()),
-                how.target_state()
-            ),
-            Resolved::InFlight(s) => format!(
-                "effect {k} is in flight: {}; check the far side, then resolve with --force",
-                s.describe()
-            ),
-            Resolved::NotOpen { state, by } => format!(
-                "effect {k} is already {}{}; nothing to resolve",
-                inert(state.as_str()),
-                by.as_deref()
-                    .map(|b| format!(" (resolved by {})", inert(b)))
-                    .unwrap_or_default()
-            ),
-            Resolved::Fenced => {
-                format!("effect {k}: a newer lease token holds its job; nothing to resolve")
-            }
-            Resolved::NotFound => format!("no effect {k} in the ledger"),
-        }
-    }
-}
 
 /// The approval of an effect, if one was requested (the effect detail shows it).
 pub fn get(store: &mut Store, key: &EffectKey) -> Result<Option<ApprovalRow>> {

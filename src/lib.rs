@@ -49,7 +49,6 @@ pub mod approval;
 #[cfg(test)]
 mod boundary;
 pub mod checklist;
-mod clock;
 mod database;
 pub mod effect;
 pub mod firing;
@@ -60,8 +59,13 @@ pub mod lease;
 pub mod metrics;
 pub mod snapshot;
 pub mod status;
-pub(crate) mod store;
+#[cfg(test)]
+mod store_tests;
 pub mod wrapped;
+
+/// The store, the floor above the words: its own crate (`crates/store`), here at the path the
+/// library has always named it by.
+use exactly_store as store;
 
 /// The words, the floor below the store: their own crate (`crates/words`), here at the paths
 /// they always had.

@@ -206,8 +206,8 @@ fn the_wheels_carry_honest_manylinux2014_tags() {
 }
 
 /// The sdists build (cheap: no compiling) and carry what a source install needs: the LICENSE,
-/// the words' crate (crates/words, a path dependency of the library), the README as the long
-/// description, and the module's pin of the command's version.
+/// the words' and the store's crates (crates/words, crates/store: path dependencies of the
+/// library), the README as the long description, and the module's pin of the command's version.
 #[test]
 fn the_sdists_carry_the_license_and_the_pin() {
     let py = tools().unwrap_or_else(|e| panic!("{e}"));
@@ -235,6 +235,7 @@ fn the_sdists_carry_the_license_and_the_pin() {
              names = set(t.getnames())\n\
              assert top + 'LICENSE' in names, 'no LICENSE'\n\
              assert top + 'crates/words/src/lib.rs' in names, 'no crates/words'\n\
+             assert top + 'crates/store/src/lib.rs' in names, 'no crates/store'\n\
              info = t.extractfile(top + 'PKG-INFO').read().decode()\n\
              assert 'Description-Content-Type: text/markdown' in info, info\n\
              print(info.split('\\n\\n')[0])\n"

@@ -84,16 +84,9 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;
     action.observe_timeout = a.observe_timeout;
-    action.lease = Some(LeaseWatch {
-        db: store.opener(),
-        job: ctx.job.clone(),
-        token: ctx.token,
-        effect: None,
-        granted: None,
-    });
-    // The token reaches the command from the lease it runs under (`EXACTLY_FENCING_TOKEN`):
-    // one copy of it, not a second in `action.token`.
-    action.run_id = Some(ctx.run_id.clone());
+    // The job, token, run and key reach the command from the attempt it sends for
+    // (`Effect::acting_for`): one copy of each, not a second kept here.
+    action.lease = Some(store.opener());
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();
     let out = effect::run(&mut store, &ctx, &spec, &mut action)?;

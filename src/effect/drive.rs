@@ -149,6 +149,7 @@ fn submit(store: &mut Store, att: &Attempt, seen: &Seen) -> Result<Input> {
 /// Sends, within the lease granted with `submitted`.
 fn send(att: &Attempt, action: &mut dyn Effect) -> Input {
     let key = att.key.as_str();
+    action.acting_for(att);
     if let Some(g) = att.granted() {
         // Counted from when the write was asked for; only a machine that never set it
         // (a driver of its own) counts from now.

@@ -158,6 +158,11 @@ impl Attempt {
         self.granted.as_ref()
     }
 
+    /// Its id (`host:pid`), which the row it submits names.
+    pub fn id(&self) -> &str {
+        &self.attempt
+    }
+
     /// Who is acting.
     pub fn ctx(&self) -> &Ctx {
         &self.ctx

@@ -61,11 +61,14 @@ pub(super) fn doctor_main(db: &Option<String>, a: DoctorArgs) -> Result<i32> {
     let list = checklist::check(&mut store, &opts)?;
     if let Some(only) = &a.job {
         if list.subjects.is_empty() {
-            return Err(Error::Usage(format!(
-                "no job or action {} in {}",
-                inert(only),
-                inert(&crate::shown_db(store.path()))
-            )));
+            return Err(Error::not_found(
+                exactly::Missing::Job,
+                format!(
+                    "no job or action {} in {}",
+                    inert(only),
+                    inert(&crate::shown_db(store.path()))
+                ),
+            ));
         }
     }
     let worst = list.worst();

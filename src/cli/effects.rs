@@ -84,27 +84,21 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     let mut action = CommandEffect::new(a.command);
     action.observe_cmd = observe_cmd;
     action.observe_timeout = a.observe_timeout;
-    action.lease = Some(LeaseWatch {
-        db: store.opener(),
-        job: ctx.job.clone(),
-        token: ctx.token,
-        effect: None,
-        granted: None,
-    });
-    // The token reaches the command from the lease it runs under (`EXACTLY_FENCING_TOKEN`):
-    // one copy of it, not a second in `action.token`.
-    action.run_id = Some(ctx.run_id.clone());
+    // The job, token, run and key reach the command from the attempt it sends for
+    // (`Effect::acting_for`): one copy of each, not a second kept here.
+    action.lease = Some(store.opener());
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();
-    let out = effect::run(&mut store, &ctx, &spec, &mut action)?;
+    // A duplicate replays the row the attempt found done: the ledger row is read once.
+    let (out, found) = effect::run_found(&mut store, &ctx, &spec, &mut action)?;
     // Sent under the token (the ledger checked it at `submitted`): the memory keeps it.
     if matches!(out, Outcome::Done { .. } | Outcome::NotSent { .. }) {
         token_memory::accepted(&mut store, &a.job, a.token.get());
     }
     let silent = a.quiet && matches!(out, Outcome::DuplicateSuppressed { .. });
-    if let Outcome::DuplicateSuppressed { key, response } = &out {
+    if let Outcome::DuplicateSuppressed { response, .. } = &out {
         if !silent {
-            replay(&mut store, key, response.as_deref())?;
+            replay(found.as_ref(), response.as_deref());
         }
     }
     if !silent {
@@ -122,16 +116,16 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
 }
 
 /// A duplicate prints what the first attempt's command wrote, as it was stored: the bytes when
-/// they were kept, else the response text (written by an observer or another program).
-pub(super) fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Result<()> {
+/// they were kept (on `row`, the `done` row the attempt found), else the response text (written
+/// by an observer or another program).
+pub(super) fn replay(row: Option<&effect::LedgerRow>, response: Option<&str>) {
     use std::io::Write;
-    let row = effect::get(store, &crate::EffectKey::from(key))?;
     let mut stdout = std::io::stdout().lock();
     // A closed stdout is the reader's choice; the outcome stands.
-    match row.as_ref().and_then(|r| r.response_raw.as_ref()) {
+    match row.and_then(|r| r.response_raw.as_ref()) {
         Some(raw) => {
             let _ = stdout.write_all(raw);
-            let total = row.as_ref().and_then(|r| r.response_total).unwrap_or(0);
+            let total = row.and_then(|r| r.response_total).unwrap_or(0);
             if total > raw.len() as i64 {
                 eprintln!(
                     "exactly: the stored response was cut: {} of {total} bytes are replayed",
@@ -146,7 +140,6 @@ pub(super) fn replay(store: &mut Store, key: &str, response: Option<&str>) -> Re
         }
     }
     let _ = stdout.flush();
-    Ok(())
 }
 
 /// One line on stderr saying how the attempt ended; the response on stdout.

@@ -25,7 +25,6 @@ use crate::approval::{Already, Decided, Resolution, Resolved};
 use crate::effect::{self, CommandEffect, Ctx, Outcome, Spec};
 use crate::snapshot::Snapshot;
 use crate::state::ApprovalState;
-use crate::wrapped::LeaseWatch;
 use crate::{approval, jobs, key, lease, sanitize::inert, time, Error, Result};
 use crate::{Access, Store};
 use clap::{Args, Parser, Subcommand};

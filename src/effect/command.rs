@@ -1,6 +1,6 @@
 //! An effect that is a command, and observers that are commands: processes we start, stream,
 //! bound and kill with their process group.
-use super::{Effect, Failure, Observation};
+use super::{Attempt, Effect, Failure, Observation};
 use crate::wrapped::{self, LeaseWatch, NotStarted, Output, SentRow, Watchdog};
 use std::process::{Command, Stdio};
 
@@ -14,19 +14,16 @@ pub struct CommandEffect {
     pub observe_cmd: Option<String>,
     /// Extra environment for both the command and the observer.
     pub env: Vec<(String, String)>,
-    /// The lease the command runs under; it is stopped once that lease has expired.
-    pub lease: Option<LeaseWatch>,
+    /// The database holding the lease the command runs under ([`crate::Store::opener`]): it
+    /// is stopped once that lease has expired. The job and token come from the attempt.
+    pub lease: Option<crate::store::StoreOpener>,
     /// What the last `perform` wrote on stdout.
     pub output: Option<Output>,
     /// The process that leads the command's group and stops it at the deadline.
     watchdog: Option<Watchdog>,
-    /// The lease the send was granted under: `lease_until` (database clock), its end on ours,
-    /// and the attempt id the row names.
-    granted: Option<(String, std::time::Instant, String)>,
-    /// The fencing token and run the command is told it sends under.
-    pub token: Option<exactly_words::Token>,
-    /// The run it is told it sends for (`EXACTLY_RUN_ID`).
-    pub run_id: Option<String>,
+    /// The attempt the next send is for ([`Effect::acting_for`]): job, token, run and key,
+    /// and the lease the send was granted under.
+    acting: Option<Attempt>,
     /// How long the observer may take before its verdict is "can't tell".
     pub observe_timeout: std::time::Duration,
 }
@@ -45,9 +42,7 @@ impl CommandEffect {
             lease: None,
             output: None,
             watchdog: None,
-            granted: None,
-            token: None,
-            run_id: None,
+            acting: None,
             observe_timeout: OBSERVE_TIMEOUT,
         }
     }
@@ -64,27 +59,34 @@ impl Effect for CommandEffect {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("EXACTLY_EFFECT_KEY", effect_key);
         // What a far side needs to dedupe (the key) and to fence (the token): see
-        // docs/concepts.md, "What exactly-once covers here".
-        if let Some(w) = &self.lease {
-            cmd.env("EXACTLY_JOB", &w.job)
-                .env("EXACTLY_FENCING_TOKEN", w.token.to_string());
-        }
-        if let Some(t) = self.token {
-            cmd.env("EXACTLY_FENCING_TOKEN", t.to_string());
-        }
-        if let Some(r) = &self.run_id {
-            cmd.env("EXACTLY_RUN_ID", r);
-        }
-        let mut watch = self.lease.clone();
-        if let Some((until, ends, attempt)) = &self.granted {
-            cmd.env("EXACTLY_LEASE_UNTIL", until);
-            if let Some(w) = watch.as_mut() {
-                w.granted = Some((until.clone(), *ends));
-                w.effect = Some(SentRow {
-                    key: effect_key.to_string(),
-                    attempt: attempt.clone(),
+        // docs/concepts.md, "What exactly-once covers here". All of it is the attempt's.
+        let mut watch = None;
+        if let Some(att) = &self.acting {
+            let ctx = att.ctx();
+            cmd.env("EXACTLY_JOB", &ctx.job)
+                .env("EXACTLY_FENCING_TOKEN", ctx.token.to_string())
+                .env("EXACTLY_RUN_ID", &ctx.run_id);
+            let granted = att.granted().map(|g| {
+                // Counted from when the write was asked for; only a machine that never set
+                // it (a driver of its own) counts from now.
+                let ends = g.ends.unwrap_or_else(|| {
+                    crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
                 });
+                (g.until.clone(), ends)
+            });
+            if let Some((until, _)) = &granted {
+                cmd.env("EXACTLY_LEASE_UNTIL", until);
             }
+            watch = self.lease.clone().map(|db| LeaseWatch {
+                db,
+                job: ctx.job.clone(),
+                token: ctx.token,
+                effect: granted.is_some().then(|| SentRow {
+                    key: effect_key.to_string(),
+                    attempt: att.id().to_string(),
+                }),
+                granted,
+            });
         }
         let ended = match wrapped::run(&mut cmd, watch, self.watchdog.as_mut()) {
             Ok(e) => e,
@@ -170,8 +172,8 @@ impl Effect for CommandEffect {
         self.watchdog.as_ref().map(|w| w.cage().clone())
     }
 
-    fn granted(&mut self, until: &str, ends: std::time::Instant, attempt: &str) {
-        self.granted = Some((until.to_string(), ends, attempt.to_string()));
+    fn acting_for(&mut self, attempt: &Attempt) {
+        self.acting = Some(attempt.clone());
     }
 }
 

@@ -6,10 +6,10 @@ use super::{
     attempt_id, observe_with, observer_is_command, sender, Ctx, Effect, Failure, Observation,
     Outcome, Spec,
 };
-use crate::store::Store;
 use crate::store::{
     Begin, NewEffect, Observed, Resolution, Seen, SendEnd, SentBy, Submission, Submit, Verdict,
 };
+use crate::store::{LedgerRow, Store};
 use exactly_words::fault;
 use exactly_words::sender::Sender;
 use exactly_words::state::EffectState;
@@ -149,6 +149,7 @@ fn submit(store: &mut Store, att: &Attempt, seen: &Seen) -> Result<Input> {
 /// Sends, within the lease granted with `submitted`.
 fn send(att: &Attempt, action: &mut dyn Effect) -> Input {
     let key = att.key.as_str();
+    action.acting_for(att);
     if let Some(g) = att.granted() {
         // Counted from when the write was asked for; only a machine that never set it
         // (a driver of its own) counts from now.
@@ -242,6 +243,17 @@ fn sent_by(att: &Attempt) -> SentBy<'_> {
 /// Runs one effect under the ledger's guard: drives an [`Attempt`] to its end. See [`Outcome`]
 /// for the ways it ends.
 pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -> Result<Outcome> {
+    Ok(run_found(store, ctx, spec, action)?.0)
+}
+
+/// [`run`], with the `done` row a suppressed duplicate was found on ([`Attempt::found`]): a
+/// caller replaying the first answer reads the ledger row once, not again after the run.
+pub fn run_found(
+    store: &mut Store,
+    ctx: &Ctx,
+    spec: &Spec,
+    action: &mut dyn Effect,
+) -> Result<(Outcome, Option<LedgerRow>)> {
     // The sender's process group exists before the row can name it.
     let group = action.sender_group();
     let identity =
@@ -253,14 +265,15 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
             // It was sent (or tried), and what happened cannot be written down.
             Err(e) => match &io {
                 Io::Finish { sent, .. } => {
-                    return Ok(Outcome::Unrecorded {
+                    let out = Outcome::Unrecorded {
                         key: att.key.clone(),
                         ran: match sent {
                             Ok(_) => "it exited 0".into(),
                             Err(Failure::NotSent(r)) | Err(Failure::Lost(r)) => r.clone(),
                         },
                         reason: e.to_string(),
-                    })
+                    };
+                    return Ok((out, None));
                 }
                 _ => return Err(e),
             },
@@ -285,7 +298,7 @@ pub fn run(store: &mut Store, ctx: &Ctx, spec: &Spec, action: &mut dyn Effect) -
                                 .is_ok();
                         }
                     }
-                    return Ok(out);
+                    return Ok((out, att.found.take()));
                 }
             }
         }

@@ -93,6 +93,8 @@ pub struct Attempt {
     pub(super) submitted: Option<Seen>,
     /// The outcome a counted duplicate ends with.
     pub(super) duplicate: Option<Outcome>,
+    /// The `done` row a duplicate was suppressed on ([`Attempt::found`]).
+    pub(super) found: Option<crate::store::LedgerRow>,
     pub(super) rereads: u8,
     pub(super) last: Io,
 }
@@ -137,6 +139,7 @@ impl Attempt {
             looked_at: None,
             submitted: None,
             duplicate: None,
+            found: None,
             rereads: 0,
             last: Io::Begin,
         }
@@ -156,6 +159,17 @@ impl Attempt {
     /// The lease our send was granted under, once `submitted` is ours.
     pub fn granted(&self) -> Option<&Granted> {
         self.granted.as_ref()
+    }
+
+    /// Its id (`host:pid`), which the row it submits names.
+    pub fn id(&self) -> &str {
+        &self.attempt
+    }
+
+    /// The `done` row a suppressed duplicate was found on, as the attempt read it: what the
+    /// first attempt answered, its response bytes included, with no second read.
+    pub fn found(&self) -> Option<&crate::store::LedgerRow> {
+        self.found.as_ref()
     }
 
     /// Who is acting.
@@ -284,7 +298,10 @@ impl Attempt {
     ) -> Io {
         let key = self.key.clone();
         match &row.state {
-            EffectState::Done => self.duplicate("already done", row.response.clone()),
+            EffectState::Done => {
+                self.found = Some(row.clone());
+                self.duplicate("already done", row.response.clone())
+            }
             EffectState::Cancelled => self.end(Outcome::Cancelled { key }),
             // Nothing was sent: the compare-and-set takes the row over.
             EffectState::Claimed => Io::Submit { seen: row.seen() },
@@ -375,6 +392,7 @@ impl Attempt {
             Submit::LeaseEnding { until } => self.end(Outcome::LeaseEnding { key, until }),
             Submit::Lost(row) => match &row.state {
                 EffectState::Done => {
+                    self.found = Some((*row).clone());
                     self.duplicate("done by a concurrent attempt", row.response.clone())
                 }
                 EffectState::Cancelled => self.end(Outcome::Cancelled { key }),

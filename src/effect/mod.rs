@@ -22,7 +22,7 @@ pub use crate::store::switch_guard_off_for_proof;
 pub use crate::store::SUBMIT_MIN_LEFT;
 pub use crate::store::{Begin, Granted, LedgerRow, Seen, Submit, Verdict};
 pub use command::{observe_with, observe_within, CommandEffect, OBSERVE_TIMEOUT};
-pub use drive::{execute, run, settle_open, settle_open_with, Settled};
+pub use drive::{execute, run, run_found, settle_open, settle_open_with, Settled};
 pub use machine::{Attempt, Input, Io};
 pub use probe::{probe, Probe, ProbeVerdict, Probed, PROBE_SUPPRESSED};
 
@@ -216,6 +216,12 @@ pub trait Effect {
     /// Told, just before [`Effect::perform`], the lease the send was granted under (its end on
     /// the database's clock and on ours), and the row it is recorded on: a send must stop there.
     fn granted(&mut self, _until: &str, _ends: std::time::Instant, _attempt: &str) {}
+    /// Told, just before [`Effect::perform`] (and before [`Effect::granted`]), the attempt the
+    /// send is for: its job, fencing token and run ([`Attempt::ctx`]), effect key
+    /// ([`Attempt::key`]), the lease it was granted under ([`Attempt::granted`]) and the id
+    /// its row names ([`Attempt::id`]). An effect takes these from here rather than keeping
+    /// copies of its own; the default does nothing.
+    fn acting_for(&mut self, _attempt: &Attempt) {}
 }
 
 /// Every way an attempt can end. Only the first sends anything.

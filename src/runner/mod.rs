@@ -158,10 +158,14 @@ pub(crate) struct LiveJob {
 
 pub(crate) fn registered(store: &mut Store, job: &str) -> Result<LiveJob> {
     let Some(row) = jobs::record(store, &crate::JobName::from(job))? else {
-        return Err(Error::Usage(format!(
-            "no job named {} is registered; `exactly run JOBS.toml` registers the jobs of a file",
-            inert(job)
-        )));
+        return Err(Error::not_found(
+            exactly::Missing::Job,
+            format!(
+                "no job named {} is registered; `exactly run JOBS.toml` registers the jobs of a \
+                 file",
+                inert(job)
+            ),
+        ));
     };
     if row.retired {
         return Err(Error::Usage(format!(

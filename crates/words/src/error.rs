@@ -16,7 +16,7 @@ pub enum Error {
     #[error("{0}")]
     Store(String),
     /// Something a command needs is not there: `what` says which, for a caller to branch on
-    /// (exit 1).
+    /// (exit 1; a job named that is not there is bad usage, exit 2).
     #[error("{message}")]
     NotFound {
         /// What is missing.
@@ -103,6 +103,9 @@ pub enum Missing {
     Tables,
     /// A run, by its id, or any run of a job.
     Run,
+    /// A job, by its name: none is registered (or, for `doctor`, checked) under it. Naming a
+    /// job that is not there is bad usage, so this one exits 2 as it always has.
+    Job,
 }
 
 /// The database client's error beneath an [`Error::Busy`].
@@ -121,7 +124,10 @@ impl Error {
     /// (`exactly --help`, "EXIT STATUS"): 2 for bad usage or input, 1 for every other error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) => 2,
+            Error::Usage(_)
+            | Error::NotFound {
+                what: Missing::Job, ..
+            } => 2,
             Error::Store(_)
             | Error::NotFound { .. }
             | Error::Sqlite { .. }
@@ -227,6 +233,7 @@ mod tests {
             (Error::Usage("bad".into()), 2),
             (Error::Store("no such job".into()), 1),
             (Error::not_found(Missing::Run, "no run r1"), 1),
+            (Error::not_found(Missing::Job, "no job named j"), 2),
             (Error::sqlite("database x: boom", lite_failure(1)), 1),
             (
                 Error::Busy {

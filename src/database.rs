@@ -1,7 +1,7 @@
 //! The database as the command line names it: where `--db` points, opening it, and what can be
 //! asked of a database before or without opening it. Re-exported at the crate's root
 //! (`exactly::open`, `exactly::db_path`, …).
-use crate::store::{self, Access, Store};
+use exactly_store::{self as store, Access, Store};
 use exactly_words::Result;
 
 /// Where the database is: `--db`, else `$EXACTLY_DB`, else `./exactly.db` if it exists, else the

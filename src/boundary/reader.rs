@@ -1,20 +1,10 @@
-//! The floors, checked where the compiler does not keep them. The words (`crates/words`) are a
-//! crate of their own and cannot name anything above them. Inside this crate the store
-//! (`crates/store/src/`) names only the words and itself, asks nobody who acts and reads no clock; the
-//! application (`src/main.rs` and its modules) acts only through the library's operations,
-//! never the store itself, and opens the database only through [`open`](crate::open).
-//!
-//! The checks read whole `use` statements and paths, not lines: comments and string literals
-//! are blanked first, `#[cfg(test)]` items dropped, a grouped `use a::{b, c::{d}}` over many
-//! lines expanded, `super::` and `self::` resolved against the file's module, a root re-export
-//! (`crate::open`, `crate::Error`) followed to where it comes from (`src/lib.rs`,
-//! `crates/words/src/lib.rs`, `src/main.rs`), and a path used without a `use`
-//! (`crate::os_user()`) read like an import. The fixtures at the end are the wrong imports each
-//! check must catch.
+//! The reader the floor checks stand on: a file's text with comments, strings and test items
+//! blanked, its `use` statements (grouped ones expanded) and paths, each resolved against the
+//! file's module and the crates' root re-exports to where it leads.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("entry").path();
         if path.is_dir() {
@@ -25,17 +15,17 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn src() -> PathBuf {
+pub(super) fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn read(path: &Path) -> String {
+pub(super) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).expect("read source")
 }
 
 /// `text` with comments, string and char literals replaced by spaces (newlines kept, so line
 /// numbers stay).
-fn blank(text: &str) -> String {
+pub(super) fn blank(text: &str) -> String {
     let b: Vec<char> = text.chars().collect();
     let mut out: Vec<char> = b.clone();
     let mut i = 0;
@@ -121,7 +111,7 @@ fn blank(text: &str) -> String {
 
 /// `code` (blanked) without its `#[cfg(test)]` items: a file's tests may do what its code may
 /// not (build fixtures, read the clock).
-fn without_tests(code: &str) -> String {
+pub(super) fn without_tests(code: &str) -> String {
     let mut out: Vec<char> = code.chars().collect();
     let chars = out.clone();
     let text: String = code.to_string();
@@ -157,7 +147,7 @@ fn without_tests(code: &str) -> String {
 }
 
 /// A token of code: a word, `::`, or one punctuation character; with its line.
-fn tokens(code: &str) -> Vec<(String, usize)> {
+pub(super) fn tokens(code: &str) -> Vec<(String, usize)> {
     let b: Vec<char> = code.chars().collect();
     let mut out = Vec::new();
     let (mut i, mut line) = (0, 1);
@@ -187,8 +177,8 @@ fn tokens(code: &str) -> Vec<(String, usize)> {
 
 /// One `use` tree expanded: `a::{b, c::{d, e as f}}` is `a::b`, `a::c::d`, `a::c::e`, each
 /// with the name it is known by here (`b`, `d`, `f`; None for a glob).
-fn expand(toks: &[String]) -> Vec<(Vec<String>, Option<String>)> {
-    fn tree(
+pub(super) fn expand(toks: &[String]) -> Vec<(Vec<String>, Option<String>)> {
+    pub(super) fn tree(
         t: &[String],
         i: &mut usize,
         prefix: &[String],
@@ -252,7 +242,7 @@ fn expand(toks: &[String]) -> Vec<(Vec<String>, Option<String>)> {
 /// A crate's `use` statements as (line, path) and its paths used without a `use`, both as
 /// written.
 #[derive(Default)]
-struct Read {
+pub(super) struct Read {
     /// (line, the path as written, the name it is known by).
     uses: Vec<(usize, Vec<String>, Option<String>)>,
     /// (line, the path as written): `crate::os_user()`, `super::super::x::Y`, `time::now()`.
@@ -261,7 +251,7 @@ struct Read {
     mods: Vec<String>,
 }
 
-fn read_code(code: &str) -> Read {
+pub(super) fn read_code(code: &str) -> Read {
     let t = tokens(code);
     let mut r = Read::default();
     let mut i = 0;
@@ -304,7 +294,7 @@ fn read_code(code: &str) -> Read {
 
 /// Where a crate's root re-exports come from: `open` → `database::open`, `Error` →
 /// `exactly_words::Error`, read from the root file's `pub use` statements.
-fn root_exports(root_file: &Path) -> BTreeMap<String, Vec<String>> {
+pub(super) fn root_exports(root_file: &Path) -> BTreeMap<String, Vec<String>> {
     let r = read_code(&without_tests(&blank(&read(root_file))));
     r.uses
         .into_iter()
@@ -314,14 +304,14 @@ fn root_exports(root_file: &Path) -> BTreeMap<String, Vec<String>> {
 
 /// The crates the checks follow paths through: the words', the library's and the binary's
 /// root re-exports.
-struct Roots {
+pub(super) struct Roots {
     words: BTreeMap<String, Vec<String>>,
     lib: BTreeMap<String, Vec<String>>,
     bin: BTreeMap<String, Vec<String>>,
 }
 
 impl Roots {
-    fn load() -> Roots {
+    pub(super) fn load() -> Roots {
         let words = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/words/src/lib.rs");
         Roots {
             words: root_exports(&words),
@@ -334,14 +324,14 @@ impl Roots {
 /// Which crate a file's code is in: the library's `crate::` is `exactly`, the binary's is its
 /// own, with `exactly::` the library.
 #[derive(Clone, Copy, PartialEq)]
-enum Krate {
+pub(super) enum Krate {
     Lib,
     Bin,
 }
 
 /// A path as the library sees it, from its root: `["store", "rows", "JobRow"]`,
 /// `["exactly_words", "identity", "os_user"]`; for the binary's own items `["bin", …]`.
-fn resolve(
+pub(super) fn resolve(
     roots: &Roots,
     krate: Krate,
     module: &[String],
@@ -384,7 +374,7 @@ fn resolve(
 }
 
 /// A path from a crate's root with its first segment followed through the root's re-exports.
-fn follow(roots: &Roots, krate: Krate, path: Vec<String>) -> Vec<String> {
+pub(super) fn follow(roots: &Roots, krate: Krate, path: Vec<String>) -> Vec<String> {
     let table = match krate {
         Krate::Lib => &roots.lib,
         Krate::Bin => &roots.bin,
@@ -407,7 +397,7 @@ fn follow(roots: &Roots, krate: Krate, path: Vec<String>) -> Vec<String> {
     }
 }
 
-fn follow_words(roots: &Roots, path: Vec<String>) -> Vec<String> {
+pub(super) fn follow_words(roots: &Roots, path: Vec<String>) -> Vec<String> {
     let mut p = vec!["exactly_words".to_string()];
     match path.first().and_then(|f| roots.words.get(f)) {
         Some(to) => {
@@ -421,7 +411,7 @@ fn follow_words(roots: &Roots, path: Vec<String>) -> Vec<String> {
 
 /// A file's module path from its crate's root: `src/store/read.rs` is `store::read`,
 /// `src/store/mod.rs` is `store`.
-fn module_of(file: &Path) -> Vec<String> {
+pub(super) fn module_of(file: &Path) -> Vec<String> {
     // The store's crate (crates/store/src/) is the library's `store`.
     let (lead, rel) = match file.strip_prefix(store_src()) {
         Ok(rel) => (Some("store".to_string()), rel),
@@ -442,7 +432,7 @@ fn module_of(file: &Path) -> Vec<String> {
 }
 
 /// Every path a file names, resolved: (line, the path as written, where it leads).
-fn named(
+pub(super) fn named(
     roots: &Roots,
     krate: Krate,
     module: &[String],
@@ -486,261 +476,7 @@ fn named(
     out
 }
 
-/// What the store may name: the words (but not who acts: the store gets that from its caller)
-/// and itself. `time::now` only in the PostgreSQL files, which read this host's clock beside
-/// the server's to measure how far apart they are (`Tx::later`); what they write is the
-/// server's time.
-fn store_findings(roots: &Roots, file: &Path, text: &str) -> Vec<String> {
-    let module = module_of(file);
-    // In the store's crate `crate::` is the store: read as the library would name it.
-    let owned;
-    let text = if file.starts_with(store_src()) {
-        owned = text.replace("crate::", "crate::store::");
-        owned.as_str()
-    } else {
-        text
-    };
-    // The clock is read only by the PostgreSQL files and the handle's own clock (clock.rs).
-    let pg = file
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with("pg") || n == "clock.rs");
-    let mut found = Vec::new();
-    for (line, written, to) in named(roots, Krate::Lib, &module, text) {
-        let floor = to.first().map(String::as_str).unwrap_or("");
-        let why = match floor {
-            "store" | "exactly_store" => None,
-            "exactly_words" if to.get(1).is_some_and(|m| m == "identity") => {
-                Some("asks who acts or where")
-            }
-            "exactly_words"
-                if to.get(1).is_some_and(|m| m == "time")
-                    && to.get(2).is_some_and(|f| f == "now")
-                    && !pg =>
-            {
-                Some("reads the clock")
-            }
-            "exactly_words" => None,
-            _ if to.iter().any(|s| s == "runner") => Some("names the runner"),
-            _ => Some("names a floor above it"),
-        };
-        if let Some(why) = why {
-            found.push(format!(
-                "{}:{line}: {written} ({why}: {})",
-                file.display(),
-                to.join("::")
-            ));
-        }
-    }
-    found
-}
-
-/// What the application may not name: the store's module, `Store::open` (it opens the database
-/// through `crate::open`), SQL.
-fn bin_findings(roots: &Roots, file: &Path, text: &str) -> Vec<String> {
-    let module = module_of(file);
-    let mut found = Vec::new();
-    for (line, written, to) in named(roots, Krate::Bin, &module, text) {
-        let opens = to.ends_with(&["Store".to_string(), "open".to_string()])
-            || to
-                .windows(2)
-                .any(|w| w[0] == "Store" && w[1].starts_with("open"));
-        // The `Store` handle is the library's to hand out; its module is not.
-        let store = written
-            .split([':', ' '])
-            .any(|s| s == "store" || s == "rusqlite");
-        if opens || store {
-            found.push(format!(
-                "{}:{line}: {written} ({})",
-                file.display(),
-                to.join("::")
-            ));
-        }
-    }
-    // What no path reading sees: a `Store::open…` through a name the file made up, `rusqlite`
-    // anywhere, a `store::` path of any spelling.
-    let code = without_tests(&blank(text));
-    for (i, line) in code.lines().enumerate() {
-        if ["store::", "Store::open", "rusqlite"]
-            .iter()
-            .any(|w| line.contains(w))
-        {
-            found.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
-        }
-    }
-    found
-}
-
 /// The store's crate's sources.
-fn store_src() -> PathBuf {
+pub(super) fn store_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/store/src")
-}
-
-fn store_files() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    sources(&store_src(), &mut files);
-    assert!(files.len() >= 10, "found only {} files", files.len());
-    files
-}
-
-fn bin_files() -> Vec<PathBuf> {
-    let root = src();
-    let mut files = vec![root.join("main.rs"), root.join("demo.rs")];
-    for room in ["tui", "cli", "runner", "chaos", "mcp"] {
-        sources(&root.join(room), &mut files);
-    }
-    // The dashboard's tests build fixture databases with SQL, as tests/ do.
-    files.retain(|f| !f.components().any(|c| c.as_os_str() == "tests"));
-    assert!(files.len() >= 20, "found only {} files", files.len());
-    files
-}
-
-#[test]
-fn the_application_never_names_the_store() {
-    let roots = Roots::load();
-    let mut found = Vec::new();
-    for f in bin_files() {
-        found.extend(bin_findings(&roots, &f, &read(&f)));
-    }
-    assert!(
-        found.is_empty(),
-        "the store named outside the library:\n{}",
-        found.join("\n")
-    );
-}
-
-/// The store is the ground floor above the words: its rows are its own (`store/rows.rs`); the
-/// snapshot is built from them. Policy up, SQL down: it decides nothing of the runner's, asks
-/// nobody who acts and reads no clock (every write's time comes from its caller, or on
-/// PostgreSQL the server).
-#[test]
-fn the_store_names_only_the_words_and_itself() {
-    let roots = Roots::load();
-    let mut found = Vec::new();
-    for f in store_files() {
-        found.extend(store_findings(&roots, &f, &read(&f)));
-    }
-    assert!(
-        found.is_empty(),
-        "the store reaches up:\n{}",
-        found.join("\n")
-    );
-}
-
-/// The words cannot name a floor above them because their crate depends on no crate of this
-/// workspace (the library depends on it, so it could not anyway without a cycle).
-#[test]
-fn the_words_depend_on_no_crate_of_the_workspace() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/words/Cargo.toml");
-    let text = read(&manifest);
-    let local: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#') && l.contains("path"))
-        .collect();
-    assert!(local.is_empty(), "the words depend on: {local:?}");
-}
-
-/// Each check catches what the line searches it replaces missed. A fixture is a file's text as
-/// if at the path given; each must be found, and the same text made harmless must not be.
-#[test]
-fn the_checks_catch_every_spelling_of_a_wrong_import() {
-    let roots = Roots::load();
-    let store = |at: &str, text: &str| store_findings(&roots, &src().join(at), text);
-    let wrong = [
-        (
-            "store/read.rs",
-            "use crate::{\n    time::Ts,\n    snapshot::Snapshot,\n};\n",
-        ),
-        ("store/read.rs", "use super::super::snapshot::Snapshot;\n"),
-        ("store/read.rs", "use super::{super::lease, rows};\n"),
-        (
-            "store/db.rs",
-            "fn f() -> String {\n    exactly_words::os_user()\n}\n",
-        ),
-        ("store/db.rs", "use crate::{actor, Token};\n"),
-        ("store/db.rs", "use exactly_words::identity::hostname;\n"),
-        (
-            "store/read.rs",
-            "fn f() { let t = exactly_words::time::now(); }\n",
-        ),
-        (
-            "store/read.rs",
-            "use exactly_words::time;\nuse time::now;\n",
-        ),
-        (
-            "store/read.rs",
-            "use exactly_words::time;\nfn f() { let t = time::now(); }\n",
-        ),
-        ("store/mod.rs", "use self::super::effect::Ctx;\n"),
-        (
-            "store/rows.rs",
-            "fn f() { crate::snapshot::Snapshot::default(); }\n",
-        ),
-        (
-            "store/rows.rs",
-            "fn f() -> crate::store::Store { crate::database::open(None, a) }\n",
-        ),
-    ];
-    for (at, text) in wrong {
-        assert!(!store(at, text).is_empty(), "missed in {at}:\n{text}");
-    }
-    let right = [
-        (
-            "store/read.rs",
-            "use crate::{\n    time::Ts,\n    state::RunOutcome,\n};\n",
-        ),
-        (
-            "store/read.rs",
-            "use super::rows::JobRow;\nuse super::super::store::db;\n",
-        ),
-        (
-            "store/read.rs",
-            "// use crate::snapshot;\nconst S: &str = \"crate::snapshot\";\n",
-        ),
-        (
-            "store/read.rs",
-            "#[cfg(test)]\nmod tests {\n    use crate::snapshot;\n}\n",
-        ),
-        (
-            "store/pg.rs",
-            "fn f() { let here = exactly_words::time::now(); }\n",
-        ),
-        (
-            "store/db.rs",
-            "use crate::{Error, Result, Token, JobName};\n",
-        ),
-    ];
-    for (at, text) in right {
-        let found = store(at, text);
-        assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
-    }
-    let bin = |at: &str, text: &str| bin_findings(&roots, &src().join(at), text);
-    let wrong = [
-        (
-            "tui/mod.rs",
-            "fn f() { let s = crate::store::Store::open(\"x\"); }\n",
-        ),
-        (
-            "tui/mod.rs",
-            "use crate::{\n    Access,\n    Store,\n};\nfn f() { Store::open_at(p, a); }\n",
-        ),
-        (
-            "runner/mod.rs",
-            "use exactly::{\n    Store as S,\n};\nfn f() { S::open(p); }\n",
-        ),
-        ("cli/mod.rs", "use rusqlite::Connection;\n"),
-    ];
-    for (at, text) in wrong {
-        assert!(!bin(at, text).is_empty(), "missed in {at}:\n{text}");
-    }
-    let right = [
-        (
-            "tui/mod.rs",
-            "use crate::{open, Access};\nfn f() { open(None, Access::ReadOnly); }\n",
-        ),
-        ("cli/mod.rs", "// Store::open is the library's\n"),
-    ];
-    for (at, text) in right {
-        let found = bin(at, text);
-        assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
-    }
 }

@@ -222,19 +222,44 @@ impl Store {
             Access::ReadOnly => pg::check_read_only(&db),
         };
         checked.map_err(|e| pg::error(&shown, busy_ms, e))?;
-        Ok(Store {
-            conn: Conn::Pg(db),
-            path: shown,
+        Ok(Store::with_conn(
+            Conn::Pg(db),
+            shown,
+            busy_ms,
+            StoreOpener {
+                at: url.to_string(),
+                access,
+            },
+        ))
+    }
+
+    /// A handle on `conn` as opened, nothing kept yet, no lane or fault or pinned clock set.
+    fn with_conn(conn: Conn, path: String, busy_ms: u64, opener: StoreOpener) -> Store {
+        Store {
+            conn,
+            path,
             busy_ms,
             kept: None,
             writes_first: gate::Lane::Others,
             lose_reply: false,
             pinned_now: None,
-            opener: StoreOpener {
-                at: url.to_string(),
-                access,
-            },
-        })
+            opener,
+        }
+    }
+
+    /// A handle on an opened SQLite file at `path`, with the busy timeout set.
+    fn on_sqlite(conn: Connection, path: &str, access: Access) -> Result<Store> {
+        let busy_ms = busy_timeout_ms();
+        let opener = StoreOpener {
+            at: path.to_string(),
+            access,
+        };
+        let store = Store::with_conn(Conn::Lite(conn), path.to_string(), busy_ms, opener);
+        store
+            .lite()
+            .busy_timeout(Duration::from_millis(busy_ms))
+            .map_err(|e| store.err(e.into()))?;
+        Ok(store)
     }
 
     /// Whether a database exists at `db`: the file, or exactly's tables on the PostgreSQL server
@@ -305,24 +330,7 @@ impl Store {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
-        let busy_ms = busy_timeout_ms();
-        let mut store = Store {
-            conn: Conn::Lite(conn),
-            path: path.to_string(),
-            busy_ms,
-            kept: None,
-            writes_first: gate::Lane::Others,
-            lose_reply: false,
-            pinned_now: None,
-            opener: StoreOpener {
-                at: path.to_string(),
-                access: Access::Write,
-            },
-        };
-        store
-            .lite()
-            .busy_timeout(Duration::from_millis(busy_ms))
-            .map_err(|e| store.err(e.into()))?;
+        let mut store = Store::on_sqlite(conn, path, Access::Write)?;
         store.lite().set_prepared_statement_cache_capacity(64);
         prepare::prepare(&mut store)?;
         Ok(store)
@@ -393,25 +401,7 @@ impl Store {
             )
         };
         let conn = Connection::open_with_flags(&target, flags).map_err(|e| open_error(path, e))?;
-        let busy_ms = busy_timeout_ms();
-        let store = Store {
-            conn: Conn::Lite(conn),
-            path: path.to_string(),
-            busy_ms,
-            kept: None,
-            writes_first: gate::Lane::Others,
-            lose_reply: false,
-            pinned_now: None,
-            opener: StoreOpener {
-                at: path.to_string(),
-                access: Access::ReadOnly,
-            },
-        };
-        store
-            .lite()
-            .busy_timeout(Duration::from_millis(busy_ms))
-            .map_err(|e| store.err(e.into()))?;
-        Ok(store)
+        Store::on_sqlite(conn, path, Access::ReadOnly)
     }
 
     /// Puts this connection's writes before the other writers of this process: a scheduler's

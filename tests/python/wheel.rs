@@ -207,7 +207,8 @@ fn the_wheels_carry_honest_manylinux2014_tags() {
 
 /// The sdists build (cheap: no compiling) and carry what a source install needs: the LICENSE,
 /// the words' and the store's crates (crates/words, crates/store: path dependencies of the
-/// library), the README as the long description, and the module's pin of the command's version.
+/// library), the README as the long description, the project's URLs, and the module's pin of
+/// the command's version.
 #[test]
 fn the_sdists_carry_the_license_and_the_pin() {
     let py = tools().unwrap_or_else(|e| panic!("{e}"));
@@ -246,6 +247,11 @@ fn the_sdists_carry_the_license_and_the_pin() {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(info.contains(&format!("Version: {VERSION}")), "{info}");
+        let pypi = format!("https://pypi.org/project/{}/", name.replace('_', "-"));
+        assert!(
+            info.contains(&format!("Project-URL: Homepage, {pypi}")),
+            "the metadata must say where the project lives:\n{info}"
+        );
         if name == "exactly_ledger" {
             assert!(
                 info.contains(&format!("Requires-Dist: exactly-ledger-cli=={VERSION}")),

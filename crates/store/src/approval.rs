@@ -5,6 +5,7 @@ use super::ledger::BUMP;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use exactly_words::state::EventKind;
 use exactly_words::state::{ApprovalState, EffectState};
+use exactly_words::time::Ts;
 use exactly_words::Result;
 
 /// An approval row.
@@ -19,7 +20,8 @@ pub struct ApprovalRow {
     /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
     /// When it was requested.
-    pub requested_at: String,
+    #[serde(serialize_with = "super::rows::ser_ts")]
+    pub requested_at: Ts,
     /// Who approved or denied it.
     pub decided_by: Option<String>,
     /// When it was approved or denied.
@@ -40,7 +42,7 @@ pub fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
         job_key: text_or_empty(r, 1)?,
         terms_shown: text(r, 2)?,
         state: word(r, 3)?,
-        requested_at: text_or_empty(r, 4)?,
+        requested_at: super::rows::ts_req(r, 4, "exactly_approvals.requested_at")?,
         decided_by: text(r, 5)?,
         decided_at: text(r, 6)?,
         note: text(r, 7)?,

@@ -415,7 +415,8 @@ pub struct ApprovalView {
     /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
     /// When it was requested.
-    pub requested_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub requested_at: Ts,
     /// Seconds since it was requested.
     pub age_s: i64,
     /// Who approved or denied it.
@@ -425,9 +426,7 @@ pub struct ApprovalView {
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
     pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
-        let age_s = exactly_words::time::parse(&a.requested_at)
-            .map(|t| exactly_words::time::age_s(t, now))
-            .unwrap_or(0);
+        let age_s = exactly_words::time::age_s(a.requested_at, now);
         ApprovalView {
             effect_key: a.effect_key,
             job_key: a.job_key,

@@ -92,7 +92,8 @@ fn approval_pending(limit: Duration, snap: &Snapshot, out: &mut Vec<Condition>) 
         out.push(Condition {
             rule: "approval_pending_longer_than",
             subject: a.effect_key.clone(),
-            episode: format!("{}@{}", a.effect_key, a.requested_at),
+            // The text stored (the fixed width, which `fmt` gives back), as before it was a time.
+            episode: format!("{}@{}", a.effect_key, time::fmt(a.requested_at)),
             text: format!(
                 "effect {} of job {} has waited for an approval for {}",
                 a.effect_key,

@@ -8,7 +8,8 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
     let approval_rows = |list: &[&crate::snapshot::ApprovalView]| -> Vec<Vec<C>> {
         list.iter()
             .map(|a| {
-                let age = age_s(&a.requested_at, now).unwrap_or(a.age_s);
+                // The dashboard's own clock (pinned in its tests), not the read's.
+                let age = (now - a.requested_at).num_seconds();
                 let alert = ApprovalState::Pending == a.state.as_str() && age > APPROVAL_ALERT_S;
                 vec![
                     (

@@ -6,13 +6,13 @@ use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use exactly_words::state::EventKind;
 use exactly_words::state::{ApprovalState, EffectState};
 use exactly_words::time::Ts;
-use exactly_words::Result;
+use exactly_words::{EffectKey, Result};
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ApprovalRow {
     /// The effect key it approves: one approval per effect.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job whose effect asked for it.
     pub job_key: String,
     /// What the effect does, as the approver is shown.
@@ -38,7 +38,7 @@ pub const APPROVAL_COLS: &str =
 
 pub fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
-        effect_key: text_or_empty(r, 0)?,
+        effect_key: EffectKey::from(text_or_empty(r, 0)?),
         job_key: text_or_empty(r, 1)?,
         terms_shown: text(r, 2)?,
         state: word(r, 3)?,

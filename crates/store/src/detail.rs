@@ -12,7 +12,7 @@ pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
         at: super::rows::ts_req(r, 1, "exactly_events.at")?,
         kind: word(r, 2)?,
         job_key: text(r, 3)?,
-        effect_key: text(r, 4)?,
+        effect_key: text(r, 4)?.map(exactly_words::EffectKey::from),
         fencing_token: int(r, 5)?,
         actor: text(r, 6)?,
         detail: text(r, 7)?,

@@ -6,6 +6,7 @@ use exactly_words::policy::Overlap;
 use exactly_words::schedule::DstShown;
 use exactly_words::state::{ApprovalState, EffectState, EventKind, RunOutcome};
 use exactly_words::time::Ts;
+use exactly_words::EffectKey;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -382,10 +383,10 @@ impl RunRow {
 }
 
 /// An open effect: sent or maybe sent, not settled; never retried until settled.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OpenEffect {
     /// The effect's key in the ledger.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job that claimed it.
     pub job_key: String,
     /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
@@ -404,10 +405,10 @@ pub struct OpenEffect {
 }
 
 /// An approval as shown to a person.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApprovalView {
     /// The effect key the approval is for.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job whose effect needs it.
     pub job_key: String,
     /// What the effect does, as the approver is shown.
@@ -452,7 +453,7 @@ pub struct EventRow {
     /// The job it concerns.
     pub job_key: Option<String>,
     /// The effect it concerns.
-    pub effect_key: Option<String>,
+    pub effect_key: Option<EffectKey>,
     /// The fencing token involved, if any.
     pub fencing_token: Option<i64>,
     /// Who acted.

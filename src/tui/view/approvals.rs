@@ -17,7 +17,7 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
                         if alert { t.warn() } else { Style::new() },
                     ),
                     plain(a.job_key.clone()),
-                    plain(a.effect_key.clone()),
+                    plain(a.effect_key.to_string()),
                     plain(a.decided_by.clone().unwrap_or_else(|| "-".into())),
                     plain(a.terms_shown.clone().unwrap_or_default()),
                 ]

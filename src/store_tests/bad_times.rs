@@ -46,3 +46,20 @@ fn a_bad_requested_at_is_corrupt_not_age_zero() {
     );
     assert_corrupt(read, "exactly_approvals.requested_at");
 }
+
+/// The lease's time left was zero: a lease read as run out, by the runner's and the effect's
+/// checks of it.
+#[test]
+fn a_bad_lease_until_is_corrupt_not_no_time_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+         VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    let left = crate::lease::get_with_left(&mut store, &exactly_words::JobName::from("j"));
+    assert_corrupt(left, "job_lease.lease_until");
+}

@@ -184,3 +184,25 @@ fn a_bad_run_end_is_corrupt_not_no_backoff() {
     );
     assert_corrupt(got, "exactly_runs.ended_at");
 }
+
+/// `exactly effects` showed such an effect as changed 0 s ago.
+#[test]
+fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', ?1, ?1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        crate::effect::in_state(
+            &mut store,
+            &exactly_words::state::EffectState::Unknown,
+            None,
+        ),
+        "effect_ledger.updated_at",
+    );
+}

@@ -232,6 +232,11 @@ impl Store {
                 )?,
                 None => tx.rows(&sql, args![state.as_str()], super::ledger_rows::ledger_row)?,
             };
+            // The listing's order and ages are this column's: a row whose change time is not
+            // a time is refused here, not shown as changed just now.
+            for r in &rows {
+                super::rows::time_in("effect_ledger.updated_at", &r.updated_at)?;
+            }
             Ok(InState {
                 schema_version: super::prepare::version(tx)?,
                 now: tx.now(caller_now).to_string(),

@@ -206,3 +206,24 @@ fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
         "effect_ledger.updated_at",
     );
 }
+
+/// The kill test's last run was said to be 0 s old.
+#[test]
+fn a_bad_chaos_run_time_is_corrupt_not_just_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_chaos_runs (at, scenarios, iterations, duplicates, lost, passed) \
+         VALUES (?1, 'kill-mid-effect', 3, 0, 0, 1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        store.checklist_reading(
+            exactly_words::time::now(),
+            crate::jobs::SCHEDULER_DEAD_AFTER,
+        ),
+        "exactly_chaos_runs.at",
+    );
+}

@@ -44,7 +44,7 @@ pub fn waiting_jobs(store: &mut Store, now: time::Ts) -> Result<Vec<(String, Wai
 }
 
 /// The latest slot the schedule itself fired (manual and backfill firings do not count).
-pub fn last_slot(store: &mut Store, job: &JobName) -> Result<Option<String>> {
+pub fn last_slot(store: &mut Store, job: &JobName) -> Result<Option<time::Ts>> {
     store.last_slot(job)
 }
 

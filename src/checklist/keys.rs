@@ -1,6 +1,6 @@
 //! Rule 3, keys from facts: targets done twice within one run or interval whose inputs differ
 //! only in values taken from the attempt (`key::input_fields`' marks).
-use super::rules::{parse, plural, r, Ctx};
+use super::rules::{plural, r, Ctx};
 use super::{Rule, RuleResult};
 use crate::store::{ActionFacts, DoneRow};
 use exactly_words::key::FieldMark;
@@ -104,10 +104,7 @@ impl Ctx<'_> {
             for pair in rows.windows(2) {
                 let (a, b) = (pair[0], pair[1]);
                 let same_run = a.fencing_token.is_some() && a.fencing_token == b.fencing_token;
-                let close = match (iv, parse(&a.created_at), parse(&b.created_at)) {
-                    (Some(iv), Some(x), Some(y)) => (y - x).abs() < iv,
-                    _ => false,
-                };
+                let close = iv.is_some_and(|iv| (b.created_at - a.created_at).abs() < iv);
                 if !same_run && !close {
                     continue;
                 }

@@ -373,10 +373,11 @@ impl Pace {
 
 /// Records a run of `exactly chaos` (the kill test rule 8 looks for) in `store`.
 pub fn record_kill_test(store: &mut Store, run: &KillTestRun) -> Result<()> {
-    let now = exactly_words::time::fmt(store.now());
+    let at = store.now();
+    let now = exactly_words::time::fmt(at);
     store.record_chaos_run(
         &crate::store::ChaosRunRow {
-            at: now.clone(),
+            at,
             scenarios: run.scenarios.join(","),
             iterations: i64::from(run.iterations),
             duplicates: run.duplicates as i64,

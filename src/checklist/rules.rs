@@ -455,7 +455,7 @@ impl Ctx<'_> {
                 "run exactly chaos (kill-mid-effect, deploy-restart) against it",
             );
         };
-        let age = parse(&last.at).map_or(0, |t| exactly_words::time::age_s(t, self.now));
+        let age = exactly_words::time::age_s(last.at, self.now);
         let seen = format!(
             "{} ago: {} × {}, {} duplicates, {} lost",
             human_age(age),
@@ -572,10 +572,6 @@ impl Ctx<'_> {
         }
         r(rule, Ok, seen, "nothing to do")
     }
-}
-
-pub(super) fn parse(t: &str) -> Option<Ts> {
-    exactly_words::time::parse(t)
 }
 
 /// Rule 2 for a lease the scheduler renews by heartbeat: the first bound becomes the renewal

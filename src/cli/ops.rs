@@ -124,17 +124,31 @@ pub(super) fn effects_cmd(db: &Option<String>, a: EffectsArgs) -> Result<i32> {
     let state = EffectState::parse(&a.state);
     let mut store = open_read_only(db)?;
     let (schema_version, now, rows) = effect::in_state(&mut store, &state, a.job.as_deref())?;
-    let age = |at: &str| time::parse(at).map(|t| time::age_s(t, now)).unwrap_or(0);
+    // The store refused a row whose `updated_at` is not a time; never an age of 0 for one.
+    let ages = rows
+        .iter()
+        .map(|r| {
+            time::parse(&r.updated_at)
+                .map(|t| time::age_s(t, now))
+                .ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "effect_ledger.updated_at holds {:?}, not a time",
+                        inert_trunc(&r.updated_at, 40)
+                    ))
+                })
+        })
+        .collect::<Result<Vec<i64>>>()?;
     if a.json {
         let effects: Vec<Value> = rows
             .iter()
-            .map(|r| {
+            .zip(&ages)
+            .map(|(r, age)| {
                 json!({
                     "effect_key": r.effect_key,
                     "job_key": r.job_key,
                     "state": r.state,
                     "since": r.updated_at,
-                    "age_s": age(&r.updated_at),
+                    "age_s": age,
                     "created_at": r.created_at,
                     "run_id": r.run_id,
                     "fencing_token": r.fencing_token,
@@ -169,13 +183,13 @@ pub(super) fn effects_cmd(db: &Option<String>, a: EffectsArgs) -> Result<i32> {
         "{:<32}  {:<20} {:<9} {:>8}  TERMS",
         "EFFECT KEY", "JOB", "STATE", "AGE"
     );
-    for r in &rows {
+    for (r, age) in rows.iter().zip(ages) {
         println!(
             "{:<32}  {:<20} {:<9} {:>8}  {}",
             inert(&r.effect_key),
             inert_trunc(&r.job_key, 20),
             r.state,
-            human_age(age(&r.updated_at)),
+            human_age(age),
             inert_trunc(r.terms_shown.as_deref().unwrap_or(""), 60)
         );
     }

@@ -443,13 +443,13 @@ impl App {
             View::Unknown => self
                 .unknown()
                 .iter()
-                .map(|u| u.effect_key.clone())
+                .map(|u| u.effect_key.to_string())
                 .collect(),
             View::Approvals => {
                 let (p, u) = self.approvals();
                 p.iter()
                     .chain(u.iter())
-                    .map(|a| a.effect_key.clone())
+                    .map(|a| a.effect_key.to_string())
                     .collect()
             }
             View::Events => self.events().iter().map(|e| e.id.to_string()).collect(),
@@ -537,7 +537,7 @@ impl App {
         match self.view {
             View::Jobs | View::Checklist => None,
             View::Unknown => self.unknown().get(i).map(|u| EffectRef {
-                key: u.effect_key.clone(),
+                key: u.effect_key.to_string(),
                 job: u.job_key.clone(),
                 terms: u.terms_shown.clone(),
                 approval: None,
@@ -545,7 +545,7 @@ impl App {
             View::Approvals => {
                 let (p, u) = self.approvals();
                 p.iter().chain(u.iter()).nth(i).map(|a| EffectRef {
-                    key: a.effect_key.clone(),
+                    key: a.effect_key.to_string(),
                     job: a.job_key.clone(),
                     terms: a.terms_shown.clone(),
                     approval: Some(a.state.clone()),
@@ -553,7 +553,7 @@ impl App {
             }
             View::Events => {
                 let e = self.events().get(i).copied()?;
-                let key = e.effect_key.clone()?;
+                let key = e.effect_key.as_ref()?.to_string();
                 Some(EffectRef {
                     key,
                     job: e.job_key.clone().unwrap_or_default(),

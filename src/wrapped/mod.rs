@@ -171,12 +171,24 @@ fn read_lease(
                             }
                         }
                     }
+                    // The lease's end was read as a time (`lease_left` refuses one that is
+                    // not); the recorded deadline may not be. Then the command is cut at once
+                    // (its record says the value): a cut of nothing would give it the whole
+                    // lease past the recorded end.
                     let cut = match (
                         exactly_words::time::parse(&l.lease_until),
                         exactly_words::time::parse(&until),
                     ) {
                         (Some(a), Some(b)) => a - b,
-                        _ => chrono::Duration::zero(),
+                        _ => {
+                            eprintln!(
+                                "exactly: the send's deadline {:?} of job {} is not a time: \
+                                 stopping the command",
+                                exactly_words::sanitize::inert_trunc(&until, 40),
+                                exactly_words::sanitize::inert(&spec.job)
+                            );
+                            left
+                        }
                     };
                     let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
                     Some(Heard::Until(until, t0.checked_add(left).unwrap_or(t0)))

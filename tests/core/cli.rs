@@ -691,6 +691,50 @@ fn refuses_newer_foreign_and_corrupt_databases_without_writing() {
     assert_refused(&corrupt, "status", None);
 }
 
+// A stored time that is not a time (month 13), in a real SQLite file: each command that
+// reads it says so in one line (exit 1), where an approval was 0 s old and an effect changed
+// 0 s ago.
+#[test]
+fn a_bad_time_in_a_row_is_one_line_of_corruption_not_age_zero() {
+    let env = Env::new();
+    env.run(&["init"]);
+    let bad = "2026-13-01T00:00:00.000Z";
+    let c = rusqlite::Connection::open(&env.db).unwrap();
+    c.execute(
+        "INSERT INTO exactly_approvals (effect_key, job_key, state, requested_at) \
+         VALUES ('k', 'j', 'pending', ?1)",
+        [bad],
+    )
+    .unwrap();
+    for args in [&["status"][..], &["status", "--json"]] {
+        let (code, out, err) = env.run(args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "exactly_approvals.requested_at holds \"{bad}\", not a time"
+            )),
+            "{err}"
+        );
+    }
+    c.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', ?1, ?1)",
+        [bad],
+    )
+    .unwrap();
+    let (code, out, err) = env.run(&["effects", "--state", "unknown"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "effect_ledger.updated_at holds \"{bad}\", not a time"
+        )),
+        "{err}"
+    );
+}
+
 // A SQLite write lock (BEGIN IMMEDIATE) and the busy timeout.
 #[test]
 fn a_locked_database_waits_for_the_busy_timeout_then_says_so() {

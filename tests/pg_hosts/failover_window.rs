@@ -92,3 +92,41 @@ fn the_default_window_closes_when_the_old_timelines_last_effects_are_settled() {
     assert_eq!(until, 0, "the window is recorded closed");
     assert!(said.contains("accounted for"), "{said}");
 }
+
+/// The window waits for the newest lease of the old timeline, compared as times: a lease row
+/// holding no time (which SQL's max() over the text would pick, hiding every real lease) is
+/// named, not waited for, and hides nothing.
+#[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+fn a_lease_holding_no_time_hides_no_real_lease_from_the_window() {
+    let site = Site::new(1);
+    let db = site.db();
+    let held = exactly::time::now() + chrono::Duration::hours(2);
+    let held_s = exactly::time::fmt(held);
+    site.fail_over(&format!(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) VALUES
+           ('held', 'old', 7, '{held_s}', '{held_s}'),
+           ('garbled', 'old', 8, '9999-99-99T99:99:99.999Z', '{held_s}');"
+    ));
+    let (code, said) = both(exactly(
+        db,
+        &["lease", "claim", "--job", "j", "--for", "1m"],
+    ));
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(
+        site.meta("failover_leases_until_ms"),
+        held.timestamp_millis(),
+        "{said}"
+    );
+    assert!(
+        said.contains("the lease of job(s) garbled holds no time"),
+        "{said}"
+    );
+    assert!(
+        said.contains("1 lease(s) holding no time not waited for"),
+        "{said}"
+    );
+}

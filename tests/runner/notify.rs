@@ -387,6 +387,13 @@ on_both_backends! {
         assert!(fired && recovered, "{o}{e}{:?}\n{watch_log}", far.requests());
         assert_eq!(status.code(), Some(0), "{watch_log}");
         assert_eq!((told("firing"), told("recovered")), (1, 1), "{:?}", far.requests());
+        // The episode names the request's time as stored: a notifier that came after one
+        // whose episode read differently would tell the same approval again.
+        let stored = site.strings("SELECT requested_at FROM exactly_approvals");
+        let episode = format!("\"episode\":\"{}@{}\"", key[0], stored[0]);
+        for r in far.requests() {
+            assert!(r.body.contains(&episode), "{episode} in {}", r.body);
+        }
     }
 }
 

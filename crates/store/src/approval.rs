@@ -5,13 +5,14 @@ use super::ledger::BUMP;
 use super::{record_event, text, text_or_empty, word, NewEvent, Store};
 use exactly_words::state::EventKind;
 use exactly_words::state::{ApprovalState, EffectState};
-use exactly_words::Result;
+use exactly_words::time::Ts;
+use exactly_words::{EffectKey, Result};
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ApprovalRow {
     /// The effect key it approves: one approval per effect.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job whose effect asked for it.
     pub job_key: String,
     /// What the effect does, as the approver is shown.
@@ -19,7 +20,8 @@ pub struct ApprovalRow {
     /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
     /// When it was requested.
-    pub requested_at: String,
+    #[serde(serialize_with = "super::rows::ser_ts")]
+    pub requested_at: Ts,
     /// Who approved or denied it.
     pub decided_by: Option<String>,
     /// When it was approved or denied.
@@ -36,11 +38,11 @@ pub const APPROVAL_COLS: &str =
 
 pub fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
-        effect_key: text_or_empty(r, 0)?,
+        effect_key: EffectKey::from(text_or_empty(r, 0)?),
         job_key: text_or_empty(r, 1)?,
         terms_shown: text(r, 2)?,
         state: word(r, 3)?,
-        requested_at: text_or_empty(r, 4)?,
+        requested_at: super::rows::ts_req(r, 4, "exactly_approvals.requested_at")?,
         decided_by: text(r, 5)?,
         decided_at: text(r, 6)?,
         note: text(r, 7)?,

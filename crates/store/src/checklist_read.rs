@@ -84,7 +84,7 @@ fn facts(tx: &Tx<'_>, now_s: &str, now: Ts, out: &mut ChecklistReading) -> DbRes
             &[],
             |r| {
                 Ok(ChaosRunRow {
-                    at: text_or_empty(r, 0)?,
+                    at: super::rows::ts_req(r, 0, "exactly_chaos_runs.at")?,
                     scenarios: text_or_empty(r, 1)?,
                     iterations: int(r, 2)?.unwrap_or(0),
                     duplicates: int(r, 3)?.unwrap_or(0),
@@ -303,7 +303,7 @@ fn ledger_facts(tx: &Tx<'_>, v9: bool, out: &mut ChecklistReading) -> DbResult<(
                 target_id: text_or_empty(r, 2)?,
                 effect_key: text_or_empty(r, 3)?,
                 fencing_token: int(r, 4)?,
-                created_at: text_or_empty(r, 5)?,
+                created_at: super::rows::ts_req(r, 5, "effect_ledger.created_at")?,
                 input_fields: text(r, 6)?,
             })
         },

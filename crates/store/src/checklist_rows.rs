@@ -93,7 +93,7 @@ pub struct DoneRow {
     /// The token that wrote it.
     pub fencing_token: Option<i64>,
     /// When it was claimed.
-    pub created_at: String,
+    pub created_at: exactly_words::time::Ts,
     /// Its inputs' names and digests (`key::input_fields`); None before schema 9.
     pub input_fields: Option<String>,
 }
@@ -102,7 +102,7 @@ pub struct DoneRow {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChaosRunRow {
     /// When it ended.
-    pub at: String,
+    pub at: exactly_words::time::Ts,
     /// The scenarios it ran, comma-separated.
     pub scenarios: String,
     /// Iterations per scenario.

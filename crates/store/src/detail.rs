@@ -12,7 +12,7 @@ pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
         at: super::rows::ts_req(r, 1, "exactly_events.at")?,
         kind: word(r, 2)?,
         job_key: text(r, 3)?,
-        effect_key: text(r, 4)?,
+        effect_key: text(r, 4)?.map(exactly_words::EffectKey::from),
         fencing_token: int(r, 5)?,
         actor: text(r, 6)?,
         detail: text(r, 7)?,
@@ -232,6 +232,11 @@ impl Store {
                 )?,
                 None => tx.rows(&sql, args![state.as_str()], super::ledger_rows::ledger_row)?,
             };
+            // The listing's order and ages are this column's: a row whose change time is not
+            // a time is refused here, not shown as changed just now.
+            for r in &rows {
+                super::rows::time_in("effect_ledger.updated_at", &r.updated_at)?;
+            }
             Ok(InState {
                 schema_version: super::prepare::version(tx)?,
                 now: tx.now(caller_now).to_string(),

@@ -20,13 +20,15 @@ use exactly_words::Result;
 
 impl Store {
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
-    pub fn last_slot(&mut self, job: &str) -> Result<Option<String>> {
+    pub fn last_slot(&mut self, job: &str) -> Result<Option<exactly_words::time::Ts>> {
         self.read(|tx| {
             tx.one(
                 "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1
                    AND kind IN ('scheduled', 'catchup') ORDER BY scheduled_at DESC LIMIT 1",
                 args![job],
-                |r| text(r, 0),
+                // Not a time is the row's corruption: read as no slot, the slots since the
+                // real last one were neither caught up nor called missed.
+                |r| super::rows::ts(r, 0, "exactly_firings.scheduled_at"),
             )
             .optional()
             .map(Option::flatten)

@@ -3,7 +3,7 @@
 //! judge a lease nobody renews by how long its holders keep it. A scheduler's runs are not
 //! here: their leases are renewed by heartbeat and measured with the run (`exactly_runs`).
 use super::db::{args, DbResult, Tx};
-use super::{int, text, text_or_empty, Store};
+use super::{int, text_or_empty, Store};
 use exactly_words::Result;
 use std::collections::BTreeMap;
 
@@ -77,13 +77,18 @@ pub(super) fn unrenewed_holds(
          WHERE h.claimed_at >= ?1 AND h.renewals = 0
          ORDER BY h.fencing_token DESC",
         args![oldest],
-        |r| Ok((text_or_empty(r, 0)?, int(r, 1)?, text(r, 2)?, text(r, 3)?)),
+        |r| {
+            Ok((
+                text_or_empty(r, 0)?,
+                int(r, 1)?,
+                super::rows::ts_req(r, 2, "exactly_holds.claimed_at")?,
+                // The release, or the holder's last event (the coalesce above).
+                super::rows::ts(r, 3, "exactly_holds.released_at")?,
+            ))
+        },
     )?;
     for (job, lease, from, to) in rows {
-        let (Some(from), Some(to)) = (
-            from.as_deref().and_then(exactly_words::time::parse),
-            to.as_deref().and_then(exactly_words::time::parse),
-        ) else {
+        let Some(to) = to else {
             continue;
         };
         let e = out

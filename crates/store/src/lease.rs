@@ -331,14 +331,16 @@ impl Store {
         now: &str,
     ) -> Result<Option<(LeaseRow, chrono::Duration)>> {
         self.read(|tx| {
-            let now = exactly_words::time::parse(tx.now(now));
-            Ok(lease_row(tx, job)?.map(|r| {
-                let left = match (exactly_words::time::parse(&r.lease_until), now) {
-                    (Some(u), Some(n)) => u - n,
-                    _ => chrono::Duration::zero(),
-                };
-                (r, left)
-            }))
+            let Some(r) = lease_row(tx, job)? else {
+                return Ok(None);
+            };
+            // A bad lease_until is the row's corruption, said as such: read as "no time left"
+            // it passed for a lease run out, which the runner and the effect then believed.
+            let until = super::rows::time_in("job_lease.lease_until", &r.lease_until)?;
+            let now = tx.now(now);
+            let now = exactly_words::time::parse(now)
+                .ok_or_else(|| DbError::Other(format!("the clock's time {now:?} is unreadable")))?;
+            Ok(Some((r, until - now)))
         })
     }
 

@@ -167,6 +167,8 @@ pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<Se
 /// What a won send is granted: its lease's end and the time left to it on the database's clock.
 pub(super) fn granted(lease: &SenderLease, now: &str) -> Granted {
     let until = lease.until.clone().unwrap_or_default();
+    // Deliberately no time left when either is not a time: the send's deadline is then at
+    // once, the safe direction for a deadline that cannot be read.
     let left = match (
         exactly_words::time::parse(&until),
         exactly_words::time::parse(now),

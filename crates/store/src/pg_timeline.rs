@@ -12,7 +12,7 @@
 //! a write on it is refused with a sentence that says so.
 use super::db::{args, DbError, DbResult, Optional, Tx};
 use super::pg_conn::{PgConn, Seen, READ_COMMITTED};
-use super::{record_event, NewEvent};
+use super::{record_event, text_or_empty, NewEvent};
 use exactly_words::state::EventKind;
 
 /// The advisory lock the first connection after a failover holds while it raises the tokens.
@@ -277,12 +277,27 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                 None => {
                     // The newest lease the promoted server knows of: its holder may be sending
                     // until it ends.
-                    let leases: Option<String> =
-                        tx.one("SELECT max(lease_until) FROM job_lease", &[], |r| r.get(0))?;
-                    let leases = leases
-                        .as_deref()
-                        .and_then(exactly_words::time::parse)
-                        .map_or(start, |l| l.max(start));
+                    // Compared as times, not by SQL's max() over the text, which a row
+                    // holding no time would win, hiding every real lease. Such a row is not
+                    // refused: that would stop this guard. Its end is unknown, so it is named
+                    // on stderr and in the event, and only the floor below bounds it.
+                    let mut leases = start;
+                    let mut unreadable = Vec::new();
+                    tx.each("SELECT job_key, lease_until FROM job_lease", &[], |r| {
+                        let until = text_or_empty(r, 1)?;
+                        match exactly_words::time::parse(&until) {
+                            Some(t) => leases = leases.max(t),
+                            None => unreadable.push(text_or_empty(r, 0)?),
+                        }
+                        Ok(())
+                    })?;
+                    if !unreadable.is_empty() {
+                        eprintln!(
+                            "exactly: the lease of job(s) {} holds no time (job_lease.lease_until): \
+                             the failover window does not wait for it",
+                            exactly_words::sanitize::inert_trunc(&unreadable.join(", "), 200)
+                        );
+                    }
                     set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
                     set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
                     set_meta(tx, "failover_leases_until_ms", leases.timestamp_millis())?;
@@ -293,9 +308,17 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                         "failover_floor_until_ms",
                         floor_until.timestamp_millis(),
                     )?;
+                    let unread = if unreadable.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} lease(s) holding no time not waited for",
+                            unreadable.len()
+                        )
+                    };
                     format!(
                         "every effect of the old timeline's last leases is accounted for (and \
-                         not before {})",
+                         not before {}){unread}",
                         exactly_words::time::fmt(leases.max(floor_until))
                     )
                 }

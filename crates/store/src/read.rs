@@ -159,7 +159,7 @@ fn open_effects(tx: &Tx<'_>, now_s: &str, now: Ts) -> DbResult<Vec<OpenEffect>> 
         |r| {
             let since = super::rows::ts_req(r, 3, "effect_ledger.updated_at")?;
             Ok(OpenEffect {
-                effect_key: text_or_empty(r, 0)?,
+                effect_key: exactly_words::EffectKey::from(text_or_empty(r, 0)?),
                 job_key: text_or_empty(r, 1)?,
                 state: word(r, 2)?,
                 age_s: time::age_s(since, now),

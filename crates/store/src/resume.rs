@@ -361,28 +361,26 @@ fn backoff_left_tx(
     retry: &RetryRules<'_>,
     now: &str,
 ) -> DbResult<Option<(String, std::time::Duration)>> {
-    let ended: Option<String> = tx.one(
+    // A bad end is the row's corruption, said: read as "no run ended" it let the retry go at
+    // once, without its backoff.
+    let ended = tx.one(
         "SELECT max(ended_at) FROM exactly_runs WHERE job_key = ?1 \
          AND scheduled_at = ?2",
         args![job, slot],
-        |r| text(r, 0),
+        |r| super::rows::ts(r, 0, "exactly_runs.ended_at"),
     )?;
     let backoff = (retry.backoff)(slot, runs);
     let wait = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
-    let at = ended
-        .as_deref()
-        .and_then(exactly_words::time::parse)
-        .map(|e| e + wait);
-    let now_ts = exactly_words::time::parse(now);
+    let at = ended.map(|e| e + wait);
+    let now_ts = exactly_words::time::parse(now).ok_or_else(|| {
+        super::db::DbError::Other(format!("the clock's time {now:?} is unreadable"))
+    })?;
     let held = retry.held == Some(slot);
-    let Some(at) = at.filter(|at| !held && now_ts.is_some_and(|n| n < *at)) else {
+    let Some(at) = at.filter(|at| !held && now_ts < *at) else {
         return Ok(None);
     };
     // A wall clock stepped back since the run's end would make the wait longer than the
     // backoff: never more than the backoff.
-    let left = now_ts
-        .and_then(|n| (at - n).to_std().ok())
-        .unwrap_or(backoff)
-        .min(backoff);
+    let left = (at - now_ts).to_std().unwrap_or(backoff).min(backoff);
     Ok(Some((exactly_words::time::fmt(at), left)))
 }

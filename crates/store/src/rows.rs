@@ -6,6 +6,7 @@ use exactly_words::policy::Overlap;
 use exactly_words::schedule::DstShown;
 use exactly_words::state::{ApprovalState, EffectState, EventKind, RunOutcome};
 use exactly_words::time::Ts;
+use exactly_words::EffectKey;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -382,10 +383,10 @@ impl RunRow {
 }
 
 /// An open effect: sent or maybe sent, not settled; never retried until settled.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OpenEffect {
     /// The effect's key in the ledger.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job that claimed it.
     pub job_key: String,
     /// Its ledger state: `unknown`, or `submitted` by a holder whose lease is gone.
@@ -404,10 +405,10 @@ pub struct OpenEffect {
 }
 
 /// An approval as shown to a person.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApprovalView {
     /// The effect key the approval is for.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job whose effect needs it.
     pub job_key: String,
     /// What the effect does, as the approver is shown.
@@ -415,7 +416,8 @@ pub struct ApprovalView {
     /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
     /// When it was requested.
-    pub requested_at: String,
+    #[serde(serialize_with = "ser_ts")]
+    pub requested_at: Ts,
     /// Seconds since it was requested.
     pub age_s: i64,
     /// Who approved or denied it.
@@ -425,9 +427,7 @@ pub struct ApprovalView {
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
     pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
-        let age_s = exactly_words::time::parse(&a.requested_at)
-            .map(|t| exactly_words::time::age_s(t, now))
-            .unwrap_or(0);
+        let age_s = exactly_words::time::age_s(a.requested_at, now);
         ApprovalView {
             effect_key: a.effect_key,
             job_key: a.job_key,
@@ -453,7 +453,7 @@ pub struct EventRow {
     /// The job it concerns.
     pub job_key: Option<String>,
     /// The effect it concerns.
-    pub effect_key: Option<String>,
+    pub effect_key: Option<EffectKey>,
     /// The fencing token involved, if any.
     pub fencing_token: Option<i64>,
     /// Who acted.

@@ -166,13 +166,12 @@ impl Store {
     pub fn last_outage_end(&mut self, source: &str, before: &str) -> Result<Option<Ts>> {
         let prefix = format!("no scheduler of {source} was alive for ");
         self.read(|tx| {
-            let at: Option<String> = tx.one(
+            tx.one(
                 "SELECT max(at) FROM exactly_events WHERE kind = 'scheduler_outage' \
                  AND at < ?1 AND substr(detail, 1, length(?2)) = ?2",
                 args![before, prefix],
-                |r| text(r, 0),
-            )?;
-            Ok(at.as_deref().and_then(time::parse))
+                |r| ts(r, 0, "exactly_events.at"),
+            )
         })
     }
 }
@@ -186,20 +185,26 @@ fn outage_tx(
     now: &str,
     dead_after: std::time::Duration,
 ) -> DbResult<Option<Outage>> {
-    let Some(at) = time::parse(now) else {
-        return Ok(None);
-    };
+    let at = time::parse(now).ok_or_else(|| {
+        super::db::DbError::Other(format!("the clock's time {now:?} is unreadable"))
+    })?;
     let dead = chrono::Duration::from_std(dead_after).unwrap_or(chrono::Duration::seconds(10));
     let alive_since = time::fmt(at - dead);
-    let (last, alive): (Option<String>, i64) = tx.one(
+    let (last, alive): (Option<Ts>, i64) = tx.one(
         "SELECT max(coalesce(ended_at, heartbeat_at)),
                 coalesce(sum(CASE WHEN ended_at IS NULL AND heartbeat_at >= ?2 \
                     AND owner <> ?3 THEN 1 ELSE 0 END), 0)
          FROM exactly_schedulers WHERE source = ?1",
         args![s.source, alive_since, s.owner],
-        |r| Ok((text(r, 0)?, r.get::<i64>(1)?)),
+        |r| {
+            Ok((
+                ts(r, 0, "exactly_schedulers.ended_at or heartbeat_at")?,
+                r.get::<i64>(1)?,
+            ))
+        },
     )?;
-    let Some(from) = last.as_deref().and_then(time::parse) else {
+    // No scheduler of the file ran before: no outage to end.
+    let Some(from) = last else {
         return Ok(None);
     };
     if alive > 0 || at - from < OUTAGE_MIN {

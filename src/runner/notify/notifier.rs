@@ -69,8 +69,8 @@ fn unknown_older_than(limit: Duration, snap: &Snapshot, out: &mut Vec<Condition>
     {
         out.push(Condition {
             rule: "unknown_older_than",
-            subject: e.effect_key.clone(),
-            episode: e.effect_key.clone(),
+            subject: e.effect_key.to_string(),
+            episode: e.effect_key.to_string(),
             text: format!(
                 "effect {} of job {} has been {} for {}",
                 e.effect_key,
@@ -91,8 +91,9 @@ fn approval_pending(limit: Duration, snap: &Snapshot, out: &mut Vec<Condition>) 
     {
         out.push(Condition {
             rule: "approval_pending_longer_than",
-            subject: a.effect_key.clone(),
-            episode: format!("{}@{}", a.effect_key, a.requested_at),
+            subject: a.effect_key.to_string(),
+            // The text stored (the fixed width, which `fmt` gives back), as before it was a time.
+            episode: format!("{}@{}", a.effect_key, time::fmt(a.requested_at)),
             text: format!(
                 "effect {} of job {} has waited for an approval for {}",
                 a.effect_key,

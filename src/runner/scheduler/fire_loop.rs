@@ -42,9 +42,7 @@ fn start_state(
     let last = if fresh.iter().any(|f| *f == job.name) {
         None
     } else {
-        firing::last_slot(store, &job.name)?
-            .and_then(|s| time::parse(&s))
-            .max(handled)
+        firing::last_slot(store, &job.name)?.max(handled)
     };
     Ok(JobState::new(job, last.unwrap_or(now).min(now)))
 }

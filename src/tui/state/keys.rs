@@ -374,7 +374,7 @@ impl App {
             View::Events => {
                 let e = self.events().get(self.selected(View::Events)).copied()?;
                 match (&e.effect_key, &e.job_key) {
-                    (Some(k), _) => Focus::Effect(k.clone()),
+                    (Some(k), _) => Focus::Effect(k.to_string()),
                     (None, Some(j)) => Focus::Job(j.clone()),
                     _ => return None,
                 }

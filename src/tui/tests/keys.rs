@@ -23,7 +23,7 @@ fn effect_state(f: &Fixture, key: &str) -> (String, Option<String>) {
 
 /// The pending approval of the busy fixture (the only one).
 fn pending_key(f: &Fixture) -> String {
-    snapshot(f).pending_approvals[0].effect_key.clone()
+    snapshot(f).pending_approvals[0].effect_key.to_string()
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn resolve_already_settled_by_someone_else() {
     press(&mut app, &mut f.store(), &keys("2rh"));
     exactly::approval::resolve(
         &mut f.store(),
-        &crate::EffectKey::from(&key),
+        &key,
         exactly::approval::Resolution::Cancel,
         "carol",
         None,
@@ -517,7 +517,7 @@ fn an_open_effect_detail_follows_new_data() {
     // Another operator settles it; the next poll brings the detail up to date.
     exactly::approval::resolve(
         &mut f.store(),
-        &crate::EffectKey::from(&key),
+        &key,
         exactly::approval::Resolution::Happened,
         "bob",
         None,

@@ -8,7 +8,8 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
     let approval_rows = |list: &[&crate::snapshot::ApprovalView]| -> Vec<Vec<C>> {
         list.iter()
             .map(|a| {
-                let age = age_s(&a.requested_at, now).unwrap_or(a.age_s);
+                // The dashboard's own clock (pinned in its tests), not the read's.
+                let age = (now - a.requested_at).num_seconds();
                 let alert = ApprovalState::Pending == a.state.as_str() && age > APPROVAL_ALERT_S;
                 vec![
                     (
@@ -16,7 +17,7 @@ pub(super) fn draw_approvals(f: &mut Frame, app: &App, t: &Theme, area: Rect, no
                         if alert { t.warn() } else { Style::new() },
                     ),
                     plain(a.job_key.clone()),
-                    plain(a.effect_key.clone()),
+                    plain(a.effect_key.to_string()),
                     plain(a.decided_by.clone().unwrap_or_else(|| "-".into())),
                     plain(a.terms_shown.clone().unwrap_or_default()),
                 ]

@@ -64,7 +64,7 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
                     &format!(
                         "{} (requested {}; decided by {} at {}; note {}; consumed {})",
                         a.state,
-                        a.requested_at,
+                        crate::time::fmt(a.requested_at),
                         a.decided_by.as_deref().unwrap_or("-"),
                         a.decided_at.as_deref().unwrap_or("-"),
                         a.note.as_deref().unwrap_or("-"),

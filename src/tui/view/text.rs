@@ -24,10 +24,6 @@ pub(crate) fn clip(s: &str, width: usize) -> String {
     out
 }
 
-pub(super) fn age_s(ts: &str, now: Ts) -> Option<i64> {
-    crate::time::parse(ts).map(|t| (now - t).num_seconds())
-}
-
 /// `HH:MM:SS` of a fixed-width timestamp (inert: it may come from another program).
 pub(super) fn clock(ts: &str) -> String {
     inert(ts.get(11..19).unwrap_or(ts))

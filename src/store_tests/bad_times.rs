@@ -1,0 +1,229 @@
+//! A stored time that is not a time, read where it used to be guessed: each read says it is
+//! the database's corruption, naming the column and the value, in one line.
+use crate::store::Store;
+use exactly_words::Error;
+
+/// Sorts like a time (so a `WHERE at < ?` still finds it), parses as none: month 13.
+const BAD: &str = "2026-13-01T00:00:00.000Z";
+
+/// A fresh database at `dir`, its raw connection for rows written by hand, and its path.
+fn fresh(dir: &tempfile::TempDir) -> (rusqlite::Connection, String) {
+    let path = dir.path().join("bad.db");
+    let path = path.to_str().unwrap().to_string();
+    drop(Store::open(&path).unwrap());
+    (rusqlite::Connection::open(&path).unwrap(), path)
+}
+
+/// `got` is the one-line corruption of `column`.
+fn assert_corrupt<T: std::fmt::Debug>(got: exactly_words::Result<T>, column: &str) {
+    match got {
+        Err(Error::Corrupt { message, .. }) => {
+            assert!(
+                message.ends_with(&format!("{column} holds \"{BAD}\", not a time")),
+                "{message}"
+            );
+            assert!(!message.contains('\n'), "{message}");
+        }
+        other => panic!("a bad {column} read as {other:?}"),
+    }
+}
+
+/// The approval's age was 0 and the dashboard and the notifier used the text as found.
+#[test]
+fn a_bad_requested_at_is_corrupt_not_age_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_approvals (effect_key, job_key, state, requested_at) \
+         VALUES ('k', 'j', 'pending', ?1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    let read = store.reading(
+        exactly_words::time::now(),
+        crate::jobs::SCHEDULER_DEAD_AFTER,
+    );
+    assert_corrupt(read, "exactly_approvals.requested_at");
+}
+
+/// The lease's time left was zero: a lease read as run out, by the runner's and the effect's
+/// checks of it.
+#[test]
+fn a_bad_lease_until_is_corrupt_not_no_time_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+         VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    let left = crate::lease::get_with_left(&mut store, &exactly_words::JobName::from("j"));
+    assert_corrupt(left, "job_lease.lease_until");
+}
+
+/// A hold whose claim time is not a time was left out of the `p99>lease` figure.
+#[test]
+fn a_bad_hold_time_is_corrupt_not_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_holds (job_key, fencing_token, lease_ms, claimed_at, released_at) \
+         VALUES ('j', 1, 60000, ?1, '2026-01-01T00:00:00.000Z')",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    let read = store.reading(
+        exactly_words::time::now(),
+        crate::jobs::SCHEDULER_DEAD_AFTER,
+    );
+    assert_corrupt(read, "exactly_holds.claimed_at");
+}
+
+/// The last slot fired was read as none: the slots since the real last one were neither
+/// caught up nor called missed.
+#[test]
+fn a_bad_last_slot_is_corrupt_not_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, \
+         updated_at) VALUES ('j', ?1, 'scheduled', 'done', ?1, ?1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    assert_corrupt(
+        crate::firing::last_slot(&mut store, &exactly_words::JobName::from("j")),
+        "exactly_firings.scheduled_at",
+    );
+}
+
+/// An outage's end and a scheduler's last beat were read as none: no outage.
+#[test]
+fn bad_scheduler_times_are_corrupt_not_no_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_events (at, kind, detail) VALUES (?1, 'scheduler_outage', \
+         'no scheduler of jobs.toml was alive for 1h')",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    assert_corrupt(
+        store.last_outage_end("jobs.toml", "2027-01-01T00:00:00.000Z"),
+        "exactly_events.at",
+    );
+    raw.execute(
+        "INSERT INTO exactly_schedulers (owner, host, pid, started_at, heartbeat_at, source) \
+         VALUES ('old', 'h', 1, ?1, ?1, 'jobs.toml')",
+        [BAD],
+    )
+    .unwrap();
+    let reg = crate::store::SchedulerReg {
+        owner: "new",
+        host: "h",
+        pid: 2,
+        source: "jobs.toml",
+        host_id: "id",
+    };
+    assert_corrupt(
+        store.scheduler_started(
+            &reg,
+            "2026-06-01T00:00:00.000Z",
+            Some(std::time::Duration::from_secs(10)),
+        ),
+        "exactly_schedulers.ended_at or heartbeat_at",
+    );
+}
+
+/// A failed run's end was read as none: its firing went again at once, without its backoff.
+#[test]
+fn a_bad_run_end_is_corrupt_not_no_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    let slot = "2026-06-01T00:00:00.000Z";
+    raw.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, \
+         updated_at, detail) VALUES ('j', ?1, 'scheduled', 'retry', ?1, ?1, \
+         'its run failed: run 2 of at most 3 goes after its backoff')",
+        [slot],
+    )
+    .unwrap();
+    raw.execute(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+         started_at, ended_at, outcome, duration_ms) \
+         VALUES ('r1', 'j', ?1, 'me', 1, ?1, ?2, 'failed', 5)",
+        [slot, BAD],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    let gone = |_: &crate::store::RunOwner| true;
+    let backoff = |_: &str, _: i64| std::time::Duration::from_secs(600);
+    let got = store.resume_firing(
+        "j",
+        &crate::store::Resumer {
+            owner: "me",
+            silent_for: chrono::Duration::seconds(10),
+            gone: &gone,
+        },
+        &crate::store::ResumeTimes {
+            lease_until: "2026-06-01T00:01:05.000Z",
+            now: "2026-06-01T00:00:05.000Z",
+            oldest: "2026-05-01T00:00:00.000Z",
+        },
+        &exactly_words::policy::RetryRules {
+            attempts: 3,
+            backoff: &backoff,
+            held: None,
+        },
+    );
+    assert_corrupt(got, "exactly_runs.ended_at");
+}
+
+/// `exactly effects` showed such an effect as changed 0 s ago.
+#[test]
+fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', ?1, ?1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        crate::effect::in_state(
+            &mut store,
+            &exactly_words::state::EffectState::Unknown,
+            None,
+        ),
+        "effect_ledger.updated_at",
+    );
+}
+
+/// The kill test's last run was said to be 0 s old.
+#[test]
+fn a_bad_chaos_run_time_is_corrupt_not_just_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO exactly_chaos_runs (at, scenarios, iterations, duplicates, lost, passed) \
+         VALUES (?1, 'kill-mid-effect', 3, 0, 0, 1)",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        store.checklist_reading(
+            exactly_words::time::now(),
+            crate::jobs::SCHEDULER_DEAD_AFTER,
+        ),
+        "exactly_chaos_runs.at",
+    );
+}

@@ -11,11 +11,11 @@ use exactly_words::Result;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ApprovalRow {
     /// The effect key it approves: one approval per effect.
-    pub effect_key: String,
+    pub(crate) effect_key: String,
     /// The job whose effect asked for it.
-    pub job_key: String,
+    pub(crate) job_key: String,
     /// What the effect does, as the approver is shown.
-    pub terms_shown: Option<String>,
+    pub(crate) terms_shown: Option<String>,
     /// `pending`, `approved`, `denied` or `consumed`.
     pub state: ApprovalState,
     /// When it was requested.
@@ -30,11 +30,11 @@ pub struct ApprovalRow {
     pub consumed_at: Option<String>,
 }
 
-pub const APPROVAL_COLS: &str =
+pub(crate) const APPROVAL_COLS: &str =
     "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, \
      note, consumed_at";
 
-pub fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
+pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
         effect_key: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,

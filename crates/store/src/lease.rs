@@ -33,7 +33,7 @@ pub(super) fn fenced(
 
 /// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
 /// records the firing in one transaction).
-pub fn claim_lease_tx(
+pub(crate) fn claim_lease_tx(
     tx: &Tx<'_>,
     job: &str,
     owner: &str,
@@ -196,9 +196,9 @@ pub enum LeaseClaim {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LeaseRow {
     /// The job the lease is for.
-    pub job_key: String,
+    pub(crate) job_key: String,
     /// Who holds (or last held) it.
-    pub owner: String,
+    pub(crate) owner: String,
     /// The newest fencing token issued for the job.
     pub fencing_token: i64,
     /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.

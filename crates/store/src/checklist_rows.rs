@@ -89,7 +89,7 @@ pub struct DoneRow {
     /// Its target.
     pub target_id: String,
     /// Its effect key.
-    pub effect_key: String,
+    pub(crate) effect_key: String,
     /// The token that wrote it.
     pub fencing_token: Option<i64>,
     /// When it was claimed.

@@ -50,7 +50,7 @@ pub struct Started {
     /// The slot it runs for.
     pub slot: String,
     /// The previous holder and its token, when we took over a lease that had expired.
-    pub stolen_from: Option<(String, i64)>,
+    pub(crate) stolen_from: Option<(String, i64)>,
 }
 
 /// What resuming a job's firings (`firing::resume`) did: the run it started, and the firings
@@ -63,9 +63,9 @@ pub struct Resumed {
     pub gave_up: Vec<(String, i64)>,
     /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
     /// may only be slow to record its end): the owner's name.
-    pub held_by: Option<String>,
+    pub(crate) held_by: Option<String>,
     /// A failed firing whose retry waits for its backoff: not before this instant.
-    pub not_before: Option<String>,
+    pub(crate) not_before: Option<String>,
     /// That firing's slot, and how much of its backoff is left (never more than the backoff
     /// itself, whatever the wall clock did since its run ended): a scheduler holds it on its
     /// monotonic clock, so a clock step neither silences nor hurries the retry.

@@ -67,7 +67,7 @@ fn row_key(pg: bool, table: &str) -> &'static str {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pruned {
     /// What is older than this instant was deleted.
-    pub horizon: String,
+    pub(crate) horizon: String,
     /// Ended runs deleted (never a job's latest).
     pub runs: u64,
     /// Decided firings deleted (never a job's latest, nor one still waiting).
@@ -81,7 +81,7 @@ pub struct Pruned {
     /// Consumed approvals deleted with their effects.
     pub approvals: u64,
     /// Nothing was deleted: the counts say what would be.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 impl Store {

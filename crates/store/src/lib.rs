@@ -11,6 +11,9 @@
 //!   `pg_functions`): one round trip instead of a transaction's several.
 //!
 //! Callers see only [`Store`]'s methods.
+// `pub` only on what the crate root reaches, the surface the library may name; all else is
+// `pub(crate)`, so a glance at an item says whether anything outside the store can use it.
+#![warn(unreachable_pub)]
 mod approval;
 mod checklist_read;
 mod checklist_rows;

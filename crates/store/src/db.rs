@@ -1,7 +1,7 @@
 //! One way for the store's operations to speak SQL to either database: a transaction ([`Tx`])
-//! that runs a statement with [`Arg`]s and hands back [`Row`]s, on SQLite (rusqlite) or
+//! that runs a statement with `Arg`s and hands back `Row`s, on SQLite (rusqlite) or
 //! PostgreSQL (the `postgres` client). The operations are written once; where the two dialects
-//! differ, an operation asks [`Tx::is_pg`] and says both.
+//! differ, an operation asks `Tx::is_pg` and says both.
 use std::cell::RefCell;
 
 pub(crate) use super::db_values::args;
@@ -53,7 +53,7 @@ impl<'t> Tx<'t> {
     /// The instant this transaction acts at. On SQLite, the caller's `now` (every process on
     /// the host shares its clock). On PostgreSQL, the server's clock, whatever the client's says:
     /// leases and effects on several hosts are judged by one clock.
-    pub(crate) fn now<'a>(&'a self, caller: &'a str) -> &'a str {
+    pub fn now<'a>(&'a self, caller: &'a str) -> &'a str {
         match &self.inner {
             Inner::Lite(_) => caller,
             Inner::Pg { now, .. } => now,

@@ -65,7 +65,7 @@ pub struct Resumed {
     /// may only be slow to record its end): the owner's name.
     pub(crate) held_by: Option<String>,
     /// A failed firing whose retry waits for its backoff: not before this instant.
-    pub(crate) not_before: Option<String>,
+    pub not_before: Option<String>,
     /// That firing's slot, and how much of its backoff is left (never more than the backoff
     /// itself, whatever the wall clock did since its run ended): a scheduler holds it on its
     /// monotonic clock, so a clock step neither silences nor hurries the retry.

@@ -9,7 +9,7 @@
 //! releases at once what it reserved. Its result is recorded as a `probe` event.
 use super::machine::{Attempt, Io};
 use super::{attempt_id, Ctx, Input, Outcome, Spec};
-use crate::store::probe::ProbeEvent;
+use crate::store::ProbeEvent;
 use crate::store::Store;
 use crate::store::{Begin, NewEffect, Seen};
 use exactly_words::sanitize::inert;

@@ -32,11 +32,11 @@ pub struct ApprovalRow {
     pub consumed_at: Option<String>,
 }
 
-pub const APPROVAL_COLS: &str =
+pub(crate) const APPROVAL_COLS: &str =
     "effect_key, job_key, terms_shown, state, requested_at, decided_by, decided_at, \
      note, consumed_at";
 
-pub fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
+pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
     Ok(ApprovalRow {
         effect_key: EffectKey::from(text_or_empty(r, 0)?),
         job_key: text_or_empty(r, 1)?,

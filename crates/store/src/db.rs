@@ -1,11 +1,11 @@
 //! One way for the store's operations to speak SQL to either database: a transaction ([`Tx`])
-//! that runs a statement with [`Arg`]s and hands back [`Row`]s, on SQLite (rusqlite) or
+//! that runs a statement with `Arg`s and hands back `Row`s, on SQLite (rusqlite) or
 //! PostgreSQL (the `postgres` client). The operations are written once; where the two dialects
-//! differ, an operation asks [`Tx::is_pg`] and says both.
+//! differ, an operation asks `Tx::is_pg` and says both.
 use std::cell::RefCell;
 
 pub(crate) use super::db_values::args;
-pub use super::db_values::{Arg, DbError, DbResult, Optional, Row, ToArg, Value};
+pub(crate) use super::db_values::{Arg, DbError, DbResult, Optional, Row, ToArg, Value};
 
 /// A transaction on either database. Every store operation runs its statements through one.
 pub struct Tx<'t> {
@@ -25,13 +25,13 @@ enum Inner<'t> {
 }
 
 impl<'t> Tx<'t> {
-    pub fn lite(conn: &'t rusqlite::Connection) -> Tx<'t> {
+    pub(crate) fn lite(conn: &'t rusqlite::Connection) -> Tx<'t> {
         Tx {
             inner: Inner::Lite(conn),
         }
     }
 
-    pub fn pg(
+    pub(crate) fn pg(
         conn: &'t mut super::pg_conn::PgConn,
         now: String,
         shift: chrono::Duration,
@@ -46,7 +46,7 @@ impl<'t> Tx<'t> {
     }
 
     /// Whether this is PostgreSQL (for the few statements the two dialects say differently).
-    pub fn is_pg(&self) -> bool {
+    pub(crate) fn is_pg(&self) -> bool {
         matches!(self.inner, Inner::Pg { .. })
     }
 
@@ -64,7 +64,7 @@ impl<'t> Tx<'t> {
     /// to this transaction's clock: the server's now + d on PostgreSQL (a little less: the time
     /// between the caller reading its clock and the transaction starting), unchanged on SQLite.
     /// A released lease (before every instant) stays as it is.
-    pub fn later(&self, at: &str) -> String {
+    pub(crate) fn later(&self, at: &str) -> String {
         match &self.inner {
             Inner::Pg { shift, .. } if at != super::RELEASED => {
                 match exactly_words::time::parse(at) {
@@ -77,7 +77,7 @@ impl<'t> Tx<'t> {
     }
 
     /// Runs a statement; the number of rows it changed.
-    pub fn exec(&self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
+    pub(crate) fn exec(&self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
         match &self.inner {
             Inner::Lite(c) => Ok(c
                 .prepare_cached(sql)?
@@ -87,7 +87,7 @@ impl<'t> Tx<'t> {
     }
 
     /// Calls `f` on each row `sql` returns, in order.
-    pub fn each(
+    pub(crate) fn each(
         &self,
         sql: &str,
         args: &[Arg<'_>],
@@ -113,7 +113,7 @@ impl<'t> Tx<'t> {
     }
 
     /// Every row `sql` returns, each read by `f`.
-    pub fn rows<T>(
+    pub(crate) fn rows<T>(
         &self,
         sql: &str,
         args: &[Arg<'_>],
@@ -129,7 +129,7 @@ impl<'t> Tx<'t> {
 
     /// The first row `sql` returns, read by `f`; [`DbError::NoRows`] when there is none (see
     /// [`Optional::optional`]).
-    pub fn one<T>(
+    pub(crate) fn one<T>(
         &self,
         sql: &str,
         args: &[Arg<'_>],
@@ -158,15 +158,15 @@ impl<'t> Tx<'t> {
 /// A SQLite write transaction begun and ended by cached statements: rusqlite's `Transaction`
 /// parses `BEGIN IMMEDIATE` and `COMMIT` anew each time, two parses in every write. Rolled back
 /// when dropped uncommitted (an error, a failed `COMMIT`, a panic).
-pub struct LiteWrite<'c>(pub &'c rusqlite::Connection, bool);
+pub(crate) struct LiteWrite<'c>(pub &'c rusqlite::Connection, bool);
 
 impl<'c> LiteWrite<'c> {
-    pub fn begin(conn: &'c rusqlite::Connection) -> rusqlite::Result<LiteWrite<'c>> {
+    pub(crate) fn begin(conn: &'c rusqlite::Connection) -> rusqlite::Result<LiteWrite<'c>> {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         Ok(LiteWrite(conn, false))
     }
 
-    pub fn commit(mut self) -> rusqlite::Result<()> {
+    pub(crate) fn commit(mut self) -> rusqlite::Result<()> {
         self.0.prepare_cached("COMMIT")?.execute([])?;
         self.1 = true;
         Ok(())
@@ -192,7 +192,7 @@ pub fn refuse_new_databases() {
 }
 
 /// Whether opening a SQLite database may create its file.
-pub fn may_create() -> bool {
+pub(crate) fn may_create() -> bool {
     !NO_NEW_DATABASES.load(std::sync::atomic::Ordering::SeqCst)
 }
 

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 /// A statement's parameter.
 #[derive(Debug, Clone)]
-pub enum Arg<'a> {
+pub(crate) enum Arg<'a> {
     Null,
     Int(i64),
     Text(Cow<'a, str>),
@@ -15,7 +15,7 @@ pub enum Arg<'a> {
 
 /// A value passed as a statement's parameter, borrowed (so a closure that may run again, as a
 /// retried PostgreSQL transaction does, still has it).
-pub trait ToArg {
+pub(crate) trait ToArg {
     fn to_arg(&self) -> Arg<'_>;
 }
 
@@ -127,7 +127,7 @@ pub enum DbError {
     Corrupt(String),
 }
 
-pub type DbResult<T> = Result<T, DbError>;
+pub(crate) type DbResult<T> = Result<T, DbError>;
 
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> Self {
@@ -165,7 +165,7 @@ impl std::fmt::Display for DbError {
 impl DbError {
     /// The error that is not the database client's, as one sentence naming the database
     /// `shown`; `None` for the client's own errors (each backend says those).
-    pub fn refusal(&self, shown: &str) -> Option<exactly_words::Error> {
+    pub(crate) fn refusal(&self, shown: &str) -> Option<exactly_words::Error> {
         let message = format!("database {shown}: {}", self.to_string().replace('\n', " "));
         Some(match self {
             DbError::Other(_) => exactly_words::Error::Store(message),
@@ -184,7 +184,7 @@ impl DbError {
     }
 
     /// PostgreSQL's SQLSTATE, if the server sent one.
-    pub fn sqlstate(&self) -> Option<&str> {
+    pub(crate) fn sqlstate(&self) -> Option<&str> {
         match self {
             DbError::Pg(e) => e.code().map(|c| c.code()),
             _ => None,
@@ -193,7 +193,7 @@ impl DbError {
 }
 
 /// `.optional()` on a statement that may find nothing.
-pub trait Optional<T> {
+pub(crate) trait Optional<T> {
     fn optional(self) -> DbResult<Option<T>>;
 }
 impl<T> Optional<T> for DbResult<T> {
@@ -208,7 +208,7 @@ impl<T> Optional<T> for DbResult<T> {
 
 /// One value read from a row, whichever database it came from.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value<'r> {
+pub(crate) enum Value<'r> {
     Null,
     Int(i64),
     Real(f64),
@@ -216,14 +216,14 @@ pub enum Value<'r> {
 }
 
 /// A row of a result.
-pub enum Row<'r> {
+pub(crate) enum Row<'r> {
     Lite(&'r rusqlite::Row<'r>),
     Pg(&'r postgres::Row),
 }
 
 impl Row<'_> {
     /// Column `i` as it is stored.
-    pub fn value(&self, i: usize) -> DbResult<Value<'_>> {
+    pub(crate) fn value(&self, i: usize) -> DbResult<Value<'_>> {
         match self {
             Row::Lite(r) => {
                 use rusqlite::types::ValueRef;
@@ -239,13 +239,13 @@ impl Row<'_> {
     }
 
     /// Column `i` as a `T` (strict: a NULL read as `i64` is an error, as in rusqlite).
-    pub fn get<T: FromValue>(&self, i: usize) -> DbResult<T> {
+    pub(crate) fn get<T: FromValue>(&self, i: usize) -> DbResult<T> {
         T::from_value(self.value(i)?)
     }
 }
 
 /// A Rust value read from a column.
-pub trait FromValue: Sized {
+pub(crate) trait FromValue: Sized {
     fn from_value(v: Value<'_>) -> DbResult<Self>;
 }
 impl FromValue for i64 {
@@ -282,7 +282,7 @@ impl<T: FromValue> FromValue for Option<T> {
 }
 
 /// Column `i` of a PostgreSQL row as a [`Value`].
-pub fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
+pub(crate) fn value(r: &postgres::Row, i: usize) -> DbResult<Value<'_>> {
     let col = r
         .columns()
         .get(i)

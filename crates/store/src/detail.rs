@@ -52,7 +52,7 @@ pub(super) fn run_cols(tx: &Tx<'_>) -> DbResult<&'static str> {
     })
 }
 
-pub fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
+pub(crate) fn run_row(r: &Row<'_>) -> DbResult<RunRow> {
     Ok(RunRow {
         run_id: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,

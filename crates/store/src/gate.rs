@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// A writer's lane: higher goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub enum Lane {
+pub(crate) enum Lane {
     #[default]
     Others = 0,
     /// A run's own writes: its end, and its lease confirmed before its command.

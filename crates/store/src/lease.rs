@@ -33,7 +33,7 @@ pub(super) fn fenced(
 
 /// The seed's claim inside the caller's transaction (the runner claims a firing's lease and
 /// records the firing in one transaction).
-pub fn claim_lease_tx(
+pub(crate) fn claim_lease_tx(
     tx: &Tx<'_>,
     job: &str,
     owner: &str,

@@ -83,12 +83,13 @@ pub struct Seen {
     pub updated_at: String,
 }
 
-pub const LEDGER_COLS: &str = "effect_key, job_key, run_id, fencing_token, state, terms_shown,
+pub(crate) const LEDGER_COLS: &str =
+    "effect_key, job_key, run_id, fencing_token, state, terms_shown,
     response, created_at, updated_at, action_id, target_id, input_digest, observe_cmd, attempt,
     verdict, verdict_at, resolved_by, resolved_at, resolution_note, evidence,
     coalesce(version, 0), response_raw, response_total, sender, sender_until";
 
-pub fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
+pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
     Ok(LedgerRow {
         effect_key: text_or_empty(r, 0)?,
         job_key: text_or_empty(r, 1)?,
@@ -203,12 +204,12 @@ pub struct SendEnd<'a> {
 impl SendEnd<'_> {
     /// The far side's answer, which a duplicate replays: an `unknown` has none, and our words
     /// for why (`response` then) go in its event only.
-    pub fn answer(&self) -> Option<&str> {
+    pub(crate) fn answer(&self) -> Option<&str> {
         (self.state == EffectState::Done).then_some(self.response)
     }
 
     /// The kept stdout and how many bytes it had in all, as stored.
-    pub fn stored_output(&self) -> (Option<&[u8]>, Option<i64>) {
+    pub(crate) fn stored_output(&self) -> (Option<&[u8]>, Option<i64>) {
         match self.output {
             Some((raw, total)) => (Some(raw), Some(total.min(i64::MAX as u64) as i64)),
             None => (None, None),
@@ -320,7 +321,7 @@ pub enum Resolution {
 
 impl Resolution {
     /// The ledger state this resolution moves an effect to.
-    pub fn target_state(self) -> EffectState {
+    pub(crate) fn target_state(self) -> EffectState {
         match self {
             Resolution::Happened => EffectState::Done,
             Resolution::NotHappened => EffectState::Claimed,

@@ -11,6 +11,9 @@
 //!   `pg_functions`): one round trip instead of a transaction's several.
 //!
 //! Callers see only [`Store`]'s methods.
+// `pub` only on what the crate root reaches, the surface the library may name; all else is
+// `pub(crate)`, so a glance at an item says whether anything outside the store can use it.
+#![warn(unreachable_pub)]
 mod approval;
 mod checklist_read;
 mod checklist_rows;
@@ -32,7 +35,8 @@ mod notify;
 mod paths;
 mod paused_rows;
 pub use notify::NotifyEnd;
-pub use paths::{default_path, xdg_default, xdg_state_dir};
+use paths::xdg_default;
+pub use paths::{default_path, xdg_state_dir};
 mod ledger;
 mod ledger_outcome;
 mod ledger_rows;
@@ -50,7 +54,8 @@ mod read;
 mod resume;
 pub use resume::{ResumeTimes, Resumer};
 mod prepare;
-pub mod probe;
+mod probe;
+pub use probe::ProbeEvent;
 mod retention;
 pub mod rows;
 mod run;
@@ -75,7 +80,7 @@ pub use ledger_rows::{
     Begin, Granted, LedgerRow, NewEffect, Observed, Resolution, Resolved, Seen, SendEnd, Sending,
     SentBy, Settlement, Submission, Submit, Verdict,
 };
-pub use prepare::has_table;
+use prepare::has_table;
 pub use read::OPEN_SHOWN;
 pub use retention::Pruned;
 pub use run::{EffectCounts, RunEnd};
@@ -109,7 +114,7 @@ pub struct Store {
     /// The next write's commit reply is lost (the fault point `finish_reply_lost`).
     lose_reply: bool,
     /// The instant a caller pinned this handle's clock to (`src/clock.rs`); None: the system's.
-    pub pinned_now: Option<exactly_words::time::Ts>,
+    pub(crate) pinned_now: Option<exactly_words::time::Ts>,
     /// How this handle was opened, for another handle on the same database.
     opener: StoreOpener,
 }
@@ -131,7 +136,7 @@ impl StoreOpener {
     }
 
     /// The database's path or URL as it may be shown (a password replaced by `***`).
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         pg::redact(&self.at)
     }
 }
@@ -160,7 +165,7 @@ fn busy_timeout_ms() -> u64 {
 
 /// Refuses a database nobody else can see: a lease or a ledger row in a throwaway database
 /// guards nothing (an empty path and `:memory:` are private, temporary databases in SQLite).
-pub fn check_shareable(path: &str) -> Result<()> {
+pub(crate) fn check_shareable(path: &str) -> Result<()> {
     let lower = path.to_ascii_lowercase();
     if path.trim().is_empty() {
         return Err(Error::Usage(
@@ -290,12 +295,12 @@ impl Store {
     }
 
     /// Whether this store is on PostgreSQL.
-    pub fn is_pg(&self) -> bool {
+    pub(crate) fn is_pg(&self) -> bool {
         matches!(self.conn, Conn::Pg(_))
     }
 
     /// The SQLite connection (the SQLite-only code: its schema, its pragmas).
-    pub fn lite(&self) -> &Connection {
+    pub(crate) fn lite(&self) -> &Connection {
         match &self.conn {
             Conn::Lite(c) => c,
             Conn::Pg(_) => unreachable!("SQLite-only code called on a PostgreSQL store"),
@@ -432,7 +437,7 @@ impl Store {
     /// (a fault point, see [`exactly_words::fault`]): on PostgreSQL the connection is cut after the
     /// commit and its error returned; on SQLite, where no reply travels, the same error case is
     /// returned after the commit. The caller's retry then meets its own committed write.
-    pub fn lose_next_reply(&mut self) {
+    pub(crate) fn lose_next_reply(&mut self) {
         self.lose_reply = true;
     }
 
@@ -467,7 +472,7 @@ impl Store {
     }
 
     /// Turns a database error into one clear sentence naming the database.
-    pub fn err(&self, e: DbError) -> Error {
+    pub(crate) fn err(&self, e: DbError) -> Error {
         let path = &self.path;
         let e = match e {
             DbError::Lite(e) => e,
@@ -527,7 +532,7 @@ impl Store {
     /// [`Store::write`] for writes that are each a compare-and-set on one row (a lease renewal
     /// names its token): on PostgreSQL at `READ COMMITTED`, where such an update re-reads the row
     /// it waited for, so hundreds of them in one transaction never fail for serialization.
-    pub fn write_cas<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+    pub(crate) fn write_cas<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
         if let Conn::Pg(db) = &mut self.conn {
             let r = db.transact(pg::READ_COMMITTED, &mut f, false);
             return r.map_err(|e| self.err(e));
@@ -536,7 +541,7 @@ impl Store {
     }
 
     /// Runs `f` in a short read transaction (one consistent view, no write lock).
-    pub fn read<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
+    pub(crate) fn read<T>(&mut self, mut f: impl FnMut(&Tx<'_>) -> DbResult<T>) -> Result<T> {
         let conn = match &mut self.conn {
             Conn::Pg(db) => {
                 let r = db.read(&mut f);
@@ -606,7 +611,7 @@ fn uri_escape(path: &str) -> String {
 
 /// Reads a TEXT column without failing on invalid UTF-8 or an unexpected type: what another
 /// program wrote into the ledger must never crash a reader.
-pub fn text(row: &Row<'_>, idx: usize) -> DbResult<Option<String>> {
+pub(crate) fn text(row: &Row<'_>, idx: usize) -> DbResult<Option<String>> {
     use db::Value;
     Ok(match row.value(idx)? {
         Value::Null => None,
@@ -616,12 +621,12 @@ pub fn text(row: &Row<'_>, idx: usize) -> DbResult<Option<String>> {
     })
 }
 
-pub fn text_or_empty(row: &Row<'_>, idx: usize) -> DbResult<String> {
+pub(crate) fn text_or_empty(row: &Row<'_>, idx: usize) -> DbResult<String> {
     Ok(text(row, idx)?.unwrap_or_default())
 }
 
 /// Reads an INTEGER column leniently (NULL or non-numeric text becomes None).
-pub fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
+pub(crate) fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
     use db::Value;
     Ok(match row.value(idx)? {
         Value::Int(i) => Some(i),
@@ -661,13 +666,13 @@ pub fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
 #[derive(Debug, Default, Clone)]
 pub struct NewEvent<'a> {
     /// When it happened: the caller's `now` (the store reads no clock).
-    pub at: &'a str,
-    pub kind: EventKind,
-    pub job_key: Option<&'a str>,
-    pub effect_key: Option<&'a str>,
-    pub token: Option<i64>,
-    pub actor: Option<&'a str>,
-    pub detail: Option<&'a str>,
+    pub(crate) at: &'a str,
+    pub(crate) kind: EventKind,
+    pub(crate) job_key: Option<&'a str>,
+    pub(crate) effect_key: Option<&'a str>,
+    pub(crate) token: Option<i64>,
+    pub(crate) actor: Option<&'a str>,
+    pub(crate) detail: Option<&'a str>,
 }
 
 impl<'a> NewEvent<'a> {
@@ -682,26 +687,26 @@ impl<'a> NewEvent<'a> {
         self.job_key = Some(job);
         self
     }
-    pub fn effect(mut self, key: &'a str) -> Self {
+    pub(crate) fn effect(mut self, key: &'a str) -> Self {
         self.effect_key = Some(key);
         self
     }
-    pub fn token(mut self, token: i64) -> Self {
+    pub(crate) fn token(mut self, token: i64) -> Self {
         self.token = Some(token);
         self
     }
-    pub fn actor(mut self, actor: &'a str) -> Self {
+    pub(crate) fn actor(mut self, actor: &'a str) -> Self {
         self.actor = Some(actor);
         self
     }
-    pub fn detail(mut self, detail: &'a str) -> Self {
+    pub(crate) fn detail(mut self, detail: &'a str) -> Self {
         self.detail = Some(detail);
         self
     }
 }
 
 /// Reads a state column leniently (see [`text`]): NULL reads as the empty word.
-pub fn word<T: From<String>>(row: &Row<'_>, idx: usize) -> DbResult<T> {
+pub(crate) fn word<T: From<String>>(row: &Row<'_>, idx: usize) -> DbResult<T> {
     Ok(T::from(text(row, idx)?.unwrap_or_default()))
 }
 

@@ -16,11 +16,11 @@ pub fn default_path(flag: Option<&str>) -> String {
 }
 
 /// The database the old versions used when neither `--db` nor `EXACTLY_DB` said one.
-pub const LEGACY_DEFAULT: &str = "exactly.db";
+pub(crate) const LEGACY_DEFAULT: &str = "exactly.db";
 
 /// `$XDG_STATE_HOME/exactly/exactly.db`, else `~/.local/state/exactly/exactly.db`; None when
 /// the OS knows no home folder.
-pub fn xdg_default() -> Option<String> {
+pub(crate) fn xdg_default() -> Option<String> {
     Some(
         xdg_state_dir()?
             .join("exactly.db")

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::pg_conn::server_now;
-pub use super::pg_conn::{PgConn, READ_COMMITTED, WRITE};
-pub use super::pg_schema::{check_read_only, has_schema, has_table, prepare, version};
+pub(crate) use super::pg_conn::{PgConn, READ_COMMITTED, WRITE};
+pub(crate) use super::pg_schema::{check_read_only, has_schema, has_table, prepare, version};
 
 /// Whether `--db` names a PostgreSQL database.
 pub fn is_url(db: &str) -> bool {
@@ -168,7 +168,7 @@ const POOL_SIZE: u32 = 8;
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// A PostgreSQL database behind a [`super::Store`].
-pub struct PgStore {
+pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
     /// The pool's failover window (see `Manager::window`).
     window: Window,
@@ -176,9 +176,9 @@ pub struct PgStore {
     writer: Writer,
     /// The transitions' functions (`pg_functions`) are installed at this build's version: the
     /// store calls them instead of running a transaction.
-    pub fast: bool,
+    pub(crate) fast: bool,
     /// The URL without its password.
-    pub shown: String,
+    pub(crate) shown: String,
 }
 
 /// The longest any statement may run (the server cancels it): a stalled server is an error
@@ -186,7 +186,7 @@ pub struct PgStore {
 const STATEMENT_TIMEOUT_MS: u64 = 30_000;
 
 impl PgStore {
-    pub fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
+    pub(crate) fn connect(url: &str, busy_ms: u64) -> Result<PgStore> {
         let shown = redact(url);
         let mut pools = POOLS.lock();
         if let Some((_, p, w, wr)) = pools.iter().find(|(u, _, _, _)| u == url) {
@@ -257,7 +257,7 @@ impl PgStore {
 
     /// Says this process writes the database: its connections from now on record and guard a
     /// failover they find (`pg_timeline`).
-    pub fn writes(&self) {
+    pub(crate) fn writes(&self) {
         self.writer
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -268,11 +268,11 @@ impl PgStore {
         self.writer.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn failover_window_closed(&self) {
+    pub(crate) fn failover_window_closed(&self) {
         self.window.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub fn failover_window(&self, now: exactly_words::time::Ts) -> bool {
+    pub(crate) fn failover_window(&self, now: exactly_words::time::Ts) -> bool {
         let until = self.window.load(std::sync::atomic::Ordering::Relaxed);
         until > 0 && now.timestamp_millis() < until
     }
@@ -311,19 +311,19 @@ impl PgStore {
     /// the transactions ran one at a time, as SQLite's single writer does. A serialization
     /// failure or a deadlock rolls back and runs `f` again (it only reads and writes the
     /// database, so running it again is safe); any other error rolls back and is returned.
-    pub fn write<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
+    pub(crate) fn write<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
         self.transact(WRITE, f, false)
     }
 
     /// Runs `f` in a read-only transaction that sees one snapshot.
-    pub fn read<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
+    pub(crate) fn read<T>(&self, f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>) -> DbResult<T> {
         self.transact("ISOLATION LEVEL REPEATABLE READ READ ONLY", f, false)
     }
 
     /// Runs `f` in a transaction `how`; with `lose_reply`, the connection is cut once COMMIT
     /// has succeeded and its error returned, as when the reply to COMMIT is lost on the way
     /// (the fault point `finish_reply_lost`).
-    pub fn transact<T>(
+    pub(crate) fn transact<T>(
         &self,
         how: &str,
         f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>,
@@ -383,7 +383,7 @@ impl PgStore {
     /// retries (under a SERIALIZABLE server default a statement may fail for serialization);
     /// when `lose_reply` says so of its answer, the connection is cut after it
     /// (`finish_reply_lost`).
-    pub fn call<T>(
+    pub(crate) fn call<T>(
         &self,
         f: &mut dyn FnMut(&mut PgConn) -> DbResult<T>,
         lose_reply: &dyn Fn(&T) -> bool,
@@ -486,7 +486,7 @@ fn retryable(e: &DbError) -> bool {
 }
 
 /// A PostgreSQL error as one sentence naming the database.
-pub fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
+pub(crate) fn error(shown: &str, busy_ms: u64, e: DbError) -> Error {
     if let Some(refused) = e.refusal(shown) {
         return refused;
     }

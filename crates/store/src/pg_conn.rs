@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 /// One connection and the statements prepared on it (a statement is parsed and planned once per
 /// connection, as rusqlite's statement cache does on SQLite).
-pub struct PgConn {
+pub(crate) struct PgConn {
     pub(super) client: Client,
     pub(super) stmts: HashMap<String, Statement>,
     /// Set when a transaction could not be rolled back: the pool must not hand it out again.
@@ -20,7 +20,7 @@ pub struct PgConn {
     pub(super) shift: chrono::Duration,
     /// What the connection learnt of its server when it was made: a standby, the window after a
     /// failover (`pg_timeline`).
-    pub seen: Seen,
+    pub(crate) seen: Seen,
     /// Set by the server's warning that a commit stopped waiting for a synchronous standby (the
     /// statement timeout cancelled the wait): the commit is on the primary alone.
     pub(super) sync_wait_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -44,12 +44,12 @@ impl PgConn {
         Ok(stmt)
     }
 
-    pub fn exec(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
+    pub(crate) fn exec(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<usize> {
         let (stmt, bound) = self.bound(sql, args)?;
         Ok(self.client.execute(&stmt, &refs(&bound))? as usize)
     }
 
-    pub fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<Vec<postgres::Row>> {
+    pub(crate) fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> DbResult<Vec<postgres::Row>> {
         let (stmt, bound) = self.bound(sql, args)?;
         Ok(self.client.query(&stmt, &refs(&bound))?)
     }
@@ -62,19 +62,19 @@ impl PgConn {
     }
 
     /// Runs statements that take no parameters (a transaction's start and end, the schema).
-    pub fn batch(&mut self, sql: &str) -> DbResult<()> {
+    pub(crate) fn batch(&mut self, sql: &str) -> DbResult<()> {
         Ok(self.client.batch_execute(sql)?)
     }
 
     /// Starts a transaction and reads the server's clock in the same round trip.
-    pub fn begin(&mut self, how: &str) -> DbResult<String> {
+    pub(crate) fn begin(&mut self, how: &str) -> DbResult<String> {
         let now = server_now(&mut self.client, &format!("BEGIN {how}; "))?;
         self.saw_clock(&now);
         Ok(now)
     }
 
     /// Notes the server's clock `now` as read just now (after its reply came).
-    pub fn saw_clock(&mut self, now: &str) {
+    pub(crate) fn saw_clock(&mut self, now: &str) {
         let here = exactly_words::time::now();
         if let Some(n) = exactly_words::time::parse(now) {
             self.shift = n - here;
@@ -83,7 +83,7 @@ impl PgConn {
 
     /// An instant the caller computed on this host's clock, on the server's (as `Tx::later`,
     /// by the difference last read on this connection). A released lease stays as it is.
-    pub fn later(&self, at: &str) -> String {
+    pub(crate) fn later(&self, at: &str) -> String {
         if at == super::RELEASED {
             return at.to_string();
         }
@@ -94,7 +94,7 @@ impl PgConn {
     }
 
     /// Runs `sql` with parameters the `Arg` conversions do not cover (arrays), prepared once.
-    pub fn query_typed(
+    pub(crate) fn query_typed(
         &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
@@ -118,21 +118,21 @@ pub(super) fn server_now(client: &mut Client, before: &str) -> DbResult<String> 
 }
 
 /// A transaction of row compare-and-sets only (see `Store::write_cas`).
-pub const READ_COMMITTED: &str = "ISOLATION LEVEL READ COMMITTED";
+pub(crate) const READ_COMMITTED: &str = "ISOLATION LEVEL READ COMMITTED";
 
 /// A write transaction: `SERIALIZABLE`.
-pub const WRITE: &str = "ISOLATION LEVEL SERIALIZABLE";
+pub(crate) const WRITE: &str = "ISOLATION LEVEL SERIALIZABLE";
 
 /// What a connection learnt of its server when it was made.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The server is in recovery (a standby): writes are refused with `pg_timeline::STANDBY`.
-    pub standby: bool,
+    pub(crate) standby: bool,
     /// Until when (Unix ms) the window after an asynchronous failover lasts; 0 for none.
-    pub window_until_ms: i64,
+    pub(crate) window_until_ms: i64,
     /// The server's commits wait for a synchronous standby (its settings say so).
-    pub sync: bool,
+    pub(crate) sync: bool,
     /// A change found by a connection that could not record it (a read-only process): checked
     /// again before the connection serves a write.
-    pub pending: bool,
+    pub(crate) pending: bool,
 }

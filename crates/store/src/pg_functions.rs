@@ -15,10 +15,10 @@ use exactly_words::state::EventKind;
 /// The version of the functions below, kept in `exactly_meta` (name `pg_functions`) apart from
 /// the shared schema version: a database made by an older exactly gets them on its next open
 /// by a writer, without a schema change SQLite would have to follow.
-pub const VERSION: i64 = 3;
+pub(crate) const VERSION: i64 = 3;
 
 /// The statements that (re)create the functions, in order.
-pub fn statements() -> Vec<String> {
+pub(crate) fn statements() -> Vec<String> {
     let words = |sql: &str| {
         sql.replace("%TS%", TS)
             .replace("%RELEASED%", super::RELEASED)

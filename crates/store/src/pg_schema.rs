@@ -8,7 +8,7 @@ use super::pg::PgStore;
 /// PL/pgSQL. Created under an advisory lock, so processes opening a new database at once do not
 /// race each other's `CREATE`. Then the transitions' functions (`install_functions`); true when
 /// they are there to call.
-pub fn prepare(store: &PgStore) -> DbResult<bool> {
+pub(crate) fn prepare(store: &PgStore) -> DbResult<bool> {
     // A current database (the usual case: every command opens one) needs neither the lock nor
     // a look at the catalog: its version rows say it was made whole by us.
     let (schema, functions) = store.read(&mut |tx| Ok((version(tx)?, functions_version(tx)?)))?;
@@ -201,7 +201,7 @@ fn known_version(tx: &Tx<'_>) -> DbResult<i64> {
 }
 
 /// The schema version stored in `exactly_meta`; 0 for a database without it.
-pub fn version(tx: &Tx<'_>) -> DbResult<i64> {
+pub(crate) fn version(tx: &Tx<'_>) -> DbResult<i64> {
     if !has_table(tx, "exactly_meta")? {
         return Ok(0);
     }
@@ -216,7 +216,7 @@ pub fn version(tx: &Tx<'_>) -> DbResult<i64> {
 }
 
 /// The columns of `table` in the connection's schema (none: no such table).
-pub fn columns(tx: &Tx<'_>, table: &str) -> DbResult<Vec<String>> {
+pub(crate) fn columns(tx: &Tx<'_>, table: &str) -> DbResult<Vec<String>> {
     tx.rows(
         "SELECT column_name::text FROM information_schema.columns
          WHERE table_schema = current_schema() AND table_name = ?1 ORDER BY ordinal_position",
@@ -236,13 +236,13 @@ fn check_foreign(tx: &Tx<'_>) -> DbResult<()> {
 }
 
 /// Whether the database holds exactly's tables (a read that writes nothing).
-pub fn has_schema(store: &PgStore) -> DbResult<bool> {
+pub(crate) fn has_schema(store: &PgStore) -> DbResult<bool> {
     store.read(&mut |tx| has_table(tx, "job_lease"))
 }
 
 /// Whether `table` exists in the connection's schema: one catalog lookup (the dashboard asks
 /// each poll), not a walk of `information_schema`.
-pub fn has_table(tx: &Tx<'_>, table: &str) -> DbResult<bool> {
+pub(crate) fn has_table(tx: &Tx<'_>, table: &str) -> DbResult<bool> {
     tx.one(
         "SELECT to_regclass(?1) IS NOT NULL",
         super::db::args![table],
@@ -251,7 +251,7 @@ pub fn has_table(tx: &Tx<'_>, table: &str) -> DbResult<bool> {
 }
 
 /// Checks a database opened read-only: exactly's tables present, the schema not newer.
-pub fn check_read_only(store: &PgStore) -> DbResult<()> {
+pub(crate) fn check_read_only(store: &PgStore) -> DbResult<()> {
     store.read(&mut |tx| {
         known_version(tx)?;
         check_foreign(tx)?;

@@ -22,7 +22,7 @@ const TS: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
 /// (`outcome`, `at`, `until`) are the function's. ?1 key, ?2 job, ?3 run, ?4 token, ?5 terms,
 /// ?6 action, ?7 target, ?8 digest, ?9 observe, ?10 submit, ?11 attempt, ?12 sender,
 /// ?13 min_until, ?14 fields.
-pub fn begin() -> &'static str {
+pub(crate) fn begin() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
         r#"WITH n AS (SELECT to_char(now() AT TIME ZONE 'UTC', %TS%) AS at),
@@ -62,7 +62,7 @@ pub fn begin() -> &'static str {
 /// `exactly_finish_effect` as one statement; the parameters and the answer's columns
 /// (`outcome`, `at`) are the function's. ?1 key, ?2 job, ?3 token, ?4 state, ?5 answer, ?6 raw,
 /// ?7 total, ?8 seen state, ?9 seen version, ?10 seen updated_at, ?11 event kind, ?12 detail.
-pub fn finish() -> &'static str {
+pub(crate) fn finish() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
         r#"WITH n AS (SELECT to_char(now() AT TIME ZONE 'UTC', %TS%) AS at),

@@ -52,7 +52,7 @@ static NEXT: AtomicU64 = AtomicU64::new(1);
 static WATCHER: std::sync::Once = std::sync::Once::new();
 
 /// A commit being watched; dropped when it returned.
-pub struct Watch(Option<u64>);
+pub(crate) struct Watch(Option<u64>);
 
 impl Drop for Watch {
     fn drop(&mut self) {
@@ -64,7 +64,7 @@ impl Drop for Watch {
 
 /// Watches the statement about to run on the connection `token` cancels (None: its server does
 /// not wait for standbys, and nothing is watched).
-pub fn watch(token: Option<postgres::CancelToken>) -> Watch {
+pub(crate) fn watch(token: Option<postgres::CancelToken>) -> Watch {
     let Some(token) = token else {
         return Watch(None);
     };
@@ -97,17 +97,17 @@ pub fn watch(token: Option<postgres::CancelToken>) -> Watch {
 
 /// The flag a connection's notice callback sets when the server says a commit stopped waiting
 /// for its synchronous standby.
-pub fn flag() -> Arc<AtomicBool> {
+pub(crate) fn flag() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
 }
 
 /// Whether a notice is the server's word that a commit stopped waiting for a standby.
-pub fn is_cut(message: &str) -> bool {
+pub(crate) fn is_cut(message: &str) -> bool {
     message.contains("wait for synchronous replication")
 }
 
 /// An error when the server said the last commit stopped waiting for its synchronous standby.
-pub fn check(cut: &AtomicBool) -> DbResult<()> {
+pub(crate) fn check(cut: &AtomicBool) -> DbResult<()> {
     if cut.swap(false, Ordering::Relaxed) {
         return Err(DbError::Other(sync_wait(bound().1)));
     }

@@ -19,7 +19,7 @@ use exactly_words::state::EventKind;
 const LOCK: i64 = 7203116;
 
 /// Why an effect without a row is held after a failover (its `effect_unknown` event's detail).
-pub const HOLD: &str = "held after an asynchronous failover: the ledger may have lost its \
+pub(crate) const HOLD: &str = "held after an asynchronous failover: the ledger may have lost its \
      row; its observer, or a person (exactly resolve), says whether it was sent";
 
 impl super::Store {
@@ -42,19 +42,19 @@ impl super::Store {
 }
 
 /// What a write on a standby is refused with.
-pub const STANDBY: &str =
+pub(crate) const STANDBY: &str =
     "the server is a standby (in recovery): use target_session_attrs=read-write or the primary";
 
 /// `failover_window_until_ms` of a window that lasts until every effect of the old timeline's
 /// last leases is accounted for ([`held`] says when), the default.
-pub const UNTIL_ACCOUNTED: i64 = i64::MAX;
+pub(crate) const UNTIL_ACCOUNTED: i64 = i64::MAX;
 
 /// The least the default window lasts: a key whose row the promoted server lost entirely is not
 /// in the ledger, so only time bounds its retry (`failover_floor_until_ms`).
 const LOST_KEYS_FLOOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Whether the guard is on: `EXACTLY_FAILOVER_GUARD` unset or anything but `off`/`0`.
-pub fn guarded() -> bool {
+pub(crate) fn guarded() -> bool {
     !matches!(
         std::env::var("EXACTLY_FAILOVER_GUARD").as_deref(),
         Ok("off") | Ok("0") | Ok("false")
@@ -81,7 +81,7 @@ fn window() -> Option<std::time::Duration> {
 ///   lost is not in the ledger, so only time bounds its retry.
 ///
 /// Once none is left it closes for good (`failover_window_until_ms` 0) and says so on stderr.
-pub fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
+pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
     let until = meta(tx, "failover_window_until_ms")?.unwrap_or(0);
     let now_ms = exactly_words::time::parse(now)
         .ok_or_else(|| DbError::Other(format!("the server's time {now:?} is unreadable")))?
@@ -165,7 +165,7 @@ fn set_meta(tx: &Tx<'_>, name: &str, value: i64) -> DbResult<()> {
 /// records the failover and guards it (see the module). A connection of a process that only
 /// reads (`may_write` false) writes nothing, and errors of a role that may not write
 /// `exactly_meta` (a viewer): both leave the record and the guard to the next writer.
-pub fn check(conn: &mut PgConn, may_write: bool) -> DbResult<Seen> {
+pub(crate) fn check(conn: &mut PgConn, may_write: bool) -> DbResult<Seen> {
     let (standby, timeline, sync, has_meta) = server(conn)?;
     let Some(timeline) = timeline.filter(|_| has_meta && !standby) else {
         return Ok(Seen {
@@ -231,7 +231,7 @@ pub fn check(conn: &mut PgConn, may_write: bool) -> DbResult<Seen> {
 
 /// The token every job gets after a failover: the next multiple of 2^32 above every token
 /// the database knows of (and above the last raise).
-pub fn raised(top: i64) -> i64 {
+pub(crate) fn raised(top: i64) -> i64 {
     ((top.max(0) >> 32) + 1) << 32
 }
 

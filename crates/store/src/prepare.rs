@@ -238,7 +238,7 @@ fn check_foreign(store: &Store) -> Result<()> {
 }
 
 /// Why `t`, found with columns `cols`, is another program's table (None: ours, or absent).
-pub fn foreign(t: &Table, cols: &[String]) -> Option<String> {
+pub(crate) fn foreign(t: &Table, cols: &[String]) -> Option<String> {
     if cols.is_empty() {
         return None;
     }
@@ -368,7 +368,7 @@ fn check_read_only_once(store: &Store) -> Result<()> {
 }
 
 /// Whether `table` exists (a read-only reader of an older database may lack a newer table).
-pub fn has_table(tx: &super::db::Tx<'_>, table: &str) -> super::db::DbResult<bool> {
+pub(crate) fn has_table(tx: &super::db::Tx<'_>, table: &str) -> super::db::DbResult<bool> {
     if tx.is_pg() {
         return super::pg::has_table(tx, table);
     }
@@ -381,7 +381,7 @@ pub fn has_table(tx: &super::db::Tx<'_>, table: &str) -> super::db::DbResult<boo
 }
 
 /// The schema version this database says it has.
-pub fn version(tx: &super::db::Tx<'_>) -> super::db::DbResult<i64> {
+pub(crate) fn version(tx: &super::db::Tx<'_>) -> super::db::DbResult<i64> {
     if tx.is_pg() {
         return super::pg::version(tx);
     }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// A time column read at the store's door: NULL is None, text that is not a time is
 /// [`DbError::Corrupt`](super::db::DbError) naming the column and the value, never a guess.
-pub fn ts(
+pub(crate) fn ts(
     r: &super::db::Row<'_>,
     idx: usize,
     column: &'static str,
@@ -23,12 +23,16 @@ pub fn ts(
 }
 
 /// A time column that is never NULL (see [`ts`]).
-pub fn ts_req(r: &super::db::Row<'_>, idx: usize, column: &'static str) -> super::db::DbResult<Ts> {
+pub(crate) fn ts_req(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Ts> {
     time_in(column, &super::text_or_empty(r, idx)?)
 }
 
 /// `text`, read from `column`, as a time; [`DbError::Corrupt`](super::db::DbError) if it is not.
-pub fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
+pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
     exactly_words::time::parse(text).ok_or_else(|| {
         super::db::DbError::Corrupt(format!(
             "{column} holds {:?}, not a time",
@@ -176,7 +180,7 @@ pub struct JobSettings {
 
 /// The registry's overlap word and queue cap as the policy (None: no word, or one this build
 /// does not know).
-pub fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overlap> {
+pub(crate) fn overlap_of(word: Option<String>, cap: Option<i64>) -> Option<Overlap> {
     word.and_then(|w| Overlap::from_registry(&w, cap))
 }
 
@@ -284,11 +288,11 @@ pub struct ParsedSchedule {
 }
 
 /// A registry schedule's words: its text, its zone, its DST policy's words.
-pub type ScheduleKey = (String, Option<String>, Option<(&'static str, &'static str)>);
+pub(crate) type ScheduleKey = (String, Option<String>, Option<(&'static str, &'static str)>);
 
 impl ParsedSchedule {
     /// Parses a registry schedule in its zone, under `dst` (a cron job's policy there).
-    pub fn parse(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> Self {
+    pub(crate) fn parse(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> Self {
         let parsed =
             exactly_words::schedule::Schedule::from_registry(schedule, tz).map(|s| match dst {
                 Some(d) => s.with_dst(d.policy()),
@@ -301,7 +305,7 @@ impl ParsedSchedule {
     }
 
     /// The words a schedule is parsed from, as a cache's key.
-    pub fn key(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> ScheduleKey {
+    pub(crate) fn key(schedule: &str, tz: Option<&str>, dst: Option<&DstShown>) -> ScheduleKey {
         (
             schedule.to_string(),
             tz.map(str::to_string),
@@ -426,7 +430,7 @@ pub struct ApprovalView {
 
 impl ApprovalView {
     /// The view of an approval row, its age measured at `now`.
-    pub fn from_row(a: ApprovalRow, now: Ts) -> Self {
+    pub(crate) fn from_row(a: ApprovalRow, now: Ts) -> Self {
         let age_s = exactly_words::time::age_s(a.requested_at, now);
         ApprovalView {
             effect_key: a.effect_key,

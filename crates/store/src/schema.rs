@@ -6,14 +6,14 @@ pub const SCHEMA_VERSION: i64 = 9;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
-pub struct Table {
-    pub name: &'static str,
-    pub create: &'static str,
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) create: &'static str,
     pub(super) required: &'static [&'static str],
-    pub added: &'static [(&'static str, &'static str)],
+    pub(crate) added: &'static [(&'static str, &'static str)],
 }
 
-pub const TABLES: &[Table] = &[
+pub(crate) const TABLES: &[Table] = &[
     Table {
         name: "job_lease",
         create: "CREATE TABLE job_lease (job_key TEXT PRIMARY KEY, owner TEXT NOT NULL,
@@ -176,7 +176,7 @@ pub const TABLES: &[Table] = &[
 /// The tables a database must hold for a read command to call it exactly's: those of schema
 /// version 1. Later tables may be missing (a database not yet opened by a newer writer); the
 /// readers treat them as empty.
-pub const CORE_TABLES: &[&str] = &[
+pub(crate) const CORE_TABLES: &[&str] = &[
     "job_lease",
     "effect_ledger",
     "exactly_approvals",
@@ -201,7 +201,7 @@ pub(super) const DROPPED_INDEXES: &[&str] = &[
     "DROP INDEX IF EXISTS exactly_events_kind_at",
 ];
 
-pub const INDEXES: &[&str] = &[
+pub(crate) const INDEXES: &[&str] = &[
     // Only the open rows: what the dashboard, the in-flight checks and the per-job lists look
     // for. A finished effect leaves it, so the index stays as small as the open work and a
     // lifecycle writes one index page less at its start and two less at its end. A query uses
@@ -233,12 +233,12 @@ pub const INDEXES: &[&str] = &[
 /// `run_ended:<outcome>`), raised by triggers so every writer of `exactly_runs` counts and
 /// pruning old runs (`exactly gc`) leaves the totals equal. An outcome is counted once: when it
 /// is first set.
-pub const RUN_ENDED: &str = "run_ended:";
+pub(crate) const RUN_ENDED: &str = "run_ended:";
 
 /// The counters of run durations: `run_duration:le:<ms>` for the smallest bucket of
 /// [`super::rows::RUN_BUCKETS_MS`] that holds the run (`le:inf` past the last), and
 /// `run_duration:sum_ms`. Kept per bucket, not cumulative: a run raises one row.
-pub const RUN_DURATION: &str = "run_duration:";
+pub(crate) const RUN_DURATION: &str = "run_duration:";
 
 /// The bucket word of a duration column, as SQL (the same on both databases).
 macro_rules! duration_bucket {
@@ -298,7 +298,7 @@ macro_rules! count_duration {
 pub(crate) use count_duration;
 
 /// Runs ended before the duration counters existed, counted once when they are created.
-pub const SEED_DURATIONS: &str = concat!(
+pub(crate) const SEED_DURATIONS: &str = concat!(
     "INSERT INTO exactly_counters (kind, job_key, n)
      SELECT kind, job_key, sum(n) FROM (
        SELECT 'run_duration:le:' || ",

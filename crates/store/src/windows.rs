@@ -38,10 +38,10 @@ struct RunBit {
 /// A job's start lag (p50, p99) and the longest any of its runs' leases went without a
 /// renewal, over the same runs as its [`Figures`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Lags {
-    pub start_lag_p50_ms: Option<u64>,
-    pub start_lag_p99_ms: Option<u64>,
-    pub renewal_gap_max_ms: Option<u64>,
+pub(crate) struct Lags {
+    pub(crate) start_lag_p50_ms: Option<u64>,
+    pub(crate) start_lag_p99_ms: Option<u64>,
+    pub(crate) renewal_gap_max_ms: Option<u64>,
 }
 
 /// A job's recent runs (started within [`RUN_WINDOW_DAYS`], oldest first) and the figures
@@ -59,18 +59,18 @@ struct JobWindow {
 
 /// Everything kept between polls.
 #[derive(Debug, Default)]
-pub struct Kept {
-    pub runs: RunWindows,
-    pub slots: LatestSlots,
-    pub schedules: Schedules,
+pub(crate) struct Kept {
+    pub(crate) runs: RunWindows,
+    pub(crate) slots: LatestSlots,
+    pub(crate) schedules: Schedules,
     /// Polls served since this was read afresh (see [`LATE_ROWS`]).
-    pub polls: u32,
+    pub(crate) polls: u32,
 }
 
 /// The registry's schedules as parsed, by the words they were parsed from: a dashboard
 /// polling 1,000 jobs parses each once, not once a poll.
 #[derive(Debug, Default)]
-pub struct Schedules(std::collections::HashMap<ScheduleKey, ParsedSchedule>);
+pub(crate) struct Schedules(std::collections::HashMap<ScheduleKey, ParsedSchedule>);
 
 /// Most schedules kept: registries change rarely; the bound keeps a dashboard left open for
 /// months small.
@@ -154,7 +154,7 @@ impl Removals {
 /// if rows were deleted meanwhile (gc), it reads the window again. So a dashboard's poll costs
 /// what changed, not the size of the run history.
 #[derive(Debug, Default)]
-pub struct RunWindows {
+pub(crate) struct RunWindows {
     synced: bool,
     max_rowid: i64,
     removals: Option<Removals>,
@@ -419,7 +419,7 @@ impl RunWindows {
 /// job's latest once, the first time it is asked. Firings gone (see [`Removals`]) or a lower
 /// rowid than seen start it afresh.
 #[derive(Debug, Default)]
-pub struct LatestSlots {
+pub(crate) struct LatestSlots {
     max_rowid: i64,
     removals: Option<Removals>,
     /// job → its latest slot (None: it has no firing), for the jobs asked about.

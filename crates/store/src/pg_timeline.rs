@@ -274,54 +274,7 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
                     set_meta(tx, "failover_window_until_ms", end.timestamp_millis())?;
                     exactly_words::time::fmt(end)
                 }
-                None => {
-                    // The newest lease the promoted server knows of: its holder may be sending
-                    // until it ends.
-                    // Compared as times, not by SQL's max() over the text, which a row
-                    // holding no time would win, hiding every real lease. Such a row is not
-                    // refused: that would stop this guard. Its end is unknown, so it is named
-                    // on stderr and in the event, and only the floor below bounds it.
-                    let mut leases = start;
-                    let mut unreadable = Vec::new();
-                    tx.each("SELECT job_key, lease_until FROM job_lease", &[], |r| {
-                        let until = text_or_empty(r, 1)?;
-                        match exactly_words::time::parse(&until) {
-                            Some(t) => leases = leases.max(t),
-                            None => unreadable.push(text_or_empty(r, 0)?),
-                        }
-                        Ok(())
-                    })?;
-                    if !unreadable.is_empty() {
-                        eprintln!(
-                            "exactly: the lease of job(s) {} holds no time (job_lease.lease_until): \
-                             the failover window does not wait for it",
-                            exactly_words::sanitize::inert_trunc(&unreadable.join(", "), 200)
-                        );
-                    }
-                    set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
-                    set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
-                    set_meta(tx, "failover_leases_until_ms", leases.timestamp_millis())?;
-                    let floor_until =
-                        start + chrono::Duration::from_std(LOST_KEYS_FLOOR).unwrap_or_default();
-                    set_meta(
-                        tx,
-                        "failover_floor_until_ms",
-                        floor_until.timestamp_millis(),
-                    )?;
-                    let unread = if unreadable.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; {} lease(s) holding no time not waited for",
-                            unreadable.len()
-                        )
-                    };
-                    format!(
-                        "every effect of the old timeline's last leases is accounted for (and \
-                         not before {}){unread}",
-                        exactly_words::time::fmt(leases.max(floor_until))
-                    )
-                }
+                None => window_until_leases_end(tx, start)?,
             };
             // A row left `claimed` may have been `submitted`, even `done`, on the old primary:
             // it is checked as an effect without a row is, before anything is sent.
@@ -352,6 +305,57 @@ fn failed_over(tx: &Tx<'_>, old: i64, new: i64, was_sync: bool, now: &str) -> Db
             .token(floor)
             .detail(&detail),
     )
+}
+
+/// The window after an asynchronous failover with no fixed length: until the newest lease the
+/// promoted server knows of has ended (its holder may be sending until then), and not before
+/// the floor. Recorded in `exactly_meta`; returns the event's words for it.
+fn window_until_leases_end(tx: &Tx<'_>, start: exactly_words::time::Ts) -> DbResult<String> {
+    // The newest lease the promoted server knows of: its holder may be sending
+    // until it ends.
+    // Compared as times, not by SQL's max() over the text, which a row
+    // holding no time would win, hiding every real lease. Such a row is not
+    // refused: that would stop this guard. Its end is unknown, so it is named
+    // on stderr and in the event, and only the floor below bounds it.
+    let mut leases = start;
+    let mut unreadable = Vec::new();
+    tx.each("SELECT job_key, lease_until FROM job_lease", &[], |r| {
+        let until = text_or_empty(r, 1)?;
+        match exactly_words::time::parse(&until) {
+            Some(t) => leases = leases.max(t),
+            None => unreadable.push(text_or_empty(r, 0)?),
+        }
+        Ok(())
+    })?;
+    if !unreadable.is_empty() {
+        eprintln!(
+            "exactly: the lease of job(s) {} holds no time (job_lease.lease_until): \
+             the failover window does not wait for it",
+            exactly_words::sanitize::inert_trunc(&unreadable.join(", "), 200)
+        );
+    }
+    set_meta(tx, "failover_window_until_ms", UNTIL_ACCOUNTED)?;
+    set_meta(tx, "failover_at_ms", start.timestamp_millis())?;
+    set_meta(tx, "failover_leases_until_ms", leases.timestamp_millis())?;
+    let floor_until = start + chrono::Duration::from_std(LOST_KEYS_FLOOR).unwrap_or_default();
+    set_meta(
+        tx,
+        "failover_floor_until_ms",
+        floor_until.timestamp_millis(),
+    )?;
+    let unread = if unreadable.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} lease(s) holding no time not waited for",
+            unreadable.len()
+        )
+    };
+    Ok(format!(
+        "every effect of the old timeline's last leases is accounted for (and \
+         not before {}){unread}",
+        exactly_words::time::fmt(leases.max(floor_until))
+    ))
 }
 
 #[cfg(test)]

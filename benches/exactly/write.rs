@@ -121,7 +121,7 @@ pub(crate) fn write_ratio(plan: &Plan, root: &Path, out: &mut Map<String, Value>
     out.insert("bare_commits_per_s".into(), json!(round(bare_s, 0)));
     // What a commit costs here is its fsync and the pages it writes: count the WAL frames each
     // side appends (no checkpoint in between: 50 writes stay under the 1,000-frame autocheckpoint).
-    let (life_frames, bare_frames) = wal_frames(&dir, 50)?;
+    let (life_frames, bare_frames, by_tree) = wal_frames(&dir, 50)?;
     out.insert(
         "wal_frames_per_lifecycle".into(),
         json!(round(life_frames, 1)),
@@ -130,11 +130,13 @@ pub(crate) fn write_ratio(plan: &Plan, root: &Path, out: &mut Map<String, Value>
         "wal_frames_per_bare_commit".into(),
         json!(round(bare_frames, 1)),
     );
+    out.insert("wal_frames_by_tree".into(), by_tree);
     Ok(())
 }
 
-/// WAL frames appended per effect lifecycle and per bare commit, over `n` of each.
-pub(crate) fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64)> {
+/// WAL frames appended per effect lifecycle and per bare commit, over `n` of each, and which
+/// table or index each of a lifecycle's frames wrote ([`frames_by_tree`]).
+pub(crate) fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64, Value)> {
     // Frames now in the WAL, as a passive checkpoint reports them (it copies, never resets).
     let checkpoint = |path: &Path, mode: &str| -> Res<f64> {
         let c = Connection::open(path)?;
@@ -152,6 +154,8 @@ pub(crate) fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64)> {
     for i in 20..20 + n {
         lifecycle(&mut store, &ctx, i)?;
     }
+    // Read while the store's connection keeps the WAL (its close checkpoints and removes it).
+    let by_tree = frames_by_tree(&path, n)?;
     let life = checkpoint(&path, "PASSIVE")? / n as f64;
 
     let bare = dir.join("frames-bare.db");
@@ -163,5 +167,47 @@ pub(crate) fn wal_frames(dir: &Path, n: u64) -> Res<(f64, f64)> {
     for i in 20..20 + n {
         bare_commit(&mut c, i)?;
     }
-    Ok((life, checkpoint(&bare, "PASSIVE")? / n as f64))
+    Ok((life, checkpoint(&bare, "PASSIVE")? / n as f64, by_tree))
+}
+
+/// The frames now in the WAL of `path` (written by `n` lifecycles, two commits each), per
+/// lifecycle, by the b-tree each frame's page belongs to (SQLite's `dbstat`), for the first
+/// commit (`start`: reserved and `submitted`) and the second (`end`: `done`): where a
+/// lifecycle's pages go, so a change can be judged by the pages it saves.
+fn frames_by_tree(path: &Path, n: u64) -> Res<Value> {
+    let wal = std::fs::read(format!("{}-wal", path.display()))?;
+    let word = |at: usize| -> Res<u32> {
+        let b = wal.get(at..at + 4).ok_or("the WAL ends mid-frame")?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let page_size = word(8)? as usize;
+    let c = Connection::open(path)?;
+    let mut tree = std::collections::HashMap::new();
+    let mut stmt = c.prepare("SELECT name, pageno FROM dbstat")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        tree.insert(r.get::<_, i64>(1)? as u32, r.get::<_, String>(0)?);
+    }
+    // Frames up to the last commit frame (a commit frame records the database's size).
+    let (mut pending, mut commits) = (Vec::new(), 0u64);
+    let mut counts: [std::collections::BTreeMap<String, f64>; 2] = Default::default();
+    let mut at = 32;
+    while at + 24 + page_size <= wal.len() {
+        let page = word(at)?;
+        pending.push(tree.get(&page).cloned().unwrap_or_else(|| "(free)".into()));
+        if word(at + 4)? != 0 {
+            for name in pending.drain(..) {
+                *counts[(commits % 2) as usize].entry(name).or_default() += 1.0 / n as f64;
+            }
+            commits += 1;
+        }
+        at += 24 + page_size;
+    }
+    let side = |m: &std::collections::BTreeMap<String, f64>| -> Value {
+        m.iter()
+            .map(|(k, v)| (k.clone(), json!(round(*v, 2))))
+            .collect::<Map<_, _>>()
+            .into()
+    };
+    Ok(json!({"commits": commits, "start": side(&counts[0]), "end": side(&counts[1])}))
 }

@@ -103,8 +103,11 @@ impl Attempt {
     /// A new attempt; `attempt` is its id (`host:pid`, see [`attempt_id`](super::attempt_id)).
     /// Refuses a spec whose key could be read two ways.
     pub fn new(ctx: &Ctx, spec: &Spec, attempt: &str) -> Result<Attempt> {
-        let key = spec.checked_key()?;
-        let mut att = Attempt::for_row(ctx, spec, key, &spec.input_digest(), attempt);
+        // `Spec::checked_key`, with the inputs' digest computed once for the key and the row.
+        exactly_words::key::check(&spec.action, &spec.target, &spec.inputs)?;
+        let digest = spec.input_digest();
+        let key = exactly_words::key::effect_key(&spec.action, &spec.target, &digest);
+        let mut att = Attempt::for_row(ctx, spec, key, &digest, attempt);
         att.fields = exactly_words::key::input_fields(
             &spec.action,
             &spec.target,

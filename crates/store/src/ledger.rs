@@ -651,3 +651,7 @@ fn consume_approval_tx(tx: &Tx<'_>, s: &Submission<'_>, now: &str) -> DbResult<(
             .token(s.token),
     )
 }
+
+#[cfg(test)]
+#[path = "ledger_tests.rs"]
+mod tests;

@@ -638,7 +638,14 @@ pub(crate) fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
     })
 }
 
-/// Appends one event and bumps its all-time counter, inside the caller's transaction.
+/// Event kinds without an all-time counter: no reader asks for one (`status`, `metrics`, the
+/// dashboard and `exactly doctor` read the counters of suppressed, fenced, missed, … and the
+/// ledger's own rows for what is done), and an effect's `done` is the one event every
+/// lifecycle writes: its counter was a page of its own in each lifecycle's last commit.
+const UNCOUNTED: &[EventKind] = &[EventKind::EffectDone];
+
+/// Appends one event and bumps its all-time counter (but for the kinds in [`UNCOUNTED`]),
+/// inside the caller's transaction.
 pub fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
     let at = tx.now(ev.at);
     tx.exec(
@@ -654,6 +661,9 @@ pub fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
             ev.detail
         ],
     )?;
+    if UNCOUNTED.contains(&ev.kind) {
+        return Ok(());
+    }
     tx.exec(
         "INSERT INTO exactly_counters (kind, job_key, n) VALUES (?1, ?2, 1)
          ON CONFLICT(kind, job_key) DO UPDATE SET n = exactly_counters.n + 1",

@@ -77,9 +77,10 @@ pub(crate) fn finish() -> &'static str {
                detail)
              SELECT n.at, ?11, ?2, ?1, ?3, NULL, ?12 FROM u, n),
        c AS (INSERT INTO exactly_counters (kind, job_key, n)
-             SELECT ?11, coalesce(?2, ''), 1 FROM u
+             SELECT ?11, coalesce(?2, ''), 1 FROM u WHERE ?11 <> '%DONE%'
              ON CONFLICT (kind, job_key) DO UPDATE SET n = exactly_counters.n + 1)
      SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN 'ok' ELSE 'fallback' END, (SELECT at FROM n)"#
             .replace("%TS%", TS)
+            .replace("%DONE%", EventKind::EffectDone.as_str())
     })
 }

@@ -476,6 +476,7 @@ impl Db {
         code: i32,
         text: String,
         error: Option<PyObject>,
+        key: Option<&Bound<'_, PyString>>,
     ) -> PyResult<PyObject> {
         let sent = match code {
             0 => Ok(text),
@@ -490,7 +491,10 @@ impl Db {
             advance(s, &mut att, io, &mut far_side)
         })?;
         match io {
-            Io::End(out) => outcome_obj(py, hooks(py)?, &out, error),
+            Io::End(out) => {
+                let key = key.filter(|_| out.key() == att.key());
+                outcome_obj(py, hooks(py)?, &out, error, key)
+            }
             other => Err(StoreError::new_err(format!(
                 "effect {}: the attempt asked for {other:?} after its send",
                 att.key()
@@ -591,12 +595,14 @@ fn advance(
 }
 
 /// An outcome as an `exactly.Outcome`, filled in one step (not through the frozen
-/// dataclass's `__init__`): every field set here, `error` the exception perform raised.
+/// dataclass's `__init__`): every field set here, `error` the exception perform raised, `key`
+/// the outcome's key when it was already made a Python string (the one perform was given).
 fn outcome_obj(
     py: Python<'_>,
     h: &Hooks,
     out: &Outcome,
     error: Option<PyObject>,
+    key: Option<&Bound<'_, PyString>>,
 ) -> PyResult<PyObject> {
     let mut response = None;
     let mut reason = None;
@@ -663,7 +669,10 @@ fn outcome_obj(
     let fields = o.getattr(py, intern!(py, "__dict__"))?;
     let d = fields.downcast_bound::<PyDict>(py)?;
     d.set_item(intern!(py, "outcome"), kind)?;
-    d.set_item(intern!(py, "key"), out.key().as_str())?;
+    match key {
+        Some(k) => d.set_item(intern!(py, "key"), k)?,
+        None => d.set_item(intern!(py, "key"), out.key().as_str())?,
+    }
     d.set_item(intern!(py, "response"), response)?;
     d.set_item(intern!(py, "reason"), reason)?;
     d.set_item(intern!(py, "state"), state)?;
@@ -774,7 +783,7 @@ impl Db {
             Ok((att, io))
         })?;
         match io {
-            Io::End(out) => Ok((None, Some(outcome_obj(py, hooks(py)?, &out, None)?))),
+            Io::End(out) => Ok((None, Some(outcome_obj(py, hooks(py)?, &out, None, None)?))),
             _ => Ok((
                 Some(Paused {
                     key: att.key().as_str().to_string(),
@@ -809,7 +818,7 @@ impl Db {
                 paused.key
             )));
         };
-        self.finish(py, att, code, text, error)
+        self.finish(py, att, code, text, error, None)
     }
 
     /// One whole attempt, as `Effect.run` and `arun` make it: begun as [`Db::effect_begin`]
@@ -840,7 +849,7 @@ impl Db {
             Ok((att, io))
         })?;
         if let Io::End(out) = io {
-            return outcome_obj(py, h, &out, None);
+            return outcome_obj(py, h, &out, None, None);
         }
         let key = PyString::new(py, att.key().as_str());
         let token = h.key_set.call1(py, (&key,))?;
@@ -869,7 +878,7 @@ impl Db {
                 e.is_instance_of::<PyKeyboardInterrupt>() || e.is_instance_of::<PySystemExit>();
             stop.then(|| PyErr::from_value(e.clone()))
         });
-        let out = self.finish(py, att, code, text, error)?;
+        let out = self.finish(py, att, code, text, error, Some(&key))?;
         if refused {
             let words: String = h.refused.call1(py, ("perform", &out))?.extract(py)?;
             return Err(UsageError::new_err(words));

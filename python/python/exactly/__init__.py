@@ -420,8 +420,9 @@ class Store:
             job, token = lease.job, lease.token
         elif job is None:
             raise UsageError("store.effect(token=…) needs the job the token is of")
-        return _effect(self, job, token, action, target, inputs, terms, needs_approval, observe,
-                       run_id)
+        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
+        e._init(self, job, token, action, target, inputs, terms, needs_approval, observe, run_id)
+        return e
 
     def get(self, key: str) -> Optional[Dict[str, Any]]:
         """The ledger row of an effect key (``state``, ``response``, …), or None."""
@@ -486,8 +487,10 @@ class Lease:
                observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """:meth:`Store.effect` under this lease's job and token."""
-        return _effect(self.store, self.job, self.token, action, target, inputs, terms,
-                       needs_approval, observe, run_id)
+        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
+        e._init(self.store, self.job, self.token, action, target, inputs, terms, needs_approval,
+                observe, run_id)
+        return e
 
     def _renewer(self) -> None:
         # Its own connection: the main one is busy for as long as a perform runs.
@@ -552,7 +555,7 @@ def scheduled_lease(store: Store) -> Optional[Lease]:
 
 
 from ._effect import Attempt, Effect, _no_lease, current_key, current_lease  # noqa: E402
-from ._effect import _answer, _check_sync, _effect, _raised, _refused  # noqa: E402
+from ._effect import _answer, _check_sync, _new, _raised, _refused  # noqa: E402
 from ._decorator import effect  # noqa: E402
 
 # What the native side builds and calls on a guarded call (an Outcome in one step, current_key()

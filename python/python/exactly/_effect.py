@@ -213,8 +213,9 @@ class Effect:
     def _init(self, store: "Store", job: str, token: int, action: str, target: str,
               inputs: "Optional[Inputs]", terms: Optional[str], needs_approval: bool,
               observe: Optional[Callable[[str], Any]], run_id: Optional[str]) -> None:
-        # Positional, for `lease.effect(…)` and `store.effect(…)` (:func:`_effect`): a class
-        # called with keywords costs a guarded call more than the rest of its Python.
+        # Positional, for `lease.effect(…)` and `store.effect(…)`, which make the effect with
+        # `object.__new__` and this: a class called with keywords costs a guarded call more
+        # than the rest of its Python.
         self.store, self.token = store, token
         self.action, self.target = action, target
         self.inputs = dict(inputs or {})
@@ -363,16 +364,6 @@ def _refused(what: str, out: "Outcome") -> str:
     return (f"{what} returned an awaitable (a coroutine?) from sync run, which cannot await it: "
             f"nothing was sent and effect {out.key} was left as it was ({out.outcome.value}); "
             "use `await effect.arun(perform)`")
-
-
-def _effect(store: "Store", job: str, token: int, action: str, target: str,
-            inputs: "Optional[Inputs]", terms: Optional[str], needs_approval: bool,
-            observe: Optional[Callable[[str], Any]], run_id: Optional[str]) -> Effect:
-    """``Effect(store, job, token, action=…, …)``, made without calling the class with
-    keywords (see :meth:`Effect._init`)."""
-    e: Effect = _new(Effect)
-    e._init(store, job, token, action, target, inputs, terms, needs_approval, observe, run_id)
-    return e
 
 
 _new = object.__new__

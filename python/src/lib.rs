@@ -8,11 +8,14 @@
 use exactly::effect::{self, Attempt, Ctx, Effect, Failure, Input, Io, Observation, Outcome, Spec};
 use exactly::{approval, lease, Access, Store};
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PySystemExit};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 create_exception!(exactly, Error, PyException, "Base of exactly's errors.");
@@ -63,12 +66,339 @@ fn json_map(inputs: &str) -> PyResult<serde_json::Map<String, serde_json::Value>
     }
 }
 
+/// What `import exactly` hands this module once ([`bind`]): the `Outcome` class and its kinds,
+/// so an outcome is built here in one step, the current-key variable perform runs under, and
+/// the Python helpers for the rare cases (a fact that is not plain, an answer that is not a str
+/// or None, a raise from perform), so their rules and their words stay in one place.
+struct Hooks {
+    /// `object.__new__`: an `Outcome` filled in without its frozen `__init__`.
+    new: Py<PyAny>,
+    outcome: Py<PyAny>,
+    /// The `Kind` of each name in [`KINDS`], in that order.
+    kinds: Vec<Py<PyAny>>,
+    /// `exactly._context.KEY.set` and `.reset`: what `current_key()` reads.
+    key_set: Py<PyAny>,
+    key_reset: Py<PyAny>,
+    /// `_answer(r, sync) -> (code, text, refused)`: perform's answer that is not a str or None.
+    answer: Py<PyAny>,
+    /// `_raised(e) -> (code, text)`: what a raise from perform means.
+    raised: Py<PyAny>,
+    /// `_inputs_json(inputs) -> str`: inputs that are not plain, checked (each refusal named).
+    inputs_json: Py<PyAny>,
+    /// `_text(what, v) -> str`: an action or target that is not a str, refused by name.
+    text: Py<PyAny>,
+    /// `_check_sync(perform)`: raises when perform is async (what sync run cannot await).
+    check_sync: Py<PyAny>,
+    /// `_refused(what, outcome) -> str`: the words for an awaitable refused from sync run.
+    refused: Py<PyAny>,
+    /// The type of a function written in Python.
+    function: Py<PyAny>,
+}
+
+static HOOKS: GILOnceCell<Hooks> = GILOnceCell::new();
+
+/// The outcome kinds, as `exactly.Kind`'s values.
+const KINDS: [&str; 10] = [
+    "done",
+    "duplicate",
+    "fenced",
+    "awaiting_approval",
+    "in_flight",
+    "unknown",
+    "cancelled",
+    "not_sent",
+    "unrecorded",
+    "lease_ending",
+];
+
+fn hooks(py: Python<'_>) -> PyResult<&Hooks> {
+    HOOKS
+        .get(py)
+        .ok_or_else(|| StoreError::new_err("exactly._native is used before `import exactly`"))
+}
+
+/// Called once by `exactly/__init__.py`: see [`Hooks`]. A second call (a reload) keeps the first.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (
+    outcome, kinds, key_var, answer, raised, inputs_json, text, check_sync, refused
+))]
+fn bind(
+    py: Python<'_>,
+    outcome: Py<PyAny>,
+    kinds: &Bound<'_, PyDict>,
+    key_var: Py<PyAny>,
+    answer: Py<PyAny>,
+    raised: Py<PyAny>,
+    inputs_json: Py<PyAny>,
+    text: Py<PyAny>,
+    check_sync: Py<PyAny>,
+    refused: Py<PyAny>,
+) -> PyResult<()> {
+    let kinds = KINDS
+        .iter()
+        .map(|k| {
+            kinds
+                .get_item(k)?
+                .map(Bound::unbind)
+                .ok_or_else(|| StoreError::new_err(format!("no Kind {k:?} was bound")))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let new = py
+        .import("builtins")?
+        .getattr("object")?
+        .getattr("__new__")?
+        .unbind();
+    let function = text.bind(py).get_type().into_any().unbind();
+    let _first = HOOKS.set(
+        py,
+        Hooks {
+            new,
+            outcome,
+            kinds,
+            key_set: key_var.getattr(py, "set")?,
+            key_reset: key_var.getattr(py, "reset")?,
+            answer,
+            raised,
+            inputs_json,
+            text,
+            check_sync,
+            refused,
+            function,
+        },
+    );
+    Ok(())
+}
+
+/// How deep a plain value is converted here; a deeper one goes through Python's check.
+const PLAIN_DEPTH: usize = 32;
+
+/// A plain value as the key's JSON: None, a bool, a str, an int within 64 bits, and lists,
+/// tuples and dicts (names str) of them; None for anything else (a float, a subclass, a number
+/// outside 64 bits), which Python's own check then encodes or refuses by name, as before.
+fn plain(v: &Bound<'_, PyAny>, depth: usize) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    if v.is_none() {
+        return Some(Value::Null);
+    }
+    if let Ok(s) = v.downcast_exact::<PyString>() {
+        return s.to_cow().ok().map(|c| Value::String(c.into_owned()));
+    }
+    if let Ok(b) = v.downcast_exact::<PyBool>() {
+        return Some(Value::Bool(b.is_true()));
+    }
+    if v.is_exact_instance_of::<PyInt>() {
+        // As JSON text reads back: a negative number an i64, any other a u64.
+        return match v.extract::<i64>() {
+            Ok(i) => Some(Value::from(i)),
+            Err(_) => v.extract::<u64>().ok().map(Value::from),
+        };
+    }
+    if depth >= PLAIN_DEPTH {
+        return None;
+    }
+    if let Ok(d) = v.downcast_exact::<PyDict>() {
+        return plain_map(d, depth + 1).map(Value::Object);
+    }
+    if let Ok(l) = v.downcast_exact::<PyList>() {
+        return l.iter().map(|x| plain(&x, depth + 1)).collect();
+    }
+    if let Ok(t) = v.downcast_exact::<PyTuple>() {
+        return t.iter().map(|x| plain(&x, depth + 1)).collect();
+    }
+    None
+}
+
+fn plain_map(
+    d: &Bound<'_, PyDict>,
+    depth: usize,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut m = serde_json::Map::new();
+    for (k, v) in d.iter() {
+        let k = k.downcast_exact::<PyString>().ok()?.to_cow().ok()?;
+        m.insert(k.into_owned(), plain(&v, depth)?);
+    }
+    Some(m)
+}
+
+/// The inputs as the key's JSON object: plain ones converted here, any other through Python's
+/// check and JSON (`_inputs_json`), which names what it refuses.
+fn inputs_map(
+    py: Python<'_>,
+    h: &Hooks,
+    inputs: &Bound<'_, PyAny>,
+) -> PyResult<serde_json::Map<String, serde_json::Value>> {
+    if inputs.is_none() {
+        return Ok(serde_json::Map::new());
+    }
+    if let Some(m) = inputs
+        .downcast_exact::<PyDict>()
+        .ok()
+        .and_then(|d| plain_map(d, 0))
+    {
+        return Ok(m);
+    }
+    let text: String = h.inputs_json.call1(py, (inputs,))?.extract(py)?;
+    json_map(&text)
+}
+
+/// Whether `f` is a function written in Python that is not a coroutine function, read from its
+/// code as `inspect.iscoroutinefunction` does; False (ask `_check_sync`) for anything else, and
+/// for a function with attributes (3.12's `inspect.markcoroutinefunction` sets one).
+fn plain_sync(py: Python<'_>, h: &Hooks, f: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// `inspect.CO_COROUTINE`.
+    const CO_COROUTINE: u32 = 0x80;
+    if !f.get_type().is(h.function.bind(py)) {
+        return Ok(false);
+    }
+    let attrs = f.getattr(intern!(py, "__dict__"))?;
+    if !attrs.downcast::<PyDict>().is_ok_and(|d| d.is_empty()) {
+        return Ok(false);
+    }
+    let flags: u32 = f
+        .getattr(intern!(py, "__code__"))?
+        .getattr(intern!(py, "co_flags"))?
+        .extract()?;
+    Ok(flags & CO_COROUTINE == 0)
+}
+
+/// An action or target: a str as is, anything else through Python's `_text`, which refuses it.
+fn text_of(py: Python<'_>, h: &Hooks, what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = v.downcast_exact::<PyString>() {
+        if let Ok(c) = s.to_cow() {
+            return Ok(c.into_owned());
+        }
+    }
+    h.text.call1(py, (what, v))?.extract(py)
+}
+
 /// The effect key of the facts, exactly as `exactly key` derives it (an ambiguous one refused).
 #[pyfunction]
-fn key(action: &str, target: &str, inputs_json: &str) -> PyResult<String> {
-    let inputs = json_map(inputs_json)?;
-    exactly::key::check(action, target, &inputs).map_err(err)?;
-    Ok(exactly::key::effect_key(action, target, &exactly::key::input_digest(&inputs)).into())
+#[pyo3(signature = (action, target, inputs=None))]
+fn key(
+    py: Python<'_>,
+    action: &Bound<'_, PyAny>,
+    target: &Bound<'_, PyAny>,
+    inputs: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let h = hooks(py)?;
+    let action = text_of(py, h, "action", action)?;
+    let target = text_of(py, h, "target", target)?;
+    let inputs = match inputs {
+        Some(i) => inputs_map(py, h, i)?,
+        None => serde_json::Map::new(),
+    };
+    exactly::key::check(&action, &target, &inputs).map_err(err)?;
+    Ok(exactly::key::effect_key(&action, &target, &exactly::key::input_digest(&inputs)).into())
+}
+
+/// One effect's facts in the library's terms, made once when `exactly.Effect` is made: who acts
+/// (the job's name normalised, its token, the run), what (action, target, the inputs checked),
+/// and its key, derived once (by the first attempt, or when asked before it).
+#[pyclass(module = "exactly._native", frozen)]
+struct Facts {
+    ctx: Ctx,
+    spec: Spec,
+    /// The run given, or `exactly run`'s; None: the context's default.
+    run_id: Option<String>,
+    key: OnceLock<String>,
+}
+
+#[pymethods]
+impl Facts {
+    #[new]
+    #[pyo3(signature = (job, token, run_id, action, target, inputs, terms, needs_approval))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        job: &str,
+        token: i64,
+        run_id: Option<String>,
+        action: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        inputs: &Bound<'_, PyAny>,
+        terms: Option<String>,
+        needs_approval: bool,
+    ) -> PyResult<Facts> {
+        let h = hooks(py)?;
+        let mut ctx = context(job, token)?;
+        // Under `exactly run` the run's id ties the effect to the run that sent it.
+        let run_id = run_id.or_else(|| {
+            let ours = std::env::var("EXACTLY_JOB").is_ok_and(|j| j == ctx.job.as_str());
+            ours.then(|| std::env::var("EXACTLY_RUN_ID").ok()).flatten()
+        });
+        let action = text_of(py, h, "action", action)?;
+        let target = text_of(py, h, "target", target)?;
+        let inputs = inputs_map(py, h, inputs)?;
+        exactly::key::check(&action, &target, &inputs).map_err(err)?;
+        if let Some(r) = &run_id {
+            ctx = ctx.with_run_id(r);
+        }
+        Ok(Facts {
+            ctx,
+            spec: Spec {
+                action,
+                target,
+                inputs,
+                terms,
+                needs_approval,
+                observe_cmd: None,
+            },
+            run_id,
+            key: OnceLock::new(),
+        })
+    }
+
+    #[getter]
+    fn job(&self) -> &str {
+        self.ctx.job.as_str()
+    }
+
+    #[getter]
+    fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+
+    #[getter]
+    fn key(&self) -> &str {
+        self.key.get_or_init(|| self.spec.key().into())
+    }
+}
+
+impl Facts {
+    /// A new attempt at the effect, its sender this process (no group, no cage), as
+    /// `effect::run` records it.
+    fn attempt(&self) -> exactly::Result<Attempt> {
+        let identity = exactly::sender::Identity::this_process(None).in_cage(None);
+        let att = Attempt::new(&self.ctx, &self.spec, &effect::attempt_id())?
+            .with_sender(&identity.encode());
+        let _first = self.key.set(att.key().as_str().to_string());
+        Ok(att)
+    }
+}
+
+thread_local! {
+    /// The context made last in this thread, with the name, token and process it was made for
+    /// (a forked child is another process, another run): the effects of one lease share one,
+    /// its job's name normalised once rather than per effect.
+    static LAST_CTX: RefCell<Option<(String, i64, u32, Ctx)>> = const { RefCell::new(None) };
+}
+
+/// The context of `job` (its name normalised, or the CLI's refusal) under `token`, as a run
+/// of this process: [`Ctx::new`], remembered for the last one made in this thread.
+fn context(job: &str, token: i64) -> PyResult<Ctx> {
+    let pid = std::process::id();
+    let known = LAST_CTX.with(|last| match &*last.borrow() {
+        Some((name, t, p, ctx)) if name == job && *t == token && *p == pid => Some(ctx.clone()),
+        _ => None,
+    });
+    if let Some(ctx) = known {
+        return Ok(ctx);
+    }
+    let name = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
+    let ctx = Ctx::new(&name, exactly::Token::from(token));
+    LAST_CTX.with(|last| *last.borrow_mut() = Some((job.to_string(), token, pid, ctx.clone())));
+    Ok(ctx)
 }
 
 /// A job name as every call stores and compares it (NFC, trimmed), or the CLI's refusal.
@@ -136,6 +466,40 @@ impl Db {
             }
             result
         })
+    }
+
+    /// Ends `att`, paused at its send, with what the send did (see [`Db::effect_finish`]).
+    fn finish(
+        &self,
+        py: Python<'_>,
+        mut att: Attempt,
+        code: i32,
+        text: String,
+        error: Option<PyObject>,
+        key: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<PyObject> {
+        let sent = match code {
+            0 => Ok(text),
+            1 => Err(Failure::NotSent(text)),
+            _ => Err(Failure::Lost(text)),
+        };
+        let io = att.step(Input::Sent(sent));
+        let mut far_side = PyEffect { observe: None };
+        let io = self.with(py, |s| {
+            // Where `effect::execute` stops a test after the send, before its answer is recorded.
+            exactly::fault::point(exactly::fault::Point::AfterSend);
+            advance(s, &mut att, io, &mut far_side)
+        })?;
+        match io {
+            Io::End(out) => {
+                let key = key.filter(|_| out.key() == att.key());
+                outcome_obj(py, hooks(py)?, &out, error, key)
+            }
+            other => Err(StoreError::new_err(format!(
+                "effect {}: the attempt asked for {other:?} after its send",
+                att.key()
+            ))),
+        }
     }
 
     fn idle(&self) -> PyResult<std::sync::MutexGuard<'_, Vec<Store>>> {
@@ -230,63 +594,91 @@ fn advance(
     }
 }
 
-/// An outcome as a dict `exactly.Outcome` is built from: its kind and its parts.
-fn outcome_dict<'py>(py: Python<'py>, out: &Outcome) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("key", out.key().as_str())?;
-    d.set_item("exit_code", out.exit_code())?;
+/// An outcome as an `exactly.Outcome`, filled in one step (not through the frozen
+/// dataclass's `__init__`): every field set here, `error` the exception perform raised, `key`
+/// the outcome's key when it was already made a Python string (the one perform was given).
+fn outcome_obj(
+    py: Python<'_>,
+    h: &Hooks,
+    out: &Outcome,
+    error: Option<PyObject>,
+    key: Option<&Bound<'_, PyString>>,
+) -> PyResult<PyObject> {
+    let mut response = None;
+    let mut reason = None;
+    let mut state = None;
     let kind = match out {
-        Outcome::Done { response, .. } => {
-            d.set_item("response", response)?;
+        Outcome::Done { response: r, .. } => {
+            response = Some(r.as_str());
             "done"
         }
-        Outcome::DuplicateSuppressed { response, .. } => {
-            d.set_item("response", response)?;
+        Outcome::DuplicateSuppressed { response: r, .. } => {
+            response = r.as_deref();
             "duplicate"
         }
         // It ran, and only its row was fenced: unrecorded, its answer kept.
         Outcome::Fenced {
             ran: Some(ran),
-            response,
+            response: r,
             ..
         } => {
-            d.set_item(
-                "reason",
-                format!("{ran}; fenced: a newer token holds the job"),
-            )?;
-            d.set_item("response", response)?;
+            reason = Some(format!("{ran}; fenced: a newer token holds the job"));
+            response = r.as_deref();
             "unrecorded"
         }
         Outcome::Fenced { .. } => "fenced",
         Outcome::AwaitingApproval { .. } => "awaiting_approval",
-        Outcome::Unresolved { state, reason, .. } => {
-            d.set_item("state", state)?;
-            d.set_item("reason", reason)?;
+        Outcome::Unresolved {
+            state: s,
+            reason: r,
+            ..
+        } => {
+            state = Some(s.as_str());
+            reason = Some(r.clone());
             "in_flight"
         }
-        Outcome::Unknown { reason, .. } => {
-            d.set_item("reason", reason)?;
+        Outcome::Unknown { reason: r, .. } => {
+            reason = Some(r.clone());
             "unknown"
         }
         Outcome::Cancelled { .. } => "cancelled",
-        Outcome::NotSent { reason, .. } => {
-            d.set_item("reason", reason)?;
+        Outcome::NotSent { reason: r, .. } => {
+            reason = Some(r.clone());
             "not_sent"
         }
-        Outcome::Unrecorded { ran, reason, .. } => {
-            d.set_item("reason", format!("{ran}; {reason}"))?;
+        Outcome::Unrecorded { ran, reason: r, .. } => {
+            reason = Some(format!("{ran}; {r}"));
             "unrecorded"
         }
         Outcome::LeaseEnding { until, .. } => {
-            d.set_item(
-                "reason",
-                until.as_deref().unwrap_or("the lease was released"),
-            )?;
+            reason = Some(
+                until
+                    .as_deref()
+                    .unwrap_or("the lease was released")
+                    .to_string(),
+            );
             "lease_ending"
         }
     };
-    d.set_item("outcome", kind)?;
-    Ok(d)
+    let kind = KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .and_then(|i| h.kinds.get(i))
+        .ok_or_else(|| StoreError::new_err(format!("no Kind {kind:?}")))?;
+    let o = h.new.call1(py, (&h.outcome,))?;
+    let fields = o.getattr(py, intern!(py, "__dict__"))?;
+    let d = fields.downcast_bound::<PyDict>(py)?;
+    d.set_item(intern!(py, "outcome"), kind)?;
+    match key {
+        Some(k) => d.set_item(intern!(py, "key"), k)?,
+        None => d.set_item(intern!(py, "key"), out.key().as_str())?,
+    }
+    d.set_item(intern!(py, "response"), response)?;
+    d.set_item(intern!(py, "reason"), reason)?;
+    d.set_item(intern!(py, "state"), state)?;
+    d.set_item(intern!(py, "exit_code"), out.exit_code())?;
+    d.set_item(intern!(py, "error"), error)?;
+    Ok(o)
 }
 
 fn to_json(py: Python<'_>, value: &impl serde::Serialize) -> PyResult<PyObject> {
@@ -374,52 +766,24 @@ impl Db {
     /// Begins one effect attempt under the ledger's guard: the step machine (the one `exactly
     /// effect` runs) driven through reserving, observing an open effect (with `observe`) and
     /// submitting, up to the send. Returns the attempt paused at its send (`fresh`: the caller
-    /// sends, then calls [`Db::effect_finish`]), or its outcome as a dict when nothing may be
-    /// sent (a duplicate, fenced, awaiting approval, in flight, …).
-    #[pyo3(signature = (
-        job, token, run_id, action, target, inputs_json, terms, needs_approval, observe, by=None
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// sends, then calls [`Db::effect_finish`]), or its `Outcome` when nothing may be sent (a
+    /// duplicate, fenced, awaiting approval, in flight, …).
+    #[pyo3(signature = (facts, observe))]
     fn effect_begin(
         &self,
         py: Python<'_>,
-        job: &str,
-        token: i64,
-        run_id: Option<String>,
-        action: &str,
-        target: &str,
-        inputs_json: &str,
-        terms: Option<String>,
-        needs_approval: bool,
+        facts: &Facts,
         observe: Option<Py<PyAny>>,
-        by: Option<String>,
-    ) -> PyResult<(Option<Paused>, Option<Py<PyDict>>)> {
-        let job = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
-        let mut ctx = Ctx::new(&job, exactly::Token::from(token));
-        if let Some(r) = &run_id {
-            ctx = ctx.with_run_id(r);
-        }
-        if let Some(b) = &by {
-            ctx = ctx.by(b);
-        }
-        let spec = Spec {
-            action: action.to_string(),
-            target: target.to_string(),
-            inputs: json_map(inputs_json)?,
-            terms,
-            needs_approval,
-            observe_cmd: None,
-        };
-        // The sender is this process (no group, no cage), as `effect::run` records it.
-        let identity = exactly::sender::Identity::this_process(None).in_cage(None);
-        let mut att = Attempt::new(&ctx, &spec, &effect::attempt_id())
-            .map_err(err)?
-            .with_sender(&identity.encode());
+    ) -> PyResult<(Option<Paused>, Option<PyObject>)> {
         let mut far_side = PyEffect { observe };
-        let io = att.start();
-        let io = self.with(py, |s| advance(s, &mut att, io, &mut far_side))?;
+        let (att, io) = self.with(py, |s| {
+            let mut att = facts.attempt()?;
+            let io = att.start();
+            let io = advance(s, &mut att, io, &mut far_side)?;
+            Ok((att, io))
+        })?;
         match io {
-            Io::End(out) => Ok((None, Some(outcome_dict(py, &out)?.unbind()))),
+            Io::End(out) => Ok((None, Some(outcome_obj(py, hooks(py)?, &out, None, None)?))),
             _ => Ok((
                 Some(Paused {
                     key: att.key().as_str().to_string(),
@@ -432,42 +796,96 @@ impl Db {
 
     /// Ends an attempt [`Db::effect_begin`] left at its send with what the send did: `code` 0
     /// and the response, 1 and why nothing was sent (the reservation is released), 2 and why
-    /// the request may have left (`unknown`). Returns the outcome as a dict; an attempt ends
-    /// once.
+    /// the request may have left (`unknown`). Returns the `Outcome` (`error` on it); an
+    /// attempt ends once.
+    #[pyo3(signature = (paused, code, text, error=None))]
     fn effect_finish(
         &self,
         py: Python<'_>,
         paused: &Paused,
         code: i32,
         text: String,
-    ) -> PyResult<Py<PyDict>> {
+        error: Option<PyObject>,
+    ) -> PyResult<PyObject> {
         let taken = paused
             .attempt
             .lock()
             .map_err(|_| StoreError::new_err("the attempt was poisoned by a panic"))?
             .take();
-        let Some(mut att) = taken else {
+        let Some(att) = taken else {
             return Err(UsageError::new_err(format!(
                 "effect {} was already finished: an attempt ends once",
                 paused.key
             )));
         };
-        let sent = match code {
-            0 => Ok(text),
-            1 => Err(Failure::NotSent(text)),
-            _ => Err(Failure::Lost(text)),
+        self.finish(py, att, code, text, error, None)
+    }
+
+    /// One whole attempt, as `Effect.run` and `arun` make it: begun as [`Db::effect_begin`]
+    /// does; when it may send, `perform(key)` called with the key as `current_key()` while it
+    /// runs, then ended as [`Db::effect_finish`] does with what perform did (an answer that is
+    /// not a str or None, and a raise, judged by Python's `_answer` and `_raised`). Returns the
+    /// `Outcome`. From sync run (`sync`) an async perform is refused before anything is
+    /// written, and an awaitable answer once its reservation is released (`UsageError`);
+    /// `KeyboardInterrupt` and `SystemExit` are raised again once recorded.
+    #[pyo3(signature = (facts, observe, perform, sync))]
+    fn effect_run(
+        &self,
+        py: Python<'_>,
+        facts: &Facts,
+        observe: Option<Py<PyAny>>,
+        perform: &Bound<'_, PyAny>,
+        sync: bool,
+    ) -> PyResult<PyObject> {
+        let h = hooks(py)?;
+        if sync && !plain_sync(py, h, perform)? {
+            h.check_sync.call1(py, (perform,))?;
+        }
+        let mut far_side = PyEffect { observe };
+        let (att, io) = self.with(py, |s| {
+            let mut att = facts.attempt()?;
+            let io = att.start();
+            let io = advance(s, &mut att, io, &mut far_side)?;
+            Ok((att, io))
+        })?;
+        if let Io::End(out) = io {
+            return outcome_obj(py, h, &out, None, None);
+        }
+        let key = PyString::new(py, att.key().as_str());
+        let token = h.key_set.call1(py, (&key,))?;
+        let answered = perform.call1((&key,));
+        h.key_reset.call1(py, (token,))?;
+        let (code, text, error, refused) = match answered {
+            Ok(r) if r.is_none() => (0, String::new(), None, false),
+            Ok(r) => match r.downcast_exact::<PyString>().map(|s| s.to_cow()) {
+                Ok(Ok(s)) => (0, s.into_owned(), None, false),
+                _ => {
+                    let (code, text, refused): (i32, String, bool) =
+                        h.answer.call1(py, (r, sync))?.extract(py)?;
+                    (code, text, None, refused)
+                }
+            },
+            Err(e) => {
+                let e: PyObject = e.into_value(py).into_any();
+                let (code, text): (i32, String) = h.raised.call1(py, (&e,))?.extract(py)?;
+                // NotSent promised nothing left: no error to keep.
+                (code, text, (code != 1).then_some(e), false)
+            }
         };
-        // Where `effect::execute` stops a test after the send, before its answer is recorded.
-        py.allow_threads(|| exactly::fault::point(exactly::fault::Point::AfterSend));
-        let io = att.step(Input::Sent(sent));
-        let mut far_side = PyEffect { observe: None };
-        let io = self.with(py, |s| advance(s, &mut att, io, &mut far_side))?;
-        match io {
-            Io::End(out) => Ok(outcome_dict(py, &out)?.unbind()),
-            other => Err(StoreError::new_err(format!(
-                "effect {}: the attempt asked for {other:?} after its send",
-                paused.key
-            ))),
+        let again = error.as_ref().and_then(|e| {
+            let e = e.bind(py);
+            let stop =
+                e.is_instance_of::<PyKeyboardInterrupt>() || e.is_instance_of::<PySystemExit>();
+            stop.then(|| PyErr::from_value(e.clone()))
+        });
+        let out = self.finish(py, att, code, text, error, Some(&key))?;
+        if refused {
+            let words: String = h.refused.call1(py, ("perform", &out))?.extract(py)?;
+            return Err(UsageError::new_err(words));
+        }
+        match again {
+            Some(e) => Err(e),
+            None => Ok(out),
         }
     }
 
@@ -559,6 +977,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Db>()?;
     m.add_class::<Paused>()?;
+    m.add_class::<Facts>()?;
+    m.add_function(wrap_pyfunction!(bind, m)?)?;
     m.add_function(wrap_pyfunction!(key, m)?)?;
     m.add_function(wrap_pyfunction!(actor, m)?)?;
     m.add_function(wrap_pyfunction!(job_name, m)?)?;

@@ -185,9 +185,6 @@ class LeaseEnding(EffectNotDone):
     """Too little of the lease was left to send."""
 
 
-# By value, for Outcome._of: a dict lookup, not Enum's call.
-_KINDS = {k.value: k for k in Kind}
-
 _RAISES = {
     Kind.FENCED: Fenced,
     Kind.AWAITING_APPROVAL: AwaitingApproval,
@@ -224,17 +221,6 @@ class Outcome:
         if self.done:
             return self
         raise _RAISES[self.outcome](self)
-
-    @staticmethod
-    def _of(d: Dict[str, Any], error: Optional[BaseException] = None) -> "Outcome":
-        # Filled in one step, not through the frozen dataclass's __init__ (a guarded call's
-        # Python cost: 18k instructions that way, 7.5k this way). Every field is set here.
-        o = object.__new__(Outcome)
-        o.__dict__.update(
-            outcome=_KINDS[d["outcome"]], key=d["key"], response=d.get("response"),
-            reason=d.get("reason"), state=d.get("state"), exit_code=d["exit_code"], error=error,
-        )
-        return o
 
 
 @dataclass(frozen=True)
@@ -314,7 +300,7 @@ def key(action: str, target: str, inputs: Optional[Inputs] = None) -> str:
     k=v…`` for the same facts (a string input there is a string here). Input names must be
     strings, integers within 64 bits (-2**63 to 2**64-1), floats finite, values JSON's: anything
     else raises :class:`UsageError` naming the input, as does a non-string action or target."""
-    return _native.key(_text("action", action), _text("target", target), _inputs_json(inputs))
+    return _native.key(action, target, inputs)
 
 
 def open(db: Optional[str] = None) -> "Store":  # noqa: A001 - the module's verb
@@ -434,9 +420,9 @@ class Store:
             job, token = lease.job, lease.token
         elif job is None:
             raise UsageError("store.effect(token=…) needs the job the token is of")
-        return Effect(self, job, token, action=action, target=target, inputs=inputs,
-                      terms=terms, needs_approval=needs_approval, observe=observe,
-                      run_id=run_id)
+        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
+        e._init(self, job, token, action, target, inputs, terms, needs_approval, observe, run_id)
+        return e
 
     def get(self, key: str) -> Optional[Dict[str, Any]]:
         """The ledger row of an effect key (``state``, ``response``, …), or None."""
@@ -501,9 +487,10 @@ class Lease:
                observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """:meth:`Store.effect` under this lease's job and token."""
-        return Effect(self.store, self.job, self.token, action=action, target=target,
-                      inputs=inputs, terms=terms, needs_approval=needs_approval,
-                      observe=observe, run_id=run_id)
+        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
+        e._init(self.store, self.job, self.token, action, target, inputs, terms, needs_approval,
+                observe, run_id)
+        return e
 
     def _renewer(self) -> None:
         # Its own connection: the main one is busy for as long as a perform runs.
@@ -568,4 +555,11 @@ def scheduled_lease(store: Store) -> Optional[Lease]:
 
 
 from ._effect import Attempt, Effect, _no_lease, current_key, current_lease  # noqa: E402
+from ._effect import _answer, _check_sync, _new, _raised, _refused  # noqa: E402
 from ._decorator import effect  # noqa: E402
+
+# What the native side builds and calls on a guarded call (an Outcome in one step, current_key()
+# around perform), and the checks whose words are kept here (inputs and facts that are not
+# plain, answers that are not a str or None, a raise from perform).
+_native.bind(Outcome, {k.value: k for k in Kind}, _context.KEY, _answer, _raised, _inputs_json,
+             _text, _check_sync, _refused)

@@ -3,7 +3,7 @@ of the effect whose perform, observer or ``with`` block is running. Context vari
 thread and each task has its own (a task inherits its creator's at creation; a new thread starts
 with none)."""
 from contextvars import ContextVar
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 LEASES: "ContextVar[Tuple[Any, ...]]" = ContextVar("exactly_leases", default=())
 """The leases entered (``with lease:``), innermost last."""
@@ -11,8 +11,10 @@ LEASES: "ContextVar[Tuple[Any, ...]]" = ContextVar("exactly_leases", default=())
 ATTEMPTS: "ContextVar[Tuple[Any, ...]]" = ContextVar("exactly_attempts", default=())
 """The effects' ``with`` blocks entered, innermost last."""
 
-KEY: "ContextVar[Tuple[str, ...]]" = ContextVar("exactly_key", default=())
-"""The keys of the effects whose perform, observer or block is running, innermost last."""
+KEY: "ContextVar[Optional[str]]" = ContextVar("exactly_key", default=None)
+"""The key of the innermost effect whose perform, observer or block is running (None: none is);
+each sets it and resets it to the one before when it ends. The native module sets it around
+perform (``_native.Db.effect_run``)."""
 
 
 def push(var: "ContextVar[Tuple[Any, ...]]", v: Any) -> None:

@@ -1,7 +1,10 @@
 """An effect and its attempts: :meth:`Effect.run` and ``arun`` (a perform callable), and the
-``with`` form (the caller's block sends). Each is the one step machine of the Rust library,
-begun by ``_native.Db.effect_begin`` (reserve, observe an open effect, submit: up to the send)
-and ended by ``effect_finish`` with what the send did."""
+``with`` form (the caller's block sends). Each is the one step machine of the Rust library:
+``run`` and ``arun`` are one native call each (``_native.Db.effect_run``: begin, perform,
+finish); the ``with`` form is begun by ``effect_begin`` (reserve, observe an open effect,
+submit: up to the send) and ended by ``effect_finish`` with what the block did. The facts are
+checked and put in the library's terms once, when the :class:`Effect` is made
+(``_native.Facts``), and the key derived once."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +14,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, cast
 
-from . import _context, _native
+from . import NotSent, _context, _native, _response_text, _verdict
 from ._native import UsageError
 
 if TYPE_CHECKING:
@@ -22,21 +25,32 @@ def current_key() -> str:
     """The effect key of the effect whose perform, observer or ``with`` block is running in
     this thread or asyncio task (a task inherits it from the code that created it; a thread
     you start does not: pass the key on). Raises :class:`UsageError` anywhere else."""
-    keys = _context.KEY.get()
-    if not keys:
+    k = _context.KEY.get()
+    if k is None:
         raise UsageError(
             "exactly.current_key() is called outside an effect: it is the key of the effect "
             "whose perform, observer or `with` block is running in this thread or task")
-    return keys[-1]
+    return k
 
 
 def _with_key(k: str, fn: Callable[[str], Any]) -> Any:
     """``fn(k)`` with ``k`` as :func:`current_key` while it runs."""
-    tok = _context.KEY.set(_context.KEY.get() + (k,))
+    tok = _context.KEY.set(k)
     try:
         return fn(k)
     finally:
         _context.KEY.reset(tok)
+
+
+_FUNCTION = type(_with_key)
+
+
+def _is_async(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction(fn)``; a plain function's answer read from its code (a
+    marked one, with a ``__dict__``, asks inspect), as that costs a guarded call less."""
+    if type(fn) is _FUNCTION and not fn.__dict__:
+        return bool(fn.__code__.co_flags & inspect.CO_COROUTINE)
+    return fn is not None and inspect.iscoroutinefunction(fn)
 
 
 def current_lease(store: "Optional[Store]" = None, job: Optional[str] = None) -> "Optional[Lease]":
@@ -44,12 +58,12 @@ def current_lease(store: "Optional[Store]" = None, job: Optional[str] = None) ->
     store.claim(…)``, ``with store.lease(…)``, ``with lease:``) in this thread or task, else,
     under ``exactly run``, the scheduler's (:func:`scheduled_lease`); None when there is none.
     With ``job``, only a lease of that job."""
-    from . import scheduled_lease
     want = _native.job_name(job) if job is not None else None
     for lease in reversed(_context.LEASES.get()):
         if want is None or lease.job == want:
             return cast("Lease", lease)
     if os.environ.get("EXACTLY_JOB") and os.environ.get("EXACTLY_FENCING_TOKEN"):
+        from . import scheduled_lease
         s = store if store is not None else _default_store()
         got = scheduled_lease(s)
         if got is not None and (want is None or got.job == want):
@@ -106,14 +120,13 @@ class Attempt:
     known at once when it is not fresh, and after the block when it is."""
 
     def __init__(self, effect: "Effect", paused: Optional[_native.Paused],
-                 done: Optional[Dict[str, Any]]):
-        from . import Outcome
+                 done: "Optional[Outcome]"):
         self.effect = effect
-        self.key: str = paused.key if paused is not None else (done or {})["key"]
+        self.key: str = paused.key if paused is not None else cast("Outcome", done).key
         self._paused = paused
         self._result: Any = _UNSET
         self._key_token: Any = None  # current_key()'s, while the block runs
-        self._outcome: "Optional[Outcome]" = Outcome._of(done) if done is not None else None
+        self._outcome = done
 
     def __repr__(self) -> str:
         return f"Attempt(key={self.key!r}, fresh={self.fresh}, outcome={self._outcome!r})"
@@ -147,15 +160,13 @@ class Attempt:
         self._result = value
 
     def _finish(self, code: int, text: str, error: Optional[BaseException] = None) -> "Outcome":
-        from . import Outcome
         assert self._paused is not None
-        d = self.effect.store._db.effect_finish(self._paused, code, text)
-        self._outcome = Outcome._of(d, error)
-        return self._outcome
+        out: "Outcome" = self.effect.store._db.effect_finish(self._paused, code, text, error)
+        self._outcome = out
+        return out
 
     def _leave(self, exc: Optional[BaseException]) -> bool:
         """Ends the block: records what it did when it held the send. True swallows ``exc``."""
-        from . import NotSent, _response_text
         if not self.fresh:
             return False
         if self._result is not _UNSET:
@@ -196,16 +207,39 @@ class Effect:
                  inputs: "Optional[Inputs]" = None, terms: Optional[str] = None,
                  needs_approval: bool = False, observe: Optional[Callable[[str], Any]] = None,
                  run_id: Optional[str] = None):
-        from . import key
-        self.store, self.job, self.token = store, _native.job_name(job), token
+        self._init(store, job, token, action, target, inputs, terms, needs_approval, observe,
+                   run_id)
+
+    def _init(self, store: "Store", job: str, token: int, action: str, target: str,
+              inputs: "Optional[Inputs]", terms: Optional[str], needs_approval: bool,
+              observe: Optional[Callable[[str], Any]], run_id: Optional[str]) -> None:
+        # Positional, for `lease.effect(…)` and `store.effect(…)`, which make the effect with
+        # `object.__new__` and this: a class called with keywords costs a guarded call more
+        # than the rest of its Python.
+        self.store, self.token = store, token
         self.action, self.target = action, target
         self.inputs = dict(inputs or {})
         self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
-        # Under `exactly run` the run's id ties the effect to the run that sent it.
-        if run_id is None and os.environ.get("EXACTLY_JOB") == self.job:
-            run_id = os.environ.get("EXACTLY_RUN_ID")
-        self.run_id = run_id
-        self.key = key(action, target, self.inputs)
+        # In the library's terms, once: the job's name normalised, the facts checked (a bad
+        # one refused here, by name), and under `exactly run` the run that sends it. The key
+        # is derived once, by the first attempt or by `key` when asked before it.
+        self._facts = _native.Facts(job, token, run_id, action, target, self.inputs, terms,
+                                    needs_approval)
+
+    @property
+    def job(self) -> str:
+        """The job's name, normalised as every call stores it."""
+        return self._facts.job
+
+    @property
+    def run_id(self) -> Optional[str]:
+        """The run given, or ``exactly run``'s when it runs this job; else None."""
+        return self._facts.run_id
+
+    @property
+    def key(self) -> str:
+        """The effect key: ``exactly.key(action, target, inputs)``."""
+        return self._facts.key
 
     def __repr__(self) -> str:
         return f"Effect(job={self.job!r}, key={self.key!r})"
@@ -220,9 +254,13 @@ class Effect:
         ``KeyboardInterrupt``/``SystemExit`` are re-raised once recorded. A perform or observe
         that returns an awaitable (a coroutine) is refused before anything is sent: the
         reservation is released and :class:`UsageError` names :meth:`arun`."""
-        if inspect.iscoroutinefunction(perform) or inspect.iscoroutinefunction(self.observe):
-            raise UsageError("perform or observe is async: use `await effect.arun(perform)`")
-        return self._run(perform, self.observe, sync=True)
+        observe = self.observe
+        if observe is None:
+            # One native call, which refuses an async perform before anything is written.
+            return cast("Outcome", self.store._db.effect_run(self._facts, None, perform, True))
+        if _is_async(perform) or _is_async(observe):
+            raise UsageError(_ASYNC)
+        return self._run(perform, observe, sync=True)
 
     async def arun(self, perform: Callable[[str], Any]) -> "Outcome":
         """:meth:`run` from asyncio: perform and observe may be coroutine functions, run on
@@ -239,7 +277,7 @@ class Effect:
     # The with form.
 
     def __enter__(self) -> Attempt:
-        if inspect.iscoroutinefunction(self.observe):
+        if self.observe is not None and _is_async(self.observe):
             raise UsageError("observe is async: use `async with store.effect(…) as e:`")
         return self._enter(self._begin(self.observe, sync=True))
 
@@ -259,7 +297,7 @@ class Effect:
 
     def _enter(self, att: Attempt) -> Attempt:
         _context.push(_context.ATTEMPTS, att)
-        att._key_token = _context.KEY.set(_context.KEY.get() + (att.key,))
+        att._key_token = _context.KEY.set(att.key)
         return att
 
     def _exit(self) -> Attempt:
@@ -273,58 +311,80 @@ class Effect:
 
     # One attempt: begun up to the send, the send, finished.
 
-    def _begin(self, observe: Optional[Callable[[str], Any]], sync: bool = False,
-               refused: Optional[List[str]] = None) -> Attempt:
-        from . import _inputs_json, _verdict
-
-        def look(k: str) -> Tuple[int, Optional[str]]:
-            try:
-                v = _with_key(k, observe)  # type: ignore[arg-type]
-            except Exception as e:  # noqa: BLE001 - an observer that fails can't tell
-                return (2, f"the observer raised {type(e).__name__}: {e}")
-            if sync and inspect.isawaitable(v):
-                if refused is not None:
-                    refused.append("observe")
-                if _unstarted(v):
-                    cast(Any, v).close()
-                return (2, "the observer returned an awaitable from sync run")
-            return _verdict(v)
-
-        paused, done = self.store._db.effect_begin(
-            self.job, self.token, self.run_id, self.action, self.target,
-            _inputs_json(self.inputs), self.terms, self.needs_approval,
-            look if observe else None)
+    def _begin(self, observe: Optional[Callable[[str], Any]], sync: bool = False) -> Attempt:
+        look = _looker(observe, sync, None) if observe is not None else None
+        paused, done = self.store._db.effect_begin(self._facts, look)
         return Attempt(self, paused, done)
 
     def _run(self, perform: Callable[[str], Any], observe: Optional[Callable[[str], Any]],
              sync: bool = False) -> "Outcome":
-        from . import NotSent, _response_text
+        """One native call: begin, ``perform(key)`` under :func:`current_key`, finish. It
+        raises itself what perform did that must be raised (an awaitable from sync run, once
+        its reservation is released; ``KeyboardInterrupt``/``SystemExit``, once recorded)."""
         refused: List[str] = []
-        att = self._begin(observe, sync, refused)
-        err: Optional[BaseException] = None
-        if att.fresh:
-            try:
-                r = _with_key(att.key, perform)
-            except NotSent as e:
-                att._finish(1, e.reason or "not sent")
-            except BaseException as e:  # noqa: BLE001 - every raise is recorded, then kept
-                err = e
-                att._finish(2, f"perform raised {type(e).__name__}: {e}", e)
-            else:
-                if sync and inspect.isawaitable(r):
-                    refused.append("perform")
-                    att._finish(*_refuse(r))
-                else:
-                    att._finish(0, _response_text(r))
-        out = att.outcome
+        look = _looker(observe, sync, refused) if observe is not None else None
+        out = self.store._db.effect_run(self._facts, look, perform, sync)
         if refused:
-            raise UsageError(
-                f"{refused[0]} returned an awaitable (a coroutine?) from sync run, which cannot "
-                f"await it: nothing was sent and effect {out.key} was left as it was "
-                f"({out.outcome.value}); use `await effect.arun(perform)`")
-        if isinstance(err, (KeyboardInterrupt, SystemExit)):
-            raise err
-        return out
+            raise UsageError(_refused("observe", out))
+        return cast("Outcome", out)
+
+
+def _looker(observe: Callable[[str], Any], sync: bool,
+            refused: Optional[List[str]]) -> Callable[[str], Tuple[int, Optional[str]]]:
+    """The observer as the native side asks it: ``look(key) -> (code, response or why)``, with
+    the key as :func:`current_key` while it runs; an awaitable from sync run is refused (noted
+    in ``refused``): it cannot tell."""
+
+    def look(k: str) -> Tuple[int, Optional[str]]:
+        try:
+            v = _with_key(k, observe)
+        except Exception as e:  # noqa: BLE001 - an observer that fails can't tell
+            return (2, f"the observer raised {type(e).__name__}: {e}")
+        if sync and inspect.isawaitable(v):
+            if refused is not None:
+                refused.append("observe")
+            if _unstarted(v):
+                cast(Any, v).close()
+            return (2, "the observer returned an awaitable from sync run")
+        return _verdict(v)
+
+    return look
+
+
+_ASYNC = "perform or observe is async: use `await effect.arun(perform)`"
+
+
+def _check_sync(perform: Any) -> None:
+    """For ``effect_run`` from sync run: refuses an async perform before anything is written."""
+    if _is_async(perform):
+        raise UsageError(_ASYNC)
+
+
+def _refused(what: str, out: "Outcome") -> str:
+    return (f"{what} returned an awaitable (a coroutine?) from sync run, which cannot await it: "
+            f"nothing was sent and effect {out.key} was left as it was ({out.outcome.value}); "
+            "use `await effect.arun(perform)`")
+
+
+_new = object.__new__
+
+
+def _answer(r: Any, sync: bool) -> Tuple[int, str, bool]:
+    """perform's answer that is not a str or None, for ``effect_run``: ``(code, text,
+    refused)``. An awaitable from sync run is refused (nothing can await it); anything else is
+    recorded as :func:`_response_text` keeps it."""
+    if sync and inspect.isawaitable(r):
+        code, why = _refuse(r)
+        return (code, why, True)
+    return (0, _response_text(r), False)
+
+
+def _raised(e: BaseException) -> Tuple[int, str]:
+    """What a raise from perform means, for ``effect_run``: :class:`NotSent` promised nothing
+    left (1, the reservation released); any other, the request may have left (2, unknown)."""
+    if isinstance(e, NotSent):
+        return (1, e.reason or "not sent")
+    return (2, f"perform raised {type(e).__name__}: {e}")
 
 
 def _in_thread(loop: asyncio.AbstractEventLoop, work: Callable[[], Any]) -> "asyncio.Future[Any]":

@@ -352,7 +352,7 @@ def machine_note(work: Path) -> Dict[str, Any]:
     fs = subprocess.run(["df", "-T", str(work)], capture_output=True, text=True).stdout
     fs_line = fs.splitlines()[-1].split() if fs else []
     versions = {}
-    for dist in ("exactly-once", "exactly"):
+    for dist in ("exactly-once", "exactly-ledger"):
         try:
             from importlib.metadata import version
             versions[dist] = version(dist)

@@ -394,7 +394,7 @@ def main() -> None:
     note = machine_note(work)
     print(f"exactly vs exactly-once, {note['utc']} UTC: {note['cpu']}, {note['cores']} cores, "
           f"Linux {note['kernel']}, Python {note['python']}; files in {note['dir']} ({note['fs']});"
-          f"\n  exactly {note['versions']['exactly']}, exactly-once "
+          f"\n  exactly {note['versions']['exactly-ledger']}, exactly-once "
           f"{note['versions']['exactly-once']}; load before {note['load_before']}")
     out: Dict[str, Any] = {"machine": note}
     if args.only in (None, "perf"):

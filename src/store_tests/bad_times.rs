@@ -64,6 +64,22 @@ fn a_bad_lease_until_is_corrupt_not_no_time_left() {
     assert_corrupt(left, "job_lease.lease_until");
 }
 
+/// The plain lease read handed the text on, for each reader to parse or compare as it liked.
+#[test]
+fn a_bad_lease_until_is_corrupt_in_the_lease_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    raw.execute(
+        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
+         VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
+        [BAD],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    let row = crate::lease::get(&mut store, &exactly_words::JobName::from("j"));
+    assert_corrupt(row, "job_lease.lease_until");
+}
+
 /// A hold whose claim time is not a time was left out of the `p99>lease` figure.
 #[test]
 fn a_bad_hold_time_is_corrupt_not_skipped() {

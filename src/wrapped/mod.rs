@@ -155,7 +155,7 @@ fn read_lease(
                     Some(Heard::Superseded(l.fencing_token))
                 }
                 Ok(Some((l, left))) => {
-                    let mut until = l.lease_until.clone();
+                    let mut until = exactly_words::time::fmt(l.lease_until);
                     if let Some(e) = &spec.effect {
                         if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
                             match s.extend_sender(
@@ -171,14 +171,11 @@ fn read_lease(
                             }
                         }
                     }
-                    // The lease's end was read as a time (`lease_left` refuses one that is
-                    // not); the recorded deadline may not be. Then the command is cut at once
+                    // The lease's end was read as a time (the store refuses one that is not);
+                    // the recorded deadline may not be. Then the command is cut at once
                     // (its record says the value): a cut of nothing would give it the whole
                     // lease past the recorded end.
-                    let cut = match (
-                        exactly_words::time::parse(&l.lease_until),
-                        exactly_words::time::parse(&until),
-                    ) {
+                    let cut = match (Some(l.lease_until), exactly_words::time::parse(&until)) {
                         (Some(a), Some(b)) => a - b,
                         _ => {
                             eprintln!(

@@ -301,7 +301,7 @@ fn ledger_facts(tx: &Tx<'_>, v9: bool, out: &mut ChecklistReading) -> DbResult<(
                 job_key: text_or_empty(r, 0)?,
                 action_id: text_or_empty(r, 1)?,
                 target_id: text_or_empty(r, 2)?,
-                effect_key: text_or_empty(r, 3)?,
+                effect_key: exactly_words::EffectKey::from(text_or_empty(r, 3)?),
                 fencing_token: int(r, 4)?,
                 created_at: super::rows::ts_req(r, 5, "effect_ledger.created_at")?,
                 input_fields: text(r, 6)?,

@@ -80,7 +80,7 @@ pub struct ActionFacts {
 }
 
 /// One `done` row of a target done more than once.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DoneRow {
     /// Its job.
     pub job_key: String,
@@ -89,7 +89,7 @@ pub struct DoneRow {
     /// Its target.
     pub target_id: String,
     /// Its effect key.
-    pub effect_key: String,
+    pub effect_key: exactly_words::EffectKey,
     /// The token that wrote it.
     pub fencing_token: Option<i64>,
     /// When it was claimed.

@@ -171,7 +171,7 @@ fn lease_row(tx: &Tx<'_>, job: &str) -> DbResult<Option<LeaseRow>> {
                 job_key: text_or_empty(r, 0)?,
                 owner: text_or_empty(r, 1)?,
                 fencing_token: int(r, 2)?.unwrap_or(0),
-                lease_until: text_or_empty(r, 3)?,
+                lease_until: super::rows::ts_req(r, 3, "job_lease.lease_until")?,
             })
         },
     )
@@ -201,8 +201,10 @@ pub struct LeaseRow {
     pub owner: String,
     /// The newest fencing token issued for the job.
     pub fencing_token: i64,
-    /// When the lease ends (RFC 3339, UTC); past it, anyone may claim the job.
-    pub lease_until: String,
+    /// When the lease ends; past it, anyone may claim the job ([`RELEASED`](super::RELEASED)
+    /// once released). Read as a time at the door: a bad value is the row's corruption.
+    #[serde(serialize_with = "super::rows::ser_ts")]
+    pub lease_until: exactly_words::time::Ts,
 }
 
 /// Most leases renewed by one statement.
@@ -334,9 +336,10 @@ impl Store {
             let Some(r) = lease_row(tx, job)? else {
                 return Ok(None);
             };
-            // A bad lease_until is the row's corruption, said as such: read as "no time left"
-            // it passed for a lease run out, which the runner and the effect then believed.
-            let until = super::rows::time_in("job_lease.lease_until", &r.lease_until)?;
+            // A bad lease_until is the row's corruption, said as such (by `lease_row`): read as
+            // "no time left" it passed for a lease run out, which the runner and the effect
+            // then believed.
+            let until = r.lease_until;
             let now = tx.now(now);
             let now = exactly_words::time::parse(now)
                 .ok_or_else(|| DbError::Other(format!("the clock's time {now:?} is unreadable")))?;

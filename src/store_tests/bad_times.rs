@@ -14,6 +14,13 @@ fn fresh(dir: &tempfile::TempDir) -> (rusqlite::Connection, String) {
     (rusqlite::Connection::open(&path).unwrap(), path)
 }
 
+/// A fresh database at `dir` holding one row written by hand by `sql`, with `BAD` as `?1`.
+fn holding(dir: &tempfile::TempDir, sql: &str) -> String {
+    let (raw, path) = fresh(dir);
+    raw.execute(sql, [BAD]).unwrap();
+    path
+}
+
 /// `got` is the one-line corruption of `column`.
 fn assert_corrupt<T: std::fmt::Debug>(got: exactly_words::Result<T>, column: &str) {
     match got {
@@ -32,13 +39,11 @@ fn assert_corrupt<T: std::fmt::Debug>(got: exactly_words::Result<T>, column: &st
 #[test]
 fn a_bad_requested_at_is_corrupt_not_age_zero() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO exactly_approvals (effect_key, job_key, state, requested_at) \
          VALUES ('k', 'j', 'pending', ?1)",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open_read_only(&path).unwrap();
     let read = store.reading(
         exactly_words::time::now(),
@@ -52,13 +57,11 @@ fn a_bad_requested_at_is_corrupt_not_age_zero() {
 #[test]
 fn a_bad_lease_until_is_corrupt_not_no_time_left() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
          VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open(&path).unwrap();
     let left = crate::lease::get_with_left(&mut store, &exactly_words::JobName::from("j"));
     assert_corrupt(left, "job_lease.lease_until");
@@ -68,13 +71,11 @@ fn a_bad_lease_until_is_corrupt_not_no_time_left() {
 #[test]
 fn a_bad_lease_until_is_corrupt_in_the_lease_row() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
          VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open_read_only(&path).unwrap();
     let row = crate::lease::get(&mut store, &exactly_words::JobName::from("j"));
     assert_corrupt(row, "job_lease.lease_until");
@@ -84,13 +85,11 @@ fn a_bad_lease_until_is_corrupt_in_the_lease_row() {
 #[test]
 fn a_bad_hold_time_is_corrupt_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO exactly_holds (job_key, fencing_token, lease_ms, claimed_at, released_at) \
          VALUES ('j', 1, 60000, ?1, '2026-01-01T00:00:00.000Z')",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open_read_only(&path).unwrap();
     let read = store.reading(
         exactly_words::time::now(),
@@ -104,13 +103,11 @@ fn a_bad_hold_time_is_corrupt_not_skipped() {
 #[test]
 fn a_bad_last_slot_is_corrupt_not_none() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, created_at, \
          updated_at) VALUES ('j', ?1, 'scheduled', 'done', ?1, ?1)",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open(&path).unwrap();
     assert_corrupt(
         crate::firing::last_slot(&mut store, &exactly_words::JobName::from("j")),
@@ -205,13 +202,11 @@ fn a_bad_run_end_is_corrupt_not_no_backoff() {
 #[test]
 fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
          created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', ?1, ?1)",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open_read_only(&path).unwrap();
     assert_corrupt(
         crate::effect::in_state(
@@ -227,13 +222,11 @@ fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
 #[test]
 fn a_bad_chaos_run_time_is_corrupt_not_just_now() {
     let dir = tempfile::tempdir().unwrap();
-    let (raw, path) = fresh(&dir);
-    raw.execute(
+    let path = holding(
+        &dir,
         "INSERT INTO exactly_chaos_runs (at, scenarios, iterations, duplicates, lost, passed) \
          VALUES (?1, 'kill-mid-effect', 3, 0, 0, 1)",
-        [BAD],
-    )
-    .unwrap();
+    );
     let mut store = Store::open_read_only(&path).unwrap();
     assert_corrupt(
         store.checklist_reading(

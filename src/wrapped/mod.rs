@@ -175,9 +175,9 @@ fn read_lease(
                     // the recorded deadline may not be. Then the command is cut at once
                     // (its record says the value): a cut of nothing would give it the whole
                     // lease past the recorded end.
-                    let cut = match (Some(l.lease_until), exactly_words::time::parse(&until)) {
-                        (Some(a), Some(b)) => a - b,
-                        _ => {
+                    let cut = match exactly_words::time::parse(&until) {
+                        Some(recorded_end) => l.lease_until - recorded_end,
+                        None => {
                             eprintln!(
                                 "exactly: the send's deadline {:?} of job {} is not a time: \
                                  stopping the command",

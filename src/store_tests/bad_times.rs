@@ -52,16 +52,16 @@ fn a_bad_requested_at_is_corrupt_not_age_zero() {
     assert_corrupt(read, "exactly_approvals.requested_at");
 }
 
+/// Job `j`'s lease, ending at `BAD`.
+const A_BAD_LEASE: &str = "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, \
+                           created_at) VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')";
+
 /// The lease's time left was zero: a lease read as run out, by the runner's and the effect's
 /// checks of it.
 #[test]
 fn a_bad_lease_until_is_corrupt_not_no_time_left() {
     let dir = tempfile::tempdir().unwrap();
-    let path = holding(
-        &dir,
-        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
-         VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
-    );
+    let path = holding(&dir, A_BAD_LEASE);
     let mut store = Store::open(&path).unwrap();
     let left = crate::lease::get_with_left(&mut store, &exactly_words::JobName::from("j"));
     assert_corrupt(left, "job_lease.lease_until");
@@ -71,11 +71,7 @@ fn a_bad_lease_until_is_corrupt_not_no_time_left() {
 #[test]
 fn a_bad_lease_until_is_corrupt_in_the_lease_row() {
     let dir = tempfile::tempdir().unwrap();
-    let path = holding(
-        &dir,
-        "INSERT INTO job_lease (job_key, owner, fencing_token, lease_until, created_at) \
-         VALUES ('j', 'me', 1, ?1, '2026-01-01T00:00:00.000Z')",
-    );
+    let path = holding(&dir, A_BAD_LEASE);
     let mut store = Store::open_read_only(&path).unwrap();
     let row = crate::lease::get(&mut store, &exactly_words::JobName::from("j"));
     assert_corrupt(row, "job_lease.lease_until");

@@ -201,7 +201,8 @@ fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
     let path = holding(
         &dir,
         "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
-         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', ?1, ?1)",
+         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', \
+         '2026-01-01T00:00:00.000Z', ?1)",
     );
     let mut store = Store::open_read_only(&path).unwrap();
     assert_corrupt(

@@ -14,6 +14,7 @@ pub use watchdog::{Watchdog, WatchdogHealth};
 
 use crate::store::Store;
 use exactly_words::policy::{LEASE_POLL, STOP_GRACE};
+use exactly_words::time::Ts;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,7 +42,7 @@ pub struct LeaseWatch {
     pub effect: Option<SentRow>,
     /// The lease as the submit that won the send found it: its `lease_until` and when that is on
     /// our monotonic clock.
-    pub granted: Option<(String, Instant)>,
+    pub granted: Option<(Ts, Instant)>,
 }
 
 /// The row a send is recorded on, for moving its deadline.
@@ -138,7 +139,7 @@ enum Heard {
 /// `sender_until` says so too, so those who wait out the row never wait less than we send.
 fn read_lease(
     spec: LeaseWatch,
-    recorded: Option<String>,
+    recorded: Option<Ts>,
     tx: mpsc::Sender<Heard>,
     done: Arc<AtomicBool>,
 ) {
@@ -155,40 +156,13 @@ fn read_lease(
                     Some(Heard::Superseded(l.fencing_token))
                 }
                 Ok(Some((l, left))) => {
-                    let mut until = exactly_words::time::fmt(l.lease_until);
-                    if let Some(e) = &spec.effect {
-                        if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
-                            match s.extend_sender(
-                                &e.key,
-                                &e.attempt,
-                                &spec.job,
-                                spec.token.get(),
-                                &until,
-                            ) {
-                                Ok(true) => recorded = Some(until.clone()),
-                                // Not recorded: the deadline stays the recorded one.
-                                _ => until = recorded.clone().unwrap_or(until),
-                            }
-                        }
-                    }
-                    // The lease's end was read as a time (the store refuses one that is not);
-                    // the recorded deadline may not be. Then the command is cut at once
-                    // (its record says the value): a cut of nothing would give it the whole
-                    // lease past the recorded end.
-                    let cut = match exactly_words::time::parse(&until) {
-                        Some(recorded_end) => l.lease_until - recorded_end,
-                        None => {
-                            eprintln!(
-                                "exactly: the send's deadline {:?} of job {} is not a time: \
-                                 stopping the command",
-                                exactly_words::sanitize::inert_trunc(&until, 40),
-                                exactly_words::sanitize::inert(&spec.job)
-                            );
-                            left
-                        }
-                    };
+                    let until = deadline_now(s, &spec, l.lease_until, &mut recorded);
+                    let cut = l.lease_until - until;
                     let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
-                    Some(Heard::Until(until, t0.checked_add(left).unwrap_or(t0)))
+                    Some(Heard::Until(
+                        exactly_words::time::fmt(until),
+                        t0.checked_add(left).unwrap_or(t0),
+                    ))
                 }
                 // The lease row is gone: nothing grants the send any more.
                 Ok(None) => Some(Heard::Released),
@@ -205,6 +179,26 @@ fn read_lease(
         }
         let spent = t0.elapsed();
         std::thread::sleep(LEASE_POLL.saturating_sub(spent));
+    }
+}
+
+/// The deadline the command is held to now: the lease's end, once the row carries it too
+/// (moved on as the lease is renewed); else the deadline `recorded` on the row.
+fn deadline_now(s: &mut Store, spec: &LeaseWatch, until: Ts, recorded: &mut Option<Ts>) -> Ts {
+    let (Some(e), Some(r)) = (&spec.effect, *recorded) else {
+        return until;
+    };
+    if until <= r {
+        return until;
+    }
+    let at = exactly_words::time::fmt(until);
+    match s.extend_sender(&e.key, &e.attempt, &spec.job, spec.token.get(), &at) {
+        Ok(true) => {
+            *recorded = Some(until);
+            until
+        }
+        // Not recorded: the deadline stays the recorded one.
+        _ => r,
     }
 }
 
@@ -273,8 +267,8 @@ pub fn run(
     // The deadline as granted: a first read that fails leaves it, never none.
     let mut deadline: Option<(String, Instant)> = watch
         .as_ref()
-        .and_then(|w| w.granted.clone())
-        .map(|(u, ends)| (u, margin(ends)));
+        .and_then(|w| w.granted)
+        .map(|(u, ends)| (exactly_words::time::fmt(u), margin(ends)));
     if let Some((until, d)) = &deadline {
         if Instant::now() >= *d {
             return Err(NotStarted::LeaseGone(Stopped::LeaseExpired(until.clone())));
@@ -354,7 +348,7 @@ fn watch_lease(
 ) -> Result<mpsc::Receiver<Heard>, NotStarted> {
     let (heard_tx, heard_rx) = mpsc::channel::<Heard>();
     if let Some(w) = watch.clone() {
-        let recorded = w.granted.as_ref().map(|g| g.0.clone());
+        let recorded = w.granted.map(|g| g.0);
         let done = done.clone();
         std::thread::spawn(move || read_lease(w, recorded, heard_tx, done));
         // With nothing granted, the permission to send is the lease as first read.

@@ -720,7 +720,8 @@ fn a_bad_time_in_a_row_is_one_line_of_corruption_not_age_zero() {
     }
     c.execute(
         "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
-         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', ?1, ?1)",
+         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', \
+         '2026-01-01T00:00:00.000Z', ?1)",
         [bad],
     )
     .unwrap();

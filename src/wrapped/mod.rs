@@ -136,7 +136,8 @@ enum Heard {
 /// Re-reads the lease every [`LEASE_POLL`] on a thread of its own, so a read that hangs (a
 /// stalled server, a partition) delays no stop: the loop stops the command at the deadline it
 /// last heard, whatever the reader is doing. A renewal moves the deadline only once the row's
-/// `sender_until` says so too, so those who wait out the row never wait less than we send.
+/// `sender_until` says so too, so those who wait out the row never wait less than we send; the
+/// row is read each time for the same reason (a deadline moved back there is ours too).
 fn read_lease(
     spec: LeaseWatch,
     recorded: Option<Ts>,
@@ -155,15 +156,34 @@ fn read_lease(
                 Ok(Some((l, _))) if l.fencing_token != spec.token => {
                     Some(Heard::Superseded(l.fencing_token))
                 }
-                Ok(Some((l, left))) => {
-                    let until = deadline_now(s, &spec, l.lease_until, &mut recorded);
-                    let cut = l.lease_until - until;
-                    let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
-                    Some(Heard::Until(
-                        exactly_words::time::fmt(until),
-                        t0.checked_add(left).unwrap_or(t0),
-                    ))
-                }
+                Ok(Some((l, left))) => match row_deadline(s, &spec, recorded) {
+                    Ok(r) => {
+                        recorded = r;
+                        let until = deadline_now(s, &spec, l.lease_until, &mut recorded);
+                        let cut = l.lease_until - until;
+                        let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
+                        Some(Heard::Until(
+                            exactly_words::time::fmt(until),
+                            t0.checked_add(left).unwrap_or(t0),
+                        ))
+                    }
+                    // The row's deadline is not a time: what those who wait out the row wait
+                    // for cannot be known, so the command is cut at once (never the whole
+                    // lease past a deadline nobody can read).
+                    Err(crate::Error::Corrupt { message, .. }) => {
+                        eprintln!(
+                            "exactly: the send's deadline of job {} is not a time ({}): \
+                             stopping the command",
+                            exactly_words::sanitize::inert(&spec.job),
+                            exactly_words::sanitize::inert_trunc(&message, 200)
+                        );
+                        Some(Heard::Until("a deadline that is not a time".into(), t0))
+                    }
+                    Err(_) => {
+                        store = None;
+                        None
+                    }
+                },
                 // The lease row is gone: nothing grants the send any more.
                 Ok(None) => Some(Heard::Released),
                 Err(_) => {
@@ -180,6 +200,20 @@ fn read_lease(
         let spent = t0.elapsed();
         std::thread::sleep(LEASE_POLL.saturating_sub(spent));
     }
+}
+
+/// The deadline the send's row carries (`sender_until`, read as a time at the store's door), or
+/// `recorded` when there is no row or it carries none.
+fn row_deadline(
+    s: &mut Store,
+    spec: &LeaseWatch,
+    recorded: Option<Ts>,
+) -> crate::Result<Option<Ts>> {
+    let Some(e) = &spec.effect else {
+        return Ok(recorded);
+    };
+    let row = crate::effect::get(s, &exactly_words::EffectKey::from(e.key.as_str()))?;
+    Ok(row.and_then(|r| r.sender_until).or(recorded))
 }
 
 /// The deadline the command is held to now: the lease's end, once the row carries it too

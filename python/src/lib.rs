@@ -651,12 +651,7 @@ fn outcome_obj(
             "unrecorded"
         }
         Outcome::LeaseEnding { until, .. } => {
-            reason = Some(
-                until
-                    .as_deref()
-                    .unwrap_or("the lease was released")
-                    .to_string(),
-            );
+            reason = Some(until.map_or("the lease was released".to_string(), exactly::time::fmt));
             "lease_ending"
         }
     };

@@ -187,11 +187,7 @@ pub(super) fn report(out: &Outcome) {
             "exactly: effect {k} not sent: less than {} of the lease is left (it ends {}); \
              renew the lease and try again",
             time::human_ms(effect::SUBMIT_MIN_LEFT.as_millis() as u64),
-            inert(
-                until
-                    .as_deref()
-                    .unwrap_or("now: it was released or taken over")
-            )
+            until.map_or("now: it was released or taken over".to_string(), time::fmt)
         ),
         Outcome::NotSent { reason, .. } => {
             eprintln!(

@@ -72,10 +72,10 @@ impl Effect for CommandEffect {
                 let ends = g.ends.unwrap_or_else(|| {
                     crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
                 });
-                (g.until.clone(), ends)
+                (g.until, ends)
             });
             if let Some((until, _)) = &granted {
-                cmd.env("EXACTLY_LEASE_UNTIL", until);
+                cmd.env("EXACTLY_LEASE_UNTIL", exactly_words::time::fmt(*until));
             }
             watch = self.lease.clone().map(|db| LeaseWatch {
                 db,

@@ -156,7 +156,7 @@ fn send(att: &Attempt, action: &mut dyn Effect) -> Input {
         let ends = g.ends.unwrap_or_else(|| {
             crate::lease::ends_at(chrono::Duration::from_std(g.left).unwrap_or_default())
         });
-        action.granted(&g.until, ends, &att.attempt);
+        action.granted(g.until, ends, &att.attempt);
     }
     let sent = action.perform(key);
     fault::point(fault::Point::AfterSend);

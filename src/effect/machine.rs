@@ -4,6 +4,7 @@ use super::{Ctx, Failure, Observation, Outcome, Spec};
 use crate::store::{Begin, Granted, Seen, Submit, Verdict};
 use exactly_words::sender::Sender;
 use exactly_words::state::EffectState;
+use exactly_words::time::Ts;
 use exactly_words::Result;
 
 /// One step of an attempt for its driver to perform; its answer goes back in as an [`Input`].
@@ -232,10 +233,10 @@ impl Attempt {
         }
     }
 
-    fn in_flight(&self, attempt: Option<&str>, since: &str, until: Option<&str>) -> Io {
+    fn in_flight(&self, attempt: Option<&str>, since: &str, until: Option<Ts>) -> Io {
         let who = attempt.unwrap_or("an attempt that recorded no id");
         let lease = until
-            .map(|u| format!("; its lease runs until {u}"))
+            .map(|u| format!("; its lease runs until {}", exactly_words::time::fmt(u)))
             .unwrap_or_default();
         self.unresolved(
             EffectState::Submitted.as_str(),
@@ -259,7 +260,7 @@ impl Attempt {
                 Io::Send
             }
             Input::Began(Begin::Existing(row, lease), sender) => {
-                self.existing(&row, (lease.live, lease.until.as_deref()), sender)
+                self.existing(&row, (lease.live, lease.until), sender)
             }
             Input::Looked(observation) => {
                 let Some((seen, lease_check)) = self.looked_at.clone() else {
@@ -296,7 +297,7 @@ impl Attempt {
     fn existing(
         &mut self,
         row: &crate::store::LedgerRow,
-        (lease_live, lease_until): (bool, Option<&str>),
+        (lease_live, lease_until): (bool, Option<Ts>),
         sender: Sender,
     ) -> Io {
         let key = self.key.clone();
@@ -367,7 +368,7 @@ impl Attempt {
                 since,
                 until,
                 ..
-            } => self.in_flight(attempt.as_deref(), &since, until.as_deref()),
+            } => self.in_flight(attempt.as_deref(), &since, until),
             Verdict::Fenced => self.end(Outcome::Fenced {
                 key,
                 ran: None,

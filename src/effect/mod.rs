@@ -215,7 +215,13 @@ pub trait Effect {
     }
     /// Told, just before [`Effect::perform`], the lease the send was granted under (its end on
     /// the database's clock and on ours), and the row it is recorded on: a send must stop there.
-    fn granted(&mut self, _until: &str, _ends: std::time::Instant, _attempt: &str) {}
+    fn granted(
+        &mut self,
+        _until: exactly_words::time::Ts,
+        _ends: std::time::Instant,
+        _attempt: &str,
+    ) {
+    }
     /// Told, just before [`Effect::perform`] (and before [`Effect::granted`]), the attempt the
     /// send is for: its job, fencing token and run ([`Attempt::ctx`]), effect key
     /// ([`Attempt::key`]), the lease it was granted under ([`Attempt::granted`]) and the id
@@ -301,7 +307,7 @@ pub enum Outcome {
         /// The effect key.
         key: EffectKey,
         /// When the lease ends; None when it was released.
-        until: Option<String>,
+        until: Option<exactly_words::time::Ts>,
     },
 }
 

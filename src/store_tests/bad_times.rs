@@ -201,7 +201,8 @@ fn a_bad_effect_change_time_is_corrupt_not_age_zero() {
     let path = holding(
         &dir,
         "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
-         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', ?1, ?1)",
+         created_at, updated_at) VALUES ('k', 'j', 'r', 1, 'unknown', \
+         '2026-01-01T00:00:00.000Z', ?1)",
     );
     let mut store = Store::open_read_only(&path).unwrap();
     assert_corrupt(
@@ -231,4 +232,96 @@ fn a_bad_chaos_run_time_is_corrupt_not_just_now() {
         ),
         "exactly_chaos_runs.at",
     );
+}
+
+/// An effect's row, `submitted` under job `j`'s token 1 by an attempt of another host, its
+/// times good but for the columns the caller names with `?1`.
+fn ledger_row_with(bad: &[&str]) -> String {
+    let good = "'2026-01-01T00:00:00.000Z'";
+    let col = |c: &str| if bad.contains(&c) { "?1" } else { good };
+    format!(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at, attempt, verdict, verdict_at, resolved_by, resolved_at, \
+         sender, sender_until) VALUES ('k', 'j', 'r', 1, 'submitted', {}, {good}, \
+         'elsewhere:1', 'can''t tell', {}, 'me', {}, NULL, {})",
+        col("created_at"),
+        col("verdict_at"),
+        col("resolved_at"),
+        col("sender_until"),
+    )
+}
+
+/// The effect's row handed its creation time on as text: `exactly effects --json` and the
+/// effect's detail showed whatever was stored.
+#[test]
+fn a_bad_effect_creation_time_is_corrupt_not_shown_as_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = holding(&dir, &ledger_row_with(&["created_at"]));
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        crate::effect::get(&mut store, &exactly_words::EffectKey::from("k")),
+        "effect_ledger.created_at",
+    );
+}
+
+/// A verdict's and a resolution's times were handed on as text too.
+#[test]
+fn bad_verdict_and_resolution_times_are_corrupt() {
+    for column in ["verdict_at", "resolved_at"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = holding(&dir, &ledger_row_with(&[column]));
+        let mut store = Store::open_read_only(&path).unwrap();
+        assert_corrupt(
+            crate::effect::get(&mut store, &exactly_words::EffectKey::from("k")),
+            &format!("effect_ledger.{column}"),
+        );
+    }
+}
+
+/// The send's deadline was compared as text: month 13 sorts after every real instant, so its
+/// sender was judged in flight for ever and the row could never be settled.
+#[test]
+fn a_bad_send_deadline_is_corrupt_not_a_sender_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = holding(&dir, &ledger_row_with(&["sender_until"]));
+    let mut store = Store::open(&path).unwrap();
+    let resolved = crate::approval::resolve(
+        &mut store,
+        &exactly_words::EffectKey::from("k"),
+        crate::approval::Resolution::Happened,
+        "me",
+        None,
+        None,
+        false,
+    );
+    assert_corrupt(resolved, "effect_ledger.sender_until");
+}
+
+/// A ledger row's times are shown exactly as stored (`exactly effects --json`, the Python
+/// module's `effect_row`): the fixed-width text, milliseconds included when they are zero.
+#[test]
+fn a_ledger_rows_times_serialize_as_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    let at = "2026-01-01T00:00:00.000Z";
+    raw.execute(
+        &ledger_row_with(&["created_at", "verdict_at", "resolved_at", "sender_until"]),
+        [at],
+    )
+    .unwrap();
+    let mut store = Store::open_read_only(&path).unwrap();
+    let row = crate::effect::get(&mut store, &exactly_words::EffectKey::from("k"))
+        .unwrap()
+        .unwrap();
+    let json = serde_json::to_value(&row).unwrap();
+    for column in [
+        "created_at",
+        "updated_at",
+        "verdict_at",
+        "resolved_at",
+        "sender_until",
+    ] {
+        assert_eq!(json[column], at, "{column}: {json}");
+    }
+    assert_eq!(json["effect_key"], "k", "{json}");
 }

@@ -14,6 +14,7 @@ pub use watchdog::{Watchdog, WatchdogHealth};
 
 use crate::store::Store;
 use exactly_words::policy::{LEASE_POLL, STOP_GRACE};
+use exactly_words::time::Ts;
 use std::io::{Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,7 +42,7 @@ pub struct LeaseWatch {
     pub effect: Option<SentRow>,
     /// The lease as the submit that won the send found it: its `lease_until` and when that is on
     /// our monotonic clock.
-    pub granted: Option<(String, Instant)>,
+    pub granted: Option<(Ts, Instant)>,
 }
 
 /// The row a send is recorded on, for moving its deadline.
@@ -135,10 +136,11 @@ enum Heard {
 /// Re-reads the lease every [`LEASE_POLL`] on a thread of its own, so a read that hangs (a
 /// stalled server, a partition) delays no stop: the loop stops the command at the deadline it
 /// last heard, whatever the reader is doing. A renewal moves the deadline only once the row's
-/// `sender_until` says so too, so those who wait out the row never wait less than we send.
+/// `sender_until` says so too, so those who wait out the row never wait less than we send; the
+/// row is read each time for the same reason (a deadline moved back there is ours too).
 fn read_lease(
     spec: LeaseWatch,
-    recorded: Option<String>,
+    recorded: Option<Ts>,
     tx: mpsc::Sender<Heard>,
     done: Arc<AtomicBool>,
 ) {
@@ -154,42 +156,34 @@ fn read_lease(
                 Ok(Some((l, _))) if l.fencing_token != spec.token => {
                     Some(Heard::Superseded(l.fencing_token))
                 }
-                Ok(Some((l, left))) => {
-                    let mut until = exactly_words::time::fmt(l.lease_until);
-                    if let Some(e) = &spec.effect {
-                        if recorded.as_deref().is_some_and(|r| until.as_str() > r) {
-                            match s.extend_sender(
-                                &e.key,
-                                &e.attempt,
-                                &spec.job,
-                                spec.token.get(),
-                                &until,
-                            ) {
-                                Ok(true) => recorded = Some(until.clone()),
-                                // Not recorded: the deadline stays the recorded one.
-                                _ => until = recorded.clone().unwrap_or(until),
-                            }
-                        }
+                Ok(Some((l, left))) => match row_deadline(s, &spec, recorded) {
+                    Ok(r) => {
+                        recorded = r;
+                        let until = deadline_now(s, &spec, l.lease_until, &mut recorded);
+                        let cut = l.lease_until - until;
+                        let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
+                        Some(Heard::Until(
+                            exactly_words::time::fmt(until),
+                            t0.checked_add(left).unwrap_or(t0),
+                        ))
                     }
-                    // The lease's end was read as a time (the store refuses one that is not);
-                    // the recorded deadline may not be. Then the command is cut at once
-                    // (its record says the value): a cut of nothing would give it the whole
-                    // lease past the recorded end.
-                    let cut = match exactly_words::time::parse(&until) {
-                        Some(recorded_end) => l.lease_until - recorded_end,
-                        None => {
-                            eprintln!(
-                                "exactly: the send's deadline {:?} of job {} is not a time: \
-                                 stopping the command",
-                                exactly_words::sanitize::inert_trunc(&until, 40),
-                                exactly_words::sanitize::inert(&spec.job)
-                            );
-                            left
-                        }
-                    };
-                    let left = (left - cut).to_std().unwrap_or(Duration::ZERO);
-                    Some(Heard::Until(until, t0.checked_add(left).unwrap_or(t0)))
-                }
+                    // The row's deadline is not a time: what those who wait out the row wait
+                    // for cannot be known, so the command is cut at once (never the whole
+                    // lease past a deadline nobody can read).
+                    Err(crate::Error::Corrupt { message, .. }) => {
+                        eprintln!(
+                            "exactly: the send's deadline of job {} is not a time ({}): \
+                             stopping the command",
+                            exactly_words::sanitize::inert(&spec.job),
+                            exactly_words::sanitize::inert_trunc(&message, 200)
+                        );
+                        Some(Heard::Until("a deadline that is not a time".into(), t0))
+                    }
+                    Err(_) => {
+                        store = None;
+                        None
+                    }
+                },
                 // The lease row is gone: nothing grants the send any more.
                 Ok(None) => Some(Heard::Released),
                 Err(_) => {
@@ -205,6 +199,40 @@ fn read_lease(
         }
         let spent = t0.elapsed();
         std::thread::sleep(LEASE_POLL.saturating_sub(spent));
+    }
+}
+
+/// The deadline the send's row carries (`sender_until`, read as a time at the store's door), or
+/// `recorded` when there is no row or it carries none.
+fn row_deadline(
+    s: &mut Store,
+    spec: &LeaseWatch,
+    recorded: Option<Ts>,
+) -> crate::Result<Option<Ts>> {
+    let Some(e) = &spec.effect else {
+        return Ok(recorded);
+    };
+    let row = crate::effect::get(s, &exactly_words::EffectKey::from(e.key.as_str()))?;
+    Ok(row.and_then(|r| r.sender_until).or(recorded))
+}
+
+/// The deadline the command is held to now: the lease's end, once the row carries it too
+/// (moved on as the lease is renewed); else the deadline `recorded` on the row.
+fn deadline_now(s: &mut Store, spec: &LeaseWatch, until: Ts, recorded: &mut Option<Ts>) -> Ts {
+    let (Some(e), Some(r)) = (&spec.effect, *recorded) else {
+        return until;
+    };
+    if until <= r {
+        return until;
+    }
+    let at = exactly_words::time::fmt(until);
+    match s.extend_sender(&e.key, &e.attempt, &spec.job, spec.token.get(), &at) {
+        Ok(true) => {
+            *recorded = Some(until);
+            until
+        }
+        // Not recorded: the deadline stays the recorded one.
+        _ => r,
     }
 }
 
@@ -273,8 +301,8 @@ pub fn run(
     // The deadline as granted: a first read that fails leaves it, never none.
     let mut deadline: Option<(String, Instant)> = watch
         .as_ref()
-        .and_then(|w| w.granted.clone())
-        .map(|(u, ends)| (u, margin(ends)));
+        .and_then(|w| w.granted)
+        .map(|(u, ends)| (exactly_words::time::fmt(u), margin(ends)));
     if let Some((until, d)) = &deadline {
         if Instant::now() >= *d {
             return Err(NotStarted::LeaseGone(Stopped::LeaseExpired(until.clone())));
@@ -354,7 +382,7 @@ fn watch_lease(
 ) -> Result<mpsc::Receiver<Heard>, NotStarted> {
     let (heard_tx, heard_rx) = mpsc::channel::<Heard>();
     if let Some(w) = watch.clone() {
-        let recorded = w.granted.as_ref().map(|g| g.0.clone());
+        let recorded = w.granted.map(|g| g.0);
         let done = done.clone();
         std::thread::spawn(move || read_lease(w, recorded, heard_tx, done));
         // With nothing granted, the permission to send is the lease as first read.

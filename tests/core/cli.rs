@@ -720,7 +720,8 @@ fn a_bad_time_in_a_row_is_one_line_of_corruption_not_age_zero() {
     }
     c.execute(
         "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
-         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', ?1, ?1)",
+         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', \
+         '2026-01-01T00:00:00.000Z', ?1)",
         [bad],
     )
     .unwrap();
@@ -733,6 +734,50 @@ fn a_bad_time_in_a_row_is_one_line_of_corruption_not_age_zero() {
         )),
         "{err}"
     );
+}
+
+// The ledger row's own times (month 13), in a real SQLite file: `exactly effects` showed a
+// bad creation time as found, and `exactly resolve` judged a bad send deadline as a sender in
+// flight for ever (exit 5); each now says the row is corrupt, in one line (exit 1).
+#[test]
+fn a_bad_time_in_a_ledger_row_is_one_line_of_corruption_not_a_guess() {
+    let env = Env::new();
+    env.run(&["init"]);
+    let bad = "2026-13-01T00:00:00.000Z";
+    let good = "2026-01-01T00:00:00.000Z";
+    let c = rusqlite::Connection::open(&env.db).unwrap();
+    c.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at) VALUES ('e', 'j', 'r', 1, 'unknown', ?1, ?2)",
+        [bad, good],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO effect_ledger (effect_key, job_key, run_id, fencing_token, state, \
+         created_at, updated_at, attempt, sender_until) \
+         VALUES ('s', 'j', 'r', 1, 'submitted', ?2, ?2, 'elsewhere:1', ?1)",
+        [bad, good],
+    )
+    .unwrap();
+    let one_line = |args: &[&str], column: &str| {
+        let (code, out, err) = env.run(args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "effect_ledger.{column} holds \"{bad}\", not a time"
+            )),
+            "{args:?}: {err}"
+        );
+    };
+    one_line(&["effects", "--state", "unknown"], "created_at");
+    one_line(&["effects", "--state", "unknown", "--json"], "created_at");
+    one_line(
+        &["effects", "--state", "submitted", "--json"],
+        "sender_until",
+    );
+    one_line(&["resolve", "s", "--happened"], "sender_until");
 }
 
 // A SQLite write lock (BEGIN IMMEDIATE) and the busy timeout.

@@ -394,6 +394,36 @@ on_both_backends! {
     }
 
     #[test]
+    fn a_send_deadline_overwritten_with_no_time_stops_the_command_at_once() {
+        let env = Env::new();
+        let token = env.claim("odd", "1h");
+        let mut child = effect(&env, "odd", token, "x", WAITS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let grandchild = read_pid(&env, "grandchild.pid");
+        // Another program overwrites the deadline those who wait out the send wait for.
+        env.sql_execute("UPDATE effect_ledger SET sender_until = 'next tuesday'");
+        let started = Instant::now();
+        let status = wait_within(&mut child, Duration::from_secs(10), "a deadline of no time");
+        let took = started.elapsed();
+        let err = stderr_of(&mut child);
+        // A 1h lease: only the deadline that is not a time stops it (a poll, then the grace).
+        assert!(took < Duration::from_secs(3), "stopped after {took:?}: {err}");
+        assert!(
+            err.contains("the send's deadline of job odd is not a time")
+                && err.contains("effect_ledger.sender_until holds \"next tuesday\""),
+            "{err}"
+        );
+        assert_ne!(status.code(), Some(0), "{err}");
+        assert!(
+            wait_until(Duration::from_millis(200), || !alive(grandchild)),
+            "the command's group outlived its unreadable deadline"
+        );
+    }
+
+    #[test]
     fn a_command_never_starts_under_an_expired_lease() {
         let env = Env::new();
         let token = env.claim("late", "1s");

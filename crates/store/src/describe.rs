@@ -111,7 +111,7 @@ impl Sending {
     /// until 2026-…Z`, or `attempt web-1:4242 is still running on this host (lease until …)`.
     pub fn describe(&self) -> String {
         let who = inert(self.attempt.as_deref().unwrap_or("(unrecorded)"));
-        let until = self.until.as_deref().map(inert);
+        let until = self.until.map(exactly_words::time::fmt);
         match (self.running, until) {
             (false, Some(u)) => format!("attempt {who} may still be sending until {u}"),
             (true, Some(u)) => {

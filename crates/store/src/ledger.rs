@@ -5,7 +5,8 @@
 use super::db::{args, DbResult, Optional, Tx};
 use super::lease::{current_token, fenced};
 use super::ledger_rows::*;
-use super::{int, record_event, text, text_or_empty, word, NewEvent, Store, RELEASED};
+use super::rows::{time_in, ts_req};
+use super::{int, record_event, text, word, NewEvent, Store, RELEASED};
 use exactly_words::policy::Gate;
 use exactly_words::state::EventKind;
 use exactly_words::state::{ApprovalState, EffectState};
@@ -74,23 +75,26 @@ pub(super) fn sender_lease(
     let Some(token) = token else {
         return Ok(SenderLease::default());
     };
-    let until: Option<String> = tx
+    let until = tx
         .one(
             "SELECT lease_until FROM job_lease WHERE job_key = ?1 AND fencing_token = ?2 \
              AND lease_until <> ?3",
             args![job, token, RELEASED],
-            |r| text_or_empty(r, 0),
+            |r| ts_req(r, 0, LEASE_UNTIL),
         )
         .optional()?;
-    Ok(lease_until(until, now))
+    lease_until(until, now)
 }
 
+/// The column a sender's lease end is read from, named when it holds no time.
+const LEASE_UNTIL: &str = "job_lease.lease_until";
+
 /// A sender's lease that ends at `until` (None: its token holds no lease), judged at `now`.
-fn lease_until(until: Option<String>, now: &str) -> SenderLease {
-    SenderLease {
-        live: !guard_off() && until.as_deref().is_some_and(|u| sending_until(u, now)),
+fn lease_until(until: Option<Ts>, now: &str) -> DbResult<SenderLease> {
+    Ok(SenderLease {
+        live: !guard_off() && until.is_some() && sending_until(until, now)?,
         until,
-    }
+    })
 }
 
 /// What a reservation that may submit at once must know before it writes: the job's current
@@ -127,8 +131,11 @@ fn begin_facts(
         .optional()?;
     Ok(match row {
         Some((current, until, asked)) => {
-            let until = until.filter(|u| current == token && u != RELEASED);
-            (Some(current), lease_until(until, now), asked)
+            let until = until
+                .filter(|u| current == token && u != RELEASED)
+                .map(|u| time_in(LEASE_UNTIL, &u))
+                .transpose()?;
+            (Some(current), lease_until(until, now)?, asked)
         }
         // No lease row: fenced, whatever else there is.
         None => (None, SenderLease::default(), false),
@@ -138,12 +145,15 @@ fn begin_facts(
 /// A sender whose lease let it send until `until` may still be sending at `now`: the lease has
 /// not ended on every clock (the skew margin), or the command it wrapped has not yet been
 /// stopped (`exactly effect` stops it at its deadline, then waits out its grace before SIGKILL).
-fn sending_until(until: &str, now: &str) -> bool {
-    let margin = exactly_words::time::minus(
-        &exactly_words::time::minus_skew(now),
-        exactly_words::policy::stop_margin(),
-    );
-    until >= margin.as_str()
+/// None (no deadline) is not sending; a `now` that is not a time is the database's corruption.
+fn sending_until(until: Option<Ts>, now: &str) -> DbResult<bool> {
+    let Some(until) = until else {
+        return Ok(false);
+    };
+    let now = time_in("the transaction's clock", now)?;
+    let margin = exactly_words::time::max_skew() + exactly_words::policy::stop_margin();
+    let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
+    Ok(now.checked_sub_signed(margin).is_none_or(|m| until >= m))
 }
 
 /// Whether the sender of a `submitted` row may still be sending: judged from the deadline the row
@@ -152,12 +162,12 @@ fn sending_until(until: &str, now: &str) -> bool {
 /// token's lease.
 pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<SenderLease> {
     let lease = sender_lease(tx, &row.job_key, row.fencing_token, now)?;
-    match &row.sender_until {
+    match row.sender_until {
         Some(until) => {
             let now = tx.now(now);
             Ok(SenderLease {
-                live: !guard_off() && (sending_until(until, now) || lease.live),
-                until: Some(until.clone()).max(lease.until),
+                live: !guard_off() && (sending_until(Some(until), now)? || lease.live),
+                until: Some(until).max(lease.until),
             })
         }
         None => Ok(lease),
@@ -165,22 +175,23 @@ pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<Se
 }
 
 /// What a won send is granted: its lease's end and the time left to it on the database's clock.
+/// No lease, or a `now` that is not a time, grants nothing: the released instant and no time
+/// left, so the send's deadline is at once, the safe direction for one that cannot be read.
 pub(super) fn granted(lease: &SenderLease, now: &str) -> Granted {
-    let until = lease.until.clone().unwrap_or_default();
-    // Deliberately no time left when either is not a time: the send's deadline is then at
-    // once, the safe direction for a deadline that cannot be read.
-    let left = match (
-        exactly_words::time::parse(&until),
-        exactly_words::time::parse(now),
-    ) {
+    let left = match (lease.until, exactly_words::time::parse(now)) {
         (Some(u), Some(n)) => (u - n).to_std().unwrap_or_default(),
         _ => std::time::Duration::ZERO,
     };
     Granted {
-        until,
+        until: lease.until.unwrap_or_else(released),
         left,
         ends: None,
     }
+}
+
+/// The released instant ([`RELEASED`]), before every other.
+fn released() -> Ts {
+    chrono::DateTime::UNIX_EPOCH
 }
 
 /// Whether `row` is what a transition to `state` under `token` made of the row as `seen`: the
@@ -236,7 +247,7 @@ impl Store {
         let min_until = exactly_words::time::fmt(exactly_words::time::add(now_ts, SUBMIT_MIN_LEFT));
         let (mut closed, was_held) = (false, hold);
         let begun = self.write(|tx| {
-            let min_until = tx.later(&min_until);
+            let min_until = time_in("the least lease end", &tx.later(&min_until))?;
             let now = tx.now(&now);
             // The window's end is read in this transaction: the default one closes once every
             // effect of the old timeline's last leases is accounted for.
@@ -259,10 +270,7 @@ impl Store {
             }
             // Submit at once only with no approval row for the key (an approval asked for by
             // anyone binds every caller) and enough lease left to send under.
-            let enough = lease
-                .until
-                .as_deref()
-                .is_some_and(|u| u >= min_until.as_str());
+            let enough = lease.until.is_some_and(|u| u >= min_until);
             let attempt = submit_as.filter(|_| !asked && enough && !hold);
             let state = if hold {
                 EffectState::Unknown
@@ -321,18 +329,14 @@ impl Store {
         let now = exactly_words::time::fmt(now_ts);
         let min_until = exactly_words::time::fmt(exactly_words::time::add(now_ts, SUBMIT_MIN_LEFT));
         self.write(|tx| {
-            let min_until = tx.later(&min_until);
+            let min_until = time_in("the least lease end", &tx.later(&min_until))?;
             let now = tx.now(&now);
             if current_token(tx, job)? != Some(token) {
                 fenced(tx, job, Some(key), token, "submit refused", now)?;
                 return Ok(Submit::Fenced);
             }
             let lease = sender_lease(tx, job, Some(token), now)?;
-            if lease
-                .until
-                .as_deref()
-                .is_none_or(|u| u < min_until.as_str())
-            {
+            if lease.until.is_none_or(|u| u < min_until) {
                 return Ok(Submit::LeaseEnding { until: lease.until });
             }
             if seen.state != EffectState::Claimed {
@@ -531,7 +535,7 @@ fn insert_row_tx(
             state,
             attempt.map(|a| a.attempt),
             attempt.and_then(|a| a.sender),
-            attempt.and(lease.until.as_deref()),
+            attempt.and(lease.until.map(exactly_words::time::fmt)),
             e.input_fields
         ],
     )
@@ -628,7 +632,7 @@ fn submit_as_seen_tx(
             seen.version,
             seen.updated_at,
             s.by.sender,
-            lease.until
+            lease.until.map(exactly_words::time::fmt)
         ],
         |r| int(r, 0),
     )

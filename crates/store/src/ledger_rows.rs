@@ -1,14 +1,18 @@
 //! The effect aggregate's rows and answers: the ledger row as read, the version a writer saw
 //! ([`Seen`]), and what each transition in `ledger.rs` answers.
 use super::db::{args, DbResult, Optional, Row, Tx};
+use super::rows::{ser_ts, ser_ts_opt, ts, ts_req};
 use super::{int, text, text_or_empty, word};
 use exactly_words::state::EffectState;
+use exactly_words::time::Ts;
+use exactly_words::EffectKey;
 
-/// A whole `effect_ledger` row.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+/// A whole `effect_ledger` row, its times read at the store's door: a time column that holds
+/// no time is [`DbError::Corrupt`](super::db::DbError) naming it, never a guess.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LedgerRow {
     /// The effect key: derived from the action, its target and its inputs.
-    pub effect_key: String,
+    pub effect_key: EffectKey,
     /// The job whose run claimed it.
     pub job_key: String,
     /// The run that last claimed or submitted it.
@@ -22,8 +26,10 @@ pub struct LedgerRow {
     /// The far side's answer (or the observer's words when it settled the row `done`).
     pub response: Option<String>,
     /// When its row was created.
-    pub created_at: String,
-    /// When it last changed.
+    #[serde(serialize_with = "ser_ts")]
+    pub created_at: Ts,
+    /// When it last changed. Text, not a time: it is the compare-and-set witness ([`Seen`]),
+    /// compared byte for byte in SQL, so a re-formatted value could make a CAS miss.
     pub updated_at: String,
     /// What the effect does (the action part of its effect key).
     pub action_id: Option<String>,
@@ -38,11 +44,13 @@ pub struct LedgerRow {
     /// The observer's latest verdict: `happened`, `not happened` or `can't tell`.
     pub verdict: Option<String>,
     /// When that verdict was recorded.
-    pub verdict_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub verdict_at: Option<Ts>,
     /// Who settled it by hand.
     pub resolved_by: Option<String>,
     /// When it was settled by hand.
-    pub resolved_at: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub resolved_at: Option<Ts>,
     /// The note left with that resolution.
     pub resolution_note: Option<String>,
     /// What the resolver checked on the far side.
@@ -57,7 +65,42 @@ pub struct LedgerRow {
     /// The sender's identity (`sender::Identity::encode`), recorded with `submitted`.
     pub sender: Option<String>,
     /// Until when the sender's lease let it send (database clock), recorded with `submitted`.
-    pub sender_until: Option<String>,
+    #[serde(serialize_with = "ser_ts_opt")]
+    pub sender_until: Option<Ts>,
+}
+
+/// The row of no effect (the empty key, created at the epoch): what a transition answers with
+/// when the row it raced is gone, which one transaction never sees.
+impl Default for LedgerRow {
+    fn default() -> Self {
+        LedgerRow {
+            effect_key: EffectKey::from(String::new()),
+            job_key: String::new(),
+            run_id: String::new(),
+            fencing_token: None,
+            state: EffectState::default(),
+            terms_shown: None,
+            response: None,
+            created_at: Ts::default(),
+            updated_at: String::new(),
+            action_id: None,
+            target_id: None,
+            input_digest: None,
+            observe_cmd: None,
+            attempt: None,
+            verdict: None,
+            verdict_at: None,
+            resolved_by: None,
+            resolved_at: None,
+            resolution_note: None,
+            evidence: None,
+            version: 0,
+            response_raw: None,
+            response_total: None,
+            sender: None,
+            sender_until: None,
+        }
+    }
 }
 
 impl LedgerRow {
@@ -79,7 +122,8 @@ pub struct Seen {
     pub state: EffectState,
     /// The version the writer read.
     pub version: i64,
-    /// The row's `updated_at` the writer read.
+    /// The row's `updated_at` the writer read. Text, not a time: the compare-and-set matches it
+    /// byte for byte in SQL (`updated_at = ?`), so a re-formatted value could make a CAS miss.
     pub updated_at: String,
 }
 
@@ -91,14 +135,14 @@ pub(crate) const LEDGER_COLS: &str =
 
 pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
     Ok(LedgerRow {
-        effect_key: text_or_empty(r, 0)?,
+        effect_key: EffectKey::from(text_or_empty(r, 0)?),
         job_key: text_or_empty(r, 1)?,
         run_id: text_or_empty(r, 2)?,
         fencing_token: int(r, 3)?,
         state: word(r, 4)?,
         terms_shown: text(r, 5)?,
         response: text(r, 6)?,
-        created_at: text_or_empty(r, 7)?,
+        created_at: ts_req(r, 7, "effect_ledger.created_at")?,
         updated_at: text_or_empty(r, 8)?,
         action_id: text(r, 9)?,
         target_id: text(r, 10)?,
@@ -106,16 +150,16 @@ pub(crate) fn ledger_row(r: &Row<'_>) -> DbResult<LedgerRow> {
         observe_cmd: text(r, 12)?,
         attempt: text(r, 13)?,
         verdict: text(r, 14)?,
-        verdict_at: text(r, 15)?,
+        verdict_at: ts(r, 15, "effect_ledger.verdict_at")?,
         resolved_by: text(r, 16)?,
-        resolved_at: text(r, 17)?,
+        resolved_at: ts(r, 17, "effect_ledger.resolved_at")?,
         resolution_note: text(r, 18)?,
         evidence: text(r, 19)?,
         version: int(r, 20)?.unwrap_or(0),
         response_raw: bytes(r, 21)?,
         response_total: int(r, 22)?,
         sender: text(r, 23)?,
-        sender_until: text(r, 24)?,
+        sender_until: ts(r, 24, "effect_ledger.sender_until")?,
     })
 }
 
@@ -156,8 +200,9 @@ pub enum Begin {
 /// its end on the database's clock, and how long that was from the transaction's now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Granted {
-    /// When the lease ends, on the database's clock.
-    pub until: String,
+    /// When the lease ends, on the database's clock (the released instant, before every
+    /// other, when no lease was found: the send's deadline is then at once).
+    pub until: Ts,
     /// How long the lease had left when the transaction read it.
     pub left: std::time::Duration,
     /// When it ends on this host's monotonic clock, counted from before the write was sent (set
@@ -224,7 +269,7 @@ pub struct SenderLease {
     /// ends after now minus the clock-skew margin and the stop grace.
     pub live: bool,
     /// When that lease ends (None: the token holds no lease any more).
-    pub until: Option<String>,
+    pub until: Option<Ts>,
 }
 
 /// The answer to moving a `claimed` row to `submitted`: whether we may send.
@@ -243,7 +288,7 @@ pub enum Submit {
     /// the permission to send, so nothing is sent. Renew it and try again.
     LeaseEnding {
         /// When our lease ends; None when it was released.
-        until: Option<String>,
+        until: Option<Ts>,
     },
     /// Someone else moved it first (or it is no longer `claimed`): never send.
     Lost(Box<LedgerRow>),
@@ -362,7 +407,7 @@ pub enum Verdict {
         /// When the row was submitted.
         since: String,
         /// When the sender's lease ends; None when its token holds no lease.
-        until: Option<String>,
+        until: Option<Ts>,
     },
     /// A higher fencing token exists for the observing job.
     Fenced,
@@ -385,7 +430,7 @@ pub struct Sending {
     /// Its attempt id (`host:pid`).
     pub attempt: Option<String>,
     /// When its lease ends; None when its token holds no lease any more.
-    pub until: Option<String>,
+    pub until: Option<Ts>,
     /// Whether its process was found running on this host.
     pub running: bool,
 }

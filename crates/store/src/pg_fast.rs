@@ -11,6 +11,7 @@ use super::ledger_rows::{
     Begin, NewEffect, Seen, SendEnd, SenderLease, SentBy, Submission, Submit,
 };
 use super::pg::{PgConn, PgStore};
+use super::rows::ts;
 use super::{int, text, text_or_empty, Conn, LeaseClaim, Store};
 use exactly_words::state::{EffectState, EventKind};
 use exactly_words::time::Ts;
@@ -31,9 +32,12 @@ fn first<T>(
 }
 
 /// A won send's grant: the lease `until` as of the server's `at`.
-fn grant(until: Option<String>, at: &str) -> super::ledger_rows::Granted {
+fn grant(until: Option<Ts>, at: &str) -> super::ledger_rows::Granted {
     granted(&SenderLease { live: false, until }, at)
 }
+
+/// What a function's `o_until` is: the job's lease end as stored, named when it holds no time.
+const UNTIL: &str = "job_lease.lease_until";
 
 fn never(_: &impl Sized) -> bool {
     false
@@ -85,7 +89,7 @@ impl Store {
                         e.input_fields
                     ],
                     1,
-                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, text(r, 2)?)),
+                    |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?, ts(r, 2, UNTIL)?)),
                 )
             },
             &never,
@@ -144,7 +148,7 @@ impl Store {
                         Ok((
                             text_or_empty(r, 0)?,
                             text_or_empty(r, 1)?,
-                            text(r, 2)?,
+                            ts(r, 2, UNTIL)?,
                             int(r, 3)?,
                         ))
                     },

@@ -6,8 +6,9 @@
 //! (`JobName::from("invoices")`, `Token::from(7)`); a swapped pair does not compile. The store
 //! below binds plain `&str` and `i64` to SQL and never passes one for the other; of what it
 //! hands back, only a value meant to be passed on is typed (a fired run's `Started::token`).
-//! Rows read back (`LeaseRow`, `LedgerRow`, the snapshot's rows) keep plain values: they are
-//! records to show, not arguments.
+//! Rows read back type an effect key where the store reads it (`LedgerRow`, the approval,
+//! open-effect, event and done rows); their other names and numbers (`LeaseRow`'s job, a token)
+//! stay plain: records to show, not arguments.
 use serde::Serialize;
 use std::fmt;
 

@@ -607,7 +607,7 @@ fn resolving_an_effect_in_flight_needs_a_second_confirmation() {
     };
     assert_eq!(k, &key);
     assert_eq!(s.attempt.as_deref(), Some(ATTEMPT));
-    assert_eq!(s.until.as_deref(), Some(after(600).as_str()));
+    assert_eq!(s.until.map(crate::time::fmt), Some(after(600)));
     let status = app.status.clone().expect("status");
     assert!(
         !status.ok && status.text.contains("in flight"),

@@ -31,15 +31,16 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
                 None => lines.push(Line::styled(" no such effect in the ledger", t.warn())),
                 Some(r) => {
                     let o = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                    let ot = |v: &Option<Ts>| v.map_or_else(|| "-".into(), crate::time::fmt);
                     for (label, value) in [
-                        ("effect_key", r.effect_key.clone()),
+                        ("effect_key", r.effect_key.to_string()),
                         ("state", r.state.to_string()),
                         ("job_key", r.job_key.clone()),
                         ("run_id", r.run_id.clone()),
                         ("fencing_token", dash(r.fencing_token)),
                         ("terms_shown", o(&r.terms_shown)),
                         ("response", o(&r.response)),
-                        ("created_at", r.created_at.clone()),
+                        ("created_at", crate::time::fmt(r.created_at)),
                         ("updated_at", r.updated_at.clone()),
                         ("action_id", o(&r.action_id)),
                         ("target_id", o(&r.target_id)),
@@ -47,9 +48,9 @@ pub(super) fn draw_effect_detail(f: &mut Frame, t: &Theme, area: Rect, key: &str
                         ("observe_cmd", o(&r.observe_cmd)),
                         ("attempt", o(&r.attempt)),
                         ("verdict", o(&r.verdict)),
-                        ("verdict_at", o(&r.verdict_at)),
+                        ("verdict_at", ot(&r.verdict_at)),
                         ("resolved_by", o(&r.resolved_by)),
-                        ("resolved_at", o(&r.resolved_at)),
+                        ("resolved_at", ot(&r.resolved_at)),
                         ("resolution_note", o(&r.resolution_note)),
                         ("evidence", o(&r.evidence)),
                     ] {

@@ -293,7 +293,7 @@ pub(super) fn draw_force(f: &mut Frame, t: &Theme, act: &Pending) {
         ])
     };
     let until = match &s.until {
-        Some(u) => format!("{u} (its lease's end)"),
+        Some(u) => format!("{} (its lease's end)", crate::time::fmt(*u)),
         None => "its process is still running on this host".into(),
     };
     let mut lines = vec![

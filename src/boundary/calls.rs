@@ -184,7 +184,7 @@ fn is_ident(w: &str) -> bool {
 fn types_as(w: &[String], mut at: usize, types: &BTreeSet<String>) -> bool {
     while at < w.len() && matches!(w[at].as_str(), "&" | "mut" | "'") {
         at += 1;
-        // `'a`: the quote is blanked with the literals it could open; its name follows.
+        // `'a`: a quote token, then the lifetime's name.
         if w.get(at - 1).is_some_and(|q| q == "'") {
             at += 1;
         }

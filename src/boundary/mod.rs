@@ -341,6 +341,10 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
             "fn f(s: &mut Lent) {\n    s.path();\n}\n",
         ),
         (
+            "cli/mod.rs",
+            "fn f<'a>(s: &'a mut Store) -> &'a str {\n    s.path()\n}\n",
+        ),
+        (
             "cli/effects.rs",
             "struct A {\n    store: Store,\n}\nfn f(a: &A) {\n    a.store.path();\n}\n",
         ),

@@ -60,3 +60,27 @@ pub fn is_server_db(db: &str) -> bool {
 pub fn open(db: Option<&str>, access: Access) -> Result<Store> {
     Store::open_at(&db_path(db), access)
 }
+
+/// The database `store` is open on as messages show it: its path or URL as it was opened, a
+/// PostgreSQL password shown as `***`.
+pub fn db_name(store: &Store) -> &str {
+    store.path()
+}
+
+/// The identity of the database `store` is open on (see [`db_identity`]), asked on this
+/// connection rather than a new one.
+pub fn database_identity(store: &mut Store) -> Result<String> {
+    store.identity()
+}
+
+/// Whether this process may write the database `store` is open on: the file's permissions on
+/// SQLite, the role's privileges on PostgreSQL (a viewer's role may only read).
+pub fn may_write(store: &mut Store) -> bool {
+    store.can_write()
+}
+
+/// How to open another handle on the database `store` is open on, exactly as it was opened
+/// (a PostgreSQL URL's password included), for a thread or a process that needs its own.
+pub fn reopener(store: &Store) -> store::StoreOpener {
+    store.opener()
+}

@@ -239,6 +239,16 @@ pub fn finish_run_then(
     Ok(done)
 }
 
+/// Runs `f` with the writes of `store` put before the process's other writers (gc, output and
+/// the like), after the scheduler's firings and the lease renewals: for a run's own lease
+/// renewal and its end, which a run waits on. The handle goes back among the others afterwards.
+pub fn writes_first<T>(store: &mut Store, f: impl FnOnce(&mut Store) -> T) -> T {
+    store.set_writes_first(true);
+    let out = f(store);
+    store.set_writes_first(false);
+    out
+}
+
 /// What a run's effects did, from the events carrying its token.
 pub fn effect_counts(store: &mut Store, job: &JobName, token: Token) -> Result<EffectCounts> {
     store.run_effect_counts(job, token.get())

@@ -273,6 +273,19 @@ pub fn renew_many(
     store.renew_leases(&rows, &time::fmt(now))
 }
 
+/// Puts the writes of `store` before every other writer of this process: a renewer's, since a
+/// renewal that waits behind firings, ends or output lets the leases of running commands lapse.
+pub fn renewer_first(store: &mut Store) {
+    store.renewals_first();
+}
+
+/// Which database handed out the fencing tokens seen on `store`, as a key for a holder's memory
+/// of them: the same for a PostgreSQL primary and its promoted standby, another for a database
+/// dropped and made again under the same name (or a SQLite file deleted and made again).
+pub fn token_source(store: &mut Store) -> Result<String> {
+    store.holder_identity()
+}
+
 /// Releases the lease, keeping the token so the next claim counts on from it.
 /// `Ok(false)` means we were fenced.
 ///

@@ -76,8 +76,8 @@ pub use exactly_words::{contain, fault, key, policy, sanitize, schedule, sender,
 pub use store::{sync_wait_bound, Access, Store, StoreOpener, SCHEMA_VERSION};
 
 pub use database::{
-    db_exists, db_identity, db_path, is_server_db, open, read_plans, refuse_new_databases,
-    shown_db, state_dir, writable,
+    database_identity, db_exists, db_identity, db_name, db_path, is_server_db, may_write, open,
+    read_plans, refuse_new_databases, reopener, shown_db, state_dir, writable,
 };
 pub use exactly_words::{actor, actor_from, host, hostname, os_user, user};
 pub use exactly_words::{DbSource, EffectKey, Error, JobName, Missing, Result, Token};

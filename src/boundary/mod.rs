@@ -9,10 +9,13 @@
 //! lines expanded, `super::` and `self::` resolved against the file's module, a root re-export
 //! (`crate::open`, `crate::Error`) followed to where it comes from (`src/lib.rs`,
 //! `crates/words/src/lib.rs`, `src/main.rs`), and a path used without a `use`
-//! (`crate::os_user()`) read like an import. The fixtures at the end are the wrong imports each
-//! check must catch.
+//! (`crate::os_user()`) read like an import. The application's method calls on a `Store` are
+//! read too (`calls.rs`): it holds the handle but calls none of the store's methods. The
+//! fixtures at the end are the wrong imports and calls each check must catch.
+mod calls;
 mod reader;
 
+use calls::{StoreCalls, SHARED};
 use reader::*;
 use std::path::{Path, PathBuf};
 
@@ -129,6 +132,35 @@ fn the_application_never_names_the_store() {
     assert!(
         found.is_empty(),
         "the store named outside the library:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The application calls no method of the store's own (`store.can_write()`): each thing it
+/// asks of the database is a library operation (`may_write(&mut store)`).
+#[test]
+fn the_application_calls_no_method_of_the_store() {
+    let roots = Roots::load();
+    let bin: Vec<(String, String)> = bin_files()
+        .iter()
+        .map(|f| (f.display().to_string(), read(f)))
+        .collect();
+    let calls = StoreCalls::load(&store_files(), &bin);
+    assert!(
+        calls.methods.len() >= 50 && calls.methods.contains("can_write"),
+        "the store's methods not read: {:?}",
+        calls.methods
+    );
+    for name in SHARED {
+        assert!(calls.methods.contains(*name), "{name} is no store method");
+    }
+    let found: Vec<String> = bin
+        .iter()
+        .flat_map(|(f, text)| calls.found(&roots, Path::new(f), text))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the store's methods called outside the library:\n{}",
         found.join("\n")
     );
 }
@@ -266,6 +298,92 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
     ];
     for (at, text) in right {
         let found = bin(at, text);
+        assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
+    }
+    let texts: Vec<(String, String)> = bin_files()
+        .iter()
+        .map(|f| (f.display().to_string(), read(f)))
+        .collect();
+    let calls = StoreCalls::load(&store_files(), &texts);
+    let call = |at: &str, text: &str| calls.found(&roots, &src().join(at), text);
+    let wrong = [
+        (
+            "tui/mod.rs",
+            "fn f(store: &mut Store) -> bool {\n    store.can_write()\n}\n",
+        ),
+        (
+            "runner/run/hold.rs",
+            "fn f(s: &mut exactly::Store) {\n    s\n        .set_writes_first(true);\n}\n",
+        ),
+        (
+            "runner/run/execute.rs",
+            "fn f(db: &str) {\n    lend(db).and_then(|mut s| s.identity());\n}\n",
+        ),
+        (
+            "cli/mod.rs",
+            "fn f(db: Option<&str>) {\n    let s = open(db).unwrap();\n    s.path();\n}\n",
+        ),
+        (
+            "cli/mod.rs",
+            "fn f() -> Result<()> {\n    if let Ok(mut s) = crate::open(None, A) {\n        \
+             s.path();\n    }\n}\n",
+        ),
+        (
+            "cli/mod.rs",
+            "fn f() -> Result<String> {\n    Ok(crate::open(None, A)?.path().into())\n}\n",
+        ),
+        (
+            "tui/mod.rs",
+            "use exactly::Store as Db;\nfn f(d: &mut Db) {\n    d.path();\n}\n",
+        ),
+        (
+            "runner/run/hold.rs",
+            "fn f(s: &mut Lent) {\n    s.path();\n}\n",
+        ),
+        (
+            "cli/mod.rs",
+            "fn f<'a>(s: &'a mut Store) -> &'a str {\n    s.path()\n}\n",
+        ),
+        (
+            "cli/effects.rs",
+            "struct A {\n    store: Store,\n}\nfn f(a: &A) {\n    a.store.path();\n}\n",
+        ),
+        (
+            "tui/mod.rs",
+            "fn f(s: &mut Store) {\n    Store::can_write(s);\n}\n",
+        ),
+        (
+            "tui/mod.rs",
+            "use crate::{self as x, Store as Y};\nfn f(s: &mut Y) {\n    x::Store::path(s);\n}\n",
+        ),
+    ];
+    for (at, text) in wrong {
+        assert!(!call(at, text).is_empty(), "missed in {at}:\n{text}");
+    }
+    let right = [
+        (
+            "cli/token_memory.rs",
+            "fn f(p: &Path) {\n    OpenOptions::new().write(true).open(p);\n}\n",
+        ),
+        (
+            "chaos/sched.rs",
+            "fn f(&mut self, dir: TempDir) {\n    self.prune(h);\n    dir.path();\n}\n",
+        ),
+        (
+            "tui/mod.rs",
+            "// store.can_write()\nconst S: &str = \"store.can_write()\";\n",
+        ),
+        (
+            "tui/mod.rs",
+            "fn f(store: &mut Store) -> bool {\n    crate::may_write(store)\n}\n",
+        ),
+        (
+            "tui/mod.rs",
+            "#[cfg(test)]\nmod tests {\n    fn f(s: &mut Store) {\n        s.can_write();\n    }\n}\n",
+        ),
+    ];
+    for (at, text) in right {
+        let found = call(at, text);
         assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
     }
 }

@@ -66,7 +66,7 @@ pub(super) fn doctor_main(db: &Option<String>, a: DoctorArgs) -> Result<i32> {
                 format!(
                     "no job or action {} in {}",
                     inert(only),
-                    inert(&crate::shown_db(store.path()))
+                    inert(&crate::shown_db(crate::db_name(&store)))
                 ),
             ));
         }

@@ -86,7 +86,7 @@ pub(super) fn effect_cmd(db: &Option<String>, a: EffectArgs) -> Result<i32> {
     action.observe_timeout = a.observe_timeout;
     // The job, token, run and key reach the command from the attempt it sends for
     // (`Effect::acting_for`): one copy of each, not a second kept here.
-    action.lease = Some(store.opener());
+    action.lease = Some(crate::reopener(&store));
     // A grandchild that leaves the command's group comes back to us, and ends with it.
     crate::wrapped::become_subreaper();
     // A duplicate replays the row the attempt found done: the ledger row is read once.

@@ -76,7 +76,11 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = {
-        let (stop, job, db) = (stop.clone(), a.name.clone(), store.path().to_string());
+        let (stop, job, db) = (
+            stop.clone(),
+            a.name.clone(),
+            crate::db_name(&store).to_string(),
+        );
         std::thread::spawn(move || renew(&db, &job, token, dur, &stop))
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -360,7 +360,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let s = open(&db)?;
             println!(
                 "initialised {} (schema version {})",
-                s.path(),
+                crate::db_name(&s),
                 crate::SCHEMA_VERSION
             );
             Ok(0)

@@ -64,7 +64,7 @@ fn unusable(why: &str) {
 
 /// The database's identity for the memory, or None (said once) when it cannot be read.
 fn identity(store: &mut Store) -> Option<String> {
-    match store.holder_identity() {
+    match crate::lease::token_source(store) {
         Ok(id) => Some(id),
         Err(e) => {
             unusable(&format!("the database's identity: {e}"));
@@ -79,7 +79,7 @@ pub(super) fn claimed(store: &mut Store, job: &str, token: i64) -> Seen {
     let Some(db) = identity(store) else {
         return Seen::Fine;
     };
-    let shown = exactly::shown_db(store.path());
+    let shown = exactly::shown_db(exactly::db_name(store));
     raise(&db, &shown, job, token, true)
 }
 
@@ -112,7 +112,7 @@ pub(super) fn handed(store: &mut Store, job: &crate::JobName, token: i64) -> See
 /// it is the highest.
 pub(super) fn accepted(store: &mut Store, job: &str, token: i64) {
     if let Some(db) = identity(store) {
-        let shown = exactly::shown_db(store.path());
+        let shown = exactly::shown_db(exactly::db_name(store));
         raise(&db, &shown, job, token, false);
     }
 }

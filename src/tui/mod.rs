@@ -52,7 +52,7 @@ pub(crate) fn serve(store: &mut Store, req: &Request) -> Vec<Reply> {
         // The dashboard reads through a read-only connection; an action (which the operator
         // confirmed) writes through its own.
         Request::Pending(act) => vec![
-            match crate::open(Some(store.path()), Access::Write) {
+            match crate::open(Some(crate::db_name(store)), Access::Write) {
                 Ok(mut w) => perform(&mut w, act, &crate::actor()),
                 Err(e) => Reply::Acted(Report {
                     ok: false,
@@ -341,7 +341,7 @@ pub(crate) fn top_main(db: &Option<String>, a: TopArgs) -> Result<i32> {
     }
     let color = !a.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // A viewer account that may read but not write the database watches read-only, told so.
-    let writable = store.can_write();
+    let writable = crate::may_write(&mut store);
     let mut app = App::new(Options {
         read_only: a.read_only || !writable,
         color,

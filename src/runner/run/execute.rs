@@ -113,7 +113,8 @@ fn observe(
 /// output so far, its lease's renewals): the command's end wakes it at once.
 const STEP: Duration = Duration::from_millis(50);
 
-/// The database's identity (see [`Store::identity`]), asked once per process and database.
+/// The database's identity (see [`crate::database_identity`]), asked once per process and
+/// database.
 fn db_identity(db: &str) -> String {
     static KNOWN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
     if let Some(id) = KNOWN
@@ -123,7 +124,7 @@ fn db_identity(db: &str) -> String {
     {
         return id;
     }
-    match lend(db).and_then(|mut s| s.identity()) {
+    match lend(db).and_then(|mut s| crate::database_identity(&mut s)) {
         Ok(id) => {
             if let Ok(mut k) = KNOWN.lock() {
                 k.push((db.to_string(), id.clone()));

@@ -153,9 +153,9 @@ impl Heartbeat {
     /// busy database is not a fence (false, but not fenced).
     pub(super) fn renew(&mut self, store: &mut Store, spec: &RunSpec) -> bool {
         let sent = Instant::now();
-        store.set_writes_first(true);
-        let renewed = lease::renew(store, &spec.job, spec.started.token, spec.lease);
-        store.set_writes_first(false);
+        let renewed = jobs::writes_first(store, |s| {
+            lease::renew(s, &spec.job, spec.started.token, spec.lease)
+        });
         match renewed {
             Ok(true) => {
                 self.hold.renewed(sent);
@@ -281,19 +281,17 @@ fn try_end(
 ) -> Result<(RunOutcome, crate::firing::AfterFailure)> {
     // No renewal may land after the release this write makes.
     beat.hold.retire();
-    s.set_writes_first(true);
-    // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
-    let tried = match crate::fault::fails_for(crate::fault::Point::RunEnd)
-        .filter(|d| since.elapsed() < *d)
-    {
-        Some(_) => Err(Error::Store(format!(
-            "database {}: attempt to write a readonly database (fault point run_end)",
-            s.path()
-        ))),
-        None => jobs::finish_run_then(s, end, spec.failure.as_ref()),
-    };
-    s.set_writes_first(false);
-    tried
+    jobs::writes_first(s, |s| {
+        // The fault point `run_end:fail=DUR`: the database refuses the end for DUR.
+        match crate::fault::fails_for(crate::fault::Point::RunEnd).filter(|d| since.elapsed() < *d)
+        {
+            Some(_) => Err(Error::Store(format!(
+                "database {}: attempt to write a readonly database (fault point run_end)",
+                crate::db_name(s)
+            ))),
+            None => jobs::finish_run_then(s, end, spec.failure.as_ref()),
+        }
+    })
 }
 
 /// Records the end of the run, retrying every failure (see the module's comment): a run that

@@ -167,7 +167,7 @@ impl Renewer {
                 store = crate::open(Some(db), Access::Write).ok();
                 if let Some(s) = store.as_mut() {
                     // Renewals go before the process's queued firings and ends.
-                    s.renewals_first();
+                    crate::lease::renewer_first(s);
                 }
             }
             // A renewal held up (a stalled thread, a starved process) lets the leases lapse.

@@ -14,8 +14,8 @@ use exactly::{
     actor, approval, checklist, contain, database_identity, db_exists, db_identity, db_name,
     db_path, effect, fault, firing, health, host, is_server_db, jobs, json, key, lease, may_write,
     open, policy, refuse_new_databases, reopener, sanitize, schedule, sender, shown_db, snapshot,
-    state, sync_wait_bound, time, wrapped, Access, EffectKey, Error, JobName, Result, Store, Token,
-    SCHEMA_VERSION,
+    state, sync_wait_bound, time, wrapped, Access, EffectKey, Error, JobName, Result, Store,
+    StoreOpener, Token, SCHEMA_VERSION,
 };
 
 fn main() {

@@ -76,11 +76,8 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = {
-        let (stop, job, db) = (
-            stop.clone(),
-            a.name.clone(),
-            crate::db_name(&store).to_string(),
-        );
+        // Reopened as the gateway opened it: `db_name` hides a PostgreSQL password.
+        let (stop, job, db) = (stop.clone(), a.name.clone(), crate::reopener(&store));
         std::thread::spawn(move || renew(&db, &job, token, dur, &stop))
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -105,7 +102,7 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
 
 /// Renews the gateway's lease a third of the way through, until told to stop.
 fn renew(
-    db: &str,
+    db: &crate::StoreOpener,
     job: &crate::JobName,
     token: crate::Token,
     dur: std::time::Duration,
@@ -114,6 +111,7 @@ fn renew(
     let every = dur / lease::RENEWALS_PER_LEASE;
     let mut next = std::time::Instant::now() + every;
     let mut store = None;
+    let mut told = false;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(std::time::Duration::from_millis(100));
         if std::time::Instant::now() < next {
@@ -121,7 +119,21 @@ fn renew(
         }
         next = std::time::Instant::now() + every;
         if store.is_none() {
-            store = crate::open(Some(db), Access::Write).ok();
+            // Tried again at each renewal (a server restarting comes back), said once: an
+            // unrenewed lease is taken by the next claim and this gateway's writes fenced.
+            match db.open() {
+                Ok(s) => store = Some(s),
+                Err(e) if !told => {
+                    told = true;
+                    eprintln!(
+                        "exactly: the gateway cannot open the database to renew its lease of \
+                         {}: {}",
+                        inert(job),
+                        inert(&e.to_string())
+                    );
+                }
+                Err(_) => {}
+            }
         }
         let Some(s) = store.as_mut() else { continue };
         match lease::renew(s, job, token, dur) {

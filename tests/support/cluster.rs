@@ -27,7 +27,31 @@ pub(super) const SERVER_BIN: Option<&str> = option_env!("EXACTLY_TEST_PG_SERVER_
 /// The cluster of this test binary, started on the first call; Err says why there is none.
 pub fn get() -> Result<&'static Cluster, String> {
     static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    CLUSTER.get_or_init(start).as_ref().map_err(Clone::clone)
+    CLUSTER
+        .get_or_init(|| start(Auth::Trust))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A second cluster of this test binary whose server checks the password of a TCP connection
+/// (`scram-sha-256`), where `get()`'s trusts any: what a program does with the password of
+/// its URL shows only here. Started on the first call, whether `EXACTLY_TEST_PG` is set or not
+/// (from the server binaries `pair.rs` finds), in `target/tmp/pg-password/PID`.
+pub fn with_password() -> Result<&'static Cluster, String> {
+    static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| start(Auth::Password))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// How the server checks a connection over TCP.
+#[derive(Clone, Copy, PartialEq)]
+enum Auth {
+    /// Anyone is who they say.
+    Trust,
+    /// The role's password, as `scram-sha-256`; the admin connects on the Unix socket (trust).
+    Password,
 }
 
 pub(super) fn is_root() -> bool {
@@ -184,12 +208,19 @@ pub(super) fn watch(bin: &Path, dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("the cluster's watcher (setsid sh): {e}"))
 }
 
-fn start() -> Result<Cluster, String> {
-    let bin = PathBuf::from(SERVER_BIN.filter(|b| !b.is_empty()).ok_or(
-        "EXACTLY_TEST_PG is not set and build.rs found no PostgreSQL server (initdb, pg_ctl): \
-         set EXACTLY_TEST_PG, or install PostgreSQL (see CONTRIBUTING.md)",
-    )?);
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pg");
+fn start(auth: Auth) -> Result<Cluster, String> {
+    let (bin, root) = match auth {
+        Auth::Trust => (
+            PathBuf::from(SERVER_BIN.filter(|b| !b.is_empty()).ok_or(
+                "EXACTLY_TEST_PG is not set and build.rs found no PostgreSQL server (initdb, \
+                 pg_ctl): set EXACTLY_TEST_PG, or install PostgreSQL (see CONTRIBUTING.md)",
+            )?),
+            "pg",
+        ),
+        // Wanted with `EXACTLY_TEST_PG` set too, when build.rs looked for no server.
+        Auth::Password => (super::pair::server_bin()?, "pg-password"),
+    };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(root);
     std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     reap(&root, &bin);
     let dir = root.join(std::process::id().to_string());
@@ -201,8 +232,11 @@ fn start() -> Result<Cluster, String> {
     run(
         "initdb",
         as_owner(&bin.join("initdb")).arg("-D").arg(&data).args([
-            "-A",
-            "trust",
+            "--auth-local=trust",
+            match auth {
+                Auth::Trust => "--auth-host=trust",
+                Auth::Password => "--auth-host=scram-sha-256",
+            },
             "-U",
             "postgres",
             "-E",
@@ -232,7 +266,12 @@ fn start() -> Result<Cluster, String> {
         let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
         format!("{e}\n{log}")
     })?;
-    let admin = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    // The superuser has no password: on the Unix socket where the server checks none.
+    let host = match auth {
+        Auth::Trust => "127.0.0.1".to_string(),
+        Auth::Password => dir.display().to_string(),
+    };
+    let admin = format!("host={host} port={port} user=postgres dbname=postgres");
     let mut c = postgres::Client::connect(&admin, postgres::NoTls)
         .map_err(|e| format!("connecting to the throwaway cluster: {e}"))?;
     // Two statements: CREATE DATABASE cannot run in the transaction a batch would be.

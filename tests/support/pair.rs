@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where `initdb`, `pg_ctl` and `pg_basebackup` are.
-fn server_bin() -> Result<PathBuf, String> {
+pub(super) fn server_bin() -> Result<PathBuf, String> {
     let has = |d: &Path| {
         ["initdb", "pg_ctl", "pg_basebackup"]
             .iter()

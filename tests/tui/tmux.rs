@@ -1,6 +1,7 @@
 //! Drives the real `exactly top` in a real terminal (tmux): it starts, shows the jobs, approves
 //! with 3 a y, resolves with 2 r h y, survives a resize, quits with q and leaves the terminal as
 //! it found it; SIGTERM restores the terminal too. Without tmux these tests fail.
+use crate::support;
 use exactly::effect::{self, Ctx, Effect, Failure, Observation, Spec};
 use exactly::{lease, Store};
 use std::process::Command;
@@ -100,7 +101,13 @@ fn start(name: &str, w: u16, h: u16) -> Tmux {
 
 fn fixture(dir: &std::path::Path) -> (String, String, String) {
     let path = dir.join("top.db").to_string_lossy().into_owned();
-    let mut s = Store::open(&path).expect("open");
+    let (pay, mail) = fill(&path);
+    (path, pay, mail)
+}
+
+/// The database at `db` with an effect waiting for approval (its key first) and an unknown one.
+fn fill(db: &str) -> (String, String) {
+    let mut s = Store::open(db).expect("open");
     let token = match lease::claim(
         &mut s,
         &exactly::JobName::from("invoices"),
@@ -126,7 +133,7 @@ fn fixture(dir: &std::path::Path) -> (String, String, String) {
         &mut Far(Err(Failure::Lost("reset".into()))),
     )
     .expect("run");
-    (path, pay.key().to_string(), mail.key().to_string())
+    (pay.key().to_string(), mail.key().to_string())
 }
 
 fn exe() -> &'static str {
@@ -220,6 +227,71 @@ fn top_in_a_real_terminal() {
         !s.contains("exactly top polled"),
         "the dashboard is still on screen:\n{s}"
     );
+}
+
+/// On a server that checks the password, an approval confirmed in the dashboard is recorded:
+/// the action's connection is opened with the URL's password, not the `***` the dashboard shows
+/// for it (where the server refused it, "approve failed: … password authentication failed").
+/// `EXACTLY_TEST_BIN` runs another build's dashboard (how this was first seen failing).
+#[test]
+#[cfg_attr(
+    exactly_no_pg,
+    ignore = "no PostgreSQL: set EXACTLY_TEST_PG or install the server (CONTRIBUTING.md)"
+)]
+fn top_approves_on_a_server_that_checks_the_password() {
+    assert!(
+        tmux_available(),
+        "tmux is required by this test and is not installed"
+    );
+    let cluster = support::cluster::with_password().unwrap_or_else(|e| panic!("{e}"));
+    let db = &cluster.url;
+    // The server refuses a wrong password: else this test would show nothing.
+    let wrong = db.replace(":exactly@", ":wrong@");
+    assert_ne!(&wrong, db);
+    let refused = Command::new(support::bin())
+        .args(["--db", &wrong, "status"])
+        .output()
+        .expect("run exactly status");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("password"),
+        "a wrong password was not refused: {said}"
+    );
+    let (pay, _) = fill(db);
+    let t = start("password", 120, 40);
+    t.wait_for("$");
+    t.keys(&[
+        &format!(
+            "EXACTLY_ACTOR=tmux-op {} --db '{db}' top; echo EXITED:$?",
+            support::bin()
+        ),
+        "Enter",
+    ]);
+    t.wait_for("invoices");
+    t.keys(&["3"]);
+    t.wait_for("Pending approval (1)");
+    t.keys(&["a"]);
+    t.wait_for("Confirm: approve");
+    t.keys(&["y"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let s = loop {
+        let s = t.screen();
+        if s.contains(&format!("approved {pay}")) || s.contains("approve failed") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no answer to the approval:\n{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(s.contains(&format!("approved {pay} as tmux-op")), "{s}");
+    let a = exactly::approval::get(
+        &mut Store::open(db).expect("open"),
+        &exactly::EffectKey::from(&pay),
+    )
+    .expect("read")
+    .expect("row");
+    assert_eq!(a.state.as_str(), "approved");
+    t.keys(&["q"]);
+    t.wait_for("EXITED:0");
 }
 
 #[test]

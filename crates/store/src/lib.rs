@@ -135,6 +135,12 @@ impl StoreOpener {
         Store::open_at(&self.at, self.access)
     }
 
+    /// The same database opened with `access` instead: a dashboard that reads through a
+    /// read-only handle writes an operator's confirmed action through one opened to write.
+    pub fn with_access(self, access: Access) -> StoreOpener {
+        StoreOpener { access, ..self }
+    }
+
     /// The database's path or URL as it may be shown (a password replaced by `***`).
     pub(crate) fn shown(&self) -> String {
         pg::redact(&self.at)

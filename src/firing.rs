@@ -131,7 +131,7 @@ pub use crate::store::{AfterFailure, FailureRules};
 /// never happened; one that had [`crate::policy::MAX_ATTEMPTS`] runs ends `gave_up` instead.
 /// `running` firings older than `oldest` are given up as `interrupted`. A `running` firing whose
 /// scheduler may be alive is left to it ([`Resumed::held_by`]); a failed one waits for its backoff
-/// ([`Resumed::not_before`]).
+/// ([`Resumed::backoff_left`]).
 pub fn resume(
     store: &mut Store,
     job: &str,

@@ -325,3 +325,142 @@ fn a_ledger_rows_times_serialize_as_stored() {
     }
     assert_eq!(json["effect_key"], "k", "{json}");
 }
+
+/// An approval holding `column = BAD` (the other times good), `state` as given.
+fn approval_holding(dir: &tempfile::TempDir, state: &str, column: &str) -> String {
+    let (raw, path) = fresh(dir);
+    raw.execute(
+        &format!(
+            "INSERT INTO exactly_approvals (effect_key, job_key, state, requested_at, \
+             decided_by, {column}) VALUES ('k', 'j', ?2, '2026-06-01T00:00:00.000Z', 'ops', ?1)"
+        ),
+        [BAD, state],
+    )
+    .unwrap();
+    path
+}
+
+/// The decision's time was handed on as found, for `exactly effect` and the dashboard to show.
+#[test]
+fn a_bad_decided_at_is_corrupt_not_shown_as_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = approval_holding(&dir, "approved", "decided_at");
+    let mut store = Store::open(&path).unwrap();
+    let key = exactly_words::EffectKey::from("k");
+    assert_corrupt(
+        crate::approval::get(&mut store, &key),
+        "exactly_approvals.decided_at",
+    );
+    // A second decision reads the first to say who decided, and when.
+    assert_corrupt(
+        crate::approval::approve(&mut store, &key, "ops2", None),
+        "exactly_approvals.decided_at",
+    );
+}
+
+/// The consuming send's time was handed on as found.
+#[test]
+fn a_bad_consumed_at_is_corrupt_not_shown_as_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = approval_holding(&dir, "consumed", "consumed_at");
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert_corrupt(
+        crate::approval::get(&mut store, &exactly_words::EffectKey::from("k")),
+        "exactly_approvals.consumed_at",
+    );
+}
+
+/// Resumes job `j`'s firings at 2026-06-01T00:00:05Z, every earlier run's scheduler gone.
+fn resume(store: &mut Store) -> exactly_words::Result<crate::store::Resumed> {
+    let gone = |_: &crate::store::RunOwner| true;
+    let backoff = |_: &str, _: i64| std::time::Duration::from_secs(600);
+    store.resume_firing(
+        "j",
+        &crate::store::Resumer {
+            owner: "me",
+            silent_for: chrono::Duration::seconds(10),
+            gone: &gone,
+        },
+        &crate::store::ResumeTimes {
+            lease_until: "2026-06-01T00:01:05.000Z",
+            now: "2026-06-01T00:00:05.000Z",
+            oldest: "2026-05-01T00:00:00.000Z",
+        },
+        &exactly_words::policy::RetryRules {
+            attempts: 3,
+            backoff: &backoff,
+            held: None,
+        },
+    )
+}
+
+/// Job `j`'s firing at `slot` in `state`, and (if `running`) its run that died.
+fn firing_at(raw: &rusqlite::Connection, slot: &str, state: &str) {
+    raw.execute(
+        "INSERT INTO exactly_firings (job_key, scheduled_at, kind, state, run_id, created_at, \
+         updated_at) VALUES ('j', ?1, 'scheduled', ?2, 'r1', '2026-06-01T00:00:00.000Z', \
+         '2026-06-01T00:00:00.000Z')",
+        [slot, state],
+    )
+    .unwrap();
+    raw.execute(
+        "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+         started_at) VALUES ('r1', 'j', ?1, 'me', 1, '2026-06-01T00:00:00.000Z')",
+        [slot],
+    )
+    .unwrap();
+}
+
+/// A firing whose run died, at a slot that is not a time, was run again for that text: a run
+/// and `EXACTLY_SCHEDULED_AT` for an instant no schedule has.
+#[test]
+fn a_bad_firing_slot_is_corrupt_not_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    firing_at(&raw, BAD, "running");
+    let mut store = Store::open(&path).unwrap();
+    assert_corrupt(resume(&mut store), "exactly_firings.scheduled_at");
+    // Nothing was started, nothing given up: the firing is as it was.
+    let state: String = raw
+        .query_row("SELECT state FROM exactly_firings", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(state, "running");
+}
+
+/// A queued firing at a slot that is not a time was started for that text.
+#[test]
+fn a_bad_queued_slot_is_corrupt_not_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    firing_at(&raw, BAD, "queued");
+    let mut store = Store::open(&path).unwrap();
+    let got = store.start_queued(
+        "j",
+        "me",
+        "2026-06-01T00:01:05.000Z",
+        "2026-06-01T00:00:05.000Z",
+    );
+    assert_corrupt(got, "exactly_firings.scheduled_at");
+}
+
+/// A slot is written back in the fixed-width form to find its row: one stored in another form
+/// (a time all the same) would find no row, and its firing would be run again with its row
+/// left `running`, for ever.
+#[test]
+fn a_slot_in_another_form_is_corrupt_not_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, path) = fresh(&dir);
+    let slot = "2026-06-01T00:00:00Z";
+    firing_at(&raw, slot, "running");
+    let mut store = Store::open(&path).unwrap();
+    match resume(&mut store) {
+        Err(Error::Corrupt { message, .. }) => assert!(
+            message.ends_with(
+                "exactly_firings.scheduled_at holds \"2026-06-01T00:00:00Z\", not a slot in \
+                 the fixed-width form"
+            ),
+            "{message}"
+        ),
+        other => panic!("a slot in another form read as {other:?}"),
+    }
+}

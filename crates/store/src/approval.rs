@@ -25,11 +25,13 @@ pub struct ApprovalRow {
     /// Who approved or denied it.
     pub decided_by: Option<String>,
     /// When it was approved or denied.
-    pub decided_at: Option<String>,
+    #[serde(serialize_with = "super::rows::ser_ts_opt")]
+    pub decided_at: Option<Ts>,
     /// The note left with the decision.
     pub note: Option<String>,
     /// When the send it allowed used it up.
-    pub consumed_at: Option<String>,
+    #[serde(serialize_with = "super::rows::ser_ts_opt")]
+    pub consumed_at: Option<Ts>,
 }
 
 pub(crate) const APPROVAL_COLS: &str =
@@ -44,9 +46,9 @@ pub(crate) fn approval_row(r: &Row<'_>) -> DbResult<ApprovalRow> {
         state: word(r, 3)?,
         requested_at: super::rows::ts_req(r, 4, "exactly_approvals.requested_at")?,
         decided_by: text(r, 5)?,
-        decided_at: text(r, 6)?,
+        decided_at: super::rows::ts(r, 6, "exactly_approvals.decided_at")?,
         note: text(r, 7)?,
-        consumed_at: text(r, 8)?,
+        consumed_at: super::rows::ts(r, 8, "exactly_approvals.consumed_at")?,
     })
 }
 
@@ -62,7 +64,7 @@ pub enum Decided {
         /// Who decided the approval (None for an effect already past `claimed`).
         by: Option<String>,
         /// When it was decided (or the effect last changed).
-        at: Option<String>,
+        at: Option<Ts>,
     },
     /// No approval was requested for this effect key.
     NotFound,
@@ -190,11 +192,16 @@ impl Store {
             if !approve {
                 // A denial stops an effect that was not sent; one that was (or may have been)
                 // is not pending any more, whatever its approval row says.
-                let effect: Option<(EffectState, String)> = tx
+                let effect: Option<(EffectState, Ts)> = tx
                     .one(
                         "SELECT state, updated_at FROM effect_ledger WHERE effect_key = ?1",
                         args![key],
-                        |r| Ok((word(r, 0)?, text_or_empty(r, 1)?)),
+                        |r| {
+                            Ok((
+                                word(r, 0)?,
+                                super::rows::ts_req(r, 1, "effect_ledger.updated_at")?,
+                            ))
+                        },
                     )
                     .optional()?;
                 if let Some((state, at)) = effect.filter(|(s, _)| *s != EffectState::Claimed) {

@@ -53,7 +53,7 @@ impl<'t> Tx<'t> {
     /// The instant this transaction acts at. On SQLite, the caller's `now` (every process on
     /// the host shares its clock). On PostgreSQL, the server's clock, whatever the client's says:
     /// leases and effects on several hosts are judged by one clock.
-    pub fn now<'a>(&'a self, caller: &'a str) -> &'a str {
+    pub(crate) fn now<'a>(&'a self, caller: &'a str) -> &'a str {
         match &self.inner {
             Inner::Lite(_) => caller,
             Inner::Pg { now, .. } => now,

@@ -99,7 +99,7 @@ impl Decided {
                 "effect {k} was already {} by {} at {}",
                 inert(state.as_str()),
                 inert(by.as_deref().unwrap_or("someone")),
-                inert(at.as_deref().unwrap_or("?"))
+                at.map_or_else(|| "?".to_string(), exactly_words::time::fmt)
             ),
             Decided::NotFound => format!("no approval was requested for effect {k}"),
         }

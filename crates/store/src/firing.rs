@@ -116,9 +116,11 @@ fn due_tx(
     at_text: &str,
 ) -> DbResult<DueFate> {
     let f = &d.fire;
-    let late = exactly_words::time::parse(f.slot).map(|slot| (at - slot).num_milliseconds());
+    // A slot that is not a time is the caller's error, said: read as on time, it was started
+    // however late.
+    let late_ms = (at - f.slot_ts()?).num_milliseconds();
     let window = d.window.as_millis().min(i64::MAX as u128) as i64;
-    if let Some(late_ms) = late.filter(|&l| l > window) {
+    if late_ms > window {
         let slots = [f.slot.to_string()];
         let (n, skipped) = missed_tx(tx, f.job, &slots, 1, f.owner, at_text, d.reason)?;
         if n > 0 {
@@ -327,12 +329,13 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     };
     match claim {
         LeaseClaim::Won { token, stolen_from } => {
+            let slot = f.slot_ts()?;
             let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
             upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
             Ok(Fired::Started(Started {
                 token: token.into(),
                 run_id,
-                slot: f.slot.to_string(),
+                slot,
                 stolen_from,
             }))
         }

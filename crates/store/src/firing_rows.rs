@@ -7,6 +7,7 @@ use super::lease::{claim_lease_tx, LeaseClaim};
 use super::{record_event, NewEvent};
 use exactly_words::policy::Overlap;
 use exactly_words::state::{EventKind, FiringKind, FiringState};
+use exactly_words::time::{fmt, Ts};
 
 /// The detail of a firing marked to go again because its run failed (`retries`): its backoff
 /// counts from that run's end.
@@ -40,6 +41,21 @@ pub struct FireRequest<'a> {
     pub live_here: bool,
 }
 
+impl FireRequest<'_> {
+    /// The request's slot as a time: text that is not one is the caller's error, never a
+    /// firing recorded under a slot no reader can place.
+    pub(super) fn slot_ts(&self) -> DbResult<Ts> {
+        exactly_words::time::parse(self.slot)
+            .filter(|t| fmt(*t) == self.slot)
+            .ok_or_else(|| {
+                super::db::DbError::Other(format!(
+                    "the firing's slot {:?} is not a time in the fixed-width form",
+                    exactly_words::sanitize::inert_trunc(self.slot, 40)
+                ))
+            })
+    }
+}
+
 /// A run that just started: we hold the job's lease with this token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
@@ -48,7 +64,7 @@ pub struct Started {
     /// The new run's id.
     pub run_id: String,
     /// The slot it runs for.
-    pub slot: String,
+    pub slot: Ts,
     /// The previous holder and its token, when we took over a lease that had expired.
     pub stolen_from: Option<(String, i64)>,
 }
@@ -60,16 +76,15 @@ pub struct Resumed {
     /// The run started, if one was.
     pub started: Option<Started>,
     /// Firings that used up their runs: their slot and how many runs they had.
-    pub gave_up: Vec<(String, i64)>,
+    pub gave_up: Vec<(Ts, i64)>,
     /// A `running` firing not resumed because the scheduler that runs it may be alive (its run
     /// may only be slow to record its end): the owner's name.
     pub held_by: Option<String>,
-    /// A failed firing whose retry waits for its backoff: not before this instant.
-    pub not_before: Option<String>,
-    /// That firing's slot, and how much of its backoff is left (never more than the backoff
-    /// itself, whatever the wall clock did since its run ended): a scheduler holds it on its
-    /// monotonic clock, so a clock step neither silences nor hurries the retry.
-    pub backoff_left: Option<(String, std::time::Duration)>,
+    /// A failed firing whose retry waits for its backoff: its slot, and how much of the backoff
+    /// is left (never more than the backoff itself, whatever the wall clock did since its run
+    /// ended): a scheduler holds it on its monotonic clock, so a clock step neither silences
+    /// nor hurries the retry.
+    pub backoff_left: Option<(Ts, std::time::Duration)>,
 }
 
 /// What a job does after a failed run (its `retries` and `pause_after_failures`), decided in the
@@ -236,26 +251,27 @@ pub(super) fn start_run(
 pub(super) fn start_firing(
     tx: &Tx<'_>,
     job: &str,
-    slot: &str,
+    slot: Ts,
     owner: &str,
     lease_until: &str,
     now: &str,
 ) -> DbResult<Option<Started>> {
     let now = tx.now(now);
+    let slot_text = fmt(slot);
     let LeaseClaim::Won { token, stolen_from } = claim_lease_tx(tx, job, owner, lease_until, now)?
     else {
         return Ok(None);
     };
-    let run_id = start_run(tx, job, slot, owner, now, token)?;
+    let run_id = start_run(tx, job, &slot_text, owner, now, token)?;
     tx.exec(
         "UPDATE exactly_firings SET state = 'running', owner = ?3, run_id = ?4, updated_at = ?5
          WHERE job_key = ?1 AND scheduled_at = ?2",
-        args![job, slot, owner, run_id, now],
+        args![job, slot_text, owner, run_id, now],
     )?;
     Ok(Some(Started {
         token: token.into(),
         run_id,
-        slot: slot.to_string(),
+        slot,
         stolen_from,
     }))
 }

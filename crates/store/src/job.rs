@@ -133,8 +133,9 @@ pub struct JobRecord {
     pub far_side: Option<exactly_words::policy::FarSide>,
     /// Read back only: the scheduler that registered it last, and when.
     pub owner: Option<String>,
-    /// When it was last registered or changed.
-    pub updated_at: Option<String>,
+    /// When it was last registered or changed (written from the transaction's clock, never
+    /// compared as a witness).
+    pub updated_at: Option<exactly_words::time::Ts>,
 }
 
 const REG_COLS: &str = "job_key, schedule, timezone, interval_s, lease_s, lease_ms, overlap,
@@ -183,7 +184,7 @@ fn reg_row(r: &Row<'_>) -> DbResult<JobRecord> {
         definition_digest: text(r, 19)?,
         keep_runs: int(r, 20)?,
         owner: text(r, 21)?,
-        updated_at: text(r, 22)?,
+        updated_at: super::rows::ts(r, 22, "exactly_jobs.updated_at")?,
         far_side: text(r, 23)?
             .as_deref()
             .and_then(exactly_words::policy::FarSide::parse),

@@ -100,8 +100,9 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
     } = kept;
     let mut jobs = registered(tx, schedules)?;
     add_leases(tx, now, &mut jobs)?;
-    let oldest = time::fmt(now - chrono::Duration::days(RUN_WINDOW_DAYS));
-    windows.sync(tx, &oldest)?;
+    let oldest_ts = now - chrono::Duration::days(RUN_WINDOW_DAYS);
+    let oldest = time::fmt(oldest_ts);
+    windows.sync(tx, oldest_ts)?;
     // Per-job counters, each kind read once for all jobs (not once per job).
     let prefix = super::schema::RUN_ENDED;
     let ended = counters_by_job(tx, prefix, &format!("{};", prefix.trim_end_matches(':')))?;
@@ -165,10 +166,9 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         // from. What that means (the next firing, slots passed unfired) is the domain's
         // (`snapshot::plan`). A job known only by its lease has no schedule.
         if j.settings.schedule.is_some() && !j.retired {
-            j.last_slot = match slots.latest(&key, tx)? {
-                Some(slot) => Some(time_in("exactly_firings.scheduled_at", &slot)?),
-                None => j.last_run.as_ref().map(|r| r.scheduled_at),
-            };
+            j.last_slot = slots
+                .latest(&key, tx)?
+                .or_else(|| j.last_run.as_ref().map(|r| r.scheduled_at));
         }
         j.duplicates_suppressed = sum(&dups, &key);
         j.fenced_writes = sum(&fenced, &key);
@@ -189,15 +189,15 @@ fn last_success(
     job: &str,
     oldest: &str,
 ) -> DbResult<Option<Ts>> {
-    let at = match windows.last_success(job) {
+    Ok(match windows.last_success(job) {
         Some(at) => at,
         None => tx
-            .one(LAST_SUCCESS_SQL, args![job, oldest], |r| text(r, 0))
+            .one(LAST_SUCCESS_SQL, args![job, oldest], |r| {
+                super::rows::ts(r, 0, "exactly_runs.ended_at")
+            })
             .optional()?
             .flatten(),
-    };
-    at.map(|at| time_in("exactly_runs.ended_at", &at))
-        .transpose()
+    })
 }
 
 /// A job's `run_ended:` counters as counts by outcome, in the order of their words (as the

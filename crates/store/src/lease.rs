@@ -326,7 +326,8 @@ impl Store {
         })
     }
 
-    /// The lease row and the time it has left on the database's clock (see [`Tx::now`]).
+    /// The lease row and the time it has left on the database's clock (the server's on
+    /// PostgreSQL, `now` on SQLite).
     pub fn lease_left(
         &mut self,
         job: &str,

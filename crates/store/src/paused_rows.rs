@@ -5,6 +5,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::firing_rows::{upsert_firing, FireRequest};
 use super::{text, text_or_empty};
 use exactly_words::state::FiringState;
+use exactly_words::time::{fmt, Ts};
 
 /// The words of a pause's rolling row: `N firing(s) skipped while paused since FIRST, the
 /// latest at this slot[: note]`. Its slot moves to each slot the pause skips; with the pause's
@@ -27,11 +28,7 @@ fn rolling_detail(n: u64, first: &str, note: Option<&str>) -> String {
 
 /// The schedule's slot before `slot` the store holds a row of: (slot, state, detail, whether
 /// it was decided since the job was last paused).
-fn slot_before(
-    tx: &Tx<'_>,
-    job: &str,
-    slot: &str,
-) -> DbResult<Option<(String, String, String, bool)>> {
+fn slot_before(tx: &Tx<'_>, job: &str, slot: &str) -> DbResult<Option<(Ts, String, String, bool)>> {
     tx.one(
         "SELECT scheduled_at, state, coalesce(detail, ''),
                 CASE WHEN updated_at >= (SELECT coalesce(paused_at, '') FROM exactly_jobs
@@ -42,7 +39,8 @@ fn slot_before(
         args![job, slot],
         |r| {
             Ok((
-                text_or_empty(r, 0)?,
+                // Written back as the key of the row it moves (see `roll_skipped_tx`).
+                super::rows::slot(r, 0, "exactly_firings.scheduled_at")?,
                 text_or_empty(r, 1)?,
                 text_or_empty(r, 2)?,
                 r.get::<i64>(3)? != 0,
@@ -67,6 +65,7 @@ pub(super) fn roll_skipped_tx(
         return Ok(false);
     }
     let now = tx.now(f.now);
+    let prev = fmt(prev);
     match rolling(&detail) {
         Some((n, first)) => {
             // Moved as a new row and the old one deleted (not its key updated in place): a
@@ -206,10 +205,7 @@ mod tests {
             ]
         );
         assert_eq!(counted(&mut store), 5);
-        assert_eq!(
-            store.last_slot("j").unwrap().map(exactly_words::time::fmt),
-            Some(slot(5))
-        );
+        assert_eq!(store.last_slot("j").unwrap().map(fmt), Some(slot(5)));
 
         // Slot 3 has no row: a second scheduler firing it late finds it decided.
         let fired = fire(&mut store, 3, FiringKind::Scheduled, "b", 6);
@@ -268,9 +264,6 @@ mod tests {
                 format!("{} scheduled running", slot(6)),
             ]
         );
-        assert_eq!(
-            store.last_slot("j").unwrap().map(exactly_words::time::fmt),
-            Some(slot(6))
-        );
+        assert_eq!(store.last_slot("j").unwrap().map(fmt), Some(slot(6)));
     }
 }

@@ -10,6 +10,7 @@ use super::job::{paused, set_paused_tx};
 use super::{record_event, text, text_or_empty, NewEvent, Store};
 use exactly_words::policy::RetryRules;
 use exactly_words::state::{is_failure, EventKind};
+use exactly_words::time::{fmt, Ts};
 use exactly_words::Result;
 
 /// After a failed run, in the transaction that records its end: marks its firing to go again
@@ -92,9 +93,9 @@ fn run_owner(
     let Some(run_id) = run_id else {
         return Ok(None);
     };
-    let silent_before = exactly_words::time::parse(now)
-        .map(|t| exactly_words::time::fmt(t - silent_for))
-        .unwrap_or_else(|| now.to_string());
+    // An unreadable clock is said, not read as "now": that would judge every scheduler by
+    // the wrong instant.
+    let silent_before = fmt(clock(now)? - silent_for);
     tx.one(
         "SELECT r.owner, s.owner, s.host_id, s.pid, s.ended_at IS NOT NULL, s.heartbeat_at < ?2
          FROM exactly_runs r LEFT JOIN exactly_schedulers s ON s.owner = r.owner
@@ -140,7 +141,7 @@ impl Store {
     /// by facts, so what was done is suppressed and only what never went out is sent. A firing
     /// that already had its job's attempts (`policy::MAX_ATTEMPTS`, or more with `retries`) ends
     /// `gave_up` (a loud event) instead of another. A firing whose run failed goes again only
-    /// after its backoff ([`Resumed::not_before`]).
+    /// after its backoff (what is left of it: [`Resumed::backoff_left`]).
     /// `running` firings older than `oldest` are given up as `interrupted` (recorded, never
     /// silent). The caller must not be running the job itself. One transaction.
     pub fn resume_firing(
@@ -190,14 +191,14 @@ impl Store {
                         }
                     }
                 }
+                let slot = fmt(c.slot);
                 let runs: i64 = tx.one(
                     "SELECT count(*) FROM exactly_runs WHERE job_key = ?1 AND scheduled_at = ?2",
-                    args![job, c.slot],
+                    args![job, slot],
                     |r| r.get(0),
                 )?;
                 if c.failed() {
-                    if let Some((at, left)) = backoff_left_tx(tx, job, &c.slot, runs, retry, now)? {
-                        out.not_before = Some(at);
+                    if let Some(left) = backoff_left_tx(tx, job, &slot, runs, retry, now)? {
                         out.backoff_left = Some((c.slot, left));
                         return Ok(out);
                     }
@@ -207,13 +208,13 @@ impl Store {
                     out.gave_up.push((c.slot, runs));
                     continue;
                 }
-                let Some(started) = start_firing(tx, job, &c.slot, owner, lease_until, now)? else {
+                let Some(started) = start_firing(tx, job, c.slot, owner, lease_until, now)? else {
                     return Ok(out);
                 };
                 close_dead_run(tx, c.old_run.as_deref(), now)?;
                 let detail = format!(
                     "firing at {} resumed by run {} (run {} of at most {}): {} (was run {})",
-                    c.slot,
+                    slot,
                     started.run_id,
                     runs + 1,
                     retry.attempts,
@@ -288,18 +289,19 @@ fn used_up_tx(
     now: &str,
 ) -> DbResult<()> {
     close_dead_run(tx, c.old_run.as_deref(), now)?;
+    let slot = fmt(c.slot);
     tx.exec(
         "UPDATE exactly_firings SET state = 'gave_up', updated_at = ?3,
             detail = 'its runs were used up without finishing'
          WHERE job_key = ?1 AND scheduled_at = ?2",
-        args![job, c.slot, now],
+        args![job, slot, now],
     )?;
-    gave_up_event(tx, job, &c.slot, runs, Some(owner), now)
+    gave_up_event(tx, job, &slot, runs, Some(owner), now)
 }
 
 /// A firing to bring back: the job's newest `running` or `retry` one.
 struct Candidate {
-    slot: String,
+    slot: Ts,
     state: String,
     old_run: Option<String>,
     detail: Option<String>,
@@ -341,7 +343,9 @@ fn next_candidate_tx(tx: &Tx<'_>, job: &str) -> DbResult<Option<Candidate>> {
         args![job],
         |r| {
             Ok(Candidate {
-                slot: text_or_empty(r, 0)?,
+                // A bad slot is the row's corruption, said: skipped, the firing was never
+                // resumed nor given up; guessed, it would run for a slot nobody scheduled.
+                slot: super::rows::slot(r, 0, "exactly_firings.scheduled_at")?,
                 state: text_or_empty(r, 1)?,
                 old_run: text(r, 2)?,
                 detail: text(r, 3)?,
@@ -351,8 +355,8 @@ fn next_candidate_tx(tx: &Tx<'_>, job: &str) -> DbResult<Option<Candidate>> {
     .optional()
 }
 
-/// A failed firing's backoff, counted from its last run's end: when it may go and how long is
-/// left, or None when it may go now (waited out, or `retry.held` says the caller waited it).
+/// A failed firing's backoff, counted from its last run's end: how long is left, or None when
+/// it may go now (waited out, or `retry.held` says the caller waited it).
 fn backoff_left_tx(
     tx: &Tx<'_>,
     job: &str,
@@ -360,7 +364,7 @@ fn backoff_left_tx(
     runs: i64,
     retry: &RetryRules<'_>,
     now: &str,
-) -> DbResult<Option<(String, std::time::Duration)>> {
+) -> DbResult<Option<std::time::Duration>> {
     // A bad end is the row's corruption, said: read as "no run ended" it let the retry go at
     // once, without its backoff.
     let ended = tx.one(
@@ -372,9 +376,7 @@ fn backoff_left_tx(
     let backoff = (retry.backoff)(slot, runs);
     let wait = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::zero());
     let at = ended.map(|e| e + wait);
-    let now_ts = exactly_words::time::parse(now).ok_or_else(|| {
-        super::db::DbError::Other(format!("the clock's time {now:?} is unreadable"))
-    })?;
+    let now_ts = clock(now)?;
     let held = retry.held == Some(slot);
     let Some(at) = at.filter(|at| !held && now_ts < *at) else {
         return Ok(None);
@@ -382,5 +384,11 @@ fn backoff_left_tx(
     // A wall clock stepped back since the run's end would make the wait longer than the
     // backoff: never more than the backoff.
     let left = (at - now_ts).to_std().unwrap_or(backoff).min(backoff);
-    Ok(Some((exactly_words::time::fmt(at), left)))
+    Ok(Some(left))
+}
+
+/// The transaction's clock as a time (the caller's `now`, or the server's).
+fn clock(now: &str) -> DbResult<Ts> {
+    exactly_words::time::parse(now)
+        .ok_or_else(|| super::db::DbError::Other(format!("the clock's time {now:?} is unreadable")))
 }

@@ -31,6 +31,26 @@ pub(crate) fn ts_req(
     time_in(column, &super::text_or_empty(r, idx)?)
 }
 
+/// A firing's slot, a key of its row (`(job_key, scheduled_at)`): a time in the fixed-width
+/// form [`exactly_words::time::fmt`] writes, else [`DbError::Corrupt`](super::db::DbError). The
+/// slot is written back with `fmt` to find its row again, so text in another form would
+/// match no row and leave the firing undecided.
+pub(crate) fn slot(
+    r: &super::db::Row<'_>,
+    idx: usize,
+    column: &'static str,
+) -> super::db::DbResult<Ts> {
+    let text = super::text_or_empty(r, idx)?;
+    let t = time_in(column, &text)?;
+    if exactly_words::time::fmt(t) != text {
+        return Err(super::db::DbError::Corrupt(format!(
+            "{column} holds {:?}, not a slot in the fixed-width form",
+            exactly_words::sanitize::inert_trunc(&text, 40)
+        )));
+    }
+    Ok(t)
+}
+
 /// `text`, read from `column`, as a time; [`DbError::Corrupt`](super::db::DbError) if it is not.
 pub(crate) fn time_in(column: &str, text: &str) -> super::db::DbResult<Ts> {
     exactly_words::time::parse(text).ok_or_else(|| {

@@ -4,6 +4,7 @@ use super::db::{args, DbResult, Optional, Tx};
 use super::firing_rows::{start_firing, FireRequest, Started, EFFECT_NEVER_HAPPENED, FAILED_RETRY};
 use super::job::paused;
 use super::{text, text_or_empty, Store};
+use exactly_words::time::Ts;
 use exactly_words::Result;
 
 /// What waits to start for a job (both false while its lease is live).
@@ -85,17 +86,18 @@ impl Store {
             if paused(tx, job)?.is_some() {
                 return Ok(None);
             }
-            let slot: Option<String> = tx
+            // A bad slot is the row's corruption, said: the queue never stalls behind it.
+            let slot = tx
                 .one(
                     "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1 \
                          AND state = 'queued'
                      ORDER BY scheduled_at LIMIT 1",
                     args![job],
-                    |r| text_or_empty(r, 0),
+                    |r| super::rows::slot(r, 0, "exactly_firings.scheduled_at"),
                 )
                 .optional()?;
             let Some(slot) = slot else { return Ok(None) };
-            start_firing(tx, job, &slot, owner, lease_until, now)
+            start_firing(tx, job, slot, owner, lease_until, now)
         })
     }
 }
@@ -107,7 +109,7 @@ pub(super) fn waiting_before(
     tx: &Tx<'_>,
     f: &FireRequest<'_>,
 ) -> DbResult<Option<(String, i64, String)>> {
-    let first: Option<(String, String, Option<String>, Option<String>)> = tx
+    let first: Option<(Ts, String, Option<String>, Option<String>)> = tx
         .one(
             "SELECT scheduled_at, state, owner, detail FROM exactly_firings
              WHERE state IN ('queued', 'retry', 'running') AND job_key = ?1 AND scheduled_at <> ?2
@@ -115,7 +117,7 @@ pub(super) fn waiting_before(
             args![f.job, f.slot],
             |r| {
                 Ok((
-                    text_or_empty(r, 0)?,
+                    super::rows::ts_req(r, 0, "exactly_firings.scheduled_at")?,
                     text_or_empty(r, 1)?,
                     text(r, 2)?,
                     text(r, 3)?,
@@ -128,6 +130,7 @@ pub(super) fn waiting_before(
     let Some((slot, state, owner, detail)) = first else {
         return Ok(None);
     };
+    let slot = exactly_words::time::fmt(slot);
     if !super::lease::takeable(tx, f.job, f.now)? {
         return Ok(None);
     }

@@ -21,8 +21,8 @@ type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
 #[derive(Debug, Clone)]
 struct RunBit {
     rowid: i64,
-    started_at: String,
-    ended_at: Option<String>,
+    started_at: time::Ts,
+    ended_at: Option<time::Ts>,
     duration_ms: Option<i64>,
     failed: bool,
     ok: bool,
@@ -163,7 +163,7 @@ pub(crate) struct RunWindows {
     open: Vec<(i64, String)>,
     /// No kept run started before this (it may be lower than the oldest kept): while it is
     /// inside the window no run left it, and the poll skips a walk over every job's runs.
-    earliest: Option<String>,
+    earliest: Option<time::Ts>,
 }
 
 const BIT_COLS: &str =
@@ -178,8 +178,8 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
         text_or_empty(r, 1)?,
         RunBit {
             rowid: int(r, 0)?.unwrap_or(0),
-            started_at: text_or_empty(r, 2)?,
-            ended_at: text(r, 5)?,
+            started_at: super::rows::ts_req(r, 2, "exactly_runs.started_at")?,
+            ended_at: super::rows::ts(r, 5, "exactly_runs.ended_at")?,
             duration_ms: int(r, 3)?,
             failed: outcome
                 .as_deref()
@@ -194,7 +194,7 @@ fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
 
 impl RunWindows {
     /// Brings the cache up to the database as `tx` sees it, for the window starting at `oldest`.
-    pub(super) fn sync(&mut self, tx: &Tx<'_>, oldest: &str) -> DbResult<()> {
+    pub(super) fn sync(&mut self, tx: &Tx<'_>, oldest: time::Ts) -> DbResult<()> {
         // Asked each poll: a writer may upgrade the database under a dashboard left open.
         let cols = if has_run_lags(tx)? {
             BIT_COLS
@@ -244,7 +244,7 @@ impl RunWindows {
                     "SELECT {cols} FROM exactly_runs WHERE started_at >= ?1 \
                           ORDER BY started_at"
                 ),
-                args![oldest],
+                args![time::fmt(oldest)],
                 run_bit,
             )?;
             for (job, bit) in rows {
@@ -255,9 +255,9 @@ impl RunWindows {
         self.max_rowid = max_rowid;
         self.removals = Some(removals);
         // Runs that left the window.
-        if self.earliest.as_deref().is_some_and(|e| e < oldest) {
+        if self.earliest.is_some_and(|e| e < oldest) {
             for w in self.jobs.values_mut() {
-                let gone = w.runs.partition_point(|b| b.started_at.as_str() < oldest);
+                let gone = w.runs.partition_point(|b| b.started_at < oldest);
                 if gone > 0 {
                     w.runs.drain(..gone);
                     w.figures = None;
@@ -269,23 +269,23 @@ impl RunWindows {
                 .jobs
                 .values()
                 .filter_map(|w| w.runs.first())
-                .map(|b| b.started_at.clone())
+                .map(|b| b.started_at)
                 .min();
         }
         Ok(())
     }
 
     /// Adds or replaces one run, keeping each job's runs in start order.
-    fn put(&mut self, job: String, bit: RunBit, oldest: &str) {
+    fn put(&mut self, job: String, bit: RunBit, oldest: time::Ts) {
         // Once: a row may be read twice in one poll (re-read as open, and again as added).
         if bit.duration_ms.is_none() && !self.open.iter().any(|(r, _)| *r == bit.rowid) {
             self.open.push((bit.rowid, job.clone()));
         }
-        if bit.started_at.as_str() < oldest {
+        if bit.started_at < oldest {
             return;
         }
-        if self.earliest.as_ref().is_none_or(|e| bit.started_at < *e) {
-            self.earliest = Some(bit.started_at.clone());
+        if self.earliest.is_none_or(|e| bit.started_at < e) {
+            self.earliest = Some(bit.started_at);
         }
         let w = self.jobs.entry(job).or_default();
         w.figures = None;
@@ -324,13 +324,9 @@ impl RunWindows {
     }
 
     /// When a job's newest successful run in the window ended (None: none in the window).
-    pub(super) fn last_success(&self, job: &str) -> Option<Option<String>> {
+    pub(super) fn last_success(&self, job: &str) -> Option<Option<time::Ts>> {
         let w = self.jobs.get(job)?;
-        w.runs
-            .iter()
-            .rev()
-            .find(|b| b.ok)
-            .map(|b| b.ended_at.clone())
+        w.runs.iter().rev().find(|b| b.ok).map(|b| b.ended_at)
     }
 
     /// How many of a job's newest finished runs failed, in a row (within the window).
@@ -423,7 +419,7 @@ pub(crate) struct LatestSlots {
     max_rowid: i64,
     removals: Option<Removals>,
     /// job → its latest slot (None: it has no firing), for the jobs asked about.
-    slots: BTreeMap<String, Option<String>>,
+    slots: BTreeMap<String, Option<time::Ts>>,
 }
 
 impl LatestSlots {
@@ -440,7 +436,12 @@ impl LatestSlots {
             new = tx.rows(
                 "SELECT job_key, scheduled_at FROM exactly_firings WHERE rowid > ?1",
                 args![added_from(tx, self.max_rowid)],
-                |r| Ok((text_or_empty(r, 0)?, text_or_empty(r, 1)?)),
+                |r| {
+                    Ok((
+                        text_or_empty(r, 0)?,
+                        super::rows::ts_req(r, 1, "exactly_firings.scheduled_at")?,
+                    ))
+                },
             )?;
         }
         if !kept || removals.since(self.removals, new.len()) {
@@ -450,7 +451,7 @@ impl LatestSlots {
                 // Only a job already sought: for another, these rows are not all it has, and its
                 // first ask seeks the whole of it.
                 if let Some(kept) = self.slots.get_mut(&job) {
-                    if kept.as_ref().is_none_or(|k| *k < slot) {
+                    if kept.is_none_or(|k| k < slot) {
                         *kept = Some(slot);
                     }
                 }
@@ -462,16 +463,18 @@ impl LatestSlots {
     }
 
     /// A job's latest slot: kept, or sought once (one seek into the firings' key).
-    pub(super) fn latest(&mut self, job: &str, tx: &Tx<'_>) -> DbResult<Option<String>> {
+    pub(super) fn latest(&mut self, job: &str, tx: &Tx<'_>) -> DbResult<Option<time::Ts>> {
         if let Some(kept) = self.slots.get(job) {
-            return Ok(kept.clone());
+            return Ok(*kept);
         }
+        // Not a time is the row's corruption: read as no slot, the slots since the real last
+        // one were neither caught up nor called missed.
         let slot = tx.one(
             "SELECT max(scheduled_at) FROM exactly_firings WHERE job_key = ?1",
             args![job],
-            |r| text(r, 0),
+            |r| super::rows::ts(r, 0, "exactly_firings.scheduled_at"),
         )?;
-        self.slots.insert(job.to_string(), slot.clone());
+        self.slots.insert(job.to_string(), slot);
         Ok(slot)
     }
 }

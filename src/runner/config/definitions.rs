@@ -63,7 +63,8 @@ fn registered_by(r: &JobRecord) -> String {
         "{} from {} at {}",
         r.owner.as_deref().unwrap_or("?"),
         r.source.as_deref().unwrap_or("?"),
-        r.updated_at.as_deref().unwrap_or("?")
+        r.updated_at
+            .map_or_else(|| "?".to_string(), crate::time::fmt)
     )
 }
 

@@ -91,11 +91,12 @@ pub(crate) fn failure_rules(p: &Policy, by: &str) -> Option<FailureRules> {
 /// job is now paused.
 pub(crate) fn report(job: &str, p: &Policy, started: &Started, after: &AfterFailure) {
     if let Some(runs) = after.retry {
-        let wait = p.backoff(job, &started.slot, runs);
+        let slot = time::fmt(started.slot);
+        let wait = p.backoff(job, &slot, runs);
         tracing::warn!(
             job = %job,
             "firing at {} goes again in {} (run {} of at most {}: retries = {})",
-            started.slot,
+            slot,
             time::human_ms(wait.as_millis() as u64),
             runs + 1,
             1 + p.retries,

@@ -309,7 +309,8 @@ impl<'a> Run<'a> {
         if !spec.resumed {
             return;
         }
-        let (job, run_id, slot) = (&spec.job, &spec.started.run_id, &spec.started.slot);
+        let (job, run_id, slot) = (&spec.job, &spec.started.run_id, spec.started.slot);
+        let slot = &time::fmt(slot);
         let ended = procs::end_leftovers(&self.db_id, job, slot, run_id, LEFTOVER_WAIT);
         if ended > 0 {
             log_line(
@@ -458,7 +459,7 @@ impl<'a> Run<'a> {
                 ("EXACTLY_JOB", &spec.job),
                 ("EXACTLY_FENCING_TOKEN", &started.token.to_string()),
                 ("EXACTLY_RUN_ID", &started.run_id),
-                ("EXACTLY_SCHEDULED_AT", &started.slot),
+                ("EXACTLY_SCHEDULED_AT", &time::fmt(started.slot)),
                 ("EXACTLY_BIN", exe),
             ]
             .into_iter()

@@ -316,7 +316,7 @@ pub(super) fn finish(
     let end = RunEnd {
         job: &spec.job,
         run_id: &spec.started.run_id,
-        slot: &spec.started.slot,
+        slot: &time::fmt(spec.started.slot),
         token: spec.started.token.get(),
         outcome,
         exit_code,

@@ -169,9 +169,10 @@ pub(super) fn start_waiting(
         let resumed = firing::resume(store, &job.name, until, now, oldest, rules, &retry)?;
         st.retry_after = resumed
             .backoff_left
-            .map(|(slot, left)| (slot, Instant::now() + left));
+            .map(|(slot, left)| (time::fmt(slot), Instant::now() + left));
         backing_off = st.retry_after.is_some();
         for (slot, n) in &resumed.gave_up {
+            let slot = time::fmt(*slot);
             tracing::error!(
                 job = %job.name,
                 "firing at {slot} GAVE UP after {n} runs: not run again; \
@@ -198,7 +199,9 @@ pub(super) fn start_waiting(
             &job.name,
             &format!(
                 "{what} at {} started run {} (token {})",
-                s.slot, s.run_id, s.token
+                time::fmt(s.slot),
+                s.run_id,
+                s.token
             ),
         );
         let how = How {

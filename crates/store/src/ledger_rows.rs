@@ -8,7 +8,7 @@ use exactly_words::time::Ts;
 use exactly_words::EffectKey;
 
 /// A whole `effect_ledger` row, its times read at the store's door: a time column that holds
-/// no time is [`DbError::Corrupt`](super::db::DbError) naming it, never a guess.
+/// no time is [`Error::Corrupt`](exactly_words::Error::Corrupt) naming it, never a guess.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LedgerRow {
     /// The effect key: derived from the action, its target and its inputs.

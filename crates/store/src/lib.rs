@@ -650,7 +650,7 @@ pub(crate) fn int(row: &Row<'_>, idx: usize) -> DbResult<Option<i64>> {
 /// lifecycle writes: its counter was a page of its own in each lifecycle's last commit.
 const UNCOUNTED: &[EventKind] = &[EventKind::EffectDone];
 
-/// Appends one event and bumps its all-time counter (but for the kinds in [`UNCOUNTED`]),
+/// Appends one event and bumps its all-time counter (but for the kinds in `UNCOUNTED`),
 /// inside the caller's transaction.
 pub fn record_event(tx: &Tx<'_>, ev: &NewEvent<'_>) -> DbResult<()> {
     let at = tx.now(ev.at);

@@ -60,7 +60,7 @@ pub enum Claim {
         /// The fencing token of the lease held.
         token: Token,
         /// When the holder's lease ends.
-        until: String,
+        until: time::Ts,
     },
 }
 

@@ -738,7 +738,9 @@ impl Db {
         let claim = self.with(py, |s| lease::claim(s, &job, owner, dur))?;
         Ok(match claim {
             lease::Claim::Won { token } => (Some(token.get()), None, None),
-            lease::Claim::Held { owner, until, .. } => (None, Some(owner), Some(until)),
+            lease::Claim::Held { owner, until, .. } => {
+                (None, Some(owner), Some(exactly::time::fmt(until)))
+            }
         })
     }
 

@@ -168,7 +168,7 @@ impl Harness {
                 "job {} is leased by {} until {}; wait for it or use a fresh database",
                 inert(job),
                 inert(&owner),
-                inert(&until)
+                exactly::time::fmt(until)
             ))),
         }
     }

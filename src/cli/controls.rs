@@ -389,7 +389,7 @@ fn backfill_slot(
             }
             Fired::Busy { holder, until } => (
                 format!("{words}; stopping"),
-                json!({"slot": slot_text, "result": "busy", "holder": holder, "until": until}),
+                json!({"slot": slot_text, "result": "busy", "holder": holder, "until": time::fmt(until)}),
                 SlotOutcome::Busy,
             ),
             // A backfill waits for the lease instead of applying the overlap policy.

@@ -83,7 +83,7 @@ pub(super) fn lease_cmd(db: &Option<String>, c: LeaseCmd) -> Result<i32> {
                         "exactly: job {} is leased by {} (token {token}) until {}",
                         inert(&job),
                         inert(&owner),
-                        inert(&until)
+                        time::fmt(until)
                     );
                     Ok(3)
                 }

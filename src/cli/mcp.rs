@@ -60,7 +60,7 @@ pub(super) fn mcp_cmd(db: &Option<String>, a: McpArgs) -> Result<i32> {
                          set wait_for_lease in the file to wait for it",
                         inert(&owner),
                         inert(&a.name),
-                        inert(&until)
+                        time::fmt(until)
                     );
                     return Ok(3);
                 }

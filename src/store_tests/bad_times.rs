@@ -77,6 +77,22 @@ fn a_bad_lease_until_is_corrupt_in_the_lease_row() {
     assert_corrupt(row, "job_lease.lease_until");
 }
 
+/// A claim that found the lease held handed its end on as text: `lease claim`, the MCP gateway
+/// and the chaos harness printed "held until" whatever the row held.
+#[test]
+fn a_bad_lease_until_is_corrupt_when_a_claim_finds_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = holding(&dir, A_BAD_LEASE);
+    let mut store = Store::open(&path).unwrap();
+    let claim = crate::lease::claim(
+        &mut store,
+        &exactly_words::JobName::from("j"),
+        "other",
+        std::time::Duration::from_secs(60),
+    );
+    assert_corrupt(claim, "job_lease.lease_until");
+}
+
 /// A hold whose claim time is not a time was left out of the `p99>lease` figure.
 #[test]
 fn a_bad_hold_time_is_corrupt_not_skipped() {

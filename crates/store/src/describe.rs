@@ -81,6 +81,7 @@ impl Fired {
                  ({holder}, token {token})"
             ),
             Fired::Busy { holder, until } => {
+                let until = exactly_words::time::fmt(*until);
                 format!("{kind} firing at {slot} not started: lease held by {holder} until {until}")
             }
         }

@@ -311,7 +311,7 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         LeaseClaim::Held {
             owner: owner.clone(),
             token: *token,
-            until: f.now.to_string(),
+            until: f.now_ts()?,
         }
     } else if f.live_here {
         let token: i64 = tx.one(
@@ -322,7 +322,7 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
         LeaseClaim::Held {
             owner: f.owner.to_string(),
             token,
-            until: f.now.to_string(),
+            until: f.now_ts()?,
         }
     } else {
         claim_lease_tx(tx, f.job, f.owner, f.lease_until, f.now)?

@@ -42,6 +42,17 @@ pub struct FireRequest<'a> {
 }
 
 impl FireRequest<'_> {
+    /// The caller's now as a time (the until of a lease it found held by a firing that waits,
+    /// or by itself): text that is not one is the caller's error.
+    pub(super) fn now_ts(&self) -> DbResult<Ts> {
+        exactly_words::time::parse(self.now).ok_or_else(|| {
+            super::db::DbError::Other(format!(
+                "the firing's clock {:?} is not a time",
+                exactly_words::sanitize::inert_trunc(self.now, 40)
+            ))
+        })
+    }
+
     /// The request's slot as a time: text that is not one is the caller's error, never a
     /// firing recorded under a slot no reader can place.
     pub(super) fn slot_ts(&self) -> DbResult<Ts> {
@@ -189,7 +200,7 @@ pub enum Fired {
         /// Who holds the lease.
         holder: String,
         /// When that lease ends.
-        until: String,
+        until: Ts,
     },
 }
 

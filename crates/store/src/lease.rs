@@ -3,6 +3,7 @@
 use super::db::{args, Arg, DbError, DbResult, Optional, ToArg, Tx};
 use super::{int, record_event, text_or_empty, NewEvent, Store, RELEASED};
 use exactly_words::state::EventKind;
+use exactly_words::time::Ts;
 use exactly_words::Result;
 
 /// The current (highest) fencing token of a job, if it ever had a lease.
@@ -96,7 +97,7 @@ pub(crate) fn claim_lease_tx(
         (None, Some((owner, token, until))) => Ok(LeaseClaim::Held {
             owner,
             token,
-            until,
+            until: crate::rows::time_in("job_lease.lease_until", &until)?,
         }),
         (None, None) => Err(DbError::NoRows),
     }
@@ -188,7 +189,7 @@ pub enum LeaseClaim {
     Held {
         owner: String,
         token: i64,
-        until: String,
+        until: Ts,
     },
 }
 
@@ -204,7 +205,7 @@ pub struct LeaseRow {
     /// When the lease ends; past it, anyone may claim the job ([`RELEASED`](super::RELEASED)
     /// once released). Read as a time at the door: a bad value is the row's corruption.
     #[serde(serialize_with = "super::rows::ser_ts")]
-    pub lease_until: exactly_words::time::Ts,
+    pub lease_until: Ts,
 }
 
 /// Most leases renewed by one statement.

@@ -256,7 +256,7 @@ impl Store {
                             LeaseClaim::Held {
                                 owner: owner.unwrap_or_default(),
                                 token,
-                                until: text_or_empty(r, 3)?,
+                                until: crate::rows::ts_req(r, 3, "job_lease.lease_until")?,
                             }
                         })
                     },

@@ -212,7 +212,7 @@ fn row_deadline(
     let Some(e) = &spec.effect else {
         return Ok(recorded);
     };
-    let row = crate::effect::get(s, &exactly_words::EffectKey::from(e.key.as_str()))?;
+    let row = s.effect(&exactly_words::EffectKey::from(e.key.as_str()))?;
     Ok(row.and_then(|r| r.sender_until).or(recorded))
 }
 

@@ -270,6 +270,12 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
         let found = store(at, text);
         assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
     }
+}
+
+/// The application's check catches the store reached by any spelling of its name.
+#[test]
+fn the_checks_catch_every_spelling_of_the_store_in_the_application() {
+    let roots = Roots::load();
     let bin = |at: &str, text: &str| bin_findings(&roots, &src().join(at), text);
     let wrong = [
         (
@@ -300,6 +306,13 @@ fn the_checks_catch_every_spelling_of_a_wrong_import() {
         let found = bin(at, text);
         assert!(found.is_empty(), "wrongly found in {at}:\n{found:?}");
     }
+}
+
+/// The application's check catches a call of the store's own methods, on any receiver known
+/// to be a store, and passes the same names on other types.
+#[test]
+fn the_checks_catch_every_call_of_a_store_method_in_the_application() {
+    let roots = Roots::load();
     let texts: Vec<(String, String)> = bin_files()
         .iter()
         .map(|f| (f.display().to_string(), read(f)))

@@ -293,6 +293,9 @@ impl RunWindows {
             for (job, bit) in rows {
                 self.put(job, bit, oldest);
             }
+            for w in self.jobs.values_mut() {
+                w.runs.shrink_to_fit();
+            }
             self.synced = true;
         }
         self.max_rowid = max_rowid;
@@ -335,6 +338,11 @@ impl RunWindows {
         w.lags = None;
         if let Some(i) = w.runs.iter().rposition(|b| b.rowid == bit.rowid) {
             w.runs.remove(i);
+        }
+        // Grown by a quarter, not doubled: kept for as long as the dashboard is open, a window
+        // of 100 runs would otherwise hold room for 128.
+        if w.runs.len() == w.runs.capacity() {
+            w.runs.reserve_exact(w.runs.len() / 4 + 4);
         }
         let at = w.runs.partition_point(|b| b.started_at <= bit.started_at);
         w.runs.insert(at, bit);

@@ -60,17 +60,23 @@ fn since(tx: &Tx<'_>, kind: EventKind, from: &str) -> DbResult<u64> {
 }
 
 impl Store {
-    /// Reads everything the dashboard and `status` show, in one short read transaction, as at
-    /// `now` (the caller's clock). A scheduler silent for `dead_after` is not alive.
-    pub fn reading(&mut self, now: Ts, dead_after: std::time::Duration) -> Result<Reading> {
-        let caller_now = time::fmt(now);
-        let db = self.path.clone();
+    /// What the last reading kept, for the next one to bring up to date.
+    pub(super) fn take_kept(&mut self) -> Kept {
         let mut kept = self.kept.take().unwrap_or_default();
         // On PostgreSQL rows are not numbered in commit order: see `windows::LATE_ROWS`.
         kept.polls += 1;
         if self.is_pg() && kept.polls > super::windows::FRESH_EVERY {
             kept = Kept::default();
         }
+        kept
+    }
+
+    /// Reads everything the dashboard and `status` show, in one short read transaction, as at
+    /// `now` (the caller's clock). A scheduler silent for `dead_after` is not alive.
+    pub fn reading(&mut self, now: Ts, dead_after: std::time::Duration) -> Result<Reading> {
+        let caller_now = time::fmt(now);
+        let db = self.path.clone();
+        let mut kept = self.take_kept();
         let snap = self.read(|tx| reading_in(tx, &caller_now, dead_after, &db, &mut kept));
         // A failed read may have left the cache half-synced: start it afresh next time.
         if snap.is_ok() {

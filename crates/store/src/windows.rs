@@ -17,22 +17,54 @@ pub const RUN_WINDOW_DAYS: i64 = 7;
 /// A job's (runs, failed, p50, p99, durations newest first) over its run window.
 type Figures = (u64, u64, Option<u64>, Option<u64>, Vec<i64>);
 
-/// One run as the run-time window needs it.
+/// One run as the run-time window needs it. A dashboard keeps one per run of the last days
+/// (100,000 on the bench's million-row ledger), so it is packed: each optional number as a
+/// value and a flag, the flags in a byte (64 bytes instead of 88).
 #[derive(Debug, Clone)]
 struct RunBit {
     rowid: i64,
     started_at: time::Ts,
     ended_at: Option<time::Ts>,
-    duration_ms: Option<i64>,
-    failed: bool,
-    ok: bool,
-    /// Its command ran, so its duration says how long the job takes (a `not_started` run's
-    /// says how long it waited for a start that never came: kept out of p50/p99).
-    ran: bool,
+    /// Meaningful when [`HAS_DURATION`] is set.
+    duration_ms: i64,
     /// From its recorded start to its command's start (ms), once it ended (schema 8).
-    start_lag_ms: Option<i64>,
+    start_lag_ms: i64,
     /// The longest its lease went without a renewal (ms), once it ended (schema 8).
-    renewal_gap_ms: Option<i64>,
+    renewal_gap_ms: i64,
+    flags: u8,
+}
+
+const FAILED: u8 = 1;
+const OK: u8 = 1 << 1;
+/// Its command ran, so its duration says how long the job takes (a `not_started` run's says
+/// how long it waited for a start that never came: kept out of p50/p99).
+const RAN: u8 = 1 << 2;
+const HAS_DURATION: u8 = 1 << 3;
+const HAS_START_LAG: u8 = 1 << 4;
+const HAS_RENEWAL_GAP: u8 = 1 << 5;
+
+impl RunBit {
+    fn flag(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+    fn failed(&self) -> bool {
+        self.flag(FAILED)
+    }
+    fn ok(&self) -> bool {
+        self.flag(OK)
+    }
+    fn ran(&self) -> bool {
+        self.flag(RAN)
+    }
+    fn duration_ms(&self) -> Option<i64> {
+        self.flag(HAS_DURATION).then_some(self.duration_ms)
+    }
+    fn start_lag_ms(&self) -> Option<i64> {
+        self.flag(HAS_START_LAG).then_some(self.start_lag_ms)
+    }
+    fn renewal_gap_ms(&self) -> Option<i64> {
+        self.flag(HAS_RENEWAL_GAP).then_some(self.renewal_gap_ms)
+    }
 }
 
 /// A job's start lag (p50, p99) and the longest any of its runs' leases went without a
@@ -174,20 +206,31 @@ const BIT_COLS_V7: &str = "rowid, job_key, started_at, duration_ms, outcome, end
 
 fn run_bit(r: &Row<'_>) -> DbResult<(String, RunBit)> {
     let outcome = text(r, 4)?;
+    let outcome = outcome.as_deref();
+    let (duration, start_lag, renewal_gap) = (int(r, 3)?, int(r, 6)?, int(r, 7)?);
+    let flags = [
+        (
+            outcome.is_some_and(exactly_words::state::is_failure),
+            FAILED,
+        ),
+        (outcome == Some("ok"), OK),
+        (outcome != Some(RunOutcome::NotStarted.as_str()), RAN),
+        (duration.is_some(), HAS_DURATION),
+        (start_lag.is_some(), HAS_START_LAG),
+        (renewal_gap.is_some(), HAS_RENEWAL_GAP),
+    ]
+    .into_iter()
+    .fold(0, |acc, (set, f)| if set { acc | f } else { acc });
     Ok((
         text_or_empty(r, 1)?,
         RunBit {
             rowid: int(r, 0)?.unwrap_or(0),
             started_at: super::rows::ts_req(r, 2, "exactly_runs.started_at")?,
             ended_at: super::rows::ts(r, 5, "exactly_runs.ended_at")?,
-            duration_ms: int(r, 3)?,
-            failed: outcome
-                .as_deref()
-                .is_some_and(exactly_words::state::is_failure),
-            ok: outcome.as_deref() == Some("ok"),
-            ran: outcome.as_deref() != Some(RunOutcome::NotStarted.as_str()),
-            start_lag_ms: int(r, 6)?,
-            renewal_gap_ms: int(r, 7)?,
+            duration_ms: duration.unwrap_or(0),
+            start_lag_ms: start_lag.unwrap_or(0),
+            renewal_gap_ms: renewal_gap.unwrap_or(0),
+            flags,
         },
     ))
 }
@@ -250,6 +293,9 @@ impl RunWindows {
             for (job, bit) in rows {
                 self.put(job, bit, oldest);
             }
+            for w in self.jobs.values_mut() {
+                w.runs.shrink_to_fit();
+            }
             self.synced = true;
         }
         self.max_rowid = max_rowid;
@@ -278,7 +324,7 @@ impl RunWindows {
     /// Adds or replaces one run, keeping each job's runs in start order.
     fn put(&mut self, job: String, bit: RunBit, oldest: time::Ts) {
         // Once: a row may be read twice in one poll (re-read as open, and again as added).
-        if bit.duration_ms.is_none() && !self.open.iter().any(|(r, _)| *r == bit.rowid) {
+        if bit.duration_ms().is_none() && !self.open.iter().any(|(r, _)| *r == bit.rowid) {
             self.open.push((bit.rowid, job.clone()));
         }
         if bit.started_at < oldest {
@@ -292,6 +338,11 @@ impl RunWindows {
         w.lags = None;
         if let Some(i) = w.runs.iter().rposition(|b| b.rowid == bit.rowid) {
             w.runs.remove(i);
+        }
+        // Grown by a quarter, not doubled: kept for as long as the dashboard is open, a window
+        // of 100 runs would otherwise hold room for 128.
+        if w.runs.len() == w.runs.capacity() {
+            w.runs.reserve_exact(w.runs.len() / 4 + 4);
         }
         let at = w.runs.partition_point(|b| b.started_at <= bit.started_at);
         w.runs.insert(at, bit);
@@ -326,14 +377,14 @@ impl RunWindows {
     /// When a job's newest successful run in the window ended (None: none in the window).
     pub(super) fn last_success(&self, job: &str) -> Option<Option<time::Ts>> {
         let w = self.jobs.get(job)?;
-        w.runs.iter().rev().find(|b| b.ok).map(|b| b.ended_at)
+        w.runs.iter().rev().find(|b| b.ok()).map(|b| b.ended_at)
     }
 
     /// How many of a job's newest finished runs failed, in a row (within the window).
     pub(super) fn failing_streak(&self, job: &str) -> u64 {
         self.jobs.get(job).map_or(0, |w| {
-            let ended = w.runs.iter().rev().filter(|b| b.duration_ms.is_some());
-            ended.take_while(|b| b.failed).count() as u64
+            let ended = w.runs.iter().rev().filter(|b| b.duration_ms().is_some());
+            ended.take_while(|b| b.failed()).count() as u64
         })
     }
 
@@ -347,10 +398,10 @@ impl RunWindows {
             .runs
             .iter()
             .rev()
-            .filter(|b| b.duration_ms.is_some() && (b.ok || b.failed))
+            .filter(|b| b.duration_ms().is_some() && (b.ok() || b.failed()))
             .peekable();
         verdicts.peek()?;
-        Some(verdicts.take_while(|b| b.failed).count() as u64)
+        Some(verdicts.take_while(|b| b.failed()).count() as u64)
     }
 
     /// (runs, failed, p50, p99, durations newest first) over a job's last [`RUN_WINDOW`]
@@ -365,14 +416,14 @@ impl RunWindows {
                     .runs
                     .iter()
                     .rev()
-                    .filter(|b| b.duration_ms.is_some())
+                    .filter(|b| b.duration_ms().is_some())
                     .take(RUN_WINDOW)
                     .collect();
-                let failed = last.iter().filter(|b| b.failed).count() as u64;
+                let failed = last.iter().filter(|b| b.failed()).count() as u64;
                 let durations: Vec<i64> = last
                     .iter()
-                    .filter(|b| b.ran)
-                    .filter_map(|b| b.duration_ms)
+                    .filter(|b| b.ran())
+                    .filter_map(|b| b.duration_ms())
                     .collect();
                 let (p50, p99) = time::percentiles(&durations);
                 (last.len() as u64, failed, p50, p99, durations)
@@ -393,16 +444,16 @@ impl RunWindows {
                 w.runs
                     .iter()
                     .rev()
-                    .filter(|b| b.duration_ms.is_some())
+                    .filter(|b| b.duration_ms().is_some())
                     .take(RUN_WINDOW)
             };
-            let lags: Vec<i64> = last().filter_map(|b| b.start_lag_ms).collect();
+            let lags: Vec<i64> = last().filter_map(|b| b.start_lag_ms()).collect();
             let (p50, p99) = time::percentiles(&lags);
             Lags {
                 start_lag_p50_ms: p50,
                 start_lag_p99_ms: p99,
                 renewal_gap_max_ms: last()
-                    .filter_map(|b| b.renewal_gap_ms)
+                    .filter_map(|b| b.renewal_gap_ms())
                     .max()
                     .map(|g| g.max(0) as u64),
             }
@@ -476,5 +527,16 @@ impl LatestSlots {
         )?;
         self.slots.insert(job.to_string(), slot);
         Ok(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dashboard keeps one per run of the last days: 100,000 on the bench's ledger.
+    #[test]
+    fn a_kept_run_takes_64_bytes() {
+        assert!(size_of::<RunBit>() <= 64, "{}", size_of::<RunBit>());
     }
 }

@@ -187,27 +187,7 @@ fn a_bad_run_end_is_corrupt_not_no_backoff() {
     )
     .unwrap();
     let mut store = Store::open(&path).unwrap();
-    let gone = |_: &crate::store::RunOwner| true;
-    let backoff = |_: &str, _: i64| std::time::Duration::from_secs(600);
-    let got = store.resume_firing(
-        "j",
-        &crate::store::Resumer {
-            owner: "me",
-            silent_for: chrono::Duration::seconds(10),
-            gone: &gone,
-        },
-        &crate::store::ResumeTimes {
-            lease_until: "2026-06-01T00:01:05.000Z",
-            now: "2026-06-01T00:00:05.000Z",
-            oldest: "2026-05-01T00:00:00.000Z",
-        },
-        &exactly_words::policy::RetryRules {
-            attempts: 3,
-            backoff: &backoff,
-            held: None,
-        },
-    );
-    assert_corrupt(got, "exactly_runs.ended_at");
+    assert_corrupt(resume(&mut store), "exactly_runs.ended_at");
 }
 
 /// `exactly effects` showed such an effect as changed 0 s ago.

@@ -92,7 +92,7 @@ const LEASE_UNTIL: &str = "job_lease.lease_until";
 /// A sender's lease that ends at `until` (None: its token holds no lease), judged at `now`.
 fn lease_until(until: Option<Ts>, now: &str) -> DbResult<SenderLease> {
     Ok(SenderLease {
-        live: !guard_off() && until.is_some() && sending_until(until, now)?,
+        live: !guard_off() && until.map(|u| sending_until(u, now)).transpose()? == Some(true),
         until,
     })
 }
@@ -145,11 +145,8 @@ fn begin_facts(
 /// A sender whose lease let it send until `until` may still be sending at `now`: the lease has
 /// not ended on every clock (the skew margin), or the command it wrapped has not yet been
 /// stopped (`exactly effect` stops it at its deadline, then waits out its grace before SIGKILL).
-/// None (no deadline) is not sending; a `now` that is not a time is the database's corruption.
-fn sending_until(until: Option<Ts>, now: &str) -> DbResult<bool> {
-    let Some(until) = until else {
-        return Ok(false);
-    };
+/// A `now` that is not a time is the database's corruption.
+fn sending_until(until: Ts, now: &str) -> DbResult<bool> {
     let now = time_in("the transaction's clock", now)?;
     let margin = exactly_words::time::max_skew() + exactly_words::policy::stop_margin();
     let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
@@ -166,7 +163,7 @@ pub(super) fn row_sender(tx: &Tx<'_>, row: &LedgerRow, now: &str) -> DbResult<Se
         Some(until) => {
             let now = tx.now(now);
             Ok(SenderLease {
-                live: !guard_off() && (sending_until(Some(until), now)? || lease.live),
+                live: !guard_off() && (sending_until(until, now)? || lease.live),
                 until: Some(until).max(lease.until),
             })
         }

@@ -75,6 +75,9 @@ pub(crate) fn contain(plan: &Plan, root: &Path, out: &mut Map<String, Value>) ->
                     "p50_ms": round(pct(&lag.start, 0.50), 1),
                     "p99_ms": round(pct(&lag.start, 0.99), 1),
                     "runs": lag.start.len(),
+                    // Missed firings start no command: a side that missed more has fewer late
+                    // starts in its percentiles.
+                    "missed": lag.missed,
                 }));
                 lags[i].extend(lag.start);
             }

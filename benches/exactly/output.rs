@@ -43,19 +43,20 @@ pub(crate) fn ratios(s: &mut Map<String, Value>) {
 
 pub(crate) fn print_table(s: &Value, smoke: bool) {
     let rows = [
+        // The ratios first (docs/performance.md leads with them), then what they come from.
         "fire_lag_ratio",
         "fire_lag_ratio_400",
+        "write_ratio",
+        "pg_write_ratio",
         "contain_fire_lag_cost_pct",
         "contain_fire_lag_cost_pct_400",
         "contain_lifecycle_cost_pct",
-        "write_ratio",
         "lifecycles_per_s",
         "bare_commits_per_s",
         "wal_frames_per_lifecycle",
         "wal_frames_per_bare_commit",
         "lifecycle_p50_us",
         "lifecycle_mean_us",
-        "pg_write_ratio",
         "pg_lifecycles_per_s",
         "pg_bare_commits_per_s",
         "claim_contention.claims_per_s",

@@ -22,6 +22,11 @@ pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
 /// `exactly run` with `jobs` jobs every 5 s for `secs`, each command a stamp. Only slots after
 /// the scheduler started count: catch-up of earlier ones is not lag.
 pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
+    fire_run_env(dir, jobs, secs, &[])
+}
+
+/// [`fire_run`] with `env` added to the scheduler's environment (which its commands inherit).
+pub(crate) fn fire_run_env(dir: &Path, jobs: usize, secs: f64, env: &[(&str, &str)]) -> Res<Lag> {
     std::fs::create_dir_all(dir)?;
     let db = dir.join("fire.db");
     let stamps = dir.join("stamps.txt");
@@ -50,6 +55,7 @@ pub(crate) fn fire_run(dir: &Path, jobs: usize, secs: f64) -> Res<Lag> {
     let log = dir.join("run.log");
     let mut child: Child = Command::new(exe())
         .args(["--db", path_str(&db)?, "run", path_str(&jobs_file)?])
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log)?))

@@ -7,8 +7,10 @@
 //! bare and the product writes) and, for `top`, claims, fire lag and chaos, the real release
 //! binary that `cargo bench` builds (`CARGO_BIN_EXE_exactly`). `EXACTLY_BENCH_SMOKE=1` runs every
 //! part at tiny sizes for seconds (CI does this: it checks the benches still work, not the
-//! figures). `EXACTLY_BENCH_ONLY=write,lifecycle,claims,poll,top,fire,chaos,pg` runs a subset
-//! (the summary then holds only those keys).
+//! figures). `EXACTLY_BENCH_ONLY=write,lifecycle,claims,poll,top,fire,contain,chaos,pg` runs a
+//! subset (the summary then holds only those keys); `fire` includes `contain`, the fire lag and
+//! wrapped sends with containment on and off (`contain.rs`). The ratios the docs lead with
+//! (fire lag ÷ spawn floor, containment's costs) are rows of the table beside their figures.
 //!
 //! With `EXACTLY_BENCH_PG=postgres://user:pass@host:port/db` the `pg` part measures the same
 //! write ratio, claim race and dashboard poll against that PostgreSQL server (the `pg_*` keys,
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant};
 
 mod chaos;
 mod claims;
+mod contain;
 mod fire;
 mod lifecycle;
 mod output;
@@ -43,6 +46,7 @@ mod write;
 
 use chaos::*;
 use claims::*;
+use contain::*;
 use fire::*;
 use lifecycle::*;
 use output::*;
@@ -203,6 +207,10 @@ fn main() -> Res<()> {
         eprintln!("bench: fire lag …");
         fire_lag(&plan, &root, &mut out)?;
     }
+    if wants("fire") || wants("contain") {
+        eprintln!("bench: containment on and off …");
+        contain(&plan, &root, &mut out)?;
+    }
     if let (true, Some(url)) = (wants("scaleout"), &pg_url) {
         scaleout(&plan, url, &mut out)?;
     }
@@ -211,6 +219,7 @@ fn main() -> Res<()> {
         chaos(&plan, &root, &mut out)?;
     }
     out.insert("load_after".into(), json!(loadavg()));
+    ratios(&mut out);
     let summary = Value::Object(out);
     print_table(&summary, plan.smoke);
     let file = root.join("summary.json");

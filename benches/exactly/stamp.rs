@@ -3,21 +3,47 @@ use super::*;
 /// The jobs' command: a tiny C program that appends its own start time (wall clock, first
 /// thing in `main`), the slot it was started for and its job to a file, in one write so the
 /// lines of concurrent commands never mix. Compiled once per bench run with `cc` (the linker
-/// the Rust toolchain already needs).
+/// the Rust toolchain already needs). With `EXACTLY_BENCH_STAMP_CGROUP` set it also writes the
+/// cgroup it runs in (v2 path, then v1 freezer path, `-` for none), read after the clock so
+/// the start it records is not delayed: how the containment part checks each run's cage.
 const STAMP_C: &str = r#"#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+static void cgroups(char *v2, char *v1, size_t cap) {
+    char buf[4096];
+    int fd = open("/proc/self/cgroup", O_RDONLY);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = 0;
+    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+        char *a = strchr(l, ':');
+        char *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b) continue;
+        *b = 0;
+        if (a[1] == 0) snprintf(v2, cap, "%s", b + 1);
+        else if (strstr(a + 1, "freezer")) snprintf(v1, cap, "%s", b + 1);
+    }
+}
 int main(int argc, char **argv) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     if (argc < 2) return 2;
     const char *slot = getenv("EXACTLY_SCHEDULED_AT");
     const char *job = getenv("EXACTLY_JOB");
-    char line[512];
-    int n = snprintf(line, sizeof line, "%lld%09ld %s %s\n", (long long)ts.tv_sec, ts.tv_nsec,
-                     slot ? slot : "-", job ? job : "-");
+    char v2[200] = "-", v1[200] = "-";
+    if (getenv("EXACTLY_BENCH_STAMP_CGROUP")) cgroups(v2, v1, sizeof v2);
+    char line[1024];
+    int n = getenv("EXACTLY_BENCH_STAMP_CGROUP")
+        ? snprintf(line, sizeof line, "%lld%09ld %s %s %s %s\n", (long long)ts.tv_sec,
+                   ts.tv_nsec, slot ? slot : "-", job ? job : "-", v2, v1)
+        : snprintf(line, sizeof line, "%lld%09ld %s %s\n", (long long)ts.tv_sec, ts.tv_nsec,
+                   slot ? slot : "-", job ? job : "-");
+    if (n < 0 || n >= (int)sizeof line) return 1;
     int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0644);
     if (fd < 0) return 1;
     return write(fd, line, n) == n ? 0 : 1;

@@ -293,6 +293,12 @@ impl<'a> Run<'a> {
     /// Some(result) when the run ended there.
     fn before_command(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
         self.end_leftovers();
+        // A first run its batch found without open effects (asked once its lease was granted:
+        // none can be begun under an older token since) only confirms its lease, however late
+        // it starts: asking again would be a read per late run of a starved scheduler.
+        if !self.spec.settle && !self.spec.resumed {
+            return self.confirm_lease(store);
+        }
         // Unknown before retry: the job's open effects get their observers' verdicts first,
         // under the lease's heartbeat so a slow observer never lets the lease lapse.
         let Some(settled) = observe(self.spec, store, &mut self.beat) else {

@@ -1,5 +1,6 @@
 //! Firing due slots: every job's slots gathered (with other schedulers' left unrecorded),
 //! decided in batches of one transaction each, and each batch's runs started as it commits.
+use super::db_health::Health;
 use super::missed::runs_late_until;
 use super::share::Share;
 use super::tick::{live_here, spawn, start_waiting, How, JobState, Tick};
@@ -209,10 +210,10 @@ fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part>
 /// How late after its slot a firing may be decided and still run: its jitter, then its start
 /// window; or, a slot this scheduler was alive for, until its next slot (see
 /// `missed::runs_late_until`).
-fn window(job: &Job, slot: Ts, alive_since: Ts) -> Duration {
+fn window(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Duration {
     let jitter = (job.due_at(slot) - slot).to_std().unwrap_or(Duration::ZERO);
     let window = job.start_window() + jitter;
-    match runs_late_until(job, slot, alive_since) {
+    match runs_late_until(job, slot, alive_since, health) {
         Some(next) => window.max((next - slot).to_std().unwrap_or(Duration::ZERO)),
         None => window,
     }
@@ -242,7 +243,7 @@ fn decide(
                 overlap: states[*i].job.overlap,
                 live_here: live_here(t.runs, &states[*i].job.name),
             },
-            window: window(&states[*i].job, *slot_ts, t.cfg.alive_since),
+            window: window(&states[*i].job, *slot_ts, t.cfg.alive_since, t.health),
             reason: t.health.why_missed(*slot_ts),
         })
         .collect();

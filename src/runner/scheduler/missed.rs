@@ -48,10 +48,14 @@ impl Passed {
 /// was alive (`alive_since`), decided past its catch-up window because the scheduler was
 /// starved or frozen, runs late until its next slot falls due, as a catch-up whose run records
 /// its lag, rather than being recorded missed. None: its window is the catch-up window as
-/// before (a slot from before this scheduler's start), or its own `starting_deadline`, which
-/// means what it says.
-pub(super) fn runs_late_until(job: &Job, slot: Ts, alive_since: Ts) -> Option<Ts> {
-    if job.policy.starting_deadline.is_some() || slot < alive_since {
+/// before (a slot from before this scheduler's start, or one that fell due while the database
+/// was unavailable: missed with that reason), or its own `starting_deadline`, which means what
+/// it says.
+pub(super) fn runs_late_until(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Option<Ts> {
+    if job.policy.starting_deadline.is_some()
+        || slot < alive_since
+        || health.why_missed(slot) == db_health::DB_UNAVAILABLE
+    {
         return None;
     }
     job.schedule.next_after(slot)
@@ -94,7 +98,7 @@ pub(super) fn record_behind(
     // The latest slot behind the window may still run late, before its next one is due.
     let (latest, _) = job.schedule.slots(st.cursor, horizon, 1);
     if let Some(&slot) = latest.last() {
-        if runs_late_until(job, slot, cfg.alive_since).is_some_and(|next| now < next) {
+        if runs_late_until(job, slot, cfg.alive_since, health).is_some_and(|next| now < next) {
             horizon = slot - chrono::Duration::milliseconds(1);
         }
     }

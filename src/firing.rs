@@ -48,6 +48,12 @@ pub fn last_slot(store: &mut Store, job: &JobName) -> Result<Option<time::Ts>> {
     store.last_slot(job)
 }
 
+/// [`last_slot`] of each job, read in one transaction.
+pub fn last_slots(store: &mut Store, jobs: &[&JobName]) -> Result<Vec<Option<time::Ts>>> {
+    let names: Vec<&str> = jobs.iter().map(|j| j.as_str()).collect();
+    store.last_slots(&names)
+}
+
 /// Records firings that passed with nobody to run them (beyond the catch-up window): `missed`
 /// (or `skipped` while paused), `reason` saying why (no scheduler ran, the database was
 /// unavailable). Returns how many were counted.

@@ -234,9 +234,12 @@ pub fn finish_run_then(
     exactly_words::state::RunOutcome,
     crate::firing::AfterFailure,
 )> {
-    let done = store.finish_run_then(end, &store.now_text(), failure)?;
-    let _ = store.keep_newest_runs(Some(end.job));
-    Ok(done)
+    let (outcome, after, keep) = store.finish_run_kept(end, &store.now_text(), failure)?;
+    // Read with the end: a job without `keep_runs` (most) costs no second transaction.
+    if let Some(n) = keep {
+        let _ = store.trim_runs(end.job, n);
+    }
+    Ok((outcome, after))
 }
 
 /// Runs `f` with the writes of `store` put before the process's other writers (gc, output and

@@ -131,6 +131,7 @@ pub(crate) fn run_main(db: &Option<String>, a: RunArgs) -> Result<i32> {
             grace,
             give_up_after,
             outage: _upkeep.outage.clone(),
+            alive_since: time::now(),
         },
         jobs,
         &registered.fresh,

@@ -2,7 +2,8 @@
 //! again for the same slot after a growing backoff (`retries`), a job failing N runs in a row
 //! is paused with its reason shown (`pause_after_failures`), each firing waits its
 //! deterministic `jitter`, and a firing that could not start within its `starting_deadline`
-//! (the scheduler frozen with SIGSTOP) is recorded missed, not run.
+//! (the scheduler frozen with SIGSTOP) is recorded missed, not run; without one, a slot such a
+//! frozen scheduler decides past its slack runs late, before its next slot.
 use crate::on_both_backends;
 use crate::support;
 use std::time::Duration;
@@ -280,5 +281,68 @@ on_both_backends! {
         );
         assert!(!site.lines("ran").contains(&slot), "the missed firing ran");
         assert!(site.log("s").contains("starting_deadline"), "{}", site.log("s"));
+    }
+
+    #[test]
+    fn a_firing_decided_late_by_a_frozen_scheduler_runs_late_before_its_next_slot() {
+        let site = Site::new();
+        // No starting_deadline: its window is the scheduler's 2 s of slack (no catch-up).
+        site.write_jobs(
+            "[[job]]\nname = \"late\"\nevery = \"10s\"\nlease = \"5s\"\noverlap = \"coalesce\"\n\
+             command = [\"sh\", \"-c\", \"echo $EXACTLY_SCHEDULED_AT >> ran\"]\n",
+        );
+        let s = site.start("s", "2s");
+        assert!(
+            wait_until(Duration::from_secs(5), || site.log("s").contains("started")),
+            "the scheduler did not start: {}",
+            site.log("s")
+        );
+        // Frozen across a slot it was alive for, it wakes 3.5 s after it: past the 2 s, well
+        // before the next slot (10 s).
+        let ms = chrono::Utc::now().timestamp_millis() + 1000;
+        let slot_ms = (ms / 10_000 + 1) * 10_000;
+        let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
+        let freeze = slot - chrono::Duration::milliseconds(500);
+        assert!(wait_until(Duration::from_secs(12), || chrono::Utc::now() >= freeze));
+        s.signal(libc::SIGSTOP);
+        let wake = slot + chrono::Duration::milliseconds(3500);
+        let frozen = wait_until(Duration::from_secs(6), || chrono::Utc::now() >= wake);
+        s.signal(libc::SIGCONT);
+        assert!(frozen);
+        let slot = exactly::time::fmt(slot);
+        assert!(
+            wait_until(Duration::from_secs(5), || site.lines("ran").contains(&slot)),
+            "the firing at {slot} did not run late: {:?}\n{}",
+            site.strings("SELECT scheduled_at || ' ' || kind || ' ' || state FROM exactly_firings"),
+            site.log("s")
+        );
+        // Recorded as a catch-up that ran (its end is recorded just after its command's).
+        let fate = format!(
+            "SELECT kind || ' ' || state FROM exactly_firings WHERE job_key = 'late' AND \
+             scheduled_at = '{slot}'"
+        );
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                site.strings(&fate) == vec!["catchup ran".to_string()]
+            }),
+            "{:?}\n{}",
+            site.strings(&fate),
+            site.log("s")
+        );
+        // Its lag is its run's: started 3.5 s after its slot, no sooner.
+        let started = site.strings(&format!(
+            "SELECT started_at FROM exactly_runs WHERE job_key = 'late' AND scheduled_at = '{slot}'"
+        ));
+        assert_eq!(started.len(), 1, "{started:?}");
+        let lag = ts(&started[0]) - ts(&slot);
+        assert!(lag >= chrono::Duration::milliseconds(3400), "lag {lag}");
+        assert!(lag < chrono::Duration::seconds(10), "lag {lag}");
+        assert!(site.log("s").contains("run late"), "{}", site.log("s"));
+        assert_eq!(
+            site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'"),
+            0,
+            "{}",
+            site.log("s")
+        );
     }
 }

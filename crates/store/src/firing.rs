@@ -21,18 +21,13 @@ use exactly_words::Result;
 impl Store {
     /// The latest slot the schedule itself fired (manual and backfill firings do not count).
     pub fn last_slot(&mut self, job: &str) -> Result<Option<exactly_words::time::Ts>> {
-        self.read(|tx| {
-            tx.one(
-                "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1
-                   AND kind IN ('scheduled', 'catchup') ORDER BY scheduled_at DESC LIMIT 1",
-                args![job],
-                // Not a time is the row's corruption: read as no slot, the slots since the
-                // real last one were neither caught up nor called missed.
-                |r| super::rows::ts(r, 0, "exactly_firings.scheduled_at"),
-            )
-            .optional()
-            .map(Option::flatten)
-        })
+        self.read(|tx| last_slot_tx(tx, job))
+    }
+
+    /// [`Store::last_slot`] of each job, in one transaction: a scheduler starting with many
+    /// jobs asks once, not once per job.
+    pub fn last_slots(&mut self, jobs: &[&str]) -> Result<Vec<Option<exactly_words::time::Ts>>> {
+        self.read(|tx| jobs.iter().map(|j| last_slot_tx(tx, j)).collect())
     }
 
     /// Records firings that passed with nobody to run them (beyond the catch-up window): each
@@ -82,6 +77,19 @@ impl Store {
             batch.iter().map(|d| due_tx(tx, d, at, &at_text)).collect()
         })
     }
+}
+
+fn last_slot_tx(tx: &Tx<'_>, job: &str) -> DbResult<Option<exactly_words::time::Ts>> {
+    tx.one(
+        "SELECT scheduled_at FROM exactly_firings WHERE job_key = ?1
+           AND kind IN ('scheduled', 'catchup') ORDER BY scheduled_at DESC LIMIT 1",
+        args![job],
+        // Not a time is the row's corruption: read as no slot, the slots since the real last
+        // one were neither caught up nor called missed.
+        |r| super::rows::ts(r, 0, "exactly_firings.scheduled_at"),
+    )
+    .optional()
+    .map(Option::flatten)
 }
 
 /// A scheduler's due slot: fired as `fire` says, unless it is later than `window` when decided.

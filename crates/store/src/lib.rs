@@ -127,18 +127,34 @@ pub struct Store {
 pub struct StoreOpener {
     at: String,
     access: Access,
+    /// A PostgreSQL database this process already prepared to write (schema current, and
+    /// whether the transitions' functions are installed): another handle on its pool is not
+    /// checked again, as the first handle is not either for as long as it lives.
+    prepared: Option<bool>,
 }
 
 impl StoreOpener {
     /// Opens another handle on the same database, as the first was opened.
     pub fn open(&self) -> Result<Store> {
+        if let (Some(fast), Access::Write) = (self.prepared, self.access) {
+            let mut db = pg::PgStore::connect(&self.at, busy_timeout_ms())?;
+            db.writes();
+            db.fast = fast;
+            let (shown, busy_ms) = (db.shown.clone(), busy_timeout_ms());
+            return Ok(Store::with_conn(Conn::Pg(db), shown, busy_ms, self.clone()));
+        }
         Store::open_at(&self.at, self.access)
     }
 
     /// The same database opened with `access` instead: a dashboard that reads through a
     /// read-only handle writes an operator's confirmed action through one opened to write.
     pub fn with_access(self, access: Access) -> StoreOpener {
-        StoreOpener { access, ..self }
+        let prepared = self.prepared.filter(|_| access == self.access);
+        StoreOpener {
+            access,
+            prepared,
+            ..self
+        }
     }
 
     /// The database's path or URL as it may be shown (a password replaced by `***`).
@@ -233,6 +249,7 @@ impl Store {
             Access::ReadOnly => pg::check_read_only(&db),
         };
         checked.map_err(|e| pg::error(&shown, busy_ms, e))?;
+        let prepared = (access == Access::Write).then_some(db.fast);
         Ok(Store::with_conn(
             Conn::Pg(db),
             shown,
@@ -240,6 +257,7 @@ impl Store {
             StoreOpener {
                 at: url.to_string(),
                 access,
+                prepared,
             },
         ))
     }
@@ -264,6 +282,7 @@ impl Store {
         let opener = StoreOpener {
             at: path.to_string(),
             access,
+            prepared: None,
         };
         let store = Store::with_conn(Conn::Lite(conn), path.to_string(), busy_ms, opener);
         store
@@ -757,6 +776,7 @@ mod opener_tests {
         let o = StoreOpener {
             at: url.to_string(),
             access: Access::Write,
+            prepared: None,
         };
         assert_eq!(o.at, url, "the password is kept for the connection");
         assert!(!format!("{o:?}").contains("s3cret"), "{o:?}");

@@ -336,6 +336,10 @@ impl PgStore {
             if !how.contains("READ ONLY") {
                 writable(&mut conn, self.may_write())?;
             }
+            // Once COMMIT is sent the transaction is over, whatever it answers (a serialization
+            // failure at COMMIT rolls it back): no ROLLBACK after it, which would be a round
+            // trip and a transaction of its own on the server for nothing.
+            let mut ended = false;
             let result = (|| {
                 let now = conn.begin(how)?;
                 // This host's clock beside the server's, to move the instants a caller computed
@@ -350,6 +354,7 @@ impl PgStore {
                 };
                 {
                     let _watch = super::pg_sync::watch(conn.cancel.clone());
+                    ended = true;
                     conn.batch("COMMIT")?;
                 }
                 super::pg_sync::check(&conn.sync_wait_cut)?;
@@ -362,10 +367,14 @@ impl PgStore {
             let Err(e) = result else {
                 return result;
             };
-            // Whatever failed (the clock's read after BEGIN, a statement, COMMIT), no transaction
-            // may stay open on a connection the pool hands out again. (After a failed COMMIT,
-            // PostgreSQL has already ended it; this ROLLBACK only warns.)
-            if conn.batch("ROLLBACK").is_err() {
+            // Whatever failed before COMMIT (the clock's read after BEGIN, a statement), no
+            // transaction may stay open on a connection the pool hands out again. (After a
+            // failed COMMIT PostgreSQL has already ended it; a lost connection is seen closed.)
+            if !ended && conn.batch("ROLLBACK").is_err() {
+                conn.broken = true;
+            }
+            // A COMMIT that got no answer from the server may have left anything behind.
+            if ended && !matches!(&e, DbError::Pg(p) if p.as_db_error().is_some()) {
                 conn.broken = true;
             }
             if !(retryable(&e) && attempt < MAX_TRIES) {

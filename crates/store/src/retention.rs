@@ -162,43 +162,49 @@ impl Store {
         })?;
         let (mut runs, mut firings) = (0u64, 0u64);
         for (job, n) in keep {
-            let (r, f) = self.write(|tx| {
-                // The oldest run kept: the n-th newest.
-                let cut: Option<(String, String)> = tx
-                    .one(
-                        "SELECT started_at, scheduled_at FROM exactly_runs WHERE job_key = ?1
+            let (r, f) = self.trim_runs(&job, n)?;
+            runs += r;
+            firings += f;
+        }
+        Ok((runs, firings))
+    }
+
+    /// Trims one job to its newest `n` runs (see [`Store::keep_newest_runs`]): (runs, firings)
+    /// deleted.
+    pub fn trim_runs(&mut self, job: &str, n: i64) -> Result<(u64, u64)> {
+        self.write(|tx| {
+            // The oldest run kept: the n-th newest.
+            let cut: Option<(String, String)> = tx
+                .one(
+                    "SELECT started_at, scheduled_at FROM exactly_runs WHERE job_key = ?1
                          ORDER BY started_at DESC LIMIT 1 OFFSET ?2",
-                        args![job, n.max(1) - 1],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
-                let Some((started, slot)) = cut else {
-                    return Ok((0, 0));
-                };
-                // A firing still to be retried keeps its runs: they count toward its attempts.
-                let r = tx.exec(
-                    "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
+                    args![job, n.max(1) - 1],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let Some((started, slot)) = cut else {
+                return Ok((0, 0));
+            };
+            // A firing still to be retried keeps its runs: they count toward its attempts.
+            let r = tx.exec(
+                "DELETE FROM exactly_runs WHERE job_key = ?1 AND started_at < ?2 \
                      AND ended_at IS NOT NULL
                      AND NOT EXISTS (SELECT 1 FROM exactly_firings f WHERE f.job_key = ?1
                          AND f.scheduled_at = exactly_runs.scheduled_at
                          AND f.state IN ('retry', 'running'))",
-                    args![job, started],
-                )?;
-                let f = tx.exec(
-                    "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
+                args![job, started],
+            )?;
+            let f = tx.exec(
+                "DELETE FROM exactly_firings WHERE job_key = ?1 AND scheduled_at < ?2
                        AND state NOT IN ('queued', 'running', 'retry', 'awaiting_approval')
                        AND scheduled_at < (SELECT max(f2.scheduled_at) FROM exactly_firings f2 \
                            WHERE f2.job_key = ?1)
                        AND NOT EXISTS (SELECT 1 FROM exactly_runs r WHERE r.job_key = ?1
                                        AND r.scheduled_at = exactly_firings.scheduled_at)",
-                    args![job, slot],
-                )?;
-                Ok((r as u64, f as u64))
-            })?;
-            runs += r;
-            firings += f;
-        }
-        Ok((runs, firings))
+                args![job, slot],
+            )?;
+            Ok((r as u64, f as u64))
+        })
     }
 
     /// Old events, id range by id range (see [`EVENT_IDS`]).

@@ -99,6 +99,28 @@ impl Store {
         Ok(self.finish_run_then(end, now, None)?.0)
     }
 
+    /// [`Store::finish_run_then`], and the job's `keep_runs` read in the same transaction (None:
+    /// no limit), so a run's end trims its job without a read of its own.
+    pub fn finish_run_kept(
+        &mut self,
+        end: &RunEnd<'_>,
+        now: &str,
+        failure: Option<&FailureRules>,
+    ) -> Result<(RunOutcome, AfterFailure, Option<i64>)> {
+        self.write(|tx| {
+            let (outcome, after) = finish_run_tx(tx, end, now, failure)?;
+            let keep = tx
+                .one(
+                    "SELECT keep_runs FROM exactly_jobs WHERE job_key = ?1 \
+                     AND keep_runs IS NOT NULL AND retired = 0",
+                    args![end.job],
+                    |r| r.get::<i64>(0),
+                )
+                .optional()?;
+            Ok((outcome, after, keep))
+        })
+    }
+
     /// [`Store::finish_run`], and for a failed run its job's retry and pause (`failure`),
     /// in the same transaction: a crash never leaves a failed run without its retry.
     pub fn finish_run_then(
@@ -107,34 +129,7 @@ impl Store {
         now: &str,
         failure: Option<&FailureRules>,
     ) -> Result<(RunOutcome, AfterFailure)> {
-        self.write(|tx| {
-            let now = tx.now(now);
-            let mut outcome = end.outcome.clone();
-            if outcome != RunOutcome::Fenced && !release_lease_tx(tx, end, now)? {
-                outcome = RunOutcome::Fenced;
-            }
-            // A command that stopped at an effect waiting for a person's approval (`exactly
-            // effect --needs-approval` exits 4 while the job's approval is pending) did not
-            // fail: its firing waits for the decision.
-            let mut awaited = None;
-            if outcome == RunOutcome::Failed && end.exit_code == Some(4) {
-                awaited = super::approval::awaited_tx(tx, end.job, end.run_id)?;
-                if awaited.is_some() {
-                    outcome = RunOutcome::AwaitingApproval;
-                }
-            }
-            record_run_end_tx(tx, end, now, &outcome)?;
-            settle_firing_tx(tx, end, now, &outcome, awaited.as_ref())?;
-            stopped_effects_unknown_tx(tx, end, now, &outcome)?;
-            run_end_event_tx(tx, end, now, &outcome)?;
-            let after = match failure {
-                Some(f) if exactly_words::state::is_failure(outcome.as_str()) => {
-                    super::resume::after_failed_tx(tx, end.job, end.run_id, f, now)?
-                }
-                _ => AfterFailure::default(),
-            };
-            Ok((outcome, after))
-        })
+        self.write(|tx| finish_run_tx(tx, end, now, failure))
     }
 
     /// Counts what a run's effects did, from the events that carry its fencing token.
@@ -170,6 +165,41 @@ impl Store {
             Ok(c)
         })
     }
+}
+
+/// [`Store::finish_run_then`] inside the caller's transaction.
+fn finish_run_tx(
+    tx: &Tx<'_>,
+    end: &RunEnd<'_>,
+    now: &str,
+    failure: Option<&FailureRules>,
+) -> DbResult<(RunOutcome, AfterFailure)> {
+    let now = tx.now(now);
+    let mut outcome = end.outcome.clone();
+    if outcome != RunOutcome::Fenced && !release_lease_tx(tx, end, now)? {
+        outcome = RunOutcome::Fenced;
+    }
+    // A command that stopped at an effect waiting for a person's approval (`exactly
+    // effect --needs-approval` exits 4 while the job's approval is pending) did not
+    // fail: its firing waits for the decision.
+    let mut awaited = None;
+    if outcome == RunOutcome::Failed && end.exit_code == Some(4) {
+        awaited = super::approval::awaited_tx(tx, end.job, end.run_id)?;
+        if awaited.is_some() {
+            outcome = RunOutcome::AwaitingApproval;
+        }
+    }
+    record_run_end_tx(tx, end, now, &outcome)?;
+    settle_firing_tx(tx, end, now, &outcome, awaited.as_ref())?;
+    stopped_effects_unknown_tx(tx, end, now, &outcome)?;
+    run_end_event_tx(tx, end, now, &outcome)?;
+    let after = match failure {
+        Some(f) if exactly_words::state::is_failure(outcome.as_str()) => {
+            super::resume::after_failed_tx(tx, end.job, end.run_id, f, now)?
+        }
+        _ => AfterFailure::default(),
+    };
+    Ok((outcome, after))
 }
 
 /// Releases the run's lease, unless a newer holder took it: then the run was fenced, and both

@@ -113,6 +113,12 @@ fn observe(
 /// output so far, its lease's renewals): the command's end wakes it at once.
 const STEP: Duration = Duration::from_millis(50);
 
+/// Asks the database's identity before the first burst: its runs would each ask it at once,
+/// before the first answer is known (hundreds of reads at a scheduler's start).
+pub(crate) fn know_db_identity(db: &str) {
+    db_identity(db);
+}
+
 /// The database's identity (see [`crate::database_identity`]), asked once per process and
 /// database.
 fn db_identity(db: &str) -> String {
@@ -287,6 +293,12 @@ impl<'a> Run<'a> {
     /// Some(result) when the run ended there.
     fn before_command(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
         self.end_leftovers();
+        // A first run its batch found without open effects (asked once its lease was granted:
+        // none can be begun under an older token since) only confirms its lease, however late
+        // it starts: asking again would be a read per late run of a starved scheduler.
+        if !self.spec.settle && !self.spec.resumed {
+            return self.confirm_lease(store);
+        }
         // Unknown before retry: the job's open effects get their observers' verdicts first,
         // under the lease's heartbeat so a slow observer never lets the lease lapse.
         let Some(settled) = observe(self.spec, store, &mut self.beat) else {

@@ -14,6 +14,26 @@ const KEEP: usize = 16;
 
 static IDLE: Mutex<Vec<(String, Store)>> = Mutex::new(Vec::new());
 
+/// How each database was first opened here: another handle on a PostgreSQL database this
+/// process already prepared is made without checking its schema again (a read transaction per
+/// run at a burst's end, when more runs than [`KEEP`] want one at once).
+static OPENERS: Mutex<Vec<(String, crate::StoreOpener)>> = Mutex::new(Vec::new());
+
+fn open(db: &str) -> Result<Store> {
+    let known = OPENERS
+        .lock()
+        .ok()
+        .and_then(|o| o.iter().find(|(d, _)| d == db).map(|(_, o)| o.clone()));
+    if let Some(opener) = known {
+        return opener.open();
+    }
+    let store = crate::open(Some(db), Access::Write)?;
+    if let Ok(mut o) = OPENERS.lock() {
+        o.push((db.to_string(), crate::reopener(&store)));
+    }
+    Ok(store)
+}
+
 /// A connection to `db`, given back when dropped.
 pub(crate) struct Lent {
     db: String,
@@ -28,7 +48,7 @@ pub(crate) fn lend(db: &str) -> Result<Lent> {
     });
     let store = match idle {
         Some(s) => s,
-        None => crate::open(Some(db), Access::Write)?,
+        None => open(db)?,
     };
     Ok(Lent {
         db: db.to_string(),

@@ -1,8 +1,11 @@
 //! Firing due slots: every job's slots gathered (with other schedulers' left unrecorded),
 //! decided in batches of one transaction each, and each batch's runs started as it commits.
+use super::db_health::Health;
+use super::missed::runs_late_until;
 use super::share::Share;
 use super::tick::{live_here, spawn, start_waiting, How, JobState, Tick};
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Waiting};
+use crate::runner::config::job::Job;
 use crate::runner::log;
 use crate::runner::run::execute::report;
 use crate::schedule::LATE_OK;
@@ -204,6 +207,18 @@ fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part>
         .collect()
 }
 
+/// How late after its slot a firing may be decided and still run: its jitter, then its start
+/// window; or, a slot this scheduler was alive for, until its next slot (see
+/// `missed::runs_late_until`).
+fn window(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Duration {
+    let jitter = (job.due_at(slot) - slot).to_std().unwrap_or(Duration::ZERO);
+    let window = job.start_window() + jitter;
+    match runs_late_until(job, slot, alive_since, health) {
+        Some(next) => window.max((next - slot).to_std().unwrap_or(Duration::ZERO)),
+        None => window,
+    }
+}
+
 /// Decides the batch's firings in one transaction; `None` when the database is locked (the
 /// whole batch goes again next tick).
 fn decide(
@@ -214,7 +229,7 @@ fn decide(
 ) -> Option<Vec<Result<DueFate>>> {
     let now_text = time::fmt(now);
     // Each slot's lateness is judged when its transaction holds the database: one that
-    // waited past its catch-up window for a lock or a server is missed, not run late.
+    // waited past its window for a lock or a server is missed, not run later still.
     let requests: Vec<DueRequest<'_>> = parts
         .iter()
         .map(|(i, slot_ts, slot, until, kind)| DueRequest {
@@ -228,11 +243,7 @@ fn decide(
                 overlap: states[*i].job.overlap,
                 live_here: live_here(t.runs, &states[*i].job.name),
             },
-            // Counted from its slot: its jitter, then its start window.
-            window: states[*i].job.start_window()
-                + (states[*i].job.due_at(*slot_ts) - *slot_ts)
-                    .to_std()
-                    .unwrap_or(Duration::ZERO),
+            window: window(&states[*i].job, *slot_ts, t.cfg.alive_since, t.health),
             reason: t.health.why_missed(*slot_ts),
         })
         .collect();
@@ -249,7 +260,33 @@ fn decide(
             .map(|r| firing::fire_due(t.store, std::slice::from_ref(r)).map(|mut d| d.remove(0)))
             .collect::<Vec<_>>(),
     };
+    say_run_late(states, parts, &decided);
     Some(decided)
+}
+
+/// Says how many of the batch's firings ran though decided past their catch-up window (a
+/// slot this scheduler was alive for, before its next one: see `window`), and the latest lag:
+/// each is recorded as a catch-up, its run's start minus its slot its lag.
+fn say_run_late(states: &[JobState], parts: &[Part], decided: &[Result<DueFate>]) {
+    let now = time::now();
+    let mut late = parts.iter().zip(decided).filter_map(|((i, slot, ..), d)| {
+        let job = &states[*i].job;
+        let jitter = (job.due_at(*slot) - *slot)
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        let lag = (now - *slot).to_std().unwrap_or(Duration::ZERO);
+        let started = matches!(d, Ok(DueFate::Fired(Fired::Started(_))));
+        (started && lag > job.start_window() + jitter).then_some(lag)
+    });
+    let Some(first) = late.next() else {
+        return;
+    };
+    let (n, most) = late.fold((1, first), |(n, m), l| (n + 1, m.max(l)));
+    tracing::warn!(
+        "{n} firing(s) decided up to {} late, past their catch-up window (this scheduler \
+         starved or frozen): run late, before their next slot, as catch-ups",
+        time::human_ms(most.as_millis() as u64),
+    );
 }
 
 /// The jobs with open effects, asked once for the batch once its leases are granted (no effect

@@ -38,13 +38,43 @@ fn start_state(
     fresh: &[String],
     handled: Option<Ts>,
 ) -> Result<JobState> {
-    let now = time::now();
     let last = if fresh.iter().any(|f| *f == job.name) {
         None
     } else {
         firing::last_slot(store, &job.name)?.max(handled)
     };
-    Ok(JobState::new(job, last.unwrap_or(now).min(now)))
+    Ok(state_after(job, last))
+}
+
+/// [`start_state`] of every job, their last slots read in one transaction.
+fn start_states(
+    store: &mut Store,
+    jobs: Vec<Job>,
+    fresh: &[String],
+    handled: Option<Ts>,
+) -> Result<Vec<JobState>> {
+    let asked: Vec<&crate::JobName> = jobs
+        .iter()
+        .filter(|j| !fresh.iter().any(|f| *f == j.name))
+        .map(|j| &j.name)
+        .collect();
+    let mut lasts = firing::last_slots(store, &asked)?.into_iter();
+    let mut states = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let last = if fresh.iter().any(|f| *f == job.name) {
+            None
+        } else {
+            lasts.next().flatten().max(handled)
+        };
+        states.push(state_after(job, last));
+    }
+    Ok(states)
+}
+
+/// A job's state from the last slot handled (see [`start_state`]).
+fn state_after(job: Job, last: Option<Ts>) -> JobState {
+    let now = time::now();
+    JobState::new(job, last.unwrap_or(now).min(now))
 }
 
 /// Runs until SIGTERM or SIGINT; returns the exit code (0). A database gone or failing past
@@ -59,12 +89,9 @@ pub(crate) fn fire_until_stopped(
     let Signals { stop, reload } = signals;
     let mut watch = Watch::new(&jobs, cfg.cwd.as_deref());
     let mut file = FileJobs::new(&jobs, cfg.cwd.as_deref());
-    let mut states = Vec::new();
     let handled =
         crate::jobs::last_outage_end(&mut store, &cfg.source, cfg.outage.as_ref().map(|o| o.to))?;
-    for job in jobs {
-        states.push(start_state(&mut store, job, fresh, handled)?);
-    }
+    let mut states = start_states(&mut store, jobs, fresh, handled)?;
     // The runs' watchdog is forked now, while this process is small.
     if !watchdog::ready() {
         tracing::warn!(
@@ -73,6 +100,7 @@ pub(crate) fn fire_until_stopped(
     }
     // Commands start through one small process forked once (see `spawn/spawner/`).
     spawner::ready();
+    crate::runner::run::execute::know_db_identity(&cfg.db);
     // Both helpers can die or be frozen while we go on: watched, and stood in for.
     let _supervisor = supervise::start(&cfg.db, &cfg.owner);
     // Firings go before the runs' own writes (ends, renewals) in this process.

@@ -3,6 +3,7 @@ use super::db_health::{self, Health};
 use super::tick::{Config, JobState};
 use crate::firing;
 use crate::jobs::Outage;
+use crate::runner::config::job::Job;
 use crate::time::{self, Ts};
 use crate::{Result, Store};
 use std::time::Duration;
@@ -43,6 +44,23 @@ impl Passed {
     }
 }
 
+/// Until when a slot decided late may still run: a slot that fell due while this scheduler
+/// was alive (`alive_since`), decided past its catch-up window because the scheduler was
+/// starved or frozen, runs late until its next slot falls due, as a catch-up whose run records
+/// its lag, rather than being recorded missed. None: its window is the catch-up window as
+/// before (a slot from before this scheduler's start, or one that fell due while the database
+/// was unavailable: missed with that reason), or its own `starting_deadline`, which means what
+/// it says.
+pub(super) fn runs_late_until(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Option<Ts> {
+    if job.policy.starting_deadline.is_some()
+        || slot < alive_since
+        || health.why_missed(slot) == db_health::DB_UNAVAILABLE
+    {
+        return None;
+    }
+    job.schedule.next_after(slot)
+}
+
 /// Records the slots of a job that fell behind its catch-up window as missed, each with why
 /// (no scheduler ran it, or the database was unavailable when it fell due). Another's job waits
 /// for the safety net (`net`, then a second for its probe) as well: its owner decides its slots
@@ -76,7 +94,14 @@ pub(super) fn record_behind(
     if !st.mine {
         wait = wait.max(net + super::share::NET_AFTER);
     }
-    let horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
+    let mut horizon = now - chrono::Duration::milliseconds(wait.as_millis() as i64);
+    // The latest slot behind the window may still run late, before its next one is due.
+    let (latest, _) = job.schedule.slots(st.cursor, horizon, 1);
+    if let Some(&slot) = latest.last() {
+        if runs_late_until(job, slot, cfg.alive_since, health).is_some_and(|next| now < next) {
+            horizon = slot - chrono::Duration::milliseconds(1);
+        }
+    }
     if st.cursor < horizon {
         let (mut slots, mut total) = job.schedule.slots(st.cursor, horizon, MISSED_ROWS);
         // The outage's slots (the latest ones: it ended at this scheduler's start).

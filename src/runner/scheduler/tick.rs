@@ -38,6 +38,9 @@ pub(crate) struct Config {
     /// The outage this scheduler's start ended: the slots that fell due in it are the outage's
     /// (caught up within each job's catch-up window), never missed.
     pub outage: Option<crate::jobs::Outage>,
+    /// When this scheduler began firing: a slot due since then and decided late (this
+    /// scheduler starved or frozen) still runs before its next slot (see `missed::runs_late`).
+    pub alive_since: Ts,
 }
 
 pub(super) struct JobState {

@@ -202,6 +202,7 @@ fn main() -> Res<()> {
     if wants("fire") {
         eprintln!("bench: fire lag …");
         fire_lag(&plan, &root, &mut out)?;
+        fire_spread(&plan, &root, &mut out)?;
     }
     if let (true, Some(url)) = (wants("scaleout"), &pg_url) {
         scaleout(&plan, url, &mut out)?;

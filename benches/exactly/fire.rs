@@ -269,16 +269,30 @@ fn spread_run(dir: &Path, jobs: usize, every: u64) -> Res<(Lag, Vec<f64>)> {
     let jobs_file = dir.join("jobs.toml");
     std::fs::write(&jobs_file, toml)?;
     let log = dir.join("run.log");
-    let t0 = exactly::time::now();
     let mut child: Child = Command::new(exe())
         .args(["--db", path_str(&db)?, "run", path_str(&jobs_file)?])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log)?))
         .spawn()?;
-    // The slot measured: the first whole interval at least 5 s away (registering the jobs).
+    // Reading and checking 10,000 jobs takes the scheduler most of a minute here: the slot
+    // measured is the first whole interval's once it fires.
+    let ready_by = Instant::now() + Duration::from_secs(600);
+    while !std::fs::read_to_string(&log)?.contains(" job(s)") {
+        if let Some(st) = child.try_wait()? {
+            return Err(format!("exactly run stopped early ({st}); see {}", log.display()).into());
+        }
+        if Instant::now() > ready_by {
+            stop(&mut child)?;
+            return Err(
+                format!("exactly run did not start in 600 s; see {}", log.display()).into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t0 = exactly::time::now();
     let every_ms = every as i64 * 1000;
-    let first = (t0.timestamp_millis() + 5_000) / every_ms * every_ms + every_ms;
+    let first = (t0.timestamp_millis() + 1_000) / every_ms * every_ms + every_ms;
     let slot = chrono::DateTime::from_timestamp_millis(first).ok_or("no such slot")?;
     let slot_text = exactly::time::fmt(slot);
     let end_ms = first + every_ms + 1_500;

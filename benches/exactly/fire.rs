@@ -211,3 +211,212 @@ pub(crate) fn fire_lag(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -
     }
     Ok(())
 }
+
+/// The realistic mix: `jobs` jobs `every = "{every}s"` with a jitter of a second less, so their
+/// firings spread over the interval (10,000 over a minute: about 167 a second) instead of
+/// falling due together. Command start lag is measured from each firing's due time (its slot
+/// plus its jitter, the hash every scheduler computes: `schedule::jitter_for`), over one whole
+/// interval's slot after the scheduler started; its floor is the bench itself starting the same
+/// stamp commands at the same instants (`spread_floor`).
+pub(crate) fn fire_spread(plan: &Plan, root: &Path, out: &mut Map<String, Value>) -> Res<()> {
+    let (jobs, every) = if plan.smoke { (20, 4) } else { (10_000, 60) };
+    let dir = root.join("fire").join(format!("spread{jobs}"));
+    eprintln!("bench: fire lag, {jobs} jobs every {every} s spread by jitter …");
+    let (lag, offsets) = spread_run(&dir, jobs, every)?;
+    eprintln!(
+        "bench: spawn floor, the same {} starts at the same instants …",
+        offsets.len()
+    );
+    let floor = spread_floor(&dir, &offsets)?;
+    let mut put = |k: &str, v: Value| out.insert(format!("{k}_spread"), v);
+    put("fire_lag_p50_ms", json!(round(pct(&lag.start, 0.50), 1)));
+    put("fire_lag_p99_ms", json!(round(pct(&lag.start, 0.99), 1)));
+    put("fire_lag_max_ms", json!(round(pct(&lag.start, 1.0), 1)));
+    put("spawn_floor_p50_ms", json!(round(pct(&floor, 0.50), 1)));
+    put("spawn_floor_p99_ms", json!(round(pct(&floor, 0.99), 1)));
+    put(
+        "decision_lag_p99_ms",
+        json!(round(pct(&lag.decided, 0.99), 1)),
+    );
+    put("fire_runs", json!(lag.start.len()));
+    put("fire_firings", json!(lag.firings));
+    put("fire_missed", json!(lag.missed));
+    eprintln!(
+        "bench: spread: fire lag p99 {:.1} ms, its floor p99 {:.1} ms ({} runs, {} missed)",
+        pct(&lag.start, 0.99),
+        pct(&floor, 0.99),
+        lag.start.len(),
+        lag.missed
+    );
+    Ok(())
+}
+
+/// One `exactly run` of [`fire_spread`]'s jobs until one whole interval's slot has passed: the
+/// lags from due time (start and decision), and each firing's due time after its slot, ms.
+fn spread_run(dir: &Path, jobs: usize, every: u64) -> Res<(Lag, Vec<f64>)> {
+    std::fs::create_dir_all(dir)?;
+    let db = dir.join("fire.db");
+    let stamps = dir.join("stamps.txt");
+    for f in ["fire.db", "fire.db-wal", "fire.db-shm", "stamps.txt"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    let cmd = stamp_argv(&stamps)?;
+    let quoted: Vec<String> = cmd.iter().map(|a| format!("{a:?}")).collect();
+    let jitter = Duration::from_secs(every - 1);
+    let mut toml = String::new();
+    for j in 0..jobs {
+        toml.push_str(&format!(
+            "[[job]]\nname = \"tick-{j:05}\"\nevery = \"{every}s\"\njitter = \"{}s\"\n\
+             lease = \"4s\"\ntimeout = \"3s\"\noverlap = \"coalesce\"\ncommand = [{}, \"{j}\"]\n\n",
+            every - 1,
+            quoted.join(", ")
+        ));
+    }
+    let jobs_file = dir.join("jobs.toml");
+    std::fs::write(&jobs_file, toml)?;
+    let log = dir.join("run.log");
+    let mut child: Child = Command::new(exe())
+        .args(["--db", path_str(&db)?, "run", path_str(&jobs_file)?])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log)?))
+        .spawn()?;
+    // Reading and checking 10,000 jobs takes the scheduler most of a minute here: the slot
+    // measured is the first whole interval's once it fires.
+    let ready_by = Instant::now() + Duration::from_secs(600);
+    while !std::fs::read_to_string(&log)?.contains(" job(s)") {
+        if let Some(st) = child.try_wait()? {
+            return Err(format!("exactly run stopped early ({st}); see {}", log.display()).into());
+        }
+        if Instant::now() > ready_by {
+            stop(&mut child)?;
+            return Err(
+                format!("exactly run did not start in 600 s; see {}", log.display()).into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t0 = exactly::time::now();
+    let every_ms = every as i64 * 1000;
+    let first = (t0.timestamp_millis() + 1_000) / every_ms * every_ms + every_ms;
+    let slot = chrono::DateTime::from_timestamp_millis(first).ok_or("no such slot")?;
+    let slot_text = exactly::time::fmt(slot);
+    let end_ms = first + every_ms + 1_500;
+    while exactly::time::now().timestamp_millis() < end_ms {
+        if let Some(st) = child.try_wait()? {
+            return Err(format!("exactly run stopped early ({st}); see {}", log.display()).into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop(&mut child)?;
+    let due_ms =
+        |job: &str| exactly::schedule::jitter_for(job, &slot_text, jitter).as_secs_f64() * 1000.0;
+    let c = Connection::open(&db)?;
+    let mut stmt = c.prepare(
+        "SELECT job_key, (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 \
+         FROM exactly_runs WHERE scheduled_at = ?1",
+    )?;
+    let mut decided: Vec<f64> = stmt
+        .query_map([&slot_text], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?
+        .into_iter()
+        .map(|(job, ms)| ms - due_ms(&job))
+        .collect();
+    decided.sort_by(f64::total_cmp);
+    let count = |sql: &str| -> Res<u64> {
+        Ok(c.query_row(sql, [&slot_text], |r| r.get::<_, i64>(0))? as u64)
+    };
+    let missed =
+        count("SELECT COUNT(*) FROM exactly_firings WHERE state = 'missed' AND scheduled_at = ?1")?;
+    let firings = count("SELECT COUNT(*) FROM exactly_firings WHERE scheduled_at = ?1")?;
+    let mut start: Vec<f64> = read_stamps(&stamps)?
+        .into_iter()
+        .filter(|s| s.slot == slot_text)
+        .map(|s| s.lag_ms - due_ms(&s.job))
+        .collect();
+    start.sort_by(f64::total_cmp);
+    if start.is_empty() {
+        return Err(format!("no command started for {slot_text} (see {})", log.display()).into());
+    }
+    let offsets = (0..jobs).map(|j| due_ms(&format!("tick-{j:05}"))).collect();
+    Ok((
+        Lag {
+            start,
+            decided,
+            missed,
+            firings,
+            cpu_ms_per_firing: f64::NAN,
+        },
+        offsets,
+    ))
+}
+
+/// SIGTERM to a scheduler, and its exit within 30 s.
+fn stop(child: &mut Child) -> Res<()> {
+    // SAFETY: signalling the scheduler we started; SIGTERM stops it gracefully.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("exactly run did not stop within 30 s of SIGTERM".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The machine's own lag at the spread's rate: the stamp command started by this process at
+/// each instant of `offsets` (ms after a common start), each start minus its instant, ms,
+/// sorted.
+fn spread_floor(dir: &Path, offsets: &[f64]) -> Res<Vec<f64>> {
+    let stamps = dir.join("floor.txt");
+    let _ = std::fs::remove_file(&stamps);
+    let cmd = stamp_argv(&stamps)?;
+    let mut order: Vec<(usize, f64)> = offsets.iter().copied().enumerate().collect();
+    order.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let wall_ms = || -> Res<f64> {
+        Ok(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs_f64()
+            * 1000.0)
+    };
+    let t0 = wall_ms()? + 500.0;
+    let mut kids: Vec<Child> = Vec::new();
+    for (i, at) in &order {
+        let wait = t0 + at - wall_ms()?;
+        if wait > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
+        }
+        kids.push(
+            Command::new(&cmd[0])
+                .args(&cmd[1..])
+                .env("EXACTLY_SCHEDULED_AT", "floor")
+                .env("EXACTLY_JOB", i.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        // Reaped as they go: thousands of zombies are not what a scheduler leaves.
+        kids.retain_mut(|k| !matches!(k.try_wait(), Ok(Some(_))));
+    }
+    for mut k in kids {
+        k.wait()?;
+    }
+    let mut lags = Vec::with_capacity(offsets.len());
+    for line in std::fs::read_to_string(&stamps)?.lines() {
+        let mut w = line.split_whitespace();
+        let (Some(ns), Some(_), Some(i)) = (w.next(), w.next(), w.next()) else {
+            return Err(format!("floor stamp {line:?} is not 'NANOSECONDS SLOT JOB'").into());
+        };
+        let i: usize = i.parse()?;
+        let at = offsets.get(i).ok_or("a floor stamp of no start")?;
+        lags.push(ns.parse::<f64>()? / 1e6 - (t0 + at));
+    }
+    lags.sort_by(f64::total_cmp);
+    Ok(lags)
+}

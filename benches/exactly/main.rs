@@ -206,6 +206,7 @@ fn main() -> Res<()> {
     if wants("fire") {
         eprintln!("bench: fire lag …");
         fire_lag(&plan, &root, &mut out)?;
+        fire_spread(&plan, &root, &mut out)?;
     }
     if wants("fire") || wants("contain") {
         eprintln!("bench: containment on and off …");

@@ -1,5 +1,5 @@
-//! `spawner-freeze`: the scheduler's `exactly-spawner` frozen (SIGSTOP) while a run's command
-//! starts and ends. Its command must run once per slot, and a command that exited 0 must not be
+//! `spawner-freeze`: the scheduler's `exactly-spawner`s (one per core) frozen (SIGSTOP) while
+//! a run's command starts and ends. Its command must run once per slot, and a command that exited 0 must not be
 //! recorded `timeout`: the run hears its end from the kernel, not from the frozen spawner.
 use super::machine::signal;
 use super::proc::{until, Running};
@@ -58,18 +58,26 @@ pub(super) fn spawner_freeze(
         };
         slots.push(slot);
         let started = Instant::now();
-        let Some(spawner) = spawner_of(sched.pid() as i32) else {
+        // All of them: the command's own is one of the pool.
+        let spawners = spawners_of(sched.pid() as i32);
+        if spawners.is_empty() {
             result = Err(Error::Store(format!(
                 "{label}: the scheduler has no exactly-spawner process"
             )));
             break;
-        };
-        if signal(spawner, libc::SIGSTOP) {
+        }
+        let stopped = spawners
+            .iter()
+            .filter(|p| signal(**p, libc::SIGSTOP))
+            .count();
+        if stopped > 0 {
             t.stop("spawner_sigstop");
         }
         // Past the command's end (2 s) and its timeout (3 s).
         until(started, 3800);
-        signal(spawner, libc::SIGCONT);
+        for p in &spawners {
+            signal(*p, libc::SIGCONT);
+        }
         match recorded(h, &job, &run_id, Duration::from_secs(10))? {
             Some(outcome) => {
                 let ended = std::fs::read_to_string(&side)
@@ -137,23 +145,26 @@ fn next_start(side: &Path, seen: &[String], within: Duration) -> Option<(String,
 }
 
 /// The scheduler's `exactly-spawner`: its child of that name.
-fn spawner_of(sched: i32) -> Option<i32> {
+fn spawners_of(sched: i32) -> Vec<i32> {
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
-        let found = std::fs::read_dir("/proc")
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .find(|p| {
-                crate::sender::stat(*p)
-                    .is_some_and(|s| s.ppid == sched && s.comm == "exactly-spawner")
-            });
-        if found.is_some() {
+        let found: Vec<i32> = std::fs::read_dir("/proc")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                    .filter(|p| {
+                        crate::sender::stat(*p)
+                            .is_some_and(|s| s.ppid == sched && s.comm == "exactly-spawner")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !found.is_empty() {
             return found;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    None
+    Vec::new()
 }
 
 /// The outcome recorded for `run_id`, waiting up to `within` for one.

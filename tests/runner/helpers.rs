@@ -1,6 +1,7 @@
-//! The scheduler's two helper processes under real faults: its spawner (which forks the
-//! commands) and its watchdog (which stops them at their lease deadline) SIGSTOPped or
-//! SIGKILLed while runs go on. A helper's fault never turns a finished command into a failure,
+//! The scheduler's helper processes under real faults: its spawners (a pool, one per core,
+//! which fork the commands) and its watchdog (which stops them at their lease deadline)
+//! SIGSTOPped or SIGKILLed while runs go on. A test of "the spawner" acts on every spawner of
+//! the pool, so it holds whichever started the command. A helper's fault never turns a finished command into a failure,
 //! never runs a slot twice, never holds a shutdown past its grace, and never leaves a command
 //! running past its lease.
 use crate::on_both_backends;
@@ -25,14 +26,16 @@ fn children(pid: i32) -> Vec<(i32, String)> {
         .collect()
 }
 
-/// The scheduler's spawner: its child named `exactly-spawner`.
-fn spawner_of(s: &Sched) -> i32 {
+/// The scheduler's spawners: its children named `exactly-spawner`.
+pub(crate) fn spawners_of(s: &Sched) -> Vec<i32> {
     let sched = s.child.id() as i32;
-    support::wait_for_some("the scheduler's spawner", Duration::from_secs(5), || {
-        children(sched)
+    support::wait_for_some("the scheduler's spawners", Duration::from_secs(5), || {
+        let found: Vec<i32> = children(sched)
             .into_iter()
-            .find(|(_, n)| n == "exactly-spawner")
+            .filter(|(_, n)| n == "exactly-spawner")
             .map(|(p, _)| p)
+            .collect();
+        (!found.is_empty()).then_some(found)
     })
 }
 
@@ -67,24 +70,32 @@ fn state(pid: i32) -> Option<char> {
         .next()
 }
 
-/// SIGSTOPs a process until dropped (then SIGCONT), so a failing test leaves nothing frozen.
-struct Frozen(i32);
+/// SIGSTOPs processes until dropped (then SIGCONT), so a failing test leaves nothing frozen.
+struct Frozen(Vec<i32>);
 
 impl Frozen {
     fn new(pid: i32) -> Frozen {
-        // SAFETY: signalling a process this test's scheduler started.
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
-        support::wait_for("the process to stop", Duration::from_secs(3), || {
-            state(pid) == Some('T')
+        Frozen::all(&[pid])
+    }
+
+    fn all(pids: &[i32]) -> Frozen {
+        for &pid in pids {
+            // SAFETY: signalling a process this test's scheduler started.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+        support::wait_for("the processes to stop", Duration::from_secs(3), || {
+            pids.iter().all(|p| state(*p) == Some('T'))
         });
-        Frozen(pid)
+        Frozen(pids.to_vec())
     }
 }
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        // SAFETY: as in `new`.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
+        for &pid in &self.0 {
+            // SAFETY: as in `new`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
     }
 }
 
@@ -148,9 +159,9 @@ fn a_faulty_watchdog_is_replaced(sig: i32) {
     ));
     let mut s = site.start("s", "1s");
     let pid = pid_written(&site, "pid.1");
-    let spawner = spawner_of(&s);
+    let spawners = spawners_of(&s);
     let old = support::wait_for_some("the watchdog", Duration::from_secs(3), || {
-        watchdog_of(&s, &[spawner])
+        watchdog_of(&s, &spawners)
     });
     let at = Instant::now();
     // A stopped one is let go on (SIGCONT) at the end, whatever becomes of the test.
@@ -163,15 +174,18 @@ fn a_faulty_watchdog_is_replaced(sig: i32) {
     };
     // A new one within the stop margin (and the grace a stopped one gets); none comes on a
     // build that does not replace it.
+    let not: Vec<i32> = spawners.iter().copied().chain([old]).collect();
     let new = support::poll(Duration::from_millis(20), Duration::from_secs(3), || {
-        watchdog_of(&s, &[spawner, old])
+        watchdog_of(&s, &not)
     });
     let replaced_in = at.elapsed();
-    // The spawner holds the new watchdog's pipe: what it starts is held from the first instant.
+    // Every spawner holds the new watchdog's pipe: what it starts is held from the first instant.
     let handed = new.is_some_and(|w| {
         wait_until(Duration::from_secs(2), || {
             let theirs = pipes(w);
-            pipes(spawner).iter().any(|p| theirs.contains(p))
+            spawners
+                .iter()
+                .all(|sp| pipes(*sp).iter().any(|p| theirs.contains(p)))
         })
     });
     let frozen = Frozen::new(s.child.id() as i32);
@@ -195,7 +209,7 @@ fn a_faulty_watchdog_is_replaced(sig: i32) {
         replaced_in < Duration::from_millis(1500),
         "replaced after {replaced_in:?}"
     );
-    assert!(handed, "the spawner was not handed the new watchdog's pipe");
+    assert!(handed, "a spawner was not handed the new watchdog's pipe");
     assert_eq!(
         s.term(Duration::from_secs(10)),
         Some(0),
@@ -229,11 +243,17 @@ on_both_backends! {
         support::wait_for("the first command to start", Duration::from_secs(8), || {
             !site.lines("ran").is_empty()
         });
-        let spawner = spawner_of(&s);
-        let frozen = Frozen::new(spawner);
-        // Noticed within the stop margin (`policy::stop_margin`, 700 ms).
-        let said = format!("the spawner process {spawner} is stopped");
-        let noticed = wait_until(Duration::from_millis(700), || site.log("s").contains(&said));
+        let spawners = spawners_of(&s);
+        let frozen = Frozen::all(&spawners);
+        // Noticed within the stop margin (`policy::stop_margin`, 700 ms), each of them.
+        let said: Vec<String> = spawners
+            .iter()
+            .map(|p| format!("the spawner process {p} is stopped"))
+            .collect();
+        let noticed = wait_until(Duration::from_millis(700), || {
+            let log = site.log("s");
+            said.iter().all(|s| log.contains(s))
+        });
         // The command exits 0 a second in; its 3 s timeout passes while the spawner is frozen.
         let ended_frozen = wait_until(Duration::from_secs(8), || ended(&site, 1));
         drop(frozen);
@@ -269,7 +289,7 @@ on_both_backends! {
             site.log("s")
         );
         assert!(ms < 3000, "run 1 took {ms} ms for a 1 s command");
-        assert!(noticed, "not said within 700 ms: {said}: {}", site.log("s"));
+        assert!(noticed, "not said within 700 ms: {said:?}: {}", site.log("s"));
         let ran = site.lines("ran");
         assert_eq!(
             ran.iter().filter(|l| **l == slot).count(),
@@ -289,7 +309,7 @@ on_both_backends! {
         ));
         let mut s = site.start("s", "1s");
         let pid = pid_written(&site, "pid");
-        let _frozen = Frozen::new(spawner_of(&s));
+        let _frozen = Frozen::all(&spawners_of(&s));
         let asked = Instant::now();
         let code = s.term(Duration::from_secs(8));
         let took = asked.elapsed();
@@ -342,7 +362,7 @@ on_both_backends! {
         support::wait_for("two runs ok", Duration::from_secs(8), || {
             site.count("SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'") >= 2
         });
-        let frozen = Frozen::new(spawner_of(&s));
+        let frozen = Frozen::all(&spawners_of(&s));
         let waiting = "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL";
         support::wait_for(
             "a run to wait for the frozen spawner",
@@ -406,8 +426,11 @@ on_both_backends! {
             !site.lines("ran").is_empty()
         });
         let slot = site.lines("ran")[0].clone();
-        // SAFETY: killing the spawner this test's scheduler started.
-        unsafe { libc::kill(spawner_of(&s), libc::SIGKILL) };
+        // Every one, so the command's own is among them.
+        for p in spawners_of(&s) {
+            // SAFETY: killing the spawners this test's scheduler started.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
         let again = wait_until(Duration::from_secs(10), || {
             site.lines("ran").iter().filter(|l| **l == slot).count() >= 2
         });

@@ -86,11 +86,13 @@ fn a_killed_spawner_takes_its_command_with_it_and_the_scheduler_goes_on() {
 #[test]
 fn a_sigkilled_scheduler_takes_its_spawner_and_commands_with_it() {
     let site = Site::new();
-    let (mut s, pid, spawner, _) = first_command(&site);
+    let (mut s, pid, _, _) = first_command(&site);
+    let spawners = crate::helpers::spawners_of(&s);
     s.kill9();
     assert!(
-        wait_until(Duration::from_secs(3), || !alive(pid) && !alive(spawner)),
-        "the command ({pid}) or the spawner ({spawner}) outlived a SIGKILLed scheduler"
+        wait_until(Duration::from_secs(3), || !alive(pid)
+            && spawners.iter().all(|p| !alive(*p))),
+        "the command ({pid}) or a spawner ({spawners:?}) outlived a SIGKILLed scheduler"
     );
 }
 
@@ -129,5 +131,164 @@ fn a_command_that_cannot_start_fails_with_why_and_the_next_ones_run() {
     assert!(
         logs.contains("cannot start \"/nonexistent/prog\": No such file or directory"),
         "the run's output says why: {logs}"
+    );
+}
+
+/// `n` jobs due at the same instants (every 2 s), each command appending `$$ $PPID
+/// $EXACTLY_SCHEDULED_AT` to `ran.JOB`, then `tail` (a sleep, or nothing).
+fn burst(site: &Site, n: usize, tail: &str) -> Vec<String> {
+    let mut toml = String::new();
+    let names: Vec<String> = (0..n).map(|j| format!("b{j:02}")).collect();
+    for name in &names {
+        let cmd = sh(&format!(
+            "echo $$ $PPID $EXACTLY_SCHEDULED_AT >> ran.$EXACTLY_JOB; {tail} # {name}"
+        ));
+        toml.push_str(&format!(
+            "[[job]]\nname = \"{name}\"\nevery = \"2s\"\nlease = \"2s\"\n\
+             overlap = \"coalesce\"\ncommand = {cmd}\n\n"
+        ));
+    }
+    site.write_jobs(&toml);
+    names
+}
+
+/// (pid, parent pid, slot) of each command a job's `ran.JOB` names, in order.
+fn ran(site: &Site, job: &str) -> Vec<(i32, i32, String)> {
+    site.lines(&format!("ran.{job}"))
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split(' ');
+            Some((
+                w.next()?.parse().ok()?,
+                w.next()?.parse().ok()?,
+                w.next()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// A burst is started from as many processes as the pool has: every spawner starts some of it.
+#[test]
+fn a_burst_is_started_by_every_spawner_of_the_pool() {
+    let site = Site::new();
+    let jobs = burst(&site, 12, "true");
+    let mut s = site.start_with_env("s", "1s", &[("EXACTLY_SPAWNERS", "2")]);
+    let two = |j: &String| ran(&site, j).len() >= 2;
+    assert!(
+        wait_until(Duration::from_secs(10), || jobs.iter().all(two)),
+        "two bursts did not run: {}",
+        site.log("s")
+    );
+    // Once they ran: the pool is started whole before its first command.
+    let spawners = crate::helpers::spawners_of(&s);
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let mut parents: Vec<i32> = jobs
+        .iter()
+        .flat_map(|j| ran(&site, j))
+        .map(|(_, ppid, _)| ppid)
+        .collect();
+    parents.sort_unstable();
+    parents.dedup();
+    let mut pool = spawners.clone();
+    pool.sort_unstable();
+    eprintln!("pool {pool:?}, the commands' parents {parents:?}");
+    assert_eq!(pool.len(), 2, "EXACTLY_SPAWNERS=2 started {pool:?}");
+    assert_eq!(
+        parents, pool,
+        "the burst was not started by every spawner of the pool"
+    );
+}
+
+/// One spawner of the pool SIGKILLed: its commands die with it, their runs are `killed` and
+/// their firings go again (started by the others), while the others' commands go on.
+#[test]
+fn killing_one_spawner_of_the_pool_loses_only_its_commands() {
+    let site = Site::new();
+    let jobs = burst(&site, 6, "sleep 30");
+    let mut s = site.start_with_env("s", "1s", &[("EXACTLY_SPAWNERS", "2")]);
+    assert!(
+        wait_until(Duration::from_secs(10), || jobs
+            .iter()
+            .all(|j| !ran(&site, j).is_empty())),
+        "not every job started: {}",
+        site.log("s")
+    );
+    let first: Vec<(String, (i32, i32, String))> = jobs
+        .iter()
+        .map(|j| (j.clone(), ran(&site, j)[0].clone()))
+        .collect();
+    let victim = first[0].1 .1;
+    let (lost, kept): (Vec<_>, Vec<_>) = first.iter().partition(|(_, (_, pp, _))| *pp == victim);
+    assert!(
+        !kept.is_empty(),
+        "every command was started by one spawner ({victim}): {first:?}"
+    );
+    // SAFETY: killing a spawner this test's scheduler started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    assert!(
+        wait_until(Duration::from_secs(3), || lost
+            .iter()
+            .all(|(_, (pid, _, _))| !alive(*pid))),
+        "a command outlived its spawner: {lost:?}"
+    );
+    // Each lost firing runs again for its slot, started by a spawner still alive.
+    let again = wait_until(Duration::from_secs(12), || {
+        lost.iter().all(|(j, (_, _, slot))| {
+            ran(&site, j)
+                .iter()
+                .filter(|(_, pp, sl)| sl == slot && *pp != victim)
+                .count()
+                >= 1
+        })
+    });
+    let kept_alive: Vec<bool> = kept.iter().map(|(_, (pid, _, _))| alive(*pid)).collect();
+    let kept_runs = kept
+        .iter()
+        .map(|(j, _)| {
+            site.count(&format!(
+                "SELECT count(*) FROM exactly_runs WHERE job_key = '{j}' AND ended_at IS NULL"
+            ))
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        s.term(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    for (j, _) in &lost {
+        let first_run = site.strings(&format!(
+            "SELECT coalesce(outcome, '-') FROM exactly_runs WHERE job_key = '{j}' \
+             ORDER BY fencing_token LIMIT 1"
+        ));
+        assert_eq!(first_run, ["killed"], "{j}: {}", site.log("s"));
+    }
+    assert!(again, "a lost firing did not run again: {}", site.log("s"));
+    assert!(
+        kept_alive.iter().all(|a| *a),
+        "another spawner's command died with the killed one: {kept:?} alive {kept_alive:?}"
+    );
+    assert!(
+        kept_runs.iter().all(|n| *n == 1),
+        "another spawner's run ended: {kept_runs:?}"
+    );
+    for (j, (_, _, slot)) in &kept {
+        let slots: Vec<String> = ran(&site, j).into_iter().map(|r| r.2).collect();
+        assert_eq!(
+            slots,
+            std::slice::from_ref(slot),
+            "{j} ran again: {}",
+            site.log("s")
+        );
+    }
+    assert!(
+        site.log("s").contains("the spawner process is gone"),
+        "{}",
+        site.log("s")
     );
 }

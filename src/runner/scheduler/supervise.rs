@@ -1,4 +1,4 @@
-//! The scheduler's watch over its two helper processes, the spawner (`spawn/spawner/`) and the
+//! The scheduler's watch over its helper processes, the spawners (`spawn/spawner/`) and the
 //! watchdog (`spawn/watchdog.rs`): each is a process of its own that a signal can kill or freeze
 //! while the scheduler goes on. Looked at every [`EVERY`], well within the stop margin
 //! (`policy::stop_margin`):
@@ -8,12 +8,14 @@
 //!   it may be a debugger's pause) with a new one given every live run's group and deadline;
 //!   the replacement is recorded as a `watchdog_restarted` event;
 //! - a stopped spawner (its state `T`) neither starts nor reaps commands: runs read their
-//!   commands' ends from the kernel (`Spawned::wait_for`), new ones wait a bounded time and are
-//!   recorded `not_started` (`run/execute.rs`), and deadlines are enforced here too. Its death is
-//!   said by its reader (`spawn/spawner/`), at once.
+//!   commands' ends from the kernel (`Spawned::wait_for`), new requests go to the pool's other
+//!   spawners (with none running, they wait a bounded time and are recorded `not_started`,
+//!   `run/execute.rs`), and deadlines are enforced here too. A spawner's death is said by its
+//!   reader (`spawn/spawner/`), at once.
 use crate::runner::run::lend::lend;
 use crate::runner::spawn::spawner;
 use crate::runner::spawn::watchdog::{self, State};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -55,7 +57,8 @@ pub(super) fn start(db: &str, owner: &str) -> Supervisor {
 
 fn watch(stop: &AtomicBool, db: &str, owner: &str) {
     let mut wd_stopped: Option<Instant> = None;
-    let mut spawner_stopped: Option<Instant> = None;
+    // Each stopped spawner, and since when.
+    let mut spawner_stopped: HashMap<i32, Instant> = HashMap::new();
     // After a failed restart (no fork), when to try again.
     let mut retry_at: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
@@ -90,30 +93,33 @@ fn watch(stop: &AtomicBool, db: &str, owner: &str) {
                 wd_stopped = None;
             }
         }
-        let sp = spawner::pid()
-            .filter(|p| spawner::proc_stat(*p).is_some_and(|s| matches!(s.state, 'T' | 't')));
-        match (sp, spawner_stopped) {
-            (Some(pid), None) => {
-                tracing::warn!(
-                    "the spawner process {pid} is stopped: commands' ends are read from the \
-                     kernel, new commands wait for it at most a few seconds (then not_started), \
-                     and the scheduler keeps run deadlines itself"
-                );
-                spawner_stopped = Some(Instant::now());
-            }
-            (None, Some(since)) => {
-                // Gone instead (its reader said so), or running again.
-                if spawner::pid().is_some() {
+        let serving = spawner::pids();
+        for &pid in &serving {
+            let stopped = spawner::proc_stat(pid).is_some_and(|s| matches!(s.state, 'T' | 't'));
+            spawner::set_stopped(pid, stopped);
+            match (stopped, spawner_stopped.get(&pid).copied()) {
+                (true, None) => {
+                    tracing::warn!(
+                        "the spawner process {pid} is stopped: commands' ends are read from the \
+                         kernel, new commands go to the pool's other spawners (with none \
+                         running, they wait at most a few seconds, then not_started), and the \
+                         scheduler keeps run deadlines itself"
+                    );
+                    spawner_stopped.insert(pid, Instant::now());
+                }
+                (false, Some(since)) => {
                     tracing::info!(
-                        "the spawner process runs again (stopped for {})",
+                        "the spawner process {pid} runs again (stopped for {})",
                         crate::time::human_ms(since.elapsed().as_millis() as u64)
                     );
+                    spawner_stopped.remove(&pid);
                 }
-                spawner_stopped = None;
+                _ => {}
             }
-            _ => {}
         }
-        if wd != State::Fine || spawner_stopped.is_some() {
+        // Gone instead (its reader said so).
+        spawner_stopped.retain(|pid, _| serving.contains(pid));
+        if wd != State::Fine || !spawner_stopped.is_empty() {
             enforce();
         }
         std::thread::sleep(EVERY);

@@ -1,5 +1,5 @@
-//! The spawner: one small process per scheduler that starts the runs' commands the moment they
-//! are decided, and reaps them.
+//! The spawners: a pool of small processes per scheduler, one per core, that start the runs'
+//! commands the moment they are decided, and reap them.
 //!
 //! Forking the scheduler itself for each command copies the page tables of a process with
 //! hundreds of threads and stalls them all on copy-on-write faults; starting the `exactly`
@@ -11,10 +11,19 @@
 //! The spawner answers with the pid at once (a command that cannot be started exits 127 with
 //! why on its output, as a shell's would) and later with its wait status.
 //!
+//! One spawner starts commands one after another (each `clone` waits for its child's exec), and
+//! a burst of 500 due at once queued behind it for most of its lag (docs/performance.md): so
+//! there is one per core (`EXACTLY_SPAWNERS` sets how many), each with its own socket, and a
+//! request goes to the spawner with the fewest requests unanswered (a busy or frozen one's
+//! grow), never to one the supervisor found stopped while another runs. Each holds what the
+//! one did: everything below is per spawner.
+//!
 //! What a command dies with is unchanged: the scheduler's death closes the socket and the
 //! spawner SIGKILLs every group it started, then exits (and the watchdog, see `watchdog.rs`,
 //! stops the groups too); the spawner's death SIGKILLs each command (`PR_SET_PDEATHSIG`), and
-//! the scheduler hears of it as a lost command (its run `killed`, its firing going again).
+//! the scheduler hears of it as a lost command (its run `killed`, its firing going again), and
+//! the pool's other spawners go on starting commands (once none is left, the scheduler starts
+//! them itself).
 //!
 //! The spawner is a process a signal can freeze (SIGSTOP): the scheduler does not depend on
 //! its word alone. A command's end also comes from the kernel (a pidfd opened at `Started`,
@@ -32,9 +41,9 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub(crate) mod process;
@@ -46,6 +55,10 @@ pub(crate) static SELF_EXEC: AtomicBool = AtomicBool::new(false);
 
 /// The hidden first argument under which the `exactly` binary is a scheduler's spawner.
 pub(crate) const SPAWNER_ARG: &str = "__exactly-spawner";
+/// How many spawners a scheduler starts (default: one per core).
+pub(crate) const SPAWNERS_VAR: &str = "EXACTLY_SPAWNERS";
+/// Most spawners in a pool.
+const MAX_SPAWNERS: usize = 64;
 /// The spawner's copy of the watchdog's pipe, when it has one.
 const WATCHDOG_FD: RawFd = 3;
 /// Largest message either way (a command's arguments and environment).
@@ -131,34 +144,106 @@ enum Heard {
     Lost,
 }
 
+/// One spawner process of the pool, as the scheduler talks to it.
 struct Client {
     /// The spawner process's pid.
     pid: i32,
     sock: Mutex<OwnedFd>,
     waiting: Mutex<HashMap<u64, Sender<Heard>>>,
-    next: AtomicU64,
+    /// Requests sent and not answered yet (started or refused): a busy or frozen spawner's
+    /// grow, so new ones go to another.
+    unanswered: AtomicUsize,
+    /// Found stopped (SIGSTOP) by the supervisor: no request goes to it while another runs.
+    stopped: AtomicBool,
     gone: AtomicBool,
 }
 
-fn client() -> Option<&'static Client> {
-    client_cell()
-        .get_or_init(|| match start() {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(
-                    "no spawner process ({e}): each command is started by forking the scheduler",
-                );
-                None
-            }
-        })
-        .as_ref()
-        .filter(|c| !c.gone.load(Ordering::SeqCst))
+impl Client {
+    fn serves(&self) -> bool {
+        !self.gone.load(Ordering::SeqCst)
+    }
 }
 
-/// Starts the spawner if this is the `exactly` binary and it is not running yet; true when
-/// commands go through it. (A program embedding the library starts its commands itself.)
+/// The spawners of this process.
+struct Pool {
+    members: Vec<Arc<Client>>,
+    /// Request ids, unique across the pool.
+    next: AtomicU64,
+}
+
+impl Pool {
+    /// The spawner a new request goes to: of those serving and not stopped (of those serving
+    /// when all are stopped), the one with the fewest requests unanswered; ties go round.
+    fn pick(&self, id: u64) -> Option<&Arc<Client>> {
+        let n = self.members.len();
+        let serving = || {
+            (0..n)
+                .map(move |k| &self.members[(id as usize + k) % n])
+                .filter(|c| c.serves())
+        };
+        let least = |c: &&Arc<Client>| c.unanswered.load(Ordering::Relaxed);
+        serving()
+            .filter(|c| !c.stopped.load(Ordering::Relaxed))
+            .min_by_key(least)
+            .or_else(|| serving().min_by_key(least))
+    }
+
+    fn serving(&self) -> impl Iterator<Item = &Arc<Client>> {
+        self.members.iter().filter(|c| c.serves())
+    }
+}
+
+/// The pool, started on first use: None when no spawner could be started, or none serves.
+fn pool() -> Option<&'static Pool> {
+    pool_cell()
+        .get_or_init(start_pool)
+        .as_ref()
+        .filter(|p| p.serving().next().is_some())
+}
+
+/// The pool once started, without starting it.
+fn pool_now() -> Option<&'static Pool> {
+    pool_cell().get().and_then(Option::as_ref)
+}
+
+/// How many spawners: `EXACTLY_SPAWNERS`, else one per core.
+fn pool_size() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::var(SPAWNERS_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(cores)
+        .min(MAX_SPAWNERS)
+}
+
+fn start_pool() -> Option<Pool> {
+    let mut members = Vec::new();
+    for _ in 0..pool_size() {
+        match start() {
+            Ok(c) => members.push(c),
+            Err(e) => {
+                tracing::warn!("cannot start a spawner process ({e})");
+                break;
+            }
+        }
+    }
+    if members.is_empty() {
+        tracing::warn!("no spawner process: each command is started by forking the scheduler");
+        return None;
+    }
+    let pids: Vec<String> = members.iter().map(|c| c.pid.to_string()).collect();
+    tracing::info!("spawner processes {} started", pids.join(", "));
+    Some(Pool {
+        members,
+        next: AtomicU64::new(1),
+    })
+}
+
+/// Starts the spawners if this is the `exactly` binary and they are not running yet; true when
+/// commands go through them. (A program embedding the library starts its commands itself.)
 pub(crate) fn ready() -> bool {
-    SELF_EXEC.load(Ordering::Relaxed) && client().is_some()
+    SELF_EXEC.load(Ordering::Relaxed) && pool().is_some()
 }
 
 /// A command started by the spawner.
@@ -265,24 +350,27 @@ pub(crate) fn proc_stat(pid: i32) -> Option<crate::sender::Stat> {
     crate::sender::stat(pid)
 }
 
-/// The spawner process, while it serves: its pid (None before it started, or once gone).
-pub(crate) fn pid() -> Option<i32> {
-    client_cell()
-        .get()
-        .and_then(Option::as_ref)
-        .filter(|c| !c.gone.load(Ordering::SeqCst))
-        .map(|c| c.pid)
+/// The spawner processes that serve: their pids (none before they started, or once gone).
+pub(crate) fn pids() -> Vec<i32> {
+    pool_now()
+        .map(|p| p.serving().map(|c| c.pid).collect())
+        .unwrap_or_default()
 }
 
-/// Hands the spawner the pipe of a restarted watchdog, so the commands it starts are held from
-/// their first instant again (until then each run arms its group itself once started). Never
-/// blocks: a frozen spawner with a full socket is not waited for. False when not handed.
+/// The supervisor found spawner `pid` stopped (SIGSTOP), or running again: while stopped, no
+/// request goes to it unless every spawner is.
+pub(crate) fn set_stopped(pid: i32, stopped: bool) {
+    if let Some(c) = pool_now().and_then(|p| p.members.iter().find(|c| c.pid == pid)) {
+        c.stopped.store(stopped, Ordering::Relaxed);
+    }
+}
+
+/// Hands every spawner the pipe of a restarted watchdog, so the commands they start are held
+/// from their first instant again (until then each run arms its group itself once started).
+/// Never blocks: a frozen spawner with a full socket is not waited for. False when not handed
+/// to each.
 pub(crate) fn hand_watchdog(pipe: RawFd) -> bool {
-    let Some(c) = client_cell()
-        .get()
-        .and_then(Option::as_ref)
-        .filter(|c| !c.gone.load(Ordering::SeqCst))
-    else {
+    let Some(p) = pool_now() else {
         return false;
     };
     let Ok(msg) = serde_json::to_vec(&PipeRequest {
@@ -291,9 +379,13 @@ pub(crate) fn hand_watchdog(pipe: RawFd) -> bool {
     }) else {
         return false;
     };
-    c.sock
-        .lock()
-        .is_ok_and(|s| send_with_flags(s.as_raw_fd(), &msg, Some(pipe), libc::MSG_DONTWAIT).is_ok())
+    let mut all = true;
+    for c in p.serving() {
+        all &= c.sock.lock().is_ok_and(|s| {
+            send_with_flags(s.as_raw_fd(), &msg, Some(pipe), libc::MSG_DONTWAIT).is_ok()
+        });
+    }
+    all
 }
 
 /// Starts `launch` through the spawner with `output` as its stdout and stderr. None when
@@ -307,25 +399,25 @@ pub(crate) fn launch(
 ) -> Option<io::Result<Spawned>> {
     // Only a scheduler that started one (see [`ready`]): a single run in the foreground
     // (`exactly trigger`) starts its one command itself.
-    let c = client_cell()
-        .get()
-        .and_then(Option::as_ref)
-        .filter(|c| !c.gone.load(Ordering::SeqCst))?;
-    let id = c.next.fetch_add(1, Ordering::Relaxed);
-    let (tx, rx) = mpsc::channel();
-    if let Ok(mut w) = c.waiting.lock() {
-        w.insert(id, tx);
-    }
+    let p = pool_now()?;
+    let id = p.next.fetch_add(1, Ordering::Relaxed);
+    let c = p.pick(id)?;
     let msg = match serde_json::to_vec(&Request { id, launch }) {
         Ok(m) => m,
         Err(e) => return Some(Err(io::Error::other(e))),
     };
+    let (tx, rx) = mpsc::channel();
+    if let Ok(mut w) = c.waiting.lock() {
+        w.insert(id, tx);
+    }
+    c.unanswered.fetch_add(1, Ordering::Relaxed);
     let sent = c
         .sock
         .lock()
         .map_err(|_| io::Error::other("spawner socket poisoned"))
         .and_then(|s| send_with_fd(s.as_raw_fd(), &msg, Some(output.as_raw_fd())));
     if let Err(e) = sent {
+        answered(c);
         if let Ok(mut w) = c.waiting.lock() {
             w.remove(&id);
         }
@@ -374,7 +466,15 @@ pub(crate) fn launch(
 /// spawner that read it in time.
 const START_SLACK_NS: u64 = 200_000_000;
 
-fn start() -> io::Result<Client> {
+/// One request of `c`'s answered (or never sent).
+fn answered(c: &Client) {
+    let _ = c
+        .unanswered
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// Starts one spawner process, and the thread that reads its words.
+fn start() -> io::Result<Arc<Client>> {
     let (ours, theirs) = socketpair()?;
     // The spawner's socket is its stdin, and the watchdog's pipe its descriptor 3: nothing else
     // of ours reaches it.
@@ -400,23 +500,24 @@ fn start() -> io::Result<Client> {
     // It is reaped by the reader thread's end, or lives as long as we do.
     let pid = child.id();
     let read_fd = ours.try_clone()?;
-    let client = Client {
+    let client = Arc::new(Client {
         pid: pid as i32,
         sock: Mutex::new(ours),
         waiting: Mutex::new(HashMap::new()),
-        next: AtomicU64::new(1),
+        unanswered: AtomicUsize::new(0),
+        stopped: AtomicBool::new(false),
         gone: AtomicBool::new(false),
-    };
+    });
+    let c = client.clone();
     std::thread::Builder::new()
         .name("spawner-reader".into())
-        .spawn(move || read_replies(read_fd, child))?;
-    tracing::info!("spawner process {pid} started");
+        .spawn(move || read_replies(read_fd, child, &c))?;
     Ok(client)
 }
 
-/// Routes the spawner's words to the runs waiting for them; when it is gone, every run still
-/// waiting hears so.
-fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
+/// Routes a spawner's words to the runs waiting for them; when it is gone, every run still
+/// waiting on it hears so.
+fn read_replies(sock: OwnedFd, mut child: std::process::Child, c: &Client) {
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
         // SAFETY: buf is valid for its length; the socket is ours.
@@ -430,7 +531,9 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
         let Ok(said) = serde_json::from_slice::<Said>(&buf[..n as usize]) else {
             continue;
         };
-        let Some(c) = client_now() else { continue };
+        if !matches!(said, Said::Exited { .. }) {
+            answered(c);
+        }
         let Ok(mut w) = c.waiting.lock() else {
             continue;
         };
@@ -457,35 +560,27 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child) {
             w.remove(&id);
         }
     }
-    if let Some(c) = client_now() {
-        c.gone.store(true, Ordering::SeqCst);
-        tracing::error!(
-            "the spawner process is gone: its running commands died with it; \
-                         new ones are started by forking the scheduler"
-        );
-        if let Ok(mut w) = c.waiting.lock() {
-            for (_, tx) in w.drain() {
-                let _ = tx.send(Heard::Lost);
-            }
+    c.gone.store(true, Ordering::SeqCst);
+    let left = pool_now().map_or(0, |p| p.serving().count());
+    let then = match left {
+        0 => "new ones are started by forking the scheduler".to_string(),
+        n => format!("new ones go to the {n} other(s) of the pool"),
+    };
+    tracing::error!(
+        "the spawner process is gone (pid {}): its running commands died with it; {then}",
+        c.pid
+    );
+    if let Ok(mut w) = c.waiting.lock() {
+        for (_, tx) in w.drain() {
+            let _ = tx.send(Heard::Lost);
         }
     }
     let _ = child.wait();
 }
 
-/// The client once set up (the reader thread may hear before `start` returned).
-fn client_now() -> Option<&'static Client> {
-    for _ in 0..1000 {
-        if let Some(c) = client_cell().get().and_then(Option::as_ref) {
-            return Some(c);
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    None
-}
-
-/// The one spawner of this process (set up by the first [`client`] call).
-fn client_cell() -> &'static OnceLock<Option<Client>> {
-    static CELL: OnceLock<Option<Client>> = OnceLock::new();
+/// The spawners of this process (set up by the first [`pool`] call).
+fn pool_cell() -> &'static OnceLock<Option<Pool>> {
+    static CELL: OnceLock<Option<Pool>> = OnceLock::new();
     &CELL
 }
 

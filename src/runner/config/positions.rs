@@ -37,7 +37,14 @@ struct Jobs {
 impl Positions {
     /// The positions in `text`; empty where it is not a TOML document of `[[job]]` tables.
     pub(crate) fn read(text: &str) -> Positions {
-        let line = |offset: usize| line_of(text, offset);
+        // Line starts found once: a key's line is then a binary search, not a count of the
+        // newlines before it (10,000 jobs took 51 s to check that way).
+        let newlines: Vec<usize> = text
+            .bytes()
+            .enumerate()
+            .filter_map(|(i, b)| (b == b'\n').then_some(i))
+            .collect();
+        let line = |offset: usize| newlines.partition_point(|&nl| nl < offset) + 1;
         let top = toml::from_str::<BTreeMap<toml::Spanned<String>, IgnoredAny>>(text)
             .map(|m| {
                 m.keys()
@@ -122,15 +129,6 @@ pub(crate) fn key_of<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Opt
     })
     .min()
     .map(|(_, k)| k.to_string())
-}
-
-/// The 1-based line of a byte offset.
-pub(crate) fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
 }
 
 /// The known key a typo was most likely meant to be.

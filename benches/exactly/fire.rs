@@ -136,6 +136,18 @@ fn scheduler_ticks(pid: u32) -> Res<u64> {
     Ok(total)
 }
 
+/// One stamp command of a floor, started at once with nothing between it and the kernel.
+fn floor_stamp(cmd: &[String], i: usize) -> Res<Child> {
+    Ok(Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env("EXACTLY_SCHEDULED_AT", "floor")
+        .env("EXACTLY_JOB", i.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
 /// The machine's own limit: `n` of the same stamp commands started back to back from this
 /// process (`posix_spawn`, no scheduler, no database), each one's start minus the instant the
 /// first was asked for, ms, sorted. A burst of `n` firings due at one instant cannot start
@@ -148,16 +160,7 @@ pub(crate) fn spawn_floor(dir: &Path, n: usize) -> Res<Vec<f64>> {
     let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let mut kids = Vec::with_capacity(n);
     for i in 0..n {
-        kids.push(
-            Command::new(&cmd[0])
-                .args(&cmd[1..])
-                .env("EXACTLY_SCHEDULED_AT", "floor")
-                .env("EXACTLY_JOB", i.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?,
-        );
+        kids.push(floor_stamp(&cmd, i)?);
     }
     for mut k in kids {
         k.wait()?;
@@ -391,16 +394,7 @@ fn spread_floor(dir: &Path, offsets: &[f64]) -> Res<Vec<f64>> {
         if wait > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
         }
-        kids.push(
-            Command::new(&cmd[0])
-                .args(&cmd[1..])
-                .env("EXACTLY_SCHEDULED_AT", "floor")
-                .env("EXACTLY_JOB", i.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?,
-        );
+        kids.push(floor_stamp(&cmd, *i)?);
         // Reaped as they go: thousands of zombies are not what a scheduler leaves.
         kids.retain_mut(|k| !matches!(k.try_wait(), Ok(Some(_))));
     }

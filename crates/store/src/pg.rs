@@ -373,8 +373,10 @@ impl PgStore {
             if !ended && conn.batch("ROLLBACK").is_err() {
                 conn.broken = true;
             }
-            // A COMMIT that got no answer from the server may have left anything behind.
-            if ended && !matches!(&e, DbError::Pg(p) if p.as_db_error().is_some()) {
+            // After COMMIT, only a serialization failure or deadlock leaves the session idle
+            // and whole. Any other end (no answer, or the server ending the session, 57P01,
+            // as the fault point `finish_reply_lost` does) leaves a connection not to reuse.
+            if ended && !retryable(&e) {
                 conn.broken = true;
             }
             if !(retryable(&e) && attempt < MAX_TRIES) {

@@ -47,6 +47,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub(crate) mod process;
+mod socket;
+
+use socket::{recv_with_fd, send_with_fd, send_with_flags, socketpair, MAX_MESSAGE};
 
 /// Set by the `exactly` binary (see [`crate::cli::main`]): this process's own executable
 /// understands the hidden argument of `start.rs` (`EXEC_ARG`), so commands are started through
@@ -61,8 +64,6 @@ pub(crate) const SPAWNERS_VAR: &str = "EXACTLY_SPAWNERS";
 const MAX_SPAWNERS: usize = 64;
 /// The spawner's copy of the watchdog's pipe, when it has one.
 const WATCHDOG_FD: RawFd = 3;
-/// Largest message either way (a command's arguments and environment).
-const MAX_MESSAGE: usize = 256 * 1024;
 
 /// A command to start.
 #[derive(Debug, Serialize, Deserialize)]
@@ -582,105 +583,6 @@ fn read_replies(sock: OwnedFd, mut child: std::process::Child, c: &Client) {
 fn pool_cell() -> &'static OnceLock<Option<Pool>> {
     static CELL: OnceLock<Option<Pool>> = OnceLock::new();
     &CELL
-}
-
-fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: fds has room for two descriptors.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are ours alone.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Sends one message, with `fd` attached when given.
-fn send_with_fd(sock: RawFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
-    send_with_flags(sock, msg, fd, 0)
-}
-
-/// [`send_with_fd`] with `sendmsg` flags added (`MSG_DONTWAIT`).
-fn send_with_flags(sock: RawFd, msg: &[u8], fd: Option<RawFd>, flags: i32) -> io::Result<()> {
-    let mut iov = libc::iovec {
-        iov_base: msg.as_ptr() as *mut libc::c_void,
-        iov_len: msg.len(),
-    };
-    // Room for one descriptor's control message, aligned as cmsghdr needs.
-    let mut control = [0u64; 4];
-    // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: CMSG_SPACE/CMSG_LEN are pure; control is large enough for one int.
-        unsafe {
-            hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = libc::CMSG_SPACE(size_of::<RawFd>() as u32) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&hdr);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        }
-    }
-    loop {
-        // SAFETY: hdr points at live buffers (see above).
-        let n = unsafe { libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL | flags) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// Receives one message into `buf`: its length (0 at end of file) and the descriptor attached.
-fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: as in send_with_fd.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = size_of_val(&control) as _;
-    let n = loop {
-        // SAFETY: hdr points at live buffers.
-        let n = unsafe { libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
-    let mut fd = None;
-    // SAFETY: the kernel filled hdr's control buffer; we walk it with the CMSG macros.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-                fd = Some(OwnedFd::from_raw_fd(raw));
-            }
-            cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
-        }
-    }
-    Ok((n, fd))
 }
 
 #[cfg(test)]

@@ -76,17 +76,7 @@ pub(crate) fn fire_run_env(dir: &Path, jobs: usize, secs: f64, env: &[(&str, &st
         cpu_last = ticks;
         std::thread::sleep(Duration::from_millis(100));
     }
-    // SAFETY: signalling the scheduler we started; SIGTERM stops it gracefully.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait()?.is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("exactly run did not stop within 30 s of SIGTERM".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stop(&mut child)?;
     let c = Connection::open(&db)?;
     let mut stmt = c.prepare(
         "SELECT (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 FROM exactly_runs

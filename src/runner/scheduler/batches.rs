@@ -207,12 +207,16 @@ fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part>
         .collect()
 }
 
+/// A slot's catch-up window, counted from the slot: its jitter, then its start window.
+fn catchup_window(job: &Job, slot: Ts) -> Duration {
+    job.start_window() + (job.due_at(slot) - slot).to_std().unwrap_or(Duration::ZERO)
+}
+
 /// How late after its slot a firing may be decided and still run: its jitter, then its start
 /// window; or, a slot this scheduler was alive for, until its next slot (see
 /// `missed::runs_late_until`).
 fn window(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Duration {
-    let jitter = (job.due_at(slot) - slot).to_std().unwrap_or(Duration::ZERO);
-    let window = job.start_window() + jitter;
+    let window = catchup_window(job, slot);
     match runs_late_until(job, slot, alive_since, health) {
         Some(next) => window.max((next - slot).to_std().unwrap_or(Duration::ZERO)),
         None => window,
@@ -270,13 +274,9 @@ fn decide(
 fn say_run_late(states: &[JobState], parts: &[Part], decided: &[Result<DueFate>]) {
     let now = time::now();
     let mut late = parts.iter().zip(decided).filter_map(|((i, slot, ..), d)| {
-        let job = &states[*i].job;
-        let jitter = (job.due_at(*slot) - *slot)
-            .to_std()
-            .unwrap_or(Duration::ZERO);
         let lag = (now - *slot).to_std().unwrap_or(Duration::ZERO);
         let started = matches!(d, Ok(DueFate::Fired(Fired::Started(_))));
-        (started && lag > job.start_window() + jitter).then_some(lag)
+        (started && lag > catchup_window(&states[*i].job, *slot)).then_some(lag)
     });
     let Some(first) = late.next() else {
         return;

@@ -21,8 +21,7 @@ pub(super) fn event_row(r: &Row<'_>) -> DbResult<EventRow> {
 
 /// A job's `submitted`/`unknown` rows, in the words the open-effects index needs: its own term
 /// first (see `effect_ledger_open` in schema.rs), then the narrower one.
-pub(super) const JOB_OPEN: &str =
-    "state IN ('claimed', 'submitted', 'unknown') AND state IN ('submitted', 'unknown')";
+pub(super) const JOB_OPEN: &str = concat!(open_term!(), " AND state IN ('submitted', 'unknown')");
 
 pub(super) const EVENT_COLS: &str =
     "id, at, kind, job_key, effect_key, fencing_token, actor, detail";
@@ -209,7 +208,7 @@ impl Store {
         );
         // The partial index is used only when its own term is repeated (see JOB_OPEN).
         let term = if open {
-            "state IN ('claimed', 'submitted', 'unknown') AND "
+            concat!(open_term!(), " AND ")
         } else {
             ""
         };

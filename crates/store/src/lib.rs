@@ -14,6 +14,29 @@
 // `pub` only on what the crate root reaches, the surface the library may name; all else is
 // `pub(crate)`, so a glance at an item says whether anything outside the store can use it.
 #![warn(unreachable_pub)]
+
+/// The open-effects index's own term (`effect_ledger_open`, schema.rs), for a query to repeat
+/// word for word (SQLite uses a partial index only for a query that repeats its term); with a
+/// table alias, `open_term!("e")`. Written as `OR`s rather than `state IN ('claimed',
+/// 'submitted', 'unknown')`: for a constant list of more than two values SQLite builds an
+/// ephemeral b-tree each time a statement tests it, and every write of a ledger row tests the
+/// index's term (three b-trees built and dropped in each effect's lifecycle, schema 9).
+macro_rules! open_term {
+    () => {
+        "(state = 'claimed' OR state = 'submitted' OR state = 'unknown')"
+    };
+    ($t:literal) => {
+        concat!(
+            "(",
+            $t,
+            ".state = 'claimed' OR ",
+            $t,
+            ".state = 'submitted' OR ",
+            $t,
+            ".state = 'unknown')"
+        )
+    };
+}
 mod approval;
 mod checklist_read;
 mod checklist_rows;

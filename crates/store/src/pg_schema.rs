@@ -108,6 +108,11 @@ fn create(store: &PgStore) -> DbResult<()> {
         for sql in PG_ONLY {
             tx.exec(sql, &[])?;
         }
+        for (since, drop) in super::schema::REDEFINED_INDEXES {
+            if version < *since {
+                tx.exec(drop, &[])?;
+            }
+        }
         for ix in super::schema::INDEXES {
             tx.exec(ix, &[])?;
         }

@@ -100,11 +100,14 @@ pub(crate) fn held(tx: &Tx<'_>, now: &str) -> DbResult<bool> {
     );
     let floor = meta(tx, "token_floor")?.unwrap_or(0);
     let open: i64 = tx.one(
-        "SELECT count(*) FROM effect_ledger e
-         WHERE e.state IN ('claimed', 'submitted', 'unknown') AND e.created_at <= ?1
+        concat!(
+            "SELECT count(*) FROM effect_ledger e WHERE ",
+            open_term!("e"),
+            " AND e.created_at <= ?1
            AND (e.updated_at >= ?1
                 OR e.fencing_token = (SELECT max(o.fencing_token) FROM effect_ledger o
-                                      WHERE o.job_key = e.job_key AND o.fencing_token < ?2))",
+                                      WHERE o.job_key = e.job_key AND o.fencing_token < ?2))"
+        ),
         args![at.as_str(), floor],
         |r| r.get(0),
     )?;

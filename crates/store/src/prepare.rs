@@ -1,7 +1,8 @@
 //! Opening a database: creating the schema (`schema.rs` defines it), adopting the seed's tables,
 //! and refusing foreign, newer or unwritable databases.
 use super::schema::{
-    Table, CORE_TABLES, DROPPED_INDEXES, INDEXES, SCHEMA_VERSION, SEED_DURATIONS, TABLES, TRIGGERS,
+    Table, CORE_TABLES, DROPPED_INDEXES, INDEXES, REDEFINED_INDEXES, SCHEMA_VERSION,
+    SEED_DURATIONS, TABLES, TRIGGERS,
 };
 use super::Store;
 use exactly_words::{Error, Result};
@@ -272,6 +273,13 @@ fn create(store: &mut Store, unique: bool) -> std::result::Result<(), Prep> {
         }
         if !unique {
             tx.execute(UNIQUE_KEY, [])?;
+        }
+        // Read in this transaction: another process may have upgraded the file meanwhile.
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (since, drop) in REDEFINED_INDEXES {
+            if version < *since {
+                tx.execute(drop, [])?;
+            }
         }
         for ix in DROPPED_INDEXES.iter().chain(INDEXES) {
             tx.execute(ix, [])?;

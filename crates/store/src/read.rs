@@ -17,20 +17,25 @@ pub const OPEN_SHOWN: usize = 1000;
 
 /// `claimed` rows whose claiming token's lease expired or was superseded, not waiting for a
 /// person and not handed back by an operator: reserved, then abandoned.
-pub(super) const LEAKED: &str =
-    "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
-    AND e.state = 'claimed' AND e.resolved_at IS NULL
+pub(super) const LEAKED: &str = concat!(
+    "FROM effect_ledger e WHERE ",
+    open_term!("e"),
+    " AND e.state = 'claimed' AND e.resolved_at IS NULL
     AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = e.effect_key
                     AND a.state IN ('pending', 'approved'))
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
-                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))";
+                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))"
+);
 
 /// Open effects: `unknown`, and `submitted` whose holder's lease is gone (in-flight sends of a
 /// live lease are not unknown yet).
-const OPEN: &str = "FROM effect_ledger e WHERE e.state IN ('claimed', 'submitted', 'unknown')
-    AND (e.state = 'unknown' OR (e.state = 'submitted'
+const OPEN: &str = concat!(
+    "FROM effect_ledger e WHERE ",
+    open_term!("e"),
+    " AND (e.state = 'unknown' OR (e.state = 'submitted'
     AND NOT EXISTS (SELECT 1 FROM job_lease l WHERE l.job_key = e.job_key AND l.lease_until > ?1
-                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))";
+                    AND (e.fencing_token IS NULL OR l.fencing_token = e.fencing_token))))"
+);
 
 fn count(tx: &Tx<'_>, sql: &str, p: &[super::db::Arg<'_>]) -> DbResult<u64> {
     tx.one(sql, p, |r| r.get::<i64>(0)).map(|n| n.max(0) as u64)

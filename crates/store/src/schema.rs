@@ -2,7 +2,7 @@
 //! database against it is `prepare.rs`.
 
 /// Stored in `PRAGMA user_version`. A database with a higher number is refused.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Every table we own or adopt, with the columns that identify it as ours (a table of the same
 /// name without them belongs to something else) and the columns we add when adopting.
@@ -201,14 +201,24 @@ pub(super) const DROPPED_INDEXES: &[&str] = &[
     "DROP INDEX IF EXISTS exactly_events_kind_at",
 ];
 
+/// Indexes whose definition changed, with the schema version that changed it: a database of an
+/// older version has the old one dropped before `INDEXES` makes the new one.
+pub(super) const REDEFINED_INDEXES: &[(i64, &str)] = &[
+    // Its term, `state IN (…three…)`, became `open_term!`'s `OR`s (schema version 10).
+    (10, "DROP INDEX IF EXISTS effect_ledger_open"),
+];
+
 pub(crate) const INDEXES: &[&str] = &[
     // Only the open rows: what the dashboard, the in-flight checks and the per-job lists look
     // for. A finished effect leaves it, so the index stays as small as the open work and a
     // lifecycle writes one index page less at its start and two less at its end. A query uses
-    // it only when it repeats the term `state IN ('claimed', 'submitted', 'unknown')` exactly
-    // (SQLite's rule for partial indexes); the store's plan test checks each one does.
-    "CREATE INDEX IF NOT EXISTS effect_ledger_open ON effect_ledger (state, job_key, updated_at)
-       WHERE state IN ('claimed', 'submitted', 'unknown')",
+    // it only when it repeats its term (`open_term!`) exactly (SQLite's rule for partial
+    // indexes); the store's plan test checks each one does.
+    concat!(
+        "CREATE INDEX IF NOT EXISTS effect_ledger_open ON effect_ledger (state, job_key, \
+         updated_at) WHERE ",
+        open_term!()
+    ),
     // The last-24h counts of the two kinds the dashboard shows by window; other events (an
     // effect's end, a run's) stay out of it. Queries repeat the term (see effect_ledger_open).
     "CREATE INDEX IF NOT EXISTS exactly_events_windowed ON exactly_events (kind, at)

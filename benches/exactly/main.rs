@@ -8,7 +8,8 @@
 //! binary that `cargo bench` builds (`CARGO_BIN_EXE_exactly`). `EXACTLY_BENCH_SMOKE=1` runs every
 //! part at tiny sizes for seconds (CI does this: it checks the benches still work, not the
 //! figures). `EXACTLY_BENCH_ONLY=write,lifecycle,claims,poll,top,fire,contain,chaos,pg` runs a
-//! subset (the summary then holds only those keys); `fire` includes `contain`, the fire lag and
+//! subset (the summary then holds only those keys; `pgwrite` is the `pg` part's write ratio and
+//! its counts alone); `fire` includes `contain`, the fire lag and
 //! wrapped sends with containment on and off (`contain.rs`). The ratios the docs lead with
 //! (fire lag ÷ spawn floor, containment's costs) are rows of the table beside their figures.
 //!
@@ -37,6 +38,8 @@ mod fire;
 mod lifecycle;
 mod output;
 mod pg;
+#[path = "../../tests/support/pg_wire.rs"]
+mod pg_wire;
 mod poll;
 mod scaleout;
 mod stamp;
@@ -148,7 +151,7 @@ fn main() -> Res<()> {
     let pg_url = std::env::var("EXACTLY_BENCH_PG")
         .ok()
         .filter(|u| !u.trim().is_empty());
-    for part in ["pg", "scaleout"] {
+    for part in ["pg", "pgwrite", "scaleout"] {
         if wants(part) && only.is_some() && pg_url.is_none() {
             return Err(format!(
                 "EXACTLY_BENCH_ONLY names {part}, but EXACTLY_BENCH_PG is not set \
@@ -196,6 +199,9 @@ fn main() -> Res<()> {
     }
     if let (true, Some(url)) = (wants("pg"), &pg_url) {
         pg(&plan, url, &mut out)?;
+    } else if let (true, Some(url)) = (wants("pgwrite"), &pg_url) {
+        eprintln!("bench: pg_write_ratio …");
+        pg_write_ratio(&plan, url, &mut out)?;
     }
     if wants("top") {
         if let Some(big) = &large {

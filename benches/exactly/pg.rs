@@ -150,6 +150,163 @@ pub(crate) fn pg_write_ratio(plan: &Plan, url: &str, out: &mut Map<String, Value
     out.insert("pg_write_ratio".into(), json!(round(life_s / bare_s, 3)));
     out.insert("pg_lifecycles_per_s".into(), json!(round(life_s, 0)));
     out.insert("pg_bare_commits_per_s".into(), json!(round(bare_s, 0)));
+    pg_write_counts(plan, url, out)
+}
+
+/// The server's marks around a measured stretch: its committed transactions (this database's,
+/// whoever else uses it), its WAL position and its full-page images (the whole cluster's).
+struct Marks {
+    xacts: i64,
+    lsn: i64,
+    fpi: i64,
+}
+
+fn marks(c: &mut postgres::Client) -> Res<Marks> {
+    // A fresh reading, not the snapshot of this session's last one.
+    c.batch_execute("SELECT pg_stat_clear_snapshot()")?;
+    let r = c.query_one(
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+                (pg_current_wal_lsn() - '0/0')::bigint, (SELECT wal_fpi FROM pg_stat_wal)",
+        &[],
+    )?;
+    Ok(Marks {
+        xacts: r.get(0),
+        lsn: r.get(1),
+        fpi: r.get(2),
+    })
+}
+
+/// WAL records and bytes between `from` and `to` (LSNs as bytes) of the transactions that
+/// touched `schema`'s relations (each of its relations written by this bench alone), and any
+/// record of a page of them: what the measured writes cost, without the rest of the cluster's
+/// WAL. Needs the `pg_walinspect` extension in the database (PostgreSQL 15+; made by a
+/// superuser): None without it.
+fn own_wal(c: &mut postgres::Client, schema: &str, from: i64, to: i64) -> Res<Option<(i64, i64)>> {
+    let installed = c
+        .query_opt(
+            "SELECT 1 FROM pg_extension WHERE extname = 'pg_walinspect'",
+            &[],
+        )?
+        .is_some();
+    if !installed {
+        return Ok(None);
+    }
+    let r = c.query_one(
+        "WITH rel AS (
+           SELECT '/' || (SELECT oid FROM pg_database WHERE datname = current_database()) || '/'
+                  || pg_relation_filenode(oid) || ' ' AS tag
+           FROM pg_class WHERE relnamespace = $1::text::regnamespace AND pg_relation_filenode(oid) > 0),
+         r AS (SELECT * FROM pg_get_wal_records_info(
+                 ('0/0'::pg_lsn + $2::text::numeric), ('0/0'::pg_lsn + $3::text::numeric))),
+         touched AS (SELECT r.* FROM r WHERE EXISTS
+                       (SELECT 1 FROM rel WHERE strpos(r.block_ref || ' ', rel.tag) > 0)),
+         ours AS (SELECT * FROM r WHERE xid <> 0 AND xid IN (SELECT xid FROM touched)
+                  UNION SELECT * FROM touched)
+         SELECT count(*)::bigint, coalesce(sum(record_length), 0)::bigint FROM ours",
+        &[&schema, &from.to_string(), &to.to_string()],
+    )?;
+    Ok(Some((r.get(0), r.get(1))))
+}
+
+/// Per lifecycle (as `pg_write_ratio` runs them) and per bare commit, what does not depend on
+/// the machine's load: round trips, statements, prepares and commits on the wire (counted by a
+/// relay between client and server, `tests/support/pg_wire.rs`), and the server's own count of
+/// transactions, its WAL bytes and full-page images over the same stretch. The server's counts
+/// include whatever else ran on it meanwhile (transactions: on this database; WAL: anywhere,
+/// `*_all`); the WAL bytes reported are the measured writes' own where `pg_walinspect` tells
+/// them apart ([`own_wal`], `wal_own` says which).
+pub(crate) fn pg_write_counts(plan: &Plan, url: &str, out: &mut Map<String, Value>) -> Res<()> {
+    let n: u64 = if plan.smoke { 50 } else { 1_000 };
+    // Backends report their transactions at most every ~10 s once idle (PostgreSQL 15).
+    let flush = Duration::from_secs(if plan.smoke { 1 } else { 11 });
+    let mut stats = pg_connect(url)?;
+    let per = |v: i64| json!(round(v as f64 / n as f64, 2));
+    let wire = |c: pg_wire::Counts| {
+        json!({"round_trips": round(c.round_trips as f64 / n as f64, 2),
+               "statements": round(c.statements as f64 / n as f64, 2),
+               "parses": round(c.parses as f64 / n as f64, 2),
+               "commits": round(c.commits as f64 / n as f64, 2),
+               "rollbacks": round(c.rollbacks as f64 / n as f64, 2)})
+    };
+
+    let schema = PgSchema::create(url, "counts")?;
+    let relay = pg_wire::Relay::start(&schema.url)?;
+    let (mut store, ctx) = ledger_with_lease(&relay.url)?;
+    // The statements prepared and the pages allocated first, as in a ledger long in use.
+    for i in 0..20 {
+        lifecycle(&mut store, &ctx, i)?;
+    }
+    std::thread::sleep(flush);
+    let (before, w0) = (marks(&mut stats)?, relay.counts());
+    for i in 20..20 + n {
+        lifecycle(&mut store, &ctx, i)?;
+    }
+    let (w, wal) = (relay.counts() - w0, marks(&mut stats)?);
+    std::thread::sleep(flush);
+    let after = marks(&mut stats)?;
+    let life = (
+        w,
+        wal.lsn - before.lsn,
+        wal.fpi - before.fpi,
+        after.xacts - before.xacts,
+    );
+    let life_own = own_wal(&mut stats, &schema.name, before.lsn, wal.lsn)?;
+    drop(store);
+
+    let bare_schema = PgSchema::create(url, "counts_bare")?;
+    let bare_relay = pg_wire::Relay::start(&bare_schema.url)?;
+    let mut c = pg_connect(&bare_relay.url)?;
+    pg_bare_table(&mut c)?;
+    let insert = c.prepare("INSERT INTO t (k, v) VALUES ($1, $2)")?;
+    for i in 0..20u64 {
+        c.execute(
+            &insert,
+            &[&format!("w{i:031x}"), &"2026-11-30T00:00:00.000Z"],
+        )?;
+    }
+    std::thread::sleep(flush);
+    let (before, w0) = (marks(&mut stats)?, bare_relay.counts());
+    for i in 0..n {
+        c.execute(
+            &insert,
+            &[&format!("{i:032x}"), &"2026-11-30T00:00:00.000Z"],
+        )?;
+    }
+    let (w, wal) = (bare_relay.counts() - w0, marks(&mut stats)?);
+    std::thread::sleep(flush);
+    let after = marks(&mut stats)?;
+    let bare = (
+        w,
+        wal.lsn - before.lsn,
+        wal.fpi - before.fpi,
+        after.xacts - before.xacts,
+    );
+    let bare_own = own_wal(&mut stats, &bare_schema.name, before.lsn, wal.lsn)?;
+
+    // Our own records when they can be told apart (pg_walinspect), else the server's whole WAL
+    // over the stretch.
+    let own = |o: Option<(i64, i64)>, all: i64| per(o.map_or(all, |(_, bytes)| bytes));
+    let records = |o: Option<(i64, i64)>| o.map(|(records, _)| per(records));
+    let rt = |c: pg_wire::Counts| per(c.round_trips as i64);
+    out.insert("pg_round_trips_per_lifecycle".into(), rt(life.0));
+    out.insert("pg_round_trips_per_bare_commit".into(), rt(bare.0));
+    out.insert("pg_xacts_per_lifecycle".into(), per(life.0.commits as i64));
+    out.insert(
+        "pg_xacts_per_bare_commit".into(),
+        per(bare.0.commits as i64),
+    );
+    out.insert("pg_wal_bytes_per_lifecycle".into(), own(life_own, life.1));
+    out.insert("pg_wal_bytes_per_bare_commit".into(), own(bare_own, bare.1));
+    out.insert(
+        "pg_write_counts".into(),
+        json!({"n": n, "wal_own": life_own.is_some(),
+               "lifecycle": {"wire": wire(life.0), "server_xacts": per(life.3),
+                             "wal_records": records(life_own),
+                             "wal_bytes_all": per(life.1), "wal_fpi_all": per(life.2)},
+               "bare_commit": {"wire": wire(bare.0), "server_xacts": per(bare.3),
+                               "wal_records": records(bare_own),
+                               "wal_bytes_all": per(bare.1), "wal_fpi_all": per(bare.2)}}),
+    );
     Ok(())
 }
 
@@ -191,11 +348,7 @@ pub(crate) fn pg_library_claims(plan: &Plan, url: &str, out: &mut Map<String, Va
 /// Bare single-row commits per second on PostgreSQL: a fresh table with a unique text key, one
 /// INSERT per autocommit statement over one connection, the server's synchronous_commit.
 pub(crate) fn pg_bare_commits(c: &mut postgres::Client, secs: f64) -> Res<f64> {
-    c.batch_execute(
-        "DROP TABLE IF EXISTS t;
-         CREATE TABLE t (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-                         k TEXT NOT NULL UNIQUE, v TEXT)",
-    )?;
+    pg_bare_table(c)?;
     let insert = c.prepare("INSERT INTO t (k, v) VALUES ($1, $2)")?;
     let start = Instant::now();
     let mut n = 0u64;
@@ -207,6 +360,16 @@ pub(crate) fn pg_bare_commits(c: &mut postgres::Client, secs: f64) -> Res<f64> {
         n += 1;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The bare commits' table, made anew: a unique text key, as the ledger's.
+fn pg_bare_table(c: &mut postgres::Client) -> Res<()> {
+    c.batch_execute(
+        "DROP TABLE IF EXISTS t;
+         CREATE TABLE t (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                         k TEXT NOT NULL UNIQUE, v TEXT)",
+    )?;
+    Ok(())
 }
 
 /// The poll fixture of `n` effects on PostgreSQL, the same rows as [`fill`] writes on SQLite (the

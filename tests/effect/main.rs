@@ -5,6 +5,7 @@
 mod support;
 
 mod answers;
+mod commits;
 mod escape;
 mod interleave;
 mod one_transaction;

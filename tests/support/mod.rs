@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod http;
 pub mod pair;
+pub mod pg_wire;
 pub mod runner;
 
 use std::path::Path;

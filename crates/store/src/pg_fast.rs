@@ -25,10 +25,24 @@ fn first<T>(
     at: usize,
     f: impl FnOnce(&Row<'_>) -> DbResult<T>,
 ) -> DbResult<T> {
+    maybe_first(c, sql, args, at, f)?.ok_or(DbError::NoRows)
+}
+
+/// [`first`], for a statement that answers no row when it wrote nothing.
+fn maybe_first<T>(
+    c: &mut PgConn,
+    sql: &str,
+    args: &[super::db::Arg<'_>],
+    at: usize,
+    f: impl FnOnce(&Row<'_>) -> DbResult<T>,
+) -> DbResult<Option<T>> {
     let rows = c.query(sql, args)?;
-    let row = Row::Pg(rows.first().ok_or(DbError::NoRows)?);
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let row = Row::Pg(row);
     c.saw_clock(&text_or_empty(&row, at)?);
-    f(&row)
+    f(&row).map(Some)
 }
 
 /// A won send's grant: the lease `until` as of the server's `at`.
@@ -52,8 +66,8 @@ impl Store {
         }
     }
 
-    /// `begin_tx` in one round trip; None: the key is taken (or no function), and the
-    /// transaction reads what holds it.
+    /// `begin_tx` in one round trip; None: fenced, the key is taken (or no function), and the
+    /// transaction reads which.
     pub(super) fn fast_begin(
         &mut self,
         e: &NewEffect<'_>,
@@ -69,7 +83,7 @@ impl Store {
         let answer = db.call(
             &mut |c| {
                 let min_until = c.later(&min_until);
-                first(
+                maybe_first(
                     c,
                     begin_sql,
                     args![
@@ -94,14 +108,17 @@ impl Store {
             },
             &never,
         );
-        let (outcome, at, until) = answer.map_err(|e| self.err(e))?;
+        // No row: fenced, or the key is taken; the transaction reads which (and records a
+        // fenced claim).
+        let Some((state, at, until)) = answer.map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
         let seen = |state| Seen {
             state,
             version: 1,
             updated_at: at.clone(),
         };
-        Ok(match outcome.as_str() {
-            "fenced" => Some(Begin::Fenced),
+        Ok(match state.as_str() {
             "claimed" => Some(Begin::Claimed(seen(EffectState::Claimed))),
             "submitted" => Some(Begin::Submitted(
                 seen(EffectState::Submitted),
@@ -189,29 +206,34 @@ impl Store {
         } else {
             EventKind::EffectUnknown
         };
-        let finish_sql = super::pg_single::finish();
+        // A `done` moves no counter: its statement has no part for one.
+        let done = *state == EffectState::Done;
+        let finish_sql = if done {
+            super::pg_single::finish_done()
+        } else {
+            super::pg_single::finish()
+        };
         let reply = db.call(
             &mut |c| {
-                first(
-                    c,
-                    finish_sql,
-                    args![
-                        key,
-                        job,
-                        token,
-                        state,
-                        answer,
-                        raw,
-                        total,
-                        seen.state,
-                        seen.version,
-                        seen.updated_at,
-                        kind,
-                        detail
-                    ],
-                    1,
-                    |r| Ok(text_or_empty(r, 0)? == "ok"),
-                )
+                let args = args![
+                    key,
+                    job,
+                    token,
+                    state,
+                    answer,
+                    raw,
+                    total,
+                    seen.state,
+                    seen.version,
+                    seen.updated_at,
+                    kind,
+                    detail
+                ];
+                if done {
+                    Ok(maybe_first(c, finish_sql, args, 0, |_| Ok(()))?.is_some())
+                } else {
+                    first(c, finish_sql, args, 1, |r| Ok(text_or_empty(r, 0)? == "ok"))
+                }
             },
             &|ok: &bool| lose && *ok,
         );

@@ -129,11 +129,13 @@ fn fire_batches(
     // A job whose firing failed is left for the next tick: its later slots must not pass it.
     let mut failed = HashSet::new();
     let mut pos = 0;
+    let mut k = 0;
     while pos < due.len() {
         let batch = next_batch(due, &mut pos, &failed);
         if batch.is_empty() {
             break;
         }
+        k += 1;
         let asked = Instant::now();
         // A job's waiting firing goes before its new one (see `fire_loop.rs`): tried again at the very
         // instant the new one is decided at, so a lease the one cannot take the other cannot
@@ -144,11 +146,34 @@ fn fire_batches(
         let Some(decided) = decide(t, states, &parts, now) else {
             return;
         };
+        let committed = asked.elapsed();
         let open = open_effects(t, &decided);
+        let oldest = parts.first().map(|p| p.1);
+        let n = parts.len();
         for (part, fired) in parts.into_iter().zip(decided) {
             settle(t, states, part, fired, open.as_ref(), asked, &mut failed);
         }
+        say_batch(k, n, oldest, now, committed, asked.elapsed());
     }
+}
+
+/// Where a batch's time went, at debug level: how late after its oldest slot it was begun,
+/// how long its transaction took, and when its runs were all handed over.
+fn say_batch(
+    k: usize,
+    n: usize,
+    oldest: Option<Ts>,
+    begun: Ts,
+    committed: Duration,
+    all: Duration,
+) {
+    let late = oldest.map_or(0, |s| (begun - s).num_milliseconds());
+    tracing::debug!(
+        "fire batch {k}: {n} firing(s), begun {late} ms after its oldest slot, decided in \
+         {} ms, runs handed over {} ms after it began",
+        committed.as_millis(),
+        all.as_millis()
+    );
 }
 
 /// The next batch from `pos` on: at most [`FIRE_BATCH`] firings, each job once, none of a job

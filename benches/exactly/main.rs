@@ -10,7 +10,9 @@
 //! figures). `EXACTLY_BENCH_ONLY=write,lifecycle,claims,poll,top,fire,contain,chaos,pg` runs a
 //! subset (the summary then holds only those keys; `pgwrite` is the `pg` part's write ratio and
 //! its counts alone); `fire` includes `contain`, the fire lag and
-//! wrapped sends with containment on and off (`contain.rs`). The ratios the docs lead with
+//! wrapped sends with containment on and off (`contain.rs`); `burst` is `fire`'s first part
+//! alone, the bursts of 500 and 2,000 due at once (a quicker look at their fire and decision
+//! lags). The ratios the docs lead with
 //! (fire lag ÷ spawn floor, containment's costs) are rows of the table beside their figures.
 //!
 //! With `EXACTLY_BENCH_PG=postgres://user:pass@host:port/db` the `pg` part measures the same
@@ -209,9 +211,11 @@ fn main() -> Res<()> {
             top_idle(&plan, &root, big, &mut out)?;
         }
     }
-    if wants("fire") {
+    if wants("fire") || wants("burst") {
         eprintln!("bench: fire lag …");
         fire_lag(&plan, &root, &mut out)?;
+    }
+    if wants("fire") {
         fire_spread(&plan, &root, &mut out)?;
     }
     if wants("fire") || wants("contain") {

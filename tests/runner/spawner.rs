@@ -292,3 +292,149 @@ fn killing_one_spawner_of_the_pool_loses_only_its_commands() {
         site.log("s")
     );
 }
+
+/// More jobs than one decision batch holds (512 firings to a transaction).
+const JOBS: i64 = 600;
+
+/// [`JOBS`] jobs due at the same instants (every 15 s), each running `script` (`# N` added,
+/// so no two commands are the same).
+fn wide_burst(site: &Site, lease: &str, script: &str) {
+    let mut toml = String::new();
+    for j in 0..JOBS {
+        let cmd = sh(&format!("{script} # {j}"));
+        toml.push_str(&format!(
+            "[[job]]\nname = \"d{j:03}\"\nevery = \"15s\"\nlease = \"{lease}\"\n\
+             timeout = \"5s\"\noverlap = \"coalesce\"\ncommand = {cmd}\n\n"
+        ));
+    }
+    site.write_jobs(&toml);
+}
+
+/// A burst larger than one decision batch (512 firings to a transaction) is decided whole
+/// before its runs are started: with each run's hand-over to its thread slowed
+/// (`EXACTLY_FAULT=hand_off:pause=8ms`, a fault point in the real code path, as a small machine
+/// busy starting the burst's processes slows it), every firing of the slot is recorded within a
+/// second or two of it, while its last command starts seconds later. Each batch's runs used to
+/// be handed over before the next batch was decided: its firings waited for 512 slow starts.
+#[test]
+fn a_burst_past_one_batch_is_decided_whole_before_its_slow_starts() {
+    let site = Site::new();
+    wide_burst(&site, "10s", "true");
+    let mut s = site.start_with_env("s", "5s", &[("EXACTLY_FAULT", "hand_off:pause=8ms")]);
+    // The first slot every job fired at (a start straddling a slot leaves some jobs out of it),
+    // once all its commands have started.
+    let whole = format!(
+        "SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at \
+         HAVING count(*) = {JOBS} AND count(start_lag_ms) = {JOBS} ORDER BY scheduled_at LIMIT 1"
+    );
+    assert!(
+        wait_until(Duration::from_secs(90), || site
+            .count(&format!("SELECT count(*) FROM ({whole})"))
+            == 1),
+        "no slot of all {JOBS} jobs started: {}",
+        site.log("s")
+    );
+    let slot = site.strings(&whole)[0].clone();
+    assert_eq!(
+        s.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    // Milliseconds after the slot: the latest firing recorded, and the latest command started.
+    let ms = |what: &str| {
+        site.count(&format!(
+            "SELECT CAST(max({what}) AS INTEGER) FROM (SELECT \
+             (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 AS decided, \
+             (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 + start_lag_ms \
+             AS started FROM exactly_runs WHERE scheduled_at = '{slot}')"
+        ))
+    };
+    let (decided, started) = (ms("decided"), ms("started"));
+    eprintln!("slot {slot}: last firing recorded at +{decided} ms, last command at +{started} ms");
+    // The fault took: the hand-overs alone take 600 × 8 ms.
+    assert!(
+        started >= 3_000,
+        "the burst's commands were not slowed (last at +{started} ms): {}",
+        site.log("s")
+    );
+    assert!(
+        decided < 2_000,
+        "the burst's last firing was recorded {decided} ms after its slot, behind the slow \
+         starts (last at +{started} ms): {}",
+        site.log("s")
+    );
+}
+
+/// A scheduler SIGKILLed once a burst wider than one batch is decided, while its runs are still
+/// being handed over (`EXACTLY_FAULT=hand_off:pause=20ms`: 12 s for the 600), leaves hundreds of
+/// firings decided and never started: the next scheduler resumes every one of them, and each
+/// of the burst's firings was decided once.
+#[test]
+fn a_burst_decided_and_not_handed_over_is_resumed_by_the_next_scheduler() {
+    let site = Site::new();
+    wide_burst(
+        &site,
+        "3s",
+        "echo $EXACTLY_JOB $EXACTLY_SCHEDULED_AT >> ran",
+    );
+    let mut a = site.start_with_env("a", "1s", &[("EXACTLY_FAULT", "hand_off:pause=20ms")]);
+    let whole = format!(
+        "SELECT scheduled_at FROM exactly_runs GROUP BY scheduled_at \
+         HAVING count(*) = {JOBS} ORDER BY scheduled_at LIMIT 1"
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || site
+            .count(&format!("SELECT count(*) FROM ({whole})"))
+            == 1),
+        "no slot of all {JOBS} jobs decided: {}",
+        site.log("a")
+    );
+    a.kill9();
+    let slot = site.strings(&whole)[0].clone();
+    let ran_for = |site: &Site| -> std::collections::HashSet<String> {
+        site.lines("ran")
+            .into_iter()
+            .filter_map(|l| l.strip_suffix(&format!(" {slot}")).map(str::to_string))
+            .collect()
+    };
+    let before = ran_for(&site).len();
+    eprintln!("slot {slot}: {before} of {JOBS} commands ran before the scheduler was killed");
+    assert!(
+        before < JOBS as usize / 2,
+        "the kill came after most of the burst had started ({before}): {}",
+        site.log("a")
+    );
+    let mut b = site.start("b", "1s");
+    let all = wait_until(Duration::from_secs(90), || {
+        ran_for(&site).len() == JOBS as usize
+    });
+    let after = ran_for(&site).len();
+    assert_eq!(
+        b.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("b")
+    );
+    assert!(
+        all,
+        "{after} of {JOBS} firings of {slot} ran after the restart: {}",
+        site.log("b")
+    );
+    assert_eq!(
+        site.count(&format!(
+            "SELECT count(*) FROM exactly_firings WHERE scheduled_at = '{slot}'"
+        )),
+        JOBS,
+        "the burst's firings are not one each"
+    );
+    assert_eq!(
+        site.count(&format!(
+            "SELECT count(DISTINCT job_key) FROM exactly_runs \
+             WHERE scheduled_at = '{slot}' AND outcome = 'ok'"
+        )),
+        JOBS,
+        "not every firing of the burst ended with a run recorded ok: {}",
+        site.log("b")
+    );
+}

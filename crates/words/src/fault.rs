@@ -32,6 +32,10 @@ pub enum Point {
     /// The spawner started a run's command and has not said so yet (`spawner_reply:pause=DUR`:
     /// a spawner slow to answer; the run still counts from its command's own start).
     SpawnerReply,
+    /// The scheduler is about to hand a run it won to the thread that starts its command
+    /// (`hand_off:pause=DUR`, once per run: a scheduler slow to start a burst, as on a small
+    /// machine busy starting the burst's processes).
+    HandOff,
 }
 
 impl Point {
@@ -56,6 +60,7 @@ impl Point {
             Point::BeforeSpawn => "before_spawn",
             Point::SchemaCreate => "schema_create",
             Point::SpawnerReply => "spawner_reply",
+            Point::HandOff => "hand_off",
         }
     }
 }

@@ -1,10 +1,10 @@
 //! Firing due slots: every job's slots gathered (with other schedulers' left unrecorded),
-//! decided in batches of one transaction each, and each batch's runs started as it commits.
+//! decided in batches of one transaction each, and the runs won started once all are decided.
 use super::db_health::Health;
 use super::missed::runs_late_until;
 use super::share::Share;
 use super::tick::{live_here, spawn, start_waiting, How, JobState, Tick};
-use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Waiting};
+use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::runner::config::job::Job;
 use crate::runner::log;
 use crate::runner::run::execute::report;
@@ -22,8 +22,8 @@ use tracing::Level;
 const FIRE_BATCH: usize = 512;
 
 /// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
-/// job once per batch, so a job's second slot sees the run its first one started), and starts
-/// each batch's runs as soon as it commits.
+/// job once per batch, so a job's second slot sees the run its first one won), and starts the
+/// runs won once every batch is decided.
 pub(super) fn fire_due(
     t: &mut Tick<'_>,
     states: &mut [JobState],
@@ -119,21 +119,46 @@ fn unrecorded(
 /// end, and whether it is on time or a catch-up.
 type Part = (usize, Ts, String, String, FiringKind);
 
-/// Fires `due` in batches (see [`fire_due`]), each batch's waiting firings first.
+/// A run won by a firing of this tick, not yet handed to its thread: its job's index, the run,
+/// what it must do before its command, and when its lease was asked for.
+struct Won {
+    i: usize,
+    started: Started,
+    how: How,
+    asked: Instant,
+}
+
+/// What this tick's batches decided so far.
+#[derive(Default)]
+struct Decided {
+    /// Jobs whose firing failed, left for the next tick: their later slots must not pass it.
+    failed: HashSet<usize>,
+    /// The runs won, in the order decided.
+    won: Vec<Won>,
+    /// The jobs of `won`: their runs are live for the overlap policy (see [`decide`]).
+    live: HashSet<usize>,
+}
+
+/// Fires `due` in batches (see [`fire_due`]), each batch's waiting firings first, then starts
+/// the runs won. Every batch is decided before any run is handed over: a burst's runs start
+/// hundreds of processes, which on a small machine held up the next batch's decision for as
+/// long as its commands took to start (a second at 2,000 due at once), while all the batches
+/// take tens of milliseconds alone.
 fn fire_batches(
     t: &mut Tick<'_>,
     states: &mut [JobState],
     due: &[(Ts, usize)],
     mut pending: Vec<(usize, Waiting)>,
 ) {
-    // A job whose firing failed is left for the next tick: its later slots must not pass it.
-    let mut failed = HashSet::new();
+    let mut d = Decided::default();
     let mut pos = 0;
+    let mut k = 0;
     while pos < due.len() {
-        let batch = next_batch(due, &mut pos, &failed);
+        let batch = next_batch(due, &mut pos, &d.failed);
         if batch.is_empty() {
             break;
         }
+        k += 1;
         let asked = Instant::now();
         // A job's waiting firing goes before its new one (see `fire_loop.rs`): tried again at the very
         // instant the new one is decided at, so a lease the one cannot take the other cannot
@@ -141,14 +166,48 @@ fn fire_batches(
         let now = time::now();
         start_pending(t, states, &batch, &mut pending, now);
         let parts = batch_parts(states, &batch, now);
-        let Some(decided) = decide(t, states, &parts, now) else {
-            return;
+        // A locked database: this batch and the rest go again next tick; those decided start.
+        let Some(decided) = decide(t, states, &parts, now, &d.live) else {
+            break;
         };
+        let committed = asked.elapsed();
         let open = open_effects(t, &decided);
+        let oldest = parts.first().map(|p| p.1);
+        let n = parts.len();
         for (part, fired) in parts.into_iter().zip(decided) {
-            settle(t, states, part, fired, open.as_ref(), asked, &mut failed);
+            settle(t, states, part, fired, open.as_ref(), asked, &mut d);
         }
+        say_batch(k, n, oldest, now, committed);
     }
+    hand_over(t, states, d.won, k);
+}
+
+/// Hands each run won to a thread of its own, which starts its command, in the order decided.
+fn hand_over(t: &mut Tick<'_>, states: &[JobState], won: Vec<Won>, batches: usize) {
+    if won.is_empty() {
+        return;
+    }
+    let began = Instant::now();
+    let n = won.len();
+    for w in won {
+        let job = &states[w.i].job;
+        t.runs
+            .push(spawn(t.cfg, job, w.started, w.how, t.kill, w.asked));
+    }
+    tracing::debug!(
+        "{n} run(s) of {batches} batch(es) handed over in {} ms",
+        began.elapsed().as_millis()
+    );
+}
+
+/// Where a batch's time went, at debug level: how late after its oldest slot it was begun,
+/// and how long its waiting firings and its transaction took.
+fn say_batch(k: usize, n: usize, oldest: Option<Ts>, begun: Ts, committed: Duration) {
+    let late = oldest.map_or(0, |s| (begun - s).num_milliseconds());
+    tracing::debug!(
+        "fire batch {k}: {n} firing(s), begun {late} ms after its oldest slot, decided in {} ms",
+        committed.as_millis(),
+    );
 }
 
 /// The next batch from `pos` on: at most [`FIRE_BATCH`] firings, each job once, none of a job
@@ -224,12 +283,14 @@ fn window(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Duration {
 }
 
 /// Decides the batch's firings in one transaction; `None` when the database is locked (the
-/// whole batch goes again next tick).
+/// whole batch goes again next tick). A job in `won` has a run decided this tick, not started
+/// yet: live all the same, so its next slot meets the overlap policy, not a second run.
 fn decide(
     t: &mut Tick<'_>,
     states: &[JobState],
     parts: &[Part],
     now: Ts,
+    won: &HashSet<usize>,
 ) -> Option<Vec<Result<DueFate>>> {
     let now_text = time::fmt(now);
     // Each slot's lateness is judged when its transaction holds the database: one that
@@ -245,7 +306,7 @@ fn decide(
                 lease_until: until,
                 now: &now_text,
                 overlap: states[*i].job.overlap,
-                live_here: live_here(t.runs, &states[*i].job.name),
+                live_here: won.contains(i) || live_here(t.runs, &states[*i].job.name),
             },
             window: window(&states[*i].job, *slot_ts, t.cfg.alive_since, t.health),
             reason: t.health.why_missed(*slot_ts),
@@ -303,7 +364,8 @@ fn open_effects(t: &mut Tick<'_>, decided: &[Result<DueFate>]) -> Option<HashSet
     }
 }
 
-/// Acts on one decided firing: logs it, starts its run, or leaves the job for the next tick.
+/// Acts on one decided firing: logs it, keeps its run to start, or leaves the job for the
+/// next tick.
 fn settle(
     t: &mut Tick<'_>,
     states: &mut [JobState],
@@ -311,46 +373,52 @@ fn settle(
     fired: Result<DueFate>,
     open: Option<&HashSet<String>>,
     asked: Instant,
-    failed: &mut HashSet<usize>,
+    d: &mut Decided,
 ) {
     let (i, slot, slot_text, _, kind) = part;
     let st = &mut states[i];
     match fired {
         Ok(DueFate::Fired(fired)) => {
             st.handled(slot);
-            fired_here(t, st, kind, slot_text, fired, open, asked);
+            if let Some((started, how)) = fired_here(st, kind, slot_text, fired, open) {
+                d.won.push(Won {
+                    i,
+                    started,
+                    how,
+                    asked,
+                });
+                d.live.insert(i);
+            }
         }
         Ok(DueFate::Late { late_ms, skipped }) => {
             st.handled(slot);
             // Its other late slots go next tick, in one write, with record_behind.
-            failed.insert(i);
+            d.failed.insert(i);
             say_late(t, st, slot, &slot_text, late_ms, skipped);
         }
         Err(e) => {
-            failed.insert(i);
+            d.failed.insert(i);
             t.health.failed(&st.job.name, &e);
         }
     }
 }
 
 /// A firing won or skipped: a paused job's skipped firings are counted (the first logged), a
-/// started one's run is spawned.
+/// started one's run is returned, to be handed over.
 fn fired_here(
-    t: &mut Tick<'_>,
     st: &mut JobState,
     kind: FiringKind,
     slot_text: String,
     fired: Fired,
     open: Option<&HashSet<String>>,
-    asked: Instant,
-) {
+) -> Option<(Started, How)> {
     // A paused job's skipped firings: the first logged, the rest counted.
     if matches!(fired, Fired::Skipped { .. }) {
         if st.skipped.0 == 0 {
             report(&st.job.name, kind, &slot_text, &fired);
         }
         st.skipped = (st.skipped.0 + 1, slot_text);
-        return;
+        return None;
     }
     if st.skipped.0 > 0 {
         let (n, last) = std::mem::take(&mut st.skipped);
@@ -361,15 +429,15 @@ fn fired_here(
         );
     }
     report(&st.job.name, kind, &slot_text, &fired);
-    if let Fired::Started(started) = fired {
-        let settle = open.is_none_or(|o| o.contains(st.job.name.as_str()));
-        let how = How {
-            resumed: false,
-            settle,
-        };
-        t.runs
-            .push(spawn(t.cfg, &st.job, started, how, t.kill, asked));
-    }
+    let Fired::Started(started) = fired else {
+        return None;
+    };
+    let settle = open.is_none_or(|o| o.contains(st.job.name.as_str()));
+    let how = How {
+        resumed: false,
+        settle,
+    };
+    Some((started, how))
 }
 
 /// A firing decided too late (past its starting deadline or catch-up window): missed, or

@@ -235,6 +235,7 @@ pub(super) fn spawn(
     kill: &Arc<AtomicBool>,
     granted: Instant,
 ) -> Running {
+    crate::fault::point(crate::fault::Point::HandOff);
     let spec = RunSpec {
         db: cfg.db.clone(),
         job: job.name.clone(),

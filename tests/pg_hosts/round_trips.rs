@@ -1,95 +1,15 @@
 //! On PostgreSQL each ledger transition and each lease claim, renewal and release is one round
-//! trip. Counted on the wire: the library talks to the server through a TCP relay here that
-//! counts how often the client starts speaking after the server last spoke (the client waits for
-//! each answer, so that is its round trips). Without a PostgreSQL server (`EXACTLY_TEST_PG`, or one to start) the tests are ignored.
+//! trip. Counted on the wire: the library talks to the server through a TCP relay that reads
+//! the protocol (`support::pg_wire`) and counts the requests that wait for the server's answer.
+//! Without a PostgreSQL server (`EXACTLY_TEST_PG`, or one to start) the tests are ignored.
 use crate::support;
 use exactly::effect::{self, Effect, Failure, Observation, Spec};
 use exactly::{lease, Access};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::backend::{pg_url, with_search_path, PgSchema};
+use support::pg_wire::Relay;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Who spoke last on the relay, and how many times the client began to speak.
-#[derive(Default)]
-struct Talk {
-    client_last: bool,
-    turns: u64,
-}
-
-/// A relay from a local port to the server, counting the client's turns.
-struct Relay {
-    port: u16,
-    talk: Arc<Mutex<Talk>>,
-}
-
-impl Relay {
-    fn start(server: String) -> Res<Relay> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let port = listener.local_addr()?.port();
-        let talk = Arc::new(Mutex::new(Talk::default()));
-        let shared = talk.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                let Ok(up) = TcpStream::connect(&server) else {
-                    continue;
-                };
-                let (c2, u2) = match (client.try_clone(), up.try_clone()) {
-                    (Ok(c), Ok(u)) => (c, u),
-                    _ => continue,
-                };
-                let t = shared.clone();
-                std::thread::spawn(move || pump(client, up, &t, true));
-                let t = shared.clone();
-                std::thread::spawn(move || pump(u2, c2, &t, false));
-            }
-        });
-        Ok(Relay { port, talk })
-    }
-
-    fn turns(&self) -> u64 {
-        self.talk.lock().map(|t| t.turns).unwrap_or(u64::MAX)
-    }
-}
-
-/// Copies `from` to `to`, noting who spoke before the bytes go on (so the client cannot answer
-/// the server before its turn is noted).
-fn pump(mut from: TcpStream, mut to: TcpStream, talk: &Mutex<Talk>, client: bool) {
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if let Ok(mut t) = talk.lock() {
-            if client && !t.client_last {
-                t.turns += 1;
-            }
-            t.client_last = client;
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(std::net::Shutdown::Both);
-}
-
-/// `url` with its `host:port` replaced by the relay's.
-fn via(url: &str, port: u16) -> Res<(String, String)> {
-    let (head, rest) = url.split_once('@').ok_or("EXACTLY_TEST_PG has no user@")?;
-    let (hostport, tail) = rest
-        .split_once('/')
-        .ok_or("EXACTLY_TEST_PG has no /database")?;
-    let server = if hostport.contains(':') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:5432")
-    };
-    Ok((server, format!("{head}@127.0.0.1:{port}/{tail}")))
-}
 
 struct Answer;
 
@@ -111,9 +31,9 @@ fn pg_base() -> String {
 
 /// The round trips `f` made through `relay`.
 fn trips(relay: &Relay, f: impl FnOnce() -> Res<()>) -> Res<u64> {
-    let before = relay.turns();
+    let before = relay.counts().round_trips;
     f()?;
-    Ok(relay.turns() - before)
+    Ok(relay.counts().round_trips - before)
 }
 
 #[test]
@@ -124,10 +44,8 @@ fn trips(relay: &Relay, f: impl FnOnce() -> Res<()>) -> Res<u64> {
 fn each_transition_is_one_round_trip_on_postgres() -> Res<()> {
     let base = pg_base();
     let schema = PgSchema::create();
-    let (server, relayed) = via(&base, 0)?;
-    let relay = Relay::start(server)?;
-    let (_, relayed_base) = via(&relayed, relay.port)?;
-    let db = with_search_path(&relayed_base, &schema.name);
+    let relay = Relay::start(&base)?;
+    let db = with_search_path(&relay.url, &schema.name);
     let mut store = exactly::open(Some(&db), Access::Write)?;
     let hour = Duration::from_secs(3600);
     let won = |c| match c {

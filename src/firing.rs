@@ -31,6 +31,17 @@ pub fn fire_due(store: &mut Store, batch: &[DueRequest<'_>]) -> Result<Vec<DueFa
     store.fire_due(batch, &time::now)
 }
 
+/// [`fire_due`], tried at most `tries` times on PostgreSQL: `None` when each try conflicted
+/// with other writers' transactions (serialization failures, deadlocks), so nothing was
+/// decided; a smaller batch may pass where this one did not. The database answered: no outage.
+pub fn fire_due_or_conflict(
+    store: &mut Store,
+    batch: &[DueRequest<'_>],
+    tries: u32,
+) -> Result<Option<Vec<DueFate>>> {
+    store.fire_due_or_conflict(batch, &time::now, tries)
+}
+
 /// Marks a scheduler's connection: its firings go before the process's other writers (its
 /// runs' own writes), so a burst of due slots is decided first.
 pub fn writes_first(store: &mut Store) {

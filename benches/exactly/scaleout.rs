@@ -92,15 +92,17 @@ impl Drop for ScratchDb {
     }
 }
 
-fn xacts(c: &mut postgres::Client) -> Res<i64> {
+/// Transactions ended in the database so far: (all, rolled back). A transaction that failed
+/// for serialization (40001) at a statement or at COMMIT counts as rolled back.
+fn xacts(c: &mut postgres::Client) -> Res<(i64, i64)> {
     // Stats are read from a snapshot taken at the first read of a transaction: clear it.
     c.batch_execute("SELECT pg_stat_clear_snapshot()")?;
     let row = c.query_one(
-        "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = \
-         current_database()",
+        "SELECT (xact_commit + xact_rollback)::bigint, xact_rollback::bigint \
+         FROM pg_stat_database WHERE datname = current_database()",
         &[],
     )?;
-    Ok(row.get(0))
+    Ok((row.get(0), row.get(1)))
 }
 
 fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
@@ -170,7 +172,8 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
     }
     // Backends flush their counts at exit and at most every second: let them.
     std::thread::sleep(Duration::from_millis(1500));
-    let xact = xacts(&mut stats)? - xact_before;
+    let (xact_after, rollback_after) = xacts(&mut stats)?;
+    let (xact, rollbacks) = (xact_after - xact_before.0, rollback_after - xact_before.1);
 
     // Measured: slots after the schedulers settled, up to the last one that fell due a full
     // second before they were stopped (its runs had time to start).
@@ -235,6 +238,18 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         .first()
         .map(|r| r.get(0))
         .unwrap_or_default();
+    // Why slots were missed: "database unavailable" is a batch that kept conflicting (or a
+    // real outage); the others were decided past their window.
+    let missed_why: Vec<(String, i64)> = db
+        .query(
+            "SELECT coalesce(detail, ''), count(*) FROM exactly_firings
+             WHERE scheduled_at >= $1 AND scheduled_at <= $2 AND state = 'missed'
+             GROUP BY 1 ORDER BY 2 DESC",
+            &[&lo, &hi],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let all_firings: i64 = db
         .query_one("SELECT count(*) FROM exactly_firings", &[])?
         .get(0);
@@ -290,10 +305,15 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         "decided_lag_p50_ms": decided.first().map(|v| round(*v, 1)),
         "decided_lag_p99_ms": decided.get(1).map(|v| round(*v, 1)),
         "xact": xact,
+        "xact_rollback": rollbacks,
         "xact_db_shared": shared,
         "firings_all": all_firings,
         "xact_per_firing": round(xact as f64 / all_firings.max(1) as f64, 2),
         "duplicates": duplicates,
+        "missed_why": missed_why
+            .iter()
+            .map(|(d, k)| json!({"detail": d, "firings": k}))
+            .collect::<Vec<_>>(),
         "jobs_carried": carried
             .iter()
             .map(|(o, k)| json!({"owner": o, "jobs": k}))

@@ -4,6 +4,7 @@
 mod support;
 
 mod approval;
+mod burst;
 mod cages;
 mod capacity;
 mod check;

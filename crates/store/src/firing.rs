@@ -77,6 +77,22 @@ impl Store {
             batch.iter().map(|d| due_tx(tx, d, at, &at_text)).collect()
         })
     }
+
+    /// [`Store::fire_due`] tried at most `tries` times on PostgreSQL: `None` when each try
+    /// conflicted with concurrent transactions (see [`Store::write_or_conflict`]); nothing of
+    /// the batch was decided then.
+    pub fn fire_due_or_conflict(
+        &mut self,
+        batch: &[DueRequest<'_>],
+        clock: &dyn Fn() -> exactly_words::time::Ts,
+        tries: u32,
+    ) -> Result<Option<Vec<DueFate>>> {
+        self.write_or_conflict(tries, |tx| {
+            let at = clock();
+            let at_text = exactly_words::time::fmt(at);
+            batch.iter().map(|d| due_tx(tx, d, at, &at_text)).collect()
+        })
+    }
 }
 
 fn last_slot_tx(tx: &Tx<'_>, job: &str) -> DbResult<Option<exactly_words::time::Ts>> {

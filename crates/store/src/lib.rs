@@ -577,6 +577,26 @@ impl Store {
         result.map_err(|e| self.err(e))
     }
 
+    /// [`Store::write`], run at most `tries` times on PostgreSQL: `None` when every try failed
+    /// for conflicting with concurrent transactions (40001, 40P01), which is no outage (the
+    /// server answered) and where a smaller transaction may pass. SQLite has one writer at a
+    /// time, so nothing conflicts there: as [`Store::write`].
+    pub(crate) fn write_or_conflict<T>(
+        &mut self,
+        tries: u32,
+        mut f: impl FnMut(&Tx<'_>) -> DbResult<T>,
+    ) -> Result<Option<T>> {
+        if let Conn::Pg(db) = &mut self.conn {
+            let lose_reply = std::mem::take(&mut self.lose_reply);
+            return match db.transact_tries(pg::WRITE, &mut f, lose_reply, tries.max(1)) {
+                Ok(out) => Ok(Some(out)),
+                Err(e) if pg::conflicted(&e) => Ok(None),
+                Err(e) => Err(self.err(e)),
+            };
+        }
+        self.write(f).map(Some)
+    }
+
     /// [`Store::write`] for writes that are each a compare-and-set on one row (a lease renewal
     /// names its token): on PostgreSQL at `READ COMMITTED`, where such an update re-reads the row
     /// it waited for, so hundreds of them in one transaction never fail for serialization.

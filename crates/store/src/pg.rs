@@ -329,6 +329,18 @@ impl PgStore {
         f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>,
         lose_reply: bool,
     ) -> DbResult<T> {
+        self.transact_tries(how, f, lose_reply, MAX_TRIES)
+    }
+
+    /// [`PgStore::transact`], run at most `tries` times: a caller that can make its transaction
+    /// smaller gives up on a conflicting one sooner (see [`conflicted`]).
+    pub(crate) fn transact_tries<T>(
+        &self,
+        how: &str,
+        f: &mut dyn FnMut(&Tx<'_>) -> DbResult<T>,
+        lose_reply: bool,
+        tries: u32,
+    ) -> DbResult<T> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -379,7 +391,7 @@ impl PgStore {
             if ended && !retryable(&e) {
                 conn.broken = true;
             }
-            if !(retryable(&e) && attempt < MAX_TRIES) {
+            if !(retryable(&e) && attempt < tries) {
                 return Err(e);
             }
             let ms = 1 + rand::random::<u64>() % (2 * u64::from(attempt.min(10)));
@@ -494,6 +506,12 @@ const MAX_TRIES: u32 = 30;
 /// again is the documented answer.
 fn retryable(e: &DbError) -> bool {
     matches!(e.sqlstate(), Some("40001") | Some("40P01"))
+}
+
+/// Whether `e` is a transaction that kept conflicting with concurrent ones (see [`retryable`]):
+/// the server answered, so it is no outage, and a smaller transaction may pass.
+pub(crate) fn conflicted(e: &DbError) -> bool {
+    retryable(e)
 }
 
 /// A PostgreSQL error as one sentence naming the database.

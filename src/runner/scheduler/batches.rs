@@ -16,14 +16,28 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tracing::Level;
 
-/// Most firings decided in one transaction: a burst of 500 due at one instant is decided in one
-/// commit of about 10 ms (it was 32 to a transaction, so that runs' writes got the lock between
-/// batches; the write lanes, see `store/gate.rs`, now put firings before runs' ends).
+/// Most firings decided in one transaction on SQLite: a burst of 500 due at one instant is
+/// decided in one commit of about 10 ms (it was 32 to a transaction, so that runs' writes got
+/// the lock between batches; the write lanes, see `store/gate.rs`, now put firings before runs'
+/// ends).
 const FIRE_BATCH: usize = 512;
 
-/// Fires every job's due slots, oldest first, [`FIRE_BATCH`] firings to a transaction (each
-/// job once per batch, so a job's second slot sees the run its first one won), and starts the
-/// runs won once every batch is decided.
+/// Most firings decided in one transaction on PostgreSQL. A SERIALIZABLE transaction's reads
+/// take predicate locks, and past `max_pred_locks_per_relation` (32 rows or pages of one table
+/// by default) they become one lock on the whole table, with which every other scheduler's
+/// batch conflicts: three schedulers' batches of 500 failed one another until taken for an
+/// outage. A commit per 32 firings costs 0.03 transactions a firing more than one per 500.
+const PG_FIRE_BATCH: usize = 32;
+
+/// Tries of a batch of more than one firing that keeps conflicting with other writers (40001)
+/// before it is halved and tried again: a conflict storm is met with smaller transactions, and
+/// only a single firing failing every one of the store's tries counts as the database failing.
+const CONFLICT_TRIES: u32 = 3;
+
+/// Fires every job's due slots, oldest first, at most [`FIRE_BATCH`] firings to a transaction
+/// ([`PG_FIRE_BATCH`] on PostgreSQL; halved while they conflict, grown back as they commit),
+/// each job once per batch, so a job's second slot sees the run its first one won, and starts
+/// the runs won once every batch is decided.
 pub(super) fn fire_due(
     t: &mut Tick<'_>,
     states: &mut [JobState],
@@ -151,10 +165,17 @@ fn fire_batches(
     mut pending: Vec<(usize, Waiting)>,
 ) {
     let mut d = Decided::default();
+    let most = if crate::is_server_db(&t.cfg.db) {
+        PG_FIRE_BATCH
+    } else {
+        FIRE_BATCH
+    };
+    let mut size = most;
     let mut pos = 0;
     let mut k = 0;
     while pos < due.len() {
-        let batch = next_batch(due, &mut pos, &d.failed);
+        let from = pos;
+        let batch = next_batch(due, &mut pos, &d.failed, size);
         if batch.is_empty() {
             break;
         }
@@ -166,11 +187,21 @@ fn fire_batches(
         let now = time::now();
         start_pending(t, states, &batch, &mut pending, now);
         let parts = batch_parts(states, &batch, now);
-        // A locked database: this batch and the rest go again next tick; those decided start.
-        let Some(decided) = decide(t, states, &parts, now, &d.live) else {
-            break;
+        let decided = match decide(t, states, &parts, now, &d.live) {
+            BatchFate::Fates(decided) => decided,
+            // Nothing of it was decided: the same firings again, fewer to a transaction (each
+            // judged anew by its lateness then).
+            BatchFate::Conflicted => {
+                size = (batch.len() / 2).max(1);
+                pos = from;
+                continue;
+            }
+            // A locked database: this batch and the rest go again next tick; those decided
+            // start.
+            BatchFate::Busy => break,
         };
         let committed = asked.elapsed();
+        size = (size * 2).min(most);
         let open = open_effects(t, &decided);
         let oldest = parts.first().map(|p| p.1);
         let n = parts.len();
@@ -210,9 +241,14 @@ fn say_batch(k: usize, n: usize, oldest: Option<Ts>, begun: Ts, committed: Durat
     );
 }
 
-/// The next batch from `pos` on: at most [`FIRE_BATCH`] firings, each job once, none of a job
-/// whose firing failed this tick.
-fn next_batch(due: &[(Ts, usize)], pos: &mut usize, failed: &HashSet<usize>) -> Vec<(Ts, usize)> {
+/// The next batch from `pos` on: at most `size` firings, each job once, none of a job whose
+/// firing failed this tick.
+fn next_batch(
+    due: &[(Ts, usize)],
+    pos: &mut usize,
+    failed: &HashSet<usize>,
+    size: usize,
+) -> Vec<(Ts, usize)> {
     let mut seen = HashSet::new();
     let mut batch = Vec::new();
     while let Some(&(slot, i)) = due.get(*pos) {
@@ -220,7 +256,7 @@ fn next_batch(due: &[(Ts, usize)], pos: &mut usize, failed: &HashSet<usize>) -> 
             *pos += 1;
             continue;
         }
-        if batch.len() == FIRE_BATCH || !seen.insert(i) {
+        if batch.len() >= size || !seen.insert(i) {
             break;
         }
         batch.push((slot, i));
@@ -282,16 +318,27 @@ fn window(job: &Job, slot: Ts, alive_since: Ts, health: &Health) -> Duration {
     }
 }
 
-/// Decides the batch's firings in one transaction; `None` when the database is locked (the
-/// whole batch goes again next tick). A job in `won` has a run decided this tick, not started
-/// yet: live all the same, so its next slot meets the overlap policy, not a second run.
+/// What became of a batch's transaction.
+enum BatchFate {
+    /// Each firing's fate, in the batch's order.
+    Fates(Vec<Result<DueFate>>),
+    /// It kept conflicting with other writers' transactions: nothing decided, and a smaller
+    /// batch may pass.
+    Conflicted,
+    /// The database is locked or failing: the whole batch goes again next tick.
+    Busy,
+}
+
+/// Decides the batch's firings in one transaction. A job in `won` has a run decided this tick,
+/// not started yet: live all the same, so its next slot meets the overlap policy, not a second
+/// run.
 fn decide(
     t: &mut Tick<'_>,
     states: &[JobState],
     parts: &[Part],
     now: Ts,
     won: &HashSet<usize>,
-) -> Option<Vec<Result<DueFate>>> {
+) -> BatchFate {
     let now_text = time::fmt(now);
     // Each slot's lateness is judged when its transaction holds the database: one that
     // waited past its window for a lock or a server is missed, not run later still.
@@ -312,12 +359,18 @@ fn decide(
             reason: t.health.why_missed(*slot_ts),
         })
         .collect();
-    let decided = match firing::fire_due(t.store, &requests) {
-        Ok(fired) => fired.into_iter().map(Ok).collect(),
+    // A single firing has no smaller batch to fall back on: the store's every try is its.
+    let fired = match requests.len() {
+        1 => firing::fire_due(t.store, &requests).map(Some),
+        _ => firing::fire_due_or_conflict(t.store, &requests, CONFLICT_TRIES),
+    };
+    let decided = match fired {
+        Ok(Some(fired)) => fired.into_iter().map(Ok).collect(),
+        Ok(None) => return BatchFate::Conflicted,
         // A locked database: the whole batch goes again next tick.
         Err(e @ Error::Busy { .. }) => {
             t.health.failed("-", &e);
-            return None;
+            return BatchFate::Busy;
         }
         // Anything else may be one job's row: decide each alone, so it holds up no other.
         Err(_) => requests
@@ -326,7 +379,7 @@ fn decide(
             .collect::<Vec<_>>(),
     };
     say_run_late(states, parts, &decided);
-    Some(decided)
+    BatchFate::Fates(decided)
 }
 
 /// Says how many of the batch's firings ran though decided past their catch-up window (a

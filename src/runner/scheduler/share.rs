@@ -76,6 +76,12 @@ impl Share {
         }
     }
 
+    /// Whether this scheduler is the only live owner of its jobs file it knows of: no other's
+    /// transactions to conflict with.
+    pub(super) fn alone(&self) -> bool {
+        self.members.len() <= 1
+    }
+
     /// Reads membership when [`READ_EVERY`] has passed; true when it changed. A failed read
     /// keeps the last view (the safety net covers what it gets wrong).
     pub(super) fn refresh(&mut self, store: &mut Store) -> bool {

@@ -4,15 +4,20 @@
 //! out in seconds; `exactly deny` ends the firing `denied`.
 use crate::on_both_backends;
 use crate::support;
+use chrono::Timelike;
 use std::time::{Duration, Instant};
 use support::http::Recorder;
 use support::runner::*;
 
 /// An hourly job whose effect needs approval, appending to `far.txt` when sent; it pauses
-/// after one failure and a notifier tells of one failed run.
+/// after one failure and a notifier tells of one failed run. Its minute is half an hour from
+/// now: an `every = "1h"` job falls due at the top of each hour, and a test run then saw its
+/// on-time firing beside the one under test.
 fn hourly(far: &Recorder) -> String {
+    let minute = (chrono::Utc::now().minute() + 30) % 60;
     format!(
-        "[[job]]\nname = \"pay\"\nevery = \"1h\"\nlease = \"30s\"\noverlap = \"coalesce\"\n\
+        "[[job]]\nname = \"pay\"\nschedule = \"{minute} * * * *\"\nlease = \"30s\"\n\
+         overlap = \"coalesce\"\n\
          pause_after_failures = 1\ncommand = {}\n\n[[notify]]\nname = \"ops\"\n\
          webhook = \"{}/hook\"\nfailing_runs = 1\n",
         sh("$X effect --needs-approval --action pay --target acme \

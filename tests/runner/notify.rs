@@ -47,6 +47,15 @@ on_both_backends! {
             far.requests(),
             site.log("s1")
         );
+        // Killed once both channels' sends are counted: a count is written after its channel's
+        // `done` row, in a write of its own, and a SIGKILL between the two loses the count (the
+        // ledger keeps the send), which the metrics below would then miss; under load that
+        // window was hit (seen in CI).
+        assert!(
+            wait_until(Duration::from_secs(15), || site.counter("notify_sent") >= 2),
+            "{}",
+            site.log("s1")
+        );
         s.kill9();
         let mut again = site.start("s2", "5s");
         // Its notifier takes the lease over once the killed one's lapses, and finds it sent.

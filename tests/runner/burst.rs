@@ -5,7 +5,7 @@
 //! unavailable, no command runs twice.
 //! PostgreSQL only: SQLite has one writer at a time, so nothing conflicts there.
 use crate::support;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use support::runner::*;
 
 /// Jobs due together every [`EVERY_MS`]: about 150 a scheduler, past the 32 rows of one table
@@ -14,13 +14,6 @@ const JOBS: usize = 450;
 const EVERY_MS: u64 = 3000;
 /// Bursts measured.
 const BURSTS: u64 = 4;
-
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 /// A slot as the database holds it (fixed-width UTC).
 fn slot(ms: u64) -> String {

@@ -4,20 +4,13 @@
 //! within its dead-after time, and none of its slots is lost meanwhile.
 use crate::on_both_backends;
 use crate::support;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use support::runner::*;
 
 /// Jobs every 1 s (two of three) and every 2 s.
 const JOBS: usize = 45;
 /// Heartbeats come every 2 s; a scheduler silent this long is dead.
 const DEAD_AFTER_S: u64 = 4;
-
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 /// The first multiple of 2 s at or after `ms`: a slot of every job.
 fn boundary(ms: u64) -> u64 {

@@ -311,3 +311,11 @@ pub fn roots(pids: &[i32]) -> Vec<i32> {
         .filter(|p| ppid(*p).is_none_or(|pp| !pids.contains(&pp)))
         .collect()
 }
+
+/// Milliseconds since the Unix epoch, as the scheduler counts `every` slots.
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}

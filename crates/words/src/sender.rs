@@ -89,14 +89,24 @@ impl Identity {
     /// This process, sending through `group` when its command runs in one.
     pub fn this_process(group: Option<Group>) -> Identity {
         let pid = std::process::id() as i32;
-        // /proc/self is this process in any pid namespace; /proc/PID may be another's.
-        let me = read_proc("/proc/self/stat").and_then(|s| parse_stat(&s));
+        let (start, comm) = match (own_start(pid), main_thread_name(pid)) {
+            (Some(start), Some(comm)) => (start, Some(comm)),
+            // Another thread's name is not the process's: read what `process_alive` will.
+            _ => {
+                // /proc/self is this process in any pid namespace; /proc/PID may be another's.
+                let me = read_proc("/proc/self/stat").and_then(|s| parse_stat(&s));
+                (
+                    me.as_ref().map(|s| s.start).unwrap_or(0),
+                    me.map(|s| s.comm),
+                )
+            }
+        };
         Identity {
             host_id: host_id().to_string(),
             pid,
-            start: me.as_ref().map(|s| s.start).unwrap_or(0),
+            start,
             group,
-            comm: me.map(|s| s.comm),
+            comm,
             cage: None,
         }
     }
@@ -318,6 +328,42 @@ fn parse_stat(s: &str) -> Option<Stat> {
         comm,
         exit_code: f.get(49).and_then(|c| c.parse().ok()).unwrap_or(0),
     })
+}
+
+/// This process's start time, read from /proc once per pid: it never changes, and a forked
+/// child (another pid) reads its own. Reading `/proc/self/stat` for every effect cost 7–9 µs of
+/// kernel time, a tenth of a lifecycle on a fast disk (docs/performance.md).
+fn own_start(pid: i32) -> Option<u64> {
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+    static PID: AtomicI32 = AtomicI32::new(0);
+    static START: AtomicU64 = AtomicU64::new(0);
+    // START is stored before PID (release), so a PID read here (acquire) names its START.
+    if PID.load(Ordering::Acquire) == pid {
+        return Some(START.load(Ordering::Relaxed));
+    }
+    let start = parse_stat(&read_proc("/proc/self/stat")?)?.start;
+    START.store(start, Ordering::Relaxed);
+    PID.store(pid, Ordering::Release);
+    Some(start)
+}
+
+/// The process's name (`comm`) as `/proc/PID/stat` shows it, which is its main thread's, asked
+/// of the kernel without a file when the main thread asks (`PR_GET_NAME` answers for the calling
+/// thread). Read every time: a process may rename itself (`prctl`, `setproctitle`), and a name
+/// recorded stale would make `process_alive` take a live sender for gone.
+fn main_thread_name(pid: i32) -> Option<String> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    if tid != i64::from(pid) {
+        return None;
+    }
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer it is given.
+    if unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf.get(..len)?.to_vec()).ok()
 }
 
 /// A /proc file's text, read into a buffer of its usual size at once: `read_to_string` asks

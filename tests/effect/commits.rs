@@ -110,3 +110,54 @@ on_both_backends! {
         }
     }
 }
+
+/// The pages written by the frames of the SQLite WAL of `db`'s current generation, by the
+/// b-tree each belongs to (SQLite's `dbstat`).
+fn wal_pages_by_tree(db: &str) -> Res<std::collections::BTreeMap<String, u64>> {
+    let wal = std::fs::read(format!("{db}-wal"))?;
+    let word = |at: usize| -> Res<u32> {
+        let b = wal.get(at..at + 4).ok_or("the WAL ends mid-frame")?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let c = rusqlite::Connection::open(db)?;
+    let mut tree = std::collections::HashMap::new();
+    let mut stmt = c.prepare("SELECT name, pageno FROM dbstat")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        tree.insert(r.get::<_, i64>(1)? as u32, r.get::<_, String>(0)?);
+    }
+    let (page, salts) = (word(8)? as usize, (word(16)?, word(20)?));
+    let (mut at, mut by_tree) = (32, std::collections::BTreeMap::new());
+    while at + 24 + page <= wal.len() && (word(at + 8)?, word(at + 12)?) == salts {
+        let name = tree
+            .get(&word(at)?)
+            .cloned()
+            .unwrap_or_else(|| "(free)".into());
+        *by_tree.entry(name).or_insert(0) += 1;
+        at += 24 + page;
+    }
+    Ok(by_tree)
+}
+
+/// The pages a lifecycle writes on a new SQLite ledger, each one a guarantee's: the row, its
+/// key and its open-effects entry, then the row, the entry and the `done` event with its two
+/// indexes. The events' ids need no `sqlite_sequence` page (no AUTOINCREMENT; retention keeps
+/// the newest event, so no id is handed out twice).
+#[test]
+fn a_lifecycle_writes_no_sequence_page() {
+    let env = Env::new();
+    let (mut store, ctx) = held(env.db_str()).expect("the lease");
+    lifecycles(&mut store, &ctx, 0, WARMUP).expect("warm-up");
+    let c = rusqlite::Connection::open(env.db_str()).expect("a second connection");
+    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .expect("checkpoint");
+    lifecycles(&mut store, &ctx, WARMUP, WARMUP + N).expect("lifecycles");
+    let pages = wal_pages_by_tree(env.db_str()).expect("the WAL");
+    let total: u64 = pages.values().sum();
+    eprintln!("{N} lifecycles wrote {total} pages: {pages:?}");
+    assert_eq!(pages.get("sqlite_sequence"), None, "pages: {pages:?}");
+    assert!(
+        total <= 9 * N,
+        "{total} pages for {N} lifecycles: {pages:?}"
+    );
+}

@@ -39,6 +39,10 @@ const EVENTS: &str = "FROM exactly_events ev WHERE ev.at < ?1 AND (ev.effect_key
                   AND e.state NOT IN ('done', 'cancelled'))
       AND NOT EXISTS (SELECT 1 FROM exactly_approvals a WHERE a.effect_key = ev.effect_key
                   AND a.state IN ('pending', 'approved'))))";
+/// On SQLite the newest event stays too, however old: a new event takes the highest id + 1, so
+/// with it gone an id already seen would be handed out again (the table has no AUTOINCREMENT).
+/// PostgreSQL's identity never hands one out twice.
+const NEWEST_EVENT_STAYS: &str = " AND ev.id < (SELECT max(id) FROM exactly_events)";
 /// Schedulers not heard from since the horizon (each `exactly run` is a row).
 const SCHEDULERS: &str = "FROM exactly_schedulers s WHERE s.heartbeat_at < ?1";
 /// With `--effects`: `done` effects last touched before the horizon. A `cancelled` row is a
@@ -227,7 +231,8 @@ impl Store {
             // Without a next step the range runs to the last row.
             let to = next.unwrap_or(i64::MAX);
             let upper = if next.is_some() { "<" } else { "<=" };
-            let range = format!("{EVENTS} AND ev.id >= ?2 AND ev.id {upper} ?3");
+            let keep = if self.is_pg() { "" } else { NEWEST_EVENT_STAYS };
+            let range = format!("{EVENTS}{keep} AND ev.id >= ?2 AND ev.id {upper} ?3");
             let p = args![horizon, start, to];
             n += if dry_run {
                 self.read(|tx| tx.one(&format!("SELECT count(*) {range}"), p, |r| r.get::<i64>(0)))?
@@ -253,6 +258,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::super::db::args;
     use super::super::{record_event, NewEvent, Store};
     use exactly_words::state::EventKind;
 
@@ -292,19 +298,58 @@ mod tests {
             })
             .unwrap();
         let horizon = "2026-03-01T00:00:00.000Z";
-        let old = (n + 1) / 2 + 1 + 2;
+        // Every old one but the newest id (the foreign one at i64's end), which stays.
+        let old = (n + 1) / 2 + 1 + 1;
         let dry = store.prune(horizon, false, true).unwrap();
         assert_eq!(dry.events, old as u64);
         let done = store.prune(horizon, false, false).unwrap();
         assert_eq!(done.events, old as u64);
-        let (left, oldest): (i64, String) = store
+        let (left, newest): (i64, i64) = store
             .read(|tx| {
-                tx.one("SELECT count(*), min(at) FROM exactly_events", &[], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+                tx.one(
+                    "SELECT count(*), max(id) FROM exactly_events WHERE at < ?1",
+                    args![horizon],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
             })
             .unwrap();
-        assert_eq!(left, n - (n + 1) / 2, "the newer events stay");
-        assert_eq!(oldest, "2026-06-01T00:00:00.000Z");
+        assert_eq!(
+            (left, newest),
+            (1, i64::MAX),
+            "only the newest old event stays"
+        );
+        let left: i64 = store
+            .read(|tx| tx.one("SELECT count(*) FROM exactly_events", &[], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(left, n - (n + 1) / 2 + 1, "the newer events stay");
+    }
+
+    /// An event id is never handed out twice, though the table has no AUTOINCREMENT: a prune
+    /// of every old event keeps the newest, so the next event's id is still above all before.
+    #[test]
+    fn an_event_id_is_not_handed_out_again_after_a_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("r.db").to_str().unwrap()).unwrap();
+        let old = NewEvent::new(EventKind::JobPaused, "2026-01-01T00:00:00.000Z").job("j");
+        store
+            .write(|tx| (0..5).try_for_each(|_| record_event(tx, &old)))
+            .unwrap();
+        let max_id = |store: &mut Store| -> i64 {
+            store
+                .read(|tx| tx.one("SELECT max(id) FROM exactly_events", &[], |r| r.get(0)))
+                .unwrap()
+        };
+        let seen = max_id(&mut store);
+        let pruned = store
+            .prune("2026-03-01T00:00:00.000Z", false, false)
+            .unwrap();
+        assert_eq!(pruned.events, 4, "every old event but the newest");
+        let new = NewEvent::new(EventKind::JobPaused, "2026-06-01T00:00:00.000Z").job("j");
+        store.write(|tx| record_event(tx, &new)).unwrap();
+        assert!(
+            max_id(&mut store) > seen,
+            "a new event's id {} is above the {seen} already handed out",
+            max_id(&mut store)
+        );
     }
 }

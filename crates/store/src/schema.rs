@@ -74,7 +74,11 @@ pub(crate) const TABLES: &[Table] = &[
     Table {
         name: "exactly_events",
         create:
-            "CREATE TABLE exactly_events (id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL,
+            // Without AUTOINCREMENT (from 2026-12-07; older files keep theirs): it wrote the
+            // `sqlite_sequence` page in every commit with an event, a page of each effect's
+            // `done`. An id is still never handed out twice: new rows take the highest id + 1,
+            // and retention never removes the newest event (`retention.rs`).
+            "CREATE TABLE exactly_events (id INTEGER PRIMARY KEY, at TEXT NOT NULL,
             kind TEXT NOT NULL, job_key TEXT, effect_key TEXT, fencing_token INTEGER, actor TEXT,
             detail TEXT)",
         required: &["id", "at", "kind"],

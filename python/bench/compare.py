@@ -4,7 +4,7 @@
 Run it in a virtual environment holding both::
 
     python3 -m venv bench-venv
-    bench-venv/bin/pip install ./python exactly-once
+    bench-venv/bin/pip install --no-deps ./python exactly-once  # the module alone
     bench-venv/bin/python python/bench/compare.py
 
 It prints, with a note on the machine and its load:

@@ -50,26 +50,32 @@ fn held(db: &str) -> Res<(Store, effect::Ctx)> {
     }
 }
 
-/// Commit frames in the SQLite WAL of `db` (frames of the current WAL generation only: a frame
-/// whose salts differ from the header's is left from before the last reset).
-fn wal_commits(db: &str) -> Res<u64> {
+/// The frames of the SQLite WAL of `db`'s current generation (a frame whose salts differ from
+/// the header's is left from before the last reset): each one's page, and whether it commits.
+fn wal_frames(db: &str) -> Res<Vec<(u32, bool)>> {
     let wal = std::fs::read(format!("{db}-wal"))?;
     let word = |at: usize| -> Res<u32> {
         let b = wal.get(at..at + 4).ok_or("the WAL ends mid-frame")?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
     let (page, salts) = (word(8)? as usize, (word(16)?, word(20)?));
-    let (mut at, mut commits) = (32, 0);
-    while at + 24 + page <= wal.len() {
-        if (word(at + 8)?, word(at + 12)?) != salts {
-            break;
-        }
-        if word(at + 4)? != 0 {
-            commits += 1;
-        }
+    let (mut at, mut frames) = (32, Vec::new());
+    while at + 24 + page <= wal.len() && (word(at + 8)?, word(at + 12)?) == salts {
+        frames.push((word(at)?, word(at + 4)? != 0));
         at += 24 + page;
     }
-    Ok(commits)
+    Ok(frames)
+}
+
+/// The store at the SQLite file `db` after `N` lifecycles counted from an emptied WAL, so that
+/// every frame in it is theirs. Kept open: its close would checkpoint and remove the WAL.
+fn counted_on_sqlite(db: &str) -> Res<Store> {
+    let (mut store, ctx) = held(db)?;
+    lifecycles(&mut store, &ctx, 0, WARMUP)?;
+    let c = rusqlite::Connection::open(db)?;
+    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    lifecycles(&mut store, &ctx, WARMUP, WARMUP + N)?;
+    Ok(store)
 }
 
 on_both_backends! {
@@ -97,14 +103,9 @@ on_both_backends! {
                 assert_eq!(c.parses, 0, "statements prepared again: {c:?}");
             }
             Backend::Sqlite => {
-                let (mut store, ctx) = held(env.db_str()).expect("the lease");
-                lifecycles(&mut store, &ctx, 0, WARMUP).expect("warm-up");
-                // The WAL emptied, so that every commit frame in it is one of ours.
-                let c = rusqlite::Connection::open(env.db_str()).expect("a second connection");
-                c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-                    .expect("checkpoint");
-                lifecycles(&mut store, &ctx, WARMUP, WARMUP + N).expect("lifecycles");
-                let commits = wal_commits(env.db_str()).expect("the WAL");
+                let _store = counted_on_sqlite(env.db_str()).expect("lifecycles");
+                let frames = wal_frames(env.db_str()).expect("the WAL");
+                let commits = frames.iter().filter(|(_, commit)| *commit).count() as u64;
                 assert_eq!(commits, 2 * N, "commits");
             }
         }
@@ -114,11 +115,6 @@ on_both_backends! {
 /// The pages written by the frames of the SQLite WAL of `db`'s current generation, by the
 /// b-tree each belongs to (SQLite's `dbstat`).
 fn wal_pages_by_tree(db: &str) -> Res<std::collections::BTreeMap<String, u64>> {
-    let wal = std::fs::read(format!("{db}-wal"))?;
-    let word = |at: usize| -> Res<u32> {
-        let b = wal.get(at..at + 4).ok_or("the WAL ends mid-frame")?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    };
     let c = rusqlite::Connection::open(db)?;
     let mut tree = std::collections::HashMap::new();
     let mut stmt = c.prepare("SELECT name, pageno FROM dbstat")?;
@@ -126,15 +122,10 @@ fn wal_pages_by_tree(db: &str) -> Res<std::collections::BTreeMap<String, u64>> {
     while let Some(r) = rows.next()? {
         tree.insert(r.get::<_, i64>(1)? as u32, r.get::<_, String>(0)?);
     }
-    let (page, salts) = (word(8)? as usize, (word(16)?, word(20)?));
-    let (mut at, mut by_tree) = (32, std::collections::BTreeMap::new());
-    while at + 24 + page <= wal.len() && (word(at + 8)?, word(at + 12)?) == salts {
-        let name = tree
-            .get(&word(at)?)
-            .cloned()
-            .unwrap_or_else(|| "(free)".into());
+    let mut by_tree = std::collections::BTreeMap::new();
+    for (page, _) in wal_frames(db)? {
+        let name = tree.get(&page).cloned().unwrap_or_else(|| "(free)".into());
         *by_tree.entry(name).or_insert(0) += 1;
-        at += 24 + page;
     }
     Ok(by_tree)
 }
@@ -146,12 +137,7 @@ fn wal_pages_by_tree(db: &str) -> Res<std::collections::BTreeMap<String, u64>> {
 #[test]
 fn a_lifecycle_writes_no_sequence_page() {
     let env = Env::new();
-    let (mut store, ctx) = held(env.db_str()).expect("the lease");
-    lifecycles(&mut store, &ctx, 0, WARMUP).expect("warm-up");
-    let c = rusqlite::Connection::open(env.db_str()).expect("a second connection");
-    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-        .expect("checkpoint");
-    lifecycles(&mut store, &ctx, WARMUP, WARMUP + N).expect("lifecycles");
+    let _store = counted_on_sqlite(env.db_str()).expect("lifecycles");
     let pages = wal_pages_by_tree(env.db_str()).expect("the WAL");
     let total: u64 = pages.values().sum();
     eprintln!("{N} lifecycles wrote {total} pages: {pages:?}");

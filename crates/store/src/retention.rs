@@ -214,6 +214,7 @@ impl Store {
     /// Old events, id range by id range (see [`EVENT_IDS`]).
     fn prune_events(&mut self, horizon: &str, dry_run: bool) -> Result<u64> {
         let mut n = 0u64;
+        let keep = if self.is_pg() { "" } else { NEWEST_EVENT_STAYS };
         // From the lowest id, each step the next EVENT_IDS rows by id: the walk follows the
         // rows, not the id space, so a foreign writer's ids far apart (or at i64's ends) cost
         // no more steps than rows.
@@ -231,7 +232,6 @@ impl Store {
             // Without a next step the range runs to the last row.
             let to = next.unwrap_or(i64::MAX);
             let upper = if next.is_some() { "<" } else { "<=" };
-            let keep = if self.is_pg() { "" } else { NEWEST_EVENT_STAYS };
             let range = format!("{EVENTS}{keep} AND ev.id >= ?2 AND ev.id {upper} ?3");
             let p = args![horizon, start, to];
             n += if dry_run {

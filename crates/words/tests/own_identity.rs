@@ -17,11 +17,16 @@ fn rename_this_thread(name: &str) {
     assert_eq!(rc, 0, "prctl(PR_SET_NAME)");
 }
 
+/// Whether the process `id` names is alive by the name and start time it recorded.
+fn alive(id: &Identity, comm: Option<&str>) -> bool {
+    process_alive(id.pid, id.start, comm)
+}
+
 fn main() {
     let first = Identity::this_process(None);
     assert_eq!(first.comm.as_deref(), Some(proc_comm().as_str()));
     assert!(first.start > 0, "a start time: {first:?}");
-    assert!(process_alive(first.pid, first.start, first.comm.as_deref()));
+    assert!(alive(&first, first.comm.as_deref()));
 
     // Renamed after the first effect: the next one records the new name, or a live sender
     // would later be taken for gone.
@@ -29,16 +34,8 @@ fn main() {
     let renamed = Identity::this_process(None);
     assert_eq!(renamed.comm.as_deref(), Some("renamed-sender"));
     assert_eq!(renamed.start, first.start);
-    assert!(process_alive(
-        renamed.pid,
-        renamed.start,
-        renamed.comm.as_deref()
-    ));
-    assert!(!process_alive(
-        renamed.pid,
-        renamed.start,
-        first.comm.as_deref()
-    ));
+    assert!(alive(&renamed, renamed.comm.as_deref()));
+    assert!(!alive(&renamed, first.comm.as_deref()));
 
     // Another thread's own name is not the process's: /proc shows the main thread's.
     let from_thread = std::thread::spawn(|| {
@@ -49,10 +46,6 @@ fn main() {
     .expect("the thread");
     assert_eq!(from_thread.comm.as_deref(), Some("renamed-sender"));
     assert_eq!(from_thread.start, first.start);
-    assert!(process_alive(
-        from_thread.pid,
-        from_thread.start,
-        from_thread.comm.as_deref()
-    ));
+    assert!(alive(&from_thread, from_thread.comm.as_deref()));
     println!("own_identity: 3 identities, each the one /proc shows");
 }

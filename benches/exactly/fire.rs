@@ -4,7 +4,8 @@ use super::*;
 pub(crate) struct Lag {
     /// Command start minus slot, ms, one per stamp, sorted.
     pub(crate) start: Vec<f64>,
-    /// `runs.started_at` (when the firing was decided) minus slot, ms, sorted.
+    /// When each run's firing was decided minus slot, ms, sorted: [`DECIDED`]. Negative for a
+    /// firing decided ahead of its slot.
     pub(crate) decided: Vec<f64>,
     pub(crate) missed: u64,
     pub(crate) firings: u64,
@@ -18,6 +19,11 @@ pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
     }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
+
+/// When a run's firing was decided: the run's recorded start, or — for a run decided ahead of
+/// its slot, whose recorded start is the slot (`scheduler/batches.rs`) — its firing's record,
+/// which is older. `runs.started_at` alone, as before deciding ahead, would read 0 for those.
+const DECIDED: &str = "min(r.started_at, coalesce(f.created_at, r.started_at))";
 
 /// `exactly run` with `jobs` jobs every 5 s for `secs`, each command a stamp. Only slots after
 /// the scheduler started count: catch-up of earlier ones is not lag.
@@ -78,10 +84,12 @@ pub(crate) fn fire_run_env(dir: &Path, jobs: usize, secs: f64, env: &[(&str, &st
     }
     stop(&mut child)?;
     let c = Connection::open(&db)?;
-    let mut stmt = c.prepare(
-        "SELECT (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 FROM exactly_runs
-         WHERE scheduled_at >= ?1",
-    )?;
+    let mut stmt = c.prepare(&format!(
+        "SELECT (julianday({DECIDED}) - julianday(r.scheduled_at)) * 86400000.0 \
+         FROM exactly_runs r LEFT JOIN exactly_firings f \
+           ON f.job_key = r.job_key AND f.scheduled_at = r.scheduled_at \
+         WHERE r.scheduled_at >= ?1"
+    ))?;
     let mut decided: Vec<f64> = stmt
         .query_map([&started], |r| r.get::<_, f64>(0))?
         .collect::<rusqlite::Result<_>>()?;
@@ -305,10 +313,12 @@ fn spread_run(dir: &Path, jobs: usize, every: u64) -> Res<(Lag, Vec<f64>)> {
     let due_ms =
         |job: &str| exactly::schedule::jitter_for(job, &slot_text, jitter).as_secs_f64() * 1000.0;
     let c = Connection::open(&db)?;
-    let mut stmt = c.prepare(
-        "SELECT job_key, (julianday(started_at) - julianday(scheduled_at)) * 86400000.0 \
-         FROM exactly_runs WHERE scheduled_at = ?1",
-    )?;
+    let mut stmt = c.prepare(&format!(
+        "SELECT r.job_key, (julianday({DECIDED}) - julianday(r.scheduled_at)) * 86400000.0 \
+         FROM exactly_runs r LEFT JOIN exactly_firings f \
+           ON f.job_key = r.job_key AND f.scheduled_at = r.scheduled_at \
+         WHERE r.scheduled_at = ?1"
+    ))?;
     let mut decided: Vec<f64> = stmt
         .query_map([&slot_text], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))

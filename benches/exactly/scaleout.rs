@@ -227,12 +227,18 @@ fn scale_round(plan: &Plan, url: &str, n: usize) -> Res<Value> {
         "SELECT count(*) FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
     )?;
     // When each run was decided (lease won, run recorded): the lag before its command starts.
+    // A run decided ahead of its slot records the slot as its start: its firing's record is
+    // when it was decided (see fire.rs, `DECIDED`).
     let decided: Vec<f64> = db
         .query(
             "SELECT coalesce(percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY
-               extract(epoch FROM started_at::timestamptz - scheduled_at::timestamptz) * 1000), \
+               extract(epoch FROM least(r.started_at::timestamptz, \
+                 coalesce(f.created_at, r.started_at)::timestamptz) \
+                 - r.scheduled_at::timestamptz) * 1000), \
                ARRAY[]::float8[])
-             FROM exactly_runs WHERE scheduled_at >= $1 AND scheduled_at <= $2",
+             FROM exactly_runs r LEFT JOIN exactly_firings f \
+               ON f.job_key = r.job_key AND f.scheduled_at = r.scheduled_at \
+             WHERE r.scheduled_at >= $1 AND r.scheduled_at <= $2",
             &[&lo, &hi],
         )?
         .first()

@@ -243,6 +243,7 @@ pub(crate) fn run_here(
         cwd: reg.cwd.clone(),
         kill,
         granted,
+        start_at: None,
         // A run in the foreground is run once: no retry, no pause.
         failure: None,
         // The registry does not keep `ping`: a run started by hand pings nothing.

@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod ahead;
 mod approval;
 mod burst;
 mod cages;

@@ -69,6 +69,12 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// How far ahead of its slot a scheduler decides a firing (the default of
+/// `EXACTLY_DECIDE_AHEAD_MS`, see `scheduler/batches.rs`).
+fn ahead() -> chrono::Duration {
+    chrono::Duration::milliseconds(1000)
+}
+
 fn errors(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" ERROR ")).count()
 }
@@ -123,7 +129,9 @@ fn slots_under_a_write_lock_are_missed_for_that_reason_and_none_runs_late() {
     let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     let interval = format!(
         "FROM exactly_firings WHERE scheduled_at > '{}' AND scheduled_at < '{}'",
-        fmt(locked),
+        // The slot within a second of the lock may have been decided ahead of it, before the
+        // lock: its command needs nothing of the database at its slot, and runs.
+        fmt(locked + ahead()),
         fmt(too_late)
     );
     let slots = site.count(&format!("SELECT count(*) {interval}"));
@@ -135,8 +143,12 @@ fn slots_under_a_write_lock_are_missed_for_that_reason_and_none_runs_late() {
         "{slots} slots recorded in the locked interval: {log}"
     );
     assert_eq!(
-        missed, slots,
-        "each slot of the locked interval is missed (database unavailable): {log}"
+        missed,
+        slots,
+        "each slot of the locked interval is missed (database unavailable): {:?} {log}",
+        site.strings(&format!(
+            "SELECT scheduled_at || ' ' || state || ' ' || created_at {interval}"
+        ))
     );
     let all_missed = site.count("SELECT count(*) FROM exactly_firings WHERE state = 'missed'");
     let json: serde_json::Value = serde_json::from_str(&status).expect(&err);
@@ -389,7 +401,8 @@ fn slots_during_a_postgres_outage_are_missed_for_that_reason_and_none_runs_late(
     let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     let interval = format!(
         "FROM exactly_firings WHERE scheduled_at > '{}' AND scheduled_at < '{}'",
-        fmt(down),
+        // As above: the slot within a second of the outage may have been decided before it.
+        fmt(down + ahead()),
         fmt(too_late)
     );
     let slots = site.count(&format!("SELECT count(*) {interval}"));
@@ -505,7 +518,10 @@ on_both_backends! {
                 "SELECT count(*) FROM exactly_firings WHERE job_key = 'caught' AND kind = 'catchup'",
             )
         };
-        let ok = wait_until(Duration::from_secs(8), || caught_up(&site) >= 8);
+        // Of the 10 slots the crash held, the last two are within LATE_OK of the restart (on
+        // time, not catch-ups), and the first may have been decided ahead of it by the killed
+        // scheduler (resumed by the next, not caught up): at least 7 catch-ups.
+        let ok = wait_until(Duration::from_secs(8), || caught_up(&site) >= 7);
         // A few more ticks: a late miss would show.
         std::thread::sleep(Duration::from_secs(2));
         assert_eq!(s.term(Duration::from_secs(10)), Some(0));
@@ -525,8 +541,12 @@ on_both_backends! {
         );
         assert!(
             ok,
-            "caught fired {} catch-up firings\n{log}",
-            caught_up(&site)
+            "caught fired {} catch-up firings: {:?}\n{log}",
+            caught_up(&site),
+            site.strings(
+                "SELECT scheduled_at || ' ' || kind || ' ' || state FROM exactly_firings \
+                 WHERE job_key = 'caught' ORDER BY scheduled_at"
+            )
         );
         // Every slot of the job with a catch-up window was fired: no hole where the outage was.
         let slots: Vec<_> = site

@@ -298,11 +298,12 @@ on_both_backends! {
             site.log("s")
         );
         // Frozen across a slot it was alive for, it wakes 3.5 s after it: past the 2 s, well
-        // before the next slot (10 s).
-        let ms = chrono::Utc::now().timestamp_millis() + 1000;
+        // before the next slot (10 s). Frozen 1.5 s before the slot, before the second ahead
+        // of it in which the slot would be decided (`EXACTLY_DECIDE_AHEAD_MS`).
+        let ms = chrono::Utc::now().timestamp_millis() + 2000;
         let slot_ms = (ms / 10_000 + 1) * 10_000;
         let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
-        let freeze = slot - chrono::Duration::milliseconds(500);
+        let freeze = slot - chrono::Duration::milliseconds(1500);
         assert!(wait_until(Duration::from_secs(12), || chrono::Utc::now() >= freeze));
         s.signal(libc::SIGSTOP);
         let wake = slot + chrono::Duration::milliseconds(3500);

@@ -117,6 +117,11 @@ pub struct DueRequest<'a> {
     pub window: std::time::Duration,
     /// Why such a slot was missed (its firing's detail).
     pub reason: &'a str,
+    /// A slot not due yet, decided ahead of it (its instant, the slot plus its jitter, on the
+    /// caller's clock): started only where nothing stands in its way (no firing of it yet, no
+    /// pause, no run live, no earlier firing waiting, the lease free), its run's recorded
+    /// start this instant; anything else is [`DueFate::NotYet`], decided when it falls due.
+    pub ahead: Option<&'a str>,
 }
 
 /// What became of a due slot.
@@ -131,6 +136,9 @@ pub enum DueFate {
         /// Recorded `skipped`, the job being paused.
         skipped: bool,
     },
+    /// Asked ahead of its slot, and something stood in its way: nothing was written; it is
+    /// decided when it falls due, as any other.
+    NotYet,
 }
 
 fn due_tx(
@@ -140,6 +148,14 @@ fn due_tx(
     at_text: &str,
 ) -> DbResult<DueFate> {
     let f = &d.fire;
+    // Its instant may have come while the transaction waited for the database: then it is
+    // decided as any due slot.
+    if let Some(starts_at) = d
+        .ahead
+        .filter(|s| exactly_words::time::parse(s).is_some_and(|s| s > at))
+    {
+        return ahead_tx(tx, f, at_text, starts_at);
+    }
     // A slot that is not a time is the caller's error, said: read as on time, it was started
     // however late.
     let late_ms = (at - f.slot_ts()?).num_milliseconds();
@@ -168,6 +184,44 @@ fn due_tx(
         ..f.clone()
     };
     fire_tx(tx, &now_fire).map(DueFate::Fired)
+}
+
+/// A slot decided ahead of its instant `starts_at` (see [`DueRequest::ahead`]): started only on
+/// the path where deciding it now and deciding it when due cannot differ, its lease running
+/// from `starts_at` for as long as the caller asked; else nothing written.
+fn ahead_tx(tx: &Tx<'_>, f: &FireRequest<'_>, at_text: &str, starts_at: &str) -> DbResult<DueFate> {
+    let fired: bool = tx.one(
+        "SELECT EXISTS (SELECT 1 FROM exactly_firings WHERE job_key = ?1 AND scheduled_at = ?2)",
+        args![f.job, f.slot],
+        |r| r.get(0),
+    )?;
+    let now_fire = FireRequest {
+        now: at_text,
+        ..f.clone()
+    };
+    if fired
+        || f.live_here
+        || covered_tx(tx, f.job, f.slot)?.is_some()
+        || paused(tx, f.job)?.is_some()
+        || waiting_before(tx, &now_fire)?.is_some()
+    {
+        return Ok(DueFate::NotYet);
+    }
+    // The lease's end as asked, counted from the slot (the claim moves it to its clock).
+    match claim_lease_tx(tx, f.job, f.owner, f.lease_until, at_text)? {
+        LeaseClaim::Won { token, stolen_from } => {
+            let starts_at_here = tx.later(starts_at);
+            let run_id = start_run(tx, f.job, f.slot, f.owner, &starts_at_here, token)?;
+            upsert_firing(tx, &now_fire, FiringState::Running, Some(&run_id), None)?;
+            Ok(DueFate::Fired(Fired::Started(Started {
+                token: token.into(),
+                run_id,
+                slot: f.slot_ts()?,
+                stolen_from,
+            })))
+        }
+        LeaseClaim::Held { .. } => Ok(DueFate::NotYet),
+    }
 }
 
 /// [`Store::record_missed`] inside the caller's transaction: (firings counted, whether the job
@@ -354,7 +408,7 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     match claim {
         LeaseClaim::Won { token, stolen_from } => {
             let slot = f.slot_ts()?;
-            let run_id = start_run(tx, f.job, f.slot, f.owner, f.now, token)?;
+            let run_id = start_run(tx, f.job, f.slot, f.owner, tx.now(f.now), token)?;
             upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
             Ok(Fired::Started(Started {
                 token: token.into(),

@@ -238,21 +238,21 @@ pub(super) fn upsert_firing(
     Ok(())
 }
 
-/// Starts a run for a firing whose lease we just won.
+/// Starts a run for a firing whose lease we just won, its recorded start `started_at` (on this
+/// transaction's clock: see [`Tx::now`], [`Tx::later`]).
 pub(super) fn start_run(
     tx: &Tx<'_>,
     job: &str,
     slot: &str,
     owner: &str,
-    now: &str,
+    started_at: &str,
     token: i64,
 ) -> DbResult<String> {
-    let now = tx.now(now);
     let run_id = format!("{job}-t{token}");
     tx.exec(
         "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        args![run_id, job, slot, owner, token, now],
+        args![run_id, job, slot, owner, token, started_at],
     )?;
     Ok(run_id)
 }

@@ -146,7 +146,7 @@ fn db_identity(db: &str) -> String {
 /// The job's `ping` hears of its start and end from a thread of its own.
 pub(crate) fn execute(spec: &RunSpec) -> Result<RunResult> {
     let url = spec.ping.as_deref();
-    let pinger = Pinger::start(&spec.job, url, &spec.started.run_id);
+    let pinger = Pinger::start(&spec.job, url, &spec.started.run_id, spec.start_at);
     let result = execute_run(spec);
     match &result {
         Ok(r) => pinger.ended(url, &r.outcome, r.exit_code),
@@ -183,7 +183,15 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
             return Ok(ended);
         }
     }
-    let mut child = match run.spawn() {
+    // The run's cage: nothing the command starts can leave it, and it ends with the run. Made
+    // before the wait for the slot, so a burst decided ahead has only its starts left then.
+    let cage = crate::contain::Cage::new("run");
+    if !run.wait_for_slot() {
+        cage.close();
+        let why = "stopped before its slot came; its command never started";
+        return run.end(RunOutcome::NotStarted, why);
+    }
+    let mut child = match run.spawn(cage) {
         Ok(c) => c,
         Err((outcome, why)) => return run.end(outcome, &why),
     };
@@ -400,18 +408,37 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Starts the command, its process group handed to its watchdog. Err((outcome, why)) when
-    /// it did not start: `failed` when it could not, `not_started` when the spawner did not
-    /// start it in time (frozen, or shutdown came first).
-    fn spawn(&mut self) -> std::result::Result<Child, (RunOutcome, String)> {
+    /// A run decided ahead of its slot waits for it: false when shutdown's kill came first.
+    fn wait_for_slot(&self) -> bool {
+        let Some(at) = self.spec.start_at else {
+            return true;
+        };
+        loop {
+            if self.spec.kill.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(STEP));
+        }
+    }
+
+    /// Starts the command in `cage`, its process group handed to its watchdog.
+    /// Err((outcome, why)) when it did not start: `failed` when it could not, `not_started`
+    /// when the spawner did not start it in time (frozen, or shutdown came first).
+    fn spawn(
+        &mut self,
+        cage: crate::contain::Cage,
+    ) -> std::result::Result<Child, (RunOutcome, String)> {
         let (job, run_id) = (&self.spec.job, &self.spec.started.run_id);
         let Some((prog, args)) = self.spec.command.split_first() else {
+            cage.close();
             return Err((RunOutcome::Failed, "no command".into()));
         };
         let kill = &self.spec.kill;
         let give_up = || kill.load(Ordering::SeqCst);
-        // The run's cage: nothing the command starts can leave it, and it ends with the run.
-        let cage = crate::contain::Cage::new("run");
         crate::fault::point(crate::fault::Point::BeforeSpawn);
         let mut running = match start_command(&self.launch(prog, args, &cage), &cage, &give_up) {
             Ok(c) => c,

@@ -7,7 +7,7 @@
 //! log line, never the run's failure, and never holds up its command.
 use crate::state::RunOutcome;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long one ping may take (connect, send, answer).
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,7 +72,12 @@ pub(crate) struct Pinger {
 
 impl Pinger {
     /// Starts pinging for a run of `job` (nothing when it has no `ping`).
-    pub(crate) fn start(job: &str, url: Option<&str>, run_id: &str) -> Pinger {
+    pub(crate) fn start(
+        job: &str,
+        url: Option<&str>,
+        run_id: &str,
+        not_before: Option<Instant>,
+    ) -> Pinger {
         let Some(url) = url else {
             return Pinger {
                 tx: None,
@@ -88,6 +93,10 @@ impl Pinger {
         let job = job.to_string();
         // Detached: a ping never holds up the run, nor the scheduler's shutdown.
         std::thread::spawn(move || {
+            // A run decided ahead of its slot starts at the slot: so does its start ping.
+            if let Some(wait) = not_before.map(|at| at.saturating_duration_since(Instant::now())) {
+                std::thread::sleep(wait);
+            }
             let agent = agent(PING_TIMEOUT);
             for (to, body) in rx {
                 if let Err(e) = agent.post(&to).send_string(&body) {

@@ -26,8 +26,11 @@ pub(crate) struct RunSpec {
     /// Set at shutdown once the grace period is over: kill the command.
     pub kill: Arc<AtomicBool>,
     /// When the write that granted the run its lease was sent: its local deadline counts from
-    /// here.
+    /// here (from its slot, for a run decided ahead of it, whose lease runs from the slot).
     pub granted: Instant,
+    /// Decided ahead of its slot: its command starts then, not before (see
+    /// `scheduler/batches.rs`). None: at once.
+    pub start_at: Option<Instant>,
     /// A failed run's retry and its job's pause, recorded with its end (None: neither).
     pub failure: Option<firing::FailureRules>,
     /// The job's dead man's switch (`ping.rs`), pinged as the run starts and ends.

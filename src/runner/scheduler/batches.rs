@@ -3,7 +3,7 @@
 use super::db_health::Health;
 use super::missed::runs_late_until;
 use super::share::Share;
-use super::tick::{live_here, spawn, start_waiting, How, JobState, Tick};
+use super::tick::{decide_ahead, live_here, spawn, start_waiting, How, JobState, Tick};
 use crate::firing::{self, DueFate, DueRequest, FireRequest, Fired, Started, Waiting};
 use crate::runner::config::job::Job;
 use crate::runner::log;
@@ -48,12 +48,22 @@ pub(super) fn fire_due(
     share: &mut Share,
 ) {
     let now = time::now();
+    let soon = time::add(now, decide_ahead());
     let mut due: Vec<(Ts, usize)> = Vec::new();
+    let mut ahead: Vec<(Ts, usize)> = Vec::new();
     for (i, st) in states.iter().enumerate() {
         // A job whose missed slots are not recorded yet fires none (they go first, next tick,
         // in one write), so an outage's slots are not decided one transaction each.
-        if st.mine && !st.behind && st.next_due.is_some_and(|n| n <= now) {
+        if !st.mine || st.behind {
+            continue;
+        }
+        if st.next_due.is_some_and(|n| n <= now) {
             due.extend(st.due_by(now).into_iter().map(|s| (s, i)));
+        } else if let Some(next) = st
+            .next
+            .filter(|_| may_decide_ahead(t, st, i, &pending, soon))
+        {
+            ahead.push((next, i));
         }
     }
     // How late its own burst is decided tells how late the others' are (see `share`); slots
@@ -63,8 +73,11 @@ pub(super) fn fire_due(
     if let Err(e) = unrecorded(t.store, states, now, share.net_after(), &mut due) {
         t.health.failed("-", &e);
     }
-    // Stable: a job's slots keep their order.
+    // Stable: a job's slots keep their order. The slots not due yet go after every due one.
     due.sort_by_key(|&(slot, _)| slot);
+    ahead.sort_by_key(|&(slot, _)| slot);
+    let ahead_of: HashSet<usize> = ahead.iter().map(|&(_, i)| i).collect();
+    due.extend(ahead);
     if due.is_empty() {
         return;
     }
@@ -73,10 +86,29 @@ pub(super) fn fire_due(
     } else {
         FIRE_BATCH
     };
-    fire_batches(t, states, &due, pending, most);
+    fire_batches(t, states, (&due, &ahead_of), pending, most);
     if let Some(lag) = oldest.and_then(|s| (time::now() - s).to_std().ok()) {
         share.own_lag(lag);
     }
+}
+
+/// Whether a job's next slot, not due yet, is decided ahead of it this tick: it falls due
+/// within [`decide_ahead`] of now (`soon`), and nothing is known to stand in its way here (a
+/// run of it live, a firing of it waiting or backing off, an earlier try ahead of this slot).
+/// The store checks the rest in the transaction (see `DueRequest::ahead`): where deciding it now
+/// could differ from deciding it at its slot, it is decided at its slot.
+fn may_decide_ahead(
+    t: &Tick<'_>,
+    st: &JobState,
+    i: usize,
+    pending: &[(usize, Waiting)],
+    soon: Ts,
+) -> bool {
+    st.next_due.is_some_and(|n| n <= soon)
+        && st.ahead_tried != st.next
+        && st.retry_after.is_none()
+        && !pending.iter().any(|(p, _)| *p == i)
+        && !live_here(t.runs, &st.job.name)
 }
 
 /// Other schedulers' slots still unrecorded `net` after they fell due join `due` (their owner
@@ -138,16 +170,20 @@ fn unrecorded(
 }
 
 /// A batch's firing, as decided: the job's index, its slot (as a time and as text), its lease's
-/// end, and whether it is on time or a catch-up.
-type Part = (usize, Ts, String, String, FiringKind);
+/// end, whether it is on time or a catch-up, and — decided ahead of it — its instant (the slot
+/// plus its jitter) as a time and as text.
+type Part = (usize, Ts, String, String, FiringKind, Option<(Ts, String)>);
 
 /// A run won by a firing of this tick, not yet handed to its thread: its job's index, the run,
-/// what it must do before its command, and when its lease was asked for.
+/// what it must do before its command, when its lease's term began on this host's monotonic
+/// clock (the write asking for it was sent; or its slot, decided ahead), and when its command
+/// may start (None: at once).
 struct Won {
     i: usize,
     started: Started,
     how: How,
-    asked: Instant,
+    granted: Instant,
+    start_at: Option<Instant>,
 }
 
 /// What this tick's batches decided so far.
@@ -169,7 +205,7 @@ struct Decided {
 fn fire_batches(
     t: &mut Tick<'_>,
     states: &mut [JobState],
-    due: &[(Ts, usize)],
+    (due, ahead): (&[(Ts, usize)], &HashSet<usize>),
     mut pending: Vec<(usize, Waiting)>,
     most: usize,
 ) {
@@ -190,7 +226,7 @@ fn fire_batches(
         // either (the new one is then coalesced or queued behind it, as if the tick came later).
         let now = time::now();
         start_pending(t, states, &batch, &mut pending, now);
-        let parts = batch_parts(states, &batch, now);
+        let parts = batch_parts(states, &batch, now, ahead);
         let decided = match decide(t, states, &parts, now, &d.live) {
             BatchFate::Fates(decided) => decided,
             // Nothing of it was decided: the same firings again, fewer to a transaction (each
@@ -210,7 +246,22 @@ fn fire_batches(
         let oldest = parts.first().map(|p| p.1);
         let n = parts.len();
         for (part, fired) in parts.into_iter().zip(decided) {
-            settle(t, states, part, fired, open.as_ref(), asked, &mut d);
+            // A run decided ahead: its lease's term, and its command, begin at its instant,
+            // as far from `asked` as it was from `now` (read just after: never later).
+            let start_at = part
+                .5
+                .as_ref()
+                .map(|(at, _)| asked + (*at - now).to_std().unwrap_or(Duration::ZERO));
+            let granted = start_at.unwrap_or(asked);
+            settle(
+                t,
+                states,
+                part,
+                fired,
+                open.as_ref(),
+                (granted, start_at),
+                &mut d,
+            );
         }
         say_batch(k, n, oldest, now, committed);
     }
@@ -226,8 +277,14 @@ fn hand_over(t: &mut Tick<'_>, states: &[JobState], won: Vec<Won>, batches: usiz
     let n = won.len();
     for w in won {
         let job = &states[w.i].job;
-        t.runs
-            .push(spawn(t.cfg, job, w.started, w.how, t.kill, w.asked));
+        t.runs.push(spawn(
+            t.cfg,
+            job,
+            w.started,
+            w.how,
+            t.kill,
+            (w.granted, w.start_at),
+        ));
     }
     tracing::debug!(
         "{n} run(s) of {batches} batch(es) handed over in {} ms",
@@ -288,8 +345,14 @@ fn start_pending(
     }
 }
 
-/// Each firing of the batch as decided at `now`: late past [`LATE_OK`] is a catch-up.
-fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part> {
+/// Each firing of the batch as decided at `now`: late past [`LATE_OK`] is a catch-up; one of
+/// the jobs `ahead`, not due yet, is decided ahead of its instant, its lease counted from it.
+fn batch_parts(
+    states: &[JobState],
+    batch: &[(Ts, usize)],
+    now: Ts,
+    ahead: &HashSet<usize>,
+) -> Vec<Part> {
     batch
         .iter()
         .map(|&(slot, i)| {
@@ -300,8 +363,10 @@ fn batch_parts(states: &[JobState], batch: &[(Ts, usize)], now: Ts) -> Vec<Part>
             } else {
                 FiringKind::Scheduled
             };
-            let until = time::fmt(time::add(now, states[i].job.lease));
-            (i, slot, time::fmt(slot), until, kind)
+            let early = (ahead.contains(&i) && due_at > now).then(|| (due_at, time::fmt(due_at)));
+            let from = early.as_ref().map_or(now, |(at, _)| *at);
+            let until = time::fmt(time::add(from, states[i].job.lease));
+            (i, slot, time::fmt(slot), until, kind, early)
         })
         .collect()
 }
@@ -348,7 +413,7 @@ fn decide(
     // waited past its window for a lock or a server is missed, not run later still.
     let requests: Vec<DueRequest<'_>> = parts
         .iter()
-        .map(|(i, slot_ts, slot, until, kind)| DueRequest {
+        .map(|(i, slot_ts, slot, until, kind, early)| DueRequest {
             fire: FireRequest {
                 job: &states[*i].job.name,
                 slot,
@@ -361,6 +426,7 @@ fn decide(
             },
             window: window(&states[*i].job, *slot_ts, t.cfg.alive_since, t.health),
             reason: t.health.why_missed(*slot_ts),
+            ahead: early.as_ref().map(|(_, text)| text.as_str()),
         })
         .collect();
     // A single firing has no smaller batch to fall back on: the store's every try is its.
@@ -429,10 +495,10 @@ fn settle(
     part: Part,
     fired: Result<DueFate>,
     open: Option<&HashSet<String>>,
-    asked: Instant,
+    (granted, start_at): (Instant, Option<Instant>),
     d: &mut Decided,
 ) {
-    let (i, slot, slot_text, _, kind) = part;
+    let (i, slot, slot_text, _, kind, _) = part;
     let st = &mut states[i];
     match fired {
         Ok(DueFate::Fired(fired)) => {
@@ -442,11 +508,14 @@ fn settle(
                     i,
                     started,
                     how,
-                    asked,
+                    granted,
+                    start_at,
                 });
                 d.live.insert(i);
             }
         }
+        // Something stood in its way: decided at its slot, as any other.
+        Ok(DueFate::NotYet) => st.ahead_tried = Some(slot),
         Ok(DueFate::Late { late_ms, skipped }) => {
             st.handled(slot);
             // Its other late slots go next tick, in one write, with record_behind.

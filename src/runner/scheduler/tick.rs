@@ -64,6 +64,9 @@ pub(super) struct JobState {
     /// Its firings skipped while paused since the last one logged (the first one is logged,
     /// the others counted), and the latest: said in one line once it fires again.
     pub(super) skipped: (u64, String),
+    /// Its next slot was asked ahead (see `batches.rs`) and something stood in its way: it is
+    /// decided when due, not asked ahead again each tick.
+    pub(super) ahead_tried: Option<Ts>,
 }
 
 impl JobState {
@@ -79,6 +82,7 @@ impl JobState {
             mine: true,
             retry_after: None,
             skipped: (0, String::new()),
+            ahead_tried: None,
         }
     }
     pub(super) fn handled(&mut self, upto: Ts) {
@@ -105,6 +109,7 @@ impl JobState {
         self.job = job;
         self.handled(self.cursor);
         self.retry_after = None;
+        self.ahead_tried = None;
     }
 }
 
@@ -211,7 +216,7 @@ pub(super) fn start_waiting(
             resumed,
             settle: true,
         };
-        runs.push(spawn(cfg, job, s, how, kill, asked));
+        runs.push(spawn(cfg, job, s, how, kill, (asked, None)));
         return Ok(true);
     }
     Ok(false)
@@ -220,6 +225,34 @@ pub(super) fn start_waiting(
 pub(super) fn live_here(runs: &[Running], job: &str) -> bool {
     runs.iter().any(|r| r.job == job && !r.handle.is_finished())
 }
+
+/// The slots due within this of now whose jobs have no run live are decided ahead of them
+/// (see `batches.rs`): `EXACTLY_DECIDE_AHEAD_MS` (0: at their slot, as before).
+pub(super) fn decide_ahead() -> Duration {
+    static AHEAD: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *AHEAD.get_or_init(|| {
+        let ms = match std::env::var(DECIDE_AHEAD_VAR) {
+            Err(_) => DECIDE_AHEAD_MS,
+            Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
+                tracing::warn!(
+                    "{DECIDE_AHEAD_VAR}={:?} is not a number of milliseconds: \
+                     {DECIDE_AHEAD_MS} used",
+                    crate::sanitize::inert_trunc(&v, 40)
+                );
+                DECIDE_AHEAD_MS
+            }),
+        };
+        Duration::from_millis(ms.min(MAX_DECIDE_AHEAD_MS))
+    })
+}
+
+/// How the decision ahead of a slot is set (ms).
+pub(crate) const DECIDE_AHEAD_VAR: &str = "EXACTLY_DECIDE_AHEAD_MS";
+/// By default a second ahead: a burst of 2,000 is decided, its runs' threads and cages made,
+/// within it on a small machine.
+const DECIDE_AHEAD_MS: u64 = 1000;
+/// At most a minute ahead: a pause, an edit or a manual run in between would be missed for long.
+const MAX_DECIDE_AHEAD_MS: u64 = 60_000;
 
 /// What a run must do before its command (see [`RunSpec`]).
 pub(super) struct How {
@@ -233,7 +266,7 @@ pub(super) fn spawn(
     started: Started,
     how: How,
     kill: &Arc<AtomicBool>,
-    granted: Instant,
+    (granted, start_at): (Instant, Option<Instant>),
 ) -> Running {
     crate::fault::point(crate::fault::Point::HandOff);
     let spec = RunSpec {
@@ -249,6 +282,7 @@ pub(super) fn spawn(
         cwd: cfg.cwd.clone(),
         kill: kill.clone(),
         granted,
+        start_at,
         failure: retry::failure_rules(&job.policy, &cfg.owner),
         ping: job.ping.clone(),
     };

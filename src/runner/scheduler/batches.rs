@@ -1,5 +1,9 @@
 //! Firing due slots: every job's slots gathered (with other schedulers' left unrecorded),
 //! decided in batches of one transaction each, and the runs won started once all are decided.
+//! A job's next slot due within [`decide_ahead`] is decided ahead of it the same way, where
+//! nothing could make deciding it then differ from deciding it at the slot: its lease claimed
+//! from the slot on, its run's thread and cage made, its command started at the slot. A burst
+//! due together is then only its commands' starts when it falls due.
 use super::db_health::Health;
 use super::missed::runs_late_until;
 use super::share::Share;

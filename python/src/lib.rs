@@ -12,10 +12,10 @@ use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 create_exception!(exactly, Error, PyException, "Base of exactly's errors.");
@@ -74,6 +74,9 @@ struct Hooks {
     /// `object.__new__`: an `Outcome` filled in without its frozen `__init__`.
     new: Py<PyAny>,
     outcome: Py<PyAny>,
+    /// An `Outcome`'s fields at their defaults, in the dataclass's order: each outcome's
+    /// `__dict__` is a copy with what differs set.
+    fields: Py<PyDict>,
     /// The `Kind` of each name in [`KINDS`], in that order.
     kinds: Vec<Py<PyAny>>,
     /// `exactly._context.KEY.set` and `.reset`: what `current_key()` reads.
@@ -150,11 +153,18 @@ fn bind(
         .getattr("__new__")?
         .unbind();
     let function = text.bind(py).get_type().into_any().unbind();
+    let fields = PyDict::new(py);
+    for name in ["outcome", "key", "response", "reason", "state"] {
+        fields.set_item(name, py.None())?;
+    }
+    fields.set_item("exit_code", 0)?;
+    fields.set_item("error", py.None())?;
     let _first = HOOKS.set(
         py,
         Hooks {
             new,
             outcome,
+            fields: fields.unbind(),
             kinds,
             key_set: key_var.getattr(py, "set")?,
             key_reset: key_var.getattr(py, "reset")?,
@@ -272,6 +282,44 @@ fn text_of(py: Python<'_>, h: &Hooks, what: &str, v: &Bound<'_, PyAny>) -> PyRes
     h.text.call1(py, (what, v))?.extract(py)
 }
 
+/// What was made from a str object, with the object (held: its address is not reused while
+/// remembered), so the same object is found again by identity, its text not read again.
+type Remembered<T> = (Py<PyString>, T);
+
+thread_local! {
+    /// The action and the target (in that order) made last in this thread: the str objects
+    /// they were read from, held, and their text. A lease's effects mostly repeat both.
+    static LAST_TEXT: RefCell<[Option<Remembered<String>>; 2]> = const { RefCell::new([None, None]) };
+}
+
+/// [`text_of`] for the action (`slot` 0) or the target (1) of a new effect: the same str
+/// object as the last one's in this thread is not read again (see [`Remembered`]).
+fn text_cached(
+    py: Python<'_>,
+    h: &Hooks,
+    slot: usize,
+    what: &str,
+    v: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let Ok(s) = v.downcast_exact::<PyString>() else {
+        return text_of(py, h, what, v);
+    };
+    let known = LAST_TEXT.with(|last| match last.borrow().get(slot) {
+        Some(Some((obj, text))) if obj.is(s) => Some(text.clone()),
+        _ => None,
+    });
+    if let Some(text) = known {
+        return Ok(text);
+    }
+    let text = text_of(py, h, what, v)?;
+    LAST_TEXT.with(|last| {
+        if let Some(entry) = last.borrow_mut().get_mut(slot) {
+            *entry = Some((s.clone().unbind(), text.clone()));
+        }
+    });
+    Ok(text)
+}
+
 /// The effect key of the facts, exactly as `exactly key` derives it (an ambiguous one refused).
 #[pyfunction]
 #[pyo3(signature = (action, target, inputs=None))]
@@ -297,7 +345,8 @@ fn key(
 /// and its key, derived once (by the first attempt, or when asked before it).
 #[pyclass(module = "exactly._native", frozen)]
 struct Facts {
-    ctx: Ctx,
+    /// Shared with the lease's other effects (see [`context`]): one context, not a copy each.
+    ctx: Arc<Ctx>,
     spec: Spec,
     /// The run given, or `exactly run`'s; None: the context's default.
     run_id: Option<String>,
@@ -311,7 +360,7 @@ impl Facts {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        job: &str,
+        job: &Bound<'_, PyString>,
         token: i64,
         run_id: Option<String>,
         action: &Bound<'_, PyAny>,
@@ -327,12 +376,12 @@ impl Facts {
             let ours = std::env::var("EXACTLY_JOB").is_ok_and(|j| j == ctx.job.as_str());
             ours.then(|| std::env::var("EXACTLY_RUN_ID").ok()).flatten()
         });
-        let action = text_of(py, h, "action", action)?;
-        let target = text_of(py, h, "target", target)?;
+        let action = text_cached(py, h, 0, "action", action)?;
+        let target = text_cached(py, h, 1, "target", target)?;
         let inputs = inputs_map(py, h, inputs)?;
         exactly::key::check(&action, &target, &inputs).map_err(err)?;
         if let Some(r) = &run_id {
-            ctx = ctx.with_run_id(r);
+            ctx = Arc::new(Ctx::clone(&ctx).with_run_id(r));
         }
         Ok(Facts {
             ctx,
@@ -367,37 +416,51 @@ impl Facts {
 
 impl Facts {
     /// A new attempt at the effect, its sender this process (no group, no cage), as
-    /// `effect::run` records it.
-    fn attempt(&self) -> exactly::Result<Attempt> {
+    /// `effect::run` records it; boxed, as it is handed between closures and calls several
+    /// times per effect: a pointer moves, not the whole struct.
+    fn attempt(&self) -> exactly::Result<Box<Attempt>> {
         let identity = exactly::sender::Identity::this_process(None).in_cage(None);
         let att = Attempt::new(&self.ctx, &self.spec, &effect::attempt_id())?
             .with_sender(&identity.encode());
         let _first = self.key.set(att.key().as_str().to_string());
-        Ok(att)
+        Ok(Box::new(att))
     }
 }
 
+/// A context, with the token and the process it was made for.
+type CtxOf = (i64, u32, Arc<Ctx>);
+
 thread_local! {
-    /// The context made last in this thread, with the name, token and process it was made for
-    /// (a forked child is another process, another run): the effects of one lease share one,
-    /// its job's name normalised once rather than per effect.
-    static LAST_CTX: RefCell<Option<(String, i64, u32, Ctx)>> = const { RefCell::new(None) };
+    /// The context made last in this thread, with the name (the str object it was made from),
+    /// token and process it was made for (a forked child is another process, another run): the
+    /// effects of one lease share one, its job's name normalised once rather than per effect.
+    static LAST_CTX: RefCell<Option<Remembered<CtxOf>>> = const { RefCell::new(None) };
 }
 
 /// The context of `job` (its name normalised, or the CLI's refusal) under `token`, as a run
-/// of this process: [`Ctx::new`], remembered for the last one made in this thread.
-fn context(job: &str, token: i64) -> PyResult<Ctx> {
+/// of this process: [`Ctx::new`], remembered for the last one made in this thread. A lease's
+/// effects pass the same str object, found by identity without reading its text (see
+/// [`Remembered`]); another object with the same text is found by comparing the text.
+fn context(job: &Bound<'_, PyString>, token: i64) -> PyResult<Arc<Ctx>> {
     let pid = std::process::id();
     let known = LAST_CTX.with(|last| match &*last.borrow() {
-        Some((name, t, p, ctx)) if name == job && *t == token && *p == pid => Some(ctx.clone()),
+        Some((name, (t, p, ctx))) if *t == token && *p == pid => {
+            let same = name.is(job) || {
+                let name = name.bind(job.py());
+                matches!((name.to_cow(), job.to_cow()), (Ok(a), Ok(b)) if a == b)
+            };
+            same.then(|| Arc::clone(ctx))
+        }
         _ => None,
     });
     if let Some(ctx) = known {
         return Ok(ctx);
     }
-    let name = lease::job_name(job).map_err(|e| UsageError::new_err(e.why))?;
-    let ctx = Ctx::new(&name, exactly::Token::from(token));
-    LAST_CTX.with(|last| *last.borrow_mut() = Some((job.to_string(), token, pid, ctx.clone())));
+    let name = lease::job_name(&job.to_cow()?).map_err(|e| UsageError::new_err(e.why))?;
+    let ctx = Arc::new(Ctx::new(&name, exactly::Token::from(token)));
+    LAST_CTX.with(|last| {
+        *last.borrow_mut() = Some((job.clone().unbind(), (token, pid, Arc::clone(&ctx))))
+    });
     Ok(ctx)
 }
 
@@ -472,7 +535,7 @@ impl Db {
     fn finish(
         &self,
         py: Python<'_>,
-        mut att: Attempt,
+        mut att: Box<Attempt>,
         code: i32,
         text: String,
         error: Option<PyObject>,
@@ -549,7 +612,7 @@ impl Effect for PyEffect {
 #[pyclass(module = "exactly._native", frozen)]
 struct Paused {
     key: String,
-    attempt: Mutex<Option<Attempt>>,
+    attempt: Mutex<Option<Box<Attempt>>>,
 }
 
 #[pymethods]
@@ -591,6 +654,28 @@ fn advance(
                 _ => return Err(e),
             },
         }
+    }
+}
+
+/// A new, empty `exactly.Outcome`, as `Outcome.__new__(Outcome)` makes it: its type's own
+/// `tp_new` slot (object's, unless the class defines `__new__`), called directly rather than
+/// through `object.__new__`'s call, which checks what is known here and slices its arguments.
+fn new_outcome<'py>(py: Python<'py>, h: &Hooks) -> PyResult<Bound<'py, PyAny>> {
+    let tp = h.outcome.bind(py).downcast::<PyType>()?;
+    // SAFETY: `tp` is a live type object (a class defined in Python: a heap type, whose slots
+    // PyType_GetSlot reads on every version from 3.9), and the GIL is held.
+    let slot = unsafe { pyo3::ffi::PyType_GetSlot(tp.as_type_ptr(), pyo3::ffi::Py_tp_new) };
+    if slot.is_null() {
+        return h.new.bind(py).call1((tp,));
+    }
+    // SAFETY: the `Py_tp_new` slot holds a `newfunc`, or null (handled above).
+    let new = unsafe { std::mem::transmute::<*mut std::ffi::c_void, pyo3::ffi::newfunc>(slot) };
+    let args = PyTuple::empty(py);
+    // SAFETY: a `newfunc` called as type_call calls it: the type, an argument tuple (empty), no
+    // keywords; it returns a new reference or null with an exception set.
+    unsafe {
+        let o = new(tp.as_type_ptr(), args.as_ptr(), std::ptr::null_mut());
+        Bound::from_owned_ptr_or_err(py, o)
     }
 }
 
@@ -660,20 +745,41 @@ fn outcome_obj(
         .position(|k| *k == kind)
         .and_then(|i| h.kinds.get(i))
         .ok_or_else(|| StoreError::new_err(format!("no Kind {kind:?}")))?;
-    let o = h.new.call1(py, (&h.outcome,))?;
-    let fields = o.getattr(py, intern!(py, "__dict__"))?;
-    let d = fields.downcast_bound::<PyDict>(py)?;
+    let o = new_outcome(py, h)?;
+    // A copy of the defaults with what differs set: fewer insertions than seven into a new
+    // dict, and no dict made only to be replaced.
+    let d = h.fields.bind(py).copy()?;
     d.set_item(intern!(py, "outcome"), kind)?;
     match key {
         Some(k) => d.set_item(intern!(py, "key"), k)?,
         None => d.set_item(intern!(py, "key"), out.key().as_str())?,
     }
-    d.set_item(intern!(py, "response"), response)?;
-    d.set_item(intern!(py, "reason"), reason)?;
-    d.set_item(intern!(py, "state"), state)?;
-    d.set_item(intern!(py, "exit_code"), out.exit_code())?;
-    d.set_item(intern!(py, "error"), error)?;
-    Ok(o)
+    if response.is_some() {
+        d.set_item(intern!(py, "response"), response)?;
+    }
+    if reason.is_some() {
+        d.set_item(intern!(py, "reason"), reason)?;
+    }
+    if state.is_some() {
+        d.set_item(intern!(py, "state"), state)?;
+    }
+    let code = out.exit_code();
+    if code != 0 {
+        d.set_item(intern!(py, "exit_code"), code)?;
+    }
+    if error.is_some() {
+        d.set_item(intern!(py, "error"), error)?;
+    }
+    // The frozen dataclass refuses `setattr`; object's own setter of `__dict__` is what
+    // `object.__setattr__(o, "__dict__", d)` would call, without the call.
+    // SAFETY: both objects are alive (owned here) and the GIL is held; the name is a str.
+    let set = unsafe {
+        pyo3::ffi::PyObject_GenericSetAttr(o.as_ptr(), intern!(py, "__dict__").as_ptr(), d.as_ptr())
+    };
+    if set != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(o.unbind())
 }
 
 fn to_json(py: Python<'_>, value: &impl serde::Serialize) -> PyResult<PyObject> {
@@ -849,8 +955,10 @@ impl Db {
             return outcome_obj(py, h, &out, None, None);
         }
         let key = PyString::new(py, att.key().as_str());
-        let token = h.key_set.call1(py, (&key,))?;
-        let answered = perform.call1((&key,));
+        // One argument tuple for both calls given the key.
+        let with_key = PyTuple::new(py, [&key])?;
+        let token = h.key_set.call1(py, &with_key)?;
+        let answered = perform.call1(&with_key);
         h.key_reset.call1(py, (token,))?;
         let (code, text, error, refused) = match answered {
             Ok(r) if r.is_none() => (0, String::new(), None, false),

@@ -420,8 +420,13 @@ class Store:
             job, token = lease.job, lease.token
         elif job is None:
             raise UsageError("store.effect(token=…) needs the job the token is of")
-        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
-        e._init(self, job, token, action, target, inputs, terms, needs_approval, observe, run_id)
+        # Effect._init, inline (see there why).
+        e: Effect = _new(Effect)
+        e.store, e.token, e.action, e.target = self, token, action, target
+        e.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
+        e.terms, e.needs_approval, e.observe = terms, needs_approval, observe
+        e._facts = _native.Facts(job, token, run_id, action, target, e.inputs, terms,
+                                 needs_approval)
         return e
 
     def get(self, key: str) -> Optional[Dict[str, Any]]:
@@ -487,9 +492,13 @@ class Lease:
                observe: Optional[Callable[[str], Any]] = None,
                run_id: Optional[str] = None) -> "Effect":
         """:meth:`Store.effect` under this lease's job and token."""
-        e: Effect = _new(Effect)  # not a class call with keywords: see Effect._init
-        e._init(self.store, self.job, self.token, action, target, inputs, terms, needs_approval,
-                observe, run_id)
+        # Effect._init, inline (see there why).
+        e: Effect = _new(Effect)
+        e.store, e.token, e.action, e.target = self.store, self.token, action, target
+        e.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
+        e.terms, e.needs_approval, e.observe = terms, needs_approval, observe
+        e._facts = _native.Facts(self.job, e.token, run_id, action, target, e.inputs, terms,
+                                 needs_approval)
         return e
 
     def _renewer(self) -> None:

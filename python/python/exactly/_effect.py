@@ -213,12 +213,12 @@ class Effect:
     def _init(self, store: "Store", job: str, token: int, action: str, target: str,
               inputs: "Optional[Inputs]", terms: Optional[str], needs_approval: bool,
               observe: Optional[Callable[[str], Any]], run_id: Optional[str]) -> None:
-        # Positional, for `lease.effect(…)` and `store.effect(…)`, which make the effect with
-        # `object.__new__` and this: a class called with keywords costs a guarded call more
-        # than the rest of its Python.
+        # Positional; `lease.effect(…)` and `store.effect(…)` do the same inline, on an effect
+        # made with `object.__new__`: a class called with keywords, or a call more, costs a
+        # guarded call more than the rest of its Python. Keep the three alike.
         self.store, self.token = store, token
         self.action, self.target = action, target
-        self.inputs = dict(inputs or {})
+        self.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
         self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
         # In the library's terms, once: the job's name normalised, the facts checked (a bad
         # one refused here, by name), and under `exactly run` the run that sends it. The key
@@ -256,8 +256,10 @@ class Effect:
         reservation is released and :class:`UsageError` names :meth:`arun`."""
         observe = self.observe
         if observe is None:
-            # One native call, which refuses an async perform before anything is written.
-            return cast("Outcome", self.store._db.effect_run(self._facts, None, perform, True))
+            # One native call, which refuses an async perform before anything is written (typed
+            # by annotation: `cast` would be a call more).
+            out: "Outcome" = self.store._db.effect_run(self._facts, None, perform, True)
+            return out
         if _is_async(perform) or _is_async(observe):
             raise UsageError(_ASYNC)
         return self._run(perform, observe, sync=True)

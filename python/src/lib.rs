@@ -74,9 +74,6 @@ struct Hooks {
     /// `object.__new__`: an `Outcome` filled in without its frozen `__init__`.
     new: Py<PyAny>,
     outcome: Py<PyAny>,
-    /// An `Outcome`'s fields at their defaults, in the dataclass's order: each outcome's
-    /// `__dict__` is a copy with what differs set.
-    fields: Py<PyDict>,
     /// The `Kind` of each name in [`KINDS`], in that order.
     kinds: Vec<Py<PyAny>>,
     /// `exactly._context.KEY.set` and `.reset`: what `current_key()` reads.
@@ -96,6 +93,9 @@ struct Hooks {
     refused: Py<PyAny>,
     /// The type of a function written in Python.
     function: Py<PyAny>,
+    /// Whether a function can be marked a coroutine function by an attribute
+    /// (`inspect.markcoroutinefunction`, Python 3.12 on).
+    marks: bool,
 }
 
 static HOOKS: GILOnceCell<Hooks> = GILOnceCell::new();
@@ -153,18 +153,11 @@ fn bind(
         .getattr("__new__")?
         .unbind();
     let function = text.bind(py).get_type().into_any().unbind();
-    let fields = PyDict::new(py);
-    for name in ["outcome", "key", "response", "reason", "state"] {
-        fields.set_item(name, py.None())?;
-    }
-    fields.set_item("exit_code", 0)?;
-    fields.set_item("error", py.None())?;
     let _first = HOOKS.set(
         py,
         Hooks {
             new,
             outcome,
-            fields: fields.unbind(),
             kinds,
             key_set: key_var.getattr(py, "set")?,
             key_reset: key_var.getattr(py, "reset")?,
@@ -175,6 +168,7 @@ fn bind(
             check_sync,
             refused,
             function,
+            marks: py.version_info() >= (3, 12),
         },
     );
     Ok(())
@@ -254,16 +248,19 @@ fn inputs_map(
 
 /// Whether `f` is a function written in Python that is not a coroutine function, read from its
 /// code as `inspect.iscoroutinefunction` does; False (ask `_check_sync`) for anything else, and
-/// for a function with attributes (3.12's `inspect.markcoroutinefunction` sets one).
+/// from 3.12 on for a function with attributes (`inspect.markcoroutinefunction` sets one; before
+/// 3.12 inspect reads the code alone, so its attributes are not read here either).
 fn plain_sync(py: Python<'_>, h: &Hooks, f: &Bound<'_, PyAny>) -> PyResult<bool> {
     /// `inspect.CO_COROUTINE`.
     const CO_COROUTINE: u32 = 0x80;
     if !f.get_type().is(h.function.bind(py)) {
         return Ok(false);
     }
-    let attrs = f.getattr(intern!(py, "__dict__"))?;
-    if !attrs.downcast::<PyDict>().is_ok_and(|d| d.is_empty()) {
-        return Ok(false);
+    if h.marks {
+        let attrs = f.getattr(intern!(py, "__dict__"))?;
+        if !attrs.downcast::<PyDict>().is_ok_and(|d| d.is_empty()) {
+            return Ok(false);
+        }
     }
     let flags: u32 = f
         .getattr(intern!(py, "__code__"))?
@@ -746,38 +743,39 @@ fn outcome_obj(
         .and_then(|i| h.kinds.get(i))
         .ok_or_else(|| StoreError::new_err(format!("no Kind {kind:?}")))?;
     let o = new_outcome(py, h)?;
-    // A copy of the defaults with what differs set: fewer insertions than seven into a new
-    // dict, and no dict made only to be replaced.
-    let d = h.fields.bind(py).copy()?;
-    d.set_item(intern!(py, "outcome"), kind)?;
-    match key {
-        Some(k) => d.set_item(intern!(py, "key"), k)?,
-        None => d.set_item(intern!(py, "key"), out.key().as_str())?,
-    }
-    if response.is_some() {
-        d.set_item(intern!(py, "response"), response)?;
-    }
-    if reason.is_some() {
-        d.set_item(intern!(py, "reason"), reason)?;
-    }
-    if state.is_some() {
-        d.set_item(intern!(py, "state"), state)?;
-    }
-    let code = out.exit_code();
-    if code != 0 {
-        d.set_item(intern!(py, "exit_code"), code)?;
-    }
-    if error.is_some() {
-        d.set_item(intern!(py, "error"), error)?;
-    }
-    // The frozen dataclass refuses `setattr`; object's own setter of `__dict__` is what
-    // `object.__setattr__(o, "__dict__", d)` would call, without the call.
-    // SAFETY: both objects are alive (owned here) and the GIL is held; the name is a str.
-    let set = unsafe {
-        pyo3::ffi::PyObject_GenericSetAttr(o.as_ptr(), intern!(py, "__dict__").as_ptr(), d.as_ptr())
+    let key = match key {
+        Some(k) => k.clone(),
+        None => PyString::new(py, out.key().as_str()),
     };
-    if set != 0 {
-        return Err(PyErr::fetch(py));
+    let none = || py.None().into_bound(py);
+    let text = |t: Option<&str>| t.map_or_else(none, |t| PyString::new(py, t).into_any());
+    // Each field set as the dataclass's `__init__` sets it, in its order (on 3.11 and later,
+    // into the object's inline values, shared by every Outcome, rather than a dict of its own).
+    let fields = [
+        (intern!(py, "outcome"), kind.bind(py).clone()),
+        (intern!(py, "key"), key.into_any()),
+        (intern!(py, "response"), text(response)),
+        (intern!(py, "reason"), text(reason.as_deref())),
+        (intern!(py, "state"), text(state)),
+        (
+            intern!(py, "exit_code"),
+            out.exit_code().into_pyobject(py)?.into_any(),
+        ),
+        (
+            intern!(py, "error"),
+            error.map_or_else(none, |e| e.into_bound(py)),
+        ),
+    ];
+    for (name, value) in fields {
+        // The frozen dataclass's `__setattr__` refuses; object's own is what its `__init__`
+        // calls (`object.__setattr__(self, name, value)`), here without the call.
+        // SAFETY: the object, the name (a str) and the value are alive, and the GIL is held.
+        let set = unsafe {
+            pyo3::ffi::PyObject_GenericSetAttr(o.as_ptr(), name.as_ptr(), value.as_ptr())
+        };
+        if set != 0 {
+            return Err(PyErr::fetch(py));
+        }
     }
     Ok(o.unbind())
 }

@@ -422,8 +422,9 @@ class Store:
             raise UsageError("store.effect(token=…) needs the job the token is of")
         # Effect._init, inline (see there why).
         e: Effect = _new(Effect)
-        e.store, e.token, e.action, e.target = self, token, action, target
-        e.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
+        e.store, e.token = self, token
+        e.action, e.target = action, target
+        e.inputs = {**inputs} if type(inputs) is dict else dict(inputs or {})
         e.terms, e.needs_approval, e.observe = terms, needs_approval, observe
         e._facts = _native.Facts(job, token, run_id, action, target, e.inputs, terms,
                                  needs_approval)
@@ -494,8 +495,9 @@ class Lease:
         """:meth:`Store.effect` under this lease's job and token."""
         # Effect._init, inline (see there why).
         e: Effect = _new(Effect)
-        e.store, e.token, e.action, e.target = self.store, self.token, action, target
-        e.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
+        e.store, e.token = self.store, self.token
+        e.action, e.target = action, target
+        e.inputs = {**inputs} if type(inputs) is dict else dict(inputs or {})
         e.terms, e.needs_approval, e.observe = terms, needs_approval, observe
         e._facts = _native.Facts(self.job, e.token, run_id, action, target, e.inputs, terms,
                                  needs_approval)

@@ -218,7 +218,7 @@ class Effect:
         # guarded call more than the rest of its Python. Keep the three alike.
         self.store, self.token = store, token
         self.action, self.target = action, target
-        self.inputs = inputs.copy() if type(inputs) is dict else dict(inputs or {})
+        self.inputs = {**inputs} if type(inputs) is dict else dict(inputs or {})
         self.terms, self.needs_approval, self.observe = terms, needs_approval, observe
         # In the library's terms, once: the job's name normalised, the facts checked (a bad
         # one refused here, by name), and under `exactly run` the run that sends it. The key

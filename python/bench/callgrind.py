@@ -10,6 +10,10 @@ difference over N is one call's instructions, start-up and warm-up cancelled out
 
 ``--rust-bench PATH`` names ``cargo bench``'s executable (else it is built, as compare.py does);
 ``--only ours`` counts one side. Needs ``valgrind`` on the PATH.
+
+Python's runs share one hash seed (``PYTHONHASHSEED=0`` unless set): with a random seed each
+start-up hashes differently and costs up to about a million instructions more or less, which
+the N and 2N runs then do not cancel (±1k a call at ``--calls 500``).
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ def side(name: str, calls: int, warmup: int, work: Path, bench: str) -> float:
             env.pop("EXACTLY_BENCH_SMOKE", None)
             cmd = [bench, "--bench"]
         else:
+            env.setdefault("PYTHONHASHSEED", "0")  # the same start-up in both runs: see above
             cmd = [sys.executable, __file__, "--loop", str(db), str(n), str(warmup)]
         counts.append(counted(cmd, env, work / f"{name}-{n}.out"))
     return (counts[1] - counts[0]) / calls

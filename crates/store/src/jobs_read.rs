@@ -118,8 +118,10 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
     let sum = |m: &BTreeMap<String, u64>, job: &str| m.get(job).copied().unwrap_or(0);
     let run_cols = run_cols(tx)?;
     let last_sql = format!(
-        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 ORDER BY started_at DESC LIMIT 1"
+        "SELECT {run_cols} FROM exactly_runs WHERE job_key = ?1 AND started_at <= ?2 \
+         ORDER BY started_at DESC LIMIT 1"
     );
+    let now_text = time::fmt(now);
     // Each job's latest slot, kept between polls (a seek into the firings' key for a job not
     // seen before), and the few firings waiting or stuck across all jobs (one range of the
     // state index).
@@ -142,9 +144,12 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         j.consecutive_failures = windows.failing_streak(&key);
         j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
         // The kept window answers for jobs that ran this week; the others ask the table.
-        j.last_run = match windows.last_run(&key, tx)? {
+        // Its newest run whose recorded start has come (one decided ahead of its slot waits).
+        j.last_run = match windows.last_run(&key, now, tx)? {
             Some(r) => Some(r),
-            None => tx.one(&last_sql, args![&key], run_row).optional()?,
+            None => tx
+                .one(&last_sql, args![&key, &now_text], run_row)
+                .optional()?,
         };
         let failed_since_ok = windows.failed_since_ok(&key);
         j.last_success_at = last_success(tx, windows, &key, &oldest)?;

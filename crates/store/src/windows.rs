@@ -349,11 +349,17 @@ impl RunWindows {
     }
 
     /// A job's newest run (None: it has no run in the window; ask the table).
-    pub(super) fn last_run(&mut self, job: &str, tx: &Tx<'_>) -> DbResult<Option<RunRow>> {
+    pub(super) fn last_run(
+        &mut self,
+        job: &str,
+        now: time::Ts,
+        tx: &Tx<'_>,
+    ) -> DbResult<Option<RunRow>> {
         let Some(w) = self.jobs.get_mut(job) else {
             return Ok(None);
         };
-        let Some(newest) = w.runs.last() else {
+        // A run decided ahead of its slot has not started yet: not the last run until then.
+        let Some(newest) = w.runs.iter().rev().find(|b| b.started_at <= now) else {
             return Ok(None);
         };
         let fresh = w

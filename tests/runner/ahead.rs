@@ -212,3 +212,43 @@ fn deciding_ahead_can_be_switched_off() {
         "a firing was decided ahead with deciding ahead off"
     );
 }
+
+/// While a run decided ahead of its slot waits for it, the job's last run — in `status` and in
+/// `exactly logs` — is still the one that ran, not the one that has not started.
+#[test]
+fn the_last_run_shown_is_one_that_started_not_one_decided_ahead() {
+    let site = Site::new();
+    let cmd = sh("echo ran $EXACTLY_SCHEDULED_AT");
+    site.write_jobs(&format!(
+        "[[job]]\nname = \"shown\"\nevery = \"4s\"\nlease = \"3s\"\ntimeout = \"2s\"\n\
+         overlap = \"coalesce\"\ncommand = {cmd}\n"
+    ));
+    // Three seconds ahead: a run waits for its slot most of the time.
+    let mut s = site.start_with_env("s", "5s", &[("EXACTLY_DECIDE_AHEAD_MS", "3000")]);
+    let waiting = "SELECT count(*) FROM exactly_runs WHERE ended_at IS NULL \
+                   AND started_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+0.5 seconds')";
+    let ended = "SELECT count(*) FROM exactly_runs WHERE outcome = 'ok'";
+    let both = wait_until(Duration::from_secs(20), || {
+        site.count(ended) >= 1 && site.count(waiting) == 1
+    });
+    let (code, out, err) = site.exactly(&["logs", "shown"]);
+    let (_, status, _) = site.exactly(&["status", "--json"]);
+    assert_eq!(
+        s.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    assert!(both, "no run ended with another waiting: {}", site.log("s"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ran "),
+        "logs showed a run that has not started: {out:?} {err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&status).expect("status --json");
+    let job = v["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|j| j["job_key"] == "shown"))
+        .expect("the job in status");
+    assert_eq!(job["last_run"]["outcome"], "ok", "{job}");
+}

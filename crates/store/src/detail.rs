@@ -109,8 +109,10 @@ impl Store {
         })
     }
 
-    /// The first run of a job that started after `after` (None: its latest run).
+    /// The first run of a job that started after `after` (None: its latest run whose recorded
+    /// start has come: one decided ahead of its slot has not started yet).
     pub fn run_after(&mut self, job: &str, after: Option<&str>) -> Result<Option<RunRow>> {
+        let now = self.now_text();
         self.read(|tx| {
             let cols = run_cols(tx)?;
             match after {
@@ -118,9 +120,9 @@ impl Store {
                     .one(
                         &format!(
                             "SELECT {cols} FROM exactly_runs WHERE job_key = ?1
-                         ORDER BY started_at DESC LIMIT 1"
+                               AND started_at <= ?2 ORDER BY started_at DESC LIMIT 1"
                         ),
-                        args![job],
+                        args![job, tx.now(&now)],
                         run_row,
                     )
                     .optional(),

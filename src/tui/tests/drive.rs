@@ -12,11 +12,12 @@ use std::time::Duration;
 
 /// The snapshot, with what depends on the machine (host, path, clock) pinned.
 pub(super) fn snapshot(f: &Fixture) -> Snapshot {
-    let mut s = Snapshot::read(&mut f.store()).expect("snapshot");
-    // The next firings as seen at the fixture's clock (the store read them at the real one).
-    for j in &mut s.jobs {
-        exactly::snapshot::plan(j, now());
-    }
+    // Read as at the fixture's clock: its runs are written as at it, and a run whose recorded
+    // start is later than the reading's clock (one decided ahead of its slot) is not a job's
+    // last run yet.
+    let mut store = f.store();
+    store.pin_clock(Some(now()));
+    let mut s = Snapshot::read(&mut store).expect("snapshot");
     s.host = "web-1".into();
     s.db = "/var/lib/exactly/exactly.db".into();
     s.taken_at = super::fixture::ago(1);

@@ -409,10 +409,11 @@ pub(super) fn busy() -> Fixture {
         |_| "ok",
     );
     // Its scheduler started each command 0.4 s after the run's recorded start, and once went
-    // 6 minutes of its 10-minute lease without a renewal (a stalled host).
+    // 6 minutes of its 10-minute lease without a renewal (a stalled host), four days before
+    // `NOW`: within the week the dashboard judges by.
     c.execute(
         "UPDATE exactly_runs SET start_lag_ms = 400 + (rowid % 7) * 50, renewal_gap_ms = \
-             CASE WHEN run_id = 'daily-digest-3' THEN 360000 ELSE 200500 END
+             CASE WHEN run_id = 'daily-digest-10' THEN 360000 ELSE 200500 END
          WHERE job_key = 'daily-digest'",
         [],
     )

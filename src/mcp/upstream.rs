@@ -40,6 +40,10 @@ pub(super) struct Relay {
     pub(super) hints: Mutex<HashMap<String, Hints>>,
 }
 
+/// How long a request's progress token is still re-addressed after its answer (see
+/// `Upstream::forward`).
+const PROGRESS_LINGER: Duration = Duration::from_secs(2);
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -244,7 +248,16 @@ impl Upstream {
                 ))
                 .await;
         }
-        lock(&self.relay.progress).remove(&up_token);
+        // The server's progress comes as notifications, each handled on a task of its own
+        // (rmcp spawns them) that may run after this answer is taken: the re-addressing stays a
+        // moment, so a progress the server sent before its answer is not dropped for want of
+        // it (the last one of three was, now and then), and those tasks get a turn first.
+        let relay = self.relay.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(PROGRESS_LINGER).await;
+            lock(&relay.progress).remove(&up_token);
+        });
+        tokio::task::yield_now().await;
         out
     }
 

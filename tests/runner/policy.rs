@@ -193,14 +193,15 @@ on_both_backends! {
              jitter = \"4900ms\"\ncommand = [\"true\"]\n",
         );
         let _s = site.start("s", "2s");
-        // The first slot at least a second ahead whose jitter holds it back 2.9 s or more:
-        // past the 2 s a reader allows any firing, inside the job's jitter.
+        // The first slot at least a second ahead whose jitter holds it back 3.3 s or more:
+        // past the 2 s a reader allows any firing, inside the job's jitter, and still before
+        // the second ahead of its due time in which the scheduler decides it.
         let mut slot_ms = (chrono::Utc::now().timestamp_millis() / 5000 + 1) * 5000;
         let (slot, wait) = loop {
             let slot = chrono::DateTime::from_timestamp_millis(slot_ms).expect("a time");
             let wait = exactly::schedule::jitter_for("late", &exactly::time::fmt(slot), jitter);
             if slot > chrono::Utc::now() + chrono::Duration::seconds(1)
-                && wait >= Duration::from_millis(2900)
+                && wait >= Duration::from_millis(3300)
             {
                 break (slot, wait);
             }

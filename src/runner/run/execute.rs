@@ -9,7 +9,6 @@ use super::hold::{finish, Heartbeat};
 use super::lend::lend;
 use super::output::{flush_output, LogBuf, OutputPipe, OUTPUT_FLUSH};
 use super::ping::Pinger;
-use super::procs;
 use super::spec::RunSpec;
 use crate::firing;
 use crate::runner::log;
@@ -17,12 +16,11 @@ use crate::runner::spawn::spawner::Launch;
 use crate::runner::spawn::start::{start_command, Running};
 use crate::runner::spawn::watchdog;
 use crate::state::{FiringKind, RunOutcome};
-use crate::{effect, time, Result};
-use crate::{Access, Store};
+use crate::{time, Result};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tracing::Level;
 
@@ -32,7 +30,7 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 /// watchdog's own stop is as quick, see `policy::STOP_GRACE`).
 const FENCE_GRACE: Duration = crate::policy::STOP_GRACE;
 /// How long an earlier run's leftover processes get to be gone after SIGKILL.
-const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
+pub(super) const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 /// How long a run waits for the spawner to start its command: a healthy one answers in
 /// milliseconds; a frozen one (SIGSTOP) must not hold the run, nor start it much later.
 const START_WAIT: Duration = Duration::from_secs(5);
@@ -49,64 +47,6 @@ fn signal_group(pgid: i32, sig: i32) {
             libc::kill(-pgid, sig);
         }
     }
-}
-
-/// Runs the job's observers on a thread of their own while this one keeps the lease. Returns
-/// the verdicts, or None when the run was stopped or fenced meanwhile.
-fn observe(
-    spec: &RunSpec,
-    store: &mut Store,
-    beat: &mut Heartbeat,
-) -> Option<Vec<effect::Settled>> {
-    // Most runs find nothing open: no observer thread and no second connection for them.
-    match effect::open_of(store, &spec.job) {
-        Ok(open) if open.is_empty() => return Some(Vec::new()),
-        _ => {}
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let (db, job, cwd, limit, flag) = (
-        spec.db.clone(),
-        spec.job.clone(),
-        spec.cwd.clone(),
-        spec.observe_timeout,
-        stop.clone(),
-    );
-    let observers = std::thread::spawn(move || -> Result<Vec<effect::Settled>> {
-        let mut store = crate::open(Some(&db), Access::Write)?;
-        effect::settle_open_with(&mut store, &job, |cmd, key, env| {
-            effect::observe_within(cmd, key, env, cwd.as_deref(), limit, &flag)
-        })
-    });
-    while !observers.is_finished() {
-        beat.tick(spec);
-        if beat.fenced || spec.kill.load(Ordering::SeqCst) {
-            stop.store(true, Ordering::SeqCst);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let settled = match observers.join() {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            log_line(
-                Level::WARN,
-                &spec.job,
-                &format!("observers could not run: {e}"),
-            );
-            Vec::new()
-        }
-        Err(_) => {
-            log_line(
-                Level::WARN,
-                &spec.job,
-                "observers could not run: their thread panicked",
-            );
-            Vec::new()
-        }
-    };
-    if stop.load(Ordering::SeqCst) {
-        return None;
-    }
-    Some(settled)
 }
 
 /// How often a running command's run looks up from waiting for it (its stop conditions, its
@@ -231,14 +171,14 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
 type Stopping = Option<(RunOutcome, Instant, Duration)>;
 
 /// One run as it goes: its spec, its hold on the lease, and what it has learned so far.
-struct Run<'a> {
-    spec: &'a RunSpec,
-    beat: Heartbeat,
+pub(super) struct Run<'a> {
+    pub(super) spec: &'a RunSpec,
+    pub(super) beat: Heartbeat,
     began: Instant,
     /// When its command started (None until it has).
     command_started: Option<Instant>,
     /// The database's identity: leftovers are found by it, whatever path or URL spelled it.
-    db_id: String,
+    pub(super) db_id: String,
     /// The command's exit code, once it has ended with one.
     code: Option<i32>,
 }
@@ -284,7 +224,7 @@ impl<'a> Run<'a> {
     }
 
     /// Records the run's end (see [`finish`]) with its exit code, if it has one.
-    fn end(&mut self, outcome: RunOutcome, why: &str) -> Result<RunResult> {
+    pub(super) fn end(&mut self, outcome: RunOutcome, why: &str) -> Result<RunResult> {
         finish(
             self.spec,
             &mut self.beat,
@@ -294,118 +234,6 @@ impl<'a> Run<'a> {
             self.command_started,
             why,
         )
-    }
-
-    /// What a run does before its command when it may have something to do: end what an
-    /// earlier run of its firing left, settle the job's open effects, and confirm the lease.
-    /// Some(result) when the run ended there.
-    fn before_command(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
-        self.end_leftovers();
-        // A first run its batch found without open effects (asked once its lease was granted:
-        // none can be begun under an older token since) only confirms its lease, however late
-        // it starts: asking again would be a read per late run of a starved scheduler.
-        if !self.spec.settle && !self.spec.resumed {
-            return self.confirm_lease(store);
-        }
-        // Unknown before retry: the job's open effects get their observers' verdicts first,
-        // under the lease's heartbeat so a slow observer never lets the lease lapse.
-        let Some(settled) = observe(self.spec, store, &mut self.beat) else {
-            let outcome = if self.beat.fenced {
-                RunOutcome::Fenced
-            } else {
-                RunOutcome::Killed
-            };
-            let why = "stopped while its observers ran, before its command started";
-            return self.end(outcome, why).map(Some);
-        };
-        self.settled(store, &settled);
-        self.confirm_lease(store)
-    }
-
-    /// A resumed firing never overlaps what an earlier run of it left alive on this machine (a
-    /// first run has no earlier one, and is spared the scan of every process).
-    fn end_leftovers(&self) {
-        let spec = self.spec;
-        if !spec.resumed {
-            return;
-        }
-        let (job, run_id, slot) = (&spec.job, &spec.started.run_id, spec.started.slot);
-        let slot = &time::fmt(slot);
-        let ended = procs::end_leftovers(&self.db_id, job, slot, run_id, LEFTOVER_WAIT);
-        if ended > 0 {
-            log_line(
-                Level::WARN,
-                job,
-                &format!(
-                    "ended {ended} leftover process(es) \
-                          of an earlier run of the firing at {slot} before run {run_id}"
-                ),
-            );
-        }
-    }
-
-    /// Says what the observers found, and marks for retry the runs whose effect never happened.
-    fn settled(&self, store: &mut Store, settled: &[effect::Settled]) {
-        let (job, run_id) = (&self.spec.job, &self.spec.started.run_id);
-        for s in settled {
-            if let effect::Observation::CantTell(w) = &s.verdict {
-                log_line(
-                    Level::WARN,
-                    job,
-                    &format!("observer of effect {} can't tell: {w}", s.effect_key),
-                );
-            }
-        }
-        if !settled.is_empty() {
-            log_line(
-                Level::INFO,
-                job,
-                &format!(
-                    "observers settled {} open effect(s) before run {run_id}",
-                    settled.len()
-                ),
-            );
-        }
-        // An effect that never happened goes out with a re-run of the firing that meant it (its
-        // key is of the facts, so that firing's done effects are suppressed).
-        for s in settled
-            .iter()
-            .filter(|s| s.verdict == effect::Observation::NotHappened)
-        {
-            if let Err(e) = firing::retry_of_run(store, job, &s.run_id) {
-                log_line(
-                    Level::WARN,
-                    job,
-                    &format!("cannot mark run {} for retry: {e}", s.run_id),
-                );
-            }
-        }
-    }
-
-    /// The token must still hold the lease before the command starts, with half of it left on
-    /// our clock: observers may have taken long, and a newer token means another run owns the
-    /// job now. Some(result) when the run ended here.
-    fn confirm_lease(&mut self, store: &mut Store) -> Result<Option<RunResult>> {
-        let spec = self.spec;
-        let confirm_by = Instant::now() + spec.lease / 2;
-        loop {
-            let fresh = self.beat.left() >= spec.lease / 2 && lease_fresh(store, spec);
-            if fresh || self.beat.renew(store, spec) {
-                return Ok(None);
-            }
-            if self.beat.fenced {
-                let why = "its token lost the lease before its command started";
-                return self.end(RunOutcome::Fenced, why).map(Some);
-            }
-            if Instant::now() >= confirm_by || spec.kill.load(Ordering::SeqCst) {
-                let why = "could not confirm its lease in time \
-                           (an overloaded or unreachable database); its command never started";
-                let run_id = &spec.started.run_id;
-                log_line(Level::WARN, &spec.job, &format!("run {run_id}: {why}"));
-                return self.end(RunOutcome::NotStarted, why).map(Some);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     /// A run decided ahead of its slot waits for it: false when shutdown's kill came first.
@@ -629,19 +457,6 @@ impl<'a> Run<'a> {
 /// Whether output arrived since `flushed` bytes were stored.
 fn has_new_output(log: &Mutex<LogBuf>, flushed: u64) -> bool {
     log.lock().is_ok_and(|l| l.seen() != flushed)
-}
-
-/// Whether the lease row still names this run's token with most of a lease left (the claim
-/// that started the run, or the heartbeat while observers ran, just set it): then the command
-/// may start on a read, sparing a write that would queue behind every other run's.
-fn lease_fresh(store: &mut Store, spec: &RunSpec) -> bool {
-    let Ok(Some((row, left))) = crate::lease::get_with_left(store, &spec.job) else {
-        return false;
-    };
-    let Ok(margin) = chrono::Duration::from_std(spec.lease * 2 / 3) else {
-        return false;
-    };
-    row.fencing_token == spec.started.token && left >= margin
 }
 
 /// Whether the command must be stopped now, why (its outcome), since when and with what grace:

@@ -210,15 +210,8 @@ fn ahead_tx(tx: &Tx<'_>, f: &FireRequest<'_>, at_text: &str, starts_at: &str) ->
     // The lease's end as asked, counted from the slot (the claim moves it to its clock).
     match claim_lease_tx(tx, f.job, f.owner, f.lease_until, at_text)? {
         LeaseClaim::Won { token, stolen_from } => {
-            let starts_at_here = tx.later(starts_at);
-            let run_id = start_run(tx, f.job, f.slot, f.owner, &starts_at_here, token)?;
-            upsert_firing(tx, &now_fire, FiringState::Running, Some(&run_id), None)?;
-            Ok(DueFate::Fired(Fired::Started(Started {
-                token: token.into(),
-                run_id,
-                slot: f.slot_ts()?,
-                stolen_from,
-            })))
+            let won = (token, stolen_from);
+            started_tx(tx, &now_fire, won, &tx.later(starts_at)).map(DueFate::Fired)
         }
         LeaseClaim::Held { .. } => Ok(DueFate::NotYet),
     }
@@ -407,15 +400,7 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
     };
     match claim {
         LeaseClaim::Won { token, stolen_from } => {
-            let slot = f.slot_ts()?;
-            let run_id = start_run(tx, f.job, f.slot, f.owner, tx.now(f.now), token)?;
-            upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
-            Ok(Fired::Started(Started {
-                token: token.into(),
-                run_id,
-                slot,
-                stolen_from,
-            }))
+            started_tx(tx, f, (token, stolen_from), tx.now(f.now))
         }
         LeaseClaim::Held {
             owner: holder,
@@ -428,6 +413,25 @@ fn fire_unpaused_tx(tx: &Tx<'_>, f: &FireRequest<'_>) -> DbResult<Fired> {
             while_live_tx(tx, f, (holder, token), waiting.map(|(_, _, w)| w))
         }
     }
+}
+
+/// A firing whose lease `won` (its token, and whom it was taken from): its run recorded as
+/// started at `started_at` (this transaction's clock), the firing `running` by it.
+fn started_tx(
+    tx: &Tx<'_>,
+    f: &FireRequest<'_>,
+    (token, stolen_from): (i64, Option<(String, i64)>),
+    started_at: &str,
+) -> DbResult<Fired> {
+    let slot = f.slot_ts()?;
+    let run_id = start_run(tx, f.job, f.slot, f.owner, started_at, token)?;
+    upsert_firing(tx, f, FiringState::Running, Some(&run_id), None)?;
+    Ok(Fired::Started(Started {
+        token: token.into(),
+        run_id,
+        slot,
+        stolen_from,
+    }))
 }
 
 /// A run is live (or an earlier firing goes first): the job's overlap policy decides this

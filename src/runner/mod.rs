@@ -244,6 +244,7 @@ pub(crate) fn run_here(
         kill,
         granted,
         start_at: None,
+        withdrawn: Arc::new(AtomicBool::new(false)),
         // A run in the foreground is run once: no retry, no pause.
         failure: None,
         // The registry does not keep `ping`: a run started by hand pings nothing.

@@ -252,3 +252,61 @@ fn the_last_run_shown_is_one_that_started_not_one_decided_ahead() {
         .expect("the job in status");
     assert_eq!(job["last_run"]["outcome"], "ok", "{job}");
 }
+
+/// A job removed from the jobs file (SIGHUP) while its run, decided ahead, waits for its slot:
+/// its command never starts, as a slot decided when due would not have fired; the firing is
+/// missed and says why, and the jobs that stay go on.
+#[test]
+fn a_job_removed_while_its_run_waits_for_its_slot_never_starts_it() {
+    let site = Site::new();
+    let job = |name: &str| {
+        let cmd = sh(&format!("echo $EXACTLY_SCHEDULED_AT >> {name}.out"));
+        format!(
+            "[[job]]\nname = \"{name}\"\nevery = \"4s\"\nlease = \"3s\"\ntimeout = \"2s\"\n\
+             overlap = \"coalesce\"\ncommand = {cmd}\n\n"
+        )
+    };
+    site.write_jobs(&format!("{}{}", job("gone"), job("stays")));
+    // Three seconds ahead: a run waits for its slot most of the time.
+    let mut s = site.start_with_env("s", "5s", &[("EXACTLY_DECIDE_AHEAD_MS", "3000")]);
+    let waiting = "SELECT count(*) FROM exactly_runs WHERE job_key = 'gone' \
+                   AND ended_at IS NULL \
+                   AND started_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+1 seconds')";
+    assert!(
+        wait_until(Duration::from_secs(20), || site.exists("gone.out")
+            && site.count(waiting) == 1),
+        "gone never ran, then waited for its next slot: {}",
+        site.log("s")
+    );
+    site.write_jobs(&job("stays"));
+    s.signal(libc::SIGHUP);
+    let ran_before = site.lines("gone.out").len();
+    let ended = "SELECT count(*) FROM exactly_runs WHERE job_key = 'gone' AND ended_at IS NULL";
+    let settled = wait_until(Duration::from_secs(8), || site.count(ended) == 0);
+    let stays_before = site.lines("stays.out").len();
+    let stays_on = wait_until(Duration::from_secs(10), || {
+        site.lines("stays.out").len() > stays_before
+    });
+    assert_eq!(
+        s.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("s")
+    );
+    let log = site.log("s");
+    assert!(log.contains("removed gone"), "no reload: {log}");
+    assert!(settled, "gone's waiting run never ended: {log}");
+    assert_eq!(
+        site.lines("gone.out").len(),
+        ran_before,
+        "gone's command ran after it was removed: {log}"
+    );
+    let withdrawn = site.count(
+        "SELECT count(*) FROM exactly_runs r JOIN exactly_firings f \
+         ON f.job_key = r.job_key AND f.scheduled_at = r.scheduled_at \
+         WHERE r.job_key = 'gone' AND r.outcome = 'not_started' AND f.state = 'missed' \
+         AND f.detail LIKE '%removed from the jobs file%'",
+    );
+    assert_eq!(withdrawn, 1, "{log}");
+    assert!(stays_on, "the job that stayed stopped firing: {log}");
+}

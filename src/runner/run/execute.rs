@@ -126,9 +126,8 @@ fn execute_run(spec: &RunSpec) -> Result<RunResult> {
     // The run's cage: nothing the command starts can leave it, and it ends with the run. Made
     // before the wait for the slot, so a burst decided ahead has only its starts left then.
     let cage = crate::contain::Cage::new("run");
-    if !run.wait_for_slot() {
+    if let Some(why) = run.wait_for_slot() {
         cage.close();
-        let why = "stopped before its slot came; its command never started";
         return run.end(RunOutcome::NotStarted, why);
     }
     let mut child = match run.spawn(cage) {
@@ -236,18 +235,23 @@ impl<'a> Run<'a> {
         )
     }
 
-    /// A run decided ahead of its slot waits for it: false when shutdown's kill came first.
-    fn wait_for_slot(&self) -> bool {
-        let Some(at) = self.spec.start_at else {
-            return true;
-        };
+    /// A run decided ahead of its slot waits for it. Some(why) when its command must not
+    /// start: shutdown's kill came first, or its job left the jobs file meanwhile.
+    fn wait_for_slot(&self) -> Option<&'static str> {
+        let at = self.spec.start_at?;
         loop {
             if self.spec.kill.load(Ordering::SeqCst) {
-                return false;
+                return Some("stopped before its slot came; its command never started");
+            }
+            if self.spec.withdrawn.load(Ordering::SeqCst) {
+                return Some(
+                    "its job was removed from the jobs file before its slot came; \
+                     its command never started",
+                );
             }
             let left = at.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return true;
+                return None;
             }
             std::thread::sleep(left.min(STEP));
         }

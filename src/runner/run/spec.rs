@@ -31,6 +31,9 @@ pub(crate) struct RunSpec {
     /// Decided ahead of its slot: its command starts then, not before (see
     /// `scheduler/batches.rs`). None: at once.
     pub start_at: Option<Instant>,
+    /// Set when its job left the jobs file (a reload) while the run waited for its slot: its
+    /// command never starts, as if the slot had been decided when due.
+    pub withdrawn: Arc<AtomicBool>,
     /// A failed run's retry and its job's pause, recorded with its end (None: neither).
     pub failure: Option<firing::FailureRules>,
     /// The job's dead man's switch (`ping.rs`), pinged as the run starts and ends.

@@ -119,6 +119,13 @@ pub(crate) fn fire_until_stopped(
         let tick = Instant::now();
         if reload.swap(false, Ordering::SeqCst) {
             if let Some(r) = file.reload(&mut store, &cfg) {
+                // A removed job's run decided ahead of its slot would start after the
+                // reload: it does not, as a slot decided when due would not have fired.
+                for run in runs.iter() {
+                    if !r.jobs.iter().any(|j| *j.name == *run.job) {
+                        run.withdrawn.store(true, Ordering::SeqCst);
+                    }
+                }
                 watch = Watch::new(&r.jobs, cfg.cwd.as_deref());
                 states = reloaded(&mut store, states, r, handled, &mut health);
                 for st in states.iter_mut() {

@@ -128,6 +128,8 @@ pub(super) struct Running {
     pub(super) job: String,
     pub(super) run_id: String,
     pub(super) handle: JoinHandle<()>,
+    /// Stops its command from starting while it waits for its slot (see `RunSpec`).
+    pub(super) withdrawn: Arc<AtomicBool>,
 }
 
 /// Starts a job's queued firing, or resumes an interrupted one, when its lease is free. Goes
@@ -283,10 +285,12 @@ pub(super) fn spawn(
         kill: kill.clone(),
         granted,
         start_at,
+        withdrawn: Arc::new(AtomicBool::new(false)),
         failure: retry::failure_rules(&job.policy, &cfg.owner),
         ping: job.ping.clone(),
     };
     let name = job.name.clone();
+    let withdrawn = spec.withdrawn.clone();
     let policy = job.policy;
     let handle = std::thread::spawn(move || match execute(&spec) {
         Ok(r) => retry::report(&spec.job, &policy, &spec.started, &r.after),
@@ -296,5 +300,6 @@ pub(super) fn spawn(
         job: name.to_string(),
         run_id: started.run_id,
         handle,
+        withdrawn,
     }
 }

@@ -90,9 +90,10 @@ fn steps(
     bar: &ProgressBar,
 ) -> Result<()> {
     // The scheduler runs the job on the true time first.
-    ran_after(runs_file, time::now() - chrono::Duration::seconds(5), 0)?;
+    ran_after(runs_file, time::now() - chrono::Duration::seconds(5), 0, 0)?;
     for i in 1..=i64::from(n) {
         let back = i * 3600;
+        let before = slots(runs_file)?.len();
         set_offset(offset_file, -back)?;
         t.clock_step("back");
         if !sched.wait_marker("wall clock stepped back")? {
@@ -102,7 +103,13 @@ fn steps(
         }
         // A run at a slot on the new time (an hour or more before the true time).
         let new_time = time::now() - chrono::Duration::seconds(back);
-        ran_after(runs_file, new_time - chrono::Duration::seconds(2), back)?;
+        ran_after(
+            runs_file,
+            new_time - chrono::Duration::seconds(2),
+            back,
+            before,
+        )?;
+        let before = slots(runs_file)?.len();
         set_offset(offset_file, 0)?;
         t.clock_step("forward");
         if !sched.wait_marker("wall clock stepped forward")? {
@@ -110,7 +117,12 @@ fn steps(
                 "iteration {i}: the scheduler ended after the step forward"
             )));
         }
-        ran_after(runs_file, time::now() - chrono::Duration::seconds(2), 0)?;
+        ran_after(
+            runs_file,
+            time::now() - chrono::Duration::seconds(2),
+            0,
+            before,
+        )?;
         t.iterations += 1;
         bar.inc(1);
     }
@@ -118,13 +130,16 @@ fn steps(
 }
 
 /// Waits for the job to run at a slot after `from` (and no later than `back` seconds before
-/// the true time, plus a margin). Silence past [`SILENCE`] is an error.
-fn ran_after(runs_file: &Path, from: Ts, back: i64) -> Result<()> {
+/// the true time, plus a margin), a run noted after the first `seen` ones: one that ran after
+/// the step, not one from before it whose slot happens to fit. Silence past [`SILENCE`] is an
+/// error.
+fn ran_after(runs_file: &Path, from: Ts, back: i64, seen: usize) -> Result<()> {
     let deadline = Instant::now() + SILENCE;
     loop {
         let slots = slots(runs_file)?;
         let upto = time::now() - chrono::Duration::seconds(back) + chrono::Duration::seconds(5);
-        if slots.iter().any(|s| *s > from && *s <= upto) {
+        let fresh = slots.get(seen..).unwrap_or_default();
+        if fresh.iter().any(|s| *s > from && *s <= upto) {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -7,6 +7,7 @@
 //! was observed and the report (`tally.rs`), the scenarios (`scenarios.rs`, `concurrent.rs`,
 //! `sched.rs`, `senders.rs` for a sender's process and host faults, and `escape.rs` for commands
 //! that outlive what supervises them), the far side, and the children (`proc.rs`).
+mod ahead;
 mod clock_step;
 mod concurrent;
 mod escape;
@@ -74,6 +75,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "frozen-scheduler",
     "overload",
     "clock-step",
+    "decide-ahead",
     "python",
     "mcp",
     "failover",
@@ -103,8 +105,10 @@ pub(crate) struct ChaosArgs {
     /// The scheduler's faults: `run-end-lost` (a run's
     /// end unrecordable: its database folder read-only, or its server cut off; root for
     /// SQLite), `frozen-scheduler` (SIGSTOP past the lease, two spellings of one database),
-    /// `overload` (two schedulers, more jobs than the machine runs). `python`: the senders are
-    /// Python processes using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
+    /// `overload` (two schedulers, more jobs than the machine runs), `clock-step` (the wall
+    /// clock stepped back and forward), `decide-ahead` (the scheduler SIGKILLed between
+    /// deciding a slot ahead of it and the slot). `python`: the senders are Python processes
+    /// using the module (python/; `$EXACTLY_CHAOS_PYTHON`, else python3; not run
     /// where the module is not installed). `mcp`: an MCP client calls through `exactly mcp`,
     /// whose gateway or server is SIGKILLed mid-call, then calls again through a new gateway.
     /// `failover`: two local PostgreSQL servers (a primary

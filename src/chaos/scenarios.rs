@@ -37,6 +37,7 @@ pub(super) fn run(
         }
         "run-end-lost" | "frozen-scheduler" | "overload" => super::runs::run(name, h, t, n, bar),
         "clock-step" => super::clock_step::run(h, t, n, bar),
+        "decide-ahead" => super::ahead::run(h, t, n, bar),
         "python" => super::python::run(h, t, n, bar),
         "mcp" => super::mcp::run(h, t, n, bar),
         "failover" => super::failover::run(h, t, n, bar),

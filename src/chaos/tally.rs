@@ -82,8 +82,14 @@ pub(crate) struct Tally {
     /// `clock-step`: the wall clock's steps under a running scheduler, per direction.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub clock_steps: BTreeMap<String, u64>,
-    /// `clock-step`: the job's runs, as its command counted them.
+    /// `clock-step`, `decide-ahead`: the job's runs, as its command counted them.
     pub job_runs: u64,
+    /// `decide-ahead`: commands that started before their slot, by their own clock (must be 0).
+    pub started_before_slot: u64,
+    /// `decide-ahead`: slots decided ahead by a scheduler SIGKILLed before them that the next
+    /// scheduler ran, once each.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ahead_resumed: u64,
     /// `failover`: fencing tokens a claim on the promoted server printed that a claim on the
     /// old primary had already printed for the job (must be 0).
     pub tokens_reissued: u64,
@@ -181,6 +187,7 @@ impl Tally {
             && self.max_runs_per_firing <= 3
             && self.overlapping_copies == 0
             && self.double_runs == 0
+            && self.started_before_slot == 0
             && self.alive_past_deadline == 0
     }
     pub(super) fn add(&mut self, o: &Tally) {
@@ -198,6 +205,8 @@ impl Tally {
             *self.clock_steps.entry(k.clone()).or_default() += n;
         }
         self.job_runs += o.job_runs;
+        self.started_before_slot += o.started_before_slot;
+        self.ahead_resumed += o.ahead_resumed;
         self.tokens_reissued += o.tokens_reissued;
         self.held_for_person += o.held_for_person;
         self.failovers_seen += o.failovers_seen;

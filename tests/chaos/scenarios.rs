@@ -430,6 +430,21 @@ fn overloaded_schedulers_never_run_a_firing_twice() {
     scheduler_fault("overload", 4, None);
 }
 
+/// A scheduler SIGKILLed between deciding a slot ahead of it and the slot: nothing starts at
+/// the slot with it dead, nothing starts before its slot, and the next scheduler runs each
+/// struck slot once.
+fn decided_ahead(db: Option<&str>) {
+    let s = scheduler_fault("decide-ahead", 3, db);
+    assert_eq!(n(&s["kills"], "scheduler_sigkill_before_slot"), 3, "{s:#}");
+    assert_eq!(n(&s, "ahead_resumed"), 3, "{s:#}");
+    assert_eq!(n(&s, "started_before_slot"), 0, "{s:#}");
+}
+
+#[test]
+fn a_scheduler_killed_between_deciding_a_slot_and_the_slot_runs_it_once() {
+    decided_ahead(None);
+}
+
 #[test]
 #[cfg_attr(
     exactly_no_pg,
@@ -441,6 +456,7 @@ fn scheduler_faults_on_postgresql() {
     let s = scheduler_fault("run-end-lost", 3, Some(&schema.url));
     assert_eq!(n(&s["stops"], "end unrecordable"), 3, "{s:#}");
     scheduler_fault("frozen-scheduler", 3, Some(&schema.url));
+    decided_ahead(Some(&schema.url));
 }
 
 /// The escapes (commands that outlive what supervises them): runs `scenarios` on this test's

@@ -507,7 +507,8 @@ fn settle(
     match fired {
         Ok(DueFate::Fired(fired)) => {
             st.handled(slot);
-            if let Some((started, how)) = fired_here(st, kind, slot_text, fired, open) {
+            let ahead = start_at.is_some();
+            if let Some((started, how)) = fired_here(st, kind, slot_text, fired, open, ahead) {
                 d.won.push(Won {
                     i,
                     started,
@@ -534,13 +535,15 @@ fn settle(
 }
 
 /// A firing won or skipped: a paused job's skipped firings are counted (the first logged), a
-/// started one's run is returned, to be handed over.
+/// started one's run is returned, to be handed over. One decided `ahead` of its slot says its
+/// command waits for it.
 fn fired_here(
     st: &mut JobState,
     kind: FiringKind,
     slot_text: String,
     fired: Fired,
     open: Option<&HashSet<String>>,
+    ahead: bool,
 ) -> Option<(Started, How)> {
     // A paused job's skipped firings: the first logged, the rest counted.
     if matches!(fired, Fired::Skipped { .. }) {
@@ -558,7 +561,16 @@ fn fired_here(
             &format!("{n} firing(s) skipped while paused, the last at {last}"),
         );
     }
-    report(&st.job.name, kind, &slot_text, &fired);
+    if ahead && matches!(fired, Fired::Started(_)) {
+        let said = fired.describe(kind, &slot_text);
+        log::line(
+            Level::INFO,
+            &st.job.name,
+            &format!("{said}, decided ahead: its command starts at its slot"),
+        );
+    } else {
+        report(&st.job.name, kind, &slot_text, &fired);
+    }
     let Fired::Started(started) = fired else {
         return None;
     };

@@ -400,6 +400,15 @@ impl RunRow {
         self.outcome.as_ref().map_or("running", RunOutcome::as_str)
     }
 
+    /// As [`Self::outcome_or_running`] at `now`, but `pending` for a run whose recorded start
+    /// is still ahead: decided ahead of its slot, its command not started.
+    pub fn outcome_at(&self, now: Ts) -> &str {
+        match &self.outcome {
+            None if self.started_at > now => "pending",
+            _ => self.outcome_or_running(),
+        }
+    }
+
     /// Whether the run ended failing (`failed`, `timeout`).
     pub fn failed(&self) -> bool {
         self.outcome.as_ref().is_some_and(RunOutcome::is_failure)

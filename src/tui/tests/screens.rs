@@ -164,6 +164,33 @@ fn health_dead_scheduler_failing_job_and_output() {
     }
 }
 
+/// A run decided ahead of its slot whose command has not started: its job's runs say
+/// `pending`, not `running`, and the jobs view's LAST is still the run that ran.
+#[test]
+fn a_run_waiting_for_its_slot_is_pending_not_running() {
+    let f = health();
+    f.sql()
+        .execute(
+            "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
+                 started_at)
+             VALUES ('nightly-report-t7', 'nightly-report', ?1, 'sched@web-1:311', 7, ?1)",
+            [after(1)],
+        )
+        .expect("a run decided ahead");
+    let mut app = app_for(&f);
+    press(&mut app, &mut f.store(), &keys("1"));
+    let screen = text(&render(&mut app, 120, 40));
+    assert!(screen.contains("failed 3"), "{screen}");
+    open_detail(&mut app, &f);
+    let screen = text(&render(&mut app, 120, 40));
+    let row = screen
+        .lines()
+        .find(|l| l.contains(" 7 ") && l.contains(&after(1)))
+        .unwrap_or_else(|| panic!("no row of the pending run: {screen}"));
+    assert!(row.contains("pending"), "{row}");
+    assert!(!screen.contains("running"), "{screen}");
+}
+
 #[test]
 fn hostile_details_and_popups() {
     let f = hostile();

@@ -263,7 +263,7 @@ fn run_row(r: &RunRow, lease_ms: Option<u64>, t: &Theme, now: Ts) -> Vec<C> {
         }
         _ => "-".into(),
     };
-    let outcome = r.outcome_or_running().to_string();
+    let outcome = r.outcome_at(now).to_string();
     let outcome_style = if r.failed() { t.bad() } else { Style::new() };
     vec![
         plain(clock(&crate::time::fmt(r.started_at))),
@@ -343,7 +343,7 @@ pub(super) fn draw_run_output(
 
 /// What a run's output screen says of the run: its outcome, times, slot, token and owner.
 fn run_line(r: &RunRow, t: &Theme, now: Ts, w: usize) -> Line<'static> {
-    let outcome = r.outcome_or_running();
+    let outcome = r.outcome_at(now);
     let bad = r.failed();
     Line::styled(
         clip(

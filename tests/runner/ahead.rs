@@ -310,3 +310,63 @@ fn a_job_removed_while_its_run_waits_for_its_slot_never_starts_it() {
     assert_eq!(withdrawn, 1, "{log}");
     assert!(stays_on, "the job that stayed stopped firing: {log}");
 }
+
+/// The same when a newer scheduler's registration of the file retires the job (a deploy that
+/// dropped it): the older scheduler notices within its registry check and its waiting run
+/// never starts the command.
+#[test]
+fn a_job_a_newer_registration_retired_while_its_run_waits_never_starts_it() {
+    let site = Site::new();
+    let job = |name: &str| {
+        let cmd = sh(&format!("echo $EXACTLY_SCHEDULED_AT >> {name}.out"));
+        format!(
+            "[[job]]\nname = \"{name}\"\nevery = \"8s\"\nlease = \"3s\"\ntimeout = \"2s\"\n\
+             overlap = \"coalesce\"\ncommand = {cmd}\n\n"
+        )
+    };
+    site.write_jobs(&format!("{}{}", job("gone"), job("stays")));
+    // Six seconds ahead: the registry check (every 2 s) comes while the run waits.
+    let ahead = [("EXACTLY_DECIDE_AHEAD_MS", "6000")];
+    let mut old = site.start_with_env("old", "5s", &ahead);
+    let waiting = "SELECT count(*) FROM exactly_runs WHERE job_key = 'gone' \
+                   AND ended_at IS NULL \
+                   AND started_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+4 seconds')";
+    assert!(
+        wait_until(Duration::from_secs(30), || site.exists("gone.out")
+            && site.count(waiting) == 1),
+        "gone never ran, then waited for its next slot: {}",
+        site.log("old")
+    );
+    let ran_before = site.lines("gone.out").len();
+    site.write_jobs(&job("stays"));
+    let mut new = site.start_with_env("new", "5s", &ahead);
+    let ended = "SELECT count(*) FROM exactly_runs WHERE job_key = 'gone' AND ended_at IS NULL";
+    let settled = wait_until(Duration::from_secs(12), || site.count(ended) == 0);
+    assert_eq!(
+        new.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("new")
+    );
+    assert_eq!(
+        old.term(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        site.log("old")
+    );
+    let log = site.log("old");
+    assert!(log.contains("retired by the newest registration"), "{log}");
+    assert!(settled, "gone's waiting run never ended: {log}");
+    assert_eq!(
+        site.lines("gone.out").len(),
+        ran_before,
+        "gone's command ran after it was retired: {log}"
+    );
+    let withdrawn = site.count(
+        "SELECT count(*) FROM exactly_runs r JOIN exactly_firings f \
+         ON f.job_key = r.job_key AND f.scheduled_at = r.scheduled_at \
+         WHERE r.job_key = 'gone' AND r.outcome = 'not_started' AND f.state = 'missed' \
+         AND f.detail LIKE '%removed from the jobs file%'",
+    );
+    assert_eq!(withdrawn, 1, "{log}");
+}

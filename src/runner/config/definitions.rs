@@ -86,8 +86,9 @@ impl Watch {
     }
 
     /// Every [`CHECK_EVERY`]: the jobs this scheduler must stop firing from now on (each is
-    /// named once, with a WARN line saying why). A database error is logged and tried again.
-    pub(crate) fn stopped(&mut self, store: &mut Store) -> Vec<String> {
+    /// named once, with a WARN line saying why), each with whether it was retired (gone from
+    /// its file) rather than superseded. A database error is logged and tried again.
+    pub(crate) fn stopped(&mut self, store: &mut Store) -> Vec<(String, bool)> {
         if Instant::now() < self.next || self.mine.is_empty() {
             return Vec::new();
         }
@@ -121,7 +122,7 @@ impl Watch {
             };
             tracing::warn!(job = %r.job_key, "{}", inert(&why));
             self.mine.remove(&r.job_key);
-            out.push(r.job_key);
+            out.push((r.job_key, r.retired));
         }
         out
     }

@@ -121,11 +121,7 @@ pub(crate) fn fire_until_stopped(
             if let Some(r) = file.reload(&mut store, &cfg) {
                 // A removed job's run decided ahead of its slot would start after the
                 // reload: it does not, as a slot decided when due would not have fired.
-                for run in runs.iter() {
-                    if !r.jobs.iter().any(|j| *j.name == *run.job) {
-                        run.withdrawn.store(true, Ordering::SeqCst);
-                    }
-                }
+                withdraw(&runs, |job| !r.jobs.iter().any(|j| *j.name == *job));
                 watch = Watch::new(&r.jobs, cfg.cwd.as_deref());
                 states = reloaded(&mut store, states, r, handled, &mut health);
                 for st in states.iter_mut() {
@@ -135,7 +131,12 @@ pub(crate) fn fire_until_stopped(
         }
         // A job whose registered definition is no longer this scheduler's: newest wins.
         let stopped = watch.stopped(&mut store);
-        states.retain(|s| !stopped.iter().any(|n| *n == s.job.name));
+        // A job retired by a newer registration of its file is removed, as by a reload; a
+        // superseded one's waiting run is its slot, decided under the older definition.
+        withdraw(&runs, |job| {
+            stopped.iter().any(|(n, retired)| *retired && n == job)
+        });
+        states.retain(|s| !stopped.iter().any(|(n, _)| *n == s.job.name));
         if share.refresh(&mut store) {
             for st in states.iter_mut() {
                 st.mine = share.mine(&st.job.name);
@@ -178,6 +179,14 @@ pub(crate) fn fire_until_stopped(
     }
     shutdown(&cfg, runs, &kill);
     Ok(0)
+}
+
+/// Stops the commands of the runs of `gone` jobs that wait for their slot (decided ahead)
+/// from starting: they end `not_started`, their firings missed.
+fn withdraw(runs: &[Running], gone: impl Fn(&str) -> bool) {
+    for run in runs.iter().filter(|r| gone(&r.job)) {
+        run.withdrawn.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The states after a reload: runs in progress go on (their threads hold their own settings);

@@ -391,6 +391,17 @@ fn fault_lines(s: &mut String, r: &Report) {
             r.total.runs_not_started
         );
     }
+    if r.scenarios.contains_key("decide-ahead") || r.total.started_before_slot > 0 {
+        let _ =
+            writeln!(
+            *s,
+            "decided ahead: {} slot(s) struck between decision and slot, {} of them run once by \
+             the next scheduler; {} command(s) started before their slot (must be 0)",
+            r.total.kills.get("scheduler_sigkill_before_slot").unwrap_or(&0),
+            r.total.ahead_resumed,
+            r.total.started_before_slot
+        );
+    }
     if r.scenarios.contains_key("approval-race") || r.total.unapproved_sends > 0 {
         let _ = writeln!(
             *s,

@@ -179,12 +179,12 @@ fn every_scenario_on_postgresql() {
     let schema = support::backend::PgSchema::create();
     let (code, v, err) = chaos(&["--db", &schema.url, "--iterations", "2"]);
     assert_eq!(code, 0, "exit {code}: {v:#}\n{err}");
-    // 32 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
+    // 33 with `python`, which runs where python3 has the module (tests/python/main.rs installs it
     // and runs the scenario there) and is reported not run otherwise, and `failover`, which starts
     // servers of its own.
     assert_eq!(
         v["scenarios"].as_object().map(|m| m.len()),
-        Some(32),
+        Some(33),
         "{v:#}"
     );
     for k in NEVER

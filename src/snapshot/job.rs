@@ -58,6 +58,9 @@ pub struct JobRow {
     pub lease_until: Option<Ts>,
     /// Seconds until the lease expires (negative: expired); None when released or never held.
     pub lease_left_s: Option<i64>,
+    /// Its newest run waits for its slot (decided ahead): its lease is held, nothing runs yet.
+    #[serde(skip)]
+    pub run_pending: bool,
     /// Whether its firings are skipped until it is resumed.
     pub paused: bool,
     /// The note left with its latest pause.
@@ -200,12 +203,15 @@ impl Serialize for JobState {
 
 impl JobRow {
     /// What the job is doing, in one word: retired, then paused, then running (its newest run
-    /// has no outcome yet, or anyone holds a live lease on it), then waiting for approval (its
+    /// has no outcome yet, or anyone holds a live lease on it — not one taken for a run that
+    /// waits for its slot, decided ahead of it), then waiting for approval (its
     /// newest run's outcome), then failing (an episode is open: [`JobRow::failing_episode`]),
     /// then ok; idle when it never ran.
     pub fn state(&self) -> JobState {
         let outcome = self.last_run.as_ref().map(|r| r.outcome.as_ref());
-        let leased = self.lease_owner.is_some() && self.lease_left_s.is_some_and(|l| l > 0);
+        let leased = self.lease_owner.is_some()
+            && self.lease_left_s.is_some_and(|l| l > 0)
+            && !self.run_pending;
         if self.retired {
             JobState::Retired
         } else if self.paused {
@@ -527,6 +533,7 @@ impl JobRow {
             lease_owner: f.lease_owner,
             lease_until: f.lease_until,
             lease_left_s: f.lease_left_s,
+            run_pending: f.run_pending,
             paused: f.paused,
             pause_note: f.pause_note,
             retired: f.retired,

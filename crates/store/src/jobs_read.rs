@@ -145,6 +145,7 @@ pub(super) fn read_jobs(tx: &Tx<'_>, now: Ts, kept: &mut Kept) -> DbResult<Vec<J
         j.paused_reason = j.pause_note.clone().filter(|_| j.paused);
         // The kept window answers for jobs that ran this week; the others ask the table.
         // Its newest run whose recorded start has come (one decided ahead of its slot waits).
+        j.run_pending = windows.run_pending(&key, now);
         j.last_run = match windows.last_run(&key, now, tx)? {
             Some(r) => Some(r),
             None => tx

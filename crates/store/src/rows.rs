@@ -247,6 +247,9 @@ pub struct JobFacts {
     pub lease_until: Option<Ts>,
     /// Seconds until the lease expires (negative: expired).
     pub lease_left_s: Option<i64>,
+    /// Its newest run was decided ahead of its slot and waits for it: the lease is held, its
+    /// command not started (read from the runs kept for the week; false for a job not there).
+    pub run_pending: bool,
     /// Whether its firings are skipped until it is resumed.
     pub paused: bool,
     /// The note left with its latest pause.

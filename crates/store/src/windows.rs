@@ -349,6 +349,16 @@ impl RunWindows {
     }
 
     /// A job's newest run (None: it has no run in the window; ask the table).
+    /// Whether the job's newest run waits for its slot at `now` (decided ahead of it, not
+    /// ended). False for a job with no run this week.
+    pub(super) fn run_pending(&self, job: &str, now: time::Ts) -> bool {
+        self.jobs.get(job).is_some_and(|w| {
+            w.runs
+                .last()
+                .is_some_and(|b| b.started_at > now && b.ended_at.is_none())
+        })
+    }
+
     pub(super) fn last_run(
         &mut self,
         job: &str,

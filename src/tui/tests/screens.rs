@@ -164,28 +164,42 @@ fn health_dead_scheduler_failing_job_and_output() {
     }
 }
 
-/// A run decided ahead of its slot whose command has not started: its job's runs say
-/// `pending`, not `running`, and the jobs view's LAST is still the run that ran.
+/// A run decided ahead of its slot whose command has not started, its lease held from the
+/// decision: its job's runs say `pending`, not `running`; in the jobs view the job is not
+/// running and its LAST is still the run that ran.
 #[test]
 fn a_run_waiting_for_its_slot_is_pending_not_running() {
     let f = health();
+    let slot = now() + chrono::Duration::seconds(1);
+    let token = claim(
+        &mut f.store(),
+        "nightly-report",
+        "sched@web-1:311",
+        0,
+        slot + chrono::Duration::seconds(3),
+    );
     f.sql()
         .execute(
             "INSERT INTO exactly_runs (run_id, job_key, scheduled_at, owner, fencing_token, \
                  started_at)
-             VALUES ('nightly-report-t7', 'nightly-report', ?1, 'sched@web-1:311', 7, ?1)",
-            [after(1)],
+             VALUES ('nightly-report-t7', 'nightly-report', ?1, 'sched@web-1:311', ?2, ?1)",
+            rusqlite::params![after(1), token],
         )
         .expect("a run decided ahead");
     let mut app = app_for(&f);
     press(&mut app, &mut f.store(), &keys("1"));
     let screen = text(&render(&mut app, 120, 40));
     assert!(screen.contains("failed 3"), "{screen}");
+    let row = screen
+        .lines()
+        .find(|l| l.contains("nightly-report"))
+        .unwrap_or_else(|| panic!("no row of nightly-report: {screen}"));
+    assert!(!row.contains("running"), "{row}");
     open_detail(&mut app, &f);
     let screen = text(&render(&mut app, 120, 40));
     let row = screen
         .lines()
-        .find(|l| l.contains(" 7 ") && l.contains(&after(1)))
+        .find(|l| l.contains(&format!(" {token} ")) && l.contains(&after(1)))
         .unwrap_or_else(|| panic!("no row of the pending run: {screen}"));
     assert!(row.contains("pending"), "{row}");
     assert!(!screen.contains("running"), "{screen}");

@@ -348,7 +348,6 @@ impl RunWindows {
         w.runs.insert(at, bit);
     }
 
-    /// A job's newest run (None: it has no run in the window; ask the table).
     /// Whether the job's newest run waits for its slot at `now` (decided ahead of it, not
     /// ended). False for a job with no run this week.
     pub(super) fn run_pending(&self, job: &str, now: time::Ts) -> bool {
@@ -359,6 +358,7 @@ impl RunWindows {
         })
     }
 
+    /// A job's newest run (None: it has no run in the window; ask the table).
     pub(super) fn last_run(
         &mut self,
         job: &str,
